@@ -1,0 +1,46 @@
+"""neuronsim: a simulated AWS Trainium NeuronCore registered as PyTorch's ``neuron`` device.
+
+``import device_impl`` (or plain ``import torch`` once the package is
+installed, through the ``torch.backends`` entry point) registers the device
+through PrivateUse1: the C++ core (allocator, guard, hooks, metadata
+kernels), the ``torch.neuron`` module, and the dispatch table.
+"""
+
+from __future__ import annotations
+
+_registered = False
+_module_initialising = True
+
+
+def _autoload() -> None:
+    """Entry point of the ``torch.backends`` group, run by ``import torch``.
+
+    Defined before ``import torch`` because ``import device_impl`` itself
+    imports torch, which runs this entry point while this module is still
+    initialising; registration then happens at the end of this module.
+    """
+    if not _module_initialising:
+        register()
+
+
+import torch  # noqa: E402
+
+
+def register() -> None:
+    """Make ``neuron`` a PyTorch device. Safe to call more than once."""
+    global _registered
+    if _registered:
+        return
+    from device_impl import dispatch, runtime
+    from device_impl.runtime import config, devices
+
+    devices.configure(config.read())
+    torch.utils.rename_privateuse1_backend("neuron")
+    torch._register_device_module("neuron", runtime)
+    torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
+    dispatch.install()
+    _registered = True
+
+
+register()
+_module_initialising = False

@@ -1,0 +1,167 @@
+// The aten kernels that must manipulate TensorImpl/Storage directly, and the
+// copies between host memory and simulated HBM (the DMA of this device).
+// Everything that computes is registered from Python (device_impl.dispatch).
+#include "allocator.h"
+#include "device.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/InferSize.h>
+#include <ATen/native/Resize.h>
+#include <ATen/ops/_reshape_alias_native.h>
+#include <ATen/ops/as_strided_native.h>
+#include <ATen/ops/copy_native.h>
+#include <ATen/ops/from_blob.h>
+#include <ATen/ops/resize_native.h>
+#include <ATen/ops/set_native.h>
+#include <ATen/ops/view_native.h>
+#include <c10/core/DeviceGuard.h>
+#include <torch/library.h>
+
+#include <chrono>
+#include <cstring>
+
+namespace neuronsim {
+
+namespace {
+
+constexpr c10::DispatchKeySet kNeuronKeys(c10::DispatchKey::PrivateUse1);
+
+void check_factory(const c10::Device& device, std::optional<c10::Layout> layout, std::optional<bool> pin_memory) {
+  TORCH_CHECK(device.is_privateuseone(), "neuron factory called for device ", device);
+  TORCH_CHECK(c10::layout_or_default(layout) == c10::Layout::Strided,
+              "neuron supports only torch.strided tensors; got layout ", c10::layout_or_default(layout),
+              ". Convert to dense (.to_dense()) before moving to neuron.");
+  TORCH_CHECK(!c10::pinned_memory_or_default(pin_memory),
+              "pin_memory=True applies to CPU tensors only; create the tensor on CPU and pin it there.");
+}
+
+at::Tensor empty_memory_format(c10::IntArrayRef size, std::optional<c10::ScalarType> dtype,
+                               std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                               std::optional<bool> pin_memory, std::optional<c10::MemoryFormat> memory_format) {
+  const auto dev = c10::device_or_default(device);
+  check_factory(dev, layout, pin_memory);
+  const c10::DeviceGuard guard(dev);
+  return at::detail::empty_generic(size, &allocator(), kNeuronKeys, c10::dtype_or_default(dtype), memory_format);
+}
+
+at::Tensor empty_strided(c10::IntArrayRef size, c10::IntArrayRef stride, std::optional<c10::ScalarType> dtype,
+                         std::optional<c10::Layout> layout, std::optional<c10::Device> device,
+                         std::optional<bool> pin_memory) {
+  const auto dev = c10::device_or_default(device);
+  check_factory(dev, layout, pin_memory);
+  const c10::DeviceGuard guard(dev);
+  return at::detail::empty_strided_generic(size, stride, &allocator(), kNeuronKeys, c10::dtype_or_default(dtype));
+}
+
+at::Tensor as_strided(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride,
+                      std::optional<c10::SymInt> storage_offset) {
+  std::optional<int64_t> offset;
+  if (storage_offset) offset = storage_offset->expect_int();
+  return at::native::as_strided_tensorimpl(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride),
+                                           offset);
+}
+
+at::Tensor view(const at::Tensor& self, c10::SymIntArrayRef size) {
+  return at::native::view(self, C10_AS_INTARRAYREF_SLOW(size));
+}
+
+at::Tensor reshape_alias(const at::Tensor& self, c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  return at::native::_reshape_alias(self, C10_AS_INTARRAYREF_SLOW(size), C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+const at::Tensor& resize_(const at::Tensor& self, c10::SymIntArrayRef size,
+                          std::optional<at::MemoryFormat> memory_format) {
+  const c10::DeviceGuard guard(self.device());
+  // Grows the storage through the storage's own allocator (ours), keeping
+  // the old bytes, exactly as CPU resize_ does.
+  return at::native::resize_(self, C10_AS_INTARRAYREF_SLOW(size), memory_format);
+}
+
+at::Tensor& set_source_tensor(at::Tensor& self, const at::Tensor& source) {
+  return at::native::set_tensor_(self, source);
+}
+
+at::Tensor& set_source_storage(at::Tensor& self, at::Storage source) { return at::native::set_(self, source); }
+
+at::Tensor& set_source_storage_offset(at::Tensor& self, at::Storage source, c10::SymInt storage_offset,
+                                      c10::SymIntArrayRef size, c10::SymIntArrayRef stride) {
+  return at::native::set_storage_cpu_(self, source, storage_offset.expect_int(), C10_AS_INTARRAYREF_SLOW(size),
+                                      C10_AS_INTARRAYREF_SLOW(stride));
+}
+
+// A CPU tensor that aliases a tensor's memory (its storage stays alive for as
+// long as the alias does). Used for host<->device transfers and by the engine.
+at::Tensor host_alias(const at::Tensor& t) {
+  if (t.is_cpu()) return t;
+  auto storage = t.storage();
+  auto options = t.options().device(at::kCPU);
+  if (storage.data() == nullptr) {
+    return at::empty_strided(t.sizes(), t.strides(), options);
+  }
+  auto alias = at::from_blob(
+      t.data_ptr(), t.sizes(), t.strides(), [storage](void*) mutable { storage = c10::Storage(); }, options);
+  alias._set_conj(t.is_conj());
+  alias._set_neg(t.is_neg());
+  return alias;
+}
+
+bool same_layout(const at::Tensor& a, const at::Tensor& b) {
+  return a.dtype() == b.dtype() && a.sizes() == b.sizes() && a.strides() == b.strides() &&
+         a.is_non_overlapping_and_dense() && a.is_conj() == b.is_conj() && a.is_neg() == b.is_neg();
+}
+
+// Copies `src` into `dst` where at least one side is in simulated HBM.
+// Same dtype and layout: one memcpy of the dense span (a DMA descriptor).
+// Otherwise the host stages a strided/casting copy.
+at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_blocking*/) {
+  TORCH_CHECK(src.defined() && dst.defined(), "neuron copy: undefined tensor");
+  TORCH_CHECK(src.device().is_cpu() || src.device().is_privateuseone(), "neuron copy: cannot copy from ", src.device(),
+              "; move the tensor to cpu first.");
+  TORCH_CHECK(dst.device().is_cpu() || dst.device().is_privateuseone(), "neuron copy: cannot copy to ", dst.device(),
+              "; move the tensor to cpu first.");
+  if (dst.numel() == 0) return dst;
+  const auto start = std::chrono::steady_clock::now();
+  if (same_layout(src, dst)) {
+    std::memcpy(dst.data_ptr(), src.data_ptr(), dst.numel() * dst.element_size());
+  } else {
+    at::Tensor dst_host = host_alias(dst);
+    at::native::copy_(dst_host, host_alias(src), false);
+  }
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
+  // The transfer occupies the device side's DMA queues.
+  advance_device_time(dst.is_privateuseone() ? dst.device().index() : src.device().index(), ns);
+  return dst;
+}
+
+at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
+  const c10::DeviceGuard guard(dst.device());
+  at::native::resize_(dst, self.sizes(), std::nullopt);
+  return copy_from(self, dst, false);
+}
+
+at::Scalar local_scalar_dense(const at::Tensor& self) {
+  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
+  return host_alias(self).item();
+}
+
+TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
+  m.impl("empty.memory_format", empty_memory_format);
+  m.impl("empty_strided", empty_strided);
+  m.impl("as_strided", as_strided);
+  m.impl("view", view);
+  m.impl("_reshape_alias", reshape_alias);
+  m.impl("resize_", resize_);
+  m.impl("set_.source_Tensor", set_source_tensor);
+  m.impl("set_.source_Storage", set_source_storage);
+  m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("_copy_from", copy_from);
+  m.impl("_copy_from_and_resize", copy_from_and_resize);
+  m.impl("_local_scalar_dense", local_scalar_dense);
+}
+
+}  // namespace
+
+at::Tensor host_view(const at::Tensor& t) { return host_alias(t); }
+
+}  // namespace neuronsim

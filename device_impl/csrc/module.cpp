@@ -1,0 +1,123 @@
+// Python bindings of the C++ core: the narrow surface device_impl.runtime
+// and the engine need. Everything user-facing is wrapped in Python.
+#include "allocator.h"
+#include "device.h"
+
+#include <torch/csrc/Generator.h>
+#include <torch/extension.h>
+
+namespace neuronsim {
+at::Tensor host_view(const at::Tensor& t);
+}
+
+namespace {
+
+namespace py = pybind11;
+using neuronsim::allocator;
+
+py::dict stat_dict(const c10::CachingAllocator::Stat& s) {
+  py::dict d;
+  d["current"] = s.current;
+  d["peak"] = s.peak;
+  d["allocated"] = s.allocated;
+  d["freed"] = s.freed;
+  return d;
+}
+
+py::dict stat_array_dict(const c10::CachingAllocator::StatArray& a) {
+  py::dict d;
+  d["all"] = stat_dict(a[0]);
+  d["small_pool"] = stat_dict(a[1]);
+  d["large_pool"] = stat_dict(a[2]);
+  return d;
+}
+
+py::dict memory_stats(int device) {
+  const auto s = allocator().heap(device).stats();
+  py::dict d;
+  d["allocation"] = stat_array_dict(s.allocation);
+  d["segment"] = stat_array_dict(s.segment);
+  d["active"] = stat_array_dict(s.active);
+  d["inactive_split"] = stat_array_dict(s.inactive_split);
+  d["allocated_bytes"] = stat_array_dict(s.allocated_bytes);
+  d["reserved_bytes"] = stat_array_dict(s.reserved_bytes);
+  d["active_bytes"] = stat_array_dict(s.active_bytes);
+  d["inactive_split_bytes"] = stat_array_dict(s.inactive_split_bytes);
+  d["requested_bytes"] = stat_array_dict(s.requested_bytes);
+  d["num_alloc_retries"] = s.num_alloc_retries;
+  d["num_ooms"] = s.num_ooms;
+  d["num_device_alloc"] = s.num_device_alloc;
+  d["num_device_free"] = s.num_device_free;
+  d["capacity_bytes"] = allocator().heap(device).capacity();
+  return d;
+}
+
+py::list memory_snapshot(int device) {
+  py::list out;
+  for (const auto& seg : allocator().heap(device).snapshot()) {
+    py::list blocks;
+    for (const auto& b : seg.blocks) {
+      py::dict bd;
+      bd["offset"] = b.offset;
+      bd["size"] = b.size;
+      bd["requested_size"] = b.requested;
+      bd["state"] = b.allocated ? "active_allocated" : "inactive";
+      blocks.append(bd);
+    }
+    py::dict sd;
+    sd["device"] = device;
+    sd["address"] = seg.address;
+    sd["total_size"] = seg.size;
+    sd["segment_type"] = seg.small ? "small" : "large";
+    sd["blocks"] = blocks;
+    out.append(sd);
+  }
+  return out;
+}
+
+at::Generator unwrap_generator(py::handle obj) {
+  TORCH_CHECK(THPGenerator_Check(obj.ptr()), "expected a torch.Generator");
+  return THPGenerator_Unwrap(obj.ptr());
+}
+
+}  // namespace
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "neuronsim C++ core: allocator, device runtime, metadata kernels";
+
+  m.def("device_count", &neuronsim::device_count);
+  m.def("set_device_count", &neuronsim::set_device_count);
+  m.def("current_device", [] { return static_cast<int>(neuronsim::current_device()); });
+  m.def("set_device", [](int i) { neuronsim::set_device(static_cast<c10::DeviceIndex>(i)); });
+  m.def("exchange_device", [](int i) {
+    return static_cast<int>(neuronsim::exchange_device(static_cast<c10::DeviceIndex>(i)));
+  });
+  m.def("context_created", [](int i) { return neuronsim::context_created(static_cast<c10::DeviceIndex>(i)); });
+
+  m.def("set_hbm_capacity", [](size_t bytes) { allocator().set_capacity_all(bytes); });
+  m.def("memory_stats", &memory_stats);
+  m.def("memory_snapshot", &memory_snapshot);
+  m.def("empty_cache", [](int device) { allocator().heap(device).empty_cache(); });
+  m.def("reset_peak_stats", [](int device) { allocator().heap(device).reset_peak(); });
+  m.def("reset_accumulated_stats", [](int device) { allocator().heap(device).reset_accumulated(); });
+  m.def("check_invariants", [](int device) { return allocator().heap(device).check_invariants(); });
+  m.def("round_size", &neuronsim::round_size);
+
+  m.def("device_time_ns", [](int i) { return neuronsim::device_time_ns(static_cast<c10::DeviceIndex>(i)); });
+  m.def("advance_device_time", [](int i, int64_t ns) {
+    neuronsim::advance_device_time(static_cast<c10::DeviceIndex>(i), ns);
+  });
+
+  m.def("default_generator", [](int i) {
+    return py::reinterpret_steal<py::object>(
+        THPGenerator_initDefaultGenerator(neuronsim::default_generator(static_cast<c10::DeviceIndex>(i))));
+  });
+  m.def("reserve_random", [](py::handle gen, uint64_t increment) {
+    auto g = unwrap_generator(gen);
+    TORCH_CHECK(g.device().is_privateuseone(), "expected a neuron generator, got one for ", g.device());
+    return g.get<neuronsim::NeuronGenerator>()->reserve(increment);
+  });
+
+  m.def("host_view", &neuronsim::host_view,
+        "A CPU tensor aliasing a neuron tensor's memory (zero-copy; keeps the storage alive).");
+}

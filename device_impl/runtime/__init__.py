@@ -1,0 +1,71 @@
+"""``torch.neuron``: the device module of the simulated NeuronCores.
+
+Names follow TorchNeuron and torch.cuda so that device-generic code runs
+unchanged: devices, the memory API, RNG, streams and events.
+"""
+
+from device_impl.runtime.devices import (  # noqa: F401
+    NeuronDeviceProperties,
+    current_device,
+    device,
+    device_count,
+    device_of,
+    get_device_name,
+    get_device_properties,
+    is_available,
+    set_device,
+    synchronize,
+)
+from device_impl.runtime.memory import (  # noqa: F401
+    check_allocator_invariants,
+    empty_cache,
+    max_memory_allocated,
+    max_memory_reserved,
+    mem_get_info,
+    memory_allocated,
+    memory_reserved,
+    memory_snapshot,
+    memory_stats,
+    memory_stats_as_nested_dict,
+    memory_summary,
+    reset_accumulated_memory_stats,
+    reset_peak_memory_stats,
+)
+from device_impl.runtime.random import (  # noqa: F401
+    default_generators,
+    get_rng_state,
+    get_rng_state_all,
+    initial_seed,
+    manual_seed,
+    manual_seed_all,
+    seed,
+    seed_all,
+    set_rng_state,
+    set_rng_state_all,
+)
+from device_impl.runtime.streams import (  # noqa: F401
+    Event,
+    Stream,
+    current_stream,
+    default_stream,
+    device_time_ns,
+    set_stream,
+    stream,
+)
+
+
+def _is_in_bad_fork() -> bool:
+    """The simulated device has no driver state a fork could corrupt."""
+    return False
+
+
+def is_initialized() -> bool:
+    return True
+
+
+def init() -> None:
+    """The device is initialised at registration; kept for torch.cuda-style code."""
+
+
+def _lazy_init() -> None:
+    """Called by generic PyTorch code before device use; nothing is deferred."""

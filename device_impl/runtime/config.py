@@ -1,0 +1,78 @@
+"""Environment configuration of the simulated device, read once at registration.
+
+Names follow the real Neuron runtime where the meaning is the same
+(NEURON_RT_NUM_CORES, NEURON_RT_VISIBLE_CORES); NEURON_HBM_BYTES is ours.
+A malformed value raises ValueError naming the variable and the accepted
+form, rather than silently falling back to a default.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+DEFAULT_CORES = 2  # a Trn1 chip has two NeuronCore-v2
+DEFAULT_HBM_BYTES = 16 * 2**30  # half a Trn1 chip's 32 GiB per core
+
+_UNITS = {"": 1, "b": 1, "k": 2**10, "kb": 2**10, "kib": 2**10, "m": 2**20, "mb": 2**20,
+          "mib": 2**20, "g": 2**30, "gb": 2**30, "gib": 2**30, "t": 2**40, "tb": 2**40, "tib": 2**40}
+
+
+@dataclass(frozen=True)
+class DeviceConfig:
+    physical_cores: int
+    visible_cores: tuple[int, ...]
+    hbm_bytes: int
+
+    @property
+    def device_count(self) -> int:
+        return len(self.visible_cores)
+
+
+def parse_bytes(text: str, variable: str = "NEURON_HBM_BYTES") -> int:
+    """'17179869184', '16GiB', '512 MiB' -> bytes."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", text)
+    if not match or match.group(2).lower() not in _UNITS:
+        raise ValueError(f"{variable}={text!r} is not a size; use bytes (17179869184) or a unit (16GiB, 512MiB).")
+    value = int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+    if value <= 0:
+        raise ValueError(f"{variable}={text!r} must be positive.")
+    return value
+
+
+def parse_core_list(text: str, physical: int) -> tuple[int, ...]:
+    """'0', '0-1', '0,1' (Neuron runtime syntax) -> core indices."""
+    cores: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        match = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not match:
+            raise ValueError(f"NEURON_RT_VISIBLE_CORES={text!r}: {part!r} is not a core index or range like '0-1'.")
+        lo, hi = int(match.group(1)), int(match.group(2) or match.group(1))
+        if hi < lo:
+            raise ValueError(f"NEURON_RT_VISIBLE_CORES={text!r}: range {part!r} is reversed.")
+        cores.extend(range(lo, hi + 1))
+    bad = [c for c in cores if c >= physical]
+    if bad:
+        raise ValueError(f"NEURON_RT_VISIBLE_CORES={text!r} names core(s) {bad}, but the simulated instance has "
+                         f"{physical} (set NEURON_RT_NUM_CORES to simulate more).")
+    if len(set(cores)) != len(cores):
+        raise ValueError(f"NEURON_RT_VISIBLE_CORES={text!r} lists a core twice.")
+    return tuple(cores)
+
+
+def read(environ: dict[str, str] | None = None) -> DeviceConfig:
+    env = os.environ if environ is None else environ
+    raw_cores = env.get("NEURON_RT_NUM_CORES", "").strip()
+    if raw_cores:
+        if not raw_cores.isdigit() or not 0 < int(raw_cores) <= 64:
+            raise ValueError(f"NEURON_RT_NUM_CORES={raw_cores!r} must be an integer in 1..64.")
+        physical = int(raw_cores)
+    else:
+        physical = DEFAULT_CORES
+    visible_text = env.get("NEURON_RT_VISIBLE_CORES", "").strip()
+    visible = parse_core_list(visible_text, physical) if visible_text else tuple(range(physical))
+    hbm_text = env.get("NEURON_HBM_BYTES", "").strip()
+    hbm = parse_bytes(hbm_text) if hbm_text else DEFAULT_HBM_BYTES
+    return DeviceConfig(physical, visible, hbm)

@@ -1,0 +1,1 @@
+"""HTML reports built from the results store (build/results.sqlite) only."""
