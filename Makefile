@@ -9,8 +9,6 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
-# The core is built explicitly below; autoload would otherwise build it at `import torch`.
-NOAUTO := TORCH_DEVICE_BACKEND_AUTOLOAD=0
 
 .PHONY: setup core test report clean
 
@@ -27,14 +25,14 @@ $(STAMP): $(PY) pyproject.toml
 setup: $(STAMP)
 
 core: setup
-	$(NOAUTO) $(PY) -m device_impl._build
+	$(PY) -m device_impl build-core
 
 test: core
 	$(PY) -m pytest tests
 
 report: core
 	mkdir -p build/reports
-	$(PY) -m device_impl.smoke | tee build/reports/smoke.txt
+	$(PY) -m device_impl smoke | tee build/reports/smoke.txt
 	$(PY) -m pytest tests -q -p no:cacheprovider --junitxml=build/reports/unit-tests.xml | tail -n 3 | tee build/reports/unit-tests.txt
 	$(PY) benches/elementwise_ratio.py | tee build/reports/elementwise-ratio.txt
 

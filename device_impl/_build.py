@@ -4,7 +4,7 @@ The extension is compiled with ``torch.utils.cpp_extension`` into a cache
 directory keyed by the torch version, the Python ABI and a hash of the
 sources, so a second import (or a second checkout of the same sources)
 loads the shared object directly and never invokes the compiler.
-``python -m device_impl._build`` builds it ahead of time (the Makefile does).
+``python -m device_impl build-core`` builds it ahead of time (the Makefile does).
 """
 
 from __future__ import annotations
@@ -93,9 +93,3 @@ def load(verbose: bool = False) -> ModuleType:
     info_file.write_text(json.dumps({"key": build_key(), "seconds": round(seconds, 1)}))
     last_build = {"compiled": True, "path": str(shared_object), "seconds": seconds}
     return _loaded
-
-
-if __name__ == "__main__":
-    os.environ.setdefault("TORCH_DEVICE_BACKEND_AUTOLOAD", "0")
-    load(verbose="-v" in sys.argv)
-    print(json.dumps(last_build))

@@ -121,7 +121,7 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_bl
               "; move the tensor to cpu first.");
   if (dst.numel() == 0) return dst;
   const auto start = std::chrono::steady_clock::now();
-  if (same_layout(src, dst)) {
+  if (same_layout(src, dst) && !dst.is_conj() && !dst.is_neg()) {
     std::memcpy(dst.data_ptr(), src.data_ptr(), dst.numel() * dst.element_size());
   } else {
     at::Tensor dst_host = host_alias(dst);
@@ -132,6 +132,15 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_bl
   // The transfer occupies the device side's DMA queues.
   advance_device_time(dst.is_privateuseone() ? dst.device().index() : src.device().index(), ns);
   return dst;
+}
+
+// copy_ is registered directly (not left to at::native::copy_, which would
+// redispatch to _copy_from): conjugate/negative views reach it with their bits
+// intact, whereas _copy_from would first be materialised by the Conjugate
+// fallback through clone -> copy_ -> _copy_from, recursing forever.
+at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
+  copy_from(src, self, non_blocking);
+  return self;
 }
 
 at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
@@ -155,6 +164,7 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("set_.source_Tensor", set_source_tensor);
   m.impl("set_.source_Storage", set_source_storage);
   m.impl("set_.source_Storage_storage_offset", set_source_storage_offset);
+  m.impl("copy_", copy_);
   m.impl("_copy_from", copy_from);
   m.impl("_copy_from_and_resize", copy_from_and_resize);
   m.impl("_local_scalar_dense", local_scalar_dense);

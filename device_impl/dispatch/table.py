@@ -22,7 +22,7 @@ from device_impl.dispatch.tiers import Tier
 CSRC_KERNELS = (
     "aten::empty.memory_format", "aten::empty_strided", "aten::as_strided", "aten::view", "aten::_reshape_alias",
     "aten::resize_", "aten::set_.source_Tensor", "aten::set_.source_Storage",
-    "aten::set_.source_Storage_storage_offset", "aten::_copy_from", "aten::_copy_from_and_resize",
+    "aten::set_.source_Storage_storage_offset", "aten::copy_", "aten::_copy_from", "aten::_copy_from_and_resize",
     "aten::_local_scalar_dense",
 )
 

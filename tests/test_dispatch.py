@@ -1,0 +1,226 @@
+"""The dispatch table and the boxed CPU fallback: correctness for every kind of op, counters, strict mode."""
+
+import warnings
+
+import pytest
+import torch
+
+from conftest import run_python
+
+from device_impl import dispatch
+from device_impl.dispatch import Tier
+
+
+def both(cpu: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    return cpu.clone(), cpu.to("neuron")
+
+
+def assert_same(dev: torch.Tensor, cpu: torch.Tensor) -> None:
+    assert dev.device.type == "neuron"
+    assert dev.dtype == cpu.dtype and dev.shape == cpu.shape
+    torch.testing.assert_close(dev.cpu(), cpu, rtol=0, atol=0, equal_nan=True)
+
+
+def test_functional_op(fresh_stats):
+    cpu, dev = both(torch.randn(5, 7))
+    assert_same(torch.sigmoid(dev), torch.sigmoid(cpu))
+    assert fresh_stats.stats()["aten::sigmoid.out"]["fallback"] == 1
+
+
+def test_in_place_op_mutates_the_original():
+    cpu, dev = both(torch.randn(5, 7))
+    ptr = dev.data_ptr()
+    returned = dev.exp_()
+    cpu.exp_()
+    assert returned is dev and dev.data_ptr() == ptr
+    assert_same(dev, cpu)
+
+
+def test_in_place_op_on_a_strided_view_changes_only_the_view():
+    cpu, dev = both(torch.arange(36.0).reshape(6, 6))
+    cpu[::2, 1::3].neg_()
+    dev[::2, 1::3].neg_()
+    assert_same(dev, cpu)
+
+
+def test_aliasing_inside_one_op():
+    cpu, dev = both(torch.arange(12.0).reshape(3, 4))
+    cpu.mul_(cpu)
+    dev.mul_(dev)
+    torch.add(cpu[0], cpu[1], out=cpu[2])  # out is another row of the same storage
+    torch.add(dev[0], dev[1], out=dev[2])
+    assert_same(dev, cpu)
+    with pytest.raises(RuntimeError, match="single memory location"):
+        dev[1:].add_(dev[:-1])  # partial overlap: refused exactly as on CPU
+
+
+def test_out_variant_with_resize():
+    cpu_a, dev_a = both(torch.randn(4, 3))
+    cpu_out, dev_out = torch.empty(0), torch.empty(0, device="neuron")
+    returned = torch.mul(dev_a, 2, out=dev_out)
+    torch.mul(cpu_a, 2, out=cpu_out)
+    assert returned is dev_out
+    assert_same(dev_out, cpu_out)
+
+
+def test_out_variant_into_a_strided_destination():
+    cpu_base, dev_base = both(torch.zeros(4, 6))
+    torch.add(torch.ones(4, 3), 1, out=cpu_base[:, ::2])
+    torch.add(torch.ones(4, 3, device="neuron"), 1, out=dev_base[:, ::2])
+    assert_same(dev_base, cpu_base)
+
+
+def test_multiple_outputs():
+    cpu, dev = both(torch.randn(6, 9))
+    for f in (lambda t: torch.sort(t, dim=1), lambda t: torch.topk(t, 3), lambda t: torch.max(t, dim=0),
+              lambda t: torch.aminmax(t)):
+        for d, c in zip(f(dev), f(cpu)):
+            assert_same(d, c)
+
+
+def test_multiple_out_arguments():
+    cpu, dev = both(torch.randn(5, 5))
+    cv, ci = torch.empty(0), torch.empty(0, dtype=torch.long)
+    dv, di = torch.empty(0, device="neuron"), torch.empty(0, dtype=torch.long, device="neuron")
+    torch.max(cpu, 1, out=(cv, ci))
+    rv, ri = torch.max(dev, 1, out=(dv, di))
+    assert rv is dv and ri is di
+    assert_same(dv, cv)
+    assert_same(di, ci)
+
+
+def test_view_op_through_the_fallback_aliases_device_memory(fresh_stats):
+    cpu, dev = both(torch.randn(3, 4, dtype=torch.complex64))
+    real = torch.view_as_real(dev)
+    assert fresh_stats.stats()["aten::view_as_real"]["fallback"] == 1
+    assert real.untyped_storage().data_ptr() == dev.untyped_storage().data_ptr()
+    assert_same(real, torch.view_as_real(cpu))
+    real.zero_()
+    torch.view_as_real(cpu).zero_()
+    assert_same(dev, cpu)
+    window = dev.real.unfold(1, 2, 1)
+    assert window.stride() == cpu.real.unfold(1, 2, 1).stride()
+
+
+def test_list_inputs_and_outputs():
+    cpus = [torch.randn(2, 3) for _ in range(3)]
+    devs = [c.to("neuron") for c in cpus]
+    assert_same(torch.cat(devs, 1), torch.cat(cpus, 1))
+    for d, c in zip(torch.split(torch.cat(devs), 2), torch.split(torch.cat(cpus), 2)):
+        assert_same(d, c)
+    torch._foreach_mul_(devs, 3.0)
+    torch._foreach_mul_(cpus, 3.0)
+    for d, c in zip(devs, cpus):
+        assert_same(d, c)
+
+
+def test_factory_ops():
+    assert_same(torch.arange(2, 11, 3, device="neuron"), torch.arange(2, 11, 3))
+    assert_same(torch.full((2, 3), 7, device="neuron"), torch.full((2, 3), 7))
+    assert_same(torch.eye(3, device="neuron:1"), torch.eye(3))
+    assert torch.eye(3, device="neuron:1").device.index == 1
+    assert_same(torch.linspace(0, 1, 5, device="neuron"), torch.linspace(0, 1, 5))
+
+
+def test_scalar_results_and_integer_dtypes():
+    cpu, dev = both(torch.randint(-100, 100, (7,)))
+    assert torch.equal(dev.sum().cpu(), cpu.sum())
+    assert dev.max().item() == cpu.max().item()
+    assert torch.equal(dev, dev.clone()) and not torch.equal(dev, dev + 1)
+    assert bool((dev == dev).all())
+
+
+def test_cpu_scalar_tensors_mix_with_neuron_tensors():
+    cpu, dev = both(torch.randn(4))
+    assert_same(dev * torch.tensor(3.0), cpu * torch.tensor(3.0))
+
+
+def test_mixing_devices_is_an_error_like_cuda():
+    dev = torch.randn(4, device="neuron")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        dev + torch.randn(4)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        dev + torch.randn(4, device="neuron:1")
+
+
+@pytest.mark.parametrize("call", [
+    lambda d: torch.mm(d(torch.randn(2, 3)), d(torch.randn(4, 5))),
+    lambda d: d(torch.randn(3)).view(2, 2),
+    lambda d: torch.cat([d(torch.randn(2, 3)), d(torch.randn(2, 4))]),
+    lambda d: d(torch.randn(2)).add_(d(torch.randn(3))),
+    lambda d: torch.sqrt(d(torch.tensor([1, 2]))).int().add_(0.5),
+])
+def test_errors_match_cpu_and_leave_the_device_usable(call):
+    with pytest.raises(Exception) as cpu_error:
+        call(lambda t: t)
+    before = torch.neuron.memory_allocated()
+    with pytest.raises(type(cpu_error.value)):
+        call(lambda t: t.to("neuron"))
+    assert torch.neuron.memory_allocated() == before
+    assert torch.neuron.check_allocator_invariants() == []
+    assert (torch.ones(3, device="neuron") + 1).cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+def test_fallback_warns_once_per_op_with_torchneuron_wording():
+    x = torch.randn(3, device="neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.special.erfcx(x)
+        torch.special.erfcx(x)
+    messages = [str(w.message) for w in caught if "CPU fallback" in str(w.message)]
+    assert messages == ["Operator 'aten::special_erfcx.out' executed via CPU fallback"]
+
+
+def test_stats_count_by_tier_and_reset(fresh_stats):
+    x = torch.randn(3, device="neuron")
+    fresh_stats.reset_stats()
+    torch.cos(x)
+    torch.cos(x)
+    assert fresh_stats.stats()["aten::cos.out"] == {"native": 0, "decomposed": 0, "fallback": 2}
+    assert fresh_stats.fallback_count() == 2
+    fresh_stats.reset_stats()
+    assert fresh_stats.stats() == {}
+
+
+def test_strict_mode_context_manager():
+    x = torch.randn(3, device="neuron")
+    with dispatch.strict():
+        with pytest.raises(NotImplementedError, match="Operator 'aten::tan.out'.*strict mode"):
+            torch.tan(x)
+        # Metadata and copies are device kernels, so strict mode allows them.
+        assert x.t().view(3).cpu().shape == (3,)
+    assert torch.tan(x).device.type == "neuron"
+
+
+def test_strict_mode_from_the_environment():
+    result = run_python(
+        "import torch\n"
+        "x = torch.tensor([1.0, 2.0]).to('neuron')\n"
+        "try:\n"
+        "    x.exp()\n"
+        "except NotImplementedError as e:\n"
+        "    print('refused', 'aten::exp.out' in str(e))\n",
+        NEURON_STRICT="1",
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["refused", "True"]
+
+
+def test_table_knows_each_tier():
+    table = dispatch.TABLE
+    assert table.lookup("aten::empty_strided").tier is Tier.NATIVE
+    assert table.lookup("aten::copy_").source == "csrc"
+    assert table.lookup("aten::linear").tier is Tier.COMPOSITE
+    lowering = table.lookup("aten::special_erfcx")
+    assert lowering.tier is Tier.FALLBACK and lowering.source == "cpu"
+    assert "aten::view" in table.ops(Tier.NATIVE)
+    with pytest.raises(ValueError, match="already has a neuron lowering"):
+        table.native("aten::view")(lambda *a: None)
+
+
+def test_random_op_through_the_fallback_uses_the_neuron_generator():
+    torch.neuron.manual_seed(11)
+    a = torch.rand(5, device="neuron").cpu()
+    torch.manual_seed(999)  # the CPU generator must not matter...
+    torch.neuron.manual_seed(11)  # ...only the neuron one
+    assert torch.equal(torch.rand(5, device="neuron").cpu(), a)

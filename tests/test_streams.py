@@ -1,0 +1,85 @@
+"""Streams and events: record, wait, query, synchronize, elapsed_time, and ordering."""
+
+import pytest
+import torch
+
+
+def test_default_and_current_streams():
+    default = torch.neuron.default_stream()
+    assert default.stream_id == 0 and default.device == torch.device("neuron", 0)
+    assert torch.neuron.current_stream() == default
+    assert torch.neuron.default_stream(1).device_index == 1
+
+
+def test_stream_context_manager_and_set_stream():
+    s = torch.neuron.Stream()
+    assert isinstance(s, torch.neuron.Stream) and s.stream_id != 0
+    with torch.neuron.stream(s):
+        assert torch.neuron.current_stream() == s
+    assert torch.neuron.current_stream().stream_id == 0
+    with s:
+        assert torch.accelerator.current_stream() == s
+    assert torch.accelerator.current_stream().stream_id == 0
+
+
+def test_stream_on_another_core():
+    s = torch.neuron.Stream("neuron:1")
+    assert s.device_index == 1
+    with torch.neuron.stream(s):
+        assert torch.neuron.current_stream(1) == s
+        assert torch.neuron.current_stream(0).stream_id == 0
+
+
+def test_cross_stream_producer_consumer_ordering():
+    producer, consumer = torch.neuron.Stream(), torch.neuron.Stream()
+    done = torch.neuron.Event()
+    with torch.neuron.stream(producer):
+        x = torch.arange(1000.0, device="neuron") * 2
+        done.record()
+    with torch.neuron.stream(consumer):
+        consumer.wait_event(done)
+        y = x + 1
+    consumer.synchronize()
+    assert torch.equal(y.cpu(), torch.arange(1000.0) * 2 + 1)
+    assert done.query() and producer.query() and consumer.query()
+    consumer.wait_stream(producer)
+
+
+def test_event_timing_measures_device_time():
+    start, end = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
+    assert isinstance(start, torch.neuron.Event)
+    start.record()
+    a = torch.randn(256, 256, device="neuron")
+    for _ in range(3):
+        a = a @ a
+    end.record()
+    end.synchronize()
+    elapsed = start.elapsed_time(end)
+    assert elapsed > 0
+    # Nothing ran between two back-to-back records.
+    again = torch.neuron.Event(enable_timing=True)
+    again.record()
+    end.record()
+    assert again.elapsed_time(end) == 0
+
+
+def test_elapsed_time_requires_timing_and_recording():
+    plain_a, plain_b = torch.neuron.Event(), torch.neuron.Event()
+    plain_a.record()
+    plain_b.record()
+    with pytest.raises((RuntimeError, ValueError), match="enable_timing"):
+        plain_a.elapsed_time(plain_b)
+    unrecorded = torch.neuron.Event(enable_timing=True)
+    recorded = torch.neuron.Event(enable_timing=True)
+    recorded.record()
+    with pytest.raises((RuntimeError, ValueError), match="recorded"):
+        recorded.elapsed_time(unrecorded)
+
+
+def test_stream_record_event_and_device_synchronize():
+    s = torch.neuron.Stream()
+    e = s.record_event()
+    assert e.query()
+    e.synchronize()
+    torch.neuron.synchronize()
+    assert torch.neuron.device_time_ns() >= 0
