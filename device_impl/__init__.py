@@ -39,6 +39,8 @@ def register() -> None:
     torch._register_device_module("neuron", runtime)
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
     dispatch.install()
+    import device_impl.kernels  # noqa: F401  (registers the native kernels)
+
     _registered = True
 
 

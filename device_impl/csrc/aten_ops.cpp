@@ -7,6 +7,7 @@
 #include <ATen/EmptyTensor.h>
 #include <ATen/InferSize.h>
 #include <ATen/native/Resize.h>
+#include <ATen/ops/_local_scalar_dense_native.h>
 #include <ATen/ops/_reshape_alias_native.h>
 #include <ATen/ops/as_strided_native.h>
 #include <ATen/ops/copy_native.h>
@@ -15,6 +16,7 @@
 #include <ATen/ops/set_native.h>
 #include <ATen/ops/view_native.h>
 #include <c10/core/DeviceGuard.h>
+#include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
 
 #include <chrono>
@@ -105,6 +107,15 @@ at::Tensor host_alias(const at::Tensor& t) {
   return alias;
 }
 
+// Set from Python (device_impl.kernels.copy): converts src into dst on one core.
+pybind11::object* g_cast_hook = nullptr;
+
+void run_cast_hook(const at::Tensor& dst, const at::Tensor& src) {
+  TORCH_CHECK(g_cast_hook != nullptr, "neuron: the device cast kernel is not registered (import device_impl)");
+  pybind11::gil_scoped_acquire gil;
+  (*g_cast_hook)(dst, src);
+}
+
 bool same_layout(const at::Tensor& a, const at::Tensor& b) {
   return a.dtype() == b.dtype() && a.sizes() == b.sizes() && a.strides() == b.strides() &&
          a.is_non_overlapping_and_dense() && a.is_conj() == b.is_conj() && a.is_neg() == b.is_neg();
@@ -134,12 +145,34 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_bl
   return dst;
 }
 
-// copy_ is registered directly (not left to at::native::copy_, which would
-// redispatch to _copy_from): conjugate/negative views reach it with their bits
-// intact, whereas _copy_from would first be materialised by the Conjugate
-// fallback through clone -> copy_ -> _copy_from, recursing forever.
+bool needs_cast(const at::Tensor& dst, const at::Tensor& src) {
+  return dst.dtype() != src.dtype() || dst.is_conj() != src.is_conj() || dst.is_neg() != src.is_neg();
+}
+
+// copy_ moves bytes here and leaves every conversion (dtype casts, conjugate
+// and negative views) to the engine through the cast hook, so the only
+// arithmetic of a copy happens in a neuron kernel. The conversion always runs
+// between two tensors on one core; a copy that also crosses devices is staged
+// through a temporary there. (Registered directly rather than left to
+// at::native::copy_, whose redispatch to _copy_from would send conjugate views
+// through the Conjugate fallback: clone -> copy_ -> _copy_from, forever.)
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
-  copy_from(src, self, non_blocking);
+  if (self.numel() == 0) return self;
+  if (!needs_cast(self, src)) {
+    copy_from(src, self, non_blocking);
+    return self;
+  }
+  if (self.is_privateuseone() && src.is_privateuseone() && self.device() == src.device()) {
+    run_cast_hook(self, src);
+  } else if (self.is_privateuseone()) {
+    at::Tensor staged = at::empty_strided(src.sizes(), src.strides(), src.options().device(self.device()));
+    copy_from(src, staged, non_blocking);
+    run_cast_hook(self, staged);
+  } else {
+    at::Tensor staged = at::empty_strided(self.sizes(), self.strides(), self.options().device(src.device()));
+    run_cast_hook(staged, src);
+    copy_from(staged, self, non_blocking);
+  }
   return self;
 }
 
@@ -151,7 +184,7 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
 
 at::Scalar local_scalar_dense(const at::Tensor& self) {
   TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
-  return host_alias(self).item();
+  return at::native::_local_scalar_dense_cpu(host_alias(self));
 }
 
 TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
@@ -173,5 +206,10 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
 }  // namespace
 
 at::Tensor host_view(const at::Tensor& t) { return host_alias(t); }
+
+void set_cast_hook(pybind11::object hook) {
+  delete g_cast_hook;
+  g_cast_hook = new pybind11::object(std::move(hook));  // intentionally leaked: lives until exit
+}
 
 }  // namespace neuronsim

@@ -3,11 +3,17 @@
 #include "allocator.h"
 #include "device.h"
 
+#include <pybind11/numpy.h>
 #include <torch/csrc/Generator.h>
+#include <torch/csrc/Dtype.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <torch/extension.h>
+
+#include <array>
 
 namespace neuronsim {
 at::Tensor host_view(const at::Tensor& t);
+void set_cast_hook(pybind11::object hook);
 }
 
 namespace {
@@ -75,6 +81,24 @@ py::list memory_snapshot(int device) {
   return out;
 }
 
+// numpy dtype of each ScalarType, set once from Python (bfloat16 comes from ml_dtypes).
+std::array<py::object, static_cast<size_t>(at::ScalarType::NumOptions)> g_numpy_dtypes;
+
+// The engine's window onto HBM: a numpy array over a tensor's memory with its
+// sizes and strides, holding a reference to the tensor so the memory stays alive.
+py::array hbm_view(py::handle tensor_obj) {
+  const at::Tensor& t = THPVariable_Unpack(tensor_obj.ptr());
+  const py::object& dtype_obj = g_numpy_dtypes[static_cast<size_t>(t.scalar_type())];
+  TORCH_CHECK(dtype_obj, "no numpy dtype registered for ", t.scalar_type());
+  py::dtype dtype = py::reinterpret_borrow<py::dtype>(dtype_obj);
+  std::vector<py::ssize_t> shape(t.sizes().begin(), t.sizes().end());
+  if (t.numel() == 0) return py::array(dtype, shape);
+  std::vector<py::ssize_t> strides;
+  strides.reserve(shape.size());
+  for (auto s : t.strides()) strides.push_back(s * static_cast<py::ssize_t>(t.element_size()));
+  return py::array(dtype, shape, strides, t.data_ptr(), py::reinterpret_borrow<py::object>(tensor_obj));
+}
+
 at::Generator unwrap_generator(py::handle obj) {
   TORCH_CHECK(THPGenerator_Check(obj.ptr()), "expected a torch.Generator");
   return THPGenerator_Unwrap(obj.ptr());
@@ -118,6 +142,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return g.get<neuronsim::NeuronGenerator>()->reserve(increment);
   });
 
+  m.def("set_cast_hook", &neuronsim::set_cast_hook,
+        "Register the Python kernel copy_ calls for dtype/conjugate conversions between neuron tensors.");
+  m.def("set_numpy_dtype", [](py::object torch_dtype, py::object numpy_dtype) {
+    auto* d = reinterpret_cast<THPDtype*>(torch_dtype.ptr());
+    g_numpy_dtypes[static_cast<size_t>(d->scalar_type)] = numpy_dtype;
+  });
+  m.def("hbm_view", &hbm_view, "A numpy array aliasing a tensor's memory (zero-copy).");
   m.def("host_view", &neuronsim::host_view,
         "A CPU tensor aliasing a neuron tensor's memory (zero-copy; keeps the storage alive).");
 }

@@ -220,7 +220,7 @@ def cpu_fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
         for index, arg_name, kwarg_only in plan.generator_args:
             if not kwarg_only and index < len(host_args):
                 host_args[index] = _host_generator(host_args[index], device, draws)
-            elif arg_name in host_kwargs or kwarg_only:
+            else:  # passed by name, or omitted: the core's default generator
                 host_kwargs[arg_name] = _host_generator(host_kwargs.get(arg_name), device, draws)
 
     started = time.perf_counter_ns()

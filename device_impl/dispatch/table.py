@@ -10,6 +10,7 @@ backend (tier ``composite``).
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable
 
@@ -39,32 +40,78 @@ def _is_composite(op: str) -> bool:
         torch._C._dispatch_has_kernel_for_dispatch_key(op, "CompositeExplicitAutograd")
 
 
+def resolve(op: str) -> torch._ops.OpOverload:
+    """'aten::add.Tensor' -> torch.ops.aten.add.Tensor."""
+    packet_name, _, overload = op.split("::", 1)[1].partition(".")
+    return getattr(getattr(torch.ops.aten, packet_name), overload or "default")
+
+
+def _unsupported_dtype(values: Any, supported: frozenset) -> bool:
+    for value in values:
+        if isinstance(value, torch.Tensor):
+            if value.dtype not in supported:
+                return True
+        elif isinstance(value, (list, tuple)) and value and isinstance(value[0], torch.Tensor):
+            if any(isinstance(v, torch.Tensor) and v.dtype not in supported for v in value):
+                return True
+    return False
+
+
+# Set by tests (NEURONSIM_ASSERT_NO_CPU=1): native kernels run with the CPU dispatch key
+# excluded, so any torch CPU kernel reached from inside one raises instead of computing.
+ASSERT_NO_CPU = os.environ.get("NEURONSIM_ASSERT_NO_CPU", "0") == "1"
+_NO_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
 class LoweringTable:
     def __init__(self) -> None:
         self._entries: dict[str, Lowering] = {op: Lowering(op, Tier.NATIVE, "csrc") for op in CSRC_KERNELS}
+        self._served_by: dict[str, str] = {}
         self._library = torch.library.Library("aten", "IMPL")
 
-    def native(self, *ops: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        """Decorator: register ``fn`` as the neuron kernel of each overload in ``ops``."""
+    def native(self, *ops: str, dtypes: frozenset | None = None, serves: tuple[str, ...] = ()
+               ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: register ``fn`` as the neuron kernel of each overload in ``ops``.
+
+        ``dtypes``: tensor dtypes the kernel computes on; a call with any other
+        (float64, complex) takes the counted CPU fallback instead.
+        ``serves``: overloads PyTorch routes to these kernels through its own
+        composite kernels (``add.Tensor`` and ``add_.Tensor`` reach ``add.out``).
+        """
 
         def register(fn: Callable[..., Any]) -> Callable[..., Any]:
             for op in ops:
-                self._register(op, fn, Tier.NATIVE, counters.NATIVE_SLOT, fn.__module__)
+                self._register(op, fn, Tier.NATIVE, counters.NATIVE_SLOT, fn.__module__, dtypes)
+            for op in serves:
+                self.serves(op, ops[0])
             return fn
 
         return register
 
+    def serves(self, op: str, target: str) -> None:
+        """Record that PyTorch's composite kernel of ``op`` reaches our kernel ``target``."""
+        self._served_by.setdefault(op, target)
+
     def decomposed(self, op: str, decomposition: Callable[..., Any]) -> None:
         """Serve ``op`` by a decomposition into ops the device runs."""
-        self._register(op, decomposition, Tier.DECOMPOSED, counters.DECOMPOSED_SLOT, "torch._decomp")
+        self._register(op, decomposition, Tier.DECOMPOSED, counters.DECOMPOSED_SLOT, "torch._decomp", None)
 
-    def _register(self, op: str, fn: Callable[..., Any], tier: Tier, slot: int, source: str) -> None:
+    def _register(self, op: str, fn: Callable[..., Any], tier: Tier, slot: int, source: str,
+                  dtypes: frozenset | None) -> None:
         if op in self._entries:
             raise ValueError(f"{op} already has a neuron lowering ({self._entries[op].source})")
         record = counters.record
+        overload = resolve(op)
 
         def counted(*args: Any, **kwargs: Any) -> Any:
+            if dtypes is not None and (_unsupported_dtype(args, dtypes) or _unsupported_dtype(kwargs.values(), dtypes)):
+                from device_impl.dispatch.fallback import cpu_fallback
+
+                return cpu_fallback(overload, *args, **kwargs)
             record(op, slot)
+            if ASSERT_NO_CPU:
+                with torch._C._ExcludeDispatchKeyGuard(_NO_CPU_KEYS):
+                    return fn(*args, **kwargs)
             return fn(*args, **kwargs)
 
         counted.__name__ = f"neuron_{op.replace('::', '_').replace('.', '_')}"
@@ -75,6 +122,10 @@ class LoweringTable:
         entry = self._entries.get(op)
         if entry is not None:
             return entry
+        served_by = self._served_by.get(op)
+        if served_by is not None:
+            target = self._entries[served_by]
+            return Lowering(op, target.tier, f"{target.source} (via {served_by})")
         if _is_composite(op):
             return Lowering(op, Tier.COMPOSITE, "torch")
         return Lowering(op, Tier.FALLBACK, "cpu")

@@ -1,0 +1,103 @@
+"""Hardware constants of the simulated NeuronCores, one place, each with its source.
+
+Facts come from the AWS Neuron documentation, "Trainium/Inferentia2
+Architecture Guide for NKI" and the Trn1/Trn2 architecture pages (NeuronCore-v2
+and NeuronCore-v3). Numbers the documentation does not give (fixed
+instruction and DMA overheads, launch overhead) are marked MODEL: they are
+this simulator's assumptions, chosen to be of the right order, and are the
+first thing to calibrate against a real device.
+
+Select a profile with NEURON_PLATFORM_TARGET_OVERRIDE=trn1|trn2 (default trn1).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+KiB = 1024
+MiB = 1024 * KiB
+GiB = 1024 * MiB
+
+
+@dataclass(frozen=True)
+class Platform:
+    name: str
+    core: str
+    # Engine clocks (Hz). Source: NKI architecture guide, "NeuronCore-v2/v3 engines".
+    tensor_hz: float
+    vector_hz: float
+    scalar_hz: float
+    gpsimd_hz: float
+    # TensorE: a 128x128 systolic array; one moving column per cycle at BF16.
+    pe_rows: int
+    pe_cols: int
+    bf16_tflops: float
+    fp32_tflops: float
+    fp32_slowdown: int  # FP32 matmul runs at a quarter of the BF16 rate (NKI guide)
+    # On-chip memories. Source: NKI guide, "SBUF" and "PSUM".
+    partitions: int
+    sbuf_bytes_per_partition: int
+    psum_bytes_per_partition: int
+    psum_banks: int
+    # Device memory. Source: Trn1 / Trn2 instance architecture pages.
+    hbm_bytes_per_chip: int
+    hbm_bytes_per_second_per_chip: float
+    cores_per_chip: int
+    dma_engines: int
+    dma_bytes_per_second_per_engine: float
+    # MODEL assumptions (not published as such).
+    instruction_overhead_cycles: int = 64  # fixed issue cost of any compute instruction
+    scalar_overhead_cycles: int = 224  # ACT table lookup / pipeline fill of ScalarE
+    dma_issue_ns: float = 50.0  # descriptor processing, occupies the DMA queues
+    dma_latency_ns: float = 250.0  # completion latency after the last byte, pipelined
+    dma_descriptor_bytes: int = 64  # overhead per contiguous run, penalises small strided runs
+    launch_overhead_ns: float = 1000.0  # runtime cost of launching one kernel (eager mode)
+    gpsimd_elements_per_cycle: int = 64  # 8 cores x 8 lanes of 32-bit SIMD
+
+    @property
+    def moving_free_max(self) -> int:
+        """Largest moving-tile free size: one PSUM bank of fp32 (2 KiB / 4 B)."""
+        return self.psum_bytes_per_partition // self.psum_banks // 4
+
+    @property
+    def dma_bytes_per_second(self) -> float:
+        """Aggregate DMA bandwidth of one core, capped by its share of HBM bandwidth."""
+        return min(self.dma_engines * self.dma_bytes_per_second_per_engine,
+                   self.hbm_bytes_per_second_per_chip / self.cores_per_chip)
+
+    @property
+    def tensor_flops_per_second(self) -> float:
+        """BF16 peak implied by the array: 128 x 128 MACs, 2 flops each, per cycle."""
+        return 2 * self.pe_rows * self.pe_cols * self.tensor_hz
+
+
+TRN1 = Platform(
+    name="trn1", core="NeuronCore-v2",
+    tensor_hz=2.8e9, vector_hz=1.12e9, scalar_hz=1.4e9, gpsimd_hz=1.4e9,
+    pe_rows=128, pe_cols=128, bf16_tflops=92.0, fp32_tflops=23.0, fp32_slowdown=4,
+    partitions=128, sbuf_bytes_per_partition=192 * KiB, psum_bytes_per_partition=16 * KiB, psum_banks=8,
+    hbm_bytes_per_chip=32 * GiB, hbm_bytes_per_second_per_chip=820e9, cores_per_chip=2,
+    dma_engines=16, dma_bytes_per_second_per_engine=27 * GiB,
+)
+
+TRN2 = Platform(
+    name="trn2", core="NeuronCore-v3",
+    tensor_hz=2.4e9, vector_hz=0.96e9, scalar_hz=1.2e9, gpsimd_hz=1.2e9,
+    pe_rows=128, pe_cols=128, bf16_tflops=79.0, fp32_tflops=20.0, fp32_slowdown=4,
+    partitions=128, sbuf_bytes_per_partition=224 * KiB, psum_bytes_per_partition=16 * KiB, psum_banks=8,
+    hbm_bytes_per_chip=96 * GiB, hbm_bytes_per_second_per_chip=2.9e12, cores_per_chip=8,
+    dma_engines=16, dma_bytes_per_second_per_engine=27 * GiB,
+)
+
+PLATFORMS = {p.name: p for p in (TRN1, TRN2)}
+
+
+def platform_from_environment() -> Platform:
+    name = os.environ.get("NEURON_PLATFORM_TARGET_OVERRIDE", "trn1").strip().lower() or "trn1"
+    if name not in PLATFORMS:
+        raise ValueError(f"NEURON_PLATFORM_TARGET_OVERRIDE={name!r}: expected one of {sorted(PLATFORMS)}.")
+    return PLATFORMS[name]
+
+
+PLATFORM = platform_from_environment()

@@ -1,0 +1,211 @@
+"""One NeuronCore: its memories, its five engines, and kernel launches on it.
+
+``with launch("add", device) as nc:`` gives a kernel the core (``nc.sbuf``,
+``nc.psum``, ``nc.dma``, ``nc.tensor``, ``nc.vector``, ``nc.scalar``,
+``nc.gpsimd``). When the block ends the launch's timeline is closed: its
+simulated duration advances the device clock (what torch.neuron events
+measure), its report joins the per-kernel statistics, and, inside
+``record_trace()``, its instructions join the Chrome trace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Iterator
+
+import numpy as np
+
+from device_impl._core import C
+from device_impl.engine.constants import PLATFORM, Platform
+from device_impl.engine.isa import DMA, GpSimdE, ScalarE, TensorE, VectorE
+from device_impl.engine.memory import MemoryPool, Tile
+from device_impl.engine.timeline import ENGINES, LaunchReport, Timeline, chrome_trace
+
+
+class NeuronCore:
+    """The state one kernel launch works in. Reused across launches on a thread (cheap to reset)."""
+
+    def __init__(self, platform: Platform = PLATFORM):
+        self.platform = platform
+        self.timeline = Timeline()
+        self.sbuf = MemoryPool("sbuf", platform.sbuf_bytes_per_partition, platform.partitions)
+        self.psum = MemoryPool("psum", platform.psum_bytes_per_partition, platform.partitions,
+                               max_tile_bytes=platform.psum_bytes_per_partition // platform.psum_banks)
+        self.dma = DMA(platform, self.timeline)
+        self.tensor = TensorE(platform, self.timeline)
+        self.vector = VectorE(platform, self.timeline)
+        self.scalar = ScalarE(platform, self.timeline)
+        self.gpsimd = GpSimdE(platform, self.timeline)
+        self._scopes: list[list[tuple[MemoryPool, Tile]]] = []
+
+    def reset(self, record: bool) -> None:
+        self.timeline.reset()
+        self.timeline.record = record
+        self.sbuf.reset()
+        self.psum.reset()
+        self.tensor.loaded = None
+        self._scopes = [[]]
+
+    def _allocate(self, pool: MemoryPool, shape, dtype, name: str) -> Tile:
+        tile = pool.allocate(tuple(shape), dtype, name)
+        self._scopes[-1].append((pool, tile))
+        return tile
+
+    def sbuf_tile(self, shape, dtype, name: str = "") -> Tile:
+        return self._allocate(self.sbuf, shape, dtype, name)
+
+    def psum_tile(self, shape, dtype="float32", name: str = "") -> Tile:
+        return self._allocate(self.psum, shape, dtype, name)
+
+    def mark(self) -> int:
+        """A point to release back to: ``release_to(mark)`` frees every tile allocated after it."""
+        return len(self._scopes[-1])
+
+    def release_to(self, mark: int) -> None:
+        live = self._scopes[-1]
+        while len(live) > mark:
+            pool, tile = live.pop()
+            pool.release(tile)
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """Tiles allocated inside are freed at exit (their memory reusable by later tiles)."""
+        mark = self.mark()
+        try:
+            yield
+        finally:
+            self.release_to(mark)
+
+
+class _State(threading.local):
+    def __init__(self) -> None:
+        self.core: NeuronCore | None = None
+        self.depth = 0
+
+
+_state = _State()
+
+try:  # numpy >= 2: the error state is a context variable; setting it is ~20x cheaper than np.seterr
+    from numpy._core.umath import _extobj_contextvar, _make_extobj
+
+    _IGNORE_ERRORS = _make_extobj(all="ignore")
+
+    def _ignore_fp_errors():
+        return _extobj_contextvar.set(_IGNORE_ERRORS)
+
+    def _restore_fp_errors(token) -> None:
+        _extobj_contextvar.reset(token)
+except ImportError:  # pragma: no cover - older numpy
+    def _ignore_fp_errors():
+        return np.seterr(all="ignore")
+
+    def _restore_fp_errors(token) -> None:
+        np.seterr(**token)
+_STAT_FIELDS = ("launches", "device_ns", "hbm_bytes", "flops") + tuple(f"{e}_busy_ns" for e in ENGINES)
+_stats: dict[str, list[float]] = {}
+_recording: list[list[LaunchReport]] = []
+_last: list[tuple | None] = [None]
+
+
+class launch:
+    """``with launch("add", device) as nc:`` runs one kernel on neuron:``device`` (see module docstring).
+
+    A kernel that raises leaves no trace: the clock, statistics and trace only
+    count launches that completed.
+    """
+
+    __slots__ = ("kernel", "device", "errors")
+
+    def __init__(self, kernel: str, device: int):
+        self.kernel = kernel
+        self.device = device
+
+    def __enter__(self) -> NeuronCore:
+        if _state.depth:
+            raise RuntimeError(f"kernel {self.kernel} launched from inside another kernel; launches do not nest")
+        core = _state.core
+        if core is None:
+            core = _state.core = NeuronCore()
+        core.reset(bool(_recording))
+        _state.depth = 1
+        # Integer wrap and IEEE specials (inf, nan) are the semantics, not errors.
+        self.errors = _ignore_fp_errors()
+        return core
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        _state.depth = 0
+        _restore_fp_errors(self.errors)
+        if exc_type is None:
+            _finish(self.kernel, self.device, _state.core)
+        return False
+
+
+def _finish(kernel: str, device: int, core: NeuronCore) -> None:
+    timeline = core.timeline
+    device_ns = timeline.end + core.platform.launch_overhead_ns
+    start = C.device_time_ns(device)
+    C.advance_device_time(device, int(device_ns))
+    busy = timeline.busy
+    entry = _stats.get(kernel)
+    if entry is None:
+        entry = _stats[kernel] = [0.0] * len(_STAT_FIELDS)
+    entry[0] += 1
+    entry[1] += device_ns
+    entry[2] += timeline.hbm_read + timeline.hbm_write
+    entry[3] += timeline.flops
+    for i, engine in enumerate(ENGINES):
+        entry[4 + i] += busy[engine]
+    raw = (kernel, device, device_ns, dict(busy), timeline.hbm_read, timeline.hbm_write, timeline.flops,
+           timeline.instructions, core.sbuf.peak, core.psum.peak, float(start))
+    _last[0] = raw
+    if _recording:
+        report = LaunchReport(*raw, events=list(timeline.events))
+        for trace in _recording:
+            trace.append(report)
+
+
+def last_launch() -> LaunchReport | None:
+    """The report of the most recent completed launch on any thread."""
+    raw = _last[0]
+    return None if raw is None else LaunchReport(*raw)
+
+
+def stats() -> dict[str, dict[str, float]]:
+    """Per-kernel totals since the last reset: launches, device_ns, hbm_bytes, flops, per-engine busy ns."""
+    return {name: dict(zip(_STAT_FIELDS, values)) for name, values in sorted(_stats.items())}
+
+
+def reset_stats() -> None:
+    _stats.clear()
+
+
+class Trace:
+    """Launch reports collected by ``record_trace()``; ``save(path)`` writes Chrome-trace JSON."""
+
+    def __init__(self) -> None:
+        self.reports: list[LaunchReport] = []
+
+    def chrome_trace(self) -> dict:
+        return chrome_trace(self.reports)
+
+    def save(self, path: str) -> None:
+        import json
+
+        with open(path, "w") as handle:
+            json.dump(self.chrome_trace(), handle)
+
+    @property
+    def device_ns(self) -> float:
+        return sum(r.device_ns for r in self.reports)
+
+
+@contextlib.contextmanager
+def record_trace() -> Iterator[Trace]:
+    """Record every launch (with its instructions) while the block runs."""
+    trace = Trace()
+    _recording.append(trace.reports)
+    try:
+        yield trace
+    finally:
+        _recording.remove(trace.reports)

@@ -1,0 +1,532 @@
+"""The instruction set of the simulated NeuronCore: the living definition.
+
+Five engines, each a handful of instructions. Every instruction checks its
+operands against the hardware rules, computes with numpy, and places itself
+on the launch's timeline with a cost from ``constants``:
+
+* DMA      HBM <-> SBUF transfers with strided access patterns, row gathers
+           and scatters with indices held in SBUF (indirect DMA), HBM -> HBM.
+* TensorE  matmul: stationary [K<=128, M<=128] x moving [K<=128, N<=512]
+           into one PSUM bank, fp32 accumulation; transpose via identity.
+* VectorE  elementwise ALU ops on one or two tiles or a tile and a scalar,
+           reductions and scans along the free axis, casts, select, memset.
+* ScalarE  activation: out = f(scale * x + bias), optionally summed along the
+           free axis in the same pass.
+* GpSimdE  cross-partition work: iota, partition reductions and broadcasts,
+           per-partition sort, random numbers, and programs on its general
+           purpose cores (``run``) for irregular algorithms.
+
+Numerics: floating point is computed in fp32 and rounded to nearest-even
+when written to a narrower tile; integers are exact and wrap. No instruction
+calls torch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import numpy as np
+
+from device_impl.engine.constants import Platform
+from device_impl.engine.dtypes import FP32, compute_dtype, is_float
+from device_impl.engine.memory import EngineError, Tile
+from device_impl.engine.timeline import Timeline
+
+# --- operation tables ---------------------------------------------------------
+
+def _floor_divide(a, b):
+    if a.dtype.kind in "iub":
+        return np.floor_divide(a, b)
+    return np.floor(np.true_divide(a, b))
+
+
+def _trunc_divide(a, b):
+    if a.dtype.kind in "iub":
+        q = np.floor_divide(a, b)
+        fix = (q < 0) & (q * b != a)
+        return q + fix
+    return np.trunc(np.true_divide(a, b))
+
+
+def _remainder(a, b):
+    """Python-style remainder: the result takes the sign of the divisor (torch.remainder)."""
+    if a.dtype.kind in "iub":
+        return np.remainder(a, b)
+    r = np.fmod(a, b)
+    fix = (r != 0) & ((r < 0) != (b < 0))
+    return np.where(fix, r + b, r)
+
+
+def _power(a, b):
+    if a.dtype.kind in "iu" and np.any(np.asarray(b) < 0):
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+    return np.power(a, b)
+
+
+ALU_BINARY: dict[str, Callable] = {
+    "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.true_divide,
+    "floor_divide": _floor_divide, "trunc_divide": _trunc_divide, "remainder": _remainder, "fmod": np.fmod,
+    "maximum": np.maximum, "minimum": np.minimum, "fmax": np.fmax, "fmin": np.fmin, "power": _power,
+    "atan2": np.arctan2, "hypot": np.hypot, "copysign": np.copysign, "nextafter": np.nextafter,
+    "equal": np.equal, "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
+    "greater": np.greater, "greater_equal": np.greater_equal,
+    "bitwise_and": np.bitwise_and, "bitwise_or": np.bitwise_or, "bitwise_xor": np.bitwise_xor,
+    "left_shift": np.left_shift, "right_shift": np.right_shift,
+    "logical_and": np.logical_and, "logical_or": np.logical_or, "logical_xor": np.logical_xor,
+}
+
+ALU_UNARY: dict[str, Callable] = {
+    "copy": lambda x: x, "negative": np.negative, "abs": np.abs, "sign": np.sign, "floor": np.floor,
+    "ceil": np.ceil, "trunc": np.trunc, "round": np.round, "bitwise_not": np.invert,
+    "logical_not": np.logical_not, "isnan": np.isnan, "isinf": np.isinf, "isfinite": np.isfinite,
+    "signbit": np.signbit, "square": np.square, "reciprocal": np.reciprocal,
+}
+
+
+def _gelu_erf(x):
+    from scipy.special import erf  # noqa: PLC0415  (scipy is optional at import time)
+    return 0.5 * x * (1.0 + erf(x * np.float32(1 / math.sqrt(2))))
+
+
+def _erf(x):
+    from scipy.special import erf  # noqa: PLC0415
+    return erf(x)
+
+
+def _erfc(x):
+    from scipy.special import erfc  # noqa: PLC0415
+    return erfc(x)
+
+
+def _erfinv(x):
+    from scipy.special import erfinv  # noqa: PLC0415
+    return erfinv(x)
+
+
+def _gelu_tanh(x):
+    c = np.float32(math.sqrt(2 / math.pi))
+    return 0.5 * x * (1.0 + np.tanh(c * (x + np.float32(0.044715) * x * x * x)))
+
+
+def _sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+# ScalarE's activation table: transcendental functions evaluated in fp32.
+ACTIVATIONS: dict[str, Callable] = {
+    "identity": lambda x: x, "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log,
+    "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "sqrt": np.sqrt,
+    "rsqrt": lambda x: 1.0 / np.sqrt(x), "reciprocal": np.reciprocal, "tanh": np.tanh, "sigmoid": _sigmoid,
+    "relu": lambda x: np.maximum(x, 0), "gelu": _gelu_erf, "gelu_tanh": _gelu_tanh,
+    "silu": lambda x: x * _sigmoid(x), "softplus": lambda x: np.logaddexp(0, x),
+    "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
+    "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
+    "erf": _erf, "erfc": _erfc, "erfinv": _erfinv, "abs": np.abs, "square": np.square,
+}
+
+REDUCTIONS: dict[str, Callable] = {
+    "add": np.add.reduce, "multiply": np.multiply.reduce, "maximum": np.maximum.reduce,
+    "minimum": np.minimum.reduce, "logical_or": np.logical_or.reduce, "logical_and": np.logical_and.reduce,
+}
+
+SCANS: dict[str, Callable] = {
+    "add": np.add.accumulate, "multiply": np.multiply.accumulate, "maximum": np.maximum.accumulate,
+    "minimum": np.minimum.accumulate,
+}
+
+
+def _operand(tile: Tile, dtype: np.dtype) -> np.ndarray:
+    values = tile.read()
+    return values if values.dtype == dtype else values.astype(dtype)
+
+
+def _common_compute(*tiles: Tile) -> np.dtype:
+    return np.result_type(*(compute_dtype(t.dtype) for t in tiles))
+
+
+def _store(out: Tile, values) -> None:
+    out.write_target()[...] = values
+
+
+def contiguous_runs(array: np.ndarray) -> int:
+    """How many contiguous byte runs a DMA descriptor list needs to cover ``array``."""
+    if array.size == 0:
+        return 0
+    run = 1
+    for n, stride in zip(reversed(array.shape), reversed(array.strides)):
+        if n == 1:
+            continue
+        if stride != array.itemsize * run:
+            break
+        run *= n
+    return array.size // run
+
+
+def _runs_in_range(array: np.ndarray, n: int) -> int:
+    """Contiguous runs a flat range of ``n`` elements of ``array`` spans."""
+    if array.flags.c_contiguous:
+        return 1
+    runs = contiguous_runs(array)
+    return math.ceil(n * runs / array.size) if array.size else 0
+
+
+class _Engine:
+    name = ""
+
+    def __init__(self, platform: Platform, timeline: Timeline):
+        self.platform = platform
+        self.timeline = timeline
+
+
+class DMA(_Engine):
+    """Moves bytes; never changes them (no casts: engines do those)."""
+
+    name = "dma"
+
+    def _schedule(self, what: str, nbytes: int, runs: int, reads=(), writes=()) -> None:
+        p = self.platform
+        cost = p.dma_issue_ns + (nbytes + runs * p.dma_descriptor_bytes) / p.dma_bytes_per_second * 1e9
+        self.timeline.schedule("dma", what, cost, reads, writes, latency_ns=p.dma_latency_ns)
+
+    def load(self, dst: Tile, src: np.ndarray) -> None:
+        """HBM -> SBUF. ``src`` is any strided view with dst's element count, read in row-major order."""
+        if src.size != dst.data.size:
+            raise EngineError(f"dma load of {src.shape} into tile {dst.shape}")
+        if src.dtype != dst.dtype:
+            raise EngineError(f"dma moves bytes: source {src.dtype} and tile {dst.dtype} differ; cast on an engine")
+        target = dst.write_target()
+        target[...] = src.reshape(target.shape) if src.shape != target.shape else src
+        self.timeline.hbm_read += src.nbytes
+        self._schedule("dma_load", src.nbytes, contiguous_runs(src), writes=(dst,))
+
+    def store(self, dst: np.ndarray, src: Tile) -> None:
+        """SBUF -> HBM. ``dst`` is any writable strided view with src's element count."""
+        if dst.size != src.data.size:
+            raise EngineError(f"dma store of tile {src.shape} into {dst.shape}")
+        if src.dtype != dst.dtype:
+            raise EngineError(f"dma moves bytes: tile {src.dtype} and destination {dst.dtype} differ")
+        values = src.read()
+        dst[...] = values.reshape(dst.shape) if values.shape != dst.shape else values
+        self.timeline.hbm_write += dst.nbytes
+        self._schedule("dma_store", dst.nbytes, contiguous_runs(dst), reads=(src,))
+
+    def load_flat(self, dst: Tile, src: np.ndarray, start: int, stop: int) -> None:
+        """HBM -> SBUF of elements [start, stop) of ``src`` in row-major order (any strides)."""
+        n = stop - start
+        if n != dst.data.size or dst.root is not dst:
+            raise EngineError(f"flat dma of {n} elements into tile {dst.shape}")
+        if src.dtype != dst.dtype:
+            raise EngineError(f"dma moves bytes: source {src.dtype} and tile {dst.dtype} differ; cast on an engine")
+        flat = dst.write_target().reshape(-1)
+        flat[...] = src.reshape(-1)[start:stop] if src.flags.c_contiguous else src.flat[start:stop]
+        nbytes = n * src.itemsize
+        self.timeline.hbm_read += nbytes
+        self._schedule("dma_load", nbytes, _runs_in_range(src, n), writes=(dst,))
+
+    def store_flat(self, dst: np.ndarray, start: int, stop: int, src: Tile) -> None:
+        """SBUF -> HBM into elements [start, stop) of ``dst`` in row-major order (any strides)."""
+        n = stop - start
+        if n != src.data.size or src.root is not src:
+            raise EngineError(f"flat dma of tile {src.shape} into {n} elements")
+        if src.dtype != dst.dtype:
+            raise EngineError(f"dma moves bytes: tile {src.dtype} and destination {dst.dtype} differ")
+        values = src.read().reshape(-1)
+        if dst.flags.c_contiguous:
+            dst.reshape(-1)[start:stop] = values
+        else:
+            dst.flat[start:stop] = values
+        nbytes = n * dst.itemsize
+        self.timeline.hbm_write += nbytes
+        self._schedule("dma_store", nbytes, _runs_in_range(dst, n), reads=(src,))
+
+    def load_rows(self, dst: Tile, table: np.ndarray, rows: Tile) -> None:
+        """Indirect DMA gather: dst[p] = table[rows[p, 0]] for a 2-D HBM table (embedding lookups)."""
+        index = rows.read()[:, 0].astype(np.int64)
+        if index.size and (index.min() < 0 or index.max() >= table.shape[0]):
+            raise IndexError(f"index {int(index.max() if index.max() >= table.shape[0] else index.min())} is out "
+                             f"of bounds for dimension 0 with size {table.shape[0]}")
+        target = dst.write_target()
+        target[...] = table[index]
+        nbytes = target.nbytes
+        self.timeline.hbm_read += nbytes
+        self._schedule("dma_gather", nbytes, len(index), reads=(rows,), writes=(dst,))
+
+    def store_rows(self, table: np.ndarray, rows: Tile, src: Tile, accumulate: bool = False) -> None:
+        """Indirect DMA scatter: table[rows[p, 0]] = src[p] (or += with accumulate, applied in order)."""
+        index = rows.read()[:, 0].astype(np.int64)
+        values = src.read()
+        if index.size and (index.min() < 0 or index.max() >= table.shape[0]):
+            raise IndexError(f"index out of bounds for dimension 0 with size {table.shape[0]}")
+        if accumulate:
+            # DMA compute-on-write: duplicates accumulate, in fp32 for narrow floats.
+            acc = compute_dtype(table.dtype)
+            rows_hit, inverse = np.unique(index, return_inverse=True)
+            sums = np.zeros((len(rows_hit),) + table.shape[1:], dtype=acc)
+            np.add.at(sums, inverse, values.astype(acc))
+            table[rows_hit] = (table[rows_hit].astype(acc) + sums).astype(table.dtype)
+        else:
+            table[index] = values
+        nbytes = values.nbytes
+        self.timeline.hbm_write += nbytes
+        self._schedule("dma_scatter", nbytes, len(index), reads=(rows, src))
+
+    def hbm_copy(self, dst: np.ndarray, src: np.ndarray) -> None:
+        """HBM -> HBM (DRAM to DRAM descriptors), same dtype, broadcasting src to dst."""
+        if src.dtype != dst.dtype:
+            raise EngineError(f"dma moves bytes: {src.dtype} -> {dst.dtype} needs an engine cast")
+        np.copyto(dst, src)
+        self.timeline.hbm_read += src.nbytes
+        self.timeline.hbm_write += dst.nbytes
+        self._schedule("dma_hbm_copy", dst.nbytes, max(contiguous_runs(dst), contiguous_runs(src)))
+
+
+class TensorE(_Engine):
+    name = "tensor"
+
+    def __init__(self, platform: Platform, timeline: Timeline):
+        super().__init__(platform, timeline)
+        self.loaded: tuple[int, int] | None = None  # (id of stationary tile data, shape) last loaded
+
+    def matmul(self, out: Tile, stationary: Tile, moving: Tile, accumulate: bool = False) -> None:
+        """out[M, N] (+)= stationary[K, M].T @ moving[K, N], in fp32, into one PSUM bank."""
+        k, m = stationary.shape
+        k2, n = moving.shape
+        p = self.platform
+        if out.space != "psum":
+            raise EngineError("matmul writes PSUM")
+        if stationary.space != "sbuf" or moving.space != "sbuf":
+            raise EngineError("matmul operands must be in SBUF")
+        if k != k2 or out.shape != (m, n):
+            raise EngineError(f"matmul shapes: stationary {stationary.shape}, moving {moving.shape}, out {out.shape}")
+        if k > p.pe_rows or m > p.pe_cols or n > p.moving_free_max:
+            raise EngineError(f"matmul limits: K<= {p.pe_rows}, M<={p.pe_cols}, N<={p.moving_free_max}; got "
+                              f"K={k}, M={m}, N={n}")
+        product = _operand(stationary, FP32).T @ _operand(moving, FP32)
+        target = out.write_target()
+        if accumulate:
+            target += product
+        else:
+            target[...] = product
+        fp32 = stationary.dtype == FP32 or moving.dtype == FP32
+        cycles = max(n, 64) * (p.fp32_slowdown if fp32 else 1)
+        key = (id(stationary.root.data), stationary.data.__array_interface__["data"][0], stationary.shape)
+        if key != self.loaded:
+            cycles += p.pe_rows  # load the stationary tile into the array
+            self.loaded = key
+        self.timeline.flops += 2 * k * m * n
+        self.timeline.schedule("tensor", "matmul", cycles / p.tensor_hz * 1e9, (stationary, moving),
+                               (out,) if not accumulate else (out,))
+
+    def transpose(self, out: Tile, src: Tile) -> None:
+        """out[F, P] = src[P, F].T (a matmul against the identity), into PSUM."""
+        pdim, fdim = src.shape
+        p = self.platform
+        if out.space != "psum" or out.shape != (fdim, pdim):
+            raise EngineError(f"transpose of {src.shape} needs a PSUM tile of {(fdim, pdim)}")
+        if pdim > p.pe_rows or fdim > p.pe_cols:
+            raise EngineError(f"transpose limited to {p.pe_rows}x{p.pe_cols}; got {src.shape}")
+        target = out.write_target()
+        target[...] = src.read().T
+        cycles = max(pdim, 64) * (p.fp32_slowdown if src.dtype == FP32 else 1) + p.pe_rows
+        self.timeline.schedule("tensor", "transpose", cycles / p.tensor_hz * 1e9, (src,), (out,))
+
+
+class VectorE(_Engine):
+    name = "vector"
+
+    def _schedule(self, what: str, free: int, n_inputs: int, reads, writes) -> None:
+        p = self.platform
+        cycles = p.instruction_overhead_cycles + free * max(n_inputs, 1)
+        self.timeline.schedule("vector", what, cycles / p.vector_hz * 1e9, reads, writes)
+
+    def tensor_tensor(self, out: Tile, a: Tile, b: Tile, op: str, dtype: np.dtype | None = None) -> None:
+        """out = a <op> b elementwise; b may be [P, 1] (a per-partition scalar)."""
+        fn = ALU_BINARY[op]
+        compute = np.dtype(dtype) if dtype is not None else _common_compute(a, b)
+        result = fn(_operand(a, compute), _operand(b, compute))
+        _store(out, result)
+        self._schedule(op, out.free, 2, (a, b), (out,))
+
+    def tensor_scalar(self, out: Tile, a: Tile, op: str, scalar, reverse: bool = False,
+                      dtype: np.dtype | None = None) -> None:
+        """out = a <op> scalar (or scalar <op> a with reverse); the scalar is an immediate."""
+        fn = ALU_BINARY[op]
+        compute = np.dtype(dtype) if dtype is not None else compute_dtype(a.dtype)
+        x = _operand(a, compute)
+        s = np.asarray(scalar).astype(compute)
+        result = fn(s, x) if reverse else fn(x, s)
+        _store(out, result)
+        self._schedule(op, out.free, 1, (a,), (out,))
+
+    def tensor_unary(self, out: Tile, a: Tile, op: str, dtype: np.dtype | None = None) -> None:
+        fn = ALU_UNARY[op]
+        compute = np.dtype(dtype) if dtype is not None else compute_dtype(a.dtype)
+        result = fn(_operand(a, compute))
+        _store(out, result)
+        self._schedule(op, out.free, 1, (a,), (out,))
+
+    def tensor_copy(self, out: Tile, a: Tile) -> None:
+        """Copy with conversion to out's dtype (round to nearest-even for floats)."""
+        values = a.read()
+        target = out.write_target()
+        if is_float(values.dtype) and target.dtype.kind in "iu":
+            # float -> int converts toward zero; out-of-range values are undefined, as on CPU
+            target[...] = np.trunc(values.astype(FP32) if values.dtype != FP32 else values)
+        else:
+            target[...] = values
+        self._schedule("copy", out.free, 1, (a,), (out,))
+
+    def select(self, out: Tile, mask: Tile, on_true: Tile, on_false: Tile) -> None:
+        compute = _common_compute(on_true, on_false)
+        _store(out, np.where(mask.read().astype(bool), _operand(on_true, compute), _operand(on_false, compute)))
+        self._schedule("select", out.free, 3, (mask, on_true, on_false), (out,))
+
+    def memset(self, out: Tile, value) -> None:
+        _store(out, value)
+        self._schedule("memset", out.free, 0, (), (out,))
+
+    def tensor_reduce(self, out: Tile, a: Tile, op: str, dtype: np.dtype | None = None) -> None:
+        """out[P, 1] = reduce(a[P, F]) along the free axis, accumulating in ``dtype`` (fp32 for floats)."""
+        if out.shape != (a.partitions, 1):
+            raise EngineError(f"reduce of {a.shape} writes [{a.partitions}, 1], not {out.shape}")
+        compute = np.dtype(dtype) if dtype is not None else compute_dtype(a.dtype)
+        result = REDUCTIONS[op](_operand(a, compute), axis=1, keepdims=True)
+        _store(out, result)
+        self._schedule(f"reduce_{op}", a.free, 1, (a,), (out,))
+
+    def arg_reduce(self, values: Tile, indices: Tile, a: Tile, op: str) -> None:
+        """Per-partition max/min and the first index where it occurs (NaN counts as the extreme)."""
+        x = a.read()
+        compute = compute_dtype(x.dtype)
+        x = x.astype(compute) if x.dtype != compute else x
+        nan = np.isnan(x) if is_float(compute) else None
+        if op == "maximum":
+            idx = np.argmax(x, axis=1)
+        elif op == "minimum":
+            idx = np.argmin(x, axis=1)
+        else:
+            raise EngineError(f"arg_reduce op must be maximum or minimum, not {op}")
+        if nan is not None:
+            has_nan = nan.any(axis=1)
+            idx = np.where(has_nan, np.argmax(nan, axis=1), idx)
+        _store(indices, idx[:, None])
+        _store(values, np.take_along_axis(x, idx[:, None], axis=1))
+        self._schedule(f"arg_{op}", a.free, 1, (a,), (values, indices))
+
+    def tensor_scan(self, out: Tile, a: Tile, op: str, dtype: np.dtype | None = None) -> None:
+        """Inclusive scan along the free axis (cumsum / cumprod / cummax / cummin)."""
+        compute = np.dtype(dtype) if dtype is not None else compute_dtype(a.dtype)
+        result = SCANS[op](_operand(a, compute), axis=1)
+        _store(out, result)
+        self._schedule(f"scan_{op}", a.free, 2, (a,), (out,))
+
+
+class ScalarE(_Engine):
+    name = "scalar"
+
+    def activation(self, out: Tile, a: Tile, func: str, scale: float | Tile = 1.0, bias: float | Tile = 0.0,
+                   accumulate: Tile | None = None) -> None:
+        """out = func(scale * a + bias) in fp32; scale/bias are immediates or [P, 1] tiles.
+        With ``accumulate`` ([P, 1]), the row sums of out are written there in the same pass."""
+        fn = ACTIVATIONS[func]
+        x = _operand(a, FP32)
+        reads = [a]
+        if isinstance(scale, Tile):
+            reads.append(scale)
+            x = x * _operand(scale, FP32)
+        elif scale != 1.0:
+            x = x * np.float32(scale)
+        if isinstance(bias, Tile):
+            reads.append(bias)
+            x = x + _operand(bias, FP32)
+        elif bias != 0.0:
+            x = x + np.float32(bias)
+        y = np.asarray(fn(x), dtype=FP32)
+        _store(out, y)
+        writes = [out]
+        if accumulate is not None:
+            _store(accumulate, y.sum(axis=1, keepdims=True, dtype=FP32))
+            writes.append(accumulate)
+        p = self.platform
+        cycles = p.scalar_overhead_cycles + out.free
+        self.timeline.schedule("scalar", func, cycles / p.scalar_hz * 1e9, reads, writes)
+
+
+class GpSimdE(_Engine):
+    name = "gpsimd"
+
+    def _schedule(self, what: str, elements: int, reads, writes, factor: float = 1.0) -> None:
+        p = self.platform
+        cycles = p.instruction_overhead_cycles + math.ceil(elements * factor / p.gpsimd_elements_per_cycle)
+        self.timeline.schedule("gpsimd", what, cycles / p.gpsimd_hz * 1e9, reads, writes)
+
+    def iota(self, out: Tile, base: int = 0, partition_step: int = 0, free_step: int = 1) -> None:
+        """out[p, f] = base + p * partition_step + f * free_step."""
+        pdim, fdim = out.shape
+        values = (base + np.arange(pdim, dtype=np.int64)[:, None] * partition_step
+                  + np.arange(fdim, dtype=np.int64)[None, :] * free_step)
+        _store(out, values)
+        self._schedule("iota", out.data.size, (), (out,))
+
+    def partition_reduce(self, out: Tile, a: Tile, op: str, dtype: np.dtype | None = None) -> None:
+        """out[1, F] = reduce over partitions of a[P, F]."""
+        if out.shape != (1, a.free):
+            raise EngineError(f"partition reduce of {a.shape} writes [1, {a.free}], not {out.shape}")
+        compute = np.dtype(dtype) if dtype is not None else compute_dtype(a.dtype)
+        _store(out, REDUCTIONS[op](_operand(a, compute), axis=0, keepdims=True))
+        self._schedule(f"partition_{op}", a.data.size, (a,), (out,))
+
+    def partition_broadcast(self, out: Tile, a: Tile) -> None:
+        """out[P, F] = a[1, F] on every partition."""
+        if a.partitions != 1 or a.free != out.free:
+            raise EngineError(f"partition broadcast of {a.shape} into {out.shape}")
+        _store(out, np.broadcast_to(a.read(), out.shape))
+        self._schedule("partition_broadcast", out.data.size, (a,), (out,))
+
+    def sort(self, values: Tile, indices: Tile | None, a: Tile, descending: bool = False) -> None:
+        """Stable sort of each partition's row; NaN sorts as the largest value (as PyTorch)."""
+        x = a.read()
+        if is_float(x.dtype):
+            key = x.astype(FP32)
+            nan = np.isnan(key)
+            finite = np.where(nan, 0, key)
+            # lexsort sorts by the last key first and is stable.
+            order = np.lexsort((-finite, ~nan) if descending else (finite, nan), axis=-1)
+        else:
+            key = x.astype(np.uint8) if x.dtype == np.bool_ else x
+            order = np.argsort(~key if descending else key, axis=1, kind="stable")
+        _store(values, np.take_along_axis(x, order, axis=1))
+        writes = [values]
+        if indices is not None:
+            _store(indices, order)
+            writes.append(indices)
+        self._schedule("sort", a.data.size, (a,), writes, factor=max(1.0, math.log2(max(a.free, 2))))
+
+    def random(self, out: Tile, seed: int, offset: int, distribution: str = "uniform") -> None:
+        """Counter-based random numbers (Philox 4x64): the same (seed, offset) gives the same tile."""
+        bits = np.random.Generator(np.random.Philox(key=seed, counter=offset))
+        shape = out.shape
+        if distribution == "uniform":
+            values = bits.random(shape, dtype=np.float32)
+        elif distribution == "normal":
+            values = bits.standard_normal(shape, dtype=np.float32)
+        elif distribution == "bits":
+            values = bits.integers(0, 2**62, size=shape, dtype=np.int64)
+        else:
+            raise EngineError(f"unknown distribution {distribution}")
+        _store(out, values)
+        self._schedule(f"random_{distribution}", out.data.size, (), (out,), factor=4.0)
+
+    def run(self, name: str, program: Callable[..., None], outs: tuple[Tile, ...], ins: tuple[Tile, ...],
+            elements: int | None = None, factor: float = 1.0) -> None:
+        """Run a program on GpSimd's general-purpose cores over SBUF tiles.
+
+        For irregular work the fixed-function engines cannot express (unique,
+        nonzero compaction, permutations). ``program(*out_arrays, *in_arrays)``
+        writes its outputs; the cost is ``elements * factor`` element-steps.
+        """
+        arrays = [t.write_target() for t in outs] + [t.read() for t in ins]
+        program(*arrays)
+        count = elements if elements is not None else sum(t.data.size for t in ins + outs)
+        self._schedule(name, count, ins, outs, factor)

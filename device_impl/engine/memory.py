@@ -1,0 +1,147 @@
+"""SBUF and PSUM: the on-chip memories, and the tiles kernels allocate in them.
+
+A tile is a 2-D region ``[P <= 128, F]``: partition dimension first, free
+dimension second. Capacity is accounted per partition (a tile of F elements
+of dtype d uses F * sizeof(d) bytes of every partition it spans), which is
+how NKI budgets SBUF. Reads of a tile no instruction has written return
+poison (NaN for floats), so a kernel that reads before it writes produces
+NaN instead of plausible garbage.
+
+Timing state lives on the tile too: when its last write completes
+(``ready``), when its last access ends (``last_use``) and, for a tile that
+reuses memory freed by earlier tiles, when that memory became free
+(``available``). The timeline reads these to order instructions.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import numpy as np
+
+from device_impl.engine.dtypes import poison_value
+
+
+class EngineError(RuntimeError):
+    """A kernel broke a hardware rule (tile shape, memory capacity, operand placement)."""
+
+
+class Tile:
+    __slots__ = ("data", "space", "name", "root", "ready", "last_use", "available", "initialized", "nbytes")
+
+    def __init__(self, data: np.ndarray, space: str, name: str, root: "Tile | None" = None):
+        self.data = data
+        self.space = space
+        self.name = name
+        self.root = self if root is None else root
+        self.ready = 0.0
+        self.last_use = 0.0
+        self.available = 0.0
+        self.initialized = False
+        self.nbytes = 0
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return self.data.shape
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.data.dtype
+
+    @property
+    def partitions(self) -> int:
+        return self.data.shape[0]
+
+    @property
+    def free(self) -> int:
+        return self.data.shape[1]
+
+    def __getitem__(self, key) -> "Tile":
+        """A sub-region (rows, columns) sharing memory and timing with this tile."""
+        sub = self.data[key]
+        if sub.ndim != 2:
+            raise EngineError(f"a tile region must stay 2-D [partition, free]; {self.name}[{key}] is {sub.shape}")
+        return Tile(sub, self.space, f"{self.name}[...]", self.root)
+
+    def read(self) -> np.ndarray:
+        """The tile's values, poisoned first if never written."""
+        root = self.root
+        if not root.initialized:
+            root.data.fill(poison_value(root.data.dtype))
+            root.initialized = True
+        return self.data
+
+    def write_target(self) -> np.ndarray:
+        """The array an instruction writes into. A partial first write poisons the rest of the tile."""
+        root = self.root
+        if not root.initialized:
+            if self is not root:
+                root.data.fill(poison_value(root.data.dtype))
+            root.initialized = True
+        return self.data
+
+    def __repr__(self) -> str:
+        return f"Tile({self.name}, {self.space}, {self.shape}, {self.dtype})"
+
+
+class MemoryPool:
+    """Per-partition byte budget of SBUF or PSUM for one kernel launch.
+
+    Freed memory is handed to later tiles in FIFO order; a tile that reuses
+    it may not be written before the last access of the tiles that held it,
+    which is how double-buffering limits show up in the timeline.
+    """
+
+    def __init__(self, space: str, bytes_per_partition: int, partitions: int, max_tile_bytes: int | None = None):
+        self.space = space
+        self.capacity = bytes_per_partition
+        self.partitions = partitions
+        self.max_tile_bytes = max_tile_bytes
+        self.reset()
+
+    def reset(self) -> None:
+        self.used = 0
+        self.peak = 0
+        self.fresh = self.capacity  # never-used bytes: available at time 0
+        self.released: deque[list] = deque()  # [bytes, free_at]
+        self.count = 0
+
+    def allocate(self, shape: tuple[int, int], dtype: np.dtype, name: str = "") -> Tile:
+        p, f = shape
+        if not 0 < p <= self.partitions:
+            raise EngineError(f"{self.space} tile {name or shape} has {p} partitions; the core has {self.partitions}")
+        if f <= 0:
+            raise EngineError(f"{self.space} tile {name or shape} has an empty free dimension")
+        nbytes = f * np.dtype(dtype).itemsize
+        if self.max_tile_bytes is not None and nbytes > self.max_tile_bytes:
+            raise EngineError(f"{self.space} tile {name or shape} needs {nbytes} B per partition; a bank holds "
+                              f"{self.max_tile_bytes} B")
+        if self.used + nbytes > self.capacity:
+            raise EngineError(f"{self.space} overflow allocating {name or shape} ({nbytes} B per partition): "
+                              f"{self.used} of {self.capacity} B per partition already in use")
+        self.used += nbytes
+        if self.used > self.peak:
+            self.peak = self.used
+        available = 0.0
+        need = nbytes
+        take = need if need < self.fresh else self.fresh
+        self.fresh -= take
+        need -= take
+        while need > 0:
+            entry = self.released[0]
+            used = min(need, entry[0])
+            available = max(available, entry[1])
+            entry[0] -= used
+            need -= used
+            if entry[0] == 0:
+                self.released.popleft()
+        self.count += 1
+        tile = Tile(np.empty(shape, dtype=dtype), self.space, name or f"{self.space}{self.count}")
+        tile.available = available
+        tile.nbytes = nbytes
+        return tile
+
+    def release(self, tile: Tile) -> None:
+        self.used -= tile.nbytes
+        self.released.append([tile.nbytes, max(tile.last_use, tile.ready)])
+        tile.nbytes = 0

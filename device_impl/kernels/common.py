@@ -1,0 +1,257 @@
+"""What every kernel family shares: HBM views, scalars, out= handling, tiling, and
+the elementwise tile loop.
+
+PyTorch semantics that are not arithmetic (type promotion, broadcasting,
+out= resizing and casting rules, memory-overlap errors) are decided here from
+tensor metadata, so each kernel only says what it computes.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Callable, Sequence
+
+import numpy as np
+import torch
+
+from device_impl.engine import Tile, launch
+from device_impl.engine.dtypes import COMPUTE_DTYPES, FLOAT_DTYPES, numpy_dtype
+from device_impl.engine.hbm import view as hbm
+
+__all__ = ["hbm", "COMPUTE_DTYPES", "FLOAT_DTYPES", "numpy_dtype", "launch"]
+
+P = 128  # partitions
+FREE_MAX = 2048  # elements per partition per elementwise tile (8 KiB of fp32)
+
+SCALAR_TYPE_NAMES = {
+    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+    torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+    torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+}
+
+Operand = Any  # a neuron tensor, a host 0-dim tensor, or a Python number
+
+
+def is_device_tensor(x: Any) -> bool:
+    # Kernels only ever see neuron tensors and host (CPU) scalars; is_cpu is a cheap C attribute.
+    return isinstance(x, torch.Tensor) and not x.is_cpu
+
+
+def scalar_of(x: Any):
+    """The Python number in a Python scalar or a host 0-dim tensor (read without dispatching)."""
+    if isinstance(x, torch.Tensor):
+        return hbm(x)[()].item()
+    return x
+
+
+def _combine(higher: torch.dtype | None, lower: torch.dtype | None) -> torch.dtype | None:
+    """c10's combine_categories: a lower-priority operand only matters if it is of a higher category."""
+    if higher is None:
+        return lower
+    if lower is None or higher.is_complex:
+        return higher
+    if lower.is_complex:
+        return higher.to_complex() if higher.is_floating_point else lower
+    if higher.is_floating_point:
+        return higher
+    if higher == torch.bool or lower.is_floating_point:
+        return torch.promote_types(higher, lower)
+    return higher
+
+
+def result_type(*operands: Operand) -> torch.dtype:
+    """PyTorch's type promotion over tensors, wrapped numbers and Python scalars.
+
+    Two operands go straight to torch.result_type (exact, including wrapped
+    numbers). More follow c10's ResultTypeState: dimensioned tensors, then
+    zero-dim tensors, then scalars (host 0-dim tensors count as scalars).
+    """
+    present = [o for o in operands if o is not None]
+    if len(present) == 2:
+        return torch.result_type(*present)
+    state: dict[str, torch.dtype | None] = {"dim": None, "zero": None, "wrapped": None}
+    for o in present:
+        if isinstance(o, torch.Tensor):
+            kind = "dim" if o.dim() else ("zero" if o.device.type == "neuron" else "wrapped")
+            dtype = o.dtype
+        else:
+            kind = "wrapped"
+            dtype = torch.bool if isinstance(o, bool) else torch.int64 if isinstance(o, int) else \
+                torch.complex64 if isinstance(o, complex) else torch.float64
+        if kind == "wrapped" and dtype.is_floating_point:
+            dtype = torch.get_default_dtype()
+        elif kind == "wrapped" and dtype.is_complex:
+            dtype = torch.complex64 if torch.get_default_dtype() == torch.float32 else torch.complex128
+        state[kind] = dtype if state[kind] is None else torch.promote_types(state[kind], dtype)
+    result = _combine(state["dim"], _combine(state["zero"], state["wrapped"]))
+    assert result is not None, "result_type needs at least one operand"
+    return result
+
+
+def promote(*operands: Operand, int_to_float: bool = False) -> torch.dtype:
+    dtype = result_type(*operands)
+    if int_to_float and not dtype.is_floating_point and not dtype.is_complex:
+        return torch.get_default_dtype()
+    return dtype
+
+
+def broadcast_shape(*operands: Operand) -> tuple[int, ...]:
+    """Broadcast shape of the tensor operands (scalars do not take part); errors as PyTorch's."""
+    result: tuple[int, ...] = ()
+    first = True
+    for o in operands:
+        if not isinstance(o, torch.Tensor):
+            continue
+        shape = tuple(o.shape)
+        if first:
+            result, first = shape, False
+            continue
+        if shape == result:
+            continue
+        ndim = max(len(shape), len(result))
+        a = (1,) * (ndim - len(result)) + result
+        b = (1,) * (ndim - len(shape)) + shape
+        merged = []
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x == y or y == 1:
+                merged.append(x)
+            elif x == 1:
+                merged.append(y)
+            else:
+                raise RuntimeError(f"The size of tensor a ({x}) must match the size of tensor b ({y}) at "
+                                   f"non-singleton dimension {i}")
+        result = tuple(merged)
+    return result
+
+
+_OVERLAP_MESSAGE = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
+                    "single memory location. Please clone() the tensor before performing the operation.")
+
+
+def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+            and a.dtype == b.dtype)
+
+
+def resize_output(out: torch.Tensor, shape: Sequence[int]) -> None:
+    """at::native::resize_output: resize, warning (as CPU does) when a non-empty out changes shape."""
+    if out.numel() != 0:
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape {list(out.shape)}, which does "
+            f"not match the required output shape {list(shape)}. This behavior is deprecated, and in a future "
+            f"PyTorch release outputs will not be resized unless they have zero elements. You can explicitly "
+            f"reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).", UserWarning,
+            stacklevel=4)
+    out.resize_(tuple(shape))
+
+
+def check_out(out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, inputs: Sequence[Operand] = (),
+              exact_dtype: bool = False) -> torch.Tensor:
+    """Apply PyTorch's out= rules: castable dtype, resize (warning if non-empty), no partial overlap."""
+    if exact_dtype and out.dtype != dtype:
+        raise RuntimeError(f"Expected out tensor to have dtype {dtype}, but got {out.dtype} instead")
+    if not torch.can_cast(dtype, out.dtype):
+        raise RuntimeError(f"result type {SCALAR_TYPE_NAMES[dtype]} can't be cast to the desired output type "
+                           f"{SCALAR_TYPE_NAMES[out.dtype]}")
+    if tuple(out.shape) != tuple(shape):
+        resize_output(out, shape)
+    if out.numel() > 1 and any(s == 0 and n > 1 for s, n in zip(out.stride(), out.shape)):
+        raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
+                           "single memory location. Please clone() the tensor before performing the operation.")
+    for x in inputs:
+        if isinstance(x, torch.Tensor) and x.device.type == "neuron" and x.numel() and out.numel():
+            if torch._C._overlaps(out, x) and not _identical(out, x):
+                raise RuntimeError(_OVERLAP_MESSAGE)
+    return out
+
+
+def new_output(shape: Sequence[int], dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
+    return torch.empty(tuple(shape), dtype=dtype, device=like.device)
+
+
+def device_of(*operands: Operand) -> int:
+    for o in operands:
+        if is_device_tensor(o):
+            return o.device.index
+    raise RuntimeError("no neuron tensor among the operands")
+
+
+def flat_tiles(numel: int, free_max: int = FREE_MAX):
+    """Cover [0, numel) with [p <= 128, f] tiles of consecutive elements: (start, stop, p, f)."""
+    if numel == 0:
+        return
+    f = min(free_max, math.ceil(numel / P))
+    chunk = P * f
+    for start in range(0, numel, chunk):
+        n = min(chunk, numel - start)
+        rows, rest = divmod(n, f)
+        if rows:
+            yield start, start + rows * f, rows, f
+        if rest:
+            yield start + rows * f, start + n, 1, rest
+
+
+def row_tiles(rows: int):
+    """Cover [0, rows) in blocks of at most 128 partitions: (start, stop)."""
+    for start in range(0, rows, P):
+        yield start, min(rows, start + P)
+
+
+def memory_order(t: torch.Tensor) -> list[int]:
+    """Dimensions from outermost to innermost in memory, so permuting by it makes ``t`` C-ordered."""
+    strides = t.stride()
+    return sorted(range(t.dim()), key=lambda d: (-strides[d], -d if t.shape[d] != 1 else 0))
+
+
+def elementwise(name: str, out: torch.Tensor, operands: Sequence[Operand],
+                emit: Callable[..., None], free_max: int = FREE_MAX) -> torch.Tensor:
+    """Run ``emit(nc, out_tile, *operand_tiles_or_scalars)`` over flat tiles of ``out``.
+
+    Tensor operands are broadcast to out's shape and DMA'd tile by tile (in
+    out's memory order, so transposed or channels_last outputs stay
+    contiguous runs); host scalars are passed to ``emit`` as Python numbers.
+    """
+    numel = out.numel()
+    if numel == 0:
+        return out
+    shape = tuple(out.shape)
+    out_view = hbm(out)
+    views: list[Any] = []
+    for o in operands:
+        if is_device_tensor(o):
+            v = hbm(o)
+            views.append(v if v.shape == shape else np.broadcast_to(v, shape))
+        else:
+            views.append(None)
+    scalars = [None if is_device_tensor(o) else scalar_of(o) for o in operands]
+    if out.dim() > 1:
+        order = memory_order(out)
+        if order != list(range(out.dim())):
+            out_view = out_view.transpose(order)
+            views = [v.transpose(order) if v is not None else None for v in views]
+    with launch(name, out.device.index) as nc:
+        for start, stop, p, f in flat_tiles(numel, free_max):
+            mark = nc.mark()
+            tiles: list[Any] = []
+            for v, s in zip(views, scalars):
+                if v is None:
+                    tiles.append(s)
+                else:
+                    tile = nc.sbuf_tile((p, f), v.dtype)
+                    nc.dma.load_flat(tile, v, start, stop)
+                    tiles.append(tile)
+            result = nc.sbuf_tile((p, f), out_view.dtype)
+            emit(nc, result, *tiles)
+            nc.dma.store_flat(out_view, start, stop, result)
+            nc.release_to(mark)
+    return out
+
+
+def numpy_compute(dtype: torch.dtype) -> np.dtype:
+    """The numpy dtype an engine computes a torch dtype in (fp32 for every float type)."""
+    return np.dtype(np.float32) if dtype in FLOAT_DTYPES else numpy_dtype(dtype)
+
+
+def scratch(nc, like: Tile, dtype) -> Tile:
+    return nc.sbuf_tile(like.shape, dtype)

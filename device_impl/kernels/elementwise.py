@@ -1,0 +1,586 @@
+"""Elementwise kernels: arithmetic, comparisons, bitwise/logical ops, unary math,
+activations and their backward formulas.
+
+Each op is a row in a table: which engine instruction computes it, how its
+result dtype is promoted, and which dtypes CPU refuses (so we refuse them
+the same way). The tile loop is ``common.elementwise``: DMA in, compute on
+VectorE (ALU ops) or ScalarE (transcendentals), DMA out.
+
+numpy references of each op are the ALU/ACTIVATIONS tables of engine/isa.py.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from device_impl.engine import Tile
+from device_impl.engine.dtypes import FP32
+from device_impl.kernels.common import (
+    SCALAR_TYPE_NAMES,
+    broadcast_shape,
+    elementwise,
+    numpy_compute,
+    promote,
+    result_type,
+)
+from device_impl.kernels.registry import register_family
+
+BOOL = np.dtype(np.bool_)
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def _refuse(kernel: str, dtype: torch.dtype) -> RuntimeError:
+    return RuntimeError(f'"{kernel}" not implemented for \'{SCALAR_TYPE_NAMES[dtype]}\'')
+
+
+def binary(nc, out: Tile, x: Any, y: Any, op: str, cd: np.dtype) -> None:
+    """out = x <op> y where either side may be a tile or an immediate scalar."""
+    if isinstance(x, Tile) and isinstance(y, Tile):
+        nc.vector.tensor_tensor(out, x, y, op, dtype=cd)
+    elif isinstance(x, Tile):
+        nc.vector.tensor_scalar(out, x, op, y, dtype=cd)
+    else:
+        nc.vector.tensor_scalar(out, y, op, x, reverse=True, dtype=cd)
+
+
+def _check_integer_divisor(nc, divisor: Any, cd: np.dtype) -> None:
+    """Integer division by zero raises on CPU; the kernel raises the same error."""
+    if cd.kind not in "iub":
+        return
+    if isinstance(divisor, Tile):
+        is_zero = nc.sbuf_tile(divisor.shape, BOOL)
+        nc.vector.tensor_scalar(is_zero, divisor, "equal", 0)
+        flag = nc.sbuf_tile((divisor.partitions, 1), BOOL)
+        nc.vector.tensor_reduce(flag, is_zero, "logical_or")
+        found = bool(flag.read().any())
+    else:
+        found = divisor == 0
+    if found:
+        raise ZeroDivisionError("ZeroDivisionError")
+
+
+# --- binary arithmetic ---------------------------------------------------------
+
+def _meta_binary(first: str, second: str, rule: str):
+    def meta(a: dict) -> tuple:
+        x, y = a[first], a[second]
+        shape = broadcast_shape(x, y)
+        if rule == "compare" or rule == "logical":
+            return shape, torch.bool, (x, y)
+        return shape, promote(x, y, int_to_float=(rule == "float")), (x, y)
+
+    return meta
+
+
+def _register_binary(packet: str, op: str, rule: str = "promote", first: str = "self", second: str = "other",
+                     integral_only: bool = False, zero_check: bool = False, overloads=None) -> None:
+    meta = _meta_binary(first, second, rule)
+
+    def compute(out: torch.Tensor, a: dict) -> None:
+        x, y = a[first], a[second]
+        common = result_type(x, y)
+        if integral_only and (common.is_floating_point or common.is_complex):
+            raise _refuse(f"{packet}_cpu", common)
+        if rule == "float":
+            common = promote(x, y, int_to_float=True)
+        cd = BOOL if rule == "logical" else numpy_compute(common)
+
+        def emit(nc, o, tx, ty):
+            if zero_check:
+                _check_integer_divisor(nc, ty, cd)
+            binary(nc, o, tx, ty, op, cd)
+
+        elementwise(packet, out, (x, y), emit)
+
+    register_family(packet, compute, meta, overloads=overloads)
+
+
+for _packet, _op in [("mul", "multiply"), ("maximum", "maximum"), ("minimum", "minimum")]:
+    _register_binary(_packet, _op)
+_register_binary("atan2", "atan2", rule="float")
+_register_binary("remainder", "remainder", zero_check=True)
+_register_binary("fmod", "fmod", zero_check=True)
+_register_binary("floor_divide", "floor_divide", zero_check=True)
+for _packet, _op in [("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
+                     ("gt", "greater"), ("ge", "greater_equal")]:
+    _register_binary(_packet, _op, rule="compare")
+for _packet in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    _register_binary(_packet, _packet, integral_only=True)
+for _packet in ("logical_and", "logical_or", "logical_xor"):
+    _register_binary(_packet, _packet, rule="logical")
+_register_binary("pow", "power", second="exponent")
+
+
+def _meta_add(a: dict) -> tuple:
+    return broadcast_shape(a["self"], a["other"]), result_type(a["self"], a["other"]), (a["self"], a["other"])
+
+
+def _add_like(op: str):
+    def compute(out: torch.Tensor, a: dict) -> None:
+        x, y, alpha = a["self"], a["other"], a.get("alpha", 1)
+        common = result_type(x, y)
+        if common == torch.bool and op == "subtract":
+            raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                               "Use the `^` or `logical_xor()` operator instead.")
+        if isinstance(alpha, float) and not (common.is_floating_point or common.is_complex):
+            raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
+        cd = numpy_compute(common)
+
+        def emit(nc, o, tx, ty):
+            if alpha != 1:
+                if isinstance(ty, Tile):
+                    scaled = nc.sbuf_tile(ty.shape, cd)
+                    nc.vector.tensor_scalar(scaled, ty, "multiply", alpha, dtype=cd)
+                    ty = scaled
+                else:
+                    ty = np.asarray(ty).astype(cd) * np.asarray(alpha).astype(cd)
+            binary(nc, o, tx, ty, op, cd)
+
+        elementwise(op, out, (x, y), emit)
+
+    return compute
+
+
+register_family("add", _add_like("add"), _meta_add)
+register_family("sub", _add_like("subtract"), _meta_add)
+
+
+def _div_compute(out: torch.Tensor, a: dict) -> None:
+    x, y, mode = a["self"], a["other"], a.get("rounding_mode")
+    if mode is None:
+        common = promote(x, y, int_to_float=True)
+        op = "divide"
+    else:
+        common = result_type(x, y)
+        op = {"floor": "floor_divide", "trunc": "trunc_divide"}.get(mode)
+        if op is None:
+            raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{mode}'")
+    cd = numpy_compute(common)
+
+    def emit(nc, o, tx, ty):
+        if mode is not None:
+            _check_integer_divisor(nc, ty, cd)
+        binary(nc, o, tx, ty, op, cd)
+
+    elementwise("div", out, (x, y), emit)
+
+
+def _div_meta(a: dict) -> tuple:
+    x, y = a["self"], a["other"]
+    int_to_float = a.get("rounding_mode") is None
+    return broadcast_shape(x, y), promote(x, y, int_to_float=int_to_float), (x, y)
+
+
+register_family("div", _div_compute, _div_meta)
+
+
+# --- unary ops -----------------------------------------------------------------
+
+def _meta_unary(rule: str):
+    def meta(a: dict) -> tuple:
+        x = a["self"]
+        if rule == "bool":
+            return tuple(x.shape), torch.bool, (x,)
+        dtype = promote(x, int_to_float=True) if rule == "float" else x.dtype
+        return tuple(x.shape), dtype, (x,)
+
+    return meta
+
+
+def _register_activation(packet: str, func: str) -> None:
+    """Transcendental unary ops on ScalarE; integer inputs give float32 (as CPU)."""
+
+    def compute(out: torch.Tensor, a: dict) -> None:
+        elementwise(packet, out, (a["self"],), lambda nc, o, t: nc.scalar.activation(o, t, func))
+
+    register_family(packet, compute, _meta_unary("float"))
+
+
+for _packet, _func in [("exp", "exp"), ("exp2", "exp2"), ("expm1", "expm1"), ("log", "log"), ("log2", "log2"),
+                       ("log10", "log10"), ("log1p", "log1p"), ("sqrt", "sqrt"), ("rsqrt", "rsqrt"),
+                       ("sin", "sin"), ("cos", "cos"), ("tan", "tan"), ("asin", "asin"), ("acos", "acos"),
+                       ("atan", "atan"), ("sinh", "sinh"), ("cosh", "cosh"), ("tanh", "tanh"),
+                       ("asinh", "asinh"), ("acosh", "acosh"), ("atanh", "atanh"), ("sigmoid", "sigmoid"),
+                       ("erf", "erf"), ("erfc", "erfc"), ("erfinv", "erfinv"), ("reciprocal", "reciprocal")]:
+    _register_activation(_packet, _func)
+
+
+def _register_alu_unary(packet: str, op: str, rule: str = "same", integer_identity: bool = False,
+                        refuse_bool: str | None = None, refuse_float: str | None = None) -> None:
+    def compute(out: torch.Tensor, a: dict) -> None:
+        x = a["self"]
+        if refuse_bool and x.dtype == torch.bool:
+            raise RuntimeError(refuse_bool)
+        if refuse_float and (x.dtype.is_floating_point or x.dtype.is_complex):
+            raise _refuse(refuse_float, x.dtype)
+        if integer_identity and not x.dtype.is_floating_point:
+            elementwise(packet, out, (x,), lambda nc, o, t: nc.vector.tensor_copy(o, t))
+            return
+        elementwise(packet, out, (x,), lambda nc, o, t: nc.vector.tensor_unary(o, t, op))
+
+    register_family(packet, compute, _meta_unary(rule))
+
+
+_register_alu_unary("abs", "abs", refuse_bool="abs only supports floating-point and signed integer tensors; "
+                    "got torch.bool")
+_register_alu_unary("neg", "negative", refuse_bool="Negation, the `-` operator, on a bool tensor is not supported. "
+                    "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.")
+for _packet in ("floor", "ceil", "trunc", "round"):
+    _register_alu_unary(_packet, _packet, integer_identity=True)
+_register_alu_unary("bitwise_not", "bitwise_not", refuse_float="bitwise_not_cpu")
+_register_alu_unary("logical_not", "logical_not", rule="bool")
+_register_alu_unary("isnan", "isnan", rule="bool")
+_register_alu_unary("isinf", "isinf", rule="bool")
+
+
+def _sign_compute(out: torch.Tensor, a: dict) -> None:
+    x = a["self"]
+
+    def emit(nc, o, t):
+        if t.dtype == BOOL:
+            nc.vector.tensor_copy(o, t)
+            return
+        cd = numpy_compute(x.dtype)
+        positive = nc.sbuf_tile(t.shape, cd)
+        negative = nc.sbuf_tile(t.shape, cd)
+        nc.vector.tensor_scalar(positive, t, "greater", 0, dtype=cd)
+        nc.vector.tensor_scalar(negative, t, "less", 0, dtype=cd)
+        nc.vector.tensor_tensor(o, positive, negative, "subtract", dtype=cd)
+
+    elementwise("sign", out, (x,), emit)
+
+
+register_family("sign", _sign_compute, _meta_unary("same"))
+
+
+# --- activations and their gradients -------------------------------------------
+
+def _float_only(kernel: str, *tensors: Any) -> None:
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.dtype not in _FLOATS:
+            raise _refuse(kernel, t.dtype)
+
+
+def _relu_compute(out: torch.Tensor, a: dict) -> None:
+    x = a["self"]
+    if x.dtype == torch.bool:
+        raise _refuse("clamp_min_scalar_cpu", x.dtype)
+    if x.dtype in _FLOATS:
+        elementwise("relu", out, (x,), lambda nc, o, t: nc.scalar.activation(o, t, "relu"))
+    else:
+        elementwise("relu", out, (x,), lambda nc, o, t: nc.vector.tensor_scalar(o, t, "maximum", 0))
+
+
+register_family("relu", _relu_compute, _meta_unary("same"))
+
+
+def _gelu_compute(out: torch.Tensor, a: dict) -> None:
+    x, approximate = a["self"], a.get("approximate", "none")
+    _float_only("GeluKernelImpl", x)
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate}")
+    func = "gelu" if approximate == "none" else "gelu_tanh"
+    elementwise("gelu", out, (x,), lambda nc, o, t: nc.scalar.activation(o, t, func))
+
+
+register_family("gelu", _gelu_compute, _meta_unary("same"))
+
+
+def _silu_compute(out: torch.Tensor, a: dict) -> None:
+    _float_only("silu", a["self"])
+    elementwise("silu", out, (a["self"],), lambda nc, o, t: nc.scalar.activation(o, t, "silu"))
+
+
+register_family("silu", _silu_compute, _meta_unary("same"))
+
+
+def _clamp_tiles(nc, o, t, lo, hi, cd):
+    """o = min(max(t, lo), hi); lo/hi are tiles, scalars or None. NaN propagates; lo > hi gives hi."""
+    current = t
+    if lo is not None:
+        step = nc.sbuf_tile(t.shape, cd) if hi is not None else o
+        binary(nc, step, current, lo, "maximum", cd)
+        current = step
+    if hi is not None:
+        binary(nc, o, current, hi, "minimum", cd)
+    elif lo is None:
+        nc.vector.tensor_copy(o, t)
+
+
+def _clamp_meta(a: dict) -> tuple:
+    x, lo, hi = a["self"], a.get("min"), a.get("max")
+    if lo is None and hi is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    return broadcast_shape(x, lo, hi), result_type(x, lo, hi), (x, lo, hi)
+
+
+def _clamp_compute(out: torch.Tensor, a: dict) -> None:
+    x, lo, hi = a["self"], a.get("min"), a.get("max")
+    cd = numpy_compute(result_type(x, lo, hi))
+    operands = [x] + [v for v in (lo, hi) if v is not None]
+
+    def emit(nc, o, t, *bounds):
+        it = iter(bounds)
+        lo_v = next(it) if lo is not None else None
+        hi_v = next(it) if hi is not None else None
+        _clamp_tiles(nc, o, t, lo_v, hi_v, cd)
+
+    elementwise("clamp", out, operands, emit)
+
+
+register_family("clamp", _clamp_compute, _clamp_meta)
+
+
+def _hardtanh_compute(out: torch.Tensor, a: dict) -> None:
+    x = a["self"]
+    if x.dtype == torch.bool:
+        raise _refuse("hardtanh", x.dtype)
+    lo, hi = a.get("min_val", -1), a.get("max_val", 1)
+    cd = numpy_compute(x.dtype)
+    elementwise("hardtanh", out, (x,), lambda nc, o, t: _clamp_tiles(nc, o, t, lo, hi, cd))
+
+
+register_family("hardtanh", _hardtanh_compute, _meta_unary("same"))
+
+
+def _leaky_relu_compute(out: torch.Tensor, a: dict) -> None:
+    x, slope = a["self"], a.get("negative_slope", 0.01)
+    _float_only("leaky_relu_cpu", x)
+
+    def emit(nc, o, t):
+        scaled = nc.sbuf_tile(t.shape, FP32)
+        positive = nc.sbuf_tile(t.shape, BOOL)
+        nc.vector.tensor_scalar(scaled, t, "multiply", slope, dtype=FP32)
+        nc.vector.tensor_scalar(positive, t, "greater", 0, dtype=FP32)
+        nc.vector.select(o, positive, t, scaled)
+
+    elementwise("leaky_relu", out, (x,), emit)
+
+
+register_family("leaky_relu", _leaky_relu_compute, _meta_unary("same"))
+
+
+def _elu_compute(out: torch.Tensor, a: dict) -> None:
+    x = a["self"]
+    alpha, scale, input_scale = a.get("alpha", 1), a.get("scale", 1), a.get("input_scale", 1)
+    _float_only("elu_cpu", x)
+
+    def emit(nc, o, t):
+        negative = nc.sbuf_tile(t.shape, FP32)
+        positive = nc.sbuf_tile(t.shape, FP32)
+        mask = nc.sbuf_tile(t.shape, BOOL)
+        nc.scalar.activation(negative, t, "expm1", scale=float(input_scale))
+        nc.vector.tensor_scalar(negative, negative, "multiply", float(alpha) * float(scale), dtype=FP32)
+        nc.vector.tensor_scalar(positive, t, "multiply", float(scale), dtype=FP32)
+        nc.vector.tensor_scalar(mask, t, "greater", 0, dtype=FP32)
+        nc.vector.select(o, mask, positive, negative)
+
+    elementwise("elu", out, (x,), emit)
+
+
+register_family("elu", _elu_compute, _meta_unary("same"))
+
+
+def _meta_grad(grad: str, other: str):
+    def meta(a: dict) -> tuple:
+        g, y = a[grad], a[other]
+        return broadcast_shape(g, y), result_type(g, y), (g, y)
+
+    return meta
+
+
+def _register_grad(packet: str, other: str, emit_factory) -> None:
+    def compute(out: torch.Tensor, a: dict) -> None:
+        g, y = a["grad_output"], a[other]
+        _float_only(packet, g, y)
+        elementwise(packet, out, (g, y), emit_factory(a))
+
+    register_family(packet, compute, _meta_grad("grad_output", other))
+
+
+def _threshold_backward(a):
+    threshold = a["threshold"]
+
+    def emit(nc, o, g, x):
+        keep = nc.sbuf_tile(x.shape, BOOL)
+        zero = nc.sbuf_tile(x.shape, FP32)
+        nc.vector.tensor_scalar(keep, x, "greater", threshold, dtype=FP32)
+        nc.vector.memset(zero, 0.0)
+        nc.vector.select(o, keep, g, zero)
+
+    return emit
+
+
+def _sigmoid_backward(a):
+    def emit(nc, o, g, y):  # g * (1 - y) * y
+        one_minus = nc.sbuf_tile(y.shape, FP32)
+        nc.vector.tensor_scalar(one_minus, y, "subtract", 1.0, reverse=True, dtype=FP32)
+        nc.vector.tensor_tensor(one_minus, one_minus, y, "multiply", dtype=FP32)
+        nc.vector.tensor_tensor(o, g, one_minus, "multiply", dtype=FP32)
+
+    return emit
+
+
+def _tanh_backward(a):
+    def emit(nc, o, g, y):  # g * (1 - y^2)
+        square = nc.sbuf_tile(y.shape, FP32)
+        nc.vector.tensor_tensor(square, y, y, "multiply", dtype=FP32)
+        nc.vector.tensor_scalar(square, square, "subtract", 1.0, reverse=True, dtype=FP32)
+        nc.vector.tensor_tensor(o, g, square, "multiply", dtype=FP32)
+
+    return emit
+
+
+def _gelu_backward(a):
+    approximate = a.get("approximate", "none")
+
+    def emit(nc, o, g, x):
+        d = nc.sbuf_tile(x.shape, FP32)
+        t1 = nc.sbuf_tile(x.shape, FP32)
+        t2 = nc.sbuf_tile(x.shape, FP32)
+        if approximate == "tanh":
+            # y = 0.5 x (1 + tanh(u)), u = k (x + c x^3): dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3c x^2)
+            k, c = math.sqrt(2 / math.pi), 0.044715
+            nc.vector.tensor_tensor(t1, x, x, "multiply", dtype=FP32)  # x^2
+            nc.vector.tensor_scalar(t2, t1, "multiply", c, dtype=FP32)
+            nc.vector.tensor_scalar(t2, t2, "add", 1.0, dtype=FP32)  # 1 + c x^2
+            nc.vector.tensor_tensor(t2, t2, x, "multiply", dtype=FP32)  # x + c x^3
+            nc.scalar.activation(t2, t2, "tanh", scale=k)  # t
+            nc.vector.tensor_scalar(d, t2, "add", 1.0, dtype=FP32)
+            nc.vector.tensor_scalar(d, d, "multiply", 0.5, dtype=FP32)  # 0.5 (1 + t)
+            nc.vector.tensor_tensor(t2, t2, t2, "multiply", dtype=FP32)
+            nc.vector.tensor_scalar(t2, t2, "subtract", 1.0, reverse=True, dtype=FP32)  # 1 - t^2
+            nc.vector.tensor_scalar(t1, t1, "multiply", 3 * c, dtype=FP32)
+            nc.vector.tensor_scalar(t1, t1, "add", 1.0, dtype=FP32)
+            nc.vector.tensor_scalar(t1, t1, "multiply", 0.5 * k, dtype=FP32)  # 0.5 k (1 + 3c x^2)
+            nc.vector.tensor_tensor(t1, t1, t2, "multiply", dtype=FP32)
+            nc.vector.tensor_tensor(t1, t1, x, "multiply", dtype=FP32)
+            nc.vector.tensor_tensor(d, d, t1, "add", dtype=FP32)
+        else:
+            # Phi(x) + x phi(x)
+            nc.scalar.activation(d, x, "erf", scale=1 / math.sqrt(2))
+            nc.vector.tensor_scalar(d, d, "add", 1.0, dtype=FP32)
+            nc.vector.tensor_scalar(d, d, "multiply", 0.5, dtype=FP32)
+            nc.vector.tensor_tensor(t1, x, x, "multiply", dtype=FP32)
+            nc.scalar.activation(t1, t1, "exp", scale=-0.5)
+            nc.vector.tensor_scalar(t1, t1, "multiply", 1 / math.sqrt(2 * math.pi), dtype=FP32)
+            nc.vector.tensor_tensor(t1, t1, x, "multiply", dtype=FP32)
+            nc.vector.tensor_tensor(d, d, t1, "add", dtype=FP32)
+        nc.vector.tensor_tensor(o, g, d, "multiply", dtype=FP32)
+
+    return emit
+
+
+def _silu_backward(a):
+    def emit(nc, o, g, x):  # g * s * (1 + x (1 - s))
+        s = nc.sbuf_tile(x.shape, FP32)
+        t = nc.sbuf_tile(x.shape, FP32)
+        nc.scalar.activation(s, x, "sigmoid")
+        nc.vector.tensor_scalar(t, s, "subtract", 1.0, reverse=True, dtype=FP32)
+        nc.vector.tensor_tensor(t, t, x, "multiply", dtype=FP32)
+        nc.vector.tensor_scalar(t, t, "add", 1.0, dtype=FP32)
+        nc.vector.tensor_tensor(t, t, s, "multiply", dtype=FP32)
+        nc.vector.tensor_tensor(o, g, t, "multiply", dtype=FP32)
+
+    return emit
+
+
+def _hardtanh_backward(a):
+    lo, hi = a["min_val"], a["max_val"]
+
+    def emit(nc, o, g, x):
+        inside = nc.sbuf_tile(x.shape, BOOL)
+        below = nc.sbuf_tile(x.shape, BOOL)
+        zero = nc.sbuf_tile(x.shape, FP32)
+        nc.vector.tensor_scalar(inside, x, "greater", lo, dtype=FP32)
+        nc.vector.tensor_scalar(below, x, "less", hi, dtype=FP32)
+        nc.vector.tensor_tensor(inside, inside, below, "logical_and")
+        nc.vector.memset(zero, 0.0)
+        nc.vector.select(o, inside, g, zero)
+
+    return emit
+
+
+def _leaky_relu_backward(a):
+    slope = a["negative_slope"]
+
+    def emit(nc, o, g, x):
+        positive = nc.sbuf_tile(x.shape, BOOL)
+        scaled = nc.sbuf_tile(x.shape, FP32)
+        nc.vector.tensor_scalar(positive, x, "greater", 0, dtype=FP32)
+        nc.vector.tensor_scalar(scaled, g, "multiply", slope, dtype=FP32)
+        nc.vector.select(o, positive, g, scaled)
+
+    return emit
+
+
+_register_grad("threshold_backward", "self", _threshold_backward)
+_register_grad("sigmoid_backward", "output", _sigmoid_backward)
+_register_grad("tanh_backward", "output", _tanh_backward)
+_register_grad("gelu_backward", "self", _gelu_backward)
+_register_grad("silu_backward", "self", _silu_backward)
+_register_grad("hardtanh_backward", "self", _hardtanh_backward)
+_register_grad("leaky_relu_backward", "self", _leaky_relu_backward)
+
+
+# --- selection -------------------------------------------------------------------
+
+def _where_meta(a: dict) -> tuple:
+    c, x, y = a["condition"], a["self"], a["other"]
+    if c.dtype not in (torch.bool, torch.uint8):
+        raise RuntimeError(f"where expected condition to be a boolean tensor, but got a tensor with dtype "
+                           f"{SCALAR_TYPE_NAMES[c.dtype]}")
+    return broadcast_shape(c, x, y), result_type(x, y), (c, x, y)
+
+
+def _where_compute(out: torch.Tensor, a: dict) -> None:
+    c, x, y = a["condition"], a["self"], a["other"]
+    cd = numpy_compute(result_type(x, y))
+
+    def emit(nc, o, tc, tx, ty):
+        tx = _as_tile(nc, tx, tc, cd)
+        ty = _as_tile(nc, ty, tc, cd)
+        nc.vector.select(o, tc, tx, ty)
+
+    elementwise("where", out, (c, x, y), emit)
+
+
+def _as_tile(nc, value: Any, like: Tile, dtype: np.dtype) -> Tile:
+    if isinstance(value, Tile):
+        return value
+    tile = nc.sbuf_tile(like.shape, dtype)
+    nc.vector.memset(tile, value)
+    return tile
+
+
+register_family("where", _where_compute, _where_meta, overloads=("self", "self_out"))
+
+
+def _masked_fill_meta(a: dict) -> tuple:
+    x, mask, value = a["self"], a["mask"], a["value"]
+    if mask.dtype != torch.bool:
+        raise RuntimeError(f"masked_fill_ only supports boolean masks, but got mask with dtype "
+                           f"{str(mask.dtype).replace('torch.', '')}")
+    if isinstance(value, torch.Tensor) and value.dim() != 0:
+        raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
+                           f"{value.dim()} dimension(s).")
+    return tuple(x.shape), x.dtype, (x, mask)
+
+
+def _masked_fill_compute(out: torch.Tensor, a: dict) -> None:
+    x, mask, value = a["self"], a["mask"], a["value"]
+    cd = numpy_compute(x.dtype)
+    operands = (x, mask, value)
+
+    def emit(nc, o, tx, tm, tv):
+        tv = _as_tile(nc, tv, tx, cd)
+        nc.vector.select(o, tm, tv, tx)
+
+    elementwise("masked_fill", out, operands, emit)
+
+
+register_family("masked_fill", _masked_fill_compute, _masked_fill_meta)

@@ -1,0 +1,159 @@
+"""Registering a kernel family for every overload PyTorch will route to it.
+
+A family kernel is written once as ``compute(out, args)`` (``args`` maps the
+schema's argument names to values). ``register_family`` then registers it
+for the ``out=`` overloads, and for the functional and in-place overloads
+unless PyTorch already routes those to the out= kernel through its own
+composite kernels (structured ops: the C++ meta function computes shape,
+dtype and overlap checks, allocates the output and calls our out= kernel).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Sequence
+
+import torch
+
+from device_impl.dispatch.table import TABLE
+from device_impl.engine.dtypes import COMPUTE_DTYPES
+from device_impl.kernels.common import check_out
+
+_has = torch._C._dispatch_has_kernel_for_dispatch_key
+
+
+def qualified(packet: str, overload: str) -> str:
+    return f"aten::{packet}" if overload == "default" else f"aten::{packet}.{overload}"
+
+
+def in_dispatcher(op: str) -> bool:
+    """TorchScript-only overloads (``mul.left_t``) have schemas but no dispatcher entry."""
+    try:
+        _has(op, "CPU")
+    except RuntimeError:
+        return False
+    return True
+
+
+def routed_by_composite(op: str) -> bool:
+    """True when PyTorch's own composite kernel of ``op`` calls another overload for our backend."""
+    return _has(op, "CompositeExplicitAutogradNonFunctional") or _has(op, "CompositeExplicitAutograd") or \
+        _has(op, "CompositeImplicitAutograd")
+
+
+@dataclass(frozen=True)
+class Binder:
+    """Maps a call's positional and keyword arguments to the schema's names, with defaults."""
+
+    names: tuple[str, ...]
+    defaults: tuple[Any, ...]
+    out_names: tuple[str, ...]
+
+    @classmethod
+    def of(cls, overload: torch._ops.OpOverload) -> "Binder":
+        names, defaults, outs = [], [], []
+        for a in overload._schema.arguments:
+            if a.alias_info is not None and a.alias_info.is_write and a.kwarg_only:
+                outs.append(a.name)
+                continue
+            names.append(a.name)
+            defaults.append(a.default_value if a.has_default_value() else None)
+        return cls(tuple(names), tuple(defaults), tuple(outs))
+
+    def bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
+        bound = dict(zip(self.names, self.defaults))
+        bound.update(zip(self.names, args))
+        bound.update(kwargs)
+        return bound
+
+
+Compute = Callable[[torch.Tensor, dict[str, Any]], None]
+Meta = Callable[[dict[str, Any]], tuple[tuple[int, ...], torch.dtype, Sequence[Any]]]
+
+
+def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset = COMPUTE_DTYPES,
+                    overloads: Sequence[str] | None = None) -> list[str]:
+    """Register ``compute`` for the overloads of ``aten::<packet>`` (and ``<packet>_``).
+
+    ``meta(args)`` returns (output shape, result dtype, operands that must not
+    partially overlap the output). Returns the overloads registered directly.
+    """
+    registered: list[str] = []
+    served: list[str] = []
+    functional = getattr(torch.ops.aten, packet)
+    inplace = getattr(torch.ops.aten, packet + "_", None)
+    names = overloads if overloads is not None else functional.overloads()
+    out_ops: list[str] = []
+    for ov in names:
+        op = qualified(packet, ov)
+        if not in_dispatcher(op):
+            continue
+        overload = getattr(functional, ov)
+        binder = Binder.of(overload)
+        if binder.out_names:
+            TABLE.native(op, dtypes=dtypes)(_out_kernel(binder, compute, meta))
+            registered.append(op)
+            out_ops.append(op)
+        elif routed_by_composite(op):
+            served.append(op)
+        else:
+            TABLE.native(op, dtypes=dtypes)(_functional_kernel(binder, compute, meta))
+            registered.append(op)
+    if inplace is not None:
+        for ov in inplace.overloads():
+            if overloads is not None and ov not in overloads:
+                continue
+            op = qualified(packet + "_", ov)
+            if not in_dispatcher(op):
+                continue
+            if routed_by_composite(op):
+                served.append(op)
+            else:
+                TABLE.native(op, dtypes=dtypes)(_inplace_kernel(Binder.of(getattr(inplace, ov)), compute, meta))
+                registered.append(op)
+    if out_ops:
+        # Composite-routed overloads reach one of the out= kernels; record the first as their server.
+        for op in served:
+            TABLE.serves(op, out_ops[0])
+    return registered
+
+
+def _out_kernel(binder: Binder, compute: Compute, meta: Meta):
+    out_name = binder.out_names[0]
+
+    def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
+        bound = binder.bind(args, kwargs)
+        out = bound.pop(out_name)
+        shape, dtype, operands = meta(bound)
+        check_out(out, shape, dtype, operands)
+        compute(out, bound)
+        return out
+
+    return kernel
+
+
+def _functional_kernel(binder: Binder, compute: Compute, meta: Meta):
+    def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
+        bound = binder.bind(args, kwargs)
+        shape, dtype, operands = meta(bound)
+        like = next(o for o in operands if isinstance(o, torch.Tensor) and o.device.type == "neuron")
+        out = torch.empty(shape, dtype=dtype, device=like.device)
+        compute(out, bound)
+        return out
+
+    return kernel
+
+
+def _inplace_kernel(binder: Binder, compute: Compute, meta: Meta):
+    def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
+        bound = binder.bind(args, kwargs)
+        self = bound["self"]
+        shape, dtype, operands = meta(bound)
+        if tuple(shape) != tuple(self.shape):
+            raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape "
+                               f"{list(shape)}")
+        check_out(self, shape, dtype, [o for o in operands if o is not self])
+        compute(self, bound)
+        return self
+
+    return kernel
