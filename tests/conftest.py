@@ -6,11 +6,15 @@ import os
 import subprocess
 import sys
 
-import pytest
-import torch
+# Native kernels run with the CPU dispatch key excluded during tests: a kernel that
+# reached a torch CPU kernel would raise instead of silently computing on the host.
+os.environ.setdefault("NEURONSIM_ASSERT_NO_CPU", "1")
 
-import device_impl  # noqa: F401  (registers the device even with autoload off)
-from device_impl import dispatch
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+import device_impl  # noqa: E402,F401  (registers the device even with autoload off)
+from device_impl import dispatch  # noqa: E402
 
 ALL_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
               torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64)

@@ -57,10 +57,30 @@ def _unsupported_dtype(values: Any, supported: frozenset) -> bool:
     return False
 
 
-# Set by tests (NEURONSIM_ASSERT_NO_CPU=1): native kernels run with the CPU dispatch key
-# excluded, so any torch CPU kernel reached from inside one raises instead of computing.
+# Set by tests (NEURONSIM_ASSERT_NO_CPU=1): every native kernel runs under a dispatch mode that
+# raises if the kernel calls any torch op on host tensors, so "no torch CPU kernel computes
+# inside a native kernel" is checked on every kernel call the tests make.
 ASSERT_NO_CPU = os.environ.get("NEURONSIM_ASSERT_NO_CPU", "0") == "1"
-_NO_CPU_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.CPU)
+
+
+class HostComputeError(AssertionError):
+    """A native kernel called a torch op on host tensors."""
+
+
+def _no_cpu_mode(kernel: str):
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class NoHostCompute(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            for leaf in tree_leaves((args, kwargs)):
+                if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu":
+                    raise HostComputeError(f"native kernel {kernel} called {func} on a host tensor; kernels must "
+                                           f"compute on the engine (device_impl.engine) only")
+            return func(*args, **kwargs)
+
+    return NoHostCompute()
 
 
 class LoweringTable:
@@ -110,7 +130,7 @@ class LoweringTable:
                 return cpu_fallback(overload, *args, **kwargs)
             record(op, slot)
             if ASSERT_NO_CPU:
-                with torch._C._ExcludeDispatchKeyGuard(_NO_CPU_KEYS):
+                with _no_cpu_mode(op):
                     return fn(*args, **kwargs)
             return fn(*args, **kwargs)
 

@@ -49,11 +49,13 @@ class Platform:
     # MODEL assumptions (not published as such).
     instruction_overhead_cycles: int = 64  # fixed issue cost of any compute instruction
     scalar_overhead_cycles: int = 224  # ACT table lookup / pipeline fill of ScalarE
-    dma_issue_ns: float = 50.0  # descriptor processing, occupies the DMA queues
-    dma_latency_ns: float = 250.0  # completion latency after the last byte, pipelined
-    dma_descriptor_bytes: int = 64  # overhead per contiguous run, penalises small strided runs
+    dma_issue_ns: float = 10.0  # queue issue cost; hidden behind other queues' transfers, so it adds latency
+    dma_latency_ns: float = 64.0  # completion latency after the last byte; pipelined, not occupying a queue
+    dma_descriptor_bytes: int = 16  # overhead per contiguous run: penalises fine-grained strided access
     launch_overhead_ns: float = 1000.0  # runtime cost of launching one kernel (eager mode)
     gpsimd_elements_per_cycle: int = 64  # 8 cores x 8 lanes of 32-bit SIMD
+    # TensorE double-buffers weights: loading the next stationary tile (one row per cycle)
+    # overlaps the previous matmul's moving stream, so only the part not hidden costs time.
 
     @property
     def moving_free_max(self) -> int:

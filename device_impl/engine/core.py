@@ -45,6 +45,7 @@ class NeuronCore:
         self.sbuf.reset()
         self.psum.reset()
         self.tensor.loaded = None
+        self.tensor.last_moving = 0
         self._scopes = [[]]
 
     def _allocate(self, pool: MemoryPool, shape, dtype, name: str) -> Tile:
@@ -61,6 +62,16 @@ class NeuronCore:
     def mark(self) -> int:
         """A point to release back to: ``release_to(mark)`` frees every tile allocated after it."""
         return len(self._scopes[-1])
+
+    def release(self, tile: Tile) -> None:
+        """Free one tile before the end of its scope (double buffering)."""
+        live = self._scopes[-1]
+        for i in range(len(live) - 1, -1, -1):
+            if live[i][1] is tile:
+                pool, _ = live.pop(i)
+                pool.release(tile)
+                return
+        raise ValueError(f"{tile} is not live in the current scope")
 
     def release_to(self, mark: int) -> None:
         live = self._scopes[-1]

@@ -185,9 +185,11 @@ class DMA(_Engine):
     name = "dma"
 
     def _schedule(self, what: str, nbytes: int, runs: int, reads=(), writes=()) -> None:
+        # Bandwidth is shared by the 16 queues: the transfer (with per-run descriptor overhead)
+        # occupies it; issuing on a queue and completion latency overlap other queues' transfers.
         p = self.platform
-        cost = p.dma_issue_ns + (nbytes + runs * p.dma_descriptor_bytes) / p.dma_bytes_per_second * 1e9
-        self.timeline.schedule("dma", what, cost, reads, writes, latency_ns=p.dma_latency_ns)
+        cost = (nbytes + runs * p.dma_descriptor_bytes) / p.dma_bytes_per_second * 1e9
+        self.timeline.schedule("dma", what, cost, reads, writes, latency_ns=p.dma_issue_ns + p.dma_latency_ns)
 
     def load(self, dst: Tile, src: np.ndarray) -> None:
         """HBM -> SBUF. ``src`` is any strided view with dst's element count, read in row-major order."""
@@ -286,7 +288,15 @@ class TensorE(_Engine):
 
     def __init__(self, platform: Platform, timeline: Timeline):
         super().__init__(platform, timeline)
-        self.loaded: tuple[int, int] | None = None  # (id of stationary tile data, shape) last loaded
+        self.loaded: tuple | None = None  # identity of the stationary tile in the array
+        self.last_moving = 0  # columns streamed by the previous instruction (hides the next weight load)
+
+    def _load_cost(self, key: tuple) -> int:
+        """Cycles to load a new stationary tile that the previous moving stream did not hide."""
+        if key == self.loaded:
+            return 0
+        self.loaded = key
+        return max(0, self.platform.pe_rows - self.last_moving)
 
     def matmul(self, out: Tile, stationary: Tile, moving: Tile, accumulate: bool = False) -> None:
         """out[M, N] (+)= stationary[K, M].T @ moving[K, N], in fp32, into one PSUM bank."""
@@ -310,10 +320,9 @@ class TensorE(_Engine):
             target[...] = product
         fp32 = stationary.dtype == FP32 or moving.dtype == FP32
         cycles = max(n, 64) * (p.fp32_slowdown if fp32 else 1)
-        key = (id(stationary.root.data), stationary.data.__array_interface__["data"][0], stationary.shape)
-        if key != self.loaded:
-            cycles += p.pe_rows  # load the stationary tile into the array
-            self.loaded = key
+        cycles += self._load_cost((id(stationary.root), stationary.data.__array_interface__["data"][0],
+                                   stationary.shape))
+        self.last_moving = n
         self.timeline.flops += 2 * k * m * n
         self.timeline.schedule("tensor", "matmul", cycles / p.tensor_hz * 1e9, (stationary, moving),
                                (out,) if not accumulate else (out,))
@@ -328,7 +337,10 @@ class TensorE(_Engine):
             raise EngineError(f"transpose limited to {p.pe_rows}x{p.pe_cols}; got {src.shape}")
         target = out.write_target()
         target[...] = src.read().T
-        cycles = max(pdim, 64) * (p.fp32_slowdown if src.dtype == FP32 else 1) + p.pe_rows
+        # src is the stationary operand and the identity [P, P] streams through it.
+        cycles = max(pdim, 64) * (p.fp32_slowdown if src.dtype == FP32 else 1)
+        cycles += self._load_cost((id(src.root), src.data.__array_interface__["data"][0], src.shape))
+        self.last_moving = pdim
         self.timeline.schedule("tensor", "transpose", cycles / p.tensor_hz * 1e9, (src,), (out,))
 
 

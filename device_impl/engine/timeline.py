@@ -1,10 +1,15 @@
 """The per-engine schedule of one kernel launch, and what it measures.
 
-Each engine executes its instructions in program order; an instruction
-starts when its engine is free, its inputs are ready and its outputs' memory
-may be overwritten. Engines run concurrently, so the launch takes as long as
-its critical path. DMA transfers occupy the DMA queues for their transfer
-time and complete a fixed latency later (transfers are pipelined).
+Each compute engine executes its instructions in program order; an
+instruction starts when its engine is free, its inputs are ready and its
+outputs' memory may be overwritten. Engines run concurrently, so the launch
+takes as long as its critical path.
+
+DMA is different: a core has 16 queues sharing HBM bandwidth, so a transfer
+waiting for its data does not hold up an independent one behind it. The
+DMA resource is modelled as the aggregate bandwidth with transfers placed
+in the earliest gap where they fit (list scheduling), each completing a
+fixed latency after its last byte.
 
 The result is the simulated device time of the launch, each engine's busy
 time, HBM traffic and TensorE flops; with recording on, every instruction as
@@ -13,6 +18,7 @@ a Chrome-trace event (one lane per engine) that Perfetto opens.
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 from typing import Iterable
 
@@ -22,7 +28,8 @@ ENGINES = ("dma", "tensor", "vector", "scalar", "gpsimd")
 
 
 class Timeline:
-    __slots__ = ("free", "busy", "events", "record", "end", "hbm_read", "hbm_write", "flops", "instructions")
+    __slots__ = ("free", "busy", "events", "record", "end", "hbm_read", "hbm_write", "flops", "instructions",
+                 "dma_intervals")
 
     def __init__(self, record: bool = False):
         self.record = record
@@ -37,11 +44,12 @@ class Timeline:
         self.hbm_write = 0
         self.flops = 0
         self.instructions = 0
+        self.dma_intervals: list[list[float]] = []  # busy [start, end) of the DMA bandwidth, sorted
 
     def schedule(self, engine: str, name: str, cost_ns: float, reads: Iterable[Tile] = (),
                  writes: Iterable[Tile] = (), latency_ns: float = 0.0) -> float:
         """Place one instruction; returns its completion time (ns from launch start)."""
-        start = self.free[engine]
+        start = self.free[engine] if engine != "dma" else 0.0
         for t in reads:
             r = t.root
             if r.ready > start:
@@ -52,9 +60,12 @@ class Timeline:
                 start = r.last_use
             if r.available > start:
                 start = r.available
+        if engine == "dma":
+            start = self._dma_slot(start, cost_ns)
         end = start + cost_ns
         done = end + latency_ns
-        self.free[engine] = end
+        if end > self.free[engine]:
+            self.free[engine] = end
         self.busy[engine] += cost_ns
         for t in reads:
             r = t.root
@@ -70,6 +81,23 @@ class Timeline:
         if self.record:
             self.events.append((engine, name, start, cost_ns))
         return done
+
+
+    def _dma_slot(self, ready: float, cost: float) -> float:
+        """Earliest start >= ready where the DMA bandwidth is idle for ``cost`` ns; books it."""
+        intervals = self.dma_intervals
+        start = ready
+        index = bisect.bisect_left(intervals, [ready, ready])
+        if index and intervals[index - 1][1] > start:
+            start = intervals[index - 1][1]
+        while index < len(intervals) and intervals[index][0] < start + cost:
+            start = max(start, intervals[index][1])
+            index += 1
+        if index and intervals[index - 1][1] == start:
+            intervals[index - 1][1] = start + cost  # extend the interval it follows
+        else:
+            intervals.insert(index, [start, start + cost])
+        return start
 
 
 @dataclass

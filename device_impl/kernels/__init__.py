@@ -4,4 +4,4 @@ Importing this package registers every kernel in the lowering table
 (device_impl.dispatch.TABLE).
 """
 
-from device_impl.kernels import copy, elementwise  # noqa: F401
+from device_impl.kernels import copy, elementwise, matmul  # noqa: F401

@@ -33,8 +33,9 @@ BOOL = np.dtype(np.bool_)
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def _refuse(kernel: str, dtype: torch.dtype) -> RuntimeError:
-    return RuntimeError(f'"{kernel}" not implemented for \'{SCALAR_TYPE_NAMES[dtype]}\'')
+def _refuse(kernel: str, dtype: torch.dtype) -> NotImplementedError:
+    """The error CPU kernels raise for a dtype they have no implementation for."""
+    return NotImplementedError(f'"{kernel}" not implemented for \'{SCALAR_TYPE_NAMES[dtype]}\'')
 
 
 def binary(nc, out: Tile, x: Any, y: Any, op: str, cd: np.dtype) -> None:
@@ -60,7 +61,7 @@ def _check_integer_divisor(nc, divisor: Any, cd: np.dtype) -> None:
     else:
         found = divisor == 0
     if found:
-        raise ZeroDivisionError("ZeroDivisionError")
+        raise RuntimeError("ZeroDivisionError")  # what CPU raises, message included
 
 
 # --- binary arithmetic ---------------------------------------------------------
@@ -210,11 +211,11 @@ for _packet, _func in [("exp", "exp"), ("exp2", "exp2"), ("expm1", "expm1"), ("l
 
 
 def _register_alu_unary(packet: str, op: str, rule: str = "same", integer_identity: bool = False,
-                        refuse_bool: str | None = None, refuse_float: str | None = None) -> None:
+                        refuse_bool: str | Exception | None = None, refuse_float: str | None = None) -> None:
     def compute(out: torch.Tensor, a: dict) -> None:
         x = a["self"]
         if refuse_bool and x.dtype == torch.bool:
-            raise RuntimeError(refuse_bool)
+            raise refuse_bool if isinstance(refuse_bool, Exception) else RuntimeError(refuse_bool)
         if refuse_float and (x.dtype.is_floating_point or x.dtype.is_complex):
             raise _refuse(refuse_float, x.dtype)
         if integer_identity and not x.dtype.is_floating_point:
@@ -225,12 +226,11 @@ def _register_alu_unary(packet: str, op: str, rule: str = "same", integer_identi
     register_family(packet, compute, _meta_unary(rule))
 
 
-_register_alu_unary("abs", "abs", refuse_bool="abs only supports floating-point and signed integer tensors; "
-                    "got torch.bool")
+_register_alu_unary("abs", "abs", refuse_bool=_refuse("abs_cpu", torch.bool))
 _register_alu_unary("neg", "negative", refuse_bool="Negation, the `-` operator, on a bool tensor is not supported. "
                     "If you are trying to invert a mask, use the `~` or `logical_not()` operator instead.")
 for _packet in ("floor", "ceil", "trunc", "round"):
-    _register_alu_unary(_packet, _packet, integer_identity=True)
+    _register_alu_unary(_packet, _packet, integer_identity=True, refuse_bool=_refuse(f"{_packet}_vml_cpu", torch.bool))
 _register_alu_unary("bitwise_not", "bitwise_not", refuse_float="bitwise_not_cpu")
 _register_alu_unary("logical_not", "logical_not", rule="bool")
 _register_alu_unary("isnan", "isnan", rule="bool")

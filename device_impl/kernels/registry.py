@@ -36,9 +36,17 @@ def in_dispatcher(op: str) -> bool:
 
 
 def routed_by_composite(op: str) -> bool:
-    """True when PyTorch's own composite kernel of ``op`` calls another overload for our backend."""
-    return _has(op, "CompositeExplicitAutogradNonFunctional") or _has(op, "CompositeExplicitAutograd") or \
-        _has(op, "CompositeImplicitAutograd")
+    """True when PyTorch's own composite kernel of ``op`` calls another overload for our backend.
+
+    Explicit composites (structured functional/in-place variants) call our out= kernel
+    after a C++ meta function. Implicit composites decompose into several ops with
+    intermediates rounded to the tensor's dtype; for backward formulas, which are never
+    differentiated again, a direct kernel is both faster and as accurate as CPU's fused
+    one, so those are registered directly (a direct kernel bypasses the decomposition).
+    """
+    if _has(op, "CompositeImplicitAutograd"):  # wins over explicit composites for a backend without a kernel
+        return not op.split("::")[1].split(".")[0].endswith("_backward")
+    return _has(op, "CompositeExplicitAutogradNonFunctional") or _has(op, "CompositeExplicitAutograd")
 
 
 @dataclass(frozen=True)

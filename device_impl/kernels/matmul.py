@@ -1,0 +1,366 @@
+"""Matrix multiplication on TensorE: mm, addmm, bmm, baddbmm (and what PyTorch builds on them:
+linear, matmul, the math path of scaled_dot_product_attention).
+
+TensorE computes out[M, N] = stationary[K, M].T @ moving[K, N]: both operands
+need the contraction dimension K on SBUF partitions. For C = A @ B:
+
+* the stationary tile is a block of A^T. When A is stored K-major (its
+  columns contiguous, e.g. ``x.t()``) a DMA loads it directly; when A is
+  row-major the block is loaded as is and transposed on TensorE (an identity
+  matmul into PSUM, then copied back to SBUF), once per block and reused for
+  every N tile;
+* the moving tile is a block of B, [K <= 128, N <= 512]; a B whose rows are
+  not contiguous (``W.t()`` in a linear layer) is transposed the same way.
+
+Each [128, 512] output block accumulates over K tiles in one PSUM bank in
+fp32; ScalarE evacuates it to SBUF (scaling by alpha on the way), VectorE
+adds beta * bias for addmm/baddbmm, and DMA stores it. Blocks of B are kept
+in SBUF across M tiles when they fit, so each is read from HBM once.
+
+numpy reference: ``(a.astype(f32) @ b.astype(f32)).astype(out)`` with fp32
+accumulation; integer matmuls have no TensorE mode and take the counted CPU
+fallback.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from device_impl.engine import launch
+from device_impl.engine.dtypes import FP32
+from device_impl.kernels.common import FLOAT_DTYPES, check_out, hbm, promote, scalar_of
+from device_impl.kernels.registry import register_family
+
+M_TILE = 128
+K_TILE = 128
+N_TILE = 512
+B_CACHE_BYTES = 64 * 1024  # per partition: keep all B tiles resident below this
+RESIDENT_BYTES = 96 * 1024  # per partition: load both operands entirely before computing below this
+EVACUATION_CHUNK = 256  # columns per PSUM -> SBUF copy (amortises the engines' fixed cost)
+PIPELINE_BANKS = 6
+TRANSPOSE_LOOKAHEAD = 4  # operand tiles transposed ahead of the matmul that uses them  # blocks whose first K step runs up front (of PSUM's 8 banks; the rest for evacuation)
+
+
+class _Operand:
+    """Serves [K, X] tiles of a matrix operand (X = M for A^T, N for B) from HBM.
+
+    ``prefetch`` issues a tile's DMA; ``tile`` returns it ready for TensorE, transposing a
+    row-major block on first use, so transposes interleave with the matmuls that need them
+    instead of holding TensorE while every load lands.
+    """
+
+    def __init__(self, nc, matrix: np.ndarray, transpose: bool, cache: bool):
+        # ``matrix`` is viewed so that rows are K: for A pass A.T (shape [K, M]); for B pass B ([K, N]).
+        self.nc = nc
+        self.matrix = matrix
+        self.transpose = transpose
+        self.cache: dict[tuple[int, int, int, int], Any] | None = {} if cache else None
+        self.raw: dict[tuple[int, int, int, int], list] = {}  # loaded, not yet transposed
+
+    @staticmethod
+    def needs_transpose(matrix_k_rows: np.ndarray) -> bool:
+        """Rows of length X along partitions are contiguous only if the X axis has unit stride."""
+        return matrix_k_rows.shape[1] > 1 and matrix_k_rows.strides[1] != matrix_k_rows.itemsize
+
+    def prefetch(self, k0: int, k1: int, x0: int, x1: int) -> None:
+        key = (k0, k1, x0, x1)
+        if (self.cache is not None and key in self.cache) or key in self.raw:
+            return
+        nc = self.nc
+        block = self.matrix[k0:k1, x0:x1]
+        if not self.transpose:
+            t = nc.sbuf_tile((k1 - k0, x1 - x0), block.dtype)
+            nc.dma.load(t, block)
+            if self.cache is not None:
+                self.cache[key] = t
+            else:
+                self.raw[key] = [t]
+            return
+        # K-contiguous [X, K] pieces of at most 128 columns (rows contiguous in HBM).
+        pieces = []
+        for c0 in range(0, x1 - x0, 128):
+            c1 = min(x1 - x0, c0 + 128)
+            rows = nc.sbuf_tile((c1 - c0, k1 - k0), block.dtype)
+            nc.dma.load(rows, block[:, c0:c1].T)
+            pieces.append((c0, c1, rows))
+        self.raw[key] = pieces
+
+    def tile(self, k0: int, k1: int, x0: int, x1: int):
+        key = (k0, k1, x0, x1)
+        if self.cache is not None and key in self.cache:
+            return self.cache[key]
+        self.prefetch(k0, k1, x0, x1)
+        if self.cache is not None and key in self.cache:
+            return self.cache[key]
+        pieces = self.raw.pop(key)
+        if not self.transpose:
+            return pieces[0]
+        nc = self.nc
+        t = nc.sbuf_tile((k1 - k0, x1 - x0), self.matrix.dtype)
+        for c0, c1, rows in pieces:
+            flipped = nc.psum_tile((k1 - k0, c1 - c0), FP32)
+            nc.tensor.transpose(flipped, rows)
+            psum_to_sbuf(nc, t[:, c0:c1], flipped)
+            nc.release(flipped)
+            nc.release(rows)
+        if self.cache is not None:
+            self.cache[key] = t
+        return t
+
+
+def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha: float = 1.0,
+                 beta: float = 0.0, bias2d: np.ndarray | None = None) -> None:
+    """out2d = alpha * (a2d @ b2d) + beta * bias2d, tile by tile (bias2d already broadcast to out2d's shape)."""
+    m, k = a2d.shape
+    n = b2d.shape[1]
+    if m == 0 or n == 0:
+        return
+    if k == 0:  # empty contraction: the product is zero
+        for m0 in range(0, m, M_TILE):
+            m1 = min(m, m0 + M_TILE)
+            for n0 in range(0, n, N_TILE):
+                n1 = min(n, n0 + N_TILE)
+                mark = nc.mark()
+                zero = nc.sbuf_tile((m1 - m0, n1 - n0), FP32)
+                nc.vector.memset(zero, 0.0)
+                _finish_block(nc, out2d[m0:m1, n0:n1], zero, 1.0, beta, bias2d, m0, m1, n0, n1)
+                nc.release_to(mark)
+        return
+    a_t = a2d.T  # [K, M]
+    k_tiles = math.ceil(k / K_TILE)
+    k_ranges = [(k0, min(k, k0 + K_TILE)) for k0 in range(0, k, K_TILE)]
+    # B tiles use ceil(K / 128) * N elements of each partition: keep them all when that fits.
+    b_cache = k_tiles * n * b2d.itemsize <= B_CACHE_BYTES
+    lhs = _Operand(nc, a_t, _Operand.needs_transpose(a_t), cache=True)
+    rhs = _Operand(nc, b2d, _Operand.needs_transpose(b2d), cache=b_cache)
+    blocks = [(m0, min(m, m0 + M_TILE), n0, min(n, n0 + N_TILE)) for m0 in range(0, m, M_TILE)
+              for n0 in range(0, n, N_TILE)]
+
+    def operands(block):
+        """Issue (or find cached) every tile a block reads."""
+        m0, m1, n0, n1 = block
+        return [(lhs.tile(k0, k1, m0, m1), rhs.tile(k0, k1, n0, n1)) for k0, k1 in k_ranges]
+
+    # Software pipeline. When both operands fit in SBUF, every load is issued before any
+    # compute, in order of first use: DMA streams the inputs back to back while TensorE
+    # follows them, and the stores fill in after. Otherwise the loads of block i+1 are
+    # issued before block i is evacuated and stored (double buffering).
+    resident = b_cache and k_tiles * m * a2d.itemsize + k_tiles * n * b2d.itemsize <= RESIDENT_BYTES
+    if resident:
+        # Order of work: the first half of the K steps of the first few blocks (one PSUM bank
+        # each), so TensorE has ready work while the rest of B streams in; then each block to
+        # completion in turn, so blocks finish (and are stored) while later loads still run.
+        head = range(min(len(blocks), PIPELINE_BANKS))
+        head_steps = max(1, len(k_ranges) // 2)
+        order = [(b, j) for j in range(head_steps) for b in head]
+        for b in range(len(blocks)):
+            order += [(b, j) for j in range(head_steps if b in head else 0, len(k_ranges))]
+        for b, j in order:  # every load, in order of first use
+            m0, m1, n0, n1 = blocks[b]
+            k0, k1 = k_ranges[j]
+            lhs.prefetch(k0, k1, m0, m1)
+            rhs.prefetch(k0, k1, n0, n1)
+        def ready(step: int):  # transposes run TRANSPOSE_LOOKAHEAD steps ahead of the matmuls
+            b_, j_ = order[step]
+            m0_, m1_, n0_, n1_ = blocks[b_]
+            k0_, k1_ = k_ranges[j_]
+            return lhs.tile(k0_, k1_, m0_, m1_), rhs.tile(k0_, k1_, n0_, n1_)
+
+        for step in range(min(TRANSPOSE_LOOKAHEAD, len(order))):
+            ready(step)
+        accs: dict[int, Any] = {}
+        for step, (b, j) in enumerate(order):
+            if step + TRANSPOSE_LOOKAHEAD < len(order):
+                ready(step + TRANSPOSE_LOOKAHEAD)
+            m0, m1, n0, n1 = blocks[b]
+            k0, k1 = k_ranges[j]
+            if j == 0:
+                accs[b] = nc.psum_tile((m1 - m0, n1 - n0), FP32)
+            nc.tensor.matmul(accs[b], lhs.tile(k0, k1, m0, m1), rhs.tile(k0, k1, n0, n1), accumulate=j > 0)
+            if j == len(k_ranges) - 1:
+                _finish_block(nc, out2d[m0:m1, n0:n1], accs[b], alpha, beta, bias2d, m0, m1, n0, n1)
+                nc.release(accs.pop(b))
+        return
+    panels: dict[int, dict] = {blocks[0][0]: lhs.cache}
+    current = operands(blocks[0])
+    for i, block in enumerate(blocks):
+        m0, m1, n0, n1 = block
+        following = blocks[i + 1] if i + 1 < len(blocks) else None
+        upcoming = None
+        if following is not None:
+            if following[0] != m0:
+                lhs.cache = {}  # a new M panel; this one stays alive until its blocks are done
+                panels[following[0]] = lhs.cache
+            upcoming = operands(following)
+        acc = nc.psum_tile((m1 - m0, n1 - n0), FP32)
+        for j, (stationary, moving) in enumerate(current):
+            nc.tensor.matmul(acc, stationary, moving, accumulate=j > 0)
+        _finish_block(nc, out2d[m0:m1, n0:n1], acc, alpha, beta, bias2d, m0, m1, n0, n1)
+        nc.release(acc)
+        if upcoming is None:
+            break
+        if following[0] != m0:
+            for tile in panels.pop(m0).values():
+                nc.release(tile)
+        if not b_cache:
+            keep = {id(mv) for _, mv in upcoming}
+            for _, moving in current:
+                if id(moving) not in keep:
+                    nc.release(moving)
+        current = upcoming
+
+
+def psum_to_sbuf(nc, dst, src, scale: float = 1.0) -> None:
+    """dst = scale * src out of PSUM, on whichever of the two PSUM readers (ScalarE, VectorE)
+    frees up first, as a compiler's scheduler would balance them."""
+    if nc.timeline.free["scalar"] <= nc.timeline.free["vector"]:
+        nc.scalar.activation(dst, src, "identity", scale=float(scale))
+    elif scale == 1:
+        nc.vector.tensor_copy(dst, src)
+    else:
+        nc.vector.tensor_scalar(dst, src, "multiply", float(scale), dtype=FP32)
+
+
+def _finish_block(nc, out_block: np.ndarray, acc, alpha: float, beta: float, bias2d, m0, m1, n0, n1) -> None:
+    """PSUM -> SBUF (x alpha), + beta * bias, -> HBM, in 256-column chunks shared between ScalarE
+    and VectorE: chunks evacuate in parallel and each is stored as soon as it is ready, which
+    shortens the tail after the last matmul."""
+    mark = nc.mark()
+    rows, cols = acc.shape
+    with_bias = bias2d is not None and beta != 0
+    for c0 in range(0, cols, EVACUATION_CHUNK):
+        c1 = min(cols, c0 + EVACUATION_CHUNK)
+        part = acc[:, c0:c1]
+        result = nc.sbuf_tile((rows, c1 - c0), FP32 if with_bias else out_block.dtype)
+        psum_to_sbuf(nc, result, part, alpha)
+        if with_bias:
+            bias = nc.sbuf_tile(result.shape, bias2d.dtype)
+            nc.dma.load(bias, bias2d[m0:m1, n0 + c0:n0 + c1])
+            if beta != 1:
+                scaled = nc.sbuf_tile(result.shape, FP32)
+                nc.vector.tensor_scalar(scaled, bias, "multiply", float(beta), dtype=FP32)
+                bias = scaled
+            final = nc.sbuf_tile(result.shape, out_block.dtype)
+            nc.vector.tensor_tensor(final, result, bias, "add", dtype=FP32)
+            result = final
+        nc.dma.store(out_block[:, c0:c1], result)
+    nc.release_to(mark)
+
+
+def _check_float(name: str, *tensors: torch.Tensor) -> None:
+    dtypes = {t.dtype for t in tensors}
+    if len(dtypes) > 1:
+        a, b = sorted(dtypes, key=str)[:2]
+        raise RuntimeError(f"expected m1 and m2 to have the same dtype, but got: {_cname(a)} != {_cname(b)}")
+
+
+def _cname(dtype: torch.dtype) -> str:
+    from device_impl.kernels.common import SCALAR_TYPE_NAMES
+
+    return {"Float": "float", "Half": "c10::Half", "BFloat16": "c10::BFloat16", "Double": "double",
+            "Long": "long int", "Int": "int"}.get(SCALAR_TYPE_NAMES[dtype], SCALAR_TYPE_NAMES[dtype])
+
+
+def _mm_shapes(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
+    if a.dim() != 2:
+        raise RuntimeError(f"self must be a matrix")
+    if b.dim() != 2:
+        raise RuntimeError(f"mat2 must be a matrix")
+    if a.shape[1] != b.shape[0]:
+        raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a.shape[0]}x{a.shape[1]} and "
+                           f"{b.shape[0]}x{b.shape[1]})")
+    return a.shape[0], a.shape[1], b.shape[1]
+
+
+def _mm_meta(args: dict) -> tuple:
+    a, b = args["self"], args["mat2"]
+    m, _, n = _mm_shapes(a, b)
+    _check_float("mm", a, b)
+    return (m, n), a.dtype, (a, b)
+
+
+def _mm_compute(out: torch.Tensor, args: dict) -> None:
+    a, b = args["self"], args["mat2"]
+    with launch("mm", out.device.index) as nc:
+        _matmul_into(nc, hbm(out), hbm(a), hbm(b))
+
+
+register_family("mm", _mm_compute, _mm_meta, dtypes=FLOAT_DTYPES)
+
+
+def _addmm_meta(args: dict) -> tuple:
+    bias, a, b = args["self"], args["mat1"], args["mat2"]
+    m, _, n = _mm_shapes(a, b)
+    _check_float("addmm", a, b)
+    try:
+        torch.broadcast_shapes(tuple(bias.shape), (m, n))
+    except RuntimeError:
+        raise RuntimeError(f"The expanded size of the tensor ({n}) must match the existing size "
+                           f"({bias.shape[-1] if bias.dim() else 1}) at non-singleton dimension 1.  Target sizes: "
+                           f"[{m}, {n}].  Tensor sizes: {list(bias.shape)}") from None
+    return (m, n), promote(bias, a), (bias, a, b)
+
+
+def _addmm_compute(out: torch.Tensor, args: dict) -> None:
+    bias, a, b = args["self"], args["mat1"], args["mat2"]
+    beta, alpha = scalar_of(args.get("beta", 1)), scalar_of(args.get("alpha", 1))
+    bias_view = np.broadcast_to(hbm(bias), tuple(out.shape))
+    with launch("addmm", out.device.index) as nc:
+        _matmul_into(nc, hbm(out), hbm(a), hbm(b), alpha=alpha, beta=beta, bias2d=bias_view)
+
+
+register_family("addmm", _addmm_compute, _addmm_meta, dtypes=FLOAT_DTYPES)
+
+
+def _bmm_shapes(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int, int]:
+    if a.dim() != 3:
+        raise RuntimeError(f"batch1 must be a 3D tensor")
+    if b.dim() != 3:
+        raise RuntimeError(f"batch2 must be a 3D tensor")
+    if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
+        raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{a.shape[0]}, "
+                           f"{a.shape[2]}] but got: [{b.shape[0]}, {b.shape[1]}].")
+    return a.shape[0], a.shape[1], a.shape[2], b.shape[2]
+
+
+def _bmm_meta(args: dict) -> tuple:
+    a, b = args["self"], args["mat2"]
+    batch, m, _, n = _bmm_shapes(a, b)
+    _check_float("bmm", a, b)
+    return (batch, m, n), a.dtype, (a, b)
+
+
+def _bmm_compute(out: torch.Tensor, args: dict) -> None:
+    a, b = args["self"], args["mat2"]
+    out_view, a_view, b_view = hbm(out), hbm(a), hbm(b)
+    with launch("bmm", out.device.index) as nc:
+        for i in range(out.shape[0]):
+            _matmul_into(nc, out_view[i], a_view[i], b_view[i])
+
+
+register_family("bmm", _bmm_compute, _bmm_meta, dtypes=FLOAT_DTYPES)
+
+
+def _baddbmm_meta(args: dict) -> tuple:
+    bias, a, b = args["self"], args["batch1"], args["batch2"]
+    batch, m, _, n = _bmm_shapes(a, b)
+    _check_float("baddbmm", a, b)
+    torch.broadcast_shapes(tuple(bias.shape), (batch, m, n))
+    return (batch, m, n), promote(bias, a), (bias, a, b)
+
+
+def _baddbmm_compute(out: torch.Tensor, args: dict) -> None:
+    bias, a, b = args["self"], args["batch1"], args["batch2"]
+    beta, alpha = scalar_of(args.get("beta", 1)), scalar_of(args.get("alpha", 1))
+    out_view, a_view, b_view = hbm(out), hbm(a), hbm(b)
+    bias_view = np.broadcast_to(hbm(bias), tuple(out.shape))
+    with launch("baddbmm", out.device.index) as nc:
+        for i in range(out.shape[0]):
+            _matmul_into(nc, out_view[i], a_view[i], b_view[i], alpha=alpha, beta=beta, bias2d=bias_view[i])
+
+
+register_family("baddbmm", _baddbmm_compute, _baddbmm_meta, dtypes=FLOAT_DTYPES)

@@ -1,0 +1,289 @@
+"""Elementwise kernels against CPU eager: every op, its dtypes, tile-edge shapes, layouts, special values."""
+
+import pytest
+import torch
+
+from diff import ALL_DTYPES, EDGE_SHAPES, FLOATS, INTS, LAYOUTS, check, pair, values
+
+F = torch.nn.functional
+
+UNARY_FLOAT = {  # op -> input domain
+    "exp": "normal", "exp2": "normal", "expm1": "normal", "log": "positive", "log2": "positive",
+    "log10": "positive", "log1p": "positive", "sqrt": "positive", "rsqrt": "positive", "sin": "normal",
+    "cos": "normal", "tan": "unit", "asin": "unit", "acos": "unit", "atan": "normal", "sinh": "normal",
+    "cosh": "normal", "tanh": "normal", "asinh": "normal", "atanh": "unit", "sigmoid": "normal", "erf": "normal",
+    "erfc": "normal", "reciprocal": "positive", "erfinv": "unit",
+}
+UNARY_ANY = ("abs", "neg", "sign", "floor", "ceil", "trunc", "round", "isnan", "isinf", "logical_not")
+BINARY = {
+    "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div, "maximum": torch.maximum,
+    "minimum": torch.minimum, "eq": torch.eq, "ne": torch.ne, "lt": torch.lt, "le": torch.le, "gt": torch.gt,
+    "ge": torch.ge, "logical_and": torch.logical_and, "logical_or": torch.logical_or,
+    "logical_xor": torch.logical_xor, "atan2": torch.atan2,
+}
+
+
+@pytest.mark.parametrize("op", sorted(UNARY_FLOAT))
+@pytest.mark.parametrize("dtype", FLOATS + (torch.int32,), ids=str)
+def test_unary_float_ops(op, dtype):
+    domain = UNARY_FLOAT[op] if dtype.is_floating_point else "positive"
+    x = values((3, 129), dtype, domain)
+    check(getattr(torch, op), x)
+
+
+@pytest.mark.parametrize("op", UNARY_ANY)
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_unary_any_dtype(op, dtype):
+    check(getattr(torch, op), values((2, 65), dtype, "normal"))
+
+
+@pytest.mark.parametrize("op", ["exp", "abs", "floor", "sigmoid", "isnan", "sign", "round", "neg"])
+def test_special_values(op):
+    check(getattr(torch, op), values((4, 8), torch.float32, "special"))
+
+
+@pytest.mark.parametrize("name", sorted(BINARY))
+@pytest.mark.parametrize("dtype", FLOATS + INTS + (torch.bool,), ids=str)
+def test_binary_ops(name, dtype):
+    if name == "atan2" and dtype == torch.bool:
+        pytest.skip("atan2 on bool is not defined on CPU either")
+    a = values((5, 33), dtype, "normal", seed=1)
+    b = values((5, 33), dtype, "positive" if name == "div" else "normal", seed=2)
+    check(BINARY[name], a, b)
+
+
+@pytest.mark.parametrize("shapes", [((3, 1), (1, 4)), ((2, 3, 4), (4,)), ((5, 1, 7), (3, 1)), ((), (3, 3)),
+                                    ((129, 1), (1, 513))])
+def test_broadcasting(shapes):
+    a, b = (values(s, torch.float32, seed=i) for i, s in enumerate(shapes))
+    check(torch.add, a, b)
+    check(torch.mul, b, a)
+
+
+@pytest.mark.parametrize("shape", EDGE_SHAPES, ids=str)
+def test_tile_edge_shapes(shape):
+    check(lambda x: torch.sigmoid(x) * 2 + x, values(shape, torch.float32))
+    check(lambda x: x + 1, values(shape, torch.int64))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16, torch.int32), ids=str)
+def test_layouts(layout, dtype):
+    a_cpu, a_dev = pair((6, 130), dtype, layout, seed=1)
+    b_cpu, b_dev = pair((6, 130), dtype, layout, seed=2)
+    check(torch.add, a_cpu, b_cpu, neuron_args=(a_dev, b_dev))
+    check(torch.abs, a_cpu, neuron_args=(a_dev,))
+
+
+def test_output_strides_follow_the_inputs():
+    cpu, dev = pair((4, 6), torch.float32, "transposed")
+    assert (dev + 1).stride() == (cpu + 1).stride()
+    cl = torch.randn(2, 3, 4, 5).to(memory_format=torch.channels_last)
+    assert (cl.to("neuron") * 2).stride() == (cl * 2).stride()
+    check(lambda t: t * 2, cl)
+
+
+@pytest.mark.parametrize("a_dtype, b", [(torch.int32, 2.5), (torch.int8, 300), (torch.float16, 1e-3),
+                                        (torch.bfloat16, torch.tensor(3.0, dtype=torch.float64)),
+                                        (torch.uint8, torch.tensor(1, dtype=torch.int64)), (torch.bool, 1)])
+def test_type_promotion_with_scalars(a_dtype, b):
+    a = values((4, 5), a_dtype)
+    check(torch.add, a, b)
+    check(torch.mul, a, b)
+
+
+@pytest.mark.parametrize("pair_", [(torch.int8, torch.float16), (torch.uint8, torch.int8), (torch.bool, torch.int32),
+                                   (torch.bfloat16, torch.float16), (torch.int64, torch.float32)])
+def test_type_promotion_between_tensors(pair_):
+    a, b = values((3, 7), pair_[0], seed=1), values((3, 7), pair_[1], seed=2)
+    check(torch.add, a, b)
+    check(torch.maximum, a, b)
+    check(torch.eq, a, b)
+
+
+def test_zero_dim_tensor_operands():
+    check(torch.add, values((4,), torch.float16), values((), torch.float32))
+    check(torch.mul, values((), torch.int64), values((), torch.float32))
+
+
+@pytest.mark.parametrize("mode", [None, "floor", "trunc"])
+@pytest.mark.parametrize("dtype", (torch.float32, torch.int64, torch.int32, torch.int8), ids=str)
+def test_division_signs(mode, dtype):
+    a = torch.tensor([7, -7, 7, -7, 0, 5, -5], dtype=dtype)
+    b = torch.tensor([2, 2, -2, -2, 3, 5, 3], dtype=dtype)
+    check(lambda x, y: torch.div(x, y, rounding_mode=mode), a, b)
+
+
+@pytest.mark.parametrize("op", [torch.remainder, torch.fmod, torch.floor_divide])
+@pytest.mark.parametrize("dtype", (torch.float32, torch.int64, torch.int16), ids=str)
+def test_remainder_signs(op, dtype):
+    a = torch.tensor([7, -7, 7, -7, 0, 6, -6], dtype=dtype)
+    b = torch.tensor([3, 3, -3, -3, 2, 4, -4], dtype=dtype)
+    check(op, a, b)
+    check(lambda x: op(x, -3), a)
+
+
+@pytest.mark.parametrize("op", [torch.remainder, torch.fmod, torch.floor_divide,
+                                lambda x, y: torch.div(x, y, rounding_mode="trunc")])
+def test_integer_division_by_zero_raises_like_cpu(op):
+    check(op, torch.tensor([1, 2, 3]), torch.tensor([1, 0, 1]))
+
+
+def test_integer_overflow_wraps():
+    info = torch.iinfo(torch.int32)
+    a = torch.tensor([info.max, info.min, 100], dtype=torch.int32)
+    check(lambda x: x + 1, a)
+    check(lambda x: x * 3, a)
+    check(torch.abs, torch.tensor([-128, 127, 0], dtype=torch.int8))
+    check(lambda x: x + x, torch.tensor([200, 100], dtype=torch.uint8))
+
+
+def test_nan_propagation_and_signed_zero():
+    x = torch.tensor([float("nan"), 1.0, -0.0, 0.0, float("inf")])
+    y = torch.tensor([0.0, float("nan"), 0.0, -0.0, float("nan")])
+    for op in (torch.maximum, torch.minimum, torch.add, torch.mul):
+        check(op, x, y)
+    check(lambda t: torch.clamp(t, -1, 1), x)
+    check(torch.neg, x)
+    check(lambda t: t * -1, torch.tensor([0.0, -0.0]))
+
+
+def test_pow_variants():
+    check(torch.pow, values((4, 5), torch.float32, "positive"), values((4, 5), torch.float32, "unit"))
+    check(lambda x: x ** 2, values((4, 5), torch.int64))
+    check(lambda x: x ** 0.5, values((4, 5), torch.float32, "positive"))
+    check(lambda x: 2 ** x, values((4, 5), torch.float32, "unit"))
+    check(lambda x: x ** -1, values((4, 5), torch.int64, "positive"))  # CPU refuses: same error class
+
+
+@pytest.mark.parametrize("dtype", INTS + (torch.bool,), ids=str)
+def test_bitwise_ops(dtype):
+    a, b = values((3, 9), dtype, "full", 1), values((3, 9), dtype, "full", 2)
+    for op in (torch.bitwise_and, torch.bitwise_or, torch.bitwise_xor):
+        check(op, a, b)
+        check(lambda x: op(x, 5 if dtype != torch.bool else True), a)
+    check(torch.bitwise_not, a)
+
+
+def test_bitwise_on_floats_refused_like_cpu():
+    check(torch.bitwise_and, values((3,), torch.float32), values((3,), torch.float32))
+    check(torch.bitwise_not, values((3,), torch.float32))
+
+
+@pytest.mark.parametrize("dtype", FLOATS + (torch.int32, torch.int8), ids=str)
+def test_clamp(dtype):
+    x = values((4, 33), dtype)
+    check(lambda t: torch.clamp(t, -1, 1), x)
+    check(lambda t: torch.clamp(t, min=0), x)
+    check(lambda t: torch.clamp(t, max=0.5), x)
+    check(lambda t: torch.clamp(t, 2, -2), x)  # min > max gives max
+    lo, hi = values((4, 33), dtype, seed=3), values((1, 33), dtype, seed=4)
+    check(torch.clamp, x, lo, hi)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_activations(dtype):
+    x = values((7, 130), dtype)
+    check(torch.relu, x)
+    check(F.gelu, x)
+    check(lambda t: F.gelu(t, approximate="tanh"), x)
+    check(F.silu, x)
+    check(F.hardtanh, x)
+    check(lambda t: F.hardtanh(t, -0.5, 2.0), x)
+    check(lambda t: F.leaky_relu(t, 0.2), x)
+    check(F.elu, x)
+    check(lambda t: F.elu(t, alpha=0.5), x)
+    check(torch.selu, x)
+
+
+def test_relu_on_integers_and_bool():
+    check(torch.relu, values((9,), torch.int32))
+    check(torch.relu, values((9,), torch.bool))
+
+
+def test_activation_dtype_refusals_match_cpu():
+    check(F.gelu, values((3,), torch.int64))
+    check(F.silu, values((3,), torch.int32))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("act", ["relu", "gelu", "gelu_tanh", "silu", "sigmoid", "tanh", "hardtanh", "leaky_relu",
+                                 "elu"])
+def test_activation_gradients(dtype, act):
+    fn = {"relu": torch.relu, "gelu": F.gelu, "gelu_tanh": lambda t: F.gelu(t, approximate="tanh"), "silu": F.silu,
+          "sigmoid": torch.sigmoid, "tanh": torch.tanh, "hardtanh": F.hardtanh,
+          "leaky_relu": lambda t: F.leaky_relu(t, 0.1), "elu": F.elu}[act]
+    x = values((5, 40), dtype)
+
+    def grad(t):
+        t = t.detach().requires_grad_()
+        out = fn(t)
+        (out * 0 + out).backward(torch.ones_like(out))
+        return t.grad
+
+    check(grad, x, allow_fallback=("aten::elu_backward.grad_input",))
+
+
+def test_where_and_masked_fill():
+    c = values((4, 9), torch.bool)
+    x, y = values((4, 9), torch.float32, seed=1), values((1, 9), torch.float32, seed=2)
+    check(torch.where, c, x, y)
+    check(lambda cc, xx: torch.where(cc, xx, 0.0), c, x)
+    check(lambda cc, xx: torch.where(cc, 1, xx), c, x)
+    check(lambda xx, cc: xx.masked_fill(cc, -1.5), x, c)
+    check(lambda xx, cc: xx.masked_fill(cc, torch.tensor(2.0)), x, c)
+    check(lambda xx, cc: xx.clone().masked_fill_(cc[:1], 3), x, c)
+    check(torch.where, values((3,), torch.float32), x, y)  # non-bool condition: same error as CPU
+
+
+@pytest.mark.parametrize("dtype_from", ALL_DTYPES, ids=str)
+@pytest.mark.parametrize("dtype_to", ALL_DTYPES, ids=str)
+def test_casts(dtype_from, dtype_to):
+    x = values((3, 17), dtype_from, "normal")
+    if dtype_from.is_floating_point and not dtype_to.is_floating_point and dtype_to != torch.bool:
+        x = torch.clamp(x, -8, 8) if dtype_to != torch.uint8 else x.abs().clamp(max=8)
+    check(lambda t: t.to(dtype_to), x)
+
+
+def test_cast_rounds_to_nearest_even():
+    x = torch.tensor([1.00390625, 1.01171875, 1.0 + 2**-9, -1.00390625, 3.4e38, 1e-40], dtype=torch.float32)
+    check(lambda t: t.to(torch.bfloat16), x)
+    check(lambda t: t.to(torch.float16), x)
+
+
+def test_in_place_and_out_variants():
+    a, b = values((4, 5), torch.float32, seed=1), values((4, 5), torch.float32, seed=2)
+    check(lambda x, y: x.clone().add_(y, alpha=0.5), a, b)
+    check(lambda x, y: x.clone().mul_(y), a, b)
+    check(lambda x: x.clone().exp_(), a)
+    check(lambda x, y: torch.add(x, y, out=torch.empty_like(x)), a, b)
+    check(lambda x, y: torch.add(x, y, out=torch.empty(0, device=x.device)), a, b)
+    check(lambda x: torch.sin(x, out=torch.empty(2, 2, device=x.device)), a)  # resized with a warning
+    check(lambda x, y: x.clone().add_(y.t()), a, b)  # shape mismatch: same error class
+    check(lambda x: x.clone().int().add_(0.5), a)  # float result into an int tensor: refused
+
+
+def test_out_dtype_rules():
+    a = values((3, 4), torch.int32)
+    check(lambda x: torch.add(x, 1, out=torch.empty(3, 4, dtype=torch.float32, device=x.device)), a)
+    check(lambda x: torch.sqrt(x, out=torch.empty(3, 4, dtype=torch.int32, device=x.device)), a)
+    check(lambda x: torch.eq(x, 1, out=torch.empty(3, 4, dtype=torch.float32, device=x.device)), a)
+
+
+def test_fill_and_zero():
+    for dtype in ALL_DTYPES:
+        check(lambda t: t.clone().fill_(3), values((5, 6), dtype))
+        check(lambda t: t.clone().zero_(), values((5, 6), dtype))
+    check(lambda t: t.clone().fill_(300), values((4,), torch.int8))  # overflow refused as on CPU
+    check(lambda t: t.clone().fill_(torch.tensor(2.5)), values((4,), torch.float32))
+    check(lambda t, v: t.clone().fill_(v), values((4,), torch.float32), values((), torch.float32))
+    check(lambda t: torch.full((3, 129), 1.5, device=t.device), values((1,), torch.float32))
+    check(lambda t: torch.zeros_like(t) + torch.ones_like(t), values((2, 3), torch.bfloat16))
+
+
+def test_float64_takes_the_counted_fallback(fresh_stats):
+    x = torch.randn(5, dtype=torch.float64)
+    out = torch.exp(x.to("neuron"))
+    assert torch.equal(out.cpu(), torch.exp(x))
+    counts = fresh_stats.stats()["aten::exp.out"]
+    assert counts["fallback"] == 1 and counts["native"] == 0
