@@ -63,6 +63,10 @@ def _unsupported_dtype(values: Any, supported: frozenset) -> bool:
 ASSERT_NO_CPU = os.environ.get("NEURONSIM_ASSERT_NO_CPU", "0") == "1"
 
 
+# Ops that read only metadata (dtypes, shapes) and compute nothing, allowed on host scalars.
+_METADATA_OPS = frozenset({"result_type"})
+
+
 class HostComputeError(AssertionError):
     """A native kernel called a torch op on host tensors."""
 
@@ -74,6 +78,8 @@ def _no_cpu_mode(kernel: str):
     class NoHostCompute(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
+            if func.overloadpacket.__name__ in _METADATA_OPS:
+                return func(*args, **kwargs)
             for leaf in tree_leaves((args, kwargs)):
                 if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu":
                     raise HostComputeError(f"native kernel {kernel} called {func} on a host tensor; kernels must "
