@@ -1,0 +1,189 @@
+"""The NeuronCore simulator: hardware rules, numerics, cost model, timeline and trace."""
+
+import json
+
+import ml_dtypes
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_python
+from device_impl import engine
+from device_impl.engine import EngineError, constants, launch
+from device_impl.engine.dtypes import FP32
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def test_platform_constants_are_consistent_with_their_sources():
+    for p, tflops in ((constants.TRN1, 92.0), (constants.TRN2, 79.0)):
+        assert p.tensor_flops_per_second == pytest.approx(tflops * 1e12, rel=0.01)
+        assert p.partitions * p.sbuf_bytes_per_partition in (24 * constants.MiB, 28 * constants.MiB)
+        assert p.psum_bytes_per_partition * p.partitions == 2 * constants.MiB
+        assert p.moving_free_max == 512
+        assert p.fp32_slowdown == 4
+    assert constants.TRN1.partitions * constants.TRN1.sbuf_bytes_per_partition == 24 * constants.MiB
+    assert constants.TRN1.dma_bytes_per_second == pytest.approx(410e9)  # capped by a core's half of 820 GB/s
+
+
+def test_platform_override_from_the_environment():
+    ok = run_python("from device_impl.engine import PLATFORM; print(PLATFORM.name, PLATFORM.core)",
+                    NEURON_PLATFORM_TARGET_OVERRIDE="trn2")
+    assert ok.returncode == 0, ok.stderr
+    assert ok.stdout.split() == ["trn2", "NeuronCore-v3"]
+    bad = run_python("import device_impl.engine", NEURON_PLATFORM_TARGET_OVERRIDE="trn9")
+    assert bad.returncode != 0 and "NEURON_PLATFORM_TARGET_OVERRIDE='trn9'" in bad.stderr
+
+
+def test_tile_shape_and_capacity_rules():
+    with launch("rules", 0) as nc:
+        with pytest.raises(EngineError, match="129 partitions"):
+            nc.sbuf_tile((129, 4), FP32)
+        big = nc.sbuf_tile((128, 40000), FP32)  # 160000 B of a partition's 196608
+        with pytest.raises(EngineError, match="sbuf overflow"):
+            nc.sbuf_tile((1, 10000), FP32)
+        nc.release(big)
+        nc.sbuf_tile((1, 10000), FP32)  # the memory is reusable once freed
+        with pytest.raises(EngineError, match="bank holds 2048"):
+            nc.psum_tile((128, 513), FP32)
+
+
+def test_uninitialised_reads_are_poisoned():
+    with launch("poison", 0) as nc:
+        floats = nc.sbuf_tile((2, 3), FP32)
+        assert np.isnan(floats.read()).all()
+        partial = nc.sbuf_tile((2, 4), BF16)
+        nc.vector.memset(partial[:, :2], 1.0)
+        values = partial.read().astype(np.float32)
+        assert (values[:, :2] == 1).all() and np.isnan(values[:, 2:]).all()
+        ints = nc.sbuf_tile((1, 2), np.int32)
+        assert (ints.read() == np.iinfo(np.int32).min).all()
+
+
+def test_dma_moves_bytes_only():
+    src = np.arange(12, dtype=np.float32).reshape(3, 4)
+    dst = np.zeros((4, 3), dtype=np.float32)
+    with launch("dma", 0) as nc:
+        t = nc.sbuf_tile((4, 3), FP32)
+        nc.dma.load(t, src.T)  # a strided (transposing) access pattern
+        nc.dma.store(dst, t)
+        with pytest.raises(EngineError, match="moves bytes"):
+            nc.dma.load(nc.sbuf_tile((3, 4), BF16), src)
+    assert np.array_equal(dst, src.T)
+
+
+def test_vector_engine_rounds_to_nearest_even_and_wraps_integers():
+    with launch("numerics", 0) as nc:
+        x = nc.sbuf_tile((1, 4), FP32)
+        nc.vector.memset(x, 0)
+        x.data[...] = np.array([[1.00390625, 1.01171875, -1.00390625, 3.0]], dtype=np.float32)
+        y = nc.sbuf_tile((1, 4), BF16)
+        nc.vector.tensor_copy(y, x)
+        assert y.read().astype(np.float32).tolist() == [[1.0, 1.015625, -1.0, 3.0]]
+        i = nc.sbuf_tile((1, 2), np.int8)
+        nc.vector.memset(i, 127)
+        j = nc.sbuf_tile((1, 2), np.int8)
+        nc.vector.tensor_scalar(j, i, "add", 1)
+        assert j.read().tolist() == [[-128, -128]]
+
+
+def test_matmul_accumulates_in_fp32_and_enforces_tensore_limits():
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((128, 64)).astype(BF16)  # stationary [K, M]
+    b = rng.standard_normal((128, 512)).astype(BF16)  # moving [K, N]
+    with launch("mm", 0) as nc:
+        sa, sb = nc.sbuf_tile(a.shape, BF16), nc.sbuf_tile(b.shape, BF16)
+        nc.dma.load(sa, a)
+        nc.dma.load(sb, b)
+        acc = nc.psum_tile((64, 512), FP32)
+        nc.tensor.matmul(acc, sa, sb)
+        nc.tensor.matmul(acc, sa, sb, accumulate=True)
+        expected = 2 * (a.astype(np.float32).T @ b.astype(np.float32))
+        assert np.allclose(acc.read(), expected, rtol=1e-5, atol=1e-4)
+        with pytest.raises(EngineError, match="PSUM"):
+            nc.tensor.matmul(nc.sbuf_tile((64, 512), FP32), sa, sb)
+        with pytest.raises(EngineError, match="matmul shapes"):
+            nc.tensor.matmul(acc, sa, nc.sbuf_tile((64, 512), BF16))
+
+
+def test_timeline_orders_dependencies_and_overlaps_engines():
+    src = np.ones((128, 2048), dtype=np.float32)
+    with launch("deps", 0) as nc:
+        t = nc.sbuf_tile(src.shape, FP32)
+        nc.dma.load(t, src)
+        load_done = t.ready
+        out = nc.sbuf_tile(src.shape, FP32)
+        nc.scalar.activation(out, t, "exp")
+        assert out.ready > load_done  # ScalarE waited for the DMA
+        independent = nc.sbuf_tile((128, 2048), FP32)
+        nc.vector.memset(independent, 1.0)
+        assert independent.ready < load_done  # VectorE ran concurrently with the DMA
+    report = engine.last_launch()
+    assert report.instructions == 3
+    assert all(busy <= report.device_ns for busy in report.busy_ns.values())
+    assert report.hbm_bytes_read == src.nbytes
+    assert 0 < report.utilization("dma") < 1
+
+
+def test_cost_model_numbers():
+    p = constants.PLATFORM
+    n = 512
+    a = np.ones((128, 128), dtype=BF16)
+    b = np.ones((128, n), dtype=BF16)
+    with launch("cost", 0) as nc:
+        sa, sb = nc.sbuf_tile(a.shape, BF16), nc.sbuf_tile(b.shape, BF16)
+        sa.data[...] = a
+        sb.data[...] = b
+        sa.initialized = sb.initialized = True
+        acc = nc.psum_tile((128, n), FP32)
+        nc.tensor.matmul(acc, sa, sb)
+        nc.tensor.matmul(acc, sa, sb, accumulate=True)  # same stationary: no reload
+    report = engine.last_launch()
+    # first matmul: 512 columns + 128 cycles loading the stationary tile; second: 512 columns
+    assert report.busy_ns["tensor"] == pytest.approx((512 + 128 + 512) / p.tensor_hz * 1e9)
+    assert report.flops == 2 * 2 * 128 * 128 * n
+
+
+def test_launch_advances_the_device_clock_seen_by_events():
+    start, end = torch.neuron.Event(enable_timing=True), torch.neuron.Event(enable_timing=True)
+    x = torch.ones(1 << 20, device="neuron")
+    start.record()
+    y = x * 3
+    end.record()
+    kernel_ms = engine.last_launch().device_ns / 1e6
+    assert start.elapsed_time(end) == pytest.approx(kernel_ms, rel=1e-3, abs=1e-6)
+    assert y.device.type == "neuron"
+
+
+def test_launches_do_not_nest_and_failed_kernels_leave_no_trace():
+    engine.reset_stats()
+    with launch("outer", 0):
+        with pytest.raises(RuntimeError, match="do not nest"):
+            with launch("inner", 0):
+                pass
+    with pytest.raises(ZeroDivisionError):
+        with launch("failing", 0):
+            raise ZeroDivisionError
+    assert "failing" not in engine.stats() and engine.stats()["outer"]["launches"] == 1
+
+
+def test_chrome_trace_is_valid_and_has_one_lane_per_engine(tmp_path):
+    a = torch.randn(256, 256, dtype=torch.bfloat16, device="neuron")
+    with engine.record_trace() as trace:
+        torch.mm(a, a)
+        torch.exp(a)
+    path = tmp_path / "trace.json"
+    trace.save(str(path))
+    data = json.loads(path.read_text())
+    events = data["traceEvents"]
+    complete = [e for e in events if e["ph"] == "X"]
+    assert complete and all(e["dur"] >= 0 and e["ts"] >= 0 for e in complete)
+    assert all(isinstance(e["pid"], int) and isinstance(e["tid"], int) for e in events)
+    lanes = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert {"DMA", "tensorE", "vectorE", "scalarE", "gpsimdE", "kernels"} <= lanes
+    kernels = [e["name"] for e in complete if e["cat"] == "kernel"]
+    assert kernels == ["mm", "exp"]
+    # instructions of a kernel lie inside the kernel's span
+    mm = next(e for e in complete if e["cat"] == "kernel" and e["name"] == "mm")
+    inside = [e for e in complete if e["cat"] != "kernel" and e["args"]["kernel"] == "mm"]
+    assert all(mm["ts"] <= e["ts"] and e["ts"] + e["dur"] <= mm["ts"] + mm["dur"] + 1e-6 for e in inside)
