@@ -36,9 +36,16 @@ from device_impl.engine.timeline import Timeline
 # --- operation tables ---------------------------------------------------------
 
 def _floor_divide(a, b):
+    """PyTorch's div_floor: exact for integers; for floats c10::div_floor_floating, which goes
+    through fmod (so inf // 1 is NaN, as on CPU) and corrects the quotient's rounding."""
     if a.dtype.kind in "iub":
         return np.floor_divide(a, b)
-    return np.floor(np.true_divide(a, b))
+    mod = np.fmod(a, b)
+    div = (a - mod) / b
+    div = np.where((mod != 0) & ((b < 0) != (mod < 0)), div - 1, div)
+    floordiv = np.where(div != 0, np.floor(div), np.copysign(np.zeros_like(div), a / b))
+    floordiv = np.where(div - floordiv > 0.5, floordiv + 1, floordiv)
+    return np.where(b == 0, a / b, floordiv)
 
 
 def _trunc_divide(a, b):
@@ -59,8 +66,15 @@ def _remainder(a, b):
 
 
 def _power(a, b):
-    if a.dtype.kind in "iu" and np.any(np.asarray(b) < 0):
-        raise RuntimeError("Integers to negative integer powers are not allowed.")
+    """Integer powers with negative exponents follow PyTorch: 1 for base 1, +-1 for base -1, else 0."""
+    if a.dtype.kind in "iu" and np.asarray(b).dtype.kind in "iu":
+        b = np.asarray(b)
+        positive = np.power(a, np.maximum(b, 0))
+        if not np.any(b < 0):
+            return positive
+        minus_one = np.where(b % 2 == 0, 1, -1).astype(a.dtype)
+        negative = np.where(a == 1, 1, np.where(a == -1, minus_one, 0)).astype(a.dtype)
+        return np.where(b < 0, negative, positive)
     return np.power(a, b)
 
 
@@ -86,7 +100,9 @@ ALU_UNARY: dict[str, Callable] = {
 
 def _gelu_erf(x):
     from scipy.special import erf  # noqa: PLC0415  (scipy is optional at import time)
-    return 0.5 * x * (1.0 + erf(x * np.float32(1 / math.sqrt(2))))
+    y = 0.5 * x * (1.0 + erf(x * np.float32(1 / math.sqrt(2))))
+    # gelu(+inf) is NaN in PyTorch's vectorized CPU kernel (its erf(inf) is NaN); the table matches it.
+    return np.where(np.isposinf(x), np.nan, y)
 
 
 def _erf(x):
@@ -454,7 +470,9 @@ class ScalarE(_Engine):
             x = x + _operand(bias, FP32)
         elif bias != 0.0:
             x = x + np.float32(bias)
-        y = np.asarray(fn(x), dtype=FP32)
+        # The table is evaluated as if correctly rounded to fp32 (in float64, then rounded), so it
+        # neither overflows early (numpy's float32 sinh/cosh do) nor drifts by library-specific ULPs.
+        y = np.asarray(fn(x.astype(np.float64)), dtype=np.float64).astype(FP32)
         _store(out, y)
         writes = [out]
         if accumulate is not None:

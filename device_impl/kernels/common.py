@@ -204,13 +204,56 @@ def memory_order(t: torch.Tensor) -> list[int]:
     return sorted(range(t.dim()), key=lambda d: (-strides[d], -d if t.shape[d] != 1 else 0))
 
 
+_CTYPE = {torch.int8: "int8_t", torch.uint8: "uint8_t", torch.int16: "int16_t", torch.int32: "int", torch.int64:
+          "int64_t", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16", torch.float32: "float"}
+_FLOAT_MAX = {torch.float16: 65504.0, torch.bfloat16: 3.3895313892515355e38, torch.float32: 3.4028234663852886e38}
+
+
+def check_scalar_fits(value, dtype: torch.dtype) -> None:
+    """c10's overflow check for Scalar -> dtype: finite floats within the target's range; integer
+    values within [min, max], or [-max, max] for unsigned targets (negatives wrap, as in C++)."""
+    if isinstance(value, bool) or dtype == torch.bool or isinstance(value, complex):
+        return
+    overflow = RuntimeError(f"value cannot be converted to type {_CTYPE[dtype]} without overflow")
+    if dtype.is_floating_point and dtype in _FLOAT_MAX:
+        if math.isfinite(value) and abs(value) > _FLOAT_MAX[dtype]:
+            raise overflow
+    elif not dtype.is_floating_point and not dtype.is_complex:
+        info = torch.iinfo(dtype)
+        if isinstance(value, float) and not math.isfinite(value):
+            raise overflow
+        # Integers into unsigned types wrap from [-max, 0); floats must lie within [min, max].
+        low = -info.max if info.min == 0 and not isinstance(value, float) else info.min
+        if not low <= value <= info.max:
+            raise overflow
+
+
+def cast_scalar(value, dtype: torch.dtype):
+    """A host scalar as PyTorch's TensorIterator sees it: converted to the op's common dtype
+    (bf16(0.1) is 0.10009765625; int8(300) wraps to 44) before the opmath computation."""
+    if dtype not in TORCH_TO_NUMPY_COMPUTE:
+        return value
+    converted = np.asarray(value).astype(numpy_dtype(dtype))
+    return converted.item() if dtype not in (torch.bfloat16, torch.float16) else float(converted.astype(np.float32))
+
+
 def elementwise(name: str, out: torch.Tensor, operands: Sequence[Operand],
-                emit: Callable[..., None], free_max: int = FREE_MAX) -> torch.Tensor:
+                emit: Callable[..., None], free_max: int = FREE_MAX,
+                common_dtype: torch.dtype | None = None, promoted: Sequence[int] | None = None,
+                round_scalars: bool = True) -> torch.Tensor:
     """Run ``emit(nc, out_tile, *operand_tiles_or_scalars)`` over flat tiles of ``out``.
 
     Tensor operands are broadcast to out's shape and DMA'd tile by tile (in
     out's memory order, so transposed or channels_last outputs stay
     contiguous runs); host scalars are passed to ``emit`` as Python numbers.
+
+    ``common_dtype``: the op's promoted dtype. The operands taking part in
+    promotion (``promoted`` indices, default all) are converted to it before
+    ``emit`` sees them, as TensorIterator does: a float32 0-d tensor added to
+    a bfloat16 tensor is first rounded to bfloat16, a scalar 0.1 becomes
+    bf16(0.1). (The engines then compute in fp32.) Some CPU kernels (mul, div,
+    floor division, leaky_relu) read a scalar or 0-d operand at full precision
+    instead (``original_scalar_value`` in ATen): ``round_scalars=False``.
     """
     numel = out.numel()
     if numel == 0:
@@ -225,6 +268,18 @@ def elementwise(name: str, out: torch.Tensor, operands: Sequence[Operand],
         else:
             views.append(None)
     scalars = [None if is_device_tensor(o) else scalar_of(o) for o in operands]
+    convert = [False] * len(operands)
+    target = None
+    if common_dtype is not None and common_dtype in COMPUTE_DTYPES:
+        target = numpy_dtype(common_dtype)
+        for i in (range(len(operands)) if promoted is None else promoted):
+            zero_dim = scalars[i] is not None or operands[i].dim() == 0
+            if zero_dim and not round_scalars:
+                continue
+            if scalars[i] is not None:
+                scalars[i] = cast_scalar(scalars[i], common_dtype)
+            elif views[i].dtype != target:
+                convert[i] = True
     if out.dim() > 1:
         order = memory_order(out)
         if order != list(range(out.dim())):
@@ -234,18 +289,25 @@ def elementwise(name: str, out: torch.Tensor, operands: Sequence[Operand],
         for start, stop, p, f in flat_tiles(numel, free_max):
             mark = nc.mark()
             tiles: list[Any] = []
-            for v, s in zip(views, scalars):
+            for v, s, c in zip(views, scalars, convert):
                 if v is None:
                     tiles.append(s)
                 else:
                     tile = nc.sbuf_tile((p, f), v.dtype)
                     nc.dma.load_flat(tile, v, start, stop)
+                    if c:
+                        converted = nc.sbuf_tile((p, f), target)
+                        nc.vector.tensor_copy(converted, tile)
+                        tile = converted
                     tiles.append(tile)
             result = nc.sbuf_tile((p, f), out_view.dtype)
             emit(nc, result, *tiles)
             nc.dma.store_flat(out_view, start, stop, result)
             nc.release_to(mark)
     return out
+
+
+TORCH_TO_NUMPY_COMPUTE = COMPUTE_DTYPES
 
 
 def numpy_compute(dtype: torch.dtype) -> np.dtype:

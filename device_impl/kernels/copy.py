@@ -11,20 +11,15 @@ fallback on host aliases of the device memory.
 
 from __future__ import annotations
 
-import math
-
 import torch
 
 from device_impl._core import C
 from device_impl.dispatch import counters
 from device_impl.dispatch.strict import is_strict, refuse
 from device_impl.engine.dtypes import COMPUTE_DTYPES
-from device_impl.kernels.common import SCALAR_TYPE_NAMES, elementwise, scalar_of
+from device_impl.kernels.common import SCALAR_TYPE_NAMES, cast_scalar, check_scalar_fits, elementwise, scalar_of
 from device_impl.kernels.registry import register_family
 
-_CTYPE = {torch.int8: "int8_t", torch.uint8: "uint8_t", torch.int16: "int16_t", torch.int32: "int", torch.int64:
-          "int64_t", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16", torch.float32: "float"}
-_FLOAT_MAX = {torch.float16: 65504.0, torch.bfloat16: 3.3895313892515355e38, torch.float32: 3.4028234663852886e38}
 
 
 def device_cast(dst: torch.Tensor, src: torch.Tensor) -> None:
@@ -44,20 +39,6 @@ def device_cast(dst: torch.Tensor, src: torch.Tensor) -> None:
 C.set_cast_hook(device_cast)
 
 
-def _check_fill_value(value, dtype: torch.dtype) -> None:
-    if isinstance(value, bool) or dtype == torch.bool or isinstance(value, complex):
-        return
-    if dtype.is_floating_point and dtype in _FLOAT_MAX:
-        if math.isfinite(value) and abs(value) > _FLOAT_MAX[dtype] * (1 + 2**-8):
-            raise RuntimeError(f"value cannot be converted to type {_CTYPE[dtype]} without overflow")
-    elif not dtype.is_floating_point and not dtype.is_complex:
-        info = torch.iinfo(dtype)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise RuntimeError(f"value cannot be converted to type {_CTYPE[dtype]} without overflow")
-        if not info.min <= value <= info.max:
-            raise RuntimeError(f"value cannot be converted to type {_CTYPE[dtype]} without overflow")
-
-
 def _fill_meta(a: dict) -> tuple:
     self, value = a["self"], a["value"]
     if isinstance(value, torch.Tensor) and value.dim() != 0:
@@ -72,7 +53,8 @@ def _fill_compute(out: torch.Tensor, a: dict) -> None:
         elementwise("fill", out, (value,), lambda nc, o, t: nc.vector.tensor_copy(o, t))
         return
     number = scalar_of(value)
-    _check_fill_value(number, out.dtype)
+    check_scalar_fits(number, out.dtype)
+    number = cast_scalar(number, out.dtype)  # e.g. -1 into uint8 is 255, as the C++ conversion wraps
     elementwise("fill", out, (), lambda nc, o: nc.vector.memset(o, number))
 
 

@@ -22,10 +22,14 @@ from device_impl.engine.dtypes import FP32
 from device_impl.kernels.common import (
     SCALAR_TYPE_NAMES,
     broadcast_shape,
+    cast_scalar,
+    check_scalar_fits,
     elementwise,
+    is_device_tensor,
     numpy_compute,
     promote,
     result_type,
+    scalar_of,
 )
 from device_impl.kernels.registry import register_family
 
@@ -78,7 +82,8 @@ def _meta_binary(first: str, second: str, rule: str):
 
 
 def _register_binary(packet: str, op: str, rule: str = "promote", first: str = "self", second: str = "other",
-                     integral_only: bool = False, zero_check: bool = False, overloads=None) -> None:
+                     integral_only: bool = False, zero_check: bool = False, overloads=None,
+                     refuse_bool: str | None = None, round_scalars: bool = True) -> None:
     meta = _meta_binary(first, second, rule)
 
     def compute(out: torch.Tensor, a: dict) -> None:
@@ -86,6 +91,8 @@ def _register_binary(packet: str, op: str, rule: str = "promote", first: str = "
         common = result_type(x, y)
         if integral_only and (common.is_floating_point or common.is_complex):
             raise _refuse(f"{packet}_cpu", common)
+        if refuse_bool and common == torch.bool:
+            raise _refuse(refuse_bool, common)
         if rule == "float":
             common = promote(x, y, int_to_float=True)
         cd = BOOL if rule == "logical" else numpy_compute(common)
@@ -95,17 +102,19 @@ def _register_binary(packet: str, op: str, rule: str = "promote", first: str = "
                 _check_integer_divisor(nc, ty, cd)
             binary(nc, o, tx, ty, op, cd)
 
-        elementwise(packet, out, (x, y), emit)
+        elementwise(packet, out, (x, y), emit, common_dtype=result_type(x, y), round_scalars=round_scalars)
 
     register_family(packet, compute, meta, overloads=overloads)
 
 
-for _packet, _op in [("mul", "multiply"), ("maximum", "maximum"), ("minimum", "minimum")]:
+# mul reads a scalar/0-d operand at full precision on CPU (original_scalar_value); maximum/minimum round it
+_register_binary("mul", "multiply", round_scalars=False)
+for _packet, _op in [("maximum", "maximum"), ("minimum", "minimum")]:
     _register_binary(_packet, _op)
 _register_binary("atan2", "atan2", rule="float")
-_register_binary("remainder", "remainder", zero_check=True)
-_register_binary("fmod", "fmod", zero_check=True)
-_register_binary("floor_divide", "floor_divide", zero_check=True)
+_register_binary("remainder", "remainder", zero_check=True, refuse_bool="remainder_cpu")
+_register_binary("fmod", "fmod", zero_check=True, refuse_bool="fmod_cpu")
+_register_binary("floor_divide", "floor_divide", zero_check=True, refuse_bool="div_floor_cpu", round_scalars=False)
 for _packet, _op in [("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
                      ("gt", "greater"), ("ge", "greater_equal")]:
     _register_binary(_packet, _op, rule="compare")
@@ -113,7 +122,30 @@ for _packet in ("bitwise_and", "bitwise_or", "bitwise_xor"):
     _register_binary(_packet, _packet, integral_only=True)
 for _packet in ("logical_and", "logical_or", "logical_xor"):
     _register_binary(_packet, _packet, rule="logical")
-_register_binary("pow", "power", second="exponent")
+_register_binary("pow", "power", second="exponent", overloads=("Tensor_Tensor", "Tensor_Tensor_out", "Scalar",
+                                                                 "Scalar_out"), refuse_bool="pow")
+
+
+def _pow_tensor_scalar(out: torch.Tensor, a: dict) -> None:
+    x, exponent = a["self"], a["exponent"]
+    e = scalar_of(exponent)
+    # CPU's fast paths: x ** 0 is ones and x ** 1 a copy, for every dtype (bool included).
+    if e == 0:
+        elementwise("pow", out, (), lambda nc, o: nc.vector.memset(o, 1))
+        return
+    if e == 1:
+        elementwise("pow", out, (x,), lambda nc, o, t: nc.vector.tensor_copy(o, t))
+        return
+    if result_type(x, exponent) == torch.bool:
+        raise _refuse("pow", torch.bool)
+    if not (x.dtype.is_floating_point or x.dtype.is_complex) and not isinstance(e, float) and e < 0:
+        raise RuntimeError("Integers to negative integer powers are not allowed.")
+    cd = numpy_compute(result_type(x, exponent))
+    elementwise("pow", out, (x,), lambda nc, o, t: nc.vector.tensor_scalar(o, t, "power", e, dtype=cd))
+
+
+register_family("pow", _pow_tensor_scalar, _meta_binary("self", "exponent", "promote"),
+                overloads=("Tensor_Scalar", "Tensor_Scalar_out"))
 
 
 def _meta_add(a: dict) -> tuple:
@@ -133,15 +165,16 @@ def _add_like(op: str):
 
         def emit(nc, o, tx, ty):
             if alpha != 1:
+                alpha_ = cast_scalar(alpha, common)  # CPU's add kernel reads alpha in the common dtype
                 if isinstance(ty, Tile):
                     scaled = nc.sbuf_tile(ty.shape, cd)
-                    nc.vector.tensor_scalar(scaled, ty, "multiply", alpha, dtype=cd)
+                    nc.vector.tensor_scalar(scaled, ty, "multiply", alpha_, dtype=cd)
                     ty = scaled
                 else:
-                    ty = np.asarray(ty).astype(cd) * np.asarray(alpha).astype(cd)
+                    ty = np.asarray(ty).astype(cd) * np.asarray(alpha_).astype(cd)
             binary(nc, o, tx, ty, op, cd)
 
-        elementwise(op, out, (x, y), emit)
+        elementwise(op, out, (x, y), emit, common_dtype=common)
 
     return compute
 
@@ -160,6 +193,8 @@ def _div_compute(out: torch.Tensor, a: dict) -> None:
         op = {"floor": "floor_divide", "trunc": "trunc_divide"}.get(mode)
         if op is None:
             raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{mode}'")
+        if common == torch.bool:
+            raise _refuse(f"div_{mode}_cpu", common)
     cd = numpy_compute(common)
 
     def emit(nc, o, tx, ty):
@@ -167,7 +202,7 @@ def _div_compute(out: torch.Tensor, a: dict) -> None:
             _check_integer_divisor(nc, ty, cd)
         binary(nc, o, tx, ty, op, cd)
 
-    elementwise("div", out, (x, y), emit)
+    elementwise("div", out, (x, y), emit, common_dtype=result_type(x, y), round_scalars=False)
 
 
 def _div_meta(a: dict) -> tuple:
@@ -329,7 +364,7 @@ def _clamp_compute(out: torch.Tensor, a: dict) -> None:
         hi_v = next(it) if hi is not None else None
         _clamp_tiles(nc, o, t, lo_v, hi_v, cd)
 
-    elementwise("clamp", out, operands, emit)
+    elementwise("clamp", out, operands, emit, common_dtype=result_type(x, lo, hi))
 
 
 register_family("clamp", _clamp_compute, _clamp_meta)
@@ -405,12 +440,12 @@ def _register_grad(packet: str, other: str, emit_factory) -> None:
 def _threshold_backward(a):
     threshold = a["threshold"]
 
-    def emit(nc, o, g, x):
-        keep = nc.sbuf_tile(x.shape, BOOL)
+    def emit(nc, o, g, x):  # grad where x <= threshold is zero; NaN x passes the gradient (as CPU)
+        drop = nc.sbuf_tile(x.shape, BOOL)
         zero = nc.sbuf_tile(x.shape, FP32)
-        nc.vector.tensor_scalar(keep, x, "greater", threshold, dtype=FP32)
+        nc.vector.tensor_scalar(drop, x, "less_equal", threshold, dtype=FP32)
         nc.vector.memset(zero, 0.0)
-        nc.vector.select(o, keep, g, zero)
+        nc.vector.select(o, drop, zero, g)
 
     return emit
 
@@ -492,15 +527,15 @@ def _silu_backward(a):
 def _hardtanh_backward(a):
     lo, hi = a["min_val"], a["max_val"]
 
-    def emit(nc, o, g, x):
-        inside = nc.sbuf_tile(x.shape, BOOL)
-        below = nc.sbuf_tile(x.shape, BOOL)
+    def emit(nc, o, g, x):  # zero where x <= min or x >= max; NaN x passes the gradient (as CPU)
+        outside = nc.sbuf_tile(x.shape, BOOL)
+        above = nc.sbuf_tile(x.shape, BOOL)
         zero = nc.sbuf_tile(x.shape, FP32)
-        nc.vector.tensor_scalar(inside, x, "greater", lo, dtype=FP32)
-        nc.vector.tensor_scalar(below, x, "less", hi, dtype=FP32)
-        nc.vector.tensor_tensor(inside, inside, below, "logical_and")
+        nc.vector.tensor_scalar(outside, x, "less_equal", lo, dtype=FP32)
+        nc.vector.tensor_scalar(above, x, "greater_equal", hi, dtype=FP32)
+        nc.vector.tensor_tensor(outside, outside, above, "logical_or")
         nc.vector.memset(zero, 0.0)
-        nc.vector.select(o, inside, g, zero)
+        nc.vector.select(o, outside, zero, g)
 
     return emit
 
@@ -546,7 +581,7 @@ def _where_compute(out: torch.Tensor, a: dict) -> None:
         ty = _as_tile(nc, ty, tc, cd)
         nc.vector.select(o, tc, tx, ty)
 
-    elementwise("where", out, (c, x, y), emit)
+    elementwise("where", out, (c, x, y), emit, common_dtype=result_type(x, y), promoted=(1, 2))
 
 
 def _as_tile(nc, value: Any, like: Tile, dtype: np.dtype) -> Tile:
@@ -573,6 +608,8 @@ def _masked_fill_meta(a: dict) -> tuple:
 
 def _masked_fill_compute(out: torch.Tensor, a: dict) -> None:
     x, mask, value = a["self"], a["mask"], a["value"]
+    if not is_device_tensor(value):
+        check_scalar_fits(scalar_of(value), x.dtype)
     cd = numpy_compute(x.dtype)
     operands = (x, mask, value)
 
@@ -580,7 +617,7 @@ def _masked_fill_compute(out: torch.Tensor, a: dict) -> None:
         tv = _as_tile(nc, tv, tx, cd)
         nc.vector.select(o, tm, tv, tx)
 
-    elementwise("masked_fill", out, operands, emit)
+    elementwise("masked_fill", out, operands, emit, common_dtype=x.dtype, promoted=(2,))
 
 
 register_family("masked_fill", _masked_fill_compute, _masked_fill_meta)

@@ -54,6 +54,38 @@ from device_impl.runtime.streams import (  # noqa: F401
 )
 
 
+def dispatch_stats() -> dict:
+    """Per-op call counts by tier on this device (what device_impl.dispatch.stats() returns).
+
+    Exposed on torch.neuron so device-agnostic tools (the harness) can ask any PyTorch device
+    module for it without importing this package.
+    """
+    from device_impl import dispatch
+
+    return dispatch.stats()
+
+
+def reset_dispatch_stats() -> None:
+    from device_impl import dispatch
+
+    dispatch.reset_stats()
+
+
+def lowering(op: str) -> dict:
+    """How the device serves an aten overload: {'tier': ..., 'source': ...}."""
+    from device_impl import dispatch
+
+    entry = dispatch.TABLE.lookup(op)
+    return {"tier": entry.tier.value, "source": entry.source}
+
+
+def native_overloads() -> list:
+    """Every aten overload with a native kernel (the lowering table's native tier)."""
+    from device_impl import dispatch
+
+    return dispatch.TABLE.ops(dispatch.Tier.NATIVE)
+
+
 def _is_in_bad_fork() -> bool:
     """The simulated device has no driver state a fork could corrupt."""
     return False

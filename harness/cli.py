@@ -1,0 +1,157 @@
+"""Command line of the harness.
+
+``python -m harness run [--ops OP ...] [--families F ...] [--modes M ...] [--profile P] [--device D]``
+draws cases from the op specs with Hypothesis, runs them and stores every result;
+``python -m harness summary [--run ID]`` prints pass/fail/xfail counts by family, dtype and mode
+from the store; ``python -m harness opinfo`` runs PyTorch's own OpInfo sweep.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import warnings
+from collections import Counter, defaultdict
+
+from harness import modes
+from harness.env import environment
+from harness.store import DEFAULT_PATH, Store
+
+
+def _progress(done: int, total: int, started: float, label: str) -> None:
+    width = 30
+    filled = int(width * done / max(total, 1))
+    rate = done / max(time.perf_counter() - started, 1e-9)
+    sys.stderr.write(f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} {label[:40]:40s} {rate:5.1f}/s")
+    sys.stderr.flush()
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from harness.runner import draw_case, run_case
+    from harness.specs import SPECS
+    from harness.xfails import XFails
+
+    chosen = [s for s in SPECS.values() if (not args.ops or s.name in args.ops)
+              and (not args.families or s.family in args.families)]
+    unknown = set(args.ops or ()) - set(SPECS)
+    if unknown:
+        print(f"unknown op spec(s): {sorted(unknown)}", file=sys.stderr)
+        return 2
+    mode_names = list(modes.MODES) if "all" in args.modes else args.modes
+    store = Store(args.results)
+    run_id = store.start_run("cli", environment(args.device), args.profile)
+    xfails = XFails.load()
+    examples = {"quick": 4, "ci": 25, "nightly": 200}[args.profile]
+    verdicts: Counter = Counter()
+    failures: list[str] = []
+    started = time.perf_counter()
+    jobs = [(spec, mode) for spec in chosen for mode in mode_names]
+    warnings.filterwarnings("ignore", message="Operator '.*' executed via CPU fallback")
+    for n, (spec, mode) in enumerate(jobs):
+        _progress(n, len(jobs), started, f"{spec.name} [{mode}]")
+        results = []
+
+        @settings(max_examples=examples, deadline=None, database=None, derandomize=args.seed is not None,
+                  suppress_health_check=list(HealthCheck))
+        @given(data=st.data())
+        def explore(data):
+            result = run_case(draw_case(data, spec, mode, args.device), xfails)
+            results.append(result)
+            assert result.verdict != "fail", result.message
+
+        try:
+            explore()
+        except AssertionError:
+            pass
+        final_fail = [r for r in results if r.verdict == "fail"][-1:]
+        for result in [r for r in results if r.verdict != "fail"] + final_fail:
+            store.add(run_id, result, spec.family)
+            verdicts[result.verdict] += 1
+            if result.verdict == "fail":
+                failures.append(f"{spec.name} [{result.case.dtype}, {mode}]: {result.message}")
+        store.commit()
+    _progress(len(jobs), len(jobs), started, "done")
+    sys.stderr.write("\n")
+    store.finish_run(run_id)
+    print(f"run {run_id}: " + ", ".join(f"{v} {k}" for k, v in sorted(verdicts.items())) +
+          f" in {time.perf_counter() - started:.1f}s; store {store.path}")
+    for line in failures:
+        print(f"FAIL {line}")
+    store.close()
+    return 1 if failures else 0
+
+
+def summarize(store: Store, run_id: int | None) -> dict:
+    run_id = run_id or store.latest_run()
+    if run_id is None:
+        return {"run": None}
+    rows = store.query("SELECT family, dtypes, mode, verdict, source FROM results WHERE run_id = ?", (run_id,))
+    by: dict[str, dict[str, Counter]] = {"family": defaultdict(Counter), "dtype": defaultdict(Counter),
+                                         "mode": defaultdict(Counter)}
+    total: Counter = Counter()
+    for row in rows:
+        dtype = json.loads(row["dtypes"])[0] if row["dtypes"] else "?"
+        by["family"][row["family"] or row["source"]][row["verdict"]] += 1
+        by["dtype"][dtype][row["verdict"]] += 1
+        by["mode"][row["mode"]][row["verdict"]] += 1
+        total[row["verdict"]] += 1
+    return {"run": run_id, "total": dict(total),
+            **{axis: {k: dict(v) for k, v in sorted(values.items())} for axis, values in by.items()}}
+
+
+def cmd_summary(args: argparse.Namespace) -> int:
+    store = Store(args.results)
+    summary = summarize(store, args.run)
+    if summary["run"] is None:
+        print(f"no runs in {store.path}")
+        return 1
+    if args.json:
+        print(json.dumps(summary, indent=2))
+        return 0
+    verdicts = ("pass", "fail", "xfail", "xpass", "skip")
+    print(f"run {summary['run']} ({store.path}): " + ", ".join(f"{summary['total'].get(v, 0)} {v}" for v in verdicts))
+    for axis in ("family", "dtype", "mode"):
+        print(f"\nby {axis}:")
+        print(f"  {'':16s}" + "".join(f"{v:>8s}" for v in verdicts))
+        for key, counts in summary[axis].items():
+            print(f"  {key:16s}" + "".join(f"{counts.get(v, 0):8d}" for v in verdicts))
+    return 0
+
+
+def cmd_opinfo(args: argparse.Namespace) -> int:
+    from harness import opinfo
+
+    return opinfo.main(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness", description="neuronsim differential harness")
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("run", help="draw and run cases from the op specs")
+    run.add_argument("--ops", nargs="*", help="op spec names (default: all)")
+    run.add_argument("--families", nargs="*", help="spec families (pointwise, reduction, ...)")
+    run.add_argument("--modes", nargs="*", default=["eager"], choices=list(modes.MODES) + ["all"])
+    run.add_argument("--profile", default="quick", choices=["quick", "ci", "nightly"])
+    run.add_argument("--device", default="neuron")
+    run.add_argument("--seed", type=int, default=None, help="derandomize Hypothesis")
+    run.add_argument("--results", default=str(DEFAULT_PATH))
+    run.set_defaults(func=cmd_run)
+    summary = sub.add_parser("summary", help="pass/fail/xfail counts from the store")
+    summary.add_argument("--run", type=int, default=None, help="run id (default: the latest)")
+    summary.add_argument("--json", action="store_true")
+    summary.add_argument("--results", default=str(DEFAULT_PATH))
+    summary.set_defaults(func=cmd_summary)
+    op = sub.add_parser("opinfo", help="PyTorch's OpInfo sweep (op_db) on the device vs CPU")
+    op.add_argument("--dtypes", nargs="*", default=["float32"])
+    op.add_argument("--ops", nargs="*", help="OpInfo names (default: all)")
+    op.add_argument("--device", default="neuron")
+    op.add_argument("--max-samples", type=int, default=None, help="per op and dtype")
+    op.add_argument("--results", default=str(DEFAULT_PATH))
+    op.set_defaults(func=cmd_opinfo)
+    args = parser.parse_args(argv)
+    return args.func(args)

@@ -1,0 +1,168 @@
+"""Comparing a device result with CPU eager's.
+
+Floating point: ``torch.testing`` default tolerances per dtype (DESIGN.md
+section 4) unless the op's spec records an override with its reason; NaN
+must sit at the same positions and infinities must match in sign. Integers
+and bools: exact. Always: same shape, same dtype, result on the device.
+Ops that accumulate (reductions, matmul) may instead pass the float64
+criterion: against a float64 CPU reference, the device's error is no more
+than 3x CPU's own (RMSE), as torch._dynamo.utils.same judges.
+
+Every comparison reports max absolute error, max relative error and the
+ULP distance, so the store keeps how close a passing case was.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+DEFAULT_TOLERANCE = {  # torch.testing defaults: (rtol, atol)
+    torch.float32: (1.3e-6, 1e-5),
+    torch.float16: (1e-3, 1e-5),
+    torch.bfloat16: (1.6e-2, 1e-5),
+    torch.float64: (1e-7, 1e-7),
+    torch.complex64: (1.3e-6, 1e-5),
+}
+FP64_MULTIPLIER = 3.0
+
+_INT_VIEW = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16,
+             torch.float64: torch.int64}
+
+
+@dataclass
+class Comparison:
+    ok: bool
+    message: str = ""
+    max_abs: float | None = None
+    max_rel: float | None = None
+    ulp: int | None = None
+    criterion: str = ""
+
+    def merge(self, other: "Comparison") -> "Comparison":
+        def worst(a, b):
+            return b if a is None else a if b is None else max(a, b)
+
+        return Comparison(self.ok and other.ok, "; ".join(m for m in (self.message, other.message) if m),
+                          worst(self.max_abs, other.max_abs), worst(self.max_rel, other.max_rel),
+                          worst(self.ulp, other.ulp), self.criterion or other.criterion)
+
+
+def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Largest distance in units of the last place between finite, equal-dtype float tensors."""
+    view = _INT_VIEW.get(a.dtype)
+    if view is None or a.numel() == 0:
+        return 0
+    finite = torch.isfinite(a) & torch.isfinite(b)
+    if not finite.any():
+        return 0
+    bits = torch.iinfo(view).bits
+
+    def ordered(x: torch.Tensor) -> torch.Tensor:
+        i = x.contiguous().view(view).to(torch.int64)
+        return torch.where(i < 0, -(i & ((1 << (bits - 1)) - 1)), i)
+
+    return int((ordered(a) - ordered(b)).abs()[finite].max())
+
+
+def _errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]:
+    a, e = actual.double(), expected.double()
+    finite = torch.isfinite(a) & torch.isfinite(e)
+    if not finite.any():
+        return 0.0, 0.0
+    diff = (a - e).abs()[finite]
+    rel = diff / e.abs()[finite].clamp_min(torch.finfo(torch.float64).tiny)
+    return float(diff.max()), float(rel.max())
+
+
+def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tuple[float, float] | None,
+                   reference: torch.Tensor | None = None, where: str = "output", overflow_equal: bool = False
+                   ) -> Comparison:
+    """``actual`` is the device result, ``expected`` CPU's; ``reference`` (optional) a float64 CPU result.
+
+    ``overflow_equal`` (a per-op override): an infinity on one side equals a same-signed finite value
+    beyond half the dtype's range on the other, for ops whose CPU kernels overflow early."""
+    if not isinstance(actual, torch.Tensor):
+        return Comparison(False, f"{where}: expected a tensor, got {type(actual).__name__}")
+    if actual.dtype != expected.dtype:
+        return Comparison(False, f"{where}: dtype {actual.dtype} != CPU {expected.dtype}")
+    if tuple(actual.shape) != tuple(expected.shape):
+        return Comparison(False, f"{where}: shape {tuple(actual.shape)} != CPU {tuple(expected.shape)}")
+    got = actual.detach().cpu()
+    exp = expected.detach()
+    if not (exp.dtype.is_floating_point or exp.dtype.is_complex):
+        if torch.equal(got, exp):
+            return Comparison(True, criterion="exact")
+        bad = int((got != exp).sum())
+        return Comparison(False, f"{where}: {bad} of {exp.numel()} elements differ (exact comparison)",
+                          criterion="exact")
+    if exp.dtype.is_complex:
+        return compare_tensor(torch.view_as_real(got.resolve_conj()), torch.view_as_real(exp.resolve_conj()),
+                              tolerance, None if reference is None else torch.view_as_real(reference), where)
+    if overflow_equal:
+        big = torch.finfo(exp.dtype).max / 2
+        near = (torch.isinf(got) & (exp.double().abs() > big) & (torch.sign(got) == torch.sign(exp))) | \
+            (torch.isinf(exp) & (got.double().abs() > big) & (torch.sign(got) == torch.sign(exp)))
+        got = torch.where(near, exp, got) if near.any() else got
+    nan_a, nan_e = torch.isnan(got), torch.isnan(exp)
+    if not torch.equal(nan_a, nan_e):
+        return Comparison(False, f"{where}: NaN at different positions ({int(nan_a.sum())} on device, "
+                                 f"{int(nan_e.sum())} on CPU)")
+    inf_a, inf_e = torch.isinf(got), torch.isinf(exp)
+    if not torch.equal(inf_a, inf_e) or not torch.equal(got[inf_a], exp[inf_e]):
+        return Comparison(False, f"{where}: infinities differ")
+    max_abs, max_rel = _errors(got, exp)
+    ulp = ulp_distance(got, exp)
+    rtol, atol = tolerance if tolerance is not None else DEFAULT_TOLERANCE.get(exp.dtype, (1.3e-6, 1e-5))
+    finite = ~(nan_e | inf_e)
+    diff = (got.double() - exp.double()).abs()[finite]
+    limit = atol + rtol * exp.double().abs()[finite]
+    if bool((diff <= limit).all()):
+        return Comparison(True, "", max_abs, max_rel, ulp, f"rtol={rtol:g} atol={atol:g}")
+    if reference is not None:
+        ref = reference.detach().double()[finite]
+        device_rmse = math.sqrt(float(((got.double()[finite] - ref) ** 2).mean())) if ref.numel() else 0.0
+        cpu_rmse = math.sqrt(float(((exp.double()[finite] - ref) ** 2).mean())) if ref.numel() else 0.0
+        if device_rmse <= FP64_MULTIPLIER * cpu_rmse + atol:
+            return Comparison(True, "", max_abs, max_rel, ulp,
+                              f"fp64 reference: device RMSE {device_rmse:.3g} <= {FP64_MULTIPLIER:g} x CPU {cpu_rmse:.3g}")
+    worst = int(torch.argmax(diff - limit)) if diff.numel() else 0
+    return Comparison(False, f"{where}: {int((diff > limit).sum())} of {exp.numel()} elements outside rtol={rtol:g} "
+                             f"atol={atol:g}; max abs {max_abs:.3g}, max rel {max_rel:.3g}, {ulp} ULP "
+                             f"(worst at flat index {worst})", max_abs, max_rel, ulp, f"rtol={rtol:g} atol={atol:g}")
+
+
+def compare(actual: Any, expected: Any, tolerance: tuple[float, float] | None = None, reference: Any = None,
+            where: str = "output", overflow_equal: bool = False) -> Comparison:
+    """Recursive over tuples/lists; Python scalars compared exactly (NaN equal to NaN)."""
+    if isinstance(expected, torch.Tensor):
+        return compare_tensor(actual, expected, tolerance, reference if isinstance(reference, torch.Tensor) else None,
+                              where, overflow_equal)
+    if isinstance(expected, (tuple, list)):
+        if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
+            return Comparison(False, f"{where}: structure differs ({type(actual).__name__} vs {type(expected).__name__})")
+        result = Comparison(True)
+        refs = reference if isinstance(reference, (tuple, list)) else [None] * len(expected)
+        for i, (a, e, r) in enumerate(zip(actual, expected, refs)):
+            result = result.merge(compare(a, e, tolerance, r, f"{where}[{i}]", overflow_equal))
+        return result
+    if isinstance(expected, float) and isinstance(actual, float) and math.isnan(expected) and math.isnan(actual):
+        return Comparison(True, criterion="exact")
+    if actual == expected:
+        return Comparison(True, criterion="exact")
+    if isinstance(expected, float) and isinstance(actual, float) and tolerance is not None:
+        rtol, atol = tolerance
+        if abs(actual - expected) <= atol + rtol * abs(expected):
+            return Comparison(True, criterion=f"rtol={rtol:g} atol={atol:g}")
+    return Comparison(False, f"{where}: {actual!r} != CPU {expected!r}")
+
+
+def same_error(device_error: BaseException, cpu_error: BaseException) -> Comparison:
+    """Error parity: the device raises the exception class CPU raises (or a subclass of it)."""
+    if isinstance(device_error, type(cpu_error)):
+        return Comparison(True, criterion="error parity")
+    return Comparison(False, f"CPU raised {type(cpu_error).__name__}: {str(cpu_error)[:200]}; device raised "
+                             f"{type(device_error).__name__}: {str(device_error)[:200]}", criterion="error parity")

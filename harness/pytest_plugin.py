@@ -1,0 +1,144 @@
+"""pytest integration: `pytest opsuite` runs every op spec against CPU eager and stores every case.
+
+Options: ``--neuron-mode {eager,adaptive,compiled,all}`` (default eager),
+``--device`` (default ``neuron``; any torch device, e.g. ``cuda``),
+``--results PATH`` (default build/results.sqlite). Hypothesis profiles:
+``quick`` (the default, CI), ``ci`` and ``nightly``, selected with
+``--hypothesis-profile``; the example database persists under
+build/hypothesis, so a failure found once is replayed first next time.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+from harness import modes
+from harness.env import ROOT, environment
+from harness.runner import Result, draw_case, run_case
+from harness.specs import OpSpec
+from harness.store import DEFAULT_PATH, Store
+from harness.xfails import XFails
+
+_DB = DirectoryBasedExampleDatabase(str(ROOT / "build" / "hypothesis"))
+_COMMON = dict(deadline=None, database=_DB, print_blob=True,
+               suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
+                                      HealthCheck.function_scoped_fixture])
+settings.register_profile("quick", max_examples=4, **_COMMON)
+settings.register_profile("ci", max_examples=25, **_COMMON)
+settings.register_profile("nightly", max_examples=200, **_COMMON)
+settings.register_profile("replay", max_examples=1, phases=[Phase.explicit, Phase.reuse], **_COMMON)
+settings.load_profile(os.environ.get("NEURONSIM_HYPOTHESIS_PROFILE", "quick"))
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("neuronsim", "neuronsim differential op suite")
+    group.addoption("--neuron-mode", default="eager", choices=list(modes.MODES) + ["all"],
+                    help="execution mode(s) on the device under test")
+    group.addoption("--device", default="neuron", help="the torch device under test (compared with CPU eager)")
+    group.addoption("--results", default=str(DEFAULT_PATH), help="SQLite results store")
+
+
+@dataclass
+class Session:
+    store: Store
+    run_id: int
+    xfails: XFails
+    device: str
+    pending: dict[str, list[Result]] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    xpassed: list[str] = field(default_factory=list)
+
+
+_SESSION: Session | None = None
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "opsuite: a differential op-coverage test")
+
+
+def _start_session(config: pytest.Config) -> Session:
+    """Created when the first opsuite test runs, so `pytest tests` alone opens no results run."""
+    global _SESSION
+    if _SESSION is None:
+        device = config.getoption("--device")
+        profile = config.getoption("--hypothesis-profile", default=None) or os.environ.get(
+            "NEURONSIM_HYPOTHESIS_PROFILE", "quick")
+        store = Store(Path(config.getoption("--results")))
+        _SESSION = Session(store, store.start_run("opsuite", environment(device), profile), XFails.load(), device)
+    return _SESSION
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "mode" in metafunc.fixturenames and "harness_session" in metafunc.fixturenames:
+        chosen = metafunc.config.getoption("--neuron-mode")
+        metafunc.parametrize("mode", list(modes.MODES) if chosen == "all" else [chosen])
+
+
+@pytest.fixture(scope="session")
+def harness_session(request: pytest.FixtureRequest) -> Session:
+    return _start_session(request.config)
+
+
+def check_spec(session: Session, spec: OpSpec, mode: str, data, test_id: str) -> None:
+    """Draw one case of ``spec``, run it, remember the result, and fail the example if it failed."""
+    case = draw_case(data, spec, mode, session.device)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Operator '.*' executed via CPU fallback")
+        warnings.filterwarnings("ignore", message="An output with one or more elements was resized")
+        result = run_case(case, session.xfails)
+    session.pending.setdefault(test_id, []).append(result)
+    if result.verdict == "skip":
+        pytest.skip(result.message)
+    if result.verdict == "xpass":
+        session.xpassed.append(f"{spec.name} [{case.dtype}, {mode}]: {result.xfail_reason}")
+    if result.verdict == "xfail":
+        pytest.xfail(result.xfail_reason)
+    if result.verdict == "fail":
+        raise AssertionError(f"{spec.name} [{case.dtype}, {mode}] {result.message}\n"
+                             f"expression: {result.expression}\n--- reproducer ---\n{result.reproducer}")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    report = outcome.get_result()
+    if _SESSION is None or report.when != "call":
+        return
+    results = _SESSION.pending.pop(item.nodeid, [])
+    # Hypothesis replays the shrunk failing example last: store every passing example and only
+    # the final failure, not each intermediate shrink.
+    failures = [r for r in results if r.verdict in ("fail", "xpass")]
+    keep = [r for r in results if r.verdict not in ("fail", "xpass")] + failures[-1:]
+    family = item.module.__name__.replace("test_", "") if item.module else ""
+    for result in keep:
+        _SESSION.store.add(_SESSION.run_id, result, family)
+        _SESSION.counts[result.verdict] = _SESSION.counts.get(result.verdict, 0) + 1
+    _SESSION.store.commit()
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    if _SESSION is None:
+        return
+    tr = terminalreporter
+    counts = ", ".join(f"{v} {k}" for k, v in sorted(_SESSION.counts.items()))
+    tr.write_sep("-", f"neuronsim opsuite run {_SESSION.run_id}: {counts or 'no cases'}; store {_SESSION.store.path}")
+    for entry in _SESSION.xfails.stale():
+        tr.write_line(f"xfails.toml entry matched nothing (stale?): {entry.op} "
+                      f"dtype={entry.dtype} mode={entry.mode}: {entry.reason}")
+    for line in sorted(set(_SESSION.xpassed)):
+        tr.write_line(f"expected failure now passes (remove the xfails.toml entry): {line}")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    global _SESSION
+    if _SESSION is not None:
+        _SESSION.store.finish_run(_SESSION.run_id)
+        _SESSION.store.close()
+        _SESSION = None

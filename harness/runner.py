@@ -1,0 +1,245 @@
+"""Running one case: the same expression on CPU eager and on the device, then every check.
+
+Checks, in order: error parity (if either side raised); outputs (values,
+dtype, shape, device); aliasing parity (which outputs share storage with
+which inputs); inputs after the call (in-place and out= effects); gradients
+for differentiable specs (falling back to the float64-reference criterion,
+as backward formulas compound roundings). A spec with ``check="properties"`` (random ops)
+compares shape, dtype and device, and that the device repeats itself under
+the same seed.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from harness import compare as cmp
+from harness import modes, repro
+from harness.cases import Case
+from harness.specs import SPECS, OpSpec
+from harness.values import dtype_named, materialize
+
+F = torch.nn.functional
+
+
+@dataclass
+class Result:
+    case: Case
+    verdict: str  # pass, fail, skip, xfail, xpass
+    message: str = ""
+    comparison: cmp.Comparison | None = None
+    cpu_ms: float = 0.0
+    device_ms: float = 0.0
+    expression: str = ""
+    device_ops: dict[str, dict[str, int]] = field(default_factory=dict)
+    xfail_reason: str = ""
+    reproducer: str = ""
+
+    @property
+    def fallback_ops(self) -> list[str]:
+        return sorted(op for op, c in self.device_ops.items() if c.get("fallback"))
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict in ("pass", "xfail", "skip")
+
+
+def _device_module(device: str):
+    return getattr(torch, torch.device(device).type, None)
+
+
+def _reset_stats(device: str) -> None:
+    reset = getattr(_device_module(device), "reset_dispatch_stats", None)
+    if callable(reset):
+        reset()
+
+
+def _stats(device: str) -> dict[str, dict[str, int]]:
+    stats = getattr(_device_module(device), "dispatch_stats", None)
+    return stats() if callable(stats) else {}
+
+
+def _namespace(tensors: list[torch.Tensor]) -> dict[str, Any]:
+    ns: dict[str, Any] = {"torch": torch, "F": F}
+    ns.update({f"x{i}": t for i, t in enumerate(tensors)})
+    return ns
+
+
+def _evaluate(expression: str, tensors: list[torch.Tensor], mode: modes.Mode | None, device: str):
+    ns = _namespace(tensors)
+    started = time.perf_counter()
+    if mode is None:
+        value = eval(expression, ns)  # noqa: S307 - the expression is the spec's own call text
+    else:
+        value = mode.run(lambda: eval(expression, ns), device)  # noqa: S307
+    return value, (time.perf_counter() - started) * 1e3
+
+
+def _storage_aliases(outputs: Any, inputs: list[torch.Tensor]) -> list[tuple[int, int]]:
+    leaves = outputs if isinstance(outputs, (tuple, list)) else [outputs]
+    pairs = []
+    for i, out in enumerate(leaves):
+        if not isinstance(out, torch.Tensor) or out.numel() == 0:
+            continue
+        for j, inp in enumerate(inputs):
+            if inp.numel() and out.untyped_storage().data_ptr() == inp.untyped_storage().data_ptr():
+                pairs.append((i, j))
+    return pairs
+
+
+def _grads(spec: OpSpec, outputs: Any, inputs: list[torch.Tensor], device: str, seed: int):
+    """Gradients of sum(out * cotangent) w.r.t. inputs requiring grad (cotangent seeded, same on both sides)."""
+    leaves = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
+    outs = [o for o in (outputs if isinstance(outputs, (tuple, list)) else [outputs])
+            if isinstance(o, torch.Tensor) and o.requires_grad and o.dtype.is_floating_point]
+    if not leaves or not outs:
+        return None
+    g = torch.Generator().manual_seed(seed)
+    cotangents = [torch.randn(o.shape, generator=g, dtype=torch.float32).to(o.dtype).to(device) for o in outs]
+    grads = torch.autograd.grad(outs, leaves, cotangents, allow_unused=True)
+    return [torch.zeros_like(leaf) if gr is None else gr for leaf, gr in zip(leaves, grads)]
+
+
+def _fp64_reference(spec: OpSpec, case: Case, expression: str) -> Any:
+    tensors = [materialize(t, "cpu") for t in case.tensors]
+    widened = [t.detach().double() if t.dtype.is_floating_point else t for t in tensors]
+    try:
+        value, _ = _evaluate(expression, widened, None, "cpu")
+    except Exception:  # noqa: BLE001 - no reference, no second criterion
+        return None
+    return value
+
+
+def run_case(case: Case, xfails=None) -> Result:
+    spec = SPECS[case.spec]
+    mode = modes.get(case.mode)
+    names = [f"x{i}" for i in range(len(case.tensors))]
+    expression = spec.render(case.params, names)
+    result = Result(case, "pass", expression=expression)
+    unavailable = mode.available(case.device)
+    if unavailable:
+        result.verdict, result.message = "skip", unavailable
+        return result
+    cpu_inputs = [materialize(t, "cpu") for t in case.tensors]
+    device_inputs = [materialize(t, case.device) for t in case.tensors]
+    cpu_error = device_error = None
+    expected = actual = None
+    seed = sum(t.seed for t in case.tensors) % (2**31)
+    try:
+        torch.manual_seed(seed)
+        expected, result.cpu_ms = _evaluate(expression, cpu_inputs, None, "cpu")
+    except Exception as e:  # noqa: BLE001 - error parity is a check
+        cpu_error = e
+    _reset_stats(case.device)
+    try:
+        torch.manual_seed(seed)
+        actual, result.device_ms = _evaluate(expression, device_inputs, mode, case.device)
+    except Exception as e:  # noqa: BLE001
+        device_error = e
+    result.device_ops = _stats(case.device)
+    comparison = _check(spec, case, expression, cpu_error, device_error, expected, actual, cpu_inputs, device_inputs,
+                        seed)
+    result.comparison = comparison
+    result.verdict = "pass" if comparison.ok else "fail"
+    result.message = comparison.message
+    if xfails is not None:
+        entry = xfails.match(case)
+        if entry is not None:
+            result.xfail_reason = f"{entry.category}: {entry.reason}"
+            result.verdict = "xfail" if result.verdict == "fail" else "xpass"
+    if result.verdict in ("fail", "xpass"):
+        result.reproducer = repro.render(spec, case, expression, comparison)
+    return result
+
+
+def _check(spec, case, expression, cpu_error, device_error, expected, actual, cpu_inputs, device_inputs, seed
+           ) -> cmp.Comparison:
+    if cpu_error is not None or device_error is not None:
+        if cpu_error is not None and device_error is not None:
+            return cmp.same_error(device_error, cpu_error)
+        if cpu_error is not None:
+            return cmp.Comparison(False, f"CPU raised {type(cpu_error).__name__}: {str(cpu_error)[:300]}; the device "
+                                         f"returned a result", criterion="error parity")
+        return cmp.Comparison(False, f"the device raised {type(device_error).__name__}: {str(device_error)[:300]}; "
+                                     f"CPU returned a result", criterion="error parity")
+    tolerance = spec.tolerance.get(case.dtype)
+    if spec.check == "properties":
+        return _check_properties(spec, case, expression, expected, actual, device_inputs, seed)
+    comparison = cmp.compare(actual, expected, tolerance, overflow_equal=spec.overflow_equal)
+    if not comparison.ok and spec.fp64_reference:
+        reference = _fp64_reference(spec, case, expression)
+        if reference is not None:
+            comparison = cmp.compare(actual, expected, tolerance, reference, overflow_equal=spec.overflow_equal)
+    cpu_alias = _storage_aliases(expected, cpu_inputs)
+    device_alias = _storage_aliases(actual, device_inputs)
+    if cpu_alias != device_alias:
+        comparison = comparison.merge(cmp.Comparison(
+            False, f"aliasing differs: outputs sharing storage with inputs (output, input) CPU {cpu_alias}, "
+                   f"device {device_alias}"))
+    for i, (c, d) in enumerate(zip(cpu_inputs, device_inputs)):
+        after = cmp.compare_tensor(d, c, tolerance, where=f"input x{i} after the call")
+        if not after.ok:
+            comparison = comparison.merge(after)
+    if spec.grad and comparison.ok:
+        try:
+            cpu_grads = _grads(spec, expected, cpu_inputs, "cpu", seed)
+            device_grads = _grads(spec, actual, device_inputs, case.device, seed)
+        except Exception as e:  # noqa: BLE001 - a backward that raises on one side only is a failure
+            return comparison.merge(cmp.Comparison(False, f"backward raised {type(e).__name__}: {str(e)[:300]}"))
+        if cpu_grads is not None:
+            grad_cmp = cmp.compare(device_grads, cpu_grads, tolerance, where="gradient")
+            # Backward formulas are compositions of ops, each rounded to the dtype on both sides, so a
+            # one-ULP difference in an intermediate can grow; gradients are judged by the float64
+            # criterion when the tolerance alone fails.
+            if not grad_cmp.ok:
+                grad_cmp.ok = _grad_within_fp64(spec, case, expression, device_grads, cpu_grads, tolerance, seed)
+            comparison = comparison.merge(grad_cmp)
+    return comparison
+
+
+def _grad_within_fp64(spec, case, expression, device_grads, cpu_grads, tolerance, seed) -> bool:
+    tensors = []
+    for t in case.tensors:
+        x = materialize(t, "cpu")
+        if x.dtype.is_floating_point:
+            x = x.detach().double().requires_grad_(t.requires_grad)
+        tensors.append(x)
+    try:
+        value, _ = _evaluate(expression, tensors, None, "cpu")
+        reference = _grads(spec, value, tensors, "cpu", seed)
+    except Exception:  # noqa: BLE001
+        return False
+    return reference is not None and cmp.compare(device_grads, cpu_grads, tolerance, reference, "gradient").ok
+
+
+def _check_properties(spec, case, expression, expected, actual, device_inputs, seed) -> cmp.Comparison:
+    """Random ops: same structure, shapes, dtypes; on the device, the same seed gives the same values."""
+    exp_leaves = expected if isinstance(expected, (tuple, list)) else [expected]
+    act_leaves = actual if isinstance(actual, (tuple, list)) else [actual]
+    if len(exp_leaves) != len(act_leaves):
+        return cmp.Comparison(False, "structure differs")
+    for i, (a, e) in enumerate(zip(act_leaves, exp_leaves)):
+        if isinstance(e, torch.Tensor):
+            if not isinstance(a, torch.Tensor) or a.dtype != e.dtype or a.shape != e.shape:
+                return cmp.Comparison(False, f"output[{i}]: {getattr(a, 'dtype', type(a))} "
+                                             f"{tuple(getattr(a, 'shape', ()))} vs CPU {e.dtype} {tuple(e.shape)}")
+    torch.manual_seed(seed)
+    again, _ = _evaluate(expression, device_inputs, None, case.device)
+    repeat = cmp.compare(again, actual, (0.0, 0.0), where="repeat with the same seed")
+    return repeat if not repeat.ok else cmp.Comparison(True, criterion="properties + determinism")
+
+
+def draw_case(data, spec: OpSpec, mode: str = "eager", device: str = "neuron") -> Case:
+    """Draw one case of ``spec`` with Hypothesis (``data`` is st.data())."""
+    from hypothesis import strategies as st
+
+    dtype = data.draw(st.sampled_from(spec.dtypes), label="dtype")
+    tensors, params = spec.draw(data, dtype)
+    return Case(spec.name, dtype, tuple(tensors), params, mode, device)
+
+
+__all__ = ["Result", "run_case", "draw_case", "dtype_named"]

@@ -1,0 +1,378 @@
+"""Op specs: one record per op, saying how to call it and how to draw its arguments.
+
+A spec's ``call`` is a Python expression over ``x0, x1, ...`` (the drawn
+tensors) and named parameters; the runner evaluates exactly this text on
+each device and the reproducer prints it, so what ran is what you read.
+``draw(data, dtype)`` returns the tensors (``TensorSpec``s) and parameters
+of one case. Tolerance overrides are data here, each with its reason.
+
+Adding an op means adding a record. ``SPECS`` is the table; ``FAMILIES``
+groups it by the opsuite file that runs it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from hypothesis import strategies as st
+
+from harness import strategies as hs
+from harness.values import TensorSpec
+
+Draw = Callable[[Any, str], tuple[list[TensorSpec], dict[str, Any]]]
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    name: str
+    family: str
+    call: str
+    draw: Draw
+    dtypes: tuple[str, ...] = hs.FLOAT_DTYPES
+    grad: bool = False  # compare gradients w.r.t. the floating-point inputs
+    tolerance: dict[str, tuple[float, float]] = field(default_factory=dict)  # dtype -> (rtol, atol)
+    tolerance_reason: str = ""
+    fp64_reference: bool = False  # also accept results no worse than CPU's own against a float64 reference
+    inplace: bool = False  # mutates x0: x0 is compared after the call, the result must alias x0
+    view: bool = False  # the result must alias x0's storage on both devices
+    check: str = "values"  # "values", or "properties" for random ops (shape, dtype, device, determinism)
+    overflow_equal: bool = False  # inf matches a finite value near the dtype's max (tolerance_reason says why)
+
+    def render(self, params: dict[str, Any], names: list[str]) -> str:
+        values = {k: _literal(v) for k, v in params.items()}
+        values.update({f"x{i}": n for i, n in enumerate(names)})
+        return self.call.format(**values)
+
+
+def _literal(value: Any) -> str:
+    if isinstance(value, float):
+        if value != value:
+            return "float('nan')"
+        if value in (float("inf"), float("-inf")):
+            return "float('inf')" if value > 0 else "float('-inf')"
+    if isinstance(value, str):
+        return repr(value)
+    if isinstance(value, tuple) and not value:
+        return "()"
+    return repr(value)
+
+
+# --- draw builders -------------------------------------------------------------
+
+def _grad(dtype: str) -> bool:
+    return dtype in hs.FLOAT_DTYPES
+
+
+def unary(domains=None, min_dims=0, max_dims=4, layouts=None, grad=False) -> Draw:
+    def draw(data, dtype):
+        shape = data.draw(hs.shapes(min_dims=min_dims, max_dims=max_dims))
+        kwargs = {"domains": domains} if domains else {}
+        if layouts:
+            kwargs["layouts"] = layouts
+        return [data.draw(hs.tensor(shape, dtype, requires_grad=grad and _grad(dtype), **kwargs))], {}
+    return draw
+
+
+def binary(grad=False, scalar=False, second_dtype: str | None = None) -> Draw:
+    def draw(data, dtype):
+        a, b = data.draw(hs.broadcast_pair())
+        x0 = data.draw(hs.tensor(a, dtype, requires_grad=grad and _grad(dtype)))
+        if scalar and data.draw(st.booleans()):
+            return [x0], {"s": data.draw(hs.scalars(dtype))}
+        other = second_dtype or (dtype if data.draw(st.integers(0, 3)) else data.draw(st.sampled_from(hs.ALL_DTYPES)))
+        x1 = data.draw(hs.tensor(b, other, requires_grad=grad and _grad(dtype) and other == dtype))
+        return [x0, x1], {"s": None}
+    return draw
+
+
+def with_params(base: Draw, **strategies) -> Draw:
+    def draw(data, dtype):
+        tensors, params = base(data, dtype)
+        params = dict(params)
+        for name, strategy in strategies.items():
+            params[name] = data.draw(strategy(tensors) if callable(strategy) and not isinstance(
+                strategy, st.SearchStrategy) else strategy)
+        return tensors, params
+    return draw
+
+
+def reduction(allow_none=True, allow_tuple=True, keepdim=True, min_dims=0, grad=False, none_as=None) -> Draw:
+    def draw(data, dtype):
+        shape = data.draw(hs.shapes(min_dims=min_dims))
+        x0 = data.draw(hs.tensor(shape, dtype, requires_grad=grad and _grad(dtype)))
+        dim = data.draw(hs.dims_of(shape, allow_none=allow_none, allow_tuple=allow_tuple))
+        params = {"dim": none_as if dim is None else dim}
+        if keepdim:
+            params["keepdim"] = data.draw(st.booleans())
+        return [x0], params
+    return draw
+
+
+def dim_op(grad=False, min_dims=1, allow_empty=True) -> Draw:
+    """One tensor and one int dim (softmax, cumsum, sort...)."""
+    def draw(data, dtype):
+        shape = data.draw(hs.shapes(min_dims=min_dims, allow_empty=allow_empty))
+        x0 = data.draw(hs.tensor(shape, dtype, requires_grad=grad and _grad(dtype)))
+        dim = data.draw(st.integers(-len(shape), len(shape) - 1)) if shape else 0
+        return [x0], {"dim": dim}
+    return draw
+
+
+def matrices(batch: bool = False, bias: bool = False, grad: bool = False) -> Draw:
+    def draw(data, dtype):
+        size = st.sampled_from((1, 2, 5, 17, 127, 128, 129, 130, 257))
+        m, k, n = data.draw(size), data.draw(size), data.draw(size)
+        lead = (data.draw(st.integers(1, 3)),) if batch else ()
+        g = grad and _grad(dtype)
+        tensors = [data.draw(hs.tensor(lead + (m, k), dtype, domains=("unit", "normal"), requires_grad=g)),
+                   data.draw(hs.tensor(lead + (k, n), dtype, domains=("unit", "normal"), requires_grad=g))]
+        params: dict[str, Any] = {}
+        if bias:
+            bshape = data.draw(st.sampled_from([lead + (m, n), (n,), lead + (1, n)]))
+            tensors.insert(0, data.draw(hs.tensor(bshape, dtype, requires_grad=g)))
+            params = {"beta": data.draw(st.sampled_from([1, 0.5, 0])), "alpha": data.draw(st.sampled_from([1, 2.0]))}
+        return tensors, params
+    return draw
+
+
+def custom(fn: Callable[[Any, str], tuple[list[TensorSpec], dict[str, Any]]]) -> Draw:
+    return fn
+
+
+def _t(data, shape, dtype, **kw) -> TensorSpec:
+    return data.draw(hs.tensor(tuple(shape), dtype, **kw))
+
+
+def _index_tensor(data, shape, high, negative: bool = True) -> TensorSpec:
+    """An int64 index tensor for a dimension of size ``high``: values in [-high, high) ("index:N"),
+    or [0, high) ("index:N+")."""
+    domain = f"index:{high}" if negative else f"index:{high}+"
+    return TensorSpec(tuple(shape), "int64", "contiguous", domain, data.draw(st.integers(0, 2**31 - 1)))
+
+
+# --- the table -----------------------------------------------------------------
+
+_SPECS: list[OpSpec] = []
+
+
+def spec(*args, **kwargs) -> None:
+    _SPECS.append(OpSpec(*args, **kwargs))
+
+
+NUMERIC = hs.FLOAT_DTYPES + hs.INT_DTYPES
+EVERY = hs.ALL_DTYPES
+
+# pointwise: unary math (ScalarE), ALU ops (VectorE)
+_EARLY_OVERFLOW = ("CPU's vectorized float32 sinh/cosh/exp overflow to inf slightly below the dtype's maximum "
+                   "(e.g. sinh(89) = 2.2e38 is inf in the vector path, finite in its scalar tail); the device "
+                   "returns the correctly rounded value")
+for _name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin",
+              "acos", "atan", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "sigmoid", "erf", "erfc", "erfinv",
+              "reciprocal"):
+    _overflows = _name in ("exp", "expm1", "sinh", "cosh")
+    spec(_name, "pointwise", f"torch.{_name}({{x0}})", unary(grad=True), hs.FLOAT_DTYPES + ("int32",), grad=True,
+         overflow_equal=_overflows, tolerance_reason=_EARLY_OVERFLOW if _overflows else "")
+for _name in ("abs", "neg", "sign", "floor", "ceil", "trunc", "round", "isnan", "isinf", "logical_not",
+              "bitwise_not"):
+    spec(_name, "pointwise", f"torch.{_name}({{x0}})", unary(), EVERY)
+spec("relu", "pointwise", "torch.relu({x0})", unary(grad=True), NUMERIC, grad=True)
+spec("gelu", "pointwise", "F.gelu({x0}, approximate={approximate})",
+     with_params(unary(grad=True), approximate=st.sampled_from(["none", "tanh"])), grad=True)
+spec("silu", "pointwise", "F.silu({x0})", unary(grad=True), grad=True)
+spec("hardtanh", "pointwise", "F.hardtanh({x0}, {lo}, {hi})",
+     with_params(unary(grad=True), lo=st.sampled_from([-1.0, -0.5]), hi=st.sampled_from([1.0, 2.0])), grad=True)
+spec("leaky_relu", "pointwise", "F.leaky_relu({x0}, {slope})",
+     with_params(unary(grad=True), slope=st.sampled_from([0.01, 0.2])), grad=True)
+spec("elu", "pointwise", "F.elu({x0}, alpha={alpha})", with_params(unary(grad=True), alpha=st.sampled_from([1.0, 0.5])),
+     grad=True)
+for _name in ("add", "sub", "mul", "maximum", "minimum", "atan2", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
+              "logical_or", "logical_xor"):
+    spec(_name, "pointwise", f"torch.{_name}({{x0}}, {{x1}})", binary(grad=_name in ("add", "sub", "mul", "maximum")),
+         EVERY, grad=_name in ("add", "sub", "mul", "maximum"))
+_POW_REASON = ("CPU's bfloat16/float16 pow is not correctly rounded (0.013427734375 ** -1.87890625 = 3290.8, "
+               "3296 in bf16; CPU returns 3232): judged against a float64 reference")
+for _name in ("add", "sub", "mul", "eq", "lt", "pow", "remainder", "fmod", "floor_divide", "bitwise_and"):
+    spec(f"{_name}_scalar", "pointwise", f"torch.{_name}({{x0}}, {{s}})",
+         custom(lambda data, dtype: ([_t(data, data.draw(hs.shapes()), dtype)], {"s": data.draw(hs.scalars(dtype))})),
+         EVERY, fp64_reference=_name == "pow", tolerance_reason=_POW_REASON if _name == "pow" else "")
+spec("add_alpha", "pointwise", "torch.add({x0}, {x1}, alpha={alpha})",
+     with_params(binary(), alpha=st.sampled_from([2, -1, 0.5])), NUMERIC)
+spec("div", "pointwise", "torch.div({x0}, {x1}, rounding_mode={mode})",
+     with_params(binary(), mode=st.sampled_from([None, "trunc", "floor"])), NUMERIC)
+for _name in ("remainder", "fmod", "floor_divide", "pow"):
+    spec(_name, "pointwise", f"torch.{_name}({{x0}}, {{x1}})", binary(), NUMERIC, fp64_reference=_name == "pow",
+         tolerance_reason=_POW_REASON if _name == "pow" else "")
+for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    spec(_name, "pointwise", f"torch.{_name}({{x0}}, {{x1}})", binary(), hs.INT_DTYPES + ("bool",))
+spec("where", "pointwise", "torch.where({x0} > 0, {x1}, {x2})",
+     custom(lambda data, dtype: (lambda a, b: ([_t(data, a, "float32"), _t(data, b, dtype), _t(data, b, dtype)], {}))(
+         *data.draw(hs.broadcast_pair()))), EVERY)
+spec("clamp", "pointwise", "torch.clamp({x0}, {lo}, {hi})",
+     with_params(unary(grad=True), lo=st.sampled_from([None, -1, -0.5]), hi=st.sampled_from([None, 1, 0.5, -2])),
+     NUMERIC, grad=True)
+spec("clamp_tensor", "pointwise", "torch.clamp({x0}, {x1}, {x2})",
+     custom(lambda data, dtype: (lambda a, b: ([_t(data, a, dtype), _t(data, b, dtype), _t(data, b, dtype)], {}))(
+         *data.draw(hs.broadcast_pair()))), NUMERIC)
+spec("masked_fill", "pointwise", "{x0}.masked_fill({x1} > 0, {value})",
+     custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype), _t(data, shape, "float32")],
+                                                {"value": data.draw(hs.scalars(dtype))}))(data.draw(hs.shapes()))),
+     EVERY)
+spec("cast", "pointwise", "{x0}.to(torch.{target})",
+     with_params(unary(), target=st.sampled_from(hs.ALL_DTYPES)), EVERY)
+spec("add_", "pointwise", "{x0}.add_({x1})",
+     custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype, layouts=("contiguous", "transposed",
+                                                                                  "sliced", "offset")),
+                                                 _t(data, shape[-1:], dtype)], {}))(
+         data.draw(hs.shapes(min_dims=1)))), NUMERIC, inplace=True)
+spec("exp_", "pointwise", "{x0}.exp_()",
+     custom(lambda data, dtype: ([_t(data, data.draw(hs.shapes()), dtype,
+                                     layouts=("contiguous", "transposed", "sliced", "offset"))], {})),
+     hs.FLOAT_DTYPES, inplace=True)
+spec("fill_", "pointwise", "{x0}.fill_({value})",
+     custom(lambda data, dtype: ([_t(data, data.draw(hs.shapes()), dtype,
+                                     layouts=("contiguous", "transposed", "sliced", "offset"))],
+                                 {"value": data.draw(hs.scalars(dtype))})), EVERY, inplace=True)
+spec("zero_", "pointwise", "{x0}.zero_()", unary(layouts=("contiguous", "transposed", "sliced", "offset")), EVERY,
+     inplace=True)
+spec("clone", "pointwise", "{x0}.clone()", unary(), EVERY)
+
+# reductions and normalizations
+_REDUCE_TOL = {"bfloat16": (1.6e-2, 1e-2), "float16": (1e-3, 1e-3)}
+_REDUCE_REASON = "summation order differs from CPU's (pairwise/tiled); error grows with the reduced length"
+for _name, _dtypes in (("sum", EVERY), ("mean", hs.FLOAT_DTYPES), ("amax", NUMERIC), ("amin", NUMERIC)):
+    spec(_name, "reduction", f"torch.{_name}({{x0}}, dim={{dim}}, keepdim={{keepdim}})",
+         reduction(grad=_name in ("sum", "mean"), none_as=None if _name in ("sum", "mean") else ()), _dtypes,
+         grad=_name in ("sum", "mean"), tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON, fp64_reference=True)
+spec("prod", "reduction", "torch.prod({x0}, dim={dim}, keepdim={keepdim})",
+     reduction(allow_none=False, allow_tuple=False), NUMERIC, tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON,
+     fp64_reference=True)
+for _name in ("any", "all"):
+    spec(_name, "reduction", f"torch.{_name}({{x0}}, dim={{dim}}, keepdim={{keepdim}})"
+         , reduction(allow_none=False, allow_tuple=False), EVERY)
+for _name in ("argmax", "argmin"):
+    spec(_name, "reduction", f"torch.{_name}({{x0}}, dim={{dim}}, keepdim={{keepdim}})",
+         reduction(allow_tuple=False), NUMERIC)
+for _name in ("max_dim", "min_dim"):
+    spec(_name, "reduction", f"torch.{_name[:3]}({{x0}}, dim={{dim}}, keepdim={{keepdim}})",
+         reduction(allow_none=False, allow_tuple=False, min_dims=1), NUMERIC)
+spec("var", "reduction", "torch.var({x0}, dim={dim}, correction={correction}, keepdim={keepdim})",
+     with_params(reduction(grad=True), correction=st.sampled_from([0, 1])), grad=True, tolerance=_REDUCE_TOL,
+     tolerance_reason=_REDUCE_REASON, fp64_reference=True)
+spec("std", "reduction", "torch.std({x0}, dim={dim}, keepdim={keepdim})", reduction(), tolerance=_REDUCE_TOL,
+     tolerance_reason=_REDUCE_REASON, fp64_reference=True)
+spec("cumsum", "reduction", "torch.cumsum({x0}, {dim})", dim_op(grad=True), NUMERIC, grad=True,
+     tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON, fp64_reference=True)
+spec("logsumexp", "reduction", "torch.logsumexp({x0}, {dim})", dim_op(), fp64_reference=True, tolerance=_REDUCE_TOL,
+     tolerance_reason=_REDUCE_REASON)
+spec("softmax", "reduction", "torch.softmax({x0}, {dim})", dim_op(grad=True), grad=True, fp64_reference=True)
+spec("log_softmax", "reduction", "torch.log_softmax({x0}, {dim})", dim_op(grad=True), grad=True, fp64_reference=True)
+
+
+def _norm_input(data, dtype, min_dims=2):
+    shape = data.draw(hs.shapes(min_dims=min_dims, max_dims=4, allow_empty=False))
+    return shape, _t(data, shape, dtype, requires_grad=_grad(dtype))
+
+
+def _layer_norm(data, dtype):
+    shape, x = _norm_input(data, dtype)
+    k = data.draw(st.integers(1, len(shape)))
+    normalized = shape[len(shape) - k:]
+    return [x, _t(data, normalized, dtype, requires_grad=True), _t(data, normalized, dtype, requires_grad=True)], \
+        {"shape": tuple(normalized)}
+
+
+spec("layer_norm", "reduction", "F.layer_norm({x0}, {shape}, {x1}, {x2})", custom(_layer_norm), grad=True,
+     fp64_reference=True, tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON)
+
+
+def _group_norm(data, dtype):
+    n, groups, per = data.draw(st.integers(1, 3)), data.draw(st.sampled_from([1, 2, 4])), data.draw(st.integers(1, 3))
+    c = groups * per
+    spatial = data.draw(st.sampled_from([(), (5,), (3, 4)]))
+    return [_t(data, (n, c) + spatial, dtype, requires_grad=True), _t(data, (c,), dtype, requires_grad=True),
+            _t(data, (c,), dtype, requires_grad=True)], {"groups": groups}
+
+
+spec("group_norm", "reduction", "F.group_norm({x0}, {groups}, {x1}, {x2})", custom(_group_norm), grad=True,
+     fp64_reference=True, tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON)
+
+
+def _batch_norm(data, dtype):
+    n, c = data.draw(st.integers(2, 4)), data.draw(st.integers(1, 5))
+    spatial = data.draw(st.sampled_from([(), (5,), (3, 4)]))
+    return [_t(data, (n, c) + spatial, dtype, requires_grad=True), _t(data, (c,), "float32", domains=("uniform",)),
+            _t(data, (c,), "float32", domains=("positive",)), _t(data, (c,), dtype, requires_grad=True),
+            _t(data, (c,), dtype, requires_grad=True)], {"training": data.draw(st.booleans())}
+
+
+spec("batch_norm", "reduction", "F.batch_norm({x0}, {x1}.clone(), {x2}.clone(), {x3}, {x4}, training={training})",
+     custom(_batch_norm), ("float32",), grad=True, fp64_reference=True)
+
+
+def _loss(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=1, allow_empty=False))
+    return [_t(data, shape, dtype, requires_grad=True), _t(data, shape, dtype)], \
+        {"reduction": data.draw(st.sampled_from(["mean", "sum", "none"]))}
+
+
+spec("mse_loss", "reduction", "F.mse_loss({x0}, {x1}, reduction={reduction})", custom(_loss), grad=True,
+     fp64_reference=True, tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON)
+
+
+def _cross_entropy(data, dtype):
+    n, c = data.draw(st.integers(1, 9)), data.draw(st.sampled_from([2, 7, 129]))
+    return [_t(data, (n, c), dtype, requires_grad=True), _index_tensor(data, (n,), c, negative=False)], \
+        {"reduction": data.draw(st.sampled_from(["mean", "sum", "none"]))}
+
+
+spec("cross_entropy", "reduction", "F.cross_entropy({x0}, {x1}, reduction={reduction})", custom(_cross_entropy),
+     ("float32", "bfloat16"), grad=True, fp64_reference=True, tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON)
+
+# matmul
+_MM_TOL = {"float32": (1e-5, 1e-4), "bfloat16": (1.6e-2, 2e-2), "float16": (1e-3, 2e-3)}
+_MM_REASON = "fp32 accumulation in a different order than CPU's BLAS; one rounding of the output dtype apart"
+spec("mm", "matmul", "torch.mm({x0}, {x1})", matrices(grad=True), grad=True, tolerance=_MM_TOL,
+     tolerance_reason=_MM_REASON, fp64_reference=True)
+spec("bmm", "matmul", "torch.bmm({x0}, {x1})", matrices(batch=True, grad=True), grad=True, tolerance=_MM_TOL,
+     tolerance_reason=_MM_REASON, fp64_reference=True)
+spec("addmm", "matmul", "torch.addmm({x0}, {x1}, {x2}, beta={beta}, alpha={alpha})", matrices(bias=True),
+     tolerance=_MM_TOL, tolerance_reason=_MM_REASON, fp64_reference=True)
+spec("baddbmm", "matmul", "torch.baddbmm({x0}, {x1}, {x2}, beta={beta}, alpha={alpha})",
+     matrices(batch=True, bias=True), tolerance=_MM_TOL, tolerance_reason=_MM_REASON, fp64_reference=True)
+
+
+def _linear(data, dtype):
+    size = st.sampled_from((1, 3, 17, 128, 129))
+    n, k, m = data.draw(size), data.draw(size), data.draw(size)
+    lead = data.draw(st.sampled_from([(), (2,), (2, 3)]))
+    return [_t(data, lead + (n, k), dtype, domains=("unit",), requires_grad=True),
+            _t(data, (m, k), dtype, domains=("unit",), requires_grad=True),
+            _t(data, (m,), dtype, requires_grad=True)], {}
+
+
+spec("linear", "matmul", "F.linear({x0}, {x1}, {x2})", custom(_linear), grad=True, tolerance=_MM_TOL,
+     tolerance_reason=_MM_REASON, fp64_reference=True)
+
+
+def _attention(data, dtype):
+    b, h, s, d = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)), data.draw(st.sampled_from([1, 7, 33])), \
+        data.draw(st.sampled_from([8, 16]))
+    return [_t(data, (b, h, s, d), dtype, domains=("unit",)) for _ in range(3)], \
+        {"causal": data.draw(st.booleans())}
+
+
+spec("sdpa", "matmul", "F.scaled_dot_product_attention({x0}, {x1}, {x2}, is_causal={causal})", custom(_attention),
+     ("float32",), tolerance={"float32": (1e-5, 1e-5)}, tolerance_reason=_MM_REASON, fp64_reference=True)
+
+SPECS: dict[str, OpSpec] = {}
+for _spec in _SPECS:
+    assert _spec.name not in SPECS, f"duplicate spec {_spec.name}"
+    SPECS[_spec.name] = _spec
+
+
+def family(name: str) -> list[OpSpec]:
+    return [s for s in SPECS.values() if s.family == name]
+
+
+FAMILIES = sorted({s.family for s in SPECS.values()})

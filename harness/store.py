@@ -1,0 +1,112 @@
+"""The results store: SQLite at build/results.sqlite, one row per case, one row per run.
+
+Reports read only this file; nothing here imports the device.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+from harness.env import ROOT
+
+DEFAULT_PATH = Path(os.environ.get("NEURONSIM_RESULTS", ROOT / "build" / "results.sqlite"))
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    started TEXT NOT NULL,
+    finished TEXT,
+    kind TEXT NOT NULL,            -- opsuite, cli, opinfo, compat
+    profile TEXT,
+    torch TEXT, torch_mlir TEXT, python TEXT, neuronsim TEXT, git_sha TEXT, machine TEXT, device TEXT,
+    environment TEXT               -- full JSON
+);
+CREATE TABLE IF NOT EXISTS results (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id INTEGER NOT NULL REFERENCES runs(id),
+    source TEXT NOT NULL,          -- spec or opinfo
+    op TEXT NOT NULL,              -- spec name or OpInfo name
+    family TEXT,
+    overloads TEXT,                -- aten overloads the case reached on the device, JSON {op: {tier: n}}
+    dtypes TEXT, shapes TEXT, layouts TEXT, domains TEXT,
+    mode TEXT NOT NULL,
+    verdict TEXT NOT NULL,         -- pass, fail, skip, xfail, xpass
+    message TEXT,
+    criterion TEXT,
+    max_abs REAL, max_rel REAL, ulp INTEGER,
+    cpu_ms REAL, device_ms REAL,
+    fallback_ops TEXT,
+    expression TEXT,
+    reproducer TEXT,
+    xfail_reason TEXT,
+    case_json TEXT,
+    created TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS results_run ON results(run_id);
+CREATE INDEX IF NOT EXISTS results_op ON results(op, mode, verdict);
+"""
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
+
+
+class Store:
+    def __init__(self, path: Path | str = DEFAULT_PATH):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.db = sqlite3.connect(self.path, timeout=60)
+        self.db.executescript(SCHEMA)
+
+    def start_run(self, kind: str, environment: dict[str, str], profile: str | None = None) -> int:
+        cur = self.db.execute(
+            "INSERT INTO runs (started, kind, profile, torch, torch_mlir, python, neuronsim, git_sha, machine, device, "
+            "environment) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (_now(), kind, profile, environment.get("torch"), environment.get("torch_mlir"), environment.get("python"),
+             environment.get("neuronsim"), environment.get("git_sha"), environment.get("machine"),
+             environment.get("device"), json.dumps(environment)))
+        self.db.commit()
+        return int(cur.lastrowid)
+
+    def finish_run(self, run_id: int) -> None:
+        self.db.execute("UPDATE runs SET finished = ? WHERE id = ?", (_now(), run_id))
+        self.db.commit()
+
+    def add(self, run_id: int, result, family: str = "") -> None:
+        case = result.case
+        comparison = result.comparison
+        self.db.execute(
+            "INSERT INTO results (run_id, source, op, family, overloads, dtypes, shapes, layouts, domains, mode, verdict, "
+            "message, criterion, max_abs, max_rel, ulp, cpu_ms, device_ms, fallback_ops, expression, reproducer, "
+            "xfail_reason, case_json, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, case.source, case.spec, family, json.dumps(result.device_ops),
+             json.dumps([case.dtype] + [t.dtype for t in case.tensors]), json.dumps(case.shapes),
+             json.dumps(case.layouts), json.dumps(case.domains), case.mode, result.verdict, result.message,
+             comparison.criterion if comparison else None, comparison.max_abs if comparison else None,
+             comparison.max_rel if comparison else None, comparison.ulp if comparison else None,
+             result.cpu_ms, result.device_ms, json.dumps(result.fallback_ops), result.expression,
+             result.reproducer or None, result.xfail_reason or None, case.to_json(), _now()))
+
+    def commit(self) -> None:
+        self.db.commit()
+
+    def query(self, sql: str, params: Iterable[Any] = ()) -> list[sqlite3.Row]:
+        self.db.row_factory = sqlite3.Row
+        try:
+            return list(self.db.execute(sql, tuple(params)))
+        finally:
+            self.db.row_factory = None
+
+    def latest_run(self, kind: str | None = None) -> int | None:
+        sql = "SELECT id FROM runs" + (" WHERE kind = ?" if kind else "") + " ORDER BY id DESC LIMIT 1"
+        rows = self.db.execute(sql, (kind,) if kind else ()).fetchall()
+        return rows[0][0] if rows else None
+
+    def close(self) -> None:
+        self.db.commit()
+        self.db.close()

@@ -1,0 +1,183 @@
+"""Tensor inputs of a case: shape, dtype, layout and value domain, made identically on any device.
+
+A ``TensorSpec`` is data (it goes into the results store and the reproducer);
+``materialize(spec, device)`` builds the tensor: a base tensor with the
+spec's values is created on the host, moved to the device, and the same
+view (transpose, slice with step, expand, storage offset, channels_last) is
+applied on both sides, so CPU and device inputs have the same values,
+strides and storage offsets.
+
+Value domains are labels, not filters: an op gets NaN, inf, -0.0 and
+out-of-domain values too, because CPU defines what they produce and the
+device must produce the same.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+
+LAYOUTS = ("contiguous", "transposed", "sliced", "expanded", "offset", "channels_last")
+FLOAT_DOMAINS = ("normal", "uniform", "unit", "positive", "extremes", "signed_zero", "special", "denormal")
+INT_DOMAINS = ("small_int", "int_edges", "uniform")
+
+_DTYPES = {str(d).replace("torch.", ""): d for d in (
+    torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
+    torch.uint8, torch.bool, torch.complex64)}
+
+
+def dtype_named(name: str) -> torch.dtype:
+    return _DTYPES[name]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).replace("torch.", "")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    shape: tuple[int, ...]
+    dtype: str
+    layout: str = "contiguous"
+    domain: str = "normal"
+    seed: int = 0
+    requires_grad: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TensorSpec":
+        return cls(tuple(d["shape"]), d["dtype"], d["layout"], d["domain"], d["seed"], d.get("requires_grad", False))
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def layout_applies(layout: str, shape: tuple[int, ...]) -> bool:
+    if layout == "channels_last":
+        return len(shape) == 4
+    if layout in ("transposed", "sliced", "expanded", "offset"):
+        return len(shape) >= 1 and _numel(shape) > 0
+    return True
+
+
+def base_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
+    if layout == "transposed":
+        return tuple(reversed(shape))
+    if layout == "sliced":
+        return shape[:-1] + (shape[-1] * 2,)
+    if layout == "expanded":
+        return shape[:-1] + (1,)
+    if layout == "offset":
+        return (_numel(shape) + 3,)
+    if layout == "channels_last":
+        n, c, h, w = shape
+        return (n, h, w, c)
+    return shape
+
+
+def apply_layout(base: torch.Tensor, shape: tuple[int, ...], layout: str) -> torch.Tensor:
+    """The view of ``base`` that has ``shape`` and the layout's strides (same code on every device)."""
+    if layout == "transposed":
+        return base.permute(*reversed(range(base.dim())))
+    if layout == "sliced":
+        return base[..., ::2]
+    if layout == "expanded":
+        return base.expand(*shape)
+    if layout == "offset":
+        return base[3:].view(shape)
+    if layout == "channels_last":
+        return base.permute(0, 3, 1, 2)
+    return base
+
+
+LAYOUT_CODE = {  # the same views as source text, for reproducers
+    "contiguous": "{b}",
+    "transposed": "{b}.permute(*reversed(range({b}.dim())))",
+    "sliced": "{b}[..., ::2]",
+    "expanded": "{b}.expand({shape})",
+    "offset": "{b}[3:].view({shape})",
+    "channels_last": "{b}.permute(0, 3, 1, 2)",
+}
+
+
+def base_values(spec: TensorSpec) -> torch.Tensor:
+    """The host base tensor of a spec (before the layout view)."""
+    dtype = dtype_named(spec.dtype)
+    shape = base_shape(spec.shape, spec.layout)
+    g = torch.Generator().manual_seed(spec.seed)
+    n = _numel(shape)
+    if dtype == torch.bool:
+        return (torch.rand(shape, generator=g) > 0.5)
+    if spec.domain.startswith("index:"):  # indices into a dim of size N: [-N, N) or, with "+", [0, N)
+        bound = spec.domain[6:]
+        high = int(bound.rstrip("+"))
+        low = 0 if bound.endswith("+") else -high
+        return torch.randint(low, max(high, low + 1), shape, generator=g, dtype=torch.int64).to(dtype)
+    if not (dtype.is_floating_point or dtype.is_complex):
+        info = torch.iinfo(dtype)
+        if spec.domain == "int_edges":
+            edges = torch.tensor([info.min, info.max, 0, 1, -1 if info.min < 0 else 2, info.min + 1, info.max - 1],
+                                 dtype=torch.int64)
+            picks = torch.randint(0, len(edges), (n,), generator=g)
+            return edges[picks].reshape(shape).to(dtype)
+        lo, hi = (max(info.min, -9), min(info.max, 9)) if spec.domain == "small_int" else (max(info.min, -1000),
+                                                                                          min(info.max, 1000))
+        return torch.randint(lo, hi + 1, shape, generator=g, dtype=torch.int64).to(dtype)
+    x = torch.randn(shape, generator=g, dtype=torch.float64)
+    domain = spec.domain
+    if domain == "uniform":
+        x = torch.rand(shape, generator=g, dtype=torch.float64) * 2 - 1
+    elif domain == "unit":
+        x = torch.tanh(x) * 0.99
+    elif domain == "positive":
+        x = x.abs() + 0.05
+    elif domain == "extremes":
+        big = {torch.float16: 3e4, torch.bfloat16: 1e30}.get(dtype, 1e30)
+        x = torch.sign(x) * big * torch.rand(shape, generator=g, dtype=torch.float64)
+    elif domain in ("signed_zero", "special", "denormal"):
+        pool = {
+            "signed_zero": [0.0, -0.0, 1.0, -1.0],
+            "special": [float("nan"), float("inf"), float("-inf"), 0.0, -0.0, 1.0, -2.5, 3.0],
+            "denormal": [1e-40, -1e-40, 1e-45, 0.0, 1e-38, -3e-39] if dtype != torch.float16 else
+                        [6e-8, -6e-8, 1e-5, 0.0, 3e-5, -2e-6],
+        }[domain]
+        picks = torch.randint(0, len(pool), (n,), generator=g)
+        mixed = torch.tensor(pool, dtype=torch.float64)[picks].reshape(shape)
+        keep = torch.rand(shape, generator=g) < 0.5
+        x = torch.where(keep, mixed, x)
+    return x.to(dtype)
+
+
+def materialize(spec: TensorSpec, device: str) -> torch.Tensor:
+    base = base_values(spec)
+    if device != "cpu":
+        base = base.to(device)
+    t = apply_layout(base, spec.shape, spec.layout)
+    if spec.requires_grad:
+        t = t.detach().requires_grad_()
+    return t
+
+
+def literal(spec: TensorSpec) -> str:
+    """Python source that rebuilds the spec's base tensor on the host exactly (for reproducers)."""
+    base = base_values(spec)
+    dtype = dtype_named(spec.dtype)
+    if dtype in (torch.bfloat16, torch.float16):
+        values = base.float().flatten().tolist()
+        source_dtype = "torch.float32"
+    else:
+        values = base.flatten().tolist()
+        source_dtype = f"torch.{spec.dtype}"
+    text = repr(values).replace("nan", "float('nan')").replace("inf", "float('inf')")
+    code = f"torch.tensor({text}, dtype={source_dtype}).reshape({tuple(base.shape)})"
+    if source_dtype != f"torch.{spec.dtype}":
+        code += f".to(torch.{spec.dtype})"
+    return code

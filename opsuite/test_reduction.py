@@ -1,0 +1,17 @@
+"""Reductions, scans, softmax, normalizations and losses."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from harness.pytest_plugin import check_spec
+from harness.specs import family
+
+SPECS = family("reduction")
+
+
+@pytest.mark.opsuite
+@pytest.mark.parametrize("spec", SPECS, ids=[s.name for s in SPECS])
+@given(data=st.data())
+def test_reduction(harness_session, spec, mode, data, request):
+    check_spec(harness_session, spec, mode, data, request.node.nodeid)
