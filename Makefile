@@ -28,7 +28,7 @@ core: setup
 	$(PY) -m device_impl build-core
 
 test: core
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests opsuite
 
 report: core
 	mkdir -p build/reports

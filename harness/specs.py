@@ -365,14 +365,289 @@ def _attention(data, dtype):
 spec("sdpa", "matmul", "F.scaled_dot_product_attention({x0}, {x1}, {x2}, is_causal={causal})", custom(_attention),
      ("float32",), tolerance={"float32": (1e-5, 1e-5)}, tolerance_reason=_MM_REASON, fp64_reference=True)
 
+
+
+# --- indexing -------------------------------------------------------------------
+
+def _gather(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=1, allow_empty=False, max_dims=3))
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    index_shape = tuple(data.draw(st.integers(1, s)) if i != dim % len(shape) else data.draw(st.integers(1, 7))
+                        for i, s in enumerate(shape))
+    return [_t(data, shape, dtype), _index_tensor(data, index_shape, shape[dim], negative=False)], {"dim": dim}
+
+
+def _scatter(data, dtype, reduce=None):
+    tensors, params = _gather(data, dtype)
+    x, index = tensors
+    tensors.append(_t(data, index.shape, dtype))
+    if reduce:
+        params["reduce"] = data.draw(st.sampled_from(reduce))
+    return tensors, params
+
+
+def _index_select(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=1, allow_empty=False, max_dims=3))
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    return [_t(data, shape, dtype), _index_tensor(data, (data.draw(st.integers(0, 9)),), shape[dim],
+                                                  negative=False)], {"dim": dim}
+
+
+def _advanced(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=2, max_dims=3, allow_empty=False))
+    return [_t(data, shape, dtype), _index_tensor(data, (data.draw(st.integers(1, 6)),), shape[0]),
+            _index_tensor(data, (1,), shape[1])], {}
+
+
+def _index_put(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=1, max_dims=3, allow_empty=False))
+    n = data.draw(st.integers(1, 6))
+    return [_t(data, shape, dtype), _index_tensor(data, (n,), shape[0]), _t(data, (n,) + shape[1:], dtype)], \
+        {"accumulate": data.draw(st.booleans())}
+
+
+def _embedding(data, dtype):
+    vocab, dim = data.draw(st.sampled_from([1, 7, 129])), data.draw(st.sampled_from([1, 16, 130]))
+    idx_shape = data.draw(st.sampled_from([(5,), (2, 3), (0,)]))
+    return [_t(data, (vocab, dim), dtype, requires_grad=_grad(dtype)), _index_tensor(data, idx_shape, vocab,
+                                                                                      negative=False)], {}
+
+
+def _sort(data, dtype):
+    tensors, params = dim_op(allow_empty=True)(data, dtype)
+    params["descending"] = data.draw(st.booleans())
+    params["stable"] = data.draw(st.booleans())
+    return tensors, params
+
+
+def _topk(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=1, allow_empty=False))
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    k = data.draw(st.integers(1, shape[dim]))
+    return [_t(data, shape, dtype)], {"k": k, "dim": dim, "largest": data.draw(st.booleans())}
+
+
+def _masked(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=1))
+    return [_t(data, shape, dtype), _t(data, shape, "float32")], {}
+
+
+def _select_scatter(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=1, allow_empty=False, max_dims=3))
+    dim = data.draw(st.integers(0, len(shape) - 1))
+    index = data.draw(st.integers(-shape[dim], shape[dim] - 1))
+    return [_t(data, shape, dtype), _t(data, shape[:dim] + shape[dim + 1:], dtype)], {"dim": dim, "index": index}
+
+
+def _slice_scatter(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=1, allow_empty=False, max_dims=3))
+    dim = data.draw(st.integers(0, len(shape) - 1))
+    start = data.draw(st.integers(0, shape[dim] - 1))
+    step = data.draw(st.integers(1, 3))
+    length = len(range(start, shape[dim], step))
+    src_shape = shape[:dim] + (length,) + shape[dim + 1:]
+    return [_t(data, shape, dtype), _t(data, src_shape, dtype)], {"dim": dim, "start": start, "step": step}
+
+
+spec("gather", "indexing", "torch.gather({x0}, {dim}, {x1})", custom(_gather), EVERY)
+spec("scatter", "indexing", "torch.scatter({x0}, {dim}, {x1}, {x2})", custom(_scatter), EVERY)
+spec("scatter_add", "indexing", "torch.scatter_add({x0}, {dim}, {x1}, {x2})", custom(_scatter), NUMERIC,
+     tolerance=_REDUCE_TOL, tolerance_reason="duplicate indices accumulate in a different order than CPU")
+spec("scatter_reduce", "indexing", "torch.scatter_reduce({x0}, {dim}, {x1}, {x2}, reduce={reduce})",
+     custom(lambda data, dtype: _scatter(data, dtype, ("sum", "prod", "mean", "amax", "amin"))), NUMERIC,
+     tolerance=_REDUCE_TOL, tolerance_reason="duplicate indices accumulate in a different order than CPU",
+     fp64_reference=True)
+spec("index_select", "indexing", "torch.index_select({x0}, {dim}, {x1})", custom(_index_select), EVERY)
+spec("index", "indexing", "{x0}[{x1}]", custom(_advanced), EVERY)
+spec("index_2d", "indexing", "{x0}[{x1}, {x2}]", custom(_advanced), EVERY)
+spec("index_bool", "indexing", "{x0}[{x1} > 0]", custom(_masked), EVERY)
+spec("index_put", "indexing", "{x0}.index_put(({x1},), {x2}, accumulate={accumulate})", custom(_index_put), NUMERIC,
+     tolerance=_REDUCE_TOL, tolerance_reason="accumulate=True sums duplicates in a different order than CPU")
+spec("masked_select", "indexing", "torch.masked_select({x0}, {x1} > 0)", custom(_masked), EVERY)
+spec("nonzero", "indexing", "torch.nonzero({x0})", unary(), EVERY)
+spec("select_scatter", "indexing", "torch.select_scatter({x0}, {x1}, {dim}, {index})", custom(_select_scatter),
+     EVERY)
+spec("slice_scatter", "indexing", "torch.slice_scatter({x0}, {x1}, {dim}, {start}, None, {step})",
+     custom(_slice_scatter), EVERY)
+spec("embedding", "indexing", "F.embedding({x1}, {x0})", custom(_embedding), grad=True)
+spec("sort", "indexing", "torch.sort({x0}, dim={dim}, descending={descending}, stable={stable})", custom(_sort),
+     NUMERIC)
+spec("argsort", "indexing", "torch.argsort({x0}, dim={dim}, descending={descending}, stable=True)", custom(_sort),
+     NUMERIC)
+spec("topk", "indexing", "torch.topk({x0}, {k}, dim={dim}, largest={largest})", custom(_topk), NUMERIC)
+
+
+# --- shape and data movement ------------------------------------------------------
+
+def _cat(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=1, max_dims=3))
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    n = data.draw(st.integers(1, 3))
+    tensors = []
+    for _ in range(n):
+        part = list(shape)
+        part[dim] = data.draw(st.sampled_from([0, 1, 3, 129]))
+        tensors.append(_t(data, tuple(part), dtype))
+    return tensors, {"dim": dim, "n": n}
+
+
+def _pad(data, dtype):
+    ndim = data.draw(st.integers(3, 4))
+    shape = tuple(data.draw(st.integers(2, 6)) for _ in range(ndim))
+    k = 2 * (ndim - 2)
+    pads = tuple(data.draw(st.integers(0, 1)) for _ in range(k))
+    return [_t(data, shape, dtype)], {"pad": pads, "mode": data.draw(st.sampled_from(["constant", "reflect",
+                                                                                    "replicate"]))}
+
+
+spec("cat", "shape", "torch.cat([{x0}, {x1}, {x2}][:{n}], dim={dim})",
+     custom(lambda data, dtype: (lambda t, p: (t + [t[0]] * (3 - len(t)), p))(*_cat(data, dtype))), EVERY)
+spec("stack", "shape", "torch.stack([{x0}, {x1}], dim={dim})",
+     custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype), _t(data, shape, dtype)],
+                                                {"dim": data.draw(st.integers(-len(shape) - 1, len(shape)))}))(
+         data.draw(hs.shapes(max_dims=3)))), EVERY)
+spec("flip", "shape", "torch.flip({x0}, {dims})",
+     custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype)], {"dims": tuple(data.draw(
+         st.lists(st.integers(0, len(shape) - 1), unique=True, max_size=len(shape))))}))(
+         data.draw(hs.shapes(min_dims=1)))), EVERY)
+spec("roll", "shape", "torch.roll({x0}, {shifts}, {dims})",
+     custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype)], {"shifts": data.draw(st.integers(-5, 5)),
+                                                                          "dims": data.draw(st.integers(0, len(shape) - 1))}))(
+         data.draw(hs.shapes(min_dims=1)))), EVERY)
+spec("repeat", "shape", "{x0}.repeat({reps})",
+     custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype)], {"reps": tuple(
+         data.draw(st.integers(1, 3)) for _ in range(len(shape) + data.draw(st.integers(0, 1))))}))(
+         data.draw(hs.shapes(max_dims=3, max_numel=4096)))), EVERY)
+spec("pad", "shape", "F.pad({x0}, {pad}, mode={mode})", custom(_pad), NUMERIC)
+spec("constant_pad", "shape", "F.pad({x0}, {pad}, value={value})",
+     custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype)], {
+         "pad": tuple(data.draw(st.integers(-1, 3)) for _ in range(2 * min(len(shape), 2))),
+         "value": data.draw(hs.scalars(dtype))}))(data.draw(hs.shapes(min_dims=1, allow_empty=False)))), NUMERIC)
+for _name in ("tril", "triu"):
+    spec(_name, "shape", f"torch.{_name}({{x0}}, {{k}})",
+         with_params(unary(min_dims=2), k=st.integers(-3, 3)), EVERY)
+spec("permute_contiguous", "shape", "{x0}.permute(*reversed(range({x0}.dim()))).contiguous()", unary(), EVERY)
+spec("transpose_view", "shape", "{x0}.transpose(0, -1)", unary(min_dims=1), EVERY, view=True)
+spec("expand_clone", "shape", "{x0}.unsqueeze(0).expand(3, *{x0}.shape).clone()", unary(max_dims=3), EVERY)
+spec("split", "shape", "torch.split({x0}, {size}, dim=0)",
+     with_params(unary(min_dims=1), size=st.integers(1, 4)), EVERY)
+spec("narrow_reshape", "shape", "{x0}.reshape(-1)[1:].reshape(-1, 1)", unary(min_dims=1), EVERY)
+spec("diagonal", "shape", "torch.diagonal({x0}, {offset}).clone()",
+     with_params(unary(min_dims=2), offset=st.integers(-2, 2)), EVERY)
+
+
+# --- spatial ---------------------------------------------------------------------
+
+_CONV_TOL = {"float32": (1e-5, 1e-4), "bfloat16": (1.6e-2, 5e-2), "float16": (1e-3, 5e-3)}
+_CONV_REASON = "convolution accumulates over C_in*kh*kw in a different order than CPU's mkldnn"
+
+
+def _conv(data, dtype, dims: int = 2, transposed: bool = False):
+    n, groups = data.draw(st.integers(1, 2)), data.draw(st.sampled_from([1, 2]))
+    cin, cout = groups * data.draw(st.integers(1, 3)), groups * data.draw(st.integers(1, 3))
+    k = data.draw(st.sampled_from([1, 2, 3]))
+    spatial = tuple(data.draw(st.integers(k, 9)) for _ in range(dims))
+    weight = (cin, cout // groups) + (k,) * dims if transposed else (cout, cin // groups) + (k,) * dims
+    params = {"stride": data.draw(st.integers(1, 2)), "padding": data.draw(st.integers(0, 1)), "groups": groups}
+    if not transposed:
+        params["dilation"] = data.draw(st.integers(1, 2))
+    return [_t(data, (n, cin) + spatial, dtype, domains=("unit",), requires_grad=True),
+            _t(data, weight, dtype, domains=("unit",), requires_grad=True),
+            _t(data, (cout,), dtype, requires_grad=True)], params
+
+
+spec("conv1d", "spatial", "F.conv1d({x0}, {x1}, {x2}, stride={stride}, padding={padding}, dilation={dilation}, "
+     "groups={groups})", custom(lambda d, t: _conv(d, t, 1)), grad=True, tolerance=_CONV_TOL,
+     tolerance_reason=_CONV_REASON, fp64_reference=True)
+spec("conv2d", "spatial", "F.conv2d({x0}, {x1}, {x2}, stride={stride}, padding={padding}, dilation={dilation}, "
+     "groups={groups})", custom(lambda d, t: _conv(d, t, 2)), grad=True, tolerance=_CONV_TOL,
+     tolerance_reason=_CONV_REASON, fp64_reference=True)
+spec("conv_transpose2d", "spatial", "F.conv_transpose2d({x0}, {x1}, {x2}, stride={stride}, padding={padding}, "
+     "groups={groups})", custom(lambda d, t: _conv(d, t, 2, transposed=True)), grad=True, tolerance=_CONV_TOL,
+     tolerance_reason=_CONV_REASON, fp64_reference=True)
+
+
+def _pool(data, dtype, dims=2):
+    shape = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3))) + tuple(data.draw(st.integers(2, 9))
+                                                                              for _ in range(dims))
+    return [_t(data, shape, dtype, requires_grad=True)], {"k": data.draw(st.integers(1, 2)),
+                                                          "stride": data.draw(st.integers(1, 2)),
+                                                          "ceil": data.draw(st.booleans())}
+
+
+spec("max_pool2d", "spatial", "F.max_pool2d({x0}, {k}, {stride}, ceil_mode={ceil}, return_indices=True)",
+     custom(_pool), grad=True)
+spec("avg_pool2d", "spatial", "F.avg_pool2d({x0}, {k}, {stride}, ceil_mode={ceil})", custom(_pool), grad=True,
+     fp64_reference=True)
+spec("max_pool3d", "spatial", "F.max_pool3d({x0}, {k}, {stride})", custom(lambda d, t: _pool(d, t, 3)), grad=True)
+spec("avg_pool3d", "spatial", "F.avg_pool3d({x0}, {k}, {stride})", custom(lambda d, t: _pool(d, t, 3)),
+     fp64_reference=True)
+spec("adaptive_avg_pool2d", "spatial", "F.adaptive_avg_pool2d({x0}, ({out}, {out}))",
+     with_params(custom(_pool), out=st.integers(1, 4)), grad=True, fp64_reference=True)
+spec("avg_pool1d", "spatial", "F.avg_pool1d({x0}, {k}, {stride})", custom(lambda d, t: _pool(d, t, 1)),
+     fp64_reference=True)
+spec("adaptive_avg_pool1d", "spatial", "F.adaptive_avg_pool1d({x0}, {out})",
+     with_params(custom(lambda d, t: _pool(d, t, 1)), out=st.integers(1, 4)), fp64_reference=True)
+spec("interpolate_nearest", "spatial", "F.interpolate({x0}, scale_factor={scale}, mode='nearest')",
+     with_params(custom(_pool), scale=st.sampled_from([1.5, 2.0, 0.5])), grad=True)
+spec("interpolate_bilinear", "spatial", "F.interpolate({x0}, size=({h}, {w}), mode='bilinear', "
+     "align_corners={align})", with_params(custom(_pool), h=st.integers(1, 7), w=st.integers(1, 7),
+                                           align=st.booleans()), grad=True, fp64_reference=True)
+
+
+def _grid(data, dtype):
+    n, c, h, w = 1, data.draw(st.integers(1, 2)), data.draw(st.integers(2, 6)), data.draw(st.integers(2, 6))
+    return [_t(data, (n, c, h, w), dtype), _t(data, (n, 3, 4, 2), dtype, domains=("unit",))], {
+        "mode": data.draw(st.sampled_from(["bilinear", "nearest"])),
+        "padding": data.draw(st.sampled_from(["zeros", "border", "reflection"])), "align": data.draw(st.booleans())}
+
+
+spec("grid_sample", "spatial", "F.grid_sample({x0}, {x1}, mode={mode}, padding_mode={padding}, "
+     "align_corners={align})", custom(_grid), ("float32",), fp64_reference=True)
+spec("cdist", "spatial", "torch.cdist({x0}, {x1}, p={p})",
+     custom(lambda data, dtype: (lambda m, n, d: ([_t(data, (m, d), dtype), _t(data, (n, d), dtype)],
+                                                  {"p": data.draw(st.sampled_from([1.0, 2.0, float("inf")]))}))(
+         data.draw(st.integers(1, 9)), data.draw(st.integers(1, 9)), data.draw(st.integers(1, 5)))), ("float32",),
+     fp64_reference=True, tolerance={"float32": (1e-4, 1e-4)},
+     tolerance_reason="p=2 uses |x|^2 + |y|^2 - 2xy on a matmul, as CPU's mm compute mode does")
+spec("rfft", "spatial", "torch.fft.rfft({x0})", unary(min_dims=1), ("float32",), fp64_reference=True,
+     tolerance={"float32": (1e-4, 1e-4)}, tolerance_reason="a DFT matmul accumulates differently from pocketfft")
+
+
+# --- random and factories ----------------------------------------------------------
+
+def _sized(data, dtype):
+    return [], {"shape": data.draw(hs.shapes(max_dims=3, max_numel=4096)), "dtype": dtype}
+
+
+spec("rand", "random", "torch.rand({shape}, dtype=torch.{dtype}, device=device)", custom(_sized),
+     check="properties")
+spec("randn", "random", "torch.randn({shape}, dtype=torch.{dtype}, device=device)", custom(_sized),
+     check="properties")
+spec("dropout", "random", "F.dropout({x0}, p={p}, training=True)",
+     with_params(unary(), p=st.sampled_from([0.0, 0.3, 1.0])), check="properties")
+spec("randperm", "random", "torch.randperm({n}, device=device)",
+     custom(lambda data, dtype: ([], {"n": data.draw(st.integers(0, 600))})), ("int64",), check="properties")
+spec("arange", "random", "torch.arange({start}, {end}, {step}, dtype=torch.{dtype}, device=device)",
+     custom(lambda data, dtype: ([], {"start": data.draw(st.integers(-5, 5)), "end": data.draw(st.integers(6, 600)),
+                                      "step": data.draw(st.sampled_from([1, 2, 3])), "dtype": dtype})),
+     ("float32", "int64", "bfloat16"))
+spec("full", "random", "torch.full({shape}, {value}, dtype=torch.{dtype}, device=device)",
+     custom(lambda data, dtype: ([], {"shape": data.draw(hs.shapes(max_dims=3)), "value": data.draw(hs.scalars(dtype)),
+                                      "dtype": dtype})), EVERY)
+spec("linspace", "random", "torch.linspace({start}, {end}, {steps}, device=device)",
+     custom(lambda data, dtype: ([], {"start": data.draw(st.integers(-10, 10)), "end": data.draw(st.integers(-10, 10)),
+                                      "steps": data.draw(st.integers(0, 300))})), ("float32",))
+spec("eye", "random", "torch.eye({n}, {m}, dtype=torch.{dtype}, device=device)",
+     custom(lambda data, dtype: ([], {"n": data.draw(st.integers(0, 130)), "m": data.draw(st.integers(0, 130)),
+                                      "dtype": dtype})), EVERY)
+
 SPECS: dict[str, OpSpec] = {}
 for _spec in _SPECS:
     assert _spec.name not in SPECS, f"duplicate spec {_spec.name}"
     SPECS[_spec.name] = _spec
+FAMILIES = sorted({s.family for s in SPECS.values()})
 
 
 def family(name: str) -> list[OpSpec]:
     return [s for s in SPECS.values() if s.family == name]
-
-
-FAMILIES = sorted({s.family for s in SPECS.values()})

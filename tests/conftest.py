@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 # Native kernels run with the CPU dispatch key excluded during tests: a kernel that
 # reached a torch CPU kernel would raise instead of silently computing on the host.
@@ -16,10 +14,6 @@ import torch  # noqa: E402
 import device_impl  # noqa: E402,F401  (registers the device even with autoload off)
 from device_impl import dispatch  # noqa: E402
 
-ALL_DTYPES = (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
-              torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64)
-
-
 @pytest.fixture
 def fresh_stats():
     """Dispatch counters reset before and after the test."""
@@ -28,21 +22,3 @@ def fresh_stats():
     dispatch.reset_stats()
 
 
-def run_python(code: str, **env: str) -> subprocess.CompletedProcess:
-    """Run ``code`` in a fresh interpreter (for import-time and environment behaviour)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith("NEURON_")}
-    full_env.update(env)
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full_env, timeout=300)
-
-
-def sample(dtype: torch.dtype, shape=(4, 5), seed: int = 0) -> torch.Tensor:
-    """A CPU tensor of ``dtype`` with varied values (negative, fractional, large) where the dtype allows."""
-    g = torch.Generator().manual_seed(seed)
-    if dtype == torch.bool:
-        return torch.rand(shape, generator=g) > 0.5
-    if dtype.is_complex:
-        return torch.randn(shape, dtype=dtype, generator=g) * 100
-    if dtype.is_floating_point:
-        return (torch.randn(shape, dtype=torch.float64, generator=g) * 1000).to(dtype)
-    info = torch.iinfo(dtype)
-    return torch.randint(info.min, info.max, shape, dtype=torch.int64, generator=g).to(dtype)

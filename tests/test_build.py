@@ -4,7 +4,7 @@ import json
 import os
 from pathlib import Path
 
-from conftest import run_python
+from support import run_python
 
 from device_impl import _build
 

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import ALL_DTYPES, sample
+from support import ALL_DTYPES, sample
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)

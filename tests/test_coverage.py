@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from conftest import run_python
+from support import run_python
 from device_impl import coverage, dispatch
 from device_impl.dispatch.table import HostComputeError, _no_cpu_mode
 

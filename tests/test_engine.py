@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_python
+from support import run_python
 from device_impl import engine
 from device_impl.engine import EngineError, constants, launch
 from device_impl.engine.dtypes import FP32

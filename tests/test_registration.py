@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import run_python
+from support import run_python
 
 
 def test_plain_import_torch_registers_the_device():

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from conftest import ALL_DTYPES, sample
+from support import ALL_DTYPES, sample
 
 
 def pair(shape=(4, 6)):

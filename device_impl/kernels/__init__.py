@@ -1,7 +1,16 @@
 """Tile kernels for aten ops, one module per family, written against device_impl.engine.
 
 Importing this package registers every kernel in the lowering table
-(device_impl.dispatch.TABLE).
+(device_impl.dispatch.TABLE). See docs/kernels.md for how to write one.
 """
 
-from device_impl.kernels import copy, elementwise, matmul  # noqa: F401
+from device_impl.kernels import (  # noqa: F401
+    copy,
+    elementwise,
+    indexing,
+    matmul,
+    random,
+    reduction,
+    shape,
+    spatial,
+)

@@ -252,8 +252,8 @@ def elementwise(name: str, out: torch.Tensor, operands: Sequence[Operand],
     ``emit`` sees them, as TensorIterator does: a float32 0-d tensor added to
     a bfloat16 tensor is first rounded to bfloat16, a scalar 0.1 becomes
     bf16(0.1). (The engines then compute in fp32.) Some CPU kernels (mul, div,
-    floor division, leaky_relu) read a scalar or 0-d operand at full precision
-    instead (``original_scalar_value`` in ATen): ``round_scalars=False``.
+    floor division, leaky_relu) read a scalar or 0-d *second* operand at full
+    precision instead (``original_scalar_value`` in ATen): ``round_scalars=False``.
     """
     numel = out.numel()
     if numel == 0:
@@ -274,7 +274,7 @@ def elementwise(name: str, out: torch.Tensor, operands: Sequence[Operand],
         target = numpy_dtype(common_dtype)
         for i in (range(len(operands)) if promoted is None else promoted):
             zero_dim = scalars[i] is not None or operands[i].dim() == 0
-            if zero_dim and not round_scalars:
+            if zero_dim and not round_scalars and i == 1:  # ATen checks only the second operand
                 continue
             if scalars[i] is not None:
                 scalars[i] = cast_scalar(scalars[i], common_dtype)

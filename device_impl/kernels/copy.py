@@ -16,6 +16,7 @@ import torch
 from device_impl._core import C
 from device_impl.dispatch import counters
 from device_impl.dispatch.strict import is_strict, refuse
+from device_impl.dispatch.table import TABLE
 from device_impl.engine.dtypes import COMPUTE_DTYPES
 from device_impl.kernels.common import SCALAR_TYPE_NAMES, cast_scalar, check_scalar_fits, elementwise, scalar_of
 from device_impl.kernels.registry import register_family
@@ -68,3 +69,7 @@ def _zero_compute(out: torch.Tensor, a: dict) -> None:
 register_family("zero", _zero_compute, lambda a: (tuple(a["self"].shape), a["self"].dtype, (a["self"],)))
 
 __all__ = ["device_cast", "SCALAR_TYPE_NAMES"]
+
+# PyTorch's composite kernels of these allocate on the device and call copy_ (csrc + device_cast).
+for _op in ("aten::copy", "aten::_to_copy", "aten::clone", "aten::contiguous"):
+    TABLE.serves(_op, "aten::copy_")

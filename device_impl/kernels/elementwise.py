@@ -26,6 +26,7 @@ from device_impl.kernels.common import (
     check_scalar_fits,
     elementwise,
     is_device_tensor,
+    numpy_dtype,
     numpy_compute,
     promote,
     result_type,
@@ -40,6 +41,12 @@ _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 def _refuse(kernel: str, dtype: torch.dtype) -> NotImplementedError:
     """The error CPU kernels raise for a dtype they have no implementation for."""
     return NotImplementedError(f'"{kernel}" not implemented for \'{SCALAR_TYPE_NAMES[dtype]}\'')
+
+
+def _narrow(dtype: torch.dtype) -> np.dtype:
+    """Compute dtype of CPU's rounding divisions: bf16/fp16 round every intermediate step to the
+    dtype there (Vectorized<BFloat16> arithmetic), unlike the single-rounding opmath of other ops."""
+    return numpy_dtype(dtype) if dtype in (torch.bfloat16, torch.float16) else numpy_compute(dtype)
 
 
 def binary(nc, out: Tile, x: Any, y: Any, op: str, cd: np.dtype) -> None:
@@ -83,7 +90,8 @@ def _meta_binary(first: str, second: str, rule: str):
 
 def _register_binary(packet: str, op: str, rule: str = "promote", first: str = "self", second: str = "other",
                      integral_only: bool = False, zero_check: bool = False, overloads=None,
-                     refuse_bool: str | None = None, round_scalars: bool = True) -> None:
+                     refuse_bool: str | None = None, round_scalars: bool = True,
+                     narrow_compute: bool = False) -> None:
     meta = _meta_binary(first, second, rule)
 
     def compute(out: torch.Tensor, a: dict) -> None:
@@ -95,7 +103,7 @@ def _register_binary(packet: str, op: str, rule: str = "promote", first: str = "
             raise _refuse(refuse_bool, common)
         if rule == "float":
             common = promote(x, y, int_to_float=True)
-        cd = BOOL if rule == "logical" else numpy_compute(common)
+        cd = BOOL if rule == "logical" else (_narrow(common) if narrow_compute else numpy_compute(common))
 
         def emit(nc, o, tx, ty):
             if zero_check:
@@ -114,7 +122,8 @@ for _packet, _op in [("maximum", "maximum"), ("minimum", "minimum")]:
 _register_binary("atan2", "atan2", rule="float")
 _register_binary("remainder", "remainder", zero_check=True, refuse_bool="remainder_cpu")
 _register_binary("fmod", "fmod", zero_check=True, refuse_bool="fmod_cpu")
-_register_binary("floor_divide", "floor_divide", zero_check=True, refuse_bool="div_floor_cpu", round_scalars=False)
+_register_binary("floor_divide", "floor_divide", zero_check=True, refuse_bool="div_floor_cpu", round_scalars=False,
+                 narrow_compute=True)
 for _packet, _op in [("eq", "equal"), ("ne", "not_equal"), ("lt", "less"), ("le", "less_equal"),
                      ("gt", "greater"), ("ge", "greater_equal")]:
     _register_binary(_packet, _op, rule="compare")
@@ -195,7 +204,7 @@ def _div_compute(out: torch.Tensor, a: dict) -> None:
             raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{mode}'")
         if common == torch.bool:
             raise _refuse(f"div_{mode}_cpu", common)
-    cd = numpy_compute(common)
+    cd = numpy_compute(common) if mode is None else _narrow(common)
 
     def emit(nc, o, tx, ty):
         if mode is not None:
@@ -527,15 +536,17 @@ def _silu_backward(a):
 def _hardtanh_backward(a):
     lo, hi = a["min_val"], a["max_val"]
 
-    def emit(nc, o, g, x):  # zero where x <= min or x >= max; NaN x passes the gradient (as CPU)
-        outside = nc.sbuf_tile(x.shape, BOOL)
-        above = nc.sbuf_tile(x.shape, BOOL)
+    def emit(nc, o, g, x):
+        # gradient where min < x < max, else 0. NaN x gets 0, as in CPU's vectorized loop (its scalar
+        # tail passes NaN's gradient instead; opsuite/xfails.toml records that inconsistency).
+        inside = nc.sbuf_tile(x.shape, BOOL)
+        below = nc.sbuf_tile(x.shape, BOOL)
         zero = nc.sbuf_tile(x.shape, FP32)
-        nc.vector.tensor_scalar(outside, x, "less_equal", lo, dtype=FP32)
-        nc.vector.tensor_scalar(above, x, "greater_equal", hi, dtype=FP32)
-        nc.vector.tensor_tensor(outside, outside, above, "logical_or")
+        nc.vector.tensor_scalar(inside, x, "greater", lo, dtype=FP32)
+        nc.vector.tensor_scalar(below, x, "less", hi, dtype=FP32)
+        nc.vector.tensor_tensor(inside, inside, below, "logical_and")
         nc.vector.memset(zero, 0.0)
-        nc.vector.select(o, outside, zero, g)
+        nc.vector.select(o, inside, g, zero)
 
     return emit
 

@@ -1,0 +1,743 @@
+"""Spatial kernels against CPU eager: convolution (+backward), pooling (+backward), adaptive pooling,
+upsampling (+backward), grid sampling, im2col/col2im, cdist/pdist and real FFTs."""
+
+import pytest
+import torch
+
+from diff import FLOATS, check, pair, values
+from device_impl import dispatch
+from device_impl.dispatch import Tier
+
+F = torch.nn.functional
+CL, CL3 = torch.channels_last, torch.channels_last_3d
+
+# Convolution accumulates C_in*kh*kw products in fp32 on TensorE in a different order than CPU's
+# mkldnn/slow_conv; a few fp32 ULPs of the accumulated sum (and one rounding of bf16/fp16) separate them.
+CONV_TOL = {torch.float32: (1e-4, 1e-4), torch.bfloat16: (1.6e-2, 2e-2), torch.float16: (1e-3, 2e-3)}
+# CPU's float16 transposed convolution rounds partial sums to fp16 (its error vs float64 is ~2x the kernel's,
+# which accumulates the whole contraction in fp32): a few more fp16 ULPs apart on larger contractions.
+CONV_T_FP16_TOL = (1e-3, 1e-2)
+# Gradients sum over batch and output positions (grad_weight: N*OH*OW terms) in another order than CPU.
+GRAD_TOL = {torch.float32: (1e-4, 2e-4), torch.bfloat16: (2e-2, 5e-2), torch.float16: (2e-3, 5e-3)}
+# Separable upsampling/adaptive pooling stages round intermediate sums in fp32 in another order than CPU's
+# single-pass loops (ULP-level differences in fp32; bf16/fp16 outputs are rounded once like CPU).
+SEPARABLE_TOL = {torch.float32: (1e-5, 1e-5), torch.bfloat16: (1.6e-2, 1e-2), torch.float16: (1e-3, 1e-3)}
+# DFT as fp32 matmuls accumulates n products per bin (error ~ n * eps * |x|) where MKL's FFT does log n stages.
+FFT_TOL = (1e-4, 1e-4)
+# cdist's mm path (|x|^2 + |y|^2 - 2xy) cancels catastrophically for close points; CPU's BLAS sums in another order.
+CDIST_MM_TOL = (1e-4, 1e-4)
+
+
+def _strides_match(fn, *args):
+    """Output memory format (strides) of the neuron call equals CPU's."""
+    expected = fn(*args)
+    actual = fn(*[a.to("neuron") if isinstance(a, torch.Tensor) else a for a in args])
+    expected = expected if isinstance(expected, (tuple, list)) else (expected,)
+    actual = actual if isinstance(actual, (tuple, list)) else (actual,)
+    for e, a in zip(expected, actual):
+        if isinstance(e, torch.Tensor) and e.numel() > 1:
+            assert a.stride() == e.stride(), f"strides {a.stride()} != CPU {e.stride()}"
+
+
+def _grads(fn, n_inputs):
+    """fn(*inputs) -> out; returns a function of (*inputs, grad_output) giving (out, *input grads)."""
+
+    def run(*args):
+        inputs = [a.detach().requires_grad_(True) for a in args[:n_inputs]]
+        out = fn(*inputs, *args[n_inputs:-1])
+        grads = torch.autograd.grad(out, inputs, args[-1])
+        return (out,) + tuple(grads)
+
+    return run
+
+
+# --------------------------------------------------------------------------------------------
+# served natively
+# --------------------------------------------------------------------------------------------
+
+NATIVE_OPS = [
+    "aten::convolution", "aten::convolution.out", "aten::convolution_backward", "aten::convolution_backward.out",
+    "aten::avg_pool2d.out", "aten::avg_pool2d", "aten::avg_pool2d_backward.grad_input", "aten::avg_pool3d.out",
+    "aten::avg_pool3d_backward.grad_input", "aten::max_pool2d_with_indices.out", "aten::max_pool2d_with_indices",
+    "aten::max_pool2d_with_indices_backward.grad_input", "aten::max_pool3d_with_indices",
+    "aten::max_pool3d_with_indices_backward", "aten::_adaptive_avg_pool2d", "aten::_adaptive_avg_pool2d_backward",
+    "aten::_adaptive_avg_pool3d", "aten::_adaptive_avg_pool3d_backward", "aten::adaptive_max_pool2d.out",
+    "aten::adaptive_max_pool2d_backward.grad_input", "aten::adaptive_max_pool3d.out",
+    "aten::upsample_nearest1d.out", "aten::upsample_nearest2d.out", "aten::upsample_nearest3d.out",
+    "aten::upsample_nearest2d", "aten::_upsample_nearest_exact2d.out", "aten::upsample_nearest2d_backward.grad_input",
+    "aten::upsample_linear1d.out", "aten::upsample_bilinear2d.out", "aten::upsample_trilinear3d.out",
+    "aten::upsample_bilinear2d_backward.grad_input", "aten::upsample_bicubic2d.out",
+    "aten::upsample_bicubic2d_backward.grad_input", "aten::grid_sampler_2d", "aten::grid_sampler_2d_backward",
+    "aten::im2col", "aten::col2im", "aten::_convolution", "aten::convolution_overrideable",
+    "aten::convolution_backward_overrideable",
+    "aten::_cdist_forward", "aten::_euclidean_dist", "aten::_pdist_forward", "aten::_fft_r2c", "aten::_fft_c2r",
+]
+
+
+@pytest.mark.parametrize("op", NATIVE_OPS)
+def test_served_natively(op):
+    entry = dispatch.TABLE.lookup(op)
+    assert entry.tier is Tier.NATIVE and "spatial" in entry.source, (op, entry)
+
+
+def test_composites_reach_native_kernels(fresh_stats):
+    x = torch.randn(1, 2, 6, 6, device="neuron")
+    w = torch.randn(3, 2, 3, 3, device="neuron")
+    F.conv2d(x, w)
+    F.max_pool2d(x, 2)
+    F.interpolate(x, scale_factor=2.0)
+    F.interpolate(x, scale_factor=1.5, mode="bilinear")
+    F.adaptive_avg_pool2d(x, 4)
+    stats = fresh_stats.stats()
+    assert not any(c["fallback"] for c in stats.values()), stats
+    for op in ("aten::convolution", "aten::max_pool2d_with_indices.out", "aten::upsample_nearest2d.out",
+               "aten::upsample_bilinear2d.out", "aten::_adaptive_avg_pool2d"):
+        assert stats[op]["native"] == 1, (op, stats)
+
+
+# --------------------------------------------------------------------------------------------
+# convolution
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("cfg", [dict(), dict(stride=2, padding=1), dict(padding=2, dilation=2),
+                                 dict(stride=(3, 1), padding=(0, 2)), dict(stride=4)], ids=str)
+def test_conv2d(dtype, cfg):
+    x, w, b = values((2, 3, 9, 8), dtype, "unit", 1), values((5, 3, 3, 3), dtype, "unit", 2), values((5,), dtype, seed=3)
+    check(lambda x, w, b: F.conv2d(x, w, b, **cfg), x, w, b, tol=CONV_TOL[dtype])
+
+
+@pytest.mark.parametrize("channels", [1, 127, 128, 129])
+def test_conv2d_channel_edges(channels):
+    x, w = values((1, channels, 4, 5), torch.float32, "unit", 1), values((channels, channels, 3, 3), torch.float32,
+                                                                          "unit", 2)
+    check(lambda x, w: F.conv2d(x, w, padding=1), x, w, tol=CONV_TOL[torch.float32])
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_conv_row_block_path(dtype):
+    """>= 32 input channels and unit H/W stride: padded input rows are loaded once, taps are shifted slices."""
+    tol = CONV_TOL[dtype]
+    check(lambda x, w, b: F.conv2d(x, w, b, padding=(1, 2), dilation=(1, 2)), values((2, 40, 7, 9), dtype, "unit", 1),
+          values((20, 40, 3, 3), dtype, "unit", 2), values((20,), dtype, seed=3), tol=tol)
+    check(lambda x, w: F.conv3d(x, w, padding=1, stride=(2, 1, 1)), values((1, 33, 5, 4, 6), dtype, "unit", 1),
+          values((6, 33, 3, 2, 3), dtype, "unit", 2), tol=tol)
+    check(lambda x, w, b: F.conv_transpose2d(x, w, b, stride=2, padding=1, output_padding=1),
+          values((2, 36, 4, 5), dtype, "unit", 1), values((36, 5, 3, 3), dtype, "unit", 2), values((5,), dtype, seed=3),
+          tol=CONV_T_FP16_TOL if dtype == torch.float16 else tol)
+    check(lambda x, w: F.conv2d(x, w, groups=2), values((1, 64, 3, 30), dtype, "unit", 1),
+          values((4, 32, 2, 5), dtype, "unit", 2), tol=tol)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_conv_groups_and_depthwise(dtype):
+    tol = CONV_TOL[dtype]
+    check(lambda x, w, b: F.conv2d(x, w, b, groups=2, padding=1), values((2, 4, 7, 7), dtype, "unit", 1),
+          values((6, 2, 3, 3), dtype, "unit", 2), values((6,), dtype, seed=3), tol=tol)
+    check(lambda x, w: F.conv2d(x, w, groups=4, padding=1, stride=2), values((2, 4, 7, 7), dtype, "unit", 1),
+          values((4, 1, 3, 3), dtype, "unit", 2), tol=tol)
+    check(lambda x, w: F.conv2d(x, w, groups=3), values((1, 3, 5, 5), dtype, "unit", 1),
+          values((6, 1, 5, 1), dtype, "unit", 2), tol=tol)  # depthwise multiplier 2, odd kernel
+
+
+def test_conv1d_conv3d():
+    tol = CONV_TOL[torch.float32]
+    check(lambda x, w, b: F.conv1d(x, w, b, stride=2, padding=3, dilation=2), values((2, 3, 20), torch.float32, "unit"),
+          values((4, 3, 5), torch.float32, "unit", 2), values((4,), torch.float32, seed=3), tol=tol)
+    check(lambda x, w: F.conv3d(x, w, padding=1, stride=(1, 2, 1)), values((2, 3, 4, 5, 6), torch.float32, "unit"),
+          values((4, 3, 3, 2, 3), torch.float32, "unit", 2), tol=tol)
+    check(lambda x, w: F.conv2d(x, w), values((3, 6, 6), torch.float32, "unit"),  # unbatched input
+          values((2, 3, 3, 3), torch.float32, "unit", 2), tol=tol)
+    check(lambda x, w: F.conv2d(x, w, padding="same", dilation=2), values((1, 3, 6, 7), torch.float32, "unit"),
+          values((2, 3, 3, 5), torch.float32, "unit", 2), tol=tol)
+    check(lambda x, w: F.conv1d(x, w, padding="valid"), values((1, 3, 9), torch.float32, "unit"),
+          values((2, 3, 4), torch.float32, "unit", 2), tol=tol)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("cfg", [dict(stride=2, padding=1, output_padding=1), dict(stride=3, padding=2, dilation=2),
+                                 dict(padding=4), dict(stride=2, groups=2), dict(stride=1, output_padding=1,
+                                                                                  dilation=2)], ids=str)
+def test_conv_transpose2d(dtype, cfg):
+    cin = 4
+    w = values((cin, 6 // cfg.get("groups", 1), 3, 3), dtype, "unit", 2)
+    check(lambda x, w, b: F.conv_transpose2d(x, w, b, **cfg), values((2, cin, 5, 4), dtype, "unit", 1), w,
+          values((6,), dtype, seed=3), tol=CONV_TOL[dtype])
+
+
+def test_conv_transpose_1d_3d():
+    tol = CONV_TOL[torch.float32]
+    check(lambda x, w: F.conv_transpose1d(x, w, stride=2, padding=3, output_padding=1),
+          values((2, 3, 6), torch.float32, "unit"), values((3, 2, 4), torch.float32, "unit", 2), tol=tol)
+    check(lambda x, w: F.conv_transpose3d(x, w, stride=(2, 1, 2), padding=1),
+          values((1, 2, 3, 4, 3), torch.float32, "unit"), values((2, 3, 3, 2, 3), torch.float32, "unit", 2), tol=tol)
+    # stride > kernel: output phases no tap reaches hold the bias
+    check(lambda x, w, b: F.conv_transpose2d(x, w, b, stride=(3, 4), output_padding=(2, 1)),
+          values((2, 3, 4, 3), torch.float32, "unit"), values((3, 2, 1, 2), torch.float32, "unit", 2),
+          values((2,), torch.float32, seed=3), tol=tol)
+
+
+@pytest.mark.parametrize("fmt", ["input", "weight", "both"])
+def test_conv_channels_last(fmt):
+    x, w = values((2, 5, 7, 6), torch.float32, "unit", 1), values((4, 5, 3, 3), torch.float32, "unit", 2)
+    if fmt in ("input", "both"):
+        x = x.contiguous(memory_format=CL)
+    if fmt in ("weight", "both"):
+        w = w.contiguous(memory_format=CL)
+    fn = lambda x, w: F.conv2d(x, w, padding=1, stride=2)  # noqa: E731
+    check(fn, x, w, tol=CONV_TOL[torch.float32])
+    _strides_match(fn, x, w)
+    for dtype in (torch.float32, torch.bfloat16):  # CPU keeps channels_last_3d only on its bf16 path
+        x3 = values((1, 3, 4, 4, 4), dtype, "unit").contiguous(memory_format=CL3)
+        w3 = values((2, 3, 2, 2, 2), dtype, "unit", 2)
+        check(lambda x, w: F.conv3d(x, w), x3, w3, tol=CONV_TOL[dtype])
+        _strides_match(lambda x, w: F.conv3d(x, w), x3, w3)
+
+
+@pytest.mark.parametrize("layout", ["transposed", "sliced", "offset"])
+def test_conv_noncontiguous(layout):
+    x_cpu, x_dev = pair((2, 3, 6, 6), torch.float32, layout, "unit", 1)
+    w_cpu, w_dev = pair((4, 3, 3, 3), torch.float32, layout, "unit", 2)
+    check(lambda x, w: F.conv2d(x, w, padding=1), x_cpu, w_cpu, neuron_args=(x_dev, w_dev),
+          tol=CONV_TOL[torch.float32])
+
+
+def test_conv_empty_and_errors():
+    f32 = torch.float32
+    check(lambda x, w: F.conv2d(x, w), values((0, 3, 5, 5), f32), values((2, 3, 3, 3), f32))
+    for fn, x, w in [
+        (lambda x, w: F.conv2d(x, w), values((1, 2, 5, 5), f32), values((3, 3, 3, 3), f32)),  # channel mismatch
+        (lambda x, w: F.conv2d(x, w), values((1, 3, 2, 2), f32), values((3, 3, 3, 3), f32)),  # kernel too big
+        (lambda x, w: F.conv2d(x, w, stride=0), values((1, 3, 5, 5), f32), values((3, 3, 3, 3), f32)),
+        (lambda x, w: F.conv2d(x, w, padding=-1), values((1, 3, 5, 5), f32), values((3, 3, 3, 3), f32)),
+        (lambda x, w: F.conv2d(x, w, dilation=0), values((1, 3, 5, 5), f32), values((3, 3, 3, 3), f32)),
+        (lambda x, w: F.conv2d(x, w, groups=2), values((1, 4, 5, 5), f32), values((3, 2, 3, 3), f32)),
+        (lambda x, w: F.conv2d(x, w), values((1, 3, 5, 5), f32), values((3, 3, 3, 3), torch.bfloat16)),
+        (lambda x, w: F.conv2d(x, w, torch.zeros(2)), values((1, 3, 5, 5), f32), values((3, 3, 3, 3), f32)),
+        (lambda x, w: F.conv_transpose2d(x, w, stride=2, output_padding=2), values((1, 2, 5, 5), f32),
+         values((2, 3, 3, 3), f32)),
+        (lambda x, w: F.conv_transpose2d(x, w, padding=5), values((1, 2, 5, 5), f32), values((2, 3, 3, 3), f32)),
+        (lambda x, w: torch.ops.aten.convolution(x, w, None, [1], [0], [1], False, [0], 1), values((5, 5), f32),
+         values((3, 3, 3, 3), f32)),
+    ]:
+        check(fn, x, w)
+
+
+def test_conv_other_entry_points_and_out():
+    f32 = torch.float32
+    x, w, b = values((2, 3, 6, 6), f32, "unit"), values((4, 3, 3, 3), f32, "unit", 2), values((4,), f32, seed=3)
+    tol = CONV_TOL[f32]
+    check(lambda x, w, b: torch._convolution(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, False, False, True,
+                                             True), x, w, b, tol=tol)
+    A = torch.ops.aten
+
+    def overrideable(x, w, b):  # the backend hook (CPU has none: compare with aten::convolution there)
+        op = A.convolution_overrideable if x.device.type == "neuron" else A.convolution
+        return op(x, w, b, [2, 2], [0, 0], [1, 1], False, [0, 0], 1)
+
+    check(overrideable, x, w, b, tol=tol)
+    check(lambda x, w, b: torch.ops.aten.convolution.out(x, w, b, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                                         out=torch.empty(0, device=x.device)), x, w, b, tol=tol)
+    g = values((2, 4, 6, 6), f32)
+
+    def backward_overrideable(g, x, w):
+        if x.device.type == "neuron":
+            return A.convolution_backward_overrideable(g, x, w, [1, 1], [1, 1], [1, 1], False, [0, 0], 1,
+                                                       [True, True, False])[:2]
+        return A.convolution_backward(g, x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 1, [True, True, False])[:2]
+
+    check(backward_overrideable, g, x, w, tol=GRAD_TOL[f32])
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("cfg", [dict(stride=2, padding=1), dict(padding=2, dilation=2, groups=2),
+                                 dict(stride=3, groups=4)], ids=str)
+def test_conv2d_gradients(dtype, cfg):
+    x, w, b = values((2, 4, 8, 7), dtype, "unit", 1), values((4, 4 // cfg.get("groups", 1), 3, 3), dtype, "unit", 2), \
+        values((4,), dtype, seed=3)
+    fn = _grads(lambda x, w, b: F.conv2d(x, w, b, **cfg), 3)
+    g = values(F.conv2d(x.float(), w.float(), b.float(), **cfg).shape, dtype, "unit", 4)
+    check(fn, x, w, b, g, tol=GRAD_TOL[dtype])
+
+
+@pytest.mark.parametrize("cfg", [dict(stride=2, padding=1, output_padding=1, groups=2), dict(dilation=2, padding=1)],
+                         ids=str)
+def test_conv_transpose_gradients(cfg):
+    x, w, b = values((2, 4, 5, 4), torch.float32, "unit", 1), values((4, 3, 3, 3), torch.float32, "unit", 2), \
+        values((3 * cfg.get("groups", 1),), torch.float32, seed=3)
+    out = F.conv_transpose2d(x, w, b, **cfg)
+    check(_grads(lambda x, w, b: F.conv_transpose2d(x, w, b, **cfg), 3), x, w, b, values(out.shape, torch.float32),
+          tol=GRAD_TOL[torch.float32])
+
+
+def test_conv_gradients_1d_3d_channels_last():
+    f32 = torch.float32
+    x, w = values((2, 3, 12), f32, "unit"), values((4, 3, 3), f32, "unit", 2)
+    check(_grads(lambda x, w: F.conv1d(x, w, stride=2, padding=1), 2), x, w, values((2, 4, 6), f32),
+          tol=GRAD_TOL[f32])
+    x, w = values((1, 2, 4, 5, 4), f32, "unit"), values((3, 2, 2, 3, 2), f32, "unit", 2)
+    check(_grads(lambda x, w: F.conv3d(x, w, padding=1), 2), x, w, values((1, 3, 5, 5, 5), f32), tol=GRAD_TOL[f32])
+    x = values((2, 3, 6, 6), f32, "unit").contiguous(memory_format=CL)
+    w = values((4, 3, 3, 3), f32, "unit", 2)
+    fn = _grads(lambda x, w: F.conv2d(x, w, padding=1), 2)
+    g = values((2, 4, 6, 6), f32).contiguous(memory_format=CL)
+    check(fn, x, w, g, tol=GRAD_TOL[f32])
+    _strides_match(lambda x, w, g: torch.ops.aten.convolution_backward(g, x, w, [4], [1, 1], [1, 1], [1, 1], False,
+                                                                       [0, 0], 1, [True, True, True]), x, w, g)
+
+
+def test_convolution_backward_output_mask():
+    f32 = torch.float32
+    x, w, g = values((2, 3, 6, 6), f32, "unit"), values((4, 3, 3, 3), f32, "unit", 2), values((2, 4, 4, 4), f32)
+    for mask in ([True, False, False], [False, True, False], [False, False, True], [True, True, False]):
+        for dtype in (torch.float32, torch.float16):  # CPU's float32 (mkldnn) backward adds grad_weight to bias
+            check(lambda g, x, w: torch.ops.aten.convolution_backward(g, x, w, [4], [1, 1], [0, 0], [1, 1], False, [0, 0],
+                                                                      1, mask), g.to(dtype), x.to(dtype), w.to(dtype),
+                  tol=GRAD_TOL[dtype])
+
+
+# --------------------------------------------------------------------------------------------
+# pooling
+# --------------------------------------------------------------------------------------------
+
+MAX_POOL_CFGS = [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=3, stride=1, padding=1),
+                 dict(kernel_size=(2, 3), stride=(3, 4), padding=(1, 0)),  # stride > kernel
+                 dict(kernel_size=3, stride=2, padding=1, dilation=2, ceil_mode=True),
+                 dict(kernel_size=3, stride=2, ceil_mode=True)]
+
+
+@pytest.mark.parametrize("dtype", FLOATS + (torch.int64, torch.int32, torch.uint8), ids=str)
+@pytest.mark.parametrize("cfg", MAX_POOL_CFGS, ids=str)
+def test_max_pool2d(dtype, cfg):
+    check(lambda x: F.max_pool2d(x, return_indices=True, **cfg), values((2, 3, 9, 10), dtype, "small_int"))
+
+
+def test_max_pool_nan_ties_and_inf():
+    x = values((2, 2, 6, 6), torch.float32, "small_int")  # many ties
+    x[0, 0, 1, 1] = float("nan")
+    x[0, 0, 1, 2] = float("nan")
+    x[0, 1] = float("-inf")
+    x[1, 0, 2:4, 2:4] = float("inf")
+    for cfg in (dict(kernel_size=3, stride=1, padding=1), dict(kernel_size=2), dict(kernel_size=3, dilation=2,
+                                                                                    padding=2)):
+        check(lambda x: F.max_pool2d(x, return_indices=True, **cfg), x)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1), (1, 127, 4, 4), (1, 129, 3, 5), (3, 1, 1, 129)])
+def test_max_pool_edge_shapes(shape):
+    check(lambda x: F.max_pool2d(x, (1, 2) if shape[-2] == 1 else 2, ceil_mode=True, return_indices=True),
+          values(shape, torch.float32))
+
+
+def test_max_pool_1d_3d_channels_last_noncontiguous():
+    check(lambda x: F.max_pool1d(x, 3, 2, 1, return_indices=True), values((2, 3, 11), torch.float32))
+    check(lambda x: F.max_pool3d(x, 2, 2, 1, ceil_mode=True, return_indices=True), values((2, 3, 5, 6, 7),
+                                                                                           torch.bfloat16))
+    check(lambda x: F.max_pool3d(x, (3, 2, 2), (1, 2, 1), dilation=(1, 1, 2), return_indices=True),
+          values((1, 2, 5, 4, 7), torch.float32))
+    x = values((2, 5, 7, 6), torch.float32).contiguous(memory_format=CL)
+    fn = lambda x: F.max_pool2d(x, 3, 2, 1, return_indices=True)  # noqa: E731
+    check(fn, x)
+    _strides_match(fn, x)
+    x3 = values((2, 3, 4, 5, 4), torch.float32).contiguous(memory_format=CL3)
+    check(lambda x: F.max_pool3d(x, 2, return_indices=True), x3)
+    _strides_match(lambda x: F.max_pool3d(x, 2, return_indices=True), x3)
+    x_cpu, x_dev = pair((2, 3, 8, 8), torch.float32, "transposed")
+    check(lambda x: F.max_pool2d(x, 2, return_indices=True), x_cpu, neuron_args=(x_dev,))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("cfg", MAX_POOL_CFGS[1:4] + MAX_POOL_CFGS[4:5], ids=str)
+def test_max_pool2d_backward(dtype, cfg):
+    x = values((2, 3, 9, 10), dtype)
+    out = F.max_pool2d(x.float(), **cfg)
+    check(_grads(lambda x: F.max_pool2d(x, **cfg), 1), x, values(out.shape, dtype, seed=5), tol=GRAD_TOL[dtype])
+
+
+def test_max_pool3d_backward_and_nan():
+    x = values((2, 2, 4, 5, 6), torch.float32)
+    check(_grads(lambda x: F.max_pool3d(x, 2, 1, 1), 1), x, values((2, 2, 5, 6, 7), torch.float32, seed=5))
+    x = values((1, 2, 5, 5), torch.float32)
+    x[0, 0, 2, 2] = float("nan")
+    check(_grads(lambda x: F.max_pool2d(x, 3, 1, 1), 1), x, values((1, 2, 5, 5), torch.float32, seed=5))
+
+
+AVG_POOL_CFGS = [dict(kernel_size=2), dict(kernel_size=3, stride=2, padding=1),
+                 dict(kernel_size=3, stride=2, padding=1, count_include_pad=False),
+                 dict(kernel_size=3, stride=2, padding=1, ceil_mode=True),
+                 dict(kernel_size=3, stride=2, padding=1, ceil_mode=True, count_include_pad=False),
+                 dict(kernel_size=(2, 3), stride=(3, 4), padding=(1, 1), divisor_override=5)]
+
+
+@pytest.mark.parametrize("dtype", FLOATS + (torch.int64,), ids=str)
+@pytest.mark.parametrize("cfg", AVG_POOL_CFGS, ids=str)
+def test_avg_pool2d(dtype, cfg):
+    check(lambda x: F.avg_pool2d(x, **cfg), values((2, 3, 9, 10), dtype))
+
+
+def test_avg_pool_1d_3d_layouts_and_dtype_errors():
+    check(lambda x: F.avg_pool1d(x, 3, 2, 1, ceil_mode=True), values((2, 3, 11), torch.float32))
+    check(lambda x: F.avg_pool3d(x, 3, 2, 1, ceil_mode=True, count_include_pad=False), values((2, 3, 5, 6, 7),
+                                                                                               torch.float32))
+    check(lambda x: F.avg_pool3d(x, 2, divisor_override=3), values((1, 2, 4, 4, 4), torch.int64))
+    check(lambda x: F.avg_pool3d(x, 2), values((1, 2, 4, 4, 4), torch.bfloat16))  # CPU: not implemented for bf16
+    check(lambda x: F.avg_pool2d(x, 2), values((1, 2, 4, 4), torch.int32))  # CPU: not implemented for Int
+    check(lambda x: F.max_pool2d(x, 2), values((1, 2, 4, 4), torch.bool))  # CPU: not implemented for Bool
+    x = values((2, 5, 7, 6), torch.float32).contiguous(memory_format=CL)
+    check(lambda x: F.avg_pool2d(x, 3, 2, 1), x)
+    _strides_match(lambda x: F.avg_pool2d(x, 3, 2, 1), x)
+    x_cpu, x_dev = pair((2, 3, 8, 8), torch.float32, "sliced")
+    check(lambda x: F.avg_pool2d(x, 3, 1, 1), x_cpu, neuron_args=(x_dev,))
+
+
+def test_pool_out_variants():
+    x = values((2, 3, 8, 8), torch.float32)
+    check(lambda x: torch.ops.aten.avg_pool2d.out(x, [2, 2], [2, 2], [0, 0], out=torch.empty(0, device=x.device)), x)
+    check(lambda x: torch.ops.aten.max_pool2d_with_indices.out(
+        x, [3, 3], [2, 2], [1, 1], out=torch.empty(0, device=x.device),
+        indices=torch.empty(0, dtype=torch.int64, device=x.device)), x)
+    check(lambda x: torch.ops.aten.upsample_nearest2d.out(x, [5, 11], out=torch.empty(0, device=x.device)), x)
+
+
+def test_pool_errors():
+    x = values((1, 2, 5, 5), torch.float32)
+    check(lambda x: F.max_pool2d(x, 3, padding=2), x)  # pad > kernel / 2
+    check(lambda x: F.avg_pool2d(x, 7), x)  # output too small
+    check(lambda x: F.avg_pool2d(x, 2, divisor_override=0), x)
+    check(lambda x: F.max_pool2d(x, 0), x)
+    check(lambda x: torch.ops.aten.max_pool2d_with_indices(x, [2], [2], [0], [1], False), x[0, 0, 0])
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("cfg", AVG_POOL_CFGS[1:], ids=str)
+def test_avg_pool2d_backward(dtype, cfg):
+    x = values((2, 3, 9, 10), dtype)
+    out = F.avg_pool2d(x.float(), **cfg)
+    check(_grads(lambda x: F.avg_pool2d(x, **cfg), 1), x, values(out.shape, dtype, seed=5), tol=GRAD_TOL[dtype])
+
+
+def test_avg_pool3d_backward_channels_last():
+    x = values((2, 3, 5, 6, 7), torch.float32)
+    check(_grads(lambda x: F.avg_pool3d(x, 3, 2, 1, divisor_override=3), 1), x, values((2, 3, 3, 3, 4), torch.float32))
+    x = values((2, 4, 6, 6), torch.float32).contiguous(memory_format=CL)
+    check(_grads(lambda x: F.avg_pool2d(x, 2), 1), x, values((2, 4, 3, 3), torch.float32).contiguous(memory_format=CL))
+
+
+# --------------------------------------------------------------------------------------------
+# adaptive pooling
+# --------------------------------------------------------------------------------------------
+
+ADAPTIVE_SIZES = [(3, 4), (9, 7), (4, 2), (1, 5), (10, 11)]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("osize", ADAPTIVE_SIZES, ids=str)
+def test_adaptive_pool2d(dtype, osize):
+    x = values((2, 3, 9, 7), dtype)
+    check(lambda x: F.adaptive_avg_pool2d(x, osize), x, tol=SEPARABLE_TOL[dtype])
+    check(lambda x: F.adaptive_max_pool2d(x, osize, return_indices=True), x)
+
+
+def test_adaptive_pool_1d_3d_layouts_nan():
+    f32 = torch.float32
+    check(lambda x: F.adaptive_avg_pool1d(x, 4), values((2, 3, 11), f32), tol=SEPARABLE_TOL[f32])
+    check(lambda x: F.adaptive_max_pool1d(x, 4, return_indices=True), values((2, 3, 11), f32))
+    check(lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)), values((2, 3, 5, 6, 7), f32), tol=SEPARABLE_TOL[f32])
+    check(lambda x: F.adaptive_max_pool3d(x, (2, 3, 4), return_indices=True), values((2, 3, 5, 6, 7), f32))
+    x = values((2, 5, 9, 7), f32).contiguous(memory_format=CL)
+    for fn in (lambda x: F.adaptive_avg_pool2d(x, (3, 4)), lambda x: F.adaptive_max_pool2d(x, (3, 4), True)):
+        check(fn, x, tol=SEPARABLE_TOL[f32])
+        _strides_match(fn, x)
+    x = values((2, 2, 9, 7), f32, "small_int")
+    x[0, 0, 1, 1] = x[0, 0, 1, 2] = float("nan")
+    x[0, 1] = float("-inf")
+    check(lambda x: F.adaptive_max_pool2d(x, (3, 4), return_indices=True), x)
+    check(lambda x: F.adaptive_avg_pool2d(x, (7, 5)), values((1, 2, 130, 100), f32), tol=SEPARABLE_TOL[f32])
+    check(lambda x: F.adaptive_avg_pool2d(x, (3, 3)), values((1, 2, 0, 4), f32))  # error: empty spatial dim
+    check(lambda x: F.adaptive_avg_pool2d(x, (3, 3)), values((1, 2, 4, 4), torch.int64))  # error: not for Long
+
+
+@pytest.mark.parametrize("osize", [(3, 4), (4, 2), (10, 11)], ids=str)
+def test_adaptive_pool_backward(osize):
+    f32 = torch.float32
+    x = values((2, 3, 9, 7), f32)
+    g = values((2, 3) + osize, f32, seed=5)
+    check(_grads(lambda x: F.adaptive_avg_pool2d(x, osize), 1), x, g, tol=SEPARABLE_TOL[f32])
+    check(_grads(lambda x: F.adaptive_max_pool2d(x, osize), 1), x, g)
+
+
+def test_adaptive_pool_many_planes():
+    x = values((1, 130, 5, 6), torch.float32)  # planes span two partition tiles
+    check(lambda x: F.adaptive_avg_pool2d(x, (2, 4)), x, tol=SEPARABLE_TOL[torch.float32])
+    check(lambda x: F.adaptive_max_pool2d(x, (2, 4), return_indices=True), x)
+    check(_grads(lambda x: F.adaptive_max_pool2d(x, (2, 4)), 1), x, values((1, 130, 2, 4), torch.float32, seed=5))
+
+
+def test_adaptive_pool_backward_channels_last():
+    f32 = torch.float32
+    x = values((2, 5, 9, 7), f32).contiguous(memory_format=CL)
+    g = values((2, 5, 4, 3), f32, seed=5)
+    for fn in (lambda x, g: torch.ops.aten._adaptive_avg_pool2d_backward(g, x),
+               lambda x, g: torch.ops.aten.adaptive_max_pool2d_backward(g, x, F.adaptive_max_pool2d(x, (4, 3),
+                                                                                                    True)[1])):
+        check(fn, x, g, tol=SEPARABLE_TOL[f32])
+        _strides_match(fn, x, g)
+
+
+def test_adaptive_pool_backward_3d_bf16():
+    x = values((2, 3, 5, 6, 7), torch.float32)
+    g = values((2, 3, 2, 3, 4), torch.float32, seed=5)
+    check(_grads(lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)), 1), x, g, tol=SEPARABLE_TOL[torch.float32])
+    check(_grads(lambda x: F.adaptive_max_pool3d(x, (2, 3, 4)), 1), x, g)
+    xb = values((2, 3, 9, 7), torch.bfloat16)
+    check(_grads(lambda x: F.adaptive_avg_pool2d(x, (4, 3)), 1), xb, values((2, 3, 4, 3), torch.bfloat16, seed=5),
+          tol=GRAD_TOL[torch.bfloat16])
+
+
+# --------------------------------------------------------------------------------------------
+# upsampling
+# --------------------------------------------------------------------------------------------
+
+UPSAMPLE_SIZES = [dict(scale_factor=2), dict(size=(9, 4)), dict(scale_factor=(1.7, 0.6)), dict(size=(5, 7)),
+                  dict(scale_factor=2.1, recompute_scale_factor=False), dict(size=(70, 90))]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "bilinear", "bilinear-ac"])
+@pytest.mark.parametrize("how", UPSAMPLE_SIZES, ids=str)
+def test_upsample2d(dtype, mode, how):
+    extra = {}
+    if mode.startswith("bilinear"):
+        extra = dict(align_corners=mode == "bilinear-ac")
+        mode = "bilinear"
+    check(lambda x: F.interpolate(x, mode=mode, **how, **extra), values((2, 3, 5, 7), dtype), tol=SEPARABLE_TOL[dtype])
+
+
+def test_upsample_1d_3d_uint8_layouts_inf():
+    f32 = torch.float32
+    check(lambda x: F.interpolate(x, scale_factor=2.5, mode="linear"), values((2, 5, 7), f32), tol=SEPARABLE_TOL[f32])
+    check(lambda x: F.interpolate(x, scale_factor=2.5, mode="linear", align_corners=True), values((2, 5, 7),
+                                                                                                 torch.bfloat16),
+          tol=SEPARABLE_TOL[torch.bfloat16])
+    check(lambda x: F.interpolate(x, scale_factor=(2, 1.5, 0.7), mode="trilinear"), values((2, 3, 4, 5, 7), f32),
+          tol=SEPARABLE_TOL[f32])
+    check(lambda x: F.interpolate(x, size=(30, 10, 12), mode="trilinear"), values((1, 2, 4, 5, 7), torch.bfloat16),
+          tol=SEPARABLE_TOL[torch.bfloat16])
+    check(lambda x: F.interpolate(x, scale_factor=(2, 1.5, 0.7)), values((2, 3, 4, 5, 7), f32))
+    check(lambda x: F.interpolate(x, scale_factor=1.5), values((2, 3, 7), f32))
+    check(lambda x: F.interpolate(x, scale_factor=1.5, mode="nearest-exact"), values((2, 3, 7), f32))
+    check(lambda x: F.interpolate(x, scale_factor=1.5), values((2, 3, 5, 7), torch.uint8))
+    x = values((2, 5, 5, 7), f32).contiguous(memory_format=CL)
+    for fn in (lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), lambda x: F.interpolate(x, size=(11, 3))):
+        check(fn, x, tol=SEPARABLE_TOL[f32])
+        _strides_match(fn, x)
+    x_cpu, x_dev = pair((2, 3, 6, 6), f32, "transposed")
+    check(lambda x: F.interpolate(x, scale_factor=1.5, mode="bilinear"), x_cpu, neuron_args=(x_dev,),
+          tol=SEPARABLE_TOL[f32])
+    x = values((1, 2, 4, 4), f32)
+    x[0, 0, 1, 1] = float("inf")
+    x[0, 1, 2, 2] = float("nan")
+    check(lambda x: F.interpolate(x, size=(4, 8), mode="bilinear"), x)  # same-size axis: inf * 0 -> NaN like CPU
+    check(lambda x: F.interpolate(x, scale_factor=2, mode="bilinear"), values((1, 2, 4, 4), torch.int64))  # error
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("align", [False, True])
+@pytest.mark.parametrize("how", UPSAMPLE_SIZES, ids=str)
+def test_upsample_bicubic2d(dtype, align, how):
+    check(lambda x: F.interpolate(x, mode="bicubic", align_corners=align, **how), values((2, 3, 5, 7), dtype),
+          tol=SEPARABLE_TOL[dtype])
+
+
+@pytest.mark.parametrize("mode", ["nearest", "nearest-exact", "bilinear", "bicubic"])
+@pytest.mark.parametrize("how", UPSAMPLE_SIZES[:3], ids=str)
+def test_upsample2d_backward(mode, how):
+    f32 = torch.float32
+    x = values((2, 3, 5, 7), f32)
+    out = F.interpolate(x, mode=mode, **how)
+    check(_grads(lambda x: F.interpolate(x, mode=mode, **how), 1), x, values(out.shape, f32, seed=5),
+          tol=SEPARABLE_TOL[f32])
+
+
+def test_upsample_backward_other_forms():
+    f32 = torch.float32
+    for fn, shape in [(lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear", align_corners=True), (2, 3, 5, 7)),
+                      (lambda x: F.interpolate(x, scale_factor=(2, 1.5, 0.7), mode="trilinear"), (2, 3, 4, 5, 7)),
+                      (lambda x: F.interpolate(x, scale_factor=2.5, mode="linear"), (2, 5, 7)),
+                      (lambda x: F.interpolate(x, scale_factor=(2, 1.5, 0.7)), (2, 3, 4, 5, 7))]:
+        x = values(shape, f32)
+        check(_grads(fn, 1), x, values(fn(x).shape, f32, seed=5), tol=SEPARABLE_TOL[f32])
+    x = values((2, 3, 5, 7), torch.bfloat16).contiguous(memory_format=CL)
+    fn = lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear")  # noqa: E731
+    check(_grads(fn, 1), x, values(fn(x).shape, torch.bfloat16, seed=5), tol=GRAD_TOL[torch.bfloat16])
+
+
+# --------------------------------------------------------------------------------------------
+# grid sampling
+# --------------------------------------------------------------------------------------------
+
+def _grid(shape, dtype, spread=1.3, seed=7):
+    g = torch.rand(shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64) * 2 * spread - spread
+    g[0, 0, 0] = torch.tensor([1.0, -1.0])
+    g[0, 0, 1] = torch.tensor([0.0, 0.0])
+    return g.to(dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sample(dtype, mode, padding, align):
+    check(lambda x, g: F.grid_sample(x, g, mode=mode, padding_mode=padding, align_corners=align),
+          values((2, 3, 5, 6), dtype), _grid((2, 4, 7, 2), dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("mode", [0, 1])
+@pytest.mark.parametrize("padding", [0, 1, 2])
+@pytest.mark.parametrize("align", [False, True])
+def test_grid_sampler_2d_backward(dtype, mode, padding, align):
+    # bf16/fp16: CPU accumulates grad_input in the input dtype, the kernel in fp32 (rounded once)
+    tol = None if dtype == torch.float32 else GRAD_TOL[dtype]
+    check(lambda go, x, g: torch.ops.aten.grid_sampler_2d_backward(go, x, g, mode, padding, align, [True, True]),
+          values((2, 3, 4, 7), dtype, seed=3), values((2, 3, 5, 6), dtype), _grid((2, 4, 7, 2), dtype), tol=tol)
+
+
+def test_grid_sample_many_positions():
+    f32 = torch.float32
+    x, g = values((1, 2, 6, 5), f32), _grid((1, 12, 13, 2), f32)  # 156 output positions: two partition tiles
+    check(lambda x, g: F.grid_sample(x, g, align_corners=True), x, g)
+    check(lambda go, x, g: torch.ops.aten.grid_sampler_2d_backward(go, x, g, 0, 2, False, [True, True]),
+          values((1, 2, 12, 13), f32, seed=3), x, g, tol=GRAD_TOL[f32])
+
+
+def test_grid_sample_autograd_and_mask():
+    f32 = torch.float32
+    x, g = values((2, 3, 5, 6), f32), _grid((2, 4, 7, 2), f32)
+    check(_grads(lambda x, g: F.grid_sample(x, g, padding_mode="reflection", align_corners=False), 2), x, g,
+          values((2, 3, 4, 7), f32, seed=3), tol=GRAD_TOL[f32])
+    check(lambda go, x, g: torch.ops.aten.grid_sampler_2d_backward(go, x, g, 0, 1, True, [False, True]),
+          values((2, 3, 4, 7), f32, seed=3), x, g)
+
+
+def test_grid_sample_far_layouts_errors():
+    f32 = torch.float32
+    g = _grid((1, 9, 9, 2), f32, spread=4.0)
+    for align in (False, True):
+        check(lambda x, g: F.grid_sample(x, g, padding_mode="reflection", align_corners=align), values((1, 2, 5, 6),
+                                                                                                      f32), g)
+    check(lambda x, g: F.grid_sample(x, g, padding_mode="reflection", align_corners=True), values((1, 2, 1, 1), f32), g)
+    x = values((2, 5, 5, 6), f32).contiguous(memory_format=CL)
+    check(lambda x, g: F.grid_sample(x, g, align_corners=False), x, _grid((2, 4, 7, 2), f32))
+    _strides_match(lambda x, g: F.grid_sample(x, g, align_corners=False), x, _grid((2, 4, 7, 2), f32))
+    check(lambda x, g: F.grid_sample(x, g, align_corners=False), values((2, 3, 5, 6), f32),
+          _grid((1, 4, 7, 2), f32))  # batch mismatch
+    check(lambda x, g: F.grid_sample(x, g, align_corners=False), values((2, 3, 5, 6), f32),
+          _grid((2, 4, 7, 2), torch.bfloat16))  # dtype mismatch
+    check(lambda x, g: torch.ops.aten.grid_sampler_2d(x, g, 0, 0, False), values((3, 5, 6), f32),
+          values((3, 7, 2), f32, "unit"))  # 3-d input
+    check(lambda x, g: torch.ops.aten.grid_sampler_2d(x, g, 0, 0, False), values((2, 3, 0, 6), f32),
+          _grid((2, 4, 7, 2), f32))  # empty spatial dim
+
+
+# --------------------------------------------------------------------------------------------
+# im2col / col2im
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("dtype", FLOATS + (torch.bool,), ids=str)
+def test_unfold_fold(dtype):
+    x = values((2, 3, 5, 6), dtype)
+    check(lambda x: F.unfold(x, (2, 3), dilation=(1, 2), padding=(1, 0), stride=(2, 1)), x)
+    check(lambda x: torch.ops.aten.im2col(x, [2, 3], [1, 1], [1, 1], [1, 1]), x[0])
+    c = values((2, 18, 6), dtype)
+    check(lambda c: F.fold(c, (5, 6), (2, 3), dilation=(1, 2), padding=(1, 0), stride=(2, 1)), c,
+          tol=SEPARABLE_TOL.get(dtype))
+
+
+def test_unfold_fold_layouts_grads_errors():
+    f32 = torch.float32
+    check(lambda x: F.unfold(x, 3, padding=1), values((2, 3, 5, 6), f32).contiguous(memory_format=CL))
+    c_cpu, c_dev = pair((2, 27, 30), f32, "transposed")
+    check(lambda c: F.fold(c, (5, 6), 3, padding=1), c_cpu, neuron_args=(c_dev,), tol=SEPARABLE_TOL[f32])
+    x = values((2, 3, 5, 6), f32)
+    check(_grads(lambda x: F.unfold(x, 3, padding=1, stride=2), 1), x, values((2, 27, 6), f32, seed=5),
+          tol=SEPARABLE_TOL[f32])
+    check(_grads(lambda c: F.fold(c, (5, 6), 3, padding=1, stride=2), 1), values((2, 27, 6), f32),
+          values((2, 3, 5, 6), f32, seed=5))
+    check(lambda x: F.unfold(x, 7), x)  # no sliding blocks
+    check(lambda x: F.unfold(x, 2), values((2, 3, 5, 6), torch.int64))  # CPU: not implemented for Long
+    check(lambda c: F.fold(c, (5, 7), 2), values((2, 12, 20), f32))  # block count mismatch
+
+
+# --------------------------------------------------------------------------------------------
+# distances
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("p", [0.0, 1.0, 2.0, 3.0, float("inf"), 0.5])
+@pytest.mark.parametrize("rows", [(5, 7), (30, 20)], ids=str)
+@pytest.mark.parametrize("mode", ["use_mm_for_euclid_dist_if_necessary", "use_mm_for_euclid_dist",
+                                  "donot_use_mm_for_euclid_dist"])
+def test_cdist(p, rows, mode):
+    domain = "small_int" if p == 0.0 else "normal"
+    a, b = values((rows[0], 6), torch.float32, domain, 1), values((rows[1], 6), torch.float32, domain, 2)
+    uses_mm = p == 2.0 and (mode == "use_mm_for_euclid_dist" or (mode.endswith("necessary") and max(rows) > 25))
+    check(lambda a, b: torch.cdist(a, b, p=p, compute_mode=mode), a, b, tol=CDIST_MM_TOL if uses_mm else None)
+
+
+def test_cdist_batch_dtypes_errors():
+    f32 = torch.float32
+    check(lambda a, b: torch.cdist(a, b), values((2, 3, 5, 4), f32), values((3, 7, 4), f32))
+    check(lambda a, b: torch.cdist(a, b), values((2, 30, 4), f32), values((2, 7, 4), f32), tol=CDIST_MM_TOL)
+    check(lambda a, b: torch.cdist(a, b, p=1), values((3, 200), f32), values((7, 200), f32))
+    check(lambda a, b: torch.cdist(a, b), values((30, 4), torch.bfloat16), values((7, 4), torch.bfloat16),
+          tol=(1.6e-2, 2e-2))  # the mm path runs in bf16 on CPU too
+    check(lambda a, b: torch.cdist(a, b), values((3, 4), torch.bfloat16), values((7, 4), torch.bfloat16))  # error
+    check(lambda a, b: torch.cdist(a, b), values((3, 4), f32), values((7, 5), f32))
+    check(lambda a, b: torch.cdist(a, b, p=-1.0), values((3, 4), f32), values((7, 4), f32))
+    check(lambda a, b: torch._cdist_forward(a, b, 2.0, 3), values((3, 4), f32), values((7, 4), f32))
+
+
+@pytest.mark.parametrize("p", [1.0, 2.0, 3.0, float("inf")])
+@pytest.mark.parametrize("n", [1, 2, 9, 40])
+def test_pdist(p, n):
+    check(lambda a: F.pdist(a, p), values((n, 5), torch.float32))
+
+
+def test_pdist_errors():
+    check(lambda a: F.pdist(a), values((4, 5), torch.bfloat16))
+    check(lambda a: F.pdist(a), values((2, 4, 5), torch.float32))
+
+
+# --------------------------------------------------------------------------------------------
+# FFT
+# --------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("n", [1, 2, 5, 8, 16, 33, 128])
+@pytest.mark.parametrize("norm", ["backward", "ortho", "forward"])
+def test_rfft_irfft(n, norm):
+    x = values((3, n), torch.float32)
+    check(lambda x: torch.fft.rfft(x, norm=norm), x, tol=FFT_TOL)
+    check(lambda x: torch.fft.fft(x, norm=norm), x, tol=FFT_TOL)  # real input: _fft_r2c, onesided=False
+    check(lambda c: torch.fft.irfft(c, n=n, norm=norm), torch.fft.rfft(values((3, n), torch.float32, seed=3)),
+          tol=FFT_TOL)
+
+
+def test_fft_multidim_layouts_dtypes():
+    x = values((4, 6, 5), torch.float32)
+    for fn in (lambda x: torch.fft.rfft(x, dim=0), lambda x: torch.fft.rfft2(x), lambda x: torch.fft.rfftn(x),
+               lambda x: torch.fft.rfftn(x, dim=(2, 0)), lambda x: torch.fft.rfft(x.transpose(0, 2)),
+               ):
+        check(fn, x, tol=FFT_TOL)
+        _strides_match(fn, x)
+    # ihfft returns a conjugate view; resolving it when copying to host is the copy family's (counted) fallback
+    check(lambda x: torch.fft.ihfft(x), x, tol=FFT_TOL, allow_fallback=("aten::copy_",))
+    c = torch.fft.rfftn(x)
+    for fn in (lambda c: torch.fft.irfft2(c, s=(6, 5)), lambda c: torch.fft.irfftn(c, s=(4, 6, 5)),
+               lambda c: torch.fft.irfft(c, dim=1)):
+        check(fn, c, tol=FFT_TOL)
+        _strides_match(fn, c)
+    check(lambda c: torch.fft.irfft(c), torch.randn(3, 5, dtype=torch.complex64, generator=torch.Generator()
+                                                    .manual_seed(0)), tol=FFT_TOL)  # not Hermitian
+    check(lambda x: torch.fft.rfft(x), values((2, 8), torch.int64), tol=FFT_TOL)  # promoted to float32
+    check(lambda x: torch.fft.rfft(x), values((2, 8), torch.bfloat16))  # error: unsupported dtype
+    check(lambda x: torch.fft.rfft(x), values((2, 300), torch.float32), tol=(1e-4, 3e-4))  # 300-term sums
