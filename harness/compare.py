@@ -2,7 +2,8 @@
 
 Floating point: ``torch.testing`` default tolerances per dtype (DESIGN.md
 section 4) unless the op's spec records an override with its reason; NaN
-must sit at the same positions and infinities must match in sign. Integers
+must sit at the same positions, infinities must match in sign and so must
+zeros (-0.0 is not 0.0 where CPU distinguishes them). Integers
 and bools: exact. Always: same shape, same dtype, result on the device.
 Ops that accumulate (reductions, matmul) may instead pass the float64
 criterion: against a float64 CPU reference, the device's error is no more
@@ -79,12 +80,14 @@ def _errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]
 
 
 def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tuple[float, float] | None,
-                   reference: torch.Tensor | None = None, where: str = "output", overflow_equal: bool = False
-                   ) -> Comparison:
+                   reference: torch.Tensor | None = None, where: str = "output", overflow_equal: bool = False,
+                   zero_sign: bool = True) -> Comparison:
     """``actual`` is the device result, ``expected`` CPU's; ``reference`` (optional) a float64 CPU result.
 
     ``overflow_equal`` (a per-op override): an infinity on one side equals a same-signed finite value
-    beyond half the dtype's range on the other, for ops whose CPU kernels overflow early."""
+    beyond half the dtype's range on the other, for ops whose CPU kernels overflow early.
+    ``zero_sign=False`` (a per-op, per-dtype override): +0.0 equals -0.0, for ops where CPU's own
+    sign of a zero depends on which of its loops (vector body or scalar tail) computed it."""
     if not isinstance(actual, torch.Tensor):
         return Comparison(False, f"{where}: expected a tensor, got {type(actual).__name__}")
     if actual.dtype != expected.dtype:
@@ -101,7 +104,8 @@ def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tupl
                           criterion="exact")
     if exp.dtype.is_complex:
         return compare_tensor(torch.view_as_real(got.resolve_conj()), torch.view_as_real(exp.resolve_conj()),
-                              tolerance, None if reference is None else torch.view_as_real(reference), where)
+                              tolerance, None if reference is None else torch.view_as_real(reference), where,
+                              zero_sign=zero_sign)
     if overflow_equal:
         big = torch.finfo(exp.dtype).max / 2
         near = (torch.isinf(got) & (exp.double().abs() > big) & (torch.sign(got) == torch.sign(exp))) | \
@@ -114,6 +118,10 @@ def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tupl
     inf_a, inf_e = torch.isinf(got), torch.isinf(exp)
     if not torch.equal(inf_a, inf_e) or not torch.equal(got[inf_a], exp[inf_e]):
         return Comparison(False, f"{where}: infinities differ")
+    zeros = (exp == 0) & (got == 0)
+    if zero_sign and zeros.any() and not torch.equal(torch.signbit(got[zeros]), torch.signbit(exp[zeros])):
+        bad = int((torch.signbit(got[zeros]) != torch.signbit(exp[zeros])).sum())
+        return Comparison(False, f"{where}: {bad} zero(s) with the wrong sign (-0.0 vs 0.0)")
     max_abs, max_rel = _errors(got, exp)
     ulp = ulp_distance(got, exp)
     rtol, atol = tolerance if tolerance is not None else DEFAULT_TOLERANCE.get(exp.dtype, (1.3e-6, 1e-5))
@@ -136,18 +144,18 @@ def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tupl
 
 
 def compare(actual: Any, expected: Any, tolerance: tuple[float, float] | None = None, reference: Any = None,
-            where: str = "output", overflow_equal: bool = False) -> Comparison:
+            where: str = "output", overflow_equal: bool = False, zero_sign: bool = True) -> Comparison:
     """Recursive over tuples/lists; Python scalars compared exactly (NaN equal to NaN)."""
     if isinstance(expected, torch.Tensor):
         return compare_tensor(actual, expected, tolerance, reference if isinstance(reference, torch.Tensor) else None,
-                              where, overflow_equal)
+                              where, overflow_equal, zero_sign)
     if isinstance(expected, (tuple, list)):
         if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
             return Comparison(False, f"{where}: structure differs ({type(actual).__name__} vs {type(expected).__name__})")
         result = Comparison(True)
         refs = reference if isinstance(reference, (tuple, list)) else [None] * len(expected)
         for i, (a, e, r) in enumerate(zip(actual, expected, refs)):
-            result = result.merge(compare(a, e, tolerance, r, f"{where}[{i}]", overflow_equal))
+            result = result.merge(compare(a, e, tolerance, r, f"{where}[{i}]", overflow_equal, zero_sign))
         return result
     if isinstance(expected, float) and isinstance(actual, float) and math.isnan(expected) and math.isnan(actual):
         return Comparison(True, criterion="exact")

@@ -169,11 +169,13 @@ def _check(spec, case, expression, cpu_error, device_error, expected, actual, cp
     tolerance = spec.tolerance.get(case.dtype)
     if spec.check == "properties":
         return _check_properties(spec, case, expression, expected, actual, device_inputs, seed)
-    comparison = cmp.compare(actual, expected, tolerance, overflow_equal=spec.overflow_equal)
+    zero_sign = case.dtype not in spec.ignore_zero_sign
+    comparison = cmp.compare(actual, expected, tolerance, overflow_equal=spec.overflow_equal, zero_sign=zero_sign)
     if not comparison.ok and spec.fp64_reference:
         reference = _fp64_reference(spec, case, expression)
         if reference is not None:
-            comparison = cmp.compare(actual, expected, tolerance, reference, overflow_equal=spec.overflow_equal)
+            comparison = cmp.compare(actual, expected, tolerance, reference, overflow_equal=spec.overflow_equal,
+                                     zero_sign=zero_sign)
     cpu_alias = _storage_aliases(expected, cpu_inputs)
     device_alias = _storage_aliases(actual, device_inputs)
     if cpu_alias != device_alias:
@@ -181,7 +183,7 @@ def _check(spec, case, expression, cpu_error, device_error, expected, actual, cp
             False, f"aliasing differs: outputs sharing storage with inputs (output, input) CPU {cpu_alias}, "
                    f"device {device_alias}"))
     for i, (c, d) in enumerate(zip(cpu_inputs, device_inputs)):
-        after = cmp.compare_tensor(d, c, tolerance, where=f"input x{i} after the call")
+        after = cmp.compare_tensor(d, c, tolerance, where=f"input x{i} after the call", zero_sign=zero_sign)
         if not after.ok:
             comparison = comparison.merge(after)
     if spec.grad and comparison.ok:

@@ -46,7 +46,7 @@ def _op_name(op: torch._ops.OpOverload) -> str:
 class _Plan:
     """What the schema says about an overload, computed once per overload."""
 
-    __slots__ = ("name", "written", "generator_args")
+    __slots__ = ("name", "written", "generator_args", "tensor_args")
 
     def __init__(self, op: torch._ops.OpOverload):
         self.name = _op_name(op)
@@ -55,6 +55,7 @@ class _Plan:
             a.name for a in args if a.alias_info is not None and a.alias_info.is_write)
         self.generator_args = tuple(
             (i, a.name, a.kwarg_only) for i, a in enumerate(args) if "Generator" in str(a.type))
+        self.tensor_args = tuple((i, a.name) for i, a in enumerate(args) if str(a.type) == "Tensor")
 
 
 _plans: dict[torch._ops.OpOverload, _Plan] = {}
@@ -153,6 +154,33 @@ class _HostMirror:
         return None
 
 
+def _rewrap_numbers(plan: _Plan, args: list, kwargs: dict, tensors: list[torch.Tensor]) -> None:
+    """Wrapped numbers (a Python scalar PyTorch turned into a 0-d tensor for a Tensor argument, as in
+    ``copysign(x, 2.0)``) reach a Python kernel as plain numbers. The CPU kernel needs a tensor back:
+    a 0-d host tensor of the dtype the number takes against the op's tensors (weak scalar typing)."""
+    for index, name in plan.tensor_args:
+        in_args = index < len(args)
+        value = args[index] if in_args else kwargs.get(name)
+        if isinstance(value, (bool, int, float, complex)) and not isinstance(value, torch.Tensor):
+            dtype = _weak_dtype(value, tensors)
+            wrapped = torch.tensor(value, dtype=dtype)
+            if in_args:
+                args[index] = wrapped
+            else:
+                kwargs[name] = wrapped
+
+
+def _weak_dtype(value, tensors: list[torch.Tensor]) -> torch.dtype:
+    kind = bool if isinstance(value, bool) else int if isinstance(value, int) else \
+        complex if isinstance(value, complex) else float
+    for t in tensors:
+        if kind is float and t.dtype.is_floating_point or kind is int and not (
+                t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool) or \
+                kind is bool and t.dtype == torch.bool:
+            return t.dtype
+    return {bool: torch.bool, int: torch.int64, float: torch.get_default_dtype(), complex: torch.complex64}[kind]
+
+
 def _check_devices(name: str, tensors: list[torch.Tensor], args: Any, kwargs: dict) -> torch.device:
     device = tensors[0].device
     for t in tensors[1:]:
@@ -211,6 +239,7 @@ def cpu_fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     mirror = _HostMirror(tensors)
     host_args = [_walk(a, mirror.to_host) for a in args]
     host_kwargs = {k: _walk(v, mirror.to_host) for k, v in kwargs.items()}
+    _rewrap_numbers(plan, host_args, host_kwargs, tensors)
     if "device" in host_kwargs:
         host_kwargs["device"] = torch.device("cpu")
     if host_kwargs.get("pin_memory"):

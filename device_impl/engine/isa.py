@@ -100,9 +100,7 @@ ALU_UNARY: dict[str, Callable] = {
 
 def _gelu_erf(x):
     from scipy.special import erf  # noqa: PLC0415  (scipy is optional at import time)
-    y = 0.5 * x * (1.0 + erf(x * np.float32(1 / math.sqrt(2))))
-    # gelu(+inf) is NaN in PyTorch's vectorized CPU kernel (its erf(inf) is NaN); the table matches it.
-    return np.where(np.isposinf(x), np.nan, y)
+    return 0.5 * x * (1.0 + erf(x * np.float32(1 / math.sqrt(2))))
 
 
 def _erf(x):
@@ -117,7 +115,7 @@ def _erfc(x):
 
 def _erfinv(x):
     from scipy.special import erfinv  # noqa: PLC0415
-    return erfinv(x)
+    return np.where(x == 0, x, erfinv(x))  # keeps -0.0, as CPU does
 
 
 def _gelu_tanh(x):
@@ -134,7 +132,7 @@ ACTIVATIONS: dict[str, Callable] = {
     "identity": lambda x: x, "exp": np.exp, "exp2": np.exp2, "expm1": np.expm1, "log": np.log,
     "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "sqrt": np.sqrt,
     "rsqrt": lambda x: 1.0 / np.sqrt(x), "reciprocal": np.reciprocal, "tanh": np.tanh, "sigmoid": _sigmoid,
-    "relu": lambda x: np.maximum(x, 0), "gelu": _gelu_erf, "gelu_tanh": _gelu_tanh,
+    "relu": lambda x: np.where(x < 0, 0.0, x), "gelu": _gelu_erf, "gelu_tanh": _gelu_tanh,
     "silu": lambda x: x * _sigmoid(x), "softplus": lambda x: np.logaddexp(0, x),
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
     "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,

@@ -255,7 +255,8 @@ for _packet, _func in [("exp", "exp"), ("exp2", "exp2"), ("expm1", "expm1"), ("l
 
 
 def _register_alu_unary(packet: str, op: str, rule: str = "same", integer_identity: bool = False,
-                        refuse_bool: str | Exception | None = None, refuse_float: str | None = None) -> None:
+                        refuse_bool: str | Exception | None = None, refuse_float: str | None = None,
+                        overloads=("default", "out")) -> None:
     def compute(out: torch.Tensor, a: dict) -> None:
         x = a["self"]
         if refuse_bool and x.dtype == torch.bool:
@@ -267,7 +268,7 @@ def _register_alu_unary(packet: str, op: str, rule: str = "same", integer_identi
             return
         elementwise(packet, out, (x,), lambda nc, o, t: nc.vector.tensor_unary(o, t, op))
 
-    register_family(packet, compute, _meta_unary(rule))
+    register_family(packet, compute, _meta_unary(rule), overloads=overloads)
 
 
 _register_alu_unary("abs", "abs", refuse_bool=_refuse("abs_cpu", torch.bool))
@@ -377,6 +378,21 @@ def _clamp_compute(out: torch.Tensor, a: dict) -> None:
 
 
 register_family("clamp", _clamp_compute, _clamp_meta)
+
+
+def _one_sided_clamp(bound: str):
+    """clamp_min / clamp_max: clamp with only one bound (named ``min`` or ``max`` in their schema)."""
+    def compute(out: torch.Tensor, a: dict) -> None:
+        _clamp_compute(out, {"self": a["self"], bound: a[bound]})
+
+    def meta(a: dict) -> tuple:
+        return _clamp_meta({"self": a["self"], bound: a[bound]})
+
+    return compute, meta
+
+
+register_family("clamp_min", *_one_sided_clamp("min"))
+register_family("clamp_max", *_one_sided_clamp("max"))
 
 
 def _hardtanh_compute(out: torch.Tensor, a: dict) -> None:

@@ -429,11 +429,32 @@ def _combine(nc, offs: Tile, cur: Tile, src: Tile, op: str, scale: float | Tile 
             values = values.astype(np.float64) * factor[0].reshape(k.size, 1).astype(np.float64)
         elif scale is not None:
             values = values.astype(np.float64) * float(scale)
+        start = state.copy()
         fn.at(state, inverse, values)
+        if op in ("maximum", "minimum") and is_float(state.dtype):
+            _first_zero_sign(state, start, values, inverse)
         o.reshape(k.size, -1)[...] = state[inverse]
 
     nc.gpsimd.run(f"scatter_{op}", program, (out,), ins, factor=math.log2(max(offs.data.size, 2)))
     return out
+
+
+def _first_zero_sign(state: np.ndarray, start: np.ndarray, values: np.ndarray, inverse: np.ndarray) -> None:
+    """Give zero results the sign of the first zero to arrive, as CPU's ``if (src > cur) cur = src``.
+
+    CPU replaces the current value only on a strict win, so among ties (+0.0 and -0.0 compare
+    equal) the earliest value stays; a ufunc's ``at`` does not promise which tie it keeps."""
+    zero = state == 0
+    if not zero.any():
+        return
+    rows = values.shape[0]
+    order = np.where(values == 0, np.arange(rows)[:, None], rows)
+    first = np.full(state.shape, rows, dtype=np.int64)
+    np.minimum.at(first, inverse, order)
+    cols = np.arange(state.shape[1])[None, :]
+    from_src = np.signbit(values[np.minimum(first, rows - 1), cols])
+    sign = np.where(start == 0, np.signbit(start), np.where(first < rows, from_src, np.signbit(state)))
+    state[zero] = np.where(sign, -0.0, 0.0).astype(state.dtype)[zero]
 
 
 # --- index validation ---------------------------------------------------------------------

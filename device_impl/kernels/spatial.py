@@ -992,11 +992,8 @@ def _pool_forward(nc, scratch, out5, idx5, x5, k3, s3, p3, d3, mode, count_inclu
         else:
             acc = nc.sbuf_tile((p, f), acc_dtype)
             v = nc.sbuf_tile((p, f), x5.dtype)
-            for i, win in enumerate(wins):
-                if i == 0:
-                    nc.dma.load_flat(v, win, start, stop)
-                    nc.vector.tensor_copy(acc, v)
-                    continue
+            nc.vector.memset(acc, 0)  # CPU sums from 0, so an all -0.0 window averages to +0.0
+            for win in wins:
                 nc.dma.load_flat(v, win, start, stop)
                 nc.vector.tensor_tensor(acc, acc, v, "add", dtype=acc_dtype)
             res = nc.sbuf_tile((p, f), out5.dtype)
@@ -2768,6 +2765,12 @@ def fft_r2c(self, dim, normalization, onesided):
         others = [d for d in dims[:-1]]
         re, im = _fft_pass(nc, scratch, hbm(self), None, last, out_sizes[last], "r2c",
                            scale if not others else 1.0)
+        # The DC (and, for even n, Nyquist) bins of a real signal have no imaginary part: an FFT
+        # never computes one, the DFT matmul does (x * -sin(0)), and inf * 0 would make it NaN.
+        im_last = np.moveaxis(im, last, -1)
+        for k in {0, sizes[last] // 2} if sizes[last] % 2 == 0 else {0}:
+            if k < im_last.shape[-1]:
+                _fill(nc, im_last[..., k], 0.0)
         for j, d in enumerate(others):
             re, im = _fft_pass(nc, scratch, re, im, d, sizes[d], "fwd", scale if j == len(others) - 1 else 1.0)
         o = hbm(out)
