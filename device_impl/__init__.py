@@ -34,12 +34,18 @@ def register() -> None:
     from device_impl import dispatch, runtime
     from device_impl.runtime import config, devices
 
-    devices.configure(config.read())
+    settings = config.read()
+    devices.configure(settings)
     torch.utils.rename_privateuse1_backend("neuron")
     torch._register_device_module("neuron", runtime)
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
     dispatch.install()
     import device_impl.kernels  # noqa: F401  (registers the native kernels)
+
+    if settings.eager_mode != "eager":
+        from device_impl import eager
+
+        eager.set_eager_mode(settings.eager_mode)
 
     _registered = True
 

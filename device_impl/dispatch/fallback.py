@@ -30,6 +30,7 @@ import torch
 from device_impl._core import C
 from device_impl.dispatch import counters
 from device_impl.dispatch.strict import is_strict, refuse
+from device_impl.dispatch.table import HOOKS
 from device_impl.runtime.random import reserve
 
 _ALIGN = 16  # bytes; a multiple of every element size, so shared spans stay aligned
@@ -230,6 +231,8 @@ def cpu_fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
         raise refuse(name)
     counters.record(name, counters.FALLBACK_SLOT)
     counters.warn_fallback_once(name)
+    if HOOKS.barrier is not None:  # adaptive eager: the host copies below must see queued results
+        HOOKS.barrier("fallback", name, args, kwargs)
 
     tensors: list[torch.Tensor] = []
     _neuron_tensors(args, tensors)

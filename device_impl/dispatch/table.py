@@ -67,6 +67,22 @@ ASSERT_NO_CPU = os.environ.get("NEURONSIM_ASSERT_NO_CPU", "0") == "1"
 _METADATA_OPS = frozenset({"result_type"})
 
 
+class EagerHooks:
+    """Where adaptive eager (device_impl.eager) plugs into dispatch while it may hold queued work.
+
+    ``barrier(reason, op, args, kwargs)``: run the queued work that ``op``'s tensor arguments
+    depend on before ``op`` runs outside the queue (``args=None``: all of it).
+    ``submit(op, compute, out, args)``: queue (or run) a family kernel's computation.
+    Both are None in plain eager mode, so eager pays one attribute test per op.
+    """
+
+    barrier: Callable[..., None] | None = None
+    submit: Callable[[str, Callable[..., None], Any, dict], None] | None = None
+
+
+HOOKS = EagerHooks()
+
+
 class HostComputeError(AssertionError):
     """A native kernel called a torch op on host tensors."""
 
@@ -128,6 +144,10 @@ class LoweringTable:
             raise ValueError(f"{op} already has a neuron lowering ({self._entries[op].source})")
         record = counters.record
         overload = resolve(op)
+        hooks = HOOKS
+        # Family kernels (kernels/registry.py) route their computation through HOOKS.submit, which
+        # decides between queueing and a barrier; any other kernel needs the barrier first.
+        self_ordered = getattr(fn, "submits", False)
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             if dtypes is not None and (_unsupported_dtype(args, dtypes) or _unsupported_dtype(kwargs.values(), dtypes)):
@@ -135,6 +155,8 @@ class LoweringTable:
 
                 return cpu_fallback(overload, *args, **kwargs)
             record(op, slot)
+            if hooks.barrier is not None and not self_ordered:
+                hooks.barrier("unqueueable", op, args, kwargs)
             if ASSERT_NO_CPU:
                 with _no_cpu_mode(op):
                     return fn(*args, **kwargs)

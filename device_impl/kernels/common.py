@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -237,27 +237,20 @@ def cast_scalar(value, dtype: torch.dtype):
     return converted.item() if dtype not in (torch.bfloat16, torch.float16) else float(converted.astype(np.float32))
 
 
-def elementwise(name: str, out: torch.Tensor, operands: Sequence[Operand],
-                emit: Callable[..., None], free_max: int = FREE_MAX,
-                common_dtype: torch.dtype | None = None, promoted: Sequence[int] | None = None,
-                round_scalars: bool = True) -> torch.Tensor:
-    """Run ``emit(nc, out_tile, *operand_tiles_or_scalars)`` over flat tiles of ``out``.
+class Pointwise(NamedTuple):
+    """An elementwise launch resolved against memory: what ``elementwise`` and the adaptive-eager
+    fuser (device_impl.eager) both run, so a fused chain computes exactly what each op would."""
 
-    Tensor operands are broadcast to out's shape and DMA'd tile by tile (in
-    out's memory order, so transposed or channels_last outputs stay
-    contiguous runs); host scalars are passed to ``emit`` as Python numbers.
+    out_view: np.ndarray  # out's HBM view, permuted to its memory order
+    views: list  # per operand: its HBM view broadcast to out and permuted alike, or None for a scalar
+    scalars: list  # per operand: the (promoted) Python number, or None for a tensor
+    convert: list  # per operand: convert its tile to ``target`` before emit
+    target: np.dtype | None
 
-    ``common_dtype``: the op's promoted dtype. The operands taking part in
-    promotion (``promoted`` indices, default all) are converted to it before
-    ``emit`` sees them, as TensorIterator does: a float32 0-d tensor added to
-    a bfloat16 tensor is first rounded to bfloat16, a scalar 0.1 becomes
-    bf16(0.1). (The engines then compute in fp32.) Some CPU kernels (mul, div,
-    floor division, leaky_relu) read a scalar or 0-d *second* operand at full
-    precision instead (``original_scalar_value`` in ATen): ``round_scalars=False``.
-    """
-    numel = out.numel()
-    if numel == 0:
-        return out
+
+def prepare_elementwise(out: torch.Tensor, operands: Sequence[Operand], common_dtype: torch.dtype | None = None,
+                        promoted: Sequence[int] | None = None, round_scalars: bool = True) -> Pointwise:
+    """Resolve out and operands of a non-empty elementwise launch into HBM views (see ``elementwise``)."""
     shape = tuple(out.shape)
     out_view = hbm(out)
     views: list[Any] = []
@@ -285,6 +278,40 @@ def elementwise(name: str, out: torch.Tensor, operands: Sequence[Operand],
         if order != list(range(out.dim())):
             out_view = out_view.transpose(order)
             views = [v.transpose(order) if v is not None else None for v in views]
+    return Pointwise(out_view, views, scalars, convert, target)
+
+
+# Adaptive eager (device_impl.eager) sets this while it captures a kernel's elementwise launches
+# to queue them instead of running them; it receives elementwise's arguments and returns out.
+CAPTURE: list[Callable[..., torch.Tensor] | None] = [None]
+
+
+def elementwise(name: str, out: torch.Tensor, operands: Sequence[Operand],
+                emit: Callable[..., None], free_max: int = FREE_MAX,
+                common_dtype: torch.dtype | None = None, promoted: Sequence[int] | None = None,
+                round_scalars: bool = True) -> torch.Tensor:
+    """Run ``emit(nc, out_tile, *operand_tiles_or_scalars)`` over flat tiles of ``out``.
+
+    Tensor operands are broadcast to out's shape and DMA'd tile by tile (in
+    out's memory order, so transposed or channels_last outputs stay
+    contiguous runs); host scalars are passed to ``emit`` as Python numbers.
+
+    ``common_dtype``: the op's promoted dtype. The operands taking part in
+    promotion (``promoted`` indices, default all) are converted to it before
+    ``emit`` sees them, as TensorIterator does: a float32 0-d tensor added to
+    a bfloat16 tensor is first rounded to bfloat16, a scalar 0.1 becomes
+    bf16(0.1). (The engines then compute in fp32.) Some CPU kernels (mul, div,
+    floor division, leaky_relu) read a scalar or 0-d *second* operand at full
+    precision instead (``original_scalar_value`` in ATen): ``round_scalars=False``.
+    """
+    capture = CAPTURE[0]
+    if capture is not None:
+        return capture(name, out, operands, emit, free_max, common_dtype, promoted, round_scalars)
+    numel = out.numel()
+    if numel == 0:
+        return out
+    out_view, views, scalars, convert, target = prepare_elementwise(out, operands, common_dtype, promoted,
+                                                                    round_scalars)
     with launch(name, out.device.index) as nc:
         for start, stop, p, f in flat_tiles(numel, free_max):
             mark = nc.mark()

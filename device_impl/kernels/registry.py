@@ -15,7 +15,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from device_impl.dispatch.table import TABLE
+from device_impl.dispatch.table import HOOKS, TABLE
 from device_impl.engine.dtypes import COMPUTE_DTYPES
 from device_impl.kernels.common import check_out
 
@@ -99,13 +99,13 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
         overload = getattr(functional, ov)
         binder = Binder.of(overload)
         if binder.out_names:
-            TABLE.native(op, dtypes=dtypes)(_out_kernel(binder, compute, meta))
+            TABLE.native(op, dtypes=dtypes)(_out_kernel(op, binder, compute, meta))
             registered.append(op)
             out_ops.append(op)
         elif routed_by_composite(op):
             served.append(op)
         else:
-            TABLE.native(op, dtypes=dtypes)(_functional_kernel(binder, compute, meta))
+            TABLE.native(op, dtypes=dtypes)(_functional_kernel(op, binder, compute, meta))
             registered.append(op)
     if inplace is not None:
         for ov in inplace.overloads():
@@ -117,7 +117,8 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
             if routed_by_composite(op):
                 served.append(op)
             else:
-                TABLE.native(op, dtypes=dtypes)(_inplace_kernel(Binder.of(getattr(inplace, ov)), compute, meta))
+                TABLE.native(op, dtypes=dtypes)(_inplace_kernel(op, Binder.of(getattr(inplace, ov)), compute,
+                                                                 meta))
                 registered.append(op)
     if out_ops:
         # Composite-routed overloads reach one of the out= kernels; record the first as their server.
@@ -126,7 +127,22 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
     return registered
 
 
-def _out_kernel(binder: Binder, compute: Compute, meta: Meta):
+def _run(op: str, compute: Compute, out: torch.Tensor, bound: dict[str, Any]) -> None:
+    """Compute now, or hand the computation to adaptive eager, which queues or runs it."""
+    submit = HOOKS.submit
+    if submit is None:
+        compute(out, bound)
+    else:
+        submit(op, compute, out, bound)
+
+
+def _submits(kernel):
+    """Mark a wrapper as ordering itself against queued work (through ``_run``); see dispatch.table.HOOKS."""
+    kernel.submits = True
+    return kernel
+
+
+def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta):
     out_name = binder.out_names[0]
 
     def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
@@ -134,25 +150,25 @@ def _out_kernel(binder: Binder, compute: Compute, meta: Meta):
         out = bound.pop(out_name)
         shape, dtype, operands = meta(bound)
         check_out(out, shape, dtype, operands)
-        compute(out, bound)
+        _run(op, compute, out, bound)
         return out
 
-    return kernel
+    return _submits(kernel)
 
 
-def _functional_kernel(binder: Binder, compute: Compute, meta: Meta):
+def _functional_kernel(op: str, binder: Binder, compute: Compute, meta: Meta):
     def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
         bound = binder.bind(args, kwargs)
         shape, dtype, operands = meta(bound)
         like = next(o for o in operands if isinstance(o, torch.Tensor) and o.device.type == "neuron")
         out = torch.empty(shape, dtype=dtype, device=like.device)
-        compute(out, bound)
+        _run(op, compute, out, bound)
         return out
 
-    return kernel
+    return _submits(kernel)
 
 
-def _inplace_kernel(binder: Binder, compute: Compute, meta: Meta):
+def _inplace_kernel(op: str, binder: Binder, compute: Compute, meta: Meta):
     def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
         bound = binder.bind(args, kwargs)
         self = bound["self"]
@@ -161,7 +177,7 @@ def _inplace_kernel(binder: Binder, compute: Compute, meta: Meta):
             raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape "
                                f"{list(shape)}")
         check_out(self, shape, dtype, [o for o in operands if o is not self])
-        compute(self, bound)
+        _run(op, compute, self, bound)
         return self
 
-    return kernel
+    return _submits(kernel)

@@ -54,6 +54,26 @@ from device_impl.runtime.streams import (  # noqa: F401
 )
 
 
+def set_eager_mode(mode: str) -> None:
+    """'adaptive' queues and fuses neuron ops until their data is needed; 'eager' runs each at once."""
+    from device_impl import eager
+
+    eager.set_eager_mode(mode)
+
+
+def get_eager_mode() -> str:
+    from device_impl import eager
+
+    return eager.get_eager_mode()
+
+
+def eager_mode(mode: str):
+    """``with torch.neuron.eager_mode("adaptive"):`` run the block in that mode."""
+    from device_impl import eager
+
+    return eager.eager_mode(mode)
+
+
 def dispatch_stats() -> dict:
     """Per-op call counts by tier on this device (what device_impl.dispatch.stats() returns).
 

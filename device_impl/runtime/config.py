@@ -24,6 +24,7 @@ class DeviceConfig:
     physical_cores: int
     visible_cores: tuple[int, ...]
     hbm_bytes: int
+    eager_mode: str = "eager"  # NEURON_EAGER_MODE: 'eager' or 'adaptive' (device_impl.eager)
 
     @property
     def device_count(self) -> int:
@@ -75,4 +76,7 @@ def read(environ: dict[str, str] | None = None) -> DeviceConfig:
     visible = parse_core_list(visible_text, physical) if visible_text else tuple(range(physical))
     hbm_text = env.get("NEURON_HBM_BYTES", "").strip()
     hbm = parse_bytes(hbm_text) if hbm_text else DEFAULT_HBM_BYTES
-    return DeviceConfig(physical, visible, hbm)
+    eager_mode = env.get("NEURON_EAGER_MODE", "").strip().lower() or "eager"
+    if eager_mode not in ("eager", "adaptive"):
+        raise ValueError(f"NEURON_EAGER_MODE={env['NEURON_EAGER_MODE']!r} must be 'eager' or 'adaptive'.")
+    return DeviceConfig(physical, visible, hbm, eager_mode)

@@ -89,10 +89,15 @@ class device_of(device):
 
 
 def synchronize(device: DeviceLike = None) -> None:
-    """Wait for all work on a NeuronCore. Kernels finish before their launch returns, so this only validates."""
+    """Wait for all work on a NeuronCore. Kernels finish before their launch returns, so this validates
+    and runs the work adaptive eager has queued."""
     index = device_index(device)
     if not 0 <= index < C.device_count():
         raise RuntimeError(f"Invalid device neuron:{index}: {C.device_count()} NeuronCore(s) are visible.")
+    from device_impl.dispatch.table import HOOKS
+
+    if HOOKS.barrier is not None:
+        HOOKS.barrier("synchronize")
 
 
 @dataclass(frozen=True)

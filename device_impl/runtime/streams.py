@@ -63,6 +63,11 @@ def default_stream(device: DeviceLike = None) -> torch.Stream:
 
 
 def set_stream(stream: torch.Stream) -> None:
+    """Make ``stream`` current; work adaptive eager queued on the previous stream runs first."""
+    from device_impl.dispatch.table import HOOKS
+
+    if HOOKS.barrier is not None:
+        HOOKS.barrier("stream")
     torch.accelerator.set_stream(stream)
 
 

@@ -1,0 +1,55 @@
+"""Adaptive eager: queue neuron ops, fuse queued chains into tile programs, flush when data must exist.
+
+``torch.neuron.set_eager_mode("adaptive")`` (or NEURON_EAGER_MODE=adaptive, or
+``with torch.neuron.eager_mode("adaptive"):``) changes no user code: elementwise
+ops return their outputs at once (allocated from the kernel's meta, checks
+already run) but compute nothing until something needs the data: a copy to
+the host, ``.item()``, printing, ``torch.neuron.synchronize()``, a stream switch
+or event, an op that cannot be queued or the CPU fallback touching queued
+memory, or the queue's op/byte limit. Then the queue runs in order, consecutive
+steps fused into one launch each (fusion.py), bit-identical to eager.
+
+Modules: capture.py (a kernel call -> queued steps), queue.py (queue, barriers,
+flush), fusion.py (grouping, programs, their cache), hooks.py (the C++ copy
+kernels), mode.py (the switch), stats.py (counters).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from device_impl.eager.mode import MODES, eager_mode, get_eager_mode, set_eager_mode  # noqa: F401
+from device_impl.eager.queue import QUEUE
+from device_impl.eager.stats import STATS
+
+
+def flush(reason: str = "explicit") -> None:
+    """Run everything queued now."""
+    QUEUE.flush(reason)
+
+
+def pending() -> int:
+    """Number of queued steps."""
+    return len(QUEUE.steps)
+
+
+def set_limits(max_ops: int | None = None, max_bytes: int | None = None) -> None:
+    """Queue limits: flush when this many steps, or output bytes, are waiting."""
+    if max_ops is not None:
+        if max_ops < 1:
+            raise ValueError("max_ops must be at least 1")
+        QUEUE.max_ops = max_ops
+    if max_bytes is not None:
+        if max_bytes < 1:
+            raise ValueError("max_bytes must be at least 1")
+        QUEUE.max_bytes = max_bytes
+
+
+def stats() -> dict[str, Any]:
+    """Since the last reset: ops_queued, ops_run_eagerly, groups, fused_groups, fused_ops,
+    programs_cached, cache_hits, stores_elided, errors, flushes (by reason), flushes_total."""
+    return STATS.snapshot()
+
+
+def reset_stats() -> None:
+    STATS.reset()

@@ -1,0 +1,96 @@
+"""The C++ core's data-reading kernels, ordered against the queue while adaptive eager is on.
+
+``copy_``, ``_copy_from``, ``_copy_from_and_resize`` and ``_local_scalar_dense``
+live in csrc/aten_ops.cpp and never pass through the Python dispatch table. While
+adaptive mode is on, ``install()`` registers Python kernels for them on
+PrivateUse1 that run the queued work the copy depends on and then call the C++
+kernel (``torch.library.get_kernel``, its intended use); ``uninstall()`` drops
+the registrations, which restores the C++ kernels, so eager mode pays nothing.
+
+A device-to-device cast between compute dtypes (``x.float()``, ``.to(bf16)``) is
+itself an elementwise launch (kernels/copy.py: ``device_cast``), so it is queued
+rather than forcing a flush.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+
+from device_impl.eager.queue import QUEUE
+from device_impl.engine.dtypes import COMPUTE_DTYPES
+
+_KEY = "PrivateUse1"
+_library: torch.library.Library | None = None
+
+
+def _cast_compute(out: torch.Tensor, args: dict) -> None:
+    from device_impl.kernels.copy import device_cast
+
+    device_cast(out, args["src"])
+
+
+_cast_compute.__module__ = "device_impl.kernels.copy"  # a family-style compute of that module
+
+
+def _queueable_cast(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    if not (dst.device.type == "neuron" and src.device == dst.device and dst.dtype != src.dtype):
+        return False
+    if dst.dtype not in COMPUTE_DTYPES or src.dtype not in COMPUTE_DTYPES:
+        return False
+    if src.is_conj() or src.is_neg() or dst.is_conj() or dst.is_neg():
+        return False
+    try:
+        return torch.broadcast_shapes(src.shape, dst.shape) == dst.shape
+    except RuntimeError:
+        return False
+
+
+def install() -> None:
+    """Route the C++ copy and scalar-read kernels through the queue (idempotent)."""
+    global _library
+    if _library is not None:
+        return
+    original = {op: torch.library.get_kernel(f"aten::{op}", _KEY)
+                for op in ("copy_", "_copy_from", "_copy_from_and_resize", "_local_scalar_dense")}
+
+    def copy_(keys, dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+        if dst.numel() and _queueable_cast(dst, src):
+            QUEUE.submit("aten::copy_", _cast_compute, dst, {"src": src})
+            return dst
+        if QUEUE.steps and QUEUE.depends((dst, src)):
+            QUEUE.flush("copy")
+        return original["copy_"].call_boxed(keys, dst, src, non_blocking)
+
+    def copy_from(keys, src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> Any:
+        if QUEUE.steps and QUEUE.depends((dst, src)):
+            QUEUE.flush("copy")
+        return original["_copy_from"].call_boxed(keys, src, dst, non_blocking)
+
+    def copy_from_and_resize(keys, src: torch.Tensor, dst: torch.Tensor) -> Any:
+        if QUEUE.steps and QUEUE.depends((dst, src)):
+            QUEUE.flush("copy")
+        return original["_copy_from_and_resize"].call_boxed(keys, src, dst)
+
+    def local_scalar_dense(keys, self: torch.Tensor) -> Any:
+        if QUEUE.steps and QUEUE.depends((self,)):
+            QUEUE.flush("item")
+        return original["_local_scalar_dense"].call_boxed(keys, self)
+
+    library = torch.library.Library("aten", "IMPL")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": intended, and undone
+        for op, fn in (("copy_", copy_), ("_copy_from", copy_from), ("_copy_from_and_resize", copy_from_and_resize),
+                       ("_local_scalar_dense", local_scalar_dense)):
+            library.impl(op, fn, _KEY, with_keyset=True)
+    _library = library
+
+
+def uninstall() -> None:
+    """Restore the C++ kernels."""
+    global _library
+    if _library is not None:
+        _library._destroy()
+        _library = None
