@@ -1,0 +1,110 @@
+"""Constant folding and static-shape check.
+
+torch-mlir materialises Python scalars as tiny constant chains (``arith.constant
+dense<2> : tensor<1xi64>`` -> convert -> reshape -> broadcast_in_dim) and computes
+``dynamic_iota`` lengths from f64 scalar arithmetic. These are compile-time facts,
+not device work: ops whose operands are all constants are evaluated here (numpy
+on the constants only), so splats reach the lowering as immediates and every
+``dynamic_iota`` with a constant length becomes a static ``iota``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from device_impl.compiler import lowering
+from device_impl.compiler.errors import ShapeContractError
+from device_impl.compiler.ir import Graph, Op
+
+FOLD_LIMIT = 1 << 16  # elements: larger constant results stay as device work
+
+
+def check_static(graph: Graph, input_names: list[str] | None = None) -> None:
+    """Raise ShapeContractError for the first dynamic dimension of an input or a value."""
+    for position, vid in enumerate(graph.inputs):
+        t = graph.types[vid]
+        if t.dynamic:
+            name = input_names[position] if input_names and position < len(input_names) else f"input {position}"
+            raise shape_error(name, t.dynamic[0], str(t))
+    for op in graph.ops:
+        for t in op.types:
+            if t.dynamic and op.name != "dynamic_iota":
+                raise shape_error(f"the result of stablehlo.{op.name}", t.dynamic[0], str(t))
+
+
+def shape_error(what: str, dim: int, shape: str) -> ShapeContractError:
+    return ShapeContractError(
+        f"neuron compiles static shapes only, but {what} has a dynamic dimension {dim} ({shape}). "
+        f"Pad or bucket the input to a fixed set of sizes (device_impl.shapes: pad to a multiple of 128 or a "
+        f"bucket list, with an attention mask) or call torch.compile(..., dynamic=False) with static shapes; "
+        f"each distinct static shape compiles once.")
+
+
+def _value(graph: Graph, vid: int):
+    if vid in graph.splats:
+        return np.asarray(graph.splats[vid], dtype=graph.types[vid].np_dtype)
+    return graph.constants.get(vid)
+
+
+def _broadcast(x: np.ndarray, op: Op) -> np.ndarray:
+    dims = op.attrs.get("broadcast_dimensions", [])
+    shape = op.type.shape
+    order = np.argsort(dims)
+    x = np.transpose(x, order) if x.ndim else x
+    expanded = [1] * len(shape)
+    for i, d in enumerate(sorted(dims)):
+        expanded[d] = x.shape[i]
+    return np.broadcast_to(x.reshape(expanded), shape)
+
+
+def _evaluate(graph: Graph, op: Op, args: list[np.ndarray]) -> np.ndarray | None:
+    out = op.type
+    if op.name in ("convert", "reshape"):
+        x = args[0].astype(out.np_dtype) if op.name == "convert" else args[0]
+        return np.reshape(x, out.shape)
+    if op.name == "broadcast_in_dim":
+        return _broadcast(args[0], op)
+    if op.name == "transpose":
+        return np.transpose(args[0], op.attrs["permutation"])
+    fn = lowering.host_function(op, [graph.types[v] for v in op.operands])
+    if fn is None:
+        return None
+    return np.asarray(fn(*args)).astype(out.np_dtype).reshape(out.shape)
+
+
+def scalar(x) -> float | int | bool:
+    """A numpy scalar (bfloat16 included) as a Python number."""
+    x = np.asarray(x)
+    if x.dtype == np.bool_:
+        return bool(x)
+    if x.dtype.kind in "iu":
+        return int(x)
+    return float(x.astype(np.float64))
+
+
+def fold_constants(graph: Graph) -> Graph:
+    """Evaluate constant-only ops in place; drops ops whose results became constants."""
+    kept: list[Op] = []
+    for op in graph.ops:
+        if op.name == "constant":
+            continue
+        if op.name == "dynamic_iota":
+            length = _value(graph, op.operands[0])
+            if length is not None and not op.type.dynamic:
+                kept.append(Op("iota", (), op.results, op.types, {"iota_dimension": op.attrs["iota_dimension"]}))
+                continue
+        args = [_value(graph, v) for v in op.operands]
+        if op.operands and all(a is not None for a in args) and len(op.results) == 1 \
+                and op.type.numel <= FOLD_LIMIT and not op.type.dynamic:
+            with np.errstate(all="ignore"):
+                result = _evaluate(graph, op, args)
+            if result is not None:
+                if all(v in graph.splats for v in op.operands) or (result.size and np.all(result == result.flat[0])
+                                                                  and result.dtype.kind != "f"):
+                    graph.splats[op.result] = scalar(result.flat[0]) if result.size else 0
+                else:
+                    graph.constants[op.result] = np.ascontiguousarray(result)
+                continue
+        kept.append(op)
+    graph.ops = kept
+    return graph

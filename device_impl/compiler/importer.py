@@ -1,0 +1,169 @@
+"""FX graph -> StableHLO (torch-mlir) -> the compiler's IR (``ir.Graph``).
+
+The StableHLO module is read through torch-mlir's Python IR bindings, op by op:
+names, operand/result values, ranked result types, and attributes converted to
+Python data. Constants become splat scalars or numpy payloads (``dense_resource``
+blobs are read from the module's resource section). The module's text is kept:
+its hash keys the compile cache and it is what ``stablehlo/`` artifacts hold.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import numpy as np
+import torch
+
+from device_impl.compiler.errors import ImportFailure
+from device_impl.compiler.ir import ELEMENT_TYPES, Graph, Op, TensorType, numpy_dtype
+
+
+def to_stablehlo(gm: torch.fx.GraphModule):
+    """Import ``gm`` with torch-mlir; returns the MLIR module."""
+    from torch_mlir import fx as torch_mlir_fx
+
+    try:
+        return torch_mlir_fx.stateless_fx_import(gm, output_type="stablehlo")
+    except Exception as e:  # torch-mlir raises its own error types (and AssertionError) here
+        first = str(e).strip().splitlines()
+        detail = next((line for line in first if "error" in line.lower()), first[0] if first else type(e).__name__)
+        raise ImportFailure(f"torch-mlir could not lower the graph to StableHLO: {detail}") from e
+
+
+def _tensor_type(t) -> TensorType:
+    from torch_mlir import ir
+
+    ranked = ir.RankedTensorType(t)
+    dynamic = tuple(i for i in range(ranked.rank) if ranked.is_dynamic_dim(i))
+    shape = tuple(-1 if i in dynamic else int(d) for i, d in enumerate(ranked.shape))
+    element = str(ranked.element_type)
+    if element not in ELEMENT_TYPES:
+        raise ImportFailure(f"element type {element} has no device dtype")
+    return TensorType(shape, ELEMENT_TYPES[element], dynamic)
+
+
+_DIMS = re.compile(r"(\w+) = \[([\d, ]*)\]")
+
+
+def _attr(value) -> Any:
+    """An MLIR attribute as Python data: ints, lists of ints, strings, or the attribute's text."""
+    from torch_mlir import ir
+
+    if isinstance(value, ir.DenseI64ArrayAttr) or isinstance(value, ir.DenseBoolArrayAttr):
+        return [int(v) for v in value]
+    if isinstance(value, ir.BoolAttr):
+        return bool(value.value)
+    if isinstance(value, ir.IntegerAttr):
+        return int(value.value)
+    if isinstance(value, ir.FloatAttr):
+        return float(value.value)
+    if isinstance(value, ir.StringAttr):
+        return value.value
+    if isinstance(value, ir.ArrayAttr):
+        return [_attr(v) for v in value]
+    text = str(value)
+    if text.startswith("#stablehlo.") and "<" in text:  # dimension numbers: a dict of int lists
+        fields: dict[str, Any] = {k: [int(x) for x in v.split(",") if x.strip()] for k, v in _DIMS.findall(text)}
+        for k, v in re.findall(r"(\w+) = (\d+)(?![\d\]])", text):
+            fields[k] = int(v)
+        fields["kind"] = text.split("<", 1)[0][len("#stablehlo."):]
+        return fields
+    match = re.fullmatch(r"#stablehlo<\w+ (\w+)>", text)
+    if match:  # comparison_direction, comparison_type, precision ...
+        return match.group(1)
+    return text
+
+
+_RESOURCE = re.compile(r"^\s*([\w.]+): \"0x([0-9A-Fa-f]*)\"", re.M)
+
+
+def _resources(module) -> dict[str, bytes]:
+    text = str(module)
+    section = text.split("dialect_resources:", 1)
+    if len(section) < 2:
+        return {}
+    return {name: bytes.fromhex(blob)[4:] for name, blob in _RESOURCE.findall(section[1])}  # 4 B alignment header
+
+
+def _constant(value, result: TensorType, resources: dict[str, bytes]) -> tuple[Any, np.ndarray | None]:
+    """(splat scalar or None, payload or None) of a constant attribute."""
+    from torch_mlir import ir
+
+    dtype = numpy_dtype(result.dtype)
+    if isinstance(value, ir.DenseElementsAttr):
+        if value.is_splat:
+            splat = value.get_splat_value()
+            scalar = bool(splat.value) if result.dtype == "bool" else splat.value
+            return np.asarray(scalar).astype(dtype)[()].item(), None
+        try:
+            return None, np.array(value).astype(dtype).reshape(result.shape)
+        except Exception:  # noqa: BLE001 - bf16/i1 payloads without a buffer protocol: read the text
+            numbers = re.findall(r"[-+]?(?:\d+\.?\d*(?:[eE][-+]?\d+)?|inf|nan|true|false|0x[0-9A-Fa-f]+)",
+                                 str(value).split(":")[0][len("dense<"):])
+            return None, _parse_numbers(numbers, dtype).reshape(result.shape)
+    text = str(value)
+    match = re.match(r"dense_resource<([\w.]+)>", text)
+    if match and match.group(1) in resources:
+        raw = resources[match.group(1)]
+        return None, np.frombuffer(raw, dtype=dtype).reshape(result.shape).copy()
+    raise ImportFailure(f"unreadable constant {text[:80]}")
+
+
+def _parse_numbers(tokens: list[str], dtype: np.dtype) -> np.ndarray:
+    values: list[Any] = []
+    for t in tokens:
+        if t in ("true", "false"):
+            values.append(t == "true")
+        elif t.startswith("0x"):
+            raw = int(t, 16).to_bytes(dtype.itemsize, "big")[::-1]
+            values.append(np.frombuffer(raw, dtype=dtype)[0])
+        else:
+            values.append(float(t))
+    return np.asarray(values).astype(dtype)
+
+
+def read_module(module) -> Graph:
+    """Copy the module's ``main`` function into an ``ir.Graph``."""
+    funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
+    if len(funcs) != 1:
+        raise ImportFailure(f"expected one function in the StableHLO module, found {len(funcs)}")
+    block = funcs[0].regions[0].blocks[0]
+    ids: dict[str, int] = {}
+    types: dict[int, TensorType] = {}
+
+    def value_id(value) -> int:
+        name = value.get_name()
+        if name not in ids:
+            ids[name] = len(ids)
+            types[ids[name]] = _tensor_type(value.type)
+        return ids[name]
+
+    inputs = [value_id(a) for a in block.arguments]
+    graph = Graph(inputs=inputs, outputs=[], ops=[], types=types)
+    resources: dict[str, bytes] | None = None
+    for operation in block.operations:
+        o = operation.operation
+        name = o.name
+        if name == "func.return":
+            graph.outputs = [value_id(v) for v in o.operands]
+            continue
+        operands = tuple(value_id(v) for v in o.operands)
+        results = tuple(value_id(r) for r in o.results)
+        attrs = {o.attributes[i].name: _attr(o.attributes[i].attr) for i in range(len(o.attributes))}
+        if o.regions and len(o.regions[0].blocks):
+            attrs["body"] = [b.operation.name.split(".", 1)[-1] for b in o.regions[0].blocks[0].operations]
+        short = name.split(".", 1)[1] if name.startswith(("stablehlo.", "chlo.")) else name
+        op = Op(short if not name.startswith("arith.constant") else "constant", operands, results,
+                tuple(types[r] for r in results), attrs)
+        if op.name == "constant":
+            if resources is None:
+                resources = _resources(module)
+            splat, payload = _constant(o.attributes["value"], op.type, resources)
+            op.attrs = {}
+            if payload is None:
+                graph.splats[op.result] = splat
+            else:
+                graph.constants[op.result] = payload
+        graph.ops.append(op)
+    return graph

@@ -1,0 +1,108 @@
+"""FX-level rewrites that make an AOTAutograd graph importable by torch-mlir's StableHLO path.
+
+torch-mlir 20261001 rejects or mis-lowers a few core ATen forms that backward graphs produce:
+
+* ``aten.squeeze.dims`` (backward of ``repeat_interleave``/``expand``) has no Torch-backend
+  lowering: it is a reshape to the node's known static shape;
+* ``aten.slice_scatter`` with an open end (``end = 2**63 - 1``) makes the lowering build an
+  index constant of that length (``std::bad_alloc``): it becomes a concatenation of the
+  untouched prefix, the source and the untouched suffix (unit step), which is pure data
+  movement for the compiler;
+* ``None`` outputs (inputs without a gradient) break the StableHLO backend contract: they are
+  dropped here and put back by the caller (``restore_none``).
+
+Each rewrite keeps the node's ``meta['val']`` so later passes still see static shapes.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+
+
+def _static_shape(node: torch.fx.Node) -> list[int]:
+    return [int(s) for s in node.meta["val"].shape]
+
+
+def _squeeze_dims(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    return graph.call_function(aten.view.default, (node.args[0], _static_shape(node)))
+
+
+def _slice_scatter(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    base, src = node.args[0], node.args[1]
+    dim = node.args[2] if len(node.args) > 2 else node.kwargs.get("dim", 0)
+    start = node.args[3] if len(node.args) > 3 else node.kwargs.get("start")
+    end = node.args[4] if len(node.args) > 4 else node.kwargs.get("end")
+    step = node.args[5] if len(node.args) > 5 else node.kwargs.get("step", 1)
+    shape = _static_shape(node)
+    dim = dim % len(shape)
+    size = shape[dim]
+    start = 0 if start is None else (start + size if start < 0 else start)
+    end = size if end is None else (end + size if end < 0 else end)
+    start, end = max(0, min(start, size)), max(0, min(end, size))
+    if step != 1 or end <= start or _static_shape(src)[dim] != end - start:
+        return None
+    pieces = []
+    if start > 0:
+        pieces.append(_sliced(graph, base, dim, 0, start))
+    pieces.append(src)
+    if end < size:
+        pieces.append(_sliced(graph, base, dim, end, size))
+    if len(pieces) == 1:
+        return graph.call_function(aten.clone.default, (src,))
+    return graph.call_function(aten.cat.default, (pieces, dim))
+
+
+def _sliced(graph: torch.fx.Graph, base: torch.fx.Node, dim: int, start: int, end: int) -> torch.fx.Node:
+    node = graph.call_function(aten.slice.Tensor, (base, dim, start, end))
+    node.meta["val"] = aten.slice.Tensor(base.meta["val"], dim, start, end)  # fake tensor: metadata only
+    return node
+
+
+_REWRITES = {
+    aten.squeeze.dims: _squeeze_dims,
+    aten.slice_scatter.default: _slice_scatter,
+}
+
+
+def legalize(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """Rewrite in place the node forms torch-mlir cannot import (see module docstring)."""
+    graph = gm.graph
+    changed = False
+    for node in list(graph.nodes):
+        rewrite = _REWRITES.get(node.target) if node.op == "call_function" else None
+        if rewrite is None:
+            continue
+        with graph.inserting_before(node):
+            new = rewrite(graph, node)
+        if new is None:
+            continue
+        new.meta = dict(node.meta)
+        node.replace_all_uses_with(new)
+        graph.erase_node(node)
+        changed = True
+    if changed:
+        graph.lint()
+        gm.recompile()
+    return gm
+
+
+def drop_none_outputs(gm: torch.fx.GraphModule) -> list[bool]:
+    """Remove ``None`` entries from the graph's output tuple; returns which positions were kept."""
+    output = gm.graph.output_node()
+    values = output.args[0]
+    if not isinstance(values, (tuple, list)):
+        return [True]
+    kept = [v is not None for v in values]
+    if not all(kept):
+        output.args = (tuple(v for v in values if v is not None),)
+        gm.recompile()
+    return kept
+
+
+def restore_none(results, kept: list[bool]) -> list:
+    """Put ``None`` back at the positions ``drop_none_outputs`` removed."""
+    it = iter(results)
+    return [next(it) if k else None for k in kept]

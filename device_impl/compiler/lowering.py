@@ -1,0 +1,210 @@
+"""Where each StableHLO op is lowered: tables from op name to engine instructions.
+
+Three families, each a table:
+
+* ``ELEMENTWISE``: ops a fused group evaluates on SBUF tiles. Each entry is an
+  emitter ``emit(nc, out, args, op)`` where ``args`` are tiles or immediates
+  (Python numbers from folded splats); binary ALU ops go to VectorE, transcendental
+  functions to ScalarE's activation table, compare/select/convert/clamp to VectorE.
+* ``REDUCERS``: the body op of a ``stablehlo.reduce`` -> VectorE reduction op
+  (fused into the group that produces its input).
+* ``VIEWS``: layout ops that cost nothing: they become DMA access patterns
+  (strided, broadcast, sliced views of HBM buffers) of the steps that read them.
+
+Other ops (dot_general, concatenate, gather, iota, ...) are whole steps with
+their own runners in ``steps.py``. An op in none of these tables is
+unsupported, which makes the graph fall back to eager (``fallback.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from device_impl.engine.dtypes import FP32
+from device_impl.engine.isa import ACTIVATIONS, ALU_BINARY, ALU_UNARY
+from device_impl.engine.memory import Tile
+from device_impl.compiler.ir import Op, TensorType
+
+VIEWS = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice", "reverse"})
+STEP_OPS = frozenset({"dot_general", "concatenate", "gather", "iota", "pad"})
+
+_INT_KINDS = "iub"
+
+
+def _compute(dtype: np.dtype) -> np.dtype:
+    return dtype if dtype.kind in _INT_KINDS else FP32
+
+
+def _is_tile(x: Any) -> bool:
+    return isinstance(x, Tile)
+
+
+def _binary_name(op: Op, dtype: np.dtype) -> str:
+    name = op.name
+    if name in ("and", "or", "xor"):
+        return ("logical_" if dtype == np.bool_ else "bitwise_") + name
+    if name == "divide":
+        return "trunc_divide" if dtype.kind in "iu" else "divide"
+    return _BINARY[name]
+
+
+_BINARY = {"add": "add", "subtract": "subtract", "multiply": "multiply", "maximum": "maximum",
+           "minimum": "minimum", "power": "power", "remainder": "fmod", "atan2": "atan2",
+           "shift_left": "left_shift", "shift_right_arithmetic": "right_shift", "divide": "divide"}
+_COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum", "logical_and", "logical_or", "logical_xor",
+                          "bitwise_and", "bitwise_or", "bitwise_xor", "equal", "not_equal"})
+_MIRROR = {"less": "greater", "greater": "less", "less_equal": "greater_equal", "greater_equal": "less_equal"}
+_COMPARE = {"EQ": "equal", "NE": "not_equal", "LT": "less", "LE": "less_equal", "GT": "greater",
+            "GE": "greater_equal"}
+_UNARY = {"negate": "negative", "abs": "abs", "sign": "sign", "floor": "floor", "ceil": "ceil",
+          "round_nearest_even": "round", "is_finite": "isfinite"}
+_ACTIVATION = {"exponential": "exp", "log": "log", "log_plus_one": "log1p", "exponential_minus_one": "expm1",
+               "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "logistic": "sigmoid", "sine": "sin",
+               "cosine": "cos", "tan": "tan", "erf": "erf", "atan": "atan", "sinh": "sinh", "cosh": "cosh",
+               "asin": "asin", "acos": "acos", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
+               "erf_inv": "erfinv"}
+
+
+def widen(nc, tile: Tile, shape: tuple[int, int]) -> Tile:
+    """A [P, 1] tile broadcast along the free axis into a full tile (a VectorE copy)."""
+    if tile.shape == shape:
+        return tile
+    full = nc.sbuf_tile(shape, tile.dtype)
+    nc.vector.tensor_copy(full, tile)
+    return full
+
+
+def immediate_tile(nc, value, shape: tuple[int, int], dtype: np.dtype) -> Tile:
+    t = nc.sbuf_tile(shape, dtype)
+    nc.vector.memset(t, value)
+    return t
+
+
+def _binary(alu: str, nc, out: Tile, a, b, compute: np.dtype) -> None:
+    vector = nc.vector
+    if _is_tile(a) and _is_tile(b):
+        if a.free < b.free:  # a per-partition scalar must be the second operand
+            if alu in _COMMUTATIVE:
+                a, b = b, a
+            elif alu in _MIRROR:
+                alu, a, b = _MIRROR[alu], b, a
+            else:
+                a = widen(nc, a, b.shape)
+        vector.tensor_tensor(out, a, b, alu, dtype=compute)
+    elif _is_tile(a):
+        vector.tensor_scalar(out, a, alu, b, dtype=compute)
+    elif _is_tile(b):
+        vector.tensor_scalar(out, b, alu, a, reverse=True, dtype=compute)
+    else:
+        raise AssertionError("constant-only ops are folded before lowering")
+
+
+def _emit_binary(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
+    dtype = in_types[0].np_dtype
+    _binary(_binary_name(op, dtype), nc, out, args[0], args[1], _compute(dtype))
+
+
+def _emit_compare(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
+    dtype = in_types[0].np_dtype
+    _binary(_COMPARE[op.attrs["comparison_direction"]], nc, out, args[0], args[1], _compute(dtype))
+
+
+def _emit_unary(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
+    dtype = in_types[0].np_dtype
+    if op.name == "not":
+        name = "logical_not" if dtype == np.bool_ else "bitwise_not"
+    else:
+        name = _UNARY[op.name]
+    nc.vector.tensor_unary(out, args[0], name, dtype=_compute(dtype))
+
+
+def _emit_activation(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
+    nc.scalar.activation(out, args[0], _ACTIVATION[op.name])
+
+
+def _emit_convert(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
+    if out.dtype == np.bool_ and in_types[0].np_dtype != np.bool_:
+        nc.vector.tensor_scalar(out, args[0], "not_equal", 0, dtype=_compute(in_types[0].np_dtype))
+    else:
+        nc.vector.tensor_copy(out, args[0])
+
+
+def _emit_select(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
+    mask, on_true, on_false = args
+    shape = out.shape
+    if not _is_tile(mask):
+        chosen = on_true if mask else on_false
+        if _is_tile(chosen):
+            nc.vector.tensor_copy(out, chosen)
+        else:
+            nc.vector.memset(out, chosen)
+        return
+    dtype = out.dtype
+    on_true = on_true if _is_tile(on_true) else immediate_tile(nc, on_true, shape, dtype)
+    on_false = on_false if _is_tile(on_false) else immediate_tile(nc, on_false, shape, dtype)
+    nc.vector.select(out, widen(nc, mask, shape), widen(nc, on_true, shape), widen(nc, on_false, shape))
+
+
+def _emit_clamp(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
+    low, x, high = args
+    compute = _compute(in_types[1].np_dtype)
+    # min(max(x, low), high): NaN in x propagates, as torch.clamp
+    if _is_tile(x):
+        _binary("maximum", nc, out, x, low, compute)
+    else:
+        _binary("maximum", nc, out, low, x, compute)
+    _binary("minimum", nc, out, out, high, compute)
+
+
+ELEMENTWISE: dict[str, Callable] = {
+    **{name: _emit_binary for name in (*_BINARY, "and", "or", "xor")},
+    **{name: _emit_unary for name in (*_UNARY, "not")},
+    **{name: _emit_activation for name in _ACTIVATION},
+    "compare": _emit_compare, "convert": _emit_convert, "select": _emit_select, "clamp": _emit_clamp,
+}
+
+# stablehlo.reduce body op -> (VectorE reduction, identity element or None)
+REDUCERS: dict[str, str] = {"add": "add", "maximum": "maximum", "minimum": "minimum", "multiply": "multiply",
+                            "or": "logical_or", "and": "logical_and"}
+
+
+def reducer(op: Op) -> str | None:
+    """The VectorE reduction of a single-operand stablehlo.reduce, or None when unsupported."""
+    body = [b for b in op.attrs.get("body", []) if b != "return"]
+    if len(op.operands) != 2 or len(body) != 1:
+        return None
+    return REDUCERS.get(body[0])
+
+
+def supported_elementwise(op: Op, in_types: list[TensorType]) -> str | None:
+    """None if a fused group can evaluate ``op``, else why not."""
+    if op.name not in ELEMENTWISE:
+        return "no lowering"
+    for t in (*in_types, *op.types):
+        if t.dtype in ("float64", "complex64", "complex128"):
+            return f"{t.dtype} is storage-only on the engines"
+    if op.name == "compare" and op.attrs.get("comparison_direction") not in _COMPARE:
+        return "comparison direction"
+    return None
+
+
+def host_function(op: Op, in_types: list[TensorType]) -> Callable | None:
+    """The numpy function of an elementwise op, for folding constants at compile time."""
+    if op.name not in ELEMENTWISE or op.name in ("select", "clamp", "convert"):
+        if op.name == "select":
+            return lambda m, a, b: np.where(m, a, b)
+        if op.name == "clamp":
+            return lambda lo, x, hi: np.minimum(np.maximum(x, lo), hi)
+        return None
+    dtype = in_types[0].np_dtype if in_types else np.dtype(np.float32)
+    if op.name == "compare":
+        return ALU_BINARY[_COMPARE[op.attrs["comparison_direction"]]]
+    if op.name in _BINARY or op.name in ("and", "or", "xor"):
+        return ALU_BINARY[_binary_name(op, dtype)]
+    if op.name == "not":
+        return ALU_UNARY["logical_not" if dtype == np.bool_ else "bitwise_not"]
+    if op.name in _UNARY:
+        return ALU_UNARY[_UNARY[op.name]]
+    return ACTIVATIONS[_ACTIVATION[op.name]]
