@@ -1,0 +1,130 @@
+"""Native kernels of GradScaler's two device ops, so mixed-precision training never leaves the device.
+
+``torch.amp.GradScaler("neuron")`` calls
+``_amp_foreach_non_finite_check_and_unscale_`` (multiply every gradient by
+1/scale, raise a flag if any is inf or NaN) and ``_amp_update_scale_`` (grow
+or back off the scale). Without these kernels both would take the counted
+CPU fallback on every optimizer step. Semantics and error messages follow
+ATen's CPU kernels (aten/src/ATen/native/cpu/AmpGradScalerKernels.cpp), with
+one documented difference: the scale is multiplied by the growth/backoff
+factor in fp32 (the engines have no fp64), where CPU multiplies in double and
+rounds once; for the default factors (2.0, 0.5) the results are identical.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from device_impl.dispatch.table import TABLE
+from device_impl.engine.dtypes import FP32, FLOAT_DTYPES
+from device_impl.kernels.common import P, flat_tiles, hbm, is_device_tensor, launch
+
+_INT32 = np.dtype(np.int32)
+_BOOL = np.dtype(np.bool_)
+
+
+def _check_state(tensor: torch.Tensor, name: str, dtype: torch.dtype, type_name: str) -> None:
+    if not is_device_tensor(tensor):
+        raise RuntimeError(f"{name} must be a neuron tensor.")
+    if tensor.numel() != 1:
+        raise RuntimeError(f"{name} must be a 1-element tensor.")
+    if tensor.dtype != dtype:
+        raise RuntimeError(f"{name} must be {type_name} tensor.")
+
+
+def _one(tensor: torch.Tensor) -> np.ndarray:
+    """The HBM view of a 1-element tensor as [1, 1]."""
+    return hbm(tensor).reshape(1, 1)
+
+
+@TABLE.native("aten::_amp_foreach_non_finite_check_and_unscale_")
+def non_finite_check_and_unscale_(scaled_grads: list[torch.Tensor], found_inf: torch.Tensor,
+                                  inv_scale: torch.Tensor) -> None:
+    """grads *= inv_scale in place (in fp32, rounded once); found_inf = 1.0 if any grad held inf or NaN."""
+    if not scaled_grads:
+        return
+    _check_state(inv_scale, "inv_scale", torch.float32, "a float")
+    _check_state(found_inf, "found_inf", torch.float32, "a float")
+    for grad in scaled_grads:
+        if not is_device_tensor(grad):
+            raise RuntimeError("one of scaled_grads was not a neuron tensor.")
+        if grad.layout != torch.strided:
+            raise RuntimeError("one of scaled_grads was not a strided tensor.")
+        if grad.dtype not in FLOAT_DTYPES:
+            raise NotImplementedError(f"\"_amp_foreach_non_finite_check_and_unscale_neuron\" not implemented for "
+                                      f"'{str(grad.dtype).removeprefix('torch.')}'")
+    with launch("amp_non_finite_check_and_unscale", found_inf.device.index) as nc:
+        inv = nc.sbuf_tile((1, 1), FP32, "inv_scale")
+        nc.dma.load(inv, _one(inv_scale))
+        inv_all = nc.sbuf_tile((P, 1), FP32, "inv_scale_bcast")
+        nc.gpsimd.partition_broadcast(inv_all, inv)
+        all_finite = nc.sbuf_tile((P, 1), _BOOL, "all_finite")
+        nc.vector.memset(all_finite, True)
+        for grad in scaled_grads:
+            view = hbm(grad)
+            for start, stop, p, f in flat_tiles(grad.numel()):
+                mark = nc.mark()
+                tile = nc.sbuf_tile((p, f), view.dtype)
+                nc.dma.load_flat(tile, view, start, stop)
+                finite = nc.sbuf_tile((p, f), _BOOL)
+                nc.vector.tensor_unary(finite, tile, "isfinite", dtype=FP32)
+                row_finite = nc.sbuf_tile((p, 1), _BOOL)
+                nc.vector.tensor_reduce(row_finite, finite, "logical_and")
+                nc.vector.tensor_tensor(all_finite[:p], all_finite[:p], row_finite, "logical_and")
+                scaled = nc.sbuf_tile((p, f), view.dtype)
+                nc.vector.tensor_tensor(scaled, tile, inv_all[:p], "multiply", dtype=FP32)
+                nc.dma.store_flat(view, start, stop, scaled)
+                nc.release_to(mark)
+        finite_flag = nc.sbuf_tile((1, 1), _BOOL)
+        nc.gpsimd.partition_reduce(finite_flag, all_finite, "logical_and")
+        # found_inf keeps a 1.0 an earlier call wrote (the caller zeroes it before the first call).
+        found = nc.sbuf_tile((1, 1), FP32, "found_inf")
+        nc.dma.load(found, _one(found_inf))
+        flag = nc.sbuf_tile((1, 1), FP32)
+        nc.vector.tensor_scalar(flag, finite_flag, "equal", False, dtype=FP32)
+        nc.vector.tensor_tensor(found, found, flag, "maximum")
+        nc.dma.store(_one(found_inf), found)
+
+
+@TABLE.native("aten::_amp_update_scale_")
+def update_scale_(current_scale: torch.Tensor, growth_tracker: torch.Tensor, found_inf: torch.Tensor,
+                  growth_factor: float, backoff_factor: float, growth_interval: int) -> torch.Tensor:
+    """Back off the scale after an overflow; grow it after ``growth_interval`` clean steps in a row."""
+    _check_state(growth_tracker, "growth_tracker", torch.int32, "an int")
+    _check_state(current_scale, "current_scale", torch.float32, "a float")
+    _check_state(found_inf, "found_inf", torch.float32, "a float")
+    with launch("amp_update_scale", current_scale.device.index) as nc:
+        scale = nc.sbuf_tile((1, 1), FP32, "scale")
+        tracker = nc.sbuf_tile((1, 1), _INT32, "growth_tracker")
+        found = nc.sbuf_tile((1, 1), FP32, "found_inf")
+        nc.dma.load(scale, _one(current_scale))
+        nc.dma.load(tracker, _one(growth_tracker))
+        nc.dma.load(found, _one(found_inf))
+        overflow = nc.sbuf_tile((1, 1), _BOOL)
+        nc.vector.tensor_scalar(overflow, found, "not_equal", 0.0)
+        successful = nc.sbuf_tile((1, 1), _INT32)
+        nc.vector.tensor_scalar(successful, tracker, "add", 1)
+        at_interval = nc.sbuf_tile((1, 1), _BOOL)
+        nc.vector.tensor_scalar(at_interval, successful, "equal", growth_interval, dtype=np.dtype(np.int64))
+        grown = nc.sbuf_tile((1, 1), FP32)
+        nc.vector.tensor_scalar(grown, scale, "multiply", growth_factor)
+        grown_finite = nc.sbuf_tile((1, 1), _BOOL)
+        nc.vector.tensor_unary(grown_finite, grown, "isfinite")
+        grow = nc.sbuf_tile((1, 1), _BOOL)
+        nc.vector.tensor_tensor(grow, at_interval, grown_finite, "logical_and")
+        backed_off = nc.sbuf_tile((1, 1), FP32)
+        nc.vector.tensor_scalar(backed_off, scale, "multiply", backoff_factor)
+        kept_or_grown = nc.sbuf_tile((1, 1), FP32)
+        nc.vector.select(kept_or_grown, grow, grown, scale)
+        new_scale = nc.sbuf_tile((1, 1), FP32)
+        nc.vector.select(new_scale, overflow, backed_off, kept_or_grown)
+        reset = nc.sbuf_tile((1, 1), _BOOL)
+        nc.vector.tensor_tensor(reset, overflow, at_interval, "logical_or")
+        zero = nc.sbuf_tile((1, 1), _INT32)
+        nc.vector.memset(zero, 0)
+        new_tracker = nc.sbuf_tile((1, 1), _INT32)
+        nc.vector.select(new_tracker, reset, zero, successful)
+        nc.dma.store(_one(current_scale), new_scale)
+        nc.dma.store(_one(growth_tracker), new_tracker)
+    return current_scale
