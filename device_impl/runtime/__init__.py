@@ -4,6 +4,8 @@ Names follow TorchNeuron and torch.cuda so that device-generic code runs
 unchanged: devices, the memory API, RNG, streams and events.
 """
 
+from device_impl import amp  # noqa: F401  (torch.neuron.amp)
+from device_impl.amp import get_amp_supported_dtype, is_bf16_supported  # noqa: F401
 from device_impl.runtime.devices import (  # noqa: F401
     NeuronDeviceProperties,
     current_device,
