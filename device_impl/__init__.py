@@ -44,6 +44,9 @@ def register() -> None:
     from device_impl import amp
 
     amp.install()  # autocast policy and GradScaler kernels
+    from device_impl import distributed
+
+    distributed.register()  # dist.init_process_group(backend="neuron")
 
     if settings.eager_mode != "eager":
         from device_impl import eager
