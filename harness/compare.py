@@ -16,6 +16,7 @@ ULP distance, so the store keeps how close a passing case was.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -81,15 +82,23 @@ def _errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]
 
 def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tuple[float, float] | None,
                    reference: torch.Tensor | None = None, where: str = "output", overflow_equal: bool = False,
-                   zero_sign: bool = True) -> Comparison:
+                   zero_sign: bool = True, device: str | None = None, max_ulp: int | None = None) -> Comparison:
     """``actual`` is the device result, ``expected`` CPU's; ``reference`` (optional) a float64 CPU result.
 
+    ``device``: the device ``actual`` must be on (its type is compared; None skips the check).
     ``overflow_equal`` (a per-op override): an infinity on one side equals a same-signed finite value
     beyond half the dtype's range on the other, for ops whose CPU kernels overflow early.
     ``zero_sign=False`` (a per-op, per-dtype override): +0.0 equals -0.0, for ops where CPU's own
-    sign of a zero depends on which of its loops (vector body or scalar tail) computed it."""
+    sign of a zero depends on which of its loops (vector body or scalar tail) computed it.
+    ``max_ulp`` (a per-op, per-dtype override): for correctly rounded ops (one IEEE rounding of an
+    exact result, as a product of two bfloat16 values), finite values may differ by at most this
+    many units in the last place. The dtype tolerances alone admit a one-ULP error in bfloat16
+    (rtol 1.6e-2 is about four ULP), so a kernel that truncates instead of rounding to nearest
+    even passes them; this criterion does not let it."""
     if not isinstance(actual, torch.Tensor):
         return Comparison(False, f"{where}: expected a tensor, got {type(actual).__name__}")
+    if device is not None and actual.device.type != torch.device(device).type:
+        return Comparison(False, f"{where}: result on {actual.device}, expected on {device}")
     if actual.dtype != expected.dtype:
         return Comparison(False, f"{where}: dtype {actual.dtype} != CPU {expected.dtype}")
     if tuple(actual.shape) != tuple(expected.shape):
@@ -124,6 +133,10 @@ def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tupl
         return Comparison(False, f"{where}: {bad} zero(s) with the wrong sign (-0.0 vs 0.0)")
     max_abs, max_rel = _errors(got, exp)
     ulp = ulp_distance(got, exp)
+    if max_ulp is not None and ulp > max_ulp:
+        return Comparison(False, f"{where}: {ulp} ULP from CPU where at most {max_ulp} is allowed (correctly "
+                                 f"rounded op); max abs {max_abs:.3g}, max rel {max_rel:.3g}", max_abs, max_rel, ulp,
+                          f"max {max_ulp} ULP")
     rtol, atol = tolerance if tolerance is not None else DEFAULT_TOLERANCE.get(exp.dtype, (1.3e-6, 1e-5))
     finite = ~(nan_e | inf_e)
     diff = (got.double() - exp.double()).abs()[finite]
@@ -144,18 +157,20 @@ def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tupl
 
 
 def compare(actual: Any, expected: Any, tolerance: tuple[float, float] | None = None, reference: Any = None,
-            where: str = "output", overflow_equal: bool = False, zero_sign: bool = True) -> Comparison:
+            where: str = "output", overflow_equal: bool = False, zero_sign: bool = True, device: str | None = None,
+            max_ulp: int | None = None) -> Comparison:
     """Recursive over tuples/lists; Python scalars compared exactly (NaN equal to NaN)."""
     if isinstance(expected, torch.Tensor):
         return compare_tensor(actual, expected, tolerance, reference if isinstance(reference, torch.Tensor) else None,
-                              where, overflow_equal, zero_sign)
+                              where, overflow_equal, zero_sign, device, max_ulp)
     if isinstance(expected, (tuple, list)):
         if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
             return Comparison(False, f"{where}: structure differs ({type(actual).__name__} vs {type(expected).__name__})")
         result = Comparison(True)
         refs = reference if isinstance(reference, (tuple, list)) else [None] * len(expected)
         for i, (a, e, r) in enumerate(zip(actual, expected, refs)):
-            result = result.merge(compare(a, e, tolerance, r, f"{where}[{i}]", overflow_equal, zero_sign))
+            result = result.merge(compare(a, e, tolerance, r, f"{where}[{i}]", overflow_equal, zero_sign, device,
+                                          max_ulp))
         return result
     if isinstance(expected, float) and isinstance(actual, float) and math.isnan(expected) and math.isnan(actual):
         return Comparison(True, criterion="exact")
@@ -174,3 +189,32 @@ def same_error(device_error: BaseException, cpu_error: BaseException) -> Compari
         return Comparison(True, criterion="error parity")
     return Comparison(False, f"CPU raised {type(cpu_error).__name__}: {str(cpu_error)[:200]}; device raised "
                              f"{type(device_error).__name__}: {str(device_error)[:200]}", criterion="error parity")
+
+
+# What went wrong, from a failure message's first clause: (kind, pattern). The reproducer's checks
+# (harness.repro) word their assertions the same way, so a stored failure and its reproducer run on
+# their own can be shown to fail the same way.
+_WHAT = (
+    ("error parity", r"\braised\b|did not raise"),
+    ("aliasing", r"^aliasing differs"),
+    ("structure", r"structure differs|expected a tensor"),
+    ("device", r": result on "),
+    ("dtype", r": dtype "),
+    ("shape", r": shape "),
+    ("nan", r"NaN at different positions"),
+    ("inf", r"infinities differ"),
+    ("zero sign", r"zero\(s\) with the wrong sign"),
+    ("ulp", r"ULP from CPU where at most"),
+    ("values", r"elements outside|elements differ|!= CPU"),
+)
+
+
+def failure_kind(message: str) -> str:
+    """``where: what`` of a failure message ("gradient: values", "output: nan", "error parity")."""
+    head = message.split("; ")[0]
+    what = next((kind for kind, pattern in _WHAT if re.search(pattern, head)), "other")
+    if what in ("error parity", "aliasing"):
+        return what
+    where = head.split(":", 1)[0].split("[", 1)[0].strip()
+    where = "input" if where.startswith("input") else where
+    return f"{where}: {what}"

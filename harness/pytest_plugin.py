@@ -19,10 +19,11 @@ import pytest
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from harness import modes
+from harness import coverage, modes
+from harness.cases import Case
 from harness.env import ROOT, environment
 from harness.runner import Result, draw_case, run_case
-from harness.specs import OpSpec
+from harness.specs import SPECS, OpSpec
 from harness.store import DEFAULT_PATH, Store
 from harness.xfails import XFails
 
@@ -57,6 +58,21 @@ class Session:
     pending: dict[str, list[Result]] = field(default_factory=dict)
     counts: dict[str, int] = field(default_factory=dict)
     xpassed: list[str] = field(default_factory=list)
+    reached: set[str] = field(default_factory=set)  # aten overloads the stored cases reached
+
+    def record(self, test_id: str, family: str) -> list[Result]:
+        """Store the results a test collected. Hypothesis replays the shrunk failing example last:
+        every passing example is stored, and of the failures only that final one, not each
+        intermediate shrink. Returns what was stored."""
+        results = self.pending.pop(test_id, [])
+        failures = [r for r in results if r.verdict in ("fail", "xpass")]
+        keep = [r for r in results if r.verdict not in ("fail", "xpass")] + failures[-1:]
+        for result in keep:
+            self.store.add(self.run_id, result, family)
+            self.counts[result.verdict] = self.counts.get(result.verdict, 0) + 1
+            self.reached |= coverage.reached([result])
+        self.store.commit()
+        return keep
 
 
 _SESSION: Session | None = None
@@ -91,7 +107,14 @@ def harness_session(request: pytest.FixtureRequest) -> Session:
 
 def check_spec(session: Session, spec: OpSpec, mode: str, data, test_id: str) -> None:
     """Draw one case of ``spec``, run it, remember the result, and fail the example if it failed."""
-    case = draw_case(data, spec, mode, session.device)
+    check_case(session, draw_case(data, spec, mode, session.device), test_id)
+
+
+def check_case(session: Session, case: Case, test_id: str) -> Result:
+    """Run one case, remember its result for the store, and turn its verdict into the test's
+    outcome: pytest's skip, xfail or fail (with the reproducer), or return the result."""
+    spec = SPECS[case.spec]
+    mode = case.mode
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="Operator '.*' executed via CPU fallback")
         warnings.filterwarnings("ignore", message="An output with one or more elements was resized")
@@ -107,6 +130,7 @@ def check_spec(session: Session, spec: OpSpec, mode: str, data, test_id: str) ->
         # pytrace=False: the verdict and its reproducer are the report, not the harness's frames
         pytest.fail(f"{spec.name} [{case.dtype}, {mode}] {result.message}\n"
                     f"expression: {result.expression}\n--- reproducer ---\n{result.reproducer}", pytrace=False)
+    return result
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -115,16 +139,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     report = outcome.get_result()
     if _SESSION is None or report.when != "call":
         return
-    results = _SESSION.pending.pop(item.nodeid, [])
-    # Hypothesis replays the shrunk failing example last: store every passing example and only
-    # the final failure, not each intermediate shrink.
-    failures = [r for r in results if r.verdict in ("fail", "xpass")]
-    keep = [r for r in results if r.verdict not in ("fail", "xpass")] + failures[-1:]
     family = item.module.__name__.replace("test_", "") if item.module else ""
-    for result in keep:
-        _SESSION.store.add(_SESSION.run_id, result, family)
-        _SESSION.counts[result.verdict] = _SESSION.counts.get(result.verdict, 0) + 1
-    _SESSION.store.commit()
+    _SESSION.record(item.nodeid, family)
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
@@ -133,6 +149,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     tr = terminalreporter
     counts = ", ".join(f"{v} {k}" for k, v in sorted(_SESSION.counts.items()))
     tr.write_sep("-", f"neuronsim opsuite run {_SESSION.run_id}: {counts or 'no cases'}; store {_SESSION.store.path}")
+    if _SESSION.reached:
+        report = coverage.Coverage(coverage.table_ops(_SESSION.device), _SESSION.reached)
+        tr.write_line(report.line())
+        if report.missing_core:
+            tr.write_line(f"core overloads no case reached: {', '.join(report.missing_core)}")
     for entry in _SESSION.xfails.stale():
         tr.write_line(f"xfails.toml entry matched nothing (stale?): {entry.op} "
                       f"dtype={entry.dtype} mode={entry.mode}: {entry.reason}")

@@ -2,146 +2,275 @@
 
 The script rebuilds the inputs exactly (values as literals, the layout as
 the same view code), runs the spec's expression on CPU and on the device,
-and asserts what the harness checked, so running it alone fails the same
-way the case did.
+and makes the checks the runner made, in the runner's order and with the
+comparator's criteria (tolerances, NaN positions, infinities, sign of zero,
+ULP bound, the float64-reference criterion, aliasing, inputs after the call,
+gradients). Its assertion messages are worded as the harness's, so
+``harness.compare.failure_kind`` of a stored failure and of the reproducer's
+``AssertionError`` agree: running it alone fails the same way the case did.
 """
 
 from __future__ import annotations
 
 from harness.cases import Case
-from harness.compare import DEFAULT_TOLERANCE, Comparison
+from harness.compare import DEFAULT_TOLERANCE, FP64_MULTIPLIER, Comparison
 from harness.specs import OpSpec
 from harness.values import LAYOUT_CODE, dtype_named, literal
 
+# The checks, as source. Mirrors harness.compare.compare_tensor and harness.runner._check;
+# tests/harness/test_reproducers.py runs reproducers of planted bugs to keep the two in step.
 _CHECKER = '''
-def same(actual, expected, where="output"):
-    """Values (NaN where CPU has NaN), dtype and shape equal; integers exact."""
+def ulp(a, b):
+    view = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16}.get(a.dtype)
+    finite = torch.isfinite(a) & torch.isfinite(b)
+    if view is None or not finite.any():
+        return 0
+    bits = torch.iinfo(view).bits
+
+    def ordered(x):
+        i = x.contiguous().view(view).to(torch.int64)
+        return torch.where(i < 0, -(i & ((1 << (bits - 1)) - 1)), i)
+
+    return int((ordered(a) - ordered(b)).abs()[finite].max())
+
+
+def check(actual, expected, where="output", reference=None, max_ulp=None, zero_sign=True, overflow_equal=False,
+          tolerance=TOLERANCE):
+    """None if the device result matches CPU's, else what differs (worded as the harness)."""
     if isinstance(expected, (tuple, list)):
-        assert len(actual) == len(expected), f"{where}: structure differs"
-        for i, (a, e) in enumerate(zip(actual, expected)):
-            same(a, e, f"{where}[{i}]")
-        return
+        if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
+            return f"{where}: structure differs ({type(actual).__name__} vs {type(expected).__name__})"
+        refs = reference if isinstance(reference, (tuple, list)) else [None] * len(expected)
+        for i, (a, e, r) in enumerate(zip(actual, expected, refs)):
+            problem = check(a, e, f"{where}[{i}]", r, max_ulp, zero_sign, overflow_equal, tolerance)
+            if problem:
+                return problem
+        return None
     if not isinstance(expected, torch.Tensor):
-        assert actual == expected or (actual != actual and expected != expected), f"{where}: {actual} != {expected}"
-        return
-    assert actual.device.type == DEVICE.split(":")[0], f"{where}: result on {actual.device}"
-    assert actual.dtype == expected.dtype, f"{where}: dtype {actual.dtype} != CPU {expected.dtype}"
-    got = actual.detach().cpu()
-    if expected.is_floating_point() or expected.is_complex():
-        torch.testing.assert_close(got, expected.detach(), rtol=RTOL.get(expected.dtype, 1.3e-6),
-                                   atol=ATOL.get(expected.dtype, 1e-5), equal_nan=True, msg=lambda m: f"{where}: {m}")
-    else:
-        assert torch.equal(got, expected), f"{where}: values differ"
+        same = actual == expected or (actual != actual and expected != expected)
+        return None if same else f"{where}: {actual!r} != CPU {expected!r}"
+    if not isinstance(actual, torch.Tensor):
+        return f"{where}: expected a tensor, got {type(actual).__name__}"
+    if actual.device.type != torch.device(DEVICE).type:
+        return f"{where}: result on {actual.device}, expected on {DEVICE}"
+    if actual.dtype != expected.dtype:
+        return f"{where}: dtype {actual.dtype} != CPU {expected.dtype}"
+    if tuple(actual.shape) != tuple(expected.shape):
+        return f"{where}: shape {tuple(actual.shape)} != CPU {tuple(expected.shape)}"
+    got, exp = actual.detach().cpu(), expected.detach()
+    if not (exp.is_floating_point() or exp.is_complex()):
+        bad = int((got != exp).sum())
+        return f"{where}: {bad} of {exp.numel()} elements differ (exact comparison)" if bad else None
+    if exp.is_complex():
+        ref = None if reference is None else torch.view_as_real(reference)
+        return check(torch.view_as_real(actual.resolve_conj()), torch.view_as_real(exp.resolve_conj()), where, ref,
+                     None, zero_sign, False, tolerance)
+    if overflow_equal:
+        big = torch.finfo(exp.dtype).max / 2
+        near = (torch.isinf(got) & (exp.double().abs() > big) & (torch.sign(got) == torch.sign(exp))) | \\
+            (torch.isinf(exp) & (got.double().abs() > big) & (torch.sign(got) == torch.sign(exp)))
+        got = torch.where(near, exp, got)
+    if not torch.equal(torch.isnan(got), torch.isnan(exp)):
+        return f"{where}: NaN at different positions ({int(torch.isnan(got).sum())} on device, " \\
+               f"{int(torch.isnan(exp).sum())} on CPU)"
+    inf_a, inf_e = torch.isinf(got), torch.isinf(exp)
+    if not torch.equal(inf_a, inf_e) or not torch.equal(got[inf_a], exp[inf_e]):
+        return f"{where}: infinities differ"
+    zeros = (exp == 0) & (got == 0)
+    if zero_sign and zeros.any():
+        bad = int((torch.signbit(got[zeros]) != torch.signbit(exp[zeros])).sum())
+        if bad:
+            return f"{where}: {bad} zero(s) with the wrong sign (-0.0 vs 0.0)"
+    distance = ulp(got, exp)
+    if max_ulp is not None and distance > max_ulp:
+        return f"{where}: {distance} ULP from CPU where at most {max_ulp} is allowed (correctly rounded op)"
+    rtol, atol = tolerance or DEFAULT_TOLERANCE.get(exp.dtype, (1.3e-6, 1e-5))
+    finite = torch.isfinite(exp)
+    diff = (got.double() - exp.double()).abs()[finite]
+    outside = int((diff > atol + rtol * exp.double().abs()[finite]).sum())
+    if not outside:
+        return None
+    if reference is not None:
+        ref = reference.detach().double()[finite]
+        device_rmse = float(((got.double()[finite] - ref) ** 2).mean()) ** 0.5 if ref.numel() else 0.0
+        cpu_rmse = float(((exp.double()[finite] - ref) ** 2).mean()) ** 0.5 if ref.numel() else 0.0
+        if device_rmse <= FP64_MULTIPLIER * cpu_rmse + atol:
+            return None
+    return f"{where}: {outside} of {exp.numel()} elements outside rtol={rtol:g} atol={atol:g}, {distance} ULP"
 
 
 def shares(outputs, inputs):
     outs = outputs if isinstance(outputs, (tuple, list)) else [outputs]
     return [(i, j) for i, o in enumerate(outs) if isinstance(o, torch.Tensor) and o.numel()
             for j, x in enumerate(inputs) if x.numel() and o.untyped_storage().data_ptr() == x.untyped_storage().data_ptr()]
+
+
+def grads(out, leaves, device):
+    """Gradients of sum(out * cotangent), the cotangent seeded as the harness seeds it."""
+    outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
+            if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()]
+    leaves = [x for x in leaves if isinstance(x, torch.Tensor) and x.requires_grad]
+    if not outs or not leaves:
+        return None
+    g = torch.Generator().manual_seed(SEED)
+    cot = [torch.randn(o.shape, generator=g, dtype=torch.float32).to(o.dtype).to(device) for o in outs]
+    got = torch.autograd.grad(outs, leaves, cot, allow_unused=True)
+    return [torch.zeros_like(x) if gr is None else gr for x, gr in zip(leaves, got)]
+
+
+def widened():
+    """The CPU inputs in float64 (the reference the float64 criterion judges against)."""
+    return [x.detach().double().requires_grad_(x.requires_grad) if x.is_floating_point() else x
+            for x in inputs("cpu")]
+
+
+def evaluate(device, tensors):
+    torch.manual_seed(SEED)
+    return call(device, *tensors)
+
+
+def error_parity(cpu_error, dev_error):
+    if cpu_error is not None and dev_error is not None:
+        assert isinstance(dev_error, type(cpu_error)), (
+            f"CPU raised {type(cpu_error).__name__}: {str(cpu_error)[:200]}; device raised "
+            f"{type(dev_error).__name__}: {str(dev_error)[:200]}")
+    elif cpu_error is not None:
+        raise AssertionError(f"CPU raised {type(cpu_error).__name__}: {str(cpu_error)[:300]}; the device returned "
+                             f"a result")
+    else:
+        raise AssertionError(f"the device raised {type(dev_error).__name__}: {str(dev_error)[:300]}; CPU "
+                             f"returned a result")
+'''
+
+_VALUES = '''
+    problem = check(actual, expected, max_ulp=MAX_ULP, zero_sign=ZERO_SIGN, overflow_equal=OVERFLOW_EQUAL)
+    if problem and FP64_REFERENCE:
+        problem = check(actual, expected, reference=evaluate("cpu", widened()), max_ulp=MAX_ULP, zero_sign=ZERO_SIGN,
+                        overflow_equal=OVERFLOW_EQUAL)
+    assert not problem, problem
+    assert shares(actual, dev_in) == shares(expected, cpu_in), (
+        f"aliasing differs: outputs sharing storage with inputs (output, input) CPU {shares(expected, cpu_in)}, "
+        f"device {shares(actual, dev_in)}")
+    for i, (d, c) in enumerate(zip(dev_in, cpu_in)):
+        problem = check(d, c, f"input x{i} after the call", zero_sign=ZERO_SIGN)
+        assert not problem, problem
+'''
+
+_GRADS = '''
+    try:
+        cpu_grads, dev_grads = grads(expected, cpu_in, "cpu"), grads(actual, dev_in, DEVICE)
+    except Exception as e:
+        raise AssertionError(f"backward raised {type(e).__name__}: {str(e)[:300]}")
+    if cpu_grads is not None:
+        problem = check(dev_grads, cpu_grads, "gradient")
+        if problem:
+            wide = widened()
+            reference = grads(evaluate("cpu", wide), wide, "cpu")
+            if check(dev_grads, cpu_grads, "gradient", reference) is None:
+                problem = None
+        assert not problem, problem
+'''
+
+_PROPERTIES = '''
+    exp_leaves = expected if isinstance(expected, (tuple, list)) else [expected]
+    act_leaves = actual if isinstance(actual, (tuple, list)) else [actual]
+    assert len(exp_leaves) == len(act_leaves), "structure differs"
+    for i, (a, e) in enumerate(zip(act_leaves, exp_leaves)):
+        if isinstance(e, torch.Tensor):
+            assert isinstance(a, torch.Tensor) and a.dtype == e.dtype and a.shape == e.shape, (
+                f"output[{i}]: {getattr(a, 'dtype', type(a))} {tuple(getattr(a, 'shape', ()))} vs CPU {e.dtype} "
+                f"{tuple(e.shape)}")
+    again = evaluate(DEVICE, dev_in)
+    problem = check(again, actual, "repeat with the same seed", tolerance=(0.0, 0.0))
+    assert not problem, problem
+'''
+
+_MODE_WRAP = {
+    "eager": "evaluate(DEVICE, dev_in)",
+    "adaptive": "run_adaptive(lambda: evaluate(DEVICE, dev_in))",
+    "compiled": "torch.compile(lambda: evaluate(DEVICE, dev_in), backend=torch.device(DEVICE).type, "
+                "fullgraph=True)()",
+}
+
+_ADAPTIVE = '''
+
+def run_adaptive(fn):
+    module = getattr(torch, torch.device(DEVICE).type)
+    previous = module.get_eager_mode()
+    module.set_eager_mode("adaptive")
+    try:
+        out = fn()
+        module.synchronize()
+        return out
+    finally:
+        module.set_eager_mode(previous)
 '''
 
 
-def _tolerances(spec: OpSpec, case: Case) -> tuple[dict, dict]:
-    rtol = {str(k): v[0] for k, v in DEFAULT_TOLERANCE.items()}
-    atol = {str(k): v[1] for k, v in DEFAULT_TOLERANCE.items()}
-    override = spec.tolerance.get(case.dtype)
-    if override is not None:
-        rtol[f"torch.{case.dtype}"], atol[f"torch.{case.dtype}"] = override
-    return rtol, atol
-
-
 def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | None = None) -> str:
-    rtol, atol = _tolerances(spec, case)
+    """The reproducer of ``case`` (``expression`` is the rendered call; ``comparison`` the verdict)."""
+    seed = sum(t.seed for t in case.tensors) % (2**31)
+    names = [f"x{i}" for i in range(len(case.tensors))]
+    verdict = (comparison.message if comparison else "").replace("\n", " ")
     lines = [
         f"# neuronsim reproducer: op spec {spec.name!r}, dtype {case.dtype}, mode {case.mode}, device {case.device}",
-        f"# harness verdict: {comparison.message if comparison else ''}".rstrip(),
+        f"# harness verdict: {verdict}".rstrip(),
         "import torch",
         "import torch.nn.functional as F",
         "import device_impl  # registers the neuron device (plain `import torch` does once installed)",
         "",
         f"DEVICE = {case.device!r}",
-        "RTOL = {" + ", ".join(f"{k}: {v!r}" for k, v in rtol.items()) + "}",
-        "ATOL = {" + ", ".join(f"{k}: {v!r}" for k, v in atol.items()) + "}",
-        _CHECKER.strip("\n"),
+        f"SEED = {seed}",
+        "DEFAULT_TOLERANCE = {" + ", ".join(f"{k}: {v!r}" for k, v in DEFAULT_TOLERANCE.items()) + "}  # (rtol, atol)",
+        f"TOLERANCE = {spec.tolerance.get(case.dtype)!r}  # the op's override for {case.dtype}, if any",
+        f"ZERO_SIGN = {case.dtype not in spec.ignore_zero_sign!r}  # -0.0 and 0.0 are told apart",
+        f"OVERFLOW_EQUAL = {spec.overflow_equal!r}",
+        f"MAX_ULP = {spec.max_ulp.get(case.dtype)!r}",
+        f"FP64_REFERENCE = {spec.fp64_reference!r}",
+        f"FP64_MULTIPLIER = {FP64_MULTIPLIER!r}",
         "",
         "",
         "def inputs(device):",
     ]
-    names = []
     for i, t in enumerate(case.tensors):
         lines.append(f"    b{i} = {literal(t)}.to(device)")
         view = LAYOUT_CODE[t.layout].format(b=f"b{i}", shape=tuple(t.shape))
         suffix = ".detach().requires_grad_()" if t.requires_grad else ""
         lines.append(f"    x{i} = {view}{suffix}")
-        names.append(f"x{i}")
-    lines.append(f"    return [{', '.join(names)}]")
-    call = expression
-    mode_wrap = {
-        "eager": "{call}",
-        "adaptive": "run_adaptive(lambda: {call})",
-        "compiled": "torch.compile(lambda: {call}, backend=DEVICE.split(':')[0], fullgraph=True)()",
-    }[case.mode]
-    unpack = f"{', '.join(names)}," if names else "_"
+    lines += [
+        f"    return [{', '.join(names)}]",
+        "",
+        "",
+        f"def call(device, {', '.join(names + [''])}):".replace(", )", ")"),
+        f"    return {expression}",
+        "",
+        _CHECKER.rstrip("\n"),
+    ]
+    if case.mode == "adaptive":
+        lines.append(_ADAPTIVE.rstrip("\n"))
     lines += [
         "",
         "",
-        "def run_adaptive(fn):",
-        "    module = getattr(torch, DEVICE.split(':')[0])",
-        "    previous = module.get_eager_mode()",
-        "    module.set_eager_mode('adaptive')",
-        "    try:",
-        "        out = fn()",
-        "        module.synchronize()",
-        "        return out",
-        "    finally:",
-        "        module.set_eager_mode(previous)",
-        "",
-        "",
-        "device = 'cpu'",
-        f"cpu_in = inputs('cpu')",
-        f"{unpack} = cpu_in",
-        f"torch.manual_seed({sum(t.seed for t in case.tensors) % (2**31)})",
+        "cpu_in = inputs('cpu')",
         "try:",
-        f"    expected, cpu_error = {call}, None",
+        "    expected, cpu_error = evaluate('cpu', cpu_in), None",
         "except Exception as e:",
         "    expected, cpu_error = None, e",
-        "device = DEVICE",
-        f"dev_in = inputs(DEVICE)",
-        f"{unpack} = dev_in",
-        f"torch.manual_seed({sum(t.seed for t in case.tensors) % (2**31)})",
+        "dev_in = inputs(DEVICE)",
         "try:",
-        f"    actual, dev_error = {mode_wrap.format(call=call)}, None",
+        f"    actual, dev_error = {_MODE_WRAP[case.mode]}, None",
         "except Exception as e:",
         "    actual, dev_error = None, e",
         "if cpu_error is not None or dev_error is not None:",
-        "    assert cpu_error is not None and dev_error is not None and isinstance(dev_error, type(cpu_error)), (",
-        "        f'error parity: CPU {cpu_error!r}, device {dev_error!r}')",
+        "    error_parity(cpu_error, dev_error)",
         "else:",
     ]
     if spec.check == "properties":
-        lines += ["    assert type(actual) is type(expected)",
-                  "    print('random op: shapes and dtypes', [getattr(a, 'shape', None) for a in "
-                  "(actual if isinstance(actual, (tuple, list)) else [actual])])"]
+        lines.append(_PROPERTIES.strip("\n"))
     else:
-        lines += [
-            "    same(actual, expected)",
-            "    assert shares(actual, dev_in) == shares(expected, cpu_in), (",
-            "        f'aliasing: device {shares(actual, dev_in)}, CPU {shares(expected, cpu_in)}')",
-            "    for i, (d, c) in enumerate(zip(dev_in, cpu_in)):",
-            "        same(d, c, f'input x{i} after the call')",
-        ]
+        lines.append(_VALUES.strip("\n"))
         if spec.grad and any(t.requires_grad for t in case.tensors):
-            lines += [
-                "    def grads(out, leaves, device):",
-                "        outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])",
-                "                if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()]",
-                "        g = torch.Generator().manual_seed(" + str(sum(t.seed for t in case.tensors) % (2**31)) + ")",
-                "        cot = [torch.randn(o.shape, generator=g).to(o.dtype).to(device) for o in outs]",
-                "        leaves = [x for x in leaves if x.requires_grad]",
-                "        got = torch.autograd.grad(outs, leaves, cot, allow_unused=True)",
-                "        return [torch.zeros_like(x) if gr is None else gr for x, gr in zip(leaves, got)]",
-                "    same(grads(actual, dev_in, DEVICE), grads(expected, cpu_in, 'cpu'), 'gradient')",
-            ]
+            lines.append(_GRADS.strip("\n"))
     lines.append("print('reproducer passed: the device matches CPU for this case')")
     return "\n".join(lines) + "\n"
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness import compare as cmp
 from harness import modes, repro
@@ -38,6 +39,7 @@ class Result:
     device_ops: dict[str, dict[str, int]] = field(default_factory=dict)
     xfail_reason: str = ""
     reproducer: str = ""
+    called: list[str] = field(default_factory=list)  # aten overloads the expression (and its backward) called
 
     @property
     def fallback_ops(self) -> list[str]:
@@ -104,6 +106,39 @@ def _grads(spec: OpSpec, outputs: Any, inputs: list[torch.Tensor], device: str, 
     return [torch.zeros_like(leaf) if gr is None else gr for leaf, gr in zip(leaves, grads)]
 
 
+class _Recorder(TorchDispatchMode):
+    """Notes every aten overload dispatched while active (and calls it unchanged)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.ops.add(func.name())
+        return func(*args, **(kwargs or {}))
+
+
+def called_ops(spec: OpSpec, case: Case, expression: str, seed: int) -> list[str]:
+    """The aten overloads ``expression`` calls, forward and backward, as 'aten::name.overload'.
+
+    Recorded in a separate, untimed CPU evaluation with fresh inputs: the device run is never
+    wrapped in a dispatch mode, and the CPU timing stays that of plain eager. Which overloads an
+    expression reaches above the backend does not depend on the device; what the device's kernels
+    reach below that is in ``Result.device_ops`` (the dispatch counters).
+    """
+    tensors = [materialize(t, "cpu") for t in case.tensors]
+    recorder = _Recorder()
+    try:
+        with recorder:
+            torch.manual_seed(seed)
+            value, _ = _evaluate(expression, tensors, None, "cpu")
+            if spec.grad:
+                _grads(spec, value, tensors, "cpu", seed)
+    except Exception:  # noqa: BLE001 - an expression that raises still called what it called
+        pass
+    return sorted(recorder.ops)
+
+
 def _fp64_reference(spec: OpSpec, case: Case, expression: str) -> Any:
     tensors = [materialize(t, "cpu") for t in case.tensors]
     widened = [t.detach().double() if t.dtype.is_floating_point else t for t in tensors]
@@ -140,9 +175,10 @@ def run_case(case: Case, xfails=None) -> Result:
         actual, result.device_ms = _evaluate(expression, device_inputs, mode, case.device)
     except Exception as e:  # noqa: BLE001
         device_error = e
-    result.device_ops = _stats(case.device)
     comparison = _check(spec, case, expression, cpu_error, device_error, expected, actual, cpu_inputs, device_inputs,
                         seed)
+    result.device_ops = _stats(case.device)  # forward, backward and the determinism rerun of random ops
+    result.called = called_ops(spec, case, expression, seed)
     result.comparison = comparison
     result.verdict = "pass" if comparison.ok else "fail"
     result.message = comparison.message
@@ -156,8 +192,16 @@ def run_case(case: Case, xfails=None) -> Result:
     return result
 
 
+_SPEC_ERRORS = (SyntaxError, NameError)  # raised by a malformed call text, never by an op
+
+
 def _check(spec, case, expression, cpu_error, device_error, expected, actual, cpu_inputs, device_inputs, seed
            ) -> cmp.Comparison:
+    if isinstance(cpu_error, _SPEC_ERRORS):
+        # Not error parity: the call text itself is broken, and both sides raising the same
+        # SyntaxError would otherwise pass every case of the spec without running the op.
+        return cmp.Comparison(False, f"harness: the spec's expression {expression!r} is invalid "
+                                     f"({type(cpu_error).__name__}: {cpu_error})", criterion="spec")
     if cpu_error is not None or device_error is not None:
         if cpu_error is not None and device_error is not None:
             return cmp.same_error(device_error, cpu_error)
@@ -170,12 +214,15 @@ def _check(spec, case, expression, cpu_error, device_error, expected, actual, cp
     if spec.check == "properties":
         return _check_properties(spec, case, expression, expected, actual, device_inputs, seed)
     zero_sign = case.dtype not in spec.ignore_zero_sign
-    comparison = cmp.compare(actual, expected, tolerance, overflow_equal=spec.overflow_equal, zero_sign=zero_sign)
+    max_ulp = spec.max_ulp.get(case.dtype)
+    device = case.device
+    comparison = cmp.compare(actual, expected, tolerance, overflow_equal=spec.overflow_equal, zero_sign=zero_sign,
+                             device=device, max_ulp=max_ulp)
     if not comparison.ok and spec.fp64_reference:
         reference = _fp64_reference(spec, case, expression)
         if reference is not None:
             comparison = cmp.compare(actual, expected, tolerance, reference, overflow_equal=spec.overflow_equal,
-                                     zero_sign=zero_sign)
+                                     zero_sign=zero_sign, device=device, max_ulp=max_ulp)
     cpu_alias = _storage_aliases(expected, cpu_inputs)
     device_alias = _storage_aliases(actual, device_inputs)
     if cpu_alias != device_alias:
@@ -183,7 +230,8 @@ def _check(spec, case, expression, cpu_error, device_error, expected, actual, cp
             False, f"aliasing differs: outputs sharing storage with inputs (output, input) CPU {cpu_alias}, "
                    f"device {device_alias}"))
     for i, (c, d) in enumerate(zip(cpu_inputs, device_inputs)):
-        after = cmp.compare_tensor(d, c, tolerance, where=f"input x{i} after the call", zero_sign=zero_sign)
+        after = cmp.compare_tensor(d, c, tolerance, where=f"input x{i} after the call", zero_sign=zero_sign,
+                                   device=device)
         if not after.ok:
             comparison = comparison.merge(after)
     if spec.grad and comparison.ok:
@@ -193,7 +241,7 @@ def _check(spec, case, expression, cpu_error, device_error, expected, actual, cp
         except Exception as e:  # noqa: BLE001 - a backward that raises on one side only is a failure
             return comparison.merge(cmp.Comparison(False, f"backward raised {type(e).__name__}: {str(e)[:300]}"))
         if cpu_grads is not None:
-            grad_cmp = cmp.compare(device_grads, cpu_grads, tolerance, where="gradient")
+            grad_cmp = cmp.compare(device_grads, cpu_grads, tolerance, where="gradient", device=device)
             # Backward formulas are compositions of ops, each rounded to the dtype on both sides, so a
             # one-ULP difference in an intermediate can grow; gradients are judged by the float64
             # criterion when the tolerance alone fails.

@@ -39,11 +39,28 @@ class OpSpec:
     check: str = "values"  # "values", or "properties" for random ops (shape, dtype, device, determinism)
     overflow_equal: bool = False  # inf matches a finite value near the dtype's max (tolerance_reason says why)
     ignore_zero_sign: tuple[str, ...] = ()  # dtypes where +0.0 == -0.0 (tolerance_reason says why)
+    max_ulp: dict[str, int] = field(default_factory=dict)  # dtype -> ULP bound for correctly rounded ops
 
     def render(self, params: dict[str, Any], names: list[str]) -> str:
-        values = {k: _literal(v) for k, v in params.items()}
+        """The call text with parameters as Python literals; ``{p:name}`` inserts a string
+        parameter as a bare name (``torch.{dtype:name}`` -> ``torch.float32``)."""
+        values: dict[str, Any] = {k: _Param(v) for k, v in params.items()}
         values.update({f"x{i}": n for i, n in enumerate(names)})
         return self.call.format(**values)
+
+
+class _Param:
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __format__(self, how: str) -> str:
+        if how == "name":
+            if not (isinstance(self.value, str) and self.value.isidentifier()):
+                raise ValueError(f"{self.value!r} is not a name")
+            return self.value
+        if how:
+            raise ValueError(f"unknown parameter format {how!r} (use {{p}} or {{p:name}})")
+        return _literal(self.value)
 
 
 def _literal(value: Any) -> str:
@@ -191,12 +208,19 @@ _TIE_SIGN = ("CPU's vectorized max/min (vmaxps/vminps) return the second operand
              "tail the first (std::max), so the sign of max(0.0, -0.0) depends on the element's position; the "
              "device follows the vector loop everywhere")
 _TIE_OPS = ("maximum", "minimum")
+# Correctly rounded ops: CPU and the engines both compute the exact result (a product of two
+# bf16/fp16 values is exact in fp32) or the one IEEE-rounded fp32 result, then round it once to
+# nearest even; so the results are bit-identical, and a one-ULP difference is a rounding bug the
+# dtype tolerances would hide (bfloat16's rtol 1.6e-2 is about four ULP).
+_EXACT = {d: 0 for d in hs.FLOAT_DTYPES}
+_EXACT_REASON = "correctly rounded: bit-identical results required (max 0 ULP)"
 for _name in ("add", "sub", "mul", "maximum", "minimum", "atan2", "eq", "ne", "lt", "le", "gt", "ge", "logical_and",
               "logical_or", "logical_xor"):
     spec(_name, "pointwise", f"torch.{_name}({{x0}}, {{x1}})", binary(grad=_name in ("add", "sub", "mul", "maximum")),
          EVERY, grad=_name in ("add", "sub", "mul", "maximum"),
          ignore_zero_sign=hs.FLOAT_DTYPES if _name in _TIE_OPS else (),
-         tolerance_reason=_TIE_SIGN if _name in _TIE_OPS else "")
+         max_ulp=_EXACT if _name == "mul" else {},
+         tolerance_reason=_TIE_SIGN if _name in _TIE_OPS else _EXACT_REASON if _name == "mul" else "")
 _POW_REASON = ("CPU's bfloat16/float16 pow is not correctly rounded (0.013427734375 ** -1.87890625 = 3290.8, "
                "3296 in bf16; CPU returns 3232): judged against a float64 reference")
 for _name in ("add", "sub", "mul", "eq", "lt", "pow", "remainder", "fmod", "floor_divide", "bitwise_and"):
@@ -228,8 +252,9 @@ spec("masked_fill", "pointwise", "{x0}.masked_fill({x1} > 0, {value})",
      custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype), _t(data, shape, "float32")],
                                                 {"value": data.draw(hs.scalars(dtype))}))(data.draw(hs.shapes()))),
      EVERY)
-spec("cast", "pointwise", "{x0}.to(torch.{target})",
-     with_params(unary(), target=st.sampled_from(hs.ALL_DTYPES)), EVERY)
+spec("cast", "pointwise", "{x0}.to(torch.{target:name})",
+     with_params(unary(), target=st.sampled_from(hs.ALL_DTYPES)), EVERY, max_ulp=_EXACT,
+     tolerance_reason="a conversion rounds once to nearest even: " + _EXACT_REASON)
 spec("add_", "pointwise", "{x0}.add_({x1})",
      custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype, layouts=("contiguous", "transposed",
                                                                                   "sliced", "offset")),
@@ -632,25 +657,25 @@ def _sized(data, dtype):
     return [], {"shape": data.draw(hs.shapes(max_dims=3, max_numel=4096)), "dtype": dtype}
 
 
-spec("rand", "random", "torch.rand({shape}, dtype=torch.{dtype}, device=device)", custom(_sized),
+spec("rand", "random", "torch.rand({shape}, dtype=torch.{dtype:name}, device=device)", custom(_sized),
      check="properties")
-spec("randn", "random", "torch.randn({shape}, dtype=torch.{dtype}, device=device)", custom(_sized),
+spec("randn", "random", "torch.randn({shape}, dtype=torch.{dtype:name}, device=device)", custom(_sized),
      check="properties")
 spec("dropout", "random", "F.dropout({x0}, p={p}, training=True)",
      with_params(unary(), p=st.sampled_from([0.0, 0.3, 1.0])), check="properties")
 spec("randperm", "random", "torch.randperm({n}, device=device)",
      custom(lambda data, dtype: ([], {"n": data.draw(st.integers(0, 600))})), ("int64",), check="properties")
-spec("arange", "random", "torch.arange({start}, {end}, {step}, dtype=torch.{dtype}, device=device)",
+spec("arange", "random", "torch.arange({start}, {end}, {step}, dtype=torch.{dtype:name}, device=device)",
      custom(lambda data, dtype: ([], {"start": data.draw(st.integers(-5, 5)), "end": data.draw(st.integers(6, 600)),
                                       "step": data.draw(st.sampled_from([1, 2, 3])), "dtype": dtype})),
      ("float32", "int64", "bfloat16"))
-spec("full", "random", "torch.full({shape}, {value}, dtype=torch.{dtype}, device=device)",
+spec("full", "random", "torch.full({shape}, {value}, dtype=torch.{dtype:name}, device=device)",
      custom(lambda data, dtype: ([], {"shape": data.draw(hs.shapes(max_dims=3)), "value": data.draw(hs.scalars(dtype)),
                                       "dtype": dtype})), EVERY)
 spec("linspace", "random", "torch.linspace({start}, {end}, {steps}, device=device)",
      custom(lambda data, dtype: ([], {"start": data.draw(st.integers(-10, 10)), "end": data.draw(st.integers(-10, 10)),
                                       "steps": data.draw(st.integers(0, 300))})), ("float32",))
-spec("eye", "random", "torch.eye({n}, {m}, dtype=torch.{dtype}, device=device)",
+spec("eye", "random", "torch.eye({n}, {m}, dtype=torch.{dtype:name}, device=device)",
      custom(lambda data, dtype: ([], {"n": data.draw(st.integers(0, 130)), "m": data.draw(st.integers(0, 130)),
                                       "dtype": dtype})), EVERY)
 

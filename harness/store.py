@@ -33,6 +33,7 @@ CREATE TABLE IF NOT EXISTS results (
     op TEXT NOT NULL,              -- spec name or OpInfo name
     family TEXT,
     overloads TEXT,                -- aten overloads the case reached on the device, JSON {op: {tier: n}}
+    called TEXT,                   -- aten overloads the expression called above the backend, JSON list
     dtypes TEXT, shapes TEXT, layouts TEXT, domains TEXT,
     mode TEXT NOT NULL,
     verdict TEXT NOT NULL,         -- pass, fail, skip, xfail, xpass
@@ -52,6 +53,9 @@ CREATE INDEX IF NOT EXISTS results_op ON results(op, mode, verdict);
 """
 
 
+_ADDED_COLUMNS = {"called": "TEXT"}  # columns added after the first schema, in order
+
+
 def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime())
 
@@ -62,6 +66,15 @@ class Store:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.db = sqlite3.connect(self.path, timeout=60)
         self.db.executescript(SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Add columns that stores written by an older harness lack (SQLite keeps old rows as NULL)."""
+        have = {row[1] for row in self.db.execute("PRAGMA table_info(results)")}
+        for column, kind in _ADDED_COLUMNS.items():
+            if column not in have:
+                self.db.execute(f"ALTER TABLE results ADD COLUMN {column} {kind}")
+        self.db.commit()
 
     def start_run(self, kind: str, environment: dict[str, str], profile: str | None = None) -> int:
         cur = self.db.execute(
@@ -81,10 +94,11 @@ class Store:
         case = result.case
         comparison = result.comparison
         self.db.execute(
-            "INSERT INTO results (run_id, source, op, family, overloads, dtypes, shapes, layouts, domains, mode, verdict, "
-            "message, criterion, max_abs, max_rel, ulp, cpu_ms, device_ms, fallback_ops, expression, reproducer, "
-            "xfail_reason, case_json, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (run_id, case.source, case.spec, family, json.dumps(result.device_ops),
+            "INSERT INTO results (run_id, source, op, family, overloads, called, dtypes, shapes, layouts, domains, mode, "
+            "verdict, message, criterion, max_abs, max_rel, ulp, cpu_ms, device_ms, fallback_ops, expression, "
+            "reproducer, xfail_reason, case_json, created) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            (run_id, case.source, case.spec, family, json.dumps(result.device_ops), json.dumps(result.called),
              json.dumps([case.dtype] + [t.dtype for t in case.tensors]), json.dumps(case.shapes),
              json.dumps(case.layouts), json.dumps(case.domains), case.mode, result.verdict, result.message,
              comparison.criterion if comparison else None, comparison.max_abs if comparison else None,

@@ -11,8 +11,9 @@ backend (tier ``composite``).
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
@@ -109,6 +110,8 @@ class LoweringTable:
     def __init__(self) -> None:
         self._entries: dict[str, Lowering] = {op: Lowering(op, Tier.NATIVE, "csrc") for op in CSRC_KERNELS}
         self._served_by: dict[str, str] = {}
+        # op -> one-element list holding the kernel its registered wrapper calls (see overridden()).
+        self._kernels: dict[str, list[Callable[..., Any]]] = {}
         self._library = torch.library.Library("aten", "IMPL")
 
     def native(self, *ops: str, dtypes: frozenset | None = None, serves: tuple[str, ...] = ()
@@ -145,9 +148,8 @@ class LoweringTable:
         record = counters.record
         overload = resolve(op)
         hooks = HOOKS
-        # Family kernels (kernels/registry.py) route their computation through HOOKS.submit, which
-        # decides between queueing and a barrier; any other kernel needs the barrier first.
-        self_ordered = getattr(fn, "submits", False)
+        kernel = [fn]  # the wrapper calls kernel[0]; overridden() swaps it for a test
+        self._kernels[op] = kernel
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             if dtypes is not None and (_unsupported_dtype(args, dtypes) or _unsupported_dtype(kwargs.values(), dtypes)):
@@ -155,7 +157,10 @@ class LoweringTable:
 
                 return cpu_fallback(overload, *args, **kwargs)
             record(op, slot)
-            if hooks.barrier is not None and not self_ordered:
+            fn = kernel[0]
+            # Family kernels (kernels/registry.py) route their computation through HOOKS.submit, which
+            # decides between queueing and a barrier; any other kernel needs the barrier first.
+            if hooks.barrier is not None and not getattr(fn, "submits", False):
                 hooks.barrier("unqueueable", op, args, kwargs)
             if ASSERT_NO_CPU:
                 with _no_cpu_mode(op):
@@ -165,6 +170,29 @@ class LoweringTable:
         counted.__name__ = f"neuron_{op.replace('::', '_').replace('.', '_')}"
         self._library.impl(op.split("::", 1)[1], counted, "PrivateUse1")
         self._entries[op] = Lowering(op, tier, source)
+
+    def kernel(self, op: str) -> Callable[..., Any]:
+        """The Python kernel registered for ``op`` (KeyError for C++ core kernels and unknown ops)."""
+        if op not in self._kernels:
+            raise KeyError(f"{op} has no Python kernel in the neuron lowering table")
+        return self._kernels[op][0]
+
+    @contextmanager
+    def overridden(self, op: str, fn: Callable[..., Any]) -> Iterator[Callable[..., Any]]:
+        """Test only: run ``fn`` instead of ``op``'s kernel inside the block; yields the original.
+
+        The harness's own tests plant deliberately wrong kernels this way to prove the
+        harness catches them. Dispatch (dtype checks, counters, the host-compute guard)
+        is unchanged; only the kernel called is swapped, and it is restored on exit even
+        if the block raises. ``fn`` takes the overload's arguments as the kernel does.
+        """
+        original = self.kernel(op)
+        slot = self._kernels[op]
+        slot[0] = fn
+        try:
+            yield original
+        finally:
+            slot[0] = original
 
     def lookup(self, op: str) -> Lowering:
         entry = self._entries.get(op)
