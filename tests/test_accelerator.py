@@ -1,0 +1,156 @@
+"""torch.accelerator and device-generic code on neuron.
+
+Code written against torch.accelerator (instead of torch.cuda) and the usual device plumbing
+(``Module.to``, ``Tensor.to``, factory ``device=``, ``torch.set_default_device``) must reach the
+neuron device unchanged.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from device_impl import eager
+
+
+@pytest.fixture
+def device_zero():
+    previous = torch.accelerator.current_device_index()
+    yield
+    torch.accelerator.set_device_index(previous)
+
+
+def test_current_accelerator_is_neuron():
+    assert torch.accelerator.is_available()
+    assert torch.accelerator.current_accelerator() == torch.device("neuron")
+    assert torch.accelerator.current_accelerator(check_available=True).type == "neuron"
+    assert torch.accelerator.device_count() == torch.neuron.device_count() == 2
+
+
+def test_device_index_selects_the_default_core(device_zero):
+    torch.accelerator.set_device_index(1)
+    assert torch.accelerator.current_device_index() == 1 == torch.neuron.current_device()
+    assert torch.empty(1, device="neuron").device == torch.device("neuron:1")
+    with torch.accelerator.device_index(0):
+        assert torch.empty(1, device="neuron").device == torch.device("neuron:0")
+    assert torch.accelerator.current_device_index() == 1
+
+
+def test_neuron_synchronize_runs_queued_work():
+    with torch.neuron.eager_mode("adaptive"):
+        y = torch.ones(4, device="neuron") * 3 + 1
+        assert eager.pending() > 0
+        torch.neuron.synchronize()
+        assert eager.pending() == 0
+    assert y.tolist() == [4.0] * 4
+
+
+# torch.accelerator.synchronize goes straight to the C++ guard's synchronizeDevice
+# (device_impl/csrc/device.cpp), which is a no-op: it neither flushes adaptive eager's queue
+# nor checks the index. Values stay right (every host read flushes), but "synchronize means
+# done" does not hold through this API yet. Strict xfails: they fail once the guard is fixed.
+@pytest.mark.xfail(strict=True, reason="C++ guard synchronizeDevice does not flush adaptive eager")
+def test_accelerator_synchronize_runs_queued_work():
+    with torch.neuron.eager_mode("adaptive"):
+        torch.ones(4, device="neuron") * 3 + 1
+        assert eager.pending() > 0
+        torch.accelerator.synchronize()
+        assert eager.pending() == 0
+
+
+@pytest.mark.xfail(strict=True, reason="C++ guard synchronizeDevice does not validate the index")
+def test_accelerator_synchronize_of_a_missing_core_raises():
+    with pytest.raises(RuntimeError, match="5"):
+        torch.accelerator.synchronize(5)
+
+
+def test_neuron_synchronize_of_a_missing_core_raises():
+    with pytest.raises(RuntimeError, match="neuron:5"):
+        torch.neuron.synchronize(5)
+
+
+def test_memory_stats_route_to_the_neuron_allocator():
+    torch.accelerator.empty_cache()
+    torch.accelerator.reset_peak_memory_stats()
+    before = torch.accelerator.memory_allocated()
+    assert before == torch.neuron.memory_allocated()
+    block = torch.empty(2**20, device="neuron")  # 4 MiB
+    assert torch.accelerator.memory_allocated() - before == 4 * 2**20
+    assert torch.accelerator.max_memory_allocated() >= before + 4 * 2**20
+    assert torch.accelerator.memory_reserved() >= torch.accelerator.memory_allocated()
+    assert torch.accelerator.max_memory_reserved() >= torch.accelerator.memory_reserved()
+    stats = torch.accelerator.memory_stats()
+    assert stats["allocated_bytes.all.current"] == torch.neuron.memory_stats()["allocated_bytes.all.current"]
+    free, total = torch.accelerator.get_memory_info()
+    assert total == torch.neuron.get_device_properties(0).total_memory and free <= total
+    del block
+    assert torch.accelerator.memory_allocated() == before
+    torch.accelerator.reset_accumulated_memory_stats()
+
+
+def test_streams_through_torch_accelerator():
+    stream = torch.Stream(device="neuron")
+    default = torch.accelerator.current_stream()
+    assert default.device == torch.device("neuron:0")
+    torch.accelerator.set_stream(stream)
+    try:
+        assert torch.accelerator.current_stream() == stream
+        event = torch.Event(device="neuron", enable_timing=True)
+        event.record(stream)
+        event.synchronize()
+    finally:
+        torch.accelerator.set_stream(default)
+
+
+def test_module_and_tensor_to_device():
+    model = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4))
+    moved = model.to(torch.device("neuron"))
+    assert moved is model
+    assert all(p.device == torch.device("neuron:0") for p in model.parameters())
+    assert all(b.device == torch.device("neuron:0") for b in model.buffers())
+    model.to("neuron:1")
+    assert {p.device for p in model.parameters()} == {torch.device("neuron:1")}
+    x = torch.randn(5, 3)
+    assert x.to("neuron:1").device == torch.device("neuron:1")
+    assert x.to(torch.device("neuron"), dtype=torch.bfloat16).dtype == torch.bfloat16
+    assert x.neuron().device == torch.device("neuron:0")  # generated method, as tensor.cuda()
+    assert model(x.to("neuron:1")).device == torch.device("neuron:1")
+    assert model.to("cpu")(x).device == torch.device("cpu")
+
+
+@pytest.mark.parametrize("factory", [
+    lambda d: torch.zeros(2, 3, device=d), lambda d: torch.ones(2, device=d), lambda d: torch.randn(4, device=d),
+    lambda d: torch.arange(5, device=d), lambda d: torch.full((2,), 7.0, device=d), lambda d: torch.eye(3, device=d),
+    lambda d: torch.empty(2, device=d), lambda d: torch.tensor([1, 2], device=d),
+    lambda d: torch.linspace(0, 1, 5, device=d), lambda d: torch.randint(0, 9, (3,), device=d),
+])
+def test_factory_functions(factory):
+    assert factory("neuron").device == torch.device("neuron:0")
+    assert factory(torch.device("neuron", 1)).device == torch.device("neuron:1")
+
+
+def test_default_device_builds_and_runs_a_model():
+    torch.set_default_device("neuron")
+    try:
+        assert torch.get_default_device() == torch.device("neuron:0")
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+        x = torch.randn(4, 6)
+        assert x.device.type == "neuron" and next(model.parameters()).device.type == "neuron"
+        loss = model(x).square().mean()
+        loss.backward()
+        assert model[0].weight.grad.device.type == "neuron"
+        weights = {k: v.cpu() for k, v in model.state_dict().items()}
+        host_x = x.cpu()
+    finally:
+        torch.set_default_device("cpu")
+    reference = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
+    reference.load_state_dict(weights)
+    torch.testing.assert_close(loss.cpu(), reference(host_x).square().mean(), rtol=1e-5, atol=1e-6)
+
+
+def test_device_context_manager():
+    with torch.device("neuron:1"):
+        assert torch.ones(2).device == torch.device("neuron:1")
+        assert torch.nn.Linear(2, 2).weight.device == torch.device("neuron:1")
+    assert torch.ones(2).device == torch.device("cpu")
