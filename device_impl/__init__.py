@@ -48,6 +48,10 @@ def register() -> None:
 
     distributed.register()  # dist.init_process_group(backend="neuron")
 
+    from device_impl.compiler import registration
+
+    registration.install()  # torch.compile(backend="neuron"); Dynamo and the compiler load on first use
+
     if settings.eager_mode != "eager":
         from device_impl import eager
 

@@ -1,17 +1,24 @@
 """Fusion: turn the op list into steps (the units the schedule runs).
 
 Greedy and linear, over program order. A *fused group* is an iteration space
-(the full shape S of its elementwise values, optionally with reduction dims D)
-that evaluates a chain of elementwise ops on SBUF tiles; a reduction whose input
-is a full value of the open group joins it (its result is a per-row value, a
-[P, 1] tile), and ops on per-row values, or full ops that broadcast them back
-along the reduced dims (softmax, RMSNorm), join too while a whole row fits in
-SBUF. A group reads each external input once (a DMA access pattern: strided,
-broadcast, sliced views are free) and writes only values used outside it.
+that evaluates a chain of elementwise ops on SBUF tiles:
+
+* a *flat* group walks the N elements of its values in row-major order, so
+  any reshape of a value in the group is free and every op with N elements
+  whose operands are in the group (or outside it) can join;
+* a *reduce* group has a shape S and reduction dims D: rows are the other
+  dims, columns D. A ``stablehlo.reduce`` over D of a value of shape S joins
+  (its result is a per-row value, a [P, 1] tile); ops on per-row values
+  (``row`` ops) join, and full ops that read a per-row value broadcast back
+  along D (softmax, RMSNorm) join while a whole row fits in SBUF.
+
+A group reads each external input once (a DMA access pattern: strided,
+broadcast, sliced views cost nothing) and writes only the values used outside
+it: one HBM read and one write per value crossing the group boundary.
 
 Layout ops (reshape, transpose, broadcast_in_dim, slice, reverse) never become
 steps: they are views that the readers' DMAs apply. Heavy ops (dot_general,
-concatenate, gather, iota) are steps of their own and close the open group.
+concatenate, gather, sort, ...) are steps of their own and close the open group.
 """
 
 from __future__ import annotations
@@ -22,30 +29,44 @@ import numpy as np
 
 from device_impl.compiler import lowering, memory
 from device_impl.compiler.errors import UnsupportedOpError
-from device_impl.compiler.ir import Graph, Op, TensorType
+from device_impl.compiler.ir import Graph, Op
+
+STORAGE_ONLY = ("float64", "complex64", "complex128")
 
 
 class _Group:
     def __init__(self, shape: tuple[int, ...]):
         self.shape = shape
+        self.numel = int(np.prod(shape, dtype=np.int64))
         self.reduce_dims: list[int] | None = None
-        self.slots: dict[int, tuple[int, str]] = {}  # value id -> (slot, "full" | "row")
-        self.loads: list[list] = []  # [slot, value id]
+        self.uniform = True  # every full value has shape S (a flat group may mix reshaped shapes)
+        self.slots: list[list] = []  # [vid, "full" | "row", dtype name]
+        self.slot_of: dict[int, int] = {}
+        self.loads: list[list] = []  # [slot, vid]
+        self.loaded: set[int] = set()  # slots holding external values (loads)
         self.ops: list[dict] = []
-        self.count = 0
-        self.row_consumers = False  # a full op reads a per-row value: the whole row must fit
-        self.full_dtypes: list[str] = []
+        self.row_consumers = False  # some full op reads a per-row value: the whole row must fit
 
-    def slot(self) -> int:
-        self.count += 1
-        return self.count - 1
+    def new_slot(self, vid: int, cls: str, dtype: str) -> int:
+        self.slots.append([vid, cls, dtype])
+        self.slot_of[vid] = len(self.slots) - 1
+        return len(self.slots) - 1
 
     @property
     def rows_cols(self) -> tuple[int, int]:
         d = self.reduce_dims or []
         cols = int(np.prod([self.shape[i] for i in d], dtype=np.int64)) if d else 1
-        total = int(np.prod(self.shape, dtype=np.int64))
-        return (total // cols if cols else 0), cols
+        return (self.numel // cols if cols else 0), cols
+
+    def full_bytes(self) -> int:
+        """Bytes per column if every full value were live at once (the conservative plan-time bound)."""
+        return sum(np.dtype(_np(d)).itemsize for _, cls, d in self.slots if cls == "full")
+
+
+def _np(dtype: str):
+    from device_impl.compiler.ir import numpy_dtype
+
+    return numpy_dtype(dtype)
 
 
 class Planner:
@@ -53,15 +74,18 @@ class Planner:
         self.g = graph
         self.views: dict[int, dict] = {}
         self.steps: list[dict] = []
+        self.groups: list[_Group] = []
         self.group: _Group | None = None
-        self.producer: dict[int, int] = {}  # value -> step index (or -1 for the open group)
         self.external_uses: set[int] = set(graph.outputs)
 
     # -- value classification ------------------------------------------------
+    def base(self, vid: int) -> int:
+        while vid in self.views:
+            vid = self.views[vid]["src"]
+        return vid
+
     def _is_identity(self, vid: int) -> bool:
-        v = self.views.get(vid)
-        if v is None:
-            return False
+        v = self.views[vid]
         src_shape = self.g.types[v["src"]].shape
         out_shape = self.g.types[vid].shape
         if v["op"] == "reshape":
@@ -70,34 +94,38 @@ class Planner:
             return src_shape == out_shape and v["broadcast_dimensions"] == list(range(len(out_shape)))
         if v["op"] == "transpose":
             return v["permutation"] == list(range(len(out_shape)))
+        if v["op"] == "slice":
+            return src_shape == out_shape
+        if v["op"] == "reverse":
+            return all(src_shape[d] == 1 for d in v["dimensions"])
         return False
-
-    def base(self, vid: int) -> int:
-        while vid in self.views:
-            vid = self.views[vid]["src"]
-        return vid
 
     def classify(self, vid: int, g: _Group | None) -> tuple[str, Any]:
         """('imm', x) | ('full', slot) | ('row', slot) | ('rowb', slot) | ('ext', vid) | ('blocked', None)."""
-        if vid in self.g.splats:
-            return "imm", self.g.splats[vid]
+        base = self.base(vid)
+        if base in self.g.splats:
+            return "imm", self.g.splats[base]
         if g is None:
             return "ext", vid
         chain: list[int] = []
         cur = vid
-        while cur not in g.slots and cur in self.views:
+        while cur not in g.slot_of and cur in self.views:
             if not self._is_identity(cur):
                 chain.append(cur)
             cur = self.views[cur]["src"]
-        if cur not in g.slots:
+        if cur not in g.slot_of:
             return "ext", vid
-        slot, cls = g.slots[cur]
-        ops = [self.views[c]["op"] for c in chain]
+        slot = g.slot_of[cur]
+        cls = g.slots[slot][1]
         if not chain:
             return cls, slot
-        if cls == "row" and all(o == "reshape" for o in ops):
-            return "row", slot
-        if cls == "row" and ops and ops[0] == "broadcast_in_dim" and all(o == "reshape" for o in ops[1:]):
+        if slot in g.loaded:
+            return "ext", vid  # another view of an external value: another access pattern, not a dependence
+        ops = [self.views[c]["op"] for c in chain]
+        if all(o == "reshape" for o in ops):
+            if cls == "row" or g.reduce_dims is None:
+                return cls, slot  # row-major order is unchanged
+        if cls == "row" and ops[0] == "broadcast_in_dim" and all(o == "reshape" for o in ops[1:]):
             if self._maps_rows(chain[0], g):
                 return "rowb", slot
         return "blocked", None
@@ -114,16 +142,12 @@ class Planner:
         kept = [i for i in range(len(out)) if i not in g.reduce_dims and out[i] != 1]
         return mapped == kept and [n for n in src if n != 1] == [out[i] for i in kept]
 
-    # -- steps ---------------------------------------------------------------
+    # -- groups ----------------------------------------------------------------
     def close(self) -> None:
-        g = self.group
-        if g is None:
-            return
-        index = len(self.steps)
-        self.steps.append({"kind": "fused", "group": g})
-        for vid in g.slots:
-            self.producer[vid] = index
-        self.group = None
+        if self.group is not None:
+            self.steps.append({"kind": "fused", "group": self.group})
+            self.groups.append(self.group)
+            self.group = None
 
     def new_group(self, shape: tuple[int, ...]) -> _Group:
         self.close()
@@ -138,72 +162,76 @@ class Planner:
             if kind == "rowb":
                 g.row_consumers = True
             return ["slot", x]
-        slot = g.slot()
+        slot = g.new_slot(vid, "full", self.g.types[vid].dtype)
+        g.loaded.add(slot)
         g.loads.append([slot, vid])
         self.external_uses.add(vid)
         return ["slot", slot]
 
-    def add_op(self, g: _Group, op: Op, cls: str, extra: dict | None = None) -> None:
+    def add_op(self, g: _Group, op: Op, cls: str) -> None:
         args = [self.operand(g, v) for v in op.operands]
-        slot = g.slot()
-        g.slots[op.result] = (slot, cls)
-        entry = {"op": op.name, "slot": slot, "args": args, "cls": cls, "dtype": op.type.dtype,
-                 "in_types": [self.g.types[v].dtype for v in op.operands], "attrs": _plain(op.attrs)}
-        entry.update(extra or {})
-        g.ops.append(entry)
-        if cls == "full":
-            g.full_dtypes.append(op.type.dtype)
+        slot = g.new_slot(op.result, cls, op.type.dtype)
+        g.ops.append({"op": op.name, "slot": slot, "args": args, "dtype": op.type.dtype,
+                      "in_types": [self.g.types[v].dtype for v in op.operands], "attrs": _plain(op.attrs)})
+        if cls == "full" and op.type.shape != g.shape:
+            g.uniform = False
 
     def place_elementwise(self, op: Op) -> None:
         g = self.group
-        kinds = [self.classify(v, g)[0] for v in op.operands]
-        shape = op.type.shape
-        if g is not None and "blocked" not in kinds:
-            if shape == g.shape and any(k in ("full", "rowb") for k in kinds) and "row" not in kinds:
-                if "rowb" in kinds and not memory.fits_row(g, op.type.dtype):
-                    pass
+        if g is not None:
+            kinds = [self.classify(v, g)[0] for v in op.operands]
+            if "blocked" not in kinds:
+                if g.reduce_dims is None:
+                    if op.type.numel == g.numel and "row" not in kinds and "rowb" not in kinds:
+                        self.add_op(g, op, "full")
+                        return
                 else:
-                    self.add_op(g, op, "full")
-                    return
-            if g.reduce_dims is not None and "row" in kinds and all(k in ("row", "imm") for k in kinds) \
-                    and op.type.numel == g.rows_cols[0]:
-                self.add_op(g, op, "row")
-                return
-        g = self.new_group(shape)
+                    if op.type.shape == g.shape and "row" not in kinds:
+                        rows, cols = g.rows_cols
+                        if "rowb" not in kinds or memory.fits_row(g.full_bytes() + op.type.np_dtype.itemsize, cols):
+                            self.add_op(g, op, "full")
+                            return
+                    elif "row" in kinds and all(k in ("row", "imm") for k in kinds) \
+                            and op.type.numel == g.rows_cols[0]:
+                        self.add_op(g, op, "row")
+                        return
+        g = self.new_group(op.type.shape)
         self.add_op(g, op, "full")
 
     def place_reduce(self, op: Op) -> None:
+        if len(op.operands) == 4:
+            return self.place_step(op, kind=_arg_reduce_kind(self.g, op))
         alu = lowering.reducer(op)
-        init = op.operands[1]
+        init = op.operands[1] if len(op.operands) == 2 else None
         if alu is None or init not in self.g.splats:
             raise UnsupportedOpError("stablehlo.reduce", "only single-operand reductions with add/max/min/mul/"
-                                     "and/or bodies and a constant init lower")
+                                     "and/or bodies and a constant init, or argmax/argmin pairs, lower")
         src = op.operands[0]
         dims = sorted(op.attrs["dimensions"])
         in_type = self.g.types[src]
-        if in_type.dtype in ("float64", "complex64", "complex128"):
+        if in_type.dtype in STORAGE_ONLY:
             raise UnsupportedOpError("stablehlo.reduce", f"{in_type.dtype} is storage-only on the engines")
+        if not dims:  # reducing nothing: the value itself
+            self.views[op.result] = {"op": "reshape", "src": src}
+            return
         g = self.group
         kind = self.classify(src, g)[0] if g is not None else "ext"
-        joinable = (g is not None and kind == "full" and g.shape == in_type.shape
-                    and (g.reduce_dims is None or g.reduce_dims == dims) and dims)
+        joinable = (g is not None and kind in ("full", "ext") and g.uniform and g.shape == in_type.shape
+                    and (g.reduce_dims is None or g.reduce_dims == dims))
         if not joinable:
             g = self.new_group(in_type.shape)
         g.reduce_dims = dims
         args = [self.operand(g, src)]
-        slot = g.slot()
-        g.slots[op.result] = (slot, "row")
-        g.ops.append({"op": "reduce", "slot": slot, "args": args, "cls": "row", "dtype": op.type.dtype,
+        slot = g.new_slot(op.result, "row", op.type.dtype)
+        g.ops.append({"op": "reduce", "slot": slot, "args": args, "dtype": op.type.dtype,
                       "in_types": [in_type.dtype], "attrs": {"alu": alu, "init": self.g.splats[init]}})
 
-    def place_step(self, op: Op) -> None:
+    def place_step(self, op: Op, kind: str | None = None) -> None:
         self.close()
-        index = len(self.steps)
         for v in op.operands:
             self.external_uses.add(v)
-        self.steps.append({"kind": op.name, "operands": list(op.operands), "result": op.result,
-                           "attrs": _plain(op.attrs)})
-        self.producer[op.result] = index
+        self.steps.append({"kind": kind or op.name, "operands": list(op.operands), "results": list(op.results),
+                           "attrs": _plain(op.attrs), "body": op.attrs.get("body", [])})
 
     def run(self) -> list[dict]:
         for op in self.g.ops:
@@ -221,8 +249,9 @@ class Planner:
                     continue
                 self.place_elementwise(op)
             elif op.name in lowering.STEP_OPS:
-                if any(t.dtype in ("float64", "complex64", "complex128") for t in (*in_types, op.type)):
-                    raise UnsupportedOpError(f"stablehlo.{op.name}", "float64/complex are storage-only")
+                why = lowering.supported_step(op, in_types)
+                if why is not None:
+                    raise UnsupportedOpError(f"stablehlo.{op.name}", why)
                 self.place_step(op)
             else:
                 raise UnsupportedOpError(f"stablehlo.{op.name}")
@@ -230,12 +259,25 @@ class Planner:
         return self.steps
 
 
+def _arg_reduce_kind(graph: Graph, op: Op) -> str:
+    """A two-operand reduce of (values, iota) with a compare/select body is argmax or argmin."""
+    body = op.attrs.get("body", [])
+    names = [b["name"] if isinstance(b, dict) else b for b in body]
+    compares = [b for b in body if isinstance(b, dict) and b["name"] == "compare"]
+    if not compares or "select" not in names or not all(v in graph.splats for v in op.operands[2:]):
+        raise UnsupportedOpError("stablehlo.reduce", "a two-operand reduction that is not argmax/argmin")
+    direction = compares[0]["attrs"].get("comparison_direction")
+    if direction not in ("GE", "GT", "LE", "LT"):
+        raise UnsupportedOpError("stablehlo.reduce", f"arg-reduction comparing {direction}")
+    return "argmax" if direction in ("GE", "GT") else "argmin"
+
+
 def _plain(attrs: dict) -> dict:
     return {k: v for k, v in attrs.items() if isinstance(v, (int, float, str, bool, list, dict)) and k != "body"}
 
 
 def plan(graph: Graph) -> tuple[list[dict], dict[int, dict], set[int]]:
-    """(steps, views, values read outside the step that produced them)."""
+    """(steps, views, base values read outside the step that produced them or returned)."""
     planner = Planner(graph)
     steps = planner.run()
     used = {planner.base(v) for v in planner.external_uses}

@@ -9,8 +9,11 @@ its hash keys the compile cache and it is what ``stablehlo/`` artifacts hold.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
-from typing import Any
+import tempfile
+from typing import Any, Iterator
 
 import numpy as np
 import torch
@@ -19,16 +22,51 @@ from device_impl.compiler.errors import ImportFailure
 from device_impl.compiler.ir import ELEMENT_TYPES, Graph, Op, TensorType, numpy_dtype
 
 
+@contextlib.contextmanager
+def _captured_stderr() -> Iterator[list[str]]:
+    """MLIR prints its diagnostics straight to file descriptor 2; keep them for the error message
+    instead of letting them interleave with the user's output."""
+    lines: list[str] = []
+    try:
+        saved = os.dup(2)
+    except OSError:  # no stderr descriptor (embedded interpreters): nothing to capture
+        yield lines
+        return
+    with tempfile.TemporaryFile(mode="w+b") as sink:
+        os.dup2(sink.fileno(), 2)
+        try:
+            yield lines
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            sink.seek(0)
+            lines.extend(sink.read().decode(errors="replace").splitlines())
+
+
+_ILLEGAL = re.compile(r"failed to legalize operation '([\w.]+)'")
+_OPERATOR = re.compile(r'name = "([\w.]+)"')
+
+
 def to_stablehlo(gm: torch.fx.GraphModule):
     """Import ``gm`` with torch-mlir; returns the MLIR module."""
     from torch_mlir import fx as torch_mlir_fx
 
-    try:
-        return torch_mlir_fx.stateless_fx_import(gm, output_type="stablehlo")
-    except Exception as e:  # torch-mlir raises its own error types (and AssertionError) here
-        first = str(e).strip().splitlines()
-        detail = next((line for line in first if "error" in line.lower()), first[0] if first else type(e).__name__)
-        raise ImportFailure(f"torch-mlir could not lower the graph to StableHLO: {detail}") from e
+    with _captured_stderr() as diagnostics:
+        try:
+            return torch_mlir_fx.stateless_fx_import(gm, output_type="stablehlo")
+        except Exception as e:  # torch-mlir raises its own error types (and AssertionError) here
+            error = e
+    lines = [line for line in diagnostics + str(error).strip().splitlines() if line.strip()]
+    detail = next((line for line in lines if "failed to legalize" in line),
+                  next((line for line in lines if "error" in line.lower()), lines[0] if lines else type(error).__name__))
+    op = "torch-mlir import"
+    match = _ILLEGAL.search(detail)
+    if match:
+        op = match.group(1)
+        if op == "torch.operator":
+            named = _OPERATOR.search(detail)
+            op = named.group(1) if named else op
+    raise ImportFailure(f"torch-mlir could not lower the graph to StableHLO: {detail.strip()[:400]}", op) from error
 
 
 def _tensor_type(t) -> TensorType:
@@ -62,7 +100,12 @@ def _attr(value) -> Any:
         return value.value
     if isinstance(value, ir.ArrayAttr):
         return [_attr(v) for v in value]
+    if isinstance(value, (ir.DenseIntElementsAttr, ir.DenseFPElementsAttr)):  # padding, window attributes
+        return np.array(value).tolist()
     text = str(value)
+    if text.startswith("#stablehlo.conv<"):  # [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]
+        return {"kind": "conv", "layouts": [part.strip(" []").split(", ")
+                                            for part in re.split(r"\]x\[|\]->\[", text[len("#stablehlo.conv<"):-1])]}
     if text.startswith("#stablehlo.") and "<" in text:  # dimension numbers: a dict of int lists
         fields: dict[str, Any] = {k: [int(x) for x in v.split(",") if x.strip()] for k, v in _DIMS.findall(text)}
         for k, v in re.findall(r"(\w+) = (\d+)(?![\d\]])", text):
@@ -123,6 +166,21 @@ def _parse_numbers(tokens: list[str], dtype: np.dtype) -> np.ndarray:
     return np.asarray(values).astype(dtype)
 
 
+def _body(block) -> list[dict[str, Any]]:
+    """A reduction/comparator region as data: ops with operands "a<i>" (block argument i) or
+    "v<j>" (result of body op j), names and attributes."""
+    refs = {arg.get_name(): f"a{i}" for i, arg in enumerate(block.arguments)}
+    ops: list[dict[str, Any]] = []
+    for j, inner in enumerate(block.operations):
+        o = inner.operation
+        operands = [refs.get(v.get_name(), "?") for v in o.operands]
+        for r in o.results:
+            refs[r.get_name()] = f"v{j}"
+        attrs = {o.attributes[i].name: _attr(o.attributes[i].attr) for i in range(len(o.attributes))}
+        ops.append({"name": o.name.split(".", 1)[-1], "operands": operands, "attrs": attrs})
+    return ops
+
+
 def read_module(module) -> Graph:
     """Copy the module's ``main`` function into an ``ir.Graph``."""
     funcs = [op for op in module.body.operations if op.operation.name == "func.func"]
@@ -152,7 +210,7 @@ def read_module(module) -> Graph:
         results = tuple(value_id(r) for r in o.results)
         attrs = {o.attributes[i].name: _attr(o.attributes[i].attr) for i in range(len(o.attributes))}
         if o.regions and len(o.regions[0].blocks):
-            attrs["body"] = [b.operation.name.split(".", 1)[-1] for b in o.regions[0].blocks[0].operations]
+            attrs["body"] = _body(o.regions[0].blocks[0])
         short = name.split(".", 1)[1] if name.startswith(("stablehlo.", "chlo.")) else name
         op = Op(short if not name.startswith("arith.constant") else "constant", operands, results,
                 tuple(types[r] for r in results), attrs)

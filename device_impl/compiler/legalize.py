@@ -9,7 +9,10 @@ torch-mlir 20261001 rejects or mis-lowers a few core ATen forms that backward gr
   untouched prefix, the source and the untouched suffix (unit step), which is pure data
   movement for the compiler;
 * ``None`` outputs (inputs without a gradient) break the StableHLO backend contract: they are
-  dropped here and put back by the caller (``restore_none``).
+  dropped here and put back by the caller (``restore_none``);
+* factory ops (``full``, ``arange``, ``scalar_tensor`` ...) naming a ``neuron`` device fail to
+  import (torch-mlir knows cpu/cuda/meta devices only): the device argument is dropped, since the
+  whole StableHLO program runs on the device anyway.
 
 Each rewrite keeps the node's ``meta['val']`` so later passes still see static shapes.
 """
@@ -67,11 +70,21 @@ _REWRITES = {
 }
 
 
+def _drop_device(node: torch.fx.Node) -> bool:
+    device = node.kwargs.get("device")
+    if isinstance(device, torch.device) and device.type not in ("cpu", "meta"):
+        node.kwargs = {k: v for k, v in node.kwargs.items() if k != "device"}
+        return True
+    return False
+
+
 def legalize(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Rewrite in place the node forms torch-mlir cannot import (see module docstring)."""
     graph = gm.graph
     changed = False
     for node in list(graph.nodes):
+        if node.op == "call_function" and _drop_device(node):
+            changed = True
         rewrite = _REWRITES.get(node.target) if node.op == "call_function" else None
         if rewrite is None:
             continue

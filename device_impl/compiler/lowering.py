@@ -11,8 +11,8 @@ Three families, each a table:
 * ``VIEWS``: layout ops that cost nothing: they become DMA access patterns
   (strided, broadcast, sliced views of HBM buffers) of the steps that read them.
 
-Other ops (dot_general, concatenate, gather, iota, ...) are whole steps with
-their own runners in ``steps.py``. An op in none of these tables is
+Other ops (``STEP_OPS``: dot_general, concatenate, gather, iota, ...) are whole
+steps with their own runners in ``steps.py``. An op in none of these tables is
 unsupported, which makes the graph fall back to eager (``fallback.py``).
 """
 
@@ -28,7 +28,9 @@ from device_impl.engine.memory import Tile
 from device_impl.compiler.ir import Op, TensorType
 
 VIEWS = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice", "reverse"})
-STEP_OPS = frozenset({"dot_general", "concatenate", "gather", "iota", "pad"})
+STEP_OPS = frozenset({"dot_general", "concatenate", "gather", "scatter", "iota", "pad", "sort", "reduce_window",
+                      "convolution"})
+STORAGE_ONLY = ("float64", "complex64", "complex128")
 
 _INT_KINDS = "iub"
 
@@ -53,6 +55,8 @@ def _binary_name(op: Op, dtype: np.dtype) -> str:
 _BINARY = {"add": "add", "subtract": "subtract", "multiply": "multiply", "maximum": "maximum",
            "minimum": "minimum", "power": "power", "remainder": "fmod", "atan2": "atan2",
            "shift_left": "left_shift", "shift_right_arithmetic": "right_shift", "divide": "divide"}
+# StableHLO semantics the engines' ALU gives directly: remainder is C's fmod (the sign of the dividend),
+# integer divide truncates, shift_right_arithmetic keeps the sign.
 _COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum", "logical_and", "logical_or", "logical_xor",
                           "bitwise_and", "bitwise_or", "bitwise_xor", "equal", "not_equal"})
 _MIRROR = {"less": "greater", "greater": "less", "less_equal": "greater_equal", "greater_equal": "less_equal"}
@@ -170,12 +174,46 @@ REDUCERS: dict[str, str] = {"add": "add", "maximum": "maximum", "minimum": "mini
                             "or": "logical_or", "and": "logical_and"}
 
 
-def reducer(op: Op) -> str | None:
-    """The VectorE reduction of a single-operand stablehlo.reduce, or None when unsupported."""
-    body = [b for b in op.attrs.get("body", []) if b != "return"]
-    if len(op.operands) != 2 or len(body) != 1:
+def body_ops(op: Op | dict) -> list[dict]:
+    """The region's ops without the terminator."""
+    body = op.attrs.get("body", []) if isinstance(op, Op) else op.get("body", [])
+    return [b for b in body if b["name"] != "return"]
+
+
+def reducer(op: Op | dict) -> str | None:
+    """The VectorE reduction of a single-operand reduction region (reduce, reduce_window), or None."""
+    body = body_ops(op)
+    if len(body) != 1 or sorted(body[0]["operands"]) != ["a0", "a1"]:
         return None
-    return REDUCERS.get(body[0])
+    return REDUCERS.get(body[0]["name"])
+
+
+def supported_step(op: Op, in_types: list[TensorType]) -> str | None:
+    """None if a step runner can execute ``op``, else why not."""
+    for t in (*in_types, *op.types):
+        if t.dtype in STORAGE_ONLY:
+            return f"{t.dtype} is storage-only on the engines"
+    if op.name == "dot_general" and any(t.np_dtype.kind in "iub" for t in in_types):
+        return "TensorE multiplies floating-point operands only"
+    if op.name == "reduce_window" and (len(op.operands) != 2 or reducer(op) is None):
+        return "only single-operand add/max/min windows lower"
+    if op.name == "scatter":
+        body = body_ops(op)
+        if len(op.operands) != 3 or len(body) > 1 or (body and (body[0]["name"] != "add"
+                                                                or sorted(body[0]["operands"]) != ["a0", "a1"])):
+            return "only single-operand scatters that assign or add lower"
+        if op.attrs["scatter_dimension_numbers"].get("input_batching_dims"):
+            return "batching dimensions"
+    if op.name == "gather" and op.attrs["dimension_numbers"].get("operand_batching_dims"):
+        return "batching dimensions"
+    if op.name == "sort":
+        body = body_ops(op)
+        if len(body) != 1 or body[0]["name"] != "compare" or body[0]["operands"] not in (["a0", "a1"], ["a1", "a0"]) \
+                or body[0]["attrs"].get("comparison_direction") not in ("LT", "GT"):
+            return "only sorts comparing the first operand with LT/GT lower"
+    if op.name == "convolution" and op.attrs.get("batch_group_count", 1) != 1:
+        return "batch_group_count > 1"
+    return None
 
 
 def supported_elementwise(op: Op, in_types: list[TensorType]) -> str | None:

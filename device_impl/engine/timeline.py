@@ -29,7 +29,7 @@ ENGINES = ("dma", "tensor", "vector", "scalar", "gpsimd")
 
 class Timeline:
     __slots__ = ("free", "busy", "events", "record", "end", "hbm_read", "hbm_write", "flops", "instructions",
-                 "dma_intervals")
+                 "dma_intervals", "floor")
 
     def __init__(self, record: bool = False):
         self.record = record
@@ -45,11 +45,17 @@ class Timeline:
         self.flops = 0
         self.instructions = 0
         self.dma_intervals: list[list[float]] = []  # busy [start, end) of the DMA bandwidth, sorted
+        # No instruction starts before ``floor``: a compiled program (device_impl.compiler) raises it
+        # between steps so a step waits for the HBM buffers it reads (written by earlier steps'
+        # DMAs, which tiles do not track) without serialising independent steps.
+        self.floor = 0.0
 
     def schedule(self, engine: str, name: str, cost_ns: float, reads: Iterable[Tile] = (),
                  writes: Iterable[Tile] = (), latency_ns: float = 0.0) -> float:
         """Place one instruction; returns its completion time (ns from launch start)."""
         start = self.free[engine] if engine != "dma" else 0.0
+        if self.floor > start:
+            start = self.floor
         for t in reads:
             r = t.root
             if r.ready > start:

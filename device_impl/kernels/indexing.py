@@ -529,6 +529,11 @@ def _fill(nc, dst: np.ndarray, value) -> None:
         nc.release_to(mark)
 
 
+# Shared with the compiler (device_impl.compiler.steps): HBM-to-HBM copies with VectorE casts, and fills.
+copy_into = _copy_into
+fill = _fill
+
+
 def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
     return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
             and a.dtype == b.dtype)
@@ -2257,6 +2262,10 @@ def _sort_rows(nc, x2d: np.ndarray, v2d: np.ndarray, i2d: np.ndarray, descending
             if krem:
                 nc.dma.store(dst[kq * c:k], tile[kq:kq + 1, :krem])
         nc.release_to(mark)
+
+
+# Shared with the compiler (device_impl.compiler.steps runs stablehlo.sort with it).
+sort_rows = _sort_rows
 
 
 def _rows_view(v: np.ndarray, dim: int) -> np.ndarray | None:

@@ -25,7 +25,7 @@ fallback.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 import torch
@@ -112,8 +112,14 @@ class _Operand:
         return t
 
 
+# epilogue(nc, tile, m0, m1, n0, n1): takes over from the store of out2d[m0:m1, n0:n1] (``tile``, in out's
+# dtype, is what would be stored). Adaptive eager (device_impl.eager) fuses elementwise ops on the
+# product into its PSUM evacuation this way instead of an HBM round trip.
+Epilogue = Callable[..., None]
+
+
 def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha: float = 1.0,
-                 beta: float = 0.0, bias2d: np.ndarray | None = None) -> None:
+                 beta: float = 0.0, bias2d: np.ndarray | None = None, epilogue: Epilogue | None = None) -> None:
     """out2d = alpha * (a2d @ b2d) + beta * bias2d, tile by tile (bias2d already broadcast to out2d's shape)."""
     m, k = a2d.shape
     n = b2d.shape[1]
@@ -127,7 +133,7 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
                 mark = nc.mark()
                 zero = nc.sbuf_tile((m1 - m0, n1 - n0), FP32)
                 nc.vector.memset(zero, 0.0)
-                _finish_block(nc, out2d[m0:m1, n0:n1], zero, 1.0, beta, bias2d, m0, m1, n0, n1)
+                _finish_block(nc, out2d[m0:m1, n0:n1], zero, 1.0, beta, bias2d, m0, m1, n0, n1, epilogue)
                 nc.release_to(mark)
         return
     a_t = a2d.T  # [K, M]
@@ -182,7 +188,7 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
                 accs[b] = nc.psum_tile((m1 - m0, n1 - n0), FP32)
             nc.tensor.matmul(accs[b], lhs.tile(k0, k1, m0, m1), rhs.tile(k0, k1, n0, n1), accumulate=j > 0)
             if j == len(k_ranges) - 1:
-                _finish_block(nc, out2d[m0:m1, n0:n1], accs[b], alpha, beta, bias2d, m0, m1, n0, n1)
+                _finish_block(nc, out2d[m0:m1, n0:n1], accs[b], alpha, beta, bias2d, m0, m1, n0, n1, epilogue)
                 nc.release(accs.pop(b))
         return
     panels: dict[int, dict] = {blocks[0][0]: lhs.cache}
@@ -199,7 +205,7 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
         acc = nc.psum_tile((m1 - m0, n1 - n0), FP32)
         for j, (stationary, moving) in enumerate(current):
             nc.tensor.matmul(acc, stationary, moving, accumulate=j > 0)
-        _finish_block(nc, out2d[m0:m1, n0:n1], acc, alpha, beta, bias2d, m0, m1, n0, n1)
+        _finish_block(nc, out2d[m0:m1, n0:n1], acc, alpha, beta, bias2d, m0, m1, n0, n1, epilogue)
         nc.release(acc)
         if upcoming is None:
             break
@@ -214,6 +220,11 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
         current = upcoming
 
 
+# Shared with the compiler (device_impl.compiler.steps runs stablehlo.dot_general with it): the TensorE
+# tiling of one 2-D product into an HBM view, inside a launch the caller owns.
+matmul_into = _matmul_into
+
+
 def psum_to_sbuf(nc, dst, src, scale: float = 1.0) -> None:
     """dst = scale * src out of PSUM, on whichever of the two PSUM readers (ScalarE, VectorE)
     frees up first, as a compiler's scheduler would balance them."""
@@ -225,7 +236,8 @@ def psum_to_sbuf(nc, dst, src, scale: float = 1.0) -> None:
         nc.vector.tensor_scalar(dst, src, "multiply", float(scale), dtype=FP32)
 
 
-def _finish_block(nc, out_block: np.ndarray, acc, alpha: float, beta: float, bias2d, m0, m1, n0, n1) -> None:
+def _finish_block(nc, out_block: np.ndarray, acc, alpha: float, beta: float, bias2d, m0, m1, n0, n1,
+                  epilogue: Epilogue | None = None) -> None:
     """PSUM -> SBUF (x alpha), + beta * bias, -> HBM, in 256-column chunks shared between ScalarE
     and VectorE: chunks evacuate in parallel and each is stored as soon as it is ready, which
     shortens the tail after the last matmul."""
@@ -247,7 +259,10 @@ def _finish_block(nc, out_block: np.ndarray, acc, alpha: float, beta: float, bia
             final = nc.sbuf_tile(result.shape, out_block.dtype)
             nc.vector.tensor_tensor(final, result, bias, "add", dtype=FP32)
             result = final
-        nc.dma.store(out_block[:, c0:c1], result)
+        if epilogue is None:
+            nc.dma.store(out_block[:, c0:c1], result)
+        else:
+            epilogue(nc, result, m0, m1, n0 + c0, n0 + c1)
     nc.release_to(mark)
 
 
@@ -283,12 +298,51 @@ def _mm_meta(args: dict) -> tuple:
     return (m, n), a.dtype, (a, b)
 
 
-def _mm_compute(out: torch.Tensor, args: dict) -> None:
-    a, b = args["self"], args["mat2"]
-    with launch("mm", out.device.index) as nc:
-        _matmul_into(nc, hbm(out), hbm(a), hbm(b))
+class MatmulPlan(NamedTuple):
+    """One mm/addmm/bmm/baddbmm launch, resolved from its arguments: ``run`` executes it inside a
+    launch. ``batched``: out, a, b (and bias) have a leading batch dimension. Adaptive eager
+    (device_impl.eager) queues plans and runs them with an epilogue of fused elementwise ops."""
+
+    name: str
+    out: torch.Tensor
+    a: torch.Tensor
+    b: torch.Tensor
+    alpha: float = 1.0
+    beta: float = 0.0
+    bias: torch.Tensor | None = None
+    batched: bool = False
+
+    def run(self, nc, epilogue: Callable[..., None] | None = None) -> None:
+        """The launch body; ``epilogue(nc, tile, batch, m0, m1, n0, n1)`` replaces each output store."""
+        out_view, a_view, b_view = hbm(self.out), hbm(self.a), hbm(self.b)
+        bias_view = None if self.bias is None else np.broadcast_to(hbm(self.bias), tuple(self.out.shape))
+        if not self.batched:
+            tail = None if epilogue is None else (lambda nc_, t, *box: epilogue(nc_, t, 0, *box))
+            _matmul_into(nc, out_view, a_view, b_view, self.alpha, self.beta, bias_view, tail)
+            return
+        for i in range(self.out.shape[0]):
+            tail = None if epilogue is None else (lambda nc_, t, *box, i=i: epilogue(nc_, t, i, *box))
+            _matmul_into(nc, out_view[i], a_view[i], b_view[i], self.alpha, self.beta,
+                         None if bias_view is None else bias_view[i], tail)
 
 
+def _planned(plan: Callable[[torch.Tensor, dict], MatmulPlan]):
+    """A family compute running ``plan(out, args)`` in one launch; ``compute.plan`` exposes the plan."""
+
+    def compute(out: torch.Tensor, args: dict) -> None:
+        p = plan(out, args)
+        with launch(p.name, out.device.index) as nc:
+            p.run(nc)
+
+    compute.plan = plan
+    return compute
+
+
+def _mm_plan(out: torch.Tensor, args: dict) -> MatmulPlan:
+    return MatmulPlan("mm", out, args["self"], args["mat2"])
+
+
+_mm_compute = _planned(_mm_plan)
 register_family("mm", _mm_compute, _mm_meta, dtypes=FLOAT_DTYPES)
 
 
@@ -305,14 +359,13 @@ def _addmm_meta(args: dict) -> tuple:
     return (m, n), promote(bias, a), (bias, a, b)
 
 
-def _addmm_compute(out: torch.Tensor, args: dict) -> None:
+def _addmm_plan(out: torch.Tensor, args: dict) -> MatmulPlan:
     bias, a, b = args["self"], args["mat1"], args["mat2"]
     beta, alpha = scalar_of(args.get("beta", 1)), scalar_of(args.get("alpha", 1))
-    bias_view = np.broadcast_to(hbm(bias), tuple(out.shape))
-    with launch("addmm", out.device.index) as nc:
-        _matmul_into(nc, hbm(out), hbm(a), hbm(b), alpha=alpha, beta=beta, bias2d=bias_view)
+    return MatmulPlan("addmm", out, a, b, alpha, beta, bias)
 
 
+_addmm_compute = _planned(_addmm_plan)
 register_family("addmm", _addmm_compute, _addmm_meta, dtypes=FLOAT_DTYPES)
 
 
@@ -334,14 +387,11 @@ def _bmm_meta(args: dict) -> tuple:
     return (batch, m, n), a.dtype, (a, b)
 
 
-def _bmm_compute(out: torch.Tensor, args: dict) -> None:
-    a, b = args["self"], args["mat2"]
-    out_view, a_view, b_view = hbm(out), hbm(a), hbm(b)
-    with launch("bmm", out.device.index) as nc:
-        for i in range(out.shape[0]):
-            _matmul_into(nc, out_view[i], a_view[i], b_view[i])
+def _bmm_plan(out: torch.Tensor, args: dict) -> MatmulPlan:
+    return MatmulPlan("bmm", out, args["self"], args["mat2"], batched=True)
 
 
+_bmm_compute = _planned(_bmm_plan)
 register_family("bmm", _bmm_compute, _bmm_meta, dtypes=FLOAT_DTYPES)
 
 
@@ -353,14 +403,11 @@ def _baddbmm_meta(args: dict) -> tuple:
     return (batch, m, n), promote(bias, a), (bias, a, b)
 
 
-def _baddbmm_compute(out: torch.Tensor, args: dict) -> None:
+def _baddbmm_plan(out: torch.Tensor, args: dict) -> MatmulPlan:
     bias, a, b = args["self"], args["batch1"], args["batch2"]
     beta, alpha = scalar_of(args.get("beta", 1)), scalar_of(args.get("alpha", 1))
-    out_view, a_view, b_view = hbm(out), hbm(a), hbm(b)
-    bias_view = np.broadcast_to(hbm(bias), tuple(out.shape))
-    with launch("baddbmm", out.device.index) as nc:
-        for i in range(out.shape[0]):
-            _matmul_into(nc, out_view[i], a_view[i], b_view[i], alpha=alpha, beta=beta, bias2d=bias_view[i])
+    return MatmulPlan("baddbmm", out, a, b, alpha, beta, bias, batched=True)
 
 
+_baddbmm_compute = _planned(_baddbmm_plan)
 register_family("baddbmm", _baddbmm_compute, _baddbmm_meta, dtypes=FLOAT_DTYPES)

@@ -173,6 +173,12 @@ def _pad(nc, scratch: _Scratch, view: np.ndarray, lo: Sequence[int], hi: Sequenc
     return buf
 
 
+# Shared with the compiler (device_impl.compiler.steps runs stablehlo.convolution and reduce_window with
+# them): HBM scratch of one launch, padding (with zero insertion) into scratch, the convolution tile loops.
+Scratch = _Scratch
+pad_view = _pad
+
+
 def _boxes(dims: Sequence[int], limit: int):
     """Tile an index space of shape ``dims`` into boxes (products of ranges) of at most ``limit`` points.
 
@@ -710,6 +716,9 @@ def _conv_run(nc, scratch, out_v, x_v, w_v, b_v, nsp, stride, padding, dilation,
                     constant(view)
                 else:
                     _conv_forward_core(nc, view, xg, wg, bg, [1, 1, 1], taps)
+
+
+conv_run = _conv_run
 
 
 def _conv_output(x, w, bias, stride, padding, dilation, transposed, output_padding, groups):

@@ -80,3 +80,53 @@ def read(environ: dict[str, str] | None = None) -> DeviceConfig:
     if eager_mode not in ("eager", "adaptive"):
         raise ValueError(f"NEURON_EAGER_MODE={env['NEURON_EAGER_MODE']!r} must be 'eager' or 'adaptive'.")
     return DeviceConfig(physical, visible, hbm, eager_mode)
+
+
+# --- compiler (torch.compile(backend="neuron")), read at the first compile -------------------------
+# Names are TorchNeuron's (DESIGN.md §7). Booleans accept 1/0, true/false, yes/no, on/off.
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+
+
+@dataclass(frozen=True)
+class CompilerConfig:
+    neff_cache_dir: str  # TORCH_NEURONX_NEFF_CACHE_DIR (default ~/.cache/neuronsim/neff)
+    neff_cache: bool = True  # False with TORCH_NEURONX_DISABLE_NEFF_CACHE=1
+    fallback: bool = True  # False with TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1: unsupported graphs raise
+    debug_dir: str = ""  # TORCH_NEURONX_DEBUG_DIR: where compilation artifacts go
+    preserve_artifacts: bool = False  # TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS=1 keeps them
+    log_level: str = "WARNING"  # TORCH_NEURONX_LOG_LEVEL
+
+
+def parse_flag(env, variable: str) -> bool:
+    text = env.get(variable, "").strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise ValueError(f"{variable}={env[variable]!r} is not a boolean; use 1 or 0 (true/false, yes/no, on/off).")
+
+
+def default_neff_cache_dir(env) -> str:
+    base = env.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "neuronsim", "neff")
+
+
+def read_compiler(environ: dict[str, str] | None = None) -> CompilerConfig:
+    """The compiler's environment variables (see CompilerConfig)."""
+    env = os.environ if environ is None else environ
+    level = env.get("TORCH_NEURONX_LOG_LEVEL", "").strip().upper() or "WARNING"
+    if level not in LOG_LEVELS:
+        raise ValueError(f"TORCH_NEURONX_LOG_LEVEL={env['TORCH_NEURONX_LOG_LEVEL']!r} must be one of "
+                         f"{', '.join(LOG_LEVELS)}.")
+    cache_dir = env.get("TORCH_NEURONX_NEFF_CACHE_DIR", "").strip() or default_neff_cache_dir(env)
+    return CompilerConfig(
+        neff_cache_dir=os.path.expanduser(cache_dir),
+        neff_cache=not parse_flag(env, "TORCH_NEURONX_DISABLE_NEFF_CACHE"),
+        fallback=not parse_flag(env, "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION"),
+        debug_dir=os.path.expanduser(env.get("TORCH_NEURONX_DEBUG_DIR", "").strip()),
+        preserve_artifacts=parse_flag(env, "TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS"),
+        log_level=level,
+    )

@@ -1,0 +1,147 @@
+"""torch.compile(backend="neuron"): Dynamo graph -> AOTAutograd -> per-graph compile (``driver``).
+
+The backend checks the shape contract (static shapes only: a symbolic size
+raises ShapeContractError naming the input, the dimension and the fix) and
+the devices (every tensor on one neuron device; host scalars allowed), counts
+the graph and, when the same function is compiled again, the recompile and
+its cause, then hands the graph to AOTAutograd. AOTAutograd traces forward
+and backward with the core ATen decompositions (``aten.gelu_backward`` and
+friends have no StableHLO lowering in torch-mlir; core ATen ops do) and calls
+``driver.compile_graph`` for each; no Inductor is involved.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import torch
+
+from device_impl.compiler import counters, driver
+from device_impl.compiler.errors import ShapeContractError, _UserFacing
+from device_impl.runtime.config import CompilerConfig, read_compiler
+
+log = logging.getLogger("torch_neuronx")
+_CONFIG: list[CompilerConfig | None] = [None]
+
+
+class DeviceError(_UserFacing):
+    """Inputs of a compiled graph are not all on one neuron device."""
+
+
+def settings() -> CompilerConfig:
+    """The compiler's environment variables, read once (``reload_settings()`` re-reads them)."""
+    if _CONFIG[0] is None:
+        config = read_compiler()
+        logging.getLogger("torch_neuronx").setLevel(config.log_level)
+        _CONFIG[0] = config
+    return _CONFIG[0]
+
+
+def reload_settings() -> CompilerConfig:
+    _CONFIG[0] = None
+    return settings()
+
+
+def _source_name(node: torch.fx.Node) -> str:
+    source = getattr(node, "_dynamo_source", None)
+    name = getattr(source, "name", None)
+    if callable(name):
+        name = name()
+    return name or node.name
+
+
+def check_static(gm: torch.fx.GraphModule, example_inputs: list) -> None:
+    """Raise ShapeContractError for the first symbolic size among the graph's inputs."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for node, example in zip(placeholders, example_inputs):
+        name = _source_name(node)
+        value = node.meta.get("example_value", example)
+        if isinstance(value, (torch.SymInt, torch.SymFloat)) or isinstance(example, (torch.SymInt, torch.SymFloat)):
+            raise ShapeContractError(_shape_message(f"{name} is a symbolic value (a dynamic size reached the backend)",
+                                                    name))
+        if isinstance(value, torch.Tensor):
+            for dim, size in enumerate(value.shape):
+                if isinstance(size, torch.SymInt):
+                    shape = [str(s) for s in value.shape]
+                    raise ShapeContractError(_shape_message(
+                        f"input {name} has a symbolic size at dimension {dim} (shape [{', '.join(shape)}])", name))
+
+
+def _shape_message(what: str, name: str) -> str:
+    return (f"neuron compiles static shapes only, but {what}. torch.compile(..., dynamic=True) and "
+            f"torch._dynamo.mark_dynamic make sizes symbolic; use dynamic=False (backend 'neuron' recompiles for "
+            f"each new static shape on its own) and pad or bucket {name} to a few fixed sizes (a multiple of 128 or "
+            f"a bucket list, with an attention mask for the padding, the device_impl.shapes approach), so each "
+            f"distinct shape compiles once.")
+
+
+def check_devices(gm: torch.fx.GraphModule, example_inputs: list) -> int:
+    """The neuron device index every tensor input lives on (host 0-d tensors are scalars)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    found: torch.device | None = None
+    for node, example in zip(placeholders, example_inputs):
+        if not isinstance(example, torch.Tensor):
+            continue
+        device = example.device
+        if device.type != "neuron":
+            if device.type == "cpu" and example.dim() == 0:
+                continue
+            raise DeviceError(f"torch.compile(backend='neuron') runs graphs on neuron devices, but input "
+                              f"{_source_name(node)} is on {device}; move the model and its inputs to the device "
+                              f"(model.to('neuron'), x.to('neuron')).")
+        if found is None:
+            found = device
+        elif device != found:
+            raise DeviceError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                              f"{found} and {device}! (input {_source_name(node)})")
+    if found is not None:
+        return found.index or 0
+    return torch.neuron.current_device()
+
+
+def _identity(gm: torch.fx.GraphModule) -> tuple[Any, str]:
+    compile_id = gm.meta.get("dynamo_compile_id") if hasattr(gm, "meta") else None
+    if compile_id is None:
+        return id(gm), f"graph{id(gm) & 0xffff}"
+    frame = getattr(compile_id, "frame_id", None)
+    attempt = getattr(compile_id, "frame_compile_id", 0)
+    return frame, f"g{frame}_{attempt}"
+
+
+def _signature(gm: torch.fx.GraphModule, example_inputs: list) -> list[tuple[str, tuple[int, ...], str]]:
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    return [(_source_name(n), tuple(int(s) for s in e.shape), str(e.dtype)) for n, e in zip(placeholders, example_inputs)
+            if isinstance(e, torch.Tensor)]
+
+
+def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any):
+    config = settings()
+    started = time.perf_counter()
+    check_static(gm, example_inputs)
+    device_index = check_devices(gm, example_inputs)
+    frame, graph = _identity(gm)
+    counters.graph_received(frame, graph, _signature(gm, example_inputs))
+
+    from torch._decomp import core_aten_decompositions
+    from torch._dynamo.backends.common import aot_autograd
+
+    def compiler(kind: str, timed: bool):
+        def compile_aot(aot_gm: torch.fx.GraphModule, aot_inputs: list):
+            begun = time.perf_counter()
+            try:
+                return driver.compile_graph(aot_gm, f"{graph}_{kind}", device_index, config)
+            finally:
+                if timed:  # the backward graph compiles lazily, outside this backend call
+                    counters.count("compile_seconds", time.perf_counter() - begun)
+        return compile_aot
+
+    backend = aot_autograd(fw_compiler=compiler("forward", False), bw_compiler=compiler("backward", True),
+                           inference_compiler=compiler("inference", False),
+                           decompositions=core_aten_decompositions())
+    try:
+        return backend(gm, example_inputs)
+    finally:
+        counters.count("compile_seconds", time.perf_counter() - started)
+

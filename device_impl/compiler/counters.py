@@ -1,0 +1,94 @@
+"""Compile statistics: what the shape contract costs, measured (``device_impl.compiler.stats()``).
+
+Counted per process since the last ``reset_stats()``:
+
+* ``graphs``: Dynamo graphs the backend received (one per graph break, per recompile);
+* ``compiles``: AOT graphs (forward, backward, inference) compiled from scratch;
+* ``cache_hits``: AOT graphs served from the compile cache, by source (``memory``, ``disk``),
+  and ``cache_corrupt``: cache entries found damaged and rebuilt;
+* ``recompiles``: Dynamo graphs compiled again for a function already compiled, with
+  ``recompiles_by_cause``: cause -> records naming the graph, the input and both shapes
+  (``shape``: an input's size changed; ``dtype``; ``other``: a guard on something else);
+* ``compile_seconds``: wall time spent compiling (Dynamo graph handed over to program ready);
+* ``fallbacks``: graphs run eagerly because an op has no lowering, ``fallbacks_by_op``;
+* ``executions``: compiled programs run.
+"""
+
+from __future__ import annotations
+
+import copy
+import threading
+from typing import Any
+
+_lock = threading.Lock()
+
+
+def _fresh() -> dict[str, Any]:
+    return {
+        "graphs": 0, "compiles": 0, "cache_hits": 0, "cache_hits_by_source": {"memory": 0, "disk": 0},
+        "cache_corrupt": 0, "recompiles": 0, "recompiles_by_cause": {}, "compile_seconds": 0.0,
+        "fallbacks": 0, "fallbacks_by_op": {}, "executions": 0,
+    }
+
+
+_STATS = _fresh()
+# Input signatures seen per compiled function (Dynamo frame), to tell a recompile's cause.
+_SIGNATURES: dict[Any, list[tuple[str, tuple[int, ...], str]]] = {}
+
+
+def snapshot() -> dict[str, Any]:
+    with _lock:
+        return copy.deepcopy(_STATS)
+
+
+def reset() -> None:
+    with _lock:
+        _STATS.clear()
+        _STATS.update(_fresh())
+        _SIGNATURES.clear()
+
+
+def count(field: str, amount: float = 1) -> None:
+    with _lock:
+        _STATS[field] += amount
+
+
+def cache_hit(source: str) -> None:
+    with _lock:
+        _STATS["cache_hits"] += 1
+        _STATS["cache_hits_by_source"][source] = _STATS["cache_hits_by_source"].get(source, 0) + 1
+
+
+def fallback(op: str) -> None:
+    with _lock:
+        _STATS["fallbacks"] += 1
+        _STATS["fallbacks_by_op"][op] = _STATS["fallbacks_by_op"].get(op, 0) + 1
+
+
+def graph_received(frame: Any, graph: str, signature: list[tuple[str, tuple[int, ...], str]]) -> None:
+    """Record a Dynamo graph; a second signature for the same frame is a recompile, with its cause."""
+    with _lock:
+        _STATS["graphs"] += 1
+        previous = _SIGNATURES.get(frame)
+        _SIGNATURES[frame] = signature
+        if previous is None:
+            return
+        _STATS["recompiles"] += 1
+        record: dict[str, Any] = {"graph": graph}
+        cause = "other"
+        by_name = {name: (shape, dtype) for name, shape, dtype in previous}
+        for name, shape, dtype in signature:
+            if name not in by_name:
+                continue
+            old_shape, old_dtype = by_name[name]
+            if old_shape != shape:
+                cause = "shape"
+                record.update(input=name, previous=list(old_shape), shape=list(shape))
+                break
+            if old_dtype != dtype:
+                cause = "dtype"
+                record.update(input=name, previous=old_dtype, dtype=dtype)
+                break
+        if cause == "other":
+            record["shapes"] = {name: list(shape) for name, shape, _ in signature}
+        _STATS["recompiles_by_cause"].setdefault(cause, []).append(record)

@@ -1,0 +1,95 @@
+"""Compile one AOTAutograd graph (forward, backward or inference) into a callable.
+
+FX legalization -> torch-mlir import (StableHLO) -> cache lookup (memory,
+then disk) -> passes (``build``) -> NEFF -> cache -> linked ``Executable``.
+A graph with an op the passes cannot lower, or that torch-mlir cannot import,
+falls back to eager on neuron (``fallback.py``). Artifacts go to
+``TORCH_NEURONX_DEBUG_DIR`` when preserved.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import logging
+import time
+from typing import Any, Callable
+
+import torch
+
+from device_impl.compiler import artifacts, build, cache, counters, fallback, importer, legalize, neff
+from device_impl.compiler.errors import ImportFailure, UnsupportedOpError
+from device_impl.compiler.executor import Executable
+from device_impl.engine.constants import PLATFORM
+from device_impl.runtime.config import CompilerConfig
+
+log = logging.getLogger("torch_neuronx.compiler")
+
+
+def flags() -> dict[str, Any]:
+    """What besides the StableHLO decides the generated program (part of the cache key)."""
+    from device_impl.compiler import memory
+
+    return {"platform": PLATFORM.name, "group_sbuf_bytes": memory.GROUP_SBUF_BYTES, "fusion": True}
+
+
+def _output_devices_ok(gm: torch.fx.GraphModule) -> str | None:
+    values = gm.graph.output_node().args[0]
+    for v in values if isinstance(values, (tuple, list)) else [values]:
+        meta = getattr(v, "meta", {}).get("val") if v is not None else None
+        if isinstance(meta, torch.Tensor) and meta.device.type != "neuron":
+            return f"the graph returns a tensor on {meta.device}"
+    return None
+
+
+def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, config: CompilerConfig
+                  ) -> Callable[[list], list]:
+    started = time.perf_counter()
+    original = gm
+    try:
+        off_device = _output_devices_ok(gm)
+        if off_device:
+            raise UnsupportedOpError("device transfer", off_device)
+        work = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+        legalize.legalize(work)
+        kept = legalize.drop_none_outputs(work)
+        if config.preserve_artifacts:
+            artifacts.write(config, graph, fx_code=work.print_readable(print_output=False))
+        module = importer.to_stablehlo(work)
+        text = str(module)
+        key = cache.key(text, flags())
+        executable = cache.from_memory(key)
+        neff_bytes = None
+        if executable is not None:
+            counters.cache_hit("memory")
+        else:
+            loaded = cache.from_disk(config.neff_cache_dir, key) if config.neff_cache else None
+            if loaded is not None:
+                counters.cache_hit("disk")
+                program = loaded.program
+                program.name = graph
+            else:
+                program = build.build(importer.read_module(module), graph)
+                neff_bytes = neff.dumps(program, flags(), hashlib.sha256(text.encode()).hexdigest())
+                if config.neff_cache:
+                    cache.store(config.neff_cache_dir, key, neff_bytes)
+                counters.count("compiles")
+            executable = Executable(program, device_index)
+            cache.remember(key, executable)
+        if config.preserve_artifacts:
+            if neff_bytes is None:
+                neff_bytes = neff.dumps(executable.program, flags(), hashlib.sha256(text.encode()).hexdigest())
+            artifacts.write(config, graph, stablehlo=text, neff_bytes=neff_bytes)
+    except (UnsupportedOpError, ImportFailure) as error:
+        log.info("graph %s falls back to eager: %s", graph, error)
+        return fallback.eager(original, error, graph, config)
+    log.info("compiled %s in %.3f s", graph, time.perf_counter() - started)
+
+    def run(args: list) -> list:
+        outputs = executable(args)
+        counters.count("executions")
+        return legalize.restore_none(outputs, kept)
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    run.executable = executable  # type: ignore[attr-defined]
+    return run

@@ -1,0 +1,168 @@
+"""The runtime side of a NEFF: link a ``Program`` once, then execute it with neuron tensors.
+
+Linking builds every step's runner (``steps.make_runner``). An execution
+checks the arguments, allocates the outputs and one scratch arena on the
+device (the caching allocator serves both), loads the program's constants
+to HBM once per device, and runs all steps inside a single launch on the
+simulated core: each step starts no earlier than the steps it waits for
+(``Timeline.floor``), so independent steps overlap on the engines. The
+launch is named ``neff:<program>``, so engine statistics and traces show
+compiled programs apart from eager kernels.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import numpy as np
+import torch
+
+from device_impl.compiler import steps as step_runners
+from device_impl.compiler.program import Program, apply_view
+from device_impl.engine import launch
+from device_impl.engine.dtypes import NUMPY_TO_TORCH
+from device_impl.kernels import spatial
+from device_impl.kernels.common import hbm
+
+
+def torch_dtype(name_or_dtype) -> torch.dtype:
+    from device_impl.compiler.ir import numpy_dtype
+
+    return NUMPY_TO_TORCH[numpy_dtype(name_or_dtype) if isinstance(name_or_dtype, str) else name_or_dtype]
+
+
+class Env:
+    """The HBM arrays of one execution and the views steps read through them."""
+
+    __slots__ = ("program", "arrays", "views", "outputs", "device", "_scratch")
+
+    def __init__(self, program: Program, arrays: dict[int, np.ndarray], outputs: list[np.ndarray], device):
+        self.program = program
+        self.arrays = arrays
+        self.views: dict[int, np.ndarray] = {}
+        self.outputs = outputs
+        self.device = device
+        self._scratch = None
+
+    def access(self, vid: int) -> np.ndarray:
+        array = self.arrays.get(vid)
+        if array is not None:
+            return array
+        array = self.views.get(vid)
+        if array is None:
+            view = self.program.views[vid]
+            array = apply_view(self.access(view["src"]), view, self.program.shape(vid))
+            self.views[vid] = array
+        return array
+
+    def output(self, index: int) -> np.ndarray:
+        return self.outputs[index]
+
+    @property
+    def scratch(self) -> spatial.Scratch:
+        """Extra HBM for runners that stage data (padding, layout changes), freed after the launch."""
+        if self._scratch is None:
+            self._scratch = spatial.Scratch(self.device)
+        return self._scratch
+
+    def scratch_array(self, shape, dtype) -> np.ndarray:
+        return self.scratch.new(shape, np.dtype(dtype))
+
+
+def _upload(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """A NEFF constant copied to HBM (once per device, as the runtime loads a NEFF)."""
+    dtype = torch_dtype(array.dtype)
+    host_array = np.ascontiguousarray(array)
+    if dtype == torch.bfloat16:  # numpy has no bfloat16: move the bits
+        host = torch.from_numpy(host_array.view(np.int16)).view(torch.bfloat16)
+    else:
+        host = torch.from_numpy(host_array)
+    return host.to(device)
+
+
+class Executable:
+    """A linked program: call it with the graph's input tensors, get its output tensors."""
+
+    def __init__(self, program: Program, device_index: int):
+        self.program = program
+        self.name = program.name
+        self.device_index = device_index
+        self.runners = [step_runners.make_runner(step, program) for step in program.steps]
+        self.waits = [step.get("waits", []) for step in program.steps]
+        self.input_specs = [(program.shape(v), torch_dtype(program.types[v][1])) for v in program.inputs]
+        self.output_specs = [(program.shape(v), torch_dtype(program.types[v][1])) for v in program.outputs]
+        self.scratch_bytes = int(program.memory.get("scratch_bytes", 0))
+        self.scratch_views = [(vid, b["offset"], program.shape(vid), program.dtype(vid))
+                              for vid, b in program.buffers.items() if b["kind"] == "scratch"]
+        self.output_buffers = [(vid, b["index"]) for vid, b in program.buffers.items() if b["kind"] == "output"]
+        self.input_buffers = [(vid, b["index"]) for vid, b in program.buffers.items() if b["kind"] == "input"]
+        self._constants: dict[int, dict[int, torch.Tensor]] = {}
+
+    def _device(self, args: list) -> torch.device:
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.device.type == "neuron":
+                return a.device
+        return torch.device("neuron", self.device_index)
+
+    def _check(self, args: list, device: torch.device) -> list[torch.Tensor]:
+        if len(args) != len(self.input_specs):
+            raise RuntimeError(f"compiled graph {self.name} takes {len(self.input_specs)} inputs, got {len(args)}")
+        checked = []
+        for i, (a, (shape, dtype)) in enumerate(zip(args, self.input_specs)):
+            if not isinstance(a, torch.Tensor):
+                a = torch.tensor(a, dtype=dtype)
+            if a.device != device:
+                if a.device.type == "cpu" and a.dim() == 0:
+                    a = a.to(device)  # a host scalar, as eager kernels accept them
+                else:
+                    raise RuntimeError(f"compiled graph {self.name}: input {i} is on {a.device}, the graph runs on "
+                                       f"{device}; move every input to the same neuron device")
+            if tuple(a.shape) != tuple(shape) or a.dtype != dtype:
+                raise RuntimeError(f"compiled graph {self.name}: input {i} is {a.dtype} {list(a.shape)}, compiled "
+                                   f"for {dtype} {list(shape)} (static shapes: a new shape needs a recompile)")
+            checked.append(a)
+        return checked
+
+    def constants(self, device: torch.device) -> dict[int, torch.Tensor]:
+        index = device.index or 0
+        loaded = self._constants.get(index)
+        if loaded is None:
+            loaded = {vid: _upload(array, device) for vid, array in self.program.constants.items()}
+            self._constants[index] = loaded
+        return loaded
+
+    def __call__(self, args: list) -> list[torch.Tensor]:
+        device = self._device(args)
+        args = self._check(list(args), device)
+        eager = sys.modules.get("device_impl.eager")
+        if eager is not None and eager.pending():
+            eager.flush("compiled program")  # queued adaptive-eager ops may write our inputs
+        outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.output_specs]
+        out_arrays = [hbm(t) for t in outputs]
+        arrays: dict[int, np.ndarray] = {}
+        for vid, index in self.input_buffers:
+            arrays[vid] = hbm(args[index])
+        for vid, index in self.output_buffers:
+            arrays[vid] = out_arrays[index]
+        for vid, tensor in self.constants(device).items():
+            arrays[vid] = hbm(tensor)
+        arena = None
+        if self.scratch_bytes:
+            arena = torch.empty(self.scratch_bytes, dtype=torch.uint8, device=device)
+            raw = hbm(arena)
+            for vid, offset, shape, dtype in self.scratch_views:
+                n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                arrays[vid] = raw[offset:offset + n].view(dtype).reshape(shape)
+        env = Env(self.program, arrays, out_arrays, device)
+        with launch(f"neff:{self.name}", device.index or 0) as nc:
+            ends: list[float] = []
+            timeline = nc.timeline
+            for runner, waits in zip(self.runners, self.waits):
+                timeline.floor = max((ends[w] for w in waits), default=0.0)
+                with nc.scope():
+                    runner(nc, env)
+                ends.append(timeline.end)
+            timeline.floor = 0.0
+        del arena, env
+        return outputs

@@ -1,0 +1,44 @@
+"""Graph fallback: an AOT graph the compiler cannot lower runs eagerly on neuron, op by op.
+
+Never silently: each fallback is counted (``stats()['fallbacks_by_op']``) and
+warned once per op; ``TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1`` turns it
+into FallbackDisabledError naming the op. The graph that runs is AOT's own
+(decomposed, functional) FX graph, so every aten op in it goes through the
+neuron dispatch table: native kernels where they exist, the counted CPU
+fallback where they do not.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Callable
+
+import torch
+
+from device_impl.compiler import counters
+from device_impl.compiler.errors import FallbackDisabledError
+from device_impl.runtime.config import CompilerConfig
+
+_WARNED: set[str] = set()
+
+
+def eager(gm: torch.fx.GraphModule, error: Exception, graph: str, config: CompilerConfig) -> Callable[[list], Any]:
+    op = getattr(error, "op", type(error).__name__)
+    if not config.fallback:
+        raise FallbackDisabledError(
+            f"neuron compiler cannot compile graph {graph}: {error}. Eager fallback is disabled "
+            f"(TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1); unset it to run this graph eagerly on neuron, or "
+            f"rewrite the model to avoid '{op}'.")
+    counters.fallback(op)
+    if op not in _WARNED:
+        _WARNED.add(op)
+        warnings.warn(f"torch.compile(backend='neuron'): '{op}' cannot be compiled ({error}); graph {graph} runs "
+                      f"eagerly on neuron instead (TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1 makes this an error)",
+                      RuntimeWarning, stacklevel=3)
+
+    def run(args: list) -> Any:
+        outputs = gm(*args)
+        return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run

@@ -1,0 +1,380 @@
+"""Runners of the steps that are not fused groups: one per StableHLO op kind.
+
+Each runner is built once per loaded program (``make_runner(step, program)``)
+and called per execution as ``runner(nc, env)`` inside the program's launch;
+``env.access(vid)`` gives the HBM view of a value (its buffer seen through
+its layout ops). Runners emit engine instructions only, reusing the eager
+kernels' tile loops where the work is the same: TensorE tiling of products
+(``matmul.matmul_into``), convolution (``spatial.conv_run``), padding
+(``spatial.pad_view``), GpSimd sorts (``indexing.sort_rows``), copies and
+fills (``indexing.copy_into`` / ``fill``). Gathers and scatters are in
+``gather.py``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from device_impl.compiler import gather, lowering
+from device_impl.compiler.groups import Access2D
+from device_impl.compiler.program import Program
+from device_impl.engine.dtypes import compute_dtype
+from device_impl.kernels import indexing, matmul, spatial
+from device_impl.kernels.common import P, flat_tiles
+
+I64 = np.dtype(np.int64)
+Runner = Callable[[Any, Any], None]
+
+
+def _dot_general(step: dict, program: Program) -> Runner:
+    lhs, rhs = step["operands"]
+    result = step["results"][0]
+    dn = step["attrs"]["dot_dimension_numbers"]
+    lb, rb = dn.get("lhs_batching_dimensions", []), dn.get("rhs_batching_dimensions", [])
+    lc, rc = dn.get("lhs_contracting_dimensions", []), dn.get("rhs_contracting_dimensions", [])
+    ls, rs = program.shape(lhs), program.shape(rhs)
+    lf = [d for d in range(len(ls)) if d not in lb + lc]
+    rf = [d for d in range(len(rs)) if d not in rb + rc]
+    batch = math.prod(ls[d] for d in lb)
+    m, k, n = math.prod(ls[d] for d in lf), math.prod(ls[d] for d in lc), math.prod(rs[d] for d in rf)
+
+    def run(nc, env) -> None:
+        out = env.access(result).reshape(batch, m, n)
+        if out.size == 0:
+            return
+        a = env.access(lhs).transpose(lb + lf + lc).reshape(batch, m, k)
+        b = env.access(rhs).transpose(rb + rc + rf).reshape(batch, k, n)
+        for i in range(batch):
+            with nc.scope():
+                matmul.matmul_into(nc, out[i], a[i], b[i])
+
+    return run
+
+
+def _concatenate(step: dict, program: Program) -> Runner:
+    dim = step["attrs"]["dimension"]
+    result = step["results"][0]
+
+    def run(nc, env) -> None:
+        out = env.access(result)
+        offset = 0
+        for vid in step["operands"]:
+            src = env.access(vid)
+            n = src.shape[dim]
+            if src.size:
+                index = (slice(None),) * dim + (slice(offset, offset + n),)
+                nc.dma.hbm_copy(out[index], src)
+            offset += n
+
+    return run
+
+
+def _iota(step: dict, program: Program) -> Runner:
+    result = step["results"][0]
+    shape = program.shape(result)
+    d = step["attrs"]["iota_dimension"]
+    inner = math.prod(shape[d + 1:])
+    size = shape[d]
+
+    def run(nc, env) -> None:
+        out = env.access(result)
+        for start, stop, p, f in flat_tiles(out.size):
+            with nc.scope():
+                flat = nc.sbuf_tile((p, f), I64)
+                nc.gpsimd.iota(flat, base=start, partition_step=f, free_step=1)
+                coord = nc.sbuf_tile((p, f), I64)
+                nc.vector.tensor_scalar(coord, flat, "floor_divide", inner)
+                nc.vector.tensor_scalar(coord, coord, "remainder", size)
+                if out.dtype != I64:
+                    cast = nc.sbuf_tile((p, f), out.dtype)
+                    nc.vector.tensor_copy(cast, coord)
+                    coord = cast
+                nc.dma.store_flat(out, start, stop, coord)
+
+    return run
+
+
+def _splat_operand(program: Program, vid: int, what: str):
+    base = program.base(vid)
+    if base not in program.splats:
+        from device_impl.compiler.errors import UnsupportedOpError
+
+        raise UnsupportedOpError(f"stablehlo.{what}", "a padding/initial value that is not a constant")
+    return program.splats[base]
+
+
+def _pad(step: dict, program: Program) -> Runner:
+    operand, value_vid = step["operands"]
+    result = step["results"][0]
+    value = _splat_operand(program, value_vid, "pad")
+    lo, hi = step["attrs"]["edge_padding_low"], step["attrs"]["edge_padding_high"]
+    interior = step["attrs"].get("interior_padding", [0] * len(lo))
+    out_shape = program.shape(result)
+    src_index, dst_index = [], []
+    for n, a, s, o in zip(program.shape(operand), lo, interior, out_shape):
+        step_ = s + 1
+        i0 = -(-(-a) // step_) if a < 0 else 0
+        i1 = max(i0, min(n, -(-(o - a) // step_))) if n > 0 else 0
+        src_index.append(slice(i0, i1))
+        j0 = a + i0 * step_
+        dst_index.append(slice(j0, j0 + (i1 - i0 - 1) * step_ + 1 if i1 > i0 else j0, step_))
+
+    def run(nc, env) -> None:
+        out = env.access(result)
+        if out.size == 0:
+            return
+        indexing.fill(nc, out, value)
+        src = env.access(operand)[tuple(src_index)]
+        if src.size:
+            nc.dma.hbm_copy(out[tuple(dst_index)], src)
+
+    return run
+
+
+def _copy(step: dict, program: Program) -> Runner:
+    def run(nc, env) -> None:
+        dst = env.output(step["output"])
+        if dst.size:
+            indexing.copy_into(nc, dst, env.access(step["src"]))
+
+    return run
+
+
+def _fill(step: dict, program: Program) -> Runner:
+    def run(nc, env) -> None:
+        dst = env.output(step["output"]) if "output" in step else env.access(step["result"])
+        if dst.size:
+            indexing.fill(nc, dst, step["value"])
+
+    return run
+
+
+def _arg_reduce(step: dict, program: Program) -> Runner:
+    """stablehlo.reduce of (values, iota) with a compare/select body: VectorE's arg_reduce per row
+    (first index of the extreme; NaN counts as the extreme, as PyTorch's argmax/argmin)."""
+    values, _iota_vid = step["operands"][:2]
+    out_values, out_indices = step["results"]
+    dims = sorted(step["attrs"]["dimensions"])
+    shape = program.shape(values)
+    keep = [d for d in range(len(shape)) if d not in dims]
+    rows = math.prod(shape[d] for d in keep)
+    cols = math.prod(shape[d] for d in dims)
+    op = "maximum" if step["kind"] == "argmax" else "minimum"
+
+    def run(nc, env) -> None:
+        if rows == 0 or cols == 0:
+            return
+        src = Access2D(env.access(values).transpose(keep + dims), len(keep))
+        ov = np.reshape(env.access(out_values), (rows, 1), copy=False)
+        oi = np.reshape(env.access(out_indices), (rows, 1), copy=False)
+        for r0 in range(0, rows, P):
+            r1 = min(rows, r0 + P)
+            with nc.scope():
+                x = nc.sbuf_tile((r1 - r0, cols), src.x.dtype)
+                for a0, a1, b0, b1, view in src.pieces(r0, r1, 0, cols):
+                    nc.dma.load(x if (a0, a1, b0, b1) == (0, r1 - r0, 0, cols) else x[a0:a1, b0:b1], view)
+                v = nc.sbuf_tile((r1 - r0, 1), ov.dtype)
+                i = nc.sbuf_tile((r1 - r0, 1), oi.dtype)
+                nc.vector.arg_reduce(v, i, x, op)
+                nc.dma.store(ov[r0:r1], v)
+                nc.dma.store(oi[r0:r1], i)
+
+    return run
+
+
+def _sort(step: dict, program: Program) -> Runner:
+    """stablehlo.sort of (keys[, iota]) along one dimension: GpSimd's per-partition sort with
+    PyTorch's order (NaN largest; ties as CPU's std::sort when not stable)."""
+    dim = step["attrs"]["dimension"]
+    compare = lowering.body_ops(step)[0]
+    ascending = (compare["attrs"]["comparison_direction"] == "LT") == (compare["operands"] == ["a0", "a1"])
+    stable = bool(step["attrs"].get("is_stable", False))
+    keys = step["operands"][0]
+    results = step["results"]
+    shape = program.shape(keys)
+    n = shape[dim] if shape else 1
+    rows = math.prod(shape) // n if n else 0
+
+    def run(nc, env) -> None:
+        if rows == 0 or n == 0:
+            return
+        x = np.moveaxis(env.access(keys), dim, -1).reshape(rows, n)
+        values = np.moveaxis(env.access(results[0]), dim, -1)
+        v2d = _rows_or_scratch(env, values, rows, n)
+        if len(results) > 1:
+            perm = np.moveaxis(env.access(results[1]), dim, -1)
+            i2d = _rows_or_scratch(env, perm, rows, n, I64)
+        else:
+            perm, i2d = None, env.scratch_array((rows, n), I64)
+        indexing.sort_rows(nc, x, v2d, i2d, descending=not ascending, stable=stable)
+        if not np.shares_memory(v2d, values):
+            nc.dma.hbm_copy(values, v2d.reshape(values.shape))
+        if perm is not None and not np.shares_memory(i2d, perm):
+            indexing.copy_into(nc, perm, i2d.reshape(perm.shape))
+
+    return run
+
+
+def _rows_or_scratch(env, view: np.ndarray, rows: int, n: int, dtype: np.dtype | None = None) -> np.ndarray:
+    dtype = view.dtype if dtype is None else dtype
+    if dtype == view.dtype:
+        try:
+            return np.reshape(view, (rows, n), copy=False)
+        except ValueError:
+            pass
+    return env.scratch_array((rows, n), dtype)
+
+
+def _reduce_window(step: dict, program: Program) -> Runner:
+    operand, init_vid = step["operands"]
+    result = step["results"][0]
+    init = _splat_operand(program, init_vid, "reduce_window")
+    alu = lowering.reducer(step)
+    shape = program.shape(operand)
+    rank = len(shape)
+    attrs = step["attrs"]
+    window = attrs["window_dimensions"]
+    strides = attrs.get("window_strides", [1] * rank)
+    base_dil = attrs.get("base_dilations", [1] * rank)
+    win_dil = attrs.get("window_dilations", [1] * rank)
+    padding = attrs.get("padding", [[0, 0]] * rank)
+    out_shape = program.shape(result)
+    scan_dims = [d for d in range(rank) if window[d] != 1 or padding[d] != [0, 0]]
+    if (len(scan_dims) == 1 and alu in lowering_scans() and all(s == 1 for s in strides)
+            and all(b == 1 for b in base_dil) and all(w == 1 for w in win_dil)
+            and window[scan_dims[0]] == shape[scan_dims[0]] and padding[scan_dims[0]] == [shape[scan_dims[0]] - 1, 0]):
+        return _scan(scan_dims[0], alu, operand, result, shape)
+    offsets = [tuple(int(i) for i in w) for w in np.ndindex(*window)]
+
+    def run(nc, env) -> None:
+        out = env.access(result)
+        if out.size == 0:
+            return
+        x = env.access(operand)
+        if any(p != [0, 0] for p in padding) or any(b != 1 for b in base_dil):
+            x = spatial.pad_view(nc, env.scratch, x, [p[0] for p in padding], [p[1] for p in padding], init,
+                                 step=base_dil)
+        compute = compute_dtype(out.dtype)
+        views = []
+        for w in offsets:
+            index = tuple(slice(w[d] * win_dil[d], w[d] * win_dil[d] + (out_shape[d] - 1) * strides[d] + 1,
+                                strides[d]) for d in range(rank))
+            views.append(x[index])
+        for start, stop, p, f in flat_tiles(out.size):
+            with nc.scope():
+                acc = nc.sbuf_tile((p, f), compute)
+                if not views:
+                    nc.vector.memset(acc, init)
+                for i, view in enumerate(views):
+                    t = nc.sbuf_tile((p, f), view.dtype)
+                    nc.dma.load_flat(t, view, start, stop)
+                    if i == 0:
+                        nc.vector.tensor_copy(acc, t)
+                    else:
+                        nc.vector.tensor_tensor(acc, acc, t, alu, dtype=compute)
+                    nc.release(t)
+                final = acc
+                if out.dtype != compute:
+                    final = nc.sbuf_tile((p, f), out.dtype)
+                    nc.vector.tensor_copy(final, acc)
+                nc.dma.store_flat(out, start, stop, final)
+
+    return run
+
+
+def lowering_scans() -> frozenset[str]:
+    from device_impl.engine.isa import SCANS
+
+    return frozenset(SCANS)
+
+
+def _scan(dim: int, alu: str, operand: int, result: int, shape: tuple[int, ...]) -> Runner:
+    """A window spanning the whole dimension, padded by n - 1 before: an inclusive scan (cumsum,
+    cumprod, cummax, cummin) on VectorE along the free axis."""
+    keep = [d for d in range(len(shape)) if d != dim]
+    n = shape[dim]
+    rows = math.prod(shape) // n if n else 0
+
+    def run(nc, env) -> None:
+        if rows == 0:
+            return
+        src = Access2D(env.access(operand).transpose(keep + [dim]), len(keep))
+        dst = Access2D(env.access(result).transpose(keep + [dim]), len(keep))
+        compute = compute_dtype(src.x.dtype)
+        for r0 in range(0, rows, P):
+            r1 = min(rows, r0 + P)
+            with nc.scope():
+                x = nc.sbuf_tile((r1 - r0, n), src.x.dtype)
+                for a0, a1, b0, b1, view in src.pieces(r0, r1, 0, n):
+                    nc.dma.load(x[a0:a1, b0:b1], view)
+                y = nc.sbuf_tile((r1 - r0, n), dst.x.dtype)
+                nc.vector.tensor_scan(y, x, alu, dtype=compute)
+                for a0, a1, b0, b1, view in dst.pieces(r0, r1, 0, n):
+                    nc.dma.store(view, y[a0:a1, b0:b1])
+
+    return run
+
+
+def _convolution(step: dict, program: Program) -> Runner:
+    """stablehlo.convolution on the eager conv tile loops (TensorE): operands permuted to
+    [N, C, spatial...] / [O, I, spatial...], padding and lhs dilation (zero insertion) applied into
+    scratch first, then a stride/rhs-dilation/feature-group convolution."""
+    lhs, rhs = step["operands"]
+    result = step["results"][0]
+    attrs = step["attrs"]
+    layouts = attrs["dimension_numbers"]["layouts"]
+    nsp = len(layouts[0]) - 2
+
+    def order(layout: list[str], first: str, second: str) -> list[int]:
+        return [layout.index(first), layout.index(second)] + [layout.index(str(i)) for i in range(nsp)]
+
+    lperm, kperm, operm = order(layouts[0], "b", "f"), order(layouts[1], "o", "i"), order(layouts[2], "b", "f")
+    strides = attrs.get("window_strides", [1] * nsp)
+    padding = attrs.get("padding", [[0, 0]] * nsp)
+    lhs_dil = attrs.get("lhs_dilation", [1] * nsp)
+    rhs_dil = attrs.get("rhs_dilation", [1] * nsp)
+    reversal = attrs.get("window_reversal", [False] * nsp)
+    groups = attrs.get("feature_group_count", 1)
+
+    def run(nc, env) -> None:
+        out = env.access(result).transpose(operm)
+        if out.size == 0:
+            return
+        x = env.access(lhs).transpose(lperm)
+        w = env.access(rhs).transpose(kperm)
+        if any(reversal):
+            w = w[(slice(None), slice(None)) + tuple(slice(None, None, -1) if r else slice(None) for r in reversal)]
+        x = spatial.pad_view(nc, env.scratch, x, [p[0] for p in padding], [p[1] for p in padding], 0, step=lhs_dil)
+        spatial.conv_run(nc, env.scratch, out, x, w, None, nsp, list(strides), [0] * nsp, list(rhs_dil), False,
+                         [0] * nsp, groups)
+
+    return run
+
+
+RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
+    "dot_general": _dot_general,
+    "concatenate": _concatenate,
+    "iota": _iota,
+    "pad": _pad,
+    "copy": _copy,
+    "fill": _fill,
+    "argmax": _arg_reduce,
+    "argmin": _arg_reduce,
+    "sort": _sort,
+    "reduce_window": _reduce_window,
+    "convolution": _convolution,
+    "gather": gather.gather_runner,
+    "scatter": gather.scatter_runner,
+}
+
+
+def make_runner(step: dict, program: Program) -> Runner:
+    if step["kind"] == "fused":
+        from device_impl.compiler.groups import GroupRunner
+
+        return GroupRunner(step)
+    return RUNNERS[step["kind"]](step, program)
+
