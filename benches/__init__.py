@@ -1,0 +1,1 @@
+"""Benchmarks: shared cases (cases.py), modes (modes.py), metrics (measure.py); asv, pytest-benchmark and scripts."""

@@ -1,0 +1,31 @@
+"""asv: single ops (matmul, elementwise chain, softmax, layer_norm, attention) in every mode and dtype.
+
+Cases are the ``asv``-tagged ``ops`` cases of benches/cases.py; the suites are benches/common.py's.
+"""
+
+from benches import common
+from benches.cases import CASES
+
+OPS = [name for name, case in CASES.items() if "asv" in case.tags and "ops" in case.tags]
+
+
+def _measure_ops(self=None) -> dict:
+    """setup_cache of the track suites below: every neuron mode and dtype of OPS, one call each."""
+    return common.measure_suite(OPS)
+
+
+_measure_ops.timeout = 600
+
+
+class OpsTime(common.TimeSuite):
+    params = (OPS, common.MODES, common.DTYPE_NAMES)
+
+
+class OpsDevice(common.TrackSuite):
+    params = (OPS, common.NEURON_MODES, common.DTYPE_NAMES)
+    setup_cache = _measure_ops
+    track_device_seconds = common.track("device_seconds", "seconds", "simulated NeuronCore time of one call")
+    track_tensore_utilization = common.track("tensore_utilization", "fraction",
+                                             "TensorE busy time / device time during one call")
+    track_hbm_bytes = common.track("hbm_bytes", "bytes", "HBM bytes read and written by one call")
+    track_fallback_ops = common.track("fallback_ops", "calls", "aten calls served by the CPU fallback")
