@@ -47,6 +47,7 @@ def register() -> None:
     from device_impl import distributed
 
     distributed.register()  # dist.init_process_group(backend="neuron")
+    from device_impl import profiler  # noqa: F401  (engine launches become torch.profiler ranges)
 
     from device_impl.compiler import registration
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Iterator
+from typing import Callable, Iterator
 
 import numpy as np
+import torch.autograd.profiler as _torch_profiler
 
 from device_impl._core import C
 from device_impl.engine.constants import PLATFORM, Platform
@@ -117,6 +118,14 @@ _STAT_FIELDS = ("launches", "device_ns", "hbm_bytes", "flops") + tuple(f"{e}_bus
 _stats: dict[str, list[float]] = {}
 _recording: list[list[LaunchReport]] = []
 _last: list[tuple | None] = [None]
+# While a torch profiler runs, each launch calls observer(kernel, device) on entry and the callable it
+# returns with ``completed`` on exit (device_impl.profiler: a record_function range per launch and its
+# simulated time). One flag test per launch otherwise: torch sets it when any profiler starts.
+_observer: list[Callable[[str, int], Callable[[bool], None]] | None] = [None]
+
+
+def set_launch_observer(observer: Callable[[str, int], Callable[[bool], None]] | None) -> None:
+    _observer[0] = observer
 
 
 class launch:
@@ -126,7 +135,7 @@ class launch:
     count launches that completed.
     """
 
-    __slots__ = ("kernel", "device", "errors")
+    __slots__ = ("kernel", "device", "errors", "observed")
 
     def __init__(self, kernel: str, device: int):
         self.kernel = kernel
@@ -142,6 +151,9 @@ class launch:
         _state.depth = 1
         # Integer wrap and IEEE specials (inf, nan) are the semantics, not errors.
         self.errors = _ignore_fp_errors()
+        observer = _observer[0]
+        self.observed = observer(self.kernel, self.device) if _torch_profiler._is_profiler_enabled and observer \
+            else None
         return core
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -149,6 +161,8 @@ class launch:
         _restore_fp_errors(self.errors)
         if exc_type is None:
             _finish(self.kernel, self.device, _state.core)
+        if self.observed is not None:
+            self.observed(exc_type is None)
         return False
 
 
