@@ -2,16 +2,20 @@
 
 ``torch.neuron.set_eager_mode("adaptive")`` (or NEURON_EAGER_MODE=adaptive, or
 ``with torch.neuron.eager_mode("adaptive"):``) changes no user code: elementwise
-ops return their outputs at once (allocated from the kernel's meta, checks
-already run) but compute nothing until something needs the data: a copy to
-the host, ``.item()``, printing, ``torch.neuron.synchronize()``, a stream switch
-or event, an op that cannot be queued or the CPU fallback touching queued
-memory, or the queue's op/byte limit. Then the queue runs in order, consecutive
-steps fused into one launch each (fusion.py), bit-identical to eager.
+ops, device copies, sum/mean/amax/amin over the last dimension and
+mm/addmm/bmm/baddbmm return their outputs at once (allocated from the kernel's
+meta, checks already run) but compute nothing until something needs the data: a
+copy to the host, ``.item()``, printing, ``torch.neuron.synchronize()``, a stream
+switch, an event or stream wait, an op that cannot be queued or the CPU fallback
+touching queued memory, or the queue's op/byte limit. Then the queue runs in
+order: consecutive elementwise steps fused into one launch, a reduction fused
+into the launch producing its input, elementwise ops on a matmul's result fused
+into its PSUM evacuation; bit-identical to eager.
 
 Modules: capture.py (a kernel call -> queued steps), queue.py (queue, barriers,
-flush), fusion.py (grouping, programs, their cache), hooks.py (the C++ copy
-kernels), mode.py (the switch), stats.py (counters).
+flush), fusion.py (grouping and hazards), chain.py (elementwise steps run per
+tile region), programs.py (fused programs, their cache, running them), hooks.py
+(the C++ copy kernels), mode.py (the switch), stats.py (counters).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from device_impl.eager.mode import MODES, eager_mode, get_eager_mode, set_eager_mode  # noqa: F401
+from device_impl.eager.programs import clear_cache  # noqa: F401
 from device_impl.eager.queue import QUEUE
 from device_impl.eager.stats import STATS
 
@@ -46,8 +51,9 @@ def set_limits(max_ops: int | None = None, max_bytes: int | None = None) -> None
 
 
 def stats() -> dict[str, Any]:
-    """Since the last reset: ops_queued, ops_run_eagerly, groups, fused_groups, fused_ops,
-    programs_cached, cache_hits, stores_elided, errors, flushes (by reason), flushes_total."""
+    """Since the last reset: ops_queued, ops_run_eagerly, steps, groups, fused_groups, fused_ops,
+    reductions_fused, epilogue_ops, splits, programs_cached, cache_hits, stores_elided, errors,
+    flushes (by reason), flushes_total (see stats.py)."""
     return STATS.snapshot()
 
 

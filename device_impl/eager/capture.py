@@ -1,11 +1,22 @@
-"""Turning a family kernel's computation into queued steps without running it.
+"""Turning a kernel call into queued steps without running it.
 
-A family kernel's ``compute(out, args)`` validates its arguments (dtype refusals,
-range checks, shape errors) and then calls ``common.elementwise``. Capturing runs
-``compute`` with ``common.CAPTURE`` set, so every check still raises at the op
-that caused it, and the launch it would have made is recorded as a ``Step``.
+Three kinds of launch can wait in the queue:
 
-A step holds *snapshots* of its tensors (``detach()``: a new TensorImpl over the
+* ``Step``: one ``common.elementwise`` launch. A family kernel's ``compute(out,
+  args)`` validates its arguments (dtype refusals, range checks, shape errors)
+  and then calls ``common.elementwise``; capturing runs ``compute`` with
+  ``common.CAPTURE`` set, so every check still raises at the op that caused it,
+  and each launch it would have made is recorded instead.
+* ``ReduceStep``: a reduction over the last dimension of a contiguous tensor
+  (``kernels.reduction.RowReduction``), which the fuser can feed from the tiles
+  of the elementwise launches producing its input.
+* ``MatmulStep``: an mm/addmm/bmm/baddbmm launch (``kernels.matmul.MatmulPlan``),
+  onto whose PSUM evacuation the fuser can attach elementwise ops on its result.
+
+The last two come from computes that carry a ``plan(out, args)`` method; a plan
+of None means that call cannot wait (it runs at once, after a barrier).
+
+Steps hold *snapshots* of their tensors (``detach()``: a new TensorImpl over the
 same storage with the sizes, strides and offset of the call), so a later
 metadata change of the user's tensor (``resize_``, ``set_``, ``t_()``) cannot
 change what the queued op reads or writes, exactly as in eager. Host scalars are
@@ -14,11 +25,13 @@ read at capture, so mutating a CPU 0-d tensor after the call cannot either.
 
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import torch
 
 from device_impl.kernels import common
+from device_impl.kernels.matmul import MatmulPlan
+from device_impl.kernels.reduction import RowReduction
 
 
 class Step(NamedTuple):
@@ -34,11 +47,65 @@ class Step(NamedTuple):
     promoted: Sequence[int] | None
     round_scalars: bool
 
-    def tensors(self):
+    def reads(self) -> list[torch.Tensor]:
+        return [o for o in self.operands if isinstance(o, torch.Tensor)]
+
+    def tensors(self) -> Iterator[torch.Tensor]:
         yield self.out
-        for o in self.operands:
-            if isinstance(o, torch.Tensor):
-                yield o
+        yield from self.reads()
+
+    def run(self) -> None:
+        """Launch it on its own, as eager would have."""
+        common.elementwise(self.name, self.out, self.operands, self.emit, self.free_max, self.common_dtype,
+                           self.promoted, self.round_scalars)
+
+
+class ReduceStep(NamedTuple):
+    """One queued reduction over the last dimension (see kernels.reduction.RowReduction)."""
+
+    op: str
+    plan: RowReduction
+
+    @property
+    def out(self) -> torch.Tensor:
+        return self.plan.out
+
+    def reads(self) -> list[torch.Tensor]:
+        return [self.plan.x]
+
+    def tensors(self) -> Iterator[torch.Tensor]:
+        yield self.plan.out
+        yield self.plan.x
+
+    def run(self) -> None:
+        self.plan.run_alone()
+
+
+class MatmulStep(NamedTuple):
+    """One queued mm/addmm/bmm/baddbmm launch (see kernels.matmul.MatmulPlan)."""
+
+    op: str
+    plan: MatmulPlan
+
+    @property
+    def out(self) -> torch.Tensor:
+        return self.plan.out
+
+    def reads(self) -> list[torch.Tensor]:
+        p = self.plan
+        return [p.a, p.b] + ([p.bias] if p.bias is not None else [])
+
+    def tensors(self) -> Iterator[torch.Tensor]:
+        yield self.plan.out
+        yield from self.reads()
+
+    def run(self) -> None:
+        p = self.plan
+        with common.launch(p.name, p.out.device.index) as nc:
+            p.run(nc)
+
+
+AnyStep = Step | ReduceStep | MatmulStep
 
 
 def _freeze(operand: Any) -> Any:
@@ -49,9 +116,13 @@ def _freeze(operand: Any) -> Any:
     return operand
 
 
+def _frozen(t: torch.Tensor | None) -> torch.Tensor | None:
+    return None if t is None else t.detach()
+
+
 def capture(op: str, compute: Callable[[torch.Tensor, dict], None], out: torch.Tensor,
             args: dict[str, Any]) -> list[Step]:
-    """Run ``compute``'s checks and return the launches it would make, as steps (empty ones dropped)."""
+    """Run ``compute``'s checks and return the elementwise launches it would make (empty ones dropped)."""
     steps: list[Step] = []
 
     def record(name, target, operands, emit, free_max, common_dtype, promoted, round_scalars):
@@ -67,3 +138,15 @@ def capture(op: str, compute: Callable[[torch.Tensor, dict], None], out: torch.T
     finally:
         common.CAPTURE[0] = previous
     return steps
+
+
+def capture_plan(op: str, compute: Any, out: torch.Tensor, args: dict[str, Any]) -> list[AnyStep] | None:
+    """The step a planned compute (reduction or matmul) would launch, or None if it cannot wait."""
+    plan = compute.plan(out, args)
+    if isinstance(plan, RowReduction):
+        return [ReduceStep(op, plan._replace(x=plan.x.detach(), out=plan.out.detach()))]
+    if isinstance(plan, MatmulPlan):
+        frozen = plan._replace(out=plan.out.detach(), a=plan.a.detach(), b=plan.b.detach(),
+                               bias=_frozen(plan.bias))
+        return [MatmulStep(op, frozen)] if plan.out.numel() else []
+    return None

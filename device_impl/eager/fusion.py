@@ -1,251 +1,172 @@
-"""Fusing queued elementwise steps into one tile program.
+"""Grouping queued steps into launches: which consecutive steps can share one tile loop.
 
-A *group* is a run of consecutive steps over outputs of one shape and memory
-order, so flat element ``i`` is the same logical element in every step. Its
-program walks the flat tiles once: per tile, each external input is DMA-loaded
-once, every step's ``emit`` runs on SBUF tiles (a step reading an earlier
-step's output takes that step's result tile, already rounded to the output
-dtype as the eager store would have), and each output that anyone can still
-observe is stored once. The numerics are therefore bit-identical to running
-the steps one by one: the same emits on the same values in the same dtypes.
+Three kinds of group (programs.py runs them):
 
-Hazards decide where a group ends: a step joins only if every tensor it reads
-either is exactly (same storage, offset, sizes, strides, dtype) a tensor the
-group wrote, or overlaps nothing the group wrote; and its output overlaps
-nothing the group touched except exactly. Exact reuse is safe because every
-step of a group reads and writes the same elements in the same tile.
+* ``elementwise``: consecutive elementwise steps whose outputs enumerate their
+  elements in the same order (same shape and memory order, or all contiguous
+  with the same element count), so flat element ``i`` is the same element in
+  every step. One pass over flat tiles runs every step per tile.
+* ``reduce``: an elementwise group followed by a reduction over the last
+  dimension of one of its outputs: the reduction folds the producer's tiles as
+  they are computed, instead of reading them back from HBM.
+* ``matmul``: a matmul followed by elementwise steps on its result (bias,
+  activation, scale, residual): they run on each output block as it leaves
+  PSUM, instead of a store and a reload.
 
-Programs are cached by the group's signature: op names, output and operand
-shapes, strides, dtypes, promotion arguments, which storages coincide, and
-which outputs are stored. The emits themselves (closures over each call's
-scalars) are bound per run.
+Hazards decide where a group ends. Within a group, elements are processed tile
+by tile, so a step may read a tensor the group wrote only if it reads exactly
+that tensor's elements in the same order (``View.key`` equal), and a step may
+write only where nothing the group touched overlaps, except exactly. A matmul
+reads all of its inputs throughout its launch, so its epilogue may not write
+where the matmul reads at all.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any, Sequence
+from dataclasses import dataclass, field
+from typing import Sequence
 
 import torch
 
-from device_impl.engine import launch
-from device_impl.engine.constants import PLATFORM
-from device_impl.eager.capture import Step
-from device_impl.eager.stats import STATS
-from device_impl.kernels.common import Pointwise, flat_tiles, memory_order, prepare_elementwise
+from device_impl.eager.capture import AnyStep, MatmulStep, ReduceStep, Step
+from device_impl.kernels.common import memory_order
 
-MAX_GROUP = 64  # steps per program: bounds the signature and the per-tile Python loop
-_SCRATCH_BYTES = 6 * 4  # per element: fp32 scratch tiles an emit may allocate (gelu_backward uses 3 + masks)
+MAX_GROUP = 64  # elementwise steps per program: bounds the signature and the per-tile Python loop
 
 
 @dataclass(frozen=True)
 class View:
-    """Where a tensor's elements are, for hazard checks: storage, byte span and exact layout."""
+    """Where a tensor's elements are, for hazard checks: storage, byte span and element order.
+
+    ``key`` identifies the elements and their order: two contiguous tensors over the same span
+    (a [6, 4] tensor and its [2, 3, 4] view) enumerate the same elements in the same order."""
 
     storage: int
     lo: int
     hi: int
-    layout: tuple
+    key: tuple
 
     @classmethod
     def of(cls, t: torch.Tensor) -> "View":
         size = t.element_size()
         lo = t.storage_offset() * size
         hi = lo + size + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) * size
-        return cls(t.untyped_storage().data_ptr(), lo, hi,
-                   (t.storage_offset(), tuple(t.shape), t.stride(), t.dtype))
+        storage = t.untyped_storage().data_ptr()
+        if t.is_contiguous():
+            key = (storage, t.storage_offset(), "C", t.numel(), t.dtype)
+        else:
+            key = (storage, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+        return cls(storage, lo, hi, key)
 
     def overlaps(self, other: "View") -> bool:
         return self.storage == other.storage and self.lo < other.hi and other.lo < self.hi
 
 
-def _conflicts(view: View, others: Sequence[View]) -> bool:
-    return any(view.overlaps(o) and view != o for o in others)
+def conflicts(view: View, others: Sequence[View]) -> bool:
+    """Overlaps one of ``others`` without being exactly it."""
+    return any(view.overlaps(o) and view.key != o.key for o in others)
 
 
-def partition(steps: Sequence[Step]) -> list[list[Step]]:
-    """Split the queue into groups of consecutive steps that can share one tile loop."""
-    groups: list[list[Step]] = []
-    current: list[Step] = []
+def order_key(out: torch.Tensor, free_max: int) -> tuple:
+    """Outputs with equal keys enumerate their flat elements in the same order."""
+    if out.is_contiguous():
+        return (out.device.index, "C", out.numel(), free_max)
+    return (out.device.index, tuple(out.shape), tuple(memory_order(out)), free_max)
+
+
+@dataclass
+class Group:
+    kind: str  # "elementwise" | "reduce" | "matmul"
+    steps: list = field(default_factory=list)
     key: tuple | None = None
-    written: list[View] = []
-    touched: list[View] = []
+    written: list = field(default_factory=list)  # Views the group writes
+    touched: list = field(default_factory=list)  # Views it reads or writes
+    pinned: list = field(default_factory=list)  # Views a matmul reads for its whole launch
+    closed: bool = False  # nothing may join (a reduction ended it, or a step must run alone)
+
+    def add(self, step: AnyStep, reads: list[View], write: View) -> None:
+        self.steps.append(step)
+        self.written.append(write)
+        self.touched.extend(reads)
+        self.touched.append(write)
+
+    def reads_safely(self, reads: list[View]) -> bool:
+        return not any(conflicts(r, self.written) for r in reads)
+
+    def writes_safely(self, write: View) -> bool:
+        return not conflicts(write, self.touched) and not any(write.overlaps(p) for p in self.pinned)
+
+
+def _epilogue_fits(group: Group, step: Step) -> bool:
+    """An elementwise step can run on the matmul's output blocks: same elements, same order."""
+    product = group.steps[0].out
+    return (len(group.steps) <= MAX_GROUP and product.is_contiguous() and step.out.is_contiguous()
+            and step.out.numel() == product.numel() and step.out.device == product.device)
+
+
+def _reduction_fits(group: Group, step: ReduceStep, reads: list[View], write: View) -> bool:
+    """The reduction reads exactly an output of this elementwise group, laid out as its rows."""
+    plan = step.plan
+    return (group.kind == "elementwise" and not group.closed and group.key is not None
+            and group.key[1] == "C" and group.key[2] == plan.rows * plan.cols
+            and any(r.key == w.key for r in reads for w in group.written)
+            and group.reads_safely(reads) and group.writes_safely(write))
+
+
+def partition(steps: Sequence[AnyStep]) -> list[Group]:
+    """Split the queue, in order, into groups (see the module docstring)."""
+    groups: list[Group] = []
+    current: Group | None = None
+
+    def start(kind: str, key: tuple | None = None) -> Group:
+        group = Group(kind, key=key)
+        groups.append(group)
+        return group
+
     for step in steps:
-        out = step.out
-        step_key = (out.device.index, tuple(out.shape), tuple(memory_order(out)) if out.dim() > 1 else (),
-                    step.free_max)
-        reads = [View.of(o) for o in step.operands if isinstance(o, torch.Tensor)]
-        write = View.of(out)
-        # A step that partially overlaps its own output depends on eager's tiling: it runs alone, as in eager.
-        alone = _conflicts(write, reads)
-        joins = (current and step_key == key and len(current) < MAX_GROUP and not alone
-                 and not any(_conflicts(r, written) for r in reads) and not _conflicts(write, touched))
-        if not joins:
-            if current:
-                groups.append(current)
-            current, key, written, touched = [], step_key, [], []
-        current.append(step)
-        written.append(write)
-        touched.extend(reads)
-        touched.append(write)
-        if alone:
-            key = None  # nothing joins it either
-    if current:
-        groups.append(current)
+        reads = [View.of(t) for t in step.reads()]
+        write = View.of(step.out)
+        if isinstance(step, MatmulStep):
+            current = start("matmul")
+            current.pinned = list(reads)
+            current.add(step, reads, write)
+            continue
+        if isinstance(step, ReduceStep):
+            if current is not None and _reduction_fits(current, step, reads, write):
+                current.kind = "reduce"
+            else:
+                current = start("reduce")
+            current.add(step, reads, write)
+            current.closed = True
+            continue
+        # An elementwise step partially overlapping its own output depends on eager's tiling: it runs alone.
+        alone = conflicts(write, reads)
+        key = order_key(step.out, step.free_max)
+        if current is not None and not current.closed and not alone and current.reads_safely(reads) \
+                and current.writes_safely(write):
+            if current.kind == "elementwise" and key == current.key and len(current.steps) < MAX_GROUP:
+                current.add(step, reads, write)
+                continue
+            if current.kind == "matmul" and _epilogue_fits(current, step):
+                current.add(step, reads, write)
+                continue
+        current = start("elementwise", key)
+        current.add(step, reads, write)
+        current.closed = alone
     return groups
 
 
-@dataclass(frozen=True)
-class Program:
-    """A group's tile loop, independent of the tensors and scalars of one run."""
-
-    name: str
-    free_max: int
-    routes: tuple  # per step, per operand: slot to read, or None for a scalar
-    loads: tuple  # per step, per operand: True when that slot is loaded from HBM there
-    results: tuple  # per step: the slot its result goes to
-    stores: tuple  # per step: store the result to HBM
-    releases: tuple  # per step: slots whose last use is that step
-
-
-def signature(group: Sequence[Step], stored: Sequence[bool]) -> tuple:
-    storages: dict[int, int] = {}
-
-    def describe(t: torch.Tensor) -> tuple:
-        view = View.of(t)
-        return (storages.setdefault(view.storage, len(storages)),) + view.layout
-
-    parts = []
-    for step, store in zip(group, stored):
-        operands = tuple(describe(o) if isinstance(o, torch.Tensor) else type(o) for o in step.operands)
-        parts.append((step.name, describe(step.out), operands, step.common_dtype, step.promoted,
-                      step.round_scalars, store))
-    return (group[0].free_max, tuple(parts))
-
-
-def plan(group: Sequence[Step], stored: Sequence[bool]) -> Program:
-    slot_of: dict[tuple, int] = {}  # exact layout -> slot holding its current value in the tile
-    itemsize: list[int] = []
-    last_use: list[int] = []
-    routes, loads, results = [], [], []
-    for j, step in enumerate(group):
-        route, load = [], []
-        for o in step.operands:
-            if not isinstance(o, torch.Tensor):
-                route.append(None)
-                load.append(False)
-                continue
-            view = View.of(o)
-            key = (view.storage,) + view.layout
-            slot = slot_of.get(key)
-            load.append(slot is None)
-            if slot is None:
-                slot = slot_of[key] = len(itemsize)
-                itemsize.append(o.element_size())
-                last_use.append(j)
-            last_use[slot] = j
-            route.append(slot)
-        view = View.of(step.out)
-        slot = slot_of[(view.storage,) + view.layout] = len(itemsize)
-        itemsize.append(step.out.element_size())
-        last_use.append(j)
-        routes.append(tuple(route))
-        loads.append(tuple(load))
-        results.append(slot)
-    # A layout written twice in the group needs only its last value stored.
-    last_write = {}
-    for j, step in enumerate(group):
-        view = View.of(step.out)
-        last_write[(view.storage,) + view.layout] = j
-    stores = []
-    for j, step in enumerate(group):
-        view = View.of(step.out)
-        keep = stored[j] and last_write[(view.storage,) + view.layout] == j
-        if not keep:
-            STATS.stores_elided += 1
-        stores.append(keep)
-    releases = [[] for _ in group]
-    for slot, j in enumerate(last_use):
-        releases[j].append(slot)
-    # Size tiles so the most tiles live at once (plus emit scratch) fit in SBUF.
-    live, peak = 0, 0
-    for j in range(len(group)):
-        live += sum(itemsize[s] for s, is_load in zip(routes[j], loads[j]) if is_load) + itemsize[results[j]]
-        peak = max(peak, live)
-        live -= sum(itemsize[s] for s in releases[j])
-    budget = int(PLATFORM.sbuf_bytes_per_partition * 0.9) // (peak + _SCRATCH_BYTES)
-    free_max = max(1, min(group[0].free_max, budget))
-    names = [s.name for s in group]
-    name = "fused[" + "+".join(names[:4]) + (f"+{len(names) - 4} more" if len(names) > 4 else "") + "]"
-    return Program(name, free_max, tuple(routes), tuple(loads), tuple(results), tuple(stores),
-                   tuple(tuple(r) for r in releases))
-
-
-_CACHE: dict[tuple, Program] = {}
-
-
-def program_for(group: Sequence[Step], stored: Sequence[bool]) -> Program:
-    key = signature(group, stored)
-    program = _CACHE.get(key)
-    if program is None:
-        program = _CACHE[key] = plan(group, stored)
-        STATS.programs_cached += 1
-    else:
-        STATS.cache_hits += 1
-    return program
-
-
-def clear_cache() -> None:
-    _CACHE.clear()
-
-
-class StepError(Exception):
-    """Carries which step of a group raised (its original exception is ``__cause__``)."""
-
-    def __init__(self, step: Step):
-        super().__init__(step.op)
-        self.step = step
-
-
-def run(program: Program, group: Sequence[Step]) -> None:
-    """Execute ``program`` over the tensors and emits of ``group`` as one launch."""
-    prepared: list[Pointwise] = [prepare_elementwise(s.out, s.operands, s.common_dtype, s.promoted,
-                                                     s.round_scalars) for s in group]
-    numel = group[0].out.numel()
-    slots: list[Any] = [None] * (max(program.results) + 1)
-    with launch(program.name, group[0].out.device.index) as nc:
-        for start, stop, p, f in flat_tiles(numel, program.free_max):
-            mark = nc.mark()
-            for j, step in enumerate(group):
-                pw = prepared[j]
-                tiles: list[Any] = []
-                scratch = []
-                for i, slot in enumerate(program.routes[j]):
-                    if slot is None:
-                        tiles.append(pw.scalars[i])
-                        continue
-                    if program.loads[j][i]:
-                        tile = slots[slot] = nc.sbuf_tile((p, f), pw.views[i].dtype)
-                        nc.dma.load_flat(tile, pw.views[i], start, stop)
-                    tile = slots[slot]
-                    if pw.convert[i]:
-                        converted = nc.sbuf_tile((p, f), pw.target)
-                        nc.vector.tensor_copy(converted, tile)
-                        scratch.append(converted)
-                        tile = converted
-                    tiles.append(tile)
-                result = slots[program.results[j]] = nc.sbuf_tile((p, f), pw.out_view.dtype)
-                emit_mark = nc.mark()
-                try:
-                    step.emit(nc, result, *tiles)
-                except Exception as error:
-                    raise StepError(step) from error
-                nc.release_to(emit_mark)
-                if program.stores[j]:
-                    nc.dma.store_flat(pw.out_view, start, stop, result)
-                for tile in scratch:
-                    nc.release(tile)
-                for slot in program.releases[j]:
-                    nc.release(slots[slot])
-                    slots[slot] = None
-            nc.release_to(mark)
+def split(group: Group) -> list[Group]:
+    """The same steps as groups that need no fusion across kinds (when a fused program cannot be
+    built): a reduction apart from its producers, a matmul apart from its epilogue."""
+    if group.kind == "reduce":
+        producers = group.steps[:-1]
+        parts = [Group("elementwise", producers, group.key)] if producers else []
+        return parts + [Group("reduce", [group.steps[-1]], closed=True)]
+    if group.kind == "matmul":
+        epilogue = group.steps[1:]
+        key = order_key(epilogue[0].out, epilogue[0].free_max) if epilogue else None
+        # Epilogue steps share the product's element order, so they form one elementwise group when
+        # their outputs agree on it (all contiguous, same count): _epilogue_fits ensured both.
+        return [Group("matmul", group.steps[:1])] + ([Group("elementwise", epilogue, key)] if epilogue else [])
+    return [group]

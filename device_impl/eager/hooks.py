@@ -7,9 +7,11 @@ PrivateUse1 that run the queued work the copy depends on and then call the C++
 kernel (``torch.library.get_kernel``, its intended use); ``uninstall()`` drops
 the registrations, which restores the C++ kernels, so eager mode pays nothing.
 
-A device-to-device cast between compute dtypes (``x.float()``, ``.to(bf16)``) is
-itself an elementwise launch (kernels/copy.py: ``device_cast``), so it is queued
-rather than forcing a flush.
+A device-to-device copy on one core between compute dtypes (a cast such as
+``x.float()``, or a same-dtype copy from ``clone()``, ``contiguous()``, ``reshape``)
+is an elementwise launch (kernels/copy.py: ``device_cast``; an engine copy of the
+same bytes), so it is queued rather than forcing a flush. Copies whose source and
+destination overlap keep the C++ kernel (memmove-like) after a flush.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ import torch
 
 from device_impl.eager.queue import QUEUE
 from device_impl.engine.dtypes import COMPUTE_DTYPES
+from device_impl.kernels.common import elementwise
 
 _KEY = "PrivateUse1"
 _library: torch.library.Library | None = None
@@ -32,20 +35,27 @@ def _cast_compute(out: torch.Tensor, args: dict) -> None:
     device_cast(out, args["src"])
 
 
-_cast_compute.__module__ = "device_impl.kernels.copy"  # a family-style compute of that module
+def _copy_compute(out: torch.Tensor, args: dict) -> None:
+    elementwise("copy", out, (args["src"],), lambda nc, o, t: nc.vector.tensor_copy(o, t))
 
 
-def _queueable_cast(dst: torch.Tensor, src: torch.Tensor) -> bool:
-    if not (dst.device.type == "neuron" and src.device == dst.device and dst.dtype != src.dtype):
+# Family-style computes of that module (queue.QUEUEABLE_MODULES).
+_cast_compute.__module__ = _copy_compute.__module__ = "device_impl.kernels.copy"
+
+
+def _queueable_copy(dst: torch.Tensor, src: torch.Tensor) -> bool:
+    if not (dst.device.type == "neuron" and src.device == dst.device):
         return False
     if dst.dtype not in COMPUTE_DTYPES or src.dtype not in COMPUTE_DTYPES:
         return False
     if src.is_conj() or src.is_neg() or dst.is_conj() or dst.is_neg():
         return False
     try:
-        return torch.broadcast_shapes(src.shape, dst.shape) == dst.shape
+        if torch.broadcast_shapes(src.shape, dst.shape) != dst.shape:
+            return False
     except RuntimeError:
         return False
+    return not torch._C._overlaps(dst, src)
 
 
 def install() -> None:
@@ -57,8 +67,9 @@ def install() -> None:
                 for op in ("copy_", "_copy_from", "_copy_from_and_resize", "_local_scalar_dense")}
 
     def copy_(keys, dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
-        if dst.numel() and _queueable_cast(dst, src):
-            QUEUE.submit("aten::copy_", _cast_compute, dst, {"src": src})
+        if dst.numel() and _queueable_copy(dst, src):
+            compute = _cast_compute if dst.dtype != src.dtype else _copy_compute
+            QUEUE.submit("aten::copy_", compute, dst, {"src": src})
             return dst
         if QUEUE.steps and QUEUE.depends((dst, src)):
             QUEUE.flush("copy")

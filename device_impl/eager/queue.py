@@ -1,12 +1,16 @@
 """The queue of adaptive eager: what is waiting, when it must run, and running it.
 
-Only family kernels whose computation is a chain of ``common.elementwise``
-launches are queued (``QUEUEABLE_MODULES``); their checks run at the call and
-the launch is captured as a ``Step``. Everything else meets a *barrier*: it runs
-eagerly, after the queued work it depends on, which is all queued work whose
-storages its tensor arguments share (its written arguments included, so a
-queued read cannot see a later write). ``flush`` runs the whole queue in order,
-fused group by group (fusion.py).
+What may wait (capture.py): family kernels whose computation is a chain of
+``common.elementwise`` launches (``QUEUEABLE_MODULES``), and computes carrying a
+``plan`` (sum/mean/amax/amin over the last dimension, mm/addmm/bmm/baddbmm). Their
+checks run at the call; their launches become steps. Everything else meets a
+*barrier*: it runs eagerly, after the queued work it depends on, which is all
+queued work whose storages its tensor arguments share (its written arguments
+included, so a queued read cannot see a later write). ``flush`` runs the whole
+queue in order, fused group by group (fusion.py, programs.py).
+
+Storages are recognised by their StorageImpl (``_cdata``), not their address:
+``resize_`` may move a storage's bytes while work on it waits.
 
 A queued output is *observable* if anything outside the queue still holds its
 storage (a tensor, a view, autograd, a Python storage object). An unobservable
@@ -24,10 +28,11 @@ from typing import Any, Callable, Iterable
 import torch
 
 from device_impl.dispatch import table
-from device_impl.eager import fusion
-from device_impl.eager.capture import Step, capture
+from device_impl.eager import fusion, programs
+from device_impl.eager.capture import AnyStep, capture, capture_plan
+from device_impl.eager.chain import StepError
 from device_impl.eager.stats import STATS
-from device_impl.kernels.common import elementwise, is_device_tensor
+from device_impl.kernels.common import is_device_tensor
 
 # Kernel modules whose family computes consist only of common.elementwise launches.
 QUEUEABLE_MODULES = frozenset({"device_impl.kernels.elementwise", "device_impl.kernels.copy"})
@@ -56,14 +61,19 @@ def _tensors(value: Any, found: list[torch.Tensor]) -> None:
             _tensors(v, found)
 
 
+def storage_id(t: torch.Tensor) -> int:
+    """The identity of ``t``'s StorageImpl (stable across resize_, shared by every view)."""
+    return t.untyped_storage()._cdata
+
+
 def _storage_refs(storage: torch.UntypedStorage) -> tuple[int, int]:
     return _use_count(storage._cdata), sys.getrefcount(storage)
 
 
 class Queue:
     def __init__(self) -> None:
-        self.steps: list[Step] = []
-        self.refs: Counter[int] = Counter()  # storage data_ptr -> snapshots the queue holds over it
+        self.steps: list[AnyStep] = []
+        self.refs: Counter[int] = Counter()  # storage id -> snapshots the queue holds over it
         self.bytes = 0
         self.max_ops = DEFAULT_MAX_OPS
         self.max_bytes = DEFAULT_MAX_BYTES
@@ -72,24 +82,33 @@ class Queue:
 
     # --- entering the queue -------------------------------------------------------------------------
 
+    def _capture(self, op: str, compute: Callable[[torch.Tensor, dict], None], out: torch.Tensor,
+                 args: dict[str, Any]) -> list[AnyStep] | None:
+        if compute.__module__ in QUEUEABLE_MODULES:
+            if _packet(op) in DATA_CHECKED_PACKETS and not (out.dtype.is_floating_point or out.dtype.is_complex):
+                return None
+            return capture(op, compute, out, args)
+        if hasattr(compute, "plan"):
+            return capture_plan(op, compute, out, args)
+        return None
+
     def submit(self, op: str, compute: Callable[[torch.Tensor, dict], None], out: torch.Tensor,
                args: dict[str, Any]) -> None:
-        """Queue ``compute(out, args)`` if it is an elementwise chain, else run it after a barrier."""
-        queueable = compute.__module__ in QUEUEABLE_MODULES and not (
-            _packet(op) in DATA_CHECKED_PACKETS and not (out.dtype.is_floating_point or out.dtype.is_complex))
+        """Queue ``compute(out, args)`` if its launches can wait, else run it after a barrier."""
         with self.lock:
-            if not queueable:
+            steps = self._capture(op, compute, out, args)
+            if steps is None:
                 self.barrier("unqueueable", op, (out,), args)
                 STATS.ops_run_eagerly += 1
                 compute(out, args)
                 return
-            steps = capture(op, compute, out, args)
             for step in steps:
                 self.steps.append(step)
                 for t in step.tensors():
-                    self.refs[t.untyped_storage().data_ptr()] += 1
+                    self.refs[storage_id(t)] += 1
                 self.bytes += step.out.numel() * step.out.element_size()
             STATS.ops_queued += 1
+            STATS.steps += len(steps)
             if len(self.steps) >= self.max_ops:
                 self.flush("op_limit")
             elif self.bytes >= self.max_bytes:
@@ -100,7 +119,7 @@ class Queue:
     def depends(self, tensors: Iterable[torch.Tensor]) -> bool:
         """Whether any of ``tensors`` shares a storage with queued work."""
         refs = self.refs
-        return any(t.numel() and t.untyped_storage().data_ptr() in refs for t in tensors)
+        return any(t.numel() and storage_id(t) in refs for t in tensors)
 
     def barrier(self, reason: str, op: str = "", args: Any = None, kwargs: Any = None) -> None:
         """Flush before ``op`` if its tensor arguments touch queued storages (``args=None``: always)."""
@@ -123,55 +142,45 @@ class Queue:
             refs, self.refs = self.refs, Counter()
             self.bytes = 0
             STATS.flushes[reason] += 1
-            groups = fusion.partition(steps)
-            stored = self._observable(groups, refs)
             if table.ASSERT_NO_CPU:
                 with table._no_cpu_mode(f"adaptive eager flush ({reason})"):
-                    self._run(groups, stored, reason)
+                    self._run(steps, refs, reason)
             else:
-                self._run(groups, stored, reason)
+                self._run(steps, refs, reason)
 
-    def _run(self, groups: list[list[Step]], stored: list[list[bool]], reason: str) -> None:
-        for group, group_stored in zip(groups, stored):
+    def _run(self, steps: list[AnyStep], refs: Counter[int], reason: str) -> None:
+        ready = programs.finalize(fusion.partition(steps))
+        stored = self._observable(ready, refs)
+        for item, item_stored in zip(ready, stored):
             STATS.groups += 1
             try:
-                if len(group) == 1:
-                    s = group[0]
-                    try:
-                        elementwise(s.name, s.out, s.operands, s.emit, s.free_max, s.common_dtype, s.promoted,
-                                    s.round_scalars)
-                    except Exception as error:
-                        raise fusion.StepError(s) from error
-                else:
-                    STATS.fused_groups += 1
-                    STATS.fused_ops += len(group)
-                    fusion.run(fusion.program_for(group, group_stored), group)
-            except fusion.StepError as failed:
+                programs.run(item, item_stored)
+            except StepError as failed:
                 STATS.errors += 1
                 raise _named(failed.__cause__, failed.step.op, reason) from failed.__cause__
 
-    def _observable(self, groups: list[list[Step]], refs: Counter[int]) -> list[list[bool]]:
+    def _observable(self, ready: list[programs.Ready], refs: Counter[int]) -> list[list[bool]]:
         """Per step, whether its output must reach HBM (see the module docstring)."""
         if self._baseline is None:  # the counts of a storage held by one tensor, measured as below
-            probe = torch.empty(1, device=groups[0][0].out.device)
+            probe = torch.empty(1, device=ready[0].group.steps[0].out.device)
             storage = probe.untyped_storage()
             self._baseline = _storage_refs(storage)
             del probe, storage
         base_count, base_py = self._baseline
         group_of: dict[int, set[int]] = {}
-        for g, group in enumerate(groups):
-            for step in group:
+        for g, item in enumerate(ready):
+            for step in item.group.steps:
                 for t in step.tensors():
-                    group_of.setdefault(t.untyped_storage().data_ptr(), set()).add(g)
+                    group_of.setdefault(storage_id(t), set()).add(g)
         result = []
-        for g, group in enumerate(groups):
+        for g, item in enumerate(ready):
             flags = []
-            for step in group:
+            for step in item.group.steps:
                 storage = step.out.untyped_storage()
-                ptr = storage.data_ptr()
+                key = storage._cdata
                 count, py = _storage_refs(storage)
-                outside = count - base_count + 1 > refs[ptr] or py > base_py
-                flags.append(outside or group_of[ptr] != {g})
+                outside = count - base_count + 1 > refs[key] or py > base_py
+                flags.append(outside or group_of[key] != {g})
             result.append(flags)
         return result
 

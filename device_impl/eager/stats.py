@@ -8,8 +8,21 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-_FIELDS = ("ops_queued", "ops_run_eagerly", "groups", "fused_groups", "fused_ops", "programs_cached",
-           "cache_hits", "stores_elided", "errors")
+_FIELDS = (
+    "ops_queued",  # ops whose launches went into the queue
+    "ops_run_eagerly",  # ops that could not wait (ran at the call, after a barrier)
+    "steps",  # launches queued (an op may queue several, or none for empty tensors)
+    "groups",  # launches made at flushes (fused groups and single steps)
+    "fused_groups",  # of those, launches running more than one step
+    "fused_ops",  # steps run inside fused launches
+    "reductions_fused",  # reductions run on their producers' tiles
+    "epilogue_ops",  # elementwise steps run on a matmul's output blocks
+    "splits",  # groups whose fused form could not be built (SBUF, views), run unfused
+    "programs_cached",  # fused programs planned (cache misses)
+    "cache_hits",  # fused programs reused from the cache
+    "stores_elided",  # outputs never written to HBM (nothing could observe them)
+    "errors",  # queued steps that raised when they ran
+)
 
 
 class Stats:

@@ -40,13 +40,13 @@ from __future__ import annotations
 import math
 import warnings
 from collections import deque
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
 from numpy.lib.stride_tricks import as_strided
 
-from device_impl.dispatch.table import TABLE, resolve
+from device_impl.dispatch.table import HOOKS, TABLE, resolve
 from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import FP32, is_float, numpy_dtype
 from device_impl.kernels.common import (
@@ -76,9 +76,11 @@ def _refuse(kernel: str, dtype: torch.dtype) -> NotImplementedError:
     return NotImplementedError(f'"{kernel}" not implemented for \'{SCALAR_TYPE_NAMES[dtype]}\'')
 
 
-def _kernel(*ops: str, serves: Sequence[str] = (), dtypes: frozenset = COMPUTE_DTYPES):
+def _kernel(*ops: str, serves: Sequence[str] = (), dtypes: frozenset = COMPUTE_DTYPES, submits: bool = False):
     """Register ``fn(args)`` (args: the schema's argument names -> values, outs included) for ``ops``;
-    ``serves``: overloads PyTorch's composite kernels route to ops[0]."""
+    ``serves``: overloads PyTorch's composite kernels route to ops[0]. ``submits``: the kernel reads
+    no tensor data before handing its launch to ``_reduce(..., queue=True)``, which orders it
+    against adaptive eager's queue itself (see dispatch.table.HOOKS)."""
 
     def register(fn: Callable[[dict], Any]):
         for op in ops:
@@ -88,6 +90,7 @@ def _kernel(*ops: str, serves: Sequence[str] = (), dtypes: frozenset = COMPUTE_D
                 return fn(_binder.bind(args, kwargs))
 
             kernel.__name__ = fn.__name__
+            kernel.submits = submits
             TABLE.native(op, dtypes=dtypes)(kernel)
         for op in serves:
             TABLE.serves(op, ops[0])
@@ -456,9 +459,14 @@ def _order_by_stride(x: torch.Tensor, dims: Sequence[int]) -> list[int]:
     return sorted(dims, key=lambda d: -strides[d])
 
 
-def _reduce(name: str, x: torch.Tensor, out: torch.Tensor, dims: tuple[int, ...], spec: _Spec) -> None:
-    """out (any layout, keepdim or not) = the reduction of x over ``dims``."""
+def _reduce(name: str, x: torch.Tensor, out: torch.Tensor, dims: tuple[int, ...], spec: _Spec,
+            queue: bool = False) -> None:
+    """out (any layout, keepdim or not) = the reduction of x over ``dims``. ``queue``: the caller
+    launches nothing else, so adaptive eager may queue this launch (and fuse it into its producers)."""
     if out.numel() == 0:
+        return
+    if queue and HOOKS.submit is not None:
+        HOOKS.submit(f"aten::{name}", _QueuedReduction(name, x, dims, spec), out, {"self": x})
         return
     with launch(name, out.device.index) as nc:
         _reduce_in(nc, x, out, dims, spec)
@@ -513,21 +521,102 @@ def _reduce_rows(nc, g: _Grid, spec: _Spec) -> None:
     for _, p, rsl in blocks:
         acc = _row_scalar(nc, p, spec.cd)
         for j in range(len(chunks)):
-            t = next(tiles)
-            if j == 0:
-                spec.partial(nc, t, acc)
-            else:
-                part = _row_scalar(nc, p, spec.cd)
-                spec.partial(nc, t, part)
-                _combine(nc, acc, part, spec.op, spec.cd)
-                nc.release(part)
-        res = _row_scalar(nc, p, O.dtype)
-        spec.finish(nc, res, acc)
+            row_accumulate(nc, spec, acc, next(tiles), j)
+        res = row_finish(nc, spec, acc, O.dtype)
         nc.dma.store(_at(O, rsl), res)
         nc.release(res)
         nc.release(acc)
     for _ in tiles:  # release the last tile
         pass
+
+
+def row_accumulate(nc, spec: _Spec, acc: Tile, t: Tile, j: int) -> None:
+    """Fold column chunk ``j`` ([p, f] tile ``t``) of a row block into the block's acc[p, 1]."""
+    if j == 0:
+        spec.partial(nc, t, acc)
+        return
+    part = _row_scalar(nc, t.partitions, spec.cd)
+    spec.partial(nc, t, part)
+    _combine(nc, acc, part, spec.op, spec.cd)
+    nc.release(part)
+
+
+def row_finish(nc, spec: _Spec, acc: Tile, dtype) -> Tile:
+    """The row block's [p, 1] result in the output dtype (the caller stores and releases it)."""
+    res = _row_scalar(nc, acc.partitions, dtype)
+    spec.finish(nc, res, acc)
+    return res
+
+
+class RowReduction(NamedTuple):
+    """A reduction over the last dimension of a contiguous input, as ``_reduce_rows`` tiles it:
+    ``rows`` outputs of ``cols`` elements, blocks of 128 rows, column chunks of CHUNK, each chunk
+    folded by ``row_accumulate`` and each block finished by ``row_finish``. Adaptive eager
+    (device_impl.eager) runs the same calls on the tiles of the launches producing ``x``, so a
+    fused reduction computes exactly what this kernel computes from HBM."""
+
+    name: str
+    x: torch.Tensor
+    out: torch.Tensor
+    spec: _Spec
+    rows: int
+    cols: int
+
+    def row_blocks(self) -> list[tuple[int, int]]:
+        return [(r0, min(self.rows, r0 + P)) for r0 in range(0, self.rows, P)]
+
+    def column_chunks(self) -> list[tuple[int, int]]:
+        return [(c0, min(self.cols, c0 + CHUNK)) for c0 in range(0, self.cols, CHUNK)]
+
+    def out_rows(self) -> np.ndarray:
+        """out's HBM view as [rows] (row_reduction checked that it is one)."""
+        return _flat_view(_kept_view(self.out, (self.x.dim() - 1,), self.x.dim()), (self.rows,))
+
+    def run_alone(self) -> None:
+        """The launch ``_reduce`` makes for it, reading x from HBM."""
+        _reduce(self.name, self.x, self.out, (self.x.dim() - 1,), self.spec)
+
+
+def _flat_view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    """``a`` reshaped to ``shape`` without copying, or None where strides do not allow it."""
+    view = a.view()
+    try:
+        view.shape = shape
+    except AttributeError:
+        return None
+    return view
+
+
+def row_reduction(name: str, x: torch.Tensor, out: torch.Tensor, dims: tuple[int, ...], spec: _Spec
+                  ) -> RowReduction | None:
+    """The RowReduction ``_reduce`` would run, or None when it would tile otherwise (columns, flat,
+    empty) or out's kept elements are not one strided run."""
+    nd = x.dim()
+    if nd == 0 or dims != (nd - 1,) or not x.is_contiguous() or out.numel() == 0:
+        return None
+    cols = x.shape[-1]
+    rows = x.numel() // cols if cols else 0
+    if cols < 2 or rows < 2 or (rows <= FLAT_MAX_ROWS and cols >= FLAT_MIN_COLS):
+        return None
+    if _flat_view(_kept_view(out, dims, nd), (rows,)) is None:
+        return None
+    return RowReduction(name, x, out, spec, rows, cols)
+
+
+class _QueuedReduction:
+    """What ``_reduce`` hands adaptive eager: callable as a family compute (``(out, args)``), and
+    ``plan`` says whether the launch is a RowReduction it can fuse."""
+
+    __slots__ = ("name", "x", "dims", "spec")
+
+    def __init__(self, name: str, x: torch.Tensor, dims: tuple[int, ...], spec: _Spec):
+        self.name, self.x, self.dims, self.spec = name, x, dims, spec
+
+    def __call__(self, out: torch.Tensor, args: dict) -> None:
+        _reduce(self.name, self.x, out, self.dims, self.spec)
+
+    def plan(self, out: torch.Tensor, args: dict) -> RowReduction | None:
+        return row_reduction(self.name, self.x, out, self.dims, self.spec)
 
 
 def _flat_partials(nc, xr: np.ndarray, acc: Tile, partial: Callable, op: str, cd, tiles=None) -> None:
@@ -642,7 +731,8 @@ def _integral_default(x: torch.Tensor, dtype, out) -> torch.dtype:
     return x.dtype if x.dtype.is_floating_point else torch.int64
 
 
-def _sum_prod(name: str, op: str, a: dict, dims: tuple[int, ...], out: torch.Tensor | None) -> torch.Tensor:
+def _sum_prod(name: str, op: str, a: dict, dims: tuple[int, ...], out: torch.Tensor | None,
+              queue: bool = False) -> torch.Tensor:
     x, dtype, keepdim = a["self"], a.get("dtype"), bool(a.get("keepdim", False))
     rdtype = _integral_default(x, dtype, out)
     shape = _out_shape(x, dims, keepdim)
@@ -650,13 +740,13 @@ def _sum_prod(name: str, op: str, a: dict, dims: tuple[int, ...], out: torch.Ten
         out = new_output(shape, rdtype, x)
     else:
         check_out(out, shape, rdtype, [x], exact_dtype=dtype is not None)
-    _reduce(name, x, out, dims, _sum_like_spec(op, x, out.dtype))
+    _reduce(name, x, out, dims, _sum_like_spec(op, x, out.dtype), queue=queue)
     return out
 
 
-@_kernel("aten::sum.IntList_out", serves=("aten::sum.dim_IntList", "aten::sum", "aten::sum.out"))
+@_kernel("aten::sum.IntList_out", serves=("aten::sum.dim_IntList", "aten::sum", "aten::sum.out"), submits=True)
 def _sum_out(a: dict) -> torch.Tensor:
-    return _sum_prod("sum", "add", a, _dims(a["self"], a["dim"]), a["out"])
+    return _sum_prod("sum", "add", a, _dims(a["self"], a["dim"]), a["out"], queue=True)
 
 
 @_kernel("aten::prod.int_out", serves=("aten::prod.dim_int",))
@@ -696,16 +786,16 @@ def _mean(a: dict, dims: tuple[int, ...], out: torch.Tensor | None) -> torch.Ten
         check_out(out, shape, rdtype, [x], exact_dtype=dtype is not None)
     n = _count(x, dims)
     elem = None if x.dtype in _FLOATS else FP32
-    _reduce("mean", x, out, dims, _Spec("add", FP32, elem=elem, post=_post_divide(n), empty=np.nan))
+    _reduce("mean", x, out, dims, _Spec("add", FP32, elem=elem, post=_post_divide(n), empty=np.nan), queue=True)
     return out
 
 
-@_kernel("aten::mean.out", serves=("aten::mean.dim", "aten::mean"))
+@_kernel("aten::mean.out", serves=("aten::mean.dim", "aten::mean"), submits=True)
 def _mean_out(a: dict) -> torch.Tensor:
     return _mean(a, _dims(a["self"], a["dim"]), a["out"])
 
 
-@_kernel("aten::mean.dtype_out")
+@_kernel("aten::mean.dtype_out", submits=True)
 def _mean_dtype_out(a: dict) -> torch.Tensor:
     return _mean(a, _dims(a["self"], None), a["out"])
 
@@ -741,16 +831,16 @@ def _amax_amin(name: str, op: str, a: dict) -> torch.Tensor:
                                f"{SCALAR_TYPE_NAMES[x.dtype]} for input's dtype and {SCALAR_TYPE_NAMES[out.dtype]} "
                                f"for out's dtype.")
         check_out(out, shape, x.dtype, [x])
-    _reduce(name, x, out, dims, _Spec(op, _value_cd(x.dtype)))
+    _reduce(name, x, out, dims, _Spec(op, _value_cd(x.dtype)), queue=True)
     return out
 
 
-@_kernel("aten::amax.out", serves=("aten::amax",))
+@_kernel("aten::amax.out", serves=("aten::amax",), submits=True)
 def _amax_out(a: dict) -> torch.Tensor:
     return _amax_amin("amax", "maximum", a)
 
 
-@_kernel("aten::amin.out", serves=("aten::amin",))
+@_kernel("aten::amin.out", serves=("aten::amin",), submits=True)
 def _amin_out(a: dict) -> torch.Tensor:
     return _amax_amin("amin", "minimum", a)
 

@@ -4,6 +4,16 @@ They are PyTorch's generic torch.Stream/torch.Event bound to the neuron
 device; the C++ guard implements them. Kernels complete before their launch
 returns, so any order of record/wait is honoured, and an event's timestamp is
 the core's device-timeline clock: elapsed_time() is device-busy time in ms.
+
+Adaptive eager (device_impl.eager) holds work back until data must exist. The
+streams and events made here (``torch.neuron.Stream/Event``, ``current_stream``,
+``default_stream``, ``Stream.record_event``) are subclasses of torch.Stream and
+torch.Event that run the queued work first wherever a program synchronises or
+timestamps: record, wait, query, synchronize, wait_event, wait_stream. (A
+plain ``torch.Stream`` from ``torch.accelerator`` cannot be hooked from Python;
+it is still ordered correctly, since every data read flushes.) PyTorch's C++
+checks reject subclasses in two places, ``torch.Stream.record_event(event)``
+and ``torch.Event.elapsed_time(other)``, so both are overridden here.
 """
 
 from __future__ import annotations
@@ -26,40 +36,125 @@ class _OnNeuron(type):
         return isinstance(obj, cls._base) and obj.device.type == "neuron"
 
 
-class Stream(metaclass=_OnNeuron):
-    """A neuron stream: ``torch.neuron.Stream()`` on the current core, or ``Stream('neuron:1')``.
+def _barrier(reason: str) -> None:
+    """Run the work adaptive eager holds back (nothing in plain eager mode)."""
+    from device_impl.dispatch.table import HOOKS
 
-    Constructs a plain ``torch.Stream`` (PyTorch's C++ checks reject subclasses
-    in some methods), so it works everywhere a torch.Stream does.
-    """
-
-    _base = torch.Stream
-
-    def __new__(cls, device: DeviceLike = None, priority: int = 0) -> torch.Stream:  # type: ignore[misc]
-        return torch.Stream(device=torch.device("neuron", device_index(device)), priority=priority)
+    if HOOKS.barrier is not None:
+        HOOKS.barrier(reason)
 
 
-class Event(metaclass=_OnNeuron):
-    """A neuron event (a plain ``torch.Event``); ``enable_timing=True`` to use elapsed_time()."""
+class _NeuronEvent(torch.Event):
+    """torch.Event whose synchronising methods run queued work first (see the module docstring)."""
 
-    _base = torch.Event
+    def __init__(self, *args, enable_timing: bool = False, **kwargs) -> None:
+        super().__init__()
+        self._timing = enable_timing
+        self._recorded_ns: int | None = None
 
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False,  # type: ignore[misc]
-                interprocess: bool = False, device: DeviceLike = None) -> torch.Event:
-        return torch.Event(device=torch.device("neuron", device_index(device)), enable_timing=enable_timing,
-                           blocking=blocking, interprocess=interprocess)
+    def record(self, stream: torch.Stream | None = None) -> None:
+        _barrier("event")
+        super().record(stream)
+        index = self.device.index
+        self._recorded_ns = C.device_time_ns(C.current_device() if index is None else index)
+
+    def wait(self, stream: torch.Stream | None = None) -> None:
+        _barrier("event")
+        super().wait(stream)
+
+    def query(self) -> bool:
+        _barrier("event")
+        return super().query()
+
+    def synchronize(self) -> None:
+        _barrier("event")
+        super().synchronize()
+
+    def elapsed_time(self, end_event: torch.Event) -> float:
+        if not isinstance(end_event, _NeuronEvent):
+            return super().elapsed_time(end_event)
+        # The C++ binding accepts only exact torch.Event arguments: the same checks and clock, here.
+        if self._recorded_ns is None or end_event._recorded_ns is None:
+            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+        if not (self._timing and end_event._timing):
+            raise RuntimeError("Both events must be created with argument 'enable_timing=True' to measure "
+                               "elapsed time.")
+        if self.device != end_event.device:
+            raise RuntimeError("Events were recorded on different neuron devices.")
+        return (end_event._recorded_ns - self._recorded_ns) / 1e6
+
+
+class _NeuronStream(torch.Stream):
+    """torch.Stream whose synchronising methods run queued work first (see the module docstring)."""
+
+    def synchronize(self) -> None:
+        _barrier("stream")
+        super().synchronize()
+
+    def query(self) -> bool:
+        _barrier("stream")
+        return super().query()
+
+    def wait_event(self, event: torch.Event) -> None:
+        _barrier("event")
+        super().wait_event(event)
+
+    def wait_stream(self, stream: torch.Stream) -> None:
+        _barrier("stream")
+        super().wait_stream(stream)
+
+    def record_event(self, event: torch.Event | None = None) -> torch.Event:
+        if event is None:
+            event = _NeuronEvent(device=self.device)
+        event.record(self)
+        return event
+
+    def __enter__(self):
+        _barrier("stream")
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        _barrier("stream")
+        return super().__exit__(*exc)
 
 
 _PRIVATEUSE1 = 20  # c10::DeviceType::PrivateUse1, the type index of "neuron"
 
 
+def _neuron_stream(stream: torch.Stream) -> torch.Stream:
+    return _NeuronStream(stream_id=stream.stream_id, device_index=stream.device_index, device_type=_PRIVATEUSE1)
+
+
+class Stream(metaclass=_OnNeuron):
+    """A neuron stream: ``torch.neuron.Stream()`` on the current core, or ``Stream('neuron:1')``.
+
+    A torch.Stream (subclass; see the module docstring), so it works where a torch.Stream does.
+    """
+
+    _base = torch.Stream
+
+    def __new__(cls, device: DeviceLike = None, priority: int = 0) -> torch.Stream:  # type: ignore[misc]
+        return _neuron_stream(torch.Stream(device=torch.device("neuron", device_index(device)), priority=priority))
+
+
+class Event(metaclass=_OnNeuron):
+    """A neuron event (a torch.Event subclass); ``enable_timing=True`` to use elapsed_time()."""
+
+    _base = torch.Event
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False,  # type: ignore[misc]
+                interprocess: bool = False, device: DeviceLike = None) -> torch.Event:
+        return _NeuronEvent(device=torch.device("neuron", device_index(device)), enable_timing=enable_timing,
+                            blocking=blocking, interprocess=interprocess)
+
+
 def current_stream(device: DeviceLike = None) -> torch.Stream:
-    return torch.accelerator.current_stream(torch.device("neuron", device_index(device)))
+    return _neuron_stream(torch.accelerator.current_stream(torch.device("neuron", device_index(device))))
 
 
 def default_stream(device: DeviceLike = None) -> torch.Stream:
     """Stream id 0, the default stream of every core."""
-    return torch.Stream(stream_id=0, device_index=device_index(device), device_type=_PRIVATEUSE1)
+    return _NeuronStream(stream_id=0, device_index=device_index(device), device_type=_PRIVATEUSE1)
 
 
 def set_stream(stream: torch.Stream) -> None:

@@ -1,0 +1,191 @@
+"""A run of elementwise steps executed together, one tile region at a time.
+
+Per region, each external input is DMA-loaded once, every step's ``emit`` runs
+on SBUF tiles (a step reading an earlier step's output takes that step's result
+tile, already rounded to the output dtype as the eager store would have), and
+each output anyone can still observe is stored once. The numerics are therefore
+bit-identical to running the steps one by one: the same emits on the same
+values in the same dtypes. (Elementwise emits compute each element on its own,
+so the shape of the region does not matter.)
+
+``Chain`` is the plan (which slot each operand reads, which loads and stores
+happen, when tiles die), independent of the tensors and scalars of one run;
+``run_region`` executes it on a region given the resolved views of one run.
+Regions are flat (consecutive elements in each output's memory order, as
+``common.elementwise`` tiles) or boxes of a ``[batch, rows, cols]`` view (the
+tiles of a reduction or of a matmul's output blocks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import torch
+
+from device_impl.eager.capture import Step
+from device_impl.eager.fusion import View
+from device_impl.eager.stats import STATS
+from device_impl.kernels.common import Pointwise, prepare_elementwise
+
+SCRATCH_BYTES = 6 * 4  # per element: fp32 scratch tiles an emit may allocate (gelu_backward uses 3 + masks)
+
+
+@dataclass(frozen=True)
+class Chain:
+    routes: tuple  # per step, per operand: slot to read, or None for a scalar
+    loads: tuple  # per step, per operand: True when that slot is loaded from HBM there
+    results: tuple  # per step: the slot its result goes to
+    releases: tuple  # per step: slots whose last use is that step
+    peak: int  # most tile bytes per element live at once (emit scratch excluded)
+    slots: int
+
+    @property
+    def bytes_per_element(self) -> int:
+        return self.peak + SCRATCH_BYTES
+
+
+def plan_chain(steps: Sequence[Step], preset: Mapping[tuple, tuple[int, int]] = {},
+               keep: frozenset = frozenset()) -> tuple[Chain, dict[tuple, int]]:
+    """Slots for ``steps``. ``preset``: View.key -> (slot, itemsize) of tiles the caller provides
+    (a matmul's result block); ``keep``: keys whose final tile the caller still needs (a reduction's
+    input). Returns the chain and the final slot of every key."""
+    slot_of: dict[tuple, int] = {k: s for k, (s, _) in preset.items()}
+    itemsize: list[int] = [0] * len(preset)
+    for s, size in preset.values():
+        itemsize[s] = size
+    last_use: list[int] = [-1] * len(preset)
+    routes, loads, results = [], [], []
+    for j, step in enumerate(steps):
+        route, load = [], []
+        for o in step.operands:
+            if not isinstance(o, torch.Tensor):
+                route.append(None)
+                load.append(False)
+                continue
+            key = View.of(o).key
+            slot = slot_of.get(key)
+            load.append(slot is None)
+            if slot is None:
+                slot = slot_of[key] = len(itemsize)
+                itemsize.append(o.element_size())
+                last_use.append(j)
+            last_use[slot] = j
+            route.append(slot)
+        slot = slot_of[View.of(step.out).key] = len(itemsize)
+        itemsize.append(step.out.element_size())
+        last_use.append(j)
+        routes.append(tuple(route))
+        loads.append(tuple(load))
+        results.append(slot)
+    for key in keep:
+        last_use[slot_of[key]] = len(steps)  # outlives the chain: the caller releases it
+    releases = [[] for _ in steps]
+    for slot, j in enumerate(last_use):
+        if 0 <= j < len(steps):
+            releases[j].append(slot)
+    live = sum(itemsize[s] for s, _ in preset.values())
+    peak = live
+    for j in range(len(steps)):
+        live += sum(itemsize[s] for s, is_load in zip(routes[j], loads[j]) if is_load) + itemsize[results[j]]
+        peak = max(peak, live)
+        live -= sum(itemsize[s] for s in releases[j])
+    chain = Chain(tuple(routes), tuple(loads), tuple(results), tuple(tuple(r) for r in releases), peak,
+                  len(itemsize))
+    return chain, slot_of
+
+
+def stores(steps: Sequence[Step], stored: Sequence[bool]) -> list[bool]:
+    """Per step, whether its result goes to HBM: observable (``stored``), and not overwritten later
+    in the chain (a layout written twice needs only its last value)."""
+    last_write = {View.of(step.out).key: j for j, step in enumerate(steps)}
+    result = []
+    for j, step in enumerate(steps):
+        keep = stored[j] and last_write[View.of(step.out).key] == j
+        if not keep:
+            STATS.stores_elided += 1
+        result.append(keep)
+    return result
+
+
+def prepare(steps: Sequence[Step]) -> list[Pointwise]:
+    return [prepare_elementwise(s.out, s.operands, s.common_dtype, s.promoted, s.round_scalars) for s in steps]
+
+
+def as_boxes(prepared: Sequence[Pointwise], shape: tuple[int, int, int]) -> list[tuple[np.ndarray, list]] | None:
+    """Each step's output and operand views as ``shape`` ([batch, rows, cols], no copies), or None if
+    one cannot be viewed so (its broadcast does not line up with the rows)."""
+    boxes = []
+    for pw in prepared:
+        out = _reshaped(pw.out_view, shape)
+        views = [None if v is None else _reshaped(v, shape) for v in pw.views]
+        if out is None or any(v is None for v, o in zip(views, pw.views) if o is not None):
+            return None
+        boxes.append((out, views))
+    return boxes
+
+
+def _reshaped(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
+    view = a.view()
+    try:
+        view.shape = shape
+    except AttributeError:
+        return None
+    return view
+
+
+class StepError(Exception):
+    """Carries which step of a group raised (its original exception is ``__cause__``)."""
+
+    def __init__(self, step: Any):
+        super().__init__(step.op)
+        self.step = step
+
+
+def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Pointwise], store: Sequence[bool],
+               slots: list, p: int, f: int, flat: tuple[int, int] | None = None, box: tuple | None = None,
+               boxes: Sequence[tuple[np.ndarray, list]] | None = None) -> None:
+    """Run every step on one region: ``flat=(start, stop)`` of each output's flat elements, or
+    ``box=(batch, r0, r1, c0, c1)`` of the views in ``boxes``. ``slots`` holds the live tiles by
+    slot (provided ones filled in by the caller) and is updated in place."""
+    if box is not None:
+        b, r0, r1, c0, c1 = box
+    for j, step in enumerate(steps):
+        pw = prepared[j]
+        tiles: list[Any] = []
+        scratch = []
+        for i, slot in enumerate(chain.routes[j]):
+            if slot is None:
+                tiles.append(pw.scalars[i])
+                continue
+            if chain.loads[j][i]:
+                tile = slots[slot] = nc.sbuf_tile((p, f), pw.views[i].dtype)
+                if flat is not None:
+                    nc.dma.load_flat(tile, pw.views[i], flat[0], flat[1])
+                else:
+                    nc.dma.load(tile, boxes[j][1][i][b, r0:r1, c0:c1])
+            tile = slots[slot]
+            if pw.convert[i]:
+                converted = nc.sbuf_tile((p, f), pw.target)
+                nc.vector.tensor_copy(converted, tile)
+                scratch.append(converted)
+                tile = converted
+            tiles.append(tile)
+        result = slots[chain.results[j]] = nc.sbuf_tile((p, f), pw.out_view.dtype)
+        emit_mark = nc.mark()
+        try:
+            step.emit(nc, result, *tiles)
+        except Exception as error:
+            raise StepError(step) from error
+        nc.release_to(emit_mark)
+        if store[j]:
+            if flat is not None:
+                nc.dma.store_flat(pw.out_view, flat[0], flat[1], result)
+            else:
+                nc.dma.store(boxes[j][0][b, r0:r1, c0:c1], result)
+        for tile in scratch:
+            nc.release(tile)
+        for slot in chain.releases[j]:
+            nc.release(slots[slot])
+            slots[slot] = None

@@ -1,0 +1,236 @@
+"""Tile programs for groups of queued steps (fusion.py), cached by signature, and running them.
+
+* elementwise: one pass over flat tiles of the outputs (chain.py per tile).
+* reduce: per block of 128 rows and column chunk, the producing chain runs on
+  that box and the reduction folds the resulting tile with the calls its own
+  kernel makes (``reduction.row_accumulate``/``row_finish``, same chunking), so
+  it computes exactly what the kernel computes after reading the tile from HBM.
+* matmul: the matmul's own schedule (``MatmulPlan.run``) with an epilogue that
+  receives each evacuated output block in the output dtype (what eager stores)
+  and runs the chain of elementwise steps on it.
+
+A program is the part that does not depend on one run's tensors and scalars:
+the chain's slots and whether the fused form fits SBUF and lines up with the
+rows. It is cached by the group's signature: kinds, op names, the layouts of
+every tensor, which storages coincide, dtypes and promotion arguments. The emits
+(closures over each call's scalars) and the reduction's spec are bound per run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from device_impl.eager import chain as chains
+from device_impl.eager.capture import MatmulStep, ReduceStep, Step
+from device_impl.eager.fusion import Group, View, split
+from device_impl.eager.stats import STATS
+from device_impl.engine import launch
+from device_impl.engine.constants import PLATFORM
+from device_impl.kernels import matmul as mm
+from device_impl.kernels import reduction as red
+from device_impl.kernels.common import flat_tiles
+
+SBUF_BUDGET = int(PLATFORM.sbuf_bytes_per_partition * 0.9)  # per partition, for one program's tiles
+REDUCE_SCRATCH = 2 * 4  # per element: a reduction's transform (a cast and a square, fp32)
+EPILOGUE_BUDGET = 24 * 1024  # per partition: what a matmul's schedule leaves free for its epilogue
+
+
+@dataclass(frozen=True)
+class Program:
+    name: str
+    kind: str
+    chain: chains.Chain | None
+    slot_of: dict  # View.key -> final slot, for the keys the program hands to or takes from the chain
+    fits: bool  # the fused form fits SBUF and every view lines up (else: split)
+    free_max: int = 0  # elementwise: elements per partition per tile
+
+
+def _name(kind: str, steps: Sequence[Any]) -> str:
+    names = [s.name if isinstance(s, Step) else s.plan.name for s in steps]
+    shown = "+".join(names[:4]) + (f"+{len(names) - 4} more" if len(names) > 4 else "")
+    return f"fused[{shown}]" if kind == "elementwise" else f"fused_{kind}[{shown}]"
+
+
+def signature(group: Group) -> tuple:
+    storages: dict[int, int] = {}
+
+    def describe(t: torch.Tensor) -> tuple:
+        ptr = t.untyped_storage().data_ptr()
+        return (storages.setdefault(ptr, len(storages)), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+
+    parts = []
+    for step in group.steps:
+        if isinstance(step, Step):
+            operands = tuple(describe(o) if isinstance(o, torch.Tensor) else type(o) for o in step.operands)
+            parts.append((step.name, describe(step.out), operands, step.common_dtype, step.promoted,
+                          step.round_scalars, step.free_max))
+        elif isinstance(step, ReduceStep):
+            p = step.plan
+            parts.append(("reduce", p.name, describe(p.x), describe(p.out), p.rows, p.cols))
+        else:
+            parts.append(("matmul", step.plan.name, describe(step.out)))
+    return (group.kind, tuple(parts))
+
+
+def _plan(group: Group, prepared: Sequence[Any]) -> Program:
+    kind, steps = group.kind, group.steps
+    if kind == "elementwise":
+        chain, slot_of = chains.plan_chain(steps)
+        free_max = max(1, min(steps[0].free_max, SBUF_BUDGET // chain.bytes_per_element))
+        return Program(_name(kind, steps), kind, chain, slot_of, True, free_max)
+    if kind == "reduce":
+        reduce_step: ReduceStep = steps[-1]
+        x_key = View.of(reduce_step.plan.x).key
+        chain, slot_of = chains.plan_chain(steps[:-1], keep=frozenset({x_key}))
+        f = min(reduce_step.plan.cols, red.CHUNK)
+        fits = (chains.as_boxes(prepared, (1, reduce_step.plan.rows, reduce_step.plan.cols)) is not None
+                and (chain.bytes_per_element + REDUCE_SCRATCH) * f <= SBUF_BUDGET)
+        return Program(_name(kind, steps), kind, chain, slot_of, fits)
+    product: MatmulStep = steps[0]
+    out = product.out
+    preset = {View.of(out).key: (0, out.element_size())}
+    chain, slot_of = chains.plan_chain(steps[1:], preset=preset)
+    fits = (chains.as_boxes(prepared, _product_shape(product)) is not None
+            and chain.bytes_per_element * mm.EVACUATION_CHUNK <= EPILOGUE_BUDGET)
+    return Program(_name(kind, steps), kind, chain, slot_of, fits)
+
+
+def _product_shape(step: MatmulStep) -> tuple[int, int, int]:
+    shape = tuple(step.out.shape)
+    return shape if step.plan.batched else (1,) + shape
+
+
+_CACHE: dict[tuple, Program] = {}
+
+
+def program_for(group: Group, prepared: Sequence[Any]) -> Program:
+    key = signature(group)
+    program = _CACHE.get(key)
+    if program is None:
+        program = _CACHE[key] = _plan(group, prepared)
+        STATS.programs_cached += 1
+    else:
+        STATS.cache_hits += 1
+    return program
+
+
+def clear_cache() -> None:
+    _CACHE.clear()
+
+
+@dataclass
+class Ready:
+    """A group about to run: its program (None for a single launch) and its resolved views."""
+
+    group: Group
+    program: Program | None
+    prepared: list
+
+
+def finalize(groups: Sequence[Group]) -> list[Ready]:
+    """Programs for the groups, splitting any whose fused form cannot be built into plain launches."""
+    ready: list[Ready] = []
+    for group in groups:
+        if len(group.steps) == 1:
+            ready.append(Ready(group, None, []))
+            continue
+        ew = [s for s in group.steps if isinstance(s, Step)]
+        prepared = chains.prepare(ew)
+        program = program_for(group, prepared)
+        if program.fits:
+            ready.append(Ready(group, program, prepared))
+            continue
+        STATS.splits += 1
+        for part in split(group):
+            ready.extend(finalize([part]))
+    return ready
+
+
+def run(item: Ready, stored: Sequence[bool]) -> None:
+    """Execute one finalized group (``stored``: per step, whether its output must reach HBM)."""
+    group, program = item.group, item.program
+    if program is None:
+        step = group.steps[0]
+        try:
+            step.run()
+        except Exception as error:
+            raise chains.StepError(step) from error
+        return
+    STATS.fused_groups += 1
+    STATS.fused_ops += len(group.steps)
+    if program.kind == "elementwise":
+        _run_elementwise(program, group.steps, item.prepared, chains.stores(group.steps, stored))
+    elif program.kind == "reduce":
+        STATS.reductions_fused += 1
+        _run_reduce(program, group.steps, item.prepared, chains.stores(group.steps[:-1], stored[:-1]))
+    else:
+        STATS.epilogue_ops += len(group.steps) - 1
+        _run_matmul(program, group.steps, item.prepared, stored[0], chains.stores(group.steps[1:], stored[1:]))
+
+
+def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store) -> None:
+    numel = steps[0].out.numel()
+    slots: list[Any] = [None] * program.chain.slots
+    with launch(program.name, steps[0].out.device.index) as nc:
+        for start, stop, p, f in flat_tiles(numel, program.free_max):
+            mark = nc.mark()
+            chains.run_region(nc, program.chain, steps, prepared, store, slots, p, f, flat=(start, stop))
+            nc.release_to(mark)
+
+
+def _run_reduce(program: Program, steps: Sequence[Any], prepared, store) -> None:
+    producers, reduce_step = steps[:-1], steps[-1]
+    plan = reduce_step.plan
+    spec = plan.spec
+    x_slot = program.slot_of[View.of(plan.x).key]
+    boxes = chains.as_boxes(prepared, (1, plan.rows, plan.cols))
+    out_rows = plan.out_rows()
+    slots: list[Any] = [None] * program.chain.slots
+    chunks = plan.column_chunks()
+    with launch(program.name, plan.out.device.index) as nc:
+        for r0, r1 in plan.row_blocks():
+            p = r1 - r0
+            acc = nc.sbuf_tile((p, 1), spec.cd)
+            for j, (c0, c1) in enumerate(chunks):
+                mark = nc.mark()
+                chains.run_region(nc, program.chain, producers, prepared, store, slots, p, c1 - c0,
+                                  box=(0, r0, r1, c0, c1), boxes=boxes)
+                try:
+                    red.row_accumulate(nc, spec, acc, slots[x_slot], j)
+                except Exception as error:
+                    raise chains.StepError(reduce_step) from error
+                slots = [None] * program.chain.slots  # everything left is freed at the mark
+                nc.release_to(mark)
+            res = red.row_finish(nc, spec, acc, out_rows.dtype)
+            nc.dma.store(out_rows[r0:r1], res)
+            nc.release(res)
+            nc.release(acc)
+
+
+def _run_matmul(program: Program, steps: Sequence[Any], prepared, store_product: bool, store) -> None:
+    product, epilogue = steps[0], steps[1:]
+    plan = product.plan
+    boxes = chains.as_boxes(prepared, _product_shape(product))
+    out3 = chains._reshaped(mm.hbm(plan.out), _product_shape(product))
+    chain = program.chain
+
+    def finish(nc, tile, b: int, m0: int, m1: int, n0: int, n1: int) -> None:
+        if store_product:
+            nc.dma.store(out3[b, m0:m1, n0:n1], tile)
+        slots: list[Any] = [None] * chain.slots
+        slots[0] = tile
+        mark = nc.mark()
+        chains.run_region(nc, chain, epilogue, prepared, store, slots, m1 - m0, n1 - n0,
+                          box=(b, m0, m1, n0, n1), boxes=boxes)
+        nc.release_to(mark)  # the product's tile, if still live, is _finish_block's to free
+
+    with launch(program.name, plan.out.device.index) as nc:
+        try:
+            plan.run(nc, finish)
+        except chains.StepError:
+            raise
+        except Exception as error:
+            raise chains.StepError(product) from error
