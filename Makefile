@@ -30,11 +30,49 @@ core: setup
 test: core
 	$(PY) -m pytest tests opsuite
 
+# `make report`: the main job. Every step reads or writes build/; the last one renders
+# build/reports/*.html from build/results.sqlite and the files beside it, then prints a summary.
+# A step that finds failures (conformance, a benchmark) does not stop the report: it shows them.
+# Knobs: REPORT_MODE_BUDGET (seconds per op-suite mode, 0 = no limit; a mode cut short keeps the
+# cases it ran), REPORT_OPINFO_SAMPLES (OpInfo samples per op), REPORT_BENCH (pytest-benchmark flags).
+REPORT_MODE_BUDGET ?= 240
+REPORT_OPINFO_SAMPLES ?= 1
+REPORT_OPINFO_BUDGET ?= 360
+REPORT_BENCH ?= --benchmark-max-time=0.25 --benchmark-min-rounds=3
+# exit status of a step that may find failures: 0 ok, 1 failures found (shown in the report),
+# 124 cut by its time budget; anything else is an error that stops the report
+ALLOWED = case $$status in 0) ;; 1) echo "  (failures found: see the report)";; 124) echo "  (stopped by its time budget; what it ran is kept)";; *) echo "  step failed with status $$status"; exit $$status;; esac
+
 report: core
-	mkdir -p build/reports
-	$(PY) -m device_impl smoke | tee build/reports/smoke.txt
-	$(PY) -m pytest tests -q -p no:cacheprovider --junitxml=build/reports/unit-tests.xml | tail -n 3 | tee build/reports/unit-tests.txt
-	$(PY) benches/elementwise_ratio.py | tee build/reports/elementwise-ratio.txt
+	@mkdir -p build/reports build/benchmarks build/traces
+	@date +%s > build/reports/.started
+	@modes=$$($(PY) -c 'from harness import modes; print(" ".join(m for m in modes.MODES if modes.get(m).available("neuron") is None))'); \
+	echo "[report 1/6] conformance: pytest opsuite in each mode the device provides: $$modes"; \
+	for mode in $$modes; do \
+	  echo "-- mode $$mode (budget $(REPORT_MODE_BUDGET) s)"; \
+	  status=0; timeout --signal=INT --kill-after=60 $(REPORT_MODE_BUDGET) \
+	    $(PY) -m pytest opsuite -q -p no:cacheprovider --neuron-mode $$mode -o console_output_style=count \
+	    --tb=no -rN || status=$$?; $(ALLOWED); \
+	done
+	@echo "[report 2/6] PyTorch OpInfo sweep, $(REPORT_OPINFO_SAMPLES) sample(s) per op (budget $(REPORT_OPINFO_BUDGET) s)"
+	@status=0; timeout --signal=INT --kill-after=60 $(REPORT_OPINFO_BUDGET) \
+	  $(PY) -m harness opinfo --max-samples $(REPORT_OPINFO_SAMPLES) 2>&1 | tr '\r' '\n' \
+	  | awk '/^\[[0-9]+\/[0-9]+\]/ { n++; if (n % 100 == 0) print "  " $$1; next } /xfails.toml entry/ { next } { print }' \
+	  || status=$$?; $(ALLOWED)
+	@echo "[report 3/6] core ATen opset coverage -> build/coverage.json"
+	@$(PY) -m device_impl.coverage --json > build/coverage.json.tmp && mv build/coverage.json.tmp build/coverage.json
+	@echo "[report 4/6] benchmarks: every quick case in CPU eager and each neuron mode (pytest-benchmark)"
+	@status=0; $(PY) -m pytest benches --benchmark-only -v -p no:cacheprovider $(REPORT_BENCH) --tb=no -rN \
+	  -o console_output_style=count | awk '/neuron mode \/ CPU eager/ { table = 1 } \
+	  table || / (PASSED|FAILED|SKIPPED|ERROR) / { sub(/^benches\/test_modes_benchmark.py::/, "  "); print }' \
+	  || status=$$?; $(ALLOWED)
+	@echo "[report 5/6] engine timeline of a 512^3 bf16 matmul -> build/traces"
+	@$(PY) benches/matmul_timeline.py
+	@if ls build/asv/results/*/*.json > /dev/null 2>&1; then echo "  asv results found: asv publish -> build/asv-html"; \
+	  $(VENV)/bin/asv publish > build/reports/asv-publish.log 2>&1 || echo "  asv publish failed: build/reports/asv-publish.log"; fi
+	@echo "[report 6/6] reports"
+	@$(PY) -m reports --store build/results.sqlite --out build/reports | tee build/reports/summary.txt
+	@echo "make report took $$(( $$(date +%s) - $$(cat build/reports/.started) )) s"
 
 clean:
 	rm -rf build

@@ -61,6 +61,15 @@ def pytest_groups(doc: dict) -> list[dict[str, Any]]:
             if entry.get("ratio_vs_cpu_eager") is None and base and entry.get("min"):
                 entry["ratio_vs_cpu_eager"] = entry["min"] / base
         rows.append(group)
+    for failure in doc.get("neuronsim", {}).get("failed", []):
+        group = groups.get((failure.get("case"), failure.get("dtype")))
+        if group is None:
+            group = groups[(failure.get("case"), failure.get("dtype"))] = {
+                "case": failure.get("case"), "dtype": failure.get("dtype"), "description": "", "modes": {}}
+            rows.append(group)
+        group.setdefault("failed", {})[failure.get("mode")] = failure.get("error", "")
+    for group in rows:
+        group.setdefault("failed", {})
     return rows
 
 
@@ -210,6 +219,7 @@ def build(benchmarks_dir: Path, asv_results_dir: Path, asv_html: Path, out_dir: 
         "pytest_commit": ((doc or {}).get("commit_info") or {}).get("id"),
         "groups": groups,
         "skipped": neuronsim.get("skipped", {}),
+        "failed": neuronsim.get("failed", []),
         "charts": pytest_charts(groups),
         "geomeans": {m: v for m, v in geomeans.items() if v is not None},
         "modes": MODES,

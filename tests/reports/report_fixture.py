@@ -111,7 +111,9 @@ def write_build(build: Path) -> None:
             benchmarks.append({"group": f"{case} {dtype}", "name": f"test_mode[{case}-{dtype}-{mode}]",
                                "extra_info": info, "stats": {"min": best, "median": best * 1.1, "rounds": 5}})
     doc = {"datetime": "2026-01-02T03:04:05", "commit_info": {"id": "abc123"}, "benchmarks": benchmarks,
-           "neuronsim": {"skipped": {"compiled": "torch.compile backend 'neuron' is not registered yet"}}}
+           "neuronsim": {"skipped": {"compiled": "torch.compile backend 'neuron' is not registered yet"},
+                         "failed": [{"case": "matmul_128", "dtype": "fp32", "mode": "compiled", "when": "call",
+                                     "error": f"BackendCompilerFailed: {HOSTILE}"}]}}
     (build / "benchmarks" / "pytest-benchmark-20260102T030405.json").write_text(json.dumps(doc))
     trace = {"traceEvents": [
         {"name": "mm", "cat": "kernel", "ph": "X", "pid": 0, "tid": 0, "ts": 0.0, "dur": 10.0,

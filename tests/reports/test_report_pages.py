@@ -178,8 +178,12 @@ def test_performance_puts_modes_side_by_side_with_ratios(built):
     fixture, report = built
     rows = parse(fixture.out / "performance.html").tables["modes-table"]
     matmul = next(r for r in rows if r[0] == "matmul_128")
-    # cpu 1 ms; eager 5 ms = 5x; adaptive 2.5 ms = 2.5x; compiled skipped
-    assert matmul[1:] == ["fp32", "1 ms", "5 ms", "5×", "2.5 ms", "2.5×", "skipped", ""]
+    # cpu 1 ms; eager 5 ms = 5x; adaptive 2.5 ms = 2.5x; compiled failed (its error is listed)
+    assert matmul[1:] == ["fp32", "1 ms", "5 ms", "5×", "2.5 ms", "2.5×", "failed", ""]
+    hostile = next(r for r in rows if r[0] == HOSTILE)
+    assert hostile[1:] == ["bf16", "200 µs", "2 ms", "10×", "skipped", "", "skipped", ""]
+    failed = parse(fixture.out / "performance.html").tables["failed-benchmarks"]
+    assert failed[1] == ["matmul_128", "fp32", "compiled", f"BackendCompilerFailed: {HOSTILE}"]
     perf = report["performance"]
     assert perf["geomeans"]["eager"] == pytest.approx((5 * 10) ** 0.5)
     html = (fixture.out / "performance.html").read_text()
