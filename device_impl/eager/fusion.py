@@ -11,7 +11,9 @@ Three kinds of group (programs.py runs them):
   they are computed, instead of reading them back from HBM.
 * ``matmul``: a matmul followed by elementwise steps on its result (bias,
   activation, scale, residual): they run on each output block as it leaves
-  PSUM, instead of a store and a reload.
+  PSUM, instead of a store and a reload. A step joins only if it reads the
+  product or an earlier epilogue result, and no reduction reads its own
+  result (that step rather starts a group the reduction can fuse into).
 
 Hazards decide where a group ends. Within a group, elements are processed tile
 by tile, so a step may read a tensor the group wrote only if it reads exactly
@@ -97,11 +99,15 @@ class Group:
         return not conflicts(write, self.touched) and not any(write.overlaps(p) for p in self.pinned)
 
 
-def _epilogue_fits(group: Group, step: Step) -> bool:
-    """An elementwise step can run on the matmul's output blocks: same elements, same order."""
+def _epilogue_fits(group: Group, step: Step, reads: list[View], write: View, reduced: set) -> bool:
+    """An elementwise step can run on the matmul's output blocks: same elements, same order; it
+    reads the product (or the epilogue's results); and no reduction reads its result (it then
+    starts an elementwise group the reduction can fuse into instead)."""
     product = group.steps[0].out
+    written = {w.key for w in group.written}
     return (len(group.steps) <= MAX_GROUP and product.is_contiguous() and step.out.is_contiguous()
-            and step.out.numel() == product.numel() and step.out.device == product.device)
+            and step.out.numel() == product.numel() and step.out.device == product.device
+            and any(r.key in written for r in reads) and write.key not in reduced)
 
 
 def _reduction_fits(group: Group, step: ReduceStep, reads: list[View], write: View) -> bool:
@@ -117,6 +123,7 @@ def partition(steps: Sequence[AnyStep]) -> list[Group]:
     """Split the queue, in order, into groups (see the module docstring)."""
     groups: list[Group] = []
     current: Group | None = None
+    reduced = {View.of(step.plan.x).key for step in steps if isinstance(step, ReduceStep)}
 
     def start(kind: str, key: tuple | None = None) -> Group:
         group = Group(kind, key=key)
@@ -147,7 +154,7 @@ def partition(steps: Sequence[AnyStep]) -> list[Group]:
             if current.kind == "elementwise" and key == current.key and len(current.steps) < MAX_GROUP:
                 current.add(step, reads, write)
                 continue
-            if current.kind == "matmul" and _epilogue_fits(current, step):
+            if current.kind == "matmul" and _epilogue_fits(current, step, reads, write, reduced):
                 current.add(step, reads, write)
                 continue
         current = start("elementwise", key)

@@ -43,9 +43,9 @@ class Program:
     name: str
     kind: str
     chain: chains.Chain | None
-    slot_of: dict  # View.key -> final slot, for the keys the program hands to or takes from the chain
     fits: bool  # the fused form fits SBUF and every view lines up (else: split)
     free_max: int = 0  # elementwise: elements per partition per tile
+    x_slot: int = 0  # reduce: the chain slot holding the reduction's input (matmul: the product is slot 0)
 
 
 def _name(kind: str, steps: Sequence[Any]) -> str:
@@ -78,9 +78,9 @@ def signature(group: Group) -> tuple:
 def _plan(group: Group, prepared: Sequence[Any]) -> Program:
     kind, steps = group.kind, group.steps
     if kind == "elementwise":
-        chain, slot_of = chains.plan_chain(steps)
+        chain, _ = chains.plan_chain(steps)
         free_max = max(1, min(steps[0].free_max, SBUF_BUDGET // chain.bytes_per_element))
-        return Program(_name(kind, steps), kind, chain, slot_of, True, free_max)
+        return Program(_name(kind, steps), kind, chain, True, free_max)
     if kind == "reduce":
         reduce_step: ReduceStep = steps[-1]
         x_key = View.of(reduce_step.plan.x).key
@@ -88,14 +88,14 @@ def _plan(group: Group, prepared: Sequence[Any]) -> Program:
         f = min(reduce_step.plan.cols, red.CHUNK)
         fits = (chains.as_boxes(prepared, (1, reduce_step.plan.rows, reduce_step.plan.cols)) is not None
                 and (chain.bytes_per_element + REDUCE_SCRATCH) * f <= SBUF_BUDGET)
-        return Program(_name(kind, steps), kind, chain, slot_of, fits)
+        return Program(_name(kind, steps), kind, chain, fits, x_slot=slot_of[x_key])
     product: MatmulStep = steps[0]
     out = product.out
     preset = {View.of(out).key: (0, out.element_size())}
-    chain, slot_of = chains.plan_chain(steps[1:], preset=preset)
+    chain, _ = chains.plan_chain(steps[1:], preset=preset)
     fits = (chains.as_boxes(prepared, _product_shape(product)) is not None
             and chain.bytes_per_element * mm.EVACUATION_CHUNK <= EPILOGUE_BUDGET)
-    return Program(_name(kind, steps), kind, chain, slot_of, fits)
+    return Program(_name(kind, steps), kind, chain, fits)
 
 
 def _product_shape(step: MatmulStep) -> tuple[int, int, int]:
@@ -168,6 +168,7 @@ def run(item: Ready, stored: Sequence[bool]) -> None:
         _run_reduce(program, group.steps, item.prepared, chains.stores(group.steps[:-1], stored[:-1]))
     else:
         STATS.epilogue_ops += len(group.steps) - 1
+        STATS.stores_elided += not stored[0]
         _run_matmul(program, group.steps, item.prepared, stored[0], chains.stores(group.steps[1:], stored[1:]))
 
 
@@ -185,7 +186,7 @@ def _run_reduce(program: Program, steps: Sequence[Any], prepared, store) -> None
     producers, reduce_step = steps[:-1], steps[-1]
     plan = reduce_step.plan
     spec = plan.spec
-    x_slot = program.slot_of[View.of(plan.x).key]
+    x_slot = program.x_slot
     boxes = chains.as_boxes(prepared, (1, plan.rows, plan.cols))
     out_rows = plan.out_rows()
     slots: list[Any] = [None] * program.chain.slots

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import sys
 import threading
+import traceback
 from collections import Counter
 from typing import Any, Callable, Iterable
 
@@ -151,13 +152,27 @@ class Queue:
     def _run(self, steps: list[AnyStep], refs: Counter[int], reason: str) -> None:
         ready = programs.finalize(fusion.partition(steps))
         stored = self._observable(ready, refs)
+        failure: tuple[str, BaseException] | None = None
         for item, item_stored in zip(ready, stored):
             STATS.groups += 1
             try:
                 programs.run(item, item_stored)
             except StepError as failed:
                 STATS.errors += 1
-                raise _named(failed.__cause__, failed.step.op, reason) from failed.__cause__
+                failure = (failed.step.op, failed.__cause__)
+                traceback.clear_frames(failed.__traceback__)
+                break
+        if failure is None:
+            return
+        # Raised outside the handler, with the frames' tensors dropped: the error may live long (a user's
+        # handler, a test report) and must not keep the queue's device memory alive.
+        op, cause = failure
+        traceback.clear_frames(cause.__traceback__)
+        steps.clear()
+        ready.clear()
+        stored.clear()
+        item = item_stored = None  # noqa: F841
+        raise _named(cause, op, reason) from cause
 
     def _observable(self, ready: list[programs.Ready], refs: Counter[int]) -> list[list[bool]]:
         """Per step, whether its output must reach HBM (see the module docstring)."""
