@@ -66,6 +66,15 @@ def collectives(rank: int, world: int) -> dict:
     outputs = [torch.empty(rank + 1, device=dev) for _ in range(world)]  # uneven splits
     dist.all_to_all(outputs, [torch.full((j + 1,), 10.0 * rank + j, device=dev) for j in range(world)])
     out["all_to_all"] = [_values(o) for o in outputs]
+    t = torch.full((2,), float(rank + 1), device=dev)
+    dist.reduce(t, dst=0, op=dist.ReduceOp.PRODUCT)
+    out["reduce"] = _values(t) if rank == 0 else None
+    gather_list = [torch.empty(2, device=dev) for _ in range(world)] if rank == 0 else None
+    dist.gather(torch.full((2,), 5.0 + rank, device=dev), gather_list, dst=0)
+    out["gather"] = [_values(g) for g in gather_list] if rank == 0 else None
+    piece = torch.empty(3, device=dev)
+    dist.scatter(piece, [torch.full((3,), 20.0 + j, device=dev) for j in range(world)] if rank == 1 else None, src=1)
+    out["scatter"] = _values(piece)
     dist.barrier()
     out["barrier"] = True
     if rank == 0:

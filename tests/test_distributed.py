@@ -133,6 +133,12 @@ def test_all_to_all(collectives):
         assert r["all_to_all"] == [[10.0 * src + j] * (j + 1) for src in range(WORLD)]
 
 
+def test_reduce_gather_scatter(collectives):
+    assert collectives[0]["reduce"] == [2.0, 2.0]  # 1 * 2 on the destination
+    assert collectives[0]["gather"] == [[5.0, 5.0], [6.0, 6.0]]
+    assert [r["scatter"] for r in collectives] == [[20.0] * 3, [21.0] * 3]
+
+
 def test_barrier_send_recv(collectives):
     assert all(r["barrier"] for r in collectives)
     assert collectives[1]["recv"] == [0.5, 1.5, 2.5, 3.5]
