@@ -161,6 +161,25 @@ def test_eager_training_step_padded_to_128_matches_cpu(name, fresh_stats):
     assert set(_fallbacks()) <= ADAMW_FALLBACKS, _fallbacks()
 
 
+@pytest.mark.parametrize("name", ("llama", "gpt2"))
+def test_eager_bf16_autocast_forward(name, fresh_stats):
+    """Under torch.autocast("neuron", bfloat16) the logits are as close to fp32 as CPU autocast's are."""
+    cpu = build(name).eval()
+    device = on_neuron(cpu)
+    batch = _inputs()
+    with torch.no_grad():
+        exact = cpu(**batch).logits
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            cpu_low = cpu(**batch).logits.float()
+        with torch.autocast("neuron", dtype=torch.bfloat16):
+            device_low = device(**{k: v.to("neuron") for k, v in batch.items()}).logits
+    assert device_low.dtype == torch.bfloat16  # the LM head ran in the low type
+    cpu_error = (cpu_low - exact).abs().max().item()
+    device_error = (device_low.float().cpu() - exact).abs().max().item()
+    assert 0 < device_error <= 2 * cpu_error + 1e-3, (device_error, cpu_error)
+    assert _fallbacks() == {}
+
+
 # --- compiled -----------------------------------------------------------------------------------------
 
 
