@@ -286,6 +286,27 @@ CASES: dict[str, Case] = {case.name: case for case in (
 )}
 
 
+# --- the adaptive-eager issue's sizes (benches/adaptive_ratio.py) ------------------------------------
+
+def _gelu_mlp_of(width: int, hidden: int, tokens: int) -> Callable[..., Workload]:
+    """A training-free forward step: Linear width->hidden, GELU, Linear hidden->width on ``tokens`` rows."""
+    def build(device: str, dtype: torch.dtype, compile: Callable = _same) -> Workload:
+        model = compile(_seeded(lambda: nn.Sequential(nn.Linear(width, hidden), nn.GELU(),
+                                                      nn.Linear(hidden, width)), device, dtype).eval())
+        (x,) = _inputs(device, dtype, (tokens, width))
+        return _inference(model, x)
+
+    return build
+
+
+CASES.update({case.name: case for case in (
+    Case("mlp_512x2048_b256", _gelu_mlp_of(512, 2048, 256), BOTH, "GELU MLP 512->2048->512 on 256 tokens",
+         ("models",), "module"),
+    Case("decoder_block_b2_s128", _decoder_block_of(2, 128), BOTH,
+         "Llama-style decoder block (harness.models.DecoderBlock: hidden 256, 4 heads), 2x128 tokens",
+         ("models",), "module"),
+)})
+
 def synchronize(device: str) -> None:
     if device.startswith("neuron"):
         torch.neuron.synchronize()

@@ -180,8 +180,6 @@ def open_workload(case_name: str, mode_name: str, dtype_name: str) -> Prepared:
     import time
 
     case, mode, dtype = _lookup(case_name, mode_name, dtype_name)
-    if torch.get_num_threads() != BENCH_THREADS:
-        torch.set_num_threads(BENCH_THREADS)
     reason = mode.unavailable()
     if reason:
         raise ModeUnavailable(f"{mode_name}: {reason}")
@@ -189,6 +187,10 @@ def open_workload(case_name: str, mode_name: str, dtype_name: str) -> Prepared:
         raise ModeUnavailable(f"{case_name} is defined for {[str(d) for d in case.dtypes]} only")
     stack = contextlib.ExitStack()
     try:
+        threads = torch.get_num_threads()
+        if threads != BENCH_THREADS:
+            torch.set_num_threads(BENCH_THREADS)
+            stack.callback(torch.set_num_threads, threads)
         stack.enter_context(mode.active())
         stack.enter_context(warnings.catch_warnings())
         warnings.filterwarnings("ignore", message="Operator '.*' executed via CPU fallback")

@@ -13,6 +13,7 @@ import pandas as pd
 
 from reports import data, svg
 
+MODE_ORDER = ("eager", "adaptive", "compiled")
 FAILURE_LIMIT = 500  # failures listed with their reproducer; the rest are counted
 
 
@@ -52,7 +53,8 @@ def matrix(rows: pd.DataFrame) -> dict[str, Any]:
     """op × (dtype, mode) cells, ops grouped by family."""
     if rows.empty:
         return {"columns": [], "families": []}
-    columns = sorted({(d, m) for d, m in zip(rows["dtype"], rows["mode"])})
+    order = {m: i for i, m in enumerate(MODE_ORDER)}
+    columns = sorted({(d, m) for d, m in zip(rows["dtype"], rows["mode"])}, key=lambda c: (c[0], order.get(c[1], 9), c[1]))
     families = []
     for family, fam_rows in rows.groupby("family", sort=True):
         ops = []

@@ -66,7 +66,8 @@ def chart(title: str, trace_lanes: list[Lane]) -> tuple[svg.Chart, float, float]
     for tick in range(6):
         x = LABEL + plot * tick / 5
         result.lines.append(svg.Line(x, 4, x, height - 18, "#e3e3e3"))
-        result.texts.append(svg.Text(x, height - 4, f"{t0 + span * tick / 5 - t0:.2f} µs", "middle", 10, "#555"))
+        anchor = {0: "start", 5: "end"}.get(tick, "middle")
+        result.texts.append(svg.Text(x, height - 4, f"{span * tick / 5:.2f} µs", anchor, 10, "#555"))
     for i, lane in enumerate(trace_lanes):
         y = 6 + i * LANE_H
         result.texts.append(svg.Text(LABEL - 6, y + LANE_H / 2 + 3, lane.name, "end"))

@@ -181,7 +181,7 @@ def test_performance_puts_modes_side_by_side_with_ratios(built):
     # cpu 1 ms; eager 5 ms = 5x; adaptive 2.5 ms = 2.5x; compiled failed (its error is listed)
     assert matmul[1:] == ["fp32", "1 ms", "5 ms", "5×", "2.5 ms", "2.5×", "failed", ""]
     hostile = next(r for r in rows if r[0] == HOSTILE)
-    assert hostile[1:] == ["bf16", "200 µs", "2 ms", "10×", "skipped", "", "skipped", ""]
+    assert hostile[1:] == ["bf16", "200 µs", "2 ms", "10×", "not run", "", "skipped", ""]
     failed = parse(fixture.out / "performance.html").tables["failed-benchmarks"]
     assert failed[1] == ["matmul_128", "fp32", "compiled", f"BackendCompilerFailed: {HOSTILE}"]
     perf = report["performance"]
@@ -232,3 +232,32 @@ def test_the_cli_reads_only_the_store_and_build(report_fixture, tmp_path):
 def test_a_missing_store_is_a_clear_error(tmp_path, capsys):
     assert cli.main(["--store", str(tmp_path / "nothing.sqlite"), "--out", str(tmp_path / "out")]) == 2
     assert "no results store" in capsys.readouterr().err
+
+
+def test_sparse_inputs_still_render(tmp_path):
+    """A store with one run, no coverage/trace/asv files, and a benchmark JSON with no CPU baseline."""
+    import json
+
+    from report_fixture import ENV, _result
+
+    from harness.store import Store
+
+    store = Store(tmp_path / "results.sqlite")
+    run = store.start_run("opsuite", ENV, "quick")
+    store.add(run, _result("add", "pass"), "pointwise")
+    store.finish_run(run)
+    store.close()
+    (tmp_path / "benchmarks").mkdir()
+    doc = {"datetime": "2026-01-01T00:00:00", "benchmarks": [
+        {"group": "mlp fp32", "extra_info": {"case": "mlp", "dtype": "fp32", "mode": "compiled"},
+         "stats": {"min": 1e-3, "median": 1e-3, "rounds": 3}}],
+        "neuronsim": {"failed": [{"case": "mlp", "dtype": "bf16", "mode": "eager", "error": "ValueError: x"}]}}
+    (tmp_path / "benchmarks" / "b.json").write_text(json.dumps(doc))
+    report = cli.build(tmp_path / "results.sqlite", tmp_path / "out", tmp_path)
+    for page in cli.PAGES:
+        assert (tmp_path / "out" / page).exists()
+    assert report["conformance"]["coverage"] is None and report["timeline"]["programs"] == []
+    rows = parse(tmp_path / "out" / "performance.html").tables["modes-table"]
+    assert rows[2][:2] == ["mlp", "fp32"] and rows[3][:2] == ["mlp", "bf16"]
+    assert "failed" in rows[3]
+    assert "No coverage JSON" in (tmp_path / "out" / "conformance.html").read_text()

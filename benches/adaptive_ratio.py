@@ -1,0 +1,113 @@
+"""Adaptive eager against plain eager on neuron, with CPU eager beside them, measured in one run.
+
+Usage: python benches/adaptive_ratio.py [CASE ...] [--dtype float32|bfloat16] [--repeats N]
+Default cases (issue 6): a 20-op elementwise chain over 1M fp32 elements, a GELU MLP forward step
+(Linear 512->2048, GELU, Linear 2048->512 on 256 tokens) and the decoder block (hidden 256,
+4 heads, 2x128 tokens).
+
+For each case the same workload object runs in eager and in adaptive mode. Wall time is the
+best-of-N seconds per call including ``torch.neuron.synchronize()`` (which runs adaptive's queue);
+device time is how far the simulated NeuronCore clock advances for one synchronized call; launches
+are engine launches per call. Adaptive's result is checked bit for bit against eager's first.
+"""
+
+from __future__ import annotations
+
+import os
+
+# The simulator's matmuls are numpy's, on OpenBLAS: one thread, for the reason CPU eager gets one
+# below. On two shared cores, two busy-waiting BLAS threads made one decoder-block call swing
+# between 0.07 and 1.4 s from run to run. (Read when numpy loads, so set before torch is imported.)
+os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("NEURONSIM_BENCH_THREADS", "1"))
+
+import argparse  # noqa: E402
+import sys  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).parent))
+from cases import CASES, device_seconds, synchronize, wall_seconds  # noqa: E402
+
+from device_impl import eager  # noqa: E402
+from device_impl.engine import core  # noqa: E402
+
+DEFAULT = ("elementwise_chain_1m", "mlp_512x2048_b256", "decoder_block_b2_s128")
+
+
+def _host(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    return [_host(v) for v in value]
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view({2: torch.int16, 4: torch.int32}[t.element_size()]) if t.dtype.is_floating_point else t
+
+
+def _identical(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and torch.equal(_bits(a), _bits(b))
+    return len(a) == len(b) and all(_identical(x, y) for x, y in zip(a, b))
+
+
+def _launches(fn) -> int:
+    core.reset_stats()
+    fn()
+    synchronize("neuron")
+    return int(sum(entry["launches"] for entry in core.stats().values()))
+
+
+def measure(name: str, dtype: torch.dtype, repeats: int) -> dict:
+    case = CASES[name]
+    cpu = wall_seconds(case.build("cpu", dtype), "cpu", repeats)
+    workload = case.build("neuron", dtype)
+    row = {"case": name, "cpu": cpu}
+    outputs = {}
+    for mode in ("eager", "adaptive"):
+        with torch.neuron.eager_mode(mode):
+            outputs[mode] = _host(workload())
+            row[f"{mode}_wall"] = wall_seconds(workload, "neuron", repeats)
+            row[f"{mode}_device"] = device_seconds(lambda: (workload(), synchronize("neuron")))
+            eager.reset_stats()
+            row[f"{mode}_launches"] = _launches(workload)
+            if mode == "adaptive":
+                row["stats"] = eager.stats()
+    row["identical"] = _identical(outputs["eager"], outputs["adaptive"])
+    return row
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("cases", nargs="*", metavar="CASE", help=f"one of {', '.join(sorted(CASES))}")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args(argv)
+    unknown = [c for c in args.cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case(s) {unknown}; choose from {sorted(CASES)}")
+    # CPU eager on one thread, as benches/modes.py does (NEURONSIM_BENCH_THREADS overrides): the simulator
+    # computes on one thread, and a two-thread CPU kernel on two shared cores swings with the load.
+    torch.set_num_threads(int(os.environ.get("NEURONSIM_BENCH_THREADS", "1")))
+    warnings.filterwarnings("ignore", message="Operator '.*' executed via CPU fallback")
+    dtype = getattr(torch, args.dtype)
+    header = (f"{'case':24s} {'cpu eager':>10s} {'eager':>10s} {'adaptive':>10s} {'wall a/e':>9s} "
+              f"{'dev eager':>10s} {'dev adapt':>10s} {'dev a/e':>8s} {'launches e->a':>14s} {'bits':>6s}")
+    print(f"dtype {args.dtype}; wall ms per call (synchronized), simulated device us per call")
+    print(header)
+    for name in args.cases or DEFAULT:
+        r = measure(name, dtype, args.repeats)
+        print(f"{name:24s} {r['cpu'] * 1e3:8.3f}ms {r['eager_wall'] * 1e3:8.2f}ms {r['adaptive_wall'] * 1e3:8.2f}ms "
+              f"{r['adaptive_wall'] / r['eager_wall']:8.3f}x {r['eager_device'] * 1e6:8.1f}us "
+              f"{r['adaptive_device'] * 1e6:8.1f}us {r['adaptive_device'] / r['eager_device']:7.3f}x "
+              f"{r['eager_launches']:>6d} -> {r['adaptive_launches']:<5d} {'same' if r['identical'] else 'DIFF':>6s}")
+        s = r["stats"]
+        print(f"{'':24s} adaptive, one call: {s['ops_queued']} ops queued, {s['ops_run_eagerly']} run at the call, "
+              f"{s['groups']} launches ({s['fused_groups']} fused: {s['fused_ops']} steps, {s['reductions_fused']} "
+              f"reductions, {s['epilogue_ops']} epilogue ops), {s['stores_elided']} stores elided, "
+              f"flushes {s['flushes']}")
+
+
+if __name__ == "__main__":
+    main()
