@@ -52,21 +52,36 @@ def _source_name(node: torch.fx.Node) -> str:
     return name or node.name
 
 
-def check_static(gm: torch.fx.GraphModule, example_inputs: list) -> None:
-    """Raise ShapeContractError for the first symbolic size among the graph's inputs."""
+def symbolic_input(gm: torch.fx.GraphModule, example_inputs: list) -> tuple[str, int | None, str] | None:
+    """(input name, dimension or None for a symbolic scalar, shape text) of the first symbolic input."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
     for node, example in zip(placeholders, example_inputs):
-        name = _source_name(node)
         value = node.meta.get("example_value", example)
         if isinstance(value, (torch.SymInt, torch.SymFloat)) or isinstance(example, (torch.SymInt, torch.SymFloat)):
-            raise ShapeContractError(_shape_message(f"{name} is a symbolic value (a dynamic size reached the backend)",
-                                                    name))
+            return _source_name(node), None, str(value)
         if isinstance(value, torch.Tensor):
             for dim, size in enumerate(value.shape):
                 if isinstance(size, torch.SymInt):
-                    shape = [str(s) for s in value.shape]
-                    raise ShapeContractError(_shape_message(
-                        f"input {name} has a symbolic size at dimension {dim} (shape [{', '.join(shape)}])", name))
+                    return _source_name(node), dim, "[" + ", ".join(str(s) for s in value.shape) + "]"
+    return None
+
+
+def dynamic_requested(example_inputs: list) -> bool:
+    """Whether the user asked for symbolic shapes: ``torch.compile(dynamic=True)`` (Dynamo then stops
+    assuming static sizes) or ``torch._dynamo.mark_dynamic`` on an input. Dynamo's own "automatic
+    dynamic" (a second size seen) is not a request: the backend specialises per shape instead."""
+    import torch._dynamo.config as dynamo_config
+
+    if not dynamo_config.assume_static_by_default:
+        return True
+    return any(isinstance(e, torch.Tensor) and getattr(e, "_dynamo_dynamic_indices", None) for e in example_inputs)
+
+
+def shape_contract_error(found: tuple[str, int | None, str]) -> ShapeContractError:
+    name, dim, shape = found
+    what = (f"input {name} has a symbolic size at dimension {dim} (shape {shape})" if dim is not None
+            else f"{name} is a symbolic value ({shape})")
+    return ShapeContractError(_shape_message(what, name))
 
 
 def _shape_message(what: str, name: str) -> str:
@@ -116,14 +131,8 @@ def _signature(gm: torch.fx.GraphModule, example_inputs: list) -> list[tuple[str
             if isinstance(e, torch.Tensor)]
 
 
-def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any):
-    config = settings()
-    started = time.perf_counter()
-    check_static(gm, example_inputs)
-    device_index = check_devices(gm, example_inputs)
-    frame, graph = _identity(gm)
-    counters.graph_received(frame, graph, _signature(gm, example_inputs))
-
+def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_index: int, config: CompilerConfig):
+    """AOTAutograd over a static graph; each of its graphs compiles through ``driver``."""
     from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
 
@@ -133,15 +142,71 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: list, **kwarg
             try:
                 return driver.compile_graph(aot_gm, f"{graph}_{kind}", device_index, config)
             finally:
-                if timed:  # the backward graph compiles lazily, outside this backend call
+                if timed:  # the backward graph compiles lazily, outside the forward's compile
                     counters.count("compile_seconds", time.perf_counter() - begun)
         return compile_aot
 
     backend = aot_autograd(fw_compiler=compiler("forward", False), bw_compiler=compiler("backward", True),
                            inference_compiler=compiler("inference", False),
                            decompositions=core_aten_decompositions())
+    return backend(gm, example_inputs)
+
+
+def _specialize(gm: torch.fx.GraphModule, args: tuple) -> tuple[torch.fx.GraphModule, list]:
+    """A copy of ``gm`` with its symbolic-size inputs replaced by this call's values: a static graph."""
+    import copy
+
+    static = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
+    kept = []
+    for node, value in zip([n for n in static.graph.nodes if n.op == "placeholder"], args):
+        if isinstance(value, torch.Tensor):
+            kept.append(value)
+            continue
+        for user in list(node.users):
+            user.args = torch.fx.map_arg(user.args, lambda n, node=node, value=value: value if n is node else n)
+            user.kwargs = torch.fx.map_arg(user.kwargs, lambda n, node=node, value=value: value if n is node else n)
+        static.graph.erase_node(node)
+    static.recompile()
+    return static, kept
+
+
+class PerShape:
+    """What Dynamo's automatic dynamic shapes hand the backend (a graph with symbolic sizes that the
+    user did not ask for) compiled the way the neuron backend compiles everything: statically, once
+    per distinct input signature, each new one counted as a recompile with its shapes."""
+
+    def __init__(self, gm: torch.fx.GraphModule, frame: Any, graph: str, device_index: int, config: CompilerConfig):
+        self.gm, self.frame, self.graph, self.device_index, self.config = gm, frame, graph, device_index, config
+        self.compiled: dict[tuple, Any] = {}
+
+    def __call__(self, *args):
+        key = tuple((tuple(a.shape), a.dtype, a.device) if isinstance(a, torch.Tensor) else ("value", a)
+                    for a in args)
+        entry = self.compiled.get(key)
+        if entry is None:
+            started = time.perf_counter()
+            static, kept = _specialize(self.gm, args)
+            name = f"{self.graph}_s{len(self.compiled)}"
+            counters.graph_received(self.frame, name, _signature(static, kept))
+            try:
+                entry = self.compiled[key] = _aot(static, kept, name, self.device_index, self.config)
+            finally:
+                counters.count("compile_seconds", time.perf_counter() - started)
+        return entry(*[a for a in args if isinstance(a, torch.Tensor)])
+
+
+def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any):
+    config = settings()
+    started = time.perf_counter()
+    symbolic = symbolic_input(gm, example_inputs)
+    if symbolic is not None and dynamic_requested(example_inputs):
+        raise shape_contract_error(symbolic)
+    device_index = check_devices(gm, example_inputs)
+    frame, graph = _identity(gm)
+    if symbolic is not None:  # automatic dynamic: compile per concrete shape when called
+        return PerShape(gm, frame, graph, device_index, config)
+    counters.graph_received(frame, graph, _signature(gm, example_inputs))
     try:
-        return backend(gm, example_inputs)
+        return _aot(gm, example_inputs, graph, device_index, config)
     finally:
         counters.count("compile_seconds", time.perf_counter() - started)
-

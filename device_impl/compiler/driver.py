@@ -33,23 +33,61 @@ def flags() -> dict[str, Any]:
     return {"platform": PLATFORM.name, "group_sbuf_bytes": memory.GROUP_SBUF_BYTES, "fusion": True}
 
 
-def _output_devices_ok(gm: torch.fx.GraphModule) -> str | None:
+def _unimportable(gm: torch.fx.GraphModule) -> UnsupportedOpError | None:
+    """Graphs torch-mlir must not see: outputs left on the host, and zero-size tensors (torch-mlir
+    20261001 crashes the process on some of them, e.g. clamp of a [1, 128, 0] tensor)."""
     values = gm.graph.output_node().args[0]
     for v in values if isinstance(values, (tuple, list)) else [values]:
         meta = getattr(v, "meta", {}).get("val") if v is not None else None
         if isinstance(meta, torch.Tensor) and meta.device.type != "neuron":
-            return f"the graph returns a tensor on {meta.device}"
+            return UnsupportedOpError("device transfer", f"the graph returns a tensor on {meta.device}")
+    for node in gm.graph.nodes:
+        meta = node.meta.get("val")
+        for t in meta if isinstance(meta, (tuple, list)) else [meta]:
+            if isinstance(t, torch.Tensor) and t.numel() == 0:
+                return UnsupportedOpError("zero-size tensor", f"{node.name} has shape {list(t.shape)}; torch-mlir "
+                                          f"does not import zero-size tensors")
     return None
+
+
+def _empty_outputs(gm: torch.fx.GraphModule) -> list | None:
+    """(shape, dtype) per output when every output is empty (or None): nothing to compute."""
+    values = gm.graph.output_node().args[0]
+    specs = []
+    for v in values if isinstance(values, (tuple, list)) else [values]:
+        if v is None:
+            specs.append(None)
+            continue
+        meta = getattr(v, "meta", {}).get("val")
+        if not isinstance(meta, torch.Tensor) or meta.numel() != 0 or meta.device.type != "neuron":
+            return None
+        specs.append((tuple(meta.shape), meta.dtype))
+    return specs
+
+
+def _empty_program(specs: list, device_index: int) -> Callable[[list], list]:
+    def run(args: list) -> list:
+        device = next((a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "neuron"),
+                      torch.device("neuron", device_index))
+        counters.count("executions")
+        return [None if s is None else torch.empty(s[0], dtype=s[1], device=device) for s in specs]
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
 
 
 def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, config: CompilerConfig
                   ) -> Callable[[list], list]:
     started = time.perf_counter()
     original = gm
+    specs = _empty_outputs(gm)
+    if specs is not None:  # only empty outputs (zero-size shapes): no program to build or run
+        counters.count("compiles")
+        return _empty_program(specs, device_index)
     try:
-        off_device = _output_devices_ok(gm)
-        if off_device:
-            raise UnsupportedOpError("device transfer", off_device)
+        refused = _unimportable(gm)
+        if refused is not None:
+            raise refused
         work = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
         legalize.legalize(work)
         kept = legalize.drop_none_outputs(work)

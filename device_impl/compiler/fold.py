@@ -17,6 +17,8 @@ from device_impl.compiler.errors import ShapeContractError
 from device_impl.compiler.ir import Graph, Op
 
 FOLD_LIMIT = 1 << 16  # elements: larger constant results stay as device work
+_NOT_FOLDED = frozenset({"reduce", "reduce_window", "dot_general", "gather", "scatter", "sort", "concatenate",
+                         "pad", "slice", "reverse", "iota", "convolution"})
 
 
 def check_static(graph: Graph, input_names: list[str] | None = None) -> None:
@@ -41,8 +43,9 @@ def shape_error(what: str, dim: int, shape: str) -> ShapeContractError:
 
 
 def _value(graph: Graph, vid: int):
+    """A constant operand: a 0-d array for a splat (any shape), the payload otherwise, or None."""
     if vid in graph.splats:
-        return np.asarray(graph.splats[vid], dtype=graph.types[vid].np_dtype)
+        return np.asarray(graph.splats[vid]).astype(graph.types[vid].np_dtype)
     return graph.constants.get(vid)
 
 
@@ -58,18 +61,20 @@ def _broadcast(x: np.ndarray, op: Op) -> np.ndarray:
 
 
 def _evaluate(graph: Graph, op: Op, args: list[np.ndarray]) -> np.ndarray | None:
+    """The op's result on constant operands (0-d arrays stand for splats and broadcast)."""
     out = op.type
     if op.name in ("convert", "reshape"):
         x = args[0].astype(out.np_dtype) if op.name == "convert" else args[0]
-        return np.reshape(x, out.shape)
+        return x if x.ndim == 0 else np.reshape(x, out.shape)
     if op.name == "broadcast_in_dim":
-        return _broadcast(args[0], op)
+        return args[0] if args[0].ndim == 0 else _broadcast(args[0], op)
     if op.name == "transpose":
-        return np.transpose(args[0], op.attrs["permutation"])
+        return args[0] if args[0].ndim == 0 else np.transpose(args[0], op.attrs["permutation"])
     fn = lowering.host_function(op, [graph.types[v] for v in op.operands])
     if fn is None:
         return None
-    return np.asarray(fn(*args)).astype(out.np_dtype).reshape(out.shape)
+    result = np.asarray(fn(*args)).astype(out.np_dtype)
+    return result if result.ndim == 0 else np.broadcast_to(result, out.shape)
 
 
 def scalar(x) -> float | int | bool:
@@ -94,16 +99,17 @@ def fold_constants(graph: Graph) -> Graph:
                 kept.append(Op("iota", (), op.results, op.types, {"iota_dimension": op.attrs["iota_dimension"]}))
                 continue
         args = [_value(graph, v) for v in op.operands]
-        if op.operands and all(a is not None for a in args) and len(op.results) == 1 \
-                and op.type.numel <= FOLD_LIMIT and not op.type.dynamic:
+        small = op.type.numel <= FOLD_LIMIT or all(v in graph.splats for v in op.operands)
+        if op.operands and all(a is not None for a in args) and len(op.results) == 1 and small \
+                and not op.type.dynamic and op.name not in _NOT_FOLDED:
             with np.errstate(all="ignore"):
                 result = _evaluate(graph, op, args)
             if result is not None:
-                if all(v in graph.splats for v in op.operands) or (result.size and np.all(result == result.flat[0])
-                                                                  and result.dtype.kind != "f"):
+                if result.ndim == 0 or (result.size and result.dtype.kind in "iub"
+                                        and np.all(result == result.flat[0])):
                     graph.splats[op.result] = scalar(result.flat[0]) if result.size else 0
                 else:
-                    graph.constants[op.result] = np.ascontiguousarray(result)
+                    graph.constants[op.result] = np.ascontiguousarray(np.broadcast_to(result, op.type.shape))
                 continue
         kept.append(op)
     graph.ops = kept

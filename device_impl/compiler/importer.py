@@ -101,7 +101,10 @@ def _attr(value) -> Any:
     if isinstance(value, ir.ArrayAttr):
         return [_attr(v) for v in value]
     if isinstance(value, (ir.DenseIntElementsAttr, ir.DenseFPElementsAttr)):  # padding, window attributes
-        return np.array(value).tolist()
+        try:
+            return np.array(value).tolist()
+        except TypeError:  # element types numpy lacks (bf16): keep the text
+            return str(value)
     text = str(value)
     if text.startswith("#stablehlo.conv<"):  # [b, f, 0, 1]x[o, i, 0, 1]->[b, f, 0, 1]
         return {"kind": "conv", "layouts": [part.strip(" []").split(", ")
@@ -208,7 +211,9 @@ def read_module(module) -> Graph:
             continue
         operands = tuple(value_id(v) for v in o.operands)
         results = tuple(value_id(r) for r in o.results)
-        attrs = {o.attributes[i].name: _attr(o.attributes[i].attr) for i in range(len(o.attributes))}
+        is_constant = name in ("stablehlo.constant", "arith.constant")
+        attrs = {} if is_constant else {o.attributes[i].name: _attr(o.attributes[i].attr)
+                                         for i in range(len(o.attributes))}
         if o.regions and len(o.regions[0].blocks):
             attrs["body"] = _body(o.regions[0].blocks[0])
         short = name.split(".", 1)[1] if name.startswith(("stablehlo.", "chlo.")) else name
