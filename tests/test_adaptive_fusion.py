@@ -119,6 +119,26 @@ def test_softmax_by_hand_and_log_softmax_kernel(adaptive):
     assert stats["reductions_fused"] == 2
 
 
+@pytest.mark.parametrize("rows, cols", [(96, 200), (3 * 7, 129), (130, 5000)])  # resident and streamed rows
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_softmax_kernels_take_their_input_from_its_producers(adaptive, rows, cols, dtype):
+    def program(x, mask):
+        s = x * 0.125 + mask
+        return torch.softmax(s, -1), F.log_softmax(s * 2, -1)
+
+    mask = torch.zeros(rows, cols).masked_fill(
+        torch.rand(rows, cols, generator=torch.Generator().manual_seed(3)) > 0.8, float("-inf")).to(dtype)
+    stats = _identical(program, _host((rows, cols), dtype=dtype), mask)
+    assert stats["reductions_fused"] == 2 and stats["splits"] == 0
+    assert stats["launches"] == 2  # [mul, add, softmax], [mul, log_softmax]
+    assert stats["stores_elided"] == 2  # x * 0.125 and s * 2 never reach HBM (s does: the second group reads it)
+
+
+def test_softmax_over_a_non_last_dimension_is_queued_alone(adaptive):
+    stats = _identical(lambda x: torch.softmax(x * 2, 0), _host((40, 30)))
+    assert stats["reductions_fused"] == 0 and stats["ops_queued"] == 2
+
+
 # --- matmul epilogues -------------------------------------------------------------------------------
 
 def test_linear_bias_gelu_epilogue(adaptive):

@@ -10,10 +10,12 @@ Three kinds of launch can wait in the queue:
 * ``ReduceStep``: a reduction over the last dimension of a contiguous tensor
   (``kernels.reduction.RowReduction``), which the fuser can feed from the tiles
   of the elementwise launches producing its input.
+* ``RowKernelStep``: a softmax/log_softmax launch (``kernels.reduction.RowKernel``),
+  whose input tiles the fuser can compute from the launches producing them.
 * ``MatmulStep``: an mm/addmm/bmm/baddbmm launch (``kernels.matmul.MatmulPlan``),
   onto whose PSUM evacuation the fuser can attach elementwise ops on its result.
 
-The last two come from computes that carry a ``plan(out, args)`` method; a plan
+The last three come from computes that carry a ``plan(out, args)`` method; a plan
 of None means that call cannot wait (it runs at once, after a barrier).
 
 Steps hold *snapshots* of their tensors (``detach()``: a new TensorImpl over the
@@ -31,7 +33,7 @@ import torch
 
 from device_impl.kernels import common
 from device_impl.kernels.matmul import MatmulPlan
-from device_impl.kernels.reduction import RowReduction
+from device_impl.kernels.reduction import RowKernel, RowReduction
 
 
 class Step(NamedTuple):
@@ -105,7 +107,37 @@ class MatmulStep(NamedTuple):
             p.run(nc)
 
 
-AnyStep = Step | ReduceStep | MatmulStep
+class RowKernelStep(NamedTuple):
+    """One queued softmax/log_softmax launch (see kernels.reduction.RowKernel)."""
+
+    op: str
+    plan: RowKernel
+
+    @property
+    def out(self) -> torch.Tensor:
+        return self.plan.outs[0]
+
+    def reads(self) -> list[torch.Tensor]:
+        return [self.plan.x]
+
+    def tensors(self) -> Iterator[torch.Tensor]:
+        yield from self.plan.outs
+        yield self.plan.x
+
+    def run(self) -> None:
+        self.plan.run()
+
+
+AnyStep = Step | ReduceStep | MatmulStep | RowKernelStep
+
+
+def row_shape(step: Any) -> tuple[int, int] | None:
+    """(rows, cols) of a step that consumes its input row by row along the last dimension, else None."""
+    if isinstance(step, ReduceStep):
+        return step.plan.rows, step.plan.cols
+    if isinstance(step, RowKernelStep):
+        return step.plan.shape()
+    return None
 
 
 def _freeze(operand: Any) -> Any:
@@ -145,6 +177,8 @@ def capture_plan(op: str, compute: Any, out: torch.Tensor, args: dict[str, Any])
     plan = compute.plan(out, args)
     if isinstance(plan, RowReduction):
         return [ReduceStep(op, plan._replace(x=plan.x.detach(), out=plan.out.detach()))]
+    if isinstance(plan, RowKernel):
+        return [RowKernelStep(op, plan._replace(x=plan.x.detach(), outs=tuple(o.detach() for o in plan.outs)))]
     if isinstance(plan, MatmulPlan):
         frozen = plan._replace(out=plan.out.detach(), a=plan.a.detach(), b=plan.b.detach(),
                                bias=_frozen(plan.bias))

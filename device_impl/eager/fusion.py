@@ -7,8 +7,9 @@ Three kinds of group (programs.py runs them):
   with the same element count), so flat element ``i`` is the same element in
   every step. One pass over flat tiles runs every step per tile.
 * ``reduce``: an elementwise group followed by a reduction over the last
-  dimension of one of its outputs: the reduction folds the producer's tiles as
-  they are computed, instead of reading them back from HBM.
+  dimension of one of its outputs, or a softmax/log_softmax along it: the
+  consumer takes the producer's tiles as they are computed, instead of reading
+  them back from HBM.
 * ``matmul``: a matmul followed by elementwise steps on its result (bias,
   activation, scale, residual): they run on each output block as it leaves
   PSUM, instead of a store and a reload. A step joins only if it reads the
@@ -30,7 +31,7 @@ from typing import Sequence
 
 import torch
 
-from device_impl.eager.capture import AnyStep, MatmulStep, ReduceStep, Step
+from device_impl.eager.capture import AnyStep, MatmulStep, Step, row_shape
 from device_impl.kernels.common import memory_order
 
 MAX_GROUP = 64  # elementwise steps per program: bounds the signature and the per-tile Python loop
@@ -110,11 +111,10 @@ def _epilogue_fits(group: Group, step: Step, reads: list[View], write: View, red
             and any(r.key in written for r in reads) and write.key not in reduced)
 
 
-def _reduction_fits(group: Group, step: ReduceStep, reads: list[View], write: View) -> bool:
-    """The reduction reads exactly an output of this elementwise group, laid out as its rows."""
-    plan = step.plan
-    return (group.kind == "elementwise" and not group.closed and group.key is not None
-            and group.key[1] == "C" and group.key[2] == plan.rows * plan.cols
+def _reduction_fits(group: Group, shape: tuple[int, int] | None, reads: list[View], write: View) -> bool:
+    """The row consumer reads exactly an output of this elementwise group, laid out as its rows."""
+    return (shape is not None and group.kind == "elementwise" and not group.closed and group.key is not None
+            and group.key[1] == "C" and group.key[2] == shape[0] * shape[1]
             and any(r.key == w.key for r in reads for w in group.written)
             and group.reads_safely(reads) and group.writes_safely(write))
 
@@ -123,7 +123,7 @@ def partition(steps: Sequence[AnyStep]) -> list[Group]:
     """Split the queue, in order, into groups (see the module docstring)."""
     groups: list[Group] = []
     current: Group | None = None
-    reduced = {View.of(step.plan.x).key for step in steps if isinstance(step, ReduceStep)}
+    reduced = {View.of(step.plan.x).key for step in steps if row_shape(step) is not None}
 
     def start(kind: str, key: tuple | None = None) -> Group:
         group = Group(kind, key=key)
@@ -138,8 +138,8 @@ def partition(steps: Sequence[AnyStep]) -> list[Group]:
             current.pinned = list(reads)
             current.add(step, reads, write)
             continue
-        if isinstance(step, ReduceStep):
-            if current is not None and _reduction_fits(current, step, reads, write):
+        if not isinstance(step, Step):  # a reduction or a row kernel
+            if current is not None and _reduction_fits(current, row_shape(step), reads, write):
                 current.kind = "reduce"
             else:
                 current = start("reduce")

@@ -5,6 +5,9 @@
   that box and the reduction folds the resulting tile with the calls its own
   kernel makes (``reduction.row_accumulate``/``row_finish``, same chunking), so
   it computes exactly what the kernel computes after reading the tile from HBM.
+* reduce with a row kernel (softmax, log_softmax) at its end: the kernel's own
+  launch, whose input tiles (``reduction.Source``) the producing chain computes
+  on the kernel's boxes instead of a DMA load from HBM.
 * matmul: the matmul's own schedule (``MatmulPlan.run``) with an epilogue that
   receives each evacuated output block in the output dtype (what eager stores)
   and runs the chain of elementwise steps on it.
@@ -24,7 +27,7 @@ from typing import Any, Sequence
 import torch
 
 from device_impl.eager import chain as chains
-from device_impl.eager.capture import MatmulStep, ReduceStep, Step
+from device_impl.eager.capture import MatmulStep, ReduceStep, RowKernelStep, Step, row_shape
 from device_impl.eager.fusion import Group, View, split
 from device_impl.eager.stats import STATS
 from device_impl.engine import launch
@@ -36,6 +39,7 @@ from device_impl.kernels.common import flat_tiles
 SBUF_BUDGET = int(PLATFORM.sbuf_bytes_per_partition * 0.9)  # per partition, for one program's tiles
 REDUCE_SCRATCH = 2 * 4  # per element: a reduction's transform (a cast and a square, fp32)
 EPILOGUE_BUDGET = 24 * 1024  # per partition: what a matmul's schedule leaves free for its epilogue
+ROW_KERNEL_RESERVE = 24 * 1024  # per partition: a softmax's streamed chunks, row statistics and exp tiles
 
 
 @dataclass(frozen=True)
@@ -70,6 +74,9 @@ def signature(group: Group) -> tuple:
         elif isinstance(step, ReduceStep):
             p = step.plan
             parts.append(("reduce", p.name, describe(p.x), describe(p.out), p.rows, p.cols))
+        elif isinstance(step, RowKernelStep):
+            p = step.plan
+            parts.append(("row", p.name, describe(p.x), tuple(describe(o) for o in p.outs), p.params))
         else:
             parts.append(("matmul", step.plan.name, describe(step.out)))
     return (group.kind, tuple(parts))
@@ -82,12 +89,18 @@ def _plan(group: Group, prepared: Sequence[Any]) -> Program:
         free_max = max(1, min(steps[0].free_max, SBUF_BUDGET // chain.bytes_per_element))
         return Program(_name(kind, steps), kind, chain, True, free_max)
     if kind == "reduce":
-        reduce_step: ReduceStep = steps[-1]
-        x_key = View.of(reduce_step.plan.x).key
+        consumer = steps[-1]
+        rows, cols = row_shape(consumer)
+        x_key = View.of(consumer.plan.x).key
         chain, slot_of = chains.plan_chain(steps[:-1], keep=frozenset({x_key}))
-        f = min(reduce_step.plan.cols, red.CHUNK)
-        fits = (chains.as_boxes(prepared, (1, reduce_step.plan.rows, reduce_step.plan.cols)) is not None
-                and (chain.bytes_per_element + REDUCE_SCRATCH) * f <= SBUF_BUDGET)
+        f = min(cols, red.CHUNK)
+        if isinstance(consumer, ReduceStep):
+            budget, per_element = SBUF_BUDGET, chain.bytes_per_element + REDUCE_SCRATCH
+        else:  # the row kernel keeps up to two row blocks and a row of fp32 scratch resident
+            itemsize = consumer.plan.x.element_size()
+            budget = SBUF_BUDGET - min(red.RESIDENT_BYTES, cols * (2 * itemsize + 4)) - ROW_KERNEL_RESERVE
+            per_element = chain.bytes_per_element + 4  # the copy of the tile into the kernel's buffer
+        fits = chains.as_boxes(prepared, (1, rows, cols)) is not None and per_element * f <= budget
         return Program(_name(kind, steps), kind, chain, fits, x_slot=slot_of[x_key])
     product: MatmulStep = steps[0]
     out = product.out
@@ -165,7 +178,8 @@ def run(item: Ready, stored: Sequence[bool]) -> None:
         _run_elementwise(program, group.steps, item.prepared, chains.stores(group.steps, stored))
     elif program.kind == "reduce":
         STATS.reductions_fused += 1
-        _run_reduce(program, group.steps, item.prepared, chains.stores(group.steps[:-1], stored[:-1]))
+        run_consumer = _run_reduce if isinstance(group.steps[-1], ReduceStep) else _run_row_kernel
+        run_consumer(program, group.steps, item.prepared, chains.stores(group.steps[:-1], stored[:-1]))
     else:
         STATS.epilogue_ops += len(group.steps) - 1
         STATS.stores_elided += not stored[0]
@@ -209,6 +223,29 @@ def _run_reduce(program: Program, steps: Sequence[Any], prepared, store) -> None
             nc.dma.store(out_rows[r0:r1], res)
             nc.release(res)
             nc.release(acc)
+
+
+def _run_row_kernel(program: Program, steps: Sequence[Any], prepared, store) -> None:
+    producers, consumer = steps[:-1], steps[-1]
+    rows, cols = row_shape(consumer)
+    boxes = chains.as_boxes(prepared, (1, rows, cols))
+    chain = program.chain
+
+    def source(nc, tile, rsl: tuple, csl: tuple) -> None:
+        (r0, r1, _), (c0, c1, _) = rsl[0].indices(rows), csl[0].indices(cols)
+        mark = nc.mark()
+        slots: list[Any] = [None] * chain.slots
+        chains.run_region(nc, chain, producers, prepared, store, slots, r1 - r0, c1 - c0,
+                          box=(0, r0, r1, c0, c1), boxes=boxes)
+        nc.vector.tensor_copy(tile, slots[program.x_slot])
+        nc.release_to(mark)
+
+    try:
+        consumer.plan.run(source)
+    except chains.StepError:
+        raise
+    except Exception as error:
+        raise chains.StepError(consumer) from error
 
 
 def _run_matmul(program: Program, steps: Sequence[Any], prepared, store_product: bool, store) -> None:

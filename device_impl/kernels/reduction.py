@@ -265,21 +265,32 @@ def _flat_load(nc, src: np.ndarray, start: int, stop: int):
     return lambda t: nc.dma.load_flat(t, src, start, stop)
 
 
+# source(nc, tile, rsl, csl): fills ``tile`` with the box (rsl, csl) of a block's first array instead of
+# a DMA load. Adaptive eager (device_impl.eager) computes it there from the launches producing it.
+Source = Callable[..., None]
+
+
 class _Block:
     """One row block (p rows of a _Grid's kr arrays): its column chunks, loaded once and kept when
     ``resident`` (see _blocks), otherwise streamed again on every pass."""
 
-    def __init__(self, nc, arrays: Sequence[np.ndarray], rsl: tuple, p: int, chunks: list, resident: bool):
+    def __init__(self, nc, arrays: Sequence[np.ndarray], rsl: tuple, p: int, chunks: list, resident: bool,
+                 source: Source | None = None):
         self.nc, self.arrays, self.rsl, self.p, self.chunks = nc, list(arrays), rsl, p, chunks
         self.resident = resident
+        self.source = source
         self.cache: list[list[Tile]] | None = None
         if resident:
-            self.cache = [[self._tile(a, ch) for ch in chunks] for a in self.arrays]
+            self.cache = [[self._tile(w, ch) for ch in chunks] for w in range(len(self.arrays))]
 
-    def _tile(self, a: np.ndarray, ch) -> Tile:
-        _, f, csl = ch
-        t = self.nc.sbuf_tile((self.p, f), a.dtype)
-        self.nc.dma.load(t, _at(a, self.rsl + csl))
+    def _loader(self, w: int, ch) -> Callable[[Tile], None]:
+        if w == 0 and self.source is not None:
+            return lambda t: self.source(self.nc, t, self.rsl, ch[2])
+        return _box_load(self.nc, _at(self.arrays[w], self.rsl + ch[2]))
+
+    def _tile(self, w: int, ch) -> Tile:
+        t = self.nc.sbuf_tile((self.p, ch[1]), self.arrays[w].dtype)
+        self._loader(w, ch)(t)
         return t
 
     def each(self, *which: int):
@@ -288,8 +299,8 @@ class _Block:
             for j, ch in enumerate(self.chunks):
                 yield ch, [self.cache[w][j] for w in which]
             return
-        groups = [[((self.p, ch[1]), self.arrays[w].dtype, _box_load(self.nc, _at(self.arrays[w], self.rsl + ch[2])))
-                   for w in which] for ch in self.chunks]
+        groups = [[((self.p, ch[1]), self.arrays[w].dtype, self._loader(w, ch)) for w in which]
+                  for ch in self.chunks]
         for tiles, ch in zip(_stream_groups(self.nc, groups), self.chunks):  # the stream first: it releases last
             yield ch, tiles
 
@@ -304,21 +315,21 @@ class _Block:
             self.cache = None
 
 
-def _blocks(nc, grid: _Grid, arrays: Sequence[np.ndarray], extra: int = 0):
+def _blocks(nc, grid: _Grid, arrays: Sequence[np.ndarray], extra: int = 0, source: Source | None = None):
     """Row blocks of ``grid`` over ``arrays`` (kr views). Blocks stay resident when two of them (the one
     computed on and the next, loaded ahead) plus ``extra`` bytes per column of kept scratch fit
-    RESIDENT_BYTES per partition; otherwise every pass streams its chunks again."""
+    RESIDENT_BYTES per partition; otherwise every pass streams its chunks again. ``source``: see Source."""
     chunks = list(_boxes(grid.rshape, CHUNK))
     row_bytes = grid.cols * sum(a.itemsize for a in arrays)
     resident = bool(arrays) and 2 * row_bytes + grid.cols * extra <= RESIDENT_BYTES
     boxes = list(_boxes(grid.kshape, P))
     ahead: _Block | None = None
     for i, (_, p, rsl) in enumerate(boxes):
-        blk = ahead if ahead is not None else _Block(nc, arrays, rsl, p, chunks, resident)
+        blk = ahead if ahead is not None else _Block(nc, arrays, rsl, p, chunks, resident, source)
         ahead = None
         if resident and i + 1 < len(boxes):
             _, p2, rsl2 = boxes[i + 1]
-            ahead = _Block(nc, arrays, rsl2, p2, chunks, resident)
+            ahead = _Block(nc, arrays, rsl2, p2, chunks, resident, source)
         yield blk
         blk.release()
 
@@ -1524,15 +1535,22 @@ def _row_reduce(nc, blk: _Block, which: int, op: str, pre: Callable | None = Non
     return acc
 
 
-def _softmax_rows(name: str, x: torch.Tensor, out: torch.Tensor, dim: int, log: bool, safe: bool = False) -> None:
+def _softmax_rows(name: str, x: torch.Tensor, out: torch.Tensor, dim: int, log: bool, safe: bool = False,
+                  source: Source | None = None, queue: bool = False) -> None:
+    """``queue``: the caller launches nothing else, so adaptive eager may queue this launch and feed
+    its input from the launches producing it (see RowKernel)."""
     if out.numel() == 0:
+        return
+    if queue and HOOKS.submit is not None:
+        kernel = RowKernel(name, x, (out,), (dim, log, safe), _softmax_launch)
+        HOOKS.submit(f"aten::_{name}", _QueuedRowKernel(kernel), out, {"self": x})
         return
     elem = numpy_dtype(out.dtype) if out.dtype != x.dtype and not (x.dtype in _FLOATS and
                                                                    out.dtype == torch.float32) else None
     g = _along(x, dim, [x, out])
     X, O = g.kr
     with launch(name, out.device.index) as nc:
-        for blk in _blocks(nc, g, [X], extra=0 if log else 4):
+        for blk in _blocks(nc, g, [X], extra=0 if log else 4, source=source):
             p = blk.p
 
             def cast(t: Tile) -> Tile:
@@ -1610,6 +1628,54 @@ def _softmax_rows(name: str, x: torch.Tensor, out: torch.Tensor, dim: int, log: 
                 nc.release(t)
 
 
+def _softmax_launch(x: torch.Tensor, outs: tuple, params: tuple, source: Source | None) -> None:
+    dim, log, safe = params
+    _softmax_rows("log_softmax" if log else "softmax", x, outs[0], dim, log, safe, source)
+
+
+class RowKernel(NamedTuple):
+    """A launch reading one input through ``_blocks`` row block by row block (softmax, log_softmax):
+    ``launch(x, outs, params, source)`` runs it. Adaptive eager (device_impl.eager) queues it and,
+    through ``source``, computes its input tiles from the launches producing ``x``; ``plan`` checks
+    that the kernel's blocks are boxes of x viewed as [rows, cols]."""
+
+    name: str
+    x: torch.Tensor
+    outs: tuple
+    params: tuple
+    launch: Callable[..., None]
+
+    def run(self, source: Source | None = None) -> None:
+        self.launch(self.x, self.outs, self.params, source)
+
+    def shape(self) -> tuple[int, int] | None:
+        """(rows, cols) when x and every output are contiguous and the kernel works along x's last
+        dimension (so its grid coalesces to [rows] x [cols]), else None."""
+        x = self.x
+        if x.dim() == 0 or self.params[0] != x.dim() - 1 or not x.is_contiguous():
+            return None
+        if any(not o.is_contiguous() or o.shape != x.shape for o in self.outs):
+            return None
+        cols = x.shape[-1]
+        rows = x.numel() // cols if cols else 0
+        return (rows, cols) if rows >= 2 and cols >= 2 else None
+
+
+class _QueuedRowKernel:
+    """What a row kernel hands adaptive eager: callable as a family compute, ``plan`` the RowKernel."""
+
+    __slots__ = ("kernel",)
+
+    def __init__(self, kernel: RowKernel):
+        self.kernel = kernel
+
+    def __call__(self, out: torch.Tensor, args: dict) -> None:
+        self.kernel.run()
+
+    def plan(self, out: torch.Tensor, args: dict) -> RowKernel:
+        return self.kernel
+
+
 def _online_max_sum(nc, blk: _Block, cast: Callable) -> tuple[Tile, Tile]:
     """One streaming pass: the row max m and sum(exp(x - m)), the running sum rescaled by
     exp(m_old - m_new) whenever the max grows. Chunks of only -inf contribute 0 (not nan)."""
@@ -1651,16 +1717,16 @@ def _softmax_common(name: str, log: bool, a: dict) -> torch.Tensor:
     if x.dtype not in _FLOATS:
         raise _refuse("log_softmax_lastdim_kernel_impl" if log else "softmax_kernel_impl", x.dtype)
     check_out(out, tuple(x.shape), x.dtype, [x], exact_dtype=True)
-    _softmax_rows(name, x, out, dim, log)
+    _softmax_rows(name, x, out, dim, log, queue=True)
     return out
 
 
-@_kernel("aten::_softmax.out", serves=("aten::_softmax",))
+@_kernel("aten::_softmax.out", serves=("aten::_softmax",), submits=True)
 def _softmax_out(a: dict) -> torch.Tensor:
     return _softmax_common("softmax", False, a)
 
 
-@_kernel("aten::_log_softmax.out", serves=("aten::_log_softmax",))
+@_kernel("aten::_log_softmax.out", serves=("aten::_log_softmax",), submits=True)
 def _log_softmax_out(a: dict) -> torch.Tensor:
     return _softmax_common("log_softmax", True, a)
 
