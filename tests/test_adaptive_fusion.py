@@ -134,6 +134,27 @@ def test_softmax_kernels_take_their_input_from_its_producers(adaptive, rows, col
     assert stats["stores_elided"] == 2  # x * 0.125 and s * 2 never reach HBM (s does: the second group reads it)
 
 
+@pytest.mark.parametrize("shape, normalized", [((96, 200), (200,)), ((4, 33, 129), (129,)), ((6, 8, 20), (8, 20))])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_layer_norm_takes_its_input_from_the_residual_add(adaptive, shape, normalized, dtype):
+    def program(x, r, w, b):
+        h = x + r * 0.5
+        return F.layer_norm(h, normalized, w, b), F.layer_norm(h * 2, normalized)
+
+    stats = _identical(program, _host(shape, dtype=dtype), _host(shape, seed=1, dtype=dtype),
+                       _host(normalized, seed=2, dtype=dtype), _host(normalized, seed=3, dtype=dtype))
+    assert stats["reductions_fused"] == 2 and stats["launches"] == 2
+
+
+def test_layer_norm_weights_written_in_place_after_queuing(adaptive):
+    def program(x, w):
+        y = F.layer_norm(x + 1, (64,), w)
+        w.mul_(2)  # an optimizer-style update of a weight the queued layer_norm reads
+        return y, F.layer_norm(x + 1, (64,), w)
+
+    _identical(program, _host((32, 64)), _host((64,), seed=1))
+
+
 def test_softmax_over_a_non_last_dimension_is_queued_alone(adaptive):
     stats = _identical(lambda x: torch.softmax(x * 2, 0), _host((40, 30)))
     assert stats["reductions_fused"] == 0 and stats["ops_queued"] == 2

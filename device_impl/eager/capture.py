@@ -10,7 +10,7 @@ Three kinds of launch can wait in the queue:
 * ``ReduceStep``: a reduction over the last dimension of a contiguous tensor
   (``kernels.reduction.RowReduction``), which the fuser can feed from the tiles
   of the elementwise launches producing its input.
-* ``RowKernelStep``: a softmax/log_softmax launch (``kernels.reduction.RowKernel``),
+* ``RowKernelStep``: a softmax/log_softmax/layer_norm launch (``kernels.reduction.RowKernel``),
   whose input tiles the fuser can compute from the launches producing them.
 * ``MatmulStep``: an mm/addmm/bmm/baddbmm launch (``kernels.matmul.MatmulPlan``),
   onto whose PSUM evacuation the fuser can attach elementwise ops on its result.
@@ -108,7 +108,7 @@ class MatmulStep(NamedTuple):
 
 
 class RowKernelStep(NamedTuple):
-    """One queued softmax/log_softmax launch (see kernels.reduction.RowKernel)."""
+    """One queued softmax/log_softmax/layer_norm launch (see kernels.reduction.RowKernel)."""
 
     op: str
     plan: RowKernel
@@ -118,11 +118,11 @@ class RowKernelStep(NamedTuple):
         return self.plan.outs[0]
 
     def reads(self) -> list[torch.Tensor]:
-        return [self.plan.x]
+        return [self.plan.x] + [t for t in self.plan.inputs if t is not None]
 
     def tensors(self) -> Iterator[torch.Tensor]:
         yield from self.plan.outs
-        yield self.plan.x
+        yield from self.reads()
 
     def run(self) -> None:
         self.plan.run()
@@ -178,7 +178,8 @@ def capture_plan(op: str, compute: Any, out: torch.Tensor, args: dict[str, Any])
     if isinstance(plan, RowReduction):
         return [ReduceStep(op, plan._replace(x=plan.x.detach(), out=plan.out.detach()))]
     if isinstance(plan, RowKernel):
-        return [RowKernelStep(op, plan._replace(x=plan.x.detach(), outs=tuple(o.detach() for o in plan.outs)))]
+        return [RowKernelStep(op, plan._replace(x=plan.x.detach(), outs=tuple(o.detach() for o in plan.outs),
+                                                inputs=tuple(_frozen(t) for t in plan.inputs)))]
     if isinstance(plan, MatmulPlan):
         frozen = plan._replace(out=plan.out.detach(), a=plan.a.detach(), b=plan.b.detach(),
                                bias=_frozen(plan.bias))

@@ -7,7 +7,7 @@ Three kinds of group (programs.py runs them):
   with the same element count), so flat element ``i`` is the same element in
   every step. One pass over flat tiles runs every step per tile.
 * ``reduce``: an elementwise group followed by a reduction over the last
-  dimension of one of its outputs, or a softmax/log_softmax along it: the
+  dimension of one of its outputs, or a softmax/log_softmax/layer_norm along it: the
   consumer takes the producer's tiles as they are computed, instead of reading
   them back from HBM.
 * ``matmul``: a matmul followed by elementwise steps on its result (bias,

@@ -5,7 +5,7 @@
   that box and the reduction folds the resulting tile with the calls its own
   kernel makes (``reduction.row_accumulate``/``row_finish``, same chunking), so
   it computes exactly what the kernel computes after reading the tile from HBM.
-* reduce with a row kernel (softmax, log_softmax) at its end: the kernel's own
+* reduce with a row kernel (softmax, log_softmax, layer_norm) at its end: the kernel's own
   launch, whose input tiles (``reduction.Source``) the producing chain computes
   on the kernel's boxes instead of a DMA load from HBM.
 * matmul: the matmul's own schedule (``MatmulPlan.run``) with an epilogue that
@@ -76,7 +76,8 @@ def signature(group: Group) -> tuple:
             parts.append(("reduce", p.name, describe(p.x), describe(p.out), p.rows, p.cols))
         elif isinstance(step, RowKernelStep):
             p = step.plan
-            parts.append(("row", p.name, describe(p.x), tuple(describe(o) for o in p.outs), p.params))
+            parts.append(("row", p.name, describe(p.x), tuple(describe(o) for o in p.outs), p.axis, p.params,
+                          tuple(None if t is None else describe(t) for t in p.inputs)))
         else:
             parts.append(("matmul", step.plan.name, describe(step.out)))
     return (group.kind, tuple(parts))
@@ -96,9 +97,11 @@ def _plan(group: Group, prepared: Sequence[Any]) -> Program:
         f = min(cols, red.CHUNK)
         if isinstance(consumer, ReduceStep):
             budget, per_element = SBUF_BUDGET, chain.bytes_per_element + REDUCE_SCRATCH
-        else:  # the row kernel keeps up to two row blocks and a row of fp32 scratch resident
+        else:  # the row kernel keeps up to two row blocks, a row of fp32 scratch and its weights resident
             itemsize = consumer.plan.x.element_size()
-            budget = SBUF_BUDGET - min(red.RESIDENT_BYTES, cols * (2 * itemsize + 4)) - ROW_KERNEL_RESERVE
+            weights = sum(t is not None for t in consumer.plan.inputs) * 4 * cols if cols <= red.PARAM_COLS else 0
+            budget = (SBUF_BUDGET - min(red.RESIDENT_BYTES, cols * (2 * itemsize + 4)) - weights
+                      - ROW_KERNEL_RESERVE)
             per_element = chain.bytes_per_element + 4  # the copy of the tile into the kernel's buffer
         fits = chains.as_boxes(prepared, (1, rows, cols)) is not None and per_element * f <= budget
         return Program(_name(kind, steps), kind, chain, fits, x_slot=slot_of[x_key])

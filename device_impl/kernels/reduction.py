@@ -1542,7 +1542,7 @@ def _softmax_rows(name: str, x: torch.Tensor, out: torch.Tensor, dim: int, log: 
     if out.numel() == 0:
         return
     if queue and HOOKS.submit is not None:
-        kernel = RowKernel(name, x, (out,), (dim, log, safe), _softmax_launch)
+        kernel = RowKernel(name, x, (out,), dim if dim == x.dim() - 1 else None, (dim, log, safe), _softmax_launch)
         HOOKS.submit(f"aten::_{name}", _QueuedRowKernel(kernel), out, {"self": x})
         return
     elem = numpy_dtype(out.dtype) if out.dtype != x.dtype and not (x.dtype in _FLOATS and
@@ -1628,35 +1628,38 @@ def _softmax_rows(name: str, x: torch.Tensor, out: torch.Tensor, dim: int, log: 
                 nc.release(t)
 
 
-def _softmax_launch(x: torch.Tensor, outs: tuple, params: tuple, source: Source | None) -> None:
-    dim, log, safe = params
-    _softmax_rows("log_softmax" if log else "softmax", x, outs[0], dim, log, safe, source)
+def _softmax_launch(k: "RowKernel", source: Source | None) -> None:
+    dim, log, safe = k.params
+    _softmax_rows("log_softmax" if log else "softmax", k.x, k.outs[0], dim, log, safe, source)
 
 
 class RowKernel(NamedTuple):
-    """A launch reading one input through ``_blocks`` row block by row block (softmax, log_softmax):
-    ``launch(x, outs, params, source)`` runs it. Adaptive eager (device_impl.eager) queues it and,
-    through ``source``, computes its input tiles from the launches producing ``x``; ``plan`` checks
-    that the kernel's blocks are boxes of x viewed as [rows, cols]."""
+    """A launch reading one input ``x`` through ``_blocks`` row block by row block (softmax,
+    log_softmax, layer_norm): ``launch(kernel, source)`` runs it. Adaptive eager (device_impl.eager)
+    queues it and, through ``source``, computes its input tiles from the launches producing ``x``.
+    ``axis``: the kernel reduces x's dimensions from ``axis`` on (None: some other layout);
+    ``inputs``: other tensors it reads (weights; None where absent)."""
 
     name: str
     x: torch.Tensor
     outs: tuple
+    axis: int | None
     params: tuple
     launch: Callable[..., None]
+    inputs: tuple = ()
 
     def run(self, source: Source | None = None) -> None:
-        self.launch(self.x, self.outs, self.params, source)
+        self.launch(self, source)
 
     def shape(self) -> tuple[int, int] | None:
-        """(rows, cols) when x and every output are contiguous and the kernel works along x's last
-        dimension (so its grid coalesces to [rows] x [cols]), else None."""
-        x = self.x
-        if x.dim() == 0 or self.params[0] != x.dim() - 1 or not x.is_contiguous():
+        """(rows, cols) when x and the outputs are contiguous (the first shaped as x), so the kernel's
+        grid coalesces to [rows] x [cols] and its boxes are boxes of x viewed so; else None."""
+        x, axis = self.x, self.axis
+        if axis is None or x.dim() == 0 or not x.is_contiguous():
             return None
-        if any(not o.is_contiguous() or o.shape != x.shape for o in self.outs):
+        if self.outs[0].shape != x.shape or any(not o.is_contiguous() for o in self.outs):
             return None
-        cols = x.shape[-1]
+        cols = math.prod(x.shape[axis:])
         rows = x.numel() // cols if cols else 0
         return (rows, cols) if rows >= 2 and cols >= 2 else None
 
@@ -1935,7 +1938,7 @@ def _ln_check(x: torch.Tensor, normalized: Sequence[int], w, b) -> int:
     return axis
 
 
-@_kernel("aten::native_layer_norm")
+@_kernel("aten::native_layer_norm", submits=True)
 def _layer_norm(a: dict):
     x, w, b, eps = a["input"], a.get("weight"), a.get("bias"), float(a["eps"])
     axis = _ln_check(x, a["normalized_shape"], w, b)
@@ -1948,6 +1951,16 @@ def _layer_norm(a: dict):
     mean, rstd = new_output(stat_shape, sdtype, x), new_output(stat_shape, sdtype, x)
     if out.numel() == 0 and mean.numel() == 0:
         return out, mean, rstd
+    kernel = RowKernel("layer_norm", x, (out, mean, rstd), axis, (eps,), _layer_norm_launch, (w, b))
+    if HOOKS.submit is not None:  # adaptive eager: queued, its input computable from its producers
+        HOOKS.submit("aten::native_layer_norm", _QueuedRowKernel(kernel), out, {"input": x, "weight": w, "bias": b})
+    else:
+        kernel.run()
+    return out, mean, rstd
+
+
+def _layer_norm_launch(k: RowKernel, source: Source | None = None) -> None:
+    x, (out, mean, rstd), axis, (eps,), (w, b) = k.x, k.outs, k.axis, k.params, k.inputs
     kdims, rdims = list(range(axis)), list(range(axis, x.dim()))
     g = _Grid([x.shape[d] for d in kdims], [x.shape[d] for d in rdims],
               kr=[hbm(x).transpose(kdims + rdims), hbm(out).transpose(kdims + rdims)],
@@ -1959,13 +1972,13 @@ def _layer_norm(a: dict):
         if n == 0:  # nothing to normalise: CPU gives mean 0 and rstd nan (0 / 0 variance)
             _fill(nc, g.k[0], 0.0, FP32)
             _fill(nc, g.k[1], np.nan, FP32)
-            return out, mean, rstd
+            return
         chunks = list(_boxes(g.rshape, CHUNK))
         keep = g.cols <= PARAM_COLS
         params = iter(g.r)
         wv = _ColVec(nc, next(params), chunks, keep) if w is not None else None
         bv = _ColVec(nc, next(params), chunks, keep) if b is not None else None
-        for blk in _blocks(nc, g, [X]):
+        for blk in _blocks(nc, g, [X], source=source):
             m, m2 = _moments(nc, blk, n)
             r = _rstd(nc, m2, n, eps)
             _store_scalars(nc, _at(g.k[0], blk.rsl), m)
@@ -1987,7 +2000,6 @@ def _layer_norm(a: dict):
                 nc.release_to(mark)
             for t in (shift, r, m2, m):
                 nc.release(t)
-    return out, mean, rstd
 
 
 TABLE.serves("aten::native_layer_norm.out", "aten::native_layer_norm")
