@@ -96,7 +96,8 @@ class Selection:
 
 
 def select_runs(conn: sqlite3.Connection) -> Selection:
-    """The latest finished run per mode (op suite and CLI runs), the one before it, and the OpInfo sweep's."""
+    """The latest finished run per mode (op suite and CLI runs), the one before it, and the latest finished
+    run holding OpInfo results (``python -m harness opinfo``, or an op-suite run that swept OpInfo too)."""
     kinds = ",".join("?" * len(SPEC_KINDS))
     per_mode = _table(conn, f"""
         SELECT DISTINCT r.id AS run_id, res.mode AS mode
@@ -110,8 +111,9 @@ def select_runs(conn: sqlite3.Connection) -> Selection:
         if len(ids) > 1:
             selection.previous[mode] = int(ids[1])
     opinfo = _table(conn, """
-        SELECT r.id FROM runs r WHERE r.finished IS NOT NULL AND r.kind = 'opinfo'
-        AND EXISTS (SELECT 1 FROM results res WHERE res.run_id = r.id) ORDER BY r.id DESC LIMIT 2""")
+        SELECT r.id FROM runs r WHERE r.finished IS NOT NULL
+        AND EXISTS (SELECT 1 FROM results res WHERE res.run_id = r.id AND res.source = 'opinfo')
+        ORDER BY r.id DESC LIMIT 2""")
     ids = [int(i) for i in opinfo["id"]]
     selection.opinfo = ids[0] if ids else None
     selection.opinfo_previous = ids[1] if len(ids) > 1 else None
