@@ -29,7 +29,7 @@ def _progress(done: int, total: int, started: float, label: str) -> None:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from hypothesis import HealthCheck, given, settings
+    from hypothesis import HealthCheck, given, seed, settings
     from hypothesis import strategies as st
 
     from harness.runner import draw_case, run_case
@@ -41,6 +41,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     unknown = set(args.ops or ()) - set(SPECS)
     if unknown:
         print(f"unknown op spec(s): {sorted(unknown)}", file=sys.stderr)
+        return 2
+    families = {s.family for s in SPECS.values()}
+    if set(args.families or ()) - families:
+        print(f"unknown famil(ies): {sorted(set(args.families) - families)}; choose from {sorted(families)}",
+              file=sys.stderr)
         return 2
     mode_names = list(modes.MODES) if "all" in args.modes else args.modes
     store = Store(args.results)
@@ -56,14 +61,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         _progress(n, len(jobs), started, f"{spec.name} [{mode}]")
         results = []
 
-        @settings(max_examples=examples, deadline=None, database=None, derandomize=args.seed is not None,
-                  suppress_health_check=list(HealthCheck))
+        # quick is derandomized, as in `pytest opsuite`: the same cases every run; --seed picks others
+        @settings(max_examples=examples, deadline=None, database=None,
+                  derandomize=args.profile == "quick" and args.seed is None, suppress_health_check=list(HealthCheck))
         @given(data=st.data())
         def explore(data):
             result = run_case(draw_case(data, spec, mode, args.device), xfails)
             results.append(result)
             assert result.verdict != "fail", result.message
 
+        if args.seed is not None:
+            explore = seed(args.seed)(explore)
         try:
             explore()
         except AssertionError:
@@ -138,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     run.add_argument("--modes", nargs="*", default=["eager"], choices=list(modes.MODES) + ["all"])
     run.add_argument("--profile", default="quick", choices=["quick", "ci", "nightly"])
     run.add_argument("--device", default="neuron")
-    run.add_argument("--seed", type=int, default=None, help="derandomize Hypothesis")
+    run.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: quick is derandomized, "
+                     "ci and nightly random)")
     run.add_argument("--results", default=str(DEFAULT_PATH))
     run.set_defaults(func=cmd_run)
     summary = sub.add_parser("summary", help="pass/fail/xfail counts from the store")

@@ -26,6 +26,7 @@ from harness.cases import Case
 from harness.env import environment
 from harness.runner import Result
 from harness.store import Store
+from harness.xfails import XFails
 from harness.values import TensorSpec, dtype_name
 
 SKIP_PREFIXES = ("jiterator_",)
@@ -37,16 +38,19 @@ RANDOM_OPS = frozenset({
     "exponential", "geometric", "log_normal", "nn.functional.rrelu", "nn.functional.dropout",
     "nn.functional.dropout2d", "nn.functional.dropout3d", "nn.functional.alpha_dropout",
     "nn.functional.feature_alpha_dropout", "nn.functional.fractional_max_pool2d",
-    "nn.functional.fractional_max_pool3d", "svd_lowrank", "pca_lowrank", "randint",
+    "nn.functional.fractional_max_pool3d", "svd_lowrank", "pca_lowrank", "randint", "randn",
 })
 
 
 def is_random(op, sample) -> bool:
     if op.name in RANDOM_OPS:
         return True
-    return float(sample.kwargs.get("dropout_p", 0) or 0) > 0 or (
-        op.name == "nn.functional.multi_head_attention_forward" and sample.kwargs.get("training", True)
-        and float(sample.kwargs.get("dropout_p", 0) or 0) > 0)
+    dropout = sample.kwargs.get("dropout_p", 0)
+    if op.name == "nn.functional.multi_head_attention_forward":
+        # F.multi_head_attention_forward takes dropout_p as its 10th positional argument
+        dropout = sample.args[9] if len(sample.args) > 9 else dropout
+        return bool(sample.kwargs.get("training", True)) and float(dropout or 0) > 0
+    return float(dropout or 0) > 0
 
 
 def _properties(actual: Any, expected: Any, where: str = "output") -> cmp.Comparison:
@@ -100,12 +104,59 @@ def skip_reason(op) -> str | None:
     return None
 
 
+def to_device(t: Any, device: str) -> Any:
+    """``t`` on ``device`` with the same sizes, strides and storage offset: the whole storage moves and
+    the view is rebuilt on it, so views (sliced, expanded, as_strided on a larger storage, an out=
+    tensor with stride 0) reach the device as they reach CPU. ``Tensor.to`` would copy only the
+    view's elements into a fresh, dense storage, and an op that reads the storage around a view,
+    or an error that depends on the layout, would then differ for reasons of the harness's making."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    if t.layout != torch.strided or t.device.type != "cpu" or t.is_conj() or t.is_neg():
+        return t.to(device)
+    storage = t.untyped_storage()
+    flat = torch.empty(0, dtype=t.dtype).set_(storage, 0, (storage.nbytes() // t.element_size(),), (1,))
+    moved = flat.to(device).as_strided(t.shape, t.stride(), t.storage_offset())
+    return moved.requires_grad_() if t.requires_grad else moved
+
+
 def _move(sample, device: str):
-    return sample.transform(lambda t: t.to(device) if isinstance(t, torch.Tensor) else t)
+    """The sample with its tensors on ``device``. A factory's ``device=`` argument names the device
+    too, and a sample with no tensor at all (a factory called without ``device=``, add(2, 3.5)) gets
+    one: otherwise both sides would run on the host and compare CPU with CPU."""
+    moved = sample.transform(lambda t: to_device(t, device))
+    if "device" in moved.kwargs or not _has_tensor(sample):
+        moved.kwargs = {**moved.kwargs, "device": device}
+    return moved
+
+
+def _has_tensor(sample) -> bool:
+    from torch.utils._pytree import tree_leaves
+
+    return any(isinstance(x, torch.Tensor) for x in tree_leaves([sample.input, list(sample.args),
+                                                                  dict(sample.kwargs)]))
 
 
 def _call(op, sample) -> Any:
     return op.op(sample.input, *sample.args, **sample.kwargs)
+
+
+def _widen(t: Any) -> Any:
+    if isinstance(t, torch.Tensor) and t.is_floating_point():
+        return t.detach().double()
+    if isinstance(t, torch.Tensor) and t.is_complex():
+        return t.detach().to(torch.complex128)
+    return t
+
+
+def _fp64_reference(op, sample) -> Any:
+    """The op on CPU in float64 (None if it cannot run there): the float64-reference criterion lets
+    a result through whose error is no more than 3x CPU's own, as reductions, matmuls and
+    convolutions accumulate in a different order on the device (harness.compare)."""
+    try:
+        return sample.output_process_fn_grad(_call(op, sample.transform(_widen)))
+    except Exception:  # noqa: BLE001 - no reference, no second criterion
+        return None
 
 
 def _specs_of(sample) -> tuple[TensorSpec, ...]:
@@ -121,7 +172,8 @@ def _specs_of(sample) -> tuple[TensorSpec, ...]:
 
 
 def _samples(op, dtype: torch.dtype, max_samples: int | None, reference: bool) -> Iterator[tuple[str, int, Any]]:
-    torch.manual_seed(SEED)
+    """(kind, index, sample) of the op's sample inputs, then its reference inputs; generation is
+    seeded before each kind, so (kind, index) names one sample again (reproducers rely on it)."""
     kinds = [("sample", op.sample_inputs)] + ([("reference", op.reference_inputs)] if reference else [])
     for kind, generator in kinds:
         torch.manual_seed(SEED)
@@ -129,6 +181,17 @@ def _samples(op, dtype: torch.dtype, max_samples: int | None, reference: bool) -
             if max_samples is not None and i >= max_samples:
                 break
             yield kind, i, sample
+
+
+def _error_parity(cpu_error: BaseException | None, device_error: BaseException | None) -> cmp.Comparison:
+    """Worded as harness.runner's error parity, so failure kinds agree across the two sources."""
+    if cpu_error is not None and device_error is not None:
+        return cmp.same_error(device_error, cpu_error)
+    if cpu_error is not None:
+        return cmp.Comparison(False, f"CPU raised {type(cpu_error).__name__}: {str(cpu_error)[:200]}; the device "
+                                     f"returned a result", criterion="error parity")
+    return cmp.Comparison(False, f"the device raised {type(device_error).__name__}: {str(device_error)[:300]}; CPU "
+                                 f"returned a result", criterion="error parity")
 
 
 def run_sample(op, sample, dtype: torch.dtype, device: str) -> cmp.Comparison:
@@ -142,123 +205,224 @@ def run_sample(op, sample, dtype: torch.dtype, device: str) -> cmp.Comparison:
         actual = sample.output_process_fn_grad(_call(op, _move(sample, device)))
     except Exception as e:  # noqa: BLE001
         device_error = e
-    if cpu_error is not None and device_error is not None:
-        return cmp.same_error(device_error, cpu_error)
-    if cpu_error is not None:
-        return cmp.Comparison(False, f"CPU raised {type(cpu_error).__name__}: {str(cpu_error)[:200]}; the device "
-                                     f"returned a result")
-    if device_error is not None:
-        if "to be on cpu" in str(device_error):
-            # The sweep moves every tensor to the device; this op requires some on the host.
-            return cmp.Comparison(True, criterion="skip: op requires host tensors the sweep moved")
-        return cmp.Comparison(False, f"the device raised {type(device_error).__name__}: {str(device_error)[:300]}")
+    if cpu_error is None and device_error is not None and "to be on cpu" in str(device_error):
+        # The sweep moves every tensor to the device; this op requires some on the host.
+        return cmp.Comparison(True, criterion="skip: op requires host tensors the sweep moved")
+    if cpu_error is None and isinstance(device_error, TypeError) and "device" in str(device_error) \
+            and not _has_tensor(sample):
+        return cmp.Comparison(True, criterion="skip: no tensor input and no device argument: the sample "
+                                              "cannot run on the device")
+    if cpu_error is not None or device_error is not None:
+        return _error_parity(cpu_error, device_error)
     if is_random(op, sample):
         return _properties(actual, expected)
-    return cmp.compare(actual, expected)
+    # The result must be on the device, unless the sample moves it elsewhere itself (x.to('cpu')).
+    on = None if _names_host(sample) else device
+    comparison = cmp.compare(actual, expected, device=on)
+    if not comparison.ok and comparison.criterion.startswith("rtol"):
+        reference = _fp64_reference(op, sample)
+        if reference is not None:
+            comparison = cmp.compare(actual, expected, None, reference, device=on)
+    return comparison
+
+
+def _names_host(sample) -> bool:
+    values = list(sample.args) + list(sample.kwargs.values())
+    return any((isinstance(v, str) and v.startswith("cpu")) or (isinstance(v, torch.device) and v.type == "cpu")
+               for v in values)
 
 
 def run_error_input(op, error_input, device: str) -> cmp.Comparison:
+    """An OpInfo error input: CPU raises (OpInfo says what); the device must raise the same class.
+    An error input that does not raise on CPU as the sweep calls it (OpInfo's own tests call some
+    through another entry point) is skipped with that reason, not failed."""
     sample = error_input.sample_input
-    expected_type = error_input.error_type
+    try:
+        _call(op, sample)
+        return cmp.Comparison(True, criterion="skip: the error input does not raise on CPU when called directly")
+    except Exception as e:  # noqa: BLE001
+        cpu_error = e
     try:
         _call(op, _move(sample, device))
     except Exception as e:  # noqa: BLE001
-        if isinstance(e, expected_type):
-            return cmp.Comparison(True, criterion="error input")
-        return cmp.Comparison(False, f"expected {expected_type.__name__}, the device raised {type(e).__name__}: "
-                                     f"{str(e)[:200]}")
-    return cmp.Comparison(False, f"expected {expected_type.__name__}; the device did not raise")
+        return _error_parity(cpu_error, e)
+    return cmp.Comparison(False, f"CPU raised {type(cpu_error).__name__}: {str(cpu_error)[:200]}; the device "
+                                 f"did not raise", criterion="error parity")
 
 
-def _reproducer(op, dtype: torch.dtype, kind: str, index: int, device: str) -> str:
-    generator = "sample_inputs" if kind == "sample" else "reference_inputs"
-    return (
-        "import torch\nimport device_impl  # registers the neuron device\n"
-        "from torch.testing._internal.common_methods_invocations import op_db\n"
-        "from harness.compare import compare\n\n"
-        f"op = next(o for o in op_db if o.name == {op.name!r} and o.variant_test_name == {op.variant_test_name!r})\n"
-        f"torch.manual_seed({SEED})\n"
-        f"sample = list(op.{generator}('cpu', torch.{dtype_name(dtype)}))[{index}]\n"
-        "expected = sample.output_process_fn_grad(op.op(sample.input, *sample.args, **sample.kwargs))\n"
-        f"moved = sample.transform(lambda t: t.to({device!r}) if isinstance(t, torch.Tensor) else t)\n"
-        "actual = sample.output_process_fn_grad(op.op(moved.input, *moved.args, **moved.kwargs))\n"
-        "result = compare(actual, expected)\n"
-        "assert result.ok, result.message\n"
-        "print('reproducer passed')\n"
-    )
+_OPINFO_REPRO = '''
+
+def to_device(t):
+    """The tensor on DEVICE with the same sizes, strides and storage offset (its whole storage moves)."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    if t.layout != torch.strided or t.is_conj() or t.is_neg():
+        return t.to(DEVICE)
+    storage = t.untyped_storage()
+    flat = torch.empty(0, dtype=t.dtype).set_(storage, 0, (storage.nbytes() // t.element_size(),), (1,))
+    return flat.to(DEVICE).as_strided(t.shape, t.stride(), t.storage_offset())
+
+
+def widen(t):
+    if isinstance(t, torch.Tensor) and (t.is_floating_point() or t.is_complex()):
+        return t.detach().to(torch.complex128 if t.is_complex() else torch.float64)
+    return t
+
+
+def moved(sample):
+    result = sample.transform(to_device)
+    leaves = torch.utils._pytree.tree_leaves([sample.input, list(sample.args), dict(sample.kwargs)])
+    if "device" in result.kwargs or not any(isinstance(x, torch.Tensor) for x in leaves):
+        result.kwargs = {**result.kwargs, "device": DEVICE}  # a factory: make it on the device too
+    return result
+
+
+def call(sample):
+    return op.op(sample.input, *sample.args, **sample.kwargs)
+'''
+
+
+def _reproducer(op, dtype: torch.dtype, kind: str, index: int, device: str, message: str = "") -> str:
+    """A self-contained script (torch, device_impl and PyTorch's own op_db) that rebuilds the sample
+    and makes the sweep's checks; it asserts what the sweep found."""
+    from harness.repro import checker_source
+
+    generator = {"sample": "sample_inputs", "reference": "reference_inputs"}[kind]
+    verdict = message.replace("\n", " ")
+    tolerances = ", ".join(f"{k}: {v!r}" for k, v in cmp.DEFAULT_TOLERANCE.items())
+    return "\n".join([
+        f"# neuronsim OpInfo reproducer: {full_name(op)} [{dtype_name(dtype)}] {kind} #{index} on {device}",
+        f"# sweep verdict: {verdict}".rstrip(),
+        "import torch",
+        "import torch.utils._pytree",
+        "import device_impl  # registers the neuron device (plain `import torch` does once installed)",
+        "from torch.testing._internal.common_methods_invocations import op_db",
+        "",
+        f"DEVICE = {device!r}",
+        f"DEFAULT_TOLERANCE = {{{tolerances}}}  # (rtol, atol)",
+        "TOLERANCE = None",
+        f"FP64_MULTIPLIER = {cmp.FP64_MULTIPLIER!r}",
+        "",
+        checker_source(),
+        _OPINFO_REPRO.rstrip("\n"),
+        "",
+        "",
+        f"op = next(o for o in op_db if o.name == {op.name!r} and o.variant_test_name == {op.variant_test_name!r})",
+        f"torch.manual_seed({SEED})",
+        f"sample = list(op.{generator}('cpu', torch.{dtype_name(dtype)}))[{index}]",
+        "try:",
+        "    expected, cpu_error = sample.output_process_fn_grad(call(sample)), None",
+        "except Exception as e:",
+        "    expected, cpu_error = None, e",
+        "try:",
+        "    actual, dev_error = sample.output_process_fn_grad(call(moved(sample))), None",
+        "except Exception as e:",
+        "    actual, dev_error = None, e",
+        "if cpu_error is not None or dev_error is not None:",
+        "    error_parity(cpu_error, dev_error)",
+        "else:",
+        "    problem = check(actual, expected)",
+        "    if problem and ' elements outside ' in problem:",
+        "        problem = check(actual, expected, reference=sample.output_process_fn_grad(call(sample.transform(widen))))",
+        "    assert not problem, problem",
+        "print('reproducer passed: the device matches CPU for this sample')",
+        "",
+    ])
 
 
 def sweep(dtypes: list[torch.dtype], names: list[str] | None = None, device: str = "neuron",
           max_samples: int | None = None, reference: bool = True, errors: bool = True, store: Store | None = None,
-          run_id: int | None = None, progress: bool = True) -> SweepCounts:
+          run_id: int | None = None, progress: bool = True, xfails: XFails | None = None) -> SweepCounts:
     counts = SweepCounts()
     started = time.perf_counter()
     ops = [op for op in op_db() if not names or op.name in names or full_name(op) in names]
-    warnings.filterwarnings("ignore")
-    for n, op in enumerate(ops):
-        if progress:
-            sys.stderr.write(f"\r[{n + 1}/{len(ops)}] {full_name(op)[:40]:40s} samples={counts.samples}")
-            sys.stderr.flush()
-        reason = skip_reason(op)
-        if reason:
-            counts.skipped_ops[full_name(op)] = reason
-            continue
-        counts.ops.add(full_name(op))
-        for dtype in dtypes:
-            if not op.supports_dtype(dtype, "cpu"):
-                continue
-            try:
-                samples = list(_samples(op, dtype, max_samples, reference))
-            except Exception as e:  # noqa: BLE001 - an OpInfo that cannot build samples here is reported
-                counts.skipped_ops[f"{full_name(op)} [{dtype_name(dtype)}]"] = f"sample generation failed: {e}"
-                continue
-            for kind, index, sample in samples:
-                t0 = time.perf_counter()
-                comparison = run_sample(op, sample, dtype, device)
-                _record(store, run_id, op, dtype, kind, index, sample, comparison, time.perf_counter() - t0,
-                        device, counts)
-        if errors:
-            try:
-                error_inputs = list(op.error_inputs("cpu"))
-            except Exception:  # noqa: BLE001
-                error_inputs = []
-            for index, error_input in enumerate(error_inputs[:max_samples] if max_samples else error_inputs):
-                comparison = run_error_input(op, error_input, device)
-                _record(store, run_id, op, torch.float32, "error", index, error_input.sample_input, comparison, 0.0,
-                        device, counts)
-        if store is not None:
-            store.commit()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for n, op in enumerate(ops):
+            if progress:
+                sys.stderr.write(f"\r[{n + 1}/{len(ops)}] {full_name(op)[:40]:40s} samples={counts.samples}")
+                sys.stderr.flush()
+            for result in run_op(op, dtypes, device, max_samples, reference, errors, xfails, counts):
+                if store is not None:
+                    store.add(run_id, result, "opinfo")
+            if store is not None:
+                store.commit()
     counts.seconds = time.perf_counter() - started
     if progress:
         sys.stderr.write("\n")
     return counts
 
 
-def _record(store, run_id, op, dtype, kind, index, sample, comparison: cmp.Comparison, seconds: float, device: str,
-            counts: SweepCounts) -> None:
+def run_op(op, dtypes: list[torch.dtype], device: str = "neuron", max_samples: int | None = None,
+           reference: bool = True, errors: bool = True, xfails: XFails | None = None,
+           counts: SweepCounts | None = None) -> list[Result]:
+    """Every sample (and reference and error input) of one OpInfo, in each dtype CPU supports."""
+    counts = counts if counts is not None else SweepCounts()
+    reason = skip_reason(op)
+    if reason:
+        counts.skipped_ops[full_name(op)] = reason
+        return []
+    counts.ops.add(full_name(op))
+    results = []
+    for dtype in dtypes:
+        if not op.supports_dtype(dtype, "cpu"):
+            continue
+        try:
+            samples = list(_samples(op, dtype, max_samples, reference))
+        except Exception as e:  # noqa: BLE001 - an OpInfo that cannot build samples here is reported
+            counts.skipped_ops[f"{full_name(op)} [{dtype_name(dtype)}]"] = f"sample generation failed: {e}"
+            continue
+        for kind, index, sample in samples:
+            t0 = time.perf_counter()
+            comparison = run_sample(op, sample, dtype, device)
+            results.append(_result(op, dtype, kind, index, sample, comparison, time.perf_counter() - t0, device,
+                                   counts, xfails))
+    if errors:
+        try:
+            error_inputs = list(op.error_inputs("cpu"))
+        except Exception:  # noqa: BLE001
+            error_inputs = []
+        for index, error_input in enumerate(error_inputs[:max_samples] if max_samples else error_inputs):
+            comparison = run_error_input(op, error_input, device)
+            results.append(_result(op, torch.float32, "error", index, error_input.sample_input, comparison, 0.0,
+                                   device, counts, xfails))
+    return results
+
+
+def _result(op, dtype, kind, index, sample, comparison: cmp.Comparison, seconds: float, device: str,
+            counts: SweepCounts, xfails: XFails | None) -> Result:
     verdict = "skip" if comparison.criterion.startswith("skip") else "pass" if comparison.ok else "fail"
-    counts.samples += 1
-    counts.add(verdict)
-    if store is None:
-        return
     case = Case(full_name(op), dtype_name(dtype), _specs_of(sample), {"kind": kind, "index": index}, "eager", device,
                 source="opinfo")
-    result = Result(case, verdict, comparison.message, comparison, device_ms=seconds * 1e3,
-                    expression=f"{op.name}({kind} #{index})")
-    if verdict == "fail" and kind != "error":
-        result.reproducer = _reproducer(op, dtype, kind, index, device)
-    store.add(run_id, result, "opinfo")
+    result = Result(case, verdict, comparison.message or (comparison.criterion if verdict == "skip" else ""),
+                    comparison, device_ms=seconds * 1e3, expression=f"{op.name}({kind} #{index})")
+    if xfails is not None and verdict in ("pass", "fail"):
+        entry = xfails.match(case, verdict == "fail", comparison.message)
+        if entry is not None:
+            result.xfail_reason = f"{entry.category}: {entry.reason}"
+            result.verdict = "xfail" if verdict == "fail" else "xpass"
+    if result.verdict in ("fail", "xpass") and kind != "error":
+        result.reproducer = _reproducer(op, dtype, kind, index, device, comparison.message)
+    counts.samples += 1
+    counts.add(result.verdict)
+    return result
 
 
 def main(args: argparse.Namespace) -> int:
     dtypes = [getattr(torch, d) for d in args.dtypes]
     store = Store(args.results)
     run_id = store.start_run("opinfo", environment(args.device), ",".join(args.dtypes))
-    counts = sweep(dtypes, args.ops, args.device, args.max_samples, store=store, run_id=run_id)
+    xfails = XFails.load()
+    counts = sweep(dtypes, args.ops, args.device, args.max_samples, store=store, run_id=run_id, xfails=xfails)
     store.finish_run(run_id)
     store.close()
+    verdicts = ("pass", "fail", "xfail", "xpass", "skip")
     print(f"OpInfo sweep run {run_id} on {args.device} ({', '.join(args.dtypes)}): {len(counts.ops)} ops, "
           f"{counts.samples} samples in {counts.seconds:.0f}s: " +
-          ", ".join(f"{v} {k}" for k, v in sorted(counts.verdicts.items())) +
-          f"; pass rate {counts.pass_rate():.1%}; {len(counts.skipped_ops)} skipped")
+          ", ".join(f"{counts.verdicts.get(v, 0)} {v}" for v in verdicts) +
+          f"; pass rate {counts.pass_rate():.1%}; {len(counts.skipped_ops)} ops skipped")
+    for name, reason in sorted(counts.skipped_ops.items()):
+        print(f"  skipped {name}: {reason}")
+    for entry in xfails.stale(source="opinfo"):
+        print(f"  xfails.toml entry matched nothing (stale?): {entry.op}: {entry.reason}")
     return 0

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+import torch
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
@@ -47,6 +48,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="execution mode(s) on the device under test")
     group.addoption("--device", default="neuron", help="the torch device under test (compared with CPU eager)")
     group.addoption("--results", default=str(DEFAULT_PATH), help="SQLite results store")
+    group.addoption("--opinfo", default="quick", choices=list(OPINFO_DEPTHS),
+                    help="opsuite/test_opinfo.py: quick (first sample of each OpInfo, in float32 or else int64 "
+                         "or bool) or full (every "
+                         "sample, reference and error input, float32, bfloat16 and int64)")
 
 
 @dataclass
@@ -59,6 +64,7 @@ class Session:
     counts: dict[str, int] = field(default_factory=dict)
     xpassed: list[str] = field(default_factory=list)
     reached: set[str] = field(default_factory=set)  # aten overloads the stored cases reached
+    specs_run: set[str] = field(default_factory=set)  # op specs with at least one stored case
 
     def record(self, test_id: str, family: str) -> list[Result]:
         """Store the results a test collected. Hypothesis replays the shrunk failing example last:
@@ -66,20 +72,52 @@ class Session:
         intermediate shrink. Returns what was stored."""
         results = self.pending.pop(test_id, [])
         failures = [r for r in results if r.verdict in ("fail", "xpass")]
-        keep = [r for r in results if r.verdict not in ("fail", "xpass")] + failures[-1:]
+        shrunk = [r for r in failures if r.case.source == "spec"][-1:]  # OpInfo samples are not shrunk
+        keep = [r for r in results if r.verdict not in ("fail", "xpass")] + \
+            [r for r in failures if r.case.source != "spec" or r in shrunk]
         for result in keep:
             self.store.add(self.run_id, result, family)
             self.counts[result.verdict] = self.counts.get(result.verdict, 0) + 1
             self.reached |= coverage.reached([result])
+            if result.case.source == "spec":
+                self.specs_run.add(result.case.spec)
         self.store.commit()
         return keep
 
 
 _SESSION: Session | None = None
 
+# How much of op_db test_opinfo.py runs: the default run stays short; the full sweep is also
+# `python -m harness opinfo`.
+OPINFO_DEPTHS: dict[str, dict] = {
+    "quick": {"dtypes": ["float32", "int64", "bool"], "first_dtype_only": True, "max_samples": 1,
+              "reference": False, "errors": False},
+    "full": {"dtypes": ["float32", "bfloat16", "int64"], "first_dtype_only": False, "max_samples": None,
+             "reference": True, "errors": True},
+}
+
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "opsuite: a differential op-coverage test")
+    config.addinivalue_line("markers", "opsuite_coverage: checks what the session's cases reached; runs last")
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    """Coverage checks judge the whole session's results, so they run after every other test."""
+    items.sort(key=lambda item: item.get_closest_marker("opsuite_coverage") is not None)
+
+
+def table_coverage(session: Session) -> coverage.Coverage:
+    """What this session's stored cases reached of the device's lowering table (opsuite/test_table_coverage.py).
+    Skips unless every op spec ran (a -k selection cannot cover the table)."""
+    missing = sorted(set(SPECS) - session.specs_run)
+    if missing:
+        pytest.skip(f"{len(missing)} of {len(SPECS)} op specs did not run in this session "
+                    f"(e.g. {', '.join(missing[:5])}); coverage is judged on a full `pytest opsuite`")
+    table = coverage.table_ops(session.device)
+    if not table:
+        pytest.skip(f"{session.device} has no lowering table to cover")
+    return coverage.Coverage(table, set(session.reached))
 
 
 def _start_session(config: pytest.Config) -> Session:
@@ -133,6 +171,43 @@ def check_case(session: Session, case: Case, test_id: str) -> Result:
     return result
 
 
+def check_opinfo(session: Session, op, mode: str, test_id: str, depth: str = "quick") -> list[Result]:
+    """Run one OpInfo's samples (as ``depth`` says) on the device against CPU, remember every result
+    for the store, and fail the test if any sample failed (with the first failures' reproducers);
+    xfail if every difference is an expected one."""
+    from harness import opinfo
+
+    if mode != "eager":
+        pytest.skip(f"the OpInfo suite runs in eager mode only ({mode} runs the op specs)")
+    reason = opinfo.skip_reason(op)
+    if reason:
+        pytest.skip(reason)
+    settings = OPINFO_DEPTHS[depth]
+    dtypes = [getattr(torch, d) for d in settings["dtypes"]]
+    if settings["first_dtype_only"]:  # the first dtype of the list the op supports on CPU
+        dtypes = [d for d in dtypes if op.supports_dtype(d, "cpu")][:1]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results = opinfo.run_op(op, dtypes, session.device,
+                                settings["max_samples"], settings["reference"], settings["errors"], session.xfails)
+    session.pending.setdefault(test_id, []).extend(results)
+    name = opinfo.full_name(op)
+    session.xpassed += [f"{name} [{r.case.dtype}] {r.expression}: {r.xfail_reason}" for r in results
+                        if r.verdict == "xpass"]
+    failed = [r for r in results if r.verdict == "fail"]
+    if failed:
+        shown = "\n".join(f"{r.case.dtype} {r.expression}: {r.message}" for r in failed[:5])
+        more = f"\n... and {len(failed) - 5} more" if len(failed) > 5 else ""
+        first = next((r.reproducer for r in failed if r.reproducer), "")
+        pytest.fail(f"{name}: {len(failed)} of {len(results)} samples differ from CPU\n{shown}{more}"
+                    + (f"\n--- reproducer of the first ---\n{first}" if first else ""), pytrace=False)
+    if any(r.verdict == "xfail" for r in results):
+        pytest.xfail(next(r.xfail_reason for r in results if r.verdict == "xfail"))
+    if not any(r.verdict == "pass" for r in results):
+        pytest.skip(f"{name}: no sample ran ({', '.join(sorted({r.message for r in results})) or 'none generated'})")
+    return results
+
+
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
     outcome = yield
@@ -155,8 +230,10 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
         if report.missing_core:
             tr.write_line(f"core overloads no case reached: {', '.join(report.missing_core)}")
     for entry in _SESSION.xfails.stale():
-        tr.write_line(f"xfails.toml entry matched nothing (stale?): {entry.op} "
+        tr.write_line(f"xfails.toml entry matched nothing although its op ran (stale?): {entry.source} {entry.op} "
                       f"dtype={entry.dtype} mode={entry.mode}: {entry.reason}")
+    for entry in _SESSION.xfails.unknown(SPECS, "spec"):
+        tr.write_line(f"xfails.toml entry names no op spec: {entry.op}: {entry.reason}")
     for line in sorted(set(_SESSION.xpassed)):
         tr.write_line(f"expected failure now passes (remove the xfails.toml entry): {line}")
 

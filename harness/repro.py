@@ -118,6 +118,12 @@ def grads(out, leaves, device):
     return [torch.zeros_like(x) if gr is None else gr for x, gr in zip(leaves, got)]
 
 
+def host(value):
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    return type(value)(host(v) for v in value) if isinstance(value, (tuple, list)) else value
+
+
 def widened():
     """The CPU inputs in float64 (the reference the float64 criterion judges against)."""
     return [x.detach().double().requires_grad_(x.requires_grad) if x.is_floating_point() else x
@@ -181,7 +187,7 @@ _PROPERTIES = '''
                 f"output[{i}]: {getattr(a, 'dtype', type(a))} {tuple(getattr(a, 'shape', ()))} vs CPU {e.dtype} "
                 f"{tuple(e.shape)}")
     again = evaluate(DEVICE, dev_in)
-    problem = check(again, actual, "repeat with the same seed", tolerance=(0.0, 0.0))
+    problem = check(again, host(actual), "repeat with the same seed", tolerance=(0.0, 0.0))
     assert not problem, problem
 '''
 
@@ -275,4 +281,10 @@ def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | N
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["render", "dtype_named"]
+__all__ = ["render", "checker_source", "dtype_named"]
+
+
+def checker_source() -> str:
+    """The reproducers' checking functions as source (the OpInfo sweep's reproducers use them too).
+    They read the globals DEVICE, DEFAULT_TOLERANCE, TOLERANCE and FP64_MULTIPLIER."""
+    return _CHECKER.rstrip("\n")

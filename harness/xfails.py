@@ -1,9 +1,12 @@
 """Expected failures as data (opsuite/xfails.toml): op, dtype, mode -> category and reason.
 
 Like array-api-tests' xfails file and PyTorch's MPS lists: each entry is a
-known difference, written down with why. At the end of a session the
-harness reports entries that matched nothing (stale) and entries whose
-cases passed (fixed: remove the entry).
+known difference, written down with why. An entry names an op spec of
+harness.specs (``source = "spec"``, the default) or an OpInfo of PyTorch's
+op_db (``source = "opinfo"``, by its full name, ``name.variant``). After a
+run the harness reports entries that matched nothing although their op ran
+(stale), entries naming no known op, and entries whose cases passed (fixed:
+remove the entry).
 """
 
 from __future__ import annotations
@@ -12,12 +15,15 @@ import re
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 from harness.cases import Case
 from harness.env import ROOT
 
 DEFAULT_PATH = ROOT / "opsuite" / "xfails.toml"
 CATEGORIES = ("numerics", "unsupported", "semantics", "upstream")
+SOURCES = ("spec", "opinfo")
+_KEYS = {"op", "reason", "category", "source", "dtype", "mode", "domain", "message", "link"}
 
 
 @dataclass
@@ -30,11 +36,13 @@ class Entry:
     domain: str | None = None  # matches cases with a tensor drawn from this value domain
     message: str | None = None  # regex: only failures whose message matches are expected
     link: str = ""
+    source: str = "spec"  # "spec" (harness.specs) or "opinfo" (op_db)
     matched: int = 0
     passed: int = 0
 
     def matches(self, case: Case) -> bool:
-        return (self.op == case.spec and (self.dtype is None or self.dtype == case.dtype)
+        return (self.op == case.spec and self.source == case.source
+                and (self.dtype is None or self.dtype == case.dtype)
                 and (self.mode is None or self.mode == case.mode)
                 and (self.domain is None or self.domain in case.domains))
 
@@ -45,26 +53,49 @@ class Entry:
 @dataclass
 class XFails:
     entries: list[Entry] = field(default_factory=list)
+    seen: set[tuple[str, str]] = field(default_factory=set)  # (source, op) of every case looked up
 
     @classmethod
     def load(cls, path: Path = DEFAULT_PATH) -> "XFails":
         if not path.exists():
             return cls()
-        data = tomllib.loads(path.read_text())
+        return cls.parse(path.read_text(), str(path))
+
+    @classmethod
+    def parse(cls, text: str, where: str = "xfails.toml") -> "XFails":
+        """Entries from TOML text; a malformed entry raises ValueError naming it and the fix."""
+        data = tomllib.loads(text)
         entries = []
         for raw in data.get("xfail", []):
+            name = raw.get("op")
+            if not name:
+                raise ValueError(f"{where}: an [[xfail]] entry has no op")
+            unknown = set(raw) - _KEYS
+            if unknown:
+                raise ValueError(f"{where}: xfail for {name!r} has unknown key(s) {sorted(unknown)}; "
+                                 f"use {sorted(_KEYS)}")
             if raw.get("category") not in CATEGORIES:
-                raise ValueError(f"{path}: xfail for {raw.get('op')!r} has category {raw.get('category')!r}; "
+                raise ValueError(f"{where}: xfail for {name!r} has category {raw.get('category')!r}; "
                                  f"use one of {CATEGORIES}")
+            if raw.get("source", "spec") not in SOURCES:
+                raise ValueError(f"{where}: xfail for {name!r} has source {raw.get('source')!r}; use one of {SOURCES}")
             if not raw.get("reason"):
-                raise ValueError(f"{path}: xfail for {raw.get('op')!r} needs a reason")
-            entries.append(Entry(raw["op"], raw["reason"], raw["category"], raw.get("dtype"), raw.get("mode"),
-                                 raw.get("domain"), raw.get("message"), raw.get("link", "")))
+                raise ValueError(f"{where}: xfail for {name!r} needs a reason")
+            if raw.get("message") is not None:
+                try:
+                    re.compile(raw["message"])
+                except re.error as e:
+                    raise ValueError(f"{where}: xfail for {name!r}: message is not a regular expression ({e})") \
+                        from None
+            entries.append(Entry(name, raw["reason"], raw["category"], raw.get("dtype"), raw.get("mode"),
+                                 raw.get("domain"), raw.get("message"), raw.get("link", ""),
+                                 raw.get("source", "spec")))
         return cls(entries)
 
     def match(self, case: Case, failed: bool, message: str = "") -> Entry | None:
         """The entry expecting this case to fail: a failure it explains (xfail), or a pass of a case an
         entry without a message filter covers (xpass). Entries with a message filter do not claim passes."""
+        self.seen.add((case.source, case.spec))
         for entry in self.entries:
             if not entry.matches(case):
                 continue
@@ -77,5 +108,12 @@ class XFails:
                 return entry
         return None
 
-    def stale(self) -> list[Entry]:
-        return [e for e in self.entries if e.matched == 0]
+    def stale(self, source: str | None = None) -> list[Entry]:
+        """Entries that matched no case although cases of their op ran (of one source, or all)."""
+        return [e for e in self.entries if e.matched == 0 and (e.source, e.op) in self.seen
+                and (source is None or e.source == source)]
+
+    def unknown(self, ops: Iterable[str], source: str = "spec") -> list[Entry]:
+        """Entries of ``source`` naming none of ``ops`` (a typo, or an op spec since renamed)."""
+        known = set(ops)
+        return [e for e in self.entries if e.source == source and e.op not in known]

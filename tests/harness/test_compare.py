@@ -1,0 +1,166 @@
+"""Meta tests of harness.compare: each criterion the comparator claims, shown to accept and to reject."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from harness import compare as cmp
+
+NEURON = "neuron"
+
+
+def dev(values, dtype=torch.float32) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype).to(NEURON)
+
+
+def cpu(values, dtype=torch.float32) -> torch.Tensor:
+    return torch.tensor(values, dtype=dtype)
+
+
+def test_default_tolerances_are_torch_testings():
+    assert cmp.DEFAULT_TOLERANCE[torch.float32] == (1.3e-6, 1e-5)
+    assert cmp.DEFAULT_TOLERANCE[torch.float16] == (1e-3, 1e-5)
+    assert cmp.DEFAULT_TOLERANCE[torch.bfloat16] == (1.6e-2, 1e-5)
+
+
+@pytest.mark.parametrize("dtype,inside,outside", [
+    (torch.float32, 1.0 + 1e-6, 1.0 + 1e-4),
+    (torch.bfloat16, 1.0078125, 1.03125),  # one bf16 ULP at 1.0 is inside rtol 1.6e-2; four are not
+    (torch.float16, 1.0009765625, 1.0078125),
+])
+def test_tolerance_per_dtype(dtype, inside, outside):
+    expected = cpu([1.0, 2.0], dtype)
+    assert cmp.compare(dev([inside, 2.0], dtype), expected).ok
+    result = cmp.compare(dev([outside, 2.0], dtype), expected)
+    assert not result.ok and "1 of 2 elements outside" in result.message
+    assert cmp.failure_kind(result.message) == "output: values"
+
+
+def test_tolerance_override_is_used():
+    expected = cpu([1.0])
+    assert not cmp.compare(dev([1.001]), expected).ok
+    assert cmp.compare(dev([1.001]), expected, (1e-2, 0.0)).ok
+
+
+def test_nan_positions_must_match():
+    assert cmp.compare(dev([float("nan"), 1.0]), cpu([float("nan"), 1.0])).ok
+    moved = cmp.compare(dev([1.0, float("nan")]), cpu([float("nan"), 1.0]))
+    assert not moved.ok and "NaN at different positions" in moved.message
+    dropped = cmp.compare(dev([0.0]), cpu([float("nan")]))
+    assert cmp.failure_kind(dropped.message) == "output: nan"
+
+
+def test_infinities_must_match_in_sign():
+    assert cmp.compare(dev([float("inf")]), cpu([float("inf")])).ok
+    assert "infinities differ" in cmp.compare(dev([float("-inf")]), cpu([float("inf")])).message
+    assert not cmp.compare(dev([3e38]), cpu([float("inf")])).ok
+
+
+def test_overflow_equal_accepts_early_overflow_only_near_the_max():
+    assert cmp.compare(dev([3e38]), cpu([float("inf")]), overflow_equal=True).ok
+    assert not cmp.compare(dev([1e30]), cpu([float("inf")]), overflow_equal=True).ok
+    assert not cmp.compare(dev([-3e38]), cpu([float("inf")]), overflow_equal=True).ok
+
+
+def test_sign_of_zero():
+    assert cmp.compare(dev([-0.0, 0.0]), cpu([-0.0, 0.0])).ok
+    wrong = cmp.compare(dev([0.0, 0.0]), cpu([-0.0, 0.0]))
+    assert not wrong.ok and cmp.failure_kind(wrong.message) == "output: zero sign"
+    assert cmp.compare(dev([0.0, 0.0]), cpu([-0.0, 0.0]), zero_sign=False).ok
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int8, torch.uint8, torch.bool])
+def test_integers_and_bools_are_exact(dtype):
+    values = [1, 0, 1] if dtype == torch.bool else [1, 2, 3]
+    assert cmp.compare(dev(values, dtype), cpu(values, dtype), (1.0, 1.0)).ok
+    other = [1, 1, 1] if dtype == torch.bool else [1, 2, 4]
+    result = cmp.compare(dev(other, dtype), cpu(values, dtype), (1.0, 1.0))  # a tolerance does not apply
+    assert not result.ok and "exact comparison" in result.message
+
+
+def test_dtype_shape_and_device_are_checked():
+    expected = cpu([1.0, 2.0])
+    assert "dtype" in cmp.compare(dev([1.0, 2.0], torch.float64), expected).message
+    assert "shape" in cmp.compare(dev([[1.0, 2.0]]), expected).message
+    on_host = cmp.compare(cpu([1.0, 2.0]), expected, device=NEURON)
+    assert not on_host.ok and cmp.failure_kind(on_host.message) == "output: device"
+    assert cmp.compare(dev([1.0, 2.0]), expected, device=NEURON).ok
+    assert cmp.compare(dev([1.0, 2.0]), expected, device="neuron:0").ok  # the type is compared
+
+
+def test_ulp_distance():
+    one = torch.tensor([1.0])
+    assert cmp.ulp_distance(one, one) == 0
+    assert cmp.ulp_distance(torch.nextafter(one, torch.tensor([2.0])), one) == 1
+    tiny = torch.tensor([1e-45])  # the smallest float32 denormal: one ULP above +0.0
+    assert cmp.ulp_distance(tiny, torch.tensor([0.0])) == 1
+    assert cmp.ulp_distance(-tiny, tiny) == 2  # across zero, -0.0 and +0.0 counted as one point
+    assert cmp.ulp_distance(torch.tensor([-0.0]), torch.tensor([0.0])) == 0
+    bf = torch.tensor([1.0, 1.0078125], dtype=torch.bfloat16)
+    assert cmp.ulp_distance(bf[1:], bf[:1]) == 1
+    assert cmp.ulp_distance(torch.tensor([float("nan"), 1.0]), torch.tensor([5.0, 1.0])) == 0  # finite only
+
+
+def test_ulp_is_reported_and_bounded_by_max_ulp():
+    expected = torch.tensor([1.0, 2.0], dtype=torch.bfloat16)
+    one_off = torch.tensor([1.0078125, 2.0], dtype=torch.bfloat16).to(NEURON)
+    passing = cmp.compare(one_off, expected)
+    assert passing.ok and passing.ulp == 1
+    strict = cmp.compare(one_off, expected, max_ulp=0)
+    assert not strict.ok and cmp.failure_kind(strict.message) == "output: ulp"
+    assert cmp.compare(one_off, expected, max_ulp=1).ok
+
+
+def test_errors_are_reported_for_passing_cases():
+    result = cmp.compare(dev([1.0, 2.0 + 2e-6]), cpu([1.0, 2.0]))
+    assert result.ok and result.max_abs == pytest.approx(2e-6, rel=0.2) and result.max_rel > 0 and result.ulp > 0
+
+
+def test_fp64_reference_criterion():
+    """Outside the tolerance, a result passes if its RMSE against float64 is at most 3x CPU's own."""
+    reference = torch.tensor([1.0, 2.0], dtype=torch.float64)
+    expected = cpu([1.0 + 1e-3, 2.0])  # CPU itself is off by 1e-3
+    close = dev([1.0 - 1e-3, 2.0])  # as far from the truth, on the other side: outside CPU's tolerance
+    assert not cmp.compare(close, expected).ok
+    judged = cmp.compare(close, expected, reference=reference)
+    assert judged.ok and judged.criterion.startswith("fp64 reference")
+    far = dev([1.0 + 1e-2, 2.0])  # ten times CPU's error
+    assert not cmp.compare(far, expected, reference=reference).ok
+
+
+def test_structure_and_scalars():
+    assert cmp.compare((dev([1.0]), 3), (cpu([1.0]), 3)).ok
+    assert "structure differs" in cmp.compare((dev([1.0]),), (cpu([1.0]), 3)).message
+    assert cmp.compare(float("nan"), float("nan")).ok
+    assert not cmp.compare(2, 3).ok
+    nested = cmp.compare([dev([1.0]), dev([5.0])], [cpu([1.0]), cpu([2.0])])
+    assert not nested.ok and nested.message.startswith("output[1]")
+
+
+def test_error_parity():
+    assert cmp.same_error(IndexError("x"), IndexError("y")).ok
+    assert cmp.same_error(IndexError("x"), LookupError("y")).ok  # a subclass of CPU's class
+    result = cmp.same_error(RuntimeError("x"), IndexError("y"))
+    assert not result.ok and cmp.failure_kind(result.message) == "error parity"
+
+
+@pytest.mark.parametrize("message,kind", [
+    ("gradient[0]: 3 of 20 elements outside rtol=1e-05 atol=1e-05; max abs 1", "gradient: values"),
+    ("input x1 after the call: NaN at different positions (0 on device, 1 on CPU)", "input: nan"),
+    ("aliasing differs: outputs sharing storage with inputs (output, input) CPU [(0, 0)], device []", "aliasing"),
+    ("CPU raised IndexError: out of range; device raised RuntimeError: no", "error parity"),
+    ("output[1]: shape (2,) != CPU (3,)", "output: shape"),
+    ("output: 4 of 9 elements differ (exact comparison)", "output: values"),
+])
+def test_failure_kind(message, kind):
+    assert cmp.failure_kind(message) == kind
+
+
+def test_complex_values_compared_as_pairs():
+    expected = torch.tensor([1 + 2j], dtype=torch.complex64)
+    assert cmp.compare(expected.clone(), expected).ok
+    assert not cmp.compare(torch.tensor([1 + 3j], dtype=torch.complex64), expected).ok
+    assert math.isfinite(cmp.compare(expected.clone(), expected).max_abs)

@@ -1,0 +1,64 @@
+"""Meta tests of harness.runner: the checks beyond value comparison, and what a result records."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from harness.cases import Case
+from harness.runner import run_case
+from harness.specs import SPECS
+from harness.values import TensorSpec as T
+from harness.xfails import XFails
+
+
+def test_a_broken_call_text_fails_instead_of_passing_as_error_parity(monkeypatch):
+    monkeypatch.setitem(SPECS, "neg", dataclasses.replace(SPECS["neg"], call="torch.neg({x0}"))
+    result = run_case(Case("neg", "float32", (T((3,), "float32"),)))
+    assert result.verdict == "fail" and "SyntaxError" in result.message
+
+
+def test_dtype_parameters_render_as_names():
+    result = run_case(Case("full", "bfloat16", (), {"shape": (2, 3), "value": 1.5, "dtype": "bfloat16"}))
+    assert result.expression == "torch.full((2, 3), 1.5, dtype=torch.bfloat16, device=device)"
+    assert result.verdict == "pass" and result.called == ["aten::full"]
+    with pytest.raises(ValueError, match="not a name"):
+        SPECS["full"].render({"shape": (1,), "value": 0, "dtype": "bad name"}, [])
+
+
+def test_result_records_called_overloads_and_device_kernels_forward_and_backward():
+    result = run_case(Case("sigmoid", "float32", (T((4, 5), "float32", "contiguous", "normal", 3, True),)))
+    assert result.verdict == "pass"
+    assert {"aten::sigmoid", "aten::sigmoid_backward"} <= set(result.called)
+    assert {"aten::sigmoid.out", "aten::sigmoid_backward.grad_input"} <= set(result.device_ops)
+
+
+def test_aliasing_parity_for_views():
+    result = run_case(Case("transpose_view", "float32", (T((3, 4), "float32"),)))
+    assert result.verdict == "pass" and result.comparison.ok
+    result = run_case(Case("select", "int32", (T((3, 4), "int32", "sliced", "small_int", 1),), {"dim": 1, "index": 2}))
+    assert result.verdict == "pass"
+
+
+def test_inplace_ops_compare_their_inputs_after_the_call():
+    result = run_case(Case("add_", "float32", (T((3, 4), "float32", "transposed"), T((4,), "float32"))))
+    assert result.verdict == "pass"
+
+
+def test_random_ops_are_judged_by_properties_and_determinism():
+    result = run_case(Case("randn", "float32", (), {"shape": (5, 7), "dtype": "float32"}))
+    assert result.verdict == "pass" and result.comparison.criterion == "properties + determinism"
+
+
+def test_error_parity_passes_when_both_raise_the_same_class():
+    case = Case("index_select", "float32", (T((5, 3), "float32"), T((2,), "int64", "contiguous", "index:40+", 1)),
+                {"dim": 0})
+    result = run_case(case)
+    assert result.verdict == "pass" and result.comparison.criterion == "error parity"
+
+
+def test_xfail_entries_turn_verdicts():
+    xfails = XFails.parse('[[xfail]]\nop = "neg"\ncategory = "numerics"\nreason = "pretend neg is known to differ"\n')
+    result = run_case(Case("neg", "float32", (T((3,), "float32"),)), xfails)
+    assert result.verdict == "xpass" and result.xfail_reason.startswith("numerics:") and result.reproducer
