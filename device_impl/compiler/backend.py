@@ -53,17 +53,20 @@ def _source_name(node: torch.fx.Node) -> str:
 
 
 def symbolic_input(gm: torch.fx.GraphModule, example_inputs: list) -> tuple[str, int | None, str] | None:
-    """(input name, dimension or None for a symbolic scalar, shape text) of the first symbolic input."""
+    """(input name, dimension or None for a symbolic scalar, shape text) of the first symbolic input:
+    a tensor's symbolic dimension if there is one, else a symbolic scalar (a size Dynamo lifted)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    scalar = None
     for node, example in zip(placeholders, example_inputs):
         value = node.meta.get("example_value", example)
-        if isinstance(value, (torch.SymInt, torch.SymFloat)) or isinstance(example, (torch.SymInt, torch.SymFloat)):
-            return _source_name(node), None, str(value)
         if isinstance(value, torch.Tensor):
             for dim, size in enumerate(value.shape):
                 if isinstance(size, torch.SymInt):
                     return _source_name(node), dim, "[" + ", ".join(str(s) for s in value.shape) + "]"
-    return None
+        elif scalar is None and (isinstance(value, (torch.SymInt, torch.SymFloat))
+                                 or isinstance(example, (torch.SymInt, torch.SymFloat))):
+            scalar = (_source_name(node), None, str(value))
+    return scalar
 
 
 def dynamic_requested(example_inputs: list) -> bool:
@@ -187,7 +190,7 @@ class PerShape:
             started = time.perf_counter()
             static, kept = _specialize(self.gm, args)
             name = f"{self.graph}_s{len(self.compiled)}"
-            counters.graph_received(self.frame, name, _signature(static, kept))
+            counters.graph_received(self.frame, name, _signature(self.gm, list(args)))
             try:
                 entry = self.compiled[key] = _aot(static, kept, name, self.device_index, self.config)
             finally:

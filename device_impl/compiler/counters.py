@@ -6,7 +6,7 @@ Counted per process since the last ``reset_stats()``:
 * ``compiles``: AOT graphs (forward, backward, inference) compiled from scratch;
 * ``cache_hits``: AOT graphs served from the compile cache, by source (``memory``, ``disk``),
   and ``cache_corrupt``: cache entries found damaged and rebuilt;
-* ``recompiles``: Dynamo graphs compiled again for a function already compiled, with
+* ``recompiles``: graphs compiled for a new input signature of a function already compiled, with
   ``recompiles_by_cause``: cause -> records naming the graph, the input and both shapes
   (``shape``: an input's size changed; ``dtype``; ``other``: a guard on something else);
 * ``compile_seconds``: wall time spent compiling (Dynamo graph handed over to program ready);
@@ -32,8 +32,10 @@ def _fresh() -> dict[str, Any]:
 
 
 _STATS = _fresh()
-# Input signatures seen per compiled function (Dynamo frame), to tell a recompile's cause.
+# Input signatures per compiled function (Dynamo frame): the last one, to tell a recompile's cause,
+# and every one seen, so a signature compiled before (served from the compile cache) is not new.
 _SIGNATURES: dict[Any, list[tuple[str, tuple[int, ...], str]]] = {}
+_SEEN: dict[Any, set] = {}
 
 
 def snapshot() -> dict[str, Any]:
@@ -46,6 +48,7 @@ def reset() -> None:
         _STATS.clear()
         _STATS.update(_fresh())
         _SIGNATURES.clear()
+        _SEEN.clear()
 
 
 def count(field: str, amount: float = 1) -> None:
@@ -71,8 +74,12 @@ def graph_received(frame: Any, graph: str, signature: list[tuple[str, tuple[int,
         _STATS["graphs"] += 1
         previous = _SIGNATURES.get(frame)
         _SIGNATURES[frame] = signature
-        if previous is None:
+        seen = _SEEN.setdefault(frame, set())
+        key = tuple(signature)
+        if previous is None or key in seen:
+            seen.add(key)
             return
+        seen.add(key)
         _STATS["recompiles"] += 1
         record: dict[str, Any] = {"graph": graph}
         cause = "other"

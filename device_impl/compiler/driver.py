@@ -85,14 +85,16 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
         counters.count("compiles")
         return _empty_program(specs, device_index)
     try:
-        refused = _unimportable(gm)
-        if refused is not None:
-            raise refused
+        if config.preserve_artifacts:  # first the graph as AOT gave it, replaced below by what torch-mlir sees
+            artifacts.write(config, graph, fx_code=gm.print_readable(print_output=False))
         work = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
         legalize.legalize(work)
         kept = legalize.drop_none_outputs(work)
         if config.preserve_artifacts:
             artifacts.write(config, graph, fx_code=work.print_readable(print_output=False))
+        refused = _unimportable(work)
+        if refused is not None:
+            raise refused
         module = importer.to_stablehlo(work)
         text = str(module)
         key = cache.key(text, flags())

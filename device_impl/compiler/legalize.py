@@ -12,18 +12,16 @@ torch-mlir 20261001 rejects or mis-lowers a few core ATen forms that backward gr
   dropped here and put back by the caller (``restore_none``);
 * ``aten.clamp.Tensor`` with a missing bound or bounds that broadcast aborts the process inside
   torch-mlir: it becomes ``maximum``/``minimum`` (the same values: NaN propagates from any operand);
-* ``aten.remainder`` lowers to ``stablehlo.remainder``, which is C's fmod (sign of the dividend), not
-  Python's remainder (sign of the divisor): it becomes fmod plus the divisor where the signs differ,
-  as ATen's own kernel computes it;
-* ``aten.sign`` lowers to ``stablehlo.sign``, which keeps NaN, where PyTorch's sign of NaN is 0:
-  it becomes ``(x > 0) - (x < 0)``;
-* ``aten.div.Tensor_mode`` does not import with ``rounding_mode=None`` (it is ``div.Tensor``) and
-  with ``"floor"`` lowers to divide-then-floor, which is off by one where the rounded quotient lands
-  on an integer (and truncates for integers): floor division becomes ATen's own algorithm
-  (``c10::div_floor_floating``: fmod, exact quotient, corrections), op by op in the tensor's dtype;
+* ``aten.div.Tensor_mode`` with ``rounding_mode=None`` does not import: it is ``div.Tensor``;
+* zero-size tensors crash or fail torch-mlir; the common source is ``torch.cat`` with an empty
+  operand (an empty KV cache in transformers), which ATen skips: empty operands are dropped from
+  ``aten.cat`` and the constants that fed them die with dead-code elimination;
 * factory ops (``full``, ``arange``, ``scalar_tensor`` ...) naming a ``neuron`` device fail to
   import (torch-mlir knows cpu/cuda/meta devices only): the device argument is dropped, since the
   whole StableHLO program runs on the device anyway.
+
+Rewrites that keep PyTorch's numerics where torch-mlir's lowering changes them live in
+``numerics.py``; ``legalize`` applies both tables.
 
 Each rewrite keeps the node's ``meta['val']`` so later passes still see static shapes.
 """
@@ -33,31 +31,12 @@ from __future__ import annotations
 import torch
 import torch.fx
 
-aten = torch.ops.aten
+from device_impl.compiler import numerics
+from device_impl.compiler.numerics import _call, _cast, aten
 
 
 def _static_shape(node: torch.fx.Node) -> list[int]:
     return [int(s) for s in node.meta["val"].shape]
-
-
-def _call(graph: torch.fx.Graph, target, *args) -> torch.fx.Node:
-    """A new node whose ``meta['val']`` is ``target`` run on its arguments' fake tensors (torch-mlir
-    reads every node's type from it)."""
-    node = graph.call_function(target, args)
-
-    def fake(a):
-        return a.meta["val"] if isinstance(a, torch.fx.Node) else a
-
-    node.meta["val"] = target(*[fake(a) for a in args])
-    return node
-
-
-def _cast(graph: torch.fx.Graph, value: torch.fx.Node, node: torch.fx.Node) -> torch.fx.Node:
-    """``value`` converted to the dtype ``node`` had, when they differ."""
-    dtype = node.meta["val"].dtype
-    if value.meta["val"].dtype == dtype:
-        return value
-    return _call(graph, torch.ops.prims.convert_element_type.default, value, dtype)
 
 
 def _clamp_tensor(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
@@ -72,83 +51,22 @@ def _clamp_tensor(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node |
     return out if out is not x else _call(graph, aten.clone.default, x)
 
 
-def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
-    a, b = node.args[0], node.args[1]
-    if not isinstance(a, torch.fx.Node):
+def _cat(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    tensors = node.args[0]
+    dim = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim", 0)
+    kept = [t for t in tensors if t.meta["val"].numel() != 0]
+    if len(kept) == len(tensors) or not kept:
         return None
-    fmod_op = aten.fmod.Tensor if isinstance(b, torch.fx.Node) else aten.fmod.Scalar
-    r = _call(graph, fmod_op, a, b)
-    if node.meta["val"].dtype == torch.bool:
-        return None
-    # where(r != 0 and (r < 0) != (b < 0), r + b, r)
-    nonzero = _call(graph, aten.ne.Scalar, r, 0)
-    r_neg = _call(graph, aten.lt.Scalar, r, 0)
-    b_neg = _call(graph, aten.lt.Scalar, b, 0) if isinstance(b, torch.fx.Node) else (b < 0)
-    differ = _call(graph, aten.ne.Tensor if isinstance(b_neg, torch.fx.Node) else aten.ne.Scalar, r_neg, b_neg)
-    fix = _call(graph, aten.logical_and.default, nonzero, differ)
-    shifted = _call(graph, aten.add.Tensor, r, b)
-    return _cast(graph, _call(graph, aten.where.self, fix, shifted, r), node)
+    if len(kept) == 1:
+        return _cast(graph, _call(graph, aten.clone.default, kept[0]), node)
+    return _call(graph, aten.cat.default, kept, dim)
 
 
-def _sign(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
-    x = node.args[0]
-    if node.meta["val"].dtype == torch.bool:
-        return None
-    positive = _call(graph, prims_convert, _call(graph, aten.gt.Scalar, x, 0), node.meta["val"].dtype)
-    negative = _call(graph, prims_convert, _call(graph, aten.lt.Scalar, x, 0), node.meta["val"].dtype)
-    return _call(graph, aten.sub.Tensor, positive, negative)
-
-
-prims_convert = torch.ops.prims.convert_element_type.default
-
-
-def _div_mode(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
-    a, b = node.args[0], node.args[1]
-    mode = node.kwargs.get("rounding_mode", node.args[2] if len(node.args) > 2 else None)
-    scalar_b = not isinstance(b, torch.fx.Node)
-    if mode is None:
-        return _call(graph, aten.div.Scalar if scalar_b else aten.div.Tensor, a, b)
-    if mode != "floor" or not isinstance(a, torch.fx.Node):
-        return None
+def _empty_permuted(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
+    """empty_permuted (uninitialised memory in a physical order) has no lowering; its values are
+    unspecified either way, so it is a plain ``empty`` of the same size and dtype."""
     dtype = node.meta["val"].dtype
-    a = _cast(graph, a, node)
-    if not scalar_b:
-        b = _cast(graph, b, node)
-    op = (lambda tensor_op, scalar_op: scalar_op) if scalar_b else (lambda tensor_op, scalar_op: tensor_op)
-    if scalar_b and b == 0:
-        return None  # division by a zero scalar: inf/nan (floats) or an error (integers), as ATen's own path
-    mod = _call(graph, op(aten.fmod.Tensor, aten.fmod.Scalar), a, b)
-    mod_nonzero = _call(graph, aten.ne.Scalar, mod, 0)
-    mod_negative = _call(graph, aten.lt.Scalar, mod, 0)
-    if scalar_b:
-        sign_differs = _call(graph, aten.ne.Scalar, mod_negative, bool(b < 0))
-    else:
-        sign_differs = _call(graph, aten.ne.Tensor, _call(graph, aten.lt.Scalar, b, 0), mod_negative)
-    fix = _call(graph, aten.logical_and.default, mod_nonzero, sign_differs)
-    if not dtype.is_floating_point:
-        if scalar_b:
-            return None
-        quotient = _trunc_div(graph, a, b)
-        return _call(graph, aten.where.self, fix, _call(graph, aten.sub.Scalar, quotient, 1), quotient)
-    divide = op(aten.div.Tensor, aten.div.Scalar)
-    div = _call(graph, divide, _call(graph, aten.sub.Tensor, a, mod), b)
-    div = _call(graph, aten.where.self, fix, _call(graph, aten.sub.Scalar, div, 1), div)
-    floor = _call(graph, aten.floor.default, div)
-    up = _call(graph, aten.gt.Scalar, _call(graph, aten.sub.Tensor, div, floor), 0.5)
-    floor = _call(graph, aten.where.self, up, _call(graph, aten.add.Scalar, floor, 1), floor)
-    quotient = _call(graph, divide, a, b)
-    signed_zero = _call(graph, aten.mul.Scalar, quotient, 0)
-    result = _call(graph, aten.where.self, _call(graph, aten.ne.Scalar, div, 0), floor, signed_zero)
-    if scalar_b:
-        return result
-    return _call(graph, aten.where.self, _call(graph, aten.eq.Scalar, b, 0), quotient, result)
-
-
-def _trunc_div(graph: torch.fx.Graph, a: torch.fx.Node, b: torch.fx.Node) -> torch.fx.Node:
-    """Integer division rounding toward zero (stablehlo.divide on integers)."""
-    node = graph.call_function(aten.div.Tensor_mode, (a, b), {"rounding_mode": "trunc"})
-    node.meta["val"] = aten.div.Tensor_mode(a.meta["val"], b.meta["val"], rounding_mode="trunc")
-    return node
+    return _call(graph, aten.empty.memory_format, _static_shape(node), dtype=dtype)
 
 
 def _squeeze_dims(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node:
@@ -190,11 +108,9 @@ _REWRITES = {
     aten.squeeze.dims: _squeeze_dims,
     aten.slice_scatter.default: _slice_scatter,
     aten.clamp.Tensor: _clamp_tensor,
-    aten.remainder.Tensor: _remainder,
-    aten.remainder.Scalar: _remainder,
-    aten.sign.default: _sign,
-    aten.div.Tensor_mode: _div_mode,
-    aten.div.Scalar_mode: _div_mode,
+    aten.cat.default: _cat,
+    aten.empty_permuted.default: _empty_permuted,
+    **numerics.REWRITES,
 }
 
 
@@ -214,6 +130,8 @@ def legalize(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if node.op == "call_function" and _drop_device(node):
             changed = True
         rewrite = _REWRITES.get(node.target) if node.op == "call_function" else None
+        if rewrite is None and node.op == "call_function" and numerics.needs_opmath(node):
+            rewrite = numerics.opmath
         if rewrite is None:
             continue
         with graph.inserting_before(node):
@@ -225,6 +143,7 @@ def legalize(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         graph.erase_node(node)
         changed = True
     if changed:
+        graph.eliminate_dead_code()
         graph.lint()
         gm.recompile()
     return gm

@@ -105,8 +105,24 @@ def _binary(alu: str, nc, out: Tile, a, b, compute: np.dtype) -> None:
         raise AssertionError("constant-only ops are folded before lowering")
 
 
+def _check_integer_divisor(nc, divisor) -> None:
+    """Integer division by zero raises, as on CPU (which raises ZeroDivisionError from its kernel)."""
+    if _is_tile(divisor):
+        zero = nc.sbuf_tile(divisor.shape, np.dtype(np.bool_))
+        nc.vector.tensor_scalar(zero, divisor, "equal", 0)
+        flag = nc.sbuf_tile((divisor.partitions, 1), np.dtype(np.bool_))
+        nc.vector.tensor_reduce(flag, zero, "logical_or")
+        found = bool(flag.read().any())
+    else:
+        found = divisor == 0
+    if found:
+        raise RuntimeError("ZeroDivisionError")
+
+
 def _emit_binary(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
     dtype = in_types[0].np_dtype
+    if op.name in ("divide", "remainder") and dtype.kind in "iu":
+        _check_integer_divisor(nc, args[1])
     _binary(_binary_name(op, dtype), nc, out, args[0], args[1], _compute(dtype))
 
 

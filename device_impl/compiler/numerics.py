@@ -1,0 +1,229 @@
+"""FX rewrites that keep PyTorch's numerics where torch-mlir 20261001's StableHLO lowering changes them.
+
+Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op suite):
+
+* ``aten.fmod`` lowers to ``a - sign(a/b) * floor(|a/b|) * b`` in the tensor's dtype, off by up to the
+  divisor for large quotients; ``aten.remainder`` lowers to ``stablehlo.remainder``, which *is* C's fmod.
+  So fmod becomes ``aten.remainder`` (-> stablehlo.remainder), and Python's remainder becomes that
+  plus the divisor where the signs differ (ATen's own formula);
+* ``aten.sign`` lowers to ``stablehlo.sign`` (sign of NaN is NaN; PyTorch's is 0): ``(x > 0) - (x < 0)``;
+* floor division (``div.Tensor_mode`` ``"floor"``) lowers to divide-then-floor: off by one where the
+  rounded quotient lands on an integer, truncating for integers; it becomes ATen's algorithm
+  (``c10::div_floor_floating``: fmod, exact quotient, corrections) op by op in the tensor's dtype;
+* ``leaky_relu`` lowers to ``max(x, 0) + min(x, 0) * slope`` (the sign of zero differs from ATen's
+  ``where(x > 0, x, x * slope)``);
+* ``aten.var.correction`` crashes torch-mlir on 0-d inputs (a segmentation fault, not an error):
+  variance becomes the two-pass formula ``sum((x - mean)^2) / (N - correction)`` in float32;
+* ``aten.index.Tensor`` / ``aten.index_put`` lower to gather/scatter without wrapping negative
+  indices (StableHLO would clamp them): each index tensor becomes ``where(i < 0, i + size, i)``;
+* float16/bfloat16 transcendental ops lower to several ops each rounded to the narrow type
+  (``log2 = log(x) / log(2)``), while ATen computes them in float32 and rounds once: they are
+  computed in float32 and converted back (``opmath``), as ATen's ``opmath_type`` does.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+prims_convert = torch.ops.prims.convert_element_type.default
+NARROW = (torch.float16, torch.bfloat16)
+
+
+def _call(graph: torch.fx.Graph, target, *args, **kwargs) -> torch.fx.Node:
+    """A new node whose ``meta['val']`` is ``target`` run on its arguments' fake tensors (torch-mlir
+    reads every node's type from it)."""
+    node = graph.call_function(target, args, kwargs)
+
+    def fake(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(fake(x) for x in a)
+        return a.meta["val"] if isinstance(a, torch.fx.Node) else a
+
+    node.meta["val"] = target(*[fake(a) for a in args], **{k: fake(v) for k, v in kwargs.items()})
+    return node
+
+
+def _cast(graph: torch.fx.Graph, value: torch.fx.Node, node_or_dtype) -> torch.fx.Node:
+    """``value`` converted to a dtype (or to the dtype ``node`` had), when they differ."""
+    dtype = node_or_dtype if isinstance(node_or_dtype, torch.dtype) else node_or_dtype.meta["val"].dtype
+    if value.meta["val"].dtype == dtype:
+        return value
+    return _call(graph, prims_convert, value, dtype)
+
+
+def _c_fmod(graph: torch.fx.Graph, a, b) -> torch.fx.Node:
+    """C's fmod, through the op torch-mlir lowers to stablehlo.remainder (see module docstring)."""
+    return _call(graph, aten.remainder.Tensor if isinstance(b, torch.fx.Node) else aten.remainder.Scalar, a, b)
+
+
+def _fmod(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    return _c_fmod(graph, node.args[0], node.args[1])
+
+
+def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    a, b = node.args[0], node.args[1]
+    if not isinstance(a, torch.fx.Node) or node.meta["val"].dtype == torch.bool:
+        return None
+    r = _c_fmod(graph, a, b)
+    nonzero = _call(graph, aten.ne.Scalar, r, 0)
+    r_negative = _call(graph, aten.lt.Scalar, r, 0)
+    if isinstance(b, torch.fx.Node):
+        differ = _call(graph, aten.ne.Tensor, r_negative, _call(graph, aten.lt.Scalar, b, 0))
+    else:
+        differ = _call(graph, aten.ne.Scalar, r_negative, bool(b < 0))
+    fix = _call(graph, aten.logical_and.default, nonzero, differ)
+    shifted = _call(graph, aten.add.Tensor if isinstance(b, torch.fx.Node) else aten.add.Scalar, r, b)
+    return _cast(graph, _call(graph, aten.where.self, fix, shifted, r), node)
+
+
+def _sign(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    x = node.args[0]
+    dtype = node.meta["val"].dtype
+    if dtype == torch.bool:
+        return None
+    positive = _call(graph, prims_convert, _call(graph, aten.gt.Scalar, x, 0), dtype)
+    negative = _call(graph, prims_convert, _call(graph, aten.lt.Scalar, x, 0), dtype)
+    return _call(graph, aten.sub.Tensor, positive, negative)
+
+
+def _trunc_div(graph: torch.fx.Graph, a: torch.fx.Node, b: torch.fx.Node) -> torch.fx.Node:
+    """Integer division rounding toward zero (stablehlo.divide on integers)."""
+    return _call(graph, aten.div.Tensor_mode, a, b, rounding_mode="trunc")
+
+
+def _div_mode(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    a, b = node.args[0], node.args[1]
+    mode = node.kwargs.get("rounding_mode", node.args[2] if len(node.args) > 2 else None)
+    scalar_b = not isinstance(b, torch.fx.Node)
+    if mode is None:
+        return _call(graph, aten.div.Scalar if scalar_b else aten.div.Tensor, a, b)
+    if mode != "floor" or not isinstance(a, torch.fx.Node) or (scalar_b and b == 0):
+        return None  # trunc lowers exactly; a zero scalar divisor keeps ATen's own path
+    dtype = node.meta["val"].dtype
+    a = _cast(graph, a, node)
+    if not scalar_b:
+        b = _cast(graph, b, node)
+    mod = _c_fmod(graph, a, b)
+    mod_nonzero = _call(graph, aten.ne.Scalar, mod, 0)
+    mod_negative = _call(graph, aten.lt.Scalar, mod, 0)
+    if scalar_b:
+        sign_differs = _call(graph, aten.ne.Scalar, mod_negative, bool(b < 0))
+    else:
+        sign_differs = _call(graph, aten.ne.Tensor, _call(graph, aten.lt.Scalar, b, 0), mod_negative)
+    fix = _call(graph, aten.logical_and.default, mod_nonzero, sign_differs)
+    if not dtype.is_floating_point:
+        if scalar_b:
+            return None
+        quotient = _trunc_div(graph, a, b)
+        return _call(graph, aten.where.self, fix, _call(graph, aten.sub.Scalar, quotient, 1), quotient)
+    divide = aten.div.Scalar if scalar_b else aten.div.Tensor
+    div = _call(graph, divide, _call(graph, aten.sub.Tensor, a, mod), b)
+    div = _call(graph, aten.where.self, fix, _call(graph, aten.sub.Scalar, div, 1), div)
+    floor = _call(graph, aten.floor.default, div)
+    up = _call(graph, aten.gt.Scalar, _call(graph, aten.sub.Tensor, div, floor), 0.5)
+    floor = _call(graph, aten.where.self, up, _call(graph, aten.add.Scalar, floor, 1), floor)
+    quotient = _call(graph, divide, a, b)
+    signed_zero = _call(graph, aten.mul.Scalar, quotient, 0)
+    result = _call(graph, aten.where.self, _call(graph, aten.ne.Scalar, div, 0), floor, signed_zero)
+    if scalar_b:
+        return result
+    return _call(graph, aten.where.self, _call(graph, aten.eq.Scalar, b, 0), quotient, result)
+
+
+def _leaky_relu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    x = node.args[0]
+    slope = node.args[1] if len(node.args) > 1 else node.kwargs.get("negative_slope", 0.01)
+    dtype = node.meta["val"].dtype
+    if not dtype.is_floating_point:
+        return None
+    wide = _cast(graph, x, torch.float32) if dtype in NARROW else x
+    scaled = _call(graph, aten.mul.Scalar, wide, slope)
+    out = _call(graph, aten.where.self, _call(graph, aten.gt.Scalar, wide, 0), wide, scaled)
+    return _cast(graph, out, node)
+
+
+def _var(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    x = node.args[0]
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    correction = node.kwargs.get("correction", 1)
+    keepdim = node.kwargs.get("keepdim", False)
+    shape = list(x.meta["val"].shape)
+    dtype = node.meta["val"].dtype
+    if not dtype.is_floating_point or x.meta["val"].dtype.is_complex:
+        return None
+    if correction is None:
+        correction = 1
+    dims = list(range(len(shape))) if dims is None or (isinstance(dims, (list, tuple)) and not dims) else \
+        [d % max(len(shape), 1) for d in ([dims] if isinstance(dims, int) else dims)]
+    count = 1
+    for d in dims:
+        count *= shape[d] if shape else 1
+    wide = _cast(graph, x, torch.float32) if dtype in NARROW else x
+    if not shape:  # 0-d: the deviation from the mean is 0
+        deviation = _call(graph, aten.sub.Tensor, wide, wide)
+        total = _call(graph, aten.mul.Tensor, deviation, deviation)
+    else:
+        mean = _call(graph, aten.mean.dim, wide, dims, True)
+        deviation = _call(graph, aten.sub.Tensor, wide, mean)
+        total = _call(graph, aten.sum.dim_IntList, _call(graph, aten.mul.Tensor, deviation, deviation), dims, keepdim)
+    return _cast(graph, _call(graph, aten.div.Scalar, total, max(count - correction, 0)), node)
+
+
+def _wrap_indices(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    base = node.args[0]
+    indices = node.args[1]
+    shape = base.meta["val"].shape
+    wrapped, changed = [], False
+    for dim, index in enumerate(indices):
+        if isinstance(index, torch.fx.Node) and index.meta["val"].dtype not in (torch.bool, torch.uint8):
+            negative = _call(graph, aten.lt.Scalar, index, 0)
+            index = _call(graph, aten.where.self, negative, _call(graph, aten.add.Scalar, index, int(shape[dim])), index)
+            changed = True
+        wrapped.append(index)
+    if not changed:
+        return None
+    return _call(graph, node.target, base, wrapped, *node.args[2:], **node.kwargs)
+
+
+REWRITES = {
+    aten.index.Tensor: _wrap_indices,
+    aten.index_put.default: _wrap_indices,
+    aten.var.correction: _var,
+    aten.fmod.Tensor: _fmod,
+    aten.fmod.Scalar: _fmod,
+    aten.remainder.Tensor: _remainder,
+    aten.remainder.Scalar: _remainder,
+    aten.sign.default: _sign,
+    aten.div.Tensor_mode: _div_mode,
+    aten.div.Scalar_mode: _div_mode,
+    aten.leaky_relu.default: _leaky_relu,
+}
+
+# Elementwise ops ATen computes in float32 for float16/bfloat16 (opmath) whose lowering is more than
+# one StableHLO op, or whose scalar parameters must not be rounded to the narrow type first.
+OPMATH = frozenset(getattr(aten, name) for name in (
+    "exp2", "expm1", "log2", "log10", "log1p", "sinh", "cosh", "tan", "asin", "acos", "atan", "asinh", "acosh",
+    "atanh", "erf", "erfc", "erfinv", "sigmoid", "tanh", "sin", "cos", "exp", "log", "sqrt", "rsqrt", "reciprocal",
+    "gelu", "silu", "elu", "softplus", "mish", "logit", "hardsigmoid", "hardswish", "atan2", "pow", "lerp",
+    "hypot", "xlogy", "special_erfcx") if hasattr(aten, name))
+
+
+def needs_opmath(node: torch.fx.Node) -> bool:
+    meta = node.meta.get("val")
+    return (getattr(node.target, "overloadpacket", None) in OPMATH and isinstance(meta, torch.Tensor)
+            and meta.dtype in NARROW)
+
+
+def opmath(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """``node`` computed in float32 from widened narrow-float inputs, rounded back once."""
+    def widen(a):
+        if isinstance(a, torch.fx.Node) and isinstance(a.meta.get("val"), torch.Tensor) \
+                and a.meta["val"].dtype in NARROW:
+            return _cast(graph, a, torch.float32)
+        return a
+
+    args = [widen(a) for a in node.args]
+    kwargs = {k: widen(v) for k, v in node.kwargs.items()}
+    return _cast(graph, _call(graph, node.target, *args, **kwargs), node)

@@ -1,0 +1,177 @@
+"""torch.compile(backend="neuron"): models compile, run on the device and match CPU; the shape contract;
+recompiles per shape; graph breaks; fallback and its strict mode; device errors.
+
+Compiled programs run under the host-compute guard (tests/conftest.py): a compiled graph that
+computed with torch CPU kernels would raise.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+import device_impl.compiler as compiler
+from device_impl import engine
+from harness.models import DecoderBlock
+from support import run_python
+
+
+@pytest.fixture
+def stats():
+    """Compiler counters from zero; settings re-read (tests change the environment)."""
+    from device_impl.compiler import backend
+
+    torch._dynamo.reset()
+    compiler.reset_stats()
+    compiler.clear_cache()
+    backend.reload_settings()
+    yield compiler
+    torch._dynamo.reset()
+    compiler.reset_stats()
+    backend.reload_settings()
+
+
+@pytest.fixture(autouse=True)
+def no_disk_cache(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "neff"))
+
+
+def _compiled_launches() -> dict[str, dict]:
+    return {name: s for name, s in engine.stats().items() if name.startswith("neff:")}
+
+
+def test_backend_name_is_registered_without_loading_dynamo_or_torch_mlir():
+    code = ("import sys, torch, device_impl\n"
+            "print('torch._dynamo' in sys.modules, 'torch_mlir' in sys.modules)\n"
+            "import torch._dynamo\n"
+            "print('neuron' in torch._dynamo.list_backends(), 'torch_mlir' in sys.modules)\n")
+    out = run_python(code)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False", "True", "False"]
+
+
+def test_decoder_block_forward_and_gradients_match_cpu(stats):
+    torch.manual_seed(0)
+    reference = DecoderBlock(hidden=256, heads=4, kv_heads=2, seq=128)
+    model = DecoderBlock(hidden=256, heads=4, kv_heads=2, seq=128).to("neuron")
+    model.load_state_dict(reference.state_dict())
+    x = torch.randn(2, 128, 256)
+    expected = reference(x)
+    expected.pow(2).mean().backward()
+
+    engine.reset_stats()
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    out = compiled(x.to("neuron"))
+    out.pow(2).mean().backward()
+
+    torch.testing.assert_close(out.detach().cpu(), expected.detach(), rtol=1e-4, atol=1e-5)
+    for (name, p), (_, q) in zip(reference.named_parameters(), model.named_parameters()):
+        scale = p.grad.abs().max().item()
+        torch.testing.assert_close(q.grad.cpu(), p.grad, rtol=1e-3, atol=1e-4 * scale, msg=name)
+    s = stats.stats()
+    assert s["fallbacks"] == 0 and s["compiles"] == 2  # the forward and the backward graph
+    launches = _compiled_launches()
+    assert any(name.endswith("_forward") for name in launches) and any(name.endswith("_backward")
+                                                                       for name in launches)
+
+
+def test_recompiles_once_per_static_shape_and_counts_the_shapes(stats):
+    def f(x):
+        return torch.softmax(x * 2, dim=-1)
+
+    compiled = torch.compile(f, backend="neuron")
+    for rows in (4, 8, 4, 16):
+        x = torch.randn(rows, 32)
+        torch.testing.assert_close(compiled(x.to("neuron")).cpu(), f(x))
+    s = stats.stats()
+    assert s["recompiles"] == 2  # 8 and 16 rows; the second 4 reuses the first program
+    records = s["recompiles_by_cause"]["shape"]
+    assert [r["shape"] for r in records] == [[8, 32], [16, 32]]
+    assert all(r["previous"][1] == 32 for r in records)
+    assert s["fallbacks"] == 0
+
+
+def test_dynamic_true_raises_shape_contract_error_naming_input_and_dimension(stats):
+    compiled = torch.compile(lambda x: x + 1, backend="neuron", dynamic=True)
+    with pytest.raises(compiler.ShapeContractError) as info:
+        compiled(torch.randn(5, 3).to("neuron"))
+    message = str(info.value)
+    assert "L['x']" in message and "dimension 0" in message
+    assert "static shapes" in message and "bucket" in message
+
+
+def test_mark_dynamic_raises_shape_contract_error(stats):
+    x = torch.randn(6, 2).to("neuron")
+    torch._dynamo.mark_dynamic(x, 0)
+    with pytest.raises(compiler.ShapeContractError, match="dimension 0"):
+        torch.compile(lambda t: t * 3, backend="neuron")(x)
+
+
+def test_graph_breaks_compile_each_subgraph(stats):
+    def f(x):
+        y = torch.exp(x)
+        torch._dynamo.graph_break()
+        return y.sum(dim=0) * 2
+
+    x = torch.randn(16, 8)
+    out = torch.compile(f, backend="neuron")(x.to("neuron"))
+    torch.testing.assert_close(out.cpu(), f(x))
+    s = stats.stats()
+    assert s["graphs"] == 2 and s["compiles"] == 2 and s["fallbacks"] == 0
+
+
+def test_fullgraph_with_a_graph_break_is_refused_by_dynamo(stats):
+    def f(x):
+        torch._dynamo.graph_break()
+        return x + 1
+
+    with pytest.raises(Exception, match="graph_break|graph break"):
+        torch.compile(f, backend="neuron", fullgraph=True)(torch.randn(3).to("neuron"))
+
+
+def test_unlowerable_op_falls_back_to_eager_and_warns_once(stats):
+    def f(x):
+        return torch.erfinv(x * 0.5) + 1  # torch-mlir has no StableHLO lowering for erfinv
+
+    x = torch.rand(64) * 2 - 1
+    compiled = torch.compile(f, backend="neuron")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = compiled(x.to("neuron"))
+        compiled(x.to("neuron"))
+    torch.testing.assert_close(out.cpu(), f(x))
+    mentions = [w for w in caught if "erfinv" in str(w.message) and "eagerly" in str(w.message)]
+    assert len(mentions) == 1
+    s = stats.stats()
+    assert s["fallbacks"] == 1 and list(s["fallbacks_by_op"]) == ["torch.aten.erfinv"]
+
+
+def test_strict_mode_raises_naming_the_op(stats, monkeypatch):
+    from device_impl.compiler import backend
+
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION", "1")
+    backend.reload_settings()
+    with pytest.raises(compiler.FallbackDisabledError, match="erfinv") as info:
+        torch.compile(lambda x: torch.erfinv(x), backend="neuron")(torch.rand(8).to("neuron"))
+    assert "TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION" in str(info.value)
+    assert stats.stats()["fallbacks"] == 0
+
+
+def test_cpu_inputs_are_refused_with_the_fix(stats):
+    with pytest.raises(RuntimeError, match=r"input L\['x'\] is on cpu.*to\('neuron'\)"):
+        torch.compile(lambda x: x * 2, backend="neuron")(torch.randn(4))
+
+
+def test_inputs_on_two_cores_are_refused(stats):
+    a, b = torch.randn(4).to("neuron:0"), torch.randn(4).to("neuron:1")
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.compile(lambda x, y: x + y, backend="neuron")(a, b)
+
+
+def test_program_runs_on_the_inputs_core(stats):
+    x = torch.randn(32, 16)
+    out = torch.compile(lambda t: torch.tanh(t) @ t.T, backend="neuron")(x.to("neuron:1"))
+    assert out.device == torch.device("neuron:1")
+    torch.testing.assert_close(out.cpu(), torch.tanh(x) @ x.T, rtol=1e-4, atol=1e-5)
