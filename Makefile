@@ -35,7 +35,7 @@ test: core
 # A step that finds failures (conformance, a benchmark) does not stop the report: it shows them.
 # Knobs: REPORT_MODE_BUDGET (seconds per op-suite mode, 0 = no limit; a mode cut short keeps the
 # cases it ran), REPORT_OPINFO_SAMPLES (OpInfo samples per op), REPORT_BENCH (pytest-benchmark flags).
-REPORT_MODE_BUDGET ?= 180
+REPORT_MODE_BUDGET ?= 240
 REPORT_OPINFO_SAMPLES ?= 1
 REPORT_OPINFO_BUDGET ?= 360
 REPORT_BENCH ?= --benchmark-max-time=0.25 --benchmark-min-rounds=3
@@ -63,8 +63,9 @@ endef
 export AVAILABLE_MODES
 
 report: core
-	@mkdir -p build/reports build/benchmarks build/traces
+	@mkdir -p build/reports build/benchmarks build/traces build/junit
 	@date +%s > build/reports/.started
+	@rm -f build/junit/opsuite-*.xml
 	@echo "[report 1/6] PyTorch OpInfo sweep, $(REPORT_OPINFO_SAMPLES) sample(s) per op, in the background (log: build/reports/opinfo.log)"
 	@echo "[report 2/6] conformance: pytest opsuite in each mode the device provides"
 	@status=0; ( timeout --signal=INT --kill-after=60 $(REPORT_OPINFO_BUDGET) \
@@ -75,7 +76,7 @@ report: core
 	  echo "-- mode $$mode (budget $(REPORT_MODE_BUDGET) s)"; \
 	  status=0; timeout --signal=INT --kill-after=60 $(REPORT_MODE_BUDGET) \
 	    $(PY) -m pytest opsuite -q -p no:cacheprovider --neuron-mode $$mode -o console_output_style=count \
-	    --tb=no -rN || status=$$?; $(ALLOWED); \
+	    --tb=no -rN --junitxml=build/junit/opsuite-$$mode.xml || status=$$?; $(ALLOWED); \
 	done; \
 	echo "-- waiting for the OpInfo sweep"; status=0; wait $$opinfo || status=$$?; \
 	grep -E '^OpInfo sweep run' build/reports/opinfo.log || echo "  no summary line: see build/reports/opinfo.log"; $(ALLOWED)

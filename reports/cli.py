@@ -39,7 +39,7 @@ def build(store: Path, out: Path, build_dir: Path, traces: list[str] | None = No
     out.mkdir(parents=True, exist_ok=True)
     env = render.environment()
     with data.connect(store) as conn:
-        conf = conformance.build(conn, build_dir / "coverage.json")
+        conf = conformance.build(conn, build_dir / "coverage.json", build_dir / "junit")
         runs = _run_rows(conn, conf["selection"])
     perf = performance.build(build_dir / "benchmarks", build_dir / "asv" / "results", build_dir / "asv-html", out)
     lanes = timeline.build(build_dir / "traces", out, traces)
@@ -67,6 +67,11 @@ def summary(report: dict[str, Any]) -> list[str]:
             lines.append(f"    vs run {trend['previous']}: {render.percent(trend['rate_before'])} -> "
                          f"{render.percent(trend['rate_now'])} on {trend['common']} common (op, dtype); "
                          f"{len(trend['new_failures'])} new failures, {len(trend['fixed'])} fixed")
+    for mode, result in conf["pytest"].items():
+        if result["failed"]:
+            counts = result["counts"]
+            lines.append(f"  pytest opsuite {mode}: {counts['failed']} failed, {counts['errors']} errors of "
+                         f"{counts['tests']} tests (see conformance.html#pytest)")
     if conf["opinfo"]:
         o = conf["opinfo"]
         lines.append(f"  OpInfo sweep run {conf['selection'].opinfo}: {o['ops']} ops, {o['samples']} samples, "

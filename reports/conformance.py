@@ -3,15 +3,14 @@ core-opset coverage and the trend against the previous run — all computed from
 
 from __future__ import annotations
 
-import json
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
-from reports import data, svg
+from reports import data, junit, svg
 
 MODE_ORDER = ("eager", "adaptive", "compiled")
 FAILURE_LIMIT = 500  # failures listed with their reproducer; the rest are counted
@@ -177,7 +176,7 @@ def trend(current: pd.DataFrame, previous: pd.DataFrame, current_id: int, previo
             "changes": changes}
 
 
-def build(conn, coverage_path: Path) -> dict[str, Any]:
+def build(conn, coverage_path: Path, junit_dir: Path | None = None) -> dict[str, Any]:
     selection = data.select_runs(conn)
     frame = data.results(conn, selection.run_ids)
     spec = data.mode_rows(frame, selection.current, "spec")
@@ -207,4 +206,5 @@ def build(conn, coverage_path: Path) -> dict[str, Any]:
         "coverage": coverage(coverage_path, pd.concat([spec, opinfo_rows])),
         "trends": trends,
         "cases": len(spec),
+        "pytest": junit.outcomes(junit_dir) if junit_dir is not None else {},
     }

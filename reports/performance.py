@@ -10,6 +10,7 @@ from __future__ import annotations
 import ast
 import itertools
 import math
+import os
 import time
 from pathlib import Path
 from typing import Any
@@ -203,8 +204,6 @@ def compile_rows(groups: list[dict[str, Any]], tracks: list[dict[str, Any]]) -> 
 
 
 def build(benchmarks_dir: Path, asv_results_dir: Path, asv_html: Path, out_dir: Path) -> dict[str, Any]:
-    import os
-
     path, doc = latest_pytest_benchmark(benchmarks_dir)
     groups = pytest_groups(doc) if doc else []
     neuronsim = (doc or {}).get("neuronsim", {})

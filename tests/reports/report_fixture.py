@@ -125,3 +125,11 @@ def write_build(build: Path) -> None:
         {"name": "thread_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": "kernels"}},
     ], "displayTimeUnit": "ns"}
     (build / "traces" / "mm_test.json").write_text(json.dumps(trace))
+    (build / "junit").mkdir()
+    (build / "junit" / "opsuite-eager.xml").write_text(
+        '<?xml version="1.0" encoding="utf-8"?><testsuites><testsuite name="pytest" tests="3" time="12.5">'
+        '<testcase classname="opsuite.test_pointwise" name="test_pointwise[eager-add]" time="1.0"/>'
+        '<testcase classname="opsuite.test_indexing" name="test_indexing[eager-index_put]" time="2.0">'
+        '<failure message="hypothesis.errors.FlakyFailure: &lt;script&gt;x&lt;/script&gt;">trace</failure></testcase>'
+        '<testcase classname="opsuite.test_spatial" name="test_spatial[eager-rfft]" time="0.5">'
+        '<skipped type="pytest.xfail" message="numerics"/></testcase></testsuite></testsuites>')

@@ -142,6 +142,16 @@ def test_failures_are_listed_with_reproducers(built):
     assert html.count('class="failure"') == 3
 
 
+def test_pytest_failures_outside_the_store_are_shown(built):
+    fixture, report = built
+    rows = parse(fixture.out / "conformance.html").tables["pytest-outcomes"]
+    assert rows[1] == ["eager", "3", "1", "1", "0", "1", "0", "12.5"]
+    html = (fixture.out / "conformance.html").read_text()
+    assert "opsuite.test_indexing::test_indexing[eager-index_put]" in html
+    assert "FlakyFailure: &lt;script&gt;x&lt;/script&gt;" in html
+    assert any("pytest opsuite eager: 1 failed" in line for line in cli.summary(report))
+
+
 def test_error_statistics_per_op_and_dtype(built):
     fixture, _ = built
     rows = parse(fixture.out / "conformance.html").tables["error-stats"]
