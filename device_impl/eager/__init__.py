@@ -2,15 +2,15 @@
 
 ``torch.neuron.set_eager_mode("adaptive")`` (or NEURON_EAGER_MODE=adaptive, or
 ``with torch.neuron.eager_mode("adaptive"):``) changes no user code: elementwise
-ops, device copies, sum/mean/amax/amin over the last dimension and
-mm/addmm/bmm/baddbmm return their outputs at once (allocated from the kernel's
+ops, device copies, sum/mean/amax/amin over the last dimension, softmax,
+log_softmax, layer_norm and mm/addmm/bmm/baddbmm return their outputs at once (allocated from the kernel's
 meta, checks already run) but compute nothing until something needs the data: a
 copy to the host, ``.item()``, printing, ``torch.neuron.synchronize()``, a stream
 switch, an event or stream wait, an op that cannot be queued or the CPU fallback
 touching queued memory, or the queue's op/byte limit. Then the queue runs in
-order: consecutive elementwise steps fused into one launch, a reduction fused
-into the launch producing its input, elementwise ops on a matmul's result fused
-into its PSUM evacuation; bit-identical to eager.
+order: consecutive elementwise steps fused into one launch, a reduction (or a
+softmax/layer_norm) fed from the launch producing its input, elementwise ops on
+a matmul's result fused into its PSUM evacuation; bit-identical to eager.
 
 Modules: capture.py (a kernel call -> queued steps), queue.py (queue, barriers,
 flush), fusion.py (grouping and hazards), chain.py (elementwise steps run per

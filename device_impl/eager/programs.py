@@ -120,12 +120,15 @@ def _product_shape(step: MatmulStep) -> tuple[int, int, int]:
 
 
 _CACHE: dict[tuple, Program] = {}
+CACHE_LIMIT = 4096  # programs kept; the oldest is dropped first (a workload of ever-new shapes stays bounded)
 
 
 def program_for(group: Group, prepared: Sequence[Any]) -> Program:
     key = signature(group)
     program = _CACHE.get(key)
     if program is None:
+        if len(_CACHE) >= CACHE_LIMIT:
+            del _CACHE[next(iter(_CACHE))]
         program = _CACHE[key] = _plan(group, prepared)
         STATS.programs_cached += 1
     else:

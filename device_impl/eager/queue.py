@@ -2,7 +2,8 @@
 
 What may wait (capture.py): family kernels whose computation is a chain of
 ``common.elementwise`` launches (``QUEUEABLE_MODULES``), and computes carrying a
-``plan`` (sum/mean/amax/amin over the last dimension, mm/addmm/bmm/baddbmm). Their
+``plan`` (sum/mean/amax/amin over the last dimension, softmax/log_softmax,
+layer_norm, mm/addmm/bmm/baddbmm). Their
 checks run at the call; their launches become steps. Everything else meets a
 *barrier*: it runs eagerly, after the queued work it depends on, which is all
 queued work whose storages its tensor arguments share (its written arguments
