@@ -1,0 +1,128 @@
+"""The compile cache (TORCH_NEURONX_NEFF_CACHE_DIR) across processes, damaged entries, the switch that
+turns it off, and the compilation artifacts (TORCH_NEURONX_DEBUG_DIR)."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import warnings
+
+import pytest
+import torch
+
+import device_impl.compiler as compiler
+from device_impl.compiler import backend, neff
+from support import run_python
+
+BLOCK = """
+import json, time, torch, device_impl
+import device_impl.compiler as compiler
+from harness.models import DecoderBlock
+torch.manual_seed(0)
+model = DecoderBlock(hidden=256, heads=4, kv_heads=2, seq=128).to("neuron")
+x = torch.randn(2, 128, 256).to("neuron")
+compiled = torch.compile(model, backend="neuron", fullgraph=True)
+with torch.no_grad():
+    out = compiled(x)
+print(json.dumps({"stats": compiler.stats(), "checksum": float(out.cpu().double().sum())}))
+"""
+
+
+def _stats_of(result) -> dict:
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_a_second_process_is_served_from_the_cache(tmp_path):
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path), "PYTHONPATH": os.getcwd()}
+    cold = _stats_of(run_python(BLOCK, **env))
+    warm = _stats_of(run_python(BLOCK, **env))
+    assert cold["stats"]["compiles"] == 1 and cold["stats"]["cache_hits"] == 0
+    assert warm["stats"]["compiles"] == 0 and warm["stats"]["cache_hits_by_source"]["disk"] == 1
+    assert warm["checksum"] == cold["checksum"]
+    assert len(glob.glob(str(tmp_path / "**" / "*.neff"), recursive=True)) == 1
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))
+    backend.reload_settings()
+    torch._dynamo.reset()
+    compiler.reset_stats()
+    compiler.clear_cache()
+    yield tmp_path
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    compiler.reset_stats()
+    backend.reload_settings()
+
+
+def _f(x):
+    return torch.softmax(x * 3, dim=-1) + 1
+
+
+def _run_once(x):
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    return torch.compile(_f, backend="neuron")(x.to("neuron")).cpu()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip"])
+def test_damaged_entry_is_reported_once_and_rebuilt(fresh, damage):
+    x = torch.randn(8, 64)
+    _run_once(x)
+    (path,) = glob.glob(str(fresh / "cache" / "**" / "*.neff"), recursive=True)
+    data = open(path, "rb").read()
+    with open(path, "wb") as handle:
+        handle.write(data[: len(data) // 3] if damage == "truncate" else data[:100] + b"\0" * 8 + data[108:])
+    compiler.reset_stats()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = _run_once(x)
+        _run_once(x)  # the rebuilt entry serves the next compile, with no new warning
+    torch.testing.assert_close(out, _f(x))
+    reports = [w for w in caught if "compile cache" in str(w.message) and path in str(w.message)]
+    assert len(reports) == 1
+    s = compiler.stats()
+    assert s["cache_corrupt"] == 1 and s["compiles"] == 1 and s["cache_hits_by_source"]["disk"] == 1
+    neff.read(path)  # the entry on disk is valid again
+
+
+def test_disabling_the_cache_writes_nothing(fresh, monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_NEFF_CACHE", "1")
+    backend.reload_settings()
+    x = torch.randn(4, 16)
+    _run_once(x)
+    _run_once(x)
+    assert not glob.glob(str(fresh / "cache" / "**" / "*.neff"), recursive=True)
+    assert compiler.stats()["compiles"] == 2 and compiler.stats()["cache_hits"] == 0
+
+
+def test_preserved_artifacts_hold_fx_stablehlo_and_neff(fresh, monkeypatch):
+    debug = fresh / "debug"
+    monkeypatch.setenv("TORCH_NEURONX_DEBUG_DIR", str(debug))
+    monkeypatch.setenv("TORCH_NEURONX_PRESERVE_COMPILATION_ARTIFACTS", "1")
+    backend.reload_settings()
+    _run_once(torch.randn(4, 16))
+    (fx,) = glob.glob(str(debug / "fx_graphs" / "*.py"))
+    (mlir,) = glob.glob(str(debug / "stablehlo" / "*.mlir"))
+    (neff_file,) = glob.glob(str(debug / "neff" / "*.neff"))
+    assert "torch.ops.aten" in open(fx).read()
+    assert "stablehlo.reduce" in open(mlir).read() and "func.func @main" in open(mlir).read()
+    assert any(step["kind"] == "fused" for step in neff.read(neff_file).program.steps)
+
+
+def test_artifacts_are_not_kept_by_default(fresh, monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_DEBUG_DIR", str(fresh / "debug"))
+    backend.reload_settings()
+    _run_once(torch.randn(4, 16))
+    assert not (fresh / "debug").exists()
+
+
+def test_bad_environment_values_name_the_variable(monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_NEFF_CACHE", "maybe")
+    with pytest.raises(ValueError, match="TORCH_NEURONX_DISABLE_NEFF_CACHE"):
+        backend.reload_settings()
+    monkeypatch.delenv("TORCH_NEURONX_DISABLE_NEFF_CACHE")
+    backend.reload_settings()

@@ -1,0 +1,197 @@
+"""The passes on real graphs: fusion (one HBM read and write per group), SBUF planning (chunked columns,
+split rows, never over capacity), the scratch arena, TensorE tiling, and the lowering of the StableHLO
+ops PyTorch models produce (gather/scatter, sort, convolution, windows, iota), against CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch._decomp import core_aten_decompositions
+from torch.fx.experimental.proxy_tensor import make_fx
+
+import device_impl.compiler as compiler
+from device_impl import engine
+from device_impl.compiler import backend, driver, fold, memory
+from device_impl.compiler.ir import Graph, Op, TensorType
+
+
+@pytest.fixture(autouse=True)
+def settings(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_NEFF_CACHE", "1")
+    backend.reload_settings()
+    compiler.clear_cache()
+    compiler.reset_stats()
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    backend.reload_settings()
+
+
+def compile_fn(fn, *inputs):
+    """Trace ``fn`` to an ATen graph (core decompositions) and compile it: (runner, program)."""
+    device_inputs = [t.to("neuron") for t in inputs]
+    gm = make_fx(fn, decomposition_table=core_aten_decompositions(), tracing_mode="fake")(*device_inputs)
+    run = driver.compile_graph(gm, "test", 0, backend.settings())
+    assert hasattr(run, "executable"), "the graph fell back to eager"
+    return run, run.executable.program
+
+
+def run_on_device(run, *inputs):
+    engine.reset_stats()
+    outputs = run([t.to("neuron") for t in inputs])
+    (name,) = [k for k in engine.stats() if k.startswith("neff:")]
+    return [o.cpu() for o in outputs], engine.stats()[name]
+
+
+def fused(program):
+    return [s for s in program.steps if s["kind"] == "fused"]
+
+
+def test_softmax_is_one_group_with_one_read_and_one_write():
+    x = torch.randn(256, 512)
+    run, program = compile_fn(lambda t: torch.softmax(t, dim=-1), x)
+    (group,) = fused(program)
+    assert group["reduce_dims"] == [1] and len(group["loads"]) == 1 and len(group["stores"]) == 1
+    assert len(program.steps) == 1
+    (out,), launch = run_on_device(run, x)
+    torch.testing.assert_close(out, torch.softmax(x, dim=-1))
+    assert launch["hbm_bytes"] == 2 * x.numel() * 4  # the input read once, the output written once
+    assert launch["launches"] == 1
+
+
+def test_rmsnorm_chain_fuses_into_one_group():
+    x, w = torch.randn(4, 128, 256), torch.randn(256)
+
+    def rmsnorm(t, weight):
+        return t * torch.rsqrt(t.pow(2).mean(-1, keepdim=True) + 1e-6) * weight
+
+    run, program = compile_fn(rmsnorm, x, w)
+    (group,) = fused(program)
+    assert sorted(group["reduce_dims"]) == [2] and group["row_consumers"]
+    assert len(group["loads"]) == 2 and len(group["stores"]) == 1  # x and w in, the result out
+    (out,), _ = run_on_device(run, x, w)
+    torch.testing.assert_close(out, rmsnorm(x, w))
+
+
+def test_compiled_softmax_takes_less_device_time_and_traffic_than_eager():
+    x = torch.randn(512, 512)
+    run, _ = compile_fn(lambda t: torch.softmax(t * 0.5, dim=-1) + 1, x)
+    _, compiled = run_on_device(run, x)
+    engine.reset_stats()
+    xd = x.to("neuron")
+    torch.softmax(xd * 0.5, dim=-1) + 1
+    eager = engine.stats()
+    eager_ns = sum(s["device_ns"] for s in eager.values())
+    eager_bytes = sum(s["hbm_bytes"] for s in eager.values())
+    assert compiled["device_ns"] < eager_ns and compiled["hbm_bytes"] < eager_bytes
+
+
+def test_a_reduction_too_long_for_sbuf_is_chunked():
+    x = torch.randn(3, 100_000)
+    run, program = compile_fn(lambda t: t.sum(dim=-1) * 2, x)
+    (group,) = fused(program)
+    assert group["tiles"]["chunk"] < group["cols"]  # columns in chunks, partial sums accumulated
+    assert group["tiles"]["sbuf_bytes"] <= memory.GROUP_SBUF_BYTES
+    (out,), _ = run_on_device(run, x)
+    torch.testing.assert_close(out, x.sum(dim=-1) * 2, rtol=1e-5, atol=1e-3)
+
+
+def test_rows_too_wide_for_sbuf_split_the_group_instead_of_overflowing():
+    x = torch.randn(2, 40_000)
+    run, program = compile_fn(lambda t: torch.softmax(t, dim=-1), x)
+    groups = fused(program)
+    assert len(groups) > 1  # normalising a row needs it whole: it did not fit, so the group was split
+    assert all(g["tiles"]["sbuf_bytes"] <= memory.GROUP_SBUF_BYTES for g in groups)
+    (out,), _ = run_on_device(run, x)
+    torch.testing.assert_close(out, torch.softmax(x, dim=-1))
+
+
+def test_matmuls_tile_for_tensor_engine_and_scratch_reuses_bytes():
+    a, b, c = torch.randn(300, 200), torch.randn(200, 700), torch.randn(700, 129)
+
+    def chain(x, y, z):
+        h = torch.tanh(x @ y)
+        g = torch.relu(h @ z)
+        return (g @ z.T).sum(dim=0)
+
+    run, program = compile_fn(chain, a, b, c)
+    scratch = [b_ for b_ in program.buffers.values() if b_["kind"] == "scratch"]
+    assert program.memory["scratch_bytes"] < sum(b_["nbytes"] for b_ in scratch)  # lifetimes share bytes
+    (out,), launch = run_on_device(run, a, b, c)
+    torch.testing.assert_close(out, chain(a, b, c), rtol=1e-4, atol=1e-3)
+    assert launch["flops"] == 2 * (300 * 200 * 700 + 300 * 700 * 129 + 300 * 129 * 700)
+
+
+def test_dynamic_iota_with_a_constant_length_folds_to_a_static_iota():
+    i64 = TensorType((), "int64")
+    graph = Graph(inputs=[], outputs=[1], ops=[Op("dynamic_iota", (0,), (1,), (TensorType((8,), "int64"),),
+                                                  {"iota_dimension": 0})],
+                  types={0: TensorType((1,), "int64"), 1: TensorType((8,), "int64")},
+                  constants={0: np.array([8])})
+    del i64
+    fold.check_static(graph)
+    folded = fold.fold_constants(graph)
+    assert [op.name for op in folded.ops] == ["iota"]
+
+
+@pytest.mark.parametrize("fn", [
+    lambda a, b: torch.fmod(a, b), lambda a, b: torch.remainder(a, b),
+    lambda a, b: torch.floor_divide(a, b), lambda a, b: torch.sign(a / b),
+], ids=["fmod", "remainder", "floor_divide", "sign_nan"])
+def test_pytorch_semantics_where_stablehlo_differs(fn):
+    a = torch.tensor([7.5, -7.5, 7.5, -7.5, 0.0, 1e6 + 0.5, -3.0, 5.0])
+    b = torch.tensor([2.0, 2.0, -2.0, -2.0, 0.0, 3.0, 1.5, -0.5])
+    out = torch.compile(fn, backend="neuron")(a.to("neuron"), b.to("neuron"))
+    torch.testing.assert_close(out.cpu(), fn(a, b), equal_nan=True)
+    assert compiler.stats()["fallbacks"] == 0
+
+
+def test_embedding_forward_and_backward_compile_and_match():
+    weight = torch.randn(50, 24, requires_grad=True)
+    ids = torch.tensor([[3, 7, 3, 49], [0, 1, 2, 7]])
+    dev_weight = weight.detach().to("neuron").requires_grad_()
+    out = torch.compile(lambda w, i: F.embedding(i, w).tanh(), backend="neuron")(dev_weight, ids.to("neuron"))
+    out.sum().backward()
+    expected = F.embedding(ids, weight).tanh()
+    expected.sum().backward()
+    torch.testing.assert_close(out.detach().cpu(), expected.detach())
+    torch.testing.assert_close(dev_weight.grad.cpu(), weight.grad)  # scatter-add of repeated rows
+    s = compiler.stats()
+    assert s["fallbacks"] == 0 and s["compiles"] == 2
+
+
+def test_negative_indices_wrap_and_out_of_range_raise():
+    x = torch.randn(6, 5)
+    index = torch.tensor([-1, 0, 5, -6])
+    out = torch.compile(lambda t, i: t[i], backend="neuron")(x.to("neuron"), index.to("neuron"))
+    torch.testing.assert_close(out.cpu(), x[index])
+    with pytest.raises(IndexError, match="out of bounds"):
+        torch.compile(lambda t, i: t.index_select(0, i), backend="neuron")(x.to("neuron"), torch.tensor([1, 9]).to("neuron"))
+
+
+@pytest.mark.parametrize("name, fn, make", [
+    ("conv2d", lambda x, w: F.conv2d(x, w, padding=1, stride=2), lambda: (torch.randn(2, 3, 9, 9), torch.randn(4, 3, 3, 3))),
+    ("conv_transpose", lambda x, w: F.conv_transpose2d(x, w, stride=2), lambda: (torch.randn(1, 4, 5, 5), torch.randn(4, 3, 3, 3))),
+    ("max_pool", lambda x: F.max_pool2d(x, 2), lambda: (torch.randn(2, 3, 8, 8),)),
+    ("avg_pool", lambda x: F.avg_pool2d(x, 3, stride=2, padding=1), lambda: (torch.randn(2, 3, 9, 9),)),
+    ("cumsum", lambda x: torch.cumsum(x, dim=1), lambda: (torch.randn(5, 130),)),
+    ("sort", lambda x: torch.sort(x, dim=-1, descending=True), lambda: (torch.randn(7, 33),)),
+    ("argmax", lambda x: torch.argmax(x, dim=0), lambda: (torch.randn(40, 9),)),
+    ("arange_tril", lambda x: x.tril() + torch.arange(x.shape[1], device=x.device), lambda: (torch.randn(6, 6),)),
+    ("pad", lambda x: F.pad(x, (2, 1, 0, 3), value=-1.5), lambda: (torch.randn(3, 4),)),
+    ("cross_entropy", lambda x, t: F.cross_entropy(x, t), lambda: (torch.randn(16, 10), torch.randint(0, 10, (16,)))),
+])
+def test_stablehlo_ops_of_common_models_lower_without_fallback(name, fn, make):
+    inputs = make()
+    out = torch.compile(fn, backend="neuron")(*[t.to("neuron") for t in inputs])
+    expected = fn(*inputs)
+    if isinstance(expected, tuple):
+        for o, e in zip(out, expected):
+            torch.testing.assert_close(o.cpu(), e, rtol=1e-4, atol=1e-4)
+    else:
+        torch.testing.assert_close(out.cpu(), expected, rtol=1e-4, atol=1e-4)
+    s = compiler.stats()
+    assert s["fallbacks"] == 0, s["fallbacks_by_op"]
