@@ -2,7 +2,7 @@
 
 1. ``fold``: constant folding; ``dynamic_iota`` with constant lengths -> ``iota``;
 2. ``check_static``: any ``?`` dimension left is a shape-contract violation;
-3. dead-code elimination;
+3. dead-code elimination, then ``schedule.order_ops`` (heavy ops early, chains kept whole);
 4. ``fusion.plan``: layout ops become views, elementwise chains and reductions
    fused groups, heavy ops steps (an op without a lowering raises
    UnsupportedOpError here, before anything runs);
@@ -43,6 +43,7 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Prog
     graph = fold.fold_constants(graph)
     fold.check_static(graph, input_names)
     eliminate_dead_code(graph)
+    schedule.order_ops(graph)
     planned, views, used = fusion.plan(graph)
     steps = []
     for step in planned:

@@ -1,6 +1,15 @@
-"""The schedule: buffers, step order, dependencies and the HBM scratch plan of a program.
+"""The schedule: op order, buffers, dependencies and the HBM scratch plan of a program.
 
-Steps run in the planner's order (a topological order of the graph). Each
+``order_ops`` first reorders the StableHLO ops (a topological order still)
+so that fusion finds longer chains: a heavy op (a step of its own:
+dot_general, concatenate, gather ...) is issued as soon as its operands
+exist, but never in the middle of an elementwise chain that can still grow;
+torch-mlir's order interleaves them (``silu(gate)``, then the ``up``
+projection, then their product), which would cut the chain into groups that
+each write and re-read HBM. Ops that depend on no graph input (a causal mask
+built from iotas) go first, so they do not split a chain either.
+
+Steps then run in the planner's order. Each
 step waits for the steps that wrote the HBM buffers it reads (read after
 write) and, where the scratch arena reuses bytes, for the last readers of the
 buffer that held them before (write after read). The executor turns these
@@ -17,8 +26,69 @@ from __future__ import annotations
 
 from typing import Any
 
-from device_impl.compiler import memory
+from device_impl.compiler import lowering, memory
+from device_impl.compiler.ir import Graph, Op
 from device_impl.compiler.program import Program
+
+
+def _heavy(op: Op) -> bool:
+    return op.name in lowering.STEP_OPS or (op.name == "reduce" and len(op.operands) > 2)
+
+
+def order_ops(graph: Graph) -> Graph:
+    """Reorder ``graph.ops`` (in place) for fusion; see the module docstring."""
+    ops = graph.ops
+    producer = {r: i for i, op in enumerate(ops) for r in op.results}
+    deps = [{producer[v] for v in op.operands if v in producer} for op in ops]
+    users: dict[int, list[int]] = {}
+    for i, d in enumerate(deps):
+        for j in d:
+            users.setdefault(j, []).append(i)
+    waiting = [len(d) for d in deps]
+    ready = {i for i, n in enumerate(waiting) if n == 0}
+    inputs = set(graph.inputs)
+    constant = [False] * len(ops)  # depends on no graph input (iota and constant subgraphs)
+    for i, op in enumerate(ops):  # ops are in a topological order already
+        constant[i] = all(v not in inputs for v in op.operands) and all(constant[j] for j in deps[i])
+    chain: set[int] = set()  # light ops emitted since the last heavy op (the open group's candidates)
+    order: list[int] = []
+
+    def emit(i: int) -> None:
+        ready.discard(i)
+        order.append(i)
+        for u in users.get(i, ()):
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                ready.add(u)
+
+    while ready:
+        views = [i for i in ready if ops[i].name in lowering.VIEWS or ops[i].name == "constant"]
+        if views:
+            for i in sorted(views):
+                emit(i)
+                if deps[i] & chain:
+                    chain.add(i)
+            continue
+        early = sorted(i for i in ready if constant[i])
+        if early:
+            emit(early[0])
+            continue
+        light = sorted(i for i in ready if not _heavy(ops[i]))
+        continuing = [i for i in light if deps[i] & chain]
+        if continuing:
+            chosen = continuing[0]
+        else:
+            heavy = sorted(i for i in ready if _heavy(ops[i]))
+            if heavy:
+                emit(heavy[0])
+                chain.clear()
+                continue
+            chosen = light[0]
+        emit(chosen)
+        chain.add(chosen)
+    assert len(order) == len(ops), "the op graph has a cycle"
+    graph.ops = [ops[i] for i in order]
+    return graph
 
 
 def step_reads(step: dict[str, Any]) -> list[int]:
