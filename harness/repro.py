@@ -168,11 +168,11 @@ _GRADS = '''
     except Exception as e:
         raise AssertionError(f"backward raised {type(e).__name__}: {str(e)[:300]}")
     if cpu_grads is not None:
-        problem = check(dev_grads, cpu_grads, "gradient")
+        problem = check(dev_grads, cpu_grads, "gradient", zero_sign=ZERO_SIGN)
         if problem:
             wide = widened()
             reference = grads(evaluate("cpu", wide), wide, "cpu")
-            if check(dev_grads, cpu_grads, "gradient", reference) is None:
+            if check(dev_grads, cpu_grads, "gradient", reference, zero_sign=ZERO_SIGN) is None:
                 problem = None
         assert not problem, problem
 '''

@@ -241,7 +241,8 @@ def _check(spec, case, expression, cpu_error, device_error, expected, actual, cp
         except Exception as e:  # noqa: BLE001 - a backward that raises on one side only is a failure
             return comparison.merge(cmp.Comparison(False, f"backward raised {type(e).__name__}: {str(e)[:300]}"))
         if cpu_grads is not None:
-            grad_cmp = cmp.compare(device_grads, cpu_grads, tolerance, where="gradient", device=device)
+            grad_cmp = cmp.compare(device_grads, cpu_grads, tolerance, where="gradient", device=device,
+                                   zero_sign=zero_sign)
             # Backward formulas are compositions of ops, each rounded to the dtype on both sides, so a
             # one-ULP difference in an intermediate can grow; gradients are judged by the float64
             # criterion when the tolerance alone fails.
@@ -263,7 +264,9 @@ def _grad_within_fp64(spec, case, expression, device_grads, cpu_grads, tolerance
         reference = _grads(spec, value, tensors, "cpu", seed)
     except Exception:  # noqa: BLE001
         return False
-    return reference is not None and cmp.compare(device_grads, cpu_grads, tolerance, reference, "gradient").ok
+    zero_sign = case.dtype not in spec.ignore_zero_sign
+    return reference is not None and cmp.compare(device_grads, cpu_grads, tolerance, reference, "gradient",
+                                                 zero_sign=zero_sign).ok
 
 
 def _check_properties(spec, case, expression, expected, actual, device_inputs, seed) -> cmp.Comparison:
