@@ -155,6 +155,18 @@ def test_layer_norm_weights_written_in_place_after_queuing(adaptive):
     _identical(program, _host((32, 64)), _host((64,), seed=1))
 
 
+@pytest.mark.parametrize("shape", [(2, 4, 128, 128), (2, 3, 33, 40), (3, 5, 7, 300)])
+def test_a_mask_broadcast_over_batch_and_heads_feeds_the_softmax(adaptive, shape):
+    """The mask's rows do not flatten into one stride (stride 0 over batch and heads): its row blocks
+    are loaded as runs within the last leading dimension (blocks of 128 rows cross 33- and 7-row runs)."""
+    def program(s, keep):
+        return torch.softmax((s * 0.5).masked_fill(~keep, float("-inf")), -1), F.layer_norm(s + keep, shape[-1:])
+
+    keep = torch.rand(shape[-2:], generator=torch.Generator().manual_seed(4)) > 0.3
+    stats = _identical(program, _host(shape), keep)
+    assert stats["reductions_fused"] == 2 and stats["splits"] == 0
+
+
 def test_softmax_over_a_non_last_dimension_is_queued_alone(adaptive):
     stats = _identical(lambda x: torch.softmax(x * 2, 0), _host((40, 30)))
     assert stats["reductions_fused"] == 0 and stats["ops_queued"] == 2

@@ -113,14 +113,58 @@ def prepare(steps: Sequence[Step]) -> list[Pointwise]:
     return [prepare_elementwise(s.out, s.operands, s.common_dtype, s.promoted, s.round_scalars) for s in steps]
 
 
+class Segmented:
+    """An operand whose rows do not flatten into one strided dimension (an attention mask broadcast
+    over batch and heads): ``view`` has the output's leading dimensions ``lead`` and one column
+    dimension, and a box of rows is loaded as one DMA per run of rows within the last of them."""
+
+    def __init__(self, view: np.ndarray, lead: tuple[int, ...]):
+        self.view, self.lead = view, lead
+        self.dtype = view.dtype
+
+    def load(self, nc, tile, r0: int, r1: int, c0: int, c1: int) -> None:
+        last, r = self.lead[-1], r0
+        while r < r1:
+            q, a = divmod(r, last)
+            b = min(last, a + (r1 - r))
+            prefix = tuple(int(i) for i in np.unravel_index(q, self.lead[:-1]))
+            dst = tile if b - a == r1 - r0 else tile[r - r0:r - r0 + b - a, :]
+            nc.dma.load(dst, self.view[prefix + (slice(a, b), slice(c0, c1))])
+            r += b - a
+
+
+def _segmented(v: np.ndarray, shape: tuple[int, int, int]) -> Segmented | None:
+    """``v`` (shaped as its step's output) as a Segmented operand of a [1, rows, cols] grid."""
+    batch, rows, cols = shape
+    if batch != 1:
+        return None
+    for t in range(v.ndim, -1, -1):  # the trailing dimensions that make up the columns
+        if int(np.prod(v.shape[t:])) == cols:
+            break
+    else:
+        return None
+    lead = tuple(v.shape[:t])
+    view = _reshaped(v, lead + (cols,))
+    if view is None or not lead or int(np.prod(lead)) != rows:
+        return None
+    return Segmented(view, lead)
+
+
 def as_boxes(prepared: Sequence[Pointwise], shape: tuple[int, int, int]) -> list[tuple[np.ndarray, list]] | None:
-    """Each step's output and operand views as ``shape`` ([batch, rows, cols], no copies), or None if
-    one cannot be viewed so (its broadcast does not line up with the rows)."""
+    """Each step's output and operand views as ``shape`` ([batch, rows, cols], no copies; an operand
+    whose rows do not flatten as a Segmented one), or None if one cannot be viewed so."""
     boxes = []
     for pw in prepared:
         out = _reshaped(pw.out_view, shape)
-        views = [None if v is None else _reshaped(v, shape) for v in pw.views]
-        if out is None or any(v is None for v, o in zip(views, pw.views) if o is not None):
+        views = []
+        for v in pw.views:
+            view = None if v is None else _reshaped(v, shape)
+            if v is not None and view is None:
+                view = _segmented(v, shape)
+                if view is None:
+                    return None
+            views.append(view)
+        if out is None:
             return None
         boxes.append((out, views))
     return boxes
@@ -163,6 +207,8 @@ def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Point
                 tile = slots[slot] = nc.sbuf_tile((p, f), pw.views[i].dtype)
                 if flat is not None:
                     nc.dma.load_flat(tile, pw.views[i], flat[0], flat[1])
+                elif isinstance(boxes[j][1][i], Segmented):
+                    boxes[j][1][i].load(nc, tile, r0, r1, c0, c1)
                 else:
                     nc.dma.load(tile, boxes[j][1][i][b, r0:r1, c0:c1])
             tile = slots[slot]
