@@ -127,6 +127,8 @@ def legalize(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     graph = gm.graph
     changed = False
     for node in list(graph.nodes):
+        if getattr(node, "_erased", False):  # a rewrite above replaced this node already
+            continue
         if node.op == "call_function" and _drop_device(node):
             changed = True
         rewrite = _REWRITES.get(node.target) if node.op == "call_function" else None
@@ -138,7 +140,7 @@ def legalize(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
             new = rewrite(graph, node)
         if new is None:
             continue
-        new.meta = dict(node.meta)
+        new.meta = {**node.meta, **new.meta}  # a rewrite's own type (computed on fake tensors) wins
         node.replace_all_uses_with(new)
         graph.erase_node(node)
         changed = True

@@ -16,12 +16,21 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
   variance becomes the two-pass formula ``sum((x - mean)^2) / (N - correction)`` in float32;
 * ``aten.index.Tensor`` / ``aten.index_put`` lower to gather/scatter without wrapping negative
   indices (StableHLO would clamp them): each index tensor becomes ``where(i < 0, i + size, i)``;
+* comparisons with a Python scalar (``eq.Scalar`` ...) convert the scalar to the tensor's dtype
+  (``bool_tensor == -2`` became ``== True``), where ATen compares in the promoted dtype: the tensor
+  is converted to ``result_type(tensor, scalar)`` first;
+* ``elu`` lowers ``expm1`` as ``exp(x) - 1``, which loses tiny negative results (and their sign):
+  it becomes ATen's ``where(x > 0, x * scale, alpha * scale * expm1(x * input_scale))``;
 * float16/bfloat16 transcendental ops lower to several ops each rounded to the narrow type
   (``log2 = log(x) / log(2)``), while ATen computes them in float32 and rounds once: they are
-  computed in float32 and converted back (``opmath``), as ATen's ``opmath_type`` does.
+  computed in float32 and converted back (``opmath``), as ATen's ``opmath_type`` does; so are
+  ``mean`` (a float16 sum rounded before the division overflows) and the normalisations
+  (``native_layer_norm``, ``native_group_norm``, several outputs each).
 """
 
 from __future__ import annotations
+
+import operator
 
 import torch
 import torch.fx
@@ -187,7 +196,39 @@ def _wrap_indices(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node |
     return _call(graph, node.target, base, wrapped, *node.args[2:], **node.kwargs)
 
 
+_COMPARE_SCALAR = (aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar, aten.le.Scalar, aten.gt.Scalar, aten.ge.Scalar)
+
+
+def _compare_scalar(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    x, other = node.args[0], node.args[1]
+    if not isinstance(x, torch.fx.Node) or isinstance(other, torch.fx.Node):
+        return None
+    promoted = torch.result_type(x.meta["val"], other)
+    if promoted == x.meta["val"].dtype:
+        return None
+    return _call(graph, node.target, _cast(graph, x, promoted), other)
+
+
+def _elu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    x = node.args[0]
+    alpha, scale, input_scale = (list(node.args[1:]) + [1.0, 1.0, 1.0][len(node.args) - 1:])[:3]
+    alpha = node.kwargs.get("alpha", alpha)
+    scale = node.kwargs.get("scale", scale)
+    input_scale = node.kwargs.get("input_scale", input_scale)
+    dtype = node.meta["val"].dtype
+    if not dtype.is_floating_point:
+        return None
+    wide = _cast(graph, x, torch.float32) if dtype in NARROW else x
+    negative = _call(graph, aten.expm1.default, _call(graph, aten.mul.Scalar, wide, input_scale))
+    negative = _call(graph, aten.mul.Scalar, negative, float(alpha) * float(scale))
+    positive = _call(graph, aten.mul.Scalar, wide, scale)
+    out = _call(graph, aten.where.self, _call(graph, aten.gt.Scalar, wide, 0), positive, negative)
+    return _cast(graph, out, node)
+
+
 REWRITES = {
+    **{op: _compare_scalar for op in _COMPARE_SCALAR},
+    aten.elu.default: _elu,
     aten.index.Tensor: _wrap_indices,
     aten.index_put.default: _wrap_indices,
     aten.var.correction: _var,
@@ -207,13 +248,14 @@ OPMATH = frozenset(getattr(aten, name) for name in (
     "exp2", "expm1", "log2", "log10", "log1p", "sinh", "cosh", "tan", "asin", "acos", "atan", "asinh", "acosh",
     "atanh", "erf", "erfc", "erfinv", "sigmoid", "tanh", "sin", "cos", "exp", "log", "sqrt", "rsqrt", "reciprocal",
     "gelu", "silu", "elu", "softplus", "mish", "logit", "hardsigmoid", "hardswish", "atan2", "pow", "lerp",
-    "hypot", "xlogy", "special_erfcx") if hasattr(aten, name))
+    "hypot", "xlogy", "special_erfcx", "mean", "native_layer_norm", "native_group_norm") if hasattr(aten, name))
 
 
 def needs_opmath(node: torch.fx.Node) -> bool:
     meta = node.meta.get("val")
-    return (getattr(node.target, "overloadpacket", None) in OPMATH and isinstance(meta, torch.Tensor)
-            and meta.dtype in NARROW)
+    first = meta[0] if isinstance(meta, (tuple, list)) and meta else meta
+    return (getattr(node.target, "overloadpacket", None) in OPMATH and isinstance(first, torch.Tensor)
+            and first.dtype in NARROW)
 
 
 def opmath(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
@@ -226,4 +268,17 @@ def opmath(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
 
     args = [widen(a) for a in node.args]
     kwargs = {k: widen(v) for k, v in node.kwargs.items()}
-    return _cast(graph, _call(graph, node.target, *args, **kwargs), node)
+    wide = _call(graph, node.target, *args, **kwargs)
+    if not isinstance(node.meta["val"], (tuple, list)):
+        return _cast(graph, wide, node)
+    # several outputs (normalisations): each getitem user reads its float32 output, converted back
+    for user in list(node.users):
+        if user.target is not operator.getitem:
+            return None
+    for user in list(node.users):
+        with graph.inserting_before(user):
+            item = _call(graph, operator.getitem, wide, user.args[1])
+            replacement = _cast(graph, item, user)
+        user.replace_all_uses_with(replacement)
+        graph.erase_node(user)
+    return wide

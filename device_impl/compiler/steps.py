@@ -266,15 +266,11 @@ def _reduce_window(step: dict, program: Program) -> Runner:
         for start, stop, p, f in flat_tiles(out.size):
             with nc.scope():
                 acc = nc.sbuf_tile((p, f), compute)
-                if not views:
-                    nc.vector.memset(acc, init)
-                for i, view in enumerate(views):
+                nc.vector.memset(acc, init)  # the init takes part, as StableHLO says (0.0 + -0.0 is 0.0)
+                for view in views:
                     t = nc.sbuf_tile((p, f), view.dtype)
                     nc.dma.load_flat(t, view, start, stop)
-                    if i == 0:
-                        nc.vector.tensor_copy(acc, t)
-                    else:
-                        nc.vector.tensor_tensor(acc, acc, t, alu, dtype=compute)
+                    nc.vector.tensor_tensor(acc, acc, t, alu, dtype=compute)
                     nc.release(t)
                 final = acc
                 if out.dtype != compute:

@@ -45,3 +45,25 @@ def test_llama_for_causal_lm_logits_and_gradients_match_cpu(fresh):
     s = compiler.stats()
     assert s["fallbacks"] == 0, s["fallbacks_by_op"]
     assert s["compiles"] == 2  # one forward graph, one backward graph: nothing ran eagerly
+
+
+def test_bfloat16_decoder_block_trains_compiled_within_bf16_tolerance(fresh):
+    from harness.models import DecoderBlock
+
+    torch.manual_seed(0)
+    reference = DecoderBlock().bfloat16()
+    model = DecoderBlock().bfloat16().to("neuron")
+    model.load_state_dict(reference.state_dict())
+    x = torch.randn(2, 128, 256).bfloat16()
+    expected = reference(x)
+    expected.float().pow(2).mean().backward()
+    out = torch.compile(model, backend="neuron", fullgraph=True)(x.to("neuron"))
+    out.float().pow(2).mean().backward()
+
+    def relative(a, b):  # worst error relative to the tensor's scale: bf16 keeps 8 bits (0.4%)
+        return ((a.float() - b.float()).abs().max() / b.float().abs().max()).item()
+
+    assert relative(out.detach().cpu(), expected.detach()) < 1e-2
+    for (name, p), (_, q) in zip(reference.named_parameters(), model.named_parameters()):
+        assert relative(q.grad.cpu(), p.grad) < 2e-2, name
+    assert compiler.stats()["fallbacks"] == 0
