@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator
 
 import torch
+from threadpoolctl import threadpool_limits
 
 from benches.cases import CASES, Case, Workload, synchronize
 
@@ -26,10 +27,11 @@ MODES = ("cpu-eager", "eager", "adaptive", "compiled")
 NEURON_MODES = MODES[1:]
 BASELINE = "cpu-eager"
 
-# CPU eager runs on one intra-op thread (NEURONSIM_BENCH_THREADS overrides): the simulator computes
-# on one thread, and on this project's two shared cores a two-thread CPU kernel waits for a core
-# another process holds, which made the CPU baseline swing 3-100x between runs (measured: softmax
-# over 256x512, 56 us on one thread, 6.4-7.9 ms on two under load).
+# Both sides compute on one thread (NEURONSIM_BENCH_THREADS overrides): CPU eager's intra-op pool,
+# and the BLAS that numpy (the simulator's arithmetic) calls. On this project's two shared cores a
+# two-thread kernel waits for a core another process holds, and the time of a call swings 3-150x
+# between runs (measured under load: torch softmax over 256x512, 56 us on one thread, 6.4-7.9 ms on
+# two; the simulator's 128^3 fp32 matmul, 0.15 ms with one OpenBLAS thread, 24-32 ms with two).
 BENCH_THREADS = int(os.environ.get("NEURONSIM_BENCH_THREADS", "1"))
 
 # The compiler's own word that it cannot run (yet): an error whose message says the backend or
@@ -191,6 +193,7 @@ def open_workload(case_name: str, mode_name: str, dtype_name: str) -> Prepared:
         if threads != BENCH_THREADS:
             torch.set_num_threads(BENCH_THREADS)
             stack.callback(torch.set_num_threads, threads)
+        stack.enter_context(threadpool_limits(limits=BENCH_THREADS, user_api="blas"))
         stack.enter_context(mode.active())
         stack.enter_context(warnings.catch_warnings())
         warnings.filterwarnings("ignore", message="Operator '.*' executed via CPU fallback")
