@@ -120,12 +120,12 @@ def to_device(t: Any, device: str) -> Any:
     return moved.requires_grad_() if t.requires_grad else moved
 
 
-def _move(sample, device: str):
+def _move(sample, device: str, name_device: bool = True):
     """The sample with its tensors on ``device``. A factory's ``device=`` argument names the device
-    too, and a sample with no tensor at all (a factory called without ``device=``, add(2, 3.5)) gets
-    one: otherwise both sides would run on the host and compare CPU with CPU."""
+    too, and (``name_device``) a sample with no tensor at all (a factory called without ``device=``,
+    add(2, 3.5)) gets one: otherwise both sides would run on the host and compare CPU with CPU."""
     moved = sample.transform(lambda t: to_device(t, device))
-    if "device" in moved.kwargs or not _has_tensor(sample):
+    if "device" in moved.kwargs or (name_device and not _has_tensor(sample)):
         moved.kwargs = {**moved.kwargs, "device": device}
     return moved
 
@@ -237,13 +237,16 @@ def run_error_input(op, error_input, device: str) -> cmp.Comparison:
     An error input that does not raise on CPU as the sweep calls it (OpInfo's own tests call some
     through another entry point) is skipped with that reason, not failed."""
     sample = error_input.sample_input
+    if not _has_tensor(sample) and "device" not in sample.kwargs:
+        # torch.cat([]) or 2 / "x": the error is raised before any device is involved
+        return cmp.Comparison(True, criterion="skip: the error input has no tensor; nothing runs on the device")
     try:
         _call(op, sample)
         return cmp.Comparison(True, criterion="skip: the error input does not raise on CPU when called directly")
     except Exception as e:  # noqa: BLE001
         cpu_error = e
     try:
-        _call(op, _move(sample, device))
+        _call(op, _move(sample, device, name_device=False))
     except Exception as e:  # noqa: BLE001
         return _error_parity(cpu_error, e)
     return cmp.Comparison(False, f"CPU raised {type(cpu_error).__name__}: {str(cpu_error)[:200]}; the device "

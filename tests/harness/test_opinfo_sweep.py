@@ -94,3 +94,17 @@ def test_sweep_counts_and_skips():
                             errors=False, counts=counts)
     assert counts.samples == len(results) == 2 and counts.verdicts == {"pass": 2} and counts.pass_rate() == 1.0
     assert {r.case.dtype for r in results} == {"float32", "bfloat16"}
+
+
+def test_error_inputs_without_tensors_are_skipped_not_moved():
+    op = SimpleNamespace(op=torch.cat)
+    empty = ErrorInput(SampleInput([]), error_type=ValueError, error_regex="non-empty")
+    assert opinfo.run_error_input(op, empty, "neuron").criterion.startswith("skip: the error input has no tensor")
+
+
+def test_samples_without_tensors_run_on_the_device():
+    result = opinfo.run_sample(SimpleNamespace(op=torch.ones, name="ones"), SampleInput((2, 3)), torch.float32, "neuron")
+    assert result.ok and result.criterion.startswith("rtol")  # compared: the device made its own tensor
+    skipped = opinfo.run_sample(SimpleNamespace(op=lambda a, b: torch.tensor(a) + b, name="sum"), SampleInput(2, args=(3,)),
+                                torch.float32, "neuron")
+    assert skipped.criterion.startswith("skip: no tensor input and no device argument")
