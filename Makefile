@@ -77,12 +77,14 @@ report: core
 	while [ -n "$$(jobs -rp)" ]; do \
 	  sleep 15; line="  $$(( $$(date +%s) - started )) s:"; \
 	  for mode in $$modes; do \
-	    done_=$$(grep -o '\[ *[0-9]*/[0-9]*\]' build/reports/opsuite-$$mode.log 2>/dev/null | tail -n 1 | tr -d '[ ]'); \
+	    done_=$$(grep -o '\[ *[0-9]*/[0-9]*\]' build/reports/opsuite-$$mode.log 2>/dev/null | tail -n 1 | tr -d '[ ]' \
+	      || true); \
 	    line="$$line $$mode $${done_:-starting}"; \
 	  done; echo "$$line tests"; \
 	done; wait; \
 	for mode in $$modes; do \
-	  echo "-- $$mode: $$(grep -E '(passed|failed|error).* in [0-9.]+s' build/reports/opsuite-$$mode.log | tail -n 1 | tr -d '=')"; \
+	  echo "-- $$mode: $$(grep -E '(passed|failed|error).* in [0-9.]+s' build/reports/opsuite-$$mode.log \
+	    | tail -n 1 | tr -d '=' || true)"; \
 	  status=$$(cat build/reports/opsuite-$$mode.status); $(ALLOWED); \
 	done
 	@echo "[report 2/5] core ATen opset coverage -> build/coverage.json"
