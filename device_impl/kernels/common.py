@@ -281,6 +281,24 @@ def prepare_elementwise(out: torch.Tensor, operands: Sequence[Operand], common_d
     return Pointwise(out_view, views, scalars, convert, target)
 
 
+_NARROW_FLOATS = (torch.bfloat16, torch.float16)
+
+
+def _rounded_through(emit: Callable[..., None], dtype: np.dtype) -> Callable[..., None]:
+    """``emit`` whose result is rounded to ``dtype`` before it is converted to the out tile's dtype.
+
+    TensorIterator computes an op in its common dtype and casts the result to out's dtype, so
+    bf16 + bf16 into a float32 out is bf16-rounded; an engine writing its fp32 intermediate
+    straight to the float32 tile would skip that rounding."""
+
+    def rounded(nc, out: Tile, *operands: Any) -> None:
+        staged = nc.sbuf_tile(out.shape, dtype)
+        emit(nc, staged, *operands)
+        nc.vector.tensor_copy(out, staged)
+
+    return rounded
+
+
 # Adaptive eager (device_impl.eager) sets this while it captures a kernel's elementwise launches
 # to queue them instead of running them; it receives elementwise's arguments and returns out.
 CAPTURE: list[Callable[..., torch.Tensor] | None] = [None]
@@ -304,6 +322,8 @@ def elementwise(name: str, out: torch.Tensor, operands: Sequence[Operand],
     floor division, leaky_relu) read a scalar or 0-d *second* operand at full
     precision instead (``original_scalar_value`` in ATen): ``round_scalars=False``.
     """
+    if common_dtype in _NARROW_FLOATS and out.dtype.is_floating_point and out.dtype != common_dtype:
+        emit = _rounded_through(emit, numpy_dtype(common_dtype))
     capture = CAPTURE[0]
     if capture is not None:
         return capture(name, out, operands, emit, free_max, common_dtype, promoted, round_scalars)
@@ -344,3 +364,33 @@ def numpy_compute(dtype: torch.dtype) -> np.dtype:
 
 def scratch(nc, like: Tile, dtype) -> Tile:
     return nc.sbuf_tile(like.shape, dtype)
+
+
+# c10 TypeMeta names, as CPU's dtype-mismatch messages print them ("expected dtype float ... got double").
+TYPE_META_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
+                   torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int",
+                   torch.int16: "short int", torch.int8: "signed char", torch.uint8: "unsigned char",
+                   torch.bool: "bool", torch.complex64: "c10::complex<float>",
+                   torch.complex128: "c10::complex<double>"}
+
+
+def fma32(a, b, c) -> np.ndarray:
+    """RN32(a * b + c) with a single rounding: the fp32 fused multiply-add of CPU's vectorized loops
+    (vec::fmadd, and compiler-contracted scalar loops), which no fixed-function engine computes.
+
+    For GpSimd programs only (general-purpose cores). The product of two fp32 values is exact in
+    double (48 significant bits); the double sum is rounded to odd (two-sum error, then nudging an
+    inexact even result one ulp towards the exact value), and rounding that to fp32 is then correct:
+    53 >= 24 + 2 bits, so the double rounding cannot go wrong.
+    """
+    f64 = np.float64
+    with np.errstate(all="ignore"):
+        p = np.asarray(a, dtype=np.float32).astype(f64) * np.asarray(b, dtype=np.float32).astype(f64)
+        c = np.asarray(c, dtype=np.float32).astype(f64)
+        s = p + c
+        bb = s - p
+        err = (p - (s - bb)) + (c - bb)
+        inexact = np.isfinite(s) & (err != 0) & ((s.view(np.int64) & 1) == 0)
+        if inexact.any():
+            s = np.where(inexact, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+        return s.astype(np.float32)

@@ -287,3 +287,15 @@ def test_float64_takes_the_counted_fallback(fresh_stats):
     assert torch.equal(out.cpu(), torch.exp(x))
     counts = fresh_stats.stats()["aten::exp.out"]
     assert counts["fallback"] == 1 and counts["native"] == 0
+
+
+@pytest.mark.parametrize("name", ["add", "sub", "mul", "div", "atan2"])
+@pytest.mark.parametrize("dtypes", [(torch.bfloat16, torch.float32), (torch.float16, torch.float32),
+                                    (torch.float16, torch.bfloat16)], ids=str)
+def test_narrow_results_round_before_a_wider_out(name, dtypes):
+    """TensorIterator computes in the common dtype and casts to out's: bf16 + bf16 into a float32 out is
+    the bf16 sum, not the fp32 intermediate."""
+    low, wide = dtypes
+    a, b = values((3, 129), low, seed=1), values((3, 129), low, "positive", seed=2)
+    fn = BINARY[name]
+    check(lambda a, b: fn(a, b, out=torch.empty(3, 129, dtype=wide, device=a.device)), a, b, tol=(0.0, 0.0))
