@@ -21,10 +21,12 @@ from device_impl.engine import Tile
 from device_impl.engine.dtypes import FP32
 from device_impl.kernels.common import (
     SCALAR_TYPE_NAMES,
+    TYPE_META_NAMES,
     broadcast_shape,
     cast_scalar,
     check_scalar_fits,
     elementwise,
+    fma32,
     is_device_tensor,
     numpy_dtype,
     numpy_compute,
@@ -648,3 +650,172 @@ def _masked_fill_compute(out: torch.Tensor, a: dict) -> None:
 
 
 register_family("masked_fill", _masked_fill_compute, _masked_fill_meta)
+
+
+# --- ternary arithmetic: addcmul, addcdiv, lerp ----------------------------------
+# CPU computes these in opmath (fp32 for every float dtype, the dtype itself for integers) and its
+# vectorized float loops use fused multiply-adds: addcmul is fma(value * t1, t2, self) and lerp
+# fma(coeff, end - start, base) with one rounding. No fixed-function engine rounds a multiply-add
+# once, so that step runs on GpSimd (common.fma32); everything else is VectorE.
+
+_FMA_STEPS = 4  # GpSimd element-steps per emulated fma: widen, exact product, two-sum, round to odd
+
+
+def _fma(nc, out: Tile, a: Tile, b: Tile, c: Tile) -> None:
+    """out = a * b + c rounded once to fp32 (then to out's dtype on store), on GpSimd."""
+
+    def program(o, x, y, z):
+        o[...] = fma32(x, y, z)
+
+    nc.gpsimd.run("fma", program, (out,), (a, b, c), elements=out.data.size, factor=_FMA_STEPS)
+
+
+def _tiles(nc, like: Tile, dtype: np.dtype, *values: Any) -> list[Tile]:
+    """Operands as tiles (host scalars, already in the op's dtype, are broadcast by a memset)."""
+    return [_as_tile(nc, v, like, dtype) for v in values]
+
+
+def _opmath_scalar(name: str, value: Any, common: torch.dtype):
+    """CPU's ``value.to<opmath_t>()``: float32 for every float dtype; for integers the value
+    truncated (2.7 -> 2) and wrapped into the dtype. Out-of-range values raise as c10 does."""
+    opmath = torch.float32 if common.is_floating_point else common
+    if isinstance(value, complex) and not common.is_complex:
+        raise RuntimeError(f"value cannot be converted to type {'float' if opmath == torch.float32 else opmath} "
+                           f"without overflow")
+    check_scalar_fits(value, opmath)
+    if opmath == torch.float32:
+        return float(np.float32(value))
+    return cast_scalar(int(value), common)
+
+
+def _meta_ternary(*names: str):
+    def meta(a: dict) -> tuple:
+        operands = tuple(a[n] for n in names)
+        return broadcast_shape(*operands), result_type(*operands), operands
+
+    return meta
+
+
+def _addcmul_compute(out: torch.Tensor, a: dict) -> None:
+    x, t1, t2 = a["self"], a["tensor1"], a["tensor2"]
+    common = result_type(x, t1, t2)
+    if common == torch.bool:
+        raise _refuse("addcmul_cpu_out", common)
+    value = _opmath_scalar("addcmul", a.get("value", 1), common)
+    floating = common.is_floating_point
+    cd = FP32 if floating else numpy_compute(common)
+
+    def emit(nc, o, tx, ta, tb):
+        tx, ta, tb = _tiles(nc, o, cd, tx, ta, tb)
+        scaled = nc.sbuf_tile(o.shape, cd)
+        nc.vector.tensor_scalar(scaled, ta, "multiply", value, dtype=cd)
+        if floating:
+            _fma(nc, o, scaled, tb, tx)
+        else:  # exact with wrap: the order of integer products and sums does not matter
+            nc.vector.tensor_tensor(scaled, scaled, tb, "multiply", dtype=cd)
+            nc.vector.tensor_tensor(o, scaled, tx, "add", dtype=cd)
+
+    elementwise("addcmul", out, (x, t1, t2), emit, common_dtype=common)
+
+
+_ADDCDIV_INTEGER = ("Integer division with addcdiv is no longer supported, and in a future  release addcdiv will "
+                    "perform a true division of tensor1 and tensor2. The historic addcdiv behavior can be "
+                    "implemented as (input + value * torch.trunc(tensor1 / tensor2)).to(input.dtype) for integer "
+                    "inputs and as (input + value * tensor1 / tensor2) for float inputs. The future addcdiv behavior "
+                    "is just the latter implementation: (input + value * tensor1 / tensor2), for all dtypes.")
+
+
+def _integral(x: Any) -> bool:
+    if isinstance(x, torch.Tensor):
+        return not (x.dtype.is_floating_point or x.dtype.is_complex)
+    return isinstance(x, (bool, int))
+
+
+def _addcdiv_meta(a: dict) -> tuple:
+    if _integral(a["tensor1"]) and _integral(a["tensor2"]):
+        raise RuntimeError(_ADDCDIV_INTEGER)
+    # Unlike addcmul's, addcdiv's TensorIterator takes no CPU scalars (the functional and in-place
+    # variants raise in PyTorch's own meta function before reaching us): out= raises the same.
+    operands = (a["self"], a["tensor1"], a["tensor2"])
+    host = next((t for t in operands if not is_device_tensor(t)), None)
+    if host is not None:
+        device = next(t.device for t in operands if is_device_tensor(t))
+        raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                           f"{device} and {host.device}!")
+    return _meta_ternary("self", "tensor1", "tensor2")(a)
+
+
+def _addcdiv_compute(out: torch.Tensor, a: dict) -> None:
+    x, t1, t2 = a["self"], a["tensor1"], a["tensor2"]
+    common = result_type(x, t1, t2)
+    value = _opmath_scalar("addcdiv", a.get("value", 1), common)
+
+    def emit(nc, o, tx, ta, tb):  # self + (value * t1) / t2, each step rounded to fp32 (no fma on CPU here)
+        tx, ta, tb = _tiles(nc, o, FP32, tx, ta, tb)
+        q = nc.sbuf_tile(o.shape, FP32)
+        nc.vector.tensor_scalar(q, ta, "multiply", value, dtype=FP32)
+        nc.vector.tensor_tensor(q, q, tb, "divide", dtype=FP32)
+        nc.vector.tensor_tensor(o, tx, q, "add", dtype=FP32)
+
+    elementwise("addcdiv", out, (x, t1, t2), emit, common_dtype=common)
+
+
+register_family("addcmul", _addcmul_compute, _meta_ternary("self", "tensor1", "tensor2"))
+register_family("addcdiv", _addcdiv_compute, _addcdiv_meta)
+
+
+def _lerp_checks(a: dict) -> None:
+    x, end, weight = a["self"], a["end"], a["weight"]
+    if end.dtype != x.dtype:
+        raise RuntimeError(f"expected dtype {TYPE_META_NAMES[x.dtype]} for `end` but got dtype "
+                           f"{TYPE_META_NAMES[end.dtype]}")
+    # a 0-dim weight of another dtype is converted (TensorIterator promotion); others must match
+    if isinstance(weight, torch.Tensor) and weight.dim() != 0 and weight.dtype != x.dtype:
+        raise RuntimeError(f"expected dtype {TYPE_META_NAMES[x.dtype]} for `weight` but got dtype "
+                           f"{TYPE_META_NAMES[weight.dtype]}")
+
+
+def _lerp_meta(a: dict) -> tuple:
+    _lerp_checks(a)
+    x, end, weight = a["self"], a["end"], a["weight"]
+    if isinstance(weight, torch.Tensor):
+        return broadcast_shape(x, end, weight), result_type(x, end, weight), (x, end, weight)
+    return broadcast_shape(x, end), result_type(x, end), (x, end)
+
+
+def _lerp_emit(nc, o: Tile, start: Any, end: Any, weight: Any) -> None:
+    """CPU's lerp_vec: |w| < 0.5 ? fma(w, end - start, start) : fma(w - 1, end - start, end)."""
+    start, end = _tiles(nc, o, FP32, start, end)
+    diff = nc.sbuf_tile(o.shape, FP32)
+    nc.vector.tensor_tensor(diff, end, start, "subtract", dtype=FP32)
+    if isinstance(weight, Tile):
+        small = nc.sbuf_tile(o.shape, BOOL)
+        coeff = nc.sbuf_tile(o.shape, FP32)
+        base = nc.sbuf_tile(o.shape, FP32)
+        nc.vector.tensor_unary(coeff, weight, "abs", dtype=FP32)
+        nc.vector.tensor_scalar(small, coeff, "less", 0.5, dtype=FP32)
+        nc.vector.tensor_scalar(coeff, weight, "subtract", 1.0, dtype=FP32)
+        nc.vector.select(coeff, small, weight, coeff)
+        nc.vector.select(base, small, start, end)
+    else:  # one weight for every element: the branch is known (NaN takes the second, as on CPU)
+        w = np.float32(weight)
+        small_weight = bool(abs(w) < 0.5)
+        coeff = _as_tile(nc, w if small_weight else w - np.float32(1), o, FP32)
+        base = start if small_weight else end
+    _fma(nc, o, coeff, diff, base)
+
+
+def _lerp_compute(out: torch.Tensor, a: dict) -> None:
+    x, end, weight = a["self"], a["end"], a["weight"]
+    tensor_weight = isinstance(weight, torch.Tensor)
+    common = result_type(x, end, weight) if tensor_weight else result_type(x, end)
+    if not common.is_floating_point:
+        raise _refuse("lerp_kernel_tensor" if tensor_weight else "lerp_kernel_scalar", common)
+    if tensor_weight:
+        elementwise("lerp", out, (x, end, weight), _lerp_emit, common_dtype=common)
+        return
+    w = _opmath_scalar("lerp", weight, common)
+    elementwise("lerp", out, (x, end), lambda nc, o, ts, te: _lerp_emit(nc, o, ts, te, w), common_dtype=common)
+
+
+register_family("lerp", _lerp_compute, _lerp_meta)
