@@ -9,6 +9,7 @@ from device_impl.kernels import (  # noqa: F401
     elementwise,
     indexing,
     matmul,
+    membership,
     random,
     reduction,
     shape,

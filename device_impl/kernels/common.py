@@ -150,7 +150,8 @@ def check_out(out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, input
               exact_dtype: bool = False) -> torch.Tensor:
     """Apply PyTorch's out= rules: castable dtype, resize (warning if non-empty), no partial overlap."""
     if exact_dtype and out.dtype != dtype:
-        raise RuntimeError(f"Expected out tensor to have dtype {dtype}, but got {out.dtype} instead")
+        raise RuntimeError(f"Expected out tensor to have dtype {TYPE_META_NAMES.get(dtype, dtype)}, but got "
+                           f"{TYPE_META_NAMES.get(out.dtype, out.dtype)} instead")
     if not torch.can_cast(dtype, out.dtype):
         raise RuntimeError(f"result type {SCALAR_TYPE_NAMES[dtype]} can't be cast to the desired output type "
                            f"{SCALAR_TYPE_NAMES[out.dtype]}")

@@ -80,11 +80,13 @@ Meta = Callable[[dict[str, Any]], tuple[tuple[int, ...], torch.dtype, Sequence[A
 
 
 def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset = COMPUTE_DTYPES,
-                    overloads: Sequence[str] | None = None) -> list[str]:
+                    overloads: Sequence[str] | None = None, exact_dtype: bool = False) -> list[str]:
     """Register ``compute`` for the overloads of ``aten::<packet>`` (and ``<packet>_``).
 
     ``meta(args)`` returns (output shape, result dtype, operands that must not
-    partially overlap the output). Returns the overloads registered directly.
+    partially overlap the output). ``exact_dtype``: an out= tensor must have the
+    result dtype (ops whose meta function fixes it, as isin's bool), instead of
+    one it can be cast to. Returns the overloads registered directly.
     """
     registered: list[str] = []
     served: list[str] = []
@@ -99,7 +101,7 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
         overload = getattr(functional, ov)
         binder = Binder.of(overload)
         if binder.out_names:
-            TABLE.native(op, dtypes=dtypes)(_out_kernel(op, binder, compute, meta))
+            TABLE.native(op, dtypes=dtypes)(_out_kernel(op, binder, compute, meta, exact_dtype))
             registered.append(op)
             out_ops.append(op)
         elif routed_by_composite(op):
@@ -142,14 +144,14 @@ def _submits(kernel):
     return kernel
 
 
-def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta):
+def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, exact_dtype: bool = False):
     out_name = binder.out_names[0]
 
     def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
         bound = binder.bind(args, kwargs)
         out = bound.pop(out_name)
         shape, dtype, operands = meta(bound)
-        check_out(out, shape, dtype, operands)
+        check_out(out, shape, dtype, operands, exact_dtype=exact_dtype)
         _run(op, compute, out, bound)
         return out
 
