@@ -844,6 +844,28 @@ def _fold(data, dtype):
 spec("fold", "spatial", "F.fold({x0}, {size}, {k})", custom(_fold), grad=True, fp64_reference=True,
      tolerance=_REDUCE_TOL, tolerance_reason="overlapping blocks sum in a different order than CPU")
 
+spec("addcmul", "pointwise", "torch.addcmul({x0}, {x1}, {x2}, value={value})",
+     custom(lambda data, dtype: (lambda a, b: ([_t(data, a, dtype), _t(data, b, dtype), _t(data, a, dtype)],
+                                               {"value": data.draw(st.sampled_from([1, 2, -3] if dtype in
+                                                                                   hs.INT_DTYPES else
+                                                                                   [1, 0.5, -1.5, 1e-3]))}))(
+         *data.draw(hs.broadcast_pair()))), NUMERIC)
+spec("addcdiv", "pointwise", "torch.addcdiv({x0}, {x1}, {x2}, value={value})",
+     custom(lambda data, dtype: (lambda a, b: ([_t(data, a, dtype), _t(data, b, dtype), _t(data, a, dtype)],
+                                               {"value": data.draw(st.sampled_from([1, 0.5, -1.5, 1e-3]))}))(
+         *data.draw(hs.broadcast_pair()))))
+spec("lerp", "pointwise", "torch.lerp({x0}, {x1}, {weight})",
+     with_params(binary(), weight=st.sampled_from([0.0, 0.3, 0.5, 0.7, 1.0, -0.6, 1.5])))
+spec("lerp_tensor", "pointwise", "torch.lerp({x0}, {x1}, {x2})",
+     custom(lambda data, dtype: (lambda a, b: ([_t(data, a, dtype), _t(data, b, dtype), _t(data, a, dtype)], {}))(
+         *data.draw(hs.broadcast_pair()))))
+spec("isin", "pointwise", "torch.isin({x0}, {x1}, invert={invert})",
+     custom(lambda data, dtype: (lambda domains: (
+         [_t(data, data.draw(hs.shapes()), dtype, domains=domains),
+          _t(data, data.draw(hs.shapes(min_dims=1, max_dims=1)), dtype, domains=domains)],
+         {"invert": data.draw(st.booleans())}))(
+         ("small_int", "int_edges") if dtype in hs.INT_DTYPES else ("signed_zero", "special", "normal"))), NUMERIC)
+
 
 SPECS: dict[str, OpSpec] = {}
 for _spec in _SPECS:
