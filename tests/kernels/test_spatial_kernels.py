@@ -223,6 +223,50 @@ def test_conv_empty_and_errors():
         check(fn, x, w)
 
 
+_TRANSPOSED = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}
+
+
+@pytest.mark.parametrize("nsp", (1, 2, 3))
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_conv_transpose_padding_that_consumes_the_output(nsp, dtype):
+    """2x2 input, 1x1 kernel, padding 1: the output has no positions. CPU returns an empty tensor or
+    raises "Output size is too small" depending on its backend (oneDNN or slow_conv_transpose: dtype,
+    batch, groups, kernel, stride, threads); negative sizes raise on every path. The device answers as CPU."""
+    cases = [dict(batch=1, groups=1, padding=1), dict(batch=2, groups=1, padding=1), dict(batch=1, groups=2, padding=1),
+             dict(batch=16, groups=1, padding=1), dict(batch=0, groups=1, padding=1), dict(batch=2, groups=1, padding=2),
+             dict(batch=0, groups=1, padding=2), dict(batch=2, groups=1, padding=2, stride=2, kernel=2),
+             dict(batch=1, groups=1, padding=2, stride=2, kernel=2), dict(batch=2, groups=2, padding=1, bias=True)]
+    for case in cases:
+        n, g, k = case["batch"], case["groups"], case.get("kernel", 1)
+        x = values((n, 2 * g) + (2,) * nsp, dtype, "unit")
+        w = values((2 * g, 3) + (k,) * nsp, dtype, "unit", 2)
+        b = values((3 * g,), dtype, seed=3) if case.get("bias") else None
+        kw = dict(padding=case["padding"], stride=case.get("stride", 1), groups=g)
+        check(lambda x, w: _TRANSPOSED[nsp](x, w, b if b is None else b.to(x.device), **kw), x, w)
+        check(lambda x, w: torch.convolution(x, w, None, [kw["stride"]] * nsp, [kw["padding"]] * nsp, [1] * nsp, True,
+                                             [0] * nsp, g), x, w)
+
+
+def test_conv_transpose_empty_output_gradients_and_threads():
+    """Gradients through an empty output are zeros (where CPU computes it); CPU's float32 choice
+    depends on the intra-op thread count, so both counts are checked."""
+    x, w, b = values((2, 2, 2, 2), torch.float32), values((2, 3, 1, 1), torch.float32, seed=2), values((3,), torch.float32)
+    fn = _grads(lambda x, w, b: F.conv_transpose2d(x, w, b, padding=1), 3)
+    check(fn, x, w, b, torch.empty(2, 3, 0, 0))
+    check(fn, x[:1], w, b, torch.empty(1, 3, 0, 0))  # batch 1, groups 1, 1x1 kernel: CPU raises
+    threads = torch.get_num_threads()
+    for count in (1, 2):
+        torch.set_num_threads(count)
+        try:
+            for n in (2, 16):
+                check(lambda x, w: F.conv_transpose2d(x, w, padding=1), values((n, 2, 2, 2), torch.float32), w)
+                check(lambda x, w: F.conv_transpose2d(x, w, padding=1), values((n, 2, 2, 2), torch.float32),
+                      values((2, 3, 2, 2), torch.float32), tol=CONV_TOL[torch.float32])
+        finally:
+            torch.set_num_threads(threads)
+    check(lambda x, w: F.conv_transpose2d(x, w), values((1, 2, 0, 2), torch.float32), w)  # empty spatial input
+
+
 def test_conv_other_entry_points_and_out():
     f32 = torch.float32
     x, w, b = values((2, 3, 6, 6), f32, "unit"), values((4, 3, 3, 3), f32, "unit", 2), values((4,), f32, seed=3)
