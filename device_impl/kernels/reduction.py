@@ -1214,9 +1214,12 @@ def _rows_of(x: torch.Tensor, dims: tuple[int, ...], outs: Sequence[torch.Tensor
                  k=[_kept_view(o, dims, nd) for o in outs])
 
 
-def _two_pass(nc, g: _Grid, first: _Spec, between: Callable, func: str, emit: Callable) -> None:
+def _two_pass(nc, g: _Grid, first: _Spec, between: Callable, func: str, emit: Callable,
+              centre: int | None = None) -> None:
     """Per output: s = between(first reduction) ([p, 1] fp32, the shift), then the sum of func(x - s)
-    fused on ScalarE; emit(nc, shift, total, out views) writes the results."""
+    fused on ScalarE; emit(nc, shift, total, out views) writes the results. ``centre=n`` (variance:
+    s a mean of n elements, func "square"): the second pass also sums x - s and compensates both
+    (``_centre``) before emit."""
     X = g.kr[0]
     if _use_flat(g):
         for r in np.ndindex(*g.kshape):
@@ -1242,14 +1245,23 @@ def _two_pass(nc, g: _Grid, first: _Spec, between: Callable, func: str, emit: Ca
             nc.gpsimd.partition_broadcast(bias, neg)
             acc2 = _memset(nc, (P, 1), FP32, 0.0)
 
-            def second(nc_, t, dst):
+            def second(nc_, t, dst, fn=func):
                 scratch = nc_.sbuf_tile(t.shape, FP32)
-                nc_.scalar.activation(scratch, t, func, bias=bias[:t.partitions], accumulate=dst)
+                nc_.scalar.activation(scratch, t, fn, bias=bias[:t.partitions], accumulate=dst)
                 nc_.release(scratch)
 
             _flat_partials(nc, xr, acc2, second, "add", FP32, tiles)
             total2 = nc.sbuf_tile((1, 1), FP32)
             nc.gpsimd.partition_reduce(total2, acc2, "add", dtype=FP32)
+            if centre is not None:
+                acc1 = _memset(nc, (P, 1), FP32, 0.0)
+                _flat_partials(nc, xr, acc1, lambda nc_, t, dst: second(nc_, t, dst, "identity"), "add", FP32,
+                               tiles)
+                total1 = nc.sbuf_tile((1, 1), FP32)
+                nc.gpsimd.partition_reduce(total1, acc1, "add", dtype=FP32)
+                _centre(nc, shift, total2, total1, centre)
+                nc.release(total1)
+                nc.release(acc1)
             emit(nc, shift, total2, [_at(o, sl) for o in g.k])
             for t in (total2, acc2, bias, neg, shift, total, acc):
                 nc.release(t)
@@ -1271,16 +1283,23 @@ def _two_pass(nc, g: _Grid, first: _Spec, between: Callable, func: str, emit: Ca
         neg = _row_scalar(nc, p)
         nc.vector.tensor_scalar(neg, shift, "multiply", -1.0, dtype=FP32)
         acc2 = _row_scalar(nc, p)
+        acc1 = _row_scalar(nc, p) if centre is not None else None
         for j, (_, (t,)) in enumerate(blk.each(0)):
             scratch = nc.sbuf_tile(t.shape, FP32)
-            if j == 0:
-                nc.scalar.activation(scratch, t, func, bias=neg, accumulate=acc2)
-            else:
-                part = _row_scalar(nc, p)
-                nc.scalar.activation(scratch, t, func, bias=neg, accumulate=part)
-                _combine(nc, acc2, part, "add", FP32)
-                nc.release(part)
+            for dst, fn in ((acc2, func), (acc1, "identity")):
+                if dst is None:
+                    continue
+                if j == 0:
+                    nc.scalar.activation(scratch, t, fn, bias=neg, accumulate=dst)
+                else:
+                    part = _row_scalar(nc, p)
+                    nc.scalar.activation(scratch, t, fn, bias=neg, accumulate=part)
+                    _combine(nc, dst, part, "add", FP32)
+                    nc.release(part)
             nc.release(scratch)
+        if acc1 is not None:
+            _centre(nc, shift, acc2, acc1, centre)
+            nc.release(acc1)
         emit(nc, shift, acc2, [_at(o, blk.rsl) for o in g.k])
         for t in (acc2, neg, shift, acc):
             nc.release(t)
@@ -1324,7 +1343,7 @@ def _var_kernel(name: str, x: torch.Tensor, dims: tuple[int, ...], correction: f
             for v in [_kept_view(o, dims, x.dim()) for o in outs]:
                 _fill(nc, v, np.nan, FP32)
             return
-        _two_pass(nc, g, _Spec("add", FP32), between, "square", emit)
+        _two_pass(nc, g, _Spec("add", FP32), between, "square", emit, centre=n)
 
 
 def _var_args(a: dict):
@@ -1873,8 +1892,12 @@ class _ColVec:
 
 
 def _moments(nc, blk: _Block, n: int, which: int = 0) -> tuple[Tile, Tile]:
-    """Row means of x and sums of (x - mean)^2 over a block of rows of n elements ([p, 1] fp32 each;
-    two passes, the second fused on ScalarE)."""
+    """Row means of x and sums of (x - mean)^2 over a block of rows of n elements ([p, 1] fp32 each).
+
+    Two passes, the second fused on ScalarE and compensated (``_centre``): the first mean, sum / n,
+    carries the sum's rounding (1.7 summed 1000 times and divided is 1.7000003), which a constant
+    row turns into a non-zero variance and an output of ~1e-4 instead of exactly the bias once
+    rstd = 1/sqrt(eps) amplifies it; CPU's moments are exact there."""
     p = blk.p
     total = _row_reduce(nc, blk, which, "add")
     mean = _row_scalar(nc, p)
@@ -1882,17 +1905,35 @@ def _moments(nc, blk: _Block, n: int, which: int = 0) -> tuple[Tile, Tile]:
     nc.release(total)
     neg = _row_scalar(nc, p)
     nc.vector.tensor_scalar(neg, mean, "multiply", -1.0, dtype=FP32)
-    m2 = _row_scalar(nc, p)
+    m2, s1 = _row_scalar(nc, p), _row_scalar(nc, p)
     for j, (_, (t,)) in enumerate(blk.each(which)):
         scratch = nc.sbuf_tile(t.shape, FP32)
-        part = m2 if j == 0 else _row_scalar(nc, p)
-        nc.scalar.activation(scratch, t, "square", bias=neg, accumulate=part)
-        if j:
-            _combine(nc, m2, part, "add", FP32)
-            nc.release(part)
+        for acc, func in ((m2, "square"), (s1, "identity")):
+            part = acc if j == 0 else _row_scalar(nc, p)
+            nc.scalar.activation(scratch, t, func, bias=neg, accumulate=part)
+            if j:
+                _combine(nc, acc, part, "add", FP32)
+                nc.release(part)
         nc.release(scratch)
+    _centre(nc, mean, m2, s1, n)
+    nc.release(s1)
     nc.release(neg)
     return mean, m2
+
+
+def _centre(nc, mean: Tile, m2: Tile, s1: Tile, n: int) -> None:
+    """Compensate moments taken about a first mean m: with s1 = sum(x - m) and m2 = sum((x - m)^2)
+    (fp32, [p, 1]), the mean is m + s1/n and the centred sum of squares m2 - s1 * (s1/n), clamped
+    at 0 as CPU clamps the variance. Exact for constant rows (x - m is then one small multiple of an
+    ulp, whose sums and squares are exact); elsewhere s1 is a rounding residue, so this only
+    removes error."""
+    d = nc.sbuf_tile(s1.shape, FP32)
+    nc.vector.tensor_scalar(d, s1, "divide", float(max(n, 1)), dtype=FP32)
+    nc.vector.tensor_tensor(mean, mean, d, "add", dtype=FP32)
+    nc.vector.tensor_tensor(d, d, s1, "multiply", dtype=FP32)
+    nc.vector.tensor_tensor(m2, m2, d, "subtract", dtype=FP32)
+    nc.vector.tensor_scalar(m2, m2, "maximum", 0.0, dtype=FP32)
+    nc.release(d)
 
 
 def _rstd(nc, m2: Tile, n: int, eps: float) -> Tile:

@@ -768,3 +768,58 @@ def test_nll_loss2d_and_spatial_cross_entropy(reduction):
     check(lambda a_, b_: A.nll_loss2d_forward(a_, b_, None, 1, -100), lp, t)
     check(lambda a_, b_: A.nll_loss2d_forward(a_[0], b_[0], None, 1, -100), lp, t)  # 3-D input refused
     check(lambda a_, b_: A.nll_loss2d_forward(a_, b_[:, :3], None, 1, -100), lp, t)  # size mismatch
+
+
+# --- constant rows: exact moments ---------------------------------------------------------------------
+# sum / n of a constant row carries the sum's rounding (1.7 x 1000 / 1000 = 1.7000003); rstd = 1/sqrt(eps)
+# amplifies that into outputs ~1e-4 away from the bias. CPU's moments are exact there, and so the device's.
+
+CONSTANTS = (0.3, 1.7, -123.456, 3.14159)
+
+
+@pytest.mark.parametrize("c", CONSTANTS)
+@pytest.mark.parametrize("n", (7, 1000, 4099, 70000))
+def test_constant_rows_normalise_to_exactly_the_bias(c, n):
+    x = torch.full((1, n), c).expand(3, n)  # one value expanded, as a broadcast activation
+    w, b = values((n,), torch.float32, seed=1), values((n,), torch.float32, seed=2)
+    out = check(lambda x, w, b: A.native_layer_norm(x, [n], w, b, 1e-5), x, w, b, tol=(0.0, 0.0))
+    assert torch.equal(out[0].cpu(), b.expand(3, n)) and torch.equal(out[1].cpu(), torch.full((3, 1), c))
+    check(lambda x: F.group_norm(x.reshape(3, 1, n), 1), x, tol=(0.0, 0.0))
+    for dim in (1, None):  # CPU's full reduction of a constant is not exact (std up to ~5e-5); the device's is
+        check(lambda x: torch.var(x, dim), x, tol=(0.0, 0.0) if dim else (0.0, 1e-4))
+        check(lambda x: torch.std(x, dim), x, tol=(0.0, 0.0) if dim else (0.0, 1e-4))
+        check(lambda x: torch.var_mean(x, dim)[1], x, tol=(0.0, 0.0))
+
+
+@pytest.mark.parametrize("c", CONSTANTS)
+def test_constant_channels_batch_norm_statistics_are_exact(c):
+    """CPU's batch_norm sums a channel serially in float (1.7 x 1000 gives mean 1.7000078), so its
+    constant channels normalise to ~2e-3 instead of 0. The device's statistics are exact: mean c,
+    invstd 1/sqrt(eps), running variance 0; the output is the bias up to the rounding of
+    x * scale + (bias - mean * scale), the formula CPU uses too."""
+    x = torch.full((1000, 3), c).to("neuron")
+    w, b = values((3,), torch.float32, seed=1).to("neuron"), values((3,), torch.float32, seed=2).to("neuron")
+    rm, rv = torch.zeros(3, device="neuron"), torch.ones(3, device="neuron")
+    out, mean, invstd = A.native_batch_norm(x, w, b, rm, rv, True, 1.0, 1e-5)
+    assert torch.equal(mean.cpu(), torch.full((3,), c)) and torch.equal(rv.cpu(), torch.zeros(3))
+    rstd = A.native_layer_norm(torch.full((1, 4), c), [4], None, None, 1e-5)[2]  # CPU: exact moments
+    assert torch.equal(invstd.cpu(), rstd.reshape(1).expand(3))
+    scale = (invstd * w).abs().cpu() * abs(c)
+    assert ((out.cpu() - b.cpu()).abs() <= scale * 2.0 ** -22).all()
+
+
+def _error(result: torch.Tensor, reference: torch.Tensor) -> float:
+    return (result.cpu().double() - reference).abs().max().item()
+
+
+def test_compensated_moments_elsewhere_no_worse_than_cpu():
+    """On ordinary and near-constant rows the compensation only removes rounding residue: the device
+    stays within the dtype tolerance of CPU, and as close to a float64 reference as CPU is."""
+    x = values((7, 3000), torch.float32)
+    check(lambda x: A.native_layer_norm(x, [3000], None, None, 1e-5), x)
+    check(lambda x: torch.var_mean(x, 1), x)
+    near = x * 1e-3 + 50.0  # spread 1e-3 on 50: x - mean keeps few bits
+    for fn in (lambda t: A.native_layer_norm(t, [3000], None, None, 1e-5)[0], lambda t: torch.var(t, 1),
+               lambda t: F.group_norm(t.reshape(7, 3, 1000), 3)):
+        reference = fn(near.double())
+        assert _error(fn(near.to("neuron")), reference) <= 1.5 * _error(fn(near), reference) + 1e-9
