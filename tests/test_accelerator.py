@@ -46,22 +46,62 @@ def test_neuron_synchronize_runs_queued_work():
 
 
 # torch.accelerator.synchronize goes straight to the C++ guard's synchronizeDevice
-# (device_impl/csrc/device.cpp), which is a no-op: it neither flushes adaptive eager's queue
-# nor checks the index. Values stay right (every host read flushes), but "synchronize means
-# done" does not hold through this API yet. Strict xfails: they fail once the guard is fixed.
-@pytest.mark.xfail(strict=True, reason="C++ guard synchronizeDevice does not flush adaptive eager")
+# (device_impl/csrc/device.cpp), which validates the index and calls back into Python
+# (devices.run_queued) to run adaptive eager's queue: "synchronize means done" holds here too.
 def test_accelerator_synchronize_runs_queued_work():
     with torch.neuron.eager_mode("adaptive"):
-        torch.ones(4, device="neuron") * 3 + 1
+        y = torch.ones(4, device="neuron") * 3 + 1
         assert eager.pending() > 0
         torch.accelerator.synchronize()
         assert eager.pending() == 0
+        z = y * 2
+        assert eager.pending() > 0
+        torch.accelerator.synchronize("neuron:0")
+        assert eager.pending() == 0
+    assert z.tolist() == [8.0] * 4
 
 
-@pytest.mark.xfail(strict=True, reason="C++ guard synchronizeDevice does not validate the index")
 def test_accelerator_synchronize_of_a_missing_core_raises():
-    with pytest.raises(RuntimeError, match="5"):
+    with pytest.raises(RuntimeError, match="Invalid device neuron:5: 2 NeuronCore"):
         torch.accelerator.synchronize(5)
+    torch.accelerator.synchronize(1)  # an existing core
+
+
+def test_synchronize_hook_errors_surface_as_runtime_errors():
+    """A Python exception raised at a synchronisation point reaches the caller with its message."""
+    from device_impl._core import C
+    from device_impl.runtime import devices
+
+    seen = []
+
+    def failing(reason, device):
+        seen.append((reason, device))
+        raise ValueError(f"queued work failed on neuron:{device}")
+
+    C.set_synchronize_hook(failing)
+    try:
+        with pytest.raises(RuntimeError, match="queued work failed on neuron:1"):
+            torch.accelerator.synchronize(1)
+        with pytest.raises(RuntimeError, match="queued work failed on neuron:0"):
+            torch.Event(device="neuron").record()
+    finally:
+        C.set_synchronize_hook(devices.run_queued)
+    assert seen == [("synchronize", 1), ("event", 0)]
+    torch.accelerator.synchronize()  # the device is usable again
+
+
+def test_device_capability_lists_the_device_dtypes():
+    supported = torch.accelerator.get_device_capability()["supported_dtypes"]
+    assert supported == torch.accelerator.get_device_capability("neuron:1")["supported_dtypes"]
+    compute = {torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
+               torch.uint8, torch.bool}
+    assert compute | {torch.float64, torch.complex64, torch.complex128} == supported
+    assert torch.float8_e4m3fn not in supported and torch.uint16 not in supported
+    for dtype in supported:  # each can be allocated and converted to every other
+        x = torch.zeros(3, dtype=dtype, device="neuron")
+        assert all(x.to(other).dtype == other for other in supported)
+    with pytest.raises(RuntimeError, match="neuron:7"):
+        torch.accelerator.get_device_capability(7)
 
 
 def test_neuron_synchronize_of_a_missing_core_raises():

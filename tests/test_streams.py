@@ -3,6 +3,8 @@
 import pytest
 import torch
 
+from device_impl import eager
+
 
 def test_default_and_current_streams():
     default = torch.neuron.default_stream()
@@ -83,3 +85,42 @@ def test_stream_record_event_and_device_synchronize():
     e.synchronize()
     torch.neuron.synchronize()
     assert torch.neuron.device_time_ns() >= 0
+
+
+@pytest.mark.parametrize("sync", ["event_record", "event_synchronize", "event_query", "event_wait", "stream_synchronize",
+                                  "stream_query", "stream_wait_stream"])
+def test_plain_torch_streams_and_events_run_queued_work(sync):
+    """torch.Stream / torch.Event (not the torch.neuron subclasses) synchronise through the C++ guard,
+    which runs adaptive eager's queue: a timestamp or a "done" answer covers the work before it."""
+    stream = torch.Stream(device="neuron")
+    event = torch.Event(device="neuron")
+    assert type(stream) is torch.Stream and type(event) is torch.Event
+    actions = {
+        "event_record": lambda: event.record(stream),
+        "event_synchronize": lambda: (event.record(stream), event.synchronize()),
+        "event_query": lambda: event.query(),
+        "event_wait": lambda: event.wait(stream),
+        "stream_synchronize": lambda: stream.synchronize(),
+        "stream_query": lambda: stream.query(),
+        "stream_wait_stream": lambda: stream.wait_stream(torch.Stream(device="neuron")),
+    }
+    with torch.neuron.eager_mode("adaptive"):
+        if sync in ("event_query", "event_wait"):
+            event.record(stream)  # an event never recorded has nothing to wait for: torch answers at once
+        y = torch.arange(8.0, device="neuron") * 2 + 1
+        assert eager.pending() > 0
+        actions[sync]()
+        assert eager.pending() == 0
+    assert torch.equal(y.cpu(), torch.arange(8.0) * 2 + 1)
+
+
+def test_plain_event_timing_includes_queued_work():
+    start, end = torch.Event(device="neuron", enable_timing=True), torch.Event(device="neuron", enable_timing=True)
+    with torch.neuron.eager_mode("adaptive"):
+        start.record()
+        a = torch.randn(256, 256, device="neuron")
+        b = (a @ a).relu() * 2
+        end.record()  # runs the queued matmul chain first, so the clock has moved
+        assert eager.pending() == 0
+    assert start.elapsed_time(end) > 0
+    assert b.shape == (256, 256)

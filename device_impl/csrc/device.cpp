@@ -151,6 +151,19 @@ const at::Generator& default_generator(c10::DeviceIndex index) {
   return generators[index];
 }
 
+c10::DeviceCapability device_capability() {
+  // Engine compute dtypes, plus the storage-only ones whose conversions copy_ serves (float64, complex).
+  c10::DeviceCapability cap;
+  cap.capability_data.capability_bits = 0;
+  for (const auto t : {c10::ScalarType::Float, c10::ScalarType::BFloat16, c10::ScalarType::Half,
+                       c10::ScalarType::Long, c10::ScalarType::Int, c10::ScalarType::Short, c10::ScalarType::Char,
+                       c10::ScalarType::Byte, c10::ScalarType::Bool, c10::ScalarType::Double,
+                       c10::ScalarType::ComplexFloat, c10::ScalarType::ComplexDouble}) {
+    cap.capability_data.capability_bits |= 1ULL << static_cast<int>(t);
+  }
+  return cap;
+}
+
 // --- device guard -------------------------------------------------------------
 
 namespace {
@@ -208,16 +221,42 @@ struct NeuronGuardImpl final : public c10::impl::DeviceGuardImplInterface {
     }
     TORCH_CHECK(e->device == stream.device_index(), "Event was recorded on neuron:", static_cast<int>(e->device),
                 " and cannot be re-recorded on neuron:", static_cast<int>(stream.device_index()));
+    run_synchronize_hook("event", stream.device_index());  // the timestamp must include queued work
     e->recorded = true;
     e->device_ns = device_time_ns(stream.device_index());
   }
-  // Work is complete when its launch returns, so waiting never blocks.
-  void block(void* /*event*/, const c10::Stream& /*stream*/) const override {}
-  bool queryEvent(void* /*event*/) const override { return true; }
-  bool queryStream(const c10::Stream& /*stream*/) const override { return true; }
-  void synchronizeStream(const c10::Stream& /*stream*/) const override {}
-  void synchronizeEvent(void* /*event*/) const override {}
-  void synchronizeDevice(const c10::DeviceIndex /*device_index*/) const override {}
+  // Work is complete when its launch returns, so waiting never blocks; what adaptive eager still
+  // holds back runs first (run_synchronize_hook), so every synchronisation point sees it done.
+  void block(void* /*event*/, const c10::Stream& stream) const override {
+    run_synchronize_hook("event", stream.device_index());
+  }
+  bool queryEvent(void* event) const override {
+    const auto* e = static_cast<const Event*>(event);
+    run_synchronize_hook("event", e != nullptr ? e->device : current_device());
+    return true;
+  }
+  bool queryStream(const c10::Stream& stream) const override {
+    run_synchronize_hook("stream", stream.device_index());
+    return true;
+  }
+  void synchronizeStream(const c10::Stream& stream) const override {
+    run_synchronize_hook("stream", stream.device_index());
+  }
+  void synchronizeEvent(void* event) const override {
+    const auto* e = static_cast<const Event*>(event);
+    run_synchronize_hook("event", e != nullptr ? e->device : current_device());
+  }
+  void synchronizeDevice(const c10::DeviceIndex device_index) const override {
+    const auto index = device_index < 0 ? current_device() : device_index;
+    // the message of torch.neuron.synchronize (device_impl/runtime/devices.py)
+    TORCH_CHECK(index < device_count(), "Invalid device neuron:", static_cast<int>(index), ": ", device_count(),
+                " NeuronCore(s) are visible.");
+    run_synchronize_hook("synchronize", index);
+  }
+  c10::DeviceCapability getDeviceCapability(c10::Device d) const override {
+    if (d.index() >= 0) check_device(d.index());
+    return device_capability();
+  }
   void destroyEvent(void* event, const c10::DeviceIndex /*device_index*/) const noexcept override {
     delete static_cast<Event*>(event);
   }

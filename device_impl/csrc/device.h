@@ -11,6 +11,7 @@
 
 #include <ATen/core/Generator.h>
 #include <c10/core/Device.h>
+#include <c10/core/DeviceCapability.h>
 #include <c10/core/GeneratorImpl.h>
 #include <c10/core/Stream.h>
 
@@ -61,5 +62,14 @@ class NeuronGenerator final : public c10::GeneratorImpl {
 };
 
 const at::Generator& default_generator(c10::DeviceIndex index);
+
+// Synchronisation points (device/stream/event synchronize, event record/wait/query, stream query)
+// call a Python function registered by device_impl (module.cpp: set_synchronize_hook): adaptive
+// eager holds queued work that must have run before "synchronized" or a timestamp means anything.
+// No-op until registered. A Python exception is rethrown as c10::Error carrying its message.
+void run_synchronize_hook(const char* reason, c10::DeviceIndex index);
+
+// The dtypes a neuron tensor can hold and convert between (torch.accelerator.get_device_capability).
+c10::DeviceCapability device_capability();
 
 }  // namespace neuronsim

@@ -10,11 +10,29 @@
 #include <torch/extension.h>
 
 #include <array>
+#include <string>
 
 namespace neuronsim {
 at::Tensor host_view(const at::Tensor& t);
 void set_cast_hook(pybind11::object hook);
+
+namespace {
+pybind11::object* g_synchronize_hook = nullptr;  // intentionally leaked: lives until exit
 }
+
+void run_synchronize_hook(const char* reason, c10::DeviceIndex index) {
+  if (g_synchronize_hook == nullptr || !Py_IsInitialized()) return;
+  pybind11::gil_scoped_acquire gil;
+  std::string message;
+  try {
+    (*g_synchronize_hook)(reason, static_cast<int>(index));
+    return;
+  } catch (pybind11::error_already_set& e) {
+    message = pybind11::str(e.value());  // the Python message, without the exception's type name
+  }
+  TORCH_CHECK(false, message);
+}
+}  // namespace neuronsim
 
 namespace {
 
@@ -142,6 +160,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
     return g.get<neuronsim::NeuronGenerator>()->reserve(increment);
   });
 
+  m.def("set_synchronize_hook", [](py::object hook) {
+    delete neuronsim::g_synchronize_hook;
+    neuronsim::g_synchronize_hook = hook.is_none() ? nullptr : new py::object(std::move(hook));
+  }, "Register fn(reason: str, device: int), called (GIL held) at every synchronisation point of the guard.");
   m.def("set_cast_hook", &neuronsim::set_cast_hook,
         "Register the Python kernel copy_ calls for dtype/conjugate conversions between neuron tensors.");
   m.def("set_numpy_dtype", [](py::object torch_dtype, py::object numpy_dtype) {

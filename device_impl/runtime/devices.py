@@ -94,10 +94,22 @@ def synchronize(device: DeviceLike = None) -> None:
     index = device_index(device)
     if not 0 <= index < C.device_count():
         raise RuntimeError(f"Invalid device neuron:{index}: {C.device_count()} NeuronCore(s) are visible.")
+    run_queued("synchronize", index)
+
+
+def run_queued(reason: str, device: int) -> None:
+    """Run the work adaptive eager holds back (nothing in plain eager mode).
+
+    The C++ guard calls this at every synchronisation point (csrc/device.cpp: synchronizeDevice,
+    synchronizeStream, synchronizeEvent, event record/wait/query, stream query), so
+    ``torch.accelerator.synchronize()`` and plain ``torch.Stream``/``torch.Event`` see work done too."""
     from device_impl.dispatch.table import HOOKS
 
     if HOOKS.barrier is not None:
-        HOOKS.barrier("synchronize")
+        HOOKS.barrier(reason)
+
+
+C.set_synchronize_hook(run_queued)
 
 
 @dataclass(frozen=True)

@@ -6,14 +6,15 @@ returns, so any order of record/wait is honoured, and an event's timestamp is
 the core's device-timeline clock: elapsed_time() is device-busy time in ms.
 
 Adaptive eager (device_impl.eager) holds work back until data must exist. The
-streams and events made here (``torch.neuron.Stream/Event``, ``current_stream``,
-``default_stream``, ``Stream.record_event``) are subclasses of torch.Stream and
-torch.Event that run the queued work first wherever a program synchronises or
-timestamps: record, wait, query, synchronize, wait_event, wait_stream. (A
-plain ``torch.Stream`` from ``torch.accelerator`` cannot be hooked from Python;
-it is still ordered correctly, since every data read flushes.) PyTorch's C++
-checks reject subclasses in two places, ``torch.Stream.record_event(event)``
-and ``torch.Event.elapsed_time(other)``, so both are overridden here.
+C++ guard runs the queued work at every point where a program synchronises or
+timestamps (record, wait, query, synchronize: ``devices.run_queued``), so plain
+``torch.Stream``/``torch.Event`` objects and ``torch.accelerator.synchronize()``
+see it done. The streams and events made here (``torch.neuron.Stream/Event``,
+``current_stream``, ``default_stream``, ``Stream.record_event``) are subclasses
+of torch.Stream and torch.Event that also flush before entering or leaving a
+stream context. PyTorch's C++ checks reject subclasses in two places,
+``torch.Stream.record_event(event)`` and ``torch.Event.elapsed_time(other)``,
+so both are overridden here.
 """
 
 from __future__ import annotations
