@@ -87,8 +87,8 @@ def test_stream_record_event_and_device_synchronize():
     assert torch.neuron.device_time_ns() >= 0
 
 
-@pytest.mark.parametrize("sync", ["event_record", "event_synchronize", "event_query", "event_wait", "stream_synchronize",
-                                  "stream_query", "stream_wait_stream"])
+@pytest.mark.parametrize("sync", ["event_record", "event_synchronize", "event_query", "event_wait",
+                                  "stream_synchronize", "stream_query", "stream_wait_stream"])
 def test_plain_torch_streams_and_events_run_queued_work(sync):
     """torch.Stream / torch.Event (not the torch.neuron subclasses) synchronise through the C++ guard,
     which runs adaptive eager's queue: a timestamp or a "done" answer covers the work before it."""

@@ -232,8 +232,9 @@ def test_conv_transpose_padding_that_consumes_the_output(nsp, dtype):
     """2x2 input, 1x1 kernel, padding 1: the output has no positions. CPU returns an empty tensor or
     raises "Output size is too small" depending on its backend (oneDNN or slow_conv_transpose: dtype,
     batch, groups, kernel, stride, threads); negative sizes raise on every path. The device answers as CPU."""
-    cases = [dict(batch=1, groups=1, padding=1), dict(batch=2, groups=1, padding=1), dict(batch=1, groups=2, padding=1),
-             dict(batch=16, groups=1, padding=1), dict(batch=0, groups=1, padding=1), dict(batch=2, groups=1, padding=2),
+    cases = [dict(batch=1, groups=1, padding=1), dict(batch=2, groups=1, padding=1),
+             dict(batch=1, groups=2, padding=1), dict(batch=16, groups=1, padding=1),
+             dict(batch=0, groups=1, padding=1), dict(batch=2, groups=1, padding=2),
              dict(batch=0, groups=1, padding=2), dict(batch=2, groups=1, padding=2, stride=2, kernel=2),
              dict(batch=1, groups=1, padding=2, stride=2, kernel=2), dict(batch=2, groups=2, padding=1, bias=True)]
     for case in cases:
@@ -250,7 +251,8 @@ def test_conv_transpose_padding_that_consumes_the_output(nsp, dtype):
 def test_conv_transpose_empty_output_gradients_and_threads():
     """Gradients through an empty output are zeros (where CPU computes it); CPU's float32 choice
     depends on the intra-op thread count, so both counts are checked."""
-    x, w, b = values((2, 2, 2, 2), torch.float32), values((2, 3, 1, 1), torch.float32, seed=2), values((3,), torch.float32)
+    x, w = values((2, 2, 2, 2), torch.float32), values((2, 3, 1, 1), torch.float32, seed=2)
+    b = values((3,), torch.float32)
     fn = _grads(lambda x, w, b: F.conv_transpose2d(x, w, b, padding=1), 3)
     check(fn, x, w, b, torch.empty(2, 3, 0, 0))
     check(fn, x[:1], w, b, torch.empty(1, 3, 0, 0))  # batch 1, groups 1, 1x1 kernel: CPU raises
