@@ -3,7 +3,9 @@
 ``python -m harness run [--ops OP ...] [--families F ...] [--modes M ...] [--profile P] [--device D]``
 draws cases from the op specs with Hypothesis, runs them and stores every result;
 ``python -m harness summary [--run ID]`` prints pass/fail/xfail counts by family, dtype and mode
-from the store; ``python -m harness opinfo`` runs PyTorch's own OpInfo sweep.
+from the store; ``python -m harness opinfo`` runs PyTorch's own OpInfo sweep; ``python -m harness merge``
+combines shard stores; ``python -m harness compat`` runs the suites against several torch versions
+(harness.compat).
 """
 
 from __future__ import annotations
@@ -137,7 +139,27 @@ def cmd_opinfo(args: argparse.Namespace) -> int:
     return opinfo.main(args)
 
 
+def cmd_merge(args: argparse.Namespace) -> int:
+    from pathlib import Path
+
+    from harness.shards import merge
+
+    missing = [p for p in args.stores if not Path(p).exists()]
+    if missing:
+        print(f"no such store(s): {', '.join(missing)}", file=sys.stderr)
+        return 2
+    counts = merge([Path(p) for p in args.stores], Path(args.output))
+    print(f"merged {counts['stores']} store(s): {counts['runs']} runs, {counts['results']} results -> {args.output}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return args.func(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line (also used by tests to check documented commands without running them)."""
     parser = argparse.ArgumentParser(prog="python -m harness", description="neuronsim differential harness")
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("run", help="draw and run cases from the op specs")
@@ -160,7 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     op.add_argument("--ops", nargs="*", help="OpInfo names (default: all)")
     op.add_argument("--device", default="neuron")
     op.add_argument("--max-samples", type=int, default=None, help="per op and dtype")
+    op.add_argument("--shard", default=None, metavar="K/N", help="only the ops of shard K of N (CI matrices)")
     op.add_argument("--results", default=str(DEFAULT_PATH))
     op.set_defaults(func=cmd_opinfo)
-    args = parser.parse_args(argv)
-    return args.func(args)
+    merge = sub.add_parser("merge", help="combine shard stores into one store")
+    merge.add_argument("stores", nargs="+", help="SQLite stores written by shards")
+    merge.add_argument("-o", "--output", default=str(DEFAULT_PATH), help="the merged store (appended to)")
+    merge.set_defaults(func=cmd_merge)
+    from harness.compat.run import add_parser as add_compat
+
+    add_compat(sub)
+    return parser

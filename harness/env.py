@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import platform
 import subprocess
 import sys
@@ -41,4 +42,6 @@ def environment(device: str = "neuron") -> dict[str, str]:
         "machine": f"{platform.machine()} {platform.system()} {platform.release()}; {platform.processor() or 'cpu'}",
         "device": device,
         "hypothesis": _version("hypothesis"),
+        # set by `python -m harness compat` (session|torch target) so its diff finds this run's results
+        "tag": os.environ.get("NEURONSIM_RUN_TAG", ""),
     }

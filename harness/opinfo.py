@@ -25,6 +25,7 @@ from harness import compare as cmp
 from harness.cases import Case
 from harness.env import environment
 from harness.runner import Result
+from harness.shards import Shard
 from harness.store import Store
 from harness.xfails import XFails
 from harness.values import TensorSpec, dtype_name
@@ -87,8 +88,16 @@ class SweepCounts:
 
 
 def op_db() -> list:
-    from torch.testing._internal.common_methods_invocations import op_db as db
-
+    """PyTorch's OpInfo database. It is internal API: a torch that moved or broke it gets an error
+    naming the version, not a bare ImportError deep in a sweep."""
+    try:
+        from torch.testing._internal.common_methods_invocations import op_db as db
+    except Exception as e:  # noqa: BLE001 - ImportError, or an internal module failing at import
+        raise ImportError(
+            f"torch {torch.__version__}: torch.testing._internal.common_methods_invocations.op_db is not importable "
+            f"({type(e).__name__}: {e}). The OpInfo sweep needs PyTorch's internal test database (and the "
+            f"'expecttest' package); this torch moved or changed it — run `python -m harness compat` to see what "
+            f"else changed, or skip the sweep.") from e
     return db
 
 
@@ -335,10 +344,12 @@ def _reproducer(op, dtype: torch.dtype, kind: str, index: int, device: str, mess
 
 def sweep(dtypes: list[torch.dtype], names: list[str] | None = None, device: str = "neuron",
           max_samples: int | None = None, reference: bool = True, errors: bool = True, store: Store | None = None,
-          run_id: int | None = None, progress: bool = True, xfails: XFails | None = None) -> SweepCounts:
+          run_id: int | None = None, progress: bool = True, xfails: XFails | None = None,
+          shard: Shard | None = None) -> SweepCounts:
     counts = SweepCounts()
     started = time.perf_counter()
-    ops = [op for op in op_db() if not names or op.name in names or full_name(op) in names]
+    ops = [op for op in op_db() if (not names or op.name in names or full_name(op) in names)
+           and (shard is None or shard.owns(full_name(op)))]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for n, op in enumerate(ops):
@@ -414,9 +425,13 @@ def _result(op, dtype, kind, index, sample, comparison: cmp.Comparison, seconds:
 def main(args: argparse.Namespace) -> int:
     dtypes = [getattr(torch, d) for d in args.dtypes]
     store = Store(args.results)
-    run_id = store.start_run("opinfo", environment(args.device), ",".join(args.dtypes))
+    shard = Shard.parse(args.shard) if getattr(args, "shard", None) else None
+    env = environment(args.device)
+    env["shard"] = str(shard) if shard else ""
+    run_id = store.start_run("opinfo", env, ",".join(args.dtypes))
     xfails = XFails.load()
-    counts = sweep(dtypes, args.ops, args.device, args.max_samples, store=store, run_id=run_id, xfails=xfails)
+    counts = sweep(dtypes, args.ops, args.device, args.max_samples, store=store, run_id=run_id, xfails=xfails,
+                   shard=shard)
     store.finish_run(run_id)
     store.close()
     verdicts = ("pass", "fail", "xfail", "xpass", "skip")

@@ -24,6 +24,7 @@ from harness import coverage, modes
 from harness.cases import Case
 from harness.env import ROOT, environment
 from harness.runner import Result, draw_case, run_case
+from harness.shards import Shard
 from harness.specs import SPECS, OpSpec
 from harness.store import DEFAULT_PATH, Store
 from harness.xfails import XFails
@@ -47,6 +48,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--neuron-mode", default="eager", choices=list(modes.MODES) + ["all"],
                     help="execution mode(s) on the device under test")
     group.addoption("--device", default="neuron", help="the torch device under test (compared with CPU eager)")
+    group.addoption("--shard", default=None, metavar="K/N",
+                    help="run only the tests of shard K of N (stable hash of the test id; for CI matrices)")
     group.addoption("--results", default=str(DEFAULT_PATH), help="SQLite results store")
     group.addoption("--opinfo", default="quick", choices=list(OPINFO_DEPTHS),
                     help="opsuite/test_opinfo.py: quick (first sample of each OpInfo, in float32 or else int64 "
@@ -103,7 +106,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
-    """Coverage checks judge the whole session's results, so they run after every other test."""
+    """Keep this shard's tests (``--shard K/N``); coverage checks judge the whole session's results,
+    so they run after every other test (and skip in a shard: the merged store is judged instead)."""
+    shard_text = config.getoption("--shard", default=None)
+    if shard_text:
+        shard = Shard.parse(shard_text)
+        kept = [item for item in items if shard.owns(item.nodeid)]
+        dropped = [item for item in items if not shard.owns(item.nodeid)]
+        if dropped:
+            config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
     items.sort(key=lambda item: item.get_closest_marker("opsuite_coverage") is not None)
 
 
@@ -128,7 +140,9 @@ def _start_session(config: pytest.Config) -> Session:
         profile = config.getoption("--hypothesis-profile", default=None) or os.environ.get(
             "NEURONSIM_HYPOTHESIS_PROFILE", "quick")
         store = Store(Path(config.getoption("--results")))
-        _SESSION = Session(store, store.start_run("opsuite", environment(device), profile), XFails.load(), device)
+        env = environment(device)
+        env["shard"] = config.getoption("--shard") or ""
+        _SESSION = Session(store, store.start_run("opsuite", env, profile), XFails.load(), device)
     return _SESSION
 
 

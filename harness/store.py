@@ -48,12 +48,24 @@ CREATE TABLE IF NOT EXISTS results (
     case_json TEXT,
     created TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS compat (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    tag TEXT NOT NULL,             -- the compat session (python -m harness compat --tag)
+    created TEXT NOT NULL,
+    payload TEXT NOT NULL          -- JSON: targets and the diff of each consecutive pair (harness.compat.diff)
+);
 CREATE INDEX IF NOT EXISTS results_run ON results(run_id);
 CREATE INDEX IF NOT EXISTS results_op ON results(op, mode, verdict);
 """
 
 
 _ADDED_COLUMNS = {"called": "TEXT"}  # columns added after the first schema, in order
+
+
+RESULT_COLUMNS = frozenset({
+    "source", "op", "family", "overloads", "called", "dtypes", "shapes", "layouts", "domains", "mode", "verdict",
+    "message", "criterion", "max_abs", "max_rel", "ulp", "cpu_ms", "device_ms", "fallback_ops", "expression",
+    "reproducer", "xfail_reason", "case_json", "created"})
 
 
 def _now() -> str:
@@ -105,6 +117,22 @@ class Store:
              comparison.max_rel if comparison else None, comparison.ulp if comparison else None,
              result.cpu_ms, result.device_ms, json.dumps(result.fallback_ops), result.expression,
              result.reproducer or None, result.xfail_reason or None, case.to_json(), _now()))
+
+    def add_row(self, run_id: int, **fields: Any) -> None:
+        """A result row from plain fields (unit-test outcomes of a compat run, merged shards);
+        ``source``, ``op``, ``mode`` and ``verdict`` are required, every other column is optional."""
+        unknown = set(fields) - RESULT_COLUMNS
+        if unknown:
+            raise ValueError(f"unknown result column(s) {sorted(unknown)}")
+        fields.setdefault("created", _now())
+        columns = ["run_id", *fields]
+        self.db.execute(f"INSERT INTO results ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+                        (run_id, *fields.values()))
+
+    def record_compat(self, tag: str, payload: dict[str, Any]) -> None:
+        self.db.execute("INSERT INTO compat (tag, created, payload) VALUES (?, ?, ?)",
+                        (tag, _now(), json.dumps(payload)))
+        self.db.commit()
 
     def commit(self) -> None:
         self.db.commit()

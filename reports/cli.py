@@ -1,4 +1,4 @@
-"""``python -m reports``: write build/reports/{index,conformance,performance,timeline}.html and print a summary.
+"""``python -m reports``: write build/reports/{index,conformance,performance,timeline,compat}.html and print a summary.
 
 Reads the results store and files under build/ only (pytest-benchmark JSON, asv results, traces,
 coverage JSON); never imports torch, device_impl or harness.
@@ -12,10 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reports import conformance, data, performance, render, timeline
+from reports import compat, conformance, data, performance, render, timeline
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ("index.html", "conformance.html", "performance.html", "timeline.html")
+PAGES = ("index.html", "conformance.html", "performance.html", "timeline.html", "compat.html")
 
 
 def _run_rows(conn, selection: data.Selection) -> list[dict[str, Any]]:
@@ -41,16 +41,19 @@ def build(store: Path, out: Path, build_dir: Path, traces: list[str] | None = No
     with data.connect(store) as conn:
         conf = conformance.build(conn, build_dir / "coverage.json", build_dir / "junit")
         runs = _run_rows(conn, conf["selection"])
+        compat_session = compat.latest(conn)
     perf = performance.build(build_dir / "benchmarks", build_dir / "asv" / "results", build_dir / "asv-html", out)
     lanes = timeline.build(build_dir / "traces", out, traces)
     common = {"generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "store": str(store),
               "build": str(build_dir)}
     render.write(env, "index.html", out / "index.html", page="index.html", conformance=conf, performance=perf,
-                 timeline=lanes, runs=runs, **common)
+                 timeline=lanes, runs=runs, compat=compat_session, **common)
     render.write(env, "conformance.html", out / "conformance.html", page="conformance.html", c=conf, **common)
     render.write(env, "performance.html", out / "performance.html", page="performance.html", p=perf, **common)
     render.write(env, "timeline.html", out / "timeline.html", page="timeline.html", t=lanes, **common)
-    return {"conformance": conf, "performance": perf, "timeline": lanes, "runs": runs, "out": out}
+    render.write(env, "compat.html", out / "compat.html", page="compat.html", compat=compat_session, **common)
+    return {"conformance": conf, "performance": perf, "timeline": lanes, "runs": runs, "out": out,
+            "compat": compat_session}
 
 
 def summary(report: dict[str, Any]) -> list[str]:
@@ -100,6 +103,10 @@ def summary(report: dict[str, Any]) -> list[str]:
     if perf["asv_runs"]:
         lines.append(f"  asv: {len(perf['asv_runs'])} result file(s), latest commit {perf['asv_latest']['commit']}; "
                      f"HTML {'at ' + perf['asv_html'] if perf['asv_link'] else 'not published'}")
+    for diff in (report.get("compat") or {}).get("diffs", []):
+        lines.append(f"  compat torch {diff['base']} -> {diff['new']}: {len(diff['newly_failing'])} newly failing, "
+                     f"{len(diff['newly_passing'])} newly passing, {len(diff['api_changes'])} API changes"
+                     + (" (REGRESSED)" if diff["regressed"] else ""))
     for program in lanes["programs"][:3]:
         busiest = max(program["lanes"][1:] or program["lanes"], key=lambda lane: lane["utilization"])
         lines.append(f"  timeline {program['name']}: {program['span_us']:.2f} us, busiest lane {busiest['name']} "

@@ -25,10 +25,11 @@ def case_key(row: Mapping[str, Any]) -> tuple:
 
 
 def cause(message: str | None) -> str:
-    """The first line of a failure message with numbers blanked, so equal causes group together."""
+    """The first line of a failure message with standalone numbers blanked, so equal causes group together."""
     first = (message or "").strip().splitlines()[0] if (message or "").strip() else "(no message)"
     first = re.sub(r"0x[0-9a-fA-F]+", "0x…", first)
-    return re.sub(r"\d+(\.\d+)?(e[-+]?\d+)?", "N", first)[:160]
+    # numbers that stand alone (counts, values, positions), not digits inside names such as float16
+    return re.sub(r"(?<![\w.])[-+]?\d+(\.\d+)?([eE][-+]?\d+)?(?![\w.])", "N", first)[:160]
 
 
 @dataclass

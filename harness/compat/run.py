@@ -21,7 +21,7 @@ from typing import Any
 
 from harness.compat import diff as compat_diff
 from harness.compat.venvs import COMPAT_DIR, Environment, Target, prepare
-from harness.env import ROOT
+from harness.shards import Shard
 from harness.store import DEFAULT_PATH, Store
 
 SUITES = ("unit", "opsuite", "opinfo")
@@ -53,13 +53,18 @@ def junit_rows(path: Path) -> list[dict[str, Any]]:
 
 
 def run_suites(environment: Environment, store_path: Path, suites: tuple[str, ...], modes: str,
-               opinfo_samples: int | None, tag: str) -> dict[str, str]:
-    """Run the chosen suites in ``environment``; returns suite -> exit status text."""
+               opinfo_samples: int | None, tag: str, shard: Shard | None = None, jobs: str | None = None,
+               ) -> dict[str, str]:
+    """Run the chosen suites in ``environment``; returns suite -> exit status text.
+
+    With a shard, the op suite and the OpInfo sweep run their part of the work and the unit
+    tests run in shard 1 only (they are one indivisible promise: the device works on this torch)."""
     python = str(environment.python)
     env = {"NEURONSIM_RUN_TAG": tag, "NEURONSIM_RESULTS": str(store_path)}
+    shard_args = ["--shard", str(shard)] if shard else []
     outcomes: dict[str, str] = {}
     label = environment.target.label
-    if "unit" in suites:
+    if "unit" in suites and (shard is None or shard.index == 1):
         _progress(f"[{label}] unit tests")
         junit = environment.logs / "unit.xml"
         code, _ = environment.run([python, "-m", "pytest", "tests", "-q", "-p", "no:cacheprovider",
@@ -74,12 +79,14 @@ def run_suites(environment: Environment, store_path: Path, suites: tuple[str, ..
         outcomes["unit"] = f"exit {code}, {len(rows)} tests"
     if "opsuite" in suites:
         _progress(f"[{label}] pytest opsuite --neuron-mode {modes} (quick profile)")
+        parallel = ["-n", jobs] if jobs else []
         code, _ = environment.run([python, "-m", "pytest", "opsuite", "-q", "-p", "no:cacheprovider",
-                                   "--neuron-mode", modes, "--results", str(store_path)], "opsuite", 7200, env)
+                                   "--neuron-mode", modes, "--results", str(store_path), *shard_args, *parallel],
+                                  "opsuite", 7200, env)
         outcomes["opsuite"] = f"exit {code}"
     if "opinfo" in suites:
         _progress(f"[{label}] OpInfo sweep (float32)")
-        args = [python, "-m", "harness", "opinfo", "--dtypes", "float32", "--results", str(store_path)]
+        args = [python, "-m", "harness", "opinfo", "--dtypes", "float32", "--results", str(store_path), *shard_args]
         if opinfo_samples:
             args += ["--max-samples", str(opinfo_samples)]
         code, _ = environment.run(args, "opinfo", 7200, env)
@@ -99,6 +106,55 @@ def _probe(environment: Environment) -> dict[str, Any] | None:
         return None
 
 
+def run_target(target: Target, store_path: Path, tag: str, args: argparse.Namespace) -> None:
+    """Prepare one target's environment, record its status and API probe, run its suites."""
+    environment = prepare(target, progress=_progress)
+    probe = _probe(environment) if environment.steps.get("install") == "ok" else None
+    store = Store(store_path)
+    status_run = store.start_run("compat-env", {
+        "torch": environment.torch_version or target.label, "target": target.label, "tag": f"{tag}|{target.label}",
+        "steps": environment.steps, "seconds": environment.seconds, "probe": probe})
+    store.finish_run(status_run)
+    store.close()
+    _progress(f"[{target.label}] " + ", ".join(f"{k}: {v}" for k, v in environment.steps.items()))
+    if environment.usable:
+        shard = Shard.parse(args.shard) if args.shard else None
+        outcomes = run_suites(environment, store_path, tuple(s for s in SUITES if s in args.suites), args.modes,
+                              args.opinfo_samples, f"{tag}|{target.label}", shard, args.jobs)
+        _progress(f"[{target.label}] " + ", ".join(f"{k}: {v}" for k, v in outcomes.items()))
+
+
+def _target_rows(store: Store, tag: str, label: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(result rows, merged environment status) of one target in a compat session, from the store only
+    (shards each record a status; a step is ok only if it was ok in every shard)."""
+    key = f"{tag}|{label}"
+    rows = [dict(r) for r in store.query(
+        "SELECT r.* FROM results r JOIN runs u ON r.run_id = u.id "
+        "WHERE json_extract(u.environment, '$.tag') = ? AND u.kind != 'compat-env'", (key,))]
+    status: dict[str, Any] = {"steps": {}, "probe": None}
+    for run in store.query("SELECT environment FROM runs WHERE kind = 'compat-env' "
+                           "AND json_extract(environment, '$.tag') = ? ORDER BY id", (key,)):
+        env = json.loads(run["environment"])
+        for step, value in env.get("steps", {}).items():
+            if status["steps"].get(step) in (None, "ok"):
+                status["steps"][step] = value
+        status["probe"] = status["probe"] or env.get("probe")
+    return rows, status
+
+
+def diff_session(store: Store, tag: str, labels: list[str]) -> list[compat_diff.VersionDiff]:
+    """The diff of each consecutive pair of targets of session ``tag``, computed from the store."""
+    data = {label: _target_rows(store, tag, label) for label in labels}
+    diffs = []
+    for base, new in zip(labels, labels[1:]):
+        (rows_a, env_a), (rows_b, env_b) = data[base], data[new]
+        d = compat_diff.diff_results(rows_a, rows_b, base, new)
+        compat_diff.diff_environment(d, env_a["steps"], env_b["steps"])
+        compat_diff.diff_apis(d, env_a["probe"], env_b["probe"])
+        diffs.append(d)
+    return diffs
+
+
 def main(args: argparse.Namespace) -> int:
     targets = [Target.parse(t) for t in args.torch]
     if len(targets) < 2 and not args.single:
@@ -106,44 +162,24 @@ def main(args: argparse.Namespace) -> int:
         return 2
     store_path = Path(args.results)
     tag = args.tag or time.strftime("compat-%Y%m%dT%H%M%S")
-    suites = tuple(s for s in SUITES if s in args.suites)
-    envs: dict[str, Environment] = {}
-    probes: dict[str, Any] = {}
-    for target in targets:
-        environment = prepare(target, progress=_progress)
-        envs[target.label] = environment
-        probes[target.label] = _probe(environment) if environment.steps.get("install") == "ok" else None
-        store = Store(store_path)
-        status_run = store.start_run("compat-env", {
-            "torch": environment.torch_version or target.label, "target": target.label, "tag": tag,
-            "steps": environment.steps, "seconds": environment.seconds, "probe": probes[target.label]})
-        store.finish_run(status_run)
-        _progress(f"[{target.label}] " + ", ".join(f"{k}: {v}" for k, v in environment.steps.items()))
-        if environment.usable:
-            outcomes = run_suites(environment, store_path, suites, args.modes, args.opinfo_samples,
-                                  f"{tag}|{target.label}")
-            _progress(f"[{target.label}] " + ", ".join(f"{k}: {v}" for k, v in outcomes.items()))
+    if not args.diff_only:
+        for target in targets:
+            run_target(target, store_path, tag, args)
+        if args.shard:  # a shard's store is merged and diffed by the job that collects all shards
+            _progress(f"shard {args.shard} done; merge the shard stores, then run with --diff-only --tag {tag}")
+            return 0
     store = Store(store_path)
-    diffs = []
-    for base, new in zip(targets, targets[1:]):
-        rows_a = [dict(r) for r in store.query(
-            "SELECT r.* FROM results r JOIN runs u ON r.run_id = u.id WHERE json_extract(u.environment, '$.tag') = ?",
-            (f"{tag}|{base.label}",))]
-        rows_b = [dict(r) for r in store.query(
-            "SELECT r.* FROM results r JOIN runs u ON r.run_id = u.id WHERE json_extract(u.environment, '$.tag') = ?",
-            (f"{tag}|{new.label}",))]
-        d = compat_diff.diff_results(rows_a, rows_b, base.label, new.label)
-        compat_diff.diff_environment(d, envs[base.label].steps, envs[new.label].steps)
-        compat_diff.diff_apis(d, probes[base.label], probes[new.label])
-        diffs.append(d)
+    labels = [t.label for t in targets]
+    diffs = diff_session(store, tag, labels)
+    for d in diffs:
         print(compat_diff.summary_text(d))
-    payload = {"tag": tag, "targets": [t.label for t in targets],
-               "diffs": [compat_diff.to_json(d) for d in diffs]}
+    payload = {"tag": tag, "targets": labels, "diffs": [compat_diff.to_json(d) for d in diffs]}
     COMPAT_DIR.mkdir(parents=True, exist_ok=True)
     out = COMPAT_DIR / "diff.json"
     out.write_text(json.dumps(payload, indent=1))
     store.record_compat(tag, payload)
-    print(f"diff: {out.relative_to(ROOT)}; store: {store_path}")
+    store.close()
+    print(f"diff: {out}; store: {store_path}")
     return 1 if any(d.regressed for d in diffs) else 0
 
 
@@ -155,6 +191,9 @@ def add_parser(sub) -> None:
     p.add_argument("--modes", default="all", help="opsuite --neuron-mode (default: all)")
     p.add_argument("--opinfo-samples", type=int, default=None, help="cap OpInfo samples per op and dtype")
     p.add_argument("--tag", default=None, help="label of this compat session (default: a timestamp)")
+    p.add_argument("--shard", default=None, metavar="K/N", help="run shard K of N of the op suite and OpInfo sweep")
+    p.add_argument("--jobs", default=None, metavar="N", help="pytest-xdist workers for the op suite (-n N, 'auto')")
+    p.add_argument("--diff-only", action="store_true", help="run nothing: diff session --tag from the store")
     p.add_argument("--single", action="store_true", help="allow a single target (no diff)")
     p.add_argument("--results", default=str(DEFAULT_PATH))
     p.set_defaults(func=main)

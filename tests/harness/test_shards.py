@@ -1,0 +1,85 @@
+"""Sharding a sweep (--shard K/N) and merging shard stores (python -m harness merge)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harness.shards import Shard, merge, select
+from harness.store import Store
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_shards_partition_the_keys_deterministically():
+    keys = [f"opsuite/test_pointwise.py::test_pointwise[eager-op{i}]" for i in range(400)]
+    shards = [Shard.parse(f"{k}/4") for k in range(1, 5)]
+    parts = [select(keys, s) for s in shards]
+    assert sorted(sum(parts, [])) == sorted(keys)  # every key in exactly one shard
+    assert all(set(a).isdisjoint(b) for i, a in enumerate(parts) for b in parts[i + 1:])
+    assert all(60 < len(p) < 140 for p in parts)  # roughly balanced
+    assert parts[1] == select(keys, Shard(2, 4))  # the same assignment every time
+    assert select(keys, None) == keys
+
+
+@pytest.mark.parametrize("text", ["0/4", "5/4", "2", "a/b", "1/0"])
+def test_bad_shards_are_refused(text):
+    with pytest.raises(ValueError, match="--shard"):
+        Shard.parse(text)
+
+
+def _store(path: Path, op: str, verdicts: list[str], tag: str) -> None:
+    store = Store(path)
+    run = store.start_run("opsuite", {"torch": "2.13.0", "tag": tag})
+    for v in verdicts:
+        store.add_row(run, source="spec", op=op, mode="eager", verdict=v, message=f"{op} {v}")
+    store.commit()
+    store.finish_run(run)
+    store.record_compat(tag, {"tag": tag})
+    store.close()
+
+
+def test_merge_copies_runs_results_and_compat_records(tmp_path):
+    _store(tmp_path / "a.sqlite", "add", ["pass", "fail"], "s1")
+    _store(tmp_path / "b.sqlite", "mul", ["pass"], "s2")
+    out = tmp_path / "merged.sqlite"
+    counts = merge([tmp_path / "a.sqlite", tmp_path / "b.sqlite"], out)
+    assert counts == {"stores": 2, "runs": 2, "results": 3}
+    store = Store(out)
+    rows = store.query("SELECT r.op, r.verdict, u.environment FROM results r JOIN runs u ON r.run_id = u.id "
+                       "ORDER BY r.id")
+    assert [(r["op"], r["verdict"]) for r in rows] == [("add", "pass"), ("add", "fail"), ("mul", "pass")]
+    assert '"tag": "s2"' in rows[2]["environment"]  # results stay with their own run
+    assert [r["tag"] for r in store.query("SELECT tag FROM compat ORDER BY id")] == ["s1", "s2"]
+    with pytest.raises(ValueError, match="itself"):
+        merge([out], out)
+
+
+def test_merge_command(tmp_path):
+    _store(tmp_path / "a.sqlite", "add", ["pass"], "s1")
+    out = tmp_path / "m.sqlite"
+    done = subprocess.run([sys.executable, "-m", "harness", "merge", str(tmp_path / "a.sqlite"), "-o", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "1 runs, 1 results" in done.stdout
+    missing = subprocess.run([sys.executable, "-m", "harness", "merge", str(tmp_path / "nope.sqlite")], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert missing.returncode == 2 and "no such store" in missing.stderr
+
+
+def test_opsuite_shard_option_deselects_other_shards(tmp_path):
+    """Two shards of one op-suite file run disjoint tests whose union is the whole file."""
+    def collected(shard: str | None) -> set[str]:
+        args = [sys.executable, "-m", "pytest", "opsuite/test_matmul.py", "--collect-only", "-q", "-p",
+                "no:cacheprovider", "--results", str(tmp_path / "r.sqlite")]
+        if shard:
+            args += ["--shard", shard]
+        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+        assert done.returncode in (0, 5), done.stdout + done.stderr
+        return {line for line in done.stdout.splitlines() if "::" in line}
+
+    whole, first, second = collected(None), collected("1/2"), collected("2/2")
+    assert whole and first | second == whole and not first & second
