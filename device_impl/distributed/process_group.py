@@ -23,10 +23,12 @@ from typing import Callable, Sequence
 
 import torch
 import torch.distributed as dist
-from torch._C import _distributed_c10d as c10d
-from torch._C._distributed_c10d import _create_work_from_future
-
+from device_impl._compat import internal
 from device_impl.distributed.host_views import Staged, stage
+
+c10d = internal("torch._C._distributed_c10d", purpose="the neuron process group")
+_create_work_from_future = internal("torch._C._distributed_c10d", "_create_work_from_future",
+                                    "the neuron process group's work objects")
 
 BACKEND_NAME = "neuron"
 

@@ -38,8 +38,8 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-from torch._prims_common import suggest_memory_format
 
+from device_impl._compat import internal
 from device_impl.dispatch.table import TABLE
 from device_impl.engine.dtypes import COMPUTE_DTYPES, numpy_dtype
 from device_impl.kernels.common import FREE_MAX, P, SCALAR_TYPE_NAMES, flat_tiles, hbm, launch, scalar_of
@@ -57,6 +57,8 @@ _FLOAT_MAX = {torch.float16: 65504.0, torch.bfloat16: 3.3895313892515355e38, tor
 _CPP_DTYPE = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
               torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int", torch.int16: "short int",
               torch.int8: "signed char", torch.uint8: "unsigned char", torch.bool: "bool"}
+
+suggest_memory_format = internal("torch._prims_common", "suggest_memory_format", "memory-format propagation")
 
 
 # --- dims, layouts, out= -----------------------------------------------------------

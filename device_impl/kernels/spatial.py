@@ -240,7 +240,7 @@ def _order(view: np.ndarray) -> list[int]:
 
 
 def _memory_format(t: torch.Tensor):
-    from torch._prims_common import suggest_memory_format
+    from device_impl.kernels.shape import suggest_memory_format
     return suggest_memory_format(t)
 
 
