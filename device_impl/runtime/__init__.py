@@ -108,6 +108,47 @@ def native_overloads() -> list:
     return dispatch.TABLE.ops(dispatch.Tier.NATIVE)
 
 
+def compiler_stats() -> dict:
+    """What ``torch.compile(backend="neuron")`` did since the last reset: graphs, compiles, NEFF cache hits,
+    recompiles by cause (with shapes), compile seconds, fallbacks, executions (device_impl.compiler.stats()).
+
+    On torch.neuron so the harness's port-check reads it like any device module's counters; the
+    compiler package is imported only when this is called.
+    """
+    from device_impl import compiler
+
+    return compiler.stats()
+
+
+def reset_compiler_stats() -> None:
+    from device_impl import compiler
+
+    compiler.reset_stats()
+
+
+def engine_stats() -> dict:
+    """Per-kernel engine totals since the last reset: launches, device_ns, hbm_bytes, flops and busy ns per
+    engine (``tensor_busy_ns``, ``vector_busy_ns``, ...), from the simulator (device_impl.engine.core.stats())."""
+    from device_impl.engine import core
+
+    return core.stats()
+
+
+def reset_engine_stats() -> None:
+    from device_impl.engine import core
+
+    core.reset_stats()
+
+
+def __getattr__(name: str):
+    # torch.neuron.shapes: bucketing and padding helpers (device_impl.shapes), imported on first use
+    if name == "shapes":
+        from device_impl import shapes
+
+        return shapes
+    raise AttributeError(f"module 'torch.neuron' has no attribute {name!r}")
+
+
 def _is_in_bad_fork() -> bool:
     """The simulated device has no driver state a fork could corrupt."""
     return False
