@@ -136,7 +136,6 @@ def _signature(gm: torch.fx.GraphModule, example_inputs: list) -> list[tuple[str
 
 def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_index: int, config: CompilerConfig):
     """AOTAutograd over a static graph; each of its graphs compiles through ``driver``."""
-    from torch._decomp import core_aten_decompositions
     from torch._dynamo.backends.common import aot_autograd
 
     def compiler(kind: str, timed: bool):
@@ -150,9 +149,14 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_inde
         return compile_aot
 
     backend = aot_autograd(fw_compiler=compiler("forward", False), bw_compiler=compiler("backward", True),
-                           inference_compiler=compiler("inference", False),
-                           decompositions=core_aten_decompositions())
+                           inference_compiler=compiler("inference", False), decompositions=_decompositions())
     return backend(gm, example_inputs)
+
+
+def _decompositions() -> dict:
+    from torch._decomp import core_aten_decompositions
+
+    return core_aten_decompositions()
 
 
 def _specialize(gm: torch.fx.GraphModule, args: tuple) -> tuple[torch.fx.GraphModule, list]:

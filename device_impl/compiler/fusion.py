@@ -233,6 +233,22 @@ class Planner:
         self.steps.append({"kind": kind or op.name, "operands": list(op.operands), "results": list(op.results),
                            "attrs": _plain(op.attrs), "body": op.attrs.get("body", [])})
 
+    def _broadcast_scalars(self, op: Op) -> Op:
+        """StableHLO's select and clamp accept 0-d predicate/bound operands with a shaped result:
+        such an operand becomes an explicit broadcast view, so every elementwise operand has the
+        op's shape (as the groups' tiling assumes)."""
+        if op.name not in ("select", "clamp") or not op.type.shape:
+            return op
+        operands = list(op.operands)
+        for i, v in enumerate(operands):
+            t = self.g.types[v]
+            if t.shape == () and op.type.shape != ():
+                vid = max(self.g.types) + 1
+                self.g.types[vid] = type(t)(op.type.shape, t.dtype)
+                self.views[vid] = {"op": "broadcast_in_dim", "src": v, "broadcast_dimensions": []}
+                operands[i] = vid
+        return Op(op.name, tuple(operands), op.results, op.types, op.attrs)
+
     def run(self) -> list[dict]:
         for op in self.g.ops:
             in_types = [self.g.types[v] for v in op.operands]
@@ -241,6 +257,8 @@ class Planner:
             elif op.name == "reduce":
                 self.place_reduce(op)
             elif op.name in lowering.ELEMENTWISE:
+                op = self._broadcast_scalars(op)
+                in_types = [self.g.types[v] for v in op.operands]
                 why = lowering.supported_elementwise(op, in_types)
                 if why is not None:
                     raise UnsupportedOpError(f"stablehlo.{op.name}", why)

@@ -36,9 +36,12 @@ class PlanError(RuntimeError):
     """A fused group cannot fit SBUF (a compiler bug: the planner should have split it)."""
 
 
+ROW_TILE_RESERVE = 512  # bytes per partition kept for the group's [P, 1] per-row tiles
+
+
 def fits_row(full_bytes_per_column: int, cols: int) -> bool:
     """Whether a whole row of ``cols`` columns fits with every full value live at once."""
-    return (full_bytes_per_column + TEMP_BYTES_PER_COLUMN) * cols + 64 * 8 <= GROUP_SBUF_BYTES
+    return (full_bytes_per_column + TEMP_BYTES_PER_COLUMN) * cols + ROW_TILE_RESERVE <= GROUP_SBUF_BYTES
 
 
 def _itemsize(dtype: str) -> int:

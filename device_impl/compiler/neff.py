@@ -34,7 +34,20 @@ from device_impl.compiler.program import Program
 
 MAGIC = b"NEFFSIM\0"
 FORMAT_VERSION = 1
-COMPILER_VERSION = "neuronsim-cc 0.1.0"
+
+
+def _source_digest() -> str:
+    """A digest of the compiler's own source: any change to code generation changes the version,
+    so a cache never serves a program that an older build of the compiler produced."""
+    import pathlib
+
+    digest = hashlib.sha256()
+    for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+COMPILER_VERSION = f"neuronsim-cc 0.1.0+{_source_digest()}"
 _ALIGN = 64
 _PREFIX = struct.Struct("<8sII")
 
