@@ -189,6 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("stores", nargs="+", help="SQLite stores written by shards")
     merge.add_argument("-o", "--output", default=str(DEFAULT_PATH), help="the merged store (appended to)")
     merge.set_defaults(func=cmd_merge)
+    from harness.port.cli import add_parser as add_port_check
+
+    add_port_check(sub)
     from harness.compat.run import add_parser as add_compat
 
     add_compat(sub)
