@@ -22,6 +22,7 @@ from typing import Any, Iterator
 import torch
 
 from harness import compare as cmp
+from harness import modes
 from harness.cases import Case
 from harness.env import environment
 from harness.runner import Result
@@ -203,7 +204,12 @@ def _error_parity(cpu_error: BaseException | None, device_error: BaseException |
                                  f"returned a result", criterion="error parity")
 
 
-def run_sample(op, sample, dtype: torch.dtype, device: str) -> cmp.Comparison:
+def _in_mode(mode: str, fn, device: str) -> Any:
+    """``fn()`` on the device in ``mode`` (harness.modes: eager, adaptive, compiled)."""
+    return fn() if mode == "eager" else modes.get(mode).run(fn, device)
+
+
+def run_sample(op, sample, dtype: torch.dtype, device: str, mode: str = "eager") -> cmp.Comparison:
     cpu_error = device_error = None
     expected = actual = None
     try:
@@ -211,7 +217,8 @@ def run_sample(op, sample, dtype: torch.dtype, device: str) -> cmp.Comparison:
     except Exception as e:  # noqa: BLE001 - error parity is a check
         cpu_error = e
     try:
-        actual = sample.output_process_fn_grad(_call(op, _move(sample, device)))
+        moved = _move(sample, device)
+        actual = sample.output_process_fn_grad(_in_mode(mode, lambda: _call(op, moved), device))
     except Exception as e:  # noqa: BLE001
         device_error = e
     if cpu_error is None and device_error is not None and "to be on cpu" in str(device_error):
@@ -241,7 +248,7 @@ def _names_host(sample) -> bool:
                for v in values)
 
 
-def run_error_input(op, error_input, device: str) -> cmp.Comparison:
+def run_error_input(op, error_input, device: str, mode: str = "eager") -> cmp.Comparison:
     """An OpInfo error input: CPU raises (OpInfo says what); the device must raise the same class.
     An error input that does not raise on CPU as the sweep calls it (OpInfo's own tests call some
     through another entry point) is skipped with that reason, not failed."""
@@ -255,7 +262,8 @@ def run_error_input(op, error_input, device: str) -> cmp.Comparison:
     except Exception as e:  # noqa: BLE001
         cpu_error = e
     try:
-        _call(op, _move(sample, device, name_device=False))
+        moved = _move(sample, device, name_device=False)
+        _in_mode(mode, lambda: _call(op, moved), device)
     except Exception as e:  # noqa: BLE001
         return _error_parity(cpu_error, e)
     return cmp.Comparison(False, f"CPU raised {type(cpu_error).__name__}: {str(cpu_error)[:200]}; the device "
@@ -291,10 +299,28 @@ def moved(sample):
 
 def call(sample):
     return op.op(sample.input, *sample.args, **sample.kwargs)
+
+
+def run_in_mode(fn):
+    """The device call in the sweep's mode: eager, adaptive (queued and fused, then synchronized) or compiled."""
+    if MODE == "eager":
+        return fn()
+    module = getattr(torch, torch.device(DEVICE).type)
+    if MODE == "adaptive":
+        previous = module.get_eager_mode()
+        module.set_eager_mode("adaptive")
+        try:
+            out = fn()
+            module.synchronize()
+            return out
+        finally:
+            module.set_eager_mode(previous)
+    return torch.compile(fn, backend=torch.device(DEVICE).type, dynamic=False)()
 '''
 
 
-def _reproducer(op, dtype: torch.dtype, kind: str, index: int, device: str, message: str = "") -> str:
+def _reproducer(op, dtype: torch.dtype, kind: str, index: int, device: str, message: str = "",
+                mode: str = "eager") -> str:
     """A self-contained script (torch, device_impl and PyTorch's own op_db) that rebuilds the sample
     and makes the sweep's checks; it asserts what the sweep found."""
     from harness.repro import checker_source
@@ -303,7 +329,8 @@ def _reproducer(op, dtype: torch.dtype, kind: str, index: int, device: str, mess
     verdict = message.replace("\n", " ")
     tolerances = ", ".join(f"{k}: {v!r}" for k, v in cmp.DEFAULT_TOLERANCE.items())
     return "\n".join([
-        f"# neuronsim OpInfo reproducer: {full_name(op)} [{dtype_name(dtype)}] {kind} #{index} on {device}",
+        f"# neuronsim OpInfo reproducer: {full_name(op)} [{dtype_name(dtype)}] {kind} #{index} on {device}, "
+        f"{mode} mode",
         f"# sweep verdict: {verdict}".rstrip(),
         "import torch",
         "import torch.utils._pytree",
@@ -311,6 +338,7 @@ def _reproducer(op, dtype: torch.dtype, kind: str, index: int, device: str, mess
         "from torch.testing._internal.common_methods_invocations import op_db",
         "",
         f"DEVICE = {device!r}",
+        f"MODE = {mode!r}",
         f"DEFAULT_TOLERANCE = {{{tolerances}}}  # (rtol, atol)",
         "TOLERANCE = None",
         f"FP64_MULTIPLIER = {cmp.FP64_MULTIPLIER!r}",
@@ -327,7 +355,8 @@ def _reproducer(op, dtype: torch.dtype, kind: str, index: int, device: str, mess
         "except Exception as e:",
         "    expected, cpu_error = None, e",
         "try:",
-        "    actual, dev_error = sample.output_process_fn_grad(call(moved(sample))), None",
+        "    dev_sample = moved(sample)",
+        "    actual, dev_error = sample.output_process_fn_grad(run_in_mode(lambda: call(dev_sample))), None",
         "except Exception as e:",
         "    actual, dev_error = None, e",
         "if cpu_error is not None or dev_error is not None:",
@@ -369,8 +398,9 @@ def sweep(dtypes: list[torch.dtype], names: list[str] | None = None, device: str
 
 def run_op(op, dtypes: list[torch.dtype], device: str = "neuron", max_samples: int | None = None,
            reference: bool = True, errors: bool = True, xfails: XFails | None = None,
-           counts: SweepCounts | None = None) -> list[Result]:
-    """Every sample (and reference and error input) of one OpInfo, in each dtype CPU supports."""
+           counts: SweepCounts | None = None, mode: str = "eager") -> list[Result]:
+    """Every sample (and reference and error input) of one OpInfo, in each dtype CPU supports, run on
+    the device in ``mode``."""
     counts = counts if counts is not None else SweepCounts()
     reason = skip_reason(op)
     if reason:
@@ -388,25 +418,25 @@ def run_op(op, dtypes: list[torch.dtype], device: str = "neuron", max_samples: i
             continue
         for kind, index, sample in samples:
             t0 = time.perf_counter()
-            comparison = run_sample(op, sample, dtype, device)
+            comparison = run_sample(op, sample, dtype, device, mode)
             results.append(_result(op, dtype, kind, index, sample, comparison, time.perf_counter() - t0, device,
-                                   counts, xfails))
+                                   counts, xfails, mode))
     if errors:
         try:
             error_inputs = list(op.error_inputs("cpu"))
         except Exception:  # noqa: BLE001
             error_inputs = []
         for index, error_input in enumerate(error_inputs[:max_samples] if max_samples else error_inputs):
-            comparison = run_error_input(op, error_input, device)
+            comparison = run_error_input(op, error_input, device, mode)
             results.append(_result(op, torch.float32, "error", index, error_input.sample_input, comparison, 0.0,
-                                   device, counts, xfails))
+                                   device, counts, xfails, mode))
     return results
 
 
 def _result(op, dtype, kind, index, sample, comparison: cmp.Comparison, seconds: float, device: str,
-            counts: SweepCounts, xfails: XFails | None) -> Result:
+            counts: SweepCounts, xfails: XFails | None, mode: str = "eager") -> Result:
     verdict = "skip" if comparison.criterion.startswith("skip") else "pass" if comparison.ok else "fail"
-    case = Case(full_name(op), dtype_name(dtype), _specs_of(sample), {"kind": kind, "index": index}, "eager", device,
+    case = Case(full_name(op), dtype_name(dtype), _specs_of(sample), {"kind": kind, "index": index}, mode, device,
                 source="opinfo")
     result = Result(case, verdict, comparison.message or (comparison.criterion if verdict == "skip" else ""),
                     comparison, device_ms=seconds * 1e3, expression=f"{op.name}({kind} #{index})")
@@ -416,7 +446,7 @@ def _result(op, dtype, kind, index, sample, comparison: cmp.Comparison, seconds:
             result.xfail_reason = f"{entry.category}: {entry.reason}"
             result.verdict = "xfail" if verdict == "fail" else "xpass"
     if result.verdict in ("fail", "xpass") and kind != "error":
-        result.reproducer = _reproducer(op, dtype, kind, index, device, comparison.message)
+        result.reproducer = _reproducer(op, dtype, kind, index, device, comparison.message, mode)
     counts.samples += 1
     counts.add(result.verdict)
     return result

@@ -192,8 +192,9 @@ def check_opinfo(session: Session, op, mode: str, test_id: str, depth: str = "qu
     xfail if every difference is an expected one."""
     from harness import opinfo
 
-    if mode != "eager":
-        pytest.skip(f"the OpInfo suite runs in eager mode only ({mode} runs the op specs)")
+    unavailable = modes.get(mode).available(session.device)
+    if unavailable:
+        pytest.skip(unavailable)
     reason = opinfo.skip_reason(op)
     if reason:
         pytest.skip(reason)
@@ -203,8 +204,8 @@ def check_opinfo(session: Session, op, mode: str, test_id: str, depth: str = "qu
         dtypes = [d for d in dtypes if op.supports_dtype(d, "cpu")][:1]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        results = opinfo.run_op(op, dtypes, session.device,
-                                settings["max_samples"], settings["reference"], settings["errors"], session.xfails)
+        results = opinfo.run_op(op, dtypes, session.device, settings["max_samples"], settings["reference"],
+                                settings["errors"], session.xfails, mode=mode)
     session.pending.setdefault(test_id, []).extend(results)
     name = opinfo.full_name(op)
     session.xpassed += [f"{name} [{r.case.dtype}] {r.expression}: {r.xfail_reason}" for r in results
