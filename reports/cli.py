@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from reports import compat, conformance, data, performance, render, timeline
+from reports import compat, conformance, data, performance, port, render, timeline
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = ("index.html", "conformance.html", "performance.html", "timeline.html", "compat.html")
@@ -46,8 +46,9 @@ def build(store: Path, out: Path, build_dir: Path, traces: list[str] | None = No
     lanes = timeline.build(build_dir / "traces", out, traces)
     common = {"generated": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "store": str(store),
               "build": str(build_dir)}
+    port_page = port.write(env, out / "port.json", out / "port.html", **common)  # when port-check wrote its JSON
     render.write(env, "index.html", out / "index.html", page="index.html", conformance=conf, performance=perf,
-                 timeline=lanes, runs=runs, compat=compat_session, **common)
+                 timeline=lanes, runs=runs, compat=compat_session, port=port_page, **common)
     render.write(env, "conformance.html", out / "conformance.html", page="conformance.html", c=conf, **common)
     render.write(env, "performance.html", out / "performance.html", page="performance.html", p=perf, **common)
     render.write(env, "timeline.html", out / "timeline.html", page="timeline.html", t=lanes, **common)

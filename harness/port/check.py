@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import platform
 import time
+from dataclasses import dataclass
 from collections import Counter
 from typing import Any, Callable, Sequence
 
@@ -87,34 +88,59 @@ def _correctness(measurements: dict[Signature, dict[str, Any]], rtol: float, ato
     }
 
 
-def run(model: str | PortModel, requests: Sequence[Request], source: str,
-        policies: Sequence[str] = DEFAULT_POLICIES, warmup_fraction: float = 0.1, device: str = "neuron",
-        backend: str = "neuron", exact_up_to: int = 16, sample: int = 10, compile_stall: float | None = None,
-        rtol: float = 1e-3, atol: float = 1e-3, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Settings:
+    """How a port-check runs (the CLI's options)."""
+
+    policies: tuple[str, ...] = DEFAULT_POLICIES
+    warmup_fraction: float = 0.1
+    device: str = "neuron"
+    backend: str = "neuron"
+    exact_up_to: int = 16
+    sample: int = 10
+    compile_stall: float | None = None
+    rtol: float = 1e-3
+    atol: float = 1e-3
+
+
+def run(model: str | PortModel, requests: Sequence[Request], source: str, settings: Settings = Settings(),
+        progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Replay ``requests`` on ``model`` under each policy and answer the three questions (see harness.port)."""
     started = time.perf_counter()
     say = progress or (lambda message: None)
     if not requests:
         raise ValueError("the trace has no requests")
     requests = in_arrival_order(requests)
-    resolved = signatures.resolve(policies, requests)
-    warmup = signatures.warmup_count(len(requests), warmup_fraction)
+    resolved = signatures.resolve(settings.policies, requests)
     longest = max([r.seq_len for r in requests] + [s[1] for p in resolved for s in signatures.signatures(requests, p)
                                                    if s is not None])
     port = load(model, longest) if isinstance(model, str) else model
-    targets, plan = choose_targets(requests, resolved, exact_up_to, sample)
+    targets, plan = choose_targets(requests, resolved, settings.exact_up_to, settings.sample)
     say(f"port-check {port.name}: {len(requests)} requests, {len(resolved)} policies, "
         f"{len(targets)} signatures to compile and run")
-    replayed = replay.replay(port, targets, device, backend, rtol, atol, progress=say)
+    replayed = replay.replay(port, targets, settings.device, settings.backend, settings.rtol, settings.atol,
+                             progress=say)
     median = sorted(requests, key=lambda r: r.seq_len)[len(requests) // 2]
     say(f"operator dependence: one eager forward at {median.batch}x{median.seq_len}")
-    probe = DeviceProbe(device)
-    ops = operators.dependence(port.model, port.make_inputs(median.batch, median.seq_len), device, probe)
+    probe = DeviceProbe(settings.device)
+    ops = operators.dependence(port.model, port.make_inputs(median.batch, median.seq_len), settings.device, probe)
     ops["forward"] = {"batch": median.batch, "seq_len": median.seq_len}
+    replayed["missing"] = sorted(set(replayed["missing"]) | set(probe.missing))
+    model_info = {"spec": port.name, "description": port.description, "parameters": port.parameters,
+                  **({"config": port.details} if port.details else {})}
+    report = assemble(requests, source, resolved, plan, replayed, ops, model_info, settings)
+    report["wall_seconds"] = time.perf_counter() - started
+    return report
+
+
+def assemble(requests: Sequence[Request], source: str, resolved: Sequence[Policy], plan: dict[str, dict[str, Any]],
+             replayed: dict[str, Any], ops: dict[str, Any], model_info: dict[str, Any],
+             settings: Settings) -> dict[str, Any]:
+    """The report from what was measured (``replay.replay``'s result and ``operators.dependence``'s)."""
+    warmup = signatures.warmup_count(len(requests), settings.warmup_fraction)
     compiled_fallbacks = (replayed["compiler"] or {}).get("fallbacks_by_op") if replayed["compiler"] else None
     ops["compiled_fallbacks_by_op"] = compiled_fallbacks if compiled_fallbacks is not None else NOT_AVAILABLE
-
-    costs = answers.Costs(replayed["measurements"], compile_stall)
+    costs = answers.Costs(replayed["measurements"], settings.compile_stall)
     rows = answers.per_policy(requests, resolved, warmup, costs)
     for row in rows:
         row["measured"] = plan[row["policy"]]
@@ -142,24 +168,24 @@ def run(model: str | PortModel, requests: Sequence[Request], source: str,
             busy, device_ns = costs.value(sig, "tensor_busy_ns")[0], costs.value(sig, "engine_device_ns")[0]
             entry["tensor_util"] = busy / device_ns if busy is not None and device_ns else None
         table.append(entry)
-    missing = sorted(set(replayed["missing"]) | set(probe.missing))
+    missing = replayed["missing"]
     return {
         "schema": SCHEMA,
         "created": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
-        "environment": {"torch": torch.__version__, "python": platform.python_version(), "device": device,
-                        "backend": backend, "machine": platform.machine(),
+        "environment": {"torch": torch.__version__, "python": platform.python_version(), "device": settings.device,
+                        "backend": settings.backend, "machine": platform.machine(),
                         "not_available": {name: USES[name] for name in missing}},
-        "model": {"spec": port.name, "description": port.description, "parameters": port.parameters,
-                  **({"config": port.details} if port.details else {})},
+        "model": model_info,
         "trace": trace_summary(requests, source, warmup),
         "method": {
-            "warmup_fraction": warmup_fraction, "exact_up_to": exact_up_to, "sample": sample,
+            "warmup_fraction": settings.warmup_fraction, "exact_up_to": settings.exact_up_to,
+            "sample": settings.sample, "policies": list(settings.policies),
             "measured_signatures": len(measured), "signatures": len(all_sigs),
             "estimated_signatures": len(all_sigs) - sum(1 for s in all_sigs if s in measured),
             "estimation": "piecewise-linear in tokens (batch x length) between measured signatures; marked estimated",
             "estimation_check": costs.quality(),
-            "compile_stall": "measured compile seconds per signature" if compile_stall is None else
-            f"{compile_stall} s per new signature (--compile-stall)",
+            "compile_stall": "measured compile seconds per signature" if settings.compile_stall is None else
+            f"{settings.compile_stall:g} s per new signature (--compile-stall)",
             "utilization": "TensorE busy time / device time (engine counters), summed over requests; useful: "
                            "weighted by real tokens / padded tokens",
             "latency": "simulated device time of one execution of the request's signature (timed events)",
@@ -176,6 +202,5 @@ def run(model: str | PortModel, requests: Sequence[Request], source: str,
         "policies": [{"policy": r["policy"], "spec": r["spec"], "measured": r["measured"],
                       "signatures": r["signatures"]} for r in rows],
         "signatures": table,
-        "correctness": _correctness(measured, rtol, atol),
-        "wall_seconds": time.perf_counter() - started,
+        "correctness": _correctness(measured, settings.rtol, settings.atol),
     }

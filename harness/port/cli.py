@@ -91,10 +91,10 @@ def main(args: argparse.Namespace) -> int:
         traces.write(args.save_trace, requests)
     progress = None if args.quiet else (lambda message: print(message, file=sys.stderr, flush=True))
     try:
-        report = check.run(args.model, requests, source, policies=args.policies, warmup_fraction=args.warmup,
-                           device=args.device, backend=args.backend, exact_up_to=args.exact_up_to,
-                           sample=args.sample, compile_stall=args.compile_stall, rtol=args.rtol, atol=args.atol,
-                           progress=progress)
+        settings = check.Settings(policies=tuple(args.policies), warmup_fraction=args.warmup, device=args.device,
+                                  backend=args.backend, exact_up_to=args.exact_up_to, sample=args.sample,
+                                  compile_stall=args.compile_stall, rtol=args.rtol, atol=args.atol)
+        report = check.run(args.model, requests, source, settings, progress=progress)
     except (ModelSpecError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
