@@ -1924,16 +1924,32 @@ def _moments(nc, blk: _Block, n: int, which: int = 0) -> tuple[Tile, Tile]:
 def _centre(nc, mean: Tile, m2: Tile, s1: Tile, n: int) -> None:
     """Compensate moments taken about a first mean m: with s1 = sum(x - m) and m2 = sum((x - m)^2)
     (fp32, [p, 1]), the mean is m + s1/n and the centred sum of squares m2 - s1 * (s1/n), clamped
-    at 0 as CPU clamps the variance. Exact for constant rows (x - m is then one small multiple of an
-    ulp, whose sums and squares are exact); elsewhere s1 is a rounding residue, so this only
-    removes error."""
+    at 0 as CPU clamps the variance.
+
+    Applied only to rows with m2 <= m^2 / 4: then every |x - m| <= sqrt(m2) <= |m| / 2, so each
+    x - m is exact (Sterbenz) and s1 measures the first mean's rounding exactly. That covers constant
+    rows (made exact) and rows far from zero relative to their spread (50 +- 1e-3: made nearly
+    correctly rounded). Elsewhere x - m rounds as much as the first sum did, the correction would
+    be noise, and the moments stay as computed; so do rows with inf/NaN or overflowing squares."""
+    mark = nc.mark()
     d = nc.sbuf_tile(s1.shape, FP32)
+    corr = nc.sbuf_tile(s1.shape, FP32)
+    ok = nc.sbuf_tile(s1.shape, BOOL)
+    finite = nc.sbuf_tile(s1.shape, BOOL)
+    fixed = nc.sbuf_tile(s1.shape, FP32)
+    nc.vector.tensor_tensor(fixed, mean, mean, "multiply", dtype=FP32)
+    nc.vector.tensor_scalar(fixed, fixed, "multiply", 0.25, dtype=FP32)
+    nc.vector.tensor_tensor(ok, m2, fixed, "less_equal", dtype=FP32)
     nc.vector.tensor_scalar(d, s1, "divide", float(max(n, 1)), dtype=FP32)
-    nc.vector.tensor_tensor(mean, mean, d, "add", dtype=FP32)
-    nc.vector.tensor_tensor(d, d, s1, "multiply", dtype=FP32)
-    nc.vector.tensor_tensor(m2, m2, d, "subtract", dtype=FP32)
-    nc.vector.tensor_scalar(m2, m2, "maximum", 0.0, dtype=FP32)
-    nc.release(d)
+    nc.vector.tensor_tensor(corr, d, s1, "multiply", dtype=FP32)
+    nc.vector.tensor_unary(finite, corr, "isfinite", dtype=FP32)
+    nc.vector.tensor_tensor(ok, ok, finite, "logical_and")
+    nc.vector.tensor_tensor(fixed, mean, d, "add", dtype=FP32)
+    nc.vector.select(mean, ok, fixed, mean)
+    nc.vector.tensor_tensor(fixed, m2, corr, "subtract", dtype=FP32)
+    nc.vector.tensor_scalar(fixed, fixed, "maximum", 0.0, dtype=FP32)
+    nc.vector.select(m2, ok, fixed, m2)
+    nc.release_to(mark)
 
 
 def _rstd(nc, m2: Tile, n: int, eps: float) -> Tile:
