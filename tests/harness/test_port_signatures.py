@@ -75,7 +75,8 @@ def test_three_lengths_under_multiple_of_128():
     sigs = signatures.signatures(trace, policy)
     s = signatures.stability(sigs, signatures.warmup_count(len(trace), 0.1))
     assert (s["distinct_signatures"], s["compiles"], s["recompiles"]) == (2, 2, 1)
-    assert signatures.padded_fraction(trace, sigs) == pytest.approx(1 - (4 * 100 + 3 * 120 + 3 * 256) / (7 * 128 + 3 * 256))
+    real, served = 4 * 100 + 3 * 120 + 3 * 256, 7 * 128 + 3 * 256
+    assert signatures.padded_fraction(trace, sigs) == pytest.approx(1 - real / served)
     raw = signatures.stability(signatures.signatures(trace, None), 1)
     assert (raw["distinct_signatures"], raw["compiles"], raw["recompiles"]) == (3, 3, 2)
     # programs per signature multiply the counts (a model with one graph break compiles 2 per signature)
