@@ -164,8 +164,15 @@ REDUCTIONS: dict[str, Callable] = {
     "minimum": np.minimum.reduce, "logical_or": np.logical_or.reduce, "logical_and": np.logical_and.reduce,
 }
 
+def _sum_scan(x: np.ndarray, axis: int) -> np.ndarray:
+    """Running sums from an accumulator that starts at +0.0, as the engine's (and CPU's cumsum loop) does:
+    numpy's accumulate starts from the first element, so a leading -0.0 (or a run of them) stays -0.0,
+    where 0.0 + -0.0 is +0.0. Adding +0.0 afterwards is exact for every other value."""
+    return np.add.accumulate(x, axis=axis) + x.dtype.type(0)
+
+
 SCANS: dict[str, Callable] = {
-    "add": np.add.accumulate, "multiply": np.multiply.accumulate, "maximum": np.maximum.accumulate,
+    "add": _sum_scan, "multiply": np.multiply.accumulate, "maximum": np.maximum.accumulate,
     "minimum": np.minimum.accumulate,
 }
 

@@ -376,6 +376,17 @@ def test_cumsum(shape, dim, dtype):
     check(lambda t: torch.cumsum(t, dim), x, tol=tol)
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_cumsum_of_negative_zeros_is_positive_zero(dtype):
+    """CPU's loop starts its running sum at +0.0, so a prefix of -0.0 sums to +0.0 (0.0 + -0.0); a scan that
+    starts from the first element kept -0.0 (found by the op suite)."""
+    x = torch.tensor([[-0.0, -0.0, 1.0, -1.0, -0.0], [-0.0, 2.0, -2.0, -0.0, 3.0]], dtype=dtype)
+    for dim in (0, 1):
+        got = torch.cumsum(x.to("neuron"), dim).cpu()
+        want = torch.cumsum(x, dim)
+        assert torch.equal(got, want) and torch.equal(torch.signbit(got), torch.signbit(want)), (dim, got, want)
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 def test_cumprod(dtype):
     x = values((7, 20), dtype, "unit" if dtype.is_floating_point else "normal")
