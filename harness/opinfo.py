@@ -90,7 +90,12 @@ class SweepCounts:
 
 def op_db() -> list:
     """PyTorch's OpInfo database. It is internal API: a torch that moved or broke it gets an error
-    naming the version, not a bare ImportError deep in a sweep."""
+    naming the version, not a bare ImportError deep in a sweep. Importing it loads PyTorch's own
+    Hypothesis profile (torch.testing._internal.common_utils: "dev", 10 random examples); the caller's
+    profile is put back, so the op suite's derandomized draws do not change after the first OpInfo."""
+    from hypothesis import settings
+
+    profile = settings.get_current_profile_name()
     try:
         from torch.testing._internal.common_methods_invocations import op_db as db
     except Exception as e:  # noqa: BLE001 - ImportError, or an internal module failing at import
@@ -99,6 +104,9 @@ def op_db() -> list:
             f"({type(e).__name__}: {e}). The OpInfo sweep needs PyTorch's internal test database (and the "
             f"'expecttest' package); this torch moved or changed it — run `python -m harness compat` to see what "
             f"else changed, or skip the sweep.") from e
+    finally:
+        if settings.get_current_profile_name() != profile:
+            settings.load_profile(profile)
     return db
 
 

@@ -40,7 +40,28 @@ settings.register_profile("ci", max_examples=25, database=_DB, **_COMMON)
 settings.register_profile("nightly", max_examples=200, database=_DB, **_COMMON)
 settings.register_profile("replay", max_examples=1, phases=[Phase.explicit, Phase.reuse], database=_DB,
                           **_COMMON)
-settings.load_profile(os.environ.get("NEURONSIM_HYPOTHESIS_PROFILE", "quick"))
+_PROFILE = os.environ.get("NEURONSIM_HYPOTHESIS_PROFILE", "quick")
+settings.load_profile(_PROFILE)
+
+
+def _pin_local_constants() -> None:
+    """Hypothesis (6.131 on) mixes literals found in every local module in ``sys.modules`` into its
+    draws, and re-scans whenever a module is imported. So the cases a derandomized test drew depended
+    on what had been imported before it: a full run, ``-k`` on one op and CI each drew different
+    cases (CI found 6 failures where a local run of the same commit found 3). The harness draws edge
+    values on purpose (harness.values domains), so the pool adds nothing here; pinning it empty makes
+    the quick profile draw the same cases whatever ran first. Internal API: if a Hypothesis release
+    moves it, draws merely go back to depending on imports."""
+    try:
+        from hypothesis.internal.conjecture import providers
+    except ImportError:
+        return
+    if callable(getattr(providers, "_get_local_constants", None)) and hasattr(providers, "Constants"):
+        empty = providers.Constants()
+        providers._get_local_constants = lambda: empty
+
+
+_pin_local_constants()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -101,8 +122,32 @@ OPINFO_DEPTHS: dict[str, dict] = {
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    global _PROFILE
     config.addinivalue_line("markers", "opsuite: a differential op-coverage test")
     config.addinivalue_line("markers", "opsuite_coverage: checks what the session's cases reached; runs last")
+    _PROFILE = config.getoption("--hypothesis-profile", default=None) or _PROFILE
+
+
+def _restore_profile() -> None:
+    if settings.get_current_profile_name() != _PROFILE:
+        settings.load_profile(_PROFILE)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    """@given binds the current profile when a test module is imported: restore ours before each."""
+    _restore_profile()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """Keep the session's Hypothesis profile. Importing torch.testing._internal (OpInfo's op_db, at
+    collection or inside a test) loads PyTorch's own profile ("dev": 10 undeterministic examples, or
+    "pytorch_ci" when CI is set: 50), and every test after it drew with that instead: the quick
+    profile's 4 derandomized cases became 10 random ones and CI's failures stopped being reproducible.
+    harness.opinfo.op_db restores the profile itself; this also covers other importers (a test module
+    importing torch.testing._internal directly)."""
+    _restore_profile()
 
 
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
