@@ -30,6 +30,8 @@ def test_stream_on_another_core():
     with torch.neuron.stream(s):
         assert torch.neuron.current_stream(1) == s
         assert torch.neuron.current_stream(0).stream_id == 0
+        assert torch.neuron.current_device() == 1  # as torch.cuda.stream: the stream's core is current
+    assert torch.neuron.current_device() == 0  # and the previous core is current again after the block
 
 
 def test_cross_stream_producer_consumer_ordering():
@@ -124,3 +126,25 @@ def test_plain_event_timing_includes_queued_work():
         assert eager.pending() == 0
     assert start.elapsed_time(end) > 0
     assert b.shape == (256, 256)
+
+
+def test_copies_take_modeled_device_time_not_host_wall_time():
+    """A copy advances the device clock by its modeled transfer (DMA latency + bytes over PCIe for host
+    copies, a read and a write at the core's DMA bandwidth within HBM), so the same copy always costs the
+    same simulated time, however busy this machine is."""
+    from device_impl._core import C
+    from device_impl.engine.constants import PLATFORM
+
+    latency, host_rate, device_rate = PLATFORM.copy_model()
+    x = torch.randn(1 << 18)
+    nbytes = x.numel() * x.element_size()
+    times = []
+    for _ in range(3):
+        before = torch.neuron.device_time_ns()
+        y = x.to("neuron")
+        times.append(torch.neuron.device_time_ns() - before)
+    assert times == [int(latency + nbytes / host_rate)] * 3
+    before = torch.neuron.device_time_ns()
+    y.cpu()
+    assert torch.neuron.device_time_ns() - before == int(latency + nbytes / host_rate)
+    assert C.copy_time_ns(nbytes, False) == int(latency + 2 * nbytes / device_rate)

@@ -169,16 +169,21 @@ def set_stream(stream: torch.Stream) -> None:
 
 @contextmanager
 def stream(s: torch.Stream | None) -> Iterator[None]:
-    """Make ``s`` current on its core for the block (None: no change)."""
+    """Make ``s`` current on its core for the block (None: no change). Making a stream current also makes
+    its core current (torch.accelerator.set_stream, as torch.cuda.set_stream); like torch.cuda.stream,
+    the block's end restores both the core's previous stream and the previously current core."""
     if s is None:
         yield
         return
+    device_before = C.current_device()
     previous = current_stream(s.device_index)
     set_stream(s)
     try:
         yield
     finally:
         set_stream(previous)
+        if C.current_device() != device_before:
+            C.set_device(device_before)
 
 
 def device_time_ns(device: DeviceLike = None) -> int:
