@@ -19,7 +19,6 @@
 #include <torch/csrc/utils/pybind.h>
 #include <torch/library.h>
 
-#include <chrono>
 #include <cstring>
 
 namespace neuronsim {
@@ -131,17 +130,18 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_bl
   TORCH_CHECK(dst.device().is_cpu() || dst.device().is_privateuseone(), "neuron copy: cannot copy to ", dst.device(),
               "; move the tensor to cpu first.");
   if (dst.numel() == 0) return dst;
-  const auto start = std::chrono::steady_clock::now();
   if (same_layout(src, dst) && !dst.is_conj() && !dst.is_neg()) {
     std::memcpy(dst.data_ptr(), src.data_ptr(), dst.numel() * dst.element_size());
   } else {
     at::Tensor dst_host = host_alias(dst);
     at::native::copy_(dst_host, host_alias(src), false);
   }
-  const auto elapsed = std::chrono::steady_clock::now() - start;
-  const auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count();
-  // The transfer occupies the device side's DMA queues.
-  advance_device_time(dst.is_privateuseone() ? dst.device().index() : src.device().index(), ns);
+  // The transfer occupies the device side's DMA queues for its modeled time (bytes over the link),
+  // not the host's wall time for the memcpy: simulated time must not depend on how busy this machine is.
+  const bool host_side = src.device().is_cpu() || dst.device().is_cpu() || src.device() != dst.device();
+  const int64_t bytes = static_cast<int64_t>(dst.numel()) * static_cast<int64_t>(dst.element_size());
+  advance_device_time(dst.is_privateuseone() ? dst.device().index() : src.device().index(),
+                      copy_time_ns(bytes, host_side));
   return dst;
 }
 

@@ -66,6 +66,28 @@ void advance_device_time(c10::DeviceIndex index, int64_t ns) {
   if (ns > 0) g_device_ns[index].fetch_add(ns);
 }
 
+namespace {
+// Defaults match trn1 in device_impl/engine/constants.py; registration sets them from there.
+std::atomic<double> g_copy_latency_ns{2000.0};
+std::atomic<double> g_host_bytes_per_ns{16.0};
+std::atomic<double> g_device_bytes_per_ns{410.0};
+}  // namespace
+
+void set_copy_model(double latency_ns, double host_bytes_per_ns, double device_bytes_per_ns) {
+  TORCH_CHECK(latency_ns >= 0 && host_bytes_per_ns > 0 && device_bytes_per_ns > 0,
+              "neuron copy model: latency must be >= 0 and bandwidths > 0");
+  g_copy_latency_ns.store(latency_ns);
+  g_host_bytes_per_ns.store(host_bytes_per_ns);
+  g_device_bytes_per_ns.store(device_bytes_per_ns);
+}
+
+int64_t copy_time_ns(int64_t bytes, bool host_side) {
+  const double rate = host_side ? g_host_bytes_per_ns.load() : g_device_bytes_per_ns.load();
+  // a copy within HBM reads and writes every byte
+  const double moved = host_side ? static_cast<double>(bytes) : 2.0 * static_cast<double>(bytes);
+  return static_cast<int64_t>(g_copy_latency_ns.load() + moved / rate);
+}
+
 c10::Stream current_stream(c10::DeviceIndex index) {
   if (index < 0) index = current_device();
   return c10::Stream(c10::Stream::UNSAFE, c10::Device(c10::DeviceType::PrivateUse1, index),

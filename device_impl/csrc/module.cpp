@@ -146,6 +146,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("round_size", &neuronsim::round_size);
 
   m.def("device_time_ns", [](int i) { return neuronsim::device_time_ns(static_cast<c10::DeviceIndex>(i)); });
+  m.def("set_copy_model", &neuronsim::set_copy_model);
+  m.def("copy_time_ns", &neuronsim::copy_time_ns);
   m.def("advance_device_time", [](int i, int64_t ns) {
     neuronsim::advance_device_time(static_cast<c10::DeviceIndex>(i), ns);
   });

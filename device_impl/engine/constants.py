@@ -53,6 +53,11 @@ class Platform:
     dma_latency_ns: float = 64.0  # completion latency after the last byte; pipelined, not occupying a queue
     dma_descriptor_bytes: int = 16  # overhead per contiguous run: penalises fine-grained strided access
     launch_overhead_ns: float = 1000.0  # runtime cost of launching one kernel (eager mode)
+    # Copies the runtime performs (tensor.to / .cpu(), same-layout device copies): a DMA set-up latency
+    # plus bytes over the link. Host <-> device crosses PCIe (Gen4 x16 is ~32 GB/s raw per direction,
+    # shared by the chip's cores: half of it, effective, per core).
+    copy_latency_ns: float = 2000.0
+    host_bytes_per_second: float = 16e9
     gpsimd_elements_per_cycle: int = 64  # 8 cores x 8 lanes of 32-bit SIMD
     # TensorE double-buffers weights: loading the next stationary tile (one row per cycle)
     # overlaps the previous matmul's moving stream, so only the part not hidden costs time.
@@ -67,6 +72,10 @@ class Platform:
         """Aggregate DMA bandwidth of one core, capped by its share of HBM bandwidth."""
         return min(self.dma_engines * self.dma_bytes_per_second_per_engine,
                    self.hbm_bytes_per_second_per_chip / self.cores_per_chip)
+
+    def copy_model(self) -> tuple[float, float, float]:
+        """(latency ns, host bytes/ns, device bytes/ns) for the C++ core's modeled copy time."""
+        return self.copy_latency_ns, self.host_bytes_per_second / 1e9, self.dma_bytes_per_second / 1e9
 
     @property
     def tensor_flops_per_second(self) -> float:

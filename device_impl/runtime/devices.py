@@ -21,6 +21,9 @@ def configure(cfg: _config.DeviceConfig) -> None:
     _configuration = cfg
     C.set_device_count(cfg.device_count)
     C.set_hbm_capacity(cfg.hbm_bytes)
+    from device_impl.engine.constants import PLATFORM
+
+    C.set_copy_model(*PLATFORM.copy_model())
 
 
 def configuration() -> _config.DeviceConfig:
