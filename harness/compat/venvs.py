@@ -66,7 +66,8 @@ class Environment:
 
     @property
     def logs(self) -> Path:
-        return self.path / "logs"
+        """Beside the venv, not in it: ``venv --clear`` empties the venv's folder, logs included."""
+        return self.path.parent / f"{self.path.name}-logs"
 
     @property
     def usable(self) -> bool:
