@@ -308,22 +308,6 @@ def moved(sample):
 def call(sample):
     return op.op(sample.input, *sample.args, **sample.kwargs)
 
-
-def run_in_mode(fn):
-    """The device call in the sweep's mode: eager, adaptive (queued and fused, then synchronized) or compiled."""
-    if MODE == "eager":
-        return fn()
-    module = getattr(torch, torch.device(DEVICE).type)
-    if MODE == "adaptive":
-        previous = module.get_eager_mode()
-        module.set_eager_mode("adaptive")
-        try:
-            out = fn()
-            module.synchronize()
-            return out
-        finally:
-            module.set_eager_mode(previous)
-    return torch.compile(fn, backend=torch.device(DEVICE).type, dynamic=False)()
 '''
 
 
@@ -331,7 +315,7 @@ def _reproducer(op, dtype: torch.dtype, kind: str, index: int, device: str, mess
                 mode: str = "eager") -> str:
     """A self-contained script (torch, device_impl and PyTorch's own op_db) that rebuilds the sample
     and makes the sweep's checks; it asserts what the sweep found."""
-    from harness.repro import checker_source
+    from harness.repro import checker_source, mode_runner_source
 
     generator = {"sample": "sample_inputs", "reference": "reference_inputs"}[kind]
     verdict = message.replace("\n", " ")
@@ -353,6 +337,7 @@ def _reproducer(op, dtype: torch.dtype, kind: str, index: int, device: str, mess
         "",
         checker_source(),
         _OPINFO_REPRO.rstrip("\n"),
+        mode_runner_source(),
         "",
         "",
         f"op = next(o for o in op_db if o.name == {op.name!r} and o.variant_test_name == {op.variant_test_name!r})",

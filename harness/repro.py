@@ -191,26 +191,31 @@ _PROPERTIES = '''
     assert not problem, problem
 '''
 
-_MODE_WRAP = {
-    "eager": "evaluate(DEVICE, dev_in)",
-    "adaptive": "run_adaptive(lambda: evaluate(DEVICE, dev_in))",
-    "compiled": "torch.compile(lambda: evaluate(DEVICE, dev_in), backend=torch.device(DEVICE).type, "
-                "fullgraph=True)()",
-}
+_MODE_RUNNER = '''
 
-_ADAPTIVE = '''
-
-def run_adaptive(fn):
+def run_in_mode(fn):
+    """The device call in the harness's mode: eager, adaptive (queued and fused, then synchronized) or
+    compiled (torch.compile with the device's backend, dynamic=False, as harness.modes.Compiled)."""
+    if MODE == "eager":
+        return fn()
     module = getattr(torch, torch.device(DEVICE).type)
-    previous = module.get_eager_mode()
-    module.set_eager_mode("adaptive")
-    try:
-        out = fn()
-        module.synchronize()
-        return out
-    finally:
-        module.set_eager_mode(previous)
+    if MODE == "adaptive":
+        previous = module.get_eager_mode()
+        module.set_eager_mode("adaptive")
+        try:
+            out = fn()
+            module.synchronize()
+            return out
+        finally:
+            module.set_eager_mode(previous)
+    return torch.compile(fn, backend=torch.device(DEVICE).type, dynamic=False)()
 '''
+
+
+def mode_runner_source() -> str:
+    """``run_in_mode(fn)`` as source, for every reproducer (op specs and the OpInfo sweep); reads the
+    globals MODE and DEVICE. One runner, so a reproducer runs its case exactly as the harness mode did."""
+    return _MODE_RUNNER.rstrip("\n")
 
 
 def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | None = None) -> str:
@@ -226,6 +231,7 @@ def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | N
         "import device_impl  # registers the neuron device (plain `import torch` does once installed)",
         "",
         f"DEVICE = {case.device!r}",
+        f"MODE = {case.mode!r}",
         f"SEED = {seed}",
         "DEFAULT_TOLERANCE = {" + ", ".join(f"{k}: {v!r}" for k, v in DEFAULT_TOLERANCE.items()) + "}  # (rtol, atol)",
         f"TOLERANCE = {spec.tolerance.get(case.dtype)!r}  # the op's override for {case.dtype}, if any",
@@ -251,9 +257,8 @@ def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | N
         f"    return {expression}",
         "",
         _CHECKER.rstrip("\n"),
+        mode_runner_source(),
     ]
-    if case.mode == "adaptive":
-        lines.append(_ADAPTIVE.rstrip("\n"))
     lines += [
         "",
         "",
@@ -264,7 +269,7 @@ def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | N
         "    expected, cpu_error = None, e",
         "dev_in = inputs(DEVICE)",
         "try:",
-        f"    actual, dev_error = {_MODE_WRAP[case.mode]}, None",
+        "    actual, dev_error = run_in_mode(lambda: evaluate(DEVICE, dev_in)), None",
         "except Exception as e:",
         "    actual, dev_error = None, e",
         "if cpu_error is not None or dev_error is not None:",
