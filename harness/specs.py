@@ -200,7 +200,8 @@ spec("gelu", "pointwise", "F.gelu({x0}, approximate={approximate})",
      with_params(unary(grad=True), approximate=st.sampled_from(["none", "tanh"])), grad=True)
 spec("silu", "pointwise", "F.silu({x0})", unary(grad=True), grad=True)
 spec("hardtanh", "pointwise", "F.hardtanh({x0}, {lo}, {hi})",
-     with_params(unary(grad=True), lo=st.sampled_from([-1.0, -0.5]), hi=st.sampled_from([1.0, 2.0])), grad=True)
+     with_params(unary(grad=True), lo=st.sampled_from([-1.0, -0.5, 0.0, -0.0]), hi=st.sampled_from([1.0, 2.0])),
+     grad=True)
 spec("leaky_relu", "pointwise", "F.leaky_relu({x0}, {slope})",
      with_params(unary(grad=True), slope=st.sampled_from([0.01, 0.2])), grad=True)
 spec("elu", "pointwise", "F.elu({x0}, alpha={alpha})", with_params(unary(grad=True), alpha=st.sampled_from([1.0, 0.5])),
@@ -241,8 +242,9 @@ spec("where", "pointwise", "torch.where({x0} > 0, {x1}, {x2})",
      custom(lambda data, dtype: (lambda a, b: ([_t(data, a, "float32"), _t(data, b, dtype), _t(data, b, dtype)], {}))(
          *data.draw(hs.broadcast_pair()))), EVERY)
 spec("clamp", "pointwise", "torch.clamp({x0}, {lo}, {hi})",
-     with_params(unary(grad=True), lo=st.sampled_from([None, -1, -0.5]), hi=st.sampled_from([None, 1, 0.5, -2])),
-     NUMERIC, grad=True, ignore_zero_sign=hs.FLOAT_DTYPES, tolerance_reason=_TIE_SIGN)
+     with_params(unary(grad=True), lo=st.sampled_from([None, -1, -0.5, 0.0, -0.0]),
+                 hi=st.sampled_from([None, 1, 0.5, -2, 0.0, -0.0])),
+     NUMERIC, grad=True)  # a scalar bound keeps the value's zero on a tie at every position, as relu
 for _name in ("clamp_min", "clamp_max"):
     spec(_name, "pointwise", f"torch.{_name}({{x0}}, {{x1}})", binary(), NUMERIC, ignore_zero_sign=hs.FLOAT_DTYPES,
          tolerance_reason=_TIE_SIGN)

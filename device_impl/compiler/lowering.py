@@ -119,11 +119,20 @@ def _check_integer_divisor(nc, divisor) -> None:
         raise RuntimeError("ZeroDivisionError")
 
 
+# maximum/minimum against an immediate constant: the value wins a tie, as CPU's relu and clamp to a
+# scalar bound keep -0.0; between two tensors the second wins, as CPU's vector loop
+_BOUND = {"maximum": "clamp_min", "minimum": "clamp_max"}
+
+
 def _emit_binary(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
     dtype = in_types[0].np_dtype
+    a, b = args
     if op.name in ("divide", "remainder") and dtype.kind in "iu":
-        _check_integer_divisor(nc, args[1])
-    _binary(_binary_name(op, dtype), nc, out, args[0], args[1], _compute(dtype))
+        _check_integer_divisor(nc, b)
+    alu = _binary_name(op, dtype)
+    if alu in _BOUND and _is_tile(a) != _is_tile(b):
+        alu, a, b = _BOUND[alu], *((a, b) if _is_tile(a) else (b, a))
+    _binary(alu, nc, out, a, b, _compute(dtype))
 
 
 def _emit_compare(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
@@ -170,12 +179,12 @@ def _emit_select(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) 
 def _emit_clamp(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
     low, x, high = args
     compute = _compute(in_types[1].np_dtype)
-    # min(max(x, low), high): NaN in x propagates, as torch.clamp
+    # min(max(x, low), high): NaN in x propagates, as torch.clamp; an immediate bound loses ties
     if _is_tile(x):
-        _binary("maximum", nc, out, x, low, compute)
+        _binary("maximum" if _is_tile(low) else "clamp_min", nc, out, x, low, compute)
     else:
         _binary("maximum", nc, out, low, x, compute)
-    _binary("minimum", nc, out, out, high, compute)
+    _binary("minimum" if _is_tile(high) else "clamp_max", nc, out, out, high, compute)
 
 
 ELEMENTWISE: dict[str, Callable] = {

@@ -78,10 +78,27 @@ def _power(a, b):
     return np.power(a, b)
 
 
+def _bound(fn: Callable) -> Callable:
+    """max/min against a bound that keeps the first operand on a tie (clamp_min/clamp_max).
+
+    ``maximum``/``minimum`` follow the vector max/min (x86 vmaxps, numpy): the second operand
+    wins a tie, which only shows on signed zeros. A clamp to a scalar bound keeps the value on
+    CPU (relu(-0.0) and clamp(-0.0, min=0.0) are -0.0 at every position), so clamps to an
+    immediate use these. NaN in either operand still propagates.
+    """
+    def alu(a, b):
+        result = fn(a, b)
+        if result.dtype.kind not in "fc":
+            return result
+        return np.where(np.equal(a, b), np.broadcast_to(a, result.shape), result).astype(result.dtype, copy=False)
+    return alu
+
+
 ALU_BINARY: dict[str, Callable] = {
     "add": np.add, "subtract": np.subtract, "multiply": np.multiply, "divide": np.true_divide,
     "floor_divide": _floor_divide, "trunc_divide": _trunc_divide, "remainder": _remainder, "fmod": np.fmod,
-    "maximum": np.maximum, "minimum": np.minimum, "fmax": np.fmax, "fmin": np.fmin, "power": _power,
+    "maximum": np.maximum, "minimum": np.minimum, "clamp_min": _bound(np.maximum), "clamp_max": _bound(np.minimum),
+    "fmax": np.fmax, "fmin": np.fmin, "power": _power,
     "atan2": np.arctan2, "hypot": np.hypot, "copysign": np.copysign, "nextafter": np.nextafter,
     "equal": np.equal, "not_equal": np.not_equal, "less": np.less, "less_equal": np.less_equal,
     "greater": np.greater, "greater_equal": np.greater_equal,

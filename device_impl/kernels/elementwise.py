@@ -348,12 +348,14 @@ register_family("silu", _silu_compute, _meta_unary("same"))
 def _clamp_tiles(nc, o, t, lo, hi, cd):
     """o = min(max(t, lo), hi); lo/hi are tiles, scalars or None. NaN propagates; lo > hi gives hi."""
     current = t
+    # a scalar bound loses ties (clamp(-0.0, min=0.0) is -0.0 on CPU); a tensor bound wins them as
+    # CPU's vector loop does
     if lo is not None:
         step = nc.sbuf_tile(t.shape, cd) if hi is not None else o
-        binary(nc, step, current, lo, "maximum", cd)
+        binary(nc, step, current, lo, "maximum" if isinstance(lo, Tile) else "clamp_min", cd)
         current = step
     if hi is not None:
-        binary(nc, o, current, hi, "minimum", cd)
+        binary(nc, o, current, hi, "minimum" if isinstance(hi, Tile) else "clamp_max", cd)
     elif lo is None:
         nc.vector.tensor_copy(o, t)
 

@@ -82,7 +82,7 @@ def pair(shape: Sequence[int], dtype: torch.dtype, layout: str = "contiguous", d
     return make_view(base), make_view(base.to(device))
 
 
-def _compare(actual: Any, expected: Any, tol: tuple[float, float] | None, where: str) -> None:
+def _compare(actual: Any, expected: Any, tol: tuple[float, float] | None, where: str, zero_sign: bool = True) -> None:
     if isinstance(expected, torch.Tensor):
         assert isinstance(actual, torch.Tensor), f"{where}: expected a tensor, got {type(actual)}"
         assert actual.device.type == "neuron", f"{where}: result on {actual.device}, expected neuron"
@@ -92,12 +92,16 @@ def _compare(actual: Any, expected: Any, tol: tuple[float, float] | None, where:
         if expected.dtype.is_floating_point or expected.dtype.is_complex:
             rtol, atol = tol if tol is not None else TOLERANCES.get(expected.dtype, (1.3e-6, 1e-5))
             torch.testing.assert_close(got, expected, rtol=rtol, atol=atol, equal_nan=True, msg=lambda m: f"{where}: {m}")
+            if zero_sign and not expected.dtype.is_complex:
+                zeros = (got == 0) & (expected == 0)
+                wrong = torch.signbit(got[zeros]) != torch.signbit(expected[zeros])
+                assert not wrong.any(), f"{where}: {int(wrong.sum())} zero(s) with the wrong sign (-0.0 vs 0.0)"
         else:
             assert torch.equal(got, expected), f"{where}: integer/bool mismatch\n neuron {got}\n cpu    {expected}"
     elif isinstance(expected, (tuple, list)):
         assert isinstance(actual, (tuple, list)) and len(actual) == len(expected), f"{where}: structure differs"
         for i, (a, e) in enumerate(zip(actual, expected)):
-            _compare(a, e, tol, f"{where}[{i}]")
+            _compare(a, e, tol, f"{where}[{i}]", zero_sign)
     else:
         assert actual == expected or (actual != actual and expected != expected), f"{where}: {actual} != {expected}"
 
@@ -120,11 +124,13 @@ def _has_host_only_dtype(values_: Sequence[Any]) -> bool:
 
 
 def check(fn: Callable[..., Any], *args: Any, tol: tuple[float, float] | None = None, neuron_args: Sequence[Any] | None = None,
-          allow_fallback: Sequence[str] = (), **kwargs: Any) -> Any:
+          allow_fallback: Sequence[str] = (), zero_sign: bool = True, **kwargs: Any) -> Any:
     """Run ``fn`` on CPU (``args``) and neuron (``neuron_args`` or ``args`` moved to neuron) and compare.
 
     Returns the neuron result. ``allow_fallback``: ops allowed to take the CPU
     fallback during the call (e.g. a helper op outside the kernel under test).
+    ``zero_sign=False``: +0.0 equals -0.0, for results whose zero sign CPU itself
+    leaves to summation order (the caller says why).
     """
     dev_args = list(neuron_args) if neuron_args is not None else [_to_neuron(a) for a in args]
     cpu_error: BaseException | None = None
@@ -142,7 +148,7 @@ def check(fn: Callable[..., Any], *args: Any, tol: tuple[float, float] | None = 
             return None
         raise AssertionError(f"CPU raised {type(cpu_error).__name__}: {cpu_error}; neuron did not raise")
     actual = fn(*dev_args, **kwargs)
-    _compare(actual, expected, tol, "result")
+    _compare(actual, expected, tol, "result", zero_sign)
     if not _has_host_only_dtype(list(args)):
         fallbacks = {op: c["fallback"] for op, c in dispatch.stats().items()
                      if c["fallback"] and op not in allow_fallback}

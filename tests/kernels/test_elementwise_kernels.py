@@ -141,11 +141,32 @@ def test_integer_overflow_wraps():
 def test_nan_propagation_and_signed_zero():
     x = torch.tensor([float("nan"), 1.0, -0.0, 0.0, float("inf")])
     y = torch.tensor([0.0, float("nan"), 0.0, -0.0, float("nan")])
-    for op in (torch.maximum, torch.minimum, torch.add, torch.mul):
+    for op in (torch.add, torch.mul):
         check(op, x, y)
+    # maximum/minimum of two tensors on a tie of zeros: CPU's vector loop returns the second operand, its scalar
+    # tail (these 5 elements) the first; the device follows the vector loop. Values and NaNs must match here,
+    # zero signs are checked on a length CPU runs entirely through its vector loop.
+    for op in (torch.maximum, torch.minimum):
+        check(op, x, y, zero_sign=False)
+        check(op, torch.tensor([-0.0, 0.0] * 32), torch.tensor([0.0, -0.0] * 32))
     check(lambda t: torch.clamp(t, -1, 1), x)
     check(torch.neg, x)
     check(lambda t: t * -1, torch.tensor([0.0, -0.0]))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_scalar_bounds_keep_the_value_on_a_tie(dtype):
+    """relu(-0.0), clamp(-0.0, min=0.0), hardtanh(0.0, -0.0, 1) keep the value's zero, at every position, as CPU.
+
+    (maximum/minimum between two tensors is different: CPU's vector loop gives the second operand.)
+    Long enough (40 elements) that CPU's vectorized loop, not only its scalar tail, decides."""
+    x = torch.tensor([-0.0, 0.0] * 20, dtype=dtype)
+    for fn in (torch.relu, F.relu6, lambda t: F.hardtanh(t, 0.0, 1.0), lambda t: F.hardtanh(t, -0.0, 1.0),
+               lambda t: torch.clamp(t, min=0.0), lambda t: torch.clamp(t, min=-0.0),
+               lambda t: torch.clamp(t, max=0.0), lambda t: torch.clamp(t, max=-0.0),
+               lambda t: torch.clamp_min(t, 0.0), lambda t: torch.clamp(t, -0.0, 0.0)):
+        got = check(fn, x)
+        assert torch.equal(torch.signbit(got.cpu()), torch.signbit(x))
 
 
 def test_pow_variants():
