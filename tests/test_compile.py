@@ -148,6 +148,28 @@ def test_unlowerable_op_falls_back_to_eager_and_warns_once(stats):
     assert s["fallbacks"] == 1 and list(s["fallbacks_by_op"]) == ["torch.aten.erfinv"]
 
 
+def test_device_code_run_eagerly_inside_a_compiled_function_is_not_traced(stats):
+    """Graph-break regions and fallback graphs run neuron ops eagerly while Dynamo's frame hook is on;
+    the device's own Python (kernels, the CPU fallback, torch.neuron's RNG state) must run as code,
+    not be traced as user graphs (it was: Dynamo refused the fallback's host tensor, and turned the
+    generator state into a fake tensor inside the fallback)."""
+    def f(x):
+        state = torch.neuron.get_rng_state()
+        noisy = torch.nn.functional.rrelu(x, 0.1, 0.3, training=True)  # a random op the compiler cannot lower
+        torch.neuron.set_rng_state(state)
+        again = torch.nn.functional.rrelu(x, 0.1, 0.3, training=True)
+        return noisy, again
+
+    x = torch.linspace(-2, 2, 32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        noisy, again = torch.compile(f, backend="neuron", dynamic=False)(x.to("neuron"))
+    noisy, again = noisy.cpu(), again.cpu()
+    torch.testing.assert_close(noisy, again)  # the restored state replays the same noise
+    slopes = noisy[x < 0] / x[x < 0]
+    assert ((slopes >= 0.1 - 1e-6) & (slopes <= 0.3 + 1e-6)).all() and torch.equal(noisy[x >= 0], x[x >= 0])
+
+
 def test_strict_mode_raises_naming_the_op(stats, monkeypatch):
     from device_impl.compiler import backend
 

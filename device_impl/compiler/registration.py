@@ -4,7 +4,9 @@
 must not pay it. If Dynamo is already loaded, the backend is registered at
 once; otherwise a one-shot import hook registers it the moment Dynamo's
 backend registry module finishes loading, which happens before any
-``torch.compile(backend="neuron")`` can look the name up. The registered
+``torch.compile(backend="neuron")`` can look the name up. The same hook
+tells Dynamo, once its trace rules load, not to trace the device's own
+dispatched code (see DISPATCHED_PACKAGES). The registered
 function is a thin shim: the compiler itself (and torch-mlir) is imported on
 the first compile.
 """
@@ -44,16 +46,51 @@ def _static_shapes():
 neuron.backend_ctx_ctor = _static_shapes  # type: ignore[attr-defined]
 
 
+# Packages whose code runs under the dispatcher (kernels, the CPU fallback, the engine, the adaptive
+# queue). Dynamo must not trace them: when a compiled function's graph-break region or a graph that
+# falls back runs an op on neuron eagerly, Dynamo's frame hook would otherwise compile the Python
+# kernel's own frames as user code (it compiled the CPU fallback's `to_device(host)` and refused its
+# host tensor, for rrelu). The runtime (torch.neuron.*) is skipped as Dynamo skips torch.cuda's Python:
+# OpInfo's freeze_rng_state calls torch.neuron.set_rng_state between graphs, and Dynamo tried to turn
+# the generator's state tensor into a fake tensor inside the fallback's no_dispatch block.
+DISPATCHED_PACKAGES = ("device_impl.dispatch", "device_impl.kernels", "device_impl.engine", "device_impl.eager",
+                       "device_impl.runtime")
+TRACE_RULES_MODULE = "torch._dynamo.trace_rules"
+
+
 def _register(registry) -> None:
     if BACKEND_NAME not in registry._COMPILER_FNS:
         registry.register_backend(compiler_fn=neuron, name=BACKEND_NAME)
 
 
-class _RegisterWhenLoaded(importlib.abc.MetaPathFinder):
-    """Finds nothing itself; wraps the real loader of Dynamo's registry to register after it runs."""
+def _skip_dispatched_code(trace_rules) -> None:
+    """Add DISPATCHED_PACKAGES to Dynamo's skip list (``trace_rules.add``, an internal API since
+    torch 2.2; the compat probe watches it). Without it compile still works; only the
+    eager-inside-compile case above regresses, so a missing API warns instead of failing."""
+    add = getattr(trace_rules, "add", None)
+    if add is None:
+        import warnings
+
+        warnings.warn("torch._dynamo.trace_rules.add is missing in this torch: Dynamo may trace neuron kernels "
+                      "run eagerly inside compiled functions", stacklevel=2)
+        return
+    for package in DISPATCHED_PACKAGES:
+        add(package)
+
+
+# module -> what to do with it once it has fully loaded (not before: Dynamo's modules import each
+# other, so one can be in sys.modules half-executed)
+_ON_LOAD = {REGISTRY_MODULE: _register, TRACE_RULES_MODULE: _skip_dispatched_code}
+
+
+class _ActWhenLoaded(importlib.abc.MetaPathFinder):
+    """Finds nothing itself; wraps the real loader of the modules in _ON_LOAD to act after each runs."""
+
+    def __init__(self) -> None:
+        self.pending = set(_ON_LOAD)
 
     def find_spec(self, fullname, path, target=None):
-        if fullname != REGISTRY_MODULE:
+        if fullname not in self.pending:
             return None
         spec = importlib.machinery.PathFinder.find_spec(fullname, path, target)
         if spec is None or spec.loader is None:
@@ -62,14 +99,16 @@ class _RegisterWhenLoaded(importlib.abc.MetaPathFinder):
 
         def exec_module(module) -> None:
             original(module)
-            _uninstall()
-            _register(module)
+            self.pending.discard(fullname)
+            if not self.pending:
+                _uninstall()
+            _ON_LOAD[fullname](module)
 
         spec.loader.exec_module = exec_module  # an instance attribute: this spec's loader only
         return spec
 
 
-_HOOK = _RegisterWhenLoaded()
+_HOOK = _ActWhenLoaded()
 
 
 def _uninstall() -> None:
@@ -78,9 +117,13 @@ def _uninstall() -> None:
 
 
 def install() -> None:
-    """Register now if Dynamo's registry is loaded, else when it loads. Idempotent."""
-    registry = sys.modules.get(REGISTRY_MODULE)
-    if registry is not None:
-        _register(registry)
+    """Register now if Dynamo is loaded, else when it loads. Idempotent."""
+    for name in list(_HOOK.pending):
+        module = sys.modules.get(name)
+        if module is not None:
+            _HOOK.pending.discard(name)
+            _ON_LOAD[name](module)
+    if not _HOOK.pending:
+        _uninstall()
     elif _HOOK not in sys.meta_path:
         sys.meta_path.insert(0, _HOOK)

@@ -38,6 +38,7 @@ APIS: tuple[tuple[str, str, str], ...] = (
     ("accelerator", "torch._C._acc", "accelerator hooks module"),
     ("compile", "torch._dynamo.register_backend", "torch.compile(backend='neuron')"),
     ("compile", "torch._dynamo.list_backends", "backend discovery"),
+    ("compile", "torch._dynamo.trace_rules.add", "Dynamo skips the device's dispatched kernel code"),
     ("compile", "torch._functorch.aot_autograd.aot_module_simplified", "AOTAutograd forward/backward"),
     ("compile", "torch._decomp.core_aten_decompositions", "decompositions for backward graphs"),
     ("compile", "torch.fx.GraphModule", "graphs handed to the backend"),
