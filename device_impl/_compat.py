@@ -17,6 +17,12 @@ import torch
 SUPPORTED = ">=2.13,<2.15"  # pyproject.toml's requirement
 
 
+def torch_at_least(major: int, minor: int) -> bool:
+    """The installed torch is major.minor or newer (kernels whose CPU semantics changed between releases)."""
+    parts = torch.__version__.split("+")[0].split(".")
+    return (int(parts[0]), int(parts[1])) >= (major, minor)
+
+
 def internal(module: str, name: str | None = None, purpose: str = "") -> Any:
     """``import module`` (and ``getattr(module, name)``), or ImportError naming torch's version and the fix."""
     try:

@@ -170,6 +170,20 @@ def test_device_code_run_eagerly_inside_a_compiled_function_is_not_traced(stats)
     assert ((slopes >= 0.1 - 1e-6) & (slopes <= 0.3 + 1e-6)).all() and torch.equal(noisy[x >= 0], x[x >= 0])
 
 
+def test_arguments_cpu_refuses_raise_as_in_eager(stats):
+    """Fake-tensor tracing skips ATen's sub_check: torch.sub(bool, 0) traced (int64 result) and compiled.
+    compiler/parity.py re-runs the check; the error is CPU's RuntimeError (Dynamo wraps it in
+    BackendCompilerFailed, itself a RuntimeError)."""
+    x = torch.tensor([True, False])
+    with pytest.raises(RuntimeError, match="with a bool tensor is not supported"):
+        torch.sub(x, 0)
+    with pytest.raises(RuntimeError, match="with a bool tensor is not supported"):
+        torch.compile(lambda t: torch.sub(t, 0), backend="neuron", dynamic=False)(x.to("neuron"))
+    y = torch.tensor([1, 2])  # the check refuses bool only
+    out = torch.compile(lambda t: torch.sub(t, 1), backend="neuron", dynamic=False)(y.to("neuron"))
+    assert torch.equal(out.cpu(), y - 1)
+
+
 def test_strict_mode_raises_naming_the_op(stats, monkeypatch):
     from device_impl.compiler import backend
 

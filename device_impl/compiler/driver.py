@@ -17,7 +17,7 @@ from typing import Any, Callable
 
 import torch
 
-from device_impl.compiler import artifacts, build, cache, counters, fallback, importer, legalize, neff
+from device_impl.compiler import artifacts, build, cache, counters, fallback, importer, legalize, neff, parity
 from device_impl.compiler.errors import ImportFailure, UnsupportedOpError
 from device_impl.compiler.executor import Executable
 from device_impl.engine.constants import PLATFORM
@@ -80,6 +80,7 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
                   ) -> Callable[[list], list]:
     started = time.perf_counter()
     original = gm
+    parity.check(gm)  # an argument CPU refuses raises here, as eager does, before anything compiles
     specs = _empty_outputs(gm)
     if specs is not None:  # only empty outputs (zero-size shapes): no program to build or run
         counters.count("compiles")

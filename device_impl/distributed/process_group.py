@@ -116,6 +116,30 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def __repr__(self) -> str:
         return f"NeuronProcessGroup(rank={self._rank}, size={self._size})"
 
+    def shutdown(self) -> None:
+        """``destroy_process_group`` shuts the group down. The C++ base class knows no backends of a
+        group implemented in Python, so without this the gloo transport inside lived until
+        interpreter exit and was torn down with its threads during finalization (a plausible cause
+        of one rank aborting at exit, "terminate called without an active exception", seen once in
+        a compat run and not reproduced since)."""
+        gloo = self._gloo
+        if gloo is not None:
+            self._gloo = None
+            gloo.shutdown()
+
+    def abort(self) -> None:
+        gloo = self._gloo
+        if gloo is not None:
+            self._gloo = None
+            gloo.abort()
+
+    def _get_backend(self, device: torch.device) -> "NeuronProcessGroup":
+        """This group is its own backend for every device it serves. torch 2.14's
+        ``batch_isend_irecv`` asks the group for its per-device backend (to read
+        ``supports_coalescing``); the C++ lookup finds no registered backend for a
+        Python-implemented group and raised "No backend type associated with device type neuron"."""
+        return self
+
     # --- reductions ---------------------------------------------------------------------------------
 
     def allreduce(self, tensors: list[torch.Tensor], opts=None) -> dist.Work:

@@ -31,6 +31,7 @@ import ml_dtypes
 import numpy as np
 import torch
 
+from device_impl._compat import torch_at_least
 from device_impl.dispatch.table import TABLE, resolve
 from device_impl.engine import launch
 from device_impl.engine.dtypes import COMPUTE_DTYPES, FLOAT_DTYPES, FP32
@@ -1331,6 +1332,13 @@ def _arange_program(dtype: torch.dtype, start: float, step: float, n: int):
     return program
 
 
+# torch 2.14 sizes an int64 arange with a floating-point start, end or step in double, as every other
+# dtype (arange(0, 5, 1.5) has 4 elements, arange(0, 1, 0.1) is ten zeros); 2.13 sized it from the
+# int64-converted bounds (5 elements; step 0 raised ValueError). Found by `python -m harness compat
+# --torch 2.13.0 --torch 2.14.1`; tests/kernels/test_random_kernels.py checks either against the CPU.
+_INT64_ARANGE_SIZE_IN_DOUBLE = torch_at_least(2, 14)
+
+
 @_native("aten::arange.start_out")
 def _arange_out(a: dict) -> torch.Tensor:
     start, end, step, out = a["start"], a["end"], a["step"], a["out"]
@@ -1351,7 +1359,8 @@ def _arange_out(a: dict) -> torch.Tensor:
         xstart, xstep = _convert(start, acc), _convert(step, acc)
     else:
         xstart, xstep = _convert(start, torch.int64), _convert(step, torch.int64)
-    if dtype == torch.int64:
+    if dtype == torch.int64 and not (_INT64_ARANGE_SIZE_IN_DOUBLE and any(isinstance(v, float)
+                                                                             for v in (start, end, step))):
         xend = _convert(end, torch.int64)
         if xstep == 0:
             raise ValueError("step must be nonzero")

@@ -46,6 +46,7 @@ import numpy as np
 import torch
 from numpy.lib.stride_tricks import as_strided
 
+from device_impl._compat import torch_at_least
 from device_impl.dispatch.table import HOOKS, TABLE, resolve
 from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import FP32, is_float, numpy_dtype
@@ -2323,6 +2324,11 @@ def _group_norm(a: dict):
 TABLE.serves("aten::native_group_norm.out", "aten::native_group_norm")
 
 
+# torch 2.14's native_group_norm_backward returns weight and bias gradients (in the input's dtype) when
+# asked for them without a weight; 2.13 raised "tensor does not have a device". Found by the compat run.
+_GROUP_NORM_GRADS_WITHOUT_WEIGHT = torch_at_least(2, 14)
+
+
 @_kernel("aten::native_group_norm_backward")
 def _group_norm_backward(a: dict):
     dy, x, mean, rstd, w = a["grad_out"], a["input"], a["mean"], a["rstd"], a.get("weight")
@@ -2331,11 +2337,12 @@ def _group_norm_backward(a: dict):
     _gn_check(x, w, None, n, c, hw, groups)
     if x.dtype not in _FLOATS:
         raise _refuse("GroupNormBackwardKernelImpl", x.dtype)
-    if (mask[1] or mask[2]) and w is None:
+    if (mask[1] or mask[2]) and w is None and not _GROUP_NORM_GRADS_WITHOUT_WEIGHT:
         raise RuntimeError("tensor does not have a device")
+    param_dtype = w.dtype if w is not None else x.dtype
     dx = new_output(tuple(x.shape), x.dtype, x) if mask[0] else None
-    dw = new_output((c,), w.dtype, x) if mask[1] else None
-    db = new_output((c,), w.dtype, x) if mask[2] else None
+    dw = new_output((c,), param_dtype, x) if mask[1] else None
+    db = new_output((c,), param_dtype, x) if mask[2] else None
     d = c // groups
     spatial = list(x.shape[2:])
     with launch("group_norm_backward", x.device.index) as nc:
