@@ -171,14 +171,18 @@ def test_device_code_run_eagerly_inside_a_compiled_function_is_not_traced(stats)
 
 
 def test_arguments_cpu_refuses_raise_as_in_eager(stats):
-    """Fake-tensor tracing skips ATen's sub_check: torch.sub(bool, 0) traced (int64 result) and compiled.
-    compiler/parity.py re-runs the check; the error is CPU's RuntimeError (Dynamo wraps it in
-    BackendCompilerFailed, itself a RuntimeError)."""
-    x = torch.tensor([True, False])
-    with pytest.raises(RuntimeError, match="with a bool tensor is not supported"):
-        torch.sub(x, 0)
-    with pytest.raises(RuntimeError, match="with a bool tensor is not supported"):
-        torch.compile(lambda t: torch.sub(t, 0), backend="neuron", dynamic=False)(x.to("neuron"))
+    """Fake-tensor tracing skips checks CPU kernels run (torch.sub(bool, 0) traced with an int64 result and
+    compiled); compiler/parity.py re-runs them, and the program raises CPU's exception class when called."""
+    x, f = torch.tensor([True, False]), torch.tensor([1.5])
+    refused = [(lambda t: torch.sub(t, 0), x, RuntimeError, "with a bool tensor is not supported"),
+               (torch.floor, x, NotImplementedError, "floor_vml_cpu"),
+               (lambda t: torch.bitwise_xor(t, 1), f, NotImplementedError, "bitwise_xor_cpu"),
+               (lambda t: torch.pow(t, -1), x.long(), RuntimeError, "negative integer powers")]
+    for fn, arg, kind, message in refused:
+        with pytest.raises(kind, match=message):
+            fn(arg)
+        with pytest.raises(kind, match=message):
+            torch.compile(fn, backend="neuron", dynamic=False)(arg.to("neuron"))
     y = torch.tensor([1, 2])  # the check refuses bool only
     out = torch.compile(lambda t: torch.sub(t, 1), backend="neuron", dynamic=False)(y.to("neuron"))
     assert torch.equal(out.cpu(), y - 1)

@@ -156,7 +156,9 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_inde
 def _decompositions() -> dict:
     from torch._decomp import core_aten_decompositions
 
-    return core_aten_decompositions()
+    from device_impl.compiler.numerics import DECOMPOSITIONS
+
+    return {**core_aten_decompositions(), **DECOMPOSITIONS}
 
 
 def _specialize(gm: torch.fx.GraphModule, args: tuple) -> tuple[torch.fx.GraphModule, list]:

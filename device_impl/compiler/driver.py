@@ -80,7 +80,9 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
                   ) -> Callable[[list], list]:
     started = time.perf_counter()
     original = gm
-    parity.check(gm)  # an argument CPU refuses raises here, as eager does, before anything compiles
+    refused = parity.refusal(gm)
+    if refused is not None:  # an argument CPU refuses: the program raises as the eager op would
+        return parity.raising_program(refused)
     specs = _empty_outputs(gm)
     if specs is not None:  # only empty outputs (zero-size shapes): no program to build or run
         counters.count("compiles")
