@@ -174,15 +174,17 @@ def test_arguments_cpu_refuses_raise_as_in_eager(stats):
     """Fake-tensor tracing skips checks CPU kernels run (torch.sub(bool, 0) traced with an int64 result and
     compiled); compiler/parity.py re-runs them, and the program raises CPU's exception class when called."""
     x, f = torch.tensor([True, False]), torch.tensor([1.5])
-    refused = [(lambda t: torch.sub(t, 0), x, RuntimeError, "with a bool tensor is not supported"),
-               (torch.floor, x, NotImplementedError, "floor_vml_cpu"),
-               (lambda t: torch.bitwise_xor(t, 1), f, NotImplementedError, "bitwise_xor_cpu"),
-               (lambda t: torch.pow(t, -1), x.long(), RuntimeError, "negative integer powers")]
-    for fn, arg, kind, message in refused:
+    refused = [(lambda t: torch.sub(t, 0), (x,), RuntimeError, "with a bool tensor is not supported"),
+               (torch.floor, (x,), NotImplementedError, "floor_vml_cpu"),
+               (lambda t: torch.bitwise_xor(t, 1), (f,), NotImplementedError, "bitwise_xor_cpu"),
+               (torch.bitwise_and, (f, f), NotImplementedError, "bitwise_and_cpu"),  # a two-input program
+               (lambda t: torch.pow(t, -1), (x.long(),), RuntimeError, "negative integer powers")]
+    for fn, args, kind, message in refused:
         with pytest.raises(kind, match=message):
-            fn(arg)
+            fn(*args)
+        torch._dynamo.reset()
         with pytest.raises(kind, match=message):
-            torch.compile(fn, backend="neuron", dynamic=False)(arg.to("neuron"))
+            torch.compile(fn, backend="neuron", dynamic=False)(*[a.to("neuron") for a in args])
     y = torch.tensor([1, 2])  # the check refuses bool only
     out = torch.compile(lambda t: torch.sub(t, 1), backend="neuron", dynamic=False)(y.to("neuron"))
     assert torch.equal(out.cpu(), y - 1)

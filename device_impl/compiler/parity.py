@@ -97,12 +97,12 @@ def refusal(gm: torch.fx.GraphModule) -> Exception | None:
     return None
 
 
-def raising_program(error: Exception) -> Callable[[list], list]:
+def raising_program(error: Exception) -> Callable[..., list]:
     """A compiled graph that raises ``error`` each time it runs, as the eager op would. Raising at compile
     time instead would reach the caller wrapped in Dynamo's BackendCompilerFailed, a RuntimeError,
     and lose CPU's exception class (NotImplementedError for a dtype a kernel refuses)."""
     kind, args = type(error), error.args
 
-    def run(inputs: list) -> list:
+    def run(*inputs: Any) -> list:  # AOTAutograd calls with a list, or with the tensors spread
         raise kind(*args)
     return run
