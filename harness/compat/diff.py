@@ -116,9 +116,28 @@ def diff_results(base_rows: list[Mapping[str, Any]], new_rows: list[Mapping[str,
                                                failing_after.get("reproducer") or ""))
         elif before in FAILING and after in PASSING:
             result.newly_passing.append(Change(key, key[1], before, after, cause(failing_before.get("message"))))
+    # A case drawn only on the new version (draws can differ between torch releases) that fails, of an
+    # op, mode and dtype whose every case passed on the base version, is newly failing as well: for the
+    # backend team that op broke. A failing case of an op the base never ran says nothing about a change.
+    base_groups = {_group(k) for k in a}
+    base_failing = {_group(k) for k in a if _collapse(a[k]) in FAILING}
+    for key in sorted(set(b) - set(a)):
+        failing_after = next((r for r in b[key] if r["verdict"] in FAILING), None)
+        if failing_after is not None and _group(key) in base_groups and _group(key) not in base_failing:
+            result.newly_failing.append(Change(key, key[1], NOT_DRAWN, _collapse(b[key]),
+                                               cause(failing_after.get("message")),
+                                               failing_after.get("reproducer") or ""))
     result.only_in_base = len(set(a) - set(b))
     result.only_in_new = len(set(b) - set(a))
     return result
+
+
+NOT_DRAWN = "not drawn"  # a Change's ``before`` when the base version did not draw that case
+
+
+def _group(key: tuple) -> tuple:
+    """(source, op, mode, dtypes) of a case key."""
+    return key[:4]
 
 
 def diff_environment(diff: VersionDiff, base_env: Mapping[str, str], new_env: Mapping[str, str]) -> None:

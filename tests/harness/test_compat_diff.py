@@ -16,15 +16,19 @@ BASE = [row("add", "pass"), row("exp", "fail", "values differ at 3 positions"), 
 NEW = [row("add", "fail", "values differ at 2 positions (max abs 0.5)", reproducer="import torch  # add"),
        row("exp", "pass"), row("sin", "pass"), row("cos", "xfail"),
        row("tan", "fail", "values differ at 7 positions (max abs 1.5)"),
-       row("tan", "pass", shapes="[[5]]"), row("new_op", "fail", "boom")]
+       row("tan", "pass", shapes="[[5]]"), row("new_op", "fail", "boom"),
+       row("cos", "fail", "boom", shapes="[[9]]")]
 
 
 def test_newly_failing_and_newly_passing_cases():
     result = d.diff_results(BASE, NEW, "2.13.0", "2.14.1")
-    assert sorted(c.op for c in result.newly_failing) == ["add", "tan"]
+    # cos[9] was drawn only on 2.14.1 and fails where every cos case passed (xfail) on 2.13.0: newly failing;
+    # new_op fails too, but 2.13.0 never ran it, so nothing says it broke
+    assert sorted(c.op for c in result.newly_failing) == ["add", "cos", "tan"]
+    assert next(c for c in result.newly_failing if c.op == "cos").before == d.NOT_DRAWN
     assert [c.op for c in result.newly_passing] == ["exp"]
-    assert result.only_in_base == 1 and result.only_in_new == 2  # "gone"; tan[5] and new_op
-    assert result.counts["2.14.1"] == {"fail": 3, "pass": 3, "xfail": 1}
+    assert result.only_in_base == 1 and result.only_in_new == 3  # "gone"; tan[5], new_op and cos[9]
+    assert result.counts["2.14.1"] == {"fail": 4, "pass": 3, "xfail": 1}
     add = next(c for c in result.newly_failing if c.op == "add")
     assert add.reproducer == "import torch  # add" and add.before == "pass" and add.after == "fail"
     assert result.regressed
