@@ -317,8 +317,7 @@ def _full_precision_scalar(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.
         return None
     if (a if tensor_first else b).meta["val"].dtype not in NARROW:
         return None
-    args = (_cast(graph, a, torch.float32), b) if tensor_first else (a, _cast(graph, b, torch.float32))
-    return _cast(graph, _call(graph, node.target, *args), node)
+    return opmath(graph, node)
 
 
 _ANY_ALL = tuple(getattr(getattr(aten, name), overload) for name in ("any", "all")
