@@ -17,7 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from hypothesis import strategies as st
+import torch
 
+from harness import compare as cmp
 from harness import strategies as hs
 from harness.values import TensorSpec
 
@@ -223,6 +225,21 @@ for _name in ("add", "sub", "mul", "maximum", "minimum", "atan2", "eq", "ne", "l
          ignore_zero_sign=hs.FLOAT_DTYPES if _name in _TIE_OPS else (),
          max_ulp=_EXACT if _name == "mul" else {},
          tolerance_reason=_TIE_SIGN if _name in _TIE_OPS else _EXACT_REASON if _name == "mul" else "")
+# out= variants: the result is written into a caller's tensor, resized from empty and cast to its dtype
+# under PyTorch's rule (an out dtype the result cannot be cast to is an error on both sides). Core ATen
+# tags one out= overload (atan2.out), which only a call with out= reaches above the backend.
+_OUT_REASON = ("the value is computed in the inputs' dtype and cast exactly into a wider out tensor, so it is judged "
+               "with the computing dtype's tolerance, as the plain op is (a float16 atan2 one ULP from CPU's is "
+               "not a float32-sized error)")
+for _name in ("add", "mul", "atan2", "maximum"):
+    spec(f"{_name}_out", "pointwise",
+         f"torch.{_name}({{x0}}, {{x1}}, out=torch.empty(0, dtype=torch.{{out_dtype:name}}, device={{x0}}.device))",
+         with_params(custom(lambda data, dtype: binary(second_dtype=dtype)(data, dtype)),
+                     out_dtype=lambda tensors: st.sampled_from([tensors[0].dtype, "float32"])), EVERY,
+         tolerance={d: cmp.DEFAULT_TOLERANCE[getattr(torch, d)] for d in hs.FLOAT_DTYPES},
+         ignore_zero_sign=hs.FLOAT_DTYPES if _name in _TIE_OPS else (), max_ulp=_EXACT if _name == "mul" else {},
+         tolerance_reason=" ".join(r for r in (_OUT_REASON, _TIE_SIGN if _name in _TIE_OPS else "",
+                                               _EXACT_REASON if _name == "mul" else "") if r))
 _POW_REASON = ("CPU's bfloat16/float16 pow is not correctly rounded (0.013427734375 ** -1.87890625 = 3290.8, "
                "3296 in bf16; CPU returns 3232): judged against a float64 reference")
 for _name in ("add", "sub", "mul", "eq", "lt", "pow", "remainder", "fmod", "floor_divide", "bitwise_and"):
