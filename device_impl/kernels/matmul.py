@@ -41,8 +41,8 @@ N_TILE = 512
 B_CACHE_BYTES = 64 * 1024  # per partition: keep all B tiles resident below this
 RESIDENT_BYTES = 96 * 1024  # per partition: load both operands entirely before computing below this
 EVACUATION_CHUNK = 256  # columns per PSUM -> SBUF copy (amortises the engines' fixed cost)
-PIPELINE_BANKS = 6
-TRANSPOSE_LOOKAHEAD = 4  # operand tiles transposed ahead of the matmul that uses them  # blocks whose first K step runs up front (of PSUM's 8 banks; the rest for evacuation)
+PIPELINE_BANKS = 6  # blocks whose first K steps run up front (of PSUM's 8 banks; the rest for evacuation)
+TRANSPOSE_WINDOW = 8  # operand tiles the resident schedule may transpose ahead of the matmul that uses them
 
 
 class _Operand:
@@ -89,6 +89,20 @@ class _Operand:
             pieces.append((c0, c1, rows))
         self.raw[key] = pieces
 
+    def waiting(self, key: tuple[int, int, int, int]) -> bool:
+        """The tile is loaded (or loading) and still needs its TensorE transpose."""
+        return self.transpose and key in self.raw
+
+    def loaded_at(self, key: tuple[int, int, int, int]) -> float:
+        """When the loads of a tile waiting for its transpose complete (timeline ns)."""
+        return max(rows.root.ready for _, _, rows in self.raw[key])
+
+    def ready_at(self, key: tuple[int, int, int, int]) -> float:
+        """When a tile TensorE can read (loaded, or transposed and evacuated) is ready (timeline ns)."""
+        if self.cache is not None and key in self.cache:
+            return self.cache[key].root.ready
+        return self.raw[key][0].root.ready
+
     def tile(self, k0: int, k1: int, x0: int, x1: int):
         key = (k0, k1, x0, x1)
         if self.cache is not None and key in self.cache:
@@ -101,11 +115,14 @@ class _Operand:
             return pieces[0]
         nc = self.nc
         t = nc.sbuf_tile((k1 - k0, x1 - x0), self.matrix.dtype)
+        # The pieces land side by side in one PSUM bank (x1 - x0 <= 512 fp32 columns) and leave it in
+        # one evacuation: ScalarE's and VectorE's fixed cost is paid once per tile, not per piece.
+        flipped = nc.psum_tile((k1 - k0, x1 - x0), FP32)
         for c0, c1, rows in pieces:
-            flipped = nc.psum_tile((k1 - k0, c1 - c0), FP32)
-            nc.tensor.transpose(flipped, rows)
-            psum_to_sbuf(nc, t[:, c0:c1], flipped)
-            nc.release(flipped)
+            nc.tensor.transpose(flipped[:, c0:c1], rows)
+        psum_to_sbuf(nc, t, flipped)
+        nc.release(flipped)
+        for _, _, rows in pieces:
             nc.release(rows)
         if self.cache is not None:
             self.cache[key] = t
@@ -170,26 +187,12 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
             k0, k1 = k_ranges[j]
             lhs.prefetch(k0, k1, m0, m1)
             rhs.prefetch(k0, k1, n0, n1)
-        def ready(step: int):  # transposes run TRANSPOSE_LOOKAHEAD steps ahead of the matmuls
-            b_, j_ = order[step]
-            m0_, m1_, n0_, n1_ = blocks[b_]
-            k0_, k1_ = k_ranges[j_]
-            return lhs.tile(k0_, k1_, m0_, m1_), rhs.tile(k0_, k1_, n0_, n1_)
-
-        for step in range(min(TRANSPOSE_LOOKAHEAD, len(order))):
-            ready(step)
-        accs: dict[int, Any] = {}
-        for step, (b, j) in enumerate(order):
-            if step + TRANSPOSE_LOOKAHEAD < len(order):
-                ready(step + TRANSPOSE_LOOKAHEAD)
+        keys = []
+        for b, j in order:
             m0, m1, n0, n1 = blocks[b]
             k0, k1 = k_ranges[j]
-            if j == 0:
-                accs[b] = nc.psum_tile((m1 - m0, n1 - n0), FP32)
-            nc.tensor.matmul(accs[b], lhs.tile(k0, k1, m0, m1), rhs.tile(k0, k1, n0, n1), accumulate=j > 0)
-            if j == len(k_ranges) - 1:
-                _finish_block(nc, out2d[m0:m1, n0:n1], accs[b], alpha, beta, bias2d, m0, m1, n0, n1, epilogue)
-                nc.release(accs.pop(b))
+            keys.append(((k0, k1, m0, m1), (k0, k1, n0, n1)))
+        _run_resident(nc, order, keys, lhs, rhs, blocks, k_ranges, out2d, alpha, beta, bias2d, epilogue)
         return
     panels: dict[int, dict] = {blocks[0][0]: lhs.cache}
     current = operands(blocks[0])
@@ -218,6 +221,44 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
                 if id(moving) not in keep:
                     nc.release(moving)
         current = upcoming
+
+
+def _run_resident(nc, order, keys, lhs: _Operand, rhs: _Operand, blocks, k_ranges, out2d, alpha, beta, bias2d,
+                  epilogue) -> None:
+    """TensorE's program for operands loaded up front: the matmuls in ``order``, with the transposes
+    of row-major operand tiles placed among them by a list scheduler. TensorE runs its instructions in
+    program order, so a transpose placed before a matmul whose operands are ready, but whose own data
+    is still in flight, would hold TensorE idle; a transpose placed just before the matmul that needs
+    it would hold TensorE for its PSUM evacuation. Each slot therefore goes to whichever instruction
+    can start first (the loads' completion times are known once they are issued, as a compiler's
+    cost model knows them), the matmul on a tie, looking TRANSPOSE_WINDOW tiles ahead."""
+    pending = []  # (operand, key) awaiting a transpose, in order of first use
+    for pair in keys:
+        for operand, key in zip((lhs, rhs), pair):
+            if operand.waiting(key) and (operand, key) not in pending:
+                pending.append((operand, key))
+    first = 0
+    accs: dict[int, Any] = {}
+    for (b, j), (lkey, rkey) in zip(order, keys):
+        while True:
+            while first < len(pending) and not pending[first][0].waiting(pending[first][1]):
+                first += 1
+            window = [(op, key) for op, key in pending[first:first + TRANSPOSE_WINDOW] if op.waiting(key)]
+            tensor_free = nc.timeline.free["tensor"]
+            blocked = lhs.waiting(lkey) or rhs.waiting(rkey)
+            matmul_start = None if blocked else max(tensor_free, lhs.ready_at(lkey), rhs.ready_at(rkey))
+            best = min(window, key=lambda item: item[0].loaded_at(item[1]), default=None)
+            if best is None or (matmul_start is not None
+                                and max(tensor_free, best[0].loaded_at(best[1])) > matmul_start):
+                break
+            best[0].tile(*best[1])
+        m0, m1, n0, n1 = blocks[b]
+        if j == 0:
+            accs[b] = nc.psum_tile((m1 - m0, n1 - n0), FP32)
+        nc.tensor.matmul(accs[b], lhs.tile(*lkey), rhs.tile(*rkey), accumulate=j > 0)
+        if j == len(k_ranges) - 1:
+            _finish_block(nc, out2d[m0:m1, n0:n1], accs[b], alpha, beta, bias2d, m0, m1, n0, n1, epilogue)
+            nc.release(accs.pop(b))
 
 
 # Shared with the compiler (device_impl.compiler.steps runs stablehlo.dot_general with it): the TensorE
