@@ -122,27 +122,45 @@ def skip_reason(op) -> str | None:
     return None
 
 
-def to_device(t: Any, device: str) -> Any:
+def to_device(t: Any, device: str, moved: dict | None = None) -> Any:
     """``t`` on ``device`` with the same sizes, strides and storage offset: the whole storage moves and
     the view is rebuilt on it, so views (sliced, expanded, as_strided on a larger storage, an out=
     tensor with stride 0) reach the device as they reach CPU. ``Tensor.to`` would copy only the
     view's elements into a fresh, dense storage, and an op that reads the storage around a view,
-    or an error that depends on the layout, would then differ for reasons of the harness's making."""
+    or an error that depends on the layout, would then differ for reasons of the harness's making.
+
+    ``moved`` (one per sample) keeps aliasing between a sample's tensors: a storage moves once and
+    the same tensor object maps to the same device tensor, so ``out=`` that is (or overlaps) an
+    input on CPU is so on the device too, and aliasing errors can be compared at all."""
     if not isinstance(t, torch.Tensor):
         return t
+    if moved is None:
+        moved = {}
+    if id(t) in moved:
+        return moved[id(t)][1]
     if t.layout != torch.strided or t.device.type != "cpu" or t.is_conj() or t.is_neg():
-        return t.to(device)
-    storage = t.untyped_storage()
-    flat = torch.empty(0, dtype=t.dtype).set_(storage, 0, (storage.nbytes() // t.element_size(),), (1,))
-    moved = flat.to(device).as_strided(t.shape, t.stride(), t.storage_offset())
-    return moved.requires_grad_() if t.requires_grad else moved
+        result = t.to(device)
+    else:
+        storage = t.untyped_storage()
+        key = ("storage", storage.data_ptr(), storage.nbytes())
+        if key not in moved:
+            host_bytes = torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,))
+            moved[key] = (storage, host_bytes.to(device))
+        device_bytes = moved[key][1]
+        result = torch.empty(0, dtype=t.dtype, device=device).set_(
+            device_bytes.untyped_storage(), t.storage_offset(), t.shape, t.stride())
+        if t.requires_grad:
+            result.requires_grad_()
+    moved[id(t)] = (t, result)  # t is kept so its id is not reused while the memo lives
+    return result
 
 
 def _move(sample, device: str, name_device: bool = True):
     """The sample with its tensors on ``device``. A factory's ``device=`` argument names the device
     too, and (``name_device``) a sample with no tensor at all (a factory called without ``device=``,
     add(2, 3.5)) gets one: otherwise both sides would run on the host and compare CPU with CPU."""
-    moved = sample.transform(lambda t: to_device(t, device))
+    memo: dict = {}
+    moved = sample.transform(lambda t: to_device(t, device, memo))
     if "device" in moved.kwargs or (name_device and not _has_tensor(sample)):
         moved.kwargs = {**moved.kwargs, "device": device}
     return moved
@@ -280,15 +298,29 @@ def run_error_input(op, error_input, device: str, mode: str = "eager") -> cmp.Co
 
 _OPINFO_REPRO = '''
 
+_MOVED = {}  # one sample's moves: a storage moves once, the same tensor maps to the same device tensor
+
+
 def to_device(t):
-    """The tensor on DEVICE with the same sizes, strides and storage offset (its whole storage moves)."""
+    """The tensor on DEVICE with the same sizes, strides and storage offset (its whole storage moves,
+    once per sample, so tensors that alias on CPU alias on the device too)."""
     if not isinstance(t, torch.Tensor):
         return t
+    if id(t) in _MOVED:
+        return _MOVED[id(t)][1]
     if t.layout != torch.strided or t.is_conj() or t.is_neg():
-        return t.to(DEVICE)
-    storage = t.untyped_storage()
-    flat = torch.empty(0, dtype=t.dtype).set_(storage, 0, (storage.nbytes() // t.element_size(),), (1,))
-    return flat.to(DEVICE).as_strided(t.shape, t.stride(), t.storage_offset())
+        result = t.to(DEVICE)
+    else:
+        storage = t.untyped_storage()
+        key = (storage.data_ptr(), storage.nbytes())
+        if key not in _MOVED:
+            _MOVED[key] = (storage, torch.empty(0, dtype=torch.uint8).set_(storage, 0, (storage.nbytes(),), (1,)).to(DEVICE))
+        result = torch.empty(0, dtype=t.dtype, device=DEVICE).set_(
+            _MOVED[key][1].untyped_storage(), t.storage_offset(), t.shape, t.stride())
+        if t.requires_grad:
+            result.requires_grad_()
+    _MOVED[id(t)] = (t, result)
+    return result
 
 
 def widen(t):
@@ -298,6 +330,7 @@ def widen(t):
 
 
 def moved(sample):
+    _MOVED.clear()
     result = sample.transform(to_device)
     leaves = torch.utils._pytree.tree_leaves([sample.input, list(sample.args), dict(sample.kwargs)])
     if "device" in result.kwargs or not any(isinstance(x, torch.Tensor) for x in leaves):
