@@ -18,6 +18,7 @@ import torch
 from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import COMPUTE_DTYPES, FLOAT_DTYPES, numpy_dtype
 from device_impl.engine.hbm import view as hbm
+from device_impl.kernels import overlap
 
 __all__ = ["hbm", "COMPUTE_DTYPES", "FLOAT_DTYPES", "numpy_dtype", "launch"]
 
@@ -125,15 +126,6 @@ def broadcast_shape(*operands: Operand) -> tuple[int, ...]:
     return result
 
 
-_OVERLAP_MESSAGE = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
-                    "single memory location. Please clone() the tensor before performing the operation.")
-
-
-def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
-            and a.dtype == b.dtype)
-
-
 def resize_output(out: torch.Tensor, shape: Sequence[int]) -> None:
     """at::native::resize_output: resize, warning (as CPU does) when a non-empty out changes shape."""
     if out.numel() != 0:
@@ -148,7 +140,12 @@ def resize_output(out: torch.Tensor, shape: Sequence[int]) -> None:
 
 def check_out(out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, inputs: Sequence[Operand] = (),
               exact_dtype: bool = False) -> torch.Tensor:
-    """Apply PyTorch's out= rules: castable dtype, resize (warning if non-empty), no partial overlap."""
+    """Apply PyTorch's out= rules (TensorIterator's order): no internal overlap and no partial overlap
+    with an input (kernels/overlap.py), castable dtype, then resize (warning if non-empty)."""
+    overlap.assert_no_internal_overlap(out)
+    for x in inputs:
+        if isinstance(x, torch.Tensor):
+            overlap.assert_no_partial_overlap(out, x)
     if exact_dtype and out.dtype != dtype:
         raise RuntimeError(f"Expected out tensor to have dtype {TYPE_META_NAMES.get(dtype, dtype)}, but got "
                            f"{TYPE_META_NAMES.get(out.dtype, out.dtype)} instead")
@@ -157,13 +154,6 @@ def check_out(out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, input
                            f"{SCALAR_TYPE_NAMES[out.dtype]}")
     if tuple(out.shape) != tuple(shape):
         resize_output(out, shape)
-    if out.numel() > 1 and any(s == 0 and n > 1 for s, n in zip(out.stride(), out.shape)):
-        raise RuntimeError("unsupported operation: more than one element of the written-to tensor refers to a "
-                           "single memory location. Please clone() the tensor before performing the operation.")
-    for x in inputs:
-        if isinstance(x, torch.Tensor) and x.device.type == "neuron" and x.numel() and out.numel():
-            if torch._C._overlaps(out, x) and not _identical(out, x):
-                raise RuntimeError(_OVERLAP_MESSAGE)
     return out
 
 
@@ -212,10 +202,15 @@ _FLOAT_MAX = {torch.float16: 65504.0, torch.bfloat16: 3.3895313892515355e38, tor
 
 def check_scalar_fits(value, dtype: torch.dtype) -> None:
     """c10's overflow check for Scalar -> dtype: finite floats within the target's range; integer
-    values within [min, max], or [-max, max] for unsigned targets (negatives wrap, as in C++)."""
-    if isinstance(value, bool) or dtype == torch.bool or isinstance(value, complex):
+    values within [min, max], or [-max, max] for unsigned targets (negatives wrap, as in C++); a
+    complex value into a real type only with a zero imaginary part (its real part checked)."""
+    if isinstance(value, bool) or dtype.is_complex or dtype == torch.bool:
         return
     overflow = RuntimeError(f"value cannot be converted to type {_CTYPE[dtype]} without overflow")
+    if isinstance(value, complex):
+        if value.imag != 0:
+            raise overflow
+        value = value.real
     if dtype.is_floating_point and dtype in _FLOAT_MAX:
         if math.isfinite(value) and abs(value) > _FLOAT_MAX[dtype]:
             raise overflow

@@ -51,9 +51,11 @@ from numpy.lib.stride_tricks import as_strided
 from device_impl.dispatch.table import TABLE, resolve
 from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import COMPUTE_DTYPES, FP32, is_float
+from device_impl.kernels import overlap
 from device_impl.kernels.common import (
     SCALAR_TYPE_NAMES,
     check_out,
+    check_scalar_fits,
     flat_tiles,
     hbm,
     resize_output,
@@ -69,27 +71,6 @@ ROWS_MAX = 512  # rows per partition per tile ([P, ROWS_MAX] int64 offset tiles 
 SORT_ROW_MAX = 4096  # longest row sorted by one GpSimd sort instruction per partition
 SORT_SBUF_BYTES = 160 * 1024  # per partition, for a longer row spread over the partitions (values in/out, indices)
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
-_CTYPE = {torch.int8: "int8_t", torch.uint8: "uint8_t", torch.int16: "int16_t", torch.int32: "int", torch.int64:
-          "int64_t", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16", torch.float32: "float"}
-_FLOAT_MAX = {torch.float16: 65504.0, torch.bfloat16: 3.3895313892515355e38, torch.float32: 3.4028234663852886e38}
-
-
-def _check_fill_value(value, dtype: torch.dtype) -> None:
-    """CPU's checked Scalar -> dtype conversion (value.to<scalar_t>()): overflow is an error; integers
-    into unsigned types wrap from [-max, 0)."""
-    if isinstance(value, bool) or dtype == torch.bool or isinstance(value, complex):
-        return
-    overflow = RuntimeError(f"value cannot be converted to type {_CTYPE[dtype]} without overflow")
-    if dtype in _FLOAT_MAX:
-        if math.isfinite(value) and abs(value) > _FLOAT_MAX[dtype]:
-            raise overflow
-    elif not dtype.is_floating_point and not dtype.is_complex:
-        info = torch.iinfo(dtype)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise overflow
-        low = -info.max if info.min == 0 and not isinstance(value, float) else info.min
-        if not low <= value <= info.max:
-            raise overflow
 
 
 def _as_dtype(value, dtype: np.dtype):
@@ -543,19 +524,6 @@ def _empty(shape, dtype, like: torch.Tensor) -> torch.Tensor:
     return torch.empty(tuple(shape), dtype=dtype, device=like.device)
 
 
-def _overlap_error() -> RuntimeError:
-    return RuntimeError("unsupported operation: some elements of the input tensor and the written-to tensor refer "
-                        "to a single memory location. Please clone() the tensor before performing the operation.")
-
-
-def _overlaps(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return a.numel() > 0 and b.numel() > 0 and a.device == b.device and torch._C._overlaps(a, b)
-
-
-def _internal_overlap(t: torch.Tensor) -> bool:
-    return t.numel() > 1 and any(s == 0 and n > 1 for s, n in zip(t.stride(), t.shape))
-
-
 def _narrow_float(dtype: np.dtype) -> bool:
     return is_float(dtype) and dtype != FP32
 
@@ -713,7 +681,10 @@ def _index_select_out(a: dict) -> torch.Tensor:
     dim = _index_select_check(self, a["dim"], index)
     if out.dtype != self.dtype:
         raise RuntimeError("index_select(): self and result must have the same scalar type")
-    check_out(out, _index_select_shape(self, dim, index), self.dtype, (self, index))
+    overlap.assert_no_internal_overlap(out)
+    overlap.assert_no_overlap(out, self)
+    overlap.assert_no_overlap(out, index)
+    check_out(out, _index_select_shape(self, dim, index), self.dtype)
     _index_select_into(out, self, dim, index, "index_select", _index_range_error)
     return out
 
@@ -783,8 +754,17 @@ def _scatter_dst(out_view: np.ndarray, dim: int, index_view: np.ndarray) -> _Row
 
 
 def _gather_compute(out: torch.Tensor, a: dict) -> None:
+    """CPU's order: out resized, then its aliasing checked (the input may not overlap out at all, the
+    index not partially), then the index checked, and an empty index checked for nothing else."""
     _check_devices("aten::gather", dict(a, out=out))
     self, index = a["self"], a["index"]
+    overlap.assert_no_internal_overlap(out)
+    overlap.assert_no_overlap(out, self)
+    overlap.assert_no_partial_overlap(out, index)
+    if index.numel() == 0:
+        if out.dtype != self.dtype:
+            raise RuntimeError(f"Expected out tensor to have dtype {self.dtype}, but got {out.dtype} instead")
+        return
     dim = _gather_checks(self, a["dim"], index)
     if out.dtype != self.dtype:
         raise RuntimeError(f"Expected out tensor to have dtype {self.dtype}, but got {out.dtype} instead")
@@ -903,7 +883,7 @@ def _scatter_compute(out: torch.Tensor, a: dict) -> None:
     source = src if src is not None else scalar_of(value)
     dim = _scatter_checks(self, a["dim"], index, src)
     if src is None:
-        _check_fill_value(source, self.dtype)
+        check_scalar_fits(source, self.dtype)
     mode = "assign"
     if reduce is not None:
         mode = {"add": "add", "multiply": "multiply"}.get(reduce)
@@ -1094,6 +1074,9 @@ def _masked_select_out(a: dict) -> torch.Tensor:
     _check_bool_mask(mask, "masked_select")
     if out.dtype != self.dtype:
         raise RuntimeError(f"masked_select(): self and result must have the same scalar type")
+    overlap.assert_no_internal_overlap(out)
+    overlap.assert_no_overlap(out, self)
+    overlap.assert_no_overlap(out, mask)
     with launch("masked_select", self.device.index) as nc:
         return _masked_select_into(nc, out, self, mask)
 
@@ -1272,15 +1255,14 @@ def _index_put_into(self: torch.Tensor, indices, values: torch.Tensor, accumulat
         raise RuntimeError(f"Index put requires the source and destination dtypes match, got "
                            f"{SCALAR_TYPE_NAMES[self.dtype]} for the destination and "
                            f"{SCALAR_TYPE_NAMES[values.dtype]} for the source.")
-    if _internal_overlap(self):
+    if overlap.has_internal_overlap(self):
         warnings.warn("Use of index_put_ on expanded tensors is deprecated. Please clone() the tensor before "
                       "performing this operation. This also applies to advanced indexing e.g. tensor[indices] = "
                       "tensor", UserWarning, stacklevel=4)
-    if values.device.type == "neuron" and _overlaps(self, values):
-        raise _overlap_error()
+    overlap.assert_no_partial_overlap(self, values)
     for idx in indices:
-        if idx is not None and idx.device.type == "neuron" and _overlaps(self, idx):
-            raise _overlap_error()
+        if idx is not None:
+            overlap.assert_no_overlap(self, idx)
     with launch("index_put", self.device.index) as nc:
         keep: list = []
         plan = _Plan(nc, self, indices, keep)
@@ -1462,7 +1444,9 @@ def _index_fill_(a: dict) -> torch.Tensor:
             source = None
     else:
         source = scalar_of(value)
-        _check_fill_value(source, self.dtype)
+        if isinstance(source, complex) and not self.dtype.is_complex:
+            raise RuntimeError("index_fill_(): Converting complex Scalar to non-complex type is not supported")
+        check_scalar_fits(source, self.dtype)
     if source is None:  # a device value of another dtype: convert it on the engine first
         conv = _empty((), self.dtype, self)
         with launch("cast", self.device.index) as nc:
@@ -1496,7 +1480,10 @@ def _take_out(a: dict) -> torch.Tensor:
     if out.dtype != self.dtype:
         raise RuntimeError(f"take(): self and result expected to have the same dtype, but got self dtype "
                            f"{self.dtype} and result dtype {out.dtype}")
-    check_out(out, tuple(index.shape), self.dtype, (self, index))
+    overlap.assert_no_internal_overlap(out)
+    overlap.assert_no_overlap(out, index)
+    overlap.assert_no_overlap(out, self)
+    check_out(out, tuple(index.shape), self.dtype)
     _take_into(out, self, index)
     return out
 
@@ -1533,7 +1520,7 @@ def _scatter_view_op(self: torch.Tensor, src: torch.Tensor, region: Callable[[np
         raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = {list(src.shape)}, "
                            f"slice size = {list(slice_shape)}")
     if out is None:
-        out = torch.empty_like(self) if not _internal_overlap(self) else \
+        out = torch.empty_like(self) if not overlap.has_internal_overlap(self) else \
             torch.empty(tuple(self.shape), dtype=self.dtype, device=self.device)
     else:
         check_out(out, tuple(self.shape), self.dtype, (self, src))

@@ -42,14 +42,11 @@ import torch
 from device_impl._compat import internal
 from device_impl.dispatch.table import TABLE
 from device_impl.engine.dtypes import COMPUTE_DTYPES, numpy_dtype
+from device_impl.kernels import overlap
 from device_impl.kernels.common import FREE_MAX, P, SCALAR_TYPE_NAMES, flat_tiles, hbm, launch, scalar_of
 from device_impl.kernels.registry import in_dispatcher, routed_by_composite
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
-_OVERLAP_MESSAGE = ("unsupported operation: some elements of the input tensor and the written-to tensor refer to a "
-                    "single memory location. Please clone() the tensor before performing the operation.")
-_INTERNAL_OVERLAP_MESSAGE = ("unsupported operation: more than one element of the written-to tensor refers to a "
-                             "single memory location. Please clone() the tensor before performing the operation.")
 _CTYPE = {torch.int8: "int8_t", torch.uint8: "uint8_t", torch.int16: "int16_t", torch.int32: "int",
           torch.int64: "int64_t", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16", torch.float32: "float",
           torch.bool: "bool"}
@@ -96,10 +93,6 @@ def _exact_dtype(out: torch.Tensor, dtype: torch.dtype) -> None:
     if out.dtype != dtype:
         raise RuntimeError(f"Expected out tensor to have dtype {_CPP_DTYPE.get(dtype, dtype)}, but got "
                            f"{_CPP_DTYPE.get(out.dtype, out.dtype)} instead")
-
-
-def _has_internal_overlap(t: torch.Tensor) -> bool:
-    return t.numel() > 1 and any(s == 0 and n > 1 for s, n in zip(t.stride(), t.shape))
 
 
 def _same_device(tensors: Sequence[torch.Tensor], like: torch.Tensor) -> None:
@@ -271,9 +264,11 @@ def _fill_value(value: Any, dtype: torch.dtype):
     npd = numpy_dtype(dtype)
     if dtype == torch.bool:
         return np.bool_(bool(value))
-    if isinstance(value, complex):
-        value = value.real
     overflow = RuntimeError(f"value cannot be converted to type {_CTYPE[dtype]} without overflow")
+    if isinstance(value, complex):  # c10: a real target takes a complex value only without an imaginary part
+        if value.imag != 0:
+            raise overflow
+        value = value.real
     if dtype.is_floating_point:
         v = float(value)
         if math.isfinite(v) and abs(v) > _FLOAT_MAX[dtype]:
@@ -353,11 +348,9 @@ def cat_out(tensors, dim=0, *, out):
         raise TypeError(f"torch.cat(): input types can't be cast to the desired output type "
                         f"{SCALAR_TYPE_NAMES[out.dtype]}")
     _resize_out(out, shape, _cat_memory_format(tensors))
-    if _has_internal_overlap(out):
-        raise RuntimeError(_INTERNAL_OVERLAP_MESSAGE)
+    overlap.assert_no_internal_overlap(out)  # after the resize, as CPU's meta function checks them
     for t in tensors:
-        if t.numel() and out.numel() and torch._C._overlaps(out, t):
-            raise RuntimeError(_OVERLAP_MESSAGE)
+        overlap.assert_no_overlap(out, t)
     if out.numel() == 0:
         return out
     view = hbm(out)
