@@ -73,6 +73,17 @@ def test_out_variant_into_a_strided_destination():
     assert_same(dev_base, cpu_base)
 
 
+def test_out_resized_by_the_cpu_kernel_to_a_strided_layout():
+    """linalg_lstsq's solution for a tall A is a view of a taller column-major buffer (strides (1, 4)
+    for a 3 x 2 result): the out= tensor the fallback writes back must get storage reaching that
+    layout's last element (it raised setStorage out of bounds)."""
+    a, b = torch.randn(4, 3), torch.randn(4, 2)
+    expected = torch.linalg.lstsq(a, b).solution
+    solution = torch.linalg.lstsq(a.to("neuron"), b.to("neuron")).solution
+    assert solution.stride() == expected.stride()
+    torch.testing.assert_close(solution.cpu(), expected)
+
+
 def test_multiple_outputs():
     cpu, dev = both(torch.randn(6, 9))
     for f in (lambda t: torch.frexp(t), lambda t: torch.kthvalue(t, 3), lambda t: torch.mode(t, 1)):

@@ -219,6 +219,10 @@ def _copy_back(original: torch.Tensor, host: torch.Tensor) -> None:
     if host.shape != original.shape or host.stride() != original.stride():
         original.resize_(host.shape)
         if original.stride() != host.stride():
+            # The CPU kernel chose a strided layout (linalg_lstsq's solution is a view of a taller
+            # column-major buffer): the storage must reach the layout's last element first.
+            extent = 0 if host.numel() == 0 else 1 + sum((n - 1) * s for n, s in zip(host.shape, host.stride()))
+            original.resize_(extent)
             original.as_strided_(host.shape, host.stride())
     if original.numel():
         original.copy_(host)
