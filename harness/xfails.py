@@ -53,7 +53,7 @@ class Entry:
 @dataclass
 class XFails:
     entries: list[Entry] = field(default_factory=list)
-    seen: set[tuple[str, str]] = field(default_factory=set)  # (source, op) of every case looked up
+    seen: set[tuple[str, str, str, str]] = field(default_factory=set)  # (source, op, dtype, mode) looked up
 
     @classmethod
     def load(cls, path: Path = DEFAULT_PATH) -> "XFails":
@@ -95,7 +95,7 @@ class XFails:
     def match(self, case: Case, failed: bool, message: str = "") -> Entry | None:
         """The entry expecting this case to fail: a failure it explains (xfail), or a pass of a case an
         entry without a message filter covers (xpass). Entries with a message filter do not claim passes."""
-        self.seen.add((case.source, case.spec))
+        self.seen.add((case.source, case.spec, case.dtype, case.mode))
         for entry in self.entries:
             if not entry.matches(case):
                 continue
@@ -109,9 +109,11 @@ class XFails:
         return None
 
     def stale(self, source: str | None = None) -> list[Entry]:
-        """Entries that matched no case although cases of their op ran (of one source, or all)."""
-        return [e for e in self.entries if e.matched == 0 and (e.source, e.op) in self.seen
-                and (source is None or e.source == source)]
+        """Entries that matched no case although cases they apply to ran (their op, and their dtype
+        and mode where they name one): a bfloat16 entry is not stale in a float32-only sweep."""
+        return [e for e in self.entries if e.matched == 0 and (source is None or e.source == source)
+                and any(s == e.source and op == e.op and (e.dtype is None or e.dtype == dtype)
+                        and (e.mode is None or e.mode == mode) for s, op, dtype, mode in self.seen)]
 
     def unknown(self, ops: Iterable[str], source: str = "spec") -> list[Entry]:
         """Entries of ``source`` naming none of ``ops`` (a typo, or an op spec since renamed)."""

@@ -67,6 +67,21 @@ def test_stale_entries_are_those_whose_op_ran_without_a_match():
     assert xf.stale(source="opinfo") == []
 
 
+def test_an_entry_naming_a_dtype_is_stale_only_once_that_dtype_ran():
+    xf = XFails.parse('''
+[[xfail]]
+op = "sinh"
+dtype = "bfloat16"
+category = "numerics"
+message = "elements outside"
+reason = "bfloat16 only"
+''')
+    xf.match(case("sinh", dtype="float32"), False)  # a float32-only run says nothing about it
+    assert xf.stale() == []
+    xf.match(case("sinh", dtype="bfloat16"), False)
+    assert [e.op for e in xf.stale()] == ["sinh"]
+
+
 def test_unknown_ops_are_reported():
     xf = XFails.parse(TOML + '\n[[xfail]]\nop = "no_such_spec"\ncategory = "numerics"\nreason = "typo"\n')
     assert [e.op for e in xf.unknown(SPECS)] == ["no_such_spec"]
