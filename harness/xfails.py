@@ -40,10 +40,13 @@ class Entry:
     matched: int = 0
     passed: int = 0
 
+    def applies(self, source: str, op: str, dtype: str, mode: str) -> bool:
+        """The entry is about cases of this op, dtype and mode (whatever their values)."""
+        return (self.op == op and self.source == source and (self.dtype is None or self.dtype == dtype)
+                and (self.mode is None or self.mode == mode))
+
     def matches(self, case: Case) -> bool:
-        return (self.op == case.spec and self.source == case.source
-                and (self.dtype is None or self.dtype == case.dtype)
-                and (self.mode is None or self.mode == case.mode)
+        return (self.applies(case.source, case.spec, case.dtype, case.mode)
                 and (self.domain is None or self.domain in case.domains))
 
     def explains(self, message: str) -> bool:
@@ -112,8 +115,7 @@ class XFails:
         """Entries that matched no case although cases they apply to ran (their op, and their dtype
         and mode where they name one): a bfloat16 entry is not stale in a float32-only sweep."""
         return [e for e in self.entries if e.matched == 0 and (source is None or e.source == source)
-                and any(s == e.source and op == e.op and (e.dtype is None or e.dtype == dtype)
-                        and (e.mode is None or e.mode == mode) for s, op, dtype, mode in self.seen)]
+                and any(e.applies(*seen) for seen in self.seen)]
 
     def unknown(self, ops: Iterable[str], source: str = "spec") -> list[Entry]:
         """Entries of ``source`` naming none of ``ops`` (a typo, or an op spec since renamed)."""

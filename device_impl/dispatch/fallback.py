@@ -221,8 +221,8 @@ def _copy_back(original: torch.Tensor, host: torch.Tensor) -> None:
         if original.stride() != host.stride():
             # The CPU kernel chose a strided layout (linalg_lstsq's solution is a view of a taller
             # column-major buffer): the storage must reach the layout's last element first.
-            extent = 0 if host.numel() == 0 else 1 + sum((n - 1) * s for n, s in zip(host.shape, host.stride()))
-            original.resize_(extent)
+            lo, hi = _byte_span(host) if host.numel() else (0, 0)
+            original.resize_((hi - lo) // host.element_size())
             original.as_strided_(host.shape, host.stride())
     if original.numel():
         original.copy_(host)

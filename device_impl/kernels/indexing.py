@@ -515,11 +515,6 @@ copy_into = _copy_into
 fill = _fill
 
 
-def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
-            and a.dtype == b.dtype)
-
-
 def _empty(shape, dtype, like: torch.Tensor) -> torch.Tensor:
     return torch.empty(tuple(shape), dtype=dtype, device=like.device)
 
@@ -681,9 +676,7 @@ def _index_select_out(a: dict) -> torch.Tensor:
     dim = _index_select_check(self, a["dim"], index)
     if out.dtype != self.dtype:
         raise RuntimeError("index_select(): self and result must have the same scalar type")
-    overlap.assert_no_internal_overlap(out)
-    overlap.assert_no_overlap(out, self)
-    overlap.assert_no_overlap(out, index)
+    overlap.assert_out_apart(out, self, index)
     check_out(out, _index_select_shape(self, dim, index), self.dtype)
     _index_select_into(out, self, dim, index, "index_select", _index_range_error)
     return out
@@ -816,7 +809,7 @@ def _scatter_run(out: torch.Tensor, self: torch.Tensor, dim: int, index: torch.T
         raise RuntimeError(f"Expected out tensor to have dtype {self.dtype}, but got {out.dtype} instead")
     with launch(name, out.device.index) as nc:
         ov, iv = _view(out), _view(index)
-        if not _same(out, self):
+        if not overlap.same_view(out, self):
             _copy_into(nc, ov, _view(self))
         size = ov.shape[dim]
         _check_range(nc, iv, size, False, _bounds_error(dim, size))
@@ -1074,9 +1067,7 @@ def _masked_select_out(a: dict) -> torch.Tensor:
     _check_bool_mask(mask, "masked_select")
     if out.dtype != self.dtype:
         raise RuntimeError(f"masked_select(): self and result must have the same scalar type")
-    overlap.assert_no_internal_overlap(out)
-    overlap.assert_no_overlap(out, self)
-    overlap.assert_no_overlap(out, mask)
+    overlap.assert_out_apart(out, self, mask)
     with launch("masked_select", self.device.index) as nc:
         return _masked_select_into(nc, out, self, mask)
 
@@ -1362,7 +1353,7 @@ def _index_scatter_run(out, self, dim, index, source, mode, name, error, negativ
         raise RuntimeError(f"Expected out tensor to have dtype {self.dtype}, but got {out.dtype} instead")
     with launch(name, out.device.index) as nc:
         ov, iv = _view(out), _view(index).reshape(-1)
-        if not _same(out, self):
+        if not overlap.same_view(out, self):
             _copy_into(nc, ov, _view(self))
         size = ov.shape[dim]
         _check_range(nc, iv, size, negative, error)
@@ -1480,9 +1471,7 @@ def _take_out(a: dict) -> torch.Tensor:
     if out.dtype != self.dtype:
         raise RuntimeError(f"take(): self and result expected to have the same dtype, but got self dtype "
                            f"{self.dtype} and result dtype {out.dtype}")
-    overlap.assert_no_internal_overlap(out)
-    overlap.assert_no_overlap(out, index)
-    overlap.assert_no_overlap(out, self)
+    overlap.assert_out_apart(out, index, self)
     check_out(out, tuple(index.shape), self.dtype)
     _take_into(out, self, index)
     return out
@@ -1526,7 +1515,7 @@ def _scatter_view_op(self: torch.Tensor, src: torch.Tensor, region: Callable[[np
         check_out(out, tuple(self.shape), self.dtype, (self, src))
     with launch(name, self.device.index) as nc:
         ov = hbm(out)
-        if not _same(out, self):
+        if not overlap.same_view(out, self):
             _copy_into(nc, ov, hbm(self))
         _copy_into(nc, region(ov), hbm(src))
     return out

@@ -232,11 +232,8 @@ def _run_resident(nc, order, keys, lhs: _Operand, rhs: _Operand, blocks, k_range
     it would hold TensorE for its PSUM evacuation. Each slot therefore goes to whichever instruction
     can start first (the loads' completion times are known once they are issued, as a compiler's
     cost model knows them), the matmul on a tie, looking TRANSPOSE_WINDOW tiles ahead."""
-    pending = []  # (operand, key) awaiting a transpose, in order of first use
-    for pair in keys:
-        for operand, key in zip((lhs, rhs), pair):
-            if operand.waiting(key) and (operand, key) not in pending:
-                pending.append((operand, key))
+    pending = list(dict.fromkeys(  # (operand, key) awaiting a transpose, in order of first use
+        (operand, key) for pair in keys for operand, key in zip((lhs, rhs), pair) if operand.waiting(key)))
     first = 0
     accs: dict[int, Any] = {}
     for (b, j), (lkey, rkey) in zip(order, keys):

@@ -83,3 +83,17 @@ def assert_no_partial_overlap(a: torch.Tensor, b: torch.Tensor) -> None:
 def assert_no_overlap(a: torch.Tensor, b: torch.Tensor) -> None:
     if status(a, b) in (Status.FULL, Status.PARTIAL):
         raise RuntimeError(OVERLAP_MESSAGE)
+
+
+def assert_out_apart(out: torch.Tensor, *inputs: torch.Tensor) -> None:
+    """The checks of ops whose out= may share no memory with an input (cat, index_select,
+    masked_select, take): no internal overlap, then no overlap with each input, in CPU's order."""
+    assert_no_internal_overlap(out)
+    for t in inputs:
+        assert_no_overlap(out, t)
+
+
+def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``a`` and ``b`` read the same elements the same way (an out= that is its input: compute in place)."""
+    return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
+            and a.dtype == b.dtype)

@@ -35,6 +35,7 @@ from device_impl._compat import torch_at_least
 from device_impl.dispatch.table import TABLE, resolve
 from device_impl.engine import launch
 from device_impl.engine.dtypes import COMPUTE_DTYPES, FLOAT_DTYPES, FP32
+from device_impl.kernels import overlap
 from device_impl.kernels.common import (
     FREE_MAX,
     P,
@@ -66,8 +67,6 @@ _CPP_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c
 _CTYPE = {torch.int8: "int8_t", torch.uint8: "uint8_t", torch.int16: "int16_t", torch.int32: "int",
           torch.int64: "int64_t", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16", torch.float32: "float",
           torch.bool: "bool"}
-_OVERLAP = ("unsupported operation: more than one element of the written-to tensor refers to a single memory "
-            "location. Please clone() the tensor before performing the operation.")
 
 
 # --- registration ----------------------------------------------------------------
@@ -113,11 +112,6 @@ def _fmt(x) -> str:
 def _float_only(t: torch.Tensor, kernel: str) -> None:
     if t.dtype not in _FLOATS:
         raise _refuse(kernel, t.dtype)
-
-
-def _check_no_internal_overlap(t: torch.Tensor) -> None:
-    if t.numel() > 1 and any(s == 0 and n > 1 for s, n in zip(t.stride(), t.shape)):
-        raise RuntimeError(_OVERLAP)
 
 
 def _check_generator(generator: torch.Generator | None) -> None:
@@ -245,7 +239,7 @@ def _uniform_(a: dict) -> torch.Tensor:
     if hi - lo > limit:
         raise RuntimeError(f"uniform_ expects to-from <= std::numeric_limits<{SCALAR_TYPE_NAMES[dtype]}>::max(), "
                            f"but found to={_fmt(hi)} and from={_fmt(lo)} which result in to-from to exceed the limit")
-    _check_no_internal_overlap(self)
+    overlap.assert_no_internal_overlap(self)
     # CPU: from/to cast to the dtype, x * (to - from) + from in float from 24 random bits, rounded to the
     # dtype; a value that rounds up to `to` becomes `from`, so the result stays in [from, to).
     lo_t, hi_t = np.float32(_as_dtype(lo, dtype)), np.float32(_as_dtype(hi, dtype))
@@ -274,7 +268,7 @@ def _normal_(a: dict) -> torch.Tensor:
     self, mean, std = a["self"], float(a["mean"]), float(a["std"])
     _float_only(self, "normal_kernel_cpu")
     _check_std(std)
-    _check_no_internal_overlap(self)
+    overlap.assert_no_internal_overlap(self)
 
     def emit(nc, outs, rand, ins):
         nc.scalar.activation(outs[0], rand[0], "identity", scale=std, bias=mean)
@@ -404,7 +398,7 @@ def _exponential_(a: dict) -> torch.Tensor:
     if self.dtype not in _FLOATS:
         raise RuntimeError(f"Exponential distribution is a continuous probability distribution. dtype must be a "
                            f"floating point but you specified {SCALAR_TYPE_NAMES[self.dtype]}")
-    _check_no_internal_overlap(self)
+    overlap.assert_no_internal_overlap(self)
 
     def emit(nc, outs, rand, ins):
         t = _tmp(nc, rand[0])
@@ -422,7 +416,7 @@ def _geometric_(a: dict) -> torch.Tensor:
         raise RuntimeError(f"geometric_ expects p to be in (0, 1), but got p={_fmt(p)}")
     if self.dtype == torch.bool:
         raise _refuse("geometric_cpu", self.dtype)
-    _check_no_internal_overlap(self)
+    overlap.assert_no_internal_overlap(self)
     inv = 1.0 / math.log1p(-p)
 
     def emit(nc, outs, rand, ins):
@@ -442,7 +436,7 @@ def _log_normal_(a: dict) -> torch.Tensor:
     if not std > 0.0:
         raise RuntimeError(f"log_normal_ expects std > 0.0, but found std={_fmt(std)}")
     _float_only(self, "log_normal_cpu")
-    _check_no_internal_overlap(self)
+    overlap.assert_no_internal_overlap(self)
 
     def emit(nc, outs, rand, ins):
         nc.scalar.activation(outs[0], rand[0], "exp", scale=std, bias=mean)
@@ -459,7 +453,7 @@ def _cauchy_(a: dict) -> torch.Tensor:
     if self.dtype not in _FLOATS:
         raise RuntimeError(f"Cauchy distribution is a continuous probability distribution. dtype must be a floating "
                            f"point but you specified {_CPP_NAMES[self.dtype]}")
-    _check_no_internal_overlap(self)
+    overlap.assert_no_internal_overlap(self)
 
     def emit(nc, outs, rand, ins):
         t = _tmp(nc, rand[0])
@@ -479,7 +473,7 @@ def _check_p(p: float) -> None:
 
 def _bernoulli_scalar(self: torch.Tensor, p: float, generator) -> torch.Tensor:
     _check_p(p)
-    _check_no_internal_overlap(self)
+    overlap.assert_no_internal_overlap(self)
 
     def emit(nc, outs, rand, ins):
         nc.vector.tensor_scalar(outs[0], rand[0], "less", p, dtype=FP32)
@@ -511,7 +505,7 @@ def _bernoulli_tensor(self: torch.Tensor, p: torch.Tensor, generator) -> torch.T
                                    f"Tensor sizes: {list(p_shape)}")
         raise RuntimeError(f"expand: the number of sizes provided ({len(shape)}) must be greater or equal to the "
                            f"number of dimensions in the tensor ({len(p_shape)})")
-    _check_no_internal_overlap(self)
+    overlap.assert_no_internal_overlap(self)
     if p.numel() and not _reduce_flags("bernoulli_check_p", p, _in_unit_interval):
         raise RuntimeError("Expected p_in >= 0 && p_in <= 1 to be true, but got false.  (Could this error message be "
                            "improved?  If so, please report an enhancement request to PyTorch.)")
@@ -590,7 +584,7 @@ def _check_from_to(lo: int, hi_inclusive: int, dtype: torch.dtype) -> None:
 
 def _random_fill(self: torch.Tensor, span: int, base: int, generator) -> torch.Tensor:
     """self <- base + (bits mod span), span in [1, 2^64], computed in int64 with wrap, then cast."""
-    _check_no_internal_overlap(self)
+    overlap.assert_no_internal_overlap(self)
     out_dtype = numpy_dtype(self.dtype)
     narrow_float = self.dtype in (torch.float16, torch.bfloat16)
     mask63 = (1 << 63) - 1

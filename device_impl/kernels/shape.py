@@ -102,11 +102,6 @@ def _same_device(tensors: Sequence[torch.Tensor], like: torch.Tensor) -> None:
                                f"{like.device} and {t.device}!")
 
 
-def _identical(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return (a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride()
-            and a.dtype == b.dtype)
-
-
 # --- numpy views and the DMA helpers ------------------------------------------------
 
 def _memory_order(view: np.ndarray) -> list[int]:
@@ -348,9 +343,7 @@ def cat_out(tensors, dim=0, *, out):
         raise TypeError(f"torch.cat(): input types can't be cast to the desired output type "
                         f"{SCALAR_TYPE_NAMES[out.dtype]}")
     _resize_out(out, shape, _cat_memory_format(tensors))
-    overlap.assert_no_internal_overlap(out)  # after the resize, as CPU's meta function checks them
-    for t in tensors:
-        overlap.assert_no_overlap(out, t)
+    overlap.assert_out_apart(out, *tensors)  # after the resize, as CPU's meta function checks them
     if out.numel() == 0:
         return out
     view = hbm(out)
@@ -875,7 +868,7 @@ def _tri(x: torch.Tensor, out: torch.Tensor, k: int, lower: bool, name: str) -> 
         return
     rows, cols = x.shape[-2], x.shape[-1]
     k = max(min(k, cols), -rows)  # beyond these every element is kept or every one zeroed
-    inplace = _identical(out, x)
+    inplace = overlap.same_view(out, x)
     xv, ov = hbm(x), hbm(out)
     lead = x.dim() - 2
     xb, ob = _lead_merged(xv, lead), _lead_merged(ov, lead)
