@@ -3,6 +3,7 @@
 // Everything that computes is registered from Python (device_impl.dispatch).
 #include "allocator.h"
 #include "device.h"
+#include "host_allocator.h"
 
 #include <ATen/EmptyTensor.h>
 #include <ATen/InferSize.h>
@@ -123,7 +124,7 @@ bool same_layout(const at::Tensor& a, const at::Tensor& b) {
 // Copies `src` into `dst` where at least one side is in simulated HBM.
 // Same dtype and layout: one memcpy of the dense span (a DMA descriptor).
 // Otherwise the host stages a strided/casting copy.
-at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_blocking*/) {
+at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool non_blocking) {
   TORCH_CHECK(src.defined() && dst.defined(), "neuron copy: undefined tensor");
   TORCH_CHECK(src.device().is_cpu() || src.device().is_privateuseone(), "neuron copy: cannot copy from ", src.device(),
               "; move the tensor to cpu first.");
@@ -138,10 +139,20 @@ at::Tensor copy_from(const at::Tensor& src, const at::Tensor& dst, bool /*non_bl
   }
   // The transfer occupies the device side's DMA queues for its modeled time (bytes over the link),
   // not the host's wall time for the memcpy: simulated time must not depend on how busy this machine is.
+  // A pinned host buffer is read (written) by the DMA directly; a pageable one is staged through a
+  // bounce buffer first (copy_time_ns). A non_blocking copy with a pinned buffer is ordered on the device
+  // side's current stream: the host allocator records that use, as CUDA's does, so the block is tied to
+  // the stream's work (reuse is safe at once here because the simulated transfer completes inside copy_).
   const bool host_side = src.device().is_cpu() || dst.device().is_cpu() || src.device() != dst.device();
+  const at::Tensor& host = src.device().is_cpu() ? src : dst;
+  const bool pinned = !host.device().is_cpu() || is_pinned(host.storage().data());
   const int64_t bytes = static_cast<int64_t>(dst.numel()) * static_cast<int64_t>(dst.element_size());
-  advance_device_time(dst.is_privateuseone() ? dst.device().index() : src.device().index(),
-                      copy_time_ns(bytes, host_side));
+  const auto device = dst.is_privateuseone() ? dst.device().index() : src.device().index();
+  if (non_blocking && host.device().is_cpu() && pinned) {
+    host_allocator().record_event(host.storage().mutable_data(), host.storage().data_ptr().get_context(),
+                                  current_stream(device));
+  }
+  advance_device_time(device, copy_time_ns(bytes, host_side, pinned));
   return dst;
 }
 

@@ -1,6 +1,7 @@
 #include "device.h"
 
 #include "allocator.h"
+#include "host_allocator.h"
 
 #include <ATen/Context.h>
 #include <ATen/detail/PrivateUse1HooksInterface.h>
@@ -71,21 +72,26 @@ namespace {
 std::atomic<double> g_copy_latency_ns{2000.0};
 std::atomic<double> g_host_bytes_per_ns{16.0};
 std::atomic<double> g_device_bytes_per_ns{410.0};
+std::atomic<double> g_staging_bytes_per_ns{16.0};
 }  // namespace
 
-void set_copy_model(double latency_ns, double host_bytes_per_ns, double device_bytes_per_ns) {
-  TORCH_CHECK(latency_ns >= 0 && host_bytes_per_ns > 0 && device_bytes_per_ns > 0,
+void set_copy_model(double latency_ns, double host_bytes_per_ns, double device_bytes_per_ns,
+                    double staging_bytes_per_ns) {
+  TORCH_CHECK(latency_ns >= 0 && host_bytes_per_ns > 0 && device_bytes_per_ns > 0 && staging_bytes_per_ns > 0,
               "neuron copy model: latency must be >= 0 and bandwidths > 0");
   g_copy_latency_ns.store(latency_ns);
   g_host_bytes_per_ns.store(host_bytes_per_ns);
   g_device_bytes_per_ns.store(device_bytes_per_ns);
+  g_staging_bytes_per_ns.store(staging_bytes_per_ns);
 }
 
-int64_t copy_time_ns(int64_t bytes, bool host_side) {
-  const double rate = host_side ? g_host_bytes_per_ns.load() : g_device_bytes_per_ns.load();
+int64_t copy_time_ns(int64_t bytes, bool host_side, bool pinned) {
+  const double n = static_cast<double>(bytes);
   // a copy within HBM reads and writes every byte
-  const double moved = host_side ? static_cast<double>(bytes) : 2.0 * static_cast<double>(bytes);
-  return static_cast<int64_t>(g_copy_latency_ns.load() + moved / rate);
+  if (!host_side) return static_cast<int64_t>(g_copy_latency_ns.load() + 2.0 * n / g_device_bytes_per_ns.load());
+  // a pageable host buffer is copied into a pinned bounce buffer before the DMA can read it
+  const double staging = pinned ? 0.0 : n / g_staging_bytes_per_ns.load();
+  return static_cast<int64_t>(g_copy_latency_ns.load() + n / g_host_bytes_per_ns.load() + staging);
 }
 
 c10::Stream current_stream(c10::DeviceIndex index) {
@@ -325,8 +331,9 @@ struct NeuronHooks final : public at::PrivateUse1HooksInterface {
     TORCH_CHECK(index >= 0, "pointer ", data, " is not in simulated neuron HBM");
     return at::Device(c10::DeviceType::PrivateUse1, index);
   }
-  bool isPinnedPtr(const void* /*data*/) const override { return false; }
-  at::Allocator* getPinnedMemoryAllocator() const override { return c10::GetCPUAllocator(); }
+  // Pinned memory is the host allocator's (host_allocator.h): is_pinned() asks it, pin_memory() allocates from it.
+  bool isPinnedPtr(const void* data) const override { return is_pinned(data); }
+  at::Allocator* getPinnedMemoryAllocator() const override { return &host_allocator(); }
   void resizePrivateUse1Bytes(const c10::Storage& storage, size_t newsize) const override {
     TORCH_CHECK(storage.resizable(), "Trying to resize storage that is not resizable");
     const auto old_size = storage.nbytes();

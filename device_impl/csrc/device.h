@@ -36,9 +36,12 @@ void advance_device_time(c10::DeviceIndex index, int64_t ns);
 
 // Modeled duration of a copy that _copy_from performs (set from device_impl.engine.constants):
 // a fixed DMA latency plus bytes over the link's bandwidth. Host <-> device crosses PCIe; a copy
-// within one core's HBM is a DMA read and write at the core's DMA bandwidth.
-void set_copy_model(double latency_ns, double host_bytes_per_ns, double device_bytes_per_ns);
-int64_t copy_time_ns(int64_t bytes, bool host_side);
+// within one core's HBM is a DMA read and write at the core's DMA bandwidth. A host buffer that is
+// not pinned (host_allocator.h) is first staged by the host into a pinned bounce buffer, serially
+// with the DMA, at the staging rate.
+void set_copy_model(double latency_ns, double host_bytes_per_ns, double device_bytes_per_ns,
+                    double staging_bytes_per_ns);
+int64_t copy_time_ns(int64_t bytes, bool host_side, bool pinned = true);
 
 constexpr int kStreamsPerDevice = 32;
 c10::Stream current_stream(c10::DeviceIndex index);

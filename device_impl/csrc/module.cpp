@@ -2,6 +2,7 @@
 // and the engine need. Everything user-facing is wrapped in Python.
 #include "allocator.h"
 #include "device.h"
+#include "host_allocator.h"
 
 #include <pybind11/numpy.h>
 #include <torch/csrc/Generator.h>
@@ -99,6 +100,31 @@ py::list memory_snapshot(int device) {
   return out;
 }
 
+py::dict duration_dict(const c10::CachingAllocator::DurationStat& s) {
+  py::dict d;
+  d["total"] = s.total;
+  d["max"] = s.max;
+  d["min"] = s.min;
+  d["count"] = s.count;
+  return d;
+}
+
+// Keys of torch.cuda.host_memory_stats (at::HostStats), plus num_record_event.
+py::dict host_memory_stats() {
+  const auto s = neuronsim::host_allocator().get_stats();
+  py::dict d;
+  d["active_requests"] = stat_dict(s.active_requests);
+  d["active_bytes"] = stat_dict(s.active_bytes);
+  d["allocations"] = stat_dict(s.allocations);
+  d["allocated_bytes"] = stat_dict(s.allocated_bytes);
+  d["host_alloc_time"] = duration_dict(s.host_alloc_time);
+  d["host_free_time"] = duration_dict(s.host_free_time);
+  d["num_host_alloc"] = s.num_host_alloc;
+  d["num_host_free"] = s.num_host_free;
+  d["num_record_event"] = neuronsim::host_allocator().num_record_event();
+  return d;
+}
+
 // numpy dtype of each ScalarType, set once from Python (bfloat16 comes from ml_dtypes).
 std::array<py::object, static_cast<size_t>(at::ScalarType::NumOptions)> g_numpy_dtypes;
 
@@ -147,7 +173,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 
   m.def("device_time_ns", [](int i) { return neuronsim::device_time_ns(static_cast<c10::DeviceIndex>(i)); });
   m.def("set_copy_model", &neuronsim::set_copy_model);
-  m.def("copy_time_ns", &neuronsim::copy_time_ns);
+  m.def("copy_time_ns", &neuronsim::copy_time_ns, py::arg("bytes"), py::arg("host_side"), py::arg("pinned") = true);
+
+  m.def("host_memory_stats", &host_memory_stats);
+  m.def("host_empty_cache", [] { neuronsim::host_allocator().empty_cache(); });
+  m.def("host_reset_peak_stats", [] { neuronsim::host_allocator().reset_peak_stats(); });
+  m.def("host_reset_accumulated_stats", [] { neuronsim::host_allocator().reset_accumulated_stats(); });
+  m.def("is_pinned_ptr", [](size_t address) { return neuronsim::is_pinned(reinterpret_cast<const void*>(address)); });
   m.def("advance_device_time", [](int i, int64_t ns) {
     neuronsim::advance_device_time(static_cast<c10::DeviceIndex>(i), ns);
   });

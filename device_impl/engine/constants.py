@@ -66,6 +66,12 @@ class Platform:
     # shared by the chip's cores: half of it, effective, per core).
     copy_latency_ns: float = 2000.0
     host_bytes_per_second: float = 16e9
+    # A pageable (not pinned) host buffer cannot be read by the DMA engines: the runtime first copies it
+    # into a pinned bounce buffer, then DMAs that (NVIDIA, "How to Optimize Data Transfers in CUDA C/C++":
+    # the driver stages pageable transfers through a page-locked buffer, which is why pinned copies are
+    # faster). MODEL: the host's staging memcpy runs at the PCIe rate and does not overlap the DMA, so a
+    # pageable copy takes about twice a pinned one's time.
+    pageable_staging_bytes_per_second: float = 16e9
     gpsimd_elements_per_cycle: int = 64  # 8 cores x 8 lanes of 32-bit SIMD
     # TensorE double-buffers weights: loading the next stationary tile (one row per cycle)
     # overlaps the previous matmul's moving stream, so only the part not hidden costs time.
@@ -81,9 +87,11 @@ class Platform:
         return min(self.dma_engines * self.dma_bytes_per_second_per_engine,
                    self.hbm_bytes_per_second_per_chip / self.cores_per_chip)
 
-    def copy_model(self) -> tuple[float, float, float]:
-        """(latency ns, host bytes/ns, device bytes/ns) for the C++ core's modeled copy time."""
-        return self.copy_latency_ns, self.host_bytes_per_second / 1e9, self.dma_bytes_per_second / 1e9
+    def copy_model(self) -> tuple[float, float, float, float]:
+        """(latency ns, host bytes/ns, device bytes/ns, pageable staging bytes/ns) for the C++ core's
+        modeled copy time (csrc/device.cpp: copy_time_ns)."""
+        return (self.copy_latency_ns, self.host_bytes_per_second / 1e9, self.dma_bytes_per_second / 1e9,
+                self.pageable_staging_bytes_per_second / 1e9)
 
     @property
     def tensor_flops_per_second(self) -> float:

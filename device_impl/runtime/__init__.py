@@ -21,6 +21,9 @@ from device_impl.runtime.devices import (  # noqa: F401
 from device_impl.runtime.memory import (  # noqa: F401
     check_allocator_invariants,
     empty_cache,
+    empty_host_cache,
+    host_memory_stats,
+    host_memory_stats_as_nested_dict,
     max_memory_allocated,
     max_memory_reserved,
     mem_get_info,
@@ -30,7 +33,9 @@ from device_impl.runtime.memory import (  # noqa: F401
     memory_stats,
     memory_stats_as_nested_dict,
     memory_summary,
+    reset_accumulated_host_memory_stats,
     reset_accumulated_memory_stats,
+    reset_peak_host_memory_stats,
     reset_peak_memory_stats,
 )
 from device_impl.runtime.random import (  # noqa: F401

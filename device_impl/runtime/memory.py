@@ -115,3 +115,33 @@ def memory_summary(device: DeviceLike = None, abbreviated: bool = False) -> str:
                  f"Segment allocs/frees: {stats['num_device_alloc']}/{stats['num_device_free']}")
     lines.append("=" * 94)
     return "\n".join(lines)
+
+
+# --- pinned host memory (csrc/host_allocator.*) ----------------------------------------------------
+
+
+def host_memory_stats() -> "OrderedDict[str, Any]":
+    """Pinned host memory of the neuron host allocator, flattened as torch.cuda.host_memory_stats():
+    ``allocated_bytes.current`` (pinned memory held, cached included), ``active_bytes.current`` (held by
+    live tensors), ``num_host_alloc``/``num_host_free``, ``host_alloc_time.total`` (µs), and
+    ``num_record_event`` (non_blocking copies that recorded a stream use of a pinned block)."""
+    flat: list[tuple[str, Any]] = []
+    _flatten("", C.host_memory_stats(), flat)
+    return OrderedDict(sorted(flat))
+
+
+def host_memory_stats_as_nested_dict() -> dict[str, Any]:
+    return C.host_memory_stats()
+
+
+def empty_host_cache() -> None:
+    """Return cached, unused pinned blocks to the system (also ``torch.accelerator.empty_host_cache()``)."""
+    C.host_empty_cache()
+
+
+def reset_peak_host_memory_stats() -> None:
+    C.host_reset_peak_stats()
+
+
+def reset_accumulated_host_memory_stats() -> None:
+    C.host_reset_accumulated_stats()
