@@ -29,6 +29,12 @@ times.
 
 Launches are matched to profiler events by name and order on the wall clock
 (``time.time_ns``, the clock Kineto stamps events with).
+
+The legacy profiler, ``torch.autograd.profiler.profile(use_device="neuron")``, needs none of this:
+it calls the PrivateUse1 profiler stubs (csrc/profiler_stubs.cpp) at the start and end of every op,
+which snapshot the cores' simulated device clocks, so ``key_averages()`` carries each op's device
+time directly (in whole microseconds, torch's resolution for it) -- the same simulated time this
+module attaches per launch.
 """
 
 from __future__ import annotations

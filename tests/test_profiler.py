@@ -114,9 +114,78 @@ def test_backward_launches_on_the_autograd_thread_are_captured():
 
 def test_legacy_autograd_profiler():
     a, b = _inputs()
-    with torch.autograd.profiler.profile() as prof:  # use_device="neuron" needs C++ profiler stubs
+    with torch.autograd.profiler.profile() as prof:
         _ops(a, b)
     assert [x.kernel for x in neuron_profiler.launches(prof)] == ["mm", "relu", "add", "sum"]
+
+
+# --- the legacy profiler's device time: PrivateUse1 profiler stubs (csrc/profiler_stubs.cpp) -------------
+
+
+def _matmul_inputs(device: str = "neuron") -> tuple[torch.Tensor, torch.Tensor]:
+    # large enough that the legacy profiler's whole-microsecond resolution is well under 5% of its time
+    g = torch.Generator().manual_seed(1)
+    return torch.randn(512, 512, generator=g).to(device), torch.randn(512, 256, generator=g).to(device)
+
+
+def _legacy_profile(fn, *args):
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with torch.autograd.profiler.profile(use_device="neuron") as prof:
+            fn(*args)
+        averages = {avg.key: avg for avg in prof.key_averages()}
+    return prof, averages, [str(w.message) for w in caught]
+
+
+def test_legacy_profiler_with_use_device_neuron_records_device_time_without_warnings():
+    a, b = _matmul_inputs()
+    prof, averages, warned = _legacy_profile(_ops, a, b)
+    assert warned == []  # without the stubs: "PrivateUse1 used in profiler but not enabled" per op
+    assert prof.use_device == "neuron"
+    for avg in averages.values():  # without the stubs: garbage, around -2e17
+        assert avg.device_time_total >= 0 and avg.self_device_time_total >= 0, avg.key
+    for op in ("aten::mm", "aten::relu", "aten::add", "aten::sum"):
+        assert averages[op].device_time_total > 0, op
+    assert "NEURON total" in prof.key_averages().table(sort_by="device_time_total")
+
+
+def test_legacy_device_time_matches_the_engine_and_the_kineto_trace():
+    a, b = _matmul_inputs()
+    engine.reset_stats()
+    legacy_prof, legacy, _ = _legacy_profile(torch.mm, a, b)
+    simulated_us = engine.stats()["mm"]["device_ns"] / 1000
+    # the op the user called (its out= kernel is an inner aten::mm event, so key_averages sums both)
+    outer = [e for e in legacy_prof.function_events if e.name == "aten::mm" and e.cpu_parent is None]
+    assert len(outer) == 1
+    assert outer[0].device_time_total == pytest.approx(simulated_us, abs=1.0)  # whole µs
+    with profile(activities=ACTIVITIES) as prof:
+        torch.mm(a, b)
+    neuron_profiler.attach_device_time(prof)
+    kineto = {avg.key: avg for avg in prof.key_averages()}
+    assert kineto["aten::mm"].device_time_total > 0
+    assert legacy["aten::mm"].device_time_total == pytest.approx(kineto["aten::mm"].device_time_total, rel=0.05)
+
+
+def test_legacy_device_time_counts_the_core_the_op_ran_on():
+    if torch.neuron.device_count() < 2:
+        pytest.skip("needs two NeuronCores")
+    a, b = _matmul_inputs("neuron:1")
+    _, legacy, _ = _legacy_profile(torch.mm, a, b)  # recorded while neuron:0 is the current core
+    assert legacy["aten::mm"].device_time_total > 0
+
+
+def test_legacy_profiler_copies_take_their_modeled_time():
+    x = torch.randn(1 << 16)
+    _, legacy, warned = _legacy_profile(lambda t: t.to("neuron"), x)
+    assert warned == []
+    from device_impl.engine.constants import PLATFORM
+
+    latency, host_rate, _, staging_rate = PLATFORM.copy_model()
+    nbytes = x.numel() * 4
+    assert legacy["aten::_to_copy"].device_time_total == pytest.approx(
+        (latency + nbytes / host_rate + nbytes / staging_rate) / 1000, abs=1.0)
 
 
 def test_no_profiler_no_records():
