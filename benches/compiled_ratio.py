@@ -1,9 +1,9 @@
-"""torch.compile(backend="neuron") against neuron eager and CPU eager, for the decoder block forward, in one run.
+"""torch.compile(backend="neuron") against neuron eager and CPU eager, for the decoder block and Llama forwards, in one run.
 
-Usage: python benches/compiled_ratio.py [--case decoder_block_b2_s128] [--repeats N]
+Usage: python benches/compiled_ratio.py [--case CASE ...] [--repeats N]
 
-Prints, for the Llama-style decoder block forward (harness.models.DecoderBlock, batch 2, seq 128,
-hidden 256; benches/cases.py), measured in this run:
+Prints, for each case (default: the Llama-style decoder block forward, harness.models.DecoderBlock,
+batch 2, seq 128, hidden 256; and the tiny LlamaForCausalLM forward; benches/cases.py), measured in this run:
   * wall time per forward: CPU eager, neuron eager, neuron compiled, and the ratios
     compiled / eager neuron and compiled / CPU eager;
   * simulated device time per forward (the sum of its launches' device time: engine statistics;
@@ -11,7 +11,11 @@ hidden 256; benches/cases.py), measured in this run:
     beside it) and HBM bytes moved, eager versus compiled;
   * cold compile seconds (empty NEFF cache) and warm ones: in this process after clearing every
     in-memory cache (Dynamo's and the compiler's), and in a new process; both warm compiles are
-    served by the NEFF cache on disk (the hit is checked, not assumed).
+    served by the NEFF cache on disk (the hit is checked, not assumed);
+  * the roofline (benches/roofline.py): compulsory HBM bytes (external inputs read once, outputs
+    written once, found on a CPU run), max(TensorE flops / peak, compulsory bytes / DMA bandwidth),
+    and MFU / MBU of eager and compiled;
+  * issue 21's targets, each with the figure it is judged by and whether this run met it.
 The NEFF cache lives in a temporary directory, so "cold" is cold.
 """
 
@@ -34,10 +38,15 @@ import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent))
-from cases import CASES, device_seconds, wall_seconds  # noqa: E402
+from cases import CASES, Case, device_seconds, wall_seconds  # noqa: E402
+from roofline import compulsory_bytes, measure as roofline_of  # noqa: E402
 
 import device_impl.compiler as compiler  # noqa: E402
 from device_impl import engine  # noqa: E402
+
+DEFAULT = ("decoder_block_b2_s128", "llama_forward")
+# issue 21 sets the device-time, roofline and HBM targets on the decoder block; Llama gets the wall ones
+DEVICE_TARGETS = ("decoder_block_b2_s128",)
 
 _WARM_PROCESS = """
 import json, os, sys, time
@@ -65,6 +74,11 @@ def _traffic(fn) -> tuple[float, float, int]:
     return sum(s["device_ns"] for s in launches) / 1e9, clock, int(sum(s["hbm_bytes"] for s in launches))
 
 
+def _output(result) -> torch.Tensor:
+    """The tensor a forward returns: itself, or a Hugging Face output's logits."""
+    return result if isinstance(result, torch.Tensor) else result.logits
+
+
 def _first_call(build) -> tuple[object, float, dict]:
     compiler.reset_stats()
     fn = build()
@@ -76,23 +90,28 @@ def _first_call(build) -> tuple[object, float, dict]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--case", default="decoder_block_b2_s128", choices=sorted(CASES))
+    parser.add_argument("--case", nargs="+", default=list(DEFAULT), choices=sorted(CASES))
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
-    case = CASES[args.case]
     warnings.filterwarnings("ignore", message="Operator '.*' executed via CPU fallback")
+    met = [report(CASES[name], name, args.repeats) for name in args.case]
+    if not all(met):
+        print("\nsome targets are not met (listed above)")
 
+
+def report(case: Case, name: str, repeats: int) -> bool:
+    """Every figure of one case, then its targets; True when all are met."""
     cpu = case.build("cpu", torch.float32)
     eager = case.build("neuron", torch.float32)
-    cpu_wall = wall_seconds(cpu, "cpu", args.repeats)
-    eager_wall = wall_seconds(eager, "neuron", args.repeats)
+    cpu_wall = wall_seconds(cpu, "cpu", repeats)
+    eager_wall = wall_seconds(eager, "neuron", repeats)
     eager_device, eager_clock, eager_bytes = _traffic(eager)
 
     compiled, cold_first, cold = _first_call(lambda: case.build("neuron", torch.float32, compile=_compile))
     assert cold["compiles"] >= 1 and cold["fallbacks"] == 0, cold
-    compiled_wall = wall_seconds(compiled, "neuron", args.repeats)
+    compiled_wall = wall_seconds(compiled, "neuron", repeats)
     compiled_device, compiled_clock, compiled_bytes = _traffic(compiled)
-    difference = (compiled().float().cpu() - cpu().float()).abs().max().item()
+    difference = (_output(compiled()).float().cpu() - _output(cpu()).float()).abs().max().item()
 
     torch._dynamo.reset()
     compiler.clear_cache()
@@ -100,7 +119,7 @@ def main(argv: list[str] | None = None) -> None:
     assert warm["compiles"] == 0 and warm["cache_hits_by_source"]["disk"] >= 1, warm
 
     code = _WARM_PROCESS.format(benches=str(Path(__file__).parent), root=str(Path(__file__).parent.parent),
-                                case=args.case)
+                                case=name)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=dict(os.environ))
     if result.returncode != 0:
         raise SystemExit(f"warm-process run failed:\n{result.stderr[-2000:]}")
@@ -124,6 +143,32 @@ def main(argv: list[str] | None = None) -> None:
     print(f"warm compile (new process)       {process['stats']['compile_seconds']:7.2f}s compile, first call "
           f"{process['first_call']:6.2f}s  [disk hits {process['stats']['cache_hits_by_source']['disk']}]")
     print(f"cold / warm compile seconds      {cold['compile_seconds'] / warm['compile_seconds']:7.2f}x (this process)")
+
+    compulsory = compulsory_bytes(cpu)
+    roof = {mode: roofline_of(fn, torch.float32, compulsory) for mode, fn in (("eager", eager), ("compiled", compiled))}
+    bound = roof["compiled"]
+    print(f"compulsory HBM bytes   {compulsory:12,d}  (inputs and weights read once, outputs written once)")
+    print(f"roofline               {bound.seconds * 1e6:10.1f}us  = max(TensorE {bound.tensore_flops:,d} flop at "
+          f"{bound.peak_flops / 1e12:.0f} TFLOP/s, {compulsory:,d} B at {bound.peak_bytes_per_second / 1e9:.0f} GB/s)")
+    for mode, r in roof.items():
+        print(f"{mode:9s} device {r.device_seconds * 1e6:9.1f}us = {r.device_seconds / r.seconds:5.2f}x roofline; "
+              f"HBM {r.hbm_bytes / compulsory:5.2f}x compulsory; MFU {r.mfu:6.1%}  MBU {r.mbu:6.1%}")
+
+    targets = [
+        ("compiled >= 5x faster than neuron eager (wall)", compiled_wall / eager_wall, 0.2),
+        ("compiled <= 2x CPU eager (wall)", compiled_wall / cpu_wall, 2.0),
+        ("warm compile from the disk cache <= 0.1 s (new process)", process["stats"]["compile_seconds"], 0.1),
+    ]
+    if name in DEVICE_TARGETS:
+        targets += [
+            ("compiled device time <= 0.3x eager", bound.device_seconds / roof["eager"].device_seconds, 0.3),
+            ("compiled device time <= 2x roofline", bound.device_seconds / bound.seconds, 2.0),
+            ("compiled HBM bytes <= 1.5x compulsory", bound.hbm_bytes / compulsory, 1.5),
+        ]
+    print("targets (issue 21):")
+    for text, value, limit in targets:
+        print(f"  {'met    ' if value <= limit else 'NOT MET'}  {text:58s} {value:8.3f} (limit {limit})")
+    return all(value <= limit for _, value, limit in targets)
 
 
 if __name__ == "__main__":
