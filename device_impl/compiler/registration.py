@@ -56,6 +56,37 @@ neuron.backend_ctx_ctor = _static_shapes  # type: ignore[attr-defined]
 DISPATCHED_PACKAGES = ("device_impl.dispatch", "device_impl.kernels", "device_impl.engine", "device_impl.eager",
                        "device_impl.runtime")
 TRACE_RULES_MODULE = "torch._dynamo.trace_rules"
+DEVICE_INTERFACE_MODULE = "torch._dynamo.device_interface"
+
+
+USER_DEFINED_MODULE = "torch._dynamo.variables.user_defined"
+TORCH_VARIABLES_MODULE = "torch._dynamo.variables.torch"
+DECORATORS_MODULE = "torch._dynamo.decorators"
+
+
+def _register_device_interface(module) -> None:
+    """Dynamo's DeviceInterface for neuron (runtime/dynamo_interface.py)."""
+    from device_impl.runtime import dynamo_interface
+
+    dynamo_interface.register(module)
+
+
+def _adapt_user_defined(module) -> None:
+    from device_impl.runtime import dynamo_interface
+
+    dynamo_interface.adapt_user_defined(module)
+
+
+def _adapt_torch_functions(module) -> None:
+    from device_impl.runtime import dynamo_interface
+
+    dynamo_interface.adapt_torch_functions(module)
+
+
+def _allow_in_graph(module) -> None:
+    from device_impl.runtime import dynamo_interface
+
+    dynamo_interface.allow_in_graph(module)
 
 
 def _register(registry) -> None:
@@ -80,7 +111,9 @@ def _skip_dispatched_code(trace_rules) -> None:
 
 # module -> what to do with it once it has fully loaded (not before: Dynamo's modules import each
 # other, so one can be in sys.modules half-executed)
-_ON_LOAD = {REGISTRY_MODULE: _register, TRACE_RULES_MODULE: _skip_dispatched_code}
+_ON_LOAD = {REGISTRY_MODULE: _register, TRACE_RULES_MODULE: _skip_dispatched_code,
+            DEVICE_INTERFACE_MODULE: _register_device_interface, USER_DEFINED_MODULE: _adapt_user_defined,
+            TORCH_VARIABLES_MODULE: _adapt_torch_functions, DECORATORS_MODULE: _allow_in_graph}
 
 
 class _ActWhenLoaded(importlib.abc.MetaPathFinder):

@@ -29,7 +29,7 @@ from device_impl.runtime.devices import DeviceLike, device_index
 
 
 class _OnNeuron(type):
-    """isinstance(x, torch.neuron.Stream) holds for any torch.Stream on a neuron device."""
+    """isinstance(x, torch.neuron.Stream) holds for any torch.Stream on a neuron device (and Event alike)."""
 
     _base: type
 
@@ -45,10 +45,25 @@ def _barrier(reason: str) -> None:
         HOOKS.barrier(reason)
 
 
-class _NeuronEvent(torch.Event):
-    """torch.Event whose synchronising methods run queued work first (see the module docstring)."""
+_PRIVATEUSE1 = 20  # c10::DeviceType::PrivateUse1, the type index of "neuron"
 
-    def __init__(self, *args, enable_timing: bool = False, **kwargs) -> None:
+
+class Event(torch.Event, metaclass=_OnNeuron):
+    """A neuron event (a torch.Event subclass); ``enable_timing=True`` to use elapsed_time().
+
+    Its synchronising methods run queued work first (see the module docstring). A real subclass of
+    torch.Event, so Dynamo traces its construction and methods (runtime/dynamo_interface.py).
+    """
+
+    _base = torch.Event
+
+    def __new__(cls, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+                device: DeviceLike = None) -> "Event":
+        return super().__new__(cls, device=torch.device("neuron", device_index(device)),
+                               enable_timing=enable_timing, blocking=blocking, interprocess=interprocess)
+
+    def __init__(self, enable_timing: bool = False, blocking: bool = False, interprocess: bool = False,
+                 device: DeviceLike = None) -> None:
         super().__init__()
         self._timing = enable_timing
         self._recorded_ns: int | None = None
@@ -72,10 +87,10 @@ class _NeuronEvent(torch.Event):
         super().synchronize()
 
     def elapsed_time(self, end_event: torch.Event) -> float:
-        if not isinstance(end_event, _NeuronEvent):
+        if type(end_event) is torch.Event:
             return super().elapsed_time(end_event)
         # The C++ binding accepts only exact torch.Event arguments: the same checks and clock, here.
-        if self._recorded_ns is None or end_event._recorded_ns is None:
+        if self._recorded_ns is None or getattr(end_event, "_recorded_ns", None) is None:
             raise RuntimeError("Both events must be recorded before calculating elapsed time.")
         if not (self._timing and end_event._timing):
             raise RuntimeError("Both events must be created with argument 'enable_timing=True' to measure "
@@ -85,8 +100,25 @@ class _NeuronEvent(torch.Event):
         return (end_event._recorded_ns - self._recorded_ns) / 1e6
 
 
-class _NeuronStream(torch.Stream):
-    """torch.Stream whose synchronising methods run queued work first (see the module docstring)."""
+class Stream(torch.Stream, metaclass=_OnNeuron):
+    """A neuron stream: ``torch.neuron.Stream()`` on the current core, or ``Stream('neuron:1')``.
+
+    A torch.Stream subclass whose synchronising methods run queued work first (see the module
+    docstring); ``Stream(stream_id=, device_index=, device_type=)`` rewraps an existing stream, as
+    torch.Stream does.
+    """
+
+    _base = torch.Stream
+
+    def __new__(cls, device: DeviceLike = None, priority: int = 0, **existing) -> "Stream":
+        if existing:
+            return super().__new__(cls, **existing)
+        fresh = torch.Stream(device=torch.device("neuron", device_index(device)), priority=priority)
+        return super().__new__(cls, stream_id=fresh.stream_id, device_index=fresh.device_index,
+                               device_type=_PRIVATEUSE1)
+
+    def __init__(self, device: DeviceLike = None, priority: int = 0, **existing) -> None:
+        super().__init__()
 
     def synchronize(self) -> None:
         _barrier("stream")
@@ -106,7 +138,7 @@ class _NeuronStream(torch.Stream):
 
     def record_event(self, event: torch.Event | None = None) -> torch.Event:
         if event is None:
-            event = _NeuronEvent(device=self.device)
+            event = Event(device=self.device)
         event.record(self)
         return event
 
@@ -119,34 +151,8 @@ class _NeuronStream(torch.Stream):
         return super().__exit__(*exc)
 
 
-_PRIVATEUSE1 = 20  # c10::DeviceType::PrivateUse1, the type index of "neuron"
-
-
-def _neuron_stream(stream: torch.Stream) -> torch.Stream:
-    return _NeuronStream(stream_id=stream.stream_id, device_index=stream.device_index, device_type=_PRIVATEUSE1)
-
-
-class Stream(metaclass=_OnNeuron):
-    """A neuron stream: ``torch.neuron.Stream()`` on the current core, or ``Stream('neuron:1')``.
-
-    A torch.Stream (subclass; see the module docstring), so it works where a torch.Stream does.
-    """
-
-    _base = torch.Stream
-
-    def __new__(cls, device: DeviceLike = None, priority: int = 0) -> torch.Stream:  # type: ignore[misc]
-        return _neuron_stream(torch.Stream(device=torch.device("neuron", device_index(device)), priority=priority))
-
-
-class Event(metaclass=_OnNeuron):
-    """A neuron event (a torch.Event subclass); ``enable_timing=True`` to use elapsed_time()."""
-
-    _base = torch.Event
-
-    def __new__(cls, enable_timing: bool = False, blocking: bool = False,  # type: ignore[misc]
-                interprocess: bool = False, device: DeviceLike = None) -> torch.Event:
-        return _NeuronEvent(device=torch.device("neuron", device_index(device)), enable_timing=enable_timing,
-                            blocking=blocking, interprocess=interprocess)
+def _neuron_stream(stream: torch.Stream) -> Stream:
+    return Stream(stream_id=stream.stream_id, device_index=stream.device_index, device_type=_PRIVATEUSE1)
 
 
 def current_stream(device: DeviceLike = None) -> torch.Stream:
@@ -155,7 +161,7 @@ def current_stream(device: DeviceLike = None) -> torch.Stream:
 
 def default_stream(device: DeviceLike = None) -> torch.Stream:
     """Stream id 0, the default stream of every core."""
-    return _NeuronStream(stream_id=0, device_index=device_index(device), device_type=_PRIVATEUSE1)
+    return Stream(stream_id=0, device_index=device_index(device), device_type=_PRIVATEUSE1)
 
 
 def set_stream(stream: torch.Stream) -> None:
