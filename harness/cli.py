@@ -153,6 +153,27 @@ def cmd_merge(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_cells(args: argparse.Namespace) -> int:
+    store = Store(args.results)
+    rows = store.cells(args.op, args.run, args.mode)
+    if not rows:
+        print(f"no cases of op spec {args.op!r} with cells in {store.path}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    print(f"{'dtype':10s} {'domain':14s} {'layout':14s} {'size':10s} {'edge':>6s} {'error':14s} {'mode':9s} "
+          f"{'cases':>5s} {'designed':>8s}  verdicts")
+    for r in rows:
+        verdicts = ", ".join(f"{n} {v}" for v, n in sorted(r["verdicts"].items()))
+        print(f"{r['dtype']:10s} {r['domain']:14s} {r['layout']:14s} {r['size']:10s} {str(r['edge']):>6s} "
+              f"{str(r['error'] or ''):14s} {r['mode']:9s} {r['cases']:5d} {r['designed']:8d}  {verdicts}")
+    domains = {(r["dtype"], r["domain"]) for r in rows}
+    print(f"{len(rows)} cells; {len(domains)} dtype x domain pairs; layouts {sorted({r['layout'] for r in rows})}; "
+          f"sizes {sorted({r['size'] for r in rows})}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     return args.func(args)
@@ -189,6 +210,16 @@ def build_parser() -> argparse.ArgumentParser:
     merge.add_argument("stores", nargs="+", help="SQLite stores written by shards")
     merge.add_argument("-o", "--output", default=str(DEFAULT_PATH), help="the merged store (appended to)")
     merge.set_defaults(func=cmd_merge)
+    cells = sub.add_parser("coverage-cells", help="which dtype x domain x layout x size cells an op spec's cases ran")
+    cells.add_argument("--op", required=True, help="op spec name (harness.specs)")
+    cells.add_argument("--run", type=int, default=None, help="run id (default: the latest with cases of the op)")
+    cells.add_argument("--mode", default=None)
+    cells.add_argument("--json", action="store_true")
+    cells.add_argument("--results", default=str(DEFAULT_PATH))
+    cells.set_defaults(func=cmd_cells)
+    from harness.mutate import add_parser as add_mutate
+
+    add_mutate(sub)
     from harness.port.cli import add_parser as add_port_check
 
     add_port_check(sub)

@@ -111,6 +111,11 @@ def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tupl
         bad = int((got != exp).sum())
         return Comparison(False, f"{where}: {bad} of {exp.numel()} elements differ (exact comparison)",
                           criterion="exact")
+    view = _INT_VIEW.get(exp.dtype)
+    if view is not None and torch.equal(got.view(view), exp.view(view)):
+        # Bit-identical (NaN payloads aside, which CPU does not promise): every criterion below
+        # passes, and the fast path keeps a large designed case from paying for each of them.
+        return Comparison(True, "", 0.0, 0.0, 0, "bit-identical")
     if exp.dtype.is_complex:
         return compare_tensor(torch.view_as_real(got.resolve_conj()), torch.view_as_real(exp.resolve_conj()),
                               tolerance, None if reference is None else torch.view_as_real(reference), where,

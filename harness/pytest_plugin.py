@@ -10,6 +10,7 @@ database persists under build/hypothesis, so a failure found once is replayed fi
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -125,6 +126,8 @@ def pytest_configure(config: pytest.Config) -> None:
     global _PROFILE
     config.addinivalue_line("markers", "opsuite: a differential op-coverage test")
     config.addinivalue_line("markers", "opsuite_coverage: checks what the session's cases reached; runs last")
+    config.addinivalue_line("markers", "opsuite_design: a designed case (harness.design); runs after the "
+                                       "random exploration, before the OpInfo sweep")
     _PROFILE = config.getoption("--hypothesis-profile", default=None) or _PROFILE
 
 
@@ -161,7 +164,17 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         if dropped:
             config.hook.pytest_deselected(items=dropped)
         items[:] = kept
-    items.sort(key=lambda item: item.get_closest_marker("opsuite_coverage") is not None)
+    items.sort(key=_order)
+
+
+def _order(item: pytest.Item) -> int:
+    """Random exploration of every spec first (a short per-mode budget still reaches every op), then
+    the designed cases, then PyTorch's OpInfo sweep, and the coverage checks last."""
+    if item.get_closest_marker("opsuite_coverage") is not None:
+        return 3
+    if item.module is not None and item.module.__name__.endswith("test_opinfo"):
+        return 2
+    return 1 if item.get_closest_marker("opsuite_design") is not None else 0
 
 
 def table_coverage(session: Session) -> coverage.Coverage:
@@ -207,7 +220,13 @@ def check_spec(session: Session, spec: OpSpec, mode: str, data, test_id: str) ->
     check_case(session, draw_case(data, spec, mode, session.device), test_id)
 
 
-def check_case(session: Session, case: Case, test_id: str) -> Result:
+def check_designed(session: Session, designed, mode: str, test_id: str) -> Result:
+    """Run one designed case (harness.design) in ``mode``; its cell goes into the store with it."""
+    case = dataclasses.replace(designed.case, mode=mode, device=session.device)
+    return check_case(session, case, test_id, design_id=designed.id)
+
+
+def check_case(session: Session, case: Case, test_id: str, design_id: str = "") -> Result:
     """Run one case, remember its result for the store, and turn its verdict into the test's
     outcome: pytest's skip or fail (with the reproducer); an xfail is returned and reported as the
     test's outcome once the test has run (see pytest_runtest_makereport)."""
@@ -217,6 +236,7 @@ def check_case(session: Session, case: Case, test_id: str) -> Result:
         warnings.filterwarnings("ignore", message="Operator '.*' executed via CPU fallback")
         warnings.filterwarnings("ignore", message="An output with one or more elements was resized")
         result = run_case(case, session.xfails)
+    result.design_id = design_id
     session.pending.setdefault(test_id, []).append(result)
     if result.verdict == "skip":
         pytest.skip(result.message)

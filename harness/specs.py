@@ -169,7 +169,13 @@ def _index_tensor(data, shape, high, negative: bool = True) -> TensorSpec:
     """An int64 index tensor for a dimension of size ``high``: values in [-high, high) ("index:N"),
     or [0, high) ("index:N+")."""
     domain = f"index:{high}" if negative else f"index:{high}+"
-    return TensorSpec(tuple(shape), "int64", "contiguous", domain, data.draw(st.integers(0, 2**31 - 1)))
+    dtype = "int64"
+    goal = hs.target()
+    if goal is not None and goal.error == "oob_index" and math.prod(shape):
+        domain = f"oob:{high}"  # a designed error input: out of range, CPU raises
+    elif goal is not None and goal.error == "index_dtype":
+        dtype = "float32"  # a designed error input: indices must be integers
+    return TensorSpec(tuple(shape), dtype, "contiguous", domain, data.draw(st.integers(0, 2**31 - 1)))
 
 
 # --- the table -----------------------------------------------------------------
@@ -232,8 +238,11 @@ _OUT_REASON = ("the value is computed in the inputs' dtype and cast exactly into
                "with the computing dtype's tolerance, as the plain op is (a float16 atan2 one ULP from CPU's is "
                "not a float32-sized error)")
 for _name in ("add", "mul", "atan2", "maximum"):
+    # The call returns (result, the out tensor): the out tensor itself is compared, so a kernel that
+    # returns a fresh tensor and leaves out= as it was is seen.
     spec(f"{_name}_out", "pointwise",
-         f"torch.{_name}({{x0}}, {{x1}}, out=torch.empty(0, dtype=torch.{{out_dtype:name}}, device={{x0}}.device))",
+         f"(lambda out: (torch.{_name}({{x0}}, {{x1}}, out=out), out))(torch.empty(0, "
+         f"dtype=torch.{{out_dtype:name}}, device={{x0}}.device))",
          with_params(custom(lambda data, dtype: binary(second_dtype=dtype)(data, dtype)),
                      out_dtype=lambda tensors: st.sampled_from([tensors[0].dtype, "float32"])), EVERY,
          tolerance={d: cmp.DEFAULT_TOLERANCE[getattr(torch, d)] for d in hs.FLOAT_DTYPES},

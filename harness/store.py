@@ -46,6 +46,7 @@ CREATE TABLE IF NOT EXISTS results (
     reproducer TEXT,
     xfail_reason TEXT,
     case_json TEXT,
+    cells TEXT,                    -- the case's coordinates, JSON {dtype, domain, layout, size, edge, error, design}
     created TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS compat (
@@ -54,18 +55,44 @@ CREATE TABLE IF NOT EXISTS compat (
     created TEXT NOT NULL,
     payload TEXT NOT NULL          -- JSON: targets and the diff of each consecutive pair (harness.compat.diff)
 );
+CREATE TABLE IF NOT EXISTS mutants (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    run_id INTEGER NOT NULL REFERENCES runs(id),   -- a run of kind 'mutate' (python -m harness mutate)
+    op TEXT NOT NULL,              -- the table overload whose kernel the mutant replaced
+    class TEXT NOT NULL,           -- the mutant class (harness.mutate.CLASSES)
+    mode TEXT NOT NULL,
+    status TEXT NOT NULL,          -- caught, survived, excluded
+    reason TEXT,                   -- why it survived, or the rule that excludes it
+    killer TEXT,                   -- the case that caught it (a designed case's id, or drawn:<spec>)
+    kind TEXT,                     -- how that case failed (harness.compare.failure_kind)
+    cases_run INTEGER, triggered INTEGER, seconds REAL,
+    created TEXT NOT NULL
+);
 CREATE INDEX IF NOT EXISTS results_run ON results(run_id);
 CREATE INDEX IF NOT EXISTS results_op ON results(op, mode, verdict);
 """
 
 
-_ADDED_COLUMNS = {"called": "TEXT"}  # columns added after the first schema, in order
+_ADDED_COLUMNS = {"called": "TEXT", "cells": "TEXT"}  # columns added after the first schema, in order
 
 
 RESULT_COLUMNS = frozenset({
     "source", "op", "family", "overloads", "called", "dtypes", "shapes", "layouts", "domains", "mode", "verdict",
     "message", "criterion", "max_abs", "max_rel", "ulp", "cpu_ms", "device_ms", "fallback_ops", "expression",
-    "reproducer", "xfail_reason", "case_json", "created"})
+    "reproducer", "xfail_reason", "case_json", "cells", "created"})
+
+
+CELL_KEYS = ("dtype", "domain", "layout", "size", "edge", "error")
+
+
+def _cells(result) -> str | None:
+    """The coordinates a spec case really had (harness.design.cells_of), with its design id."""
+    case = result.case
+    if case.source != "spec":
+        return None
+    from harness.design import cells_of  # the op specs (torch) only when a spec case is stored
+
+    return json.dumps({**cells_of(case).to_dict(), "design": getattr(result, "design_id", "") or None})
 
 
 def _now() -> str:
@@ -108,15 +135,41 @@ class Store:
         self.db.execute(
             "INSERT INTO results (run_id, source, op, family, overloads, called, dtypes, shapes, layouts, domains, mode, "
             "verdict, message, criterion, max_abs, max_rel, ulp, cpu_ms, device_ms, fallback_ops, expression, "
-            "reproducer, xfail_reason, case_json, created) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "reproducer, xfail_reason, case_json, cells, created) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (run_id, case.source, case.spec, family, json.dumps(result.device_ops), json.dumps(result.called),
              json.dumps([case.dtype] + [t.dtype for t in case.tensors]), json.dumps(case.shapes),
              json.dumps(case.layouts), json.dumps(case.domains), case.mode, result.verdict, result.message,
              comparison.criterion if comparison else None, comparison.max_abs if comparison else None,
              comparison.max_rel if comparison else None, comparison.ulp if comparison else None,
              result.cpu_ms, result.device_ms, json.dumps(result.fallback_ops), result.expression,
-             result.reproducer or None, result.xfail_reason or None, case.to_json(), _now()))
+             result.reproducer or None, result.xfail_reason or None, case.to_json(), _cells(result), _now()))
+
+    def cells(self, op: str, run_id: int | None = None, mode: str | None = None) -> list[dict[str, Any]]:
+        """Which dtype x domain x layout x size cells of op spec ``op`` ran (latest op-suite run by
+        default): one dict per distinct cell, with how many cases ran it and their verdicts."""
+        run_id = run_id or self.latest_run_with(op)
+        if run_id is None:
+            return []
+        sql = "SELECT cells, verdict, mode FROM results WHERE run_id = ? AND op = ? AND cells IS NOT NULL"
+        params: list[Any] = [run_id, op]
+        if mode:
+            sql += " AND mode = ?"
+            params.append(mode)
+        table: dict[tuple, dict[str, Any]] = {}
+        for row in self.query(sql, params):
+            cell = json.loads(row["cells"])
+            key = tuple(cell.get(k) for k in CELL_KEYS) + (row["mode"],)
+            entry = table.setdefault(key, {**{k: cell.get(k) for k in CELL_KEYS}, "mode": row["mode"],
+                                           "cases": 0, "designed": 0, "verdicts": {}})
+            entry["cases"] += 1
+            entry["designed"] += bool(cell.get("design"))
+            entry["verdicts"][row["verdict"]] = entry["verdicts"].get(row["verdict"], 0) + 1
+        return [table[k] for k in sorted(table, key=lambda k: tuple(str(v) for v in k))]
+
+    def latest_run_with(self, op: str) -> int | None:
+        rows = self.db.execute("SELECT MAX(run_id) FROM results WHERE op = ? AND cells IS NOT NULL", (op,)).fetchall()
+        return rows[0][0] if rows and rows[0][0] is not None else None
 
     def add_row(self, run_id: int, **fields: Any) -> None:
         """A result row from plain fields (unit-test outcomes of a compat run, merged shards);
@@ -128,6 +181,13 @@ class Store:
         columns = ["run_id", *fields]
         self.db.execute(f"INSERT INTO results ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
                         (run_id, *fields.values()))
+
+    def add_mutant(self, run_id: int, mode: str, op: str, cls: str, status: str, reason: str = "", killer: str = "",
+                   kind: str = "", cases_run: int = 0, triggered: int = 0, seconds: float = 0.0) -> None:
+        self.db.execute("INSERT INTO mutants (run_id, op, class, mode, status, reason, killer, kind, cases_run, "
+                        "triggered, seconds, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (run_id, op, cls, mode, status, reason or None, killer or None, kind or None, cases_run,
+                         triggered, seconds, _now()))
 
     def record_compat(self, tag: str, payload: dict[str, Any]) -> None:
         self.db.execute("INSERT INTO compat (tag, created, payload) VALUES (?, ?, ?)",

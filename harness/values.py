@@ -3,9 +3,11 @@
 A ``TensorSpec`` is data (it goes into the results store and the reproducer);
 ``materialize(spec, device)`` builds the tensor: a base tensor with the
 spec's values is created on the host, moved to the device, and the same
-view (transpose, slice with step, expand, storage offset, channels_last) is
-applied on both sides, so CPU and device inputs have the same values,
-strides and storage offsets.
+view (transpose, slice with step, expand, storage offset, channels_last,
+overlapping windows) is applied on both sides *after* the move, so the device
+tensor itself has the layout: an expanded input reaches the device's kernel
+with stride 0 (``.to()`` of an expanded host tensor would arrive contiguous),
+and CPU and device inputs have the same values, strides and storage offsets.
 
 Value domains are labels, not filters: an op gets NaN, inf, -0.0 and
 out-of-domain values too, because CPU defines what they produce and the
@@ -19,9 +21,17 @@ from typing import Any
 
 import torch
 
-LAYOUTS = ("contiguous", "transposed", "sliced", "expanded", "offset", "channels_last")
-FLOAT_DOMAINS = ("normal", "uniform", "unit", "positive", "extremes", "signed_zero", "special", "denormal")
+LAYOUTS = ("contiguous", "transposed", "sliced", "expanded", "offset", "channels_last", "overlapping")
+# The layouts an op may write to: an expanded or overlapping written-to tensor is an error in PyTorch.
+WRITABLE_LAYOUTS = ("contiguous", "transposed", "sliced", "offset", "channels_last")
+FLOAT_DOMAINS = ("normal", "uniform", "unit", "positive", "extremes", "signed_zero", "special", "denormal",
+                 "near_overflow", "tails", "near_zero", "negative")
 INT_DOMAINS = ("small_int", "int_edges", "uniform")
+# What the edge domains are for (the designed coverage draws each in every float dtype):
+# near_overflow: within a factor 2 of the dtype's largest finite value (sums, squares, exp overflow);
+# tails: |x| in [10, 40], the saturation regions of sigmoid/tanh/erf/exp; near_zero: |x| in
+# [1e-7, 1e-3], where log/log1p/reciprocal/division branch; negative: negative bases, integral and
+# fractional (pow, log and sqrt of negatives, floor/trunc/round branches).
 
 _DTYPES = {str(d).replace("torch.", ""): d for d in (
     torch.float32, torch.bfloat16, torch.float16, torch.float64, torch.int64, torch.int32, torch.int16, torch.int8,
@@ -63,6 +73,8 @@ def _numel(shape: tuple[int, ...]) -> int:
 def layout_applies(layout: str, shape: tuple[int, ...]) -> bool:
     if layout == "channels_last":
         return len(shape) == 4
+    if layout == "overlapping":  # windows that share elements: at least two dims longer than one
+        return sum(1 for s in shape if s > 1) >= 2 and _numel(shape) > 0
     if layout in ("transposed", "sliced", "expanded", "offset"):
         return len(shape) >= 1 and _numel(shape) > 0
     return True
@@ -80,6 +92,8 @@ def base_shape(shape: tuple[int, ...], layout: str) -> tuple[int, ...]:
     if layout == "channels_last":
         n, c, h, w = shape
         return (n, h, w, c)
+    if layout == "overlapping":
+        return (sum(s - 1 for s in shape) + 1,)
     return shape
 
 
@@ -95,6 +109,8 @@ def apply_layout(base: torch.Tensor, shape: tuple[int, ...], layout: str) -> tor
         return base[3:].view(shape)
     if layout == "channels_last":
         return base.permute(0, 3, 1, 2)
+    if layout == "overlapping":  # element (i, j, ...) at i + j + ...: every stride 1
+        return base.as_strided(shape, (1,) * len(shape))
     return base
 
 
@@ -105,6 +121,7 @@ LAYOUT_CODE = {  # the same views as source text, for reproducers
     "expanded": "{b}.expand({shape})",
     "offset": "{b}[3:].view({shape})",
     "channels_last": "{b}.permute(0, 3, 1, 2)",
+    "overlapping": "{b}.as_strided({shape}, (1,) * len({shape}))",
 }
 
 
@@ -121,10 +138,22 @@ def base_values(spec: TensorSpec) -> torch.Tensor:
         high = int(bound.rstrip("+"))
         low = 0 if bound.endswith("+") else -high
         return torch.randint(low, max(high, low + 1), shape, generator=g, dtype=torch.int64).to(dtype)
+    if spec.domain.startswith("oob:"):  # out of range for a dim of size N: in [N, N + 4] or [-N - 4, -N - 1]
+        high = int(spec.domain[4:])
+        over = torch.randint(high, high + 5, shape, generator=g, dtype=torch.int64)
+        under = torch.randint(-high - 4, -high, shape, generator=g, dtype=torch.int64)
+        values = torch.where(torch.rand(shape, generator=g) < 0.5, over, under)
+        if n:  # at least one index out of range, whatever the draw: the error input must be one
+            values.view(-1)[0] = high
+        return values.to(dtype)
     if not (dtype.is_floating_point or dtype.is_complex):
         info = torch.iinfo(dtype)
         if spec.domain == "int_edges":
-            edges = torch.tensor([info.min, info.max, 0, 1, -1 if info.min < 0 else 2, info.min + 1, info.max - 1],
+            # Not -1: CPU's integer division of the minimum by -1 (div with a rounding mode,
+            # floor_divide, remainder, fmod) traps with SIGFPE and kills the process
+            # (torch.div(torch.tensor([-2**31], dtype=torch.int32), torch.tensor([-1], dtype=torch.int32),
+            # rounding_mode="trunc") on torch 2.13), so the edge pool pairs the minimum with -2.
+            edges = torch.tensor([info.min, info.max, 0, 1, -2 if info.min < 0 else 2, info.min + 1, info.max - 1],
                                  dtype=torch.int64)
             picks = torch.randint(0, len(edges), (n,), generator=g)
             return edges[picks].reshape(shape).to(dtype)
@@ -142,6 +171,19 @@ def base_values(spec: TensorSpec) -> torch.Tensor:
     elif domain == "extremes":
         big = {torch.float16: 3e4, torch.bfloat16: 1e30}.get(dtype, 1e30)
         x = torch.sign(x) * big * torch.rand(shape, generator=g, dtype=torch.float64)
+    elif domain == "near_overflow":
+        top = torch.finfo(dtype).max if dtype.is_floating_point else 3e38
+        x = torch.sign(x) * top * (0.5 + 0.5 * torch.rand(shape, generator=g, dtype=torch.float64))
+        x = torch.where(x == 0, top / 2, x)
+    elif domain == "tails":
+        x = torch.sign(x) * (10 + 30 * torch.rand(shape, generator=g, dtype=torch.float64))
+        x = torch.where(x == 0, 10.0, x)
+    elif domain == "near_zero":
+        magnitude = 10 ** (-7 + 4 * torch.rand(shape, generator=g, dtype=torch.float64))
+        x = torch.where(x < 0, -magnitude, magnitude)
+    elif domain == "negative":
+        whole = -torch.randint(1, 6, shape, generator=g).to(torch.float64)
+        x = torch.where(torch.rand(shape, generator=g) < 0.5, whole, -(x.abs() + 0.05))
     elif domain in ("signed_zero", "special", "denormal"):
         pool = {
             "signed_zero": [0.0, -0.0, 1.0, -1.0],

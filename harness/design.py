@@ -1,0 +1,295 @@
+"""Designed coverage: a covering design of each op spec's cells, in every profile.
+
+Random exploration (Hypothesis) finds what nobody thought of, but left alone it leaves the
+edges to chance: four quick cases of ``mul`` drew no NaN, four of ``neg`` no signed zero.
+So each op spec also gets a designed set of cases, the same in every run and profile:
+every dtype the spec supports x every value domain that applies to the dtype x every
+layout (made on the device) x every size class (0-dim, empty, small, and the tile edges
+127/128/129, 511/512/513, 2047/2048/2049 along the free axis), covered by a greedy
+covering design (every dtype with every domain, layout and size class; ``_greedy``), plus the
+op's error inputs (out-of-range and non-integer indices, non-broadcastable shapes).
+
+A designed case is drawn by the spec's own ``draw`` with a ``harness.strategies.Target``
+active and a seed derived from its coordinates, so it is reproducible on its own and its
+test id names it (``mul-float32-special-expanded-129``). What a spec cannot honour (a conv
+whose sizes are its own) is not realized; ``cells_of`` reads the coordinates a case really
+has from its tensors, and those are what the store records (the ``cells`` column) and what
+``python -m harness coverage-cells`` shows.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import zlib
+from dataclasses import asdict, dataclass
+from functools import lru_cache
+from typing import Any, Iterable
+
+from harness import strategies as hs
+from harness.cases import Case
+from harness.specs import SPECS, OpSpec
+from harness.values import LAYOUTS, TensorSpec
+
+# The domains the design draws (the others, e.g. "unit" or "uniform" floats, stay to Hypothesis).
+FLOAT_DESIGN_DOMAINS = ("normal", "positive", "special", "signed_zero", "denormal", "near_overflow", "tails",
+                        "near_zero", "negative")
+INT_DESIGN_DOMAINS = ("small_int", "int_edges", "uniform")
+BOOL_DESIGN_DOMAINS = ("bool",)
+SIZE_EDGES: dict[str, tuple[int | str, ...]] = {
+    "0-dim": ("0-dim",), "empty": ("empty",), "small": (7,),
+    "tile-128": (127, 128, 129), "tile-512": (511, 512, 513), "tile-2048": (2047, 2048, 2049),
+}
+SIZE_CLASSES = tuple(SIZE_EDGES)
+ERRORS = ("oob_index", "index_dtype", "shape_mismatch")
+NO_TENSOR = "-"  # the domain and layout of a case without tensor inputs (factories)
+ERROR_PARAM = "_design_error"  # a case parameter naming the error input a designed case has
+
+
+def design_domains(dtype: str) -> tuple[str, ...]:
+    if dtype == "bool":
+        return BOOL_DESIGN_DOMAINS
+    if dtype in hs.FLOAT_DTYPES:
+        return FLOAT_DESIGN_DOMAINS
+    return INT_DESIGN_DOMAINS
+
+
+@dataclass(frozen=True)
+class Cell:
+    """Coordinates of a designed case: what it targets (and, from ``cells_of``, what it got)."""
+
+    dtype: str
+    domain: str
+    layout: str
+    size: str  # a size class (SIZE_CLASSES)
+    edge: int | str | None = None  # the exact free-axis length within the class
+    error: str | None = None
+
+    @property
+    def id(self) -> str:
+        parts = [self.dtype, self.domain, self.layout, str(self.edge if self.edge is not None else self.size)]
+        if self.error:
+            parts.append(self.error)
+        return "-".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _layout_fits(layout: str, size: str) -> bool:
+    """A layout needs elements to view (0-dim and empty tensors are contiguous only)."""
+    return layout == "contiguous" or size not in ("0-dim", "empty")
+
+
+def _family(dtype: str) -> str:
+    return "float" if dtype in hs.FLOAT_DTYPES else "bool" if dtype == "bool" else "int"
+
+
+def _greedy(dtypes: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
+    """A covering design, greedily (AETG-style): one row per (dtype, domain) pair, each row's
+    (layout, size) chosen to cover the most pairs not yet covered among (dtype, layout),
+    (dtype, size), (domain, layout), (domain, size) and (layout, size); then rows for any
+    (dtype, layout) and (dtype, size) pair still missing. So every dtype meets every domain,
+    layout and size class; the other pairs are covered as far as those rows reach. (Full pairwise
+    over all four axes needs at least |domains| x |layouts| = 91 rows for an all-dtype op, about
+    20,000 cases for the table: more than the quick budget; see docs/architecture.md.)
+    Integer dtypes share their layouts and sizes as a family (int8 and int64 take the same
+    strided paths), so each integer dtype gets its three domains."""
+    choices = [(lay, size) for lay in LAYOUTS for size in SIZE_CLASSES if _layout_fits(lay, size)]
+    covered: set[tuple] = set()
+    rows: list[tuple[str, str, str, str]] = []
+
+    def pairs(dtype, domain, layout, size) -> set[tuple]:
+        key = dtype if _family(dtype) == "float" else _family(dtype)
+        return {("dl", key, layout), ("ds", key, size), ("ml", domain, layout), ("ms", domain, size),
+                ("ls", layout, size)}
+
+    def add(dtype, domain, layout, size) -> None:
+        rows.append((dtype, domain, layout, size))
+        covered.update(pairs(dtype, domain, layout, size))
+
+    for dtype in dtypes:
+        for domain in design_domains(dtype):
+            best = max(choices, key=lambda c: (len(pairs(dtype, domain, *c) - covered), -choices.index(c)))
+            add(dtype, domain, *best)
+    for dtype in dtypes:
+        key = dtype if _family(dtype) == "float" else _family(dtype)
+        for layout in LAYOUTS:
+            if ("dl", key, layout) not in covered:
+                size = next(s for s in SIZE_CLASSES if _layout_fits(layout, s) and ("ds", key, s) not in covered) \
+                    if any(_layout_fits(layout, s) and ("ds", key, s) not in covered for s in SIZE_CLASSES) else "small"
+                add(dtype, design_domains(dtype)[0], layout, size)
+        for size in SIZE_CLASSES:
+            if ("ds", key, size) not in covered:
+                add(dtype, design_domains(dtype)[0], "contiguous", size)
+    return rows
+
+
+@lru_cache(maxsize=None)
+def design(name: str) -> tuple[Cell, ...]:
+    """The designed cells of op spec ``name`` (deterministic: the same cells every run)."""
+    spec = SPECS[name]
+    cells, seen = [], {}
+    for dtype, domain, layout, size in _greedy(tuple(spec.dtypes)):
+        edges = SIZE_EDGES[size]
+        n = seen.get(size, 0)
+        seen[size] = n + 1
+        cells.append(Cell(dtype, domain, layout, size, edges[n % len(edges)]))
+    for error in ERRORS:  # one error input per dtype family (the error's class does not vary by width)
+        for dtype in dict((_family(d), d) for d in reversed(spec.dtypes)).values():
+            cells.append(Cell(dtype, design_domains(dtype)[0], "contiguous", "small", 7, error))
+    return tuple(dict.fromkeys(cells))
+
+
+class _Data:
+    """What a spec's ``draw`` calls ``data.draw`` on: Hypothesis's own choice machinery, seeded."""
+
+    def __init__(self, seed: int) -> None:
+        from hypothesis.internal.conjecture.data import ConjectureData
+
+        self._data = ConjectureData(random=random.Random(seed))
+
+    def draw(self, strategy, label: Any = None) -> Any:
+        return self._data.draw(strategy)
+
+    def context(self):
+        """Some strategies (one_of's branches) record into a build context while drawing."""
+        from hypothesis.control import BuildContext
+
+        return BuildContext(self._data, wrapped_test=lambda: None)
+
+
+def seed_of(spec: str, cell: Cell) -> int:
+    return zlib.crc32(f"{spec}|{cell.id}".encode())
+
+
+def designed_case(spec: OpSpec, cell: Cell, mode: str = "eager", device: str = "neuron") -> Case:
+    """The case of ``cell`` (drawn by the spec's draw under the cell's target; reproducible)."""
+    goal = hs.Target(cell.dtype, None if cell.domain == NO_TENSOR else cell.domain,
+                     None if cell.layout == NO_TENSOR else cell.layout, cell.edge, cell.error)
+    seed = seed_of(spec.name, cell)
+    last: Exception | None = None
+    # A target a spec's constraints cannot meet makes its draw fail (an empty range): draw again
+    # with a different seed, and at last without the size, so every cell yields a case.
+    for attempt, size in ((0, cell.edge), (1, cell.edge), (2, None)):
+        try:
+            tensors, params = _draw(spec, hs.Target(goal.dtype, goal.domain, goal.layout, size, goal.error),
+                                    seed + attempt)
+            if goal.error is not None:
+                # The error is realized where the draw differs from the same draw without it (a spec
+                # without index tensors or broadcast operands draws the same case): say so in params,
+                # which the call text does not use, so the cell reads it back.
+                plain = _draw(spec, hs.Target(goal.dtype, goal.domain, goal.layout, size), seed + attempt)
+                if plain != (tensors, params):
+                    params = {**params, ERROR_PARAM: goal.error}
+            return Case(spec.name, cell.dtype, tuple(tensors), params, mode, device)
+        except Exception as error:  # noqa: BLE001 - hypothesis' invalid-argument errors and the like
+            last = error
+    raise RuntimeError(f"op spec {spec.name}: no case for designed cell {cell.id}: {last}") from last
+
+
+def _draw(spec: OpSpec, goal: hs.Target, seed: int) -> tuple[list[TensorSpec], dict[str, Any]]:
+    data = _Data(seed)
+    with hs.targeting(goal), data.context():
+        return spec.draw(data, goal.dtype)
+
+
+def size_class(shape: tuple[int, ...]) -> tuple[str, int | str]:
+    if len(shape) == 0:
+        return "0-dim", "0-dim"
+    if 0 in shape:
+        return "empty", "empty"
+    last = shape[-1]
+    for name, edges in SIZE_EDGES.items():
+        if last in edges:
+            return name, last
+    return "small", last
+
+
+def _shape_param(params: dict[str, Any]) -> tuple[int, ...] | None:
+    for key in ("shape", "size"):
+        value = params.get(key)
+        if isinstance(value, tuple) and all(isinstance(v, int) for v in value):
+            return value
+    return None
+
+
+def cells_of(case: Case) -> Cell:
+    """The coordinates ``case`` really has, read from its tensors (not from what was asked)."""
+    mine = [t for t in case.tensors if t.dtype == case.dtype and not t.domain.startswith(("index:", "oob:"))]
+    primary = mine[0] if mine else None
+    if primary is None:
+        shape = _shape_param(case.params)
+        size, edge = size_class(shape) if shape is not None else ("small", None)
+        domain = layout = NO_TENSOR
+    else:
+        size, edge = size_class(primary.shape)
+        domain = primary.domain
+        layout = next((t.layout for t in mine if t.layout != "contiguous"), "contiguous")
+    return Cell(case.dtype, domain, layout, size, edge, case.params.get(ERROR_PARAM))
+
+
+@dataclass(frozen=True)
+class Designed:
+    spec: str
+    target: Cell
+    case: Case
+
+    @property
+    def id(self) -> str:
+        return f"{self.spec}-{self.target.id}"
+
+    @property
+    def cell(self) -> Cell:
+        return cells_of(self.case)
+
+
+@lru_cache(maxsize=None)
+def cases(name: str, mode: str = "eager", device: str = "neuron") -> tuple[Designed, ...]:
+    """The designed cases of op spec ``name``; a cell whose case repeats an earlier one (a spec that
+    ignored the target) is dropped, so every designed case is distinct."""
+    spec = SPECS[name]
+    out, seen = [], set()
+    for cell in design(name):
+        case = designed_case(spec, cell, mode, device)
+        got = cells_of(case)
+        if cell.error is not None and got.error is None:
+            continue  # the spec has no such error input (no index tensor, no broadcast operands)
+        key = got if got.error is None else case.to_json()
+        if key in seen:
+            continue  # a spec that did not honour the target: the cell it got is already covered
+        seen.add(key)
+        out.append(Designed(name, cell, case))
+    return tuple(out)
+
+
+def all_cases(specs: Iterable[OpSpec] | None = None, mode: str = "eager", device: str = "neuron"
+              ) -> list[Designed]:
+    return [d for s in (specs if specs is not None else SPECS.values()) for d in cases(s.name, mode, device)]
+
+
+def required_cells(spec: OpSpec) -> set[tuple[str, str]]:
+    """The (dtype, domain) cells a spec's dtypes make applicable: every design domain of each dtype,
+    for a spec whose inputs include tensors of the case's dtype (a factory has none)."""
+    probe = designed_case(spec, design(spec.name)[0])
+    if cells_of(probe).domain == NO_TENSOR:
+        return {(dtype, NO_TENSOR) for dtype in spec.dtypes}
+    return {(dtype, domain) for dtype in spec.dtypes for domain in design_domains(dtype)}
+
+
+def realized(spec: OpSpec) -> dict[str, set]:
+    """What the spec's designed cases really cover, per axis (and the (dtype, domain) pairs)."""
+    got: dict[str, set] = {"dtype_domain": set(), "layout": set(), "size": set(), "edge": set(), "error": set()}
+    for designed in cases(spec.name):
+        cell = designed.cell
+        got["dtype_domain"].add((cell.dtype, cell.domain))
+        got["layout"].add(cell.layout)
+        got["size"].add(cell.size)
+        got["edge"].add(str(cell.edge))
+        if cell.error:
+            got["error"].add(cell.error)
+    return got
+
+
+def cells_json(case: Case) -> str:
+    return json.dumps(cells_of(case).to_dict())

@@ -1,0 +1,773 @@
+"""Mutation score: how many realistic kernel bugs the default op suite catches.
+
+``python -m harness mutate [--ops OP ...] [--classes C ...] [--modes M ...] [--json FILE]``
+plants, one at a time, a wrong kernel over each kernel of the device's lowering table and
+reruns the part of the default op suite that reaches it; a mutant is *caught* when a case
+that passes with the real kernel fails with the mutant. Results (caught / survived /
+excluded per op and class, the case that caught it, why a survivor survived) go to the
+results store's ``mutants`` table, which the conformance page reads.
+
+The harness never imports the device. The table is asked through ``torch.<device>``
+(``harness.coverage.table_ops``), each op keeps only if the dispatcher has a PrivateUse1
+kernel for it, and a mutant is planted with PyTorch's own override mechanism: a
+``torch.library.Library("aten", "IMPL")`` registration on the device's dispatch key, which
+wraps the device's kernel (``torch.library.get_kernel``) and is removed again with
+``_destroy()`` (the dispatcher then serves the device's kernel, as before). A mutant is the
+device's kernel plus one realistic break of its inputs or outputs (``CLASSES``).
+
+Which cases run: the op suite's cases of the latest eager run in the store (designed and
+drawn, rebuilt from their ``case_json``) that passed and reached the op (called it above the
+backend or ran its kernel), ordered so the cases most likely to trigger the class run first;
+the first failing case catches the mutant. A mutant that cannot be caught in principle is
+excluded by a rule on the op's signature, tags and dtypes (``Rule``), never by a list.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterable
+
+import torch
+
+from harness import coverage
+from harness.cases import Case
+from harness.compare import failure_kind
+from harness.specs import SPECS
+from harness.store import DEFAULT_PATH, Store
+
+P = 128  # the tile edge of the device's partitions
+INDEX_ARGS = ("index", "indices", "target")  # argument names PyTorch gives index tensors
+GRAD_ARGS = ("grad_output", "grad_out", "grad")
+
+_LOCAL = threading.local()
+
+
+def overload(op: str) -> torch._ops.OpOverload:
+    name = op.split("::", 1)[1]
+    base, _, variant = name.partition(".")
+    return getattr(getattr(torch.ops.aten, base), variant or "default")
+
+
+# --- what a mutant sees of the op --------------------------------------------------------
+
+@dataclass
+class OpFacts:
+    """What the rules read: the op's schema and tags, and the op specs whose cases reach it."""
+
+    op: str
+    schema: Any
+    tags: tuple[str, ...]
+    specs: tuple[str, ...]
+
+    @property
+    def dtypes(self) -> set[str]:
+        return {d for s in self.specs for d in SPECS[s].dtypes}
+
+    @property
+    def values_compared(self) -> bool:
+        return any(SPECS[s].check == "values" for s in self.specs)
+
+    def args(self, pred: Callable[[Any], bool]) -> list[Any]:
+        return [a for a in self.schema.arguments if pred(a)]
+
+    @property
+    def tensor_inputs(self) -> list[Any]:
+        return self.args(lambda a: _is_tensor_type(a.type) and not _mutable(a))
+
+    @property
+    def mutable_inputs(self) -> list[Any]:
+        return self.args(lambda a: _mutable(a) and not a.is_out)
+
+    @property
+    def outs(self) -> list[Any]:
+        return self.args(lambda a: a.is_out)
+
+    @property
+    def allocation(self) -> bool:
+        base = self.op.split("::", 1)[1].split(".")[0]
+        return base.startswith(("empty", "new_empty", "resize", "_resize"))
+
+
+def _is_tensor_type(t: Any) -> bool:
+    text = str(t)
+    return text.startswith("Tensor") or text.startswith("Optional[Tensor]") or text in (
+        "List[Tensor]", "List[Optional[Tensor]]")
+
+
+def _mutable(a: Any) -> bool:
+    return a.alias_info is not None and a.alias_info.is_write
+
+
+# --- the rules: when a class cannot be caught in principle --------------------------------
+
+Rule = Callable[[OpFacts], str | None]  # None: the class applies; else why it cannot be caught
+
+
+def _values(f: OpFacts) -> str | None:
+    if "nondeterministic_seeded" in f.tags or not f.values_compared:
+        return "a random op: only its shape, dtype and determinism are compared, never its values"
+    if f.allocation:
+        return "an allocation (empty/resize): PyTorch leaves its values unspecified"
+    return None
+
+
+def _floats(f: OpFacts) -> str | None:
+    return _values(f) or (None if f.dtypes & {"float32", "bfloat16", "float16"} else
+                          f"no NaN-able dtype: the op runs on {', '.join(sorted(f.dtypes))} only")
+
+
+def _zero_sign(f: OpFacts) -> str | None:
+    reason = _floats(f)
+    if reason:
+        return reason
+    compared = [s for s in f.specs for d in SPECS[s].dtypes if d in ("float32", "bfloat16", "float16")
+                and d not in SPECS[s].ignore_zero_sign]
+    return None if compared else "every op spec reaching it treats -0.0 as 0.0 (its tolerance_reason says why)"
+
+
+def _numbers(f: OpFacts) -> str | None:
+    return _values(f) or (None if f.dtypes - {"bool"} else "bool only: no saturation or integer edge")
+
+
+def _strided(f: OpFacts) -> str | None:
+    return _values(f) or (None if f.tensor_inputs else "no tensor input to read with the wrong strides")
+
+
+def _indexed(f: OpFacts) -> str | None:
+    return None if f.args(lambda a: a.name in INDEX_ARGS and _is_tensor_type(a.type)) else \
+        "no index argument in its signature"
+
+
+def _promotes(f: OpFacts) -> str | None:
+    return None if f.tensor_inputs or f.mutable_inputs else "no tensor input whose dtype could be promoted"
+
+
+def _inplace(f: OpFacts) -> str | None:
+    return None if f.mutable_inputs else "no argument it writes in place"
+
+
+def _out(f: OpFacts) -> str | None:
+    return None if f.outs else "no out= argument"
+
+
+def _raises(f: OpFacts) -> str | None:
+    return None
+
+
+def _backward(f: OpFacts) -> str | None:
+    reason = _values(f)
+    if reason:
+        return reason
+    base = f.op.split("::", 1)[1].split(".")[0]
+    grads = f.args(lambda a: a.name in GRAD_ARGS)
+    return None if "backward" in base or grads else "not a gradient kernel (no grad_output; autograd's " \
+        "formulas reach the backward kernels, mutated there)"
+
+
+def _bf16(f: OpFacts) -> str | None:
+    return _values(f) or (None if "bfloat16" in f.dtypes else "no bfloat16 in the op's dtypes")
+
+
+# --- host-side breaks (on copies: the device's buffers are written back with copy_) -------------
+
+def _float(h: torch.Tensor) -> bool:
+    return h.dtype.is_floating_point
+
+
+def nan_inf_host(h: torch.Tensor) -> torch.Tensor | None:
+    if not _float(h) or h.numel() == 0 or bool(torch.isfinite(h).all()):
+        return None
+    info = torch.finfo(h.dtype)
+    return torch.nan_to_num(h, nan=0.0, posinf=info.max, neginf=info.min)
+
+
+def zero_sign_host(h: torch.Tensor) -> torch.Tensor | None:
+    if not _float(h) or h.numel() == 0:
+        return None
+    negative_zero = (h == 0) & torch.signbit(h)
+    return h.masked_fill(negative_zero, 0.0) if bool(negative_zero.any()) else None
+
+
+TAIL = 10.0  # where the saturation regions start (sigmoid and tanh tails, exp's range reduction)
+
+
+def saturation_host(h: torch.Tensor) -> torch.Tensor | None:
+    if h.numel() == 0 or h.dtype == torch.bool:
+        return None
+    if _float(h):
+        tail = torch.isfinite(h) & (h.abs() >= TAIL)
+        return torch.where(tail, torch.zeros_like(h), h) if bool(tail.any()) else None
+    info = torch.iinfo(h.dtype)
+    edge = (h == info.min) | (h == info.max)
+    if not bool(edge.any()):
+        return None
+    return torch.where(h == info.min, info.min + 1, torch.where(h == info.max, info.max - 1, h)).to(h.dtype)
+
+
+def _stale(value: torch.Tensor) -> torch.Tensor:
+    """What an element the kernel never wrote holds: the allocator's poison, never the right value."""
+    if value.dtype == torch.bool:
+        return ~value
+    if _float(value):
+        return torch.zeros_like(value) if bool(torch.isnan(value)) else torch.full_like(value, float("nan"))
+    return torch.bitwise_xor(value, 0x55)
+
+
+def tile_edge_host(h: torch.Tensor) -> torch.Tensor | None:
+    if h.numel() <= P or h.numel() % P == 0:
+        return None
+    flat = h.contiguous().clone().view(-1)
+    flat[-1] = _stale(flat[-1])
+    return flat.view(h.shape)
+
+
+def gradient_host(h: torch.Tensor) -> torch.Tensor | None:
+    if not _float(h) or h.numel() == 0 or not bool((torch.isfinite(h) & (h != 0)).any()):
+        return None
+    return h * 2
+
+
+def bf16_host(h: torch.Tensor) -> torch.Tensor | None:
+    if h.dtype != torch.bfloat16 or h.numel() == 0:
+        return None
+    bits = h.contiguous().view(torch.int16)
+    cut = bits & ~0x7
+    return None if torch.equal(cut, bits) else cut.view(torch.bfloat16).view(h.shape)
+
+
+# --- planting -------------------------------------------------------------------------
+
+class Bound:
+    """A call's arguments by schema name (positional or keyword), and the way back to a call."""
+
+    def __init__(self, schema: Any, args: tuple, kwargs: dict) -> None:
+        self.schema, self.args, self.kwargs = schema, list(args), dict(kwargs)
+        self.names = [a.name for a in schema.arguments]
+
+    def items(self) -> Iterable[tuple[Any, Any]]:
+        for i, a in enumerate(self.schema.arguments):
+            if i < len(self.args):
+                yield a, self.args[i]
+            elif a.name in self.kwargs:
+                yield a, self.kwargs[a.name]
+
+    def set(self, name: str, value: Any) -> None:
+        i = self.names.index(name)
+        if i < len(self.args):
+            self.args[i] = value
+        else:
+            self.kwargs[name] = value
+
+
+def _device_tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value] if not value.is_cpu else []
+    if isinstance(value, (list, tuple)):
+        return [v for v in value if isinstance(v, torch.Tensor) and not v.is_cpu]
+    return []
+
+
+def _map_tensor(value: Any, fn: Callable[[torch.Tensor], torch.Tensor | None]) -> tuple[Any, bool]:
+    """``value`` with each device tensor replaced by ``fn`` of its host copy (uploaded) where ``fn``
+    changed it; and whether anything changed."""
+    if isinstance(value, torch.Tensor):
+        if value.is_cpu:
+            return value, False
+        new = fn(value.detach().cpu())
+        return (value, False) if new is None else (new.to(value.device), True)
+    if isinstance(value, (list, tuple)):
+        out, changed = [], False
+        for v in value:
+            nv, c = _map_tensor(v, fn)
+            out.append(nv)
+            changed |= c
+        return type(value)(out) if isinstance(value, tuple) else out, changed
+    return value, False
+
+
+@dataclass
+class Mutant:
+    op: str
+    cls: str
+    facts: OpFacts
+    calls: int = 0
+    triggered: int = 0  # calls where the break changed something
+
+    def run(self, original, keyset, args: tuple, kwargs: dict) -> Any:
+        raise NotImplementedError
+
+
+class InputOutput(Mutant):
+    """Breaks read inputs (``pre``) and/or written outputs (``post``) with host functions."""
+
+    pre: Callable | None = None
+    post: Callable | None = None
+
+    def run(self, original, keyset, args, kwargs):
+        bound = Bound(self.facts.schema, args, kwargs)
+        changed = False
+        if self.pre is not None:
+            for a, value in list(bound.items()):
+                if _is_tensor_type(a.type) and not _mutable(a):
+                    new, c = _map_tensor(value, type(self).pre)
+                    if c:
+                        bound.set(a.name, new)
+                        changed = True
+        result = original.call_boxed(keyset, *bound.args, **bound.kwargs)
+        if self.post is not None:
+            for t in _device_tensors(result if isinstance(result, (tuple, list)) else [result]):
+                if t.numel():
+                    new = type(self).post(t.detach().cpu())
+                    if new is not None:
+                        with torch.no_grad():
+                            t.copy_(new)
+                        changed = True
+        self.triggered += changed
+        return result
+
+
+def _io(name: str, pre=None, post=None, doc: str = "") -> type:
+    return type(name, (InputOutput,), {"pre": staticmethod(pre) if pre else None,
+                                       "post": staticmethod(post) if post else None, "__doc__": doc})
+
+
+NanInf = _io("NanInf", nan_inf_host, nan_inf_host,
+             "NaN read and written as 0 and infinities as the dtype's max (an fmax-style instruction)")
+ZeroSign = _io("ZeroSign", zero_sign_host, zero_sign_host, "-0.0 read and written as +0.0 (0 - x, x + 0.0)")
+Saturation = _io("Saturation", saturation_host, None,
+                 "inputs in the saturation region (|x| >= 10) take the small-|x| branch's value at 0; "
+                 "integers at the dtype's min/max are read one step inside")
+TileEdge = _io("TileEdge", tile_edge_host, tile_edge_host,
+               "the remainder tile of a length not a multiple of 128 is one element short, read and written")
+Gradient = _io("Gradient", None, gradient_host, "a gradient kernel off by a factor of 2")
+Bf16 = _io("Bf16", None, bf16_host, "bfloat16 results rounded through a 4-bit mantissa (wrong only in bfloat16)")
+
+
+def _linear_read(t: torch.Tensor) -> torch.Tensor | None:
+    """A strided device tensor as a DMA that ignores its strides reads it: its storage walked
+    linearly from the offset (cyclically, where the storage is shorter than the tensor)."""
+    if t.is_contiguous() or t.numel() <= 1:
+        return None
+    avail = t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()
+    if avail <= 0:
+        return None
+    linear = t.as_strided((avail,), (1,), t.storage_offset()).detach().cpu()
+    reps = math.ceil(t.numel() / avail)
+    values = linear.repeat(reps)[:t.numel()].view(t.shape)
+    return None if torch.equal(values, t.detach().cpu().contiguous()) else values
+
+
+class Strides(Mutant):
+    """A non-contiguous (stride-0, transposed, sliced, offset, overlapping) input read linearly."""
+
+    def run(self, original, keyset, args, kwargs):
+        bound = Bound(self.facts.schema, args, kwargs)
+        changed = False
+        for a, value in list(bound.items()):
+            if not _is_tensor_type(a.type) or _mutable(a):
+                continue
+            if isinstance(value, torch.Tensor) and not value.is_cpu:
+                wrong = _linear_read(value)
+                if wrong is not None:
+                    bound.set(a.name, wrong.to(value.device))
+                    changed = True
+        self.triggered += changed
+        return original.call_boxed(keyset, *bound.args, **bound.kwargs)
+
+
+class IndexClamp(Mutant):
+    """Out-of-range indices clamped into range instead of raising."""
+
+    def run(self, original, keyset, args, kwargs):
+        try:
+            return original.call_boxed(keyset, *args, **kwargs)
+        except Exception as error:  # noqa: BLE001 - the bounds check this mutant lacks
+            bound = Bound(self.facts.schema, args, kwargs)
+            sizes = [d for a, v in bound.items() if a.name not in INDEX_ARGS for t in _device_tensors(v)
+                     for d in t.shape if d > 0]
+            bound_size = min(sizes) if sizes else 1
+            changed = False
+            for a, value in list(bound.items()):
+                if a.name not in INDEX_ARGS:
+                    continue
+                def clamp(h: torch.Tensor) -> torch.Tensor | None:
+                    if h.dtype.is_floating_point or h.dtype == torch.bool or h.numel() == 0:
+                        return None
+                    c = h.clamp(0, bound_size - 1)
+                    return None if torch.equal(c, h) else c
+                new, c = _map_tensor(value, clamp)
+                if c:
+                    bound.set(a.name, new)
+                    changed = True
+            if not changed:
+                raise
+            try:
+                result = original.call_boxed(keyset, *bound.args, **bound.kwargs)
+            except Exception:  # noqa: BLE001 - still an error: the original one stands
+                raise error from None
+            self.triggered += 1
+            return result
+
+
+class Promotion(Mutant):
+    """The result takes the first operand's dtype (or another operand's) instead of the promoted one;
+    a written-to tensor's dtype is imposed on the other operands before computing."""
+
+    def run(self, original, keyset, args, kwargs):
+        bound = Bound(self.facts.schema, args, kwargs)
+        written = [t for a, v in bound.items() if _mutable(a) for t in _device_tensors(v)]
+        if written:
+            target = written[0].dtype
+            changed = False
+            for a, value in list(bound.items()):
+                if _is_tensor_type(a.type) and not _mutable(a) and isinstance(value, torch.Tensor) \
+                        and value.dtype != target and not value.is_cpu and a.name not in INDEX_ARGS:
+                    bound.set(a.name, value.to(target))
+                    changed = True
+            self.triggered += changed
+            return original.call_boxed(keyset, *bound.args, **bound.kwargs)
+        result = original.call_boxed(keyset, *args, **kwargs)
+        inputs = [t for a, v in bound.items() if a.name not in INDEX_ARGS for t in _device_tensors(v)]
+        if not inputs or not isinstance(result, torch.Tensor) or result.is_cpu:
+            return result
+        wrong = inputs[0].dtype if result.dtype != inputs[0].dtype else next(
+            (t.dtype for t in inputs if t.dtype != result.dtype), None)
+        if wrong is None:
+            return result
+        self.triggered += 1
+        return result.to(wrong)
+
+
+class InPlace(Mutant):
+    """An in-place kernel that writes a contiguous temporary and never copies it back when ``self``
+    is a view (strided or offset into its base); other written arguments (running statistics)
+    never updated."""
+
+    def run(self, original, keyset, args, kwargs):
+        bound = Bound(self.facts.schema, args, kwargs)
+        swapped: dict[int, torch.Tensor] = {}
+        for a, value in list(bound.items()):
+            if not _mutable(a) or a.is_out or not isinstance(value, torch.Tensor):
+                continue
+            first = a is self.facts.schema.arguments[0]
+            if first and value.is_contiguous() and value.storage_offset() == 0:
+                continue
+            temp = value.clone(memory_format=torch.contiguous_format)
+            swapped[id(temp)] = value
+            bound.set(a.name, temp)
+        result = original.call_boxed(keyset, *bound.args, **bound.kwargs)
+        if not swapped:
+            return result
+        self.triggered += 1
+
+        def back(r: Any) -> Any:  # what aliased the written argument still returns it, unchanged
+            return swapped.get(id(r), r) if isinstance(r, torch.Tensor) else r
+        return type(result)(back(r) for r in result) if isinstance(result, (tuple, list)) else back(result)
+
+
+class OutIgnored(Mutant):
+    """out= not honoured where it needs resizing: the kernel computes into a fresh tensor and
+    returns it, leaving the caller's out tensor as it was."""
+
+    def run(self, original, keyset, args, kwargs):
+        bound = Bound(self.facts.schema, args, kwargs)
+        fresh: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        for a, value in list(bound.items()):
+            if a.is_out and isinstance(value, torch.Tensor):
+                mine = torch.empty(0, dtype=value.dtype, device=value.device)
+                fresh[a.name] = (value, mine)
+                bound.set(a.name, mine)
+        result = original.call_boxed(keyset, *bound.args, **bound.kwargs)
+        ignored = False
+        for user, mine in fresh.values():
+            if tuple(user.shape) == tuple(mine.shape):
+                user.copy_(mine)  # the right size already: written as it should be
+            else:
+                ignored = True
+        self.triggered += ignored
+
+        def back(r: Any) -> Any:
+            for user, mine in fresh.values():
+                if r is mine and tuple(user.shape) == tuple(mine.shape):
+                    return user
+            return r
+        return type(result)(back(r) for r in result) if isinstance(result, (tuple, list)) else back(result)
+
+
+class ErrorClass(Mutant):
+    """An error raised with a different exception class than PyTorch's (TypeError for any other,
+    RuntimeError for a TypeError)."""
+
+    def run(self, original, keyset, args, kwargs):
+        try:
+            return original.call_boxed(keyset, *args, **kwargs)
+        except Exception as error:  # noqa: BLE001
+            self.triggered += 1
+            wrong = RuntimeError if isinstance(error, TypeError) else TypeError
+            raise wrong(f"{self.op}: {error}") from None
+
+
+@dataclass(frozen=True)
+class MutantClass:
+    name: str
+    bug: str
+    make: type
+    rule: Rule
+    trigger: str  # what a case needs to catch it (shown for survivors)
+    priority: Callable[[dict], int]  # higher runs first, from the case's cells
+
+
+def _cellp(key: str, values: tuple) -> Callable[[dict], int]:
+    return lambda cell: int(str(cell.get(key)) in values)
+
+
+CLASSES: dict[str, MutantClass] = {c.name: c for c in (
+    MutantClass("nan_inf", "NaN/inf dropped or replaced", NanInf, _floats, "NaN or an infinity in an input or result",
+                _cellp("domain", ("special", "near_overflow"))),
+    MutantClass("zero_sign", "sign of zero lost", ZeroSign, _zero_sign, "-0.0 in an input or result",
+                _cellp("domain", ("signed_zero", "special"))),
+    MutantClass("saturation", "saturation/branch region wrong", Saturation, _numbers,
+                "an input with |x| >= 10, or an integer at its dtype's min/max",
+                _cellp("domain", ("tails", "int_edges", "near_overflow", "special"))),
+    MutantClass("tile_edge", "off-by-one at a tile edge", TileEdge, _values,
+                "a tensor of more than 128 elements, not a multiple of 128",
+                _cellp("edge", ("129", "513", "2049", "127", "511", "2047"))),
+    MutantClass("layout", "stride-0 / non-contiguous input mishandled", Strides, _strided,
+                "a non-contiguous input (expanded, transposed, sliced, offset, overlapping)",
+                lambda cell: int(cell.get("layout") not in ("contiguous", "-"))),
+    MutantClass("index_bounds", "out-of-range index clamped instead of raising", IndexClamp, _indexed,
+                "an out-of-range index", _cellp("error", ("oob_index",))),
+    MutantClass("promotion", "dtype promotion wrong", Promotion, _promotes,
+                "operands or a result of different dtypes", _cellp("dtype", ("int32", "int64", "bool", "int8"))),
+    MutantClass("inplace", "in-place result not written through to the base / a view", InPlace, _inplace,
+                "an in-place call on a strided or offset view", lambda cell: int(cell.get("layout") != "contiguous")),
+    MutantClass("out", "out= not honoured", OutIgnored, _out, "an out= tensor that must be resized",
+                lambda cell: 0),
+    MutantClass("error_class", "error raised with a different class", ErrorClass, _raises,
+                "an input the op rejects (CPU raises)", lambda cell: int(bool(cell.get("error")))),
+    MutantClass("gradient", "gradient wrong by a factor", Gradient, _backward, "a backward pass through the op",
+                lambda cell: 0),
+    MutantClass("bf16_rounding", "result wrong only for one dtype (bf16 rounding)", Bf16, _bf16,
+                "a bfloat16 result", _cellp("dtype", ("bfloat16",))),
+)}
+
+
+class Planted:
+    """``with Planted(mutant):`` the device's kernel of ``mutant.op`` is the mutant; restored on exit.
+
+    Re-entrant calls (the mutant's own host copies through ``copy_``, or the original kernel
+    calling its own op) reach the original kernel."""
+
+    def __init__(self, mutant: Mutant, device_key: str = "PrivateUse1") -> None:
+        self.mutant, self.key = mutant, device_key
+
+    def __enter__(self) -> "Planted":
+        op = self.mutant.op
+        original = torch.library.get_kernel(op, self.key)
+        mutant = self.mutant
+
+        def kernel(keyset, *args, **kwargs):
+            if getattr(_LOCAL, "inside", False):
+                return original.call_boxed(keyset, *args, **kwargs)
+            _LOCAL.inside = True
+            try:
+                mutant.calls += 1
+                return mutant.run(original, keyset, args, kwargs)
+            finally:
+                _LOCAL.inside = False
+
+        self.lib = torch.library.Library("aten", "IMPL")
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": the point
+            self.lib.impl(op.split("::", 1)[1], kernel, self.key, with_keyset=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.lib._destroy()
+
+
+# --- the run ------------------------------------------------------------------------------
+
+@dataclass
+class StoredCase:
+    case: Case
+    reached: set[str]
+    cell: dict
+    label: str  # the designed case's id, or "drawn:<spec>"
+
+
+def suite_cases(store: Store, mode: str = "eager") -> tuple[int, list[StoredCase]]:
+    """The passing op-spec cases of the latest finished op-suite run in ``mode`` that has designed
+    cases, rebuilt from the store."""
+    rows = store.query(
+        "SELECT r.id FROM runs r WHERE r.finished IS NOT NULL AND r.kind = 'opsuite' AND EXISTS ("
+        "SELECT 1 FROM results x WHERE x.run_id = r.id AND x.mode = ? AND x.cells LIKE '%\"design\": \"%') "
+        "ORDER BY r.id DESC LIMIT 1", (mode,))
+    if not rows:
+        raise LookupError(f"no finished op-suite run with designed cases in mode {mode} in {store.path}: run "
+                          f"`pytest opsuite --neuron-mode {mode}` (or `make report`) first")
+    run_id = rows[0][0]
+    out = []
+    for row in store.query("SELECT case_json, overloads, called, cells FROM results WHERE run_id = ? AND mode = ? "
+                           "AND source = 'spec' AND verdict = 'pass' ORDER BY id", (run_id, mode)):
+        case = Case.from_json(row["case_json"])
+        if case.spec not in SPECS:
+            continue
+        reached = set(json.loads(row["overloads"] or "{}")) | set(json.loads(row["called"] or "[]"))
+        cell = json.loads(row["cells"] or "{}")
+        out.append(StoredCase(case, reached, cell, cell.get("design") or f"drawn:{case.spec}"))
+    return run_id, out
+
+
+def table(device: str = "neuron") -> list[str]:
+    """The device's lowering table: every overload it serves that has a kernel of its own on the
+    device's dispatch key (an overload served through PyTorch's composite kernel has none: the
+    kernel it reaches is mutated instead)."""
+    return sorted(op for op in coverage.table_ops(device)
+                  if torch._C._dispatch_has_kernel_for_dispatch_key(op, "PrivateUse1"))
+
+
+def facts(op: str, cases: list[StoredCase]) -> OpFacts:
+    ov = overload(op)
+    specs = tuple(sorted({c.case.spec for c in cases if op in c.reached}))
+    return OpFacts(op, ov._schema, tuple(str(t).split(".")[-1] for t in ov.tags), specs)
+
+
+@dataclass
+class Outcome:
+    op: str
+    cls: str
+    status: str  # caught, survived, excluded
+    reason: str = ""
+    killer: str = ""
+    kind: str = ""
+    cases_run: int = 0
+    triggered: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mode: str) -> Outcome:
+    """Plant one mutant and run the op's cases (most likely to catch it first) until one fails."""
+    import dataclasses
+
+    from harness.runner import run_case
+
+    started = time.perf_counter()
+    reason = mc.rule(f)
+    if reason is not None:
+        return Outcome(op, mc.name, "excluded", reason)
+    mine = sorted((c for c in cases if op in c.reached), key=lambda c: -mc.priority(c.cell))
+    if not mine:
+        return Outcome(op, mc.name, "survived", "no case of the op suite reaches this kernel",
+                       seconds=time.perf_counter() - started)
+    mutant = mc.make(op, mc.name, f)
+    ran = 0
+    with Planted(mutant), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        for stored in mine:
+            case = dataclasses.replace(stored.case, mode=mode)
+            result = run_case(case)
+            ran += 1
+            if result.verdict == "fail":
+                return Outcome(op, mc.name, "caught", killer=stored.label, kind=failure_kind(result.message),
+                               cases_run=ran, triggered=mutant.triggered, seconds=time.perf_counter() - started)
+    if mc.name == "promotion" and mutant.triggered == 0:
+        # The rule, read from the op's own calls: over every case (the design covers every dtype
+        # the op supports), no call had operands or a result of different dtypes.
+        return Outcome(op, mc.name, "excluded", "the op never promotes: in every call (all its dtypes) the "
+                       "result and every operand had one dtype", cases_run=ran, seconds=time.perf_counter() - started)
+    why = (f"never triggered in {ran} cases ({mutant.calls} calls): no case had {mc.trigger}" if not mutant.triggered
+           else f"triggered in {mutant.triggered} of {mutant.calls} calls over {ran} cases, and every comparison "
+                f"passed (the change is within the op's tolerance or its check does not look there)")
+    return Outcome(op, mc.name, "survived", why, cases_run=ran, triggered=mutant.triggered,
+                   seconds=time.perf_counter() - started)
+
+
+def score(outcomes: Iterable[Outcome]) -> dict[str, dict[str, int]]:
+    table_: dict[str, dict[str, int]] = {}
+    for o in outcomes:
+        row = table_.setdefault(o.cls, {"caught": 0, "survived": 0, "excluded": 0})
+        row[o.status] += 1
+    return table_
+
+
+def main(args: argparse.Namespace) -> int:
+    from harness.env import environment
+
+    store = Store(args.results)
+    try:
+        source_run, cases = suite_cases(store, "eager")
+    except LookupError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    unknown = set(args.classes or ()) - set(CLASSES)
+    if unknown:
+        print(f"unknown class(es) {sorted(unknown)}; choose from {', '.join(CLASSES)}", file=sys.stderr)
+        return 2
+    ops = table(args.device)
+    if args.ops:
+        wanted = {o if o.startswith("aten::") else f"aten::{o}" for o in args.ops}
+        missing = wanted - set(ops)
+        if missing:
+            print(f"not in the device's lowering table (with a kernel of its own): {sorted(missing)}", file=sys.stderr)
+            return 2
+        ops = [o for o in ops if o in wanted]
+    classes = [CLASSES[c] for c in (args.classes or CLASSES)]
+    env = environment(args.device)
+    env["mutate_source_run"] = str(source_run)
+    run_id = store.start_run("mutate", env, "quick")
+    started = time.perf_counter()
+    outcomes: list[Outcome] = []
+    for mode in args.modes:
+        for n, op in enumerate(ops):
+            f = facts(op, cases)
+            for mc in classes:
+                outcome = run_mutant(op, mc, f, cases, mode)
+                outcomes.append(outcome)
+                store.add_mutant(run_id, mode, **outcome.to_dict())
+            store.commit()
+            sys.stderr.write(f"\r[{n + 1}/{len(ops)}] {op[:50]:50s} {time.perf_counter() - started:7.1f} s")
+    sys.stderr.write("\n")
+    store.finish_run(run_id)
+    elapsed = time.perf_counter() - started
+    per_class = score(outcomes)
+    print(f"mutate run {run_id} over {len(ops)} ops x {len(classes)} classes in {elapsed:.0f} s "
+          f"(cases of op-suite run {source_run}); store {store.path}")
+    for name, counts in per_class.items():
+        judged = counts["caught"] + counts["survived"]
+        print(f"  {name:14s} {counts['caught']:4d} caught {counts['survived']:4d} survived {counts['excluded']:4d} "
+              f"excluded  score {counts['caught'] / judged:.1%}" if judged else f"  {name:14s} all excluded")
+    total = sum(c["caught"] for c in per_class.values()), sum(c["survived"] for c in per_class.values())
+    if sum(total):
+        print(f"  {'all':14s} {total[0]:4d} caught {total[1]:4d} survived  score {total[0] / sum(total):.1%}")
+    for o in outcomes:
+        if o.status == "survived":
+            print(f"  SURVIVED {o.op} [{o.cls}]: {o.reason}")
+    if args.json:
+        with open(args.json, "w") as fh:
+            json.dump({"run": run_id, "source_run": source_run, "seconds": elapsed, "score": per_class,
+                       "outcomes": [o.to_dict() for o in outcomes]}, fh, indent=1)
+    store.close()
+    return 1 if total[1] else 0
+
+
+def add_parser(sub) -> None:
+    """``mutate``'s command line (harness.cli)."""
+    p = sub.add_parser("mutate", help="mutation score: plant wrong kernels over the device's, rerun the op suite")
+    p.add_argument("--ops", nargs="*", help="table overloads (aten::name.overload or name.overload; default: all)")
+    p.add_argument("--classes", nargs="*", help=f"mutant classes (default: all): {', '.join(CLASSES)}")
+    p.add_argument("--modes", nargs="*", default=["eager"], help="modes to rerun the cases in (default eager)")
+    p.add_argument("--device", default="neuron")
+    p.add_argument("--json", default=None, help="also write the outcomes as JSON to this file")
+    p.add_argument("--results", default=str(DEFAULT_PATH))
+    p.set_defaults(func=main)
