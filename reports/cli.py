@@ -81,6 +81,11 @@ def summary(report: dict[str, Any]) -> list[str]:
         lines.append(f"  OpInfo sweep run {conf['selection'].opinfo}: {o['ops']} ops, {o['samples']} samples, "
                      f"{o['counts']['fail']} fail, {render.percent(o['rate'])} pass")
     lines.append(f"  failures listed with reproducers: {conf['failure_count']}")
+    if conf.get("mutation"):
+        m = conf["mutation"]
+        lines.append(f"  mutation score run {m['run']}: {m['caught']} of {m['judged']} mutants caught "
+                     f"({render.percent(m['score'])}) over {m['ops']} kernels; " +
+                     ", ".join(f"{r['class']} {render.percent(r['score'])}" for r in m["classes"]))
     if conf["coverage"]:
         cov = conf["coverage"]
         tiers = ", ".join(f"{n} {t}" for t, n in cov["by_tier"].items())

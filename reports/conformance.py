@@ -176,6 +176,28 @@ def trend(current: pd.DataFrame, previous: pd.DataFrame, current_id: int, previo
             "changes": changes}
 
 
+def mutation(conn) -> dict[str, Any] | None:
+    """The mutation score of the latest finished ``python -m harness mutate`` run: per class, how
+    many mutants the op suite caught, how many survived (each with why) and how many a rule excludes."""
+    frame = data.mutants(conn)
+    if frame.empty:
+        return None
+    classes = []
+    for cls, group in frame.groupby("class", sort=False):
+        counts = {s: int((group["status"] == s).sum()) for s in ("caught", "survived", "excluded")}
+        judged = counts["caught"] + counts["survived"]
+        classes.append({"class": cls, **counts, "score": counts["caught"] / judged if judged else None})
+    caught = int((frame["status"] == "caught").sum())
+    judged = caught + int((frame["status"] == "survived").sum())
+    survivors = frame[frame["status"] == "survived"][["op", "class", "mode", "reason", "cases_run"]]
+    rules = frame[frame["status"] == "excluded"].groupby(["class", "reason"]).size().reset_index(name="mutants")
+    return {"run": int(frame["run_id"].iloc[0]), "ops": int(frame["op"].nunique()), "mutants": len(frame),
+            "caught": caught, "judged": judged, "score": caught / judged if judged else None,
+            "seconds": float(frame["seconds"].sum()), "classes": classes,
+            "survivors": survivors.to_dict("records"), "rules": rules.to_dict("records"),
+            "modes": sorted(set(frame["mode"]))}
+
+
 def build(conn, coverage_path: Path, junit_dir: Path | None = None) -> dict[str, Any]:
     selection = data.select_runs(conn)
     frame = data.results(conn, selection.run_ids)
@@ -207,4 +229,5 @@ def build(conn, coverage_path: Path, junit_dir: Path | None = None) -> dict[str,
         "trends": trends,
         "cases": len(spec),
         "pytest": junit.outcomes(junit_dir) if junit_dir is not None else {},
+        "mutation": mutation(conn),
     }

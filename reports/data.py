@@ -130,6 +130,17 @@ def mode_rows(frame: pd.DataFrame, selection: dict[str, int], source: str = "spe
     return frame[keep & (frame["source"] == source)]
 
 
+def mutants(conn: sqlite3.Connection) -> pd.DataFrame:
+    """The mutants of the latest finished mutate run (empty when the store has none, or predates them)."""
+    has = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'mutants'").fetchone()
+    if not has:
+        return pd.DataFrame(columns=["run_id", "op", "class", "mode", "status", "reason", "seconds"])
+    return _table(conn, """
+        SELECT m.* FROM mutants m WHERE m.run_id = (
+            SELECT MAX(r.id) FROM runs r WHERE r.kind = 'mutate' AND r.finished IS NOT NULL)
+        ORDER BY m.id""")
+
+
 def load_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text())

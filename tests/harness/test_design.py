@@ -1,0 +1,82 @@
+"""Designed coverage (harness.design): each op spec's cases cover the cells its dtypes make applicable,
+on layouts the device itself holds, reproducibly; the store records and answers which cells ran."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import design
+from harness.cases import Case
+from harness.runner import Result
+from harness.specs import SPECS
+from harness.store import Store
+from harness.values import LAYOUTS, TensorSpec, materialize
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+def test_no_op_spec_loses_a_cell_its_dtypes_make_applicable(name):
+    """Every dtype of the spec meets every value domain that applies to it (NaN, infinities, signed
+    zeros, denormals, near overflow, saturation tails, near zero, negatives; integer min/max), in the
+    coordinates its cases really have (read from the tensors, not from what the design asked)."""
+    spec = SPECS[name]
+    missing = design.required_cells(spec) - design.realized(spec)["dtype_domain"]
+    assert not missing, f"{name}: designed cases cover no case of {sorted(missing)}"
+
+
+def test_elementwise_specs_reach_every_layout_and_tile_edge():
+    for name in ("mul", "neg", "sigmoid", "add_scalar", "sum"):
+        got = design.realized(SPECS[name])
+        assert set(LAYOUTS) <= got["layout"], name
+        assert {"127", "128", "129", "511", "512", "513", "2047", "2048", "2049", "0-dim", "empty"} <= got["edge"], name
+
+
+def test_index_specs_have_their_error_inputs():
+    for name in ("gather", "index_select", "scatter", "embedding"):
+        assert {"oob_index", "index_dtype"} <= design.realized(SPECS[name])["error"], name
+    assert "shape_mismatch" in design.realized(SPECS["add"])["error"]
+
+
+def test_designed_cases_are_reproducible_and_named_by_their_coordinates():
+    cases = design.cases("mul")
+    ids = [d.id for d in cases]
+    assert len(ids) == len(set(ids))
+    first = cases[0]
+    assert first.id.startswith("mul-") and first.target.dtype in first.id and first.target.layout in first.id
+    again = design.designed_case(SPECS["mul"], first.target)
+    assert again == first.case
+    assert Case.from_json(first.case.to_json()) == first.case
+
+
+@pytest.mark.parametrize("layout", [lay for lay in LAYOUTS if lay != "contiguous"])
+def test_layouts_are_made_on_the_device(layout):
+    spec = TensorSpec((2, 3, 4, 5), "float32", layout, "normal", 3)
+    cpu, dev = materialize(spec, "cpu"), materialize(spec, "neuron")
+    assert dev.device.type == "neuron"
+    assert dev.stride() == cpu.stride() and dev.storage_offset() == cpu.storage_offset()
+    assert not dev.is_contiguous() or layout == "offset"
+    assert torch.equal(dev.cpu(), cpu)
+    if layout == "expanded":
+        assert 0 in dev.stride(), "an expanded input must reach the device's kernel with stride 0"
+
+
+def test_edge_domains_hold_what_they_promise():
+    near = materialize(TensorSpec((64,), "bfloat16", "contiguous", "near_overflow", 1), "cpu").float()
+    assert bool((near.abs() >= torch.finfo(torch.bfloat16).max / 2.01).all()) and bool(torch.isfinite(near).all())
+    tails = materialize(TensorSpec((64,), "float32", "contiguous", "tails", 1), "cpu")
+    assert bool((tails.abs() >= 10).all()) and bool((tails < 0).any())
+    oob = materialize(TensorSpec((16,), "int64", "contiguous", "oob:5", 1), "cpu")
+    assert bool(((oob >= 5) | (oob < -5)).all())
+
+
+def test_store_answers_which_cells_ran(tmp_path):
+    store = Store(tmp_path / "r.sqlite")
+    run = store.start_run("opsuite", {"torch": "test"})
+    for designed in design.cases("neg")[:5]:
+        result = Result(designed.case, "pass", design_id=designed.id)
+        store.add(run, result, "pointwise")
+    store.commit()
+    cells = store.cells("neg")
+    assert len(cells) == 5 and all(c["designed"] == 1 and c["verdicts"] == {"pass": 1} for c in cells)
+    assert {(c["dtype"], c["domain"], c["layout"]) for c in cells} == {
+        (d.cell.dtype, d.cell.domain, d.cell.layout) for d in design.cases("neg")[:5]}
