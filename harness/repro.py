@@ -235,7 +235,8 @@ def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | N
         f"SEED = {seed}",
         "DEFAULT_TOLERANCE = {" + ", ".join(f"{k}: {v!r}" for k, v in DEFAULT_TOLERANCE.items()) + "}  # (rtol, atol)",
         f"TOLERANCE = {spec.tolerance.get(case.dtype)!r}  # the op's override for {case.dtype}, if any",
-        f"ZERO_SIGN = {case.dtype not in spec.ignore_zero_sign!r}  # -0.0 and 0.0 are told apart",
+        f"ZERO_SIGN = {not ({case.dtype} | {t.dtype for t in case.tensors}) & set(spec.ignore_zero_sign)!r}"
+        "  # -0.0 and 0.0 are told apart (as harness.runner._zero_sign)",
         f"OVERFLOW_EQUAL = {spec.overflow_equal!r}",
         f"MAX_ULP = {spec.max_ulp.get(case.dtype)!r}",
         f"FP64_REFERENCE = {spec.fp64_reference!r}",

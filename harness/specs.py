@@ -498,11 +498,20 @@ def _masked(data, dtype):
     return [_t(data, shape, dtype), _t(data, shape, "float32")], {}
 
 
+# The "self" of a functional scatter or copy is not drawn with overlapping memory: CPU's result then
+# shares memory between its rows, so writing the slice also writes the rows that overlap it
+# (torch.slice_scatter(torch.arange(8.).as_strided((3, 6), (1, 1)), torch.full((1, 6), -1.), 0, 0, None, 3)
+# on torch 2.13 returns rows 2 and 3 partly -1); what a fresh result holds there is not defined by
+# the op. Every other layout, the source's included, is drawn.
+_SELF_LAYOUTS = tuple(lay for lay in hs.LAYOUTS if lay != "overlapping")
+
+
 def _select_scatter(data, dtype):
     shape = data.draw(hs.shapes(min_dims=1, allow_empty=False, max_dims=3))
     dim = data.draw(st.integers(0, len(shape) - 1))
     index = data.draw(st.integers(-shape[dim], shape[dim] - 1))
-    return [_t(data, shape, dtype), _t(data, shape[:dim] + shape[dim + 1:], dtype)], {"dim": dim, "index": index}
+    return [_t(data, shape, dtype, layouts=_SELF_LAYOUTS), _t(data, shape[:dim] + shape[dim + 1:], dtype)], \
+        {"dim": dim, "index": index}
 
 
 def _slice_scatter(data, dtype):
@@ -512,7 +521,8 @@ def _slice_scatter(data, dtype):
     step = data.draw(st.integers(1, 3))
     length = len(range(start, shape[dim], step))
     src_shape = shape[:dim] + (length,) + shape[dim + 1:]
-    return [_t(data, shape, dtype), _t(data, src_shape, dtype)], {"dim": dim, "start": start, "step": step}
+    return [_t(data, shape, dtype, layouts=_SELF_LAYOUTS), _t(data, src_shape, dtype)], \
+        {"dim": dim, "start": start, "step": step}
 
 
 spec("gather", "indexing", "torch.gather({x0}, {dim}, {x1})", custom(_gather), EVERY)
@@ -741,7 +751,7 @@ spec("fill_functional", "pointwise", "torch.ops.aten.fill.Scalar({x0}, {value})"
 def _copy(data, dtype):
     """copy(self, src): src broadcast to self's shape, of any dtype (converted)."""
     shape = data.draw(hs.shapes(min_dims=1))
-    return [_t(data, shape, dtype), _t(data, shape[1:], data.draw(st.sampled_from(EVERY)))], {}
+    return [_t(data, shape, dtype, layouts=_SELF_LAYOUTS), _t(data, shape[1:], data.draw(st.sampled_from(EVERY)))], {}
 
 
 spec("copy_functional", "pointwise", "torch.ops.aten.copy({x0}, {x1})", custom(_copy), EVERY)
