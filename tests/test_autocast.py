@@ -47,6 +47,54 @@ def test_torch_has_no_privateuse1_policy_of_its_own():
     assert set(policy.registered()) == {name for name in policy.POLICY if policy._resolve(name) is not None}
 
 
+def _aten_generic_lists() -> dict[str, str]:
+    """op -> rule from the AT_FORALL_* lists of the installed torch's ATen/autocast_mode.h (the lists
+    CUDA, XPU and MTIA register), parsed rather than copied, so a torch that changes them fails here."""
+    import pathlib
+    import re
+
+    header = pathlib.Path(torch.__file__).parent / "include" / "ATen" / "autocast_mode.h"
+    if not header.exists():
+        pytest.skip("this torch build ships no C++ headers")
+    text = header.read_text()
+    rules = {"AT_FORALL_LOWER_PRECISION_FP": policy.LOWER, "AT_FORALL_FP32": policy.FP32,
+             "AT_FORALL_FP32_SET_OPT_DTYPE": policy.FP32_SET_OPT_DTYPE,
+             "AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE": policy.FP32_APPEND_DTYPE,
+             "AT_FORALL_PROMOTE": policy.PROMOTE}
+    found: dict[str, str] = {}
+    for macro, rule in rules.items():
+        body = re.search(r"#define " + macro + r"\(_\)((?:.*\\\n)*.*)", text).group(1)
+        for entry in re.findall(r"_\(([^()]*(?:\([^()]*\)[^()]*)*)\)", body):
+            parts = [p.strip() for p in entry.split(",")]
+            if rule == policy.FP32_APPEND_DTYPE:  # _(ADD_NS(norm), "norm.Scalar", ...): the overload name
+                found[parts[1].replace("\\", "").strip().strip('"')] = rule
+            else:
+                found[parts[0] + (f".{parts[1]}" if len(parts) > 1 else "")] = rule
+    return found
+
+
+def test_policy_is_pytorchs_non_cpu_lists_exactly():
+    expected = _aten_generic_lists()
+    assert len(expected) > 100
+    ours = {name: rule for name, rule in policy.POLICY.items() if rule != policy.BANNED}
+    assert ours == expected
+    assert policy.rule_of("aten::binary_cross_entropy") == policy.BANNED
+    assert torch.get_autocast_dtype("neuron") == torch.bfloat16  # neuron's own default
+
+
+def test_binary_cross_entropy_is_unsafe_to_autocast():
+    p = torch.rand(4, 3).to("neuron")
+    target = torch.rand(4, 3).to("neuron")
+    with torch.autocast("neuron"):
+        with pytest.raises(RuntimeError, match="unsafe to autocast"):
+            F.binary_cross_entropy(p, target)
+        with pytest.raises(RuntimeError, match="binary_cross_entropy_with_logits"):
+            torch.nn.BCELoss()(p, target)
+        assert F.binary_cross_entropy_with_logits(p, target).dtype == torch.float32  # the safe form
+    expected = F.binary_cross_entropy(p.cpu(), target.cpu())
+    torch.testing.assert_close(F.binary_cross_entropy(p, target).cpu(), expected, **TOL[torch.float32])
+
+
 @pytest.mark.parametrize("dtype", LOW)
 @pytest.mark.parametrize("name, fn, shapes", [
     ("mm", torch.mm, [(5, 7), (7, 3)]),
@@ -71,7 +119,6 @@ def test_matmuls_and_convolutions_run_in_low_precision(dtype, name, fn, shapes):
     ("log_softmax", lambda x: F.log_softmax(x, -1)),
     ("layer_norm", lambda x: F.layer_norm(x, (x.shape[-1],))),
     ("mse_loss", lambda x: F.mse_loss(x, x.flip(0))),
-    ("cross_entropy", lambda x: F.cross_entropy(x, torch.arange(x.shape[0], device=x.device) % x.shape[1])),
     ("sum", lambda x: x.sum()),
     ("sum.dim", lambda x: x.sum(dim=1)),
     ("prod", lambda x: x.prod(dim=0)),
@@ -88,6 +135,19 @@ def test_precision_sensitive_ops_run_in_fp32(dtype, name, fn):
         actual = fn(low.to("neuron"))
     assert actual.dtype == torch.float32, f"{name} gave {actual.dtype}"
     torch.testing.assert_close(actual.cpu(), expected, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("dtype", LOW)
+def test_cross_entropy_follows_the_non_cpu_policy(dtype):
+    """cross_entropy_loss is not on the generic lists (CPU adds it): it calls log_softmax with the
+    input's own dtype, which fp32_set_opt_dtype respects, then nll_loss in fp32 -- as on CUDA."""
+    low = _pair(6, 5, seed=3)[0].to(dtype)
+    target = torch.arange(6) % 5
+    expected = F.nll_loss(torch.log_softmax(low, -1).float(), target)
+    with torch.autocast("neuron", dtype=dtype):
+        actual = F.cross_entropy(low.to("neuron"), target.to("neuron"))
+    assert actual.dtype == torch.float32
+    torch.testing.assert_close(actual.cpu(), expected, **TOL[dtype])
 
 
 def test_explicit_dtype_is_respected():

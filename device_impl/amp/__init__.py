@@ -3,8 +3,9 @@
 ``torch.autocast("neuron", dtype=torch.bfloat16)`` (or float16) casts ops by
 PyTorch's usual policy (device_impl.amp.policy): matmuls, linear layers and
 convolutions run in the low-precision type; softmax, log_softmax, norms,
-losses and reductions in fp32; multi-input ops such as cat, stack and
-index_put promote to the widest input type. ``torch.amp.GradScaler("neuron")``
+losses and reductions in fp32; multi-input ops such as addcmul and
+index_put promote to the widest input type; binary_cross_entropy is refused as
+"unsafe to autocast" (PyTorch's lists for non-CPU devices, exactly). ``torch.amp.GradScaler("neuron")``
 works with native unscale/update kernels (device_impl.amp.scaler).
 
 The helpers below are the names code written for TorchNeuron and torch.cuda.amp

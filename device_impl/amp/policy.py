@@ -9,11 +9,26 @@ register both (OpenReg does it in C++). We do it from Python with
 kernel per rule that casts the arguments, excludes the autocast key and
 calls the op again (what ATen's ``WrapFunction_`` does).
 
-The op lists follow PyTorch's generic lists (``AT_FORALL_LOWER_PRECISION_FP``,
-``AT_FORALL_FP32``, ``AT_FORALL_FP32_SET_OPT_DTYPE``, ``AT_FORALL_PROMOTE`` in
-ATen/autocast_mode.h, used by CUDA, XPU and MTIA), plus CPU's extra losses and
-promote ops (cat, stack, index_copy), so code tuned for CUDA autocast behaves
-the same on neuron.
+The op lists are PyTorch's lists for non-CPU devices, exactly: the generic
+``AT_FORALL_LOWER_PRECISION_FP``, ``AT_FORALL_FP32``, ``AT_FORALL_FP32_SET_OPT_DTYPE``,
+``AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE`` and ``AT_FORALL_PROMOTE`` of
+ATen/autocast_mode.h (what CUDA, XPU and MTIA register), and the op those
+devices ban, ``binary_cross_entropy`` ("unsafe to autocast": refused with
+ATen's RuntimeError and message). CPU's own additions (conv*.padding, extra
+losses, cat/stack/index_copy promote, binary_cross_entropy in fp32) are not
+used, so code tuned for CUDA autocast behaves the same on neuron
+(tests/test_autocast.py checks the table against the installed torch's header).
+Neuron's own choice is only the default low-precision type, bfloat16
+(device_impl.amp.DEFAULT_DTYPE).
+
+| rule | ATen list | what the kernel does |
+|---|---|---|
+| ``lower_precision_fp`` | AT_FORALL_LOWER_PRECISION_FP | floating inputs -> autocast dtype (bf16 by default) |
+| ``fp32`` | AT_FORALL_FP32 | floating inputs -> float32 |
+| ``fp32_set_opt_dtype`` | AT_FORALL_FP32_SET_OPT_DTYPE | run with dtype=float32 unless the caller gave one |
+| ``fp32_append_dtype`` | AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE | call the dtype-taking overload with float32 |
+| ``promote`` | AT_FORALL_PROMOTE | floating inputs -> the widest floating type among them |
+| ``banned`` | binary_cross_entropy (CUDA/XPU) | RuntimeError naming the safe replacement |
 
 Differences from ATen, on purpose: casts of fp32 leaf weights are not cached
 across uses inside one autocast region (ATen's ``cached_cast`` cache is not
@@ -35,11 +50,22 @@ FP32 = "fp32"  # cast floating inputs to float32
 FP32_SET_OPT_DTYPE = "fp32_set_opt_dtype"  # run with dtype=float32 unless the caller gave a dtype
 FP32_APPEND_DTYPE = "fp32_append_dtype"  # call the overload that takes a dtype, with float32
 PROMOTE = "promote"  # cast floating inputs to the widest floating type among them
+BANNED = "banned"  # refuse inside an autocast region (ATen's binary_cross_entropy_banned)
+
+# ATen's message for the banned op (aten/src/ATen/autocast_mode.cpp), so the refusal reads as on CUDA.
+BANNED_MESSAGE = {
+    "binary_cross_entropy": (
+        "torch.nn.functional.binary_cross_entropy and torch.nn.BCELoss are unsafe to autocast.\n"
+        "Many models use a sigmoid layer right before the binary cross entropy layer.\n"
+        "In this case, combine the two layers using torch.nn.functional.binary_cross_entropy_with_logits\n"
+        "or torch.nn.BCEWithLogitsLoss.  binary_cross_entropy_with_logits and BCEWithLogits are\n"
+        "safe to autocast."),
+}
 
 # op (packet or packet.overload; a bare packet means its default overload) -> rule
 POLICY: dict[str, str] = {}
-for _op in ("_convolution.deprecated _convolution conv1d conv1d.padding conv2d conv2d.padding conv3d "
-            "conv3d.padding conv_tbc conv_transpose1d conv_transpose2d.input conv_transpose3d.input convolution "
+for _op in ("_convolution.deprecated _convolution conv1d conv2d conv3d conv_tbc conv_transpose1d "
+            "conv_transpose2d.input conv_transpose3d.input convolution "
             "prelu addmm addmv addr matmul einsum mm mv linalg_vecdot linear addbmm baddbmm bmm chain_matmul "
             "linalg_multi_dot _thnn_fused_lstm_cell _thnn_fused_gru_cell lstm_cell gru_cell rnn_tanh_cell "
             "rnn_relu_cell _scaled_dot_product_flash_attention scaled_dot_product_attention").split():
@@ -52,19 +78,17 @@ for _op in ("acos asin cosh erfinv exp expm1 log log10 log2 log1p reciprocal rsq
             "multi_margin_loss binary_cross_entropy_with_logits dist pdist cdist renorm logsumexp "
             "upsample_nearest1d _upsample_nearest_exact1d upsample_nearest2d _upsample_nearest_exact2d "
             "upsample_nearest3d _upsample_nearest_exact3d upsample_linear1d upsample_bilinear2d "
-            "_upsample_bilinear2d_aa upsample_trilinear3d upsample_bicubic2d _upsample_bicubic2d_aa "
-            # CPU's list adds these losses
-            "binary_cross_entropy cross_entropy_loss ctc_loss.IntList ctc_loss.Tensor").split():
+            "_upsample_bilinear2d_aa upsample_trilinear3d upsample_bicubic2d _upsample_bicubic2d_aa").split():
     POLICY[_op] = FP32
 for _op in ("prod prod.dim_int softmax.int log_softmax.int cumprod cumsum linalg_vector_norm linalg_matrix_norm "
             "linalg_matrix_norm.str_ord sum sum.dim_IntList").split():
     POLICY[_op] = FP32_SET_OPT_DTYPE
 for _op in ("norm.Scalar", "norm.ScalarOpt_dim"):
     POLICY[_op] = FP32_APPEND_DTYPE
-for _op in ("addcdiv addcmul atan2 bilinear cross dot vdot grid_sampler index_put tensordot scatter_add "
-            # CPU's list adds these
-            "cat stack index_copy").split():
+for _op in "addcdiv addcmul atan2 bilinear cross dot vdot grid_sampler index_put tensordot scatter_add".split():
     POLICY[_op] = PROMOTE
+for _op in BANNED_MESSAGE:
+    POLICY[_op] = BANNED
 
 # norm overloads without a dtype -> the overload that takes one (ATen's AT_FORALL_DIFFERENT_REDISPATCH_SIGNATURE)
 _APPEND_DTYPE_TARGET = {"norm.Scalar": "norm.ScalarOpt_dtype", "norm.ScalarOpt_dim": "norm.ScalarOpt_dim_dtype"}
@@ -138,6 +162,13 @@ def _make_kernel(overload: torch._ops.OpOverload, rule: str, name: str) -> Calla
             elif kwargs.get("dtype") is None:
                 kwargs = dict(kwargs, dtype=torch.float32)
             return args, kwargs
+    elif rule == BANNED:
+        message = BANNED_MESSAGE[name]
+
+        def kernel(*args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError(message)
+
+        return kernel
     elif rule == FP32_APPEND_DTYPE:
         target = _resolve(_APPEND_DTYPE_TARGET[name])
 
