@@ -10,7 +10,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: setup core test report clean
+.PHONY: setup core test test-hosts report clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +29,23 @@ core: setup
 
 test: core
 	$(PY) -m pytest tests opsuite
+
+# `make test-hosts`: the host-sensitive tests (kernel differential tests and the op suite in eager) with CPU
+# eager, the oracle, on each kernel path a host can give it: the DEFAULT and AVX2 ATen kernels, an AVX2-only
+# host's oneDNN (ONEDNN_MAX_CPU_ISA=AVX2: no bf16 convolutions), oneDNN off, and this host's native level.
+# Each run's counts are printed; the target fails if any run fails.
+HOST_SENSITIVE ?= tests/kernels opsuite
+HOST_VARIANTS := native default avx2 avx2-host onednn-off
+test-hosts: core
+	@mkdir -p build; failed=""; for v in $(HOST_VARIANTS); do \
+	  case $$v in native) env="" ;; default) env="ATEN_CPU_CAPABILITY=default" ;; avx2) env="ATEN_CPU_CAPABILITY=avx2" ;; \
+	    avx2-host) env="ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2" ;; onednn-off) env="" ;; esac; \
+	  opt=""; [ $$v = onednn-off ] && opt="--cpu-onednn off"; \
+	  echo "== $$v: $$env $(PY) -m pytest $(HOST_SENSITIVE) -q $$opt"; \
+	  status=0; env $$env $(PY) -m pytest $(HOST_SENSITIVE) -q -p no:cacheprovider $$opt > build/test-hosts-$$v.log 2>&1 || status=$$?; \
+	  grep -E "^CPU oracle" build/test-hosts-$$v.log || true; tail -n 1 build/test-hosts-$$v.log; \
+	  [ $$status = 0 ] || failed="$$failed $$v"; \
+	done; if [ -n "$$failed" ]; then echo "host variants failing:$$failed (logs: build/test-hosts-<variant>.log)"; exit 1; fi
 
 # `make report`: the main job. Every step reads or writes build/; the last one renders
 # build/reports/*.html from build/results.sqlite and the files beside it, then prints a summary.

@@ -18,7 +18,7 @@ import torch
 from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import COMPUTE_DTYPES, FLOAT_DTYPES, numpy_dtype
 from device_impl.engine.hbm import view as hbm
-from device_impl.kernels import overlap
+from device_impl.kernels import cpu_host, overlap
 
 __all__ = ["hbm", "COMPUTE_DTYPES", "FLOAT_DTYPES", "numpy_dtype", "launch"]
 
@@ -371,8 +371,10 @@ TYPE_META_NAMES = {torch.float32: "float", torch.float64: "double", torch.float1
 
 
 def fma32(a, b, c) -> np.ndarray:
-    """RN32(a * b + c) with a single rounding: the fp32 fused multiply-add of CPU's vectorized loops
-    (vec::fmadd, and compiler-contracted scalar loops), which no fixed-function engine computes.
+    """a * b + c in fp32 as CPU's multiply-add rounds it on this host: RN32(a * b + c), one rounding, where
+    its kernels fuse (vec::fmadd and compiler-contracted scalar loops on AVX2/AVX-512), and
+    RN32(RN32(a * b) + c) under the DEFAULT kernels (cpu_host.fused_multiply_add). No fixed-function
+    engine computes a fused multiply-add.
 
     For GpSimd programs only (general-purpose cores). The product of two fp32 values is exact in
     double (48 significant bits); the double sum is rounded to odd (two-sum error, then nudging an
@@ -381,6 +383,9 @@ def fma32(a, b, c) -> np.ndarray:
     """
     f64 = np.float64
     with np.errstate(all="ignore"):
+        if not cpu_host.fused_multiply_add():
+            f32 = np.float32
+            return (np.asarray(a, dtype=f32) * np.asarray(b, dtype=f32)) + np.asarray(c, dtype=f32)
         p = np.asarray(a, dtype=np.float32).astype(f64) * np.asarray(b, dtype=np.float32).astype(f64)
         c = np.asarray(c, dtype=np.float32).astype(f64)
         s = p + c
@@ -390,3 +395,33 @@ def fma32(a, b, c) -> np.ndarray:
         if inexact.any():
             s = np.where(inexact, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
         return s.astype(np.float32)
+
+
+def _two_sum(a, b):
+    s = a + b
+    bb = s - a
+    return s, (a - (s - bb)) + (b - bb)
+
+
+def _two_prod(a, b):
+    p = a * b
+    split = 134217729.0  # 2^27 + 1 (Veltkamp)
+    t = split * a
+    ah = t - (t - a)
+    al = a - ah
+    t = split * b
+    bh = t - (t - b)
+    bl = b - bh
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def fma64(a, b, c) -> np.ndarray:
+    """a * b + c in double as CPU rounds it on this host: once (error-free transforms) where its kernels fuse,
+    twice under the DEFAULT kernels (see fma32). For GpSimd programs only."""
+    a, b, c = (np.asarray(v, dtype=np.float64) for v in (a, b, c))
+    with np.errstate(all="ignore"):
+        if not cpu_host.fused_multiply_add():
+            return a * b + c
+        p, e = _two_prod(a, b)
+        s, t = _two_sum(p, c)
+        return s + (t + e)

@@ -51,7 +51,7 @@ from numpy.lib.stride_tricks import as_strided
 from device_impl.dispatch.table import TABLE, resolve
 from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import COMPUTE_DTYPES, FP32, is_float
-from device_impl.kernels import overlap
+from device_impl.kernels import cpu_host, overlap
 from device_impl.kernels.common import (
     SCALAR_TYPE_NAMES,
     check_out,
@@ -396,7 +396,8 @@ def _combine(nc, offs: Tile, cur: Tile, src: Tile, op: str, scale: float | Tile 
 
     Sequential in row order and in the destination dtype, ((cur + s1) + s2) rounded after each
     step, which is what CPU's serial loops compute. With ``scale`` each step adds scale * s
-    computed exactly (float64) and rounded once, CPU's fused multiply-add."""
+    computed exactly (float64) and rounded once, CPU's fused multiply-add; where this host's CPU kernels
+    do not fuse (cpu_host.fused_multiply_add) the product is rounded to the dtype first."""
     out = nc.sbuf_tile(cur.shape, cur.dtype)
     fn = getattr(np, op)
     ins = (offs, cur, src) + ((scale,) if isinstance(scale, Tile) else ())
@@ -406,10 +407,12 @@ def _combine(nc, offs: Tile, cur: Tile, src: Tile, op: str, scale: float | Tile 
         uniq, first, inverse = np.unique(k, return_index=True, return_inverse=True)
         state = c.reshape(k.size, -1)[first].copy()
         values = s.reshape(k.size, -1)
-        if factor:
-            values = values.astype(np.float64) * factor[0].reshape(k.size, 1).astype(np.float64)
-        elif scale is not None:
-            values = values.astype(np.float64) * float(scale)
+        if factor or scale is not None:
+            f = factor[0].reshape(k.size, 1) if factor else scale
+            if cpu_host.fused_multiply_add():
+                values = values.astype(np.float64) * np.asarray(f, dtype=np.float64)
+            else:  # DEFAULT kernels: the product rounds to the dtype (c10 half arithmetic) before the add
+                values = (values.astype(np.float32) * np.asarray(f, dtype=np.float32)).astype(state.dtype)
         start = state.copy()
         fn.at(state, inverse, values)
         if op in ("maximum", "minimum") and is_float(state.dtype):
@@ -1398,7 +1401,7 @@ def _index_add_compute(out: torch.Tensor, a: dict) -> None:
     via_scatter = (self.dim() > 1 and dim in (0, self.dim() - 1) and alpha == 1 and index.dtype == torch.int64)
     error = _bounds_error(dim, size) if via_scatter else _index_range_error
     _index_scatter_run(out, self, dim, index, source, "add", "index_add", error, alpha=alpha, once=via_scatter,
-                       fused=self.dim() > 1)
+                       fused=self.dim() > 1 and cpu_host.fused_multiply_add())
 
 
 register_family("index_add", _index_add_compute, _self_meta("index", "source"), overloads=("default", "out"))

@@ -42,6 +42,8 @@ from device_impl.kernels.common import (
     SCALAR_TYPE_NAMES,
     check_out,
     flat_tiles,
+    fma32,
+    fma64,
     hbm,
     is_device_tensor,
     memory_order,
@@ -1260,42 +1262,6 @@ def _cpu_chunks(n: int) -> int:
     return -(-n // tasks)
 
 
-def _two_sum(a, b):
-    s = a + b
-    bb = s - a
-    return s, (a - (s - bb)) + (b - bb)
-
-
-def _two_prod(a, b):
-    p = a * b
-    split = 134217729.0  # 2^27 + 1 (Veltkamp)
-    t = split * a
-    ah = t - (t - a)
-    al = a - ah
-    t = split * b
-    bh = t - (t - b)
-    bl = b - bh
-    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
-
-
-def _fma64(a, b, c):
-    """a * b + c in double with one rounding (error-free transforms)."""
-    p, e = _two_prod(a, b)
-    s, t = _two_sum(p, c)
-    return s + (t + e)
-
-
-def _fma32(a, b, c):
-    """RN32(a * b + c) for float32 operands: exact product in double, the sum rounded to odd, then to float."""
-    p = a.astype(F64) * b.astype(F64)
-    c = np.asarray(c).astype(F64)
-    s, err = _two_sum(p, c)
-    fix = np.isfinite(s) & (err != 0) & ((s.view(np.int64) & 1) == 0)
-    if fix.any():
-        s = np.where(fix, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
-    return s.astype(FP32)
-
-
 def _arange_program(dtype: torch.dtype, start: float, step: float, n: int):
     """CPU's arange kernel, element by element: a scalar loop and a vector loop whose block base is rounded
     to the dtype (Vectorized<T>::arange(base, step)), restarted at each parallel_for chunk."""
@@ -1317,9 +1283,9 @@ def _arange_program(dtype: torch.dtype, start: float, step: float, n: int):
             value = np.where(vector, block, scalar).astype(FP32)
         else:
             s, st = np.float32(start), np.float32(step)
-            scalar = _fma32(np.full(i.shape, st), i.astype(FP32), s)
-            base = _fma32(np.full(i.shape, st), i0.astype(FP32), s).astype(target).astype(FP32)
-            block = _fma32((i - i0).astype(FP32), np.full(i.shape, st), base)
+            scalar = fma32(np.full(i.shape, st), i.astype(FP32), s)
+            base = fma32(np.full(i.shape, st), i0.astype(FP32), s).astype(target).astype(FP32)
+            block = fma32((i - i0).astype(FP32), np.full(i.shape, st), base)
             value = np.where(vector, block, scalar)
         out.reshape(-1)[:] = value.astype(target)
 
@@ -1456,8 +1422,8 @@ def _linspace_out(a: dict) -> torch.Tensor:
 
             def program(res, idx):
                 i = idx.reshape(-1)
-                first = _fma32(np.full(i.shape, step), i.astype(FP32), s)
-                second = _fma32(np.full(i.shape, -step), (steps - 1 - i).astype(FP32), e)
+                first = fma32(np.full(i.shape, step), i.astype(FP32), s)
+                second = fma32(np.full(i.shape, -step), (steps - 1 - i).astype(FP32), e)
                 res.reshape(-1)[:] = np.where(i < halfway, first, second)
 
             for s0, s1, idx in _index_tiles(nc, 0, steps):
@@ -1494,8 +1460,8 @@ def _linspace_out(a: dict) -> torch.Tensor:
 
             def program(res, idx):
                 i = idx.reshape(-1).astype(F64)
-                first = _fma64(np.full(i.shape, step), i, np.full(i.shape, s))
-                second = _fma64(np.full(i.shape, -step), (steps - 1) - i, np.full(i.shape, e))
+                first = fma64(np.full(i.shape, step), i, np.full(i.shape, s))
+                second = fma64(np.full(i.shape, -step), (steps - 1) - i, np.full(i.shape, e))
                 value = np.where(idx.reshape(-1) < halfway, first, second)
                 res.reshape(-1)[:] = _double_to_int(value, I64 if target == I64 else np.dtype(np.int32))
 

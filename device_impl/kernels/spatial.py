@@ -29,6 +29,7 @@ import torch
 from device_impl.dispatch.table import TABLE
 from device_impl.engine import launch
 from device_impl.engine.dtypes import COMPUTE_DTYPES, FP32
+from device_impl.kernels import cpu_host
 from device_impl.kernels.common import FLOAT_DTYPES, SCALAR_TYPE_NAMES, check_out, flat_tiles, hbm
 from device_impl.kernels.matmul import _matmul_into, psum_to_sbuf
 
@@ -644,7 +645,7 @@ def _conv_out_shape(x, w, nsp, stride, padding, dilation, transposed, output_pad
     shape = (x.shape[0], cout, *spatial)
     if all(s > 0 for s in spatial):
         return shape
-    if transposed and min(spatial) == 0 and _cpu_returns_empty_transposed(x, w, nsp, stride, dilation,
+    if transposed and min(spatial) == 0 and _cpu_returns_empty_transposed(x, w, nsp, stride, padding, dilation,
                                                                            output_padding, groups):
         return shape
     # what CPU's slow_conv_transpose / shape checks say (1-d problems are 2-d with a unit height there)
@@ -654,46 +655,29 @@ def _conv_out_shape(x, w, nsp, stride, padding, dilation, transposed, output_pad
                        f"per channel: ({' x '.join(map(str, sizes_out))}). Output size is too small")
 
 
-def _cpu_returns_empty_transposed(x, w, nsp, stride, dilation, output_padding, groups) -> bool:
+def _cpu_returns_empty_transposed(x, w, nsp, stride, padding, dilation, output_padding, groups) -> bool:
     """Whether CPU answers a transposed convolution whose output has a zero-size (none negative) spatial
     dimension (padding that consumes the whole output) with an empty tensor rather than an error.
 
-    CPU decides by backend (ATen/native/Convolution.cpp, _select_conv_backend and ConvParams::use_mkldnn,
-    torch 2.13): an empty batch takes the "Empty" backend, and oneDNN (mkldnn) accepts the empty output;
-    the slow_conv_transpose2d/3d fallback raises "Output size is too small". oneDNN takes bf16 on CPUs with
-    AVX-512 (F/BW/VL/DQ) or AVX-NE-CONVERT, fp16 on AVX512-FP16 or AVX-NE-CONVERT, and float32 by a size
-    heuristic that includes the intra-op thread count. Measured on this project's machine for 1-d/2-d/3-d,
-    batch 1/2/16, groups 1/2, kernels 1-4, strides 1-2, 1 and 2 threads. Negative sizes raise everywhere.
+    CPU decides by backend (ATen/native/Convolution.cpp): an empty batch takes the "Empty" backend and
+    oneDNN accepts the empty output; the slow_conv_transpose2d/3d fallback raises "Output size is too
+    small". Which backend runs depends on the host and on torch.backends.mkldnn, so the live CPU is asked
+    (cpu_host.conv_backend). Negative sizes raise everywhere.
     """
     if x.shape[0] == 0:
         return True
-    if not (torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled):
-        return False
-    if any(op >= s for op, s in zip(output_padding, stride)):  # is_output_padding_big: never oneDNN
-        return False
-    caps = torch.cpu.get_capabilities()
-    if x.dtype == torch.bfloat16:
-        return all(caps.get(f"avx512_{f}", False) for f in ("f", "bw", "vl", "dq")) or caps.get("avx_ne_convert", False)
-    if x.dtype == torch.float16:
-        return caps.get("avx512_fp16", False) or caps.get("avx_ne_convert", False)
-    # float32: sizes as CPU sees them (1-d problems viewed as 2-d: [N, C, 1, W], weight [., ., 1, k])
-    xs = list(x.shape) if nsp > 1 else [x.shape[0], x.shape[1], 1, x.shape[2]]
-    ws = list(w.shape) if nsp > 1 else [w.shape[0], w.shape[1], 1, w.shape[2]]
-    worth_it = (any(s != 1 for s in stride) or any(d != 1 for d in dilation) or xs[0] >= 16 or ws[-1] != 1
-                or ws[-2] != 1 or torch.get_num_threads() > 1)
-    big = groups > 1 or (ws[-1] > 3 and ws[-2] > 3) or xs[0] > 1 or xs[0] * xs[1] * xs[2] * xs[3] > 20480
-    return worth_it and big
+    return cpu_host.is_onednn(cpu_host.conv_backend(x, w, None, stride, padding, dilation, True, output_padding,
+                                                    groups))
 
 
-def _conv_memory_format(x, w, nsp):
-    """CPU's output format: channels_last when input or weight is (2-d); in 3-d only the bf16 (mkldnn) path
-    keeps channels_last_3d, float32/float16 3-d convolutions return contiguous outputs."""
-    if nsp == 2 and (_memory_format(x) == torch.channels_last or _memory_format(w) == torch.channels_last):
-        return torch.channels_last
-    if nsp == 3 and x.dtype == torch.bfloat16 and (_memory_format(x) == torch.channels_last_3d
-                                                   or _memory_format(w) == torch.channels_last_3d):
-        return torch.channels_last_3d
-    return torch.contiguous_format
+def _conv_memory_format(x, w, bias, params, transposed, backward: bool = False, bias_sizes=None):
+    """The memory format CPU's convolution backend gives its output (or input/weight gradients) on this
+    host: channels_last for a channels-last input or weight on most 2-d paths, channels_last_3d in 3-d only
+    on oneDNN (on hosts where oneDNN takes the dtype), else contiguous. Asked of the live CPU."""
+    nsp, stride, padding, dilation, output_padding, groups = params
+    backend = cpu_host.conv_backend(x, w, bias, stride, padding, dilation, transposed, output_padding, groups,
+                                    backward=backward, bias_sizes=bias_sizes)
+    return cpu_host.conv_memory_format(x, w, backend), backend
 
 
 def _conv_run(nc, scratch, out_v, x_v, w_v, b_v, nsp, stride, padding, dilation, transposed, output_padding,
@@ -784,8 +768,8 @@ def _conv_compute(out, x, w, bias, params, transposed):
 @TABLE.native("aten::convolution", dtypes=FLOAT_DTYPES)
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     params, shape = _conv_output(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
-    out = torch.empty(shape, dtype=input.dtype, device=input.device,
-                      memory_format=_conv_memory_format(input, weight, params[0]))
+    fmt, _ = _conv_memory_format(input, weight, bias, params, transposed)
+    out = torch.empty(shape, dtype=input.dtype, device=input.device, memory_format=fmt)
     return _conv_compute(out, input, weight, bias, params, transposed)
 
 
@@ -807,11 +791,13 @@ def _conv_backward(grad_output, input, weight, bias_sizes, stride, padding, dila
     shape = _conv_out_shape(input, weight, nsp, stride, padding, dilation, transposed, output_padding, groups)
     if tuple(grad_output.shape) != tuple(shape):
         raise RuntimeError(f"Expected grad_output to have shape {list(shape)}, but got {list(grad_output.shape)}")
-    fmt = _conv_memory_format(input, weight, nsp)
+    params = (nsp, stride, padding, dilation, output_padding, groups)
+    fmt, backend = _conv_memory_format(input, weight, None, params, transposed, backward=True,
+                                       bias_sizes=bias_sizes)
     dev = input.device
     output_mask = list(output_mask)
-    if output_mask[2] and input.dtype != torch.float16:
-        output_mask[1] = True  # CPU's mkldnn backward (float32/bf16) returns grad_weight along with grad_bias
+    if output_mask[2] and cpu_host.is_onednn(backend):
+        output_mask[1] = True  # CPU's oneDNN backward returns grad_weight along with grad_bias
     if outs is None:
         gi = torch.empty(tuple(input.shape), dtype=input.dtype, device=dev, memory_format=fmt) if output_mask[0] else None
         gw = torch.empty(tuple(weight.shape), dtype=weight.dtype, device=dev, memory_format=fmt) \

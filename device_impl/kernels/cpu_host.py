@@ -1,0 +1,85 @@
+"""What CPU eager does on *this* host, asked of the running torch: the one place host-dependent choices live.
+
+CPU eager is the oracle the device is judged against, and several of its answers depend on the machine it
+runs on, not only on PyTorch's version:
+
+* **Which convolution backend runs**, and so the output's memory format, whether a transposed convolution
+  with an empty output is accepted, and which gradients the backward returns. oneDNN (mkldnn) takes bf16 on
+  CPUs with AVX-512 (or AVX-NE-CONVERT), fp16 only with AVX512-FP16, float32 by a size and thread-count
+  heuristic, and nothing when ``torch.backends.mkldnn.enabled`` is off; otherwise CPU runs its native
+  ``slow_conv*`` kernels. Rather than copy those rules, the device builds CPU tensors with the same sizes,
+  strides, dtype and ``requires_grad`` and asks ``torch._C._select_conv_backend`` (the function
+  ``at::convolution`` itself calls) and ``torch._C._conv_determine_backend_memory_format``.
+* **Whether a multiply-add rounds once.** ATen's vectorized loops call ``vec::fmadd``, one rounding on the
+  AVX2/AVX-512 kernels (and the compiler contracts ``a * b + c`` in the scalar loops compiled with them);
+  the ``DEFAULT`` kernels (``ATEN_CPU_CAPABILITY=default``, or a CPU without AVX2) compute ``a * b`` and
+  then ``+ c``, two roundings. ``torch.backends.cpu.get_cpu_capability()`` says which kernels this process
+  dispatches to.
+
+The answers are read from torch at the call (the capability is fixed once torch has loaded, so it is read
+once). Nothing here computes a result: proxies are allocated, never written or read; the selection runs
+outside any active dispatch mode (the host-compute guard of ``NEURONSIM_ASSERT_NO_CPU`` would otherwise
+see the views ``_select_conv_backend`` takes of a 1-d problem).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Sequence
+
+import torch
+from torch.utils._python_dispatch import _disable_current_modes
+
+
+@functools.cache
+def cpu_capability() -> str:
+    """The ATen CPU kernels this process dispatches to: ``DEFAULT``, ``AVX2``, ``AVX512`` (or an ARM level)."""
+    return torch.backends.cpu.get_cpu_capability()
+
+
+def fused_multiply_add() -> bool:
+    """Whether CPU's vectorized loops round ``a * b + c`` once (vec::fmadd) rather than twice."""
+    return cpu_capability() != "DEFAULT"
+
+
+def _proxy(t: torch.Tensor) -> torch.Tensor:
+    """An uninitialised CPU tensor with ``t``'s sizes, strides, dtype and requires_grad (for metadata only)."""
+    p = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cpu")
+    if t.requires_grad and t.dtype.is_floating_point:
+        p.requires_grad_(True)
+    return p
+
+
+def conv_backend(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, stride: Sequence[int],
+                 padding: Sequence[int], dilation: Sequence[int], transposed: bool,
+                 output_padding: Sequence[int], groups: int, *, backward: bool = False,
+                 bias_sizes: Sequence[int] | None = None) -> "torch._C._ConvBackend":
+    """The backend ``at::convolution`` (``backward=False``) or ``at::convolution_backward`` (``True``, with
+    the gradient's ``bias_sizes``) would pick for these arguments on CPU, on this host, now.
+
+    Parameters are the normalised ones (one entry per spatial dimension), as ``aten::convolution`` sees them.
+    Follows ``torch.backends.mkldnn.enabled``/``flags()`` and the intra-op thread count at the call.
+    """
+    with _disable_current_modes():
+        args = (_proxy(x), _proxy(w), _proxy(bias) if bias is not None else None, list(stride), list(padding),
+                list(dilation), bool(transposed), list(output_padding), int(groups))
+        if backward:  # the binding's second overload selects with need_backward=true, as convolution_backward does
+            return torch._C._select_conv_backend(*args, list(bias_sizes) if bias_sizes is not None else None)
+        return torch._C._select_conv_backend(*args)
+
+
+def conv_memory_format(x: torch.Tensor, w: torch.Tensor, backend: "torch._C._ConvBackend") -> torch.memory_format:
+    """The memory format CPU's chosen convolution backend gives its output (and input/weight gradients)."""
+    with _disable_current_modes():
+        return torch._C._conv_determine_backend_memory_format(_proxy(x), _proxy(w), backend)
+
+
+def is_onednn(backend: "torch._C._ConvBackend") -> bool:
+    """Whether the backend is one of oneDNN's (they share semantics the native kernels lack: empty outputs of
+    a transposed convolution are accepted, the backward returns grad_weight whenever grad_bias is asked)."""
+    return int(backend) in _ONEDNN
+
+
+# Mkldnn, MkldnnTranspose, MkldnnEmpty: consecutive in ATen's ConvBackend enum (ConvUtils.h); Python's binding
+# of the enum omits MkldnnTranspose, so the range is taken from the two it does name.
+_ONEDNN = range(int(torch._C._ConvBackend.Mkldnn), int(torch._C._ConvBackend.MkldnnEmpty) + 1)
