@@ -21,7 +21,7 @@ from pathlib import Path
 from types import ModuleType
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ("allocator.cpp", "host_allocator.cpp", "device.cpp", "aten_ops.cpp", "profiler_stubs.cpp", "module.cpp")
+SOURCES = ("allocator.cpp", "host_allocator.cpp", "device.cpp", "aten_ops.cpp", "profiler_stubs.cpp", "attention.cpp", "module.cpp")
 EXTENSION_NAME = "_neuron_C"
 CFLAGS = ("-O2", "-fvisibility=hidden")
 

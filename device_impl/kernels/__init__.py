@@ -5,6 +5,7 @@ Importing this package registers every kernel in the lowering table
 """
 
 from device_impl.kernels import (  # noqa: F401
+    attention,
     copy,
     elementwise,
     indexing,

@@ -1,0 +1,470 @@
+"""Fused scaled-dot-product attention: ``_scaled_dot_product_fused_attention_overrideable`` and its backward.
+
+PyTorch's scaled_dot_product_attention asks the device which backend to use (csrc/attention.cpp
+answers OVERRIDEABLE for what these kernels serve) and calls the overrideable op, a PrivateUse1
+backend's own fused attention. Both kernels are flash-style (FlashAttention-2's schedule): the
+scores of a block of queries against a block of keys live in PSUM/SBUF only, never in HBM.
+
+Forward, per (batch, head, block of <= 128 queries):
+
+* Q^T chunks (head dim on partitions) are made once by TensorE transposes; each block of <= 128
+  keys is loaded, transposed, and ``S = Q K^T`` accumulates over head-dim chunks in one PSUM bank;
+* ScalarE evacuates S * scale; the float mask is added (VectorE), a bool mask and ``is_causal``
+  (top-left aligned, as PyTorch's ``tril``; key blocks wholly above the diagonal are skipped)
+  select -inf;
+* the online softmax: a running row max m and row sum l; ``P = exp(S - m_new)`` on ScalarE with
+  the row sum accumulated in the same pass; the output accumulator and l are rescaled by
+  ``exp(m_old - m_new)``; dropout keeps ``P`` where a counter-based uniform (the core's generator,
+  GpSimd's Philox) is below 1 - p and scales by 1 / (1 - p); ``P V`` accumulates on TensorE (P in
+  the inputs' dtype, as flash kernels feed the matmul);
+* O = acc / l and logsumexp = m + log(l) (fp32) are stored. A row whose keys are all masked has
+  l = 0 and gives 0 (PyTorch's math path uses _safe_softmax: 0 there too).
+
+Backward, per (batch, key/value head, block of keys), over the query heads sharing it (GQA) and
+their query blocks: P is recomputed from logsumexp, ``dV += P_d^T dO``, ``dP = dO V^T`` (then the
+dropout mask again), ``dS = P (dP - D)`` with ``D = rowsum(dO * O)`` (computed first), ``dK +=
+scale dS^T Q`` in SBUF and ``dQ += scale dS K`` accumulated in an fp32 HBM buffer (flash-2's atomic
+adds, done as load-add-store), cast to the query's dtype at the end. A bias that needs a gradient
+gets dS, summed to its shape.
+
+numpy reference: ``softmax(q @ k^T * scale + mask) @ v`` in fp32 (tests/test_sdpa.py compares with
+CPU's SDPA). The dropout mask is this device's own stream: ``return_debug_mask=True`` returns it
+(1 kept, 0 dropped) so a reference can use the same mask.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from device_impl.dispatch.table import TABLE, resolve
+from device_impl.engine import launch
+from device_impl.engine.dtypes import FLOAT_DTYPES, FP32, numpy_dtype
+from device_impl.kernels.common import hbm, scalar_of
+from device_impl.kernels.registry import Binder
+from device_impl.runtime.random import reserve
+
+Q_TILE = 128  # queries per block: the partitions of S
+K_TILE = 128  # keys per block: transposed on TensorE (<= 128) and the contraction of P V
+E_TILE = 128  # head-dim chunk: the contraction of Q K^T
+N_TILE = 512  # output columns per PSUM bank (fp32)
+FLT_MAX = float(np.finfo(np.float32).max)
+I32 = np.dtype(np.int32)
+BOOL = np.dtype(np.bool_)
+
+FORWARD = "aten::_scaled_dot_product_fused_attention_overrideable"
+BACKWARD = "aten::_scaled_dot_product_fused_attention_overrideable_backward"
+
+
+class _Problem:
+    """Shapes, 4-D HBM views and options of one attention call."""
+
+    def __init__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor | None,
+                 dropout_p: float, is_causal: bool, scale: float | None):
+        if query.dim() not in (3, 4) or key.dim() != query.dim() or value.dim() != query.dim():
+            raise RuntimeError(f"neuron fused attention expects 3-D or 4-D query, key and value of one rank; got "
+                               f"{query.dim()}-D, {key.dim()}-D, {value.dim()}-D. Call "
+                               "torch.nn.functional.scaled_dot_product_attention, which reshapes other ranks.")
+        if not (query.dtype == key.dtype == value.dtype):
+            raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got query.dtype: "
+                               f"{query.dtype} key.dtype: {key.dtype} and value.dtype: {value.dtype} instead.")
+        if query.dtype not in FLOAT_DTYPES:
+            raise NotImplementedError(f"neuron fused attention computes on float32, bfloat16 and float16, not "
+                                      f"{query.dtype}; call torch.nn.functional.scaled_dot_product_attention, "
+                                      "which takes the math path for other dtypes.")
+        self.three_d = query.dim() == 3
+        self.q, self.k, self.v = (self._four(hbm(t)) for t in (query, key, value))
+        self.B, self.Hq, self.L, self.E = self.q.shape
+        _, self.Hk, self.S, _ = self.k.shape
+        self.Ev = self.v.shape[-1]
+        if self.k.shape[0] != self.B or self.v.shape[:3] != self.k.shape[:3] or self.k.shape[-1] != self.E:
+            raise RuntimeError(f"neuron fused attention: incompatible shapes query {tuple(query.shape)}, key "
+                               f"{tuple(key.shape)}, value {tuple(value.shape)}")
+        if self.Hk == 0 or self.Hq % self.Hk:
+            raise RuntimeError(f"number of heads in key/value ({self.Hk}) must divide the number of heads in query "
+                               f"({self.Hq}); pass enable_gqa=True to scaled_dot_product_attention for grouped "
+                               "query attention")
+        self.group = self.Hq // self.Hk
+        self.dtype = numpy_dtype(query.dtype)
+        self.scale = 1.0 / math.sqrt(self.E) if scale is None else float(scale)
+        self.causal = bool(is_causal)
+        self.dropout = float(dropout_p)
+        if not 0.0 <= self.dropout <= 1.0:
+            raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {self.dropout}")
+        self.mask = None
+        self.mask_kind = None
+        if bias is not None:
+            if bias.dtype != torch.bool and bias.dtype != query.dtype:
+                raise RuntimeError(f"Expected attn_mask dtype to be bool or {query.dtype} and to match query dtype, "
+                                   f"but got attn_mask.dtype: {bias.dtype}")
+            m = hbm(bias)
+            try:
+                self.mask = np.broadcast_to(m.reshape((1,) * (4 - m.ndim) + m.shape), (self.B, self.Hq, self.L,
+                                                                                         self.S))
+            except ValueError:
+                raise RuntimeError(f"attn_mask of shape {tuple(bias.shape)} cannot be broadcast to the attention "
+                                   f"weights' shape {(self.B, self.Hq, self.L, self.S)}") from None
+            self.mask_kind = "bool" if bias.dtype == torch.bool else "float"
+        self.n_q = -(-self.L // Q_TILE)
+        self.n_k = -(-self.S // K_TILE)
+
+    def _four(self, a: np.ndarray) -> np.ndarray:
+        return a[None] if self.three_d else a
+
+    def heads(self):
+        for b in range(self.B):
+            for h in range(self.Hq):
+                yield b, h, h // self.group
+
+    def key_blocks(self, l0: int, l1: int):
+        """(index, s0, s1) of the key blocks a query block [l0, l1) attends to (causal: none above the diagonal)."""
+        for j in range(self.n_k):
+            s0 = j * K_TILE
+            if self.causal and s0 > l1 - 1:
+                return
+            yield j, s0, min(s0 + K_TILE, self.S)
+
+    def counter(self, b: int, h: int, i: int, j: int) -> int:
+        """Offset (in draws) of block (b, h, i, j)'s dropout uniforms: forward and backward draw the same."""
+        return (((b * self.Hq + h) * self.n_q + i) * self.n_k + j) * Q_TILE * K_TILE
+
+    @property
+    def draws(self) -> int:
+        return self.B * self.Hq * self.n_q * self.n_k * Q_TILE * K_TILE
+
+
+# --- building blocks -----------------------------------------------------------------------------
+
+
+def _load(nc, src: np.ndarray, dtype=None):
+    tile = nc.sbuf_tile(src.shape, src.dtype if dtype is None else dtype)
+    nc.dma.load(tile, src)
+    return tile
+
+
+def _transposed(nc, tile, dtype) -> list:
+    """[P, F] in SBUF -> chunks [f <= 128, P] in SBUF (TensorE transposes through PSUM), one per 128 columns."""
+    chunks = []
+    for c0 in range(0, tile.free, E_TILE):
+        c1 = min(c0 + E_TILE, tile.free)
+        acc = nc.psum_tile((c1 - c0, tile.partitions), FP32)
+        nc.tensor.transpose(acc, tile[:, c0:c1])
+        out = nc.sbuf_tile((c1 - c0, tile.partitions), dtype)
+        nc.vector.tensor_copy(out, acc)
+        chunks.append(out)
+    return chunks
+
+
+def _scores(nc, pb: _Problem, qT: list, kT: list, b: int, h: int, l0: int, l1: int, s0: int, s1: int, consts):
+    """S = (Q K^T) * scale (+ mask, causal) for one block, fp32 in SBUF."""
+    lq, sk = l1 - l0, s1 - s0
+    acc = nc.psum_tile((lq, sk), FP32)
+    for c, (qc, kc) in enumerate(zip(qT, kT)):
+        nc.tensor.matmul(acc, qc, kc, accumulate=c > 0)
+    s = nc.sbuf_tile((lq, sk), FP32)
+    nc.scalar.activation(s, acc, "identity", scale=pb.scale)
+    neg_inf = consts["neg_inf"][:lq, :sk]
+    if pb.mask_kind == "float":
+        m = _load(nc, pb.mask[b, h, l0:l1, s0:s1])
+        nc.vector.tensor_tensor(s, s, m, "add", dtype=FP32)
+    elif pb.mask_kind == "bool":
+        m = _load(nc, pb.mask[b, h, l0:l1, s0:s1])
+        nc.vector.select(s, m, s, neg_inf)
+    if pb.causal and s1 - 1 > l0:  # the block crosses the diagonal: keep key j <= query i
+        diff = nc.sbuf_tile((lq, sk), I32)
+        nc.gpsimd.iota(diff, base=l0 - s0, partition_step=1, free_step=-1)
+        keep = nc.sbuf_tile((lq, sk), BOOL)
+        nc.vector.tensor_scalar(keep, diff, "greater_equal", 0)
+        nc.vector.select(s, keep, s, neg_inf)
+    return s
+
+
+def _dropout_keep(nc, pb: _Problem, seed: int, offset: int, lq: int, sk: int, b: int, h: int, i: int, j: int):
+    """1.0 where the block's element is kept, 0.0 where dropped (fp32 [lq, sk])."""
+    u = nc.sbuf_tile((Q_TILE, K_TILE), FP32)
+    nc.gpsimd.random(u, seed, offset + pb.counter(b, h, i, j), "uniform")
+    keep = nc.sbuf_tile((lq, sk), FP32)
+    nc.vector.tensor_scalar(keep, u[:lq, :sk], "less", 1.0 - pb.dropout, dtype=FP32)
+    return keep
+
+
+def _constants(nc) -> dict:
+    neg_inf = nc.sbuf_tile((Q_TILE, K_TILE), FP32, "neg_inf")
+    nc.vector.memset(neg_inf, -np.inf)
+    return {"neg_inf": neg_inf}
+
+
+def _empty_like_layout(t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """A tensor of ``shape`` whose dimensions are ordered in memory as ``t``'s (alloc_with_matching_layout)."""
+    order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
+    raw = torch.empty([shape[d] for d in order], dtype=dtype, device=t.device)
+    return raw.permute([order.index(d) for d in range(t.dim())])
+
+
+def _host_long(value: int) -> torch.Tensor:
+    """A 0-d int64 CPU tensor holding ``value`` (philox seed/offset, as CUDA's flash kernels return them)."""
+    t = torch.empty((), dtype=torch.int64)
+    hbm(t)[()] = value
+    return t
+
+
+# --- forward ---------------------------------------------------------------------------------------
+
+
+def _forward(a: dict) -> tuple:
+    query, key, value, bias = a["query"], a["key"], a["value"], a["attn_bias"]
+    pb = _Problem(query, key, value, bias, a["dropout_p"], a["is_causal"], a["scale"])
+    out_shape = tuple(query.shape[:-1]) + (pb.Ev,)
+    out = _empty_like_layout(query, out_shape, query.dtype)
+    lse = torch.empty((pb.B, pb.Hq, pb.L), dtype=torch.float32, device=query.device)
+    debug = pb.dropout > 0 and bool(a["return_debug_mask"])
+    debug_mask = (torch.empty((pb.B, pb.Hq, pb.L, pb.S), dtype=query.dtype, device=query.device) if debug
+                  else torch.empty(0, dtype=query.dtype, device=query.device))
+    seed, offset = reserve(None, query.device.index, pb.draws) if pb.dropout > 0 else (0, 0)
+    o4 = pb._four(hbm(out))
+    lse3 = hbm(lse)
+    dm4 = hbm(debug_mask) if debug else None
+    keep_scale = 0.0 if pb.dropout >= 1.0 else 1.0 / (1.0 - pb.dropout)
+    if out.numel() and pb.L:
+        with launch("sdpa_flash_fwd", query.device.index) as nc:
+            consts = _constants(nc)
+            for b, h, hk in pb.heads():
+                for i in range(pb.n_q):
+                    l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
+                    lq = l1 - l0
+                    block = nc.mark()
+                    qT = _transposed(nc, _load(nc, pb.q[b, h, l0:l1, :]), pb.dtype)
+                    m = nc.sbuf_tile((lq, 1), FP32)
+                    nc.vector.memset(m, -np.inf)
+                    row_sum = nc.sbuf_tile((lq, 1), FP32)
+                    nc.vector.memset(row_sum, 0.0)
+                    acc = nc.sbuf_tile((lq, pb.Ev), FP32)
+                    nc.vector.memset(acc, 0.0)
+                    for j, s0, s1 in pb.key_blocks(l0, l1):
+                        sk = s1 - s0
+                        step = nc.mark()
+                        kT = _transposed(nc, _load(nc, pb.k[b, hk, s0:s1, :]), pb.dtype)
+                        s = _scores(nc, pb, qT, kT, b, h, l0, l1, s0, s1, consts)
+                        block_max = nc.sbuf_tile((lq, 1), FP32)
+                        nc.vector.tensor_reduce(block_max, s, "maximum")
+                        m_new = nc.sbuf_tile((lq, 1), FP32)
+                        nc.vector.tensor_tensor(m_new, m, block_max, "maximum")
+                        # -FLT_MAX in place of -inf: rows with no key yet give exp(-inf) = 0, not NaN
+                        neg_m = nc.sbuf_tile((lq, 1), FP32)
+                        nc.vector.tensor_scalar(neg_m, m_new, "maximum", -FLT_MAX)
+                        nc.vector.tensor_scalar(neg_m, neg_m, "multiply", -1.0)
+                        p = nc.sbuf_tile((lq, sk), FP32)
+                        block_sum = nc.sbuf_tile((lq, 1), FP32)
+                        nc.scalar.activation(p, s, "exp", bias=neg_m, accumulate=block_sum)
+                        alpha = nc.sbuf_tile((lq, 1), FP32)
+                        nc.vector.tensor_tensor(alpha, m, neg_m, "add")
+                        nc.scalar.activation(alpha, alpha, "exp")
+                        nc.vector.tensor_tensor(row_sum, row_sum, alpha, "multiply")
+                        nc.vector.tensor_tensor(row_sum, row_sum, block_sum, "add")
+                        nc.vector.tensor_copy(m, m_new)
+                        if pb.dropout > 0:
+                            keep = _dropout_keep(nc, pb, seed, offset, lq, sk, b, h, i, j)
+                            if dm4 is not None:
+                                flag = nc.sbuf_tile((lq, sk), pb.dtype)
+                                nc.vector.tensor_copy(flag, keep)
+                                nc.dma.store(dm4[b, h, l0:l1, s0:s1], flag)
+                            nc.vector.tensor_tensor(p, p, keep, "multiply")
+                            nc.vector.tensor_scalar(p, p, "multiply", keep_scale)
+                        p_low = nc.sbuf_tile((lq, sk), pb.dtype)
+                        nc.vector.tensor_copy(p_low, p)
+                        (pT,) = _transposed(nc, p_low, pb.dtype)
+                        for c0 in range(0, pb.Ev, N_TILE):
+                            c1 = min(c0 + N_TILE, pb.Ev)
+                            vt = _load(nc, pb.v[b, hk, s0:s1, c0:c1])
+                            pv = nc.psum_tile((lq, c1 - c0), FP32)
+                            nc.tensor.matmul(pv, pT, vt)
+                            part = acc[:, c0:c1]
+                            nc.vector.tensor_tensor(part, part, alpha, "multiply")
+                            nc.vector.tensor_tensor(part, part, pv, "add")
+                        nc.release_to(step)
+                    # l is 0 (every key masked) or >= 1 (the row max contributes exp(0)): 0/tiny = 0
+                    safe = nc.sbuf_tile((lq, 1), FP32)
+                    nc.vector.tensor_scalar(safe, row_sum, "maximum", 1e-30)
+                    o = nc.sbuf_tile((lq, pb.Ev), pb.dtype)
+                    nc.vector.tensor_tensor(o, acc, safe, "divide", dtype=FP32)
+                    nc.dma.store(o4[b, h, l0:l1, :], o)
+                    log_l = nc.sbuf_tile((lq, 1), FP32)
+                    nc.scalar.activation(log_l, row_sum, "log")
+                    nc.vector.tensor_tensor(log_l, log_l, m, "add")
+                    nc.dma.store(lse3[b, h, l0:l1, None], log_l)
+                    nc.release_to(block)
+    elif out.numel():
+        pass  # no queries: nothing to write
+    if out.numel() and pb.S == 0:
+        raise RuntimeError("neuron fused attention needs at least one key")
+    return (out, lse, None, None, pb.L, pb.S, _host_long(seed), _host_long(offset), debug_mask)
+
+
+# --- backward --------------------------------------------------------------------------------------
+
+
+def _backward(a: dict) -> tuple:
+    grad_out, query, key, value = a["grad_out"], a["query"], a["key"], a["value"]
+    bias, mask_needed = a["attn_bias"], list(a["grad_input_mask"])
+    out, lse = a["out"], a["logsumexp"]
+    pb = _Problem(query, key, value, bias, a["dropout_p"], a["is_causal"], a["scale"])
+    seed, offset = int(scalar_of(a["philox_seed"])), int(scalar_of(a["philox_offset"]))
+    dq = torch.empty_like(query)
+    dk = torch.empty_like(key)
+    dv = torch.empty_like(value)
+    want_bias = bias is not None and len(mask_needed) > 3 and mask_needed[3] and bias.dtype != torch.bool
+    dbias_full = (torch.empty((pb.B, pb.Hq, pb.L, pb.S), dtype=torch.float32, device=query.device) if want_bias
+                  else None)
+    dq32 = torch.empty((pb.B, pb.Hq, pb.L, pb.E), dtype=torch.float32, device=query.device)
+    rows = torch.empty((pb.B, pb.Hq, pb.L), dtype=torch.float32, device=query.device)  # D = rowsum(dO * O)
+    g4, o4 = pb._four(hbm(grad_out)), pb._four(hbm(out))
+    dq4, dk4, dv4 = pb._four(hbm(dq)), pb._four(hbm(dk)), pb._four(hbm(dv))
+    lse3, d3, dq32_4 = hbm(lse), hbm(rows), hbm(dq32)
+    db4 = hbm(dbias_full) if dbias_full is not None else None
+    keep_scale = 0.0 if pb.dropout >= 1.0 else 1.0 / (1.0 - pb.dropout)
+    if query.numel() and key.numel():
+        with launch("sdpa_flash_bwd", query.device.index) as nc:
+            consts = _constants(nc)
+            for b, h, _ in pb.heads():  # D and a zeroed dQ accumulator per query block
+                for i in range(pb.n_q):
+                    l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
+                    mark = nc.mark()
+                    g = _load(nc, g4[b, h, l0:l1, :])
+                    o = _load(nc, o4[b, h, l0:l1, :])
+                    prod = nc.sbuf_tile(g.shape, FP32)
+                    nc.vector.tensor_tensor(prod, g, o, "multiply", dtype=FP32)
+                    d = nc.sbuf_tile((l1 - l0, 1), FP32)
+                    nc.vector.tensor_reduce(d, prod, "add")
+                    nc.dma.store(d3[b, h, l0:l1, None], d)
+                    zero = nc.sbuf_tile((l1 - l0, pb.E), FP32)
+                    nc.vector.memset(zero, 0.0)
+                    nc.dma.store(dq32_4[b, h, l0:l1, :], zero)
+                    nc.release_to(mark)
+            for b in range(pb.B):
+                for hk in range(pb.Hk):
+                    for j in range(pb.n_k):
+                        _backward_key_block(nc, pb, consts, b, hk, j, seed, offset, keep_scale, g4, lse3, d3,
+                                            dq32_4, dk4, dv4, db4)
+            for b, h, _ in pb.heads():  # dQ: fp32 accumulator -> the query's dtype
+                for i in range(pb.n_q):
+                    l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
+                    mark = nc.mark()
+                    acc = _load(nc, dq32_4[b, h, l0:l1, :])
+                    low = nc.sbuf_tile(acc.shape, pb.dtype)
+                    nc.vector.tensor_copy(low, acc)
+                    nc.dma.store(dq4[b, h, l0:l1, :], low)
+                    nc.release_to(mark)
+    else:
+        dq.zero_()
+        dk.zero_()
+        dv.zero_()
+    grad_bias = None
+    if want_bias:
+        grad_bias = dbias_full.sum_to_size(bias.shape).to(bias.dtype)
+    return dq, dk, dv, grad_bias
+
+
+def _backward_key_block(nc, pb: _Problem, consts, b: int, hk: int, j: int, seed: int, offset: int,
+                        keep_scale: float, g4, lse3, d3, dq32_4, dk4, dv4, db4) -> None:
+    s0, s1 = j * K_TILE, min((j + 1) * K_TILE, pb.S)
+    sk = s1 - s0
+    mark = nc.mark()
+    k_rows = _load(nc, pb.k[b, hk, s0:s1, :])
+    kT = _transposed(nc, k_rows, pb.dtype)
+    v_rows = _load(nc, pb.v[b, hk, s0:s1, :])
+    vT = _transposed(nc, v_rows, pb.dtype)
+    dk_acc = nc.sbuf_tile((sk, pb.E), FP32)
+    nc.vector.memset(dk_acc, 0.0)
+    dv_acc = nc.sbuf_tile((sk, pb.Ev), FP32)
+    nc.vector.memset(dv_acc, 0.0)
+    for h in range(hk * pb.group, (hk + 1) * pb.group):
+        for i in range(pb.n_q):
+            l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
+            if pb.causal and s0 > l1 - 1:
+                continue
+            lq = l1 - l0
+            step = nc.mark()
+            q_rows = _load(nc, pb.q[b, h, l0:l1, :])
+            qT = _transposed(nc, q_rows, pb.dtype)
+            g_rows = _load(nc, g4[b, h, l0:l1, :])
+            gT = _transposed(nc, g_rows, pb.dtype)
+            s = _scores(nc, pb, qT, kT, b, h, l0, l1, s0, s1, consts)
+            neg_lse = _load(nc, lse3[b, h, l0:l1, None])
+            nc.vector.tensor_scalar(neg_lse, neg_lse, "maximum", -FLT_MAX)  # all-masked rows: P = 0, not NaN
+            nc.vector.tensor_scalar(neg_lse, neg_lse, "multiply", -1.0)
+            p = nc.sbuf_tile((lq, sk), FP32)
+            nc.scalar.activation(p, s, "exp", bias=neg_lse)
+            keep = _dropout_keep(nc, pb, seed, offset, lq, sk, b, h, i, j) if pb.dropout > 0 else None
+            p_drop = nc.sbuf_tile((lq, sk), pb.dtype)
+            if keep is not None:
+                scaled = nc.sbuf_tile((lq, sk), FP32)
+                nc.vector.tensor_tensor(scaled, p, keep, "multiply")
+                nc.vector.tensor_scalar(p_drop, scaled, "multiply", keep_scale, dtype=FP32)
+            else:
+                nc.vector.tensor_copy(p_drop, p)
+            for c0 in range(0, pb.Ev, N_TILE):  # dV += P_d^T dO
+                c1 = min(c0 + N_TILE, pb.Ev)
+                acc = nc.psum_tile((sk, c1 - c0), FP32)
+                nc.tensor.matmul(acc, p_drop, g_rows[:, c0:c1])
+                nc.vector.tensor_tensor(dv_acc[:, c0:c1], dv_acc[:, c0:c1], acc, "add")
+            dp_acc = nc.psum_tile((lq, sk), FP32)  # dP_d = dO V^T
+            for c, (gc, vc) in enumerate(zip(gT, vT)):
+                nc.tensor.matmul(dp_acc, gc, vc, accumulate=c > 0)
+            ds = nc.sbuf_tile((lq, sk), FP32)
+            if keep is not None:
+                nc.vector.tensor_tensor(ds, dp_acc, keep, "multiply")
+                nc.vector.tensor_scalar(ds, ds, "multiply", keep_scale)
+            else:
+                nc.vector.tensor_copy(ds, dp_acc)
+            d = _load(nc, d3[b, h, l0:l1, None])
+            nc.vector.tensor_tensor(ds, ds, d, "subtract")
+            nc.vector.tensor_tensor(ds, ds, p, "multiply")  # dS = P (dP - D)
+            if db4 is not None:
+                nc.dma.store(db4[b, h, l0:l1, s0:s1], ds)
+            ds_low = nc.sbuf_tile((lq, sk), pb.dtype)
+            nc.vector.tensor_copy(ds_low, ds)
+            for c0 in range(0, pb.E, N_TILE):  # dK += dS^T Q
+                c1 = min(c0 + N_TILE, pb.E)
+                acc = nc.psum_tile((sk, c1 - c0), FP32)
+                nc.tensor.matmul(acc, ds_low, q_rows[:, c0:c1])
+                nc.vector.tensor_tensor(dk_acc[:, c0:c1], dk_acc[:, c0:c1], acc, "add")
+            (dsT,) = _transposed(nc, ds_low, pb.dtype)
+            dq_old = _load(nc, dq32_4[b, h, l0:l1, :])
+            for c0 in range(0, pb.E, N_TILE):  # dQ += scale dS K
+                c1 = min(c0 + N_TILE, pb.E)
+                acc = nc.psum_tile((lq, c1 - c0), FP32)
+                nc.tensor.matmul(acc, dsT, k_rows[:, c0:c1])
+                scaled = nc.sbuf_tile((lq, c1 - c0), FP32)
+                nc.scalar.activation(scaled, acc, "identity", scale=pb.scale)
+                nc.vector.tensor_tensor(dq_old[:, c0:c1], dq_old[:, c0:c1], scaled, "add")
+            nc.dma.store(dq32_4[b, h, l0:l1, :], dq_old)
+            nc.release_to(step)
+    dk_out = nc.sbuf_tile((sk, pb.E), pb.dtype)
+    nc.vector.tensor_scalar(dk_out, dk_acc, "multiply", pb.scale, dtype=FP32)
+    nc.dma.store(dk4[b, hk, s0:s1, :], dk_out)
+    dv_out = nc.sbuf_tile((sk, pb.Ev), pb.dtype)
+    nc.vector.tensor_copy(dv_out, dv_acc)
+    nc.dma.store(dv4[b, hk, s0:s1, :], dv_out)
+    nc.release_to(mark)
+
+
+# --- registration ----------------------------------------------------------------------------------
+
+
+def _bound(fn, op: str):
+    binder = Binder.of(resolve(op))
+
+    def kernel(*args: Any, **kwargs: Any) -> Any:
+        return fn(binder.bind(args, kwargs))
+
+    kernel.__name__ = fn.__name__
+    kernel.__module__ = __name__
+    return kernel
+
+
+# dtypes=None: the arguments include a bool mask and int64 philox tensors; _Problem checks the inputs.
+TABLE.native(FORWARD, dtypes=None)(_bound(_forward, FORWARD))
+TABLE.native(BACKWARD, dtypes=None)(_bound(_backward, BACKWARD))

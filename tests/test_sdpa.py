@@ -1,0 +1,179 @@
+"""scaled_dot_product_attention on neuron: the OVERRIDEABLE backend and its flash-style tile kernels.
+
+csrc/attention.cpp makes ``_fused_sdp_choice`` answer OVERRIDEABLE; kernels/attention.py implements
+``_scaled_dot_product_fused_attention_overrideable`` and its backward on the engine. Without either,
+the choice test fails (CPU's FLASH, or MATH) and the native-count checks fail.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend
+
+from device_impl import dispatch, engine
+
+FORWARD = "aten::_scaled_dot_product_fused_attention_overrideable"
+BACKWARD = "aten::_scaled_dot_product_fused_attention_overrideable_backward"
+# bf16: inputs rounded once, P and dS fed to TensorE in bf16 (as flash kernels), vs CPU's own bf16 path
+TOL = {torch.float32: dict(rtol=1e-4, atol=2e-5), torch.bfloat16: dict(rtol=5e-2, atol=5e-2)}
+
+
+def _inputs(shape_q, shape_k, shape_v, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn(s, generator=g).to(dtype) for s in (shape_q, shape_k, shape_v)]
+
+
+def _on_device(tensors, grad=True):
+    return [t.to("neuron").detach().requires_grad_(grad) for t in tensors]
+
+
+def _compare(cpu_args, mask=None, causal=False, gqa=False, dropout=0.0, dtype=torch.float32, grad=True):
+    """Forward and backward on CPU and neuron; returns the max errors (out, dq, dk, dv)."""
+    cpu = [t.clone().requires_grad_(grad) for t in cpu_args]
+    dev = _on_device(cpu_args, grad)
+    dev_mask = None if mask is None else mask.to("neuron")
+    dispatch.reset_stats()
+    expected = F.scaled_dot_product_attention(*cpu, attn_mask=mask, is_causal=causal, enable_gqa=gqa)
+    actual = F.scaled_dot_product_attention(*dev, attn_mask=dev_mask, is_causal=causal, enable_gqa=gqa)
+    assert actual.dtype == expected.dtype and actual.shape == expected.shape
+    torch.testing.assert_close(actual.cpu(), expected, **TOL[dtype])
+    errors = [(actual.cpu().float() - expected.float()).abs().max().item()]
+    if grad:
+        g = torch.randn(expected.shape, generator=torch.Generator().manual_seed(7)).to(dtype)
+        expected.backward(g)
+        actual.backward(g.to("neuron"))
+        for c, d in zip(cpu, dev):
+            torch.testing.assert_close(d.grad.cpu(), c.grad, **TOL[dtype])
+            errors.append((d.grad.cpu().float() - c.grad.float()).abs().max().item())
+    stats = dispatch.stats()
+    assert stats[FORWARD]["native"] == 1
+    if grad:
+        assert stats[BACKWARD]["native"] == 1
+    assert not [op for op, counts in stats.items() if counts["fallback"]], stats
+    return errors
+
+
+def test_fused_sdp_choice_is_overrideable_on_neuron():
+    q, k, v = _on_device(_inputs((2, 4, 8, 16), (2, 4, 8, 16), (2, 4, 8, 16), torch.float32), grad=False)
+    assert torch._fused_sdp_choice(q, k, v) == SDPBackend.OVERRIDEABLE.value
+    mask = torch.ones(8, 8, dtype=torch.bool, device="neuron")
+    assert torch._fused_sdp_choice(q, k, v, mask, 0.1, False) == SDPBackend.OVERRIDEABLE.value
+    k2, v2 = k[:, :2], v[:, :2]
+    assert torch._fused_sdp_choice(q, k2, v2, enable_gqa=True) == SDPBackend.OVERRIDEABLE.value
+    assert torch._fused_sdp_choice(q, k2, v2) == SDPBackend.MATH.value  # math raises PyTorch's error
+    assert torch._fused_sdp_choice(q.double(), k.double(), v.double()) == SDPBackend.MATH.value
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", ["plain", "bool_mask", "float_mask", "causal"])
+@pytest.mark.parametrize("L, S, E, Ev", [(37, 45, 16, 24), (129, 130, 64, 64), (1, 1, 8, 8)])
+def test_outputs_and_gradients_match_cpu(dtype, case, L, S, E, Ev):
+    args = _inputs((2, 3, L, E), (2, 3, S, E), (2, 3, S, Ev), dtype, seed=L + S)
+    mask = None
+    g = torch.Generator().manual_seed(3)
+    if case == "bool_mask":
+        mask = torch.rand(L, S, generator=g) > 0.3
+        mask[:, 0] = True  # CPU's fused path and the math path disagree on fully masked rows
+    elif case == "float_mask":
+        mask = torch.randn(2, 1, L, S, generator=g).to(dtype)
+    _compare(args, mask=mask, causal=case == "causal", dtype=dtype)
+
+
+def test_float_mask_gradient_matches_cpu():
+    q, k, v = _inputs((1, 2, 20, 16), (1, 2, 30, 16), (1, 2, 30, 16), torch.float32)
+    bias = torch.randn(1, 2, 20, 30)
+    cpu_bias, dev_bias = bias.clone().requires_grad_(), bias.to("neuron").requires_grad_()
+    F.scaled_dot_product_attention(q, k, v, attn_mask=cpu_bias).sum().backward()
+    F.scaled_dot_product_attention(q.to("neuron"), k.to("neuron"), v.to("neuron"), attn_mask=dev_bias).sum().backward()
+    torch.testing.assert_close(dev_bias.grad.cpu(), cpu_bias.grad, **TOL[torch.float32])
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_grouped_query_attention(dtype):
+    args = _inputs((2, 8, 33, 32), (2, 2, 40, 32), (2, 2, 40, 32), dtype)
+    _compare(args, gqa=True, causal=True, dtype=dtype)
+    q, k, v = _on_device(args, grad=False)
+    with pytest.raises(RuntimeError):  # as CPU: heads must match without enable_gqa
+        F.scaled_dot_product_attention(q, k, v)
+    with pytest.raises(RuntimeError):
+        F.scaled_dot_product_attention(*args)
+
+
+def test_fully_masked_rows_give_zero_as_cpu():
+    q, k, v = _inputs((1, 2, 8, 16), (1, 2, 10, 16), (1, 2, 10, 16), torch.float32)
+    mask = torch.rand(8, 10, generator=torch.Generator().manual_seed(1)) > 0.5
+    mask[3] = False
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    actual = F.scaled_dot_product_attention(q.to("neuron"), k.to("neuron"), v.to("neuron"),
+                                            attn_mask=mask.to("neuron")).cpu()
+    torch.testing.assert_close(actual, expected, **TOL[torch.float32])
+    assert torch.equal(actual[0, :, 3], torch.zeros(2, 16))
+
+
+def test_scores_never_reach_hbm():
+    L = S = 512
+    q, k, v = _on_device(_inputs((1, 1, L, 16), (1, 1, S, 16), (1, 1, S, 16), torch.float32), grad=False)
+    engine.reset_stats()
+    F.scaled_dot_product_attention(q, k, v)
+    traffic = engine.stats()["sdpa_flash_fwd"]["hbm_bytes"]
+    io = 4 * L * 16 * 4 + L * 4  # q, k, v, out and logsumexp, fp32
+    assert traffic < L * S * 4  # the score matrix alone would be 1 MiB
+    assert traffic <= 2 * io + (L // 128) * S * 16 * 4 * 2  # K and V streamed once per query block
+
+
+def _reference_with_mask(q, k, v, keep, p):
+    weights = torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1)
+    return (weights * keep / (1 - p)) @ v
+
+
+def test_dropout_uses_the_device_generator_and_one_mask_for_both_passes():
+    p = 0.3
+    args = _inputs((2, 2, 40, 16), (2, 2, 50, 16), (2, 2, 50, 16), torch.float32)
+    dev = _on_device(args)
+    torch.neuron.manual_seed(1234)
+    out, *_, keep = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
+        *dev, None, p, False, True)
+    keep_cpu = keep.cpu()
+    assert keep_cpu.shape == (2, 2, 40, 50)
+    assert set(keep_cpu.unique().tolist()) <= {0.0, 1.0}
+    assert abs(1 - keep_cpu.mean().item() - p) < 0.05  # about p of the weights dropped
+    cpu = [t.clone().requires_grad_() for t in args]
+    expected = _reference_with_mask(*cpu, keep_cpu, p)
+    torch.testing.assert_close(out.cpu(), expected, **TOL[torch.float32])
+    g = torch.randn(expected.shape, generator=torch.Generator().manual_seed(2))
+    expected.backward(g)
+    out.backward(g.to("neuron"))  # regenerates the same mask from the saved seed and offset
+    for c, d in zip(cpu, dev):
+        torch.testing.assert_close(d.grad.cpu(), c.grad, **TOL[torch.float32])
+    torch.neuron.manual_seed(1234)
+    again = F.scaled_dot_product_attention(*[t.detach() for t in dev], dropout_p=p)
+    torch.testing.assert_close(again.cpu(), out.detach().cpu())  # same seed, same mask
+    different = F.scaled_dot_product_attention(*[t.detach() for t in dev], dropout_p=p)
+    assert not torch.equal(different.cpu(), again.cpu())  # the generator moved on
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_compiled_matches_cpu(dtype):
+    args = _inputs((1, 2, 24, 16), (1, 2, 24, 16), (1, 2, 24, 16), dtype)
+    cpu = [t.clone().requires_grad_() for t in args]
+    dev = _on_device(args)
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    torch._dynamo.reset()
+    dispatch.reset_stats()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a graph the compiler cannot lower runs eagerly
+        actual = torch.compile(fn, backend="neuron")(*dev)
+        actual.sum().backward()
+    expected = fn(*cpu)
+    expected.sum().backward()
+    torch.testing.assert_close(actual.cpu(), expected.detach(), **TOL[dtype])
+    for c, d in zip(cpu, dev):
+        torch.testing.assert_close(d.grad.cpu(), c.grad, **TOL[dtype])
+    assert dispatch.stats()[FORWARD]["native"] >= 1  # the graph reached the overrideable kernel
