@@ -174,7 +174,47 @@ def ddp(rank: int, world: int) -> dict:
             "param_checksum": sum(p.double().sum().item() for p in ddp_params)}
 
 
-SCENARIOS = {"collectives": collectives, "ddp": ddp}
+def dtensor(rank: int, world: int) -> dict:
+    """DTensor and the functional collectives on a 1-D neuron mesh, eager and compiled."""
+    import torch.distributed._functional_collectives as funcol
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("neuron", (world,))
+    out: dict = {"mesh_device": mesh.device_type, "group": mesh.get_group().group_name}
+    g = torch.Generator().manual_seed(0)  # the same full tensors on every rank
+    x, w = torch.randn(8, 6, generator=g), torch.randn(6, 4, generator=g)
+    out["x"], out["w"] = _values(x), _values(w)
+    xd = distribute_tensor(x.to("neuron"), mesh, [Shard(0)])
+    out["local_rows"] = _values(xd.to_local())
+    out["local_device"] = str(xd.to_local().device)
+    row = xd @ distribute_tensor(w.to("neuron"), mesh, [Replicate()])  # row-sharded: no communication
+    out["row.placements"] = [repr(p) for p in row.placements]
+    out["row.full"] = _values(row.full_tensor())
+    col = distribute_tensor(x.to("neuron"), mesh, [Shard(1)]) @ distribute_tensor(w.to("neuron"), mesh, [Shard(0)])
+    out["col.placements"] = [repr(p) for p in col.placements]  # partial sums over the contraction
+    out["col.full"] = _values(col.redistribute(mesh, [Replicate()]).to_local())
+    t = torch.full((2,), float(rank + 1), device="neuron")
+    out["funcol.all_reduce"] = _values(funcol.all_reduce(t, "sum", mesh))
+    out["funcol.all_gather_tensor"] = _values(funcol.all_gather_tensor(t, 0, mesh))
+    out["funcol.reduce_scatter_tensor"] = _values(
+        funcol.reduce_scatter_tensor(torch.arange(4.0, device="neuron") * (rank + 1), "sum", 0, mesh))
+
+    def collectives(a: torch.Tensor) -> torch.Tensor:
+        s = funcol.all_reduce(a * 2, "sum", mesh)
+        gathered = funcol.all_gather_tensor(s, 0, mesh)
+        return funcol.reduce_scatter_tensor(gathered + 1, "sum", 0, mesh)
+
+    torch._dynamo.reset()
+    out["compiled.collectives"] = _values(torch.compile(collectives, backend="neuron", fullgraph=True)(t))
+    out["eager.collectives"] = _values(collectives(t))
+    compiled_mm = torch.compile(lambda a, b: (a @ b).full_tensor(), backend="neuron")
+    out["compiled.dtensor_matmul"] = _values(compiled_mm(xd, distribute_tensor(w.to("neuron"), mesh, [Replicate()])))
+    out["isinstance_dtensor"] = isinstance(row, DTensor)
+    return out
+
+
+SCENARIOS = {"collectives": collectives, "ddp": ddp, "dtensor": dtensor}
 
 
 def main() -> None:

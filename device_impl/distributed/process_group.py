@@ -107,6 +107,29 @@ class NeuronProcessGroup(dist.ProcessGroup):
     def getBackendName(self) -> str:
         return BACKEND_NAME
 
+    # c10d's ProcessGroup keeps its name on its registered backends (ProcessGroup::getGroupName reads
+    # the first one), and a group implemented in Python registers none: ``group_name`` raised
+    # "ProcessGroup name not set", which DeviceMesh (DTensor) and the functional collectives read
+    # to find the group. The name c10d gives the group is kept here instead.
+    _neuron_group_name = ""
+    _neuron_group_desc = ""
+
+    def _set_group_name(self, name: str) -> None:
+        self._neuron_group_name = name
+
+    @property
+    def group_name(self) -> str:
+        if not self._neuron_group_name:
+            raise RuntimeError("ProcessGroup name not set")
+        return self._neuron_group_name
+
+    def _set_group_desc(self, desc: str) -> None:
+        self._neuron_group_desc = desc
+
+    @property
+    def group_desc(self) -> str:
+        return self._neuron_group_desc or "undefined"
+
     def getRank(self) -> int:
         return self._rank
 
@@ -202,6 +225,20 @@ class NeuronProcessGroup(dist.ProcessGroup):
         return _done([output])
 
     _reduce_scatter_base = reduce_scatter_single
+
+    # The functional collectives (torch.distributed._functional_collectives, DTensor's redistribution,
+    # compiled collectives) call the coalesced forms; c10d's Python trampoline looks these names up.
+    def reduce_scatter_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                        opts=None) -> dist.Work:
+        for output, input in zip(outputs, inputs):
+            self.reduce_scatter_single(output, input, opts)
+        return _done(outputs)
+
+    def all_gather_single_coalesced(self, outputs: list[torch.Tensor], inputs: list[torch.Tensor],
+                                    opts=None) -> dist.Work:
+        for output, input in zip(outputs, inputs):
+            self.all_gather_single(output, input, opts)
+        return _done(outputs)
 
     # --- data movement ------------------------------------------------------------------------------
 
