@@ -95,13 +95,24 @@ def test_device_capability_lists_the_device_dtypes():
     assert supported == torch.accelerator.get_device_capability("neuron:1")["supported_dtypes"]
     compute = {torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int16, torch.int8,
                torch.uint8, torch.bool}
-    assert compute | {torch.float64, torch.complex64, torch.complex128} == supported
+    assert compute | {torch.float64, torch.complex32, torch.complex64, torch.complex128} == supported
+    assert torch.neuron.get_device_properties(1).supported_dtypes == supported
     assert torch.float8_e4m3fn not in supported and torch.uint16 not in supported
     for dtype in supported:  # each can be allocated and converted to every other
         x = torch.zeros(3, dtype=dtype, device="neuron")
         assert all(x.to(other).dtype == other for other in supported)
     with pytest.raises(RuntimeError, match="neuron:7"):
         torch.accelerator.get_device_capability(7)
+
+
+def test_complex32_is_held_and_converted_exactly():
+    x = torch.randn(6, dtype=torch.complex64).to(torch.complex32)
+    on_device = x.to("neuron")
+    assert on_device.dtype == torch.complex32
+    assert torch.equal(on_device.cpu().view(torch.float16), x.view(torch.float16))  # bit-exact round trip
+    widened = on_device.to(torch.complex64)
+    assert torch.equal(widened.cpu(), x.to(torch.complex64))
+    assert torch.equal(widened.to(torch.complex32).cpu().view(torch.float16), x.view(torch.float16))
 
 
 def test_neuron_synchronize_of_a_missing_core_raises():

@@ -214,6 +214,25 @@ TORCH_LIBRARY_IMPL(aten, PrivateUse1, m) {
   m.impl("_local_scalar_dense", local_scalar_dense);
 }
 
+// Quantized tensors: the device has no quantized kernels (no QuantizedPrivateUse1 implementations), so
+// a quantized neuron tensor is refused where one would be created -- moving a quantized tensor to
+// neuron, quantizing a neuron tensor, or empty(dtype=torch.qint8) -- with the fix named. Other ops on
+// that key get the generic layout refusal (device_impl/dispatch).
+void refuse_quantized(const c10::OperatorHandle& op, torch::jit::Stack* /*stack*/) {
+  TORCH_CHECK_NOT_IMPLEMENTED(
+      false, "neuron has no quantized tensors (", op.schema().name(),
+      " would create one). Dequantize on CPU and move the float tensor (q.dequantize().to('neuron')), "
+      "quantize after moving back to CPU, or run in bfloat16 on neuron (model.to(torch.bfloat16)), the "
+      "device's native low-precision type.");
+}
+
+TORCH_LIBRARY_IMPL(aten, QuantizedPrivateUse1, m) {
+  for (const char* name : {"empty.memory_format", "empty_quantized", "_empty_affine_quantized",
+                           "_empty_per_channel_affine_quantized", "empty_strided"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&refuse_quantized>());
+  }
+}
+
 }  // namespace
 
 at::Tensor host_view(const at::Tensor& t) { return host_alias(t); }

@@ -180,13 +180,15 @@ const at::Generator& default_generator(c10::DeviceIndex index) {
 }
 
 c10::DeviceCapability device_capability() {
-  // Engine compute dtypes, plus the storage-only ones whose conversions copy_ serves (float64, complex).
+  // Engine compute dtypes, plus the storage-only ones whose conversions copy_ serves (float64, complex,
+  // complex32: HBM holds it, DMA moves it, casts to and from it are host-staged copies).
   c10::DeviceCapability cap;
   cap.capability_data.capability_bits = 0;
   for (const auto t : {c10::ScalarType::Float, c10::ScalarType::BFloat16, c10::ScalarType::Half,
                        c10::ScalarType::Long, c10::ScalarType::Int, c10::ScalarType::Short, c10::ScalarType::Char,
                        c10::ScalarType::Byte, c10::ScalarType::Bool, c10::ScalarType::Double,
-                       c10::ScalarType::ComplexFloat, c10::ScalarType::ComplexDouble}) {
+                       c10::ScalarType::ComplexHalf, c10::ScalarType::ComplexFloat,
+                       c10::ScalarType::ComplexDouble}) {
     cap.capability_data.capability_bits |= 1ULL << static_cast<int>(t);
   }
   return cap;

@@ -123,6 +123,10 @@ class NeuronDeviceProperties:
     physical_core: int
     multi_processor_count: int = 1
     type: str = "neuron"
+    # dtypes a neuron tensor can hold and convert between (the C++ core's device capability, what
+    # torch.accelerator.get_device_capability reports): engine compute dtypes plus storage-only
+    # float64, complex32, complex64 and complex128.
+    supported_dtypes: frozenset = frozenset()
 
     def __repr__(self) -> str:
         return (f"_NeuronDeviceProperties(name='{self.name}', platform='{self.platform}', "
@@ -134,8 +138,10 @@ def get_device_properties(device: DeviceLike = None) -> NeuronDeviceProperties:
     cfg = configuration()
     if not 0 <= index < cfg.device_count:
         raise RuntimeError(f"Invalid device neuron:{index}: {cfg.device_count} NeuronCore(s) are visible.")
+    capability = torch.accelerator.get_device_capability(torch.device("neuron", index))
     return NeuronDeviceProperties(name="NeuronCore-v2 (simulated)", platform="trn1",
-                                  total_memory=cfg.hbm_bytes, physical_core=cfg.visible_cores[index])
+                                  total_memory=cfg.hbm_bytes, physical_core=cfg.visible_cores[index],
+                                  supported_dtypes=frozenset(capability["supported_dtypes"]))
 
 
 def get_device_name(device: DeviceLike = None) -> str:
