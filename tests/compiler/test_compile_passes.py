@@ -121,7 +121,12 @@ def test_matmuls_tile_for_tensor_engine_and_scratch_reuses_bytes():
     scratch = [b_ for b_ in program.buffers.values() if b_["kind"] == "scratch"]
     assert program.memory["scratch_bytes"] < sum(b_["nbytes"] for b_ in scratch)  # lifetimes share bytes
     (out,), launch = run_on_device(run, a, b, c)
-    torch.testing.assert_close(out, chain(a, b, c), rtol=1e-4, atol=1e-3)
+    # The column sums cancel (|terms| reach 1e4, some sums are near 0), so an elementwise rtol against CPU's
+    # float32 answer measures the accumulation order, not the program: judge both against float64.
+    exact = chain(a.double(), b.double(), c.double())
+    device_error = float((out.double() - exact).abs().max())
+    cpu_error = float((chain(a, b, c).double() - exact).abs().max())
+    assert device_error <= 4 * cpu_error + 1e-6 * float(exact.abs().max()), (device_error, cpu_error)
     assert launch["flops"] == 2 * (300 * 200 * 700 + 300 * 700 * 129 + 300 * 129 * 700)
 
 
