@@ -156,24 +156,55 @@ def test_dropout_uses_the_device_generator_and_one_mask_for_both_passes():
     assert not torch.equal(different.cpu(), again.cpu())  # the generator moved on
 
 
+COMPILED_FORMS = {
+    "causal": dict(heads=(2, 2), causal=True),
+    "float_mask_with_grad": dict(heads=(2, 2), mask="float"),
+    "bool_mask": dict(heads=(2, 2), mask="bool"),
+    "gqa": dict(heads=(4, 2), causal=True),
+    "3d": dict(heads=None),
+}
+
+
+@pytest.mark.parametrize("form", COMPILED_FORMS)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_compiled_matches_cpu(dtype):
-    args = _inputs((1, 2, 24, 16), (1, 2, 24, 16), (1, 2, 24, 16), dtype)
+def test_compiled_matches_cpu(dtype, form):
+    """torch.compile traces the overrideable op and its backward (the OVERRIDEABLE choice) and compiles
+    both (compiler/numerics.py's decompositions): no graph runs eagerly, and results match CPU."""
+    from device_impl import compiler
+
+    opts = COMPILED_FORMS[form]
+    if opts["heads"] is None:
+        args = _inputs((3, 24, 16), (3, 20, 16), (3, 20, 8), dtype)
+    else:
+        hq, hk = opts["heads"]
+        args = _inputs((2, hq, 24, 16), (2, hk, 20, 16), (2, hk, 20, 8), dtype)
+    mask = None
+    if opts.get("mask") == "float":
+        mask = torch.randn(24, 20, generator=torch.Generator().manual_seed(3)).to(dtype).requires_grad_()
+    elif opts.get("mask") == "bool":
+        mask = torch.rand(24, 20, generator=torch.Generator().manual_seed(3)) > 0.3
+        mask[5] = False  # a row with no key: 0 output and gradient, as PyTorch's _safe_softmax
+    causal, gqa = bool(opts.get("causal")), opts["heads"] is not None and opts["heads"][0] != opts["heads"][1]
     cpu = [t.clone().requires_grad_() for t in args]
     dev = _on_device(args)
+    dev_mask = None if mask is None else mask.detach().to("neuron").requires_grad_(mask.requires_grad)
 
-    def fn(q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    def fn(q, k, v, m):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=m, is_causal=causal, enable_gqa=gqa)
 
     torch._dynamo.reset()
-    dispatch.reset_stats()
+    compiler.reset_stats()
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # a graph the compiler cannot lower runs eagerly
-        actual = torch.compile(fn, backend="neuron")(*dev)
-        actual.sum().backward()
-    expected = fn(*cpu)
-    expected.sum().backward()
+        warnings.simplefilter("error", RuntimeWarning)  # a graph the compiler cannot lower would run eagerly
+        actual = torch.compile(fn, backend="neuron")(*dev, dev_mask)
+        actual.backward(torch.ones_like(actual))
+    expected = fn(*cpu, mask)
+    expected.backward(torch.ones_like(expected))
     torch.testing.assert_close(actual.cpu(), expected.detach(), **TOL[dtype])
     for c, d in zip(cpu, dev):
         torch.testing.assert_close(d.grad.cpu(), c.grad, **TOL[dtype])
-    assert dispatch.stats()[FORWARD]["native"] >= 1  # the graph reached the overrideable kernel
+    if mask is not None and mask.requires_grad:
+        torch.testing.assert_close(dev_mask.grad.cpu(), mask.grad, **TOL[dtype])
+    stats = compiler.stats()
+    assert stats["fallbacks"] == 0, stats["fallbacks_by_op"]
+    assert stats["executions"] >= 2  # forward and backward programs

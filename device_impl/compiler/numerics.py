@@ -41,6 +41,7 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
 
 from __future__ import annotations
 
+import math
 import operator
 
 import torch
@@ -409,6 +410,80 @@ def _elu_backward(grad: torch.Tensor, alpha, scale, input_scale, is_result: bool
     return torch.where(self_or_result > 0, grad * poscoef, negative)
 
 
+def _attention_operands(query, key, value, attn_bias, is_causal: bool, scale):
+    """Query, key and value (GQA heads repeated) and the float32 scores of fused attention, masked. 4-D:
+    csrc/attention.cpp answers OVERRIDEABLE only for 4-D inputs (PyTorch's meta of the op reads 4 strides)."""
+    q, k, v = query, key, value
+    if k.size(1) != q.size(1):  # grouped-query attention: each key/value head serves a group of query heads
+        k = k.repeat_interleave(q.size(1) // k.size(1), dim=1)
+        v = v.repeat_interleave(q.size(1) // v.size(1), dim=1)
+    factor = 1.0 / math.sqrt(q.size(-1)) if scale is None else float(scale)
+    scores = torch.matmul(q.float(), k.float().transpose(-2, -1)) * factor
+    if is_causal:
+        keep = torch.ones(q.size(-2), k.size(-2), dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~keep, float("-inf"))
+    if attn_bias is not None:
+        scores = (scores.masked_fill(~attn_bias, float("-inf")) if attn_bias.dtype == torch.bool
+                  else scores + attn_bias.float())
+    return q, k, v, scores, factor
+
+
+def _probabilities(scores: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """softmax from the row logsumexp; a row whose keys are all masked is 0 (PyTorch's _safe_softmax)."""
+    empty = torch.isneginf(lse).unsqueeze(-1)
+    return torch.where(empty, 0.0, torch.exp(scores - torch.where(empty, 0.0, lse.unsqueeze(-1))))
+
+
+def _fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_bias=None,
+                     dropout_p: float = 0.0, is_causal: bool = False, return_debug_mask: bool = False, *,
+                     scale: float | None = None):
+    """``_scaled_dot_product_fused_attention_overrideable`` as the ops the compiler lowers.
+
+    On neuron, ``scaled_dot_product_attention`` picks the OVERRIDEABLE backend (csrc/attention.cpp), so a
+    traced graph holds this fused op (and, for training, its backward), which torch-mlir cannot import:
+    without these two decompositions the whole graph ran eagerly. They are the math of the eager tile
+    kernels (kernels/attention.py): scores and softmax in float32, a fully masked row gives 0 (PyTorch's
+    _safe_softmax), logsumexp in float32; the backward recomputes P from logsumexp as flash attention does.
+    Dropout needs the device's counter-based stream, which the compiler does not model: such a call stays
+    the fused op (NotImplemented keeps it) and its graph runs eagerly, counted as a fallback."""
+    if dropout_p > 0 or return_debug_mask:
+        return NotImplemented
+    q, k, v, scores, _ = _attention_operands(query, key, value, attn_bias, is_causal, scale)
+    lse = torch.logsumexp(scores, dim=-1)
+    out = torch.matmul(_probabilities(scores, lse).to(q.dtype).float(), v.float()).to(q.dtype)
+    seed = torch.zeros((), dtype=torch.int64, device=query.device)
+    debug = torch.empty(0, dtype=query.dtype, device=query.device)
+    return out, lse, None, None, q.size(-2), k.size(-2), seed, seed.clone(), debug
+
+
+def _fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
+                              cum_seq_k, max_q, max_k, dropout_p: float, is_causal: bool, philox_seed,
+                              philox_offset, *, scale: float | None = None):
+    """The overrideable backward (see _fused_attention): dV = P^T dO, dS = P (dO V^T - rowsum(dO O)),
+    dQ = scale dS K, dK = scale dS^T Q, summed over a GQA group; the bias gradient is dS at its shape."""
+    del cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset
+    if dropout_p > 0:
+        return NotImplemented
+    q, k, v, scores, factor = _attention_operands(query, key, value, attn_bias, is_causal, scale)
+    p = _probabilities(scores, logsumexp)
+    d_out, o = grad_out.float(), out.float()
+    d_v = torch.matmul(p.to(q.dtype).float().transpose(-2, -1), d_out)
+    d_s = p * (torch.matmul(d_out, v.float().transpose(-2, -1)) - (d_out * o).sum(-1, keepdim=True))
+    d_q = torch.matmul(d_s, k.float()) * factor
+    d_k = torch.matmul(d_s.transpose(-2, -1), q.float()) * factor
+    heads = key.size(-3)
+    if heads != q.size(1):
+        d_k = d_k.unflatten(1, (heads, -1)).sum(2)
+        d_v = d_v.unflatten(1, (heads, -1)).sum(2)
+    d_bias = None
+    if attn_bias is not None and attn_bias.dtype != torch.bool and grad_input_mask[3]:
+        d_bias = d_s.sum_to_size(attn_bias.shape).to(attn_bias.dtype)
+    return d_q.to(query.dtype), d_k.to(key.dtype), d_v.to(value.dtype), d_bias
+
+
 # Decompositions that replace PyTorch's own for AOTAutograd (backend._decompositions), for the same reason
-# as REWRITES: PyTorch's formula differs from what CPU computes.
-DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward}
+# as REWRITES: PyTorch's formula differs from what CPU computes; and the fused ops the compiler lowers as
+# their math (_fused_attention).
+DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
+                  aten._scaled_dot_product_fused_attention_overrideable.default: _fused_attention,
+                  aten._scaled_dot_product_fused_attention_overrideable_backward.default: _fused_attention_backward}

@@ -6,7 +6,7 @@
 // as native tile kernels (kernels/attention.py). Without this stub the composite took the math path,
 // and torch._fused_sdp_choice reached the CPU fallback and answered FLASH (CPU's choice).
 //
-// OVERRIDEABLE for what the tile kernel serves: 3-D or 4-D float32/bfloat16/float16 inputs of one
+// OVERRIDEABLE for what the tile kernel serves: 4-D float32/bfloat16/float16 inputs of one
 // dtype and batch, a head dim the same for query and key, key/value heads equal and dividing the
 // query heads (only with enable_gqa when they differ), a bool mask or one of the inputs' dtype.
 // Anything else takes MATH, whose ops run on the device and raise PyTorch's own errors for bad input.
@@ -26,8 +26,11 @@ bool fused_dtype(c10::ScalarType t) {
 bool overrideable_serves(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                          const std::optional<at::Tensor>& mask, bool enable_gqa) {
   if (q.is_nested() || k.is_nested() || v.is_nested()) return false;
+  // 4-D only, as CUDA's flash/efficient backends: PyTorch's meta function for the overrideable op
+  // (torch/_meta_registrations.py) reads four strides, so a 3-D call answered OVERRIDEABLE could not be
+  // traced by torch.compile. 3-D inputs take MATH (matmul and softmax kernels on the device).
   const auto dim = q.dim();
-  if ((dim != 3 && dim != 4) || k.dim() != dim || v.dim() != dim) return false;
+  if (dim != 4 || k.dim() != dim || v.dim() != dim) return false;
   if (!fused_dtype(q.scalar_type()) || k.scalar_type() != q.scalar_type() || v.scalar_type() != q.scalar_type())
     return false;
   if (q.size(-1) != k.size(-1) || k.size(-2) != v.size(-2)) return false;
