@@ -31,13 +31,13 @@ def register() -> None:
     global _registered
     if _registered:
         return
-    from device_impl import dispatch, runtime
+    from device_impl import dispatch, neuron
     from device_impl.runtime import config, devices
 
     settings = config.read()
     devices.configure(settings)
     torch.utils.rename_privateuse1_backend("neuron")
-    torch._register_device_module("neuron", runtime)
+    torch._register_device_module("neuron", neuron)
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
     dispatch.install()
     import device_impl.kernels  # noqa: F401  (registers the native kernels)

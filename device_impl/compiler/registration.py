@@ -54,7 +54,7 @@ neuron.backend_ctx_ctor = _static_shapes  # type: ignore[attr-defined]
 # OpInfo's freeze_rng_state calls torch.neuron.set_rng_state between graphs, and Dynamo tried to turn
 # the generator's state tensor into a fake tensor inside the fallback's no_dispatch block.
 DISPATCHED_PACKAGES = ("device_impl.dispatch", "device_impl.kernels", "device_impl.engine", "device_impl.eager",
-                       "device_impl.runtime")
+                       "device_impl.runtime", "device_impl.neuron", "device_impl.dynamo_interface")
 TRACE_RULES_MODULE = "torch._dynamo.trace_rules"
 DEVICE_INTERFACE_MODULE = "torch._dynamo.device_interface"
 
@@ -65,26 +65,26 @@ DECORATORS_MODULE = "torch._dynamo.decorators"
 
 
 def _register_device_interface(module) -> None:
-    """Dynamo's DeviceInterface for neuron (runtime/dynamo_interface.py)."""
-    from device_impl.runtime import dynamo_interface
+    """Dynamo's DeviceInterface for neuron (device_impl/dynamo_interface.py)."""
+    from device_impl import dynamo_interface
 
     dynamo_interface.register(module)
 
 
 def _adapt_user_defined(module) -> None:
-    from device_impl.runtime import dynamo_interface
+    from device_impl import dynamo_interface
 
     dynamo_interface.adapt_user_defined(module)
 
 
 def _adapt_torch_functions(module) -> None:
-    from device_impl.runtime import dynamo_interface
+    from device_impl import dynamo_interface
 
     dynamo_interface.adapt_torch_functions(module)
 
 
 def _allow_in_graph(module) -> None:
-    from device_impl.runtime import dynamo_interface
+    from device_impl import dynamo_interface
 
     dynamo_interface.allow_in_graph(module)
 

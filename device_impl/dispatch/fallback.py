@@ -30,7 +30,7 @@ import torch
 from device_impl._core import C
 from device_impl.dispatch import counters
 from device_impl.dispatch.strict import is_strict, refuse
-from device_impl.dispatch.table import HOOKS
+from device_impl.runtime.hooks import HOOKS
 from device_impl.runtime.random import reserve
 
 _ALIGN = 16  # bytes; a multiple of every element size, so shared spans stay aligned

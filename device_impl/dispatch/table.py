@@ -68,20 +68,8 @@ ASSERT_NO_CPU = os.environ.get("NEURONSIM_ASSERT_NO_CPU", "0") == "1"
 _METADATA_OPS = frozenset({"result_type"})
 
 
-class EagerHooks:
-    """Where adaptive eager (device_impl.eager) plugs into dispatch while it may hold queued work.
-
-    ``barrier(reason, op, args, kwargs)``: run the queued work that ``op``'s tensor arguments
-    depend on before ``op`` runs outside the queue (``args=None``: all of it).
-    ``submit(op, compute, out, args)``: queue (or run) a family kernel's computation.
-    Both are None in plain eager mode, so eager pays one attribute test per op.
-    """
-
-    barrier: Callable[..., None] | None = None
-    submit: Callable[[str, Callable[..., None], Any, dict], None] | None = None
-
-
-HOOKS = EagerHooks()
+# Adaptive eager's hooks live in the runtime (the lower layer); kernels and eager find them here.
+from device_impl.runtime.hooks import HOOKS, EagerHooks  # noqa: E402,F401
 
 
 class HostComputeError(AssertionError):

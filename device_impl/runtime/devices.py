@@ -106,7 +106,7 @@ def run_queued(reason: str, device: int) -> None:
     The C++ guard calls this at every synchronisation point (csrc/device.cpp: synchronizeDevice,
     synchronizeStream, synchronizeEvent, event record/wait/query, stream query), so
     ``torch.accelerator.synchronize()`` and plain ``torch.Stream``/``torch.Event`` see work done too."""
-    from device_impl.dispatch.table import HOOKS
+    from device_impl.runtime.hooks import HOOKS
 
     if HOOKS.barrier is not None:
         HOOKS.barrier(reason)

@@ -39,7 +39,7 @@ class _OnNeuron(type):
 
 def _barrier(reason: str) -> None:
     """Run the work adaptive eager holds back (nothing in plain eager mode)."""
-    from device_impl.dispatch.table import HOOKS
+    from device_impl.runtime.hooks import HOOKS
 
     if HOOKS.barrier is not None:
         HOOKS.barrier(reason)
@@ -52,7 +52,7 @@ class Event(torch.Event, metaclass=_OnNeuron):
     """A neuron event (a torch.Event subclass); ``enable_timing=True`` to use elapsed_time().
 
     Its synchronising methods run queued work first (see the module docstring). A real subclass of
-    torch.Event, so Dynamo traces its construction and methods (runtime/dynamo_interface.py).
+    torch.Event, so Dynamo traces its construction and methods (device_impl/dynamo_interface.py).
     """
 
     _base = torch.Event
@@ -166,7 +166,7 @@ def default_stream(device: DeviceLike = None) -> torch.Stream:
 
 def set_stream(stream: torch.Stream) -> None:
     """Make ``stream`` current; work adaptive eager queued on the previous stream runs first."""
-    from device_impl.dispatch.table import HOOKS
+    from device_impl.runtime.hooks import HOOKS
 
     if HOOKS.barrier is not None:
         HOOKS.barrier("stream")

@@ -18,7 +18,7 @@ import torch
 from torch._dynamo.device_interface import DeviceInterface, caching_worker_current_devices, \
     caching_worker_device_properties, register_interface_for_device
 
-from device_impl import runtime as neuron
+from device_impl import neuron
 from device_impl._core import C
 from device_impl.runtime.devices import device_index
 
