@@ -13,6 +13,7 @@ from device_impl.kernels import (  # noqa: F401
     membership,
     random,
     reduction,
+    rnn,
     shape,
     spatial,
 )
