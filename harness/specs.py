@@ -432,6 +432,33 @@ spec("sdpa", "matmul", "F.scaled_dot_product_attention({x0}, {x1}, {x2}, is_caus
      ("float32",), tolerance={"float32": (1e-5, 1e-5)}, tolerance_reason=_MM_REASON, fp64_reference=True)
 
 
+def _rnn_cell(gates: int, two_states: bool):
+    """input [B, I], the state(s) [B, H], weights [gates*H, I] and [gates*H, H], biases [gates*H]."""
+    def draw(data, dtype):
+        b, i, h = (data.draw(st.sampled_from(sizes)) for sizes in ((1, 3, 129), (1, 5), (1, 6, 130)))
+        unit = dict(domains=("unit",), requires_grad=True)
+        states = [_t(data, (b, h), dtype, **unit) for _ in range(2 if two_states else 1)]
+        return [_t(data, (b, i), dtype, **unit), *states, _t(data, (gates * h, i), dtype, **unit),
+                _t(data, (gates * h, h), dtype, **unit), _t(data, (gates * h,), dtype, **unit),
+                _t(data, (gates * h,), dtype, **unit)], {}
+    return custom(draw)
+
+
+# On neuron the cells are mm + the fused cell (_thnn_fused_*: fp32, one rounding, biases added after the
+# matmuls); CPU's composite adds each bias inside its linear and rounds after every op.
+_CELL_REASON = _MM_REASON + "; the fused cell sums the gates and biases in another order than CPU's composite"
+spec("lstm_cell", "matmul", "torch.lstm_cell({x0}, ({x1}, {x2}), {x3}, {x4}, {x5}, {x6})", _rnn_cell(4, True),
+     ("float32",), grad=True, tolerance=_MM_TOL, tolerance_reason=_CELL_REASON, fp64_reference=True)
+# Zero signs: the fused backward (ATen's RNN.cu formula) takes hy's gradient into n as go * (1 - z), CPU's autograd
+# of its composite ``(hx - n) * z + n`` as go - go * z: where z rounds to exactly 1 (saturated sigmoid) the device
+# gives go * 0 (the sign of go), CPU +0.0, and that zero reaches w_ih/w_hh's gradients through the mm (seen in the
+# designed cases gru_cell-float32-positive-transposed-7 and -denormal-offset-2047, gradients 2 and 3 only).
+spec("gru_cell", "matmul", "torch.gru_cell({x0}, {x1}, {x2}, {x3}, {x4}, {x5})", _rnn_cell(3, False),
+     ("float32",), grad=True, tolerance=_MM_TOL, fp64_reference=True, ignore_zero_sign=("float32",),
+     tolerance_reason=_CELL_REASON + "; an exactly-zero gate gradient's sign follows the formula's form: ATen's "
+     "fused go * (1 - z) keeps go's sign where z == 1, CPU's composite go - go * z gives +0.0")
+
+
 
 # --- indexing -------------------------------------------------------------------
 
