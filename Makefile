@@ -41,8 +41,8 @@ test-hosts: core
 	  case $$v in native) env="" ;; default) env="ATEN_CPU_CAPABILITY=default" ;; avx2) env="ATEN_CPU_CAPABILITY=avx2" ;; \
 	    avx2-host) env="ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2" ;; onednn-off) env="" ;; esac; \
 	  opt=""; [ $$v = onednn-off ] && opt="--cpu-onednn off"; \
-	  echo "== $$v: $$env $(PY) -m pytest $(HOST_SENSITIVE) -q $$opt"; \
-	  status=0; env $$env $(PY) -m pytest $(HOST_SENSITIVE) -q -p no:cacheprovider $$opt > build/test-hosts-$$v.log 2>&1 || status=$$?; \
+	  echo "== $$v: $$env $(PY) -m pytest $(HOST_SENSITIVE) $$opt"; \
+	  status=0; env $$env $(PY) -m pytest $(HOST_SENSITIVE) -p no:cacheprovider $$opt > build/test-hosts-$$v.log 2>&1 || status=$$?; \
 	  grep -E "^CPU oracle" build/test-hosts-$$v.log || true; tail -n 1 build/test-hosts-$$v.log; \
 	  [ $$status = 0 ] || failed="$$failed $$v"; \
 	done; if [ -n "$$failed" ]; then echo "host variants failing:$$failed (logs: build/test-hosts-<variant>.log)"; exit 1; fi
