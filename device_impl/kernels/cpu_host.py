@@ -10,6 +10,8 @@ runs on, not only on PyTorch's version:
   ``slow_conv*`` kernels. Rather than copy those rules, the device builds CPU tensors with the same sizes,
   strides, dtype and ``requires_grad`` and asks ``torch._C._select_conv_backend`` (the function
   ``at::convolution`` itself calls) and ``torch._C._conv_determine_backend_memory_format``.
+* **Whether ``gelu`` runs oneDNN** (``onednn_gelu``): contiguous float32 (and bf16 where oneDNN has bf16 on
+  the CPU) tensors, with its own order of operations.
 * **Whether a multiply-add rounds once.** ATen's vectorized loops call ``vec::fmadd``, one rounding on the
   AVX2/AVX-512 kernels (and the compiler contracts ``a * b + c`` in the scalar loops compiled with them);
   the ``DEFAULT`` kernels (``ATEN_CPU_CAPABILITY=default``, or a CPU without AVX2) compute ``a * b`` and
@@ -40,6 +42,27 @@ def cpu_capability() -> str:
 def fused_multiply_add() -> bool:
     """Whether CPU's vectorized loops round ``a * b + c`` once (vec::fmadd) rather than twice."""
     return cpu_capability() != "DEFAULT"
+
+
+def onednn_gelu(x: torch.Tensor, approximate: str) -> bool:
+    """Whether CPU's ``gelu`` (and ``gelu_backward``) on a tensor like ``x`` runs oneDNN's ``eltwise_gelu_erf``
+    rather than ATen's own kernel: ``use_mkldnn`` of ATen's Activation.cpp takes a contiguous float32 tensor of
+    more than one element, or a bfloat16 one where oneDNN has bf16 on this CPU (``mkldnn_bf16_device_check``,
+    which ``torch.ops.mkldnn._is_mkldnn_bf16_supported`` returns), while ``torch.backends.mkldnn.enabled`` is on;
+    only for ``approximate='none'``. oneDNN forms ``x * (1 + erf(x / sqrt(2)))`` in fp32 before halving it, so
+    it overflows to inf above FLT_MAX / 2, where ATen's ``x * 0.5 * (1 + erf(...))`` does not."""
+    if approximate != "none" or not torch.backends.mkldnn.is_available() or not torch.backends.mkldnn.enabled:
+        return False
+    if x.numel() <= 1 or not x.is_contiguous():
+        return False
+    if x.dtype == torch.float32:
+        return True
+    return x.dtype == torch.bfloat16 and _onednn_bf16()
+
+
+@functools.cache
+def _onednn_bf16() -> bool:
+    return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
 
 
 def _proxy(t: torch.Tensor) -> torch.Tensor:

@@ -34,6 +34,7 @@ from device_impl.kernels.common import (
     result_type,
     scalar_of,
 )
+from device_impl.kernels import cpu_host
 from device_impl.kernels.registry import register_family
 
 BOOL = np.dtype(np.bool_)
@@ -59,6 +60,14 @@ def binary(nc, out: Tile, x: Any, y: Any, op: str, cd: np.dtype) -> None:
         nc.vector.tensor_scalar(out, x, op, y, dtype=cd)
     else:
         nc.vector.tensor_scalar(out, y, op, x, reverse=True, dtype=cd)
+
+
+def _iterator_scalar(y: Any) -> bool:
+    """TensorIterator's ``is_scalar`` for a second operand: a host scalar, or a tensor that every output
+    element reads at one place (each dimension of size 1 or stride 0), as 0-d and expanded one-element ones."""
+    if not isinstance(y, torch.Tensor):
+        return True
+    return all(size == 1 or stride == 0 for size, stride in zip(y.shape, y.stride()))
 
 
 def _check_integer_divisor(nc, divisor: Any, cd: np.dtype) -> None:
@@ -106,6 +115,10 @@ def _register_binary(packet: str, op: str, rule: str = "promote", first: str = "
         if rule == "float":
             common = promote(x, y, int_to_float=True)
         cd = BOOL if rule == "logical" else (_narrow(common) if narrow_compute else numpy_compute(common))
+        if narrow_compute and not round_scalars and _iterator_scalar(y):
+            # ATen's reduced-float branch for a scalar divisor (iter.is_scalar(2)): opmath (fp32) with the
+            # divisor's original value read as float, one rounding of the result
+            cd = numpy_compute(common)
 
         def emit(nc, o, tx, ty):
             if zero_check:
@@ -151,8 +164,43 @@ def _pow_tensor_scalar(out: torch.Tensor, a: dict) -> None:
         raise _refuse("pow", torch.bool)
     if not (x.dtype.is_floating_point or x.dtype.is_complex) and not isinstance(e, float) and e < 0:
         raise RuntimeError("Integers to negative integer powers are not allowed.")
-    cd = numpy_compute(result_type(x, exponent))
+    common = result_type(x, exponent)
+    if common in _FLOATS:
+        _pow_float_scalar(out, x, e, common)
+        return
+    cd = numpy_compute(common)
     elementwise("pow", out, (x,), lambda nc, o, t: nc.vector.tensor_scalar(o, t, "power", e, dtype=cd))
+
+
+def _pow_float_scalar(out: torch.Tensor, x: torch.Tensor, e, common: torch.dtype) -> None:
+    """pow(Tensor, Scalar) for floating dtypes as ATen's pow_tensor_scalar_kernel (PowKernel.cpp) computes it:
+    float32 and bfloat16 (not float16) exponents 0.5, -0.5 and -1 run sqrt, rsqrt and reciprocal
+    (sqrt(-0.0) = -0.0, rsqrt(-0.0) = -inf, unlike pow); every other exponent is first converted to the
+    dtype (c10's checked conversion for float16/bfloat16: out of range raises; 1e-8 becomes 0 and
+    x ** 0 = 1); then float32 and bfloat16 compute exponents 2, 3 and -2 as x * x, x * x * x and
+    1 / (x * x), each step rounded to the dtype, and the others as pow in fp32."""
+    special = {0.5: "sqrt", -0.5: "rsqrt", -1.0: "reciprocal"}.get(e) if not isinstance(e, complex) else None
+    if special is not None and common != torch.float16:
+        elementwise("pow", out, (x,), lambda nc, o, t: nc.scalar.activation(o, t, special), common_dtype=common)
+        return
+    if common != torch.float32:
+        check_scalar_fits(e, common)
+    e = cast_scalar(e, common)
+    cd = _narrow(common)
+    steps = {2.0: 2, 3.0: 3, -2.0: -2}.get(e) if common != torch.float16 else None
+
+    def emit(nc, o, t):
+        if steps is None:
+            nc.vector.tensor_scalar(o, t, "power", e, dtype=FP32)
+            return
+        square = nc.sbuf_tile(o.shape, cd)
+        nc.vector.tensor_tensor(square if steps != 2 else o, t, t, "multiply", dtype=cd)
+        if steps == 3:
+            nc.vector.tensor_tensor(o, square, t, "multiply", dtype=cd)
+        elif steps == -2:
+            nc.vector.tensor_scalar(o, square, "divide", 1.0, reverse=True, dtype=cd)
+
+    elementwise("pow", out, (x,), emit, common_dtype=common)
 
 
 register_family("pow", _pow_tensor_scalar, _meta_binary("self", "exponent", "promote"),
@@ -330,8 +378,21 @@ def _gelu_compute(out: torch.Tensor, a: dict) -> None:
     _float_only("GeluKernelImpl", x)
     if approximate not in ("none", "tanh"):
         raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate}")
+    if cpu_host.onednn_gelu(x, approximate):
+        elementwise("gelu", out, (x,), _gelu_onednn)
+        return
     func = "gelu" if approximate == "none" else "gelu_tanh"
     elementwise("gelu", out, (x,), lambda nc, o, t: nc.scalar.activation(o, t, func))
+
+
+def _gelu_onednn(nc, o: Tile, t: Tile) -> None:
+    """oneDNN's eltwise_gelu_erf, which CPU runs for contiguous float32/bf16 inputs (cpu_host.onednn_gelu):
+    x * (1 + erf(x / sqrt(2))) formed in fp32, then halved, so it is inf where |x| > FLT_MAX / 2."""
+    e = nc.sbuf_tile(o.shape, FP32)
+    nc.scalar.activation(e, t, "erf", scale=float(np.float32(1 / math.sqrt(2))))
+    nc.vector.tensor_scalar(e, e, "add", 1.0, dtype=FP32)
+    nc.vector.tensor_tensor(e, e, t, "multiply", dtype=FP32)
+    nc.vector.tensor_scalar(o, e, "multiply", 0.5, dtype=FP32)
 
 
 register_family("gelu", _gelu_compute, _meta_unary("same"))
