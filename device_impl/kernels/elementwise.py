@@ -221,6 +221,9 @@ def _add_like(op: str):
         if isinstance(alpha, float) and not (common.is_floating_point or common.is_complex):
             raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
         cd = numpy_compute(common)
+        if alpha != 1 and common in _FLOATS:
+            _add_alpha_float(op, out, x, y, alpha, common)
+            return
 
         def emit(nc, o, tx, ty):
             if alpha != 1:
@@ -236,6 +239,44 @@ def _add_like(op: str):
         elementwise(op, out, (x, y), emit, common_dtype=common)
 
     return compute
+
+
+def _add_alpha_float(op: str, out: torch.Tensor, x: Any, y: Any, alpha: Any, common: torch.dtype) -> None:
+    """add/sub with alpha != 1 in a float dtype as ATen's add kernel (ufunc add; sub passes -alpha): the
+    vector lambda is vec::fmadd(other, alpha, self), the scalar one self + alpha * other with alpha in the
+    dtype. float32 fuses both where the host's kernels fuse (common.fma32). bfloat16/float16 fuse in fp32 on
+    CPU's full vector blocks only; the scalar lambda (tails, non-contiguous runs, every element under the
+    DEFAULT kernels) rounds alpha * other to the dtype first, so it can overflow where fmadd does not."""
+    a = cast_scalar(alpha, common)
+    a = -a if op == "subtract" else a
+    dt = numpy_dtype(common)
+
+    def fused(nc, o, tx, ty):
+        tx, ty = _tiles(nc, o, FP32, tx, ty)
+        _fma(nc, o, ty, _as_tile(nc, a, o, FP32), tx)
+
+    def rounded(nc, o, tx, ty):
+        ty = _as_tile(nc, ty, o, dt)
+        scaled = nc.sbuf_tile(o.shape, dt)
+        nc.vector.tensor_scalar(scaled, ty, "multiply", a, dtype=FP32)
+        binary(nc, o, tx, scaled, "add", FP32)
+
+    if out.numel() == 0:
+        return
+    if common == torch.float32:
+        elementwise(op, out, (x, y), fused, common_dtype=common)
+        return
+    if not cpu_host.fused_multiply_add():
+        elementwise(op, out, (x, y), rounded, common_dtype=common)
+        return
+    tensors = [t for t in (x, y) if is_device_tensor(t)]
+    parts = _vector_split(out, tensors, cpu_host.vector_block(common), scalar_operands=2 - len(tensors))
+    for part, emit in zip(parts, (fused, rounded)):
+        if part is None:
+            continue
+        views = iter(part[1:])
+        operands = tuple(next(views) if is_device_tensor(t) else t for t in (x, y))
+        elementwise(op, part[0], operands, emit, common_dtype=common)
 
 
 register_family("add", _add_like("add"), _meta_add)
@@ -715,6 +756,97 @@ def _masked_fill_compute(out: torch.Tensor, a: dict) -> None:
 register_family("masked_fill", _masked_fill_compute, _masked_fill_meta)
 
 
+# --- which elements CPU's vectorized loop computes ---------------------------------
+# cpu_kernel_vec (ATen's native/cpu/Loops.h) runs each inner run of TensorIterator's loop with the vector
+# lambda in blocks of 2 * Vec::size() elements and the remainder with the scalar lambda (basic_loop); a run
+# whose operands are not all contiguous (one input may be broadcast, stride 0) is scalar throughout. Some
+# kernels' two lambdas round differently (lerp's zero signs, add's alpha * other in bf16/fp16), so the device
+# computes the two regions with the matching formula. Serial loops only: above GRAIN_SIZE with several
+# threads at::parallel_for splits runs at chunk boundaries, which is not modelled.
+
+def _ti_loop(out: torch.Tensor, inputs) -> tuple[list[int], list[list[int]]]:
+    """TensorIterator's coalesced iteration shape (innermost first) and each operand's strides in elements
+    (out first): reorder_dimensions' insertion sort by strides, then coalesce_dimensions."""
+    shape = list(out.shape)
+    nd = len(shape)
+    ops = [list(out.stride())]
+    for t in inputs:
+        st = [0] * nd
+        off = nd - t.dim()
+        for i in range(t.dim()):
+            st[off + i] = 0 if (t.shape[i] == 1 and shape[off + i] != 1) else t.stride(i)
+        ops.append(st)
+    perm = list(range(nd - 1, -1, -1))
+
+    def should_swap(d0: int, d1: int) -> int:
+        for st in ops:
+            s0, s1 = st[d0], st[d1]
+            if s0 == 0 or s1 == 0:
+                continue
+            if s0 < s1:
+                return -1
+            if s0 > s1:
+                return 1
+            if shape[d0] > shape[d1]:
+                return 1
+        return 0
+
+    for i in range(1, nd):
+        dim1 = i
+        for dim0 in range(i - 1, -1, -1):
+            c = should_swap(perm[dim0], perm[dim1])
+            if c > 0:
+                perm[dim0], perm[dim1] = perm[dim1], perm[dim0]
+                dim1 = dim0
+            elif c < 0:
+                break
+    shp = [shape[d] for d in perm]
+    sts = [[st[d] for d in perm] for st in ops]
+    if not shp:
+        return [1], [[1] for _ in sts]
+    prev = 0
+    for d in range(1, len(shp)):
+        if shp[prev] == 1 or shp[d] == 1 or all(shp[prev] * st[prev] == st[d] for st in sts):
+            if shp[prev] == 1:
+                for st in sts:
+                    st[prev] = st[d]
+            shp[prev] *= shp[d]
+        else:
+            prev += 1
+            if prev != d:
+                for st in sts:
+                    st[prev] = st[d]
+                shp[prev] = shp[d]
+    return shp[:prev + 1], [st[:prev + 1] for st in sts]
+
+
+def _vector_split(out: torch.Tensor, tensors, block: int, scalar_operands: int = 0):
+    """Split an elementwise launch over ``out`` and its tensor operands as CPU's cpu_kernel_vec does:
+    ``(vector_part, scalar_part)``, each None or a tuple of views (out first, then the operands) of the
+    elements that loop computes with its vector and with its scalar lambda."""
+    shp, sts = _ti_loop(out, tensors)
+    n0 = shp[0]
+    inner = [st[0] for st in sts]
+    inner += [0] * scalar_operands  # host scalars are 0-d operands of the iterator: stride 0
+    contiguous = inner[0] == 1 and (all(s == 1 for s in inner[1:])
+                                    or any(inner[k] == 0 and all(s == 1 for j, s in enumerate(inner[1:], 1)
+                                                                 if j != k) for k in range(1, len(inner))))
+    split = block * (n0 // block) if contiguous and n0 > 1 else 0
+    tensors_all = [out, *tensors]
+
+    def views(lo: int, hi: int):
+        if hi <= lo:
+            return None
+        size = tuple(reversed(shp[1:])) + (hi - lo,)
+        result = []
+        for t, st in zip(tensors_all, sts):
+            stride = tuple(reversed(st[1:])) + (st[0],)
+            result.append(t.as_strided(size, stride, t.storage_offset() + lo * st[0]))
+        return tuple(result)
+
+    return views(0, split), views(split, n0)
+
+
 # --- ternary arithmetic: addcmul, addcdiv, lerp ----------------------------------
 # CPU computes these in opmath (fp32 for every float dtype, the dtype itself for integers) and its
 # vectorized float loops use fused multiply-adds: addcmul is fma(value * t1, t2, self) and lerp
@@ -868,17 +1000,56 @@ def _lerp_emit(nc, o: Tile, start: Any, end: Any, weight: Any) -> None:
     _fma(nc, o, coeff, diff, base)
 
 
+def _lerp_scalar_emit(nc, o: Tile, start: Any, end: Any, weight: Any) -> None:
+    """CPU's scalar lerp (ATen's Lerp.h), which its loop runs on non-contiguous runs and vector tails:
+    |w| < 0.5 ? self + w * (end - self) : end - (end - self) * (1 - w), the multiply-adds fused where the
+    host's kernels fuse (common.fma32). Differs from lerp_vec in zero signs (end = -0.0, w = 1)."""
+    start, end = _tiles(nc, o, FP32, start, end)
+    diff = nc.sbuf_tile(o.shape, FP32)
+    nc.vector.tensor_tensor(diff, end, start, "subtract", dtype=FP32)
+    neg = nc.sbuf_tile(o.shape, FP32)
+    nc.vector.tensor_unary(neg, diff, "negative", dtype=FP32)
+    if isinstance(weight, Tile):
+        small = nc.sbuf_tile(o.shape, BOOL)
+        absw = nc.sbuf_tile(o.shape, FP32)
+        nc.vector.tensor_unary(absw, weight, "abs", dtype=FP32)
+        nc.vector.tensor_scalar(small, absw, "less", 0.5, dtype=FP32)
+        rest = nc.sbuf_tile(o.shape, FP32)
+        nc.vector.tensor_scalar(rest, weight, "subtract", 1.0, reverse=True, dtype=FP32)
+        near = nc.sbuf_tile(o.shape, FP32)
+        far = nc.sbuf_tile(o.shape, FP32)
+        _fma(nc, near, weight, diff, start)
+        _fma(nc, far, neg, rest, end)
+        nc.vector.select(o, small, near, far)
+        return
+    w = np.float32(weight)
+    if abs(w) < 0.5:
+        _fma(nc, o, _as_tile(nc, w, o, FP32), diff, start)
+    else:
+        _fma(nc, o, neg, _as_tile(nc, np.float32(1) - w, o, FP32), end)
+
+
 def _lerp_compute(out: torch.Tensor, a: dict) -> None:
     x, end, weight = a["self"], a["end"], a["weight"]
     tensor_weight = isinstance(weight, torch.Tensor)
     common = result_type(x, end, weight) if tensor_weight else result_type(x, end)
     if not common.is_floating_point:
         raise _refuse("lerp_kernel_tensor" if tensor_weight else "lerp_kernel_scalar", common)
-    if tensor_weight:
-        elementwise("lerp", out, (x, end, weight), _lerp_emit, common_dtype=common)
+    tensors = (x, end, weight) if tensor_weight else (x, end)
+    w = None if tensor_weight else _opmath_scalar("lerp", weight, common)
+    if out.numel() == 0:
         return
-    w = _opmath_scalar("lerp", weight, common)
-    elementwise("lerp", out, (x, end), lambda nc, o, ts, te: _lerp_emit(nc, o, ts, te, w), common_dtype=common)
+    # CPU's vector lambda (lerp_vec) on full vector blocks of contiguous runs, its scalar lambda elsewhere
+    for part, emit in zip(_vector_split(out, tensors, cpu_host.vector_block(common)),
+                          (_lerp_emit, _lerp_scalar_emit)):
+        if part is None:
+            continue
+        o, *ins = part
+        if tensor_weight:
+            elementwise("lerp", o, tuple(ins), emit, common_dtype=common)
+        else:
+            elementwise("lerp", o, tuple(ins), lambda nc, t, ts, te, emit=emit: emit(nc, t, ts, te, w),
+                        common_dtype=common)
 
 
 register_family("lerp", _lerp_compute, _lerp_meta)
