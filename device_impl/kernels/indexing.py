@@ -653,9 +653,23 @@ def _index_select_shape(self, dim, index):
 def _index_select_into(out: torch.Tensor, self: torch.Tensor, dim: int, index: torch.Tensor, name: str,
                        error: Callable[[int], Exception]) -> None:
     size = self.shape[dim] if self.dim() else 1
+    # index_select_out_cpu_ (TensorAdvancedIndexing.cpp) checks with check_indexarray_range, a RuntimeError
+    # naming the first bad index, when self has more than one dimension and either no elements or dim == 1
+    # with a contiguous result (its index_select_out_cpu_dim1_ fast path); elsewhere TORCH_CHECK_INDEX.
+    array_check = self.dim() > 1 and index.numel() > 0 and (self.numel() == 0 or (dim == 1 and out.is_contiguous()))
+    if self.dim() > 1 and index.numel() > 0 and self.numel() == 0 and size <= 0:
+        raise RuntimeError("index_select(): self indexing axis dim should be positive")
     with launch(name, out.device.index) as nc:
         iv = _view(index)
-        _check_range(nc, iv, size, False, error)
+        if array_check:
+            try:
+                _check_range(nc, iv, size, False, error)
+            except IndexError:
+                flat = np.asarray(iv).reshape(-1)
+                first = int(flat[np.flatnonzero((flat < 0) | (flat >= size))[0]])
+                raise RuntimeError(f"INDICES element is out of DATA bounds, id={first} axis_dim={size}") from None
+        else:
+            _check_range(nc, iv, size, False, error)
         if out.numel():
             _select_rows(nc, out, self, dim, iv)
 
