@@ -18,7 +18,7 @@ import torch
 from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import COMPUTE_DTYPES, FLOAT_DTYPES, numpy_dtype
 from device_impl.engine.hbm import view as hbm
-from device_impl.kernels import cpu_host, overlap
+from device_impl.kernels import cpu_host, overlap, scalars
 
 __all__ = ["hbm", "COMPUTE_DTYPES", "FLOAT_DTYPES", "numpy_dtype", "launch"]
 
@@ -195,33 +195,9 @@ def memory_order(t: torch.Tensor) -> list[int]:
     return sorted(range(t.dim()), key=lambda d: (-strides[d], -d if t.shape[d] != 1 else 0))
 
 
-_CTYPE = {torch.int8: "int8_t", torch.uint8: "uint8_t", torch.int16: "int16_t", torch.int32: "int", torch.int64:
-          "int64_t", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16", torch.float32: "float"}
-_FLOAT_MAX = {torch.float16: 65504.0, torch.bfloat16: 3.3895313892515355e38, torch.float32: 3.4028234663852886e38}
-
-
 def check_scalar_fits(value, dtype: torch.dtype) -> None:
-    """c10's overflow check for Scalar -> dtype: finite floats within the target's range; integer
-    values within [min, max], or [-max, max] for unsigned targets (negatives wrap, as in C++); a
-    complex value into a real type only with a zero imaginary part (its real part checked)."""
-    if isinstance(value, bool) or dtype.is_complex or dtype == torch.bool:
-        return
-    overflow = RuntimeError(f"value cannot be converted to type {_CTYPE[dtype]} without overflow")
-    if isinstance(value, complex):
-        if value.imag != 0:
-            raise overflow
-        value = value.real
-    if dtype.is_floating_point and dtype in _FLOAT_MAX:
-        if math.isfinite(value) and abs(value) > _FLOAT_MAX[dtype]:
-            raise overflow
-    elif not dtype.is_floating_point and not dtype.is_complex:
-        info = torch.iinfo(dtype)
-        if isinstance(value, float) and not math.isfinite(value):
-            raise overflow
-        # Integers into unsigned types wrap from [-max, 0); floats must lie within [min, max].
-        low = -info.max if info.min == 0 and not isinstance(value, float) else info.min
-        if not low <= value <= info.max:
-            raise overflow
+    """c10's overflow check for Scalar -> dtype (``kernels.scalars.check_fits``, where the rules live)."""
+    scalars.check_fits(value, dtype)
 
 
 def cast_scalar(value, dtype: torch.dtype):
