@@ -717,13 +717,20 @@ def test_eye_full_and_friends(dtype):
 
 # --- the lowering table -------------------------------------------------------------------------
 
-NATIVE = ["aten::uniform_", "aten::normal_", "aten::normal.Tensor_float", "aten::normal.Tensor_float_out",
-          "aten::normal.float_Tensor", "aten::normal.float_Tensor_out", "aten::normal.Tensor_Tensor",
-          "aten::normal.Tensor_Tensor_out", "aten::bernoulli_.float", "aten::bernoulli_.Tensor", "aten::bernoulli.out",
-          "aten::random_", "aten::random_.from", "aten::random_.to", "aten::exponential_", "aten::geometric_",
-          "aten::log_normal_", "aten::cauchy_", "aten::randperm.generator_out", "aten::multinomial",
-          "aten::multinomial.out", "aten::native_dropout", "aten::native_dropout_backward", "aten::arange.start_out",
-          "aten::linspace.out", "aten::logspace.out", "aten::eye.out", "aten::eye.m_out"]
+# overload -> the op-group module of device_impl.kernels.random that lowers it
+NATIVE = {
+    "continuous": ["aten::uniform_", "aten::normal_", "aten::normal.Tensor_float", "aten::normal.Tensor_float_out",
+                   "aten::normal.float_Tensor", "aten::normal.float_Tensor_out", "aten::normal.Tensor_Tensor",
+                   "aten::normal.Tensor_Tensor_out", "aten::exponential_", "aten::geometric_", "aten::log_normal_",
+                   "aten::cauchy_"],
+    "bernoulli": ["aten::bernoulli_.float", "aten::bernoulli_.Tensor", "aten::bernoulli.out"],
+    "integers": ["aten::random_", "aten::random_.from", "aten::random_.to"],
+    "randperm": ["aten::randperm.generator_out"],
+    "multinomial": ["aten::multinomial", "aten::multinomial.out"],
+    "dropout": ["aten::native_dropout", "aten::native_dropout_backward"],
+    "factories": ["aten::arange.start_out", "aten::linspace.out", "aten::logspace.out", "aten::eye.out",
+                  "aten::eye.m_out"],
+}
 COMPOSITE = ["aten::rand", "aten::randn", "aten::randint", "aten::randint.low", "aten::randperm",
              "aten::bernoulli", "aten::bernoulli.p", "aten::normal.float_float", "aten::dropout", "aten::arange",
              "aten::arange.start", "aten::arange.start_step", "aten::arange.out", "aten::linspace", "aten::logspace",
@@ -732,9 +739,10 @@ COMPOSITE = ["aten::rand", "aten::randn", "aten::randint", "aten::randint.low", 
 
 
 def test_lowering_table():
-    for op in NATIVE:
-        entry = TABLE.lookup(op)
-        assert entry.tier is Tier.NATIVE and entry.source == "device_impl.kernels.random", (op, entry)
+    for group, ops in NATIVE.items():
+        for op in ops:
+            entry = TABLE.lookup(op)
+            assert entry.tier is Tier.NATIVE and entry.source == f"device_impl.kernels.random.{group}", (op, entry)
     for op in COMPOSITE:
         entry = TABLE.lookup(op)
         assert entry.tier is Tier.NATIVE and "(via aten::" in entry.source, (op, entry)
