@@ -50,6 +50,8 @@ from device_impl._compat import torch_at_least
 from device_impl.dispatch.table import HOOKS, TABLE, resolve
 from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import FP32, is_float, numpy_dtype
+
+F64 = np.dtype(np.float64)
 from device_impl.kernels.common import (
     COMPUTE_DTYPES,
     SCALAR_TYPE_NAMES,
@@ -1481,8 +1483,30 @@ def _scan(name: str, op: str, a: dict) -> torch.Tensor:
               kr=[hbm(x).transpose(kdims + rdims), hbm(out).transpose(kdims + rdims)])
     X, O = g.kr
     chunks = list(_boxes(g.rshape, CHUNK))
+    # CPU's cumsum/cumprod carry the running value in at::acc_type<scalar_t, /*is_cuda=*/false>: double for a
+    # float32 result (float for bfloat16/float16, int64 for integers), rounding each prefix once into the
+    # output. An fp32 scan drifts from that by tens of ULP over a few thousand elements. No fixed-function
+    # engine computes in double, so a real NeuronCore kernel would either scan in fp32 (and differ from CPU)
+    # or carry a compensated (double-fp32) running value on GpSimd; the simulator runs the float32 scan as a
+    # GpSimd program over double (``_scan64``), so it matches CPU's acc_type, and charges it as emulated
+    # double arithmetic (_SCAN64_STEPS element-steps per element).
+    wide = rd == torch.float32
     with launch(name, out.device.index) as nc:
         for blk in _blocks(nc, g, [X]):
+            if wide:
+                carry = nc.sbuf_tile((blk.p, 1), F64)  # the double running value, read/written by GpSimd only
+                for j, (ch, (t,)) in enumerate(blk.each(0)):
+                    mark = nc.mark()
+                    src = t
+                    if elem is not None:
+                        src = nc.sbuf_tile(t.shape, elem)
+                        nc.vector.tensor_copy(src, t)
+                    res = nc.sbuf_tile(t.shape, O.dtype)
+                    _scan64(nc, res, carry, src, op, first=not j)
+                    blk.store(O, ch, res)
+                    nc.release_to(mark)
+                nc.release(carry)
+                continue
             carry = _row_scalar(nc, blk.p, cd)  # the running total at the end of the previous chunk
             for j, (ch, (t,)) in enumerate(blk.each(0)):
                 mark = nc.mark()
@@ -1516,6 +1540,28 @@ def _scan(name: str, op: str, a: dict) -> torch.Tensor:
                 nc.release_to(mark)
             nc.release(carry)
     return out
+
+
+_SCAN64_STEPS = 4  # GpSimd element-steps per element of a double scan: widen, emulated double op, round
+
+
+def _scan64(nc, res: Tile, carry: Tile, src: Tile, op: str, first: bool) -> None:
+    """One chunk of a float32 cumsum/cumprod on GpSimd: the inclusive scan of ``src`` in double, starting from
+    the double running value ``carry`` (unless ``first``), each prefix rounded once into ``res``; ``carry``
+    becomes the chunk's last prefix (see _scan: CPU's acc_type for float is double)."""
+    scan = np.cumsum if op == "add" else np.cumprod
+
+    def program(o, c_out, x, *c_in):
+        # CPU's loop starts from the identity (0.0, so cumsum(-0.0) is +0.0) and continues the sequential
+        # double scan from the previous chunk's last prefix
+        start = c_in[0] if c_in else np.full((x.shape[0], 1), 0.0 if op == "add" else 1.0)
+        with np.errstate(all="ignore"):
+            run = scan(np.concatenate([start, x.astype(np.float64)], axis=1), axis=1)[:, 1:]
+        o[...] = run
+        c_out[...] = run[:, -1:]
+
+    ins = (src,) if first else (src, carry)
+    nc.gpsimd.run(f"scan64_{op}", program, (res, carry), ins, elements=src.data.size, factor=_SCAN64_STEPS)
 
 
 @_kernel("aten::cumsum.out", serves=("aten::cumsum", "aten::cumsum_"))
