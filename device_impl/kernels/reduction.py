@@ -52,10 +52,12 @@ from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import FP32, is_float, numpy_dtype
 
 F64 = np.dtype(np.float64)
+from device_impl.kernels import cpu_host
 from device_impl.kernels.common import (
     COMPUTE_DTYPES,
     SCALAR_TYPE_NAMES,
     check_out,
+    fma32,
     hbm,
     new_output,
     scalar_of,
@@ -2547,6 +2549,92 @@ def _bn_check(x: torch.Tensor, params: Sequence[torch.Tensor | None]) -> int:
     return c
 
 
+_FMA_STEPS = 4  # GpSimd element-steps per emulated fma (as elementwise._FMA_STEPS)
+_STATS64_STEPS = 3  # GpSimd element-steps per element of a double-accumulated statistic
+
+
+def _bn_layout(x: torch.Tensor) -> str:
+    """Which of CPU's batch-norm statistics paths ``x`` takes (batch_norm_cpu_update_stats_template)."""
+    if x.is_contiguous():  # an image size of 1 (N, C) is "also channels last" to CPU's collect_stats
+        return "contiguous" if x.numel() // max(x.shape[0] * x.shape[1], 1) != 1 else "channels_last"
+    if (x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)) or (
+            x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d)):
+        return "channels_last"
+    return "strided"
+
+
+def _row_sum64(nc, blk: _Block, term: Callable, name: str, about: Tile | None = None) -> Tile:
+    """[p, 1] double sum over the block's rows of term(x[, about]) (a numpy function of a chunk and of the
+    [p, 1] tile ``about``), on GpSimd."""
+    acc = nc.sbuf_tile((blk.p, 1), F64)
+    extra = (about,) if about is not None else ()
+    for j, (_, (t,)) in enumerate(blk.each(0)):
+        def program(o, x, *rest):
+            with np.errstate(all="ignore"):
+                part = term(x, *rest[:len(extra)]).sum(axis=1, keepdims=True, dtype=np.float64)
+                o[...] = rest[-1] + part if j else part
+        nc.gpsimd.run(name, program, (acc,), (t,) + extra + ((acc,) if j else ()), elements=t.data.size,
+                      factor=_STATS64_STEPS)
+    return acc
+
+
+def _bn_stats(nc, blk: _Block, n: int, eps: float, layout: str) -> tuple[Tile, Tile, Tile]:
+    """Training statistics of a block of channels as CPU computes them for float32 (acc_type double):
+    (mean, sum of squared deviations, invstd), [p, 1] fp32 each.
+
+    CPU's contiguous path (batch_norm_cpu_collect_stats_contiguous_impl) sums x in double, rounds the mean
+    to float, adds (x - mean)^2 computed in float into a double and stores that sum as float (so a squared
+    deviation above ~1.8e19 makes it inf and invstd 0); its strided path takes at::mean (a float sum) and
+    adds (x - mean)^2 in double, keeping var_sum / n in double for invstd (so |x| near 1e30 still gives a
+    finite invstd). No fixed-function engine computes in double; the simulator runs these sums as GpSimd
+    programs in double (a real kernel would carry compensated fp32 pairs there) to match CPU's acc_type.
+    The channels-last path, and bfloat16/float16 inputs (acc_type float), accumulate in float as the
+    engines do (_moments)."""
+    p = blk.p
+    if layout == "channels_last" or blk.arrays[0].dtype != FP32:
+        mean, m2 = _moments(nc, blk, n)
+        return mean, m2, _rstd(nc, m2, n, eps)
+    mean, m2, inv = _row_scalar(nc, p), _row_scalar(nc, p), _row_scalar(nc, p)
+    if layout == "contiguous":
+        total = _row_sum64(nc, blk, lambda x: x.astype(np.float64), "bn_sum64")
+
+        def to_mean(o, t):
+            o[...] = t / max(n, 1)
+
+        nc.gpsimd.run("bn_mean", to_mean, (mean,), (total,), elements=p)
+        nc.release(total)
+
+        def squares(x, mf):  # (x - mean) * (x - mean) in float, as CPU's scalar_t arithmetic
+            d = x.astype(FP32) - mf
+            return (d * d).astype(np.float64)
+
+        vsum = _row_sum64(nc, blk, squares, "bn_var64", about=mean)
+
+        def finish(o_m2, o_inv, v):
+            v32 = v.astype(FP32)  # CPU stores the double sum in a float tensor
+            o_m2[...] = v32
+            o_inv[...] = 1.0 / np.sqrt(v32.astype(np.float64) / max(n, 1) + eps)
+    else:
+        total = _row_reduce(nc, blk, 0, "add")
+        nc.vector.tensor_scalar(mean, total, "divide", float(max(n, 1)), dtype=FP32)
+        nc.release(total)
+
+        def squares(x, mf):  # in double: CPU's accscalar_t mean
+            d = x.astype(np.float64) - mf.astype(np.float64)
+            return d * d
+
+        vsum = _row_sum64(nc, blk, squares, "bn_var64", about=mean)
+
+        def finish(o_m2, o_inv, v):
+            o_m2[...] = v
+            o_inv[...] = 1.0 / np.sqrt(v / max(n, 1) + eps)
+
+    with np.errstate(all="ignore"):
+        nc.gpsimd.run("bn_invstd", finish, (m2, inv), (vsum,), elements=p, factor=4.0)
+    nc.release(vsum)
+    return mean, m2, inv
+
+
 def _batch_norm(x, w, b, rm, rv, training: bool, momentum: float, eps: float, outs=None):
     c = _bn_check(x, (w, b, rm, rv))
     _check_mixed(x, w, b, rm, rv)
@@ -2575,13 +2663,17 @@ def _batch_norm(x, w, b, rm, rv, training: bool, momentum: float, eps: float, ou
     def view(name, blk):
         return _at(g.k[ks[name][0]], blk.rsl)
 
+    layout = _bn_layout(x)
+    # CPU's contiguous and channels-last float32 kernels apply out = x * alpha + beta with vec::fmadd, one
+    # rounding where this process's ATen kernels fuse (so x * alpha beyond float's range still gives beta's
+    # infinity, not inf - inf = NaN); ScalarE rounds the product first, so those layouts take GpSimd's fma.
+    fused = x.dtype == torch.float32 and layout != "strided" and cpu_host.fused_multiply_add()
     with launch("batch_norm", x.device.index) as nc:
         for blk in _blocks(nc, g, [X]):
             p = blk.p
             mark = nc.mark()
             if training:
-                m, m2 = _moments(nc, blk, count)
-                inv = _rstd(nc, m2, count, eps)
+                m, m2, inv = _bn_stats(nc, blk, count, eps, layout)
                 _store_scalars(nc, view("mean", blk), m)
                 _store_scalars(nc, view("invstd", blk), inv)
                 if rm is not None:  # running = momentum * batch + (1 - momentum) * running (unbiased var)
@@ -2617,11 +2709,23 @@ def _batch_norm(x, w, b, rm, rv, training: bool, momentum: float, eps: float, ou
                 nc.vector.tensor_tensor(shift, shift, bt, "add", dtype=FP32)
             for ch, (t,) in blk.each(0):
                 res = nc.sbuf_tile(t.shape, O.dtype)
-                nc.scalar.activation(res, t, "identity", scale=scale, bias=shift)
+                if fused:
+                    _fma_rows(nc, res, t, scale, shift)
+                else:
+                    nc.scalar.activation(res, t, "identity", scale=scale, bias=shift)
                 blk.store(O, ch, res)
                 nc.release(res)
             nc.release_to(mark)
     return out, save_mean, save_invstd
+
+
+def _fma_rows(nc, out: Tile, t: Tile, scale: Tile, shift: Tile) -> None:
+    """out = t * scale + shift ([p, 1] per-row scale and shift) rounded once, on GpSimd (see _batch_norm)."""
+
+    def program(o, x, a, c):
+        o[...] = fma32(x, np.broadcast_to(a, x.shape), np.broadcast_to(c, x.shape))
+
+    nc.gpsimd.run("bn_fma", program, (out,), (t, scale, shift), elements=t.data.size, factor=_FMA_STEPS)
 
 
 def _bn_args(a: dict, with_stats: bool = True):

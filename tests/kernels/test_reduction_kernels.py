@@ -683,6 +683,46 @@ def test_batch_norm(shape, dtype):
               rv.float(), tol=tol)
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "sliced", "channels_last"])
+def test_batch_norm_statistics_of_huge_values_follow_cpu(layout):
+    """CPU's float32 batch-norm statistics accumulate in double (acc_type): contiguous (N, C, HW) inputs sum x
+    in double (a channel of values near 3e38 has a finite mean, not the inf/NaN of an fp32 sum) but store the
+    sum of squared deviations as float (inf: invstd 0, the output is the bias); strided inputs keep var_sum / n
+    in double, so a channel of |x| ~ 1e29 has a finite invstd (the op suite's batch_norm case: 2 elements,
+    the device returned the bias, CPU the normalised values). Found by the designed near_overflow cases."""
+    # (the strided mean is at::mean and channels last sums in float, as the engines do: near 3e38 which partial
+    # sum overflows first is order-dependent there, so those layouts take only the 1e29 case)
+    for seed, scale in ((0, 3e38), (1, 1e29)) if layout == "contiguous" else ((1, 1e29),):
+        x = values((3, 4, 3, 4), torch.float32, "unit", seed=seed) * scale
+        w, b = values((4,), torch.float32, seed=2), values((4,), torch.float32, seed=3)
+        if layout == "sliced":
+            base = values((3, 4, 3, 8), torch.float32, "unit", seed=seed) * scale
+            cpu, dev = base[..., ::2], base.to("neuron")[..., ::2]
+        elif layout == "channels_last":
+            cpu = x.contiguous(memory_format=torch.channels_last)
+            dev = cpu.to("neuron")
+        else:
+            cpu, dev = x, x.to("neuron")
+        check(lambda t, w_, b_: A._native_batch_norm_legit(t, w_, b_, True, 0.1, 1e-5), cpu, w, b,
+              neuron_args=(dev, w.to("neuron"), b.to("neuron")))
+        # without weight and bias an output of exactly 0 (invstd 0) takes its sign from x * 0 + (0 - mean * 0),
+        # whose last operation differs from CPU's (the op spec's _BN_ZERO)
+        check(lambda t: A._native_batch_norm_legit(t, None, None, True, 0.1, 1e-5), cpu, neuron_args=(dev,),
+              zero_sign=False)
+
+
+def test_batch_norm_output_is_fused_multiply_add_as_cpu():
+    """CPU's contiguous float32 batch norm applies x * alpha + beta with vec::fmadd where its kernels fuse: with
+    x * alpha beyond float's range and beta = -inf the output is -inf; rounding the product first gives
+    inf - inf = NaN (designed case batch_norm_legit-float32-near_overflow). Under ATEN_CPU_CAPABILITY=default
+    CPU rounds twice and the device follows (cpu_host.fused_multiply_add)."""
+    x = values((3, 3, 3, 4), torch.float32, "unit", seed=5) * 3e38
+    rm = torch.tensor([2.5798e+38, -1e38, 3.0]);  rv = torch.tensor([2.2441e+38, 1e30, 1.0])
+    w = torch.tensor([2.1423e+38, 3e38, 1.0]); b = torch.tensor([2.1194e+38, -3e38, 0.5])
+    check(lambda t, w_, b_, m, v: A._native_batch_norm_legit_no_training(t, w_, b_, m, v, 0.1, 1e-5)[0],
+          x, w, b, rm, rv)
+
+
 def test_batch_norm_variants_and_errors():
     x = values((4, 3, 5), torch.float32)
     rm, rv = values((3,), torch.float32), values((3,), torch.float32, "positive")
