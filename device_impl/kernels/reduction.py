@@ -2074,6 +2074,12 @@ def _layer_norm_launch(k: RowKernel, source: Source | None = None) -> None:
               r=[hbm(t) for t in (w, b) if t is not None])
     X, O = g.kr
     n = g.cols
+    # CPU's layer norm computes y = (x * rstd + (-mean * rstd)) * gamma + beta (gamma 1, beta 0 when absent)
+    # with multiply-adds that round once where this process's kernels fuse (vec::fmadd; the scalar loop
+    # for a missing gamma/beta is contracted too): a product that underflows to -0.0 plus beta = 0.0 is
+    # +0.0 unfused but -0.0 fused. Those hosts (and a missing gamma/beta) take GpSimd's fma32; elsewhere
+    # ScalarE/VectorE round each step as CPU's DEFAULT kernels do.
+    fused = cpu_host.fused_multiply_add() or w is None or b is None
     with launch("layer_norm", x.device.index) as nc:
         if n == 0:  # nothing to normalise: CPU gives mean 0 and rstd nan (0 / 0 variance)
             _fill(nc, g.k[0], 0.0, FP32)
@@ -2095,6 +2101,12 @@ def _layer_norm_launch(k: RowKernel, source: Source | None = None) -> None:
             for j, (ch, (t,)) in enumerate(blk.each(0)):
                 mark = nc.mark()
                 res = nc.sbuf_tile(t.shape, O.dtype)
+                if fused:
+                    _ln_affine_fma(nc, res, t, r, shift, [(vec, vec.get(j)) for vec in (wv, bv) if vec is not None],
+                                   wv is not None, bv is not None, blk.p)
+                    blk.store(O, ch, res)
+                    nc.release_to(mark)
+                    continue
                 steps = [(vec, op) for vec, op in ((wv, "multiply"), (bv, "add")) if vec is not None]
                 y = nc.sbuf_tile(t.shape, FP32) if steps else res
                 nc.scalar.activation(y, t, "identity", scale=r, bias=shift)  # (x - mean) * rstd
@@ -2106,6 +2118,22 @@ def _layer_norm_launch(k: RowKernel, source: Source | None = None) -> None:
                 nc.release_to(mark)
             for t in (shift, r, m2, m):
                 nc.release(t)
+
+
+def _ln_affine_fma(nc, res: Tile, t: Tile, r: Tile, shift: Tile, cols: list, has_w: bool, has_b: bool,
+                   p: int) -> None:
+    """res = fma(fma(x, rstd, -mean * rstd), gamma, beta) as CPU's layer norm (see _layer_norm_launch), on
+    GpSimd; ``cols`` are the (vector, chunk tile) of gamma and beta present."""
+
+    def program(o, x, s, c, *wb):
+        gamma = wb[0] if has_w else np.float32(1.0)
+        beta = wb[-1] if has_b else np.float32(0.0)
+        o[...] = fma32(fma32(x, s, c), gamma, beta)
+
+    nc.gpsimd.run("ln_fma", program, (res,), (t, r, shift) + tuple(col[:p] for _, col in cols),
+                  elements=t.data.size, factor=2 * _FMA_STEPS)
+    for vec, col in cols:
+        vec.done(col)
 
 
 TABLE.serves("aten::native_layer_norm.out", "aten::native_layer_norm")

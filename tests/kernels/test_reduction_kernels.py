@@ -565,6 +565,20 @@ def test_layer_norm_gradients(shape, normalized, dtype):
             torch.testing.assert_close(got.cpu(), want, rtol=1e-5, atol=sum_tol(shape[0] * 10)[1])
 
 
+@pytest.mark.parametrize("affine", ["both", "weight", "none"])
+def test_layer_norm_zero_signs_of_underflowing_products(affine):
+    """CPU's layer norm output is fma(fma(x, rstd, -mean * rstd), gamma, beta) where its kernels fuse: a
+    product that underflows (gamma denormal) plus beta = 0.0 is -0.0 there, +0.0 when rounded twice (the
+    designed case layer_norm-float32-denormal-offset-2047: 59 zeros with the wrong sign). Under
+    ATEN_CPU_CAPABILITY=default both round twice."""
+    x = values((4, 2047), torch.float32, seed=6)
+    w = torch.where(torch.arange(2047) % 3 == 0, 1.4e-45, values((2047,), torch.float32, seed=7))
+    b = torch.where(torch.arange(2047) % 2 == 0, 0.0, 1.4e-45)
+    args = {"both": (w, b), "weight": (w, None), "none": (None, None)}[affine]
+    check(lambda t: F.layer_norm(t, (2047,), *[a.to(t.device) if a is not None else None for a in args]), x,
+          tol=(1e-5, 1e-5))
+
+
 def test_layer_norm_variants_and_errors():
     x = values((4, 3, 5), torch.float32)
     w = values((5,), torch.float32)
