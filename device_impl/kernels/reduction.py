@@ -2077,7 +2077,8 @@ def _layer_norm_launch(k: RowKernel, source: Source | None = None) -> None:
     # CPU's layer norm computes y = (x * rstd + (-mean * rstd)) * gamma + beta (gamma 1, beta 0 when absent)
     # with multiply-adds that round once where this process's kernels fuse (vec::fmadd; the scalar loop
     # for a missing gamma/beta is contracted too): a product that underflows to -0.0 plus beta = 0.0 is
-    # +0.0 unfused but -0.0 fused. Those hosts (and a missing gamma/beta) take GpSimd's fma32; elsewhere
+    # +0.0 unfused but -0.0 fused. On those hosts (and with a missing gamma/beta) the affine step takes
+    # GpSimd's fma32 (the normalised value stays on ScalarE, exact for constant rows); elsewhere
     # ScalarE/VectorE round each step as CPU's DEFAULT kernels do.
     fused = cpu_host.fused_multiply_add() or w is None or b is None
     with launch("layer_norm", x.device.index) as nc:
@@ -2122,16 +2123,20 @@ def _layer_norm_launch(k: RowKernel, source: Source | None = None) -> None:
 
 def _ln_affine_fma(nc, res: Tile, t: Tile, r: Tile, shift: Tile, cols: list, has_w: bool, has_b: bool,
                    p: int) -> None:
-    """res = fma(fma(x, rstd, -mean * rstd), gamma, beta) as CPU's layer norm (see _layer_norm_launch), on
-    GpSimd; ``cols`` are the (vector, chunk tile) of gamma and beta present."""
+    """res = fma(x * rstd - mean * rstd, gamma, beta): the normalised value on ScalarE (exact for constant rows,
+    see _moments), the affine step rounded once on GpSimd as CPU's (see _layer_norm_launch); ``cols`` are the
+    (vector, chunk tile) of gamma and beta present."""
 
-    def program(o, x, s, c, *wb):
+    y = nc.sbuf_tile(t.shape, FP32)
+    nc.scalar.activation(y, t, "identity", scale=r, bias=shift)  # (x - mean) * rstd, as the engine path
+
+    def program(o, x, *wb):
         gamma = wb[0] if has_w else np.float32(1.0)
         beta = wb[-1] if has_b else np.float32(0.0)
-        o[...] = fma32(fma32(x, s, c), gamma, beta)
+        o[...] = fma32(x, gamma, beta)
 
-    nc.gpsimd.run("ln_fma", program, (res,), (t, r, shift) + tuple(col[:p] for _, col in cols),
-                  elements=t.data.size, factor=2 * _FMA_STEPS)
+    nc.gpsimd.run("ln_fma", program, (res,), (y,) + tuple(col[:p] for _, col in cols),
+                  elements=t.data.size, factor=_FMA_STEPS)
     for vec, col in cols:
         vec.done(col)
 
