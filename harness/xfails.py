@@ -23,7 +23,7 @@ from harness.env import ROOT
 DEFAULT_PATH = ROOT / "opsuite" / "xfails.toml"
 CATEGORIES = ("numerics", "unsupported", "semantics", "upstream")
 SOURCES = ("spec", "opinfo")
-_KEYS = {"op", "reason", "category", "source", "dtype", "mode", "domain", "message", "link"}
+_KEYS = {"op", "reason", "category", "source", "dtype", "mode", "domain", "layout", "message", "link"}
 
 
 @dataclass
@@ -37,6 +37,7 @@ class Entry:
     message: str | None = None  # regex: only failures whose message matches are expected
     link: str = ""
     source: str = "spec"  # "spec" (harness.specs) or "opinfo" (op_db)
+    layout: str | None = None  # matches cases with a tensor made in this layout on the device
     matched: int = 0
     passed: int = 0
 
@@ -47,7 +48,8 @@ class Entry:
 
     def matches(self, case: Case) -> bool:
         return (self.applies(case.source, case.spec, case.dtype, case.mode)
-                and (self.domain is None or self.domain in case.domains))
+                and (self.domain is None or self.domain in case.domains)
+                and (self.layout is None or any(t.layout == self.layout for t in case.tensors)))
 
     def explains(self, message: str) -> bool:
         return self.message is None or re.search(self.message, message) is not None
@@ -92,7 +94,7 @@ class XFails:
                         from None
             entries.append(Entry(name, raw["reason"], raw["category"], raw.get("dtype"), raw.get("mode"),
                                  raw.get("domain"), raw.get("message"), raw.get("link", ""),
-                                 raw.get("source", "spec")))
+                                 raw.get("source", "spec"), layout=raw.get("layout")))
         return cls(entries)
 
     def match(self, case: Case, failed: bool, message: str = "") -> Entry | None:

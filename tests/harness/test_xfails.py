@@ -52,6 +52,20 @@ def test_match_by_op_domain_dtype_and_message():
     assert entry is not None and entry.passed == 1
 
 
+def test_match_by_layout():
+    xf = XFails.parse('''
+[[xfail]]
+op = "sdpa"
+layout = "overlapping"
+category = "upstream"
+message = "NaN at different positions"
+reason = "CPU reads memory it never wrote"
+''')
+    overlapping = Case("sdpa", "float32", (TensorSpec((2,), "float32", "overlapping", "normal", 0),))
+    assert xf.match(overlapping, True, "output: NaN at different positions (0, 3)").op == "sdpa"
+    assert xf.match(case("sdpa"), True, "output: NaN at different positions (0, 3)") is None  # contiguous
+
+
 def test_sources_are_separate():
     xf = XFails.parse(TOML)
     assert xf.match(case("cdist", "normal", source="opinfo"), True, "anything").source == "opinfo"
