@@ -9,6 +9,15 @@ Ops that accumulate (reductions, matmul) may instead pass the float64
 criterion: against a float64 CPU reference, the device's error is no more
 than 3x CPU's own (RMSE), as torch._dynamo.utils.same judges.
 
+Sums of products (matmul, convolution, fold; a spec's ``sum_of_products``) have positions
+whose outcome is the summation order's or the host's, not the op's: where the magnitude bound
+(the op in float64 on the absolute values of the finite inputs) exceeds the dtype's largest
+finite value, which of +inf, -inf or NaN an overflowing accumulation ends in depends on the
+blocking; where it lies below float32's smallest normal, so does the sign of a zero (BLAS sums
+from +0.0, MKL returns a single product as is, oneDNN's bf16 kernels flush subnormals).
+``OrderDependent`` marks them; there the device need not agree, except that it must overflow
+where CPU does and the float64 result is beyond the range too. Every other position is strict.
+
 Every comparison reports max absolute error, max relative error and the
 ULP distance, so the store keeps how close a passing case was.
 """
@@ -53,6 +62,31 @@ class Comparison:
                           worst(self.ulp, other.ulp), self.criterion or other.criterion)
 
 
+@dataclass
+class OrderDependent:
+    """Order-dependent positions of one result of a sum of products (see the module docstring).
+
+    ``overflow``: the magnitude bound exceeds the dtype's largest finite value; ``must_overflow``:
+    of those, where CPU's result is not finite and the float64 result is not finite or beyond the
+    range (the device must not be finite there); ``underflow``: the bound is below float32's
+    smallest normal (a zero's sign is not compared there)."""
+
+    overflow: torch.Tensor
+    must_overflow: torch.Tensor
+    underflow: torch.Tensor
+
+    @staticmethod
+    def of(bound: torch.Tensor, expected: torch.Tensor, reference: torch.Tensor | None) -> "OrderDependent":
+        """From the magnitude bound, CPU's result and (optional) the float64 result, all of one shape."""
+        top = torch.finfo(expected.dtype).max
+        bound = bound.detach().double()
+        overflow = bound > top
+        beyond = torch.ones_like(overflow) if reference is None else \
+            ~torch.isfinite(reference.detach()) | (reference.detach().double().abs() > top)
+        return OrderDependent(overflow, overflow & ~torch.isfinite(expected.detach()) & beyond,
+                              bound < torch.finfo(torch.float32).smallest_normal)
+
+
 def ulp_distance(a: torch.Tensor, b: torch.Tensor) -> int:
     """Largest distance in units of the last place between finite, equal-dtype float tensors."""
     view = _INT_VIEW.get(a.dtype)
@@ -82,7 +116,8 @@ def _errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]
 
 def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tuple[float, float] | None,
                    reference: torch.Tensor | None = None, where: str = "output", overflow_equal: bool = False,
-                   zero_sign: bool = True, device: str | None = None, max_ulp: int | None = None) -> Comparison:
+                   zero_sign: bool = True, device: str | None = None, max_ulp: int | None = None,
+                   order: OrderDependent | None = None) -> Comparison:
     """``actual`` is the device result, ``expected`` CPU's; ``reference`` (optional) a float64 CPU result.
 
     ``device``: the device ``actual`` must be on (its type is compared; None skips the check).
@@ -94,7 +129,9 @@ def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tupl
     exact result, as a product of two bfloat16 values), finite values may differ by at most this
     many units in the last place. The dtype tolerances alone admit a one-ULP error in bfloat16
     (rtol 1.6e-2 is about four ULP), so a kernel that truncates instead of rounding to nearest
-    even passes them; this criterion does not let it."""
+    even passes them; this criterion does not let it.
+    ``order`` (a sum of products, ``OpSpec.sum_of_products``): positions where the device need not
+    agree with CPU (``OrderDependent``)."""
     if not isinstance(actual, torch.Tensor):
         return Comparison(False, f"{where}: expected a tensor, got {type(actual).__name__}")
     if device is not None and actual.device.type != torch.device(device).type:
@@ -126,6 +163,13 @@ def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tupl
         near = (torch.isinf(got) & (exp.double().abs() > big) & (torch.sign(got) == torch.sign(exp))) | \
             (torch.isinf(exp) & (got.double().abs() > big) & (torch.sign(got) == torch.sign(exp)))
         got = torch.where(near, exp, got) if near.any() else got
+    if order is not None and tuple(order.overflow.shape) == tuple(exp.shape):
+        lost = order.must_overflow & torch.isfinite(got)
+        if lost.any():
+            return Comparison(False, f"{where}: {int(lost.sum())} finite value(s) where CPU and the float64 result "
+                                     f"overflow")
+        free = order.overflow | (order.underflow & (got == 0) & (exp == 0))
+        got = torch.where(free, exp, got) if free.any() else got
     nan_a, nan_e = torch.isnan(got), torch.isnan(exp)
     if not torch.equal(nan_a, nan_e):
         return Comparison(False, f"{where}: NaN at different positions ({int(nan_a.sum())} on device, "
@@ -164,19 +208,22 @@ def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tupl
 
 def compare(actual: Any, expected: Any, tolerance: tuple[float, float] | None = None, reference: Any = None,
             where: str = "output", overflow_equal: bool = False, zero_sign: bool = True, device: str | None = None,
-            max_ulp: int | None = None) -> Comparison:
-    """Recursive over tuples/lists; Python scalars compared exactly (NaN equal to NaN)."""
+            max_ulp: int | None = None, order: Any = None) -> Comparison:
+    """Recursive over tuples/lists; Python scalars compared exactly (NaN equal to NaN). ``order``: an
+    ``OrderDependent`` per tensor, in ``expected``'s structure (or None)."""
     if isinstance(expected, torch.Tensor):
         return compare_tensor(actual, expected, tolerance, reference if isinstance(reference, torch.Tensor) else None,
-                              where, overflow_equal, zero_sign, device, max_ulp)
+                              where, overflow_equal, zero_sign, device, max_ulp,
+                              order if isinstance(order, OrderDependent) else None)
     if isinstance(expected, (tuple, list)):
         if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
             return Comparison(False, f"{where}: structure differs ({type(actual).__name__} vs {type(expected).__name__})")
         result = Comparison(True)
         refs = reference if isinstance(reference, (tuple, list)) else [None] * len(expected)
-        for i, (a, e, r) in enumerate(zip(actual, expected, refs)):
+        orders = order if isinstance(order, (tuple, list)) else [None] * len(expected)
+        for i, (a, e, r, o) in enumerate(zip(actual, expected, refs, orders)):
             result = result.merge(compare(a, e, tolerance, r, f"{where}[{i}]", overflow_equal, zero_sign, device,
-                                          max_ulp))
+                                          max_ulp, o))
         return result
     if isinstance(expected, float) and isinstance(actual, float) and math.isnan(expected) and math.isnan(actual):
         return Comparison(True, criterion="exact")
@@ -208,7 +255,7 @@ _WHAT = (
     ("dtype", r": dtype "),
     ("shape", r": shape "),
     ("nan", r"NaN at different positions"),
-    ("inf", r"infinities differ"),
+    ("inf", r"infinities differ|finite value\(s\) where CPU and the float64 result overflow"),
     ("zero sign", r"zero\(s\) with the wrong sign"),
     ("ulp", r"ULP from CPU where at most"),
     ("values", r"elements outside|elements differ|!= CPU"),

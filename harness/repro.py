@@ -35,14 +35,16 @@ def ulp(a, b):
 
 
 def check(actual, expected, where="output", reference=None, max_ulp=None, zero_sign=True, overflow_equal=False,
-          tolerance=TOLERANCE):
-    """None if the device result matches CPU's, else what differs (worded as the harness)."""
+          tolerance=TOLERANCE, order=None):
+    """None if the device result matches CPU's, else what differs (worded as the harness). ``order``: per tensor,
+    (overflow, must_overflow, underflow) masks of a sum of products' order-dependent positions, or None."""
     if isinstance(expected, (tuple, list)):
         if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
             return f"{where}: structure differs ({type(actual).__name__} vs {type(expected).__name__})"
         refs = reference if isinstance(reference, (tuple, list)) else [None] * len(expected)
-        for i, (a, e, r) in enumerate(zip(actual, expected, refs)):
-            problem = check(a, e, f"{where}[{i}]", r, max_ulp, zero_sign, overflow_equal, tolerance)
+        orders = order if isinstance(order, list) else [None] * len(expected)
+        for i, (a, e, r, o) in enumerate(zip(actual, expected, refs, orders)):
+            problem = check(a, e, f"{where}[{i}]", r, max_ulp, zero_sign, overflow_equal, tolerance, o)
             if problem:
                 return problem
         return None
@@ -70,6 +72,12 @@ def check(actual, expected, where="output", reference=None, max_ulp=None, zero_s
         near = (torch.isinf(got) & (exp.double().abs() > big) & (torch.sign(got) == torch.sign(exp))) | \\
             (torch.isinf(exp) & (got.double().abs() > big) & (torch.sign(got) == torch.sign(exp)))
         got = torch.where(near, exp, got)
+    if isinstance(order, tuple) and tuple(order[0].shape) == tuple(exp.shape):
+        overflow, must_overflow, underflow = order
+        lost = int((must_overflow & torch.isfinite(got)).sum())
+        if lost:
+            return f"{where}: {lost} finite value(s) where CPU and the float64 result overflow"
+        got = torch.where(overflow | (underflow & (got == 0) & (exp == 0)), exp, got)
     if not torch.equal(torch.isnan(got), torch.isnan(exp)):
         return f"{where}: NaN at different positions ({int(torch.isnan(got).sum())} on device, " \\
                f"{int(torch.isnan(exp).sum())} on CPU)"
@@ -148,11 +156,56 @@ def error_parity(cpu_error, dev_error):
                              f"returned a result")
 '''
 
+_ORDER = '''
+
+def magnitude():
+    """The magnitude bound of this sum of products (as harness.runner._Bounds): the call in float64 on |x| of
+    the finite inputs (non-finite ones as 0), and its gradients with |cotangent| as drawn in the case's dtype."""
+    xs = [torch.where(torch.isfinite(x), x, torch.zeros_like(x)).detach().double().abs().requires_grad_(
+          x.requires_grad) if x.is_floating_point() else x for x in inputs("cpu")]
+    out = evaluate("cpu", xs)
+    outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
+            if isinstance(o, torch.Tensor) and o.requires_grad and o.is_floating_point()]
+    leaves = [x for x in xs if isinstance(x, torch.Tensor) and x.requires_grad]
+    if not outs or not leaves:
+        return out, None
+    g = torch.Generator().manual_seed(SEED)
+    cot = [torch.randn(o.shape, generator=g, dtype=torch.float32).to(DTYPE).to(o.dtype).abs() for o in outs]
+    got = torch.autograd.grad(outs, leaves, cot, allow_unused=True)
+    return out, [torch.zeros_like(x) if gr is None else gr for x, gr in zip(leaves, got)]
+
+
+def orders(bound, expected, reference):
+    """(overflow, must_overflow, underflow) per tensor (as harness.compare.OrderDependent.of)."""
+    if isinstance(expected, (tuple, list)):
+        bounds = bound if isinstance(bound, (tuple, list)) and len(bound) == len(expected) else [None] * len(expected)
+        refs = reference if isinstance(reference, (tuple, list)) and len(reference) == len(expected) \\
+            else [None] * len(expected)
+        return [orders(b, e, r) for b, e, r in zip(bounds, expected, refs)]
+    if not (isinstance(expected, torch.Tensor) and isinstance(bound, torch.Tensor) and expected.is_floating_point()
+            and tuple(bound.shape) == tuple(expected.shape)):
+        return None
+    top = torch.finfo(expected.dtype).max
+    bound = bound.detach().double()
+    overflow = bound > top
+    if isinstance(reference, torch.Tensor) and tuple(reference.shape) == tuple(expected.shape):
+        beyond = ~torch.isfinite(reference.detach()) | (reference.detach().double().abs() > top)
+    else:
+        beyond = torch.ones_like(overflow)
+    return (overflow, overflow & ~torch.isfinite(expected.detach()) & beyond,
+            bound < torch.finfo(torch.float32).smallest_normal)
+'''
+
 _VALUES = '''
     problem = check(actual, expected, max_ulp=MAX_ULP, zero_sign=ZERO_SIGN, overflow_equal=OVERFLOW_EQUAL)
+    reference = evaluate("cpu", widened()) if problem and (FP64_REFERENCE or SUM_OF_PRODUCTS) else None
     if problem and FP64_REFERENCE:
-        problem = check(actual, expected, reference=evaluate("cpu", widened()), max_ulp=MAX_ULP, zero_sign=ZERO_SIGN,
+        problem = check(actual, expected, reference=reference, max_ulp=MAX_ULP, zero_sign=ZERO_SIGN,
                         overflow_equal=OVERFLOW_EQUAL)
+    if problem and SUM_OF_PRODUCTS:
+        problem = check(actual, expected, reference=reference if FP64_REFERENCE else None, max_ulp=MAX_ULP,
+                        zero_sign=ZERO_SIGN, overflow_equal=OVERFLOW_EQUAL,
+                        order=orders(magnitude()[0], expected, reference))
     assert not problem, problem
     assert shares(actual, dev_in) == shares(expected, cpu_in), (
         f"aliasing differs: outputs sharing storage with inputs (output, input) CPU {shares(expected, cpu_in)}, "
@@ -173,6 +226,9 @@ _GRADS = '''
             wide = widened()
             reference = grads(evaluate("cpu", wide), wide, "cpu")
             if check(dev_grads, cpu_grads, "gradient", reference, zero_sign=ZERO_SIGN) is None:
+                problem = None
+            elif SUM_OF_PRODUCTS and check(dev_grads, cpu_grads, "gradient", reference, zero_sign=ZERO_SIGN,
+                                           order=orders(magnitude()[1], cpu_grads, reference)) is None:
                 problem = None
         assert not problem, problem
 '''
@@ -240,6 +296,8 @@ def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | N
         f"OVERFLOW_EQUAL = {spec.overflow_equal!r}",
         f"MAX_ULP = {spec.max_ulp.get(case.dtype)!r}",
         f"FP64_REFERENCE = {spec.fp64_reference!r}",
+        f"SUM_OF_PRODUCTS = {spec.sum_of_products!r}  # order-dependent positions (harness.compare.OrderDependent)",
+        f"DTYPE = torch.{case.dtype}",
         f"FP64_MULTIPLIER = {FP64_MULTIPLIER!r}",
         "",
         "",
@@ -260,6 +318,8 @@ def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | N
         _CHECKER.rstrip("\n"),
         mode_runner_source(),
     ]
+    if spec.sum_of_products:
+        lines.append(_ORDER.rstrip("\n"))
     lines += [
         "",
         "",

@@ -104,15 +104,21 @@ def _storage_aliases(outputs: Any, inputs: list[torch.Tensor]) -> list[tuple[int
     return pairs
 
 
-def _grads(spec: OpSpec, outputs: Any, inputs: list[torch.Tensor], device: str, seed: int):
-    """Gradients of sum(out * cotangent) w.r.t. inputs requiring grad (cotangent seeded, same on both sides)."""
+def _grads(spec: OpSpec, outputs: Any, inputs: list[torch.Tensor], device: str, seed: int,
+           magnitude: torch.dtype | None = None):
+    """Gradients of sum(out * cotangent) w.r.t. inputs requiring grad (cotangent seeded, same on both sides).
+    ``magnitude`` (the case's dtype): |cotangent| as drawn in that dtype, in the outputs' dtype (float64), for a
+    sum of products' magnitude bound."""
     leaves = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
     outs = [o for o in (outputs if isinstance(outputs, (tuple, list)) else [outputs])
             if isinstance(o, torch.Tensor) and o.requires_grad and o.dtype.is_floating_point]
     if not leaves or not outs:
         return None
     g = torch.Generator().manual_seed(seed)
-    cotangents = [torch.randn(o.shape, generator=g, dtype=torch.float32).to(o.dtype).to(device) for o in outs]
+    cotangents = [torch.randn(o.shape, generator=g, dtype=torch.float32).to(magnitude or o.dtype).to(o.dtype).to(device)
+                  for o in outs]
+    if magnitude is not None:
+        cotangents = [c.abs() for c in cotangents]
     grads = torch.autograd.grad(outs, leaves, cotangents, allow_unused=True)
     return [torch.zeros_like(leaf) if gr is None else gr for leaf, gr in zip(leaves, grads)]
 
@@ -229,11 +235,17 @@ def _check(spec, case, expression, cpu_error, device_error, expected, actual, cp
     device = case.device
     comparison = cmp.compare(actual, expected, tolerance, overflow_equal=spec.overflow_equal, zero_sign=zero_sign,
                              device=device, max_ulp=max_ulp)
-    if not comparison.ok and spec.fp64_reference:
+    reference = None
+    if not comparison.ok and (spec.fp64_reference or spec.sum_of_products):
         reference = _fp64_reference(spec, case, expression)
-        if reference is not None:
-            comparison = cmp.compare(actual, expected, tolerance, reference, overflow_equal=spec.overflow_equal,
-                                     zero_sign=zero_sign, device=device, max_ulp=max_ulp)
+    if not comparison.ok and spec.fp64_reference and reference is not None:
+        comparison = cmp.compare(actual, expected, tolerance, reference, overflow_equal=spec.overflow_equal,
+                                 zero_sign=zero_sign, device=device, max_ulp=max_ulp)
+    bounds = _Bounds(spec, case, expression, seed)
+    if not comparison.ok and spec.sum_of_products:
+        comparison = cmp.compare(actual, expected, tolerance, reference if spec.fp64_reference else None,
+                                 overflow_equal=spec.overflow_equal, zero_sign=zero_sign, device=device,
+                                 max_ulp=max_ulp, order=_orders(bounds.output(), expected, reference))
     cpu_alias = _storage_aliases(expected, cpu_inputs)
     device_alias = _storage_aliases(actual, device_inputs)
     if cpu_alias != device_alias:
@@ -258,7 +270,8 @@ def _check(spec, case, expression, cpu_error, device_error, expected, actual, cp
             # one-ULP difference in an intermediate can grow; gradients are judged by the float64
             # criterion when the tolerance alone fails.
             if not grad_cmp.ok:
-                grad_cmp.ok = _grad_within_fp64(spec, case, expression, device_grads, cpu_grads, tolerance, seed)
+                grad_cmp.ok = _grad_within_fp64(spec, case, expression, device_grads, cpu_grads, tolerance, seed,
+                                                bounds if spec.sum_of_products else None)
             comparison = comparison.merge(grad_cmp)
     return comparison
 
@@ -269,7 +282,63 @@ def _zero_sign(spec: OpSpec, case: Case) -> bool:
     return not ({case.dtype} | {t.dtype for t in case.tensors}) & set(spec.ignore_zero_sign)
 
 
-def _grad_within_fp64(spec, case, expression, device_grads, cpu_grads, tolerance, seed) -> bool:
+class _Bounds:
+    """The magnitude bound of a sum of products (OpSpec.sum_of_products), computed on first use: the
+    expression in float64 on the absolute values of the finite inputs (non-finite ones as 0), and its
+    gradients with the absolute value of the cotangent ``_grads`` draws (so, for each output and each
+    gradient, the sum of the absolute values of the terms it sums)."""
+
+    def __init__(self, spec, case, expression, seed) -> None:
+        self.spec, self.case, self.expression, self.seed = spec, case, expression, seed
+        self._value: Any = None
+        self._grads: Any = None
+        self._done = False
+
+    def _compute(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        tensors = []
+        for t in self.case.tensors:
+            x = materialize(t, "cpu").detach()
+            if x.dtype.is_floating_point:
+                x = torch.where(torch.isfinite(x), x, torch.zeros_like(x)).double().abs()
+                x.requires_grad_(t.requires_grad)
+            tensors.append(x)
+        try:
+            value, _ = _evaluate(self.expression, tensors, None, "cpu")
+            self._value = value
+            if self.spec.grad:
+                self._grads = _grads(self.spec, value, tensors, "cpu", self.seed, magnitude=dtype_named(self.case.dtype))
+        except Exception:  # noqa: BLE001 - no bound, every position stays strict
+            pass
+
+    def output(self) -> Any:
+        self._compute()
+        return self._value
+
+    def grads(self) -> Any:
+        self._compute()
+        return self._grads
+
+
+def _orders(bound: Any, expected: Any, reference: Any) -> Any:
+    """``OrderDependent`` per tensor of ``expected`` (the same structure), or None where unknown."""
+    if isinstance(expected, torch.Tensor):
+        ok = isinstance(bound, torch.Tensor) and tuple(bound.shape) == tuple(expected.shape) and \
+            expected.dtype.is_floating_point
+        ref = reference if isinstance(reference, torch.Tensor) and tuple(reference.shape) == tuple(expected.shape) \
+            else None
+        return cmp.OrderDependent.of(bound, expected, ref) if ok else None
+    if isinstance(expected, (tuple, list)):
+        bounds = bound if isinstance(bound, (tuple, list)) and len(bound) == len(expected) else [None] * len(expected)
+        refs = reference if isinstance(reference, (tuple, list)) and len(reference) == len(expected) \
+            else [None] * len(expected)
+        return [_orders(b, e, r) for b, e, r in zip(bounds, expected, refs)]
+    return None
+
+
+def _grad_within_fp64(spec, case, expression, device_grads, cpu_grads, tolerance, seed, bounds=None) -> bool:
     tensors = []
     for t in case.tensors:
         x = materialize(t, "cpu")
@@ -282,8 +351,13 @@ def _grad_within_fp64(spec, case, expression, device_grads, cpu_grads, tolerance
     except Exception:  # noqa: BLE001
         return False
     zero_sign = _zero_sign(spec, case)
-    return reference is not None and cmp.compare(device_grads, cpu_grads, tolerance, reference, "gradient",
-                                                 zero_sign=zero_sign).ok
+    if reference is not None and cmp.compare(device_grads, cpu_grads, tolerance, reference, "gradient",
+                                             zero_sign=zero_sign).ok:
+        return True
+    if bounds is None:
+        return False
+    order = _orders(bounds.grads(), cpu_grads, reference)
+    return cmp.compare(device_grads, cpu_grads, tolerance, reference, "gradient", zero_sign=zero_sign, order=order).ok
 
 
 def _check_properties(spec, case, expression, expected, actual, device_inputs, seed) -> cmp.Comparison:

@@ -164,3 +164,55 @@ def test_complex_values_compared_as_pairs():
     assert cmp.compare(expected.clone(), expected).ok
     assert not cmp.compare(torch.tensor([1 + 3j], dtype=torch.complex64), expected).ok
     assert math.isfinite(cmp.compare(expected.clone(), expected).max_abs)
+
+
+# --- sums of products: order-dependent positions (OpSpec.sum_of_products) ----------------------------
+
+def _order(bound, expected, reference=None):
+    return cmp.OrderDependent.of(torch.tensor(bound, dtype=torch.float64), expected,
+                                 None if reference is None else torch.tensor(reference, dtype=torch.float64))
+
+
+def test_order_dependent_overflow_position_need_not_agree():
+    # position 0: every term overflows (bound beyond float32's max): CPU's blocking gave +inf, the device's NaN
+    expected = cpu([float("inf"), 2.0])
+    actual = dev([float("nan"), 2.0])
+    assert not cmp.compare(actual, expected).ok
+    order = _order([1e39, 2.0], expected, [float("nan"), 2.0])
+    assert cmp.compare(actual, expected, order=order).ok
+    assert cmp.compare(dev([float("-inf"), 2.0]), expected, order=order).ok
+
+
+def test_order_dependent_rule_still_sees_a_dropped_nan_where_nothing_overflows():
+    # position 0 holds a NaN from a NaN input (the bound of the finite terms is small): strict there
+    expected = cpu([float("nan"), float("inf"), 2.0])
+    order = _order([3.0, 1e39, 2.0], expected, [float("nan"), float("inf"), 2.0])
+    result = cmp.compare(dev([0.0, float("nan"), 2.0]), expected, order=order)
+    assert not result.ok and "NaN at different positions" in result.message
+    result = cmp.compare(dev([float("nan"), float("nan"), 3.0]), expected, order=order)
+    assert not result.ok and "elements outside" in result.message  # the finite, strict position too
+
+
+def test_order_dependent_position_must_overflow_where_cpu_and_float64_do():
+    expected = cpu([float("inf"), float("inf")])
+    order = _order([1e39, 1e39], expected, [5e38, 1.0])  # position 1: the exact sum is in range
+    assert cmp.compare(dev([float("nan"), 7.0]), expected, order=order).ok
+    result = cmp.compare(dev([3.0e38, 7.0]), expected, order=order)
+    assert not result.ok and "1 finite value(s) where CPU and the float64 result overflow" in result.message
+    assert cmp.failure_kind(result.message) == "output: inf"
+
+
+def test_zero_sign_is_free_only_where_every_term_is_zero_or_subnormal():
+    expected = cpu([-0.0, 0.0, 0.0])
+    actual = dev([0.0, -0.0, -0.0])
+    order = _order([0.0, 1e-45, 1.0], expected)  # position 2: 1 - 1 cancels: IEEE gives +0.0 in any order
+    result = cmp.compare(actual, expected, order=order)
+    assert not result.ok and "1 zero(s) with the wrong sign" in result.message
+    assert cmp.compare(dev([0.0, -0.0, 0.0]), expected, order=order).ok
+
+
+def test_order_dependent_per_tensor_in_a_structure():
+    expected = [cpu([float("inf")]), cpu([1.0])]
+    orders = [_order([1e39], expected[0]), _order([1.0], expected[1])]
+    assert cmp.compare([dev([float("nan")]), dev([1.0])], expected, order=orders).ok
+    assert not cmp.compare([dev([float("nan")]), dev([float("nan")])], expected, order=orders).ok
