@@ -680,9 +680,52 @@ def _conv_memory_format(x, w, bias, params, transposed, backward: bool = False, 
     return cpu_host.conv_memory_format(x, w, backend), backend
 
 
+def _valid_runs(out_sp, n_in, lo, strides, taps) -> list[list[tuple[int, int, frozenset]]]:
+    """Per spatial dim, the output positions in runs (o0, o1, offsets) that share the set of tap offsets
+    reading real input: position o reads padded index o*s + offset, real where lo <= it < lo + n_in."""
+    per_dim = []
+    for i in range(3):
+        offs = sorted({off[i] for _, off in taps})
+        runs: list[list] = []
+        for o in range(out_sp[i]):
+            valid = frozenset(f for f in offs if lo[i] <= o * strides[i] + f < lo[i] + n_in[i])
+            if runs and runs[-1][2] == valid:
+                runs[-1][1] = o + 1
+            else:
+                runs.append([o, o + 1, valid])
+        per_dim.append([tuple(r) for r in runs])
+    return per_dim
+
+
+def _conv_unpadded(nc, outg, xg, wg, bg, strides, taps, lo, n_in, constant) -> None:
+    """``_conv_forward_core`` where padding contributes nothing: no product with a padded zero is formed (an
+    infinite or NaN weight times padding is not NaN), as CPU's oneDNN kernels and its col2im-based paths
+    (transposed convolution, the input gradient) compute. The output splits into regions by which taps reach
+    real input; each region runs with those taps only (``constant`` fills a region no tap reaches)."""
+    runs = _valid_runs(outg.shape[3:], n_in, lo, strides, taps)
+    if all(len(r) == 1 and len(r[0][2]) == len({off[i] for _, off in taps}) for i, r in enumerate(runs)):
+        _conv_forward_core(nc, outg, xg, wg, bg, strides, taps)  # no tap reads padding
+        return
+    for d0, d1, vd in runs[0]:
+        for h0, h1, vh in runs[1]:
+            for w0, w1, vw in runs[2]:
+                view = outg[:, :, :, d0:d1, h0:h1, w0:w1]
+                sub = [t for t in taps if t[1][0] in vd and t[1][1] in vh and t[1][2] in vw]
+                if not sub:
+                    constant(view)
+                    continue
+                shifted = xg[:, :, :, d0 * strides[0]:, h0 * strides[1]:, w0 * strides[2]:]
+                _conv_forward_core(nc, view, shifted, wg, bg, strides, sub)
+
+
 def _conv_run(nc, scratch, out_v, x_v, w_v, b_v, nsp, stride, padding, dilation, transposed, output_padding,
-              groups) -> None:
-    """out = convolution(x, w, b) on 5-d normalised numpy views (any of the four PyTorch conv forms)."""
+              groups, skip_padding: bool = False) -> None:
+    """out = convolution(x, w, b) on 5-d normalised numpy views (any of the four PyTorch conv forms).
+
+    ``skip_padding`` (a direct convolution): padding contributes no products, as CPU's oneDNN kernels compute
+    (its native kernels, im2col-based, multiply the padded zeros: an infinite weight there gives NaN); the
+    caller asks ``cpu_host`` which backend CPU takes. A transposed convolution never multiplies the zeros its
+    phases pad with (CPU's col2im and oneDNN's deconvolution form no such products)."""
     cin = x_v.shape[1]
     x5 = _to5d(x_v, nsp)
     out5 = _to5d(out_v, nsp)
@@ -710,7 +753,11 @@ def _conv_run(nc, scratch, out_v, x_v, w_v, b_v, nsp, stride, padding, dilation,
             return
         taps = [((a, b, c), (a * d3[0], b * d3[1], c * d3[2]))
                 for a in range(k3[0]) for b in range(k3[1]) for c in range(k3[2])]
-        _conv_forward_core(nc, outg, _split(xp, 1, (groups, cin // groups)), wg, bg, s3, taps)
+        xg = _split(xp, 1, (groups, cin // groups))
+        if skip_padding and any(p3):
+            _conv_unpadded(nc, outg, xg, wg, bg, s3, taps, p3, x5.shape[2:], constant)
+        else:
+            _conv_forward_core(nc, outg, xg, wg, bg, s3, taps)
         return
     # Transposed convolution by output phase (sub-pixel decomposition): outputs o = r + s*j of phase r
     # receive the taps k with (r + p - k*d) divisible by s, from inputs j + (r + p - k*d) / s. Each phase
@@ -740,7 +787,7 @@ def _conv_run(nc, scratch, out_v, x_v, w_v, b_v, nsp, stride, padding, dilation,
                 if not taps or wg.shape[2] == 0:
                     constant(view)
                 else:
-                    _conv_forward_core(nc, view, xg, wg, bg, [1, 1, 1], taps)
+                    _conv_unpadded(nc, view, xg, wg, bg, [1, 1, 1], taps, lo, x5.shape[2:], constant)
 
 
 conv_run = _conv_run
@@ -754,23 +801,25 @@ def _conv_output(x, w, bias, stride, padding, dilation, transposed, output_paddi
     return (nsp, stride, padding, dilation, output_padding, groups), shape
 
 
-def _conv_compute(out, x, w, bias, params, transposed):
+def _conv_compute(out, x, w, bias, params, transposed, backend=None):
     nsp, stride, padding, dilation, output_padding, groups = params
     if out.numel() == 0:
         return out
+    if backend is None:
+        _, backend = _conv_memory_format(x, w, bias, params, transposed)
     with launch("convolution", out.device.index) as nc:
         scratch = _Scratch(out.device)
         _conv_run(nc, scratch, hbm(out), hbm(x), hbm(w), hbm(bias) if bias is not None else None, nsp, stride,
-                  padding, dilation, transposed, output_padding, groups)
+                  padding, dilation, transposed, output_padding, groups, skip_padding=cpu_host.is_onednn(backend))
     return out
 
 
 @TABLE.native("aten::convolution", dtypes=FLOAT_DTYPES)
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     params, shape = _conv_output(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
-    fmt, _ = _conv_memory_format(input, weight, bias, params, transposed)
+    fmt, backend = _conv_memory_format(input, weight, bias, params, transposed)
     out = torch.empty(shape, dtype=input.dtype, device=input.device, memory_format=fmt)
-    return _conv_compute(out, input, weight, bias, params, transposed)
+    return _conv_compute(out, input, weight, bias, params, transposed, backend)
 
 
 @TABLE.native("aten::convolution.out", dtypes=FLOAT_DTYPES)
@@ -833,8 +882,9 @@ def _conv_backward(grad_output, input, weight, bias_sizes, stride, padding, dila
                                              + dilation[i] * (weight.shape[2 + i] - 1) + 1) for i in range(nsp)]
                 _conv_run(nc, scratch, hbm(gi), go_v, w_v, None, nsp, stride, padding, dilation, True, opad, groups)
             else:
+                # CPU's native transposed backward multiplies grad_output's padded zeros (im2col); oneDNN does not
                 _conv_run(nc, scratch, hbm(gi), go_v, w_v, None, nsp, stride, padding, dilation, False,
-                          [0] * nsp, groups)
+                          [0] * nsp, groups, skip_padding=cpu_host.is_onednn(backend))
         if gw is not None and gw.numel():
             gw5 = _to5d(hbm(gw), nsp)
             if not transposed:

@@ -833,3 +833,38 @@ def test_fft_multidim_layouts_dtypes():
     check(lambda x: torch.fft.rfft(x), values((2, 8), torch.int64), tol=FFT_TOL)  # promoted to float32
     check(lambda x: torch.fft.rfft(x), values((2, 8), torch.bfloat16))  # error: unsupported dtype
     check(lambda x: torch.fft.rfft(x), values((2, 300), torch.float32), tol=(1e-4, 3e-4))  # 300-term sums
+
+
+def _inf_corner(shape, dtype):
+    w = values(shape, dtype, "unit", 2)
+    w[(0,) * len(shape)] = float("inf")
+    w[(-1,) * len(shape)] = float("-inf")
+    return w
+
+
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn-on", "onednn-off"])
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_conv_padding_products_follow_the_live_cpu_backend(dtype, onednn):
+    """An infinite weight over padding: CPU's native kernels (im2col) multiply the padded zeros (NaN at the
+    border), oneDNN's do not; a transposed convolution and the input gradient (col2im) never do, except CPU's
+    native transposed backward (im2col of grad_output). The device asks the live CPU which backend runs."""
+    with torch.backends.mkldnn.flags(enabled=onednn):
+        x = values((1, 2, 6, 7), dtype, "unit", 1)
+        w = _inf_corner((3, 2, 3, 3), dtype)
+        out = check(lambda x, w: F.conv2d(x, w, padding=1), x, w, tol=CONV_TOL[dtype])
+        assert bool(torch.isinf(out.cpu()).any())
+        check(lambda x, w: F.conv2d(x, w, stride=2, padding=(2, 1), dilation=(1, 2)), x, w, tol=CONV_TOL[dtype])
+        wt = _inf_corner((2, 3, 3, 3), dtype)
+        # Strided transposed: oneDNN's AVX-512 deconvolution (this host's bf16 path) forms inf * 0 on the strided
+        # grid (NaN in the last column; ONEDNN_MAX_CPU_ISA=AVX2 and the native kernels do not): the device's
+        # non-finite values are those of the float64 result, its finite values CPU's wherever CPU's are finite.
+        fn = lambda x, w: F.conv_transpose2d(x, w, stride=2)  # noqa: E731
+        got, exp, ref = fn(x.to("neuron"), wt.to("neuron")).cpu(), fn(x, wt), fn(x.double(), wt.double())
+        assert torch.equal(torch.isnan(got), torch.isnan(ref)) and torch.equal(got.double()[torch.isinf(ref)],
+                                                                               ref[torch.isinf(ref)])
+        torch.testing.assert_close(got[torch.isfinite(exp)], exp[torch.isfinite(exp)], rtol=CONV_TOL[dtype][0],
+                                   atol=CONV_TOL[dtype][1])
+        check(lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1), x, wt, tol=CONV_TOL[dtype])
+        g = values((1, 3, 6, 7), dtype, "unit", 4)
+        check(_grads(lambda x, w: F.conv2d(x, w, padding=1), 2), x, w, g, tol=GRAD_TOL[dtype])
+        check(_grads(lambda x, w: F.conv_transpose2d(x, w, padding=1), 2), x, wt, g, tol=GRAD_TOL[dtype])
