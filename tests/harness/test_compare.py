@@ -216,3 +216,15 @@ def test_order_dependent_per_tensor_in_a_structure():
     orders = [_order([1e39], expected[0]), _order([1.0], expected[1])]
     assert cmp.compare([dev([float("nan")]), dev([1.0])], expected, order=orders).ok
     assert not cmp.compare([dev([float("nan")]), dev([float("nan")])], expected, order=orders).ok
+
+
+def test_a_nan_only_cpus_kernel_makes_may_follow_the_float64_result():
+    # position 0: CPU NaN (its kernel multiplied an infinite weight by a zero that is no term), float64 -inf
+    expected = cpu([float("nan"), float("nan")])
+    order = _order([1.0, 1.0], expected, [float("-inf"), float("nan")])
+    assert cmp.compare(dev([float("-inf"), float("nan")]), expected, order=order).ok
+    assert cmp.compare(dev([float("nan"), float("nan")]), expected, order=order).ok
+    result = cmp.compare(dev([float("inf"), float("nan")]), expected, order=order)
+    assert not result.ok and "NaN at different positions" in result.message  # neither CPU's nor float64's
+    result = cmp.compare(dev([float("-inf"), 1.0]), expected, order=order)  # NaN from a NaN input: strict
+    assert not result.ok and "NaN at different positions" in result.message
