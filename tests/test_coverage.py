@@ -26,8 +26,17 @@ def test_json_report_classifies_every_core_overload():
     assert report["summary"]["core_overloads"] == len(report["core"])
     assert set(e["tier"] for e in report["core"].values()) <= {"native", "fallback", "composite", "error"}
     assert report["core"]["aten::add.Tensor"]["tier"] == "native"
-    assert "via aten::add.out" in report["core"]["aten::add.Tensor"]["source"]
+    assert report["core"]["aten::add.Tensor"]["source"] == "device_impl.kernels.elementwise (via aten::add.out)"
     assert report["core"]["aten::sym_size.int"]["tier"] == "native"  # answered by TensorImpl metadata
+
+
+def test_family_kernels_name_their_op_group_module_not_the_registry():
+    from device_impl.dispatch import TABLE
+
+    assert TABLE.lookup("aten::mm.out").source == "device_impl.kernels.matmul"
+    assert TABLE.lookup("aten::fill_.Scalar").source == "device_impl.kernels.copy"
+    assert TABLE.lookup("aten::isin.Tensor_Tensor_out").source == "device_impl.kernels.membership"
+    assert not [e.op for e in TABLE.entries() if e.source == "device_impl.kernels.registry"]
 
 
 def test_seen_overloads_are_reported_with_call_counts():

@@ -10,6 +10,7 @@ dtype and overlap checks, allocates the output and calls our out= kernel).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -101,13 +102,13 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
         overload = getattr(functional, ov)
         binder = Binder.of(overload)
         if binder.out_names:
-            TABLE.native(op, dtypes=dtypes)(_out_kernel(op, binder, compute, meta, exact_dtype))
+            TABLE.native(op, dtypes=dtypes)(_sourced(_out_kernel(op, binder, compute, meta, exact_dtype), compute))
             registered.append(op)
             out_ops.append(op)
         elif routed_by_composite(op):
             served.append(op)
         else:
-            TABLE.native(op, dtypes=dtypes)(_functional_kernel(op, binder, compute, meta))
+            TABLE.native(op, dtypes=dtypes)(_sourced(_functional_kernel(op, binder, compute, meta), compute))
             registered.append(op)
     if inplace is not None:
         for ov in inplace.overloads():
@@ -119,14 +120,27 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
             if routed_by_composite(op):
                 served.append(op)
             else:
-                TABLE.native(op, dtypes=dtypes)(_inplace_kernel(op, Binder.of(getattr(inplace, ov)), compute,
-                                                                 meta))
+                TABLE.native(op, dtypes=dtypes)(_sourced(_inplace_kernel(op, Binder.of(getattr(inplace, ov)),
+                                                                          compute, meta), compute))
                 registered.append(op)
     if out_ops:
         # Composite-routed overloads reach one of the out= kernels; record the first as their server.
         for op in served:
             TABLE.serves(op, out_ops[0])
     return registered
+
+
+def _sourced(kernel, compute: Compute):
+    """Name the op-group module that defines ``compute`` as the wrapper's module.
+
+    ``TABLE.native`` records ``fn.__module__`` as the lowering's source, so
+    ``TABLE.lookup(op).source`` and the coverage report name the file a reader opens.
+    """
+    fn = compute
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    kernel.__module__ = fn.__module__
+    return kernel
 
 
 def _run(op: str, compute: Compute, out: torch.Tensor, bound: dict[str, Any]) -> None:
