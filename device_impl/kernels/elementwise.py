@@ -34,7 +34,7 @@ from device_impl.kernels.common import (
     result_type,
     scalar_of,
 )
-from device_impl.kernels import cpu_host
+from device_impl.kernels import cpu_host, scalars
 from device_impl.kernels.registry import register_family
 
 BOOL = np.dtype(np.bool_)
@@ -871,16 +871,11 @@ def _tiles(nc, like: Tile, dtype: np.dtype, *values: Any) -> list[Tile]:
 
 
 def _opmath_scalar(name: str, value: Any, common: torch.dtype):
-    """CPU's ``value.to<opmath_t>()``: float32 for every float dtype; for integers the value
-    truncated (2.7 -> 2) and wrapped into the dtype. Out-of-range values raise as c10 does."""
-    opmath = torch.float32 if common.is_floating_point else common
-    if isinstance(value, complex) and not common.is_complex:
-        raise RuntimeError(f"value cannot be converted to type {'float' if opmath == torch.float32 else opmath} "
-                           f"without overflow")
-    check_scalar_fits(value, opmath)
-    if opmath == torch.float32:
-        return float(np.float32(value))
-    return cast_scalar(int(value), common)
+    """CPU's ``value.to<opmath_t>()`` (``scalars.checked_convert``): float32 for float16/bfloat16/float32;
+    for integers the value truncated (2.7 -> 2) and wrapped into the dtype. Out-of-range values raise as c10 does."""
+    opmath = scalars.opmath_dtype(common)
+    v = scalars.checked_convert(value, opmath)
+    return float(np.float32(v)) if opmath == torch.float32 else cast_scalar(v, common)
 
 
 def _meta_ternary(*names: str):

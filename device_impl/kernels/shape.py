@@ -31,7 +31,6 @@ numpy reference of each op: the same index maps applied with numpy slicing.
 from __future__ import annotations
 
 import itertools
-import math
 import warnings
 from functools import reduce
 from typing import Any, Sequence
@@ -41,19 +40,12 @@ import torch
 
 from device_impl._compat import internal
 from device_impl.dispatch.table import TABLE
-from device_impl.engine.dtypes import COMPUTE_DTYPES, numpy_dtype
-from device_impl.kernels import overlap
+from device_impl.engine.dtypes import COMPUTE_DTYPES
+from device_impl.kernels import overlap, scalars
 from device_impl.kernels.common import FREE_MAX, P, SCALAR_TYPE_NAMES, flat_tiles, hbm, launch, scalar_of
 from device_impl.kernels.registry import in_dispatcher, routed_by_composite
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
-_CTYPE = {torch.int8: "int8_t", torch.uint8: "uint8_t", torch.int16: "int16_t", torch.int32: "int",
-          torch.int64: "int64_t", torch.float16: "c10::Half", torch.bfloat16: "c10::BFloat16", torch.float32: "float",
-          torch.bool: "bool"}
-_FLOAT_MAX = {torch.float16: 65504.0, torch.bfloat16: 3.3895313892515355e38, torch.float32: 3.4028234663852886e38}
-_CPP_DTYPE = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
-              torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int", torch.int16: "short int",
-              torch.int8: "signed char", torch.uint8: "unsigned char", torch.bool: "bool"}
 
 suggest_memory_format = internal("torch._prims_common", "suggest_memory_format", "memory-format propagation")
 
@@ -91,8 +83,8 @@ def _resize_out(out: torch.Tensor, shape: Sequence[int], memory_format=None) -> 
 
 def _exact_dtype(out: torch.Tensor, dtype: torch.dtype) -> None:
     if out.dtype != dtype:
-        raise RuntimeError(f"Expected out tensor to have dtype {_CPP_DTYPE.get(dtype, dtype)}, but got "
-                           f"{_CPP_DTYPE.get(out.dtype, out.dtype)} instead")
+        raise RuntimeError(f"Expected out tensor to have dtype {scalars.CPP_NAMES.get(dtype, dtype)}, but got "
+                           f"{scalars.CPP_NAMES.get(out.dtype, out.dtype)} instead")
 
 
 def _same_device(tensors: Sequence[torch.Tensor], like: torch.Tensor) -> None:
@@ -255,37 +247,7 @@ def _const_tile(nc, dtype: np.dtype, value, regions: Sequence[np.ndarray]):
 
 def _fill_value(value: Any, dtype: torch.dtype):
     """A Python scalar as ``dtype`` with c10::checked_convert's overflow rules (what CPU fill_ raises)."""
-    value = scalar_of(value)
-    npd = numpy_dtype(dtype)
-    if dtype == torch.bool:
-        return np.bool_(bool(value))
-    overflow = RuntimeError(f"value cannot be converted to type {_CTYPE[dtype]} without overflow")
-    if isinstance(value, complex):  # c10: a real target takes a complex value only without an imaginary part
-        if value.imag != 0:
-            raise overflow
-        value = value.real
-    if dtype.is_floating_point:
-        v = float(value)
-        if math.isfinite(v) and abs(v) > _FLOAT_MAX[dtype]:
-            raise overflow
-        return npd.type(np.float32(v)) if dtype != torch.float32 else np.float32(v)
-    info = torch.iinfo(dtype)
-    if isinstance(value, bool):
-        return npd.type(int(value))
-    if isinstance(value, int):
-        if value > info.max:
-            raise overflow
-        if info.min == 0:  # unsigned: negative integers wrap, as C++ conversions do
-            if value < 0 and -value > info.max:
-                raise overflow
-            return npd.type(value % (info.max + 1))
-        if value < info.min:
-            raise overflow
-        return npd.type(value)
-    v = float(value)
-    if not math.isfinite(v) or v < info.min or v > info.max:
-        raise overflow
-    return npd.type(int(v))  # toward zero
+    return scalars.to_numpy(scalar_of(value), dtype)
 
 
 # --- cat ---------------------------------------------------------------------------

@@ -122,3 +122,54 @@ def test_wrap_int64():
     assert scalars.wrap_int64(2 ** 63) == -2 ** 63
     assert scalars.wrap_int64(-2 ** 63 - 1) == 2 ** 63 - 1
     assert scalars.wrap_int64(5) == 5
+
+
+# --- the kernels that convert through this module, against CPU ------------------------------------
+
+def _outcome(fn, device):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            return ("ok", fn(device).cpu())
+        except Exception as e:  # noqa: BLE001  (the class and message are the result)
+            return ("raised", type(e), str(e))
+
+
+def _same_on_device(fn):
+    cpu, dev = _outcome(fn, "cpu"), _outcome(fn, "neuron")
+    if cpu[0] == "ok" and dev[0] == "ok":
+        torch.testing.assert_close(dev[1], cpu[1], rtol=0, atol=0, equal_nan=True)
+    else:
+        assert cpu == dev
+    return cpu
+
+
+OPMATH_VALUES = [2, 2.7, -1, 300, 2 ** 40, 2 ** 63, 1e39, -1e39, math.inf, 2 + 0j, 1j, complex(300, 0), True]
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("value", OPMATH_VALUES, ids=str)
+def test_addcmul_value_converts_as_cpu(dtype, value):
+    """elementwise._opmath_scalar is checked_convert into opmath_dtype: CPU's messages ('int64_t'), complex
+    values with a zero imaginary part accepted (addcmul(value=2+0j) on 1 + 1*0.5 gives 2.0 as on CPU)."""
+    def run(device):
+        x = torch.tensor([1, 2, 3], device=device).to(dtype)
+        return torch.addcmul(x, x, x, value=value)
+
+    _same_on_device(run)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("value", [0.5, 1e39, 2 + 0j, 1j, 3])
+def test_addcdiv_and_lerp_scalars_convert_as_cpu(dtype, value):
+    _same_on_device(lambda d: torch.addcdiv(torch.ones(3, device=d, dtype=dtype), torch.ones(3, device=d, dtype=dtype),
+                                  torch.full((3,), 2.0, device=d, dtype=dtype), value=value))
+    _same_on_device(lambda d: torch.lerp(torch.zeros(3, device=d, dtype=dtype), torch.ones(3, device=d, dtype=dtype), value))
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.int8, torch.uint8, torch.bool, torch.float32,
+                                   torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("value", [0, -1, 300, -256, 2.7, 1e5, 1e39, math.inf, math.nan, 2 + 0j, 1j, True])
+def test_constant_pad_value_converts_as_cpu(dtype, value):
+    """shape._fill_value is scalars.to_numpy: constant_pad_nd's value stores and raises as CPU's fill_."""
+    _same_on_device(lambda d: torch.nn.functional.pad(torch.zeros((2, 2), device=d, dtype=dtype), (1, 1), value=value))
