@@ -1378,19 +1378,6 @@ def _adaptive_windows(isize: int, osize: int, offset: int = 0):
     return [(_adaptive_start(o, osize, isize) - offset, _adaptive_end(o, osize, isize) - offset) for o in range(osize)]
 
 
-def _stage_avg(nc, src, n_in, windows, np_, L):
-    """Sum (then divide by the window length) over the innermost axis; returns the rotated tile."""
-    out = nc.sbuf_tile((np_, len(windows) * L), FP32)
-    for o, (s, e) in enumerate(windows):
-        blk = out[:, o * L:(o + 1) * L]
-        nc.vector.tensor_copy(blk, src[:, s::n_in] if n_in > 1 else src[:, 0:L])
-        for i in range(s + 1, e):
-            nc.vector.tensor_tensor(blk, blk, src[:, i::n_in], "add", dtype=FP32)
-        if e - s > 1:
-            nc.vector.tensor_scalar(blk, blk, "divide", float(e - s), dtype=FP32)
-    return out
-
-
 def _stage_max(nc, src, src_idx, n_in, windows, np_, L, index_step, index_base=0):
     """Max over the innermost axis with CPU's rule (first maximum, last NaN); indices combine as
     prev_index + (i + index_base) * index_step."""
@@ -1475,10 +1462,7 @@ def _adaptive_forward(nc, out5, idx5, x5, mode):
                 wins = _adaptive_windows(ins[a], outs[a], offset)
                 if a == lead:
                     wins = wins[o0:o1]
-                if mode == "avg":
-                    cur = _stage_avg(nc, cur, n_in, wins, np_, L)
-                else:
-                    cur, cur_idx = _stage_max(nc, cur, cur_idx, n_in, wins, np_, L, plane_strides[a], offset)
+                cur, cur_idx = _stage_max(nc, cur, cur_idx, n_in, wins, np_, L, plane_strides[a], offset)
                 dims = [len(wins)] + dims[:-1]
             osl = [slice(None)] * 3
             osl[lead] = slice(o0, o1)
@@ -1491,68 +1475,169 @@ def _adaptive_forward(nc, out5, idx5, x5, mode):
             nc.release_to(mark)
 
 
-def _adaptive_avg_backward(nc, gi5, go5):
-    """Adjoint of the separable stages: each reads blocks of the outermost axis and writes strided
-    columns, rotating the layout back; gradients are divided by the window length per stage."""
-    n_batch, channels = gi5.shape[:2]
-    ins = list(gi5.shape[2:])
-    outs = list(go5.shape[2:])
-    axes = [0, 1, 2] if not (ins[0] == 1 and outs[0] == 1) else [1, 2]
-    lead = axes[0]
-    inner_out = 1
-    for a in axes[1:]:
-        inner_out *= outs[a]
-    inner_in = 1
-    for a in axes[1:]:
-        inner_in *= ins[a]
+# Average pooling is not separable under CPU's rounding: ATen sums each window in one pass, (d, h, w)
+# row-major from +0.0, then divides by each window length in turn. 2-d (and 1-d, which ATen runs as 2-d):
+# AdaptiveAvgPoolKernel.cpp, cpu_adaptive_avg_pool2d, sums in opmath (float32) and rounds once after
+# ``sum / kh / kw`` (the channels-last kernel divides by ``kh * kw`` on its vectorized channel blocks, by kh
+# then kw on the remainder). 3-d: AdaptiveAveragePooling3d.cpp, adaptive_avg_pool3d_out_frame, sums in
+# scalar_t (a bf16/fp16 sum rounds at every add) and divides in scalar_t by kT, kH, kW, rounding each time.
+# The backward kernels (both files) form ``grad_delta = grad_output / k...`` in scalar_t and add it into a
+# zeroed grad_input in scalar_t, visiting outputs row-major. These windows have irregular starts, so the
+# passes run on GpSimd as numpy programs with exactly those roundings.
+
+def _adaptive_axis(isize: int, osize: int):
+    """(start, length) per output along one axis."""
+    st = np.array([_adaptive_start(o, osize, isize) for o in range(osize)], dtype=np.int64)
+    en = np.array([_adaptive_end(o, osize, isize) for o in range(osize)], dtype=np.int64)
+    return st, en - st
+
+
+def _avg_vector_lanes(dtype: np.dtype, channels: int) -> int:
+    """Channels CPU's channels-last 2-d kernels cover with whole Vectorized<T> blocks (32 bytes for every
+    capability in torch 2.13, see cpu_host.vector_block); the remainder runs scalar."""
+    lanes = cpu_host.vector_block(torch.float32 if dtype == np.float32 else torch.bfloat16) // 2
+    return channels - channels % lanes
+
+
+def _narrow(dtype):
+    """Round a float32 array to ``dtype`` (storage arithmetic of c10's BFloat16/Half: float op, then round)."""
+    def r(a):
+        return np.asarray(a, np.float32).astype(dtype).astype(np.float32)
+    return r
+
+
+def _adaptive_avg_program(nsp, ins, outs, lead_rng, dtype, single_div):
+    """numpy program (out[p, od*oh*ow block], x[p, id block]) of CPU's adaptive average forward.
+    ``lead_rng``: (o0, o1, i0) the block of lead-axis outputs and its first input row; ``single_div``: [p]
+    bool, lanes dividing once by the window size (channels-last vector blocks)."""
+    o0, o1, i0 = lead_rng
+    axes = [_adaptive_axis(ins[a], outs[a]) for a in range(3)]
+    st0, ln0 = axes[0]
+    axes[0] = (st0[o0:o1] - i0, ln0[o0:o1])
+    rnd = _narrow(dtype) if nsp == 3 else (lambda a: a)
+
+    def program(o, x):
+        p = x.shape[0]
+        xv = x.reshape(p, -1, ins[1], ins[2]).astype(np.float32)
+        (sd, kd), (sh, kh), (sw, kw) = axes
+        s = np.zeros((p, len(sd), len(sh), len(sw)), np.float32)
+        with np.errstate(all="ignore"):
+            for a in range(int(kd.max())):
+                for b in range(int(kh.max())):
+                    for c in range(int(kw.max())):
+                        valid = (a < kd)[:, None, None] & (b < kh)[None, :, None] & (c < kw)[None, None, :]
+                        v = xv[:, np.minimum(sd + a, xv.shape[1] - 1)][:, :, np.minimum(sh + b, ins[1] - 1)][
+                            :, :, :, np.minimum(sw + c, ins[2] - 1)]
+                        s = np.where(valid[None], rnd(s + v), s)
+            k3 = [k.astype(np.float32) for k in (kd, kh, kw)]
+            seq = s
+            for ax, k in enumerate(k3):
+                shape = [1, 1, 1, 1]
+                shape[ax + 1] = -1
+                seq = rnd(seq / k.reshape(shape))
+            if single_div is not None and single_div.any():
+                whole = s / (k3[0][:, None, None] * k3[1][None, :, None] * k3[2][None, None, :])[None]
+                seq = np.where(single_div[:, None, None, None], whole, seq)
+        o[...] = seq.reshape(p, -1).astype(o.dtype)
+    return program
+
+
+def _adaptive_avg_forward(nc, out5, x5, nsp, channels_last):
+    n_batch, channels = x5.shape[:2]
+    ins = list(x5.shape[2:])
+    outs = list(out5.shape[2:])
+    inner_in = ins[1] * ins[2]
     for box in _boxes((n_batch, channels), P):
         (n0, n1), (c0, c1) = box
         np_ = (n1 - n0) * (c1 - c0)
-        step = max(1, 6144 // max(inner_in, inner_out))
-        for i0 in range(0, ins[lead], step):  # blocks of grad_input rows: no two blocks write the same row
-            i1 = min(ins[lead], i0 + step)
-            o0 = min(o for o in range(outs[lead]) if _adaptive_end(o, outs[lead], ins[lead]) > i0)
-            o1 = max(o for o in range(outs[lead]) if _adaptive_start(o, outs[lead], ins[lead]) < i1) + 1
+        single = None
+        if channels_last:
+            cidx = np.tile(np.arange(c0, c1), n1 - n0)
+            single = cidx < _avg_vector_lanes(x5.dtype, channels)
+        for o0, o1 in _adaptive_blocks(ins[0], outs[0], inner_in):
             mark = nc.mark()
-            osl = [slice(None)] * 3
-            osl[lead] = slice(o0, o1)
-            blk_out = list(outs)
-            blk_out[lead] = o1 - o0
-            g = nc.sbuf_tile((np_, blk_out[0] * blk_out[1] * blk_out[2]), go5.dtype)
-            nc.dma.load(g, go5[n0:n1, c0:c1][(slice(None), slice(None)) + tuple(osl)])
-            cur = g
-            dims = [blk_out[a] for a in axes]  # layout (OA, OB, OC) outermost first
-            for a in axes:  # adjoint of the last forward stage first: reduce the outermost axis
-                n_out = dims[0]
-                L = cur.free // n_out
-                if a == lead:
-                    wins = [(s, e) for s, e in _adaptive_windows(ins[a], outs[a])][o0:o1]
-                    targets = range(i0, i1)
-                else:
-                    wins = _adaptive_windows(ins[a], outs[a])
-                    targets = range(ins[a])
-                nxt = nc.sbuf_tile((np_, L * len(targets)), FP32)
-                scaled = nc.sbuf_tile(cur.shape, FP32)
-                for o, (s, e) in enumerate(wins):
-                    blk = (slice(None), slice(o * L, (o + 1) * L))
-                    nc.vector.tensor_scalar(scaled[blk], cur[blk], "divide", float(e - s), dtype=FP32)
-                nt = len(targets)
-                for j, i in enumerate(targets):
-                    dst = nxt[:, j::nt] if nt > 1 else nxt[:, 0:L]
-                    hits = [o for o, (s, e) in enumerate(wins) if s <= i < e]
-                    if not hits:
-                        nc.vector.memset(dst, 0.0)
-                        continue
-                    nc.vector.tensor_copy(dst, scaled[:, hits[0] * L:(hits[0] + 1) * L])
-                    for o in hits[1:]:
-                        nc.vector.tensor_tensor(dst, dst, scaled[:, o * L:(o + 1) * L], "add", dtype=FP32)
-                cur = nxt
-                dims = dims[1:] + [nt]
-            isl = [slice(None)] * 3
-            isl[lead] = slice(i0, i1)
-            res = nc.sbuf_tile(cur.shape, gi5.dtype)
-            nc.vector.tensor_copy(res, cur)
-            nc.dma.store(gi5[n0:n1, c0:c1][(slice(None), slice(None)) + tuple(isl)], res)
+            i0 = _adaptive_start(o0, outs[0], ins[0])
+            i1 = _adaptive_end(o1 - 1, outs[0], ins[0])
+            t = nc.sbuf_tile((np_, (i1 - i0) * inner_in), x5.dtype)
+            nc.dma.load(t, x5[n0:n1, c0:c1, i0:i1])
+            res = nc.sbuf_tile((np_, (o1 - o0) * outs[1] * outs[2]), out5.dtype)
+            window = int(np.prod([int(_adaptive_axis(ins[a], outs[a])[1].max()) for a in range(3)]))
+            nc.gpsimd.run("adaptive_avg", _adaptive_avg_program(nsp, ins, outs, (o0, o1, i0), x5.dtype, single),
+                          (res,), (t,), elements=res.data.size * window, factor=2.0)
+            nc.dma.store(out5[n0:n1, c0:c1, o0:o1], res)
+            nc.release_to(mark)
+
+
+def _adaptive_avg_backward_program(nsp, ins, outs, rng, dtype, single_div):
+    """numpy program (gi[p, i block], go[p, o block]) of CPU's adaptive average backward: grad_input rows
+    [i0, i1) of the lead axis, fed by lead-axis outputs [o0, o1)."""
+    i0, i1, o0, o1 = rng
+    rnd = _narrow(dtype)
+    axes = [_adaptive_axis(ins[a], outs[a]) for a in range(3)]
+
+    def cover(st, ln, lo, hi):
+        """Per input index in [lo, hi): first covering output and how many cover it (outputs increase)."""
+        idx = np.arange(lo, hi)
+        hit = (st[None, :] <= idx[:, None]) & (idx[:, None] < (st + ln)[None, :])
+        first = hit.argmax(axis=1)
+        return first, hit.sum(axis=1)
+
+    covers = [cover(*axes[0], i0, i1)] + [cover(*axes[a], 0, ins[a]) for a in (1, 2)]
+    covers[0] = (covers[0][0] - o0, covers[0][1])
+
+    def program(gi, go):
+        p = go.shape[0]
+        g = go.reshape(p, o1 - o0, outs[1], outs[2]).astype(np.float32)
+        (_, kd), (_, kh), (_, kw) = axes
+        k3 = [kd[o0:o1].astype(np.float32), kh.astype(np.float32), kw.astype(np.float32)]
+        with np.errstate(all="ignore"):
+            delta = g
+            for ax, k in enumerate(k3):
+                shape = [1, 1, 1, 1]
+                shape[ax + 1] = -1
+                delta = rnd(delta / k.reshape(shape))
+            if single_div is not None and single_div.any():
+                whole = rnd(g / (k3[0][:, None, None] * k3[1][None, :, None] * k3[2][None, None, :])[None])
+                delta = np.where(single_div[:, None, None, None], whole, delta)
+            acc = np.zeros((p, i1 - i0, ins[1], ins[2]), np.float32)
+            (fd, cd), (fh, ch), (fw, cw) = covers
+            for a in range(int(cd.max())):
+                for b in range(int(ch.max())):
+                    for c in range(int(cw.max())):
+                        valid = (a < cd)[:, None, None] & (b < ch)[None, :, None] & (c < cw)[None, None, :]
+                        v = delta[:, np.minimum(fd + a, o1 - o0 - 1)][:, :, np.minimum(fh + b, outs[1] - 1)][
+                            :, :, :, np.minimum(fw + c, outs[2] - 1)]
+                        acc = np.where(valid[None], rnd(acc + v), acc)
+        gi[...] = acc.reshape(p, -1).astype(gi.dtype)
+    return program
+
+
+def _adaptive_avg_backward(nc, gi5, go5, nsp, channels_last):
+    """CPU's order: grad_delta per output, added into zeroed grad_input rows output by output."""
+    n_batch, channels = gi5.shape[:2]
+    ins = list(gi5.shape[2:])
+    outs = list(go5.shape[2:])
+    inner = max(ins[1] * ins[2], outs[1] * outs[2])
+    for box in _boxes((n_batch, channels), P):
+        (n0, n1), (c0, c1) = box
+        np_ = (n1 - n0) * (c1 - c0)
+        single = None
+        if channels_last:
+            cidx = np.tile(np.arange(c0, c1), n1 - n0)
+            single = cidx < _avg_vector_lanes(gi5.dtype, channels)
+        step = max(1, 6144 // inner)
+        for i0 in range(0, ins[0], step):  # blocks of grad_input rows: no two blocks write the same row
+            i1 = min(ins[0], i0 + step)
+            o0 = min(o for o in range(outs[0]) if _adaptive_end(o, outs[0], ins[0]) > i0)
+            o1 = max(o for o in range(outs[0]) if _adaptive_start(o, outs[0], ins[0]) < i1) + 1
+            mark = nc.mark()
+            g = nc.sbuf_tile((np_, (o1 - o0) * outs[1] * outs[2]), go5.dtype)
+            nc.dma.load(g, go5[n0:n1, c0:c1, o0:o1])
+            res = nc.sbuf_tile((np_, (i1 - i0) * ins[1] * ins[2]), gi5.dtype)
+            nc.gpsimd.run("adaptive_avg_backward",
+                          _adaptive_avg_backward_program(nsp, ins, outs, (i0, i1, o0, o1), gi5.dtype, single),
+                          (res,), (g,), elements=res.data.size * 4, factor=2.0)
+            nc.dma.store(gi5[n0:n1, c0:c1, i0:i1], res)
             nc.release_to(mark)
 
 
@@ -1628,7 +1713,8 @@ def _register_adaptive_avg(nsp: int) -> None:
         out = torch.empty(shape, dtype=x.dtype, device=x.device, memory_format=fmt)
         if out.numel():
             with launch(name, x.device.index) as nc:
-                _adaptive_forward(nc, _batched5(hbm(out), nsp), None, _batched5(hbm(x), nsp), "avg")
+                _adaptive_avg_forward(nc, _batched5(hbm(out), nsp), _batched5(hbm(x), nsp), nsp,
+                                      nsp == 2 and x.dim() == 4 and _memory_format(x) == torch.channels_last)
         return out
 
     TABLE.serves(f"aten::{name}.out", f"aten::{name}")
@@ -1646,7 +1732,9 @@ def _register_adaptive_avg(nsp: int) -> None:
         gi = torch.empty(tuple(x.shape), dtype=x.dtype, device=x.device, memory_format=fmt)
         if gi.numel():
             with launch(f"{name}_backward", x.device.index) as nc:
-                _adaptive_avg_backward(nc, _batched5(hbm(gi), nsp), _batched5(hbm(grad_output), nsp))
+                _adaptive_avg_backward(nc, _batched5(hbm(gi), nsp), _batched5(hbm(grad_output), nsp), nsp,
+                                       nsp == 2 and grad_output.dim() == 4
+                                       and _memory_format(grad_output) == torch.channels_last)
         return gi
 
     TABLE.serves(f"aten::{name}_backward.out", f"aten::{name}_backward")

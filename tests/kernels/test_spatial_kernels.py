@@ -585,6 +585,28 @@ def test_adaptive_pool_backward_3d_bf16():
           tol=GRAD_TOL[torch.bfloat16])
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_adaptive_avg_pool_cpu_rounding(dtype):
+    """Bit-exact to CPU: one pass per window from +0.0 (a window of -0.0 averages to +0.0), 3-d sums and
+    divides rounded to the dtype at every step (fp16 windows near 3e4 overflow as on CPU), 2-d in fp32 with
+    /kh/kw, or /(kh*kw) on channels-last vector blocks; backward: rounded grad_delta added output by output."""
+    exact = (0.0, 0.0)
+    x1 = values((2, 3, 10), dtype)
+    x1[:, :, 3:7] = -0.0
+    check(lambda x: F.adaptive_avg_pool1d(x, 3), x1, tol=exact)
+    x3 = values((2, 3, 5, 6, 7), dtype) * 3
+    x3[0, 0] = 3.0e4 if dtype == torch.float16 else 3.0e38
+    x3[0, 1, :2] = -0.0
+    check(lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)), x3, tol=exact)
+    g3 = values((2, 3, 2, 3, 4), dtype, seed=5) * 3
+    check(_grads(lambda x: F.adaptive_avg_pool3d(x, (2, 3, 4)), 1), x3, g3, tol=exact)
+    for fmt in (torch.contiguous_format, CL):
+        x2 = (values((2, 19, 9, 7), dtype) * 3).contiguous(memory_format=fmt)
+        check(lambda x: F.adaptive_avg_pool2d(x, (4, 3)), x2, tol=exact)
+        g2 = (values((2, 19, 4, 3), dtype, seed=5) * 3).contiguous(memory_format=fmt)
+        check(lambda x, g: torch.ops.aten._adaptive_avg_pool2d_backward(g, x), x2, g2, tol=exact)
+
+
 # --------------------------------------------------------------------------------------------
 # upsampling
 # --------------------------------------------------------------------------------------------
