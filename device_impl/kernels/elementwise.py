@@ -840,6 +840,9 @@ def _vector_split(out: torch.Tensor, tensors, block: int, scalar_operands: int =
         size = tuple(reversed(shp[1:])) + (hi - lo,)
         result = []
         for t, st in zip(tensors_all, sts):
+            if t.dim() == 0:  # a 0-d operand (a host scalar may be one) broadcasts as it is: no view of it
+                result.append(t)
+                continue
             stride = tuple(reversed(st[1:])) + (st[0],)
             result.append(t.as_strided(size, stride, t.storage_offset() + lo * st[0]))
         return tuple(result)
