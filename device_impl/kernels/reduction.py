@@ -2970,10 +2970,12 @@ def _mse_backward(a: dict, out: torch.Tensor | None) -> torch.Tensor:
         check_out(out, tuple(x.shape), dtype, [g, x, y])
     norm = 2.0 / x.numel() if red == "mean" and x.numel() else 2.0
 
-    def emit(nc, o, tg, tx, ty):  # norm * (x - y) * g, in that order as CPU
-        d = nc.sbuf_tile(o.shape, FP32)
+    def emit(nc, o, tg, tx, ty):
+        # CPU's mse_backward_cpu_kernel: norm * (x - y) * g in scalar_t, so for float16/bfloat16 the scalar
+        # is converted to the dtype and each operation rounds to it (x - y of near-overflow halves is inf)
+        d = nc.sbuf_tile(o.shape, o.dtype)
         nc.vector.tensor_tensor(d, tx, ty, "subtract", dtype=FP32)
-        nc.vector.tensor_scalar(d, d, "multiply", norm, dtype=FP32)
+        nc.vector.tensor_scalar(d, d, "multiply", float(np.dtype(o.dtype).type(norm)), dtype=FP32)
         if isinstance(tg, Tile):
             nc.vector.tensor_tensor(o, d, tg, "multiply", dtype=FP32)
         else:
