@@ -289,6 +289,44 @@ def check_opinfo(session: Session, op, mode: str, test_id: str, depth: str = "qu
     return results
 
 
+# How much of the device-contract checks (opsuite/test_contract.py, opsuite/test_modules.py) run:
+# quick (the default when they are selected) or full.
+CONTRACT_DEPTHS: dict[str, dict] = {
+    "quick": {"dtypes": ["float32", "bfloat16"], "fallback_dtypes": ["int64", "bool"], "max_samples": 1,
+              "module_dtypes": ["float32"], "module_samples": 2},
+    "full": {"dtypes": ["float32", "bfloat16", "int64"], "fallback_dtypes": ["bool"], "max_samples": None,
+             "module_dtypes": ["float32", "bfloat16"], "module_samples": None},
+}
+
+
+def contract_dtypes(supports, depth: str, key: str = "dtypes") -> list[torch.dtype]:
+    """The depth's dtypes the op supports on CPU; if none, the first fallback dtype it supports."""
+    settings = CONTRACT_DEPTHS[depth]
+    chosen = [getattr(torch, d) for d in settings[key] if supports(getattr(torch, d))]
+    if not chosen and key == "dtypes":
+        chosen = [getattr(torch, d) for d in settings["fallback_dtypes"] if supports(getattr(torch, d))][:1]
+    return chosen
+
+
+def report_results(session: Session, results: list[Result], test_id: str, name: str) -> list[Result]:
+    """Remember a check's results for the store and turn them into the test's outcome: fail with the
+    first failures, xfail if every difference is an expected one, skip if nothing ran."""
+    session.pending.setdefault(test_id, []).extend(results)
+    session.xpassed += [f"{name} [{r.case.dtype}] {r.expression}: {r.xfail_reason}" for r in results
+                        if r.verdict == "xpass"]
+    failed = [r for r in results if r.verdict == "fail"]
+    if failed:
+        shown = "\n".join(f"{r.case.dtype} {r.expression}: {r.message}" for r in failed[:5])
+        more = f"\n... and {len(failed) - 5} more" if len(failed) > 5 else ""
+        pytest.fail(f"{name}: {len(failed)} of {len(results)} cases break the device contract\n{shown}{more}",
+                    pytrace=False)
+    if any(r.verdict == "xfail" for r in results):
+        pytest.xfail(next(r.xfail_reason for r in results if r.verdict == "xfail"))
+    if not any(r.verdict == "pass" for r in results):
+        pytest.skip(f"{name}: nothing ran ({'; '.join(sorted({r.message for r in results})[:3]) or 'no samples'})")
+    return results
+
+
 @pytest.hookimpl(hookwrapper=True, trylast=True)
 def pytest_runtest_call(item: pytest.Item):
     """Draw the same cases in every mode. Hypothesis's pytest plugin keys a parametrized test's

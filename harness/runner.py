@@ -41,6 +41,7 @@ class Result:
     reproducer: str = ""
     called: list[str] = field(default_factory=list)  # aten overloads the expression (and its backward) called
     design_id: str = ""  # the designed case's id (harness.design), "" for a drawn one
+    check: str = ""  # the device-contract check (harness.contract, harness.modules), "" for a differential case
 
     @property
     def fallback_ops(self) -> list[str]:

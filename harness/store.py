@@ -47,6 +47,7 @@ CREATE TABLE IF NOT EXISTS results (
     xfail_reason TEXT,
     case_json TEXT,
     cells TEXT,                    -- the case's coordinates, JSON {dtype, domain, layout, size, edge, error, design}
+    check_name TEXT,               -- the device-contract check (source contract/module: out_device, variants, ...)
     created TEXT NOT NULL
 );
 CREATE TABLE IF NOT EXISTS compat (
@@ -73,13 +74,13 @@ CREATE INDEX IF NOT EXISTS results_op ON results(op, mode, verdict);
 """
 
 
-_ADDED_COLUMNS = {"called": "TEXT", "cells": "TEXT"}  # columns added after the first schema, in order
+_ADDED_COLUMNS = {"called": "TEXT", "cells": "TEXT", "check_name": "TEXT"}  # columns added after the first schema, in order
 
 
 RESULT_COLUMNS = frozenset({
     "source", "op", "family", "overloads", "called", "dtypes", "shapes", "layouts", "domains", "mode", "verdict",
     "message", "criterion", "max_abs", "max_rel", "ulp", "cpu_ms", "device_ms", "fallback_ops", "expression",
-    "reproducer", "xfail_reason", "case_json", "cells", "created"})
+    "reproducer", "xfail_reason", "case_json", "cells", "check_name", "created"})
 
 
 CELL_KEYS = ("dtype", "domain", "layout", "size", "edge", "error")
@@ -112,7 +113,7 @@ class Store:
         have = {row[1] for row in self.db.execute("PRAGMA table_info(results)")}
         for column, kind in _ADDED_COLUMNS.items():
             if column not in have:
-                self.db.execute(f"ALTER TABLE results ADD COLUMN {column} {kind}")
+                self.db.execute(f'ALTER TABLE results ADD COLUMN "{column}" {kind}')
         self.db.commit()
 
     def start_run(self, kind: str, environment: dict[str, str], profile: str | None = None) -> int:
@@ -135,15 +136,16 @@ class Store:
         self.db.execute(
             "INSERT INTO results (run_id, source, op, family, overloads, called, dtypes, shapes, layouts, domains, mode, "
             "verdict, message, criterion, max_abs, max_rel, ulp, cpu_ms, device_ms, fallback_ops, expression, "
-            "reproducer, xfail_reason, case_json, cells, created) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            "reproducer, xfail_reason, case_json, cells, check_name, created) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             (run_id, case.source, case.spec, family, json.dumps(result.device_ops), json.dumps(result.called),
              json.dumps([case.dtype] + [t.dtype for t in case.tensors]), json.dumps(case.shapes),
              json.dumps(case.layouts), json.dumps(case.domains), case.mode, result.verdict, result.message,
              comparison.criterion if comparison else None, comparison.max_abs if comparison else None,
              comparison.max_rel if comparison else None, comparison.ulp if comparison else None,
              result.cpu_ms, result.device_ms, json.dumps(result.fallback_ops), result.expression,
-             result.reproducer or None, result.xfail_reason or None, case.to_json(), _cells(result), _now()))
+             result.reproducer or None, result.xfail_reason or None, case.to_json(), _cells(result),
+             getattr(result, "check", "") or None, _now()))
 
     def cells(self, op: str, run_id: int | None = None, mode: str | None = None) -> list[dict[str, Any]]:
         """Which dtype x domain x layout x size cells of op spec ``op`` ran (latest op-suite run by
@@ -179,7 +181,8 @@ class Store:
             raise ValueError(f"unknown result column(s) {sorted(unknown)}")
         fields.setdefault("created", _now())
         columns = ["run_id", *fields]
-        self.db.execute(f"INSERT INTO results ({', '.join(columns)}) VALUES ({', '.join('?' * len(columns))})",
+        quoted = ", ".join(f'"{c}"' for c in columns)
+        self.db.execute(f"INSERT INTO results ({quoted}) VALUES ({', '.join('?' * len(columns))})",
                         (run_id, *fields.values()))
 
     def add_mutant(self, run_id: int, mode: str, op: str, cls: str, status: str, reason: str = "", killer: str = "",
