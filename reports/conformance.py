@@ -198,6 +198,34 @@ def mutation(conn) -> dict[str, Any] | None:
             "modes": sorted(set(frame["mode"]))}
 
 
+CONTRACT_SOURCES = ("contract", "module")
+
+
+def contract(conn) -> dict[str, Any] | None:
+    """The device-contract checks (harness.contract, harness.modules) of the latest finished run holding
+    any: one row per (source, check, mode) with its verdict counts, and the failures (op, check, message)."""
+    found = data._table(conn, """
+        SELECT r.id FROM runs r WHERE r.finished IS NOT NULL
+        AND EXISTS (SELECT 1 FROM results res WHERE res.run_id = r.id AND res.source IN ('contract', 'module'))
+        ORDER BY r.id DESC LIMIT 1""")
+    if found.empty:
+        return None
+    run_id = int(found["id"].iloc[0])
+    frame = data.results(conn, [run_id])
+    frame = frame[frame["source"].isin(CONTRACT_SOURCES)]
+    if "check_name" not in frame:
+        return None
+    rows = []
+    for (source, check, mode), group in frame.groupby(["source", "check_name", "mode"], sort=True):
+        counts = _counts(group["verdict"])
+        rows.append({"source": source, "check": check, "mode": mode, **counts,
+                     "ops": int(group["op"].nunique()), "rate": rate(counts)})
+    failed = frame[frame["verdict"].isin(["fail", "xpass"])]
+    listed = [{"op": r.op, "check": r.check_name, "dtype": r.dtype, "mode": r.mode, "message": r.message or ""}
+              for r in failed.itertuples()][:FAILURE_LIMIT]
+    return {"run": run_id, "rows": rows, "failures": listed, "failure_count": len(failed)}
+
+
 def build(conn, coverage_path: Path, junit_dir: Path | None = None) -> dict[str, Any]:
     selection = data.select_runs(conn)
     frame = data.results(conn, selection.run_ids)
@@ -230,4 +258,5 @@ def build(conn, coverage_path: Path, junit_dir: Path | None = None) -> dict[str,
         "cases": len(spec),
         "pytest": junit.outcomes(junit_dir) if junit_dir is not None else {},
         "mutation": mutation(conn),
+        "contract": contract(conn),
     }
