@@ -2832,8 +2832,14 @@ def _batch_norm_backward(a: dict):
             mark = nc.mark()
             m = _load_scalars(nc, view("mean", blk), p)
             inv = _load_scalars(nc, view("stat", blk), p)
-            if not train:
-                nc.scalar.activation(inv, inv, "rsqrt", bias=eps)
+            if not train:  # CPU: invstd = 1 / std::sqrt(running_var + eps) in double (eps is a double), then float
+                var, inv = inv, _row_scalar(nc, p)
+
+                def invstd64(o_inv, v):
+                    o_inv[...] = 1.0 / np.sqrt(v.astype(np.float64) + eps)
+
+                with np.errstate(all="ignore"):
+                    nc.gpsimd.run("bn_eval_invstd", invstd64, (inv,), (var,), elements=p, factor=4.0)
             nm = _row_scalar(nc, p)
             nc.vector.tensor_scalar(nm, m, "multiply", -1.0, dtype=FP32)
             gsum, dotp = _row_scalar(nc, p), _row_scalar(nc, p)  # sum(dy), sum((x - mean) * dy)
@@ -2885,8 +2891,12 @@ def _batch_norm_backward(a: dict):
                         diff = nc.sbuf_tile(tdy.shape, FP32)
                         nc.vector.tensor_tensor(diff, tdy, proj, "subtract", dtype=FP32)
                         nc.scalar.activation(res, diff, "identity", scale=iw, bias=ngm)
+                    elif "w" in ks:  # CPU's eval kernel: (dy * invstd) * w, each product rounded to fp32
+                        scaled = nc.sbuf_tile(tdy.shape, FP32)
+                        nc.scalar.activation(scaled, tdy, "identity", scale=inv)
+                        nc.scalar.activation(res, scaled, "identity", scale=wt)
                     else:
-                        nc.scalar.activation(res, tdy, "identity", scale=iw)
+                        nc.scalar.activation(res, tdy, "identity", scale=inv)
                     blk.store(DX, ch, res)
                     nc.release_to(inner)
             nc.release_to(mark)
