@@ -129,3 +129,16 @@ def test_harness_never_imports_device_impl():
     offenders = sorted(str(p.relative_to(harness.parent)) for p in harness.rglob("*.py")
                        if any(_imports_device_impl(n) for n in ast.walk(ast.parse(p.read_text()))))
     assert offenders == []
+
+
+def test_test_modules_have_unique_basenames():
+    """pytest imports each test file under its basename (rootdir-relative packages are not used here), so two
+    ``test_x.py`` in different folders of one run collide ("import file mismatch", which stopped CI once:
+    tests/harness/test_contract.py beside opsuite/test_contract.py)."""
+    repo = ROOT.parent
+    seen: dict[str, list[str]] = {}
+    for folder in ("tests", "opsuite", "benches"):
+        for path in (repo / folder).rglob("test_*.py"):
+            seen.setdefault(path.name, []).append(str(path.relative_to(repo)))
+    clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert not clashes, f"test files sharing a basename (rename one): {clashes}"
