@@ -1348,7 +1348,50 @@ def _var_kernel(name: str, x: torch.Tensor, dims: tuple[int, ...], correction: f
             for v in [_kept_view(o, dims, x.dim()) for o in outs]:
                 _fill(nc, v, np.nan, FP32)
             return
-        _two_pass(nc, g, _Spec("add", FP32), between, "square", emit, centre=n)
+        if x.dtype in (torch.bfloat16, torch.float16):
+            _var_rows64(nc, g, n, divisor, take_sqrt)
+        else:
+            _two_pass(nc, g, _Spec("add", FP32), between, "square", emit, centre=n)
+
+
+def _var_rows64(nc, g: _Grid, n: int, divisor: float, take_sqrt: bool) -> None:
+    """Variance (and mean) of bfloat16/float16 rows as CPU computes them: its std/var kernel for reduced floats
+    runs Welford in double (WelfordOps<scalar_t, double>) and converts the double result to float, then to the
+    dtype, so rows whose squares overflow fp32 still give a finite std. No fixed-function engine computes in
+    double: GpSimd programs do (the mean, then the centred sum of squares, per block of rows)."""
+    for blk in _blocks(nc, g, [g.kr[0]]):
+        p = blk.p
+        mark = nc.mark()
+        total = _row_sum64(nc, blk, lambda x: x.astype(np.float64), "var_sum64")
+        # Welford's running mean turns NaN at the first element after an infinity (x - inf, or inf - inf):
+        # only an infinity in a row's last element leaves the mean infinite; the sum / n mean elsewhere
+        odd = _row_sum64(nc, blk, lambda x: (~np.isfinite(x)).astype(np.float64), "var_nonfinite64")
+        last = nc.sbuf_tile((p, 1), F64)
+        *_, (_, (tail,)) = blk.each(0)
+        nc.gpsimd.run("var_last64", lambda o, t: o.__setitem__(..., np.isinf(t[:, -1:])), (last,), (tail,),
+                      elements=p)
+        mean = nc.sbuf_tile((p, 1), F64)
+
+        def welford_mean(o, t, bad, inf_last):
+            with np.errstate(all="ignore"):
+                o[...] = np.where((bad == 0) | ((bad == 1) & (inf_last == 1)), t / n, np.nan)
+
+        nc.gpsimd.run("var_mean64", welford_mean, (mean,), (total, odd, last), elements=p)
+        m2 = _row_sum64(nc, blk, lambda x, m: np.square(x.astype(np.float64) - m), "var_m2_64", about=mean)
+        res32, mean32 = nc.sbuf_tile((p, 1), FP32), nc.sbuf_tile((p, 1), FP32)
+
+        def finish(o_res, o_mean, v, m):
+            with np.errstate(all="ignore"):
+                q = v / np.float64(divisor)  # divisor 0: inf, or NaN for 0 / 0, as CPU's double division
+                o_res[...] = np.sqrt(q) if take_sqrt else q
+            o_mean[...] = m
+
+        nc.gpsimd.run("var_finish64", finish, (res32, mean32), (m2, mean), elements=p, factor=2.0)
+        for view, t in zip([_at(o, blk.rsl) for o in g.k], (res32, mean32)):
+            out = nc.sbuf_tile((p, 1), view.dtype)
+            nc.vector.tensor_copy(out, t)
+            nc.dma.store(view, out)
+        nc.release_to(mark)
 
 
 def _var_args(a: dict):
@@ -2701,6 +2744,10 @@ def _batch_norm(x, w, b, rm, rv, training: bool, momentum: float, eps: float, ou
     # rounding where this process's ATen kernels fuse (so x * alpha beyond float's range still gives beta's
     # infinity, not inf - inf = NaN); ScalarE rounds the product first, so those layouts take GpSimd's fma.
     fused = x.dtype == torch.float32 and layout != "strided" and cpu_host.fused_multiply_add()
+    # CPU's strided path (batch_norm_cpu_transform_input_template) applies ((x - mean) * invstd) * w + b
+    # elementwise in float, each step rounded (so x * invstd * w beyond float's range where (x - mean) * invstd
+    # is not keeps CPU's finite value, and no alpha/beta fold makes an inf - inf NaN)
+    stepwise = x.dtype == torch.float32 and layout == "strided"
     with launch("batch_norm", x.device.index) as nc:
         for blk in _blocks(nc, g, [X]):
             p = blk.p
@@ -2727,7 +2774,17 @@ def _batch_norm(x, w, b, rm, rv, training: bool, momentum: float, eps: float, ou
                 m = _load_scalars(nc, view("rm", blk), p)
                 var = _load_scalars(nc, view("rv", blk), p)
                 inv = _row_scalar(nc, p)
-                nc.scalar.activation(inv, var, "rsqrt", bias=float(eps))
+                if stepwise:  # tensor ops in float: 1 / sqrt(running_var + eps), each step rounded
+                    nc.vector.tensor_scalar(inv, var, "add", float(eps), dtype=FP32)
+                    nc.scalar.activation(inv, inv, "sqrt")
+                    nc.scalar.activation(inv, inv, "reciprocal")
+                else:
+                    nc.scalar.activation(inv, var, "rsqrt", bias=float(eps))
+            if stepwise:
+                _bn_stepwise(nc, blk, O, m, inv, view("w", blk) if "w" in ks else None,
+                             view("b", blk) if "b" in ks else None)
+                nc.release_to(mark)
+                continue
             scale = _row_scalar(nc, p)
             if "w" in ks:
                 wt = _load_scalars(nc, view("w", blk), p)
@@ -2750,6 +2807,30 @@ def _batch_norm(x, w, b, rm, rv, training: bool, momentum: float, eps: float, ou
                 nc.release(res)
             nc.release_to(mark)
     return out, save_mean, save_invstd
+
+
+def _bn_stepwise(nc, blk: _Block, O, m: Tile, inv: Tile, wview, bview) -> None:
+    """out = ((x - mean) * invstd) * w + b, each step rounded to fp32 (CPU's strided path; an absent weight
+    is 1 and an absent bias 0, added as CPU adds its zeros: -0.0 becomes +0.0)."""
+    p = blk.p
+    nm = _row_scalar(nc, p)
+    nc.vector.tensor_scalar(nm, m, "multiply", -1.0, dtype=FP32)
+    wt = _load_scalars(nc, wview, p) if wview is not None else None
+    bt = _load_scalars(nc, bview, p) if bview is not None else None
+    for ch, (t,) in blk.each(0):
+        step = nc.sbuf_tile(t.shape, FP32)
+        nc.scalar.activation(step, t, "identity", bias=nm)
+        nc.scalar.activation(step, step, "identity", scale=inv)
+        if wt is not None:
+            nc.scalar.activation(step, step, "identity", scale=wt)
+        res = nc.sbuf_tile(t.shape, O.dtype)
+        if bt is not None:
+            nc.vector.tensor_tensor(res, step, bt, "add", dtype=FP32)
+        else:
+            nc.vector.tensor_scalar(res, step, "add", 0.0, dtype=FP32)
+        blk.store(O, ch, res)
+        nc.release(res)
+        nc.release(step)
 
 
 def _fma_rows(nc, out: Tile, t: Tile, scale: Tile, shift: Tile) -> None:
