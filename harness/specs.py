@@ -370,7 +370,11 @@ def _group_norm(data, dtype):
 
 
 spec("group_norm", "reduction", "F.group_norm({x0}, {groups}, {x1}, {x2})", custom(_group_norm), grad=True,
-     fp64_reference=True, tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON)
+     fp64_reference=True, tolerance=_REDUCE_TOL, ignore_zero_sign=("bfloat16",),
+     tolerance_reason=_REDUCE_REASON + "; bfloat16: with a zero weight every term of CPU's grad_input = c1 * dy + "
+     "c2 * x + c3 is a signed zero, and which sign the bfloat16 kernel ends with follows its association and "
+     "vector/scalar loop order (opsuite case group_norm-bfloat16-signed_zero-sliced-2048: 3 of 24 zeros -0.0 on "
+     "CPU, +0.0 on the device; every nonzero element equal)")
 
 
 def _batch_norm(data, dtype):
