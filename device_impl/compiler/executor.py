@@ -22,8 +22,8 @@ from device_impl.compiler import steps as step_runners
 from device_impl.compiler.program import Program, apply_view
 from device_impl.engine import launch
 from device_impl.engine.dtypes import NUMPY_TO_TORCH
-from device_impl.kernels import spatial
 from device_impl.kernels.common import hbm
+from device_impl.kernels.spatial.tiles import Scratch
 
 
 def torch_dtype(name_or_dtype) -> torch.dtype:
@@ -60,10 +60,10 @@ class Env:
         return self.outputs[index]
 
     @property
-    def scratch(self) -> spatial.Scratch:
+    def scratch(self) -> Scratch:
         """Extra HBM for runners that stage data (padding, layout changes), freed after the launch."""
         if self._scratch is None:
-            self._scratch = spatial.Scratch(self.device)
+            self._scratch = Scratch(self.device)
         return self._scratch
 
     def scratch_array(self, shape, dtype) -> np.ndarray:

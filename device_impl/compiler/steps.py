@@ -5,8 +5,8 @@ and called per execution as ``runner(nc, env)`` inside the program's launch;
 ``env.access(vid)`` gives the HBM view of a value (its buffer seen through
 its layout ops). Runners emit engine instructions only, reusing the eager
 kernels' tile loops where the work is the same: TensorE tiling of products
-(``matmul.matmul_into``), convolution (``spatial.conv_run``), padding
-(``spatial.pad_view``), GpSimd sorts (``indexing.sort_rows``), copies and
+(``matmul.matmul_into``), convolution (``spatial.conv.conv_run``), padding
+(``spatial.tiles.pad_view``), GpSimd sorts (``indexing.sort_rows``), copies and
 fills (``indexing.copy_into`` / ``fill``). Gathers and scatters are in
 ``gather.py``.
 """
@@ -22,8 +22,10 @@ from device_impl.compiler import gather, lowering
 from device_impl.compiler.groups import Access2D
 from device_impl.compiler.program import Program
 from device_impl.engine.dtypes import compute_dtype
-from device_impl.kernels import indexing, matmul, spatial
+from device_impl.kernels import indexing, matmul
 from device_impl.kernels.common import P, flat_tiles
+from device_impl.kernels.spatial.conv import conv_run
+from device_impl.kernels.spatial.tiles import pad_view
 
 I64 = np.dtype(np.int64)
 Runner = Callable[[Any, Any], None]
@@ -255,8 +257,7 @@ def _reduce_window(step: dict, program: Program) -> Runner:
             return
         x = env.access(operand)
         if any(p != [0, 0] for p in padding) or any(b != 1 for b in base_dil):
-            x = spatial.pad_view(nc, env.scratch, x, [p[0] for p in padding], [p[1] for p in padding], init,
-                                 step=base_dil)
+            x = pad_view(nc, env.scratch, x, [p[0] for p in padding], [p[1] for p in padding], init, step=base_dil)
         compute = compute_dtype(out.dtype)
         views = []
         for w in offsets:
@@ -343,9 +344,9 @@ def _convolution(step: dict, program: Program) -> Runner:
         w = env.access(rhs).transpose(kperm)
         if any(reversal):
             w = w[(slice(None), slice(None)) + tuple(slice(None, None, -1) if r else slice(None) for r in reversal)]
-        x = spatial.pad_view(nc, env.scratch, x, [p[0] for p in padding], [p[1] for p in padding], 0, step=lhs_dil)
-        spatial.conv_run(nc, env.scratch, out, x, w, None, nsp, list(strides), [0] * nsp, list(rhs_dil), False,
-                         [0] * nsp, groups)
+        x = pad_view(nc, env.scratch, x, [p[0] for p in padding], [p[1] for p in padding], 0, step=lhs_dil)
+        conv_run(nc, env.scratch, out, x, w, None, nsp, list(strides), [0] * nsp, list(rhs_dil), False, [0] * nsp,
+                 groups)
 
     return run
 

@@ -1,0 +1,275 @@
+"""Convolution backward: convolution_backward, convolution_backward.out, convolution_backward_overrideable.
+
+grad_input is a convolution again (``conv._conv_run``): the transposed convolution of grad_output with the
+weight (output_padding recovers the input size), or a direct one for a transposed forward.
+
+grad_weight (``_conv_weight_grad_core``): ``gw[G, CL, CR, K] = sum_{n, o} left[N, G, CL, o] * right[N, G, CR,
+o*s + k*d]`` on TensorE with the contraction (batch, output position) on partitions: both operands first get
+channel-contiguous rows (``_channels_last``: [128 channels x 128 positions] TensorE transposes), then are
+DMA'd with the positions outermost; (input channel, tap) columns stream along the free axis (<= ``N_MAX``)
+and every position tile accumulates into the same PSUM bank.
+
+grad_bias (``_channel_sum``): channels on partitions, (batch, positions) boxes along the free axis, reduced and
+accumulated in fp32 on VectorE.
+
+Which gradients CPU returns (its oneDNN backward returns grad_weight with grad_bias) and their memory format
+depend on CPU's backend on this host and are asked of the live CPU (``kernels.cpu_host``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from device_impl.dispatch.table import TABLE
+from device_impl.engine import launch
+from device_impl.engine.dtypes import FP32
+from device_impl.kernels import cpu_host
+from device_impl.kernels.common import FLOAT_DTYPES, SCALAR_TYPE_NAMES, check_out, hbm
+from device_impl.kernels.matmul import psum_to_sbuf
+from device_impl.kernels.spatial.conv import _conv_check, _conv_memory_format, _conv_out_shape, _conv_params, _conv_run
+from device_impl.kernels.spatial.tiles import (
+    FREE,
+    N_MAX,
+    P,
+    _Scratch,
+    _box_size,
+    _boxes,
+    _fill,
+    _pad,
+    _split,
+    _to5d,
+    _window,
+)
+
+
+def _channels_last(nc, scratch, v5: np.ndarray) -> np.ndarray:
+    """A channels-last copy of [N, C, D, H, W] (returned as the same logical view), transposed on TensorE
+    in [128 channels x 128 positions] blocks, so later DMAs with positions on partitions read contiguous
+    channel runs instead of one descriptor per element. Returns ``v5`` when it already is, or when its
+    spatial axes do not form one stride."""
+    n_batch, c = v5.shape[:2]
+    if c <= 1 or v5.strides[1] == v5.itemsize or v5.size == 0:
+        return v5
+    planes = v5.view()
+    try:
+        planes.shape = (n_batch, c, -1)
+    except AttributeError:
+        return v5
+    npos = planes.shape[2]
+    buf = scratch.new((n_batch,) + v5.shape[2:] + (c,), v5.dtype)
+    rows = buf.view()
+    rows.shape = (n_batch, npos, c)
+    for n in range(n_batch):
+        for c0 in range(0, c, P):
+            c1 = min(c, c0 + P)
+            for p0 in range(0, npos, N_MAX):
+                p1 = min(npos, p0 + N_MAX)
+                mark = nc.mark()
+                t = nc.sbuf_tile((c1 - c0, p1 - p0), v5.dtype)
+                nc.dma.load(t, planes[n, c0:c1, p0:p1])
+                for q0 in range(p0, p1, P):
+                    q1 = min(p1, q0 + P)
+                    m = nc.mark()
+                    flipped = nc.psum_tile((q1 - q0, c1 - c0), FP32)
+                    nc.tensor.transpose(flipped, t[:, q0 - p0:q1 - p0])
+                    back = nc.sbuf_tile((q1 - q0, c1 - c0), v5.dtype)
+                    psum_to_sbuf(nc, back, flipped)
+                    nc.dma.store(rows[n, q0:q1, c0:c1], back)
+                    nc.release_to(m)
+                nc.release_to(mark)
+    return np.moveaxis(buf, -1, 1)
+
+
+def _conv_weight_grad_core(nc, gw: np.ndarray, left: np.ndarray, right: np.ndarray, stride, dilation) -> None:
+    """gw[G, CL, CR, KD, KH, KW] = sum_{n, o} left[N, G, CL, o] * right[N, G, CR, o*s + k*d].
+
+    The contraction (batch, output position) lies on partitions: both operands are DMA'd with the
+    positions outermost; every position tile accumulates into the same PSUM bank.
+    """
+    groups, cl, cr, kd, kh, kw = gw.shape
+    n_batch = left.shape[0]
+    od, oh, ow = left.shape[3:]
+    if gw.size == 0:
+        return
+    kk = kd * kh * kw
+    sd, sh, sw = stride
+    dd, dh, dw = dilation
+    # column chunks: (cr0, cr1, kd0, kd1) with columns ordered (cr, kd, kh, kw)
+    chunks = []
+    if kk <= N_MAX:
+        per = max(1, N_MAX // kk)
+        for c0 in range(0, cr, per):
+            chunks.append((c0, min(cr, c0 + per), 0, kd))
+    else:
+        if kh * kw > N_MAX:
+            raise NotImplementedError("convolution_backward: kernel planes larger than 512 taps are not supported")
+        per = N_MAX // (kh * kw)
+        for c0 in range(cr):
+            for k0 in range(0, kd, per):
+                chunks.append((c0, c0 + 1, k0, min(kd, k0 + per)))
+    boxes = list(_boxes((n_batch, od, oh, ow), P))
+    cl_tiles = [(a, min(cl, a + P)) for a in range(0, cl, P)]
+    for g in range(groups):
+        for l0, l1 in cl_tiles:
+            for c0, c1, k0, k1 in chunks:
+                mark = nc.mark()
+                inner = (k1 - k0) * kh * kw
+                ncols = (c1 - c0) * inner
+                acc = nc.psum_tile((l1 - l0, ncols), FP32)
+                if not boxes:
+                    zero = nc.sbuf_tile((l1 - l0, ncols), gw.dtype)
+                    nc.vector.memset(zero, 0)
+                    nc.dma.store(gw[g, l0:l1, c0:c1, k0:k1], zero)
+                    nc.release_to(mark)
+                    continue
+                for i, box in enumerate(boxes):
+                    m = nc.mark()
+                    (n0, n1), (d0, d1), (h0, h1), (w0, w1) = box
+                    npos = _box_size(box)
+                    lt = nc.sbuf_tile((npos, l1 - l0), left.dtype)
+                    src = left[n0:n1, g, l0:l1, d0:d1, h0:h1, w0:w1]
+                    nc.dma.load(lt, src.transpose(0, 2, 3, 4, 1))
+                    rt = nc.sbuf_tile((npos, ncols), right.dtype)
+                    for a in range(k0, k1):
+                        for b in range(kh):
+                            for c in range(kw):
+                                col = ((a - k0) * kh + b) * kw + c
+                                dst = rt[:, col:col + (c1 - c0 - 1) * inner + 1:inner]
+                                win = _window(right[n0:n1, g, c0:c1], 2, (a * dd, b * dh, c * dw), (d0, h0, w0),
+                                              (d1 - d0, h1 - h0, w1 - w0), (sd, sh, sw))
+                                nc.dma.load(dst, win.transpose(0, 2, 3, 4, 1))
+                    nc.tensor.matmul(acc, lt, rt, accumulate=i > 0)
+                    nc.release_to(m)
+                result = nc.sbuf_tile((l1 - l0, ncols), gw.dtype)
+                psum_to_sbuf(nc, result, acc)
+                nc.dma.store(gw[g, l0:l1, c0:c1, k0:k1], result)
+                nc.release_to(mark)
+
+
+def _channel_sum(nc, out_v: np.ndarray, g: np.ndarray) -> None:
+    """out_v[C] = sum over (N, spatial) of g[N, C, ...] (fp32 accumulation on VectorE)."""
+    n_batch, c = g.shape[:2]
+    g5 = _to5d(g, g.ndim - 2)
+    spatial = g5.shape[2:]
+    for c0 in range(0, c, P):
+        c1 = min(c, c0 + P)
+        mark = nc.mark()
+        total = nc.sbuf_tile((c1 - c0, 1), FP32)
+        nc.vector.memset(total, 0.0)
+        part = nc.sbuf_tile((c1 - c0, 1), FP32)
+        for n in range(n_batch):
+            for box in _boxes(spatial, FREE):
+                m = nc.mark()
+                (d0, d1), (h0, h1), (w0, w1) = box
+                t = nc.sbuf_tile((c1 - c0, _box_size(box)), g.dtype)
+                nc.dma.load(t, g5[n, c0:c1, d0:d1, h0:h1, w0:w1])
+                nc.vector.tensor_reduce(part, t, "add", dtype=FP32)
+                nc.vector.tensor_tensor(total, total, part, "add", dtype=FP32)
+                nc.release_to(m)
+        result = nc.sbuf_tile((c1 - c0, 1), out_v.dtype)
+        nc.vector.tensor_copy(result, total)
+        nc.dma.store(out_v[c0:c1].reshape(c1 - c0, 1), result)
+        nc.release_to(mark)
+
+
+def _conv_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
+                   groups, output_mask, outs=None):
+    nsp, stride, padding, dilation, output_padding, groups = _conv_params(input, weight, stride, padding, dilation,
+                                                                          transposed, output_padding, groups)
+    _conv_check(input, weight, None, nsp, stride, padding, dilation, transposed, output_padding, groups)
+    if grad_output.dtype != input.dtype:
+        raise RuntimeError(f"expected scalar type {SCALAR_TYPE_NAMES[input.dtype]} but found "
+                           f"{SCALAR_TYPE_NAMES[grad_output.dtype]}")
+    shape = _conv_out_shape(input, weight, nsp, stride, padding, dilation, transposed, output_padding, groups)
+    if tuple(grad_output.shape) != tuple(shape):
+        raise RuntimeError(f"Expected grad_output to have shape {list(shape)}, but got {list(grad_output.shape)}")
+    params = (nsp, stride, padding, dilation, output_padding, groups)
+    fmt, backend = _conv_memory_format(input, weight, None, params, transposed, backward=True,
+                                       bias_sizes=bias_sizes)
+    dev = input.device
+    output_mask = list(output_mask)
+    if output_mask[2] and cpu_host.is_onednn(backend):
+        output_mask[1] = True  # CPU's oneDNN backward returns grad_weight along with grad_bias
+    if outs is None:
+        gi = torch.empty(tuple(input.shape), dtype=input.dtype, device=dev, memory_format=fmt) if output_mask[0] else None
+        gw = torch.empty(tuple(weight.shape), dtype=weight.dtype, device=dev, memory_format=fmt) \
+            if output_mask[1] else None
+        gb = None
+        if output_mask[2]:
+            cout = weight.shape[1] * groups if transposed else weight.shape[0]
+            gb = torch.empty((cout,), dtype=input.dtype, device=dev)
+    else:
+        gi, gw, gb = outs
+        if output_mask[0]:
+            check_out(gi, tuple(input.shape), input.dtype, (grad_output, input, weight))
+        if output_mask[1]:
+            check_out(gw, tuple(weight.shape), weight.dtype, (grad_output, input, weight))
+        if output_mask[2]:
+            cout = weight.shape[1] * groups if transposed else weight.shape[0]
+            check_out(gb, (cout,), input.dtype, (grad_output, input, weight))
+    with launch("convolution_backward", dev.index) as nc:
+        scratch = _Scratch(dev)
+        go_v, x_v, w_v = hbm(grad_output), hbm(input), hbm(weight)
+        if grad_output.numel() == 0:  # an empty output (see _cpu_returns_empty_transposed): zero gradients
+            for g in (gi, gw, gb):
+                if g is not None:
+                    _fill(nc, hbm(g), 0)
+            return gi, gw, gb
+        s3 = [1] * (3 - nsp) + list(stride)
+        p3 = [0] * (3 - nsp) + list(padding)
+        d3 = [1] * (3 - nsp) + list(dilation)
+        if gi is not None and gi.numel():
+            if not transposed:
+                # grad_input = conv_transpose(grad_output, weight); output_padding recovers the input size
+                opad = [input.shape[2 + i] - ((shape[2 + i] - 1) * stride[i] - 2 * padding[i]
+                                             + dilation[i] * (weight.shape[2 + i] - 1) + 1) for i in range(nsp)]
+                _conv_run(nc, scratch, hbm(gi), go_v, w_v, None, nsp, stride, padding, dilation, True, opad, groups)
+            else:
+                # CPU's native transposed backward multiplies grad_output's padded zeros (im2col); oneDNN does not
+                _conv_run(nc, scratch, hbm(gi), go_v, w_v, None, nsp, stride, padding, dilation, False,
+                          [0] * nsp, groups, skip_padding=cpu_host.is_onednn(backend))
+        if gw is not None and gw.numel():
+            gw5 = _to5d(hbm(gw), nsp)
+            if not transposed:
+                xp = _pad(nc, scratch, _to5d(x_v, nsp), p3, p3, 0)
+                left, right = _to5d(go_v, nsp), xp
+                cl, cr = weight.shape[0] // groups, weight.shape[1]
+            else:
+                gop = _pad(nc, scratch, _to5d(go_v, nsp), p3, p3, 0)
+                left, right = _to5d(x_v, nsp), gop
+                cl, cr = weight.shape[0] // groups, weight.shape[1]
+            # positions are the contraction: give both operands channel-contiguous rows first
+            left, right = _channels_last(nc, scratch, left), _channels_last(nc, scratch, right)
+            gwg = _split(gw5, 0, (groups, cl))
+            lg = _split(left, 1, (groups, left.shape[1] // groups))
+            rg = _split(right, 1, (groups, right.shape[1] // groups))
+            if cr and lg.shape[0] * lg.shape[3] * lg.shape[4] * lg.shape[5] == 0:
+                _fill(nc, gw5, 0)
+            else:
+                _conv_weight_grad_core(nc, gwg, lg, rg, s3, d3)
+        if gb is not None and gb.numel():
+            _channel_sum(nc, hbm(gb), go_v)
+    return gi, gw, gb
+
+
+@TABLE.native("aten::convolution_backward", dtypes=FLOAT_DTYPES)
+def convolution_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                         output_padding, groups, output_mask):
+    return _conv_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                          output_padding, groups, output_mask)
+
+
+@TABLE.native("aten::convolution_backward.out", dtypes=FLOAT_DTYPES)
+def convolution_backward_out(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed,
+                             output_padding, groups, output_mask, *, out0, out1, out2):
+    _conv_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
+                   groups, output_mask, outs=(out0, out1, out2))
+    return out0, out1, out2
+
+
+@TABLE.native("aten::convolution_backward_overrideable", dtypes=FLOAT_DTYPES)
+def convolution_backward_overrideable(grad_output, input, weight, stride, padding, dilation, transposed,
+                                      output_padding, groups, output_mask):
+    return _conv_backward(grad_output, input, weight, None, stride, padding, dilation, transposed, output_padding,
+                          groups, output_mask)

@@ -1,0 +1,372 @@
+"""Upsampling: upsample_nearest{1,2,3}d, _upsample_nearest_exact{1,2,3}d, upsample_linear1d,
+upsample_bilinear2d, upsample_bicubic2d, upsample_trilinear3d (+ backward).
+
+Separable per-axis stages with indirect-DMA row gathers. A stage resamples one spatial axis a of a
+[N, C, D, H, W] buffer viewed as a row table [(dims up to a), (dims after a)]: output rows on partitions (128
+per tile), columns along the free axis (``FREE`` per tile). Output row r = (outer, o) reads the input rows
+(outer, i_j(o)) of its taps (1 nearest, 2 linear, 4 cubic) by indirect DMA (row numbers computed on VectorE
+from a GpSimd iota, with CPU's float32 source-index formulas) and blends them with per-partition weights on
+VectorE in CPU's order (t0*w0 + t1*w1 + ...); intermediates of blending stages stay in fp32. The backward
+stage is the adjoint: weighted rows are scattered with DMA accumulate into an fp32 table. Whether CPU takes
+its vectorized or its generic kernel (``_vectorized_cond``) decides the weights' rounding and nearest's
+index special cases.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from device_impl.dispatch.table import TABLE
+from device_impl.engine import launch
+from device_impl.engine.dtypes import FP32
+from device_impl.kernels.common import FLOAT_DTYPES, check_out, hbm
+from device_impl.kernels.spatial.tiles import FREE, I64, P, _Scratch, _copy_cast, _fill, _meta, _to5d
+
+
+class _Axis:
+    """How CPU maps output index o to input taps along one axis (kind: nearest, nearest_exact, linear, cubic)."""
+
+    def __init__(self, isize, osize, kind, scale=None, align_corners=False, round_to=None, special=False):
+        self.I, self.O, self.kind = int(isize), int(osize), kind
+        self.align = bool(align_corners)
+        self.round_to = round_to  # numpy dtype the weights are stored in on CPU's generic path
+        self.special = special  # nearest: CPU's nearest_idx special cases (O == I, O == 2I)
+        f32 = np.float32
+        if kind in ("linear", "cubic") and self.align:
+            self.scale = f32(self.I - 1) / f32(self.O - 1) if self.O > 1 else f32(0)
+        else:
+            self.scale = f32(1.0 / scale) if scale is not None and scale > 0 else f32(self.I) / f32(self.O)
+
+
+def _rows2d(view: np.ndarray, axis: int):
+    """[N, C, D, H, W] -> [(dims <= axis), (dims > axis)] as a view, or None when strides do not allow it."""
+    rows = 1
+    for s in view.shape[:axis + 1]:
+        rows *= s
+    cols = view.size // rows if rows else 0
+    v = view.view()
+    try:
+        v.shape = (rows, cols)
+    except AttributeError:
+        return None
+    return v
+
+
+def _round_weight(nc, t, dtype):
+    """Round a weight tile through ``dtype`` (CPU stores weights in the input dtype on its generic path)."""
+    if dtype is None:
+        return
+    r = nc.sbuf_tile(t.shape, dtype)
+    nc.vector.tensor_copy(r, t)
+    nc.vector.tensor_copy(t, r)
+
+
+def _cubic_weights(nc, t, p):
+    """CPU's get_cubic_upsample_coefficients(A = -0.75) for lambda tile t: four [p, 1] fp32 tiles."""
+    a = -0.75
+
+    def conv1(x):  # ((A + 2) * x - (A + 3)) * x * x + 1
+        r = nc.sbuf_tile((p, 1), FP32)
+        nc.vector.tensor_scalar(r, x, "multiply", a + 2, dtype=FP32)
+        nc.vector.tensor_scalar(r, r, "subtract", a + 3, dtype=FP32)
+        nc.vector.tensor_tensor(r, r, x, "multiply", dtype=FP32)
+        nc.vector.tensor_tensor(r, r, x, "multiply", dtype=FP32)
+        nc.vector.tensor_scalar(r, r, "add", 1.0, dtype=FP32)
+        return r
+
+    def conv2(x):  # ((A * x - 5A) * x + 8A) * x - 4A
+        r = nc.sbuf_tile((p, 1), FP32)
+        nc.vector.tensor_scalar(r, x, "multiply", a, dtype=FP32)
+        nc.vector.tensor_scalar(r, r, "subtract", 5 * a, dtype=FP32)
+        nc.vector.tensor_tensor(r, r, x, "multiply", dtype=FP32)
+        nc.vector.tensor_scalar(r, r, "add", 8 * a, dtype=FP32)
+        nc.vector.tensor_tensor(r, r, x, "multiply", dtype=FP32)
+        nc.vector.tensor_scalar(r, r, "subtract", 4 * a, dtype=FP32)
+        return r
+
+    x1p = nc.sbuf_tile((p, 1), FP32)
+    nc.vector.tensor_scalar(x1p, t, "add", 1.0, dtype=FP32)
+    x2 = nc.sbuf_tile((p, 1), FP32)
+    nc.vector.tensor_scalar(x2, t, "subtract", 1.0, reverse=True, dtype=FP32)
+    x2p = nc.sbuf_tile((p, 1), FP32)
+    nc.vector.tensor_scalar(x2p, x2, "add", 1.0, dtype=FP32)
+    return [conv2(x1p), conv1(t), conv1(x2), conv2(x2p)]
+
+
+def _source_taps(nc, o_tile, ax: _Axis, p):
+    """[(index [p, 1] int64, weight [p, 1] fp32 or None)] for output indices ``o_tile`` along ``ax``."""
+    I, O = ax.I, ax.O
+    if ax.kind in ("nearest", "nearest_exact"):
+        i0 = nc.sbuf_tile((p, 1), I64)
+        if ax.special and ax.kind == "nearest" and O == I:
+            nc.vector.tensor_copy(i0, o_tile)
+            return [(i0, None)]
+        if ax.special and ax.kind == "nearest" and O == 2 * I:
+            nc.vector.tensor_scalar(i0, o_tile, "right_shift", 1)
+            return [(i0, None)]
+        of = nc.sbuf_tile((p, 1), FP32)
+        nc.vector.tensor_copy(of, o_tile)
+        if ax.kind == "nearest":  # floorf(o * scale)
+            nc.vector.tensor_scalar(of, of, "multiply", ax.scale, dtype=FP32)
+        elif ax.special:  # nearest_exact_idx: floorf((o + 0.5) * scale)
+            nc.vector.tensor_scalar(of, of, "add", 0.5, dtype=FP32)
+            nc.vector.tensor_scalar(of, of, "multiply", ax.scale, dtype=FP32)
+        else:  # generic exact: floorf(max(scale * (o + 0.5) - 0.5, 0) + 0.5)
+            nc.vector.tensor_scalar(of, of, "add", 0.5, dtype=FP32)
+            nc.vector.tensor_scalar(of, of, "multiply", ax.scale, dtype=FP32)
+            nc.vector.tensor_scalar(of, of, "subtract", 0.5, dtype=FP32)
+            nc.vector.tensor_scalar(of, of, "maximum", 0.0, dtype=FP32)
+            nc.vector.tensor_scalar(of, of, "add", 0.5, dtype=FP32)
+        nc.vector.tensor_unary(of, of, "floor", dtype=FP32)
+        nc.vector.tensor_copy(i0, of)
+        nc.vector.tensor_scalar(i0, i0, "minimum", I - 1)
+        return [(i0, None)]
+    if ax.kind == "linear" and O == I:  # CPU: weights (1, 0) on the same element (inf * 0 gives NaN, as on CPU)
+        i0 = nc.sbuf_tile((p, 1), I64)
+        nc.vector.tensor_copy(i0, o_tile)
+        l0 = nc.sbuf_tile((p, 1), FP32)
+        nc.vector.memset(l0, 1.0)
+        l1 = nc.sbuf_tile((p, 1), FP32)
+        nc.vector.memset(l1, 0.0)
+        return [(i0, l0), (i0, l1)]
+    real = nc.sbuf_tile((p, 1), FP32)
+    nc.vector.tensor_copy(real, o_tile)
+    if ax.align:
+        nc.vector.tensor_scalar(real, real, "multiply", ax.scale, dtype=FP32)
+    else:
+        nc.vector.tensor_scalar(real, real, "add", 0.5, dtype=FP32)
+        nc.vector.tensor_scalar(real, real, "multiply", ax.scale, dtype=FP32)
+        nc.vector.tensor_scalar(real, real, "subtract", 0.5, dtype=FP32)
+        if ax.kind == "linear":  # cubic keeps negative source positions
+            nc.vector.tensor_scalar(real, real, "maximum", 0.0, dtype=FP32)
+    fl = nc.sbuf_tile((p, 1), FP32)
+    nc.vector.tensor_unary(fl, real, "floor", dtype=FP32)
+    nc.vector.tensor_scalar(fl, fl, "minimum", float(I - 1), dtype=FP32)
+    i0 = nc.sbuf_tile((p, 1), I64)
+    nc.vector.tensor_copy(i0, fl)
+    lam = nc.sbuf_tile((p, 1), FP32)
+    nc.vector.tensor_tensor(lam, real, fl, "subtract", dtype=FP32)
+    nc.vector.tensor_scalar(lam, lam, "maximum", 0.0, dtype=FP32)
+    nc.vector.tensor_scalar(lam, lam, "minimum", 1.0, dtype=FP32)
+    if ax.kind == "linear":
+        i1 = nc.sbuf_tile((p, 1), I64)
+        off = nc.sbuf_tile((p, 1), I64)
+        nc.vector.tensor_scalar(off, i0, "less", I - 1)
+        nc.vector.tensor_tensor(i1, i0, off, "add")
+        _round_weight(nc, lam, ax.round_to)  # l1 = rnd(l1); l0 = rnd(1 - l1)
+        l0 = nc.sbuf_tile((p, 1), FP32)
+        nc.vector.tensor_scalar(l0, lam, "subtract", 1.0, reverse=True, dtype=FP32)
+        _round_weight(nc, l0, ax.round_to)
+        return [(i0, l0), (i1, lam)]
+    weights = _cubic_weights(nc, lam, p)
+    taps = []
+    for j, wt in enumerate(weights):  # index max(min(i0 + j - 1, I - 1), 0)
+        ij = nc.sbuf_tile((p, 1), I64)
+        nc.vector.tensor_scalar(ij, i0, "add", j - 1)
+        nc.vector.tensor_scalar(ij, ij, "minimum", I - 1)
+        nc.vector.tensor_scalar(ij, ij, "maximum", 0)
+        _round_weight(nc, wt, ax.round_to)
+        taps.append((ij, wt))
+    return taps
+
+
+def _row_plan(nc, r0, p, ax: _Axis):
+    """Taps with source row numbers (outer * I + i) for output rows [r0, r0 + p)."""
+    r = nc.sbuf_tile((p, 1), I64)
+    nc.gpsimd.iota(r, base=r0, partition_step=1, free_step=0)
+    outer = nc.sbuf_tile((p, 1), I64)
+    nc.vector.tensor_scalar(outer, r, "floor_divide", ax.O)
+    o = nc.sbuf_tile((p, 1), I64)
+    nc.vector.tensor_scalar(o, r, "remainder", ax.O)
+    taps = _source_taps(nc, o, ax, p)
+    nc.vector.tensor_scalar(outer, outer, "multiply", ax.I)
+    rows = []
+    for idx, wt in taps:
+        row = nc.sbuf_tile((p, 1), I64)
+        nc.vector.tensor_tensor(row, idx, outer, "add")
+        rows.append((row, wt))
+    return rows
+
+
+def _resample_stage(nc, dst2d, src2d, ax: _Axis) -> None:
+    rows, cols = dst2d.shape
+    for r0 in range(0, rows, P):
+        p = min(P, rows - r0)
+        mark = nc.mark()
+        taps = _row_plan(nc, r0, p, ax)
+        for c0 in range(0, cols, FREE):
+            c1 = min(cols, c0 + FREE)
+            m = nc.mark()
+            acc = None
+            for row, wt in taps:
+                a = nc.sbuf_tile((p, c1 - c0), src2d.dtype)
+                nc.dma.load_rows(a, src2d[:, c0:c1], row)
+                if wt is None:
+                    acc = a
+                    break
+                t = nc.sbuf_tile((p, c1 - c0), FP32)
+                nc.vector.tensor_tensor(t, a, wt, "multiply", dtype=FP32)
+                if acc is None:
+                    acc = t
+                else:
+                    nc.vector.tensor_tensor(acc, acc, t, "add", dtype=FP32)
+            res = acc
+            if acc.dtype != dst2d.dtype:
+                res = nc.sbuf_tile((p, c1 - c0), dst2d.dtype)
+                nc.vector.tensor_copy(res, acc)
+            nc.dma.store(dst2d[r0:r0 + p, c0:c1], res)
+            nc.release_to(m)
+        nc.release_to(mark)
+
+
+def _resample_stage_backward(nc, acc2d, g2d, ax: _Axis) -> None:
+    """acc2d[(outer, i)] += sum over taps (o -> i) of weight * g2d[(outer, o)] (DMA accumulate)."""
+    rows, cols = g2d.shape
+    for r0 in range(0, rows, P):
+        p = min(P, rows - r0)
+        mark = nc.mark()
+        taps = _row_plan(nc, r0, p, ax)
+        for c0 in range(0, cols, FREE):
+            c1 = min(cols, c0 + FREE)
+            m = nc.mark()
+            g = nc.sbuf_tile((p, c1 - c0), g2d.dtype)
+            nc.dma.load(g, g2d[r0:r0 + p, c0:c1])
+            for row, wt in taps:
+                t = nc.sbuf_tile((p, c1 - c0), FP32)
+                if wt is None:
+                    nc.vector.tensor_copy(t, g)
+                else:
+                    nc.vector.tensor_tensor(t, g, wt, "multiply", dtype=FP32)
+                nc.dma.store_rows(acc2d[:, c0:c1], row, t, accumulate=True)
+            nc.release_to(m)
+        nc.release_to(mark)
+
+
+def _resample(nc, scratch, out5, x5, axes: dict) -> None:
+    """out5 = separable resampling of x5 along the spatial axes in ``axes`` ({axis: _Axis}), innermost first."""
+    order = sorted(axes, reverse=True)
+    cur = x5
+    if order and _rows2d(cur, order[0]) is None:
+        tmp = scratch.new(x5.shape, x5.dtype)
+        _copy_cast(nc, tmp, x5)
+        cur = tmp
+    blends = any(a.kind in ("linear", "cubic") for a in axes.values())
+    for k, axis in enumerate(order):
+        last = k == len(order) - 1
+        shape = list(cur.shape)
+        shape[axis] = axes[axis].O
+        if last and _rows2d(out5, axis) is not None:
+            dst = out5
+        else:  # intermediates of blending stages stay in fp32 (CPU's opmath)
+            dst = scratch.new(shape, FP32 if blends else out5.dtype)
+        _resample_stage(nc, _rows2d(dst, axis), _rows2d(cur, axis), axes[axis])
+        cur = dst
+    if cur is not out5:
+        _copy_cast(nc, out5, cur)
+
+
+def _resample_backward(nc, scratch, gi5, go5, axes: dict) -> None:
+    """Adjoint of _resample: stages in reverse order, each scattering into a zeroed fp32 table."""
+    order = sorted(axes)  # outermost first (reverse of the forward)
+    cur = go5
+    if order and _rows2d(cur, order[0]) is None:
+        tmp = scratch.new(go5.shape, go5.dtype)
+        _copy_cast(nc, tmp, go5)
+        cur = tmp
+    for axis in order:
+        shape = list(cur.shape)
+        shape[axis] = axes[axis].I
+        acc = scratch.new(shape, FP32)
+        _fill(nc, acc, 0.0)
+        _resample_stage_backward(nc, _rows2d(acc, axis), _rows2d(cur, axis), axes[axis])
+        cur = acc
+    _copy_cast(nc, gi5, cur)
+
+
+def _vectorized_cond(x: torch.Tensor, out_spatial, nsp: int) -> bool:
+    """CPU's _use_vectorized_kernel_cond_{2d,3d}: the channels-last kernel (float weights, nearest_idx)."""
+    if nsp == 2:
+        return (x.is_contiguous(memory_format=torch.channels_last) and x.shape[1] > 3) or \
+            sum(out_spatial) <= 128
+    if nsp == 3:
+        return (x.is_contiguous(memory_format=torch.channels_last_3d) and x.shape[1] > 3) or \
+            sum(out_spatial) <= 48
+    return False
+
+
+_UPSAMPLE_NAMES = {
+    "linear": {1: "upsample_linear1d", 2: "upsample_bilinear2d", 3: "upsample_trilinear3d"},
+    "nearest": {1: "upsample_nearest1d", 2: "upsample_nearest2d", 3: "upsample_nearest3d"},
+    "nearest_exact": {1: "_upsample_nearest_exact1d", 2: "_upsample_nearest_exact2d", 3: "_upsample_nearest_exact3d"},
+    "cubic": {2: "upsample_bicubic2d"},
+}
+
+
+def _axes_for(kind, nsp, in_spatial, out_spatial, scales, align_corners, x, backward):
+    """{axis (2..4 of the 5-d view): _Axis} for an nsp-d upsample."""
+    np_dtype = hbm(x).dtype
+    if kind == "cubic":  # always CPU's generic kernel
+        vec = False
+    else:
+        vec = _vectorized_cond(x, out_spatial, nsp) or (nsp == 2 and torch.get_num_threads() == 1 and
+                                                       x.shape[1] == 3)
+    axes = {}
+    for i in range(nsp):
+        axis = 5 - nsp + i
+        scale = scales[i] if scales is not None and i < len(scales) else None
+        if kind in ("linear", "cubic"):
+            round_to = None
+            if not backward and np_dtype != FP32 and not vec:
+                round_to = np_dtype
+            axes[axis] = _Axis(in_spatial[i], out_spatial[i], kind, scale, align_corners, round_to)
+        else:
+            axes[axis] = _Axis(in_spatial[i], out_spatial[i], kind, scale, special=backward or vec)
+    return axes
+
+
+def _register_upsample(kind: str, nsp: int) -> None:
+    name = _UPSAMPLE_NAMES[kind][nsp]
+    functional = getattr(torch.ops.aten, name).default
+    backward_functional = getattr(torch.ops.aten, f"{name}_backward").default
+    aligned = kind in ("linear", "cubic")
+    dtypes = FLOAT_DTYPES if aligned else FLOAT_DTYPES | {torch.uint8}
+
+    def run_out(x, *args, out):
+        m = functional(_meta(x), *args)
+        check_out(out, tuple(m.shape), x.dtype, (x,))
+        if aligned:
+            output_size, align_corners, *scales = args
+        else:
+            (output_size, *scales), align_corners = args, False
+        if out.numel():
+            axes = _axes_for(kind, nsp, x.shape[2:], list(output_size), scales, align_corners, x, False)
+            with launch(name, x.device.index) as nc:
+                _resample(nc, _Scratch(x.device), _to5d(hbm(out), nsp), _to5d(hbm(x), nsp), axes)
+        return out
+
+    TABLE.native(f"aten::{name}.out", dtypes=dtypes)(run_out)
+    TABLE.serves(f"aten::{name}", f"aten::{name}.out")
+
+    def run_backward(grad_output, output_size, input_size, *args, grad_input):
+        m = backward_functional(_meta(grad_output), output_size, input_size, *args)
+        check_out(grad_input, tuple(m.shape), grad_output.dtype, (grad_output,))
+        if aligned:
+            align_corners, *scales = args
+        else:
+            align_corners, scales = False, list(args)
+        if grad_input.numel():
+            like = torch.empty_strided(tuple(input_size), m.stride(), dtype=grad_output.dtype, device="meta")
+            axes = _axes_for(kind, nsp, list(input_size)[2:], list(output_size), scales, align_corners, like, True)
+            with launch(f"{name}_backward", grad_output.device.index) as nc:
+                _resample_backward(nc, _Scratch(grad_output.device), _to5d(hbm(grad_input), nsp),
+                                   _to5d(hbm(grad_output), nsp), axes)
+        return grad_input
+
+    TABLE.native(f"aten::{name}_backward.grad_input", dtypes=FLOAT_DTYPES)(run_backward)
+    TABLE.serves(f"aten::{name}_backward", f"aten::{name}_backward.grad_input")
+
+
+for _kind, _dims in _UPSAMPLE_NAMES.items():
+    for _nsp in _dims:
+        _register_upsample(_kind, _nsp)
