@@ -1,0 +1,394 @@
+"""Batch norm: native_batch_norm, _native_batch_norm_legit (all overloads),
+_native_batch_norm_legit_no_training, native_batch_norm_backward.
+
+Tiling: channels on partitions (``_channels_first``: the input viewed as (C, N, *spatial)), a
+channel's N * spatial elements along the free axis. Training statistics follow CPU's path for
+the input's layout (``_bn_layout``, ``_bn_stats``): float32 sums in double on GpSimd where CPU
+accumulates in double, fp32 sums on VectorE / ScalarE otherwise (``moments._moments``); running
+statistics update on VectorE. The output is one ScalarE activation per tile (x * scale + shift),
+or GpSimd's fma rounded once where CPU's contiguous / channels-last float32 kernels fuse it
+(``_fma_rows``). Backward: one pass for sum(dy) and sum((x - mean) * dy) per channel, one for dx.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from device_impl.dispatch.table import TABLE
+from device_impl.engine import Tile, launch
+from device_impl.engine.dtypes import FP32
+from device_impl.kernels import cpu_host
+from device_impl.kernels.common import check_out, fma32, hbm, new_output
+from device_impl.kernels.reduction.tiles import (
+    _Block, _FLOATS, _FMA_STEPS, _Grid, _at, _blocks, _check_mixed, _combine, _kernel, _load_scalars, _refuse,
+    _row_reduce, _row_scalar, _row_sum64, _stats_dtype, _store_scalars, _wrap,
+)
+from device_impl.kernels.reduction.moments import _moments, _rstd
+
+
+def _channels_first(t: torch.Tensor) -> np.ndarray:
+    """(N, C, *spatial) -> HBM view (C, N, *spatial)."""
+    return hbm(t).transpose([1, 0] + list(range(2, t.dim())))
+
+
+def _bn_check(x: torch.Tensor, params: Sequence[torch.Tensor | None]) -> int:
+    if x.numel() == 0:
+        raise RuntimeError(f"input tensor must have at least one element, but got input_sizes = {list(x.shape)}")
+    c = x.shape[_wrap(1, x.dim())] if x.dim() >= 2 else x.size(1)
+    if x.dtype not in _FLOATS:
+        raise _refuse("batch_norm", x.dtype)
+    for p in params:
+        if p is not None and p.numel() != c:
+            raise RuntimeError(f"running_mean should contain {c} elements not {p.numel()}")
+    return c
+
+
+
+
+def _bn_layout(x: torch.Tensor) -> str:
+    """Which of CPU's batch-norm statistics paths ``x`` takes (batch_norm_cpu_update_stats_template)."""
+    if x.is_contiguous():  # an image size of 1 (N, C) is "also channels last" to CPU's collect_stats
+        return "contiguous" if x.numel() // max(x.shape[0] * x.shape[1], 1) != 1 else "channels_last"
+    if (x.dim() == 4 and x.is_contiguous(memory_format=torch.channels_last)) or (
+            x.dim() == 5 and x.is_contiguous(memory_format=torch.channels_last_3d)):
+        return "channels_last"
+    return "strided"
+
+
+def _bn_stats(nc, blk: _Block, n: int, eps: float, layout: str) -> tuple[Tile, Tile, Tile]:
+    """Training statistics of a block of channels as CPU computes them for float32 (acc_type double):
+    (mean, sum of squared deviations, invstd), [p, 1] fp32 each.
+
+    CPU's contiguous path (batch_norm_cpu_collect_stats_contiguous_impl) sums x in double, rounds the mean
+    to float, adds (x - mean)^2 computed in float into a double and stores that sum as float (so a squared
+    deviation above ~1.8e19 makes it inf and invstd 0); its strided path takes at::mean (a float sum) and
+    adds (x - mean)^2 in double, keeping var_sum / n in double for invstd (so |x| near 1e30 still gives a
+    finite invstd). No fixed-function engine computes in double; the simulator runs these sums as GpSimd
+    programs in double (a real kernel would carry compensated fp32 pairs there) to match CPU's acc_type.
+    The channels-last path, and bfloat16/float16 inputs (acc_type float), accumulate in float as the
+    engines do (_moments)."""
+    p = blk.p
+    if layout == "channels_last" or blk.arrays[0].dtype != FP32:
+        mean, m2 = _moments(nc, blk, n)
+        return mean, m2, _rstd(nc, m2, n, eps)
+    mean, m2, inv = _row_scalar(nc, p), _row_scalar(nc, p), _row_scalar(nc, p)
+    if layout == "contiguous":
+        total = _row_sum64(nc, blk, lambda x: x.astype(np.float64), "bn_sum64")
+
+        def to_mean(o, t):
+            o[...] = t / max(n, 1)
+
+        nc.gpsimd.run("bn_mean", to_mean, (mean,), (total,), elements=p)
+        nc.release(total)
+
+        def squares(x, mf):  # (x - mean) * (x - mean) in float, as CPU's scalar_t arithmetic
+            d = x.astype(FP32) - mf
+            return (d * d).astype(np.float64)
+
+        vsum = _row_sum64(nc, blk, squares, "bn_var64", about=mean)
+
+        def finish(o_m2, o_inv, v):
+            v32 = v.astype(FP32)  # CPU stores the double sum in a float tensor
+            o_m2[...] = v32
+            o_inv[...] = 1.0 / np.sqrt(v32.astype(np.float64) / max(n, 1) + eps)
+    else:
+        total = _row_reduce(nc, blk, 0, "add")
+        nc.vector.tensor_scalar(mean, total, "divide", float(max(n, 1)), dtype=FP32)
+        nc.release(total)
+
+        def squares(x, mf):  # in double: CPU's accscalar_t mean
+            d = x.astype(np.float64) - mf.astype(np.float64)
+            return d * d
+
+        vsum = _row_sum64(nc, blk, squares, "bn_var64", about=mean)
+
+        def finish(o_m2, o_inv, v):
+            o_m2[...] = v
+            o_inv[...] = 1.0 / np.sqrt(v / max(n, 1) + eps)
+
+    with np.errstate(all="ignore"):
+        nc.gpsimd.run("bn_invstd", finish, (m2, inv), (vsum,), elements=p, factor=4.0)
+    nc.release(vsum)
+    return mean, m2, inv
+
+
+def _batch_norm(x, w, b, rm, rv, training: bool, momentum: float, eps: float, outs=None):
+    c = _bn_check(x, (w, b, rm, rv))
+    _check_mixed(x, w, b, rm, rv)
+    if not training and (rm is None or rv is None):
+        raise RuntimeError("running_mean and running_var must be defined in evaluation mode")
+    sdtype = _stats_dtype(x, w, b, rm, rv)
+    stat_shape = (c,) if training else (0,)
+    if outs is None:
+        out = new_output(tuple(x.shape), x.dtype, x)
+        save_mean, save_invstd = new_output(stat_shape, sdtype, x), new_output(stat_shape, sdtype, x)
+    else:
+        out, save_mean, save_invstd = outs
+        check_out(out, tuple(x.shape), x.dtype, [x])
+        check_out(save_mean, stat_shape, sdtype, [x])
+        check_out(save_invstd, stat_shape, sdtype, [x])
+    count = x.numel() // c
+    spatial = list(x.shape[2:])
+    ks = {}
+    for name, t in (("mean", save_mean if training else None), ("invstd", save_invstd if training else None),
+                    ("rm", rm), ("rv", rv), ("w", w), ("b", b)):
+        if t is not None:
+            ks[name] = len(ks), hbm(t)
+    g = _Grid([c], [x.shape[0]] + spatial, kr=[_channels_first(x), _channels_first(out)], k=[v for _, v in ks.values()])
+    X, O = g.kr
+
+    def view(name, blk):
+        return _at(g.k[ks[name][0]], blk.rsl)
+
+    layout = _bn_layout(x)
+    # CPU's contiguous and channels-last float32 kernels apply out = x * alpha + beta with vec::fmadd, one
+    # rounding where this process's ATen kernels fuse (so x * alpha beyond float's range still gives beta's
+    # infinity, not inf - inf = NaN); ScalarE rounds the product first, so those layouts take GpSimd's fma.
+    fused = x.dtype == torch.float32 and layout != "strided" and cpu_host.fused_multiply_add()
+    # CPU's strided path (batch_norm_cpu_transform_input_template) applies ((x - mean) * invstd) * w + b
+    # elementwise in float, each step rounded (so x * invstd * w beyond float's range where (x - mean) * invstd
+    # is not keeps CPU's finite value, and no alpha/beta fold makes an inf - inf NaN)
+    stepwise = x.dtype == torch.float32 and layout == "strided"
+    with launch("batch_norm", x.device.index) as nc:
+        for blk in _blocks(nc, g, [X]):
+            p = blk.p
+            mark = nc.mark()
+            if training:
+                m, m2, inv = _bn_stats(nc, blk, count, eps, layout)
+                _store_scalars(nc, view("mean", blk), m)
+                _store_scalars(nc, view("invstd", blk), inv)
+                if rm is not None:  # running = momentum * batch + (1 - momentum) * running (unbiased var)
+                    for name, batch in (("rm", m), ("rv", m2)):
+                        if name not in ks:
+                            continue
+                        stat = batch
+                        if name == "rv":
+                            stat = _row_scalar(nc, p)
+                            nc.vector.tensor_scalar(stat, m2, "divide", float(count - 1), dtype=FP32)
+                        old = _load_scalars(nc, view(name, blk), p)
+                        new = _row_scalar(nc, p)
+                        nc.vector.tensor_scalar(new, stat, "multiply", float(momentum), dtype=FP32)
+                        nc.vector.tensor_scalar(old, old, "multiply", 1.0 - float(momentum), dtype=FP32)
+                        nc.vector.tensor_tensor(new, new, old, "add", dtype=FP32)
+                        _store_scalars(nc, view(name, blk), new)
+            else:
+                m = _load_scalars(nc, view("rm", blk), p)
+                var = _load_scalars(nc, view("rv", blk), p)
+                inv = _row_scalar(nc, p)
+                if stepwise:  # tensor ops in float: 1 / sqrt(running_var + eps), each step rounded
+                    nc.vector.tensor_scalar(inv, var, "add", float(eps), dtype=FP32)
+                    nc.scalar.activation(inv, inv, "sqrt")
+                    nc.scalar.activation(inv, inv, "reciprocal")
+                else:
+                    nc.scalar.activation(inv, var, "rsqrt", bias=float(eps))
+            if stepwise:
+                _bn_stepwise(nc, blk, O, m, inv, view("w", blk) if "w" in ks else None,
+                             view("b", blk) if "b" in ks else None)
+                nc.release_to(mark)
+                continue
+            scale = _row_scalar(nc, p)
+            if "w" in ks:
+                wt = _load_scalars(nc, view("w", blk), p)
+                nc.vector.tensor_tensor(scale, inv, wt, "multiply", dtype=FP32)
+            else:
+                nc.vector.tensor_copy(scale, inv)
+            shift = _row_scalar(nc, p)  # b - mean * scale
+            nc.vector.tensor_tensor(shift, m, scale, "multiply", dtype=FP32)
+            nc.vector.tensor_scalar(shift, shift, "multiply", -1.0, dtype=FP32)
+            if "b" in ks:
+                bt = _load_scalars(nc, view("b", blk), p)
+                nc.vector.tensor_tensor(shift, shift, bt, "add", dtype=FP32)
+            for ch, (t,) in blk.each(0):
+                res = nc.sbuf_tile(t.shape, O.dtype)
+                if fused:
+                    _fma_rows(nc, res, t, scale, shift)
+                else:
+                    nc.scalar.activation(res, t, "identity", scale=scale, bias=shift)
+                blk.store(O, ch, res)
+                nc.release(res)
+            nc.release_to(mark)
+    return out, save_mean, save_invstd
+
+
+def _bn_stepwise(nc, blk: _Block, O, m: Tile, inv: Tile, wview, bview) -> None:
+    """out = ((x - mean) * invstd) * w + b, each step rounded to fp32 (CPU's strided path; an absent weight
+    is 1 and an absent bias 0, added as CPU adds its zeros: -0.0 becomes +0.0)."""
+    p = blk.p
+    nm = _row_scalar(nc, p)
+    nc.vector.tensor_scalar(nm, m, "multiply", -1.0, dtype=FP32)
+    wt = _load_scalars(nc, wview, p) if wview is not None else None
+    bt = _load_scalars(nc, bview, p) if bview is not None else None
+    for ch, (t,) in blk.each(0):
+        step = nc.sbuf_tile(t.shape, FP32)
+        nc.scalar.activation(step, t, "identity", bias=nm)
+        nc.scalar.activation(step, step, "identity", scale=inv)
+        if wt is not None:
+            nc.scalar.activation(step, step, "identity", scale=wt)
+        res = nc.sbuf_tile(t.shape, O.dtype)
+        if bt is not None:
+            nc.vector.tensor_tensor(res, step, bt, "add", dtype=FP32)
+        else:
+            nc.vector.tensor_scalar(res, step, "add", 0.0, dtype=FP32)
+        blk.store(O, ch, res)
+        nc.release(res)
+        nc.release(step)
+
+
+def _fma_rows(nc, out: Tile, t: Tile, scale: Tile, shift: Tile) -> None:
+    """out = t * scale + shift ([p, 1] per-row scale and shift) rounded once, on GpSimd (see _batch_norm)."""
+
+    def program(o, x, a, c):
+        o[...] = fma32(x, np.broadcast_to(a, x.shape), np.broadcast_to(c, x.shape))
+
+    nc.gpsimd.run("bn_fma", program, (out,), (t, scale, shift), elements=t.data.size, factor=_FMA_STEPS)
+
+
+def _bn_args(a: dict, with_stats: bool = True):
+    return (a["input"], a.get("weight"), a.get("bias"), a.get("running_mean") if with_stats else None,
+            a.get("running_var") if with_stats else None)
+
+
+@_kernel("aten::native_batch_norm")
+def _native_batch_norm(a: dict):
+    return _batch_norm(*_bn_args(a), bool(a["training"]), float(a["momentum"]), float(a["eps"]))
+
+
+@_kernel("aten::native_batch_norm.out")
+def _native_batch_norm_out(a: dict):
+    return _batch_norm(*_bn_args(a), bool(a["training"]), float(a["momentum"]), float(a["eps"]),
+                       outs=(a["out"], a["save_mean"], a["save_invstd"]))
+
+
+@_kernel("aten::_native_batch_norm_legit", serves=("aten::_native_batch_norm_legit_no_training",))
+def _batch_norm_legit(a: dict):
+    return _batch_norm(*_bn_args(a), bool(a["training"]), float(a["momentum"]), float(a["eps"]))
+
+
+@_kernel("aten::_native_batch_norm_legit.out")
+def _batch_norm_legit_out(a: dict):
+    return _batch_norm(*_bn_args(a), bool(a["training"]), float(a["momentum"]), float(a["eps"]),
+                       outs=(a["out"], a["save_mean"], a["save_invstd"]))
+
+
+@_kernel("aten::_native_batch_norm_legit.no_stats")
+def _batch_norm_legit_no_stats(a: dict):
+    return _batch_norm(*_bn_args(a, False), bool(a["training"]), float(a["momentum"]), float(a["eps"]))
+
+
+@_kernel("aten::_native_batch_norm_legit.no_stats_out")
+def _batch_norm_legit_no_stats_out(a: dict):
+    return _batch_norm(*_bn_args(a, False), bool(a["training"]), float(a["momentum"]), float(a["eps"]),
+                       outs=(a["out"], a["save_mean"], a["save_invstd"]))
+
+
+@_kernel("aten::native_batch_norm_backward")
+def _batch_norm_backward(a: dict):
+    dy, x, w = a["grad_out"], a["input"], a.get("weight")
+    rm, rv, sm, si = a.get("running_mean"), a.get("running_var"), a.get("save_mean"), a.get("save_invstd")
+    train, eps, mask = bool(a["train"]), float(a["eps"]), list(a["output_mask"])
+    c = _bn_check(x, (w, sm, si) if train else (w, rm, rv))
+    if train and (sm is None or si is None):
+        raise RuntimeError("save_mean and save_invstd must be defined in training mode")
+    if not train and (rm is None or rv is None):
+        raise RuntimeError("running_mean and running_var must be defined in evaluation mode")
+    pdtype = w.dtype if w is not None else _stats_dtype(x, *((sm, si) if train else (rm, rv)))
+    dx = new_output(tuple(x.shape), x.dtype, x) if mask[0] else None
+    dw = new_output((c,), pdtype, x) if mask[1] else None
+    db = new_output((c,), pdtype, x) if mask[2] else None
+    count = x.numel() // c
+    spatial = list(x.shape[2:])
+    ks = {}
+    for name, t in (("mean", sm if train else rm), ("stat", si if train else rv), ("w", w), ("dw", dw), ("db", db)):
+        if t is not None:
+            ks[name] = len(ks), hbm(t)
+    kr = [_channels_first(dy), _channels_first(x)] + ([_channels_first(dx)] if dx is not None else [])
+    g = _Grid([c], [x.shape[0]] + spatial, kr=kr, k=[v for _, v in ks.values()])
+    DY, X = g.kr[0], g.kr[1]
+
+    def view(name, blk):
+        return _at(g.k[ks[name][0]], blk.rsl)
+
+    with launch("batch_norm_backward", x.device.index) as nc:
+        for blk in _blocks(nc, g, [DY, X]):
+            p = blk.p
+            mark = nc.mark()
+            m = _load_scalars(nc, view("mean", blk), p)
+            inv = _load_scalars(nc, view("stat", blk), p)
+            if not train:  # CPU: invstd = 1 / std::sqrt(running_var + eps) in double (eps is a double), then float
+                var, inv = inv, _row_scalar(nc, p)
+
+                def invstd64(o_inv, v):
+                    o_inv[...] = 1.0 / np.sqrt(v.astype(np.float64) + eps)
+
+                with np.errstate(all="ignore"):
+                    nc.gpsimd.run("bn_eval_invstd", invstd64, (inv,), (var,), elements=p, factor=4.0)
+            nm = _row_scalar(nc, p)
+            nc.vector.tensor_scalar(nm, m, "multiply", -1.0, dtype=FP32)
+            gsum, dotp = _row_scalar(nc, p), _row_scalar(nc, p)  # sum(dy), sum((x - mean) * dy)
+            for j, (_, (tdy, tx)) in enumerate(blk.each(0, 1)):
+                inner = nc.mark()
+                cen = nc.sbuf_tile(tdy.shape, FP32)
+                nc.scalar.activation(cen, tx, "identity", bias=nm)
+                nc.vector.tensor_tensor(cen, cen, tdy, "multiply", dtype=FP32)
+                a1 = gsum if j == 0 else _row_scalar(nc, p)
+                a2 = dotp if j == 0 else _row_scalar(nc, p)
+                nc.vector.tensor_reduce(a1, tdy, "add", dtype=FP32)
+                nc.vector.tensor_reduce(a2, cen, "add", dtype=FP32)
+                if j:
+                    _combine(nc, gsum, a1, "add", FP32)
+                    _combine(nc, dotp, a2, "add", FP32)
+                nc.release_to(inner)
+            if "dw" in ks:
+                t = _row_scalar(nc, p)
+                nc.vector.tensor_tensor(t, dotp, inv, "multiply", dtype=FP32)
+                _store_scalars(nc, view("dw", blk), t)
+            if "db" in ks:
+                _store_scalars(nc, view("db", blk), gsum)
+            if dx is not None:
+                iw = _row_scalar(nc, p)  # invstd * w
+                if "w" in ks:
+                    wt = _load_scalars(nc, view("w", blk), p)
+                    nc.vector.tensor_tensor(iw, inv, wt, "multiply", dtype=FP32)
+                else:
+                    nc.vector.tensor_copy(iw, inv)
+                DX = g.kr[2]
+                if train:  # dx = (dy - gsum / n - (x - mean) * dotp * invstd^2 / n) * invstd * w
+                    k = _row_scalar(nc, p)
+                    nc.vector.tensor_tensor(k, dotp, inv, "multiply", dtype=FP32)
+                    nc.vector.tensor_tensor(k, k, inv, "multiply", dtype=FP32)
+                    nc.vector.tensor_scalar(k, k, "divide", float(count), dtype=FP32)
+                    km = _row_scalar(nc, p)
+                    nc.vector.tensor_tensor(km, nm, k, "multiply", dtype=FP32)  # -mean * k
+                    gm = _row_scalar(nc, p)
+                    nc.vector.tensor_scalar(gm, gsum, "divide", float(count), dtype=FP32)
+                    ngm = _row_scalar(nc, p)  # -grad_mean * invstd * w
+                    nc.vector.tensor_tensor(ngm, gm, iw, "multiply", dtype=FP32)
+                    nc.vector.tensor_scalar(ngm, ngm, "multiply", -1.0, dtype=FP32)
+                for ch, (tdy, tx) in blk.each(0, 1):
+                    inner = nc.mark()
+                    res = nc.sbuf_tile(tdy.shape, DX.dtype)
+                    if train:
+                        proj = nc.sbuf_tile(tdy.shape, FP32)
+                        nc.scalar.activation(proj, tx, "identity", scale=k, bias=km)
+                        diff = nc.sbuf_tile(tdy.shape, FP32)
+                        nc.vector.tensor_tensor(diff, tdy, proj, "subtract", dtype=FP32)
+                        nc.scalar.activation(res, diff, "identity", scale=iw, bias=ngm)
+                    elif "w" in ks:  # CPU's eval kernel: (dy * invstd) * w, each product rounded to fp32
+                        scaled = nc.sbuf_tile(tdy.shape, FP32)
+                        nc.scalar.activation(scaled, tdy, "identity", scale=inv)
+                        nc.scalar.activation(res, scaled, "identity", scale=wt)
+                    else:
+                        nc.scalar.activation(res, tdy, "identity", scale=inv)
+                    blk.store(DX, ch, res)
+                    nc.release_to(inner)
+            nc.release_to(mark)
+    return dx, dw, db
+
+
+# Generated out= wrappers (CompositeExplicitAutograd) that call the functional kernels above and copy.
+for _op, _target in (("aten::native_batch_norm_backward.out", "aten::native_batch_norm_backward"),
+                     ("aten::_native_batch_norm_legit_no_training.out", "aten::_native_batch_norm_legit")):
+    TABLE.serves(_op, _target)

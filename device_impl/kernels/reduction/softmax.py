@@ -1,0 +1,266 @@
+"""Softmax, log_softmax, _safe_softmax and their gradients.
+
+Tiling: every dimension but ``dim`` on partitions (``_along``: <= 128 rows per block), ``dim``
+along the free axis in CHUNK chunks. Row blocks that fit SBUF stay resident (``tiles._blocks``):
+the row max on VectorE, exp(x - max) and its row sum fused on ScalarE (kept for the output
+pass), then the output scaled by 1 / sum on whichever of ScalarE / VectorE frees up first
+(log_softmax: (x - max) - log(sum)). Longer rows stream twice: a running max and a rescaled
+running sum in one pass (``_online_max_sum``), then the output pass. _safe_softmax gives 0 for
+rows of only -inf. The gradients take one pass for the row sum (softmax: sum(g * y);
+log_softmax: sum(g)) and one for the result.
+
+Under adaptive eager softmax and log_softmax are queued as a ``tiles.RowKernel``, whose input
+tiles device_impl.eager may compute from the launches producing them.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Sequence
+
+import numpy as np
+import torch
+
+from device_impl.dispatch.table import HOOKS
+from device_impl.engine import Tile, launch
+from device_impl.engine.dtypes import FP32, numpy_dtype
+from device_impl.kernels.common import SCALAR_TYPE_NAMES, check_out, hbm, new_output
+from device_impl.kernels.reduction.tiles import (
+    BOOL, RowKernel, Source, _Block, _FLOATS, _Grid, _QueuedRowKernel, _blocks, _combine, _kernel, _memset, _refuse,
+    _row_reduce, _row_scalar, _wrap,
+)
+
+
+def _along(x: torch.Tensor, dim: int, arrays: Sequence[torch.Tensor]) -> _Grid:
+    """A grid with every other dimension kept (rows) and ``dim`` along the free axis, over same-shape tensors."""
+    nd = x.dim()
+    kdims = [d for d in range(nd) if d != dim]
+    order = kdims + ([dim] if nd else [])
+    return _Grid([x.shape[d] for d in kdims], [x.shape[dim]] if nd else [],
+                 kr=[hbm(t).transpose(order) for t in arrays])
+
+
+def _softmax_rows(name: str, x: torch.Tensor, out: torch.Tensor, dim: int, log: bool, safe: bool = False,
+                  source: Source | None = None, queue: bool = False) -> None:
+    """``queue``: the caller launches nothing else, so adaptive eager may queue this launch and feed
+    its input from the launches producing it (see RowKernel)."""
+    if out.numel() == 0:
+        return
+    if queue and HOOKS.submit is not None:
+        kernel = RowKernel(name, x, (out,), dim if dim == x.dim() - 1 else None, (dim, log, safe), _softmax_launch)
+        HOOKS.submit(f"aten::_{name}", _QueuedRowKernel(kernel), out, {"self": x})
+        return
+    elem = numpy_dtype(out.dtype) if out.dtype != x.dtype and not (x.dtype in _FLOATS and
+                                                                   out.dtype == torch.float32) else None
+    g = _along(x, dim, [x, out])
+    X, O = g.kr
+    with launch(name, out.device.index) as nc:
+        for blk in _blocks(nc, g, [X], extra=0 if log else 4, source=source):
+            p = blk.p
+
+            def cast(t: Tile) -> Tile:
+                if elem is None:
+                    return t
+                c = nc.sbuf_tile(t.shape, elem)
+                nc.vector.tensor_copy(c, t)
+                return c
+
+            if blk.resident:
+                m = _row_reduce(nc, blk, 0, "maximum", cast if elem is not None else None)
+                total = None
+            else:  # rows too long for SBUF: running max and rescaled running sum in one pass
+                m, total = _online_max_sum(nc, blk, cast)
+            masked = None
+            if safe:  # rows of only -inf give 0 instead of nan
+                masked = _row_scalar(nc, p, BOOL)
+                nc.vector.tensor_scalar(masked, m, "equal", -np.inf, dtype=FP32)
+                zero = _memset(nc, (p, 1), FP32, 0.0)
+                nc.vector.select(m, masked, zero, m)
+                nc.release(zero)
+            neg = _row_scalar(nc, p)
+            nc.vector.tensor_scalar(neg, m, "multiply", -1.0, dtype=FP32)
+            exps: list[Tile] = []
+            if total is None:
+                total = _row_scalar(nc, p)
+                for j, (_, (t,)) in enumerate(blk.each(0)):
+                    mark = nc.mark()
+                    src = cast(t)
+                    e = nc.sbuf_tile(t.shape, FP32)
+                    part = total if j == 0 else _row_scalar(nc, p)
+                    nc.scalar.activation(e, src, "exp", bias=neg, accumulate=part)
+                    if j:
+                        _combine(nc, total, part, "add", FP32)
+                    if not log:  # keep exp(x - max) for the output pass
+                        if j:
+                            nc.release(part)
+                        if src is not t:
+                            nc.release(src)
+                        exps.append(e)
+                    else:
+                        nc.release_to(mark)
+            scale = _row_scalar(nc, p)
+            if log:
+                nc.scalar.activation(scale, total, "log")
+            else:
+                nc.vector.tensor_unary(scale, total, "reciprocal", dtype=FP32)
+                if masked is not None:
+                    zero = _memset(nc, (p, 1), FP32, 0.0)
+                    nc.vector.select(scale, masked, zero, scale)
+                    nc.release(zero)
+            for j, (ch, (t,)) in enumerate(blk.each(0)):
+                mark = nc.mark()
+                res = nc.sbuf_tile(t.shape, O.dtype)
+                if log:  # (x - max) - log(sum), rounded once per step as CPU
+                    shifted = nc.sbuf_tile(t.shape, FP32)
+                    nc.scalar.activation(shifted, cast(t), "identity", bias=neg)
+                    nc.vector.tensor_tensor(res, shifted, scale, "subtract", dtype=FP32)
+                else:
+                    if exps:
+                        e = exps[j]
+                    else:
+                        e = nc.sbuf_tile(t.shape, FP32)
+                        nc.scalar.activation(e, cast(t), "exp", bias=neg)
+                    # exp(x - max) * (1 / sum) on whichever engine frees up first
+                    if nc.timeline.free["scalar"] <= nc.timeline.free["vector"]:
+                        nc.scalar.activation(res, e, "identity", scale=scale)
+                    else:
+                        nc.vector.tensor_tensor(res, e, scale, "multiply", dtype=FP32)
+                blk.store(O, ch, res)
+                nc.release_to(mark)
+            for e in exps:
+                nc.release(e)
+            for t in (scale, total, neg) + ((masked,) if masked is not None else ()) + (m,):
+                nc.release(t)
+
+
+def _softmax_launch(k: "RowKernel", source: Source | None) -> None:
+    dim, log, safe = k.params
+    _softmax_rows("log_softmax" if log else "softmax", k.x, k.outs[0], dim, log, safe, source)
+
+
+def _online_max_sum(nc, blk: _Block, cast: Callable) -> tuple[Tile, Tile]:
+    """One streaming pass: the row max m and sum(exp(x - m)), the running sum rescaled by
+    exp(m_old - m_new) whenever the max grows. Chunks of only -inf contribute 0 (not nan)."""
+    p = blk.p
+    m = _memset(nc, (p, 1), FP32, -np.inf)
+    total = _memset(nc, (p, 1), FP32, 0.0)
+    for _, (t,) in blk.each(0):
+        mark = nc.mark()
+        src = cast(t)
+        cm, nm = _row_scalar(nc, p), _row_scalar(nc, p)
+        nc.vector.tensor_reduce(cm, src, "maximum", dtype=FP32)
+        nc.vector.tensor_tensor(nm, m, cm, "maximum", dtype=FP32)
+        none_yet = _row_scalar(nc, p, BOOL)
+        nc.vector.tensor_scalar(none_yet, m, "equal", -np.inf, dtype=FP32)
+        zero = _memset(nc, (p, 1), FP32, 0.0)
+        factor = _row_scalar(nc, p)  # exp(m_old - m_new), 0 while nothing finite has been seen
+        nc.vector.tensor_tensor(factor, m, nm, "subtract", dtype=FP32)
+        nc.scalar.activation(factor, factor, "exp")
+        nc.vector.select(factor, none_yet, zero, factor)
+        nc.vector.tensor_tensor(total, total, factor, "multiply", dtype=FP32)
+        bias = _row_scalar(nc, p)  # -m_new, or 0 while the max is -inf
+        nc.vector.tensor_scalar(none_yet, nm, "equal", -np.inf, dtype=FP32)
+        nc.vector.select(bias, none_yet, zero, nm)
+        nc.vector.tensor_scalar(bias, bias, "multiply", -1.0, dtype=FP32)
+        e = nc.sbuf_tile(t.shape, FP32)
+        part = _row_scalar(nc, p)
+        nc.scalar.activation(e, src, "exp", bias=bias, accumulate=part)
+        nc.vector.tensor_tensor(total, total, part, "add", dtype=FP32)
+        nc.vector.tensor_copy(m, nm)
+        nc.release_to(mark)
+    return m, total
+
+
+def _softmax_common(name: str, log: bool, a: dict) -> torch.Tensor:
+    x, out = a["self"], a["out"]
+    dim = _wrap(a["dim"], x.dim())
+    if a.get("half_to_float"):
+        raise RuntimeError(f"{'log_' if log else ''}softmax with half to float conversion is not supported on CPU")
+    if x.dtype not in _FLOATS:
+        raise _refuse("log_softmax_lastdim_kernel_impl" if log else "softmax_kernel_impl", x.dtype)
+    check_out(out, tuple(x.shape), x.dtype, [x], exact_dtype=True)
+    _softmax_rows(name, x, out, dim, log, queue=True)
+    return out
+
+
+@_kernel("aten::_softmax.out", serves=("aten::_softmax",), submits=True)
+def _softmax_out(a: dict) -> torch.Tensor:
+    return _softmax_common("softmax", False, a)
+
+
+@_kernel("aten::_log_softmax.out", serves=("aten::_log_softmax",), submits=True)
+def _log_softmax_out(a: dict) -> torch.Tensor:
+    return _softmax_common("log_softmax", True, a)
+
+
+@_kernel("aten::_safe_softmax")
+def _safe_softmax(a: dict) -> torch.Tensor:
+    x, dtype = a["self"], a.get("dtype")
+    dim = _wrap(a["dim"], x.dim())
+    rdtype = dtype if dtype is not None else x.dtype
+    if rdtype not in _FLOATS:
+        raise _refuse("softmax_kernel_impl", rdtype)
+    out = new_output(tuple(x.shape), rdtype, x)
+    _softmax_rows("safe_softmax", x, out, dim, log=False, safe=True)
+    return out
+
+
+def _softmax_backward(name: str, log: bool, a: dict, out_name: str) -> torch.Tensor:
+    grad, y, out = a["grad_output"], a["output"], a[out_name]
+    dim = _wrap(a["dim"], grad.dim())
+    input_dtype = a["input_dtype"]
+    if grad.dtype != y.dtype:
+        raise RuntimeError(f"expected scalar type {SCALAR_TYPE_NAMES[y.dtype]} but found "
+                           f"{SCALAR_TYPE_NAMES[grad.dtype]}")
+    if grad.dtype != input_dtype and not (grad.dtype == torch.float16 and input_dtype == torch.float32):
+        raise RuntimeError(f"expected scalar type {SCALAR_TYPE_NAMES[grad.dtype]} but found "
+                           f"{SCALAR_TYPE_NAMES[input_dtype]}")
+    if tuple(grad.shape) != tuple(y.shape):
+        raise RuntimeError(f"The size of tensor a ({grad.shape}) must match the size of tensor b ({y.shape})")
+    if grad.dtype not in _FLOATS:
+        raise _refuse(name, grad.dtype)
+    check_out(out, tuple(grad.shape), grad.dtype, [grad, y], exact_dtype=True)
+    if out.numel() == 0:
+        return out
+    g = _along(grad, dim, [grad, y, out])
+    G, Y, O = g.kr
+    with launch(name, out.device.index) as nc:
+        for blk in _blocks(nc, g, [G, Y]):
+            p = blk.p
+            total = _row_scalar(nc, p)  # softmax: sum(g * y); log_softmax: sum(g)
+            for j, (_, (tg, ty)) in enumerate(blk.each(0, 1)):
+                mark = nc.mark()
+                part = total if j == 0 else _row_scalar(nc, p)
+                if log:
+                    nc.vector.tensor_reduce(part, tg, "add", dtype=FP32)
+                else:
+                    prod = nc.sbuf_tile(tg.shape, FP32)
+                    nc.vector.tensor_tensor(prod, tg, ty, "multiply", dtype=FP32)
+                    nc.vector.tensor_reduce(part, prod, "add", dtype=FP32)
+                if j:
+                    _combine(nc, total, part, "add", FP32)
+                nc.release_to(mark)
+            for ch, (tg, ty) in blk.each(0, 1):
+                mark = nc.mark()
+                res = nc.sbuf_tile(tg.shape, O.dtype)
+                tmp = nc.sbuf_tile(tg.shape, FP32)
+                if log:  # g - exp(y) * sum(g)
+                    nc.scalar.activation(tmp, ty, "exp")
+                    nc.vector.tensor_tensor(tmp, tmp, total, "multiply", dtype=FP32)
+                    nc.vector.tensor_tensor(res, tg, tmp, "subtract", dtype=FP32)
+                else:  # y * (g - sum(g * y))
+                    nc.vector.tensor_tensor(tmp, tg, total, "subtract", dtype=FP32)
+                    nc.vector.tensor_tensor(res, ty, tmp, "multiply", dtype=FP32)
+                blk.store(O, ch, res)
+                nc.release_to(mark)
+            nc.release(total)
+    return out
+
+
+@_kernel("aten::_softmax_backward_data.out", serves=("aten::_softmax_backward_data",))
+def _softmax_backward_out(a: dict) -> torch.Tensor:
+    return _softmax_backward("softmax_backward", False, a, "grad_input")
+
+
+@_kernel("aten::_log_softmax_backward_data.out", serves=("aten::_log_softmax_backward_data",))
+def _log_softmax_backward_out(a: dict) -> torch.Tensor:
+    return _softmax_backward("log_softmax_backward", True, a, "out")
