@@ -26,7 +26,7 @@ def test_json_report_classifies_every_core_overload():
     assert report["summary"]["core_overloads"] == len(report["core"])
     assert set(e["tier"] for e in report["core"].values()) <= {"native", "fallback", "composite", "error"}
     assert report["core"]["aten::add.Tensor"]["tier"] == "native"
-    assert report["core"]["aten::add.Tensor"]["source"] == "device_impl.kernels.elementwise (via aten::add.out)"
+    assert report["core"]["aten::add.Tensor"]["source"] == "device_impl.kernels.elementwise.binary (via aten::add.out)"
     assert report["core"]["aten::sym_size.int"]["tier"] == "native"  # answered by TensorImpl metadata
 
 

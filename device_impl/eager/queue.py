@@ -37,7 +37,9 @@ from device_impl.eager.stats import STATS
 from device_impl.kernels.common import is_device_tensor
 
 # Kernel modules whose family computes consist only of common.elementwise launches.
-QUEUEABLE_MODULES = frozenset({"device_impl.kernels.elementwise", "device_impl.kernels.copy"})
+QUEUEABLE_MODULES = frozenset({"device_impl.kernels.elementwise.binary", "device_impl.kernels.elementwise.unary",
+                               "device_impl.kernels.elementwise.activations", "device_impl.kernels.elementwise.ternary",
+                               "device_impl.kernels.copy"})
 # Ops whose kernels raise on data (integer division by zero): run eagerly so the error is raised at the op.
 DATA_CHECKED_PACKETS = frozenset({"remainder", "fmod", "floor_divide", "div"})
 

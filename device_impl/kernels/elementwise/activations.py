@@ -1,0 +1,328 @@
+"""Activations and their gradients: relu, gelu, silu, clamp (clamp_min, clamp_max), hardtanh, leaky_relu,
+elu; threshold_backward, sigmoid_backward, tanh_backward, gelu_backward, silu_backward, hardtanh_backward,
+leaky_relu_backward.
+
+Tiling: ``common.elementwise``'s flat tiles of the output (``[p <= 128, f <= FREE_MAX]``, consecutive
+elements along the free axis); a backward op's two operands (the gradient and the forward's input or
+output) stream through the same tiles. Nonlinearities run on ScalarE (``activation``: relu, gelu, silu,
+erf, exp, tanh, sigmoid), everything else on VectorE in fp32: products, comparisons and ``select`` between
+branches. Float dtypes only where CPU refuses others (``_float_only``).
+
+numpy reference of each op: the ACTIVATIONS and ALU tables of engine/isa.py.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from device_impl.engine import Tile
+from device_impl.engine.dtypes import FP32
+from device_impl.kernels import cpu_host
+from device_impl.kernels.common import broadcast_shape, elementwise, numpy_compute, result_type
+from device_impl.kernels.elementwise.loop import BOOL, _FLOATS, _refuse, binary
+from device_impl.kernels.elementwise.unary import _meta_unary
+from device_impl.kernels.registry import register_family
+
+
+def _float_only(kernel: str, *tensors: Any) -> None:
+    for t in tensors:
+        if isinstance(t, torch.Tensor) and t.dtype not in _FLOATS:
+            raise _refuse(kernel, t.dtype)
+
+
+def _relu_compute(out: torch.Tensor, a: dict) -> None:
+    x = a["self"]
+    if x.dtype == torch.bool:
+        raise _refuse("clamp_min_scalar_cpu", x.dtype)
+    if x.dtype in _FLOATS:
+        elementwise("relu", out, (x,), lambda nc, o, t: nc.scalar.activation(o, t, "relu"))
+    else:
+        elementwise("relu", out, (x,), lambda nc, o, t: nc.vector.tensor_scalar(o, t, "maximum", 0))
+
+
+register_family("relu", _relu_compute, _meta_unary("same"))
+
+
+def _gelu_compute(out: torch.Tensor, a: dict) -> None:
+    x, approximate = a["self"], a.get("approximate", "none")
+    _float_only("GeluKernelImpl", x)
+    if approximate not in ("none", "tanh"):
+        raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate}")
+    if cpu_host.onednn_gelu(x, approximate):
+        elementwise("gelu", out, (x,), _gelu_onednn)
+        return
+    func = "gelu" if approximate == "none" else "gelu_tanh"
+    elementwise("gelu", out, (x,), lambda nc, o, t: nc.scalar.activation(o, t, func))
+
+
+def _gelu_onednn(nc, o: Tile, t: Tile) -> None:
+    """oneDNN's eltwise_gelu_erf, which CPU runs for contiguous float32/bf16 inputs (cpu_host.onednn_gelu):
+    x * (1 + erf(x / sqrt(2))) formed in fp32, then halved, so it is inf where |x| > FLT_MAX / 2."""
+    e = nc.sbuf_tile(o.shape, FP32)
+    nc.scalar.activation(e, t, "erf", scale=float(np.float32(1 / math.sqrt(2))))
+    nc.vector.tensor_scalar(e, e, "add", 1.0, dtype=FP32)
+    nc.vector.tensor_tensor(e, e, t, "multiply", dtype=FP32)
+    nc.vector.tensor_scalar(o, e, "multiply", 0.5, dtype=FP32)
+
+
+register_family("gelu", _gelu_compute, _meta_unary("same"))
+
+
+def _silu_compute(out: torch.Tensor, a: dict) -> None:
+    _float_only("silu", a["self"])
+    elementwise("silu", out, (a["self"],), lambda nc, o, t: nc.scalar.activation(o, t, "silu"))
+
+
+register_family("silu", _silu_compute, _meta_unary("same"))
+
+
+def _clamp_tiles(nc, o, t, lo, hi, cd):
+    """o = min(max(t, lo), hi); lo/hi are tiles, scalars or None. NaN propagates; lo > hi gives hi."""
+    current = t
+    # a scalar bound loses ties (clamp(-0.0, min=0.0) is -0.0 on CPU); a tensor bound wins them as
+    # CPU's vector loop does
+    if lo is not None:
+        step = nc.sbuf_tile(t.shape, cd) if hi is not None else o
+        binary(nc, step, current, lo, "maximum" if isinstance(lo, Tile) else "clamp_min", cd)
+        current = step
+    if hi is not None:
+        binary(nc, o, current, hi, "minimum" if isinstance(hi, Tile) else "clamp_max", cd)
+    elif lo is None:
+        nc.vector.tensor_copy(o, t)
+
+
+def _clamp_meta(a: dict) -> tuple:
+    x, lo, hi = a["self"], a.get("min"), a.get("max")
+    if lo is None and hi is None:
+        raise RuntimeError("torch.clamp: At least one of 'min' or 'max' must not be None")
+    return broadcast_shape(x, lo, hi), result_type(x, lo, hi), (x, lo, hi)
+
+
+def _clamp_compute(out: torch.Tensor, a: dict) -> None:
+    x, lo, hi = a["self"], a.get("min"), a.get("max")
+    cd = numpy_compute(result_type(x, lo, hi))
+    operands = [x] + [v for v in (lo, hi) if v is not None]
+
+    def emit(nc, o, t, *bounds):
+        it = iter(bounds)
+        lo_v = next(it) if lo is not None else None
+        hi_v = next(it) if hi is not None else None
+        _clamp_tiles(nc, o, t, lo_v, hi_v, cd)
+
+    elementwise("clamp", out, operands, emit, common_dtype=result_type(x, lo, hi))
+
+
+register_family("clamp", _clamp_compute, _clamp_meta)
+
+
+def _one_sided_clamp(bound: str):
+    """clamp_min / clamp_max: clamp with only one bound (named ``min`` or ``max`` in their schema)."""
+    def compute(out: torch.Tensor, a: dict) -> None:
+        _clamp_compute(out, {"self": a["self"], bound: a[bound]})
+
+    def meta(a: dict) -> tuple:
+        return _clamp_meta({"self": a["self"], bound: a[bound]})
+
+    return compute, meta
+
+
+register_family("clamp_min", *_one_sided_clamp("min"))
+register_family("clamp_max", *_one_sided_clamp("max"))
+
+
+def _hardtanh_compute(out: torch.Tensor, a: dict) -> None:
+    x = a["self"]
+    if x.dtype == torch.bool:
+        raise _refuse("hardtanh", x.dtype)
+    lo, hi = a.get("min_val", -1), a.get("max_val", 1)
+    cd = numpy_compute(x.dtype)
+    elementwise("hardtanh", out, (x,), lambda nc, o, t: _clamp_tiles(nc, o, t, lo, hi, cd))
+
+
+register_family("hardtanh", _hardtanh_compute, _meta_unary("same"))
+
+
+def _leaky_relu_compute(out: torch.Tensor, a: dict) -> None:
+    x, slope = a["self"], a.get("negative_slope", 0.01)
+    _float_only("leaky_relu_cpu", x)
+
+    def emit(nc, o, t):
+        scaled = nc.sbuf_tile(t.shape, FP32)
+        positive = nc.sbuf_tile(t.shape, BOOL)
+        nc.vector.tensor_scalar(scaled, t, "multiply", slope, dtype=FP32)
+        nc.vector.tensor_scalar(positive, t, "greater", 0, dtype=FP32)
+        nc.vector.select(o, positive, t, scaled)
+
+    elementwise("leaky_relu", out, (x,), emit)
+
+
+register_family("leaky_relu", _leaky_relu_compute, _meta_unary("same"))
+
+
+def _elu_compute(out: torch.Tensor, a: dict) -> None:
+    x = a["self"]
+    alpha, scale, input_scale = a.get("alpha", 1), a.get("scale", 1), a.get("input_scale", 1)
+    _float_only("elu_cpu", x)
+
+    def emit(nc, o, t):
+        negative = nc.sbuf_tile(t.shape, FP32)
+        positive = nc.sbuf_tile(t.shape, FP32)
+        mask = nc.sbuf_tile(t.shape, BOOL)
+        nc.scalar.activation(negative, t, "expm1", scale=float(input_scale))
+        nc.vector.tensor_scalar(negative, negative, "multiply", float(alpha) * float(scale), dtype=FP32)
+        nc.vector.tensor_scalar(positive, t, "multiply", float(scale), dtype=FP32)
+        nc.vector.tensor_scalar(mask, t, "greater", 0, dtype=FP32)
+        nc.vector.select(o, mask, positive, negative)
+
+    elementwise("elu", out, (x,), emit)
+
+
+register_family("elu", _elu_compute, _meta_unary("same"))
+
+
+def _meta_grad(grad: str, other: str):
+    def meta(a: dict) -> tuple:
+        g, y = a[grad], a[other]
+        return broadcast_shape(g, y), result_type(g, y), (g, y)
+
+    return meta
+
+
+def _register_grad(packet: str, other: str, emit_factory) -> None:
+    def compute(out: torch.Tensor, a: dict) -> None:
+        g, y = a["grad_output"], a[other]
+        _float_only(packet, g, y)
+        elementwise(packet, out, (g, y), emit_factory(a))
+
+    register_family(packet, compute, _meta_grad("grad_output", other))
+
+
+def _threshold_backward(a):
+    threshold = a["threshold"]
+
+    def emit(nc, o, g, x):  # grad where x <= threshold is zero; NaN x passes the gradient (as CPU)
+        drop = nc.sbuf_tile(x.shape, BOOL)
+        zero = nc.sbuf_tile(x.shape, FP32)
+        nc.vector.tensor_scalar(drop, x, "less_equal", threshold, dtype=FP32)
+        nc.vector.memset(zero, 0.0)
+        nc.vector.select(o, drop, zero, g)
+
+    return emit
+
+
+def _sigmoid_backward(a):
+    def emit(nc, o, g, y):  # g * (1 - y) * y
+        one_minus = nc.sbuf_tile(y.shape, FP32)
+        nc.vector.tensor_scalar(one_minus, y, "subtract", 1.0, reverse=True, dtype=FP32)
+        nc.vector.tensor_tensor(one_minus, one_minus, y, "multiply", dtype=FP32)
+        nc.vector.tensor_tensor(o, g, one_minus, "multiply", dtype=FP32)
+
+    return emit
+
+
+def _tanh_backward(a):
+    def emit(nc, o, g, y):  # g * (1 - y^2)
+        square = nc.sbuf_tile(y.shape, FP32)
+        nc.vector.tensor_tensor(square, y, y, "multiply", dtype=FP32)
+        nc.vector.tensor_scalar(square, square, "subtract", 1.0, reverse=True, dtype=FP32)
+        nc.vector.tensor_tensor(o, g, square, "multiply", dtype=FP32)
+
+    return emit
+
+
+def _gelu_backward(a):
+    approximate = a.get("approximate", "none")
+
+    def emit(nc, o, g, x):
+        d = nc.sbuf_tile(x.shape, FP32)
+        t1 = nc.sbuf_tile(x.shape, FP32)
+        t2 = nc.sbuf_tile(x.shape, FP32)
+        if approximate == "tanh":
+            # y = 0.5 x (1 + tanh(u)), u = k (x + c x^3): dy/dx = 0.5 (1 + t) + 0.5 x (1 - t^2) k (1 + 3c x^2)
+            k, c = math.sqrt(2 / math.pi), 0.044715
+            nc.vector.tensor_tensor(t1, x, x, "multiply", dtype=FP32)  # x^2
+            nc.vector.tensor_scalar(t2, t1, "multiply", c, dtype=FP32)
+            nc.vector.tensor_scalar(t2, t2, "add", 1.0, dtype=FP32)  # 1 + c x^2
+            nc.vector.tensor_tensor(t2, t2, x, "multiply", dtype=FP32)  # x + c x^3
+            nc.scalar.activation(t2, t2, "tanh", scale=k)  # t
+            nc.vector.tensor_scalar(d, t2, "add", 1.0, dtype=FP32)
+            nc.vector.tensor_scalar(d, d, "multiply", 0.5, dtype=FP32)  # 0.5 (1 + t)
+            nc.vector.tensor_tensor(t2, t2, t2, "multiply", dtype=FP32)
+            nc.vector.tensor_scalar(t2, t2, "subtract", 1.0, reverse=True, dtype=FP32)  # 1 - t^2
+            nc.vector.tensor_scalar(t1, t1, "multiply", 3 * c, dtype=FP32)
+            nc.vector.tensor_scalar(t1, t1, "add", 1.0, dtype=FP32)
+            nc.vector.tensor_scalar(t1, t1, "multiply", 0.5 * k, dtype=FP32)  # 0.5 k (1 + 3c x^2)
+            nc.vector.tensor_tensor(t1, t1, t2, "multiply", dtype=FP32)
+            nc.vector.tensor_tensor(t1, t1, x, "multiply", dtype=FP32)
+            nc.vector.tensor_tensor(d, d, t1, "add", dtype=FP32)
+        else:
+            # Phi(x) + x phi(x)
+            nc.scalar.activation(d, x, "erf", scale=1 / math.sqrt(2))
+            nc.vector.tensor_scalar(d, d, "add", 1.0, dtype=FP32)
+            nc.vector.tensor_scalar(d, d, "multiply", 0.5, dtype=FP32)
+            nc.vector.tensor_tensor(t1, x, x, "multiply", dtype=FP32)
+            nc.scalar.activation(t1, t1, "exp", scale=-0.5)
+            nc.vector.tensor_scalar(t1, t1, "multiply", 1 / math.sqrt(2 * math.pi), dtype=FP32)
+            nc.vector.tensor_tensor(t1, t1, x, "multiply", dtype=FP32)
+            nc.vector.tensor_tensor(d, d, t1, "add", dtype=FP32)
+        nc.vector.tensor_tensor(o, g, d, "multiply", dtype=FP32)
+
+    return emit
+
+
+def _silu_backward(a):
+    def emit(nc, o, g, x):  # g * s * (1 + x (1 - s))
+        s = nc.sbuf_tile(x.shape, FP32)
+        t = nc.sbuf_tile(x.shape, FP32)
+        nc.scalar.activation(s, x, "sigmoid")
+        nc.vector.tensor_scalar(t, s, "subtract", 1.0, reverse=True, dtype=FP32)
+        nc.vector.tensor_tensor(t, t, x, "multiply", dtype=FP32)
+        nc.vector.tensor_scalar(t, t, "add", 1.0, dtype=FP32)
+        nc.vector.tensor_tensor(t, t, s, "multiply", dtype=FP32)
+        nc.vector.tensor_tensor(o, g, t, "multiply", dtype=FP32)
+
+    return emit
+
+
+def _hardtanh_backward(a):
+    lo, hi = a["min_val"], a["max_val"]
+
+    def emit(nc, o, g, x):
+        # gradient where min < x < max, else 0. NaN x gets 0, as in CPU's vectorized loop (its scalar
+        # tail passes NaN's gradient instead; opsuite/xfails.toml records that inconsistency).
+        inside = nc.sbuf_tile(x.shape, BOOL)
+        below = nc.sbuf_tile(x.shape, BOOL)
+        zero = nc.sbuf_tile(x.shape, FP32)
+        nc.vector.tensor_scalar(inside, x, "greater", lo, dtype=FP32)
+        nc.vector.tensor_scalar(below, x, "less", hi, dtype=FP32)
+        nc.vector.tensor_tensor(inside, inside, below, "logical_and")
+        nc.vector.memset(zero, 0.0)
+        nc.vector.select(o, inside, g, zero)
+
+    return emit
+
+
+def _leaky_relu_backward(a):
+    slope = a["negative_slope"]
+
+    def emit(nc, o, g, x):
+        positive = nc.sbuf_tile(x.shape, BOOL)
+        scaled = nc.sbuf_tile(x.shape, FP32)
+        nc.vector.tensor_scalar(positive, x, "greater", 0, dtype=FP32)
+        nc.vector.tensor_scalar(scaled, g, "multiply", slope, dtype=FP32)
+        nc.vector.select(o, positive, g, scaled)
+
+    return emit
+
+
+_register_grad("threshold_backward", "self", _threshold_backward)
+_register_grad("sigmoid_backward", "output", _sigmoid_backward)
+_register_grad("tanh_backward", "output", _tanh_backward)
+_register_grad("gelu_backward", "self", _gelu_backward)
+_register_grad("silu_backward", "self", _silu_backward)
+_register_grad("hardtanh_backward", "self", _hardtanh_backward)
+_register_grad("leaky_relu_backward", "self", _leaky_relu_backward)
