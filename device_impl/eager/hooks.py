@@ -39,7 +39,7 @@ def _copy_compute(out: torch.Tensor, args: dict) -> None:
     elementwise("copy", out, (args["src"],), lambda nc, o, t: nc.vector.tensor_copy(o, t))
 
 
-# Family-style computes of that module (queue.QUEUEABLE_MODULES).
+# Family-style computes of that module (queue.queueable).
 _cast_compute.__module__ = _copy_compute.__module__ = "device_impl.kernels.copy"
 
 

@@ -1,7 +1,7 @@
 """The queue of adaptive eager: what is waiting, when it must run, and running it.
 
 What may wait (capture.py): family kernels whose computation is a chain of
-``common.elementwise`` launches (``QUEUEABLE_MODULES``), and computes carrying a
+``common.elementwise`` launches (``queueable``), and computes carrying a
 ``plan`` (sum/mean/amax/amin over the last dimension, softmax/log_softmax,
 layer_norm, mm/addmm/bmm/baddbmm). Their
 checks run at the call; their launches become steps. Everything else meets a
@@ -36,10 +36,14 @@ from device_impl.eager.chain import StepError
 from device_impl.eager.stats import STATS
 from device_impl.kernels.common import is_device_tensor
 
-# Kernel modules whose family computes consist only of common.elementwise launches.
-QUEUEABLE_MODULES = frozenset({"device_impl.kernels.elementwise.binary", "device_impl.kernels.elementwise.unary",
-                               "device_impl.kernels.elementwise.activations", "device_impl.kernels.elementwise.ternary",
-                               "device_impl.kernels.copy"})
+# Kernel modules whose family computes consist only of common.elementwise launches: every op-group module of
+# the elementwise package (a new one is queueable without being listed) and copy.
+QUEUEABLE_PACKAGES = ("device_impl.kernels.elementwise.",)
+QUEUEABLE_MODULES = frozenset({"device_impl.kernels.copy"})
+
+
+def queueable(module: str) -> bool:
+    return module in QUEUEABLE_MODULES or module.startswith(QUEUEABLE_PACKAGES)
 # Ops whose kernels raise on data (integer division by zero): run eagerly so the error is raised at the op.
 DATA_CHECKED_PACKETS = frozenset({"remainder", "fmod", "floor_divide", "div"})
 
@@ -88,7 +92,7 @@ class Queue:
 
     def _capture(self, op: str, compute: Callable[[torch.Tensor, dict], None], out: torch.Tensor,
                  args: dict[str, Any]) -> list[AnyStep] | None:
-        if compute.__module__ in QUEUEABLE_MODULES:
+        if queueable(compute.__module__):
             if _packet(op) in DATA_CHECKED_PACKETS and not (out.dtype.is_floating_point or out.dtype.is_complex):
                 return None
             return capture(op, compute, out, args)

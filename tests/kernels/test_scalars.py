@@ -150,7 +150,7 @@ OPMATH_VALUES = [2, 2.7, -1, 300, 2 ** 40, 2 ** 63, 1e39, -1e39, math.inf, 2 + 0
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int32, torch.uint8, torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("value", OPMATH_VALUES, ids=str)
 def test_addcmul_value_converts_as_cpu(dtype, value):
-    """elementwise._opmath_scalar is checked_convert into opmath_dtype: CPU's messages ('int64_t'), complex
+    """elementwise.ternary._opmath_scalar is checked_convert into opmath_dtype: CPU's messages ('int64_t'), complex
     values with a zero imaginary part accepted (addcmul(value=2+0j) on 1 + 1*0.5 gives 2.0 as on CPU)."""
     def run(device):
         x = torch.tensor([1, 2, 3], device=device).to(dtype)
@@ -171,5 +171,5 @@ def test_addcdiv_and_lerp_scalars_convert_as_cpu(dtype, value):
                                    torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("value", [0, -1, 300, -256, 2.7, 1e5, 1e39, math.inf, math.nan, 2 + 0j, 1j, True])
 def test_constant_pad_value_converts_as_cpu(dtype, value):
-    """shape._fill_value is scalars.to_numpy: constant_pad_nd's value stores and raises as CPU's fill_."""
+    """shape.moves._fill_value is scalars.to_numpy: constant_pad_nd's value stores and raises as CPU's fill_."""
     _same_on_device(lambda d: torch.nn.functional.pad(torch.zeros((2, 2), device=d, dtype=dtype), (1, 1), value=value))

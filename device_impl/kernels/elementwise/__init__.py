@@ -13,7 +13,7 @@ multiply-add into one rounding (GpSimd, ``loop._fma``); where CPU's vector and s
 differently, ``loop._vector_split`` gives each formula the elements CPU computes with it.
 
 Every compute here is a chain of ``common.elementwise`` launches, so adaptive eager can queue it:
-``device_impl.eager.queue.QUEUEABLE_MODULES`` names these modules (a new op-group module goes there too).
+``device_impl.eager.queue.queueable`` treats every module of this package as queueable in adaptive eager.
 
 numpy references of each op are the ALU/ACTIVATIONS tables of engine/isa.py.
 

@@ -504,7 +504,7 @@ def _store_row(nc, view: np.ndarray, acc: Tile) -> None:
     nc.release(res)
 
 
-_FMA_STEPS = 4  # GpSimd element-steps per emulated fma (as elementwise._FMA_STEPS)
+_FMA_STEPS = 4  # GpSimd element-steps per emulated fma (as elementwise.loop._FMA_STEPS)
 
 
 _STATS64_STEPS = 3  # GpSimd element-steps per element of a double-accumulated statistic
