@@ -40,8 +40,16 @@ def is_device_tensor(x: Any) -> bool:
 
 
 def scalar_of(x: Any):
-    """The Python number in a Python scalar or a host 0-dim tensor (read without dispatching)."""
+    """The Python number in a Python scalar or a host 0-dim tensor (read without dispatching).
+
+    A host tensor with dimensions is not a scalar: PyTorch's TensorIterator accepts only 0-dim CPU tensors
+    beside device tensors, and raises its RuntimeError for the rest (reached here by out= overloads, whose
+    structured meta does not check devices for PrivateUse1)."""
     if isinstance(x, torch.Tensor):
+        if x.dim() != 0 and x.is_cpu:
+            from device_impl.runtime.devices import current_device
+            raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
+                               f"neuron:{current_device()} and cpu!")
         return hbm(x)[()].item()
     return x
 

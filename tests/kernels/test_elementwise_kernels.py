@@ -320,3 +320,19 @@ def test_narrow_results_round_before_a_wider_out(name, dtypes):
     a, b = values((3, 129), low, seed=1), values((3, 129), low, "positive", seed=2)
     fn = BINARY[name]
     check(lambda a, b: fn(a, b, out=torch.empty(3, 129, dtype=wide, device=a.device)), a, b, tol=(0.0, 0.0))
+
+
+@pytest.mark.parametrize("call", [
+    lambda host, dev, out: torch.add(host, dev, out=out),
+    lambda host, dev, out: torch.mul(dev, host, out=out),
+    lambda host, dev, out: torch.add(host, host, out=out),
+], ids=["add-host-first", "mul-host-second", "add-both-host"])
+def test_out_overload_refuses_a_host_tensor_with_dimensions(call):
+    """Only 0-dim CPU tensors may join device tensors (TensorIterator's rule); out= overloads reach the kernel
+    without PyTorch's device check, so the kernel raises PyTorch's RuntimeError, never numpy's ValueError."""
+    host, dev = torch.randn(129), torch.randn(129, device="neuron")
+    out = torch.empty(129, device="neuron")
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        call(host, dev, out)
+    torch.add(dev, torch.tensor(2.0), out=out)  # a 0-dim host tensor is a scalar, and the device stays usable
+    assert torch.equal(out.cpu(), dev.cpu() + 2.0)
