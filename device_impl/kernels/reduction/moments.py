@@ -26,8 +26,9 @@ from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import FP32
 from device_impl.kernels.common import SCALAR_TYPE_NAMES, check_out, hbm, new_output, scalar_of
 from device_impl.kernels.reduction.tiles import (
-    F64, _row_sum64, BOOL, P, RESIDENT_COLS, _Block, _FLOATS, _Grid, _at, _blocks, _combine, _count, _dims, _fill, _flat_pieces,
-    _kept_view, _kernel, _memset, _order_by_stride, _out_shape, _row_reduce, _row_scalar,
+    BOOL, F64, P, RESIDENT_COLS, _Block, _FLOATS, _Grid, _STATS64_STEPS, _at, _blocks, _combine, _count, _dims,
+    _fill, _flat_pieces, _kept_view, _kernel, _memset, _order_by_stride, _out_shape, _row_reduce, _row_scalar,
+    _row_sum64,
 )
 from device_impl.kernels.reduction.sums import _Spec, _flat_partials, _use_flat
 
@@ -185,21 +186,28 @@ def _var_rows64(nc, g: _Grid, n: int, divisor: float, take_sqrt: bool) -> None:
     for blk in _blocks(nc, g, [g.kr[0]]):
         p = blk.p
         mark = nc.mark()
-        total = _row_sum64(nc, blk, lambda x: x.astype(np.float64), "var_sum64")
-        # Welford's running mean turns NaN at the first element after an infinity (x - inf, or inf - inf):
-        # only an infinity in a row's last element leaves the mean infinite; the sum / n mean elsewhere
-        odd = _row_sum64(nc, blk, lambda x: (~np.isfinite(x)).astype(np.float64), "var_nonfinite64")
-        last = nc.sbuf_tile((p, 1), F64)
-        *_, (_, (tail,)) = blk.each(0)
-        nc.gpsimd.run("var_last64", lambda o, t: o.__setitem__(..., np.isinf(t[:, -1:])), (last,), (tail,),
-                      elements=p)
+        # one pass: the double sum, the count of non-finite elements and whether the row's last element is
+        # infinite. Welford's running mean turns NaN at the first element after an infinity (x - inf, or
+        # inf - inf): only an infinity in the last element leaves the mean infinite, else it is sum / n.
+        stats = nc.sbuf_tile((p, 3), F64)
+        for j, (_, (t,)) in enumerate(blk.each(0)):
+            def program(o, x, *earlier, first=j == 0):
+                with np.errstate(all="ignore"):
+                    x64 = x.astype(np.float64)
+                    o[:, 0:1] = x64.sum(axis=1, keepdims=True) + (0.0 if first else earlier[0][:, 0:1])
+                    o[:, 1:2] = (~np.isfinite(x64)).sum(axis=1, keepdims=True) + (0.0 if first else earlier[0][:, 1:2])
+                    o[:, 2:3] = np.isinf(x64[:, -1:])
+
+            nc.gpsimd.run("var_stats64", program, (stats,), (t,) + (() if j == 0 else (stats,)),
+                          elements=t.data.size, factor=_STATS64_STEPS)
         mean = nc.sbuf_tile((p, 1), F64)
 
-        def welford_mean(o, t, bad, inf_last):
+        def welford_mean(o, st):
             with np.errstate(all="ignore"):
-                o[...] = np.where((bad == 0) | ((bad == 1) & (inf_last == 1)), t / n, np.nan)
+                bad, inf_last = st[:, 1:2], st[:, 2:3]
+                o[...] = np.where((bad == 0) | ((bad == 1) & (inf_last == 1)), st[:, 0:1] / n, np.nan)
 
-        nc.gpsimd.run("var_mean64", welford_mean, (mean,), (total, odd, last), elements=p)
+        nc.gpsimd.run("var_mean64", welford_mean, (mean,), (stats,), elements=p)
         m2 = _row_sum64(nc, blk, lambda x, m: np.square(x.astype(np.float64) - m), "var_m2_64", about=mean)
         res32, mean32 = nc.sbuf_tile((p, 1), FP32), nc.sbuf_tile((p, 1), FP32)
 
