@@ -41,6 +41,9 @@ def register() -> None:
     torch.utils.generate_methods_for_privateuse1_backend(for_storage=True)
     dispatch.install()
     import device_impl.kernels  # noqa: F401  (registers the native kernels)
+    from device_impl.dispatch import table, written
+
+    written.guard_composite_writes(table.resolve)  # out= of composite kernels checked like the native ones
     from device_impl import amp
 
     amp.install()  # autocast policy and GradScaler kernels

@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 
 from device_impl._core import C
-from device_impl.dispatch import counters
+from device_impl.dispatch import counters, written
 from device_impl.dispatch.strict import is_strict, refuse
 from device_impl.runtime.hooks import HOOKS
 from device_impl.runtime.random import reserve
@@ -231,6 +231,9 @@ def _copy_back(original: torch.Tensor, host: torch.Tensor) -> None:
 def cpu_fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
     plan = _plan(op)
     name = plan.name
+    written_plan = written.plan_of(op)
+    if written_plan:
+        written.check(name, written_plan, args, kwargs)
     if is_strict():
         raise refuse(name)
     counters.record(name, counters.FALLBACK_SLOT)

@@ -29,6 +29,13 @@ TORCH_TO_NUMPY: dict[torch.dtype, np.dtype] = {
 }
 NUMPY_TO_TORCH = {v: k for k, v in TORCH_TO_NUMPY.items()}
 
+# c10's ScalarType names, as PyTorch's error messages spell dtypes ("Found dtype Float but expected Long").
+SCALAR_TYPE_NAMES = {
+    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
+    torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+    torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
+}
+
 # dtypes the engines compute on.
 COMPUTE_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32,
                             torch.int16, torch.int8, torch.uint8, torch.bool})

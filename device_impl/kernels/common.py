@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from device_impl.engine import Tile, launch
-from device_impl.engine.dtypes import COMPUTE_DTYPES, FLOAT_DTYPES, numpy_dtype
+from device_impl.engine.dtypes import COMPUTE_DTYPES, FLOAT_DTYPES, SCALAR_TYPE_NAMES, numpy_dtype  # noqa: F401
 from device_impl.engine.hbm import view as hbm
 from device_impl.kernels import cpu_host, overlap, scalars
 
@@ -25,11 +25,6 @@ __all__ = ["hbm", "COMPUTE_DTYPES", "FLOAT_DTYPES", "numpy_dtype", "launch"]
 P = 128  # partitions
 FREE_MAX = 2048  # elements per partition per elementwise tile (8 KiB of fp32)
 
-SCALAR_TYPE_NAMES = {
-    torch.float32: "Float", torch.float64: "Double", torch.float16: "Half", torch.bfloat16: "BFloat16",
-    torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
-    torch.bool: "Bool", torch.complex64: "ComplexFloat", torch.complex128: "ComplexDouble",
-}
 
 Operand = Any  # a neuron tensor, a host 0-dim tensor, or a Python number
 
@@ -147,13 +142,19 @@ def resize_output(out: torch.Tensor, shape: Sequence[int]) -> None:
 
 
 def check_out(out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, inputs: Sequence[Operand] = (),
-              exact_dtype: bool = False) -> torch.Tensor:
+              exact_dtype: bool = False, same_dtype: bool = False) -> torch.Tensor:
     """Apply PyTorch's out= rules (TensorIterator's order): no internal overlap and no partial overlap
-    with an input (kernels/overlap.py), castable dtype, then resize (warning if non-empty)."""
+    with an input (kernels/overlap.py), castable dtype, then resize (warning if non-empty).
+
+    ``exact_dtype``: out must have the result dtype (ATen's generated out= wrappers and explicit checks:
+    "Expected out tensor to have dtype ..."). ``same_dtype``: TensorIterator's check_all_same_dtype
+    (ATen's ``build_borrowing_unary_op``: neg, abs, floor, the activations): "Found dtype ... but expected"."""
     overlap.assert_no_internal_overlap(out)
     for x in inputs:
         if isinstance(x, torch.Tensor):
             overlap.assert_no_partial_overlap(out, x)
+    if same_dtype and out.dtype != dtype:
+        raise RuntimeError(f"Found dtype {SCALAR_TYPE_NAMES[out.dtype]} but expected {SCALAR_TYPE_NAMES[dtype]}")
     if exact_dtype and out.dtype != dtype:
         raise RuntimeError(f"Expected out tensor to have dtype {TYPE_META_NAMES.get(dtype, dtype)}, but got "
                            f"{TYPE_META_NAMES.get(out.dtype, out.dtype)} instead")
@@ -161,6 +162,11 @@ def check_out(out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, input
         raise RuntimeError(f"result type {SCALAR_TYPE_NAMES[dtype]} can't be cast to the desired output type "
                            f"{SCALAR_TYPE_NAMES[out.dtype]}")
     if tuple(out.shape) != tuple(shape):
+        if any(x is out for x in inputs):
+            # TensorIterator's read-write operand (``logical_and_`` runs ``logical_and_out(self, self, o)``):
+            # an out that is also an input is never resized; in-place broadcasting of self is refused.
+            raise RuntimeError(f"output with shape {list(out.shape)} doesn't match the broadcast shape "
+                               f"{list(shape)}")
         resize_output(out, shape)
     return out
 

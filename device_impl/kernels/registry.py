@@ -80,17 +80,30 @@ Compute = Callable[[torch.Tensor, dict[str, Any]], None]
 Meta = Callable[[dict[str, Any]], tuple[tuple[int, ...], torch.dtype, Sequence[Any]]]
 
 
+# How an out= tensor's dtype is judged, per packet, where it is not TensorIterator's default (the result
+# dtype must be castable to out's). "same": ATen builds the op with check_all_same_dtype (its
+# build_borrowing_unary_op and the activations' meta functions), so out must have the input's dtype
+# ("Found dtype Float but expected Long"), checked before the kernel's own dtype refusals.
+# "exact": ATen's generated out= wrapper of a functional kernel, or an explicit check ("Expected out
+# tensor to have dtype ..."). tests/kernels/test_out_dtype.py checks this table against the live CPU.
+OUT_DTYPE_RULES: dict[str, str] = {
+    **dict.fromkeys(("abs", "neg", "bitwise_not", "ceil", "floor", "round", "trunc", "sign", "hardtanh", "elu",
+                     "gelu", "leaky_relu", "silu"), "same"),
+    **dict.fromkeys(("isnan", "isinf", "relu", "zero", "isin"), "exact"),
+}
+
+
 def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset = COMPUTE_DTYPES,
-                    overloads: Sequence[str] | None = None, exact_dtype: bool = False) -> list[str]:
+                    overloads: Sequence[str] | None = None) -> list[str]:
     """Register ``compute`` for the overloads of ``aten::<packet>`` (and ``<packet>_``).
 
     ``meta(args)`` returns (output shape, result dtype, operands that must not
-    partially overlap the output). ``exact_dtype``: an out= tensor must have the
-    result dtype (ops whose meta function fixes it, as isin's bool), instead of
-    one it can be cast to. Returns the overloads registered directly.
+    partially overlap the output). ``OUT_DTYPE_RULES`` says how an out= tensor's
+    dtype is judged. Returns the overloads registered directly.
     """
     registered: list[str] = []
     served: list[str] = []
+    rule = OUT_DTYPE_RULES.get(packet, "cast")
     functional = getattr(torch.ops.aten, packet)
     inplace = getattr(torch.ops.aten, packet + "_", None)
     names = overloads if overloads is not None else functional.overloads()
@@ -102,7 +115,7 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
         overload = getattr(functional, ov)
         binder = Binder.of(overload)
         if binder.out_names:
-            TABLE.native(op, dtypes=dtypes)(_sourced(_out_kernel(op, binder, compute, meta, exact_dtype), compute))
+            TABLE.native(op, dtypes=dtypes)(_sourced(_out_kernel(op, binder, compute, meta, rule), compute))
             registered.append(op)
             out_ops.append(op)
         elif routed_by_composite(op):
@@ -158,14 +171,19 @@ def _submits(kernel):
     return kernel
 
 
-def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, exact_dtype: bool = False):
+def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str = "cast"):
     out_name = binder.out_names[0]
+    exact, same = rule == "exact", rule == "same"
 
     def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
         bound = binder.bind(args, kwargs)
         out = bound.pop(out_name)
+        if same:
+            x = bound["self"]
+            if out.dtype != x.dtype:
+                check_out(out, tuple(out.shape), x.dtype, (), same_dtype=True)
         shape, dtype, operands = meta(bound)
-        check_out(out, shape, dtype, operands, exact_dtype=exact_dtype)
+        check_out(out, shape, dtype, operands, exact_dtype=exact)
         _run(op, compute, out, bound)
         return out
 

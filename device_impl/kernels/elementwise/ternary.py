@@ -72,7 +72,8 @@ def _masked_fill_meta(a: dict) -> tuple:
     if isinstance(value, torch.Tensor) and value.dim() != 0:
         raise RuntimeError(f"masked_fill_ only supports a 0-dimensional value tensor, but got tensor with "
                            f"{value.dim()} dimension(s).")
-    return tuple(x.shape), x.dtype, (x, mask)
+    # The mask broadcasts against self; in place, a mask that would grow self is refused (as CPU).
+    return broadcast_shape(x, mask), x.dtype, (x, mask)
 
 
 def _masked_fill_compute(out: torch.Tensor, a: dict) -> None:

@@ -315,7 +315,8 @@ def _scatter_view_op(self: torch.Tensor, src: torch.Tensor, region: Callable[[np
         out = torch.empty_like(self) if not overlap.has_internal_overlap(self) else \
             torch.empty(tuple(self.shape), dtype=self.dtype, device=self.device)
     else:
-        check_out(out, tuple(self.shape), self.dtype, (self, src))
+        # ATen's generated out= wrappers of the view scatters: out must have self's dtype exactly.
+        check_out(out, tuple(self.shape), self.dtype, (self, src), exact_dtype=True)
     with launch(name, self.device.index) as nc:
         ov = hbm(out)
         if not overlap.same_view(out, self):

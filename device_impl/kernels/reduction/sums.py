@@ -392,14 +392,14 @@ def _integral_default(x: torch.Tensor, dtype, out) -> torch.dtype:
 
 
 def _sum_prod(name: str, op: str, a: dict, dims: tuple[int, ...], out: torch.Tensor | None,
-              queue: bool = False) -> torch.Tensor:
+              queue: bool = False, exact_out: bool = False) -> torch.Tensor:
     x, dtype, keepdim = a["self"], a.get("dtype"), bool(a.get("keepdim", False))
-    rdtype = _integral_default(x, dtype, out)
+    rdtype = _integral_default(x, dtype, None if exact_out else out)
     shape = _out_shape(x, dims, keepdim)
     if out is None:
         out = new_output(shape, rdtype, x)
     else:
-        check_out(out, shape, rdtype, [x], exact_dtype=dtype is not None)
+        check_out(out, shape, rdtype, [x], exact_dtype=exact_out or dtype is not None)
     _reduce(name, x, out, dims, _sum_like_spec(op, x, out.dtype), queue=queue)
     return out
 
@@ -421,7 +421,8 @@ def _prod_full(a: dict) -> torch.Tensor:
 
 @_kernel("aten::prod.out")
 def _prod_full_out(a: dict) -> torch.Tensor:
-    return _sum_prod("prod", "multiply", a, _dims(a["self"], None), a["out"])
+    # ATen's generated out= wrapper of prod: out must have the result dtype exactly.
+    return _sum_prod("prod", "multiply", a, _dims(a["self"], None), a["out"], exact_out=True)
 
 
 def _mean_dtype(x: torch.Tensor, dtype) -> torch.dtype:
