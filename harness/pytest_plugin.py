@@ -290,8 +290,11 @@ def check_opinfo(session: Session, op, mode: str, test_id: str, depth: str = "qu
 
 
 # How much of the device-contract checks (opsuite/test_contract.py, opsuite/test_modules.py) run:
-# quick (the default when they are selected) or full.
+# smoke (the default), quick or full (``pytest opsuite --contract quick|full``; ``--contract off`` skips them).
 CONTRACT_DEPTHS: dict[str, dict] = {
+    # Every default run (`pytest opsuite`, `make report`): each op's and module's first sample, float32.
+    "smoke": {"dtypes": ["float32"], "fallback_dtypes": ["int64", "bool"], "max_samples": 1,
+              "module_dtypes": ["float32"], "module_samples": 1},
     "quick": {"dtypes": ["float32", "bfloat16"], "fallback_dtypes": ["int64", "bool"], "max_samples": 1,
               "module_dtypes": ["float32"], "module_samples": 2},
     "full": {"dtypes": ["float32", "bfloat16", "int64"], "fallback_dtypes": ["bool"], "max_samples": None,

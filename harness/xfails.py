@@ -22,7 +22,7 @@ from harness.env import ROOT
 
 DEFAULT_PATH = ROOT / "opsuite" / "xfails.toml"
 CATEGORIES = ("numerics", "unsupported", "semantics", "upstream")
-SOURCES = ("spec", "opinfo")
+SOURCES = ("spec", "opinfo", "contract", "module")
 _KEYS = {"op", "reason", "category", "source", "dtype", "mode", "domain", "layout", "message", "link"}
 
 

@@ -1,9 +1,9 @@
 """PyTorch's device contract, per OpInfo and check (harness.contract): out= (values, wrong device, wrong
 dtype, wrong shape), variant consistency, in-place rules and error inputs, against CPU eager.
 
-Marker ``contract``: deselected unless ``--contract [quick|full]`` or ``-m contract``. Quick runs each
-op's first 2 samples in float32 and bfloat16 (else int64 or bool); full every sample in float32,
-bfloat16 and int64. Results go to the store with ``source = 'contract'`` and the check in
+Marker ``contract``, depth from ``--contract``: smoke (the default run) each op's first sample in
+float32 (else int64 or bool); quick the first sample in float32 and bfloat16; full every sample in
+float32, bfloat16 and int64. Results go to the store with ``source = 'contract'`` and the check in
 ``check_name``; expected differences are ``source = "contract"`` entries of opsuite/xfails.toml.
 """
 
@@ -22,7 +22,7 @@ def test_contract(harness_session, op, check, mode, request):
     unavailable = modes.get(mode).available(harness_session.device)
     if unavailable:
         pytest.skip(unavailable)
-    depth = request.config.getoption("--contract") or "quick"
+    depth = request.config.getoption("--contract") or "smoke"
     dtypes = contract_dtypes(lambda d: op.supports_dtype(d, "cpu"), depth)
     results = contract.run_check(op, check, dtypes, harness_session.device, CONTRACT_DEPTHS[depth]["max_samples"],
                                  mode, harness_session.xfails)

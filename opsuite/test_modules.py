@@ -1,8 +1,8 @@
 """nn.Modules of PyTorch's ModuleInfo database (common_modules.module_db) on the device against CPU
 (harness.modules): forward and backward with parameter gradients in train and eval, state_dict round trip.
 
-Marker ``contract``: deselected unless ``--contract [quick|full]`` or ``-m contract``. Quick runs each
-module's first 2 inputs in float32; full every input in float32 and bfloat16. Results go to the store
+Marker ``contract``, depth from ``--contract``: smoke (the default run) each module's first input in
+float32; quick its first 2 inputs; full every input in float32 and bfloat16. Results go to the store
 with ``source = 'module'`` and the check in ``check_name``.
 """
 
@@ -22,7 +22,7 @@ def test_module(harness_session, info, check, mode, request):
     unavailable = modes.get(mode).available(harness_session.device)
     if unavailable:
         pytest.skip(unavailable)
-    depth = request.config.getoption("--contract") or "quick"
+    depth = request.config.getoption("--contract") or "smoke"
     settings = CONTRACT_DEPTHS[depth]
     dtypes = contract_dtypes(lambda d: mods.supports(info, d), depth, key="module_dtypes")
     results = mods.run_check(info, check, dtypes, harness_session.device, settings["module_samples"], mode,

@@ -284,6 +284,11 @@ def cpu_fallback(op: torch._ops.OpOverload, *args: Any, **kwargs: Any) -> Any:
         original = originals.get(id(host))
         if original is not None:
             return original
+        if host.layout != torch.strided:  # to_sparse, to_mkldnn: a layout the device does not hold
+            raise NotImplementedError(
+                f"neuron supports only torch.strided (dense) tensors, but {name} returns a {host.layout} tensor. "
+                f"Keep sparse work on the CPU (x.cpu().{'to_sparse()' if host.is_sparse else 'op()'}) or stay dense "
+                f"on neuron.")
         view = mirror.device_view_of(host, device)
         if view is not None:
             return view
