@@ -50,8 +50,9 @@ test-hosts: core
 # `make report`: the main job. Every step reads or writes build/; the last one renders
 # build/reports/*.html from build/results.sqlite and the files beside it, then prints a summary.
 # A step that finds failures (conformance, a benchmark) does not stop the report: it shows them.
-# The op suite (op specs in every mode, PyTorch's OpInfo in eager) runs its modes side by side,
-# one process each, on the two cores; the op specs first, so a budget cuts the OpInfo tail. Knobs: REPORT_MODE_BUDGET (seconds per mode, 0 = no limit;
+# The op suite (op specs, the device-contract checks at smoke depth, PyTorch's OpInfo) runs its modes side
+# by side, one process each, on the two cores; the op specs first, then the contract checks and the
+# nn.Module sweep, so a budget cuts the OpInfo tail. Knobs: REPORT_MODE_BUDGET (seconds per mode, 0 = no limit;
 # a mode cut short keeps the cases it ran), REPORT_BENCH (pytest-benchmark flags).
 REPORT_MODE_BUDGET ?= 300
 REPORT_BENCH ?= --benchmark-max-time=0.25 --benchmark-min-rounds=3
@@ -84,7 +85,8 @@ report: core
 	@rm -f build/junit/opsuite-*.xml build/reports/opsuite-*.log build/reports/opsuite-*.status
 	@echo "[report 1/5] conformance: pytest opsuite in each mode the device provides, side by side (budget $(REPORT_MODE_BUDGET) s each)"
 	@modes=$$($(PY) -c "$$AVAILABLE_MODES"); echo "  modes: $$modes (logs: build/reports/opsuite-<mode>.log)"; \
-	files="$$(ls opsuite/test_*.py | grep -v '/test_opinfo.py$$' || true) $$(ls opsuite/test_opinfo.py 2>/dev/null || true)"; \
+	files="$$(ls opsuite/test_*.py | grep -v -E '/test_(opinfo|contract|modules).py$$' || true) \
+	  $$(ls opsuite/test_contract.py opsuite/test_modules.py opsuite/test_opinfo.py 2>/dev/null || true)"; \
 	for mode in $$modes; do \
 	  ( status=0; timeout --signal=INT --kill-after=60 $(REPORT_MODE_BUDGET) \
 	      $(PY) -m pytest $$files -q -p no:cacheprovider --neuron-mode $$mode -o console_output_style=count \

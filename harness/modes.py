@@ -9,6 +9,8 @@ expected-to-fail.
 
 from __future__ import annotations
 
+import types
+
 from typing import Any, Callable
 
 import torch
@@ -93,13 +95,25 @@ class Compiled(Mode):
         backend = torch.device(device).type
         found = _expression_of(fn)
         if found is None:
-            return torch.compile(fn, backend=backend, dynamic=False)()
+            return torch.compile(_fresh_code(fn), backend=backend, dynamic=False)()
         expression, namespace = found
         names = sorted((k for k, v in namespace.items() if isinstance(v, torch.Tensor)), key=_tensor_order)
         scope = {k: v for k, v in namespace.items() if k not in names}
         target = eval(f"lambda {', '.join(names)}: {expression}", scope)  # noqa: S307 - the spec's own call text
         compiled = torch.compile(target, backend=backend, dynamic=False)
         return compiled(*(namespace[n] for n in names))
+
+
+def _fresh_code(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """``fn`` over a copy of its code object. Dynamo caches graphs per code object, guarded on what the
+    frame reads; a closure cell holding a method descriptor (``torch.Tensor.sin_`` for one check,
+    ``torch.Tensor.sin`` for the next) gets no guard (torch 2.13, any backend: reproduced with
+    backend="eager"), so the second call would replay the first call's graph, mutation included. A
+    fresh code object per call gives every call its own cache, as separate call sites in a model have."""
+    code = getattr(fn, "__code__", None)
+    if code is None:
+        return fn
+    return types.FunctionType(code.replace(), fn.__globals__, fn.__name__, fn.__defaults__, fn.__closure__)
 
 
 def _tensor_order(name: str) -> tuple[int, str]:

@@ -6,6 +6,7 @@ import dataclasses
 
 import numpy as np
 import pytest
+import torch
 
 from harness.cases import Case
 from harness.runner import run_case
@@ -98,3 +99,19 @@ def test_sum_of_products_still_catches_a_kernel_that_drops_nan():
     with TABLE.overridden("aten::mm.out", drops_nan):
         result = run_case(case)
     assert result.verdict == "fail" and "NaN at different positions" in result.message
+
+
+def test_compiled_mode_never_replays_another_calls_graph():
+    """Two calls of one closure's code with different method descriptors in its cells (the contract
+    checks' variants): Dynamo would replay the in-place variant's graph for the functional one
+    (no guard on the descriptor), mutating the input. Each call gets its own code object."""
+    from harness import modes
+
+    compiled = modes.get("compiled")
+    x = torch.randn(8, 8)
+    for variant in ("sin_", "sin"):
+        xd = x.to("neuron")
+        method = getattr(torch.Tensor, variant)
+        result = compiled.run(lambda: method(xd), "neuron")
+        assert torch.allclose(result.cpu(), x.sin(), atol=1e-6)
+        assert torch.allclose(xd.cpu(), x.sin() if variant == "sin_" else x, atol=1e-6), variant
