@@ -7,7 +7,11 @@ the input's layout (``_bn_layout``, ``_bn_stats``): float32 sums in double on Gp
 accumulates in double, fp32 sums on VectorE / ScalarE otherwise (``moments._moments``); running
 statistics update on VectorE. The output is one ScalarE activation per tile (x * scale + shift),
 or GpSimd's fma rounded once where CPU's contiguous / channels-last float32 kernels fuse it
-(``_fma_rows``). Backward: one pass for sum(dy) and sum((x - mean) * dy) per channel, one for dx.
+(``_fma_rows``). bfloat16/float16 inputs (``_bn_reduced_block``): the engines' fp32 moments, then
+CPU's per-channel roundings (statistics in the parameter dtype, running statistics, alpha/beta) in
+one GpSimd program over the [p, 1] scalars (``_bn_reduced_params``), the output fused as CPU's or
+stepwise for strided inputs. Backward: one pass for sum(dy) and sum((x - mean) * dy) per channel,
+one for dx.
 """
 
 from __future__ import annotations
@@ -144,6 +148,14 @@ def _batch_norm(x, w, b, rm, rv, training: bool, momentum: float, eps: float, ou
         return _at(g.k[ks[name][0]], blk.rsl)
 
     layout = _bn_layout(x)
+    if x.dtype != torch.float32:
+        mixed = sdtype == torch.float32
+        with launch("batch_norm", x.device.index) as nc:
+            for blk in _blocks(nc, g, [X]):
+                mark = nc.mark()
+                _bn_reduced_block(nc, blk, O, ks, view, training, count, float(momentum), float(eps), layout, mixed)
+                nc.release_to(mark)
+        return out, save_mean, save_invstd
     # CPU's contiguous and channels-last float32 kernels apply out = x * alpha + beta with vec::fmadd, one
     # rounding where this process's ATen kernels fuse (so x * alpha beyond float's range still gives beta's
     # infinity, not inf - inf = NaN); ScalarE rounds the product first, so those layouts take GpSimd's fma.
@@ -213,16 +225,17 @@ def _batch_norm(x, w, b, rm, rv, training: bool, momentum: float, eps: float, ou
     return out, save_mean, save_invstd
 
 
-def _bn_stepwise(nc, blk: _Block, O, m: Tile, inv: Tile, wview, bview) -> None:
-    """out = ((x - mean) * invstd) * w + b, each step rounded to fp32 (CPU's strided path; an absent weight
-    is 1 and an absent bias 0, added as CPU adds its zeros: -0.0 becomes +0.0)."""
+def _bn_stepwise(nc, blk: _Block, O, m: Tile, inv: Tile, wview, bview, step_dtype=FP32) -> None:
+    """out = ((x - mean) * invstd) * w + b, each step rounded to ``step_dtype`` (CPU's strided path computes in
+    its param_t: fp32 for float32 and for a bf16/fp16 input with fp32 parameters, the input's dtype otherwise; an
+    absent weight is 1 and an absent bias 0, added as CPU adds its zeros: -0.0 becomes +0.0)."""
     p = blk.p
     nm = _row_scalar(nc, p)
     nc.vector.tensor_scalar(nm, m, "multiply", -1.0, dtype=FP32)
     wt = _load_scalars(nc, wview, p) if wview is not None else None
     bt = _load_scalars(nc, bview, p) if bview is not None else None
     for ch, (t,) in blk.each(0):
-        step = nc.sbuf_tile(t.shape, FP32)
+        step = nc.sbuf_tile(t.shape, step_dtype)
         nc.scalar.activation(step, t, "identity", bias=nm)
         nc.scalar.activation(step, step, "identity", scale=inv)
         if wt is not None:
@@ -235,6 +248,135 @@ def _bn_stepwise(nc, blk: _Block, O, m: Tile, inv: Tile, wview, bview) -> None:
         blk.store(O, ch, res)
         nc.release(res)
         nc.release(step)
+
+
+def _bn_reduced_block(nc, blk: _Block, O, ks: dict, view, training: bool, count: int, momentum: float,
+                      eps: float, layout: str, mixed: bool) -> None:
+    """One block of channels of a bfloat16/float16 input (``mixed``: fp32 weight, bias and statistics).
+
+    The moments come from the engines (``_moments``: fp32 mean and sum of squared deviations); CPU's
+    per-channel arithmetic on them (``_bn_reduced_params``: its roundings to the parameter dtype, running
+    statistics, eval-mode invstd, alpha and beta) runs as one GpSimd program over the [p, 1] scalars. The
+    output is x * alpha + beta rounded once to fp32 where CPU's contiguous / channels-last kernels fuse it
+    (``_fma_rows``), then to the input's dtype; CPU's strided path is stepwise (``_bn_stepwise``)."""
+    p = blk.p
+    names = [k for k in ("rm", "rv", "w", "b") if k in ks]
+    loaded = {k: _load_scalars(nc, view(k, blk), p) for k in names}
+    ins = ()
+    if training:
+        m, m2 = _moments(nc, blk, count)
+        ins = (m, m2)
+    ins = ins + tuple(loaded[k] for k in names)
+    outs = tuple(_row_scalar(nc, p) for _ in range(8))  # save_mean, save_invstd, rm, rv, mean, invstd, alpha, beta
+    dt = O.dtype
+
+    def program(*arrays):
+        res, given = arrays[:8], dict(zip((("mean", "m2") if training else ()) + tuple(names), arrays[8:]))
+        with np.errstate(all="ignore"):
+            vals = _bn_reduced_params(dt, mixed, layout, training, count, momentum, eps, given)
+        for o, key in zip(res, ("save_mean", "save_invstd", "rm", "rv", "mean", "invstd", "alpha", "beta")):
+            if key in vals:
+                o[...] = vals[key]
+
+    nc.gpsimd.run("bn_params", program, outs, ins, elements=p, factor=24.0)
+    smean, sinv, rm_new, rv_new, mo, io, alpha, beta = outs
+    if training:
+        _store_scalars(nc, view("mean", blk), smean)
+        _store_scalars(nc, view("invstd", blk), sinv)
+        for name, t in (("rm", rm_new), ("rv", rv_new)):
+            if name in ks:
+                _store_scalars(nc, view(name, blk), t)
+    if layout == "strided":
+        _bn_stepwise(nc, blk, O, mo, io, view("w", blk) if "w" in ks else None,
+                     view("b", blk) if "b" in ks else None, step_dtype=FP32 if mixed else dt)
+        return
+    fused = cpu_host.fused_multiply_add()
+    for ch, (t,) in blk.each(0):
+        res = nc.sbuf_tile(t.shape, dt)
+        if fused:
+            _fma_rows(nc, res, t, alpha, beta)
+        else:
+            nc.scalar.activation(res, t, "identity", scale=alpha, bias=beta)
+        blk.store(O, ch, res)
+        nc.release(res)
+
+
+def _bn_reduced_params(dt: np.dtype, mixed: bool, layout: str, training: bool, n: int, momentum: float, eps: float,
+                       given: dict) -> dict:
+    """CPU's per-channel batch-norm arithmetic for a bfloat16/float16 input ([p, 1] numpy arrays in, fp32 out).
+
+    ``P`` rounds to CPU's param_t (the input's dtype; fp32 when ``mixed``) and ``R`` to scalar_t. Training,
+    contiguous and channels-last (batch_norm_cpu_update_stats_template's contiguous branch and the
+    collect_stats kernels): save_mean = P(mean); var_sum = P(m2), about the float mean where the input is
+    contiguous with an image size > 1 and about save_mean for channels last; c10's Half/BFloat16 ``a / int64``
+    rounds both operands, so var = R(var_sum / R(n)) (fp32 when mixed) and unbiased = R(var_sum / R(n - 1));
+    invstd = P(float(1 / sqrt(double(var) + eps))); momentum_ = P(momentum), running = P(P(momentum_ * batch) +
+    P(P(1 - momentum_) * running)), the var's first product in float. Strided (Normalization.cpp's loop):
+    save_mean = at::mean in P, var_sum a float sum about it, var = float(var_sum / n), running = P(float(
+    momentum * batch + (1 - momentum) * running)) in double. Eval: invstd = 1 / sqrt(running_var + float(eps))
+    in float (contiguous / channels last) or as P-dtype tensor ops, each step rounded (strided).
+    Output parameters (batch_norm_cpu_collect_linear_and_constant_terms): alpha = float(invstd * w),
+    beta = float(b - float(mean * alpha)) from the P-rounded statistics (measured: no fused multiply-add
+    there, while x * alpha + beta is fused on AVX2/AVX-512)."""
+    f32, f64 = np.float32, np.float64
+
+    def R(a):
+        return np.asarray(a, f64).astype(f32).astype(dt).astype(f32)
+
+    def P(a):
+        return np.asarray(a, f64).astype(f32) if mixed else R(a)
+
+    out = {}
+    rm, rv = given.get("rm"), given.get("rv")
+    # float16 statistics with float16 parameters follow the strided formulas on every layout (measured against
+    # torch 2.13: var_sum kept in float, running statistics formed in double; bfloat16 and mixed inputs take the
+    # contiguous kernels' roundings)
+    loop_stats = layout == "strided" or (dt == np.float16 and not mixed)
+    if training:
+        mean = np.asarray(given["mean"], f32)
+        save_mean = P(mean)
+        m2 = np.asarray(given["m2"], f32)
+        if layout != "contiguous":  # the sum of squares about the stored mean: m2 + n (mean - save_mean)^2
+            shift = mean.astype(f64) - save_mean.astype(f64)
+            m2 = np.where(shift != 0, (m2.astype(f64) + n * shift * shift).astype(f32), m2)
+        if loop_stats:
+            var = m2 / f32(n)
+            unbiased = m2 / f32(n - 1)
+        else:
+            vs = P(m2)
+            var, unbiased = (vs / f32(n), vs / f32(n - 1)) if mixed else (R(vs / R(n)), R(vs / R(n - 1)))
+        var = np.asarray(var, f32)
+        inv = np.where((var != 0) | (eps != 0), (1.0 / np.sqrt(var.astype(f64) + eps)), 0.0)
+        inv = P(inv)
+        out.update(save_mean=save_mean, save_invstd=inv, mean=save_mean, invstd=inv)
+        if loop_stats:
+            if rm is not None:
+                batch = save_mean if layout == "strided" else mean  # float16 contiguous: the float mean
+                out["rm"] = P(momentum * batch.astype(f64) + (1 - momentum) * rm.astype(f64))
+            if rv is not None:
+                unb = np.asarray(unbiased, f32).astype(f64)
+                out["rv"] = P(momentum * unb + (1 - momentum) * rv.astype(f64))
+        else:
+            mom = P(momentum)
+            om = P(f32(1) - mom)
+            if rm is not None:
+                out["rm"] = P(P(mom * save_mean) + P(om * rm))
+            if rv is not None:
+                out["rv"] = P(f32(mom * np.asarray(unbiased, f32)) + P(om * rv))
+    else:
+        out["mean"] = np.asarray(rm, f32)
+        v = np.asarray(rv, f32)
+        if layout == "strided":
+            out["invstd"] = P(f32(1) / P(np.sqrt(P(v + f32(eps)))))
+        else:
+            out["invstd"] = f32(1) / np.sqrt(v + f32(eps))
+    if layout != "strided":
+        w = given.get("w", np.ones_like(out["mean"], dtype=f32))
+        b = given.get("b", np.zeros_like(out["mean"], dtype=f32))
+        alpha = np.asarray(out["invstd"], f32) * np.asarray(w, f32)
+        out["alpha"] = alpha
+        out["beta"] = np.asarray(b, f32) - np.asarray(out["mean"], f32) * alpha
+    return out
 
 
 def _fma_rows(nc, out: Tile, t: Tile, scale: Tile, shift: Tile) -> None:
