@@ -12,6 +12,9 @@ torch-mlir 20261001 rejects or mis-lowers a few core ATen forms that backward gr
   dropped here and put back by the caller (``restore_none``);
 * ``aten.clamp.Tensor`` with a missing bound or bounds that broadcast aborts the process inside
   torch-mlir: it becomes ``maximum``/``minimum`` (the same values: NaN propagates from any operand);
+* ``aten.bitwise_left_shift``/``bitwise_right_shift`` of operands that broadcast abort the process
+  inside torch-mlir (seen for int64 [20, 1] << [20, 20]; same shapes import): each operand is
+  expanded to the result's shape first;
 * ``aten.div.Tensor_mode`` with ``rounding_mode=None`` does not import: it is ``div.Tensor``;
 * zero-size tensors crash or fail torch-mlir; the common source is ``torch.cat`` with an empty
   operand (an empty KV cache in transformers), which ATen skips: empty operands are dropped from
@@ -98,6 +101,25 @@ def _slice_scatter(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node 
     return graph.call_function(aten.cat.default, (pieces, dim))
 
 
+def _explicit_broadcast(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    shape = _static_shape(node)
+    operands = list(node.args)
+    changed = False
+    for i, operand in enumerate(operands[:2]):
+        if isinstance(operand, torch.fx.Node) and list(operand.meta["val"].shape) != shape:
+            expanded = graph.call_function(aten.expand.default, (operand, shape))
+            expanded.meta["val"] = operand.meta["val"].expand(shape)
+            operands[i] = expanded
+            changed = True
+    if not changed:
+        return None
+    return graph.call_function(node.target, tuple(operands), node.kwargs)
+
+
+_SHIFTS = tuple(getattr(getattr(aten, name), "Tensor") for name in (
+    "bitwise_left_shift", "bitwise_right_shift", "__lshift__", "__rshift__") if hasattr(getattr(aten, name), "Tensor"))
+
+
 def _sliced(graph: torch.fx.Graph, base: torch.fx.Node, dim: int, start: int, end: int) -> torch.fx.Node:
     node = graph.call_function(aten.slice.Tensor, (base, dim, start, end))
     node.meta["val"] = aten.slice.Tensor(base.meta["val"], dim, start, end)  # fake tensor: metadata only
@@ -110,6 +132,7 @@ _REWRITES = {
     aten.clamp.Tensor: _clamp_tensor,
     aten.cat.default: _cat,
     aten.empty_permuted.default: _empty_permuted,
+    **dict.fromkeys(_SHIFTS, _explicit_broadcast),
     **numerics.REWRITES,
 }
 
