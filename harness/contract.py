@@ -148,8 +148,30 @@ def _attempt(fn: Callable[[], Any], mode: str = "eager", device: str | None = No
         try:
             value = fn() if device is None else opinfo._in_mode(mode, fn, device)
         except Exception as e:  # noqa: BLE001 - what each side raised is the check
-            return Outcome(None, e, tuple(caught))
+            return Outcome(None, traced_error(e) if device is not None else e, tuple(caught))
     return Outcome(value, None, tuple(caught))
+
+
+def traced_error(error: BaseException) -> BaseException:
+    """The error a call raised, seen through torch.compile's wrapping.
+
+    Dynamo reports an exception raised while it traces with fake tensors (an op's argument check:
+    ``hardtanh``'s ValueError, ``take``'s IndexError) as ``torch._dynamo.exc.TorchRuntimeError``
+    chained to the original, for every backend; the contract is about the original, so its class
+    and message are compared. A backend's own failure (``BackendCompilerFailed``) is unwrapped the
+    same way: what the device's compiler raised is then judged like any other device error."""
+    seen = 0
+    while _is_dynamo_wrapper(error) and seen < 8:
+        inner = error.__cause__ or error.__context__
+        if inner is None:
+            break
+        error, seen = inner, seen + 1
+    return error
+
+
+def _is_dynamo_wrapper(error: BaseException) -> bool:
+    module = type(error).__module__ or ""
+    return module.startswith("torch._dynamo") or module.startswith("torch._subclasses.fake_tensor")
 
 
 def _parity(cpu: Outcome, dev: Outcome, device: str, where: str) -> cmp.Comparison | None:

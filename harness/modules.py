@@ -109,6 +109,7 @@ def _compare(actual: Any, expected: Any, device: str, where: str) -> cmp.Compari
 
 
 def _device_error(error: BaseException, cpu_error: BaseException | None, device: str, where: str) -> cmp.Comparison:
+    error = contract.traced_error(error)
     why = contract.foreign_exception(error, device, cpu_error)
     if why:
         return cmp.Comparison(False, f"{where}: {why}: {contract._describe(error)}", criterion="exception class")

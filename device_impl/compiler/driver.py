@@ -34,8 +34,10 @@ def flags() -> dict[str, Any]:
 
 
 def _unimportable(gm: torch.fx.GraphModule) -> UnsupportedOpError | None:
-    """Graphs torch-mlir must not see: outputs left on the host, and zero-size tensors (torch-mlir
-    20261001 crashes the process on some of them, e.g. clamp of a [1, 128, 0] tensor)."""
+    """Graphs torch-mlir must not see: outputs left on the host, zero-size tensors (torch-mlir
+    20261001 crashes the process on some of them, e.g. clamp of a [1, 128, 0] tensor), and complex
+    tensors (it aborts the process converting float32 to complex64: ``x.cfloat()``; the engines have
+    no complex arithmetic, so such graphs run eagerly, where complex ops take the counted fallback)."""
     values = gm.graph.output_node().args[0]
     for v in values if isinstance(values, (tuple, list)) else [values]:
         meta = getattr(v, "meta", {}).get("val") if v is not None else None
@@ -47,6 +49,9 @@ def _unimportable(gm: torch.fx.GraphModule) -> UnsupportedOpError | None:
             if isinstance(t, torch.Tensor) and t.numel() == 0:
                 return UnsupportedOpError("zero-size tensor", f"{node.name} has shape {list(t.shape)}; torch-mlir "
                                           f"does not import zero-size tensors")
+            if isinstance(t, torch.Tensor) and t.dtype.is_complex:
+                return UnsupportedOpError("complex tensor", f"{node.name} is {t.dtype}; the compiler has no complex "
+                                          f"arithmetic")
     return None
 
 
