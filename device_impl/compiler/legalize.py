@@ -15,6 +15,9 @@ torch-mlir 20261001 rejects or mis-lowers a few core ATen forms that backward gr
 * ``aten.bitwise_left_shift``/``bitwise_right_shift`` of operands that broadcast abort the process
   inside torch-mlir (seen for int64 [20, 1] << [20, 20]; same shapes import): each operand is
   expanded to the result's shape first;
+* a reduction of a 0-d tensor with ``keepdim=True`` (``sum``, ``amax``, ``mean`` ...; ``logsumexp``
+  of a scalar decomposes into them) crashes the process inside torch-mlir: keeping a reduced
+  dimension of a 0-d tensor leaves it 0-d, so ``keepdim`` is dropped (the same shape and values);
 * ``aten.div.Tensor_mode`` with ``rounding_mode=None`` does not import: it is ``div.Tensor``;
 * zero-size tensors crash or fail torch-mlir; the common source is ``torch.cat`` with an empty
   operand (an empty KV cache in transformers), which ATen skips: empty operands are dropped from
@@ -145,6 +148,26 @@ def _drop_device(node: torch.fx.Node) -> bool:
     return False
 
 
+def _zero_dim_keepdim(node: torch.fx.Node) -> bool:
+    schema = getattr(node.target, "_schema", None)
+    if schema is None or not node.args or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    value = node.args[0].meta.get("val")
+    if not isinstance(value, torch.Tensor) or value.dim() != 0:
+        return False
+    names = [a.name for a in schema.arguments]
+    if "keepdim" not in names:
+        return False
+    index = names.index("keepdim")
+    if index < len(node.args) and node.args[index] is True:
+        node.args = node.args[:index] + (False,) + node.args[index + 1:]
+        return True
+    if node.kwargs.get("keepdim") is True:
+        node.kwargs = {**node.kwargs, "keepdim": False}
+        return True
+    return False
+
+
 def legalize(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Rewrite in place the node forms torch-mlir cannot import (see module docstring)."""
     graph = gm.graph
@@ -153,6 +176,8 @@ def legalize(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if getattr(node, "_erased", False):  # a rewrite above replaced this node already
             continue
         if node.op == "call_function" and _drop_device(node):
+            changed = True
+        if node.op == "call_function" and _zero_dim_keepdim(node):
             changed = True
         rewrite = _REWRITES.get(node.target) if node.op == "call_function" else None
         if rewrite is None and node.op == "call_function" and numerics.needs_opmath(node):

@@ -266,3 +266,12 @@ def test_complex_conversions_run_eagerly_instead_of_aborting(method):
     want = getattr(x, method)()
     assert got.dtype == want.dtype
     assert torch.equal(torch.view_as_real(got.cpu()).float(), torch.view_as_real(want).float())
+
+
+@pytest.mark.parametrize("fn", [lambda t: torch.sum(t, (0,), True), lambda t: torch.amax(t, (0,), True),
+                                lambda t: torch.mean(t, (0,), True), lambda t: torch.logsumexp(t, (0,), True)],
+                         ids=["sum", "amax", "mean", "logsumexp"])
+def test_reductions_of_a_scalar_with_keepdim_compile(fn):
+    """torch-mlir crashes the process (SIGSEGV/abort) reducing a 0-d tensor with keepdim=True; legalize
+    drops keepdim there (the result is 0-d either way)."""
+    _exact(fn, torch.tensor(1.5))
