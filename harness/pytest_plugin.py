@@ -297,7 +297,7 @@ CONTRACT_DEPTHS: dict[str, dict] = {
               "module_dtypes": ["float32"], "module_samples": 1},
     "quick": {"dtypes": ["float32", "bfloat16"], "fallback_dtypes": ["int64", "bool"], "max_samples": 1,
               "module_dtypes": ["float32"], "module_samples": 2},
-    "full": {"dtypes": ["float32", "bfloat16", "int64"], "fallback_dtypes": ["bool"], "max_samples": None,
+    "full": {"dtypes": ["float32", "bfloat16"], "fallback_dtypes": ["int64", "bool"], "max_samples": None,
              "module_dtypes": ["float32", "bfloat16"], "module_samples": None},
 }
 

@@ -18,7 +18,7 @@ def pytest_addoption(parser):
     parser.addoption("--contract", nargs="?", const="quick", default="smoke", choices=("off", "smoke", "quick", "full"),
                      help="depth of the device-contract checks (marker 'contract': opsuite/test_contract.py, "
                           "opsuite/test_modules.py): smoke (default: first sample, float32), quick (first "
-                          "samples, float32/bfloat16), full (every sample, float32/bfloat16/int64), off")
+                          "samples, float32/bfloat16), full (every sample, float32/bfloat16), off")
 
 
 def pytest_configure(config):

@@ -3,7 +3,7 @@ dtype, wrong shape), variant consistency, in-place rules and error inputs, again
 
 Marker ``contract``, depth from ``--contract``: smoke (the default run) each op's first sample in
 float32 (else int64 or bool); quick the first sample in float32 and bfloat16; full every sample in
-float32, bfloat16 and int64. Results go to the store with ``source = 'contract'`` and the check in
+float32 and bfloat16 (else int64 or bool). Results go to the store with ``source = 'contract'`` and the check in
 ``check_name``; expected differences are ``source = "contract"`` entries of opsuite/xfails.toml.
 """
 
