@@ -98,3 +98,20 @@ def test_sum_of_products_still_catches_a_kernel_that_drops_nan():
     with TABLE.overridden("aten::mm.out", drops_nan):
         result = run_case(case)
     assert result.verdict == "fail" and "NaN at different positions" in result.message
+
+
+def test_a_gradients_float64_reference_differentiates_cpus_cotangent():
+    """The float64 reference of a gradient uses the cotangent CPU and the device use (rounded to CPU's output
+    dtype), not the float32 draw: otherwise a bf16 mm gradient's reference moves by up to 2^-9 of its
+    magnitude bound, across bf16's overflow threshold (issue 16: 3.397e38 for an exact 3.391e38)."""
+    import torch
+
+    from harness.runner import _grads
+
+    x = torch.zeros(64, dtype=torch.float64, requires_grad=True)
+    cpu_out = torch.zeros(64, dtype=torch.bfloat16, requires_grad=True) * 1
+    drawn = torch.randn(64, generator=torch.Generator().manual_seed(5), dtype=torch.float32)
+    (grad,) = _grads(SPECS["mm"], x * 1, [x], "cpu", 5, rounded_like=cpu_out)
+    assert torch.equal(grad, drawn.to(torch.bfloat16).double())
+    (unrounded,) = _grads(SPECS["mm"], x * 1, [x], "cpu", 5)
+    assert torch.equal(unrounded, drawn.double()) and not torch.equal(unrounded, grad)
