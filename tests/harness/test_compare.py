@@ -202,6 +202,30 @@ def test_order_dependent_position_must_overflow_where_cpu_and_float64_do():
     assert cmp.failure_kind(result.message) == "output: inf"
 
 
+def test_a_float64_result_that_rounds_to_the_largest_finite_value_need_not_overflow():
+    # bf16 mm backward (issue 16): exact 3.391e38 lies between bf16's max (3.3895e38) and the rounding
+    # threshold (3.3962e38); ATen's native and oneDNN's AVX2 kernels overflowed a float32 partial sum
+    # (inf), oneDNN's AVX-512 kernel and the device round to max. 3.397e38 rounds to inf: strict there.
+    top = torch.finfo(torch.bfloat16).max
+    expected = cpu([float("inf"), float("-inf")], torch.bfloat16)
+    actual = dev([top, -top], torch.bfloat16)
+    order = _order([7.9e38, 7.9e38], expected, [3.391e38, -3.391e38])
+    assert cmp.compare(actual, expected, order=order).ok
+    assert cmp.compare(dev([float("inf"), -top], torch.bfloat16), expected, order=order).ok  # either outcome
+    order = _order([7.9e38, 7.9e38], expected, [3.397e38, -3.391e38])
+    result = cmp.compare(actual, expected, order=order)
+    assert not result.ok and "1 finite value(s) where CPU and the float64 result overflow" in result.message
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_overflow_threshold_is_where_rounding_reaches_infinity(dtype):
+    threshold = cmp.overflow_threshold(dtype)
+    assert torch.finfo(dtype).max < threshold < 2 * torch.finfo(dtype).max
+    assert torch.isinf(torch.tensor(threshold, dtype=torch.float32).to(dtype))
+    below = math.nextafter(threshold, 0) if dtype == torch.float32 else (threshold + torch.finfo(dtype).max) / 2
+    assert torch.tensor(below, dtype=torch.float64).to(dtype).item() == torch.finfo(dtype).max
+
+
 def test_zero_sign_is_free_only_where_every_term_is_zero_or_subnormal():
     expected = cpu([-0.0, 0.0, 0.0])
     actual = dev([0.0, -0.0, -0.0])

@@ -115,3 +115,20 @@ def test_compiled_mode_never_replays_another_calls_graph():
         result = compiled.run(lambda: method(xd), "neuron")
         assert torch.allclose(result.cpu(), x.sin(), atol=1e-6)
         assert torch.allclose(xd.cpu(), x.sin() if variant == "sin_" else x, atol=1e-6), variant
+
+
+def test_a_gradients_float64_reference_differentiates_cpus_cotangent():
+    """The float64 reference of a gradient uses the cotangent CPU and the device use (rounded to CPU's output
+    dtype), not the float32 draw: otherwise a bf16 mm gradient's reference moves by up to 2^-9 of its
+    magnitude bound, across bf16's overflow threshold (issue 16: 3.397e38 for an exact 3.391e38)."""
+    import torch
+
+    from harness.runner import _grads
+
+    x = torch.zeros(64, dtype=torch.float64, requires_grad=True)
+    cpu_out = torch.zeros(64, dtype=torch.bfloat16, requires_grad=True) * 1
+    drawn = torch.randn(64, generator=torch.Generator().manual_seed(5), dtype=torch.float32)
+    (grad,) = _grads(SPECS["mm"], x * 1, [x], "cpu", 5, rounded_like=cpu_out)
+    assert torch.equal(grad, drawn.to(torch.bfloat16).double())
+    (unrounded,) = _grads(SPECS["mm"], x * 1, [x], "cpu", 5)
+    assert torch.equal(unrounded, drawn.double()) and not torch.equal(unrounded, grad)

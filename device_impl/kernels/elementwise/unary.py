@@ -5,6 +5,8 @@ and ALU ops on VectorE (abs, neg, floor, ceil, trunc, round, bitwise_not, logica
 Tiling: ``common.elementwise``'s flat tiles of the output (``[p <= 128, f <= FREE_MAX]``, consecutive
 elements along the free axis): DMA in, one ScalarE ``activation`` or VectorE instruction per tile, DMA out.
 Transcendentals of integer inputs give float32 (as CPU); floor/ceil/trunc/round of integers are copies.
+rsqrt of bfloat16/float16 follows CPU's two lambdas (``loop._vector_split``): ``1 / sqrt(x)`` in fp32 on the
+full vector blocks of the AVX2/AVX-512 kernels, the square root rounded to the dtype before ``1 /`` elsewhere.
 
 numpy reference of each op: the ACTIVATIONS and ALU tables of engine/isa.py.
 """
@@ -13,8 +15,9 @@ from __future__ import annotations
 
 import torch
 
-from device_impl.kernels.common import elementwise, numpy_compute, promote
-from device_impl.kernels.elementwise.loop import BOOL, _refuse
+from device_impl.kernels import cpu_host
+from device_impl.kernels.common import elementwise, numpy_compute, numpy_dtype, promote
+from device_impl.kernels.elementwise.loop import BOOL, _refuse, _vector_split
 from device_impl.kernels.registry import register_family
 
 
@@ -39,12 +42,53 @@ def _register_activation(packet: str, func: str) -> None:
 
 
 for _packet, _func in [("exp", "exp"), ("exp2", "exp2"), ("expm1", "expm1"), ("log", "log"), ("log2", "log2"),
-                       ("log10", "log10"), ("log1p", "log1p"), ("sqrt", "sqrt"), ("rsqrt", "rsqrt"),
+                       ("log10", "log10"), ("log1p", "log1p"), ("sqrt", "sqrt"),
                        ("sin", "sin"), ("cos", "cos"), ("tan", "tan"), ("asin", "asin"), ("acos", "acos"),
                        ("atan", "atan"), ("sinh", "sinh"), ("cosh", "cosh"), ("tanh", "tanh"),
                        ("asinh", "asinh"), ("acosh", "acosh"), ("atanh", "atanh"), ("sigmoid", "sigmoid"),
                        ("erf", "erf"), ("erfc", "erfc"), ("erfinv", "erfinv"), ("reciprocal", "reciprocal")]:
     _register_activation(_packet, _func)
+
+
+def _rsqrt_vector(nc, o, t) -> None:
+    """CPU's vector lambda ``x.rsqrt()`` on AVX2/AVX-512: 1 / sqrt(x) in fp32, rounded to the dtype once."""
+    nc.scalar.activation(o, t, "rsqrt")
+
+
+def _rsqrt_scalar(dtype: torch.dtype):
+    """CPU's scalar lambda ``(scalar_t)1 / std::sqrt(a)`` for bfloat16/float16: c10's sqrt of a Half or
+    BFloat16 returns the dtype, so the root is rounded to it before the fp32 division is rounded again
+    (x = 6.1512e-4 in float16: 40.34375 where one rounding gives 40.3125; cubed in rsqrt's backward, the
+    first overflows float16 and the second does not)."""
+    narrow = numpy_dtype(dtype)
+
+    def emit(nc, o, t) -> None:
+        root = nc.sbuf_tile(o.shape, narrow)
+        nc.scalar.activation(root, t, "sqrt")
+        nc.scalar.activation(o, root, "reciprocal")
+
+    return emit
+
+
+def _rsqrt_compute(out: torch.Tensor, a: dict) -> None:
+    """rsqrt as ATen's rsqrt_kernel (UnaryOpsKernel.cpp, cpu_kernel_vec): for bfloat16/float16 the vector
+    lambda on full vector blocks of contiguous runs when the host's vector loops compute them in fp32
+    (cpu_host.reduced_float_vectors), the scalar lambda on the rest; every other dtype rounds once."""
+    x = a["self"]
+    common = promote(x, int_to_float=True)
+    if common not in (torch.float16, torch.bfloat16):
+        elementwise("rsqrt", out, (x,), _rsqrt_vector)
+        return
+    if not cpu_host.reduced_float_vectors():
+        elementwise("rsqrt", out, (x,), _rsqrt_scalar(common), common_dtype=common)
+        return
+    parts = _vector_split(out, [x], cpu_host.vector_block(common))
+    for part, emit in zip(parts, (_rsqrt_vector, _rsqrt_scalar(common))):
+        if part is not None:
+            elementwise("rsqrt", part[0], part[1:], emit, common_dtype=common)
+
+
+register_family("rsqrt", _rsqrt_compute, _meta_unary("float"))
 
 
 def _register_alu_unary(packet: str, op: str, rule: str = "same", integer_identity: bool = False,
