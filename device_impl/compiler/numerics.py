@@ -168,6 +168,22 @@ def _leaky_relu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | N
     return _cast(graph, out, node)
 
 
+def _softshrink(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """CPU's kernel: ``x > l ? x - l : (x < -l ? x + l : x * 0)``. The inner zero is ``x * 0``, so a
+    negative x inside the band gives -0.0 (and NaN stays NaN); torch-mlir's lowering writes +0.0."""
+    x = node.args[0]
+    lambd = node.args[1] if len(node.args) > 1 else node.kwargs.get("lambd", 0.5)
+    dtype = node.meta["val"].dtype
+    if not dtype.is_floating_point:
+        return None
+    wide = _cast(graph, x, torch.float32) if dtype in NARROW else x
+    inner = _call(graph, aten.where.self, _call(graph, aten.lt.Scalar, wide, -lambd),
+                  _call(graph, aten.add.Scalar, wide, lambd), _call(graph, aten.mul.Scalar, wide, 0.0))
+    out = _call(graph, aten.where.self, _call(graph, aten.gt.Scalar, wide, lambd),
+                _call(graph, aten.sub.Scalar, wide, lambd), inner)
+    return _cast(graph, out, node)
+
+
 def _var(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     x = node.args[0]
     dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
@@ -353,6 +369,7 @@ REWRITES = {
     aten.div.Tensor_mode: _div_mode,
     aten.div.Scalar_mode: _div_mode,
     aten.leaky_relu.default: _leaky_relu,
+    aten.softshrink.default: _softshrink,
 }
 
 # Elementwise ops ATen computes in float32 for float16/bfloat16 (opmath) whose lowering is more than

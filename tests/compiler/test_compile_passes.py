@@ -275,3 +275,10 @@ def test_reductions_of_a_scalar_with_keepdim_compile(fn):
     """torch-mlir crashes the process (SIGSEGV/abort) reducing a 0-d tensor with keepdim=True; legalize
     drops keepdim there (the result is 0-d either way)."""
     _exact(fn, torch.tensor(1.5))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_softshrink_keeps_cpus_signed_zeros(dtype):
+    """CPU's softshrink writes x * 0 inside the band (-0.0 for a negative x, NaN for NaN)."""
+    x = torch.tensor([-0.3, 0.2, -0.0, 0.0, 0.7, -0.9, float("nan"), float("-inf")], dtype=dtype)
+    _exact(lambda t: torch.nn.functional.softshrink(t, 0.5), x)
