@@ -217,3 +217,13 @@ def test_program_runs_on_the_inputs_core(stats):
     out = torch.compile(lambda t: torch.tanh(t) @ t.T, backend="neuron")(x.to("neuron:1"))
     assert out.device == torch.device("neuron:1")
     torch.testing.assert_close(out.cpu(), torch.tanh(x) @ x.T, rtol=1e-4, atol=1e-5)
+
+
+def test_a_host_scalar_written_by_the_graph_is_refused_as_in_eager():
+    """0-d host tensors may be read by a compiled graph (scalars), never written: an out= on the host
+    raises PyTorch's out-device error before anything runs, and the out is left alone."""
+    x = torch.randn(3, 4, device="neuron")
+    outs = [torch.full((), 7.0) for _ in range(3)]
+    with pytest.raises(RuntimeError, match="Expected out tensor to have device neuron"):
+        torch.compile(lambda: torch.unbind_copy(x.sum(1), 0, out=outs), backend="neuron", dynamic=False)()
+    assert all(o.item() == 7.0 for o in outs)

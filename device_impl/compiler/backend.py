@@ -98,6 +98,7 @@ def _shape_message(what: str, name: str) -> str:
 def check_devices(gm: torch.fx.GraphModule, example_inputs: list) -> int:
     """The neuron device index every tensor input lives on (host 0-d tensors are scalars)."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    written = _written_placeholders(gm)
     found: torch.device | None = None
     for node, example in zip(placeholders, example_inputs):
         if not isinstance(example, torch.Tensor):
@@ -105,6 +106,11 @@ def check_devices(gm: torch.fx.GraphModule, example_inputs: list) -> int:
         device = example.device
         if device.type != "neuron":
             if device.type == "cpu" and example.dim() == 0:
+                if node in written:  # a host scalar may be read, never written (as in eager: dispatch/written.py)
+                    target = found or torch.device("neuron", torch.neuron.current_device())
+                    raise DeviceError(f"Expected out tensor to have device {target}, but got cpu instead (input "
+                                      f"{_source_name(node)} is written by the graph: an out= or in-place target); "
+                                      f"allocate it on {target}")
                 continue
             raise DeviceError(f"torch.compile(backend='neuron') runs graphs on neuron devices, but input "
                               f"{_source_name(node)} is on {device}; move the model and its inputs to the device "
@@ -117,6 +123,22 @@ def check_devices(gm: torch.fx.GraphModule, example_inputs: list) -> int:
     if found is not None:
         return found.index or 0
     return torch.neuron.current_device()
+
+
+def _written_placeholders(gm: torch.fx.GraphModule) -> set:
+    """Graph inputs Dynamo's graph writes: ``out=`` arguments and the self of in-place calls."""
+    written: set = set()
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        out = node.kwargs.get("out")
+        for value in out if isinstance(out, (list, tuple)) else [out]:
+            if isinstance(value, torch.fx.Node):
+                written.add(value)
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        if name.endswith("_") and not name.endswith("__") and node.args and isinstance(node.args[0], torch.fx.Node):
+            written.add(node.args[0])
+    return written
 
 
 def _identity(gm: torch.fx.GraphModule) -> tuple[Any, str]:

@@ -498,9 +498,26 @@ def _fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input
     return d_q.to(query.dtype), d_k.to(key.dtype), d_v.to(value.dtype), d_bias
 
 
+def _index_add(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.Tensor, *, alpha=1) -> torch.Tensor:
+    """CPU's index_add checks that source matches self outside ``dim``; the meta function and the core
+    decomposition (into index_put) do not, so a compiled graph would add a mis-shaped source where eager
+    raises. The check runs at trace time (static shapes), then PyTorch's own decomposition."""
+    from torch._decomp import core_aten_decompositions
+
+    nd = max(self.dim(), 1)
+    d = dim + nd if dim < 0 else dim
+    outside = [s for i, s in enumerate(self.shape) if i != d]
+    source_outside = [s for i, s in enumerate(source.shape) if i != d]
+    if self.dim() > 0 and source.dim() > 0 and outside != source_outside:
+        raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the specified dimension. "
+                           f"Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}")
+    return core_aten_decompositions()[aten.index_add.default](self, dim, index, source, alpha=alpha)
+
+
 # Decompositions that replace PyTorch's own for AOTAutograd (backend._decompositions), for the same reason
 # as REWRITES: PyTorch's formula differs from what CPU computes; and the fused ops the compiler lowers as
 # their math (_fused_attention).
 DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
+                  aten.index_add.default: _index_add,
                   aten._scaled_dot_product_fused_attention_overrideable.default: _fused_attention,
                   aten._scaled_dot_product_fused_attention_overrideable_backward.default: _fused_attention_backward}

@@ -282,3 +282,22 @@ def test_softshrink_keeps_cpus_signed_zeros(dtype):
     """CPU's softshrink writes x * 0 inside the band (-0.0 for a negative x, NaN for NaN)."""
     x = torch.tensor([-0.3, 0.2, -0.0, 0.0, 0.7, -0.9, float("nan"), float("-inf")], dtype=dtype)
     _exact(lambda t: torch.nn.functional.softshrink(t, 0.5), x)
+
+
+def test_logcumsumexp_of_large_values_stays_finite_as_on_cpu():
+    """torch-mlir's log(cumsum(exp(x))) overflows at x = 1e4 where CPU's running log-add-exp is finite;
+    the graph runs eagerly on the device's kernel instead (a counted compiler fallback)."""
+    x = torch.full((5, 5), 1e4)
+    x[0, 0] = -1e4
+    got = torch.compile(lambda t: torch.logcumsumexp(t, 0), backend="neuron", dynamic=False)(x.to("neuron")).cpu()
+    torch.testing.assert_close(got, torch.logcumsumexp(x, 0))
+
+
+def test_index_add_with_a_mis_shaped_source_raises_as_on_cpu():
+    s, i = torch.zeros(3, 2), torch.tensor([0, 1])
+    with pytest.raises(RuntimeError, match="source tensor shape must match self tensor shape"):
+        torch.index_add(s, 0, i, torch.ones(2))
+    with pytest.raises(RuntimeError, match="source tensor shape must match self tensor shape"):
+        torch.compile(lambda a, b, c: torch.index_add(a, 0, b, c), backend="neuron", dynamic=False)(
+            s.to("neuron"), i.to("neuron"), torch.ones(2, device="neuron"))
+    _exact(lambda a, b, c: torch.index_add(a, 0, b, c, alpha=2), s, i, torch.ones(2, 2))
