@@ -985,3 +985,14 @@ def test_compensation_leaves_zero_centred_rows_alone():
                       -1.0845223665237427]).reshape(1, 1, 5)
     w, b = torch.tensor([7.282186814568073e+29]), torch.tensor([1.5409960746765137])
     check(lambda x, w, b: F.group_norm(x, 1, w, b), x, w, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("shape,dim", [((6, 37), 1), ((6, 37), 0), ((5, 5), -1), ((2, 3, 2100), -1)])
+def test_log_softmax_of_reduced_floats_is_bit_identical_to_cpu(dtype, shape, dim):
+    """Along the last dim CPU keeps the row's sum of exps and its log in the input dtype (OpInfo's bf16
+    sample: the row's max element gives exactly 0, float64 -0.0038); other dims accumulate in float."""
+    g = torch.Generator().manual_seed(7)
+    for _ in range(5):
+        x = (torch.randn(shape, generator=g) * 4).to(dtype)
+        assert torch.equal(torch.log_softmax(x.to("neuron"), dim).cpu(), torch.log_softmax(x, dim))

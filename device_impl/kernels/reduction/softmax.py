@@ -53,6 +53,11 @@ def _softmax_rows(name: str, x: torch.Tensor, out: torch.Tensor, dim: int, log: 
                                                                    out.dtype == torch.float32) else None
     g = _along(x, dim, [x, out])
     X, O = g.kr
+    # log_softmax of bfloat16/float16 along the last dim: ATen's _vec_log_softmax_lastdim holds the row's
+    # sum of exps and its log in scalar_t buffers, so both are rounded to x's dtype (x = max gives exactly
+    # 0 where the float64 result is -0.0038); other dims accumulate in float (_vec_logsoftmax).
+    narrow_lastdim = numpy_dtype(x.dtype) if (log and x.dtype in (torch.bfloat16, torch.float16)
+                                              and out.dtype == x.dtype and dim == x.dim() - 1) else None
     with launch(name, out.device.index) as nc:
         for blk in _blocks(nc, g, [X], extra=0 if log else 4, source=source):
             p = blk.p
@@ -99,7 +104,11 @@ def _softmax_rows(name: str, x: torch.Tensor, out: torch.Tensor, dim: int, log: 
                         nc.release_to(mark)
             scale = _row_scalar(nc, p)
             if log:
+                if narrow_lastdim:  # CPU's reduced-float lastdim kernel keeps sum and log(sum) in x's dtype
+                    _round_in_place(nc, total, narrow_lastdim)
                 nc.scalar.activation(scale, total, "log")
+                if narrow_lastdim:
+                    _round_in_place(nc, scale, narrow_lastdim)
             else:
                 nc.vector.tensor_unary(scale, total, "reciprocal", dtype=FP32)
                 if masked is not None:
@@ -130,6 +139,14 @@ def _softmax_rows(name: str, x: torch.Tensor, out: torch.Tensor, dim: int, log: 
                 nc.release(e)
             for t in (scale, total, neg) + ((masked,) if masked is not None else ()) + (m,):
                 nc.release(t)
+
+
+def _round_in_place(nc, t: Tile, dtype) -> None:
+    """Round an fp32 tile to ``dtype`` and back (a store to and load from a buffer of that dtype)."""
+    narrow = nc.sbuf_tile(t.shape, dtype)
+    nc.vector.tensor_copy(narrow, t)
+    nc.vector.tensor_copy(t, narrow)
+    nc.release(narrow)
 
 
 def _softmax_launch(k: "RowKernel", source: Source | None) -> None:
