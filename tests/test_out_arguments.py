@@ -138,3 +138,17 @@ def test_mode_out_on_the_device_matches_cpu():
     assert torch.equal(values.cpu(), expected.values) and torch.equal(indices.cpu(), expected.indices)
     with pytest.raises(RuntimeError, match="expected scalar type 'Float' but got 'Double' for values output"):
         torch.mode(x.to(DEV), 1, out=(torch.empty(0, dtype=torch.float64, device=DEV), indices))
+
+
+@pytest.mark.parametrize("shape", [(1,), (0,), (7,)])
+def test_batch_norm_out_in_evaluation_leaves_the_saved_statistics_alone(shape):
+    x, rm, rv = torch.randn(3, 4, 5), torch.zeros(4), torch.ones(4)
+    results = []
+    for dev in ("cpu", DEV):
+        outs = [torch.full(shape, 3.0, device=dev) for _ in range(3)]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.ops.aten.native_batch_norm.out(x.to(dev), None, None, rm.to(dev), rv.to(dev), False, 0.1, 1e-5,
+                                                 out=outs[0], save_mean=outs[1], save_invstd=outs[2])
+        results.append([(tuple(o.shape), o.cpu().tolist()) for o in outs[1:]])
+    assert results[0] == results[1]
