@@ -214,14 +214,7 @@ def _batch_norm(x, w, b, rm, rv, training: bool, momentum: float, eps: float, ou
             if "b" in ks:
                 bt = _load_scalars(nc, view("b", blk), p)
                 nc.vector.tensor_tensor(shift, shift, bt, "add", dtype=FP32)
-            for ch, (t,) in blk.each(0):
-                res = nc.sbuf_tile(t.shape, O.dtype)
-                if fused:
-                    _fma_rows(nc, res, t, scale, shift)
-                else:
-                    nc.scalar.activation(res, t, "identity", scale=scale, bias=shift)
-                blk.store(O, ch, res)
-                nc.release(res)
+            _store_affine(nc, blk, O, O.dtype, scale, shift, fused)
             nc.release_to(mark)
     return out, save_mean, save_invstd
 
@@ -291,15 +284,7 @@ def _bn_reduced_block(nc, blk: _Block, O, ks: dict, view, training: bool, count:
         _bn_stepwise(nc, blk, O, mo, io, view("w", blk) if "w" in ks else None,
                      view("b", blk) if "b" in ks else None, step_dtype=FP32 if mixed else dt)
         return
-    fused = cpu_host.fused_multiply_add()
-    for ch, (t,) in blk.each(0):
-        res = nc.sbuf_tile(t.shape, dt)
-        if fused:
-            _fma_rows(nc, res, t, alpha, beta)
-        else:
-            nc.scalar.activation(res, t, "identity", scale=alpha, bias=beta)
-        blk.store(O, ch, res)
-        nc.release(res)
+    _store_affine(nc, blk, O, dt, alpha, beta, cpu_host.fused_multiply_add())
 
 
 def _bn_reduced_params(dt: np.dtype, mixed: bool, layout: str, training: bool, n: int, momentum: float, eps: float,
@@ -378,6 +363,19 @@ def _bn_reduced_params(dt: np.dtype, mixed: bool, layout: str, training: bool, n
         out["alpha"] = alpha
         out["beta"] = np.asarray(b, f32) - np.asarray(out["mean"], f32) * alpha
     return out
+
+
+def _store_affine(nc, blk, O, dtype, scale: Tile, shift: Tile, fused: bool) -> None:
+    """O = x * scale + shift per row for each chunk of the block: one rounding where CPU's host fuses the
+    multiply-add (``fused``), else ScalarE's scale-and-bias."""
+    for ch, (t,) in blk.each(0):
+        res = nc.sbuf_tile(t.shape, dtype)
+        if fused:
+            _fma_rows(nc, res, t, scale, shift)
+        else:
+            nc.scalar.activation(res, t, "identity", scale=scale, bias=shift)
+        blk.store(O, ch, res)
+        nc.release(res)
 
 
 def _fma_rows(nc, out: Tile, t: Tile, scale: Tile, shift: Tile) -> None:
