@@ -19,9 +19,10 @@ Which cases run: every part of the default op suite, as the latest eager run in 
 ran it, that passed and reached the op (called it above the backend or ran its kernel: the
 store's ``overloads``/``called`` columns): the op specs' cases (designed and drawn, rebuilt
 from their ``case_json``), the OpInfo sweep's samples (source ``opinfo``: the sample is
-generated again from op_db under the sweep's seed) and the device-contract checks (source
+generated again from op_db under the sweep's seed), the device-contract checks (source
 ``contract``: out= values/device/dtype/resize, variants, in-place rules, error inputs; the
-check, OpInfo, dtype and sample the run stored). They are ordered so the cases most likely to
+check, OpInfo, dtype and sample the run stored) and the nn.Module checks (source ``module``:
+ModuleInfo's forward/backward in train and eval, state_dict). They are ordered so the cases most likely to
 trigger the class run first (a cell's domain, layout or error for an op spec's case, the
 check for a contract case: ``out_resize`` for out=, ``error_inputs`` for an error's class);
 the first failing case catches the mutant. A mutant that cannot be caught in principle is
@@ -627,14 +628,15 @@ CLASSES: dict[str, MutantClass] = {c.name: c for c in (
                 _checks(_cellp("dtype", ("int32", "int64", "bool", "int8")), "out_dtype")),
     MutantClass("inplace", "in-place result not written through to the base / a view", InPlace, _inplace,
                 "an in-place call on a strided or offset view",
-                _checks(lambda cell: int(cell.get("layout") != "contiguous"), "inplace_rules", "variants")),
+                _checks(lambda cell: int(cell.get("layout") != "contiguous"), "inplace_rules", "variants",
+                        "module_train")),
     MutantClass("out", "out= not honoured", OutIgnored, _out, "an out= tensor that must be resized",
                 _checks(lambda cell: 0, "out_resize")),
     MutantClass("error_class", "error raised with a different class", ErrorClass, _raises,
                 "an input the op rejects (CPU raises)",
                 _checks(lambda cell: int(bool(cell.get("error"))), "error_inputs", "opinfo_error", "out_device")),
     MutantClass("gradient", "gradient wrong by a factor", Gradient, _backward, "a backward pass through the op",
-                _checks(lambda cell: 0)),
+                _checks(lambda cell: 0, "module_train", "module_eval")),
     MutantClass("bf16_rounding", "result wrong only for one dtype (bf16 rounding)", Bf16, _bf16,
                 "a bfloat16 result", _checks(_cellp("dtype", ("bfloat16",)))),
 )}
@@ -689,7 +691,7 @@ class StoredCase:
         return self.case.source
 
 
-SOURCES = ("spec", "opinfo", "contract")  # the parts of the default op suite a mutant reruns
+SOURCES = ("spec", "opinfo", "contract", "module")  # the parts of the default op suite a mutant reruns
 
 
 def _sweep_case(case: Case, reached: set[str]) -> StoredCase:
@@ -701,6 +703,9 @@ def _sweep_case(case: Case, reached: set[str]) -> StoredCase:
     if case.source == "contract":
         check = case.params["check"]
         label = f"contract:{case.spec} {check} [{case.dtype}] {kind} #{index}"
+    elif case.source == "module":
+        check = f"module_{case.params['check']}"
+        label = f"module:{case.spec} {case.params['check']} [{case.dtype}] #{index}"
     else:
         check = "opinfo_error" if kind == "error" else "opinfo"
         label = f"opinfo:{case.spec} [{case.dtype}] {kind} #{index}"
@@ -750,12 +755,19 @@ def rerun(stored: StoredCase, mode: str) -> tuple[str, str]:
 
         result = run_case(dataclasses.replace(case, mode=mode))
         return result.verdict, result.message
-    from harness import contract, opinfo
+    from harness import contract, modules, opinfo
 
+    dtype = getattr(torch, case.dtype)
+    if case.source == "module":
+        info = modules.find(case.spec)
+        if info is None:
+            return "skip", f"no ModuleInfo named {case.spec} in this torch's module_db"
+        comparison = modules.rerun(info, case.params["check"], dtype, case.params.get("index", 0), case.device, mode)
+        verdict = "skip" if comparison.criterion.startswith("skip") else "pass" if comparison.ok else "fail"
+        return verdict, comparison.message
     op = opinfo.find(case.spec)
     if op is None:
         return "skip", f"no OpInfo named {case.spec} in this torch's op_db"
-    dtype = getattr(torch, case.dtype)
     kind, index = case.params.get("kind", "sample"), case.params.get("index", 0)
     if case.source == "contract":
         comparison = contract.rerun(op, case.params["check"], dtype, kind, index, case.device, mode)

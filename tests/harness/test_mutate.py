@@ -151,3 +151,15 @@ def test_an_op_reached_only_by_the_sweep_is_judged_by_its_rules():
     f = mutate.OpFacts("aten::index_select.out", ov._schema, (), (), frozenset({"float32"}), True)
     assert f.reached and mutate.CLASSES["nan_inf"].rule(f) is None
     assert "no bfloat16" in mutate.CLASSES["bf16_rounding"].rule(f)
+
+
+def test_a_gradient_mutant_is_caught_by_a_module_check():
+    """nn.GELU's train check (forward and backward on the device) reaches gelu_backward's kernel."""
+    from harness import coverage, modules
+
+    results = modules.run_check(modules.find("nn_GELU"), "train", [torch.float32], "neuron", 1)
+    cases = [mutate._sweep_case(r.case, coverage.reached([r])) for r in results if r.verdict == "pass"]
+    op = "aten::gelu_backward.grad_input"
+    assert cases and all(op in c.reached for c in cases)
+    outcome = mutate.run_mutant(op, mutate.CLASSES["gradient"], mutate.facts(op, cases), cases, "eager")
+    assert outcome.status == "caught" and outcome.killer.startswith("module:nn_GELU train"), outcome.reason
