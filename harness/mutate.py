@@ -67,8 +67,9 @@ def overload(op: str) -> torch._ops.OpOverload:
 @dataclass
 class OpFacts:
     """What the rules read: the op's schema and tags, the op specs whose cases reach it, and the
-    dtypes of the OpInfo-sweep and contract cases that reach it (``sweep_dtypes``; ``sweep_values``:
-    one of them compares the op's values, not only properties as for a random op)."""
+    CPU dtypes of the OpInfos/ModuleInfos whose sweep, contract or module cases reach it
+    (``sweep_dtypes``; ``sweep_values``: one of them compares the op's values, not only properties
+    as for a random op)."""
 
     op: str
     schema: Any
@@ -790,8 +791,29 @@ def facts(op: str, cases: list[StoredCase]) -> OpFacts:
     mine = [c for c in cases if op in c.reached]
     specs = tuple(sorted({c.case.spec for c in mine if c.source == "spec"}))
     sweep = [c for c in mine if c.source != "spec"]
-    return OpFacts(op, ov._schema, tuple(str(t).split(".")[-1] for t in ov.tags), specs,
-                   frozenset(c.case.dtype for c in sweep), any(c.values for c in sweep))
+    dtypes = frozenset(d for c in sweep for d in {c.case.dtype} | _supported(c.source, c.case.spec))
+    return OpFacts(op, ov._schema, tuple(str(t).split(".")[-1] for t in ov.tags), specs, dtypes,
+                   any(c.values for c in sweep))
+
+
+_SUPPORTED: dict[tuple[str, str], frozenset[str]] = {}
+
+
+def _supported(source: str, name: str) -> frozenset[str]:
+    """The CPU dtypes of the OpInfo (or ModuleInfo) a sweep case ran: the op's dtypes, as an op spec's
+    ``dtypes`` are (the default run tries only float32 of them; a class needing another is then a
+    coverage gap, reported as a survivor, not excluded)."""
+    key = (source, name)
+    if key not in _SUPPORTED:
+        from harness import modules, opinfo
+
+        found = modules.find(name) if source == "module" else opinfo.find(name)
+        try:
+            dtypes = found.supported_dtypes("cpu") if found is not None else ()
+        except Exception:  # noqa: BLE001 - an info that cannot say: only the dtype the case ran
+            dtypes = ()
+        _SUPPORTED[key] = frozenset(str(d).replace("torch.", "") for d in dtypes)
+    return _SUPPORTED[key]
 
 
 @dataclass

@@ -139,7 +139,7 @@ def test_suite_cases_include_the_opinfo_and_contract_rows(tmp_path):
     assert set(by_source) == {"spec", "opinfo", "contract"}
     assert "aten::neg.out" in by_source["contract"].reached and "aten::neg.out" in by_source["opinfo"].reached
     f = mutate.facts("aten::neg.out", cases)
-    assert f.specs == ("neg",) and f.sweep_dtypes == {"float32"} and f.sweep_values
+    assert f.specs == ("neg",) and {"float32", "bfloat16"} <= f.sweep_dtypes and f.sweep_values
     outcome = mutate.run_mutant("aten::neg.out", mutate.CLASSES["out"], f, cases, "eager")
     assert outcome.status == "caught" and outcome.killer.startswith("contract:neg out_resize")
     store.close()
