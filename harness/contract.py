@@ -46,7 +46,7 @@ import torch
 from harness import compare as cmp
 from harness import opinfo
 from harness.cases import Case
-from harness.runner import Result
+from harness.runner import Result, _reset_stats, _stats
 from harness.values import dtype_name
 
 CHECKS = ("out_values", "out_device", "out_dtype", "out_resize", "variants", "inplace_rules", "error_inputs")
@@ -621,6 +621,7 @@ def run_check(op, check: str, dtypes: list[torch.dtype], device: str, max_sample
             continue
         for kind, index, item in inputs:
             t0 = time.perf_counter()
+            _reset_stats(device)
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -634,7 +635,26 @@ def run_check(op, check: str, dtypes: list[torch.dtype], device: str, max_sample
             sample = item.sample_input if check == "error_inputs" else item
             results.append(_result(op, check, dtype, kind, index, sample, comparison, time.perf_counter() - t0,
                                    device, mode, xfails))
+            results[-1].device_ops = _stats(device)  # the overloads the check reached on the device
     return results
+
+
+def rerun(op, check: str, dtype: torch.dtype, kind: str, index: int, device: str, mode: str = "eager"
+          ) -> cmp.Comparison:
+    """One stored contract case (op, check, dtype, sample) again, as ``run_check`` ran it (harness.mutate
+    reruns it with a planted kernel)."""
+    item = opinfo.sample_at(op, dtype, "error" if check == "error_inputs" else kind, index)
+    if item is None:
+        return _skip("the sample is no longer generated")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if check == "error_inputs":
+                return check_error_input(op, item, device, mode)
+            usable = _usable(op, item)
+            return _skip(usable) if usable else SAMPLE_CHECKS[check](op, item, device, mode)
+    except Exception as e:  # noqa: BLE001 - as run_check: a harness error is reported, not hidden
+        return cmp.Comparison(False, f"harness error in {check}: {_describe(e)}", criterion="harness")
 
 
 def _result(op, check, dtype, kind, index, sample, comparison: cmp.Comparison, seconds: float, device: str,

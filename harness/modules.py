@@ -27,7 +27,7 @@ from torch.utils._pytree import tree_leaves, tree_map
 from harness import compare as cmp
 from harness import contract, opinfo
 from harness.cases import Case
-from harness.runner import Result
+from harness.runner import Result, _reset_stats, _stats
 from harness.values import TensorSpec, dtype_name
 
 CHECKS = ("train", "eval", "state_dict")
@@ -282,6 +282,7 @@ def run_check(info, check: str, dtypes: list[torch.dtype], device: str, max_samp
                                    0.0, device, mode, xfails))
         for index, module_input in enumerate(inputs):
             t0 = time.perf_counter()
+            _reset_stats(device)
             try:
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore")
@@ -292,7 +293,34 @@ def run_check(info, check: str, dtypes: list[torch.dtype], device: str, max_samp
                                             criterion="harness")
             results.append(_result(info, check, dtype, index, module_input, comparison, time.perf_counter() - t0,
                                    device, mode, xfails))
+            results[-1].device_ops = _stats(device)  # the overloads the check reached on the device
     return results
+
+
+_BY_NAME: dict[str, Any] = {}
+
+
+def find(name: str):
+    """The ModuleInfo whose ``name_of`` is ``name`` (a stored case's op), or None."""
+    if not _BY_NAME:
+        _BY_NAME.update({name_of(info): info for info in module_db()})
+    return _BY_NAME.get(name)
+
+
+def rerun(info, check: str, dtype: torch.dtype, index: int, device: str, mode: str = "eager") -> cmp.Comparison:
+    """One stored module check (module, check, dtype, input) again, as ``run_check`` ran it (harness.mutate
+    reruns it with a planted kernel)."""
+    training = check != "eval"
+    inputs = _inputs(info, dtype, training, index + 1)
+    if index >= len(inputs):
+        return contract._skip("the module input is no longer generated")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return (check_state_dict(info, inputs[index], dtype, device, mode) if check == "state_dict"
+                    else check_mode(info, inputs[index], dtype, training, device, mode))
+    except Exception as e:  # noqa: BLE001 - as run_check
+        return cmp.Comparison(False, f"harness error in {check}: {contract._describe(e)}", criterion="harness")
 
 
 def _result(info, check, dtype, index, module_input, comparison, seconds, device, mode, xfails) -> Result:

@@ -15,9 +15,16 @@ wraps the device's kernel (``torch.library.get_kernel``) and is removed again wi
 ``_destroy()`` (the dispatcher then serves the device's kernel, as before). A mutant is the
 device's kernel plus one realistic break of its inputs or outputs (``CLASSES``).
 
-Which cases run: the op suite's cases of the latest eager run in the store (designed and
-drawn, rebuilt from their ``case_json``) that passed and reached the op (called it above the
-backend or ran its kernel), ordered so the cases most likely to trigger the class run first;
+Which cases run: every part of the default op suite, as the latest eager run in the store
+ran it, that passed and reached the op (called it above the backend or ran its kernel: the
+store's ``overloads``/``called`` columns): the op specs' cases (designed and drawn, rebuilt
+from their ``case_json``), the OpInfo sweep's samples (source ``opinfo``: the sample is
+generated again from op_db under the sweep's seed), the device-contract checks (source
+``contract``: out= values/device/dtype/resize, variants, in-place rules, error inputs; the
+check, OpInfo, dtype and sample the run stored) and the nn.Module checks (source ``module``:
+ModuleInfo's forward/backward in train and eval, state_dict). They are ordered so the cases most likely to
+trigger the class run first (a cell's domain, layout or error for an op spec's case, the
+check for a contract case: ``out_resize`` for out=, ``error_inputs`` for an error's class);
 the first failing case catches the mutant. A mutant that cannot be caught in principle is
 excluded by a rule on the op's signature, tags and dtypes (``Rule``), never by a list.
 """
@@ -59,20 +66,29 @@ def overload(op: str) -> torch._ops.OpOverload:
 
 @dataclass
 class OpFacts:
-    """What the rules read: the op's schema and tags, and the op specs whose cases reach it."""
+    """What the rules read: the op's schema and tags, the op specs whose cases reach it, and the
+    CPU dtypes of the OpInfos/ModuleInfos whose sweep, contract or module cases reach it
+    (``sweep_dtypes``; ``sweep_values``: one of them compares the op's values, not only properties
+    as for a random op)."""
 
     op: str
     schema: Any
     tags: tuple[str, ...]
     specs: tuple[str, ...]
+    sweep_dtypes: frozenset[str] = frozenset()
+    sweep_values: bool = False
+
+    @property
+    def reached(self) -> bool:
+        return bool(self.specs or self.sweep_dtypes)
 
     @property
     def dtypes(self) -> set[str]:
-        return {d for s in self.specs for d in SPECS[s].dtypes}
+        return {d for s in self.specs for d in SPECS[s].dtypes} | set(self.sweep_dtypes)
 
     @property
     def values_compared(self) -> bool:
-        return any(SPECS[s].check == "values" for s in self.specs)
+        return self.sweep_values or any(SPECS[s].check == "values" for s in self.specs)
 
     def args(self, pred: Callable[[Any], bool]) -> list[Any]:
         return [a for a in self.schema.arguments if pred(a)]
@@ -111,7 +127,7 @@ Rule = Callable[[OpFacts], str | None]  # None: the class applies; else why it c
 
 
 def _values(f: OpFacts) -> str | None:
-    if not f.specs:
+    if not f.reached:
         return None  # no case reaches it: a coverage gap, reported as a survivor, never excluded
     if "nondeterministic_seeded" in f.tags or not f.values_compared:
         return "a random op: only its shape, dtype and determinism are compared, never its values"
@@ -122,14 +138,14 @@ def _values(f: OpFacts) -> str | None:
 
 def _reads(f: OpFacts) -> str | None:
     """A value break needs a value the op reads: a tensor it does not only overwrite, or a Scalar."""
-    if not f.specs or f.tensor_inputs or f.args(lambda a: str(a.type) == "Scalar"):
+    if not f.reached or f.tensor_inputs or f.args(lambda a: str(a.type) == "Scalar"):
         return None
     return "the op reads no value: it only overwrites the tensor it is given (zero_, empty-like)"
 
 
 def _floats(f: OpFacts) -> str | None:
     reason = _values(f) or _reads(f)
-    if reason or not f.specs:
+    if reason or not f.reached:
         return reason
     return None if f.dtypes & {"float32", "bfloat16", "float16"} else \
         f"no NaN-able dtype: the op runs on {', '.join(sorted(f.dtypes))} only"
@@ -139,16 +155,17 @@ def _zero_sign(f: OpFacts) -> str | None:
     reason = _floats(f)
     if reason:
         return reason
-    if not f.specs:
+    if not f.reached:
         return None
     compared = [s for s in f.specs for d in SPECS[s].dtypes if d in ("float32", "bfloat16", "float16")
                 and d not in SPECS[s].ignore_zero_sign]
+    compared += sorted(f.sweep_dtypes & {"float32", "bfloat16", "float16"})  # OpInfo/contract compare -0.0
     return None if compared else "every op spec reaching it treats -0.0 as 0.0 (its tolerance_reason says why)"
 
 
 def _numbers(f: OpFacts) -> str | None:
     reason = _values(f) or _reads(f)
-    if reason or not f.specs:
+    if reason or not f.reached:
         return reason
     return None if f.dtypes - {"bool"} else "bool only: no saturation or integer edge"
 
@@ -190,7 +207,7 @@ def _backward(f: OpFacts) -> str | None:
 
 def _bf16(f: OpFacts) -> str | None:
     reason = _values(f)
-    if reason or not f.specs:
+    if reason or not f.reached:
         return reason
     return None if "bfloat16" in f.dtypes else "no bfloat16 in the op's dtypes"
 
@@ -480,7 +497,12 @@ class Promotion(Mutant):
             if not changed:
                 return original.call_boxed(keyset, *args, **kwargs)
             self.triggered += 1
-            clean = None if self.facts.mutable_inputs else _host(original.call_boxed(keyset, *args, **kwargs))
+            clean = None
+            if not self.facts.mutable_inputs:
+                try:
+                    clean = _host(original.call_boxed(keyset, *args, **kwargs))
+                except Exception:  # noqa: BLE001 - the real kernel refuses the out dtype; the mutant computes in it
+                    clean = None
             result = original.call_boxed(keyset, *bound.args, **bound.kwargs)
             if clean is not None and _bit_equal(_host(result), clean):
                 self.equivalent += 1  # computing in the out tensor's dtype gave the same result
@@ -580,34 +602,44 @@ def _cellp(key: str, values: tuple) -> Callable[[dict], int]:
     return lambda cell: int(str(cell.get(key)) in values)
 
 
+def _checks(spec: Callable[[dict], int], *checks: str) -> Callable[[dict], int]:
+    """``spec`` for an op spec's case's cell; for an OpInfo/contract case (its cell names its ``check``:
+    a contract check, ``opinfo`` or ``opinfo_error``), 1 when the check is one of ``checks``."""
+    return lambda cell: int(cell["check"] in checks) if "check" in cell else spec(cell)
+
+
 CLASSES: dict[str, MutantClass] = {c.name: c for c in (
     MutantClass("nan_inf", "NaN/inf dropped or replaced", NanInf, _floats, "NaN or an infinity in an input or result",
-                _cellp("domain", ("special", "near_overflow"))),
+                _checks(_cellp("domain", ("special", "near_overflow")))),
     MutantClass("zero_sign", "sign of zero lost", ZeroSign, _zero_sign, "-0.0 in an input or result",
-                _cellp("domain", ("signed_zero", "special"))),
+                _checks(_cellp("domain", ("signed_zero", "special")))),
     MutantClass("saturation", "saturation/branch region wrong", Saturation, _numbers,
                 "an input with |x| >= 10, or an integer at its dtype's min/max",
-                _cellp("domain", ("tails", "int_edges", "near_overflow", "special"))),
+                _checks(_cellp("domain", ("tails", "int_edges", "near_overflow", "special")))),
     MutantClass("tile_edge", "off-by-one at a tile edge", TileEdge, _values,
                 "a tensor of more than 128 elements, not a multiple of 128",
-                _cellp("edge", ("129", "513", "2049", "127", "511", "2047"))),
+                _checks(_cellp("edge", ("129", "513", "2049", "127", "511", "2047")))),
     MutantClass("layout", "stride-0 / non-contiguous input mishandled", Strides, _strided,
                 "a non-contiguous input (expanded, transposed, sliced, offset, overlapping)",
-                lambda cell: int(cell.get("layout") not in ("contiguous", "-"))),
+                _checks(lambda cell: int(cell.get("layout") not in ("contiguous", "-")))),
     MutantClass("index_bounds", "out-of-range index clamped instead of raising", IndexClamp, _indexed,
-                "an out-of-range index", _cellp("error", ("oob_index",))),
+                "an out-of-range index", _checks(_cellp("error", ("oob_index",)), "error_inputs", "opinfo_error")),
     MutantClass("promotion", "dtype promotion wrong", Promotion, _promotes,
-                "operands or a result of different dtypes", _cellp("dtype", ("int32", "int64", "bool", "int8"))),
+                "operands or a result of different dtypes",
+                _checks(_cellp("dtype", ("int32", "int64", "bool", "int8")), "out_dtype")),
     MutantClass("inplace", "in-place result not written through to the base / a view", InPlace, _inplace,
-                "an in-place call on a strided or offset view", lambda cell: int(cell.get("layout") != "contiguous")),
+                "an in-place call on a strided or offset view",
+                _checks(lambda cell: int(cell.get("layout") != "contiguous"), "inplace_rules", "variants",
+                        "module_train")),
     MutantClass("out", "out= not honoured", OutIgnored, _out, "an out= tensor that must be resized",
-                lambda cell: 0),
+                _checks(lambda cell: 0, "out_resize")),
     MutantClass("error_class", "error raised with a different class", ErrorClass, _raises,
-                "an input the op rejects (CPU raises)", lambda cell: int(bool(cell.get("error")))),
+                "an input the op rejects (CPU raises)",
+                _checks(lambda cell: int(bool(cell.get("error"))), "error_inputs", "opinfo_error", "out_device")),
     MutantClass("gradient", "gradient wrong by a factor", Gradient, _backward, "a backward pass through the op",
-                lambda cell: 0),
+                _checks(lambda cell: 0, "module_train", "module_eval")),
     MutantClass("bf16_rounding", "result wrong only for one dtype (bf16 rounding)", Bf16, _bf16,
-                "a bfloat16 result", _cellp("dtype", ("bfloat16",))),
+                "a bfloat16 result", _checks(_cellp("dtype", ("bfloat16",)))),
 )}
 
 
@@ -652,12 +684,42 @@ class StoredCase:
     case: Case
     reached: set[str]
     cell: dict
-    label: str  # the designed case's id, or "drawn:<spec>"
+    label: str  # the designed case's id, "drawn:<spec>", "opinfo:<op> ..." or "contract:<op> <check> ..."
+    values: bool = True  # the case compares the op's values (an OpInfo random op: only its properties)
+
+    @property
+    def source(self) -> str:
+        return self.case.source
+
+
+SOURCES = ("spec", "opinfo", "contract", "module")  # the parts of the default op suite a mutant reruns
+
+
+def _sweep_case(case: Case, reached: set[str]) -> StoredCase:
+    """An OpInfo-sweep or contract case: its cell names the check (``opinfo``/``opinfo_error`` for a
+    sweep sample/error input) and the dtype, for ``MutantClass.priority``."""
+    from harness.opinfo import RANDOM_OPS
+
+    kind, index = case.params.get("kind", "sample"), case.params.get("index", 0)
+    if case.source == "contract":
+        check = case.params["check"]
+        label = f"contract:{case.spec} {check} [{case.dtype}] {kind} #{index}"
+    elif case.source == "module":
+        check = f"module_{case.params['check']}"
+        label = f"module:{case.spec} {case.params['check']} [{case.dtype}] #{index}"
+    else:
+        check = "opinfo_error" if kind == "error" else "opinfo"
+        label = f"opinfo:{case.spec} [{case.dtype}] {kind} #{index}"
+    cell = {"source": case.source, "check": check, "dtype": case.dtype}
+    random = case.source == "opinfo" and any(case.spec == r or case.spec.startswith(r + ".") for r in RANDOM_OPS)
+    return StoredCase(case, reached, cell, label, values=not random)
 
 
 def suite_cases(store: Store, mode: str = "eager") -> tuple[int, list[StoredCase]]:
-    """The passing op-spec cases of the latest finished op-suite run in ``mode`` that has designed
-    cases, rebuilt from the store."""
+    """The passing cases of the latest finished op-suite run in ``mode`` that has designed cases,
+    rebuilt from the store: the op specs' cases, then the OpInfo sweep's, the contract checks' and
+    the module checks' (those that reached a device kernel: a run stored before their ``overloads``
+    were recorded contributes none of them)."""
     rows = store.query(
         "SELECT r.id FROM runs r WHERE r.finished IS NOT NULL AND r.kind = 'opsuite' AND EXISTS ("
         "SELECT 1 FROM results x WHERE x.run_id = r.id AND x.mode = ? AND x.cells LIKE '%\"design\": \"%') "
@@ -666,16 +728,54 @@ def suite_cases(store: Store, mode: str = "eager") -> tuple[int, list[StoredCase
         raise LookupError(f"no finished op-suite run with designed cases in mode {mode} in {store.path}: run "
                           f"`pytest opsuite --neuron-mode {mode}` (or `make report`) first")
     run_id = rows[0][0]
-    out = []
-    for row in store.query("SELECT case_json, overloads, called, cells FROM results WHERE run_id = ? AND mode = ? "
-                           "AND source = 'spec' AND verdict = 'pass' ORDER BY id", (run_id, mode)):
+    specs, sweep = [], []
+    marks = ", ".join("?" for _ in SOURCES)
+    for row in store.query(f"SELECT source, case_json, overloads, called, cells FROM results WHERE run_id = ? "
+                           f"AND mode = ? AND source IN ({marks}) AND verdict = 'pass' ORDER BY id",
+                           (run_id, mode, *SOURCES)):
         case = Case.from_json(row["case_json"])
+        reached = set(json.loads(row["overloads"] or "{}")) | set(json.loads(row["called"] or "[]"))
+        if row["source"] != "spec":
+            if reached:
+                sweep.append(_sweep_case(case, reached))
+            continue
         if case.spec not in SPECS:
             continue
-        reached = set(json.loads(row["overloads"] or "{}")) | set(json.loads(row["called"] or "[]"))
         cell = json.loads(row["cells"] or "{}")
-        out.append(StoredCase(case, reached, cell, cell.get("design") or f"drawn:{case.spec}"))
-    return run_id, out
+        specs.append(StoredCase(case, reached, cell, cell.get("design") or f"drawn:{case.spec}"))
+    return run_id, specs + sweep
+
+
+def rerun(stored: StoredCase, mode: str) -> tuple[str, str]:
+    """(verdict, message) of one stored case run again in ``mode``, with whatever kernel is planted."""
+    import dataclasses
+
+    case = stored.case
+    if case.source == "spec":
+        from harness.runner import run_case
+
+        result = run_case(dataclasses.replace(case, mode=mode))
+        return result.verdict, result.message
+    from harness import contract, modules, opinfo
+
+    dtype = getattr(torch, case.dtype)
+    if case.source == "module":
+        info = modules.find(case.spec)
+        if info is None:
+            return "skip", f"no ModuleInfo named {case.spec} in this torch's module_db"
+        comparison = modules.rerun(info, case.params["check"], dtype, case.params.get("index", 0), case.device, mode)
+        verdict = "skip" if comparison.criterion.startswith("skip") else "pass" if comparison.ok else "fail"
+        return verdict, comparison.message
+    op = opinfo.find(case.spec)
+    if op is None:
+        return "skip", f"no OpInfo named {case.spec} in this torch's op_db"
+    kind, index = case.params.get("kind", "sample"), case.params.get("index", 0)
+    if case.source == "contract":
+        comparison = contract.rerun(op, case.params["check"], dtype, kind, index, case.device, mode)
+    else:
+        comparison = opinfo.rerun(op, dtype, kind, index, case.device, mode)
+    verdict = "skip" if comparison.criterion.startswith("skip") else "pass" if comparison.ok else "fail"
+    return verdict, comparison.message
 
 
 def table(device: str = "neuron") -> list[str]:
@@ -688,8 +788,32 @@ def table(device: str = "neuron") -> list[str]:
 
 def facts(op: str, cases: list[StoredCase]) -> OpFacts:
     ov = overload(op)
-    specs = tuple(sorted({c.case.spec for c in cases if op in c.reached}))
-    return OpFacts(op, ov._schema, tuple(str(t).split(".")[-1] for t in ov.tags), specs)
+    mine = [c for c in cases if op in c.reached]
+    specs = tuple(sorted({c.case.spec for c in mine if c.source == "spec"}))
+    sweep = [c for c in mine if c.source != "spec"]
+    dtypes = frozenset(d for c in sweep for d in {c.case.dtype} | _supported(c.source, c.case.spec))
+    return OpFacts(op, ov._schema, tuple(str(t).split(".")[-1] for t in ov.tags), specs, dtypes,
+                   any(c.values for c in sweep))
+
+
+_SUPPORTED: dict[tuple[str, str], frozenset[str]] = {}
+
+
+def _supported(source: str, name: str) -> frozenset[str]:
+    """The CPU dtypes of the OpInfo (or ModuleInfo) a sweep case ran: the op's dtypes, as an op spec's
+    ``dtypes`` are (the default run tries only float32 of them; a class needing another is then a
+    coverage gap, reported as a survivor, not excluded)."""
+    key = (source, name)
+    if key not in _SUPPORTED:
+        from harness import modules, opinfo
+
+        found = modules.find(name) if source == "module" else opinfo.find(name)
+        try:
+            dtypes = found.supported_dtypes("cpu") if found is not None else ()
+        except Exception:  # noqa: BLE001 - an info that cannot say: only the dtype the case ran
+            dtypes = ()
+        _SUPPORTED[key] = frozenset(str(d).replace("torch.", "") for d in dtypes)
+    return _SUPPORTED[key]
 
 
 @dataclass
@@ -709,16 +833,13 @@ class Outcome:
 
 
 def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mode: str) -> Outcome:
-    """Plant one mutant and run the op's cases (most likely to catch it first) until one fails."""
-    import dataclasses
-
-    from harness.runner import run_case
-
+    """Plant one mutant and run the op's cases (most likely to catch it first; at equal odds an op
+    spec's case before an OpInfo/contract one) until one fails."""
     started = time.perf_counter()
     reason = mc.rule(f)
     if reason is not None:
         return Outcome(op, mc.name, "excluded", reason)
-    mine = sorted((c for c in cases if op in c.reached), key=lambda c: -mc.priority(c.cell))
+    mine = sorted((c for c in cases if op in c.reached), key=lambda c: (-mc.priority(c.cell), c.source != "spec"))
     if not mine:
         return Outcome(op, mc.name, "survived", "no case of the op suite reaches this kernel",
                        seconds=time.perf_counter() - started)
@@ -727,11 +848,10 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
     with Planted(mutant), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for stored in mine:
-            case = dataclasses.replace(stored.case, mode=mode)
-            result = run_case(case)
+            verdict, message = rerun(stored, mode)
             ran += 1
-            if result.verdict == "fail":
-                return Outcome(op, mc.name, "caught", killer=stored.label, kind=failure_kind(result.message),
+            if verdict == "fail":
+                return Outcome(op, mc.name, "caught", killer=stored.label, kind=failure_kind(message),
                                cases_run=ran, triggered=mutant.triggered, seconds=time.perf_counter() - started)
     if mutant.triggered and mutant.equivalent == mutant.triggered:
         # An equivalent mutant: every time its break met its trigger the kernel's result came out

@@ -25,7 +25,7 @@ from harness import compare as cmp
 from harness import modes
 from harness.cases import Case
 from harness.env import environment
-from harness.runner import Result
+from harness.runner import Result, _reset_stats, _stats
 from harness.shards import Shard
 from harness.store import Store
 from harness.xfails import XFails
@@ -219,6 +219,43 @@ def _samples(op, dtype: torch.dtype, max_samples: int | None, reference: bool) -
             if max_samples is not None and i >= max_samples:
                 break
             yield kind, i, sample
+
+
+_BY_NAME: dict[str, Any] = {}
+
+
+def find(name: str):
+    """The OpInfo whose ``full_name`` is ``name`` (a stored case's op), or None."""
+    if not _BY_NAME:
+        _BY_NAME.update({full_name(op): op for op in op_db()})
+    return _BY_NAME.get(name)
+
+
+def sample_at(op, dtype: torch.dtype, kind: str, index: int) -> Any:
+    """The sample (kind ``sample``/``reference``) or error input (kind ``error``) a stored case names,
+    generated again under the same seed the sweep used; None if the op no longer yields it."""
+    if kind == "error":
+        torch.manual_seed(SEED)
+        for i, error_input in enumerate(op.error_inputs("cpu")):
+            if i == index:
+                return error_input
+        return None
+    for k, i, sample in _samples(op, dtype, index + 1, reference=kind == "reference"):
+        if k == kind and i == index:
+            return sample
+    return None
+
+
+def rerun(op, dtype: torch.dtype, kind: str, index: int, device: str, mode: str = "eager") -> cmp.Comparison:
+    """One stored sweep case again (harness.mutate reruns it with a planted kernel)."""
+    item = sample_at(op, dtype, kind, index)
+    if item is None:
+        return cmp.Comparison(True, criterion="skip: the sample is no longer generated")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if kind == "error":
+            return run_error_input(op, item, device, mode)
+        return run_sample(op, item, dtype, device, mode)
 
 
 def _error_parity(cpu_error: BaseException | None, device_error: BaseException | None) -> cmp.Comparison:
@@ -446,18 +483,22 @@ def run_op(op, dtypes: list[torch.dtype], device: str = "neuron", max_samples: i
             continue
         for kind, index, sample in samples:
             t0 = time.perf_counter()
+            _reset_stats(device)
             comparison = run_sample(op, sample, dtype, device, mode)
             results.append(_result(op, dtype, kind, index, sample, comparison, time.perf_counter() - t0, device,
                                    counts, xfails, mode))
+            results[-1].device_ops = _stats(device)  # the overloads the sample reached on the device
     if errors:
         try:
             error_inputs = list(op.error_inputs("cpu"))
         except Exception:  # noqa: BLE001
             error_inputs = []
         for index, error_input in enumerate(error_inputs[:max_samples] if max_samples else error_inputs):
+            _reset_stats(device)
             comparison = run_error_input(op, error_input, device, mode)
             results.append(_result(op, torch.float32, "error", index, error_input.sample_input, comparison, 0.0,
                                    device, counts, xfails, mode))
+            results[-1].device_ops = _stats(device)
     return results
 
 

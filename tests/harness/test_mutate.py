@@ -66,3 +66,100 @@ def test_the_table_comes_from_the_device_surface_not_device_impl():
     ops = mutate.table("neuron")
     assert "aten::mul.out" in ops and all(torch._C._dispatch_has_kernel_for_dispatch_key(o, "PrivateUse1") for o in ops)
     assert "aten::mul.Tensor" not in ops  # served through PyTorch's composite kernel: no kernel of its own
+
+
+# --- the contract checks and the OpInfo sweep are rerun too --------------------------------------
+
+def _contract_cases(name, *checks):
+    """Stored-case form of a contract check's results (as the op suite stores them, with the overloads
+    each reached on the device)."""
+    from harness import contract, coverage, opinfo
+
+    op = opinfo.find(name)
+    cases = []
+    for check in checks:
+        for result in contract.run_check(op, check, [torch.float32], "neuron", max_samples=1):
+            if result.verdict == "pass":
+                cases.append(mutate._sweep_case(result.case, coverage.reached([result])))
+    return cases
+
+
+def test_a_contract_check_records_the_overloads_it_reached():
+    (case,) = _contract_cases("neg", "out_resize")
+    assert "aten::neg.out" in case.reached and case.cell["check"] == "out_resize"
+
+
+def test_an_out_overload_mutant_is_caught_by_a_contract_check():
+    """out= ignored where it must be resized: no op spec case passes a wrong-shaped out tensor, the
+    contract's out_resize check does."""
+    cases = _contract_cases("neg", "out_values", "out_resize")
+    f = mutate.facts("aten::neg.out", cases)
+    outcome = mutate.run_mutant("aten::neg.out", mutate.CLASSES["out"], f, cases, "eager")
+    assert outcome.status == "caught", outcome.reason
+    assert outcome.killer.startswith("contract:neg out_resize") and outcome.cases_run == 1  # tried first
+
+
+def test_an_error_class_mutant_is_caught_by_an_error_input():
+    """index_select's out overload raising TypeError for an out-of-range index: OpInfo's error input
+    (CPU raises IndexError) catches it through the contract's error_inputs check."""
+    cases = _contract_cases("index_select", "out_values", "error_inputs")
+    assert any("aten::index_select.out" in c.reached for c in cases if c.cell["check"] == "error_inputs")
+    f = mutate.facts("aten::index_select.out", cases)
+    outcome = mutate.run_mutant("aten::index_select.out", mutate.CLASSES["error_class"], f, cases, "eager")
+    assert outcome.status == "caught", outcome.reason
+    assert outcome.killer.startswith("contract:index_select error_inputs")
+
+
+def test_a_promotion_mutant_of_an_out_overload_is_caught_by_the_out_dtype_check():
+    """A kernel computing in the out tensor's dtype does not refuse a float result into a long out."""
+    cases = _contract_cases("neg", "out_dtype")
+    f = mutate.facts("aten::neg.out", cases)
+    outcome = mutate.run_mutant("aten::neg.out", mutate.CLASSES["promotion"], f, cases, "eager")
+    assert outcome.status == "caught" and outcome.killer.startswith("contract:neg out_dtype"), outcome.reason
+
+
+def test_suite_cases_include_the_opinfo_and_contract_rows(tmp_path):
+    from harness import contract, opinfo
+    from harness.runner import run_case
+    from harness.store import Store
+
+    store = Store(tmp_path / "r.sqlite")
+    run = store.start_run("opsuite", {}, "quick")
+    designed = design.cases("neg")[0]
+    result = run_case(designed.case)
+    result.design_id = designed.id
+    store.add(run, result, "pointwise")
+    for r in contract.run_check(opinfo.find("neg"), "out_resize", [torch.float32], "neuron", 1):
+        store.add(run, r, "contract")
+    for r in opinfo.run_op(opinfo.find("neg"), [torch.float32], "neuron", 1, False, False):
+        store.add(run, r, "opinfo")
+    store.finish_run(run)
+    _, cases = mutate.suite_cases(store)
+    by_source = {c.source: c for c in cases}
+    assert set(by_source) == {"spec", "opinfo", "contract"}
+    assert "aten::neg.out" in by_source["contract"].reached and "aten::neg.out" in by_source["opinfo"].reached
+    f = mutate.facts("aten::neg.out", cases)
+    assert f.specs == ("neg",) and {"float32", "bfloat16"} <= f.sweep_dtypes and f.sweep_values
+    outcome = mutate.run_mutant("aten::neg.out", mutate.CLASSES["out"], f, cases, "eager")
+    assert outcome.status == "caught" and outcome.killer.startswith("contract:neg out_resize")
+    store.close()
+
+
+def test_an_op_reached_only_by_the_sweep_is_judged_by_its_rules():
+    """No op spec reaches it, a contract case does: the rules read the sweep's dtypes (not a coverage gap)."""
+    ov = mutate.overload("aten::index_select.out")
+    f = mutate.OpFacts("aten::index_select.out", ov._schema, (), (), frozenset({"float32"}), True)
+    assert f.reached and mutate.CLASSES["nan_inf"].rule(f) is None
+    assert "no bfloat16" in mutate.CLASSES["bf16_rounding"].rule(f)
+
+
+def test_a_gradient_mutant_is_caught_by_a_module_check():
+    """nn.GELU's train check (forward and backward on the device) reaches gelu_backward's kernel."""
+    from harness import coverage, modules
+
+    results = modules.run_check(modules.find("nn_GELU"), "train", [torch.float32], "neuron", 1)
+    cases = [mutate._sweep_case(r.case, coverage.reached([r])) for r in results if r.verdict == "pass"]
+    op = "aten::gelu_backward.grad_input"
+    assert cases and all(op in c.reached for c in cases)
+    outcome = mutate.run_mutant(op, mutate.CLASSES["gradient"], mutate.facts(op, cases), cases, "eager")
+    assert outcome.status == "caught" and outcome.killer.startswith("module:nn_GELU train"), outcome.reason
