@@ -156,36 +156,15 @@ def _div_mode(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | Non
     return _call(graph, aten.where.self, _call(graph, aten.eq.Scalar, b, 0), quotient, result)
 
 
-def _widened_with_parameter(graph: torch.fx.Graph, node: torch.fx.Node, name: str, default: float):
-    """(x in float32 if narrow, the op's scalar parameter ``name``) of a floating elementwise op, else None."""
-    if not node.meta["val"].dtype.is_floating_point:
-        return None
-    x = node.args[0]
-    value = node.args[1] if len(node.args) > 1 else node.kwargs.get(name, default)
-    return (_cast(graph, x, torch.float32) if node.meta["val"].dtype in NARROW else x), value
-
-
 def _leaky_relu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
-    found = _widened_with_parameter(graph, node, "negative_slope", 0.01)
-    if found is None:
+    x = node.args[0]
+    slope = node.args[1] if len(node.args) > 1 else node.kwargs.get("negative_slope", 0.01)
+    dtype = node.meta["val"].dtype
+    if not dtype.is_floating_point:
         return None
-    wide, slope = found
+    wide = _cast(graph, x, torch.float32) if dtype in NARROW else x
     scaled = _call(graph, aten.mul.Scalar, wide, slope)
     out = _call(graph, aten.where.self, _call(graph, aten.gt.Scalar, wide, 0), wide, scaled)
-    return _cast(graph, out, node)
-
-
-def _softshrink(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
-    """CPU's kernel: ``x > l ? x - l : (x < -l ? x + l : x * 0)``. The inner zero is ``x * 0``, so a
-    negative x inside the band gives -0.0 (and NaN stays NaN); torch-mlir's lowering writes +0.0."""
-    found = _widened_with_parameter(graph, node, "lambd", 0.5)
-    if found is None:
-        return None
-    wide, lambd = found
-    inner = _call(graph, aten.where.self, _call(graph, aten.lt.Scalar, wide, -lambd),
-                  _call(graph, aten.add.Scalar, wide, lambd), _call(graph, aten.mul.Scalar, wide, 0.0))
-    out = _call(graph, aten.where.self, _call(graph, aten.gt.Scalar, wide, lambd),
-                _call(graph, aten.sub.Scalar, wide, lambd), inner)
     return _cast(graph, out, node)
 
 
@@ -374,7 +353,6 @@ REWRITES = {
     aten.div.Tensor_mode: _div_mode,
     aten.div.Scalar_mode: _div_mode,
     aten.leaky_relu.default: _leaky_relu,
-    aten.softshrink.default: _softshrink,
 }
 
 # Elementwise ops ATen computes in float32 for float16/bfloat16 (opmath) whose lowering is more than
