@@ -12,26 +12,45 @@ written argument: a kernel that took it as a scalar would write nothing back, si
 
 from __future__ import annotations
 
+import warnings
 from typing import Any, Callable
 
 import torch
 
 from device_impl.engine.dtypes import SCALAR_TYPE_NAMES
 
-_WrittenPlan = tuple[tuple[int, str, bool, bool], ...]  # (position, name, kwarg_only, is_out)
-_plans: dict[Any, _WrittenPlan] = {}
+class WrittenPlan:
+    """What an overload's schema says it writes, computed once per overload: ``entries`` (position,
+    name, kwarg_only, is_out) of the written arguments, and the positions and names of the others,
+    where the device the op computes on is found."""
+
+    __slots__ = ("entries", "positions", "names")
+
+    def __init__(self, entries: tuple[tuple[int, str, bool, bool], ...]) -> None:
+        self.entries = entries
+        self.positions = frozenset(p for p, _, _, _ in entries)
+        self.names = frozenset(n for _, n, _, _ in entries)
+
+    def __bool__(self) -> bool:
+        return bool(self.entries)
+
+    def __iter__(self):
+        return iter(self.entries)
 
 
-def plan_of(op: torch._ops.OpOverload, outs_only: bool = False) -> _WrittenPlan:
+_plans: dict[Any, WrittenPlan] = {}
+
+
+def plan_of(op: torch._ops.OpOverload, outs_only: bool = False) -> WrittenPlan:
     """The arguments ``op``'s schema marks as written (``outs_only``: its out= arguments), computed once
     per overload. Native kernels check their in-place arguments themselves, with the op's own message
     (``_amp_foreach_non_finite_check_and_unscale_``: "One of scaled_grads was not a neuron tensor")."""
     key = (op, outs_only)
     plan = _plans.get(key)
     if plan is None:
-        plan = _plans[key] = tuple(
+        plan = _plans[key] = WrittenPlan(tuple(
             (i, a.name, a.kwarg_only, a.is_out) for i, a in enumerate(op._schema.arguments)
-            if a.alias_info is not None and a.alias_info.is_write and (a.is_out or not outs_only))
+            if a.alias_info is not None and a.alias_info.is_write and (a.is_out or not outs_only)))
     return plan
 
 
@@ -43,23 +62,26 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def _compute_device(plan: _WrittenPlan, args: tuple, kwargs: dict) -> torch.device | None:
-    """The device the op computes on: its first neuron input, else its first neuron written tensor."""
-    written = {p for p, *_ in plan}
-    names = {name for _, name, _, _ in plan}
-    candidates = [v for i, v in enumerate(args) if i not in written] + \
-                 [v for k, v in kwargs.items() if k not in names]
-    for value in candidates:
-        for t in _tensors(value):
-            if t.device.type == "neuron":
-                return t.device
+def _compute_device(plan: WrittenPlan, args: tuple, kwargs: dict) -> torch.device | None:
+    """The device the op computes on: its first neuron input (an argument it does not write)."""
+    for i, value in enumerate(args):
+        if i not in plan.positions:
+            for t in _tensors(value):
+                if t.device.type == "neuron":
+                    return t.device
+    for k, value in kwargs.items():
+        if k not in plan.names:
+            for t in _tensors(value):
+                if t.device.type == "neuron":
+                    return t.device
     return None
 
 
-def check(name: str, plan: _WrittenPlan, args: tuple, kwargs: dict) -> None:
-    """Raise PyTorch's RuntimeError if a written argument is not on the device the op computes on."""
+def check(name: str, plan: WrittenPlan, args: tuple, kwargs: dict) -> None:
+    """Raise PyTorch's RuntimeError if a written argument is not on the device the op computes on
+    (its first neuron input, else the first written tensor's)."""
     device = None
-    for position, arg_name, kwarg_only, is_out in plan:
+    for position, arg_name, kwarg_only, is_out in plan.entries:
         value = args[position] if not kwarg_only and position < len(args) else kwargs.get(arg_name)
         for t in _tensors(value):
             if device is None:
@@ -117,7 +139,7 @@ def guard_composite_writes(resolve: Callable[[str], torch._ops.OpOverload]) -> i
     return guarded
 
 
-def _guarded(name: str, overload: torch._ops.OpOverload, plan: _WrittenPlan, key: Any):
+def _guarded(name: str, overload: torch._ops.OpOverload, plan: WrittenPlan, key: Any):
     call = overload._op_dk
     outs = [(position, arg_name, kwarg_only) for position, arg_name, kwarg_only, is_out in plan if is_out]
     single_out = outs[0] if len(outs) == 1 else None
@@ -136,7 +158,7 @@ def _guarded(name: str, overload: torch._ops.OpOverload, plan: _WrittenPlan, key
     return kernel
 
 
-def _via_functional(name: str, plan: _WrittenPlan, target: torch._ops.OpOverload, out_names: tuple[str, ...]):
+def _via_functional(name: str, plan: WrittenPlan, target: torch._ops.OpOverload, out_names: tuple[str, ...]):
     def kernel(*args: Any, **kwargs: Any) -> Any:
         check(name, plan, args, kwargs)
         outs = [kwargs.pop(n) for n in out_names]
@@ -146,24 +168,31 @@ def _via_functional(name: str, plan: _WrittenPlan, target: torch._ops.OpOverload
                 raise RuntimeError(f"expected scalar type '{SCALAR_TYPE_NAMES.get(result.dtype, result.dtype)}' but got "
                                    f"'{SCALAR_TYPE_NAMES.get(out.dtype, out.dtype)}' for {out_name} output")
         for out, result in zip(outs, results):
-            _resize_output(out, result)
+            resize_output(out, result.shape, stacklevel=3)
             out.copy_(result)
         return tuple(outs)
 
     return kernel
 
 
-def _resize_output(out: torch.Tensor, like: torch.Tensor) -> None:
-    if out.shape != like.shape:
-        if out.numel():
-            import warnings
-
-            warnings.warn(f"An output with one or more elements was resized since it had shape {list(out.shape)}, "
-                          f"which does not match the required output shape {list(like.shape)}. This behavior is "
-                          f"deprecated, and in a future PyTorch release outputs will not be resized unless they have "
-                          f"zero elements. You can explicitly reuse an out tensor t by resizing it, inplace, to zero "
-                          f"elements with t.resize_(0).", UserWarning, stacklevel=3)
-        out.resize_(like.shape)
+def resize_output(out: torch.Tensor, shape, memory_format=None, stacklevel: int = 4) -> None:
+    """at::native::resize_output: resize ``out`` to ``shape`` (restrided to ``memory_format`` if given),
+    warning as CPU does when an out that had elements changes shape. The one copy of that rule: the
+    kernels' out= helpers (kernels/common.py, kernels/shape/moves.py) call it too."""
+    shape = tuple(int(s) for s in shape)
+    if tuple(out.shape) == shape:
+        return
+    if out.numel() != 0:
+        warnings.warn(
+            f"An output with one or more elements was resized since it had shape {list(out.shape)}, which does "
+            f"not match the required output shape {list(shape)}. This behavior is deprecated, and in a future "
+            f"PyTorch release outputs will not be resized unless they have zero elements. You can explicitly "
+            f"reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).", UserWarning,
+            stacklevel=stacklevel)
+    if memory_format is None:
+        out.resize_(shape)
+    else:
+        out.resize_(shape, memory_format=memory_format)
 
 
 def _is_input(out: torch.Tensor, position: int, args: tuple, kwargs: dict, arg_name: str) -> bool:
