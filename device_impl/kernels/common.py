@@ -9,12 +9,12 @@ tensor metadata, so each kernel only says what it computes.
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import torch
 
+from device_impl.dispatch.written import resize_output  # noqa: F401  (at::native::resize_output)
 from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import COMPUTE_DTYPES, FLOAT_DTYPES, SCALAR_TYPE_NAMES, numpy_dtype  # noqa: F401
 from device_impl.engine.hbm import view as hbm
@@ -129,16 +129,17 @@ def broadcast_shape(*operands: Operand) -> tuple[int, ...]:
     return result
 
 
-def resize_output(out: torch.Tensor, shape: Sequence[int]) -> None:
-    """at::native::resize_output: resize, warning (as CPU does) when a non-empty out changes shape."""
-    if out.numel() != 0:
-        warnings.warn(
-            f"An output with one or more elements was resized since it had shape {list(out.shape)}, which does "
-            f"not match the required output shape {list(shape)}. This behavior is deprecated, and in a future "
-            f"PyTorch release outputs will not be resized unless they have zero elements. You can explicitly "
-            f"reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).", UserWarning,
-            stacklevel=4)
-    out.resize_(tuple(shape))
+def check_same_dtype(out: torch.Tensor, dtype: torch.dtype) -> None:
+    """TensorIterator's check_all_same_dtype for an out= tensor."""
+    if out.dtype != dtype:
+        raise RuntimeError(f"Found dtype {SCALAR_TYPE_NAMES[out.dtype]} but expected {SCALAR_TYPE_NAMES[dtype]}")
+
+
+def check_exact_dtype(out: torch.Tensor, dtype: torch.dtype) -> None:
+    """An out= tensor that must have the result's dtype exactly (ATen's generated out= wrappers)."""
+    if out.dtype != dtype:
+        raise RuntimeError(f"Expected out tensor to have dtype {TYPE_META_NAMES.get(dtype, dtype)}, but got "
+                           f"{TYPE_META_NAMES.get(out.dtype, out.dtype)} instead")
 
 
 def check_out(out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, inputs: Sequence[Operand] = (),
@@ -153,11 +154,10 @@ def check_out(out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, input
     for x in inputs:
         if isinstance(x, torch.Tensor):
             overlap.assert_no_partial_overlap(out, x)
-    if same_dtype and out.dtype != dtype:
-        raise RuntimeError(f"Found dtype {SCALAR_TYPE_NAMES[out.dtype]} but expected {SCALAR_TYPE_NAMES[dtype]}")
-    if exact_dtype and out.dtype != dtype:
-        raise RuntimeError(f"Expected out tensor to have dtype {TYPE_META_NAMES.get(dtype, dtype)}, but got "
-                           f"{TYPE_META_NAMES.get(out.dtype, out.dtype)} instead")
+    if same_dtype:
+        check_same_dtype(out, dtype)
+    if exact_dtype:
+        check_exact_dtype(out, dtype)
     if not torch.can_cast(dtype, out.dtype):
         raise RuntimeError(f"result type {SCALAR_TYPE_NAMES[dtype]} can't be cast to the desired output type "
                            f"{SCALAR_TYPE_NAMES[out.dtype]}")
@@ -169,6 +169,14 @@ def check_out(out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, input
                                f"{list(shape)}")
         resize_output(out, shape)
     return out
+
+
+def reshaped_view(v: np.ndarray, shape) -> np.ndarray | None:
+    """``v`` with ``shape`` as a view (no copy), or None when the strides do not allow it."""
+    try:
+        return np.reshape(v, shape, copy=False)
+    except ValueError:
+        return None
 
 
 def new_output(shape: Sequence[int], dtype: torch.dtype, like: torch.Tensor) -> torch.Tensor:
@@ -353,10 +361,7 @@ def scratch(nc, like: Tile, dtype) -> Tile:
 
 
 # c10 TypeMeta names, as CPU's dtype-mismatch messages print them ("expected dtype float ... got double").
-TYPE_META_NAMES = {torch.float32: "float", torch.float64: "double", torch.float16: "c10::Half",
-                   torch.bfloat16: "c10::BFloat16", torch.int64: "long int", torch.int32: "int",
-                   torch.int16: "short int", torch.int8: "signed char", torch.uint8: "unsigned char",
-                   torch.bool: "bool", torch.complex64: "c10::complex<float>",
+TYPE_META_NAMES = {**scalars.CPP_NAMES, torch.complex64: "c10::complex<float>",
                    torch.complex128: "c10::complex<double>"}
 
 

@@ -18,7 +18,7 @@ import torch
 
 from device_impl.dispatch.table import HOOKS, TABLE
 from device_impl.engine.dtypes import COMPUTE_DTYPES
-from device_impl.kernels.common import check_out
+from device_impl.kernels.common import check_out, check_same_dtype
 
 _has = torch._C._dispatch_has_kernel_for_dispatch_key
 
@@ -178,10 +178,8 @@ def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str
     def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
         bound = binder.bind(args, kwargs)
         out = bound.pop(out_name)
-        if same:
-            x = bound["self"]
-            if out.dtype != x.dtype:
-                check_out(out, tuple(out.shape), x.dtype, (), same_dtype=True)
+        if same:  # before the op's own dtype refusals, as CPU's meta function
+            check_same_dtype(out, bound["self"].dtype)
         shape, dtype, operands = meta(bound)
         check_out(out, shape, dtype, operands, exact_dtype=exact)
         _run(op, compute, out, bound)

@@ -12,7 +12,6 @@ VectorE, ``_accumulate_sum`` reduces rows of ``[p <= 128, n]`` on VectorE (n on 
 
 from __future__ import annotations
 
-import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -20,8 +19,9 @@ import torch
 
 from device_impl._compat import internal
 from device_impl.dispatch.table import TABLE
+from device_impl.dispatch.written import resize_output
 from device_impl.kernels import scalars
-from device_impl.kernels.common import FREE_MAX, P, flat_tiles, scalar_of
+from device_impl.kernels.common import FREE_MAX, P, check_exact_dtype, flat_tiles, scalar_of
 from device_impl.kernels.registry import in_dispatcher
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -44,26 +44,10 @@ def _wrap(dim: int, ndim: int, scalar_ok: bool = True) -> int:
 
 def _resize_out(out: torch.Tensor, shape: Sequence[int], memory_format=None) -> None:
     """Structured out= rules: resize (warning when out had elements) and then restride to the op's format."""
-    shape = tuple(int(s) for s in shape)
-    if tuple(out.shape) == shape:
-        return
-    if out.numel() != 0:
-        warnings.warn(
-            f"An output with one or more elements was resized since it had shape {list(out.shape)}, which does "
-            f"not match the required output shape {list(shape)}. This behavior is deprecated, and in a future "
-            f"PyTorch release outputs will not be resized unless they have zero elements. You can explicitly "
-            f"reuse an out tensor t by resizing it, inplace, to zero elements with t.resize_(0).", UserWarning,
-            stacklevel=4)
-    if memory_format is None:
-        out.resize_(shape)
-    else:
-        out.resize_(shape, memory_format=memory_format)
+    resize_output(out, shape, memory_format, stacklevel=5)
 
 
-def _exact_dtype(out: torch.Tensor, dtype: torch.dtype) -> None:
-    if out.dtype != dtype:
-        raise RuntimeError(f"Expected out tensor to have dtype {scalars.CPP_NAMES.get(dtype, dtype)}, but got "
-                           f"{scalars.CPP_NAMES.get(out.dtype, out.dtype)} instead")
+_exact_dtype = check_exact_dtype  # the out= dtype rule of the shape ops' generated out= wrappers
 
 
 def _same_device(tensors: Sequence[torch.Tensor], like: torch.Tensor) -> None:
