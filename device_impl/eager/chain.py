@@ -27,7 +27,7 @@ import torch
 from device_impl.eager.capture import Step
 from device_impl.eager.fusion import View
 from device_impl.eager.stats import STATS
-from device_impl.kernels.common import Pointwise, prepare_elementwise
+from device_impl.kernels.common import Pointwise, prepare_elementwise, reshaped_view
 
 SCRATCH_BYTES = 6 * 4  # per element: fp32 scratch tiles an emit may allocate (gelu_backward uses 3 + masks)
 
@@ -170,13 +170,7 @@ def as_boxes(prepared: Sequence[Pointwise], shape: tuple[int, int, int]) -> list
     return boxes
 
 
-def _reshaped(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
-    view = a.view()
-    try:
-        view.shape = shape
-    except AttributeError:
-        return None
-    return view
+_reshaped = reshaped_view
 
 
 class StepError(Exception):

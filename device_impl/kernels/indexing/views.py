@@ -18,16 +18,11 @@ import torch
 from numpy.lib.stride_tricks import as_strided
 
 from device_impl.engine.dtypes import FP32, is_float
-from device_impl.kernels.common import flat_tiles, hbm
+from device_impl.kernels.common import flat_tiles, hbm, reshaped_view
 
 # --- numpy views (metadata only: nothing here moves or computes data) ------------------------
 
-def _reshaped(v: np.ndarray, shape) -> np.ndarray | None:
-    """``v`` with ``shape`` as a view (no copy), or None when the strides do not allow it."""
-    try:
-        return np.reshape(v, shape, copy=False)
-    except ValueError:
-        return None
+_reshaped = reshaped_view
 
 
 def _estrides(v: np.ndarray) -> tuple[int, ...]:

@@ -34,7 +34,7 @@ import torch
 from device_impl.dispatch.table import HOOKS
 from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import FP32, is_float, numpy_dtype
-from device_impl.kernels.common import SCALAR_TYPE_NAMES, check_out, hbm, new_output, scalar_of
+from device_impl.kernels.common import SCALAR_TYPE_NAMES, check_out, hbm, new_output, reshaped_view, scalar_of
 from device_impl.kernels.reduction.tiles import (
     BOOL, CHUNK, FLAT_MAX_ROWS, FLAT_MIN_COLS, I64, P, PE_CHUNK, _FLOATS, _Grid, _at, _box_load, _boxes, _combine,
     _count, _dims, _flat_load, _flat_pieces, _identity, _kept_view, _kernel, _memset, _order_by_stride, _out_shape,
@@ -235,14 +235,7 @@ class RowReduction(NamedTuple):
         _reduce(self.name, self.x, self.out, (self.x.dim() - 1,), self.spec)
 
 
-def _flat_view(a: np.ndarray, shape: tuple[int, ...]) -> np.ndarray | None:
-    """``a`` reshaped to ``shape`` without copying, or None where strides do not allow it."""
-    view = a.view()
-    try:
-        view.shape = shape
-    except AttributeError:
-        return None
-    return view
+_flat_view = reshaped_view
 
 
 def row_reduction(name: str, x: torch.Tensor, out: torch.Tensor, dims: tuple[int, ...], spec: _Spec
