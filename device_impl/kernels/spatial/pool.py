@@ -40,6 +40,18 @@ from device_impl.kernels.spatial.tiles import (
 _NP_FLOATS = (np.dtype(np.float32), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 
+def _constant_divisor(mode: str, divisor, lo, hi, k3) -> int | None:
+    """avg pooling's divisor when it is one number for every window: divisor_override, or the window
+    size when there is no padding; None when it varies per window (computed from the clipped windows)."""
+    if mode != "avg":
+        return None
+    if divisor is not None:
+        return divisor
+    if all(a == 0 for a in lo) and all(b == 0 for b in hi):
+        return k3[0] * k3[1] * k3[2]
+    return None
+
+
 def _axpb(nc, out, a_tile, mul, add):
     """out = a * mul + add on int64 tiles (VectorE)."""
     if mul != 1:
@@ -74,12 +86,7 @@ def _pool_forward(nc, scratch, out5, idx5, x5, k3, s3, p3, d3, mode, count_inclu
     wins = [flat.view(w) for w in windows]
     idxv = flat.view(idx5) if idx5 is not None else None
     _, H, W = in3
-    const_div = None
-    if mode == "avg":
-        if divisor is not None:
-            const_div = divisor
-        elif all(a == 0 for a in lo) and all(b == 0 for b in hi):
-            const_div = k3[0] * k3[1] * k3[2]
+    const_div = _constant_divisor(mode, divisor, lo, hi, k3)
     for start, stop, p, f in flat.tiles():
         mark = nc.mark()
         if mode == "max":
@@ -194,12 +201,7 @@ def _pool_backward(nc, scratch, gi5, go5, idx5, k3, s3, p3, d3, mode, count_incl
         wins = [flat.view(_window(acc, 2, (a * d3[0], b * d3[1], c * d3[2]), (0, 0, 0), out3, s3))
                 for a, b, c in offsets]
         _, H, W = in3
-        const_div = None
-        if mode == "avg":
-            if divisor is not None:
-                const_div = divisor
-            elif all(a == 0 for a in lo) and all(b == 0 for b in hi):
-                const_div = k3[0] * k3[1] * k3[2]
+        const_div = _constant_divisor(mode, divisor, lo, hi, k3)
         for start, stop, p, f in flat.tiles():
             mark = nc.mark()
             g = nc.sbuf_tile((p, f), go5.dtype)
