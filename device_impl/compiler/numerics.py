@@ -45,6 +45,7 @@ import math
 import operator
 
 import torch
+import torch._decomp
 import torch.fx
 
 aten = torch.ops.aten
@@ -485,8 +486,6 @@ def _index_add(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.
     """CPU's index_add checks that source matches self outside ``dim``; the meta function and the core
     decomposition (into index_put) do not, so a compiled graph would add a mis-shaped source where eager
     raises. The check runs at trace time (static shapes), then PyTorch's own decomposition."""
-    from torch._decomp import core_aten_decompositions
-
     nd = max(self.dim(), 1)
     d = dim + nd if dim < 0 else dim
     outside = [s for i, s in enumerate(self.shape) if i != d]
@@ -494,7 +493,7 @@ def _index_add(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.
     if self.dim() > 0 and source.dim() > 0 and outside != source_outside:
         raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the specified dimension. "
                            f"Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}")
-    return core_aten_decompositions()[aten.index_add.default](self, dim, index, source, alpha=alpha)
+    return torch._decomp.decomposition_table[aten.index_add.default](self, dim, index, source, alpha=alpha)
 
 
 # Decompositions that replace PyTorch's own for AOTAutograd (backend._decompositions), for the same reason
