@@ -17,7 +17,7 @@ import sys
 import time
 import warnings
 from dataclasses import dataclass, field
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import torch
 
@@ -299,11 +299,20 @@ def run_sample(op, sample, dtype: torch.dtype, device: str, mode: str = "eager")
         return _properties(actual, expected)
     # The result must be on the device, unless the sample moves it elsewhere itself (x.to('cpu')).
     on = None if _names_host(sample) else device
-    comparison = cmp.compare(actual, expected, device=on)
+    return compare_values(actual, expected, on, lambda: _fp64_reference(op, sample))
+
+
+def compare_values(actual: Any, expected: Any, device: str | None, reference: Callable[[], Any]) -> cmp.Comparison:
+    """CPU's result within its tolerance; where that fails on tolerance, the second criterion against
+    ``reference()``, the op's float64 result on CPU (computed only then): the device's error no more
+    than 3x CPU's own, as reductions, matmuls and convolutions accumulate in another order."""
+    comparison = cmp.compare(actual, expected, device=device)
     if not comparison.ok and comparison.criterion.startswith("rtol"):
-        reference = _fp64_reference(op, sample)
-        if reference is not None:
-            comparison = cmp.compare(actual, expected, None, reference, device=on)
+        ref = reference()
+        shapes_differ = isinstance(ref, torch.Tensor) and isinstance(expected, torch.Tensor) \
+            and ref.shape != expected.shape
+        if ref is not None and not shapes_differ:
+            comparison = cmp.compare(actual, expected, None, ref, device=device)
     return comparison
 
 
