@@ -19,7 +19,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from harness import compare as cmp
-from harness import modes, repro
+from harness import modes, repro, twins
 from harness.cases import Case
 from harness.specs import SPECS, OpSpec
 from harness.values import dtype_named, materialize
@@ -204,8 +204,13 @@ def run_case(case: Case, xfails=None) -> Result:
         device_error = e
     comparison = _check(spec, case, expression, cpu_error, device_error, expected, actual, cpu_inputs, device_inputs,
                         seed)
-    result.device_ops = _stats(case.device)  # forward, backward and the determinism rerun of random ops
-    result.called = called_ops(spec, case, expression, seed)
+    twin_calls: list[str] = []
+    if comparison.ok and case.mode == "eager":
+        twin_cmp, twin_calls = _check_twins(spec, case, expression, seed)
+        comparison = comparison.merge(twin_cmp)
+    # forward, backward, the determinism rerun of random ops, and the twin overloads' calls
+    result.device_ops = _stats(case.device)
+    result.called = sorted(set(called_ops(spec, case, expression, seed)) | set(twin_calls))
     result.comparison = comparison
     result.verdict = "pass" if comparison.ok else "fail"
     result.message = comparison.message
@@ -217,6 +222,42 @@ def run_case(case: Case, xfails=None) -> Result:
     if result.verdict in ("fail", "xpass"):
         result.reproducer = repro.render(spec, case, expression, comparison)
     return result
+
+
+def _check_twins(spec: OpSpec, case: Case, expression: str, seed: int) -> tuple[cmp.Comparison, list[str]]:
+    """The twin overloads (``harness.twins``) of every call the expression and its backward make on the
+    device, judged with the spec's tolerance for the case's dtype. Eager mode only: a twin is a direct
+    aten call, the same in every mode."""
+    inputs = [materialize(t, case.device) for t in case.tensors]
+
+    def run() -> None:
+        manual_seed(seed, case.device)
+        value, _ = _evaluate(expression, inputs, None, case.device)
+        if spec.grad:
+            _grads(spec, value, inputs, case.device, seed)
+
+    tolerance, max_ulp, zero_sign = spec.tolerance.get(case.dtype), spec.max_ulp.get(case.dtype), _zero_sign(spec, case)
+
+    def judge(actual: Any, expected: Any) -> cmp.Comparison:
+        if spec.check == "properties":  # a random op's twin: its shape and dtype, never its values
+            return _same_properties(actual, expected)
+        return cmp.compare(actual, expected, tolerance, overflow_equal=spec.overflow_equal, zero_sign=zero_sign,
+                           device=case.device, max_ulp=max_ulp, where="twin")
+
+    return twins.check(twins.record(run, case.device), case.device, judge)
+
+
+def _same_properties(actual: Any, expected: Any) -> cmp.Comparison:
+    got = actual if isinstance(actual, (tuple, list)) else [actual]
+    want = expected if isinstance(expected, (tuple, list)) else [expected]
+    if len(got) != len(want):
+        return cmp.Comparison(False, f"twin: {len(got)} results, CPU {len(want)}")
+    for i, (a, e) in enumerate(zip(got, want)):
+        if isinstance(e, torch.Tensor) and (not isinstance(a, torch.Tensor) or a.shape != e.shape
+                                            or a.dtype != e.dtype):
+            what = f"{a.dtype} {list(a.shape)}" if isinstance(a, torch.Tensor) else type(a).__name__
+            return cmp.Comparison(False, f"twin result {i}: {what}, CPU {e.dtype} {list(e.shape)}")
+    return cmp.Comparison(True, criterion="twin: properties")
 
 
 _SPEC_ERRORS = (SyntaxError, NameError)  # raised by a malformed call text, never by an op

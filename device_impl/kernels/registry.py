@@ -18,7 +18,7 @@ import torch
 
 from device_impl.dispatch.table import HOOKS, TABLE
 from device_impl.engine.dtypes import COMPUTE_DTYPES
-from device_impl.kernels.common import check_out, check_same_dtype
+from device_impl.kernels.common import check_exact_dtype, check_out, check_same_dtype, resize_output
 
 _has = torch._C._dispatch_has_kernel_for_dispatch_key
 
@@ -115,7 +115,8 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
         overload = getattr(functional, ov)
         binder = Binder.of(overload)
         if binder.out_names:
-            TABLE.native(op, dtypes=dtypes)(_sourced(_out_kernel(op, binder, compute, meta, rule), compute))
+            make = _generated_out_kernel if cpu_out_is_generated(op) else _out_kernel
+            TABLE.native(op, dtypes=dtypes)(_sourced(make(op, binder, compute, meta, rule), compute))
             registered.append(op)
             out_ops.append(op)
         elif routed_by_composite(op):
@@ -183,6 +184,40 @@ def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str
         shape, dtype, operands = meta(bound)
         check_out(out, shape, dtype, operands, exact_dtype=exact)
         _run(op, compute, out, bound)
+        return out
+
+    return _submits(kernel)
+
+
+def cpu_out_is_generated(op: str) -> bool:
+    """Whether CPU serves out= overload ``op`` with the out= wrapper torchgen generates around the functional
+    op (tag ``generated``, a CompositeExplicitAutograd kernel and none for CPU: ``add.Scalar_out``,
+    ``remainder.Scalar_Tensor_out``; not ``fmod.Scalar_out``, a hand-written composite that keeps
+    TensorIterator's cast rule): asked of the running torch, not listed."""
+    packet, _, variant = op.split("::", 1)[1].partition(".")
+    overload = getattr(getattr(torch.ops.aten, packet), variant or "default")
+    return (torch.Tag.generated in overload.tags
+            and not torch._C._dispatch_has_kernel_for_dispatch_key(op, "CPU")
+            and torch._C._dispatch_has_kernel_for_dispatch_key(op, "CompositeExplicitAutograd"))
+
+
+def _generated_out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str = "cast"):
+    """An out= overload as torchgen's generated wrapper computes it: the functional result first (so its
+    errors come first: an unsupported dtype is NotImplementedError before any out= check), then out resized
+    and required to have exactly the result's dtype (``copy_arg``: "Expected out tensor to have dtype ..."),
+    then the result copied in."""
+    out_name = binder.out_names[0]
+
+    def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
+        bound = binder.bind(args, kwargs)
+        out = bound.pop(out_name)
+        shape, dtype, operands = meta(bound)
+        result = torch.empty(shape, dtype=dtype, device=out.device)
+        _run(op, compute, result, bound)
+        if tuple(out.shape) != tuple(shape):
+            resize_output(out, shape)
+        check_exact_dtype(out, dtype)
+        out.copy_(result)
         return out
 
     return _submits(kernel)

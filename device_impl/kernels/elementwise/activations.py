@@ -37,7 +37,7 @@ def _float_only(kernel: str, *tensors: Any) -> None:
 def _relu_compute(out: torch.Tensor, a: dict) -> None:
     x = a["self"]
     if x.dtype == torch.bool:
-        raise _refuse("clamp_min_scalar_cpu", x.dtype)
+        raise RuntimeError("Boolean inputs not supported for relu")  # ATen's relu check, before any kernel
     if x.dtype in _FLOATS:
         elementwise("relu", out, (x,), lambda nc, o, t: nc.scalar.activation(o, t, "relu"))
     else:

@@ -197,13 +197,27 @@ def _meta_add(a: dict) -> tuple:
     return broadcast_shape(a["self"], a["other"]), result_type(a["self"], a["other"]), (a["self"], a["other"])
 
 
+def _is_bool(v: Any) -> bool:
+    return v.dtype == torch.bool if isinstance(v, torch.Tensor) else isinstance(v, bool)
+
+
+def _sub_check(x: Any, y: Any) -> None:
+    """ATen's sub_check, for every sub overload (the functional one is checked above the kernel, sub.out here):
+    no bool operand at all, whatever the other's dtype."""
+    if _is_bool(x) and _is_bool(y):
+        raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
+                           "Use the `^` or `logical_xor()` operator instead.")
+    if _is_bool(x) or _is_bool(y):
+        raise RuntimeError("Subtraction, the `-` operator, with a bool tensor is not supported. If you are trying "
+                           "to invert a mask, use the `~` or `logical_not()` operator instead.")
+
+
 def _add_like(op: str):
     def compute(out: torch.Tensor, a: dict) -> None:
         x, y, alpha = a["self"], a["other"], a.get("alpha", 1)
         common = result_type(x, y)
-        if common == torch.bool and op == "subtract":
-            raise RuntimeError("Subtraction, the `-` operator, with two bool tensors is not supported. "
-                               "Use the `^` or `logical_xor()` operator instead.")
+        if op == "subtract":
+            _sub_check(x, y)
         if isinstance(alpha, float) and not (common.is_floating_point or common.is_complex):
             raise RuntimeError("For integral input tensors, argument alpha must not be a floating point number.")
         cd = numpy_compute(common)

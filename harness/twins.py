@@ -1,0 +1,419 @@
+"""Twin overloads: the other ways PyTorch can reach the same computation, checked on every designed case.
+
+A user (or autograd, a decomposition, a compiler) reaches a computation through several aten
+overloads of one packet: ``relu`` and ``relu_`` and ``relu.out``; ``threshold_backward`` and
+``threshold_backward.grad_input``; ``add.Tensor`` with a wrapped number and ``add.Scalar`` and
+``add.Scalar_out``; ``mm`` and ``mm.dtype`` and ``mm.dtype_out``. A device registers a kernel per
+overload, and a kernel no case reaches is a kernel nothing checks: before this module a third of
+the device's kernels (99 of them) were reached by no case of the default op suite, however good
+the cases of their functional twin (mutation run of issue 18).
+
+So each eager case of an op spec records, on the device, every aten call its expression (and its
+backward) makes, with a snapshot of the arguments (their strides and storage offsets kept: an
+expanded or transposed input stays one); then, for each overload called, it calls each *twin* the
+device registers a kernel for, with the same arguments, on the device and on CPU, and compares:
+
+  out        the overload's out= form (``.out``, ``.grad_input``, ``.values``...): the out tensors
+             start empty, so they must be resized; the result must alias them on both sides
+  inplace    the ``name_`` form of a functional call (self written; CPU's error where it cannot be)
+  functional the functional form of an in-place call
+  scalar     the ``Scalar`` overload where the call passed a 0-dim tensor for a ``Tensor`` argument
+             (a wrapped Python number), and that overload's out= form
+  dtype      the ``out_dtype`` overload (``mm.dtype``: bf16/fp16 operands, float32 result) and its out=
+
+A twin passes when the device's result equals, bit for bit, the device's own result of the
+recorded call (the functional kernel the case already judged), or else when it is within the
+spec's tolerance of CPU's twin; an error must be CPU's class. The harness asks the dispatcher
+which twins the device registers (``torch._C._dispatch_has_kernel_for_dispatch_key`` on the
+device's dispatch key), so it works for any PyTorch device and checks only kernels that exist.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from harness import compare as cmp
+
+OUT_DTYPE = "out_dtype"
+SCALAR, SCALAR_TYPE = "number", "int"  # how a schema's Scalar and ScalarType arguments print
+
+
+def dispatch_key(device: str) -> str | None:
+    """The dispatch key of a device's own kernels (None where the harness cannot name it)."""
+    kind = torch.device(device).type
+    if kind == torch._C._get_privateuse1_backend_name():
+        return "PrivateUse1"
+    return {"cuda": "CUDA", "xpu": "XPU", "mps": "MPS", "meta": "Meta"}.get(kind)
+
+
+# --- which overloads are twins ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Twin:
+    kind: str  # out, inplace, functional, scalar, dtype
+    name: str  # "aten::relu_" / "aten::add.Scalar_out"
+    scalar_arg: str | None = None  # the Tensor argument a scalar twin takes as a Scalar
+
+    @property
+    def overload(self) -> torch._ops.OpOverload:
+        return _overload(self.name)
+
+
+def _overload(name: str) -> torch._ops.OpOverload:
+    packet, _, variant = name.split("::", 1)[1].partition(".")
+    return getattr(getattr(torch.ops.aten, packet), variant or "default")
+
+
+def _name(op: torch._ops.OpOverload) -> str:
+    return op.name() if op._overloadname != "default" else op.name().split(".")[0]
+
+
+def _signature(op: torch._ops.OpOverload) -> list[tuple[str, str]]:
+    return [(a.name, str(a.type)) for a in op._schema.arguments if not a.is_out]
+
+
+def _overloads(packet: str) -> list[torch._ops.OpOverload]:
+    found = getattr(torch.ops.aten, packet, None)
+    if found is None:
+        return []
+    result = []
+    for variant in found.overloads():
+        try:
+            result.append(getattr(found, variant))
+        except (AttributeError, RuntimeError):
+            continue
+    return result
+
+
+def _out_forms(op: torch._ops.OpOverload) -> list[torch._ops.OpOverload]:
+    """Overloads of ``op``'s packet taking ``op``'s arguments plus out= tensors."""
+    mine = _signature(op)
+    return [o for o in _overloads(op._schema.name.split("::")[1])
+            if o is not op and any(a.is_out for a in o._schema.arguments) and _signature(o) == mine]
+
+
+@functools.lru_cache(maxsize=None)
+def twins_of(name: str, key: str) -> tuple[Twin, ...]:
+    """The twins of overload ``name`` that have a kernel of their own on dispatch key ``key``."""
+    try:
+        op = _overload(name)
+    except (AttributeError, RuntimeError):
+        return ()
+    packet = op._schema.name.split("::")[1]
+    mine = _signature(op)
+    found: list[Twin] = []
+    if not any(a.is_out for a in op._schema.arguments):
+        found += [Twin("out", _name(o)) for o in _out_forms(op)]
+        if packet.endswith("_"):
+            found += [Twin("functional", _name(o)) for o in _overloads(packet[:-1])
+                      if o._overloadname == op._overloadname and _signature(o) == mine]
+        else:
+            found += [Twin("inplace", _name(o)) for o in _overloads(packet + "_")
+                      if o._overloadname == op._overloadname and _signature(o) == mine]
+        for o in _overloads(packet):
+            theirs = _signature(o)
+            if o is op or any(a.is_out for a in o._schema.arguments) or len(theirs) != len(mine):
+                continue
+            differ = [(m, t) for m, t in zip(mine, theirs) if m != t]
+            if len(differ) == 1 and differ[0][0][0] == differ[0][1][0] and differ[0][0][1] == "Tensor" \
+                    and differ[0][1][1] == SCALAR:
+                found.append(Twin("scalar", _name(o), differ[0][0][0]))
+                found += [Twin("scalar", _name(t), differ[0][0][0]) for t in _out_forms(o)]
+        for o in _overloads(packet):
+            theirs = _signature(o)
+            if theirs == mine + [(OUT_DTYPE, SCALAR_TYPE)]:
+                found.append(Twin("dtype", _name(o)))
+                found += [Twin("dtype", _name(t)) for t in _out_forms(o)]
+    # a twin the device has a kernel for, and CPU too (the oracle: CUDA-only fused cells have none)
+    if not cpu_has_kernel(name):
+        return ()
+    return tuple(t for t in found if torch._C._dispatch_has_kernel_for_dispatch_key(t.name, key)
+                 and cpu_has_kernel(t.name))
+
+
+def cpu_has_kernel(name: str) -> bool:
+    """Whether CPU eager, the oracle, can run overload ``name`` (its own kernel or a composite one)."""
+    return torch._C._dispatch_has_computed_kernel_for_dispatch_key(name, "CPU")
+
+
+# --- recording the calls, with their arguments ----------------------------------------------
+
+class Snapshot:
+    """A tensor argument as it was when the call started: its storage span copied, its view kept
+    (sizes, strides, offset within the span), so a twin sees the layout the kernel saw."""
+
+    __slots__ = ("region", "host", "size", "stride", "requires_grad")
+
+    def __init__(self, t: torch.Tensor) -> None:
+        t = t.detach()
+        self.size, self.stride = tuple(t.shape), tuple(t.stride())
+        if t.numel() == 0:
+            self.region = torch.empty(0, dtype=t.dtype, device=t.device)
+        else:
+            extent = 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
+            self.region = t.as_strided((extent,), (1,), t.storage_offset()).clone()
+        self.host = self.region.cpu()
+
+    @property
+    def overlapping(self) -> bool:
+        """Whether two elements share memory (a write through it is ill-defined: its result is the loop order's)."""
+        n = 1
+        for s in self.size:
+            n *= s
+        if n <= 1:
+            return False
+        offsets = torch.arange(self.region.numel()).as_strided(self.size, self.stride, 0)
+        return int(offsets.unique().numel()) != n
+
+    def make(self, device: bool) -> torch.Tensor:
+        region = (self.region if device else self.host).clone()
+        if region.numel() == 0:
+            return torch.empty(self.size, dtype=region.dtype, device=region.device)
+        return region.as_strided(self.size, self.stride, 0)
+
+
+@dataclass
+class Call:
+    op: torch._ops.OpOverload
+    args: tuple
+    kwargs: dict
+    result: Any = None  # the device's result of the recorded call (host copies), None if it raised
+    raised: bool = False
+
+
+def _snap(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return Snapshot(value)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_snap(v) for v in value)
+    return value
+
+
+def _make(value: Any, device: bool) -> Any:
+    if isinstance(value, Snapshot):
+        return value.make(device)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_make(v, device) for v in value)
+    return value
+
+
+def _host(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.detach().cpu()
+    if isinstance(value, (list, tuple)):
+        return type(value)(_host(v) for v in value)
+    return value
+
+
+def _on(value: Any, device_type: str) -> bool:
+    if isinstance(value, torch.Tensor):
+        return value.device.type == device_type
+    if isinstance(value, (list, tuple)):
+        return any(_on(v, device_type) for v in value)
+    return False
+
+
+class Recorder(TorchDispatchMode):
+    """Records the first call of each overload that has twins on the device and a device tensor argument."""
+
+    def __init__(self, device: str, key: str) -> None:
+        super().__init__()
+        self.device_type, self.key = torch.device(device).type, key
+        self.calls: dict[tuple[str, bool], Call] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        name = _name(func)
+        call = None
+        if twins_of(name, self.key) and (_on(args, self.device_type) or _on(list(kwargs.values()), self.device_type)):
+            # the first call of each overload, and its first call with a 0-dim tensor argument (a wrapped
+            # number: what a scalar twin needs)
+            slot = (name, any(t.dim() == 0 for t in _tensors(list(args) + list(kwargs.values()))))
+            if slot not in self.calls:
+                call = Call(func, _snap(args), {k: _snap(v) for k, v in kwargs.items()})
+                self.calls[slot] = call
+        try:
+            result = func(*args, **kwargs)
+        except Exception:
+            if call is not None:
+                call.raised = True
+            raise
+        if call is not None:
+            call.result = _host(result)
+        return result
+
+
+# --- calling and judging the twins ------------------------------------------------------------
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in _tensors(v)]
+    return []
+
+
+def _first_tensor(call: Call) -> Snapshot | None:
+    for a in list(call.args) + list(call.kwargs.values()):
+        if isinstance(a, Snapshot):
+            return a
+        if isinstance(a, (list, tuple)):
+            for v in a:
+                if isinstance(v, Snapshot):
+                    return v
+    return None
+
+
+def _arguments(twin: Twin, call: Call, device: bool) -> tuple[tuple, dict, list[torch.Tensor]] | None:
+    """The twin's (args, kwargs) on one side, and the out tensors it was given; None if not applicable."""
+    target = torch.device(call_device(call)) if device else torch.device("cpu")
+    args, kwargs = list(_make(call.args, device)), {k: _make(v, device) for k, v in call.kwargs.items()}
+    schema = call.op._schema
+    if twin.kind == "scalar":
+        names = [a.name for a in schema.arguments]
+        i = names.index(twin.scalar_arg)
+        value = args[i] if i < len(args) else kwargs.get(twin.scalar_arg)
+        if not isinstance(value, torch.Tensor) or value.dim() != 0:
+            return None
+        if i < len(args):
+            args[i] = value.item()
+        else:
+            kwargs[twin.scalar_arg] = value.item()
+    if twin.kind == "inplace":
+        first = call.args[0] if call.args else None
+        if isinstance(first, Snapshot) and first.overlapping:
+            return None  # writing self through overlapping memory: PyTorch leaves the result to the loop order
+    if twin.kind == "dtype":
+        first = _first_tensor(call)
+        if first is None or first.region.dtype not in (torch.bfloat16, torch.float16):
+            return None
+        kwargs[OUT_DTYPE] = torch.float32
+    outs: list[torch.Tensor] = []
+    twin_outs = [a for a in twin.overload._schema.arguments if a.is_out]
+    if twin_outs:
+        results = _tensors(call.result)
+        first = _first_tensor(call)
+        for j, a in enumerate(twin_outs):
+            dtype = results[j].dtype if j < len(results) else (first.region.dtype if first else torch.float32)
+            if twin.kind == "dtype":
+                dtype = torch.float32
+            out = torch.empty(0, dtype=dtype, device=target)
+            outs.append(out)
+            kwargs[a.name] = out
+    return tuple(args), kwargs, outs
+
+
+def call_device(call: Call) -> torch.device:
+    for a in list(call.args) + list(call.kwargs.values()):
+        for s in (a if isinstance(a, (list, tuple)) else [a]):
+            if isinstance(s, Snapshot) and s.region.device.type != "cpu":
+                return s.region.device
+    return torch.device("cpu")
+
+
+def _run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[Any, BaseException | None]:
+    try:
+        with torch.no_grad():
+            return op(*args, **kwargs), None
+    except Exception as error:  # noqa: BLE001 - error parity is a check
+        return None, error
+
+
+def _written(twin: Twin, args: tuple, result: Any, outs: list[torch.Tensor]) -> Any:
+    """What a twin's caller sees: the out tensors, self of an in-place form, else the result."""
+    if outs:
+        return outs
+    if twin.kind == "inplace":
+        return args[0]
+    return result
+
+
+def _aliases(result: Any, outs: list[torch.Tensor]) -> list[bool]:
+    got = _tensors(result)
+    return [i < len(got) and got[i].numel() > 0 and got[i].data_ptr() == o.data_ptr() for i, o in enumerate(outs)]
+
+
+def _bit_equal(a: Any, b: Any) -> bool:
+    ta, tb = _tensors(a), _tensors(b)
+    if len(ta) != len(tb) or not ta:
+        return False
+    for x, y in zip(ta, tb):
+        x, y = x.detach().cpu(), y.detach().cpu()
+        if x.dtype != y.dtype or x.shape != y.shape:
+            return False
+        if x.dtype.is_floating_point and x.element_size() in (2, 4, 8):
+            view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[x.element_size()]
+            if not torch.equal(x.contiguous().view(view), y.contiguous().view(view)):
+                return False
+        elif not torch.equal(x, y):
+            return False
+    return True
+
+
+def check_twin(twin: Twin, call: Call, judge: Callable[[Any, Any], cmp.Comparison]) -> cmp.Comparison | None:
+    """One twin of one recorded call, on the device and on CPU; None when it does not apply."""
+    sides = []
+    for device in (True, False):
+        built = _arguments(twin, call, device)
+        if built is None:
+            return None
+        args, kwargs, outs = built
+        result, error = _run(twin.overload, args, kwargs)
+        sides.append((args, result, error, outs))
+    (d_args, d_result, d_error, d_outs), (c_args, c_result, c_error, c_outs) = sides
+    where = f"twin {twin.name} ({twin.kind} form of {_name(call.op)})"
+    if c_error is not None or d_error is not None:
+        if c_error is not None and d_error is not None:
+            parity = cmp.same_error(d_error, c_error)
+            return parity if parity.ok else cmp.Comparison(False, f"{where}: {parity.message}", criterion="twin")
+        who, error = ("CPU", c_error) if c_error is not None else ("the device", d_error)
+        other = "the device" if who == "CPU" else "CPU"
+        return cmp.Comparison(False, f"{where}: {who} raised {type(error).__name__}: {str(error)[:200]}; {other} "
+                                     f"returned a result", criterion="twin")
+    if _aliases(d_result, d_outs) != _aliases(c_result, c_outs):
+        return cmp.Comparison(False, f"{where}: the result aliases the out= tensors on CPU {_aliases(c_result, c_outs)}"
+                                     f", on the device {_aliases(d_result, d_outs)}", criterion="twin")
+    actual, expected = _written(twin, d_args, d_result, d_outs), _written(twin, c_args, c_result, c_outs)
+    if twin.kind in ("out", "inplace", "functional") and call.result is not None and \
+            _bit_equal(actual, call.result):
+        return cmp.Comparison(True, criterion="twin: bit-identical to the device's own call")
+    judged = judge(actual, _host(expected))
+    if not judged.ok:
+        judged.message = f"{where}: {judged.message}"
+    return judged
+
+
+def record(run: Callable[[], Any], device: str) -> list[Call]:
+    """The calls ``run`` makes on ``device`` that have twins there (errors inside ``run`` swallowed:
+    a call that raised is recorded as raised)."""
+    key = dispatch_key(device)
+    if key is None:
+        return []
+    recorder = Recorder(device, key)
+    try:
+        with recorder:
+            run()
+    except Exception:  # noqa: BLE001 - an error case still made its calls
+        pass
+    return list(recorder.calls.values())
+
+
+def check(calls: list[Call], device: str, judge: Callable[[Any, Any], cmp.Comparison]
+          ) -> tuple[cmp.Comparison, list[str]]:
+    """Every twin of every recorded call: the merged comparison, and the twins that were called."""
+    key = dispatch_key(device)
+    result, called = cmp.Comparison(True), []
+    for call in calls:
+        for twin in twins_of(_name(call.op), key):
+            outcome = check_twin(twin, call, judge)
+            if outcome is None:
+                continue
+            called.append(twin.name)
+            if not outcome.ok:
+                result = result.merge(outcome)
+    return result, called
