@@ -25,6 +25,7 @@ from typing import Iterable
 from device_impl.engine.memory import Tile
 
 ENGINES = ("dma", "tensor", "vector", "scalar", "gpsimd")
+_ZEROS = dict.fromkeys(ENGINES, 0.0)
 
 
 class Timeline:
@@ -36,8 +37,8 @@ class Timeline:
         self.reset()
 
     def reset(self) -> None:
-        self.free = dict.fromkeys(ENGINES, 0.0)
-        self.busy = dict.fromkeys(ENGINES, 0.0)
+        self.free = dict(_ZEROS)
+        self.busy = dict(_ZEROS)
         self.events: list[tuple[str, str, float, float]] = []
         self.end = 0.0
         self.hbm_read = 0
@@ -52,33 +53,37 @@ class Timeline:
 
     def schedule(self, engine: str, name: str, cost_ns: float, reads: Iterable[Tile] = (),
                  writes: Iterable[Tile] = (), latency_ns: float = 0.0) -> float:
-        """Place one instruction; returns its completion time (ns from launch start)."""
-        start = self.free[engine] if engine != "dma" else 0.0
+        """Place one instruction; returns its completion time (ns from launch start).
+
+        On the path of every instruction of every launch, so written for the interpreter: each
+        operand's root fetched once, its fields read into locals; the arithmetic and its order are
+        those of the plain rule (start = max(engine free, floor, inputs ready, outputs reusable))."""
+        free = self.free
+        dma = engine == "dma"
+        start = 0.0 if dma else free[engine]
         if self.floor > start:
             start = self.floor
-        for t in reads:
-            r = t.root
+        read_roots = [t.root for t in reads]
+        write_roots = [t.root for t in writes]
+        for r in read_roots:
             if r.ready > start:
                 start = r.ready
-        for t in writes:
-            r = t.root
+        for r in write_roots:
             if r.last_use > start:
                 start = r.last_use
             if r.available > start:
                 start = r.available
-        if engine == "dma":
+        if dma:
             start = self._dma_slot(start, cost_ns)
         end = start + cost_ns
         done = end + latency_ns
-        if end > self.free[engine]:
-            self.free[engine] = end
+        if end > free[engine]:
+            free[engine] = end
         self.busy[engine] += cost_ns
-        for t in reads:
-            r = t.root
+        for r in read_roots:
             if end > r.last_use:
                 r.last_use = end
-        for t in writes:
-            r = t.root
+        for r in write_roots:
             r.ready = done
             r.last_use = done
         if done > self.end:
@@ -87,7 +92,6 @@ class Timeline:
         if self.record:
             self.events.append((engine, name, start, cost_ns))
         return done
-
 
     def _dma_slot(self, ready: float, cost: float) -> float:
         """Earliest start >= ready where the DMA bandwidth is idle for ``cost`` ns; books it."""
