@@ -266,3 +266,42 @@ def test_program_cache_is_reused_across_steps(adaptive):
     stats = eager.stats()
     assert stats["programs_cached"] == 2 and stats["cache_hits"] == 4
     assert out[0].shape == (32, 64)
+
+
+# --- where fusion does not pay, the queue costs nothing ----------------------------------------------
+
+def _device_ns() -> int:
+    from device_impl._core import C
+    return C.device_time_ns(0)
+
+
+def test_device_copies_fusion_leaves_alone_run_as_eager_copies(adaptive):
+    """Same-dtype device copies (contiguous() of transposed q, k, v) are queued, since a consumer may fuse
+    them; left alone, or grouped only with each other, each runs as eager's C++ copy: no engine launch,
+    the same simulated time as eager, the same bits."""
+    def program(q, k, v):
+        return [t.t().contiguous() for t in (q, k, v)]
+
+    inputs = [_host((64, 96), seed=s) for s in range(3)]
+    args = [t.to("neuron") for t in inputs]
+    times = {}
+    for mode in ("eager", "adaptive"):
+        with torch.neuron.eager_mode(mode):
+            core.reset_stats()
+            start = _device_ns()
+            outs = program(*args)
+            torch.neuron.synchronize()
+            times[mode] = _device_ns() - start
+            launches = sum(entry["launches"] for entry in core.stats().values())
+            assert launches == 0, f"{mode}: {core.stats()}"
+            assert all(torch.equal(o.cpu(), t.t()) for o, t in zip(outs, inputs))
+    assert eager.stats()["ops_queued"] == 3
+    assert times["adaptive"] == times["eager"]
+
+
+def test_a_copy_feeding_a_fused_consumer_still_fuses(adaptive):
+    def program(x):
+        return torch.softmax(x.t().contiguous() * 0.5, dim=-1)
+
+    stats = _identical(program, _host((48, 80)))
+    assert stats["fused_ops"] >= 2 and stats["launches"] == 1

@@ -21,11 +21,13 @@ from typing import Any
 
 import torch
 
+from device_impl.eager.capture import EAGER_RUNNERS, Step
 from device_impl.eager.queue import QUEUE
 from device_impl.engine.dtypes import COMPUTE_DTYPES
 from device_impl.kernels.common import elementwise
 
 _KEY = "PrivateUse1"
+_KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
 _library: torch.library.Library | None = None
 
 
@@ -90,6 +92,11 @@ def install() -> None:
             QUEUE.flush("item")
         return original["_local_scalar_dense"].call_boxed(keys, self)
 
+    def copy_alone(step: Step) -> None:
+        # a queued same-dtype copy no fusion took: the C++ kernel, exactly as in eager mode
+        original["copy_"].call_boxed(_KEYS, step.out, step.operands[0], False)
+
+    EAGER_RUNNERS[("aten::copy_", "copy")] = copy_alone
     library = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": intended, and undone
@@ -103,5 +110,6 @@ def uninstall() -> None:
     """Restore the C++ kernels."""
     global _library
     if _library is not None:
+        EAGER_RUNNERS.pop(("aten::copy_", "copy"), None)
         _library._destroy()
         _library = None

@@ -27,8 +27,8 @@ from typing import Any, Sequence
 import torch
 
 from device_impl.eager import chain as chains
-from device_impl.eager.capture import MatmulStep, ReduceStep, RowKernelStep, Step, row_shape
-from device_impl.eager.fusion import Group, View, split
+from device_impl.eager.capture import EAGER_RUNNERS, MatmulStep, ReduceStep, RowKernelStep, Step, row_shape
+from device_impl.eager.fusion import Group, split, view_of
 from device_impl.eager.stats import STATS
 from device_impl.engine import launch
 from device_impl.engine.constants import PLATFORM
@@ -62,7 +62,7 @@ def signature(group: Group) -> tuple:
     storages: dict[int, int] = {}
 
     def describe(t: torch.Tensor) -> tuple:
-        ptr = t.untyped_storage().data_ptr()
+        ptr = view_of(t).storage
         return (storages.setdefault(ptr, len(storages)), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
 
     parts = []
@@ -92,7 +92,7 @@ def _plan(group: Group, prepared: Sequence[Any]) -> Program:
     if kind == "reduce":
         consumer = steps[-1]
         rows, cols = row_shape(consumer)
-        x_key = View.of(consumer.plan.x).key
+        x_key = view_of(consumer.plan.x).key
         chain, slot_of = chains.plan_chain(steps[:-1], keep=frozenset({x_key}))
         f = min(cols, red.CHUNK)
         if isinstance(consumer, ReduceStep):
@@ -107,7 +107,7 @@ def _plan(group: Group, prepared: Sequence[Any]) -> Program:
         return Program(_name(kind, steps), kind, chain, fits, x_slot=slot_of[x_key])
     product: MatmulStep = steps[0]
     out = product.out
-    preset = {View.of(out).key: (0, out.element_size())}
+    preset = {view_of(out).key: (0, out.element_size())}
     chain, _ = chains.plan_chain(steps[1:], preset=preset)
     fits = (chains.as_boxes(prepared, _product_shape(product)) is not None
             and chain.bytes_per_element * mm.EVACUATION_CHUNK <= EPILOGUE_BUDGET)
@@ -155,6 +155,11 @@ def finalize(groups: Sequence[Group]) -> list[Ready]:
     for group in groups:
         if len(group.steps) == 1:
             ready.append(Ready(group, None, []))
+            continue
+        if all(isinstance(s, Step) and (s.op, s.name) in EAGER_RUNNERS for s in group.steps):
+            # Only steps eager runs without a launch (device copies): one fused launch would cost the host
+            # more than their eager kernels, so each runs as in eager mode.
+            ready.extend(Ready(Group(group.kind, [s], group.key), None, []) for s in group.steps)
             continue
         ew = [s for s in group.steps if isinstance(s, Step)]
         prepared = chains.prepare(ew)
