@@ -164,7 +164,7 @@ class Queue:
             ready = [programs.Ready(fusion.Group("single", steps), None, [])]
             stored = [[True]]
         else:
-            ready = programs.finalize(fusion.partition(steps))
+            ready = programs.plan_flush(steps)
             stored = self._observable(ready, refs)
         failure: tuple[str, BaseException] | None = None
         for item, item_stored in zip(ready, stored):

@@ -53,37 +53,34 @@ class Timeline:
 
     def schedule(self, engine: str, name: str, cost_ns: float, reads: Iterable[Tile] = (),
                  writes: Iterable[Tile] = (), latency_ns: float = 0.0) -> float:
-        """Place one instruction; returns its completion time (ns from launch start).
-
-        On the path of every instruction of every launch, so written for the interpreter: each
-        operand's root fetched once, its fields read into locals; the arithmetic and its order are
-        those of the plain rule (start = max(engine free, floor, inputs ready, outputs reusable))."""
+        """Place one instruction; returns its completion time (ns from launch start)."""
         free = self.free
-        dma = engine == "dma"
-        start = 0.0 if dma else free[engine]
+        start = free[engine] if engine != "dma" else 0.0
         if self.floor > start:
             start = self.floor
-        read_roots = [t.root for t in reads]
-        write_roots = [t.root for t in writes]
-        for r in read_roots:
+        for t in reads:
+            r = t.root
             if r.ready > start:
                 start = r.ready
-        for r in write_roots:
+        for t in writes:
+            r = t.root
             if r.last_use > start:
                 start = r.last_use
             if r.available > start:
                 start = r.available
-        if dma:
+        if engine == "dma":
             start = self._dma_slot(start, cost_ns)
         end = start + cost_ns
         done = end + latency_ns
         if end > free[engine]:
             free[engine] = end
         self.busy[engine] += cost_ns
-        for r in read_roots:
+        for t in reads:
+            r = t.root
             if end > r.last_use:
                 r.last_use = end
-        for r in write_roots:
+        for t in writes:
+            r = t.root
             r.ready = done
             r.last_use = done
         if done > self.end:

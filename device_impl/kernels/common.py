@@ -253,16 +253,18 @@ class Pointwise(NamedTuple):
 def prepare_elementwise(out: torch.Tensor, operands: Sequence[Operand], common_dtype: torch.dtype | None = None,
                         promoted: Sequence[int] | None = None, round_scalars: bool = True) -> Pointwise:
     """Resolve out and operands of a non-empty elementwise launch into HBM views (see ``elementwise``)."""
-    shape = tuple(out.shape)
+    shape = out.shape
     out_view = hbm(out)
     views: list[Any] = []
-    for o in operands:
-        if is_device_tensor(o):
+    scalars: list[Any] = []
+    for o in operands:  # one pass: is_device_tensor inlined (a neuron tensor is a tensor not on the host)
+        if isinstance(o, torch.Tensor) and not o.is_cpu:
             v = hbm(o)
-            views.append(v if v.shape == shape else np.broadcast_to(v, shape))
+            views.append(v if o.shape == shape else np.broadcast_to(v, shape))
+            scalars.append(None)
         else:
             views.append(None)
-    scalars = [None if is_device_tensor(o) else scalar_of(o) for o in operands]
+            scalars.append(scalar_of(o))
     convert = [False] * len(operands)
     target = None
     if common_dtype is not None and common_dtype in COMPUTE_DTYPES:
