@@ -52,12 +52,17 @@ def _queueable_copy(dst: torch.Tensor, src: torch.Tensor) -> bool:
         return False
     if src.is_conj() or src.is_neg() or dst.is_conj() or dst.is_neg():
         return False
-    try:
-        if torch.broadcast_shapes(src.shape, dst.shape) != dst.shape:
-            return False
-    except RuntimeError:
+    if not _broadcasts_to(src.shape, dst.shape):
         return False
     return not torch._C._overlaps(dst, src)
+
+
+def _broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:
+    """``torch.broadcast_shapes(shape, target) == target`` without torch's Python broadcasting helper
+    (about 30 us a call, on every device copy): each trailing size equal, or 1."""
+    if len(shape) > len(target):
+        return False
+    return all(s == t or s == 1 for s, t in zip(reversed(shape), reversed(target)))
 
 
 def install() -> None:
