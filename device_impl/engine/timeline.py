@@ -54,8 +54,7 @@ class Timeline:
     def schedule(self, engine: str, name: str, cost_ns: float, reads: Iterable[Tile] = (),
                  writes: Iterable[Tile] = (), latency_ns: float = 0.0) -> float:
         """Place one instruction; returns its completion time (ns from launch start)."""
-        free = self.free
-        start = free[engine] if engine != "dma" else 0.0
+        start = self.free[engine] if engine != "dma" else 0.0
         if self.floor > start:
             start = self.floor
         for t in reads:
@@ -72,8 +71,8 @@ class Timeline:
             start = self._dma_slot(start, cost_ns)
         end = start + cost_ns
         done = end + latency_ns
-        if end > free[engine]:
-            free[engine] = end
+        if end > self.free[engine]:
+            self.free[engine] = end
         self.busy[engine] += cost_ns
         for t in reads:
             r = t.root
@@ -89,6 +88,7 @@ class Timeline:
         if self.record:
             self.events.append((engine, name, start, cost_ns))
         return done
+
 
     def _dma_slot(self, ready: float, cost: float) -> float:
         """Earliest start >= ready where the DMA bandwidth is idle for ``cost`` ns; books it."""
