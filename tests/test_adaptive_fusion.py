@@ -266,3 +266,92 @@ def test_program_cache_is_reused_across_steps(adaptive):
     stats = eager.stats()
     assert stats["programs_cached"] == 2 and stats["cache_hits"] == 4
     assert out[0].shape == (32, 64)
+
+
+# --- where fusion does not pay, the queue costs nothing ----------------------------------------------
+
+def _device_ns() -> int:
+    from device_impl._core import C
+    return C.device_time_ns(0)
+
+
+def test_device_copies_fusion_leaves_alone_run_as_eager_copies(adaptive):
+    """Same-dtype device copies (contiguous() of transposed q, k, v) are queued, since a consumer may fuse
+    them; left alone, or grouped only with each other, each runs as eager's C++ copy: no engine launch,
+    the same simulated time as eager, the same bits."""
+    def program(q, k, v):
+        return [t.t().contiguous() for t in (q, k, v)]
+
+    inputs = [_host((64, 96), seed=s) for s in range(3)]
+    args = [t.to("neuron") for t in inputs]
+    times = {}
+    for mode in ("eager", "adaptive"):
+        with torch.neuron.eager_mode(mode):
+            core.reset_stats()
+            start = _device_ns()
+            outs = program(*args)
+            torch.neuron.synchronize()
+            times[mode] = _device_ns() - start
+            launches = sum(entry["launches"] for entry in core.stats().values())
+            assert launches == 0, f"{mode}: {core.stats()}"
+            assert all(torch.equal(o.cpu(), t.t()) for o, t in zip(outs, inputs))
+    assert eager.stats()["ops_queued"] == 3
+    assert times["adaptive"] == times["eager"]
+
+
+def test_a_copy_feeding_a_fused_consumer_still_fuses(adaptive):
+    def program(x):
+        return torch.softmax(x.t().contiguous() * 0.5, dim=-1)
+
+    stats = _identical(program, _host((48, 80)))
+    assert stats["fused_ops"] >= 2 and stats["launches"] == 1
+
+
+def _queued_steps(program, *inputs):
+    """The steps ``program`` queues (left queued: the caller flushes)."""
+    from device_impl.eager.queue import QUEUE
+
+    program(*inputs)
+    return list(QUEUE.steps)
+
+
+def test_a_recurring_flush_reuses_its_plan_and_computes_the_same(adaptive, monkeypatch):
+    from device_impl.eager import fusion
+
+    def block(x, w):
+        h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+        return torch.softmax(h * 0.5, dim=-1) + x
+
+    x, w = _host((64, 96)).to("neuron"), _host((96,), seed=1).to("neuron")
+    with torch.neuron.eager_mode("eager"):
+        expected = block(x, w).cpu()
+    core.reset_stats()
+    first = block(x, w).cpu()
+    launches = sum(entry["launches"] for entry in core.stats().values())
+    planned = eager.stats()["programs_cached"]
+    partitions = []
+    partition = fusion.partition
+    monkeypatch.setattr(fusion, "partition", lambda steps: partitions.append(len(steps)) or partition(steps))
+    for _ in range(2):
+        core.reset_stats()
+        again = block(x, w).cpu()
+        assert torch.equal(_bits(again), _bits(expected))
+        assert sum(entry["launches"] for entry in core.stats().values()) == launches
+    assert torch.equal(_bits(first), _bits(expected))
+    assert eager.stats()["programs_cached"] == planned  # nothing planned again
+    assert partitions == []  # the flushes reused the first call's grouping
+
+
+def test_the_flush_plan_key_sees_aliasing(adaptive):
+    from device_impl.eager import programs
+
+    x = _host((32, 48)).to("neuron")
+    chained = _queued_steps(lambda t: (t + 1) * 2, x)
+    signature = programs.flush_signature(chained)
+    eager.flush()
+    apart = _queued_steps(lambda t: (t + 1, t * 2), x)  # same kernels and layouts; the second reads x
+    assert programs.flush_signature(apart) != signature
+    eager.flush()
+    y = _host((32, 48), seed=3).to("neuron")  # other tensors, same pattern: the same plan
+    assert programs.flush_signature(_queued_steps(lambda t: (t + 1) * 2, y)) == signature
+    eager.flush()

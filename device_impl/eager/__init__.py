@@ -12,10 +12,17 @@ order: consecutive elementwise steps fused into one launch, a reduction (or a
 softmax/layer_norm) fed from the launch producing its input, elementwise ops on
 a matmul's result fused into its PSUM evacuation; bit-identical to eager.
 
+Where fusion gains nothing the queue should cost nothing: a same-dtype device
+copy that no fusion takes runs as eager's C++ copy (``capture.EAGER_RUNNERS``),
+a one-step flush skips grouping, and a flush whose steps repeat an earlier
+flush's (a model's next forward) reuses its grouping and programs
+(``programs.plan_flush``).
+
 Modules: capture.py (a kernel call -> queued steps), queue.py (queue, barriers,
 flush), fusion.py (grouping and hazards), chain.py (elementwise steps run per
-tile region), programs.py (fused programs, their cache, running them), hooks.py
-(the C++ copy kernels), mode.py (the switch), stats.py (counters).
+tile region), programs.py (fused programs and whole-flush plans, their caches,
+running them), hooks.py (the C++ copy kernels), mode.py (the switch), stats.py
+(counters).
 """
 
 from __future__ import annotations

@@ -36,6 +36,13 @@ from device_impl.kernels.matmul import MatmulPlan
 from device_impl.kernels.reduction import RowKernel, RowReduction
 
 
+# (op, kernel name) -> a function running such a step as plain eager mode runs that op, where that is not
+# an engine launch: eager's same-dtype device copy is the C++ core's memcpy (csrc/aten_ops.cpp), far cheaper
+# on the host than a Python tile loop. hooks.install registers it; a step with a runner that fusion leaves
+# alone runs through it (programs.finalize), so queueing it costs nothing where fusing it gains nothing.
+EAGER_RUNNERS: dict[tuple[str, str], Callable[["Step"], None]] = {}
+
+
 class Step(NamedTuple):
     """One queued elementwise launch: ``common.elementwise``'s arguments, frozen at the call."""
 
@@ -57,7 +64,11 @@ class Step(NamedTuple):
         yield from self.reads()
 
     def run(self) -> None:
-        """Launch it on its own, as eager would have."""
+        """Run it on its own, as eager would have."""
+        runner = EAGER_RUNNERS.get((self.op, self.name))
+        if runner is not None:
+            runner(self)
+            return
         common.elementwise(self.name, self.out, self.operands, self.emit, self.free_max, self.common_dtype,
                            self.promoted, self.round_scalars)
 

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from device_impl.eager.capture import Step
-from device_impl.eager.fusion import View
+from device_impl.eager.fusion import view_of
 from device_impl.eager.stats import STATS
 from device_impl.kernels.common import Pointwise, prepare_elementwise, reshaped_view
 
@@ -64,7 +64,7 @@ def plan_chain(steps: Sequence[Step], preset: Mapping[tuple, tuple[int, int]] = 
                 route.append(None)
                 load.append(False)
                 continue
-            key = View.of(o).key
+            key = view_of(o).key
             slot = slot_of.get(key)
             load.append(slot is None)
             if slot is None:
@@ -73,7 +73,7 @@ def plan_chain(steps: Sequence[Step], preset: Mapping[tuple, tuple[int, int]] = 
                 last_use.append(j)
             last_use[slot] = j
             route.append(slot)
-        slot = slot_of[View.of(step.out).key] = len(itemsize)
+        slot = slot_of[view_of(step.out).key] = len(itemsize)
         itemsize.append(step.out.element_size())
         last_use.append(j)
         routes.append(tuple(route))
@@ -99,10 +99,10 @@ def plan_chain(steps: Sequence[Step], preset: Mapping[tuple, tuple[int, int]] = 
 def stores(steps: Sequence[Step], stored: Sequence[bool]) -> list[bool]:
     """Per step, whether its result goes to HBM: observable (``stored``), and not overwritten later
     in the chain (a layout written twice needs only its last value)."""
-    last_write = {View.of(step.out).key: j for j, step in enumerate(steps)}
+    last_write = {view_of(step.out).key: j for j, step in enumerate(steps)}
     result = []
     for j, step in enumerate(steps):
-        keep = stored[j] and last_write[View.of(step.out).key] == j
+        keep = stored[j] and last_write[view_of(step.out).key] == j
         if not keep:
             STATS.stores_elided += 1
         result.append(keep)

@@ -27,7 +27,7 @@ where the matmul reads at all.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import torch
 
@@ -37,12 +37,12 @@ from device_impl.kernels.common import memory_order
 MAX_GROUP = 64  # elementwise steps per program: bounds the signature and the per-tile Python loop
 
 
-@dataclass(frozen=True)
-class View:
+class View(NamedTuple):
     """Where a tensor's elements are, for hazard checks: storage, byte span and element order.
 
     ``key`` identifies the elements and their order: two contiguous tensors over the same span
-    (a [6, 4] tensor and its [2, 3, 4] view) enumerate the same elements in the same order."""
+    (a [6, 4] tensor and its [2, 3, 4] view) enumerate the same elements in the same order.
+    (A NamedTuple, not a frozen dataclass: every tensor of every queued step gets one at a flush.)"""
 
     storage: int
     lo: int
@@ -52,17 +52,43 @@ class View:
     @classmethod
     def of(cls, t: torch.Tensor) -> "View":
         size = t.element_size()
-        lo = t.storage_offset() * size
-        hi = lo + size + sum((n - 1) * s for n, s in zip(t.shape, t.stride())) * size
-        storage = t.untyped_storage().data_ptr()
+        offset = t.storage_offset()
+        lo = offset * size
+        numel = t.numel()
+        # A tensor's data pointer is its storage's plus its offset; reading it avoids building a Python
+        # storage object (an empty tensor's data pointer is null, so it asks the storage).
+        storage = t.data_ptr() - lo if numel else t.untyped_storage().data_ptr()
+        if numel and t.is_contiguous():  # its last element is numel - 1 elements after its first
+            return cls(storage, lo, lo + numel * size, (storage, offset, "C", numel, t.dtype))
+        span = 0
+        for n, s in zip(t.shape, t.stride()):
+            span += (n - 1) * s
+        hi = lo + size + span * size
         if t.is_contiguous():
-            key = (storage, t.storage_offset(), "C", t.numel(), t.dtype)
+            key = (storage, offset, "C", numel, t.dtype)
         else:
-            key = (storage, t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+            key = (storage, offset, tuple(t.shape), t.stride(), t.dtype)
         return cls(storage, lo, hi, key)
 
     def overlaps(self, other: "View") -> bool:
         return self.storage == other.storage and self.lo < other.hi and other.lo < self.hi
+
+
+_VIEWS: dict[int, tuple[torch.Tensor, View]] = {}
+
+
+def view_of(t: torch.Tensor) -> View:
+    """``View.of(t)``, computed once per tensor while a flush runs (partition, signature, the chain plan
+    and the store decisions all ask about the same step tensors). The entry holds ``t``, so its id
+    cannot be reused while cached; ``forget_views`` empties the cache when the flush ends."""
+    entry = _VIEWS.get(id(t))
+    if entry is None:
+        entry = _VIEWS[id(t)] = (t, View.of(t))
+    return entry[1]
+
+
+def forget_views() -> None:
+    _VIEWS.clear()
 
 
 def conflicts(view: View, others: Sequence[View]) -> bool:
@@ -86,18 +112,29 @@ class Group:
     touched: list = field(default_factory=list)  # Views it reads or writes
     pinned: list = field(default_factory=list)  # Views a matmul reads for its whole launch
     closed: bool = False  # nothing may join (a reduction ended it, or a step must run alone)
+    # written/touched by storage: only views of one storage can overlap, so the hazard checks of a step
+    # look at those alone instead of every view the group has seen
+    written_on: dict = field(default_factory=dict)
+    touched_on: dict = field(default_factory=dict)
 
     def add(self, step: AnyStep, reads: list[View], write: View) -> None:
         self.steps.append(step)
         self.written.append(write)
+        self.written_on.setdefault(write.storage, []).append(write)
         self.touched.extend(reads)
         self.touched.append(write)
+        touched_on = self.touched_on
+        for v in reads:
+            touched_on.setdefault(v.storage, []).append(v)
+        touched_on.setdefault(write.storage, []).append(write)
 
     def reads_safely(self, reads: list[View]) -> bool:
-        return not any(conflicts(r, self.written) for r in reads)
+        written_on = self.written_on
+        return not any(conflicts(r, written_on.get(r.storage, ())) for r in reads)
 
     def writes_safely(self, write: View) -> bool:
-        return not conflicts(write, self.touched) and not any(write.overlaps(p) for p in self.pinned)
+        return not conflicts(write, self.touched_on.get(write.storage, ())) \
+            and not any(write.overlaps(p) for p in self.pinned)
 
 
 def _epilogue_fits(group: Group, step: Step, reads: list[View], write: View, reduced: set) -> bool:
@@ -123,7 +160,7 @@ def partition(steps: Sequence[AnyStep]) -> list[Group]:
     """Split the queue, in order, into groups (see the module docstring)."""
     groups: list[Group] = []
     current: Group | None = None
-    reduced = {View.of(step.plan.x).key for step in steps if row_shape(step) is not None}
+    reduced = {view_of(step.plan.x).key for step in steps if row_shape(step) is not None}
 
     def start(kind: str, key: tuple | None = None) -> Group:
         group = Group(kind, key=key)
@@ -131,8 +168,8 @@ def partition(steps: Sequence[AnyStep]) -> list[Group]:
         return group
 
     for step in steps:
-        reads = [View.of(t) for t in step.reads()]
-        write = View.of(step.out)
+        reads = [view_of(t) for t in step.reads()]
+        write = view_of(step.out)
         if isinstance(step, MatmulStep):
             current = start("matmul")
             current.pinned = list(reads)

@@ -27,8 +27,9 @@ from typing import Any, Sequence
 import torch
 
 from device_impl.eager import chain as chains
-from device_impl.eager.capture import MatmulStep, ReduceStep, RowKernelStep, Step, row_shape
-from device_impl.eager.fusion import Group, View, split
+from device_impl.eager import fusion
+from device_impl.eager.capture import EAGER_RUNNERS, MatmulStep, ReduceStep, RowKernelStep, Step, row_shape
+from device_impl.eager.fusion import Group, split, view_of
 from device_impl.eager.stats import STATS
 from device_impl.engine import launch
 from device_impl.engine.constants import PLATFORM
@@ -62,7 +63,7 @@ def signature(group: Group) -> tuple:
     storages: dict[int, int] = {}
 
     def describe(t: torch.Tensor) -> tuple:
-        ptr = t.untyped_storage().data_ptr()
+        ptr = view_of(t).storage
         return (storages.setdefault(ptr, len(storages)), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
 
     parts = []
@@ -92,7 +93,7 @@ def _plan(group: Group, prepared: Sequence[Any]) -> Program:
     if kind == "reduce":
         consumer = steps[-1]
         rows, cols = row_shape(consumer)
-        x_key = View.of(consumer.plan.x).key
+        x_key = view_of(consumer.plan.x).key
         chain, slot_of = chains.plan_chain(steps[:-1], keep=frozenset({x_key}))
         f = min(cols, red.CHUNK)
         if isinstance(consumer, ReduceStep):
@@ -107,7 +108,7 @@ def _plan(group: Group, prepared: Sequence[Any]) -> Program:
         return Program(_name(kind, steps), kind, chain, fits, x_slot=slot_of[x_key])
     product: MatmulStep = steps[0]
     out = product.out
-    preset = {View.of(out).key: (0, out.element_size())}
+    preset = {view_of(out).key: (0, out.element_size())}
     chain, _ = chains.plan_chain(steps[1:], preset=preset)
     fits = (chains.as_boxes(prepared, _product_shape(product)) is not None
             and chain.bytes_per_element * mm.EVACUATION_CHUNK <= EPILOGUE_BUDGET)
@@ -138,6 +139,7 @@ def program_for(group: Group, prepared: Sequence[Any]) -> Program:
 
 def clear_cache() -> None:
     _CACHE.clear()
+    _FLUSHES.clear()
 
 
 @dataclass
@@ -155,6 +157,11 @@ def finalize(groups: Sequence[Group]) -> list[Ready]:
     for group in groups:
         if len(group.steps) == 1:
             ready.append(Ready(group, None, []))
+            continue
+        if all(isinstance(s, Step) and (s.op, s.name) in EAGER_RUNNERS for s in group.steps):
+            # Only steps eager runs without a launch (device copies): one fused launch would cost the host
+            # more than their eager kernels, so each runs as in eager mode.
+            ready.extend(Ready(Group(group.kind, [s], group.key), None, []) for s in group.steps)
             continue
         ew = [s for s in group.steps if isinstance(s, Step)]
         prepared = chains.prepare(ew)
@@ -278,3 +285,70 @@ def _run_matmul(program: Program, steps: Sequence[Any], prepared, store_product:
             raise
         except Exception as error:
             raise chains.StepError(product) from error
+
+
+# --- whole flushes ---------------------------------------------------------------------------------
+# A model's forward queues the same sequence of steps call after call, and grouping them (fusion.partition)
+# and finding their programs (finalize) depends only on what flush_signature describes: each step's kind,
+# kernel, static arguments and the layout of every tensor, with storages numbered by first appearance (so
+# aliasing is part of it). That plan is cached per signature; a recurring flush then only resolves its
+# views (chains.prepare). Counters are replayed as the cached finalize counted them, so stats() reads the
+# same whichever way a flush was planned.
+
+_FLUSHES: dict[tuple, tuple[list, int, int]] = {}
+FLUSH_CACHE_LIMIT = 1024
+
+
+def flush_signature(steps: Sequence[Any]) -> tuple:
+    """What decides ``finalize(fusion.partition(steps))`` (see above)."""
+    storages: dict[int, int] = {}
+
+    def describe(t: torch.Tensor) -> tuple:
+        size, offset = t.element_size(), t.storage_offset()
+        ptr = t.data_ptr() - offset * size if t.numel() else t.untyped_storage().data_ptr()  # as fusion.View
+        return (storages.setdefault(ptr, len(storages)), offset, t.shape, t.stride(), t.dtype, t.device.index)
+
+    parts = []
+    for step in steps:
+        if isinstance(step, Step):
+            operands = tuple(describe(o) if isinstance(o, torch.Tensor) else type(o) for o in step.operands)
+            parts.append((step.op, step.name, describe(step.out), operands, step.common_dtype, step.promoted,
+                          step.round_scalars, step.free_max))
+        elif isinstance(step, ReduceStep):
+            p = step.plan
+            parts.append(("reduce", p.name, describe(p.x), describe(p.out), p.rows, p.cols))
+        elif isinstance(step, RowKernelStep):
+            p = step.plan
+            parts.append(("row", p.name, describe(p.x), tuple(describe(o) for o in p.outs), p.axis, p.params,
+                          tuple(None if t is None else describe(t) for t in p.inputs)))
+        else:
+            p = step.plan
+            parts.append(("matmul", p.name, describe(p.out), describe(p.a), describe(p.b),
+                          None if p.bias is None else describe(p.bias), p.batched))
+    return (frozenset(EAGER_RUNNERS), tuple(parts))  # finalize asks EAGER_RUNNERS too
+
+
+def plan_flush(steps: Sequence[Any]) -> list[Ready]:
+    """``finalize(fusion.partition(steps))``, from the flush cache when this sequence was planned before."""
+    key = flush_signature(steps)
+    cached = _FLUSHES.get(key)
+    if cached is not None:
+        template, lookups, splits = cached
+        STATS.cache_hits += lookups
+        STATS.splits += splits
+        ready = []
+        for kind, indices, group_key, program in template:
+            group = Group(kind, [steps[i] for i in indices], group_key)
+            prepared = chains.prepare([s for s in group.steps if isinstance(s, Step)]) if program else []
+            ready.append(Ready(group, program, prepared))
+        return ready
+    before = (STATS.cache_hits, STATS.programs_cached, STATS.splits)
+    ready = finalize(fusion.partition(steps))
+    index = {id(step): i for i, step in enumerate(steps)}
+    template = [(item.group.kind, tuple(index[id(s)] for s in item.group.steps), item.group.key, item.program)
+                for item in ready]
+    lookups = STATS.cache_hits - before[0] + STATS.programs_cached - before[1]
+    if len(_FLUSHES) >= FLUSH_CACHE_LIMIT:
+        del _FLUSHES[next(iter(_FLUSHES))]
+    _FLUSHES[key] = (template, lookups, STATS.splits - before[2])
+    return ready

@@ -150,15 +150,22 @@ class Queue:
             refs, self.refs = self.refs, Counter()
             self.bytes = 0
             STATS.flushes[reason] += 1
-            if table.ASSERT_NO_CPU:
-                with table._no_cpu_mode(f"adaptive eager flush ({reason})"):
+            try:
+                if table.ASSERT_NO_CPU:
+                    with table._no_cpu_mode(f"adaptive eager flush ({reason})"):
+                        self._run(steps, refs, reason)
+                else:
                     self._run(steps, refs, reason)
-            else:
-                self._run(steps, refs, reason)
+            finally:
+                fusion.forget_views()
 
     def _run(self, steps: list[AnyStep], refs: Counter[int], reason: str) -> None:
-        ready = programs.finalize(fusion.partition(steps))
-        stored = self._observable(ready, refs)
+        if len(steps) == 1:  # nothing to fuse: the step runs as eager runs it, with no grouping bookkeeping
+            ready = [programs.Ready(fusion.Group("single", steps), None, [])]
+            stored = [[True]]
+        else:
+            ready = programs.plan_flush(steps)
+            stored = self._observable(ready, refs)
         failure: tuple[str, BaseException] | None = None
         for item, item_stored in zip(ready, stored):
             STATS.groups += 1
@@ -182,7 +189,10 @@ class Queue:
         raise _named(cause, op, reason) from cause
 
     def _observable(self, ready: list[programs.Ready], refs: Counter[int]) -> list[list[bool]]:
-        """Per step, whether its output must reach HBM (see the module docstring)."""
+        """Per step, whether its output must reach HBM (see the module docstring). A group without a
+        program is one launch that stores its output, so it is not asked."""
+        if all(item.program is None for item in ready):
+            return [[True] * len(item.group.steps) for item in ready]
         if self._baseline is None:  # the counts of a storage held by one tensor, measured as below
             probe = torch.empty(1, device=ready[0].group.steps[0].out.device)
             storage = probe.untyped_storage()
@@ -197,6 +207,9 @@ class Queue:
         result = []
         for g, item in enumerate(ready):
             flags = []
+            if item.program is None:
+                result.append([True] * len(item.group.steps))
+                continue
             for step in item.group.steps:
                 storage = step.out.untyped_storage()
                 key = storage._cdata

@@ -55,7 +55,11 @@ class NeuronCore:
         return tile
 
     def sbuf_tile(self, shape, dtype, name: str = "") -> Tile:
-        return self._allocate(self.sbuf, shape, dtype, name)
+        # _allocate inlined: every elementwise tile of every launch comes through here
+        pool = self.sbuf
+        tile = pool.allocate(tuple(shape), dtype, name)
+        self._scopes[-1].append((pool, tile))
+        return tile
 
     def psum_tile(self, shape, dtype="float32", name: str = "") -> Tile:
         return self._allocate(self.psum, shape, dtype, name)
@@ -181,7 +185,8 @@ def _finish(kernel: str, device: int, core: NeuronCore) -> None:
     entry[3] += timeline.flops
     for i, engine in enumerate(ENGINES):
         entry[4 + i] += busy[engine]
-    raw = (kernel, device, device_ns, dict(busy), timeline.hbm_read, timeline.hbm_write, timeline.flops,
+    # ``busy`` is this launch's own dict (Timeline.reset makes new ones), so it is kept, not copied.
+    raw = (kernel, device, device_ns, busy, timeline.hbm_read, timeline.hbm_write, timeline.flops,
            timeline.instructions, core.sbuf.peak, core.psum.peak, float(start))
     _last[0] = raw
     if _recording:

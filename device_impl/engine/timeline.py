@@ -25,6 +25,7 @@ from typing import Iterable
 from device_impl.engine.memory import Tile
 
 ENGINES = ("dma", "tensor", "vector", "scalar", "gpsimd")
+_ZEROS = dict.fromkeys(ENGINES, 0.0)
 
 
 class Timeline:
@@ -36,8 +37,8 @@ class Timeline:
         self.reset()
 
     def reset(self) -> None:
-        self.free = dict.fromkeys(ENGINES, 0.0)
-        self.busy = dict.fromkeys(ENGINES, 0.0)
+        self.free = dict(_ZEROS)
+        self.busy = dict(_ZEROS)
         self.events: list[tuple[str, str, float, float]] = []
         self.end = 0.0
         self.hbm_read = 0

@@ -150,18 +150,26 @@ def check_out(out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, input
     ``exact_dtype``: out must have the result dtype (ATen's generated out= wrappers and explicit checks:
     "Expected out tensor to have dtype ..."). ``same_dtype``: TensorIterator's check_all_same_dtype
     (ATen's ``build_borrowing_unary_op``: neg, abs, floor, the activations): "Found dtype ... but expected"."""
-    overlap.assert_no_internal_overlap(out)
+    # A contiguous out has no stride-0 dimension of size > 1, so it cannot overlap itself.
+    if not out.is_contiguous():
+        overlap.assert_no_internal_overlap(out)
+    out_begin = out.data_ptr()
+    out_end = out_begin + out.numel() * out.element_size()
     for x in inputs:
         if isinstance(x, torch.Tensor):
-            overlap.assert_no_partial_overlap(out, x)
+            # Only a PARTIAL status raises, and that needs both tensors dense, so their data_ptr ranges
+            # are their byte extents: disjoint ranges (an empty tensor has an empty one) cannot raise.
+            begin = x.data_ptr()
+            if begin < out_end and out_begin < begin + x.numel() * x.element_size():
+                overlap.assert_no_partial_overlap(out, x)
     if same_dtype:
         check_same_dtype(out, dtype)
     if exact_dtype:
         check_exact_dtype(out, dtype)
-    if not torch.can_cast(dtype, out.dtype):
+    if dtype != out.dtype and not torch.can_cast(dtype, out.dtype):
         raise RuntimeError(f"result type {SCALAR_TYPE_NAMES[dtype]} can't be cast to the desired output type "
                            f"{SCALAR_TYPE_NAMES[out.dtype]}")
-    if tuple(out.shape) != tuple(shape):
+    if out.shape != tuple(shape):
         if any(x is out for x in inputs):
             # TensorIterator's read-write operand (``logical_and_`` runs ``logical_and_out(self, self, o)``):
             # an out that is also an input is never resized; in-place broadcasting of self is refused.
@@ -245,16 +253,18 @@ class Pointwise(NamedTuple):
 def prepare_elementwise(out: torch.Tensor, operands: Sequence[Operand], common_dtype: torch.dtype | None = None,
                         promoted: Sequence[int] | None = None, round_scalars: bool = True) -> Pointwise:
     """Resolve out and operands of a non-empty elementwise launch into HBM views (see ``elementwise``)."""
-    shape = tuple(out.shape)
+    shape = out.shape
     out_view = hbm(out)
     views: list[Any] = []
-    for o in operands:
-        if is_device_tensor(o):
+    scalars: list[Any] = []
+    for o in operands:  # one pass: is_device_tensor inlined (a neuron tensor is a tensor not on the host)
+        if isinstance(o, torch.Tensor) and not o.is_cpu:
             v = hbm(o)
-            views.append(v if v.shape == shape else np.broadcast_to(v, shape))
+            views.append(v if o.shape == shape else np.broadcast_to(v, shape))
+            scalars.append(None)
         else:
             views.append(None)
-    scalars = [None if is_device_tensor(o) else scalar_of(o) for o in operands]
+            scalars.append(scalar_of(o))
     convert = [False] * len(operands)
     target = None
     if common_dtype is not None and common_dtype in COMPUTE_DTYPES:
@@ -326,24 +336,30 @@ def elementwise(name: str, out: torch.Tensor, operands: Sequence[Operand],
         return out
     out_view, views, scalars, convert, target = prepare_elementwise(out, operands, common_dtype, promoted,
                                                                     round_scalars)
+    # Per operand, once per launch: (view, scalar, convert); the tile loop below is the launch's hot path.
+    plan = tuple(zip(views, scalars, convert))
+    out_dtype = out_view.dtype
     with launch(name, out.device.index) as nc:
+        sbuf_tile, load_flat, store_flat, tensor_copy = nc.sbuf_tile, nc.dma.load_flat, nc.dma.store_flat, \
+            nc.vector.tensor_copy
         for start, stop, p, f in flat_tiles(numel, free_max):
             mark = nc.mark()
+            shape = (p, f)
             tiles: list[Any] = []
-            for v, s, c in zip(views, scalars, convert):
+            for v, s, c in plan:
                 if v is None:
                     tiles.append(s)
                 else:
-                    tile = nc.sbuf_tile((p, f), v.dtype)
-                    nc.dma.load_flat(tile, v, start, stop)
+                    tile = sbuf_tile(shape, v.dtype)
+                    load_flat(tile, v, start, stop)
                     if c:
-                        converted = nc.sbuf_tile((p, f), target)
-                        nc.vector.tensor_copy(converted, tile)
+                        converted = sbuf_tile(shape, target)
+                        tensor_copy(converted, tile)
                         tile = converted
                     tiles.append(tile)
-            result = nc.sbuf_tile((p, f), out_view.dtype)
+            result = sbuf_tile(shape, out_dtype)
             emit(nc, result, *tiles)
-            nc.dma.store_flat(out_view, start, stop, result)
+            store_flat(out_view, start, stop, result)
             nc.release_to(mark)
     return out
 
