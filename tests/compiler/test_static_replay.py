@@ -1,0 +1,227 @@
+"""Static programs simulate fast (compiler.replay): the fast path computes the same bits as the
+instruction-level path, and the launch reports exactly the instruction-level device time, busy times,
+HBM bytes, flops and instruction count, from the schedule recorded at compile time and kept in the NEFF."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+import torch
+from torch import nn
+
+import device_impl.compiler as compiler
+from device_impl import engine
+from device_impl.compiler import backend, executor, neff, replay
+from device_impl.runtime import config
+from harness.models import DecoderBlock
+from support import run_python
+
+
+class LlamaMLP(nn.Module):
+    """The SwiGLU MLP of a Llama layer, with an edge-sized hidden width (tiles 128 + 1, 512 + 1)."""
+
+    def __init__(self, hidden: int = 129, intermediate: int = 513):
+        super().__init__()
+        self.gate = nn.Linear(hidden, intermediate, bias=False)
+        self.up = nn.Linear(hidden, intermediate, bias=False)
+        self.down = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x):
+        return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+class Softmax(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x * 0.125, dim=-1)
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, hidden: int = 300):
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden)
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        return self.norm(x) + 1.0
+
+
+CASES = {
+    "decoder_block_fp32": (lambda: DecoderBlock(hidden=256, heads=4, kv_heads=2, seq=128), (2, 128, 256),
+                           torch.float32),
+    "decoder_block_bf16": (lambda: DecoderBlock(hidden=256, heads=4, kv_heads=2, seq=128), (2, 128, 256),
+                           torch.bfloat16),
+    "llama_mlp_fp32": (LlamaMLP, (3, 7, 129), torch.float32),
+    "llama_mlp_bf16": (LlamaMLP, (3, 7, 129), torch.bfloat16),
+    "softmax_fp32": (Softmax, (5, 3, 1000), torch.float32),
+    "softmax_bf16": (Softmax, (4, 129, 77), torch.bfloat16),
+    "layer_norm_fp32": (LayerNorm, (3, 130, 300), torch.float32),
+    "layer_norm_bf16": (LayerNorm, (3, 130, 300), torch.bfloat16),
+}
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))
+    backend.reload_settings()
+    torch._dynamo.reset()
+    compiler.reset_stats()
+    compiler.clear_cache()
+    yield tmp_path
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    compiler.reset_stats()
+    backend.reload_settings()
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().cpu()
+    return t.view({2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def _run(fn, x, monkeypatch, fast: bool) -> tuple[torch.Tensor, dict, dict, int]:
+    """Outputs, engine statistics, the launch report (less its start time) and the device clock advance."""
+    monkeypatch.setattr(executor, "STATIC_REPLAY", fast)
+    calls = {"fast": 0}
+    original = executor.Executable.run_fast
+
+    def counting(self, nc, env):
+        calls["fast"] += 1
+        return original(self, nc, env)
+
+    monkeypatch.setattr(executor.Executable, "run_fast", counting)
+    engine.reset_stats()
+    torch.neuron.synchronize()
+    before = torch.neuron.device_time_ns()
+    with torch.no_grad():
+        out = fn(x)
+    torch.neuron.synchronize()
+    after = torch.neuron.device_time_ns()
+    report = dataclasses.asdict(engine.last_launch())
+    report.pop("start_ns")
+    assert calls["fast"] == (1 if fast else 0), calls
+    return out, engine.stats(), report, after - before
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fast_path_matches_the_instruction_level_run(case, fresh, monkeypatch):
+    factory, shape, dtype = CASES[case]
+    torch.manual_seed(0)
+    model = factory().to(dtype).to("neuron")
+    x = torch.randn(shape).to(dtype).to("neuron")
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    slow = _run(compiled, x, monkeypatch, fast=False)
+    fast = _run(compiled, x, monkeypatch, fast=True)
+    assert torch.equal(_bits(slow[0]), _bits(fast[0])), "fast path changed the numerics"
+    assert slow[1] == fast[1]  # per-kernel device_ns, hbm_bytes, flops, busy ns per engine
+    assert slow[2] == fast[2]  # the launch report: device time, busy, HBM read/write, flops, instructions, peaks
+    assert slow[3] == fast[3]
+    neff_stats = [v for k, v in fast[1].items() if k.startswith("neff:")]
+    assert neff_stats and all(s["device_ns"] > 0 and s["hbm_bytes"] > 0 for s in neff_stats)
+    # and both agree with CPU eager within the usual tolerance (the fast path computes, it does not copy)
+    with torch.no_grad():
+        expected = model.cpu()(x.cpu())
+    torch.testing.assert_close(fast[0].cpu().float(), expected.float(),
+                               **({"atol": 5e-2, "rtol": 5e-2} if dtype == torch.bfloat16 else {}))
+
+
+def test_the_recorded_schedule_is_the_launch_of_the_instruction_level_run(fresh, monkeypatch):
+    """The schedule recorded at compile time (zero inputs, host arrays) equals what a real run measures."""
+    model = LlamaMLP().to("neuron")
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    x = torch.randn(3, 7, 129).to("neuron")
+    _, _, report, _ = _run(compiled, x, monkeypatch, fast=False)
+    (exe,) = compiler.cache._MEMORY.values()
+    schedule = exe.program.schedule
+    assert schedule is not None
+    assert report["device_ns"] == schedule["end_ns"] + engine.core.PLATFORM.launch_overhead_ns
+    assert report["busy_ns"] == schedule["busy_ns"]
+    assert (report["hbm_bytes_read"], report["hbm_bytes_written"]) == (schedule["hbm_read"], schedule["hbm_write"])
+    assert (report["flops"], report["instructions"]) == (schedule["flops"], schedule["instructions"])
+    assert (report["sbuf_peak_bytes"], report["psum_peak_bytes"]) == (schedule["sbuf_peak"], schedule["psum_peak"])
+
+
+def test_a_trace_records_every_instruction(fresh, monkeypatch):
+    """While a trace records, the program runs instruction by instruction (the trace needs them)."""
+    compiled = torch.compile(Softmax().to("neuron"), backend="neuron", fullgraph=True)
+    x = torch.randn(4, 300).to("neuron")
+    compiled(x)
+    monkeypatch.setattr(executor, "STATIC_REPLAY", True)
+    with engine.record_trace() as trace:
+        compiled(x)
+    (report,) = [r for r in trace.reports if r.kernel.startswith("neff:")]
+    assert len(report.events) == report.instructions > 0
+
+
+def test_a_data_dependent_program_keeps_the_instruction_level_path(fresh, monkeypatch):
+    def f(x):
+        return torch.sort(x, dim=-1).values * 2
+
+    compiled = torch.compile(f, backend="neuron", fullgraph=True)
+    x = torch.randn(4, 33).to("neuron")
+    _run(compiled, x, monkeypatch, fast=False)
+    (exe,) = compiler.cache._MEMORY.values()
+    assert exe.program.schedule is None and not replay.is_static(exe.program)
+    monkeypatch.setattr(executor, "STATIC_REPLAY", True)
+    out = compiled(x)  # run_fast is not taken (no schedule): _run's count would say so
+    torch.testing.assert_close(out.cpu(), torch.sort(x.cpu(), dim=-1).values * 2)
+
+
+def test_every_step_kind_is_classified():
+    """A runner kind without an entry would silently count as data-dependent: each must be decided."""
+    from device_impl.compiler import steps
+
+    assert set(steps.RUNNERS) | {"fused"} == set(replay.STEP_KINDS)
+    assert set(replay.WIDE) == {k for k, v in replay.STEP_KINDS.items() if v == "wide"}
+
+
+def test_the_switch_forces_the_instruction_level_path():
+    assert config.static_replay({}) is True
+    assert config.static_replay({"NEURON_STATIC_REPLAY": "0"}) is False
+    assert config.static_replay({"NEURON_STATIC_REPLAY": "1"}) is True
+    with pytest.raises(ValueError, match="NEURON_STATIC_REPLAY"):
+        config.static_replay({"NEURON_STATIC_REPLAY": "sometimes"})
+
+
+WARM = """
+import json, torch, device_impl
+import device_impl.compiler as compiler
+from device_impl import engine
+from device_impl.compiler import executor
+from harness.models import DecoderBlock
+if {forbid_instructions}:
+    def refuse(self, nc, env):
+        raise AssertionError("instruction-level run in a warm process")
+    executor.Executable.run_steps = refuse
+torch.manual_seed(0)
+model = DecoderBlock(hidden=256, heads=4, kv_heads=2, seq=128).to("neuron")
+x = torch.randn(2, 128, 256).to("neuron")
+compiled = torch.compile(model, backend="neuron", fullgraph=True)
+with torch.no_grad():
+    out = compiled(x)
+(exe,) = compiler.cache._MEMORY.values()
+launch = engine.last_launch()
+print(json.dumps({{"stats": compiler.stats(), "schedule": exe.program.schedule, "device_ns": launch.device_ns,
+                  "hbm": launch.hbm_bytes, "bits": out.cpu().view(torch.int32).sum().item(),
+                  "checksum": float(out.cpu().double().sum())}}))
+"""
+
+
+def test_a_program_from_the_disk_cache_has_its_schedule(tmp_path):
+    """A fresh process that loads the NEFF from disk replays at once: no instruction-level run at all."""
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path), "PYTHONPATH": os.getcwd()}
+    cold = run_python(WARM.format(forbid_instructions=False), **env, NEURON_STATIC_REPLAY="0")
+    assert cold.returncode == 0, cold.stderr[-3000:]
+    cold = json.loads(cold.stdout.strip().splitlines()[-1])
+    warm = run_python(WARM.format(forbid_instructions=True), **env)
+    assert warm.returncode == 0, warm.stderr[-3000:]
+    warm = json.loads(warm.stdout.strip().splitlines()[-1])
+    assert cold["stats"]["compiles"] == 1 and warm["stats"]["cache_hits_by_source"]["disk"] == 1
+    assert warm["schedule"] == cold["schedule"] and warm["schedule"]["instructions"] > 0
+    assert (warm["device_ns"], warm["hbm"], warm["bits"]) == (cold["device_ns"], cold["hbm"], cold["bits"])
+    (path,) = [os.path.join(d, f) for d, _, files in os.walk(tmp_path) for f in files if f.endswith(".neff")]
+    assert neff.read(path).program.schedule == cold["schedule"]
