@@ -233,15 +233,14 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
             out[...] = 0
             return
         # stationary tiles are [K, M] blocks of A^T, moving tiles [K, N] blocks of B, both read as fp32
-        a_t = env.access(lhs).transpose(lb + lc + lf).reshape(batch, k, m).astype(FP32)
-        b = env.access(rhs).transpose(rb + rc + rf).reshape(batch, k, n).astype(FP32)
+        a_t = np.ascontiguousarray(env.access(lhs).transpose(lb + lc + lf).reshape(batch, k, m), dtype=FP32)
+        b = np.ascontiguousarray(env.access(rhs).transpose(rb + rc + rf).reshape(batch, k, n), dtype=FP32)
         if not vector_blocks:
-            acc = None
-            for k0, k1 in k_ranges:
-                product = np.matmul(a_t[:, k0:k1].transpose(0, 2, 1), b[:, k0:k1])
-                if acc is None:
-                    acc = product
-                else:
+            acc = np.matmul(a_t[:, :k_ranges[0][1]].transpose(0, 2, 1), b[:, :k_ranges[0][1]])
+            if len(k_ranges) > 1:
+                product = np.empty_like(acc)
+                for k0, k1 in k_ranges[1:]:
+                    np.matmul(a_t[:, k0:k1].transpose(0, 2, 1), b[:, k0:k1], out=product)
                     acc += product
             out[...] = acc
             return
