@@ -13,10 +13,12 @@ per-instruction bookkeeping, and the recorded figures are put into the launch
 (``apply``) before it closes, so the device clock, ``engine.stats()``,
 ``last_launch()`` and the profiler see exactly the instruction-level numbers.
 
-Which steps have a wide runner, which run their tile program as is, and which
-make a program's device time depend on data is a table on the step kind
-(``STEP_KINDS``). The instruction-level path stays the reference and is taken:
-  * for programs with a data-dependent step (no schedule is recorded);
+Which steps have a wide runner, which run their tile program as is (gathers
+and scatters among them: their indices are data, but only their count sets the
+cost), and which make a program's device time depend on data is a table on the
+step kind (``STEP_KINDS``). The instruction-level path stays the reference and is taken:
+  * for programs with a data-dependent step, or one that refuses the zeros it is recorded on (no
+    schedule is recorded);
   * while a trace is recorded (``engine.record_trace``: it needs every instruction);
   * when an input's layout differs from the contiguous one the schedule was recorded with (DMA
     costs depend on strides);
@@ -55,9 +57,10 @@ STEP_KINDS: dict[str, str] = {
     "argmin": "tile",
     "reduce_window": "tile",
     "convolution": "tile",
+    # indirect DMA: the indices pick the rows, their count sets the cost (descriptors, bytes)
+    "gather": "tile",
+    "scatter": "tile",
     "sort": "data",
-    "gather": "data",
-    "scatter": "data",
 }
 
 SCHEDULE_VERSION = 1
@@ -95,8 +98,11 @@ def record(program: Program) -> dict[str, Any] | None:
     env._scratch = _HostScratch()
     core = NeuronCore()
     core.reset(False)
-    with np.errstate(all="ignore"):
-        executable.run_steps(core, env)
+    try:
+        with np.errstate(all="ignore"):
+            executable.run_steps(core, env)
+    except Exception:  # noqa: BLE001 - zeros a program refuses (an integer division by zero): it is not replayed
+        return None
     timeline = core.timeline
     program.schedule = {
         "version": SCHEDULE_VERSION,

@@ -50,6 +50,35 @@ class LayerNorm(nn.Module):
         return self.norm(x) + 1.0
 
 
+class Embed(nn.Module):
+    """A gather with data-dependent rows (stablehlo.gather) feeding a matmul."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Embedding(300, 64)
+        self.proj = nn.Linear(64, 32)
+
+    def forward(self, ids):
+        return self.proj(self.table(ids))
+
+
+class IndexAdd(nn.Module):
+    """A scatter with duplicate data-dependent rows (stablehlo.scatter, accumulating)."""
+
+    def forward(self, x, ids, y):
+        return torch.index_add(x * 2, 0, ids, y) + 1
+
+
+def _inputs(kind: str, shape, dtype):
+    g = torch.Generator().manual_seed(1)
+    if kind == "ids":
+        return (torch.randint(0, 300, shape, generator=g),)
+    if kind == "index_add":
+        return (torch.randn(shape, generator=g).to(dtype), torch.randint(0, shape[0], (200,), generator=g),
+                torch.randn((200,) + shape[1:], generator=g).to(dtype))
+    return (torch.randn(shape, generator=g).to(dtype),)
+
+
 CASES = {
     "decoder_block_fp32": (lambda: DecoderBlock(hidden=256, heads=4, kv_heads=2, seq=128), (2, 128, 256),
                            torch.float32),
@@ -61,6 +90,9 @@ CASES = {
     "softmax_bf16": (Softmax, (4, 129, 77), torch.bfloat16),
     "layer_norm_fp32": (LayerNorm, (3, 130, 300), torch.float32),
     "layer_norm_bf16": (LayerNorm, (3, 130, 300), torch.bfloat16),
+    "gather_fp32": (Embed, (3, 50), torch.float32, "ids", "gather"),
+    "scatter_fp32": (IndexAdd, (70, 33), torch.float32, "index_add", "scatter"),
+    "scatter_bf16": (IndexAdd, (70, 33), torch.bfloat16, "index_add", "scatter"),
 }
 
 
@@ -83,7 +115,7 @@ def _bits(t: torch.Tensor) -> torch.Tensor:
     return t.view({2: torch.int16, 4: torch.int32}[t.element_size()])
 
 
-def _run(fn, x, monkeypatch, fast: bool) -> tuple[torch.Tensor, dict, dict, int]:
+def _run(fn, xs, monkeypatch, fast: bool) -> tuple[torch.Tensor, dict, dict, int]:
     """Outputs, engine statistics, the launch report (less its start time) and the device clock advance."""
     monkeypatch.setattr(executor, "STATIC_REPLAY", fast)
     calls = {"fast": 0}
@@ -98,7 +130,7 @@ def _run(fn, x, monkeypatch, fast: bool) -> tuple[torch.Tensor, dict, dict, int]
     torch.neuron.synchronize()
     before = torch.neuron.device_time_ns()
     with torch.no_grad():
-        out = fn(x)
+        out = fn(*xs)
     torch.neuron.synchronize()
     after = torch.neuron.device_time_ns()
     report = dataclasses.asdict(engine.last_launch())
@@ -109,22 +141,25 @@ def _run(fn, x, monkeypatch, fast: bool) -> tuple[torch.Tensor, dict, dict, int]
 
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_fast_path_matches_the_instruction_level_run(case, fresh, monkeypatch):
-    factory, shape, dtype = CASES[case]
+    factory, shape, dtype, *inputs = CASES[case]
     torch.manual_seed(0)
     model = factory().to(dtype).to("neuron")
-    x = torch.randn(shape).to(dtype).to("neuron")
+    xs = [x.to("neuron") for x in _inputs(inputs[0] if inputs else "", shape, dtype)]
     compiled = torch.compile(model, backend="neuron", fullgraph=True)
-    slow = _run(compiled, x, monkeypatch, fast=False)
-    fast = _run(compiled, x, monkeypatch, fast=True)
+    slow = _run(compiled, xs, monkeypatch, fast=False)
+    fast = _run(compiled, xs, monkeypatch, fast=True)
     assert torch.equal(_bits(slow[0]), _bits(fast[0])), "fast path changed the numerics"
     assert slow[1] == fast[1]  # per-kernel device_ns, hbm_bytes, flops, busy ns per engine
     assert slow[2] == fast[2]  # the launch report: device time, busy, HBM read/write, flops, instructions, peaks
     assert slow[3] == fast[3]
     neff_stats = [v for k, v in fast[1].items() if k.startswith("neff:")]
     assert neff_stats and all(s["device_ns"] > 0 and s["hbm_bytes"] > 0 for s in neff_stats)
+    if inputs:  # the step kind the case is about is in the replayed program
+        assert any(step["kind"] == inputs[1] for exe in compiler.cache._MEMORY.values()
+                   for step in exe.program.steps)
     # and both agree with CPU eager within the usual tolerance (the fast path computes, it does not copy)
     with torch.no_grad():
-        expected = model.cpu()(x.cpu())
+        expected = model.cpu()(*[x.cpu() for x in xs])
     torch.testing.assert_close(fast[0].cpu().float(), expected.float(),
                                **({"atol": 5e-2, "rtol": 5e-2} if dtype == torch.bfloat16 else {}))
 
@@ -134,7 +169,7 @@ def test_the_recorded_schedule_is_the_launch_of_the_instruction_level_run(fresh,
     model = LlamaMLP().to("neuron")
     compiled = torch.compile(model, backend="neuron", fullgraph=True)
     x = torch.randn(3, 7, 129).to("neuron")
-    _, _, report, _ = _run(compiled, x, monkeypatch, fast=False)
+    _, _, report, _ = _run(compiled, [x], monkeypatch, fast=False)
     (exe,) = compiler.cache._MEMORY.values()
     schedule = exe.program.schedule
     assert schedule is not None
@@ -163,7 +198,7 @@ def test_a_data_dependent_program_keeps_the_instruction_level_path(fresh, monkey
 
     compiled = torch.compile(f, backend="neuron", fullgraph=True)
     x = torch.randn(4, 33).to("neuron")
-    _run(compiled, x, monkeypatch, fast=False)
+    _run(compiled, [x], monkeypatch, fast=False)
     (exe,) = compiler.cache._MEMORY.values()
     assert exe.program.schedule is None and not replay.is_static(exe.program)
     monkeypatch.setattr(executor, "STATIC_REPLAY", True)
@@ -225,3 +260,18 @@ def test_a_program_from_the_disk_cache_has_its_schedule(tmp_path):
     assert (warm["device_ns"], warm["hbm"], warm["bits"]) == (cold["device_ns"], cold["hbm"], cold["bits"])
     (path,) = [os.path.join(d, f) for d, _, files in os.walk(tmp_path) for f in files if f.endswith(".neff")]
     assert neff.read(path).program.schedule == cold["schedule"]
+
+
+def test_a_program_that_refuses_zeros_is_not_replayed(fresh, monkeypatch):
+    """The schedule is recorded on zero inputs; an integer division by them raises (as on CPU), so that
+    program keeps the instruction-level path instead of failing to compile."""
+    def f(x, y):
+        return torch.div(x, y, rounding_mode="floor") + 1
+
+    compiled = torch.compile(f, backend="neuron", fullgraph=True)
+    x = torch.arange(-20, 20, dtype=torch.int32).reshape(4, 10)
+    y = torch.full((4, 10), 3, dtype=torch.int32)
+    out, _, _, _ = _run(compiled, [x.to("neuron"), y.to("neuron")], monkeypatch, fast=False)
+    (exe,) = compiler.cache._MEMORY.values()
+    assert replay.is_static(exe.program) and exe.program.schedule is None
+    assert torch.equal(out.cpu(), torch.div(x, y, rounding_mode="floor") + 1)
