@@ -275,3 +275,33 @@ def test_a_program_that_refuses_zeros_is_not_replayed(fresh, monkeypatch):
     (exe,) = compiler.cache._MEMORY.values()
     assert replay.is_static(exe.program) and exe.program.schedule is None
     assert torch.equal(out.cpu(), torch.div(x, y, rounding_mode="floor") + 1)
+
+
+def test_a_training_step_replays_forward_and_backward(fresh, monkeypatch):
+    """AOTAutograd's backward graph (transposed products, reductions of gradients) replays exactly too."""
+    torch.manual_seed(0)
+    model = DecoderBlock(hidden=128, heads=2, kv_heads=1, seq=64).to("neuron")
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    x = torch.randn(2, 64, 128).to("neuron")
+
+    calls = []
+    original = executor.Executable.run_fast
+    monkeypatch.setattr(executor.Executable, "run_fast",
+                        lambda self, nc, env: calls.append(self.name) or original(self, nc, env))
+
+    def step(fast: bool):
+        monkeypatch.setattr(executor, "STATIC_REPLAY", fast)
+        model.zero_grad(set_to_none=True)
+        engine.reset_stats()
+        compiled(x).square().mean().backward()
+        torch.neuron.synchronize()
+        grads = [_bits(p.grad).clone() for p in model.parameters()]
+        return grads, {k: v for k, v in engine.stats().items() if k.startswith("neff:")}
+
+    slow_grads, slow_stats = step(False)
+    assert not calls
+    fast_grads, fast_stats = step(True)
+    assert len(calls) == 2  # both programs took the fast path
+    assert len(slow_stats) == 2 and slow_stats == fast_stats  # the forward and the backward program
+    assert all(torch.equal(a, b) for a, b in zip(slow_grads, fast_grads))
+    assert all(exe.program.schedule is not None for exe in compiler.cache._MEMORY.values())
