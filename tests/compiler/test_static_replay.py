@@ -69,6 +69,20 @@ class IndexAdd(nn.Module):
         return torch.index_add(x * 2, 0, ids, y) + 1
 
 
+class TileSteps(nn.Module):
+    """Steps that run their tile program inside a replayed launch: convolution, reduce_window (max pool,
+    cumsum), pad, argmax, concatenate."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = nn.functional.max_pool2d(self.conv(x), 2)
+        z = nn.functional.pad(y, (1, 2, 0, 1), value=0.5).cumsum(-1)
+        return torch.cat([z.flatten(), y.argmax(dim=1).to(z.dtype).flatten()])
+
+
 def _inputs(kind: str, shape, dtype):
     g = torch.Generator().manual_seed(1)
     if kind == "ids":
@@ -90,6 +104,7 @@ CASES = {
     "softmax_bf16": (Softmax, (4, 129, 77), torch.bfloat16),
     "layer_norm_fp32": (LayerNorm, (3, 130, 300), torch.float32),
     "layer_norm_bf16": (LayerNorm, (3, 130, 300), torch.bfloat16),
+    "tile_steps_fp32": (TileSteps, (2, 3, 18, 20), torch.float32, "", "convolution"),
     "gather_fp32": (Embed, (3, 50), torch.float32, "ids", "gather"),
     "scatter_fp32": (IndexAdd, (70, 33), torch.float32, "index_add", "scatter"),
     "scatter_bf16": (IndexAdd, (70, 33), torch.bfloat16, "index_add", "scatter"),
