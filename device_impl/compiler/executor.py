@@ -21,7 +21,8 @@ import torch
 from device_impl.compiler import replay, steps as step_runners
 from device_impl.compiler.program import Program, apply_view
 from device_impl.engine import launch
-from device_impl.engine.dtypes import NUMPY_TO_TORCH
+from device_impl.engine.core import NeuronCore
+from device_impl.engine.dtypes import NUMPY_TO_TORCH, TORCH_TO_NUMPY
 from device_impl.kernels.common import hbm
 from device_impl.kernels.spatial.tiles import Scratch
 from device_impl.runtime.config import static_replay
@@ -198,3 +199,29 @@ class Executable:
                 self.run_steps(nc, env)
         del arena, env
         return outputs
+
+
+def record_schedule(program: Program) -> dict[str, Any] | None:
+    """Run ``program`` once at the instruction level on zero-filled host arrays and keep what its launch
+    measures as ``program.schedule`` (``replay``): None for a program with a data-dependent step, or one
+    that refuses zeros (an integer division by them raises), which then always runs instruction by
+    instruction."""
+    program.schedule = None
+    if not replay.is_static(program):
+        return None
+    executable = Executable(program, 0)
+    inputs = [np.zeros(shape, dtype=TORCH_TO_NUMPY[dtype]) for shape, dtype in executable.input_specs]
+    outputs = [np.zeros(shape, dtype=TORCH_TO_NUMPY[dtype]) for shape, dtype in executable.output_specs]
+    constants = {vid: np.ascontiguousarray(array) for vid, array in program.constants.items()}
+    arena = np.zeros(executable.scratch_bytes, dtype=np.uint8)
+    env = Env(program, executable.arrays(inputs, outputs, constants, arena), outputs, None)
+    env._scratch = replay.HostScratch()
+    core = NeuronCore()
+    core.reset(False)
+    try:
+        with np.errstate(all="ignore"):
+            executable.run_steps(core, env)
+    except Exception:  # noqa: BLE001 - values the program refuses: it is not replayed
+        return None
+    program.schedule = replay.measured(core, inputs)
+    return program.schedule

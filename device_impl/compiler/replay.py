@@ -3,8 +3,8 @@
 A NEFF's shapes are static, so what the engines' timeline ends up as after a
 launch (device time, per-engine busy time, HBM bytes, TensorE flops,
 instruction count, SBUF/PSUM peaks) does not depend on the values computed:
-``record`` runs the program once at compile time, instruction by instruction,
-on host arrays, and keeps those figures as ``Program.schedule`` (written into
+``executor.record_schedule`` runs the program once at compile time,
+instruction by instruction, on zero-filled host arrays, and keeps those figures as ``Program.schedule`` (written into
 the NEFF, so a process that loads the program from the disk cache has them).
 
 Later executions take the fast path (``Executable``): each step does the same
@@ -36,7 +36,7 @@ import numpy as np
 from device_impl.compiler.program import Program
 from device_impl.engine.core import NeuronCore
 from device_impl.engine.dtypes import FP32
-from device_impl.engine.isa import DMA, EngineError
+from device_impl.engine.isa import DMA
 from device_impl.engine.memory import MemoryPool, Tile
 from device_impl.engine.timeline import ENGINES
 
@@ -73,38 +73,18 @@ def is_static(program: Program) -> bool:
 
 # -- recording ------------------------------------------------------------------------------------
 
-class _HostScratch:
+class HostScratch:
     """Scratch HBM for recording: host arrays (a compile touches no device memory)."""
 
     def new(self, shape, dtype) -> np.ndarray:
         return np.zeros(tuple(int(s) for s in shape), dtype=np.dtype(dtype))
 
 
-def record(program: Program) -> dict[str, Any] | None:
-    """Run ``program`` once at the instruction level on zero-filled host arrays and store what its launch
-    measures as ``program.schedule`` (None for a program with a data-dependent step)."""
-    from device_impl.compiler.executor import Env, Executable
-
-    program.schedule = None
-    if not is_static(program):
-        return None
-    executable = Executable(program, 0)
-    inputs = [np.zeros(shape, dtype=np.dtype(_np(dtype))) for shape, dtype in executable.input_specs]
-    outputs = [np.zeros(shape, dtype=np.dtype(_np(dtype))) for shape, dtype in executable.output_specs]
-    constants = {vid: np.ascontiguousarray(array) for vid, array in program.constants.items()}
-    arena = np.zeros(executable.scratch_bytes, dtype=np.uint8)
-    arrays = executable.arrays(inputs, outputs, constants, arena)
-    env = Env(program, arrays, outputs, None)
-    env._scratch = _HostScratch()
-    core = NeuronCore()
-    core.reset(False)
-    try:
-        with np.errstate(all="ignore"):
-            executable.run_steps(core, env)
-    except Exception:  # noqa: BLE001 - zeros a program refuses (an integer division by zero): it is not replayed
-        return None
+def measured(core: NeuronCore, inputs: list[np.ndarray]) -> dict[str, Any]:
+    """The schedule: what ``core``'s launch measured after an instruction-level run of a program on
+    ``inputs`` (``executor.record_schedule`` runs it at compile time)."""
     timeline = core.timeline
-    program.schedule = {
+    return {
         "version": SCHEDULE_VERSION,
         "end_ns": timeline.end,
         "busy_ns": {engine: timeline.busy[engine] for engine in ENGINES},
@@ -116,13 +96,6 @@ def record(program: Program) -> dict[str, Any] | None:
         "psum_peak": core.psum.peak,
         "input_strides": [list(a.strides) for a in inputs],
     }
-    return program.schedule
-
-
-def _np(dtype) -> np.dtype:
-    from device_impl.engine.dtypes import TORCH_TO_NUMPY
-
-    return TORCH_TO_NUMPY[dtype]
 
 
 def usable(schedule: dict[str, Any] | None, inputs: list[np.ndarray]) -> bool:
@@ -283,4 +256,4 @@ def fast_runners(program: Program, runners: list) -> list[tuple[bool, Callable[[
     return plan
 
 
-__all__ = ["STEP_KINDS", "is_static", "record", "usable", "apply", "fast_runners", "WideCore", "EngineError"]
+__all__ = ["STEP_KINDS", "is_static", "measured", "usable", "apply", "fast_runners", "WideCore"]
