@@ -320,3 +320,24 @@ def test_a_training_step_replays_forward_and_backward(fresh, monkeypatch):
     assert len(slow_stats) == 2 and slow_stats == fast_stats  # the forward and the backward program
     assert all(torch.equal(a, b) for a, b in zip(slow_grads, fast_grads))
     assert all(exe.program.schedule is not None for exe in compiler.cache._MEMORY.values())
+
+
+def test_an_input_laid_out_otherwise_runs_instruction_by_instruction(fresh, monkeypatch):
+    """DMA costs follow strides: a transposed input is not what the schedule was recorded with."""
+    def f(x):
+        return torch.softmax(x * 2 + 1, dim=-1)
+
+    compiled = torch.compile(f, backend="neuron", fullgraph=True)
+    x = torch.randn(64, 48).to("neuron")
+    compiled(x.t())
+    calls = []
+    original = executor.Executable.run_fast
+    monkeypatch.setattr(executor.Executable, "run_fast",
+                        lambda self, nc, env: calls.append(self.name) or original(self, nc, env))
+    monkeypatch.setattr(executor, "STATIC_REPLAY", True)
+    out = compiled(x.t())
+    assert not calls and compiler.cache._MEMORY and all(
+        exe.program.schedule is not None for exe in compiler.cache._MEMORY.values())
+    torch.testing.assert_close(out.cpu(), f(x.cpu().t()))
+    compiled(x.t().contiguous())
+    assert len(calls) == 1
