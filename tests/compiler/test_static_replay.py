@@ -341,3 +341,37 @@ def test_an_input_laid_out_otherwise_runs_instruction_by_instruction(fresh, monk
     torch.testing.assert_close(out.cpu(), f(x.cpu().t()))
     compiled(x.t().contiguous())
     assert len(calls) == 1
+
+
+def _mm(shape_a, shape_b):
+    return lambda g: (torch.randn(shape_a, generator=g), torch.randn(shape_b, generator=g)), torch.matmul
+
+
+EDGES = {  # tile edges (1, 127, 129, 513) where a wide runner's one tile differs most from the tile loop
+    "mm_1x1x1": _mm((1, 1), (1, 1)),
+    "mm_1x129x513": _mm((1, 129), (129, 513)),
+    "mm_127x1x2": _mm((127, 1), (1, 2)),
+    "mm_129x257x1": _mm((129, 257), (257, 1)),
+    "mm_130x300x514": _mm((130, 300), (300, 514)),
+    "bmm_4x129x130x3": _mm((4, 129, 130), (4, 130, 3)),
+    "sum_dim0": (lambda g: (torch.randn(129, 3, generator=g),), lambda x: x.sum(0) * 3),
+    "mean_long_rows": (lambda g: (torch.randn(2, 1, 5000, generator=g),), lambda x: x.mean(-1, keepdim=True) - x),
+    "amax_middle": (lambda g: (torch.randn(5, 300, 7, generator=g),), lambda x: x.amax(1) + x.sum(1)),
+    "logsumexp": (lambda g: (torch.randn(33, 1025, generator=g),), lambda x: torch.logsumexp(x, -1)),
+    "gelu_tanh_bf16": (lambda g: (torch.randn(129, 513, generator=g).bfloat16(),),
+                       lambda x: nn.functional.gelu(x, approximate="tanh") * torch.tanh(x)),
+    "where_int32": (lambda g: (torch.randint(-5, 5, (127, 9), generator=g, dtype=torch.int32),),
+                    lambda x: torch.where(x > 0, x * 3, -x).sum(-1)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDGES))
+def test_tile_edges_match_the_instruction_level_run(case, fresh, monkeypatch):
+    make, f = EDGES[case]
+    xs = [x.to("neuron") for x in make(torch.Generator().manual_seed(2))]
+    compiled = torch.compile(f, backend="neuron", fullgraph=True)
+    slow = _run(compiled, xs, monkeypatch, fast=False)
+    fast = _run(compiled, xs, monkeypatch, fast=True)
+    assert torch.equal(_bits(slow[0]) if slow[0].is_floating_point() else slow[0].cpu(),
+                       _bits(fast[0]) if fast[0].is_floating_point() else fast[0].cpu())
+    assert slow[1:] == fast[1:]
