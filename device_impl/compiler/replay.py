@@ -60,6 +60,7 @@ STEP_KINDS: dict[str, str] = {
     # indirect DMA: the indices pick the rows, their count sets the cost (descriptors, bytes)
     "gather": "tile",
     "scatter": "tile",
+    # issue 21 names sorts data-dependent; GpSimd's sort programs (ties, top-k) are not audited as shape-only
     "sort": "data",
 }
 
@@ -181,7 +182,8 @@ def _wide_fused(step: dict, program: Program, runner) -> WideRunner:
 def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     """stablehlo.dot_general as ``kernels.matmul.matmul_into`` computes it: per [128, 512] output block,
     fp32 products of 128-deep K slices summed in K order in fp32 (PSUM), rounded once to the output dtype
-    on evacuation. One BLAS call per slice of a block, as TensorE's matmul instruction makes it."""
+    on evacuation. TensorE's matmul instruction is one BLAS call per K slice of a block, on contiguous
+    fp32 tiles; here the blocks of one K slice share a call where that gives the same bits (below)."""
     from device_impl.kernels.matmul import K_TILE, M_TILE, N_TILE
 
     lhs, rhs = step["operands"]
