@@ -180,8 +180,8 @@ class GroupRunner:
             self._rows(nc, loads, stores, max(self.rows, 1))
 
     # -- flat groups --------------------------------------------------------------------------
-    def _flat(self, nc, loads: dict, stores: dict, tiles=None) -> None:
-        for start, stop, p, f in tiles or flat_tiles(self.numel, self.free):
+    def _flat(self, nc, loads: dict, stores: dict, ranges=None) -> None:
+        for start, stop, p, f in ranges or flat_tiles(self.numel, self.free):
             mark = nc.mark()
             tiles: dict[int, Any] = {}
             for op in self.ops:

@@ -37,7 +37,7 @@ class Program:
     steps: list[dict[str, Any]]
     memory: dict[str, Any] = field(default_factory=dict)  # scratch_bytes, sbuf peaks, arena layout
     constants: dict[int, np.ndarray] = field(default_factory=dict)
-    # what the launch measures, recorded at compile time (compiler.replay); None: data-dependent steps
+    # what the launch measures, recorded at compile time (compiler.replay); None: never replayed
     schedule: dict[str, Any] | None = None
 
     def base(self, vid: int) -> int:
