@@ -19,7 +19,7 @@ import torch
 
 from device_impl.compiler import artifacts, build, cache, counters, fallback, importer, legalize, neff, parity
 from device_impl.compiler.errors import ImportFailure, UnsupportedOpError
-from device_impl.compiler.executor import Executable
+from device_impl.compiler.executor import Executable, record_schedule
 from device_impl.engine.constants import PLATFORM
 from device_impl.runtime.config import CompilerConfig
 
@@ -131,6 +131,7 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
                 program.name = graph
             else:
                 program = build.build(importer.read_module(module), graph)
+                record_schedule(program)  # the launch's figures, known from the shapes: stored in the NEFF
                 neff_bytes = neff.dumps(program, flags(), hashlib.sha256(text.encode()).hexdigest())
                 if config.neff_cache:
                     cache.store(config.neff_cache_dir, key, neff_bytes)

@@ -18,12 +18,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from device_impl.compiler import steps as step_runners
+from device_impl.compiler import replay, steps as step_runners
 from device_impl.compiler.program import Program, apply_view
 from device_impl.engine import launch
-from device_impl.engine.dtypes import NUMPY_TO_TORCH
+from device_impl.engine.core import NeuronCore
+from device_impl.engine.dtypes import NUMPY_TO_TORCH, TORCH_TO_NUMPY
 from device_impl.kernels.common import hbm
 from device_impl.kernels.spatial.tiles import Scratch
+from device_impl.runtime.config import static_replay
+
+STATIC_REPLAY = static_replay()  # NEURON_STATIC_REPLAY=0 forces the instruction-level path
 
 
 def torch_dtype(name_or_dtype) -> torch.dtype:
@@ -98,6 +102,7 @@ class Executable:
         self.output_buffers = [(vid, b["index"]) for vid, b in program.buffers.items() if b["kind"] == "output"]
         self.input_buffers = [(vid, b["index"]) for vid, b in program.buffers.items() if b["kind"] == "input"]
         self._constants: dict[int, dict[int, torch.Tensor]] = {}
+        self._fast: list | None = None  # replay.fast_runners, built at the first fast execution
 
     def _device(self, args: list) -> torch.device:
         for a in args:
@@ -132,6 +137,45 @@ class Executable:
             self._constants[index] = loaded
         return loaded
 
+    def arrays(self, inputs: list[np.ndarray], outputs: list[np.ndarray], constants: dict[int, np.ndarray],
+               arena: np.ndarray | None) -> dict[int, np.ndarray]:
+        """The HBM array of every base value: inputs, outputs, constants and views into the scratch arena."""
+        arrays: dict[int, np.ndarray] = {}
+        for vid, index in self.input_buffers:
+            arrays[vid] = inputs[index]
+        for vid, index in self.output_buffers:
+            arrays[vid] = outputs[index]
+        arrays.update(constants)
+        if arena is not None:
+            for vid, offset, shape, dtype in self.scratch_views:
+                n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                arrays[vid] = arena[offset:offset + n].view(dtype).reshape(shape)
+        return arrays
+
+    def run_steps(self, nc, env: Env) -> None:
+        """Every step at the instruction level, each starting no earlier than the steps it waits for."""
+        ends: list[float] = []
+        timeline = nc.timeline
+        for runner, waits in zip(self.runners, self.waits):
+            timeline.floor = max((ends[w] for w in waits), default=0.0)
+            with nc.scope():
+                runner(nc, env)
+            ends.append(timeline.end)
+        timeline.floor = 0.0
+
+    def run_fast(self, nc, env: Env) -> None:
+        """Every step's arithmetic without per-instruction bookkeeping (``replay``); the launch's figures
+        are then the recorded ones."""
+        if self._fast is None:
+            self._fast = replay.fast_runners(self.program, self.runners)
+        for wide, runner in self._fast:
+            if wide:
+                runner(replay.wide_core(), env)
+            else:
+                with nc.scope():
+                    runner(nc, env)
+        replay.apply(nc, self.program.schedule)
+
     def __call__(self, args: list) -> list[torch.Tensor]:
         device = self._device(args)
         args = self._check(list(args), device)
@@ -140,29 +184,44 @@ class Executable:
             eager.flush("compiled program")  # queued adaptive-eager ops may write our inputs
         outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.output_specs]
         out_arrays = [hbm(t) for t in outputs]
-        arrays: dict[int, np.ndarray] = {}
-        for vid, index in self.input_buffers:
-            arrays[vid] = hbm(args[index])
-        for vid, index in self.output_buffers:
-            arrays[vid] = out_arrays[index]
-        for vid, tensor in self.constants(device).items():
-            arrays[vid] = hbm(tensor)
+        in_arrays = [hbm(a) for a in args]
         arena = None
         if self.scratch_bytes:
             arena = torch.empty(self.scratch_bytes, dtype=torch.uint8, device=device)
-            raw = hbm(arena)
-            for vid, offset, shape, dtype in self.scratch_views:
-                n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-                arrays[vid] = raw[offset:offset + n].view(dtype).reshape(shape)
-        env = Env(self.program, arrays, out_arrays, device)
+        constants = {vid: hbm(tensor) for vid, tensor in self.constants(device).items()}
+        env = Env(self.program, self.arrays(in_arrays, out_arrays, constants, None if arena is None else hbm(arena)),
+                  out_arrays, device)
+        fast = STATIC_REPLAY and replay.usable(self.program.schedule, in_arrays)
         with launch(f"neff:{self.name}", device.index or 0) as nc:
-            ends: list[float] = []
-            timeline = nc.timeline
-            for runner, waits in zip(self.runners, self.waits):
-                timeline.floor = max((ends[w] for w in waits), default=0.0)
-                with nc.scope():
-                    runner(nc, env)
-                ends.append(timeline.end)
-            timeline.floor = 0.0
+            if fast and not nc.timeline.record:  # a trace records every instruction: run them
+                self.run_fast(nc, env)
+            else:
+                self.run_steps(nc, env)
         del arena, env
         return outputs
+
+
+def record_schedule(program: Program) -> dict[str, Any] | None:
+    """Run ``program`` once at the instruction level on zero-filled host arrays and keep what its launch
+    measures as ``program.schedule`` (``replay``): None for a program with a data-dependent step, or one
+    that refuses zeros (an integer division by them raises), which then always runs instruction by
+    instruction."""
+    program.schedule = None
+    if not replay.is_static(program):
+        return None
+    executable = Executable(program, 0)
+    inputs = [np.zeros(shape, dtype=TORCH_TO_NUMPY[dtype]) for shape, dtype in executable.input_specs]
+    outputs = [np.zeros(shape, dtype=TORCH_TO_NUMPY[dtype]) for shape, dtype in executable.output_specs]
+    constants = {vid: np.ascontiguousarray(array) for vid, array in program.constants.items()}
+    arena = np.zeros(executable.scratch_bytes, dtype=np.uint8)
+    env = Env(program, executable.arrays(inputs, outputs, constants, arena), outputs, None)
+    env._scratch = replay.HostScratch()
+    core = NeuronCore()
+    core.reset(False)
+    try:
+        with np.errstate(all="ignore"):
+            executable.run_steps(core, env)
+    except Exception:  # noqa: BLE001 - values the program refuses: it is not replayed
+        return None
+    program.schedule = replay.measured(core, inputs)
+    return program.schedule

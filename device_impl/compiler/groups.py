@@ -166,9 +166,22 @@ class GroupRunner:
         else:
             self._rows(nc, loads, stores)
 
+    def run_wide(self, nc, env) -> None:
+        """The same ops on one tile per group (compiler.replay's wide core, which has no tile limits):
+        flat groups as a single [1, N] tile, reduce groups with every row at once but the same column
+        chunks, so each element sees the same instructions and rounding points as in ``__call__``."""
+        if self.numel == 0:
+            return
+        loads = {slot: env.access(vid) for slot, vid in self.loads.items()}
+        stores = {slot: env.access(vid) for slot, vid in self.stores.items()}
+        if self.reduce_dims is None:
+            self._flat(nc, loads, stores, [(0, self.numel, 1, self.numel)])
+        else:
+            self._rows(nc, loads, stores, max(self.rows, 1))
+
     # -- flat groups --------------------------------------------------------------------------
-    def _flat(self, nc, loads: dict, stores: dict) -> None:
-        for start, stop, p, f in flat_tiles(self.numel, self.free):
+    def _flat(self, nc, loads: dict, stores: dict, ranges=None) -> None:
+        for start, stop, p, f in ranges or flat_tiles(self.numel, self.free):
             mark = nc.mark()
             tiles: dict[int, Any] = {}
             for op in self.ops:
@@ -190,7 +203,7 @@ class GroupRunner:
             nc.release_to(mark)
 
     # -- reduce groups ------------------------------------------------------------------------
-    def _rows(self, nc, loads: dict, stores: dict) -> None:
+    def _rows(self, nc, loads: dict, stores: dict, block: int = P) -> None:
         dims = self.reduce_dims
         keep = [d for d in range(len(self.shape)) if d not in dims]
         perm = keep + list(dims)
@@ -209,8 +222,8 @@ class GroupRunner:
             else:
                 out_access[slot] = Access2D(array.transpose(perm), na)
         phased = self.chunk < self.cols
-        for r0 in range(0, self.rows, P):
-            r1 = min(self.rows, r0 + P)
+        for r0 in range(0, self.rows, block):
+            r1 = min(self.rows, r0 + block)
             mark = nc.mark()
             if not phased:
                 self._pass(nc, self.ops, r0, r1, 0, self.cols, access, out_access, {}, None)

@@ -6,7 +6,8 @@ Layout (little-endian)::
     format version   u32
     header length    u32
     header           JSON (utf-8): format, compiler version, flags, StableHLO sha256,
-                     program (steps, buffers, views), memory plan, constants index
+                     program (steps, buffers, views, the schedule recorded at compile time),
+                     memory plan, constants index
     constants        raw bytes, each payload 64-byte aligned, at the offsets the index names
     checksum         32 bytes  sha256 of everything before it
 
@@ -33,7 +34,7 @@ from device_impl.compiler.ir import numpy_dtype
 from device_impl.compiler.program import Program
 
 MAGIC = b"NEFFSIM\0"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the program carries its recorded schedule (compiler.replay)
 
 
 def _source_digest() -> str:

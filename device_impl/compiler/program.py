@@ -37,6 +37,8 @@ class Program:
     steps: list[dict[str, Any]]
     memory: dict[str, Any] = field(default_factory=dict)  # scratch_bytes, sbuf peaks, arena layout
     constants: dict[int, np.ndarray] = field(default_factory=dict)
+    # what the launch measures, recorded at compile time (compiler.replay); None: never replayed
+    schedule: dict[str, Any] | None = None
 
     def base(self, vid: int) -> int:
         while vid in self.views:
@@ -66,7 +68,7 @@ class Program:
             "views": [[v, view] for v, view in sorted(self.views.items())],
             "splats": [[v, _json_scalar(x)] for v, x in sorted(self.splats.items())],
             "buffers": [[v, b] for v, b in sorted(self.buffers.items())],
-            "steps": self.steps, "memory": self.memory,
+            "steps": self.steps, "memory": self.memory, "schedule": self.schedule,
         }
 
     @classmethod
@@ -77,7 +79,7 @@ class Program:
             views={int(v): view for v, view in data["views"]},
             splats={int(v): _from_json_scalar(x) for v, x in data["splats"]},
             buffers={int(v): b for v, b in data["buffers"]},
-            steps=data["steps"], memory=data["memory"], constants=constants,
+            steps=data["steps"], memory=data["memory"], constants=constants, schedule=data.get("schedule"),
         )
 
 

@@ -109,6 +109,15 @@ def parse_flag(env, variable: str) -> bool:
     raise ValueError(f"{variable}={env[variable]!r} is not a boolean; use 1 or 0 (true/false, yes/no, on/off).")
 
 
+def static_replay(environ: dict[str, str] | None = None) -> bool:
+    """NEURON_STATIC_REPLAY (default 1): a compiled program whose device time follows from its shapes runs
+    its arithmetic without per-instruction bookkeeping and replays the schedule recorded at compile time
+    (device_impl.compiler.replay); 0 runs every program instruction by instruction (the reference path,
+    for debugging the fast one). Read once, when the compiler's executor loads."""
+    env = os.environ if environ is None else environ
+    return "NEURON_STATIC_REPLAY" not in env or parse_flag(env, "NEURON_STATIC_REPLAY")
+
+
 def default_neff_cache_dir(env) -> str:
     base = env.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "neuronsim", "neff")

@@ -1,0 +1,261 @@
+"""Static programs simulate fast: the schedule recorded at compile time, the arithmetic run wide.
+
+A NEFF's shapes are static, so what the engines' timeline ends up as after a
+launch (device time, per-engine busy time, HBM bytes, TensorE flops,
+instruction count, SBUF/PSUM peaks) does not depend on the values computed:
+``executor.record_schedule`` runs the program once at compile time,
+instruction by instruction, on zero-filled host arrays, and keeps those figures as ``Program.schedule`` (written into
+the NEFF, so a process that loads the program from the disk cache has them).
+
+Later executions take the fast path (``Executable``): each step does the same
+arithmetic with the same rounding points as its tile program but without the
+per-instruction bookkeeping, and the recorded figures are put into the launch
+(``apply``) before it closes, so the device clock, ``engine.stats()``,
+``last_launch()`` and the profiler see exactly the instruction-level numbers.
+
+Which steps have a wide runner, which run their tile program as is (gathers
+and scatters among them: their indices are data, but only their count sets the
+cost), and which make a program's device time depend on data is a table on the
+step kind (``STEP_KINDS``). The instruction-level path stays the reference and is taken:
+  * for programs with a data-dependent step, or one that refuses the zeros it is recorded on (no
+    schedule is recorded);
+  * while a trace is recorded (``engine.record_trace``: it needs every instruction);
+  * when an input's layout differs from the contiguous one the schedule was recorded with (DMA
+    costs depend on strides);
+  * with ``NEURON_STATIC_REPLAY=0`` (``runtime.config.static_replay``).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from device_impl.compiler.program import Program
+from device_impl.engine.core import NeuronCore
+from device_impl.engine.dtypes import FP32
+from device_impl.engine.isa import DMA
+from device_impl.engine.memory import MemoryPool, Tile
+from device_impl.engine.timeline import ENGINES
+
+# step kind -> how a fast execution runs it:
+#   "wide"  a runner over whole arrays (one tile per step or per product block), same rounding points
+#   "tile"  its instruction-level runner as is (its arithmetic; its timeline is discarded)
+#   "data"  cost or control flow depends on values: a program with such a step is never replayed
+# A kind missing here counts as "data": a new step kind is replayed only once someone has said why it may be.
+STEP_KINDS: dict[str, str] = {
+    "fused": "wide",
+    "dot_general": "wide",
+    "iota": "tile",
+    "concatenate": "tile",
+    "pad": "tile",
+    "copy": "tile",
+    "fill": "tile",
+    "argmax": "tile",
+    "argmin": "tile",
+    "reduce_window": "tile",
+    "convolution": "tile",
+    # indirect DMA: the indices pick the rows, their count sets the cost (descriptors, bytes)
+    "gather": "tile",
+    "scatter": "tile",
+    # issue 21 names sorts data-dependent; GpSimd's sort programs (ties, top-k) are not audited as shape-only
+    "sort": "data",
+}
+
+SCHEDULE_VERSION = 1
+
+
+def is_static(program: Program) -> bool:
+    """Whether every step's cost and control flow follow from the program's shapes alone."""
+    return all(STEP_KINDS.get(step["kind"], "data") != "data" for step in program.steps)
+
+
+# -- recording ------------------------------------------------------------------------------------
+
+class HostScratch:
+    """Scratch HBM for recording: host arrays (a compile touches no device memory)."""
+
+    def new(self, shape, dtype) -> np.ndarray:
+        return np.zeros(tuple(int(s) for s in shape), dtype=np.dtype(dtype))
+
+
+def measured(core: NeuronCore, inputs: list[np.ndarray]) -> dict[str, Any]:
+    """The schedule: what ``core``'s launch measured after an instruction-level run of a program on
+    ``inputs`` (``executor.record_schedule`` runs it at compile time)."""
+    timeline = core.timeline
+    return {
+        "version": SCHEDULE_VERSION,
+        "end_ns": timeline.end,
+        "busy_ns": {engine: timeline.busy[engine] for engine in ENGINES},
+        "hbm_read": timeline.hbm_read,
+        "hbm_write": timeline.hbm_write,
+        "flops": timeline.flops,
+        "instructions": timeline.instructions,
+        "sbuf_peak": core.sbuf.peak,
+        "psum_peak": core.psum.peak,
+        "input_strides": [list(a.strides) for a in inputs],
+    }
+
+
+def usable(schedule: dict[str, Any] | None, inputs: list[np.ndarray]) -> bool:
+    """The recorded schedule describes this execution: recorded by this runtime, inputs laid out alike."""
+    if schedule is None or schedule.get("version") != SCHEDULE_VERSION:
+        return False
+    return all(list(a.strides) == s for a, s in zip(inputs, schedule["input_strides"]))
+
+
+def apply(core: NeuronCore, schedule: dict[str, Any]) -> None:
+    """Make the open launch on ``core`` end exactly as its instruction-level run did."""
+    timeline = core.timeline
+    timeline.end = schedule["end_ns"]
+    timeline.busy = dict(schedule["busy_ns"])
+    timeline.hbm_read = schedule["hbm_read"]
+    timeline.hbm_write = schedule["hbm_write"]
+    timeline.flops = schedule["flops"]
+    timeline.instructions = schedule["instructions"]
+    timeline.events = []
+    core.sbuf.peak = schedule["sbuf_peak"]
+    core.psum.peak = schedule["psum_peak"]
+
+
+# -- the wide core: the engines' arithmetic on tiles of any size ------------------------------------
+
+class _UnboundedPool(MemoryPool):
+    """Tiles of any shape, no capacity: the wide runners hold a whole step's data at once."""
+
+    def allocate(self, shape: tuple[int, int], dtype: np.dtype, name: str = "") -> Tile:
+        self.count += 1
+        return Tile(np.empty(shape, dtype=dtype), self.space, name or f"{self.space}{self.count}")
+
+    def release(self, tile: Tile) -> None:
+        pass
+
+
+class _WideDMA(DMA):
+    """Flat transfers of a whole array as one strided numpy copy (the byte moves are the same)."""
+
+    def load_flat(self, dst: Tile, src: np.ndarray, start: int, stop: int) -> None:
+        if start or stop != src.size or src.dtype != dst.dtype or dst.root is not dst:
+            return super().load_flat(dst, src, start, stop)
+        np.copyto(dst.write_target().reshape(src.shape), src)
+
+    def store_flat(self, dst: np.ndarray, start: int, stop: int, src: Tile) -> None:
+        if start or stop != dst.size or src.dtype != dst.dtype or src.root is not src:
+            return super().store_flat(dst, start, stop, src)
+        np.copyto(dst, src.read().reshape(dst.shape))
+
+
+class WideCore(NeuronCore):
+    """A core whose tiles have no size limit. Its timeline is a scratchpad: nothing reads it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sbuf = _UnboundedPool("sbuf", self.sbuf.capacity, self.sbuf.partitions)
+        self.psum = _UnboundedPool("psum", self.psum.capacity, self.psum.partitions)
+        self.dma = _WideDMA(self.platform, self.timeline)
+
+
+_local = threading.local()
+
+
+def wide_core() -> WideCore:
+    core = getattr(_local, "core", None)
+    if core is None:
+        core = _local.core = WideCore()
+    core.reset(False)
+    return core
+
+
+# -- wide runners ---------------------------------------------------------------------------------
+
+WideRunner = Callable[[WideCore, Any], None]
+
+
+def _wide_fused(step: dict, program: Program, runner) -> WideRunner:
+    """A fused group as one tile: flat groups [1, N]; reduce groups all rows at once with the tile
+    program's column chunks (so partial reductions combine at the same points)."""
+    return runner.run_wide
+
+
+def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
+    """stablehlo.dot_general as ``kernels.matmul.matmul_into`` computes it: per [128, 512] output block,
+    fp32 products of 128-deep K slices summed in K order in fp32 (PSUM), rounded once to the output dtype
+    on evacuation. TensorE's matmul instruction is one BLAS call per K slice of a block, on contiguous
+    fp32 tiles; here the blocks of one K slice share a call where that gives the same bits (below)."""
+    from device_impl.kernels.matmul import K_TILE, M_TILE, N_TILE
+
+    lhs, rhs = step["operands"]
+    result = step["results"][0]
+    dn = step["attrs"]["dot_dimension_numbers"]
+    lb, rb = dn.get("lhs_batching_dimensions", []), dn.get("rhs_batching_dimensions", [])
+    lc, rc = dn.get("lhs_contracting_dimensions", []), dn.get("rhs_contracting_dimensions", [])
+    ls, rs = program.shape(lhs), program.shape(rhs)
+    lf = [d for d in range(len(ls)) if d not in lb + lc]
+    rf = [d for d in range(len(rs)) if d not in rb + rc]
+    batch = math.prod(ls[d] for d in lb)
+    m, k, n = math.prod(ls[d] for d in lf), math.prod(ls[d] for d in lc), math.prod(rs[d] for d in rf)
+    k_ranges = [(k0, min(k, k0 + K_TILE)) for k0 in range(0, k, K_TILE)]
+    blocks = [(m0, min(m, m0 + M_TILE), n0, min(n, n0 + N_TILE)) for m0 in range(0, m, M_TILE)
+              for n0 in range(0, n, N_TILE)]
+
+    # A block with one row or one column is a matrix-vector product, for which numpy calls BLAS's gemv
+    # (another summation order than gemm): then every block is computed alone, on contiguous operands as
+    # the SBUF tiles are. Otherwise every block is gemm, whose per-element sum runs along K in order
+    # whatever the block's size, so one batched product per K slice gives the same bits.
+    vector_blocks = any(m1 - m0 == 1 or n1 - n0 == 1 for m0, m1, n0, n1 in blocks)
+
+    def run(core, env) -> None:
+        out = env.access(result).reshape(batch, m, n)
+        if out.size == 0:
+            return
+        if k == 0:
+            out[...] = 0
+            return
+        # stationary tiles are [K, M] blocks of A^T, moving tiles [K, N] blocks of B, both read as fp32
+        a_t = np.ascontiguousarray(env.access(lhs).transpose(lb + lc + lf).reshape(batch, k, m), dtype=FP32)
+        b = np.ascontiguousarray(env.access(rhs).transpose(rb + rc + rf).reshape(batch, k, n), dtype=FP32)
+        if not vector_blocks:
+            acc = np.matmul(a_t[:, :k_ranges[0][1]].transpose(0, 2, 1), b[:, :k_ranges[0][1]])
+            if len(k_ranges) > 1:
+                product = np.empty_like(acc)
+                for k0, k1 in k_ranges[1:]:
+                    np.matmul(a_t[:, k0:k1].transpose(0, 2, 1), b[:, k0:k1], out=product)
+                    acc += product
+            out[...] = acc
+            return
+        for i in range(batch):
+            for m0, m1, n0, n1 in blocks:
+                acc = None
+                for k0, k1 in k_ranges:
+                    stationary = np.ascontiguousarray(a_t[i, k0:k1, m0:m1])
+                    product = stationary.T @ np.ascontiguousarray(b[i, k0:k1, n0:n1])
+                    if acc is None:
+                        acc = product
+                    else:
+                        acc += product
+                out[i, m0:m1, n0:n1] = acc
+
+    return run
+
+
+WIDE: dict[str, Callable[[dict, Program, Any], WideRunner]] = {
+    "fused": _wide_fused,
+    "dot_general": _wide_dot_general,
+}
+
+
+def fast_runners(program: Program, runners: list) -> list[tuple[bool, Callable[[Any, Any], None]]]:
+    """Per step: (wide?, runner). Wide runners take the wide core; the others the launch's core."""
+    plan = []
+    for step, runner in zip(program.steps, runners):
+        kind = step["kind"]
+        if STEP_KINDS.get(kind) == "wide":
+            plan.append((True, WIDE[kind](step, program, runner)))
+        else:
+            plan.append((False, runner))
+    return plan
+
+
+__all__ = ["STEP_KINDS", "is_static", "measured", "usable", "apply", "fast_runners", "WideCore"]

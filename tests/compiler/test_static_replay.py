@@ -1,0 +1,377 @@
+"""Static programs simulate fast (compiler.replay): the fast path computes the same bits as the
+instruction-level path, and the launch reports exactly the instruction-level device time, busy times,
+HBM bytes, flops and instruction count, from the schedule recorded at compile time and kept in the NEFF."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+
+import pytest
+import torch
+from torch import nn
+
+import device_impl.compiler as compiler
+from device_impl import engine
+from device_impl.compiler import backend, executor, neff, replay
+from device_impl.runtime import config
+from harness.models import DecoderBlock
+from support import run_python
+
+
+class LlamaMLP(nn.Module):
+    """The SwiGLU MLP of a Llama layer, with an edge-sized hidden width (tiles 128 + 1, 512 + 1)."""
+
+    def __init__(self, hidden: int = 129, intermediate: int = 513):
+        super().__init__()
+        self.gate = nn.Linear(hidden, intermediate, bias=False)
+        self.up = nn.Linear(hidden, intermediate, bias=False)
+        self.down = nn.Linear(intermediate, hidden, bias=False)
+
+    def forward(self, x):
+        return self.down(nn.functional.silu(self.gate(x)) * self.up(x))
+
+
+class Softmax(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x * 0.125, dim=-1)
+
+
+class LayerNorm(nn.Module):
+    def __init__(self, hidden: int = 300):
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden)
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+            self.norm.bias.uniform_(-0.5, 0.5)
+
+    def forward(self, x):
+        return self.norm(x) + 1.0
+
+
+class Embed(nn.Module):
+    """A gather with data-dependent rows (stablehlo.gather) feeding a matmul."""
+
+    def __init__(self):
+        super().__init__()
+        self.table = nn.Embedding(300, 64)
+        self.proj = nn.Linear(64, 32)
+
+    def forward(self, ids):
+        return self.proj(self.table(ids))
+
+
+class IndexAdd(nn.Module):
+    """A scatter with duplicate data-dependent rows (stablehlo.scatter, accumulating)."""
+
+    def forward(self, x, ids, y):
+        return torch.index_add(x * 2, 0, ids, y) + 1
+
+
+class TileSteps(nn.Module):
+    """Steps that run their tile program inside a replayed launch: convolution, reduce_window (max pool,
+    cumsum), pad, argmax, concatenate."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = nn.functional.max_pool2d(self.conv(x), 2)
+        z = nn.functional.pad(y, (1, 2, 0, 1), value=0.5).cumsum(-1)
+        return torch.cat([z.flatten(), y.argmax(dim=1).to(z.dtype).flatten()])
+
+
+def _inputs(kind: str, shape, dtype):
+    g = torch.Generator().manual_seed(1)
+    if kind == "ids":
+        return (torch.randint(0, 300, shape, generator=g),)
+    if kind == "index_add":
+        return (torch.randn(shape, generator=g).to(dtype), torch.randint(0, shape[0], (200,), generator=g),
+                torch.randn((200,) + shape[1:], generator=g).to(dtype))
+    return (torch.randn(shape, generator=g).to(dtype),)
+
+
+CASES = {
+    "decoder_block_fp32": (lambda: DecoderBlock(hidden=256, heads=4, kv_heads=2, seq=128), (2, 128, 256),
+                           torch.float32),
+    "decoder_block_bf16": (lambda: DecoderBlock(hidden=256, heads=4, kv_heads=2, seq=128), (2, 128, 256),
+                           torch.bfloat16),
+    "llama_mlp_fp32": (LlamaMLP, (3, 7, 129), torch.float32),
+    "llama_mlp_bf16": (LlamaMLP, (3, 7, 129), torch.bfloat16),
+    "softmax_fp32": (Softmax, (5, 3, 1000), torch.float32),
+    "softmax_bf16": (Softmax, (4, 129, 77), torch.bfloat16),
+    "layer_norm_fp32": (LayerNorm, (3, 130, 300), torch.float32),
+    "layer_norm_bf16": (LayerNorm, (3, 130, 300), torch.bfloat16),
+    "tile_steps_fp32": (TileSteps, (2, 3, 18, 20), torch.float32, "", "convolution"),
+    "gather_fp32": (Embed, (3, 50), torch.float32, "ids", "gather"),
+    "scatter_fp32": (IndexAdd, (70, 33), torch.float32, "index_add", "scatter"),
+    "scatter_bf16": (IndexAdd, (70, 33), torch.bfloat16, "index_add", "scatter"),
+}
+
+
+@pytest.fixture
+def fresh(monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))
+    backend.reload_settings()
+    torch._dynamo.reset()
+    compiler.reset_stats()
+    compiler.clear_cache()
+    yield tmp_path
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    compiler.reset_stats()
+    backend.reload_settings()
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    t = t.detach().cpu()
+    return t.view({2: torch.int16, 4: torch.int32}[t.element_size()])
+
+
+def _run(fn, xs, monkeypatch, fast: bool) -> tuple[torch.Tensor, dict, dict, int]:
+    """Outputs, engine statistics, the launch report (less its start time) and the device clock advance."""
+    monkeypatch.setattr(executor, "STATIC_REPLAY", fast)
+    calls = {"fast": 0}
+    original = executor.Executable.run_fast
+
+    def counting(self, nc, env):
+        calls["fast"] += 1
+        return original(self, nc, env)
+
+    monkeypatch.setattr(executor.Executable, "run_fast", counting)
+    engine.reset_stats()
+    torch.neuron.synchronize()
+    before = torch.neuron.device_time_ns()
+    with torch.no_grad():
+        out = fn(*xs)
+    torch.neuron.synchronize()
+    after = torch.neuron.device_time_ns()
+    report = dataclasses.asdict(engine.last_launch())
+    report.pop("start_ns")
+    assert calls["fast"] == (1 if fast else 0), calls
+    return out, engine.stats(), report, after - before
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_fast_path_matches_the_instruction_level_run(case, fresh, monkeypatch):
+    factory, shape, dtype, *inputs = CASES[case]
+    torch.manual_seed(0)
+    model = factory().to(dtype).to("neuron")
+    xs = [x.to("neuron") for x in _inputs(inputs[0] if inputs else "", shape, dtype)]
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    slow = _run(compiled, xs, monkeypatch, fast=False)
+    fast = _run(compiled, xs, monkeypatch, fast=True)
+    assert torch.equal(_bits(slow[0]), _bits(fast[0])), "fast path changed the numerics"
+    assert slow[1] == fast[1]  # per-kernel device_ns, hbm_bytes, flops, busy ns per engine
+    assert slow[2] == fast[2]  # the launch report: device time, busy, HBM read/write, flops, instructions, peaks
+    assert slow[3] == fast[3]
+    neff_stats = [v for k, v in fast[1].items() if k.startswith("neff:")]
+    assert neff_stats and all(s["device_ns"] > 0 and s["hbm_bytes"] > 0 for s in neff_stats)
+    if inputs:  # the step kind the case is about is in the replayed program
+        assert any(step["kind"] == inputs[1] for exe in compiler.cache._MEMORY.values()
+                   for step in exe.program.steps)
+    # and both agree with CPU eager within the usual tolerance (the fast path computes, it does not copy)
+    with torch.no_grad():
+        expected = model.cpu()(*[x.cpu() for x in xs])
+    torch.testing.assert_close(fast[0].cpu().float(), expected.float(),
+                               **({"atol": 5e-2, "rtol": 5e-2} if dtype == torch.bfloat16 else {}))
+
+
+def test_the_recorded_schedule_is_the_launch_of_the_instruction_level_run(fresh, monkeypatch):
+    """The schedule recorded at compile time (zero inputs, host arrays) equals what a real run measures."""
+    model = LlamaMLP().to("neuron")
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    x = torch.randn(3, 7, 129).to("neuron")
+    _, _, report, _ = _run(compiled, [x], monkeypatch, fast=False)
+    (exe,) = compiler.cache._MEMORY.values()
+    schedule = exe.program.schedule
+    assert schedule is not None
+    assert report["device_ns"] == schedule["end_ns"] + engine.core.PLATFORM.launch_overhead_ns
+    assert report["busy_ns"] == schedule["busy_ns"]
+    assert (report["hbm_bytes_read"], report["hbm_bytes_written"]) == (schedule["hbm_read"], schedule["hbm_write"])
+    assert (report["flops"], report["instructions"]) == (schedule["flops"], schedule["instructions"])
+    assert (report["sbuf_peak_bytes"], report["psum_peak_bytes"]) == (schedule["sbuf_peak"], schedule["psum_peak"])
+
+
+def test_a_trace_records_every_instruction(fresh, monkeypatch):
+    """While a trace records, the program runs instruction by instruction (the trace needs them)."""
+    compiled = torch.compile(Softmax().to("neuron"), backend="neuron", fullgraph=True)
+    x = torch.randn(4, 300).to("neuron")
+    compiled(x)
+    monkeypatch.setattr(executor, "STATIC_REPLAY", True)
+    with engine.record_trace() as trace:
+        compiled(x)
+    (report,) = [r for r in trace.reports if r.kernel.startswith("neff:")]
+    assert len(report.events) == report.instructions > 0
+
+
+def test_a_data_dependent_program_keeps_the_instruction_level_path(fresh, monkeypatch):
+    def f(x):
+        return torch.sort(x, dim=-1).values * 2
+
+    compiled = torch.compile(f, backend="neuron", fullgraph=True)
+    x = torch.randn(4, 33).to("neuron")
+    _run(compiled, [x], monkeypatch, fast=False)
+    (exe,) = compiler.cache._MEMORY.values()
+    assert exe.program.schedule is None and not replay.is_static(exe.program)
+    monkeypatch.setattr(executor, "STATIC_REPLAY", True)
+    out = compiled(x)  # run_fast is not taken (no schedule): _run's count would say so
+    torch.testing.assert_close(out.cpu(), torch.sort(x.cpu(), dim=-1).values * 2)
+
+
+def test_every_step_kind_is_classified():
+    """A runner kind without an entry would silently count as data-dependent: each must be decided."""
+    from device_impl.compiler import steps
+
+    assert set(steps.RUNNERS) | {"fused"} == set(replay.STEP_KINDS)
+    assert set(replay.WIDE) == {k for k, v in replay.STEP_KINDS.items() if v == "wide"}
+
+
+def test_the_switch_forces_the_instruction_level_path():
+    assert config.static_replay({}) is True
+    assert config.static_replay({"NEURON_STATIC_REPLAY": "0"}) is False
+    assert config.static_replay({"NEURON_STATIC_REPLAY": "1"}) is True
+    with pytest.raises(ValueError, match="NEURON_STATIC_REPLAY"):
+        config.static_replay({"NEURON_STATIC_REPLAY": "sometimes"})
+
+
+WARM = """
+import json, torch, device_impl
+import device_impl.compiler as compiler
+from device_impl import engine
+from device_impl.compiler import executor
+from harness.models import DecoderBlock
+if {forbid_instructions}:
+    def refuse(self, nc, env):
+        raise AssertionError("instruction-level run in a warm process")
+    executor.Executable.run_steps = refuse
+torch.manual_seed(0)
+model = DecoderBlock(hidden=256, heads=4, kv_heads=2, seq=128).to("neuron")
+x = torch.randn(2, 128, 256).to("neuron")
+compiled = torch.compile(model, backend="neuron", fullgraph=True)
+with torch.no_grad():
+    out = compiled(x)
+(exe,) = compiler.cache._MEMORY.values()
+launch = engine.last_launch()
+print(json.dumps({{"stats": compiler.stats(), "schedule": exe.program.schedule, "device_ns": launch.device_ns,
+                  "hbm": launch.hbm_bytes, "bits": out.cpu().view(torch.int32).sum().item(),
+                  "checksum": float(out.cpu().double().sum())}}))
+"""
+
+
+def test_a_program_from_the_disk_cache_has_its_schedule(tmp_path):
+    """A fresh process that loads the NEFF from disk replays at once: no instruction-level run at all."""
+    env = {"TORCH_NEURONX_NEFF_CACHE_DIR": str(tmp_path), "PYTHONPATH": os.getcwd()}
+    cold = run_python(WARM.format(forbid_instructions=False), **env, NEURON_STATIC_REPLAY="0")
+    assert cold.returncode == 0, cold.stderr[-3000:]
+    cold = json.loads(cold.stdout.strip().splitlines()[-1])
+    warm = run_python(WARM.format(forbid_instructions=True), **env)
+    assert warm.returncode == 0, warm.stderr[-3000:]
+    warm = json.loads(warm.stdout.strip().splitlines()[-1])
+    assert cold["stats"]["compiles"] == 1 and warm["stats"]["cache_hits_by_source"]["disk"] == 1
+    assert warm["schedule"] == cold["schedule"] and warm["schedule"]["instructions"] > 0
+    assert (warm["device_ns"], warm["hbm"], warm["bits"]) == (cold["device_ns"], cold["hbm"], cold["bits"])
+    (path,) = [os.path.join(d, f) for d, _, files in os.walk(tmp_path) for f in files if f.endswith(".neff")]
+    assert neff.read(path).program.schedule == cold["schedule"]
+
+
+def test_a_program_that_refuses_zeros_is_not_replayed(fresh, monkeypatch):
+    """The schedule is recorded on zero inputs; an integer division by them raises (as on CPU), so that
+    program keeps the instruction-level path instead of failing to compile."""
+    def f(x, y):
+        return torch.div(x, y, rounding_mode="floor") + 1
+
+    compiled = torch.compile(f, backend="neuron", fullgraph=True)
+    x = torch.arange(-20, 20, dtype=torch.int32).reshape(4, 10)
+    y = torch.full((4, 10), 3, dtype=torch.int32)
+    out, _, _, _ = _run(compiled, [x.to("neuron"), y.to("neuron")], monkeypatch, fast=False)
+    (exe,) = compiler.cache._MEMORY.values()
+    assert replay.is_static(exe.program) and exe.program.schedule is None
+    assert torch.equal(out.cpu(), torch.div(x, y, rounding_mode="floor") + 1)
+
+
+def test_a_training_step_replays_forward_and_backward(fresh, monkeypatch):
+    """AOTAutograd's backward graph (transposed products, reductions of gradients) replays exactly too."""
+    torch.manual_seed(0)
+    model = DecoderBlock(hidden=128, heads=2, kv_heads=1, seq=64).to("neuron")
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    x = torch.randn(2, 64, 128).to("neuron")
+
+    calls = []
+    original = executor.Executable.run_fast
+    monkeypatch.setattr(executor.Executable, "run_fast",
+                        lambda self, nc, env: calls.append(self.name) or original(self, nc, env))
+
+    def step(fast: bool):
+        monkeypatch.setattr(executor, "STATIC_REPLAY", fast)
+        model.zero_grad(set_to_none=True)
+        engine.reset_stats()
+        compiled(x).square().mean().backward()
+        torch.neuron.synchronize()
+        grads = [_bits(p.grad).clone() for p in model.parameters()]
+        return grads, {k: v for k, v in engine.stats().items() if k.startswith("neff:")}
+
+    slow_grads, slow_stats = step(False)
+    assert not calls
+    fast_grads, fast_stats = step(True)
+    assert len(calls) == 2  # both programs took the fast path
+    assert len(slow_stats) == 2 and slow_stats == fast_stats  # the forward and the backward program
+    assert all(torch.equal(a, b) for a, b in zip(slow_grads, fast_grads))
+    assert all(exe.program.schedule is not None for exe in compiler.cache._MEMORY.values())
+
+
+def test_an_input_laid_out_otherwise_runs_instruction_by_instruction(fresh, monkeypatch):
+    """DMA costs follow strides: a transposed input is not what the schedule was recorded with."""
+    def f(x):
+        return torch.softmax(x * 2 + 1, dim=-1)
+
+    compiled = torch.compile(f, backend="neuron", fullgraph=True)
+    x = torch.randn(64, 48).to("neuron")
+    compiled(x.t())
+    calls = []
+    original = executor.Executable.run_fast
+    monkeypatch.setattr(executor.Executable, "run_fast",
+                        lambda self, nc, env: calls.append(self.name) or original(self, nc, env))
+    monkeypatch.setattr(executor, "STATIC_REPLAY", True)
+    out = compiled(x.t())
+    assert not calls and compiler.cache._MEMORY and all(
+        exe.program.schedule is not None for exe in compiler.cache._MEMORY.values())
+    torch.testing.assert_close(out.cpu(), f(x.cpu().t()))
+    compiled(x.t().contiguous())
+    assert len(calls) == 1
+
+
+def _mm(shape_a, shape_b):
+    return lambda g: (torch.randn(shape_a, generator=g), torch.randn(shape_b, generator=g)), torch.matmul
+
+
+EDGES = {  # tile edges (1, 127, 129, 513) where a wide runner's one tile differs most from the tile loop
+    "mm_1x1x1": _mm((1, 1), (1, 1)),
+    "mm_1x129x513": _mm((1, 129), (129, 513)),
+    "mm_127x1x2": _mm((127, 1), (1, 2)),
+    "mm_129x257x1": _mm((129, 257), (257, 1)),
+    "mm_130x300x514": _mm((130, 300), (300, 514)),
+    "bmm_4x129x130x3": _mm((4, 129, 130), (4, 130, 3)),
+    "sum_dim0": (lambda g: (torch.randn(129, 3, generator=g),), lambda x: x.sum(0) * 3),
+    "mean_long_rows": (lambda g: (torch.randn(2, 1, 5000, generator=g),), lambda x: x.mean(-1, keepdim=True) - x),
+    "amax_middle": (lambda g: (torch.randn(5, 300, 7, generator=g),), lambda x: x.amax(1) + x.sum(1)),
+    "logsumexp": (lambda g: (torch.randn(33, 1025, generator=g),), lambda x: torch.logsumexp(x, -1)),
+    "gelu_tanh_bf16": (lambda g: (torch.randn(129, 513, generator=g).bfloat16(),),
+                       lambda x: nn.functional.gelu(x, approximate="tanh") * torch.tanh(x)),
+    "where_int32": (lambda g: (torch.randint(-5, 5, (127, 9), generator=g, dtype=torch.int32),),
+                    lambda x: torch.where(x > 0, x * 3, -x).sum(-1)),
+}
+
+
+@pytest.mark.parametrize("case", sorted(EDGES))
+def test_tile_edges_match_the_instruction_level_run(case, fresh, monkeypatch):
+    make, f = EDGES[case]
+    xs = [x.to("neuron") for x in make(torch.Generator().manual_seed(2))]
+    compiled = torch.compile(f, backend="neuron", fullgraph=True)
+    slow = _run(compiled, xs, monkeypatch, fast=False)
+    fast = _run(compiled, xs, monkeypatch, fast=True)
+    assert torch.equal(_bits(slow[0]) if slow[0].is_floating_point() else slow[0].cpu(),
+                       _bits(fast[0]) if fast[0].is_floating_point() else fast[0].cpu())
+    assert slow[1:] == fast[1:]
