@@ -298,6 +298,40 @@ class GroupRunner:
 
     # -- reduce groups ------------------------------------------------------------------------
     def _rows(self, nc, loads: dict, stores: dict) -> None:
+        access, out_access, keep = self._row_access(loads, stores)
+        phased = self.chunk < self.cols
+        group_mark = nc.mark()
+        shared = {} if phased else self._hoist(nc, loads, access, keep)
+        if phased:
+            self._phased(nc, access, out_access)
+        else:
+            self._pipelined(nc, access, out_access, shared)
+        nc.release_to(group_mark)
+
+    def epilogue(self, env, rows: int, cols: int, product_slot: int):
+        """This group as a matmul epilogue (compiler/build.py ``attach_epilogues``): a function
+        ``(nc, tile, r0, r1, c0, c1)`` that takes over the store of rows [r0, r1) and columns [c0, c1)
+        of the [rows, cols] product (``tile``, the product's slot) and runs the group's ops on that
+        block, loading its other inputs' blocks and storing its results' blocks. Row groups get whole
+        rows (c0 = 0, c1 = cols); flat groups any block of the product's row-major order."""
+        loads = {slot: env.access(vid) for slot, vid in self.loads.items() if slot != product_slot}
+        stores = {slot: env.access(vid) for slot, vid in self.stores.items()}
+        if self.reduce_dims is None:
+            access = {slot: (Access2D(np.reshape(view, (rows, cols)), 1), False) for slot, view in loads.items()}
+            out_access = {slot: Access2D(np.reshape(array, (rows, cols), copy=False), 1)
+                          for slot, array in stores.items()}
+        else:
+            access, out_access, _ = self._row_access(loads, stores)
+
+        def run(nc, tile, r0: int, r1: int, c0: int, c1: int) -> None:
+            with nc.scope():
+                self._pass(nc, self.ops, r0, r1, c0, c1, access, out_access, {product_slot: tile}, None)
+
+        return run
+
+    def _row_access(self, loads: dict, stores: dict) -> tuple[dict, dict, list[int]]:
+        """Access patterns of a row group's loads and stores as [rows, cols] matrices (a load constant
+        along the columns as a [rows, 1] column), and the kept dims."""
         dims = self.reduce_dims
         keep = [d for d in range(len(self.shape)) if d not in dims]
         perm = keep + list(dims)
@@ -315,14 +349,7 @@ class GroupRunner:
                 out_access[slot] = Access2D(np.reshape(array, (self.rows, 1), copy=False), 1)
             else:
                 out_access[slot] = Access2D(array.transpose(perm), na)
-        phased = self.chunk < self.cols
-        group_mark = nc.mark()
-        shared = {} if phased else self._hoist(nc, loads, access, keep)
-        if phased:
-            self._phased(nc, access, out_access)
-        else:
-            self._pipelined(nc, access, out_access, shared)
-        nc.release_to(group_mark)
+        return access, out_access, keep
 
     def _phased(self, nc, access: dict, out_access: dict) -> None:
         """Rows longer than SBUF holds: full ops and reductions over column chunks (reductions accumulate),

@@ -177,3 +177,78 @@ def test_selection_rewrites_what_it_should():
     (step,) = [s for s in run.executable.program.steps if s["kind"] == "fused"]
     assert sum(op["op"] == "convert" for op in step["ops"]) > 0
     assert not [op for op in groups.GroupRunner(step).ops if op.name == "convert"]
+
+
+# --- matmul epilogues (compiler/build.py attach_epilogues) --------------------------------------------
+
+EPILOGUES = [
+    ("residual", lambda x, w, r: x @ w + r, [(256, 256), (256, 256), (256, 256)], None),
+    ("swiglu", lambda x, w, g: F.silu(g) * (x @ w), [(256, 128), (128, 512), (256, 512)], None),
+    ("rmsnorm", lambda x, w, r, s: (lambda h: h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * s)(
+        (x @ w).view(2, 128, 256) + r), [(256, 256), (256, 256), (2, 128, 256), (256,)], [2]),
+    ("scores_softmax", lambda q, k: torch.softmax(q @ k.transpose(-1, -2) * 0.125, -1),
+     [(4, 128, 64), (4, 128, 64)], [2]),
+]
+
+
+def _without_epilogues(monkeypatch):
+    from device_impl.compiler import build
+
+    monkeypatch.setattr(build, "attach_epilogues", lambda steps, *args: steps)
+    torch._dynamo.reset()
+    compiler.clear_cache()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("name,fn,shapes,reduce_dims", EPILOGUES, ids=[c[0] for c in EPILOGUES])
+def test_a_group_reading_a_matmul_runs_on_its_evacuation_with_the_same_bits(name, fn, shapes, reduce_dims, dtype,
+                                                                            monkeypatch):
+    inputs = _inputs(dtype, *shapes)
+    run = compile_fn(fn, *inputs)
+    program = run.executable.program
+    dots = [s for s in program.steps if s["kind"] == "dot_general"]
+    assert [s.get("epilogue", {}).get("reduce_dims") for s in dots] == [reduce_dims]
+    assert "epilogue" in dots[0] and not [s for s in program.steps if s["kind"] == "fused"]
+    engine.reset_stats()
+    (fused,) = [o.cpu() for o in run([t.to("neuron") for t in inputs])]
+    fused_bytes = sum(s["hbm_bytes"] for s in engine.stats().values())
+    _without_epilogues(monkeypatch)
+    plain, stats = compiled_call(fn, *inputs)
+    np.testing.assert_array_equal(bits(fused), bits(plain))
+    assert fused_bytes < stats["hbm_bytes"]  # the product's HBM round trip is gone
+
+
+def test_small_matmuls_keep_their_group_separate():
+    """Fewer rows than partitions per matrix (Llama's 8 x [32, 32] scores): the group runs alone over
+    all the rows in full tiles, cheaper than per small evacuated block."""
+    q, k = _inputs(torch.float32, (8, 32, 16), (8, 32, 16))
+    run = compile_fn(lambda a, b: torch.softmax(a @ b.transpose(-1, -2), -1), q, k)
+    assert not [s for s in run.executable.program.steps if "epilogue" in s]
+
+
+def test_a_product_that_is_also_returned_is_stored():
+    x, w = _inputs(torch.float32, (256, 256), (256, 256))
+    run = compile_fn(lambda a, b: ((a @ b).t(), torch.relu(a @ b)), x, w)
+    assert not [s for s in run.executable.program.steps if "epilogue" in s]
+    outs = [o.cpu() for o in run([x.to("neuron"), w.to("neuron")])]
+    torch.testing.assert_close(outs[0], (x @ w).t())
+
+
+def test_compiler_stats_report_mfu_and_mbu_per_program():
+    x, w = _inputs(torch.float32, (256, 256), (256, 256))
+    fn = torch.compile(lambda a, b: torch.relu(a @ b), backend="neuron")
+    xd, wd = x.to("neuron"), w.to("neuron")
+    fn(xd, wd)
+    engine.reset_stats()
+    fn(xd, wd)
+    torch.neuron.synchronize()
+    programs = compiler.stats()["programs"]
+    (name,) = programs
+    figures = programs[name]
+    launch = engine.stats()[f"neff:{name}"]
+    assert figures["tensore_flops"] == 2 * 256 ** 3 and figures["launches"] == 1
+    peak = engine.PLATFORM.fp32_tflops * 1e12  # fp32 operands: TensorE's fp32 peak
+    assert figures["mfu"] == pytest.approx(2 * 256 ** 3 / (launch["device_ns"] / 1e9 * peak))
+    assert figures["mbu"] == pytest.approx(launch["hbm_bytes"] / (launch["device_ns"] / 1e9
+                                                                  * engine.PLATFORM.dma_bytes_per_second))
+    assert 0 < figures["mfu"] < 1 and 0 < figures["mbu"] < 1
