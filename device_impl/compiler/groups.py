@@ -25,6 +25,7 @@ import numpy as np
 from device_impl.compiler import lowering
 from device_impl.compiler.ir import Op, TensorType, numpy_dtype
 from device_impl.compiler.memory import GROUP_SBUF_BYTES
+from device_impl.engine.constants import PLATFORM
 from device_impl.engine.dtypes import BF16, FP32, compute_dtype, is_float
 from device_impl.engine.memory import Tile
 from device_impl.kernels.common import P, flat_tiles
@@ -74,6 +75,7 @@ class _Op:
 
 
 _NARROW = frozenset({BF16, np.dtype(np.float16)})
+MAX_IN_FLIGHT = 3  # row blocks a whole-row group keeps in flight (when SBUF holds them)
 # The forms of ``f(scale * x + bias)`` (ScalarE's activation, computed in fp32 with one rounding per step)
 # that give an op's exact result: add/subtract/multiply of a full tile by a per-row value or an immediate
 # (x - r is x + (-r), r - x is -x + r, both exact in IEEE arithmetic), and x * x (``square``).
@@ -245,6 +247,10 @@ class GroupRunner:
         self.free = tiles.get("free", 1)
         self.chunk = tiles.get("chunk", self.cols)
         self.hoist_bytes = GROUP_SBUF_BYTES - tiles.get("sbuf_bytes", GROUP_SBUF_BYTES)
+        # Row blocks in flight (``_pipelined``): one block's tiles and the hoisted rows fit GROUP_SBUF_BYTES,
+        # the plan's half of a partition; each further block takes its ``sbuf_bytes`` from the other half.
+        spare = PLATFORM.sbuf_bytes_per_partition - GROUP_SBUF_BYTES
+        self.in_flight = int(min(MAX_IN_FLIGHT, 1 + spare // max(tiles.get("sbuf_bytes", spare), 1)))
         last: dict[int, int] = {}
         first: dict[int, int] = {}
         for op in self.ops:
@@ -371,25 +377,25 @@ class GroupRunner:
             nc.release_to(mark)
 
     def _pipelined(self, nc, access: dict, out_access: dict, shared: dict) -> None:
-        """Whole-row blocks, two in flight: block i's ops are issued in order, and block i+1's next op
-        goes in ahead of block i's when it would finish before block i's could start (its operands
-        ready, its engine free), so block i+1's loads and reductions fill the engines while block i's
-        last ops wait for their inputs, without delaying them. The memory plan gives one iteration
-        ``GROUP_SBUF_BYTES``, half a partition, so two fit (hoisted rows come out of one's slack)."""
+        """Whole-row blocks, up to ``in_flight`` at once: each block's ops are issued in order, and a
+        newer block's next op goes in ahead of the older ones' when it would finish before theirs could
+        start (operands ready, engine free), so later blocks' loads and reductions fill the engines
+        while earlier blocks' last ops wait for their inputs, without delaying them."""
         blocks = [(r0, min(self.rows, r0 + P)) for r0 in range(0, self.rows, P)]
         running: list[list] = []  # [generator, (start, duration) of its next op], oldest block first
         while blocks or running:
-            while blocks and len(running) < 2:
+            while blocks and len(running) < self.in_flight:
                 r0, r1 = blocks.pop(0)
                 tiles = {slot: t if r1 - r0 == t.partitions else t[0:r1 - r0, :] for slot, t in shared.items()}
                 gen = self._steps(nc, self.ops, r0, r1, 0, self.cols, access, out_access, tiles, None)
                 estimate = next(gen, None)
                 if estimate is not None:
                     running.append([gen, estimate])
-            # the older block's op goes first unless the newer one's fits before it could start
+            # the oldest block's op goes first, unless a newer block's op finishes before it could start
             entry = running[0]
-            if len(running) > 1 and sum(running[1][1]) <= running[0][1][0]:
-                entry = running[1]
+            for other in running[1:]:
+                if sum(other[1]) <= entry[1][0]:
+                    entry = other
             estimate = next(entry[0], None)
             if estimate is None:
                 running.remove(entry)
