@@ -24,7 +24,7 @@ import numpy as np
 
 from device_impl.compiler import lowering
 from device_impl.compiler.ir import Op, TensorType, numpy_dtype
-from device_impl.compiler.memory import GROUP_SBUF_BYTES
+from device_impl.compiler.memory import GROUP_SBUF_BYTES, ROW_TILE_RESERVE
 from device_impl.engine.constants import PLATFORM
 from device_impl.engine.dtypes import BF16, FP32, compute_dtype, is_float
 from device_impl.engine.memory import Tile
@@ -76,6 +76,7 @@ class _Op:
 
 _NARROW = frozenset({BF16, np.dtype(np.float16)})
 MAX_IN_FLIGHT = 3  # row blocks a whole-row group keeps in flight (when SBUF holds them)
+SBUF_MARGIN = 2048  # bytes per partition kept free when deciding how many blocks fit
 # The forms of ``f(scale * x + bias)`` (ScalarE's activation, computed in fp32 with one rounding per step)
 # that give an op's exact result: add/subtract/multiply of a full tile by a per-row value or an immediate
 # (x - r is x + (-r), r - x is -x + r, both exact in IEEE arithmetic), and x * x (``square``).
@@ -247,10 +248,7 @@ class GroupRunner:
         self.free = tiles.get("free", 1)
         self.chunk = tiles.get("chunk", self.cols)
         self.hoist_bytes = GROUP_SBUF_BYTES - tiles.get("sbuf_bytes", GROUP_SBUF_BYTES)
-        # Row blocks in flight (``_pipelined``): one block's tiles and the hoisted rows fit GROUP_SBUF_BYTES,
-        # the plan's half of a partition; each further block takes its ``sbuf_bytes`` from the other half.
-        spare = PLATFORM.sbuf_bytes_per_partition - GROUP_SBUF_BYTES
-        self.in_flight = int(min(MAX_IN_FLIGHT, 1 + spare // max(tiles.get("sbuf_bytes", spare), 1)))
+        self.block_bytes = tiles.get("sbuf_bytes", GROUP_SBUF_BYTES)  # one row block's planned peak
         last: dict[int, int] = {}
         first: dict[int, int] = {}
         for op in self.ops:
@@ -382,9 +380,14 @@ class GroupRunner:
         start (operands ready, engine free), so later blocks' loads and reductions fill the engines
         while earlier blocks' last ops wait for their inputs, without delaying them."""
         blocks = [(r0, min(self.rows, r0 + P)) for r0 in range(0, self.rows, P)]
+        # as many blocks as the partition holds beside the hoisted rows, each at its planned peak plus
+        # room for the [P, 1] tiles instruction selection adds; two at least (the plan halves SBUF for them)
+        hoisted = sum(t.free * t.dtype.itemsize for t in shared.values())
+        room = PLATFORM.sbuf_bytes_per_partition - hoisted - SBUF_MARGIN
+        in_flight = int(min(MAX_IN_FLIGHT, max(2, room // (self.block_bytes + ROW_TILE_RESERVE))))
         running: list[list] = []  # [generator, (start, duration) of its next op], oldest block first
         while blocks or running:
-            while blocks and len(running) < self.in_flight:
+            while blocks and len(running) < in_flight:
                 r0, r1 = blocks.pop(0)
                 tiles = {slot: t if r1 - r0 == t.partitions else t[0:r1 - r0, :] for slot, t in shared.items()}
                 gen = self._steps(nc, self.ops, r0, r1, 0, self.cols, access, out_access, tiles, None)

@@ -130,6 +130,9 @@ def _signed_zero_edges(x, r):
 EXACT = [
     ("layer_norm", _layer_norm, [(3, 130, 257), (257,), (257,)]),
     ("layer_norm_chunked", _layer_norm, [(130, 5000), (5000,), (5000,)]),
+    ("layer_norm_widest_whole_rows", _layer_norm, [(300, 2730), (2730,), (2730,)]),  # blocks in flight near SBUF's size
+    ("rows_many_blocks", lambda x: (x - x.amax(-1, keepdim=True)).exp().sum(-1, keepdim=True) * x + x * x,
+     [(1000, 200)]),  # 8 row blocks, three in flight
     ("rmsnorm", lambda x, w: x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w, [(256, 384), (384,)]),
     ("chain", _chain, [(1 << 16,)]),
     ("gelu_bias", lambda x, b: F.gelu(x + b) - 0.5 * x, [(64, 1024), (1024,)]),
