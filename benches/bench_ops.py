@@ -29,3 +29,23 @@ class OpsDevice(common.TrackSuite):
                                              "TensorE busy time / device time during one call")
     track_hbm_bytes = common.track("hbm_bytes", "bytes", "HBM bytes read and written by one call")
     track_fallback_ops = common.track("fallback_ops", "calls", "aten calls served by the CPU fallback")
+
+
+class OpsCompiledVsEager:
+    """Issue 21: compiled mode must never lose to the hand-written kernels (benches/compiled_vs_eager_ops.py)."""
+
+    param_names = ["case", "dtype"]
+    params = (OPS, common.DTYPE_NAMES)
+    timeout = 60
+    setup_cache = _measure_ops
+
+    def setup(self, results: dict, case: str, dtype: str) -> None:
+        common.lookup(results, (case, "compiled", dtype), "device_seconds")  # skips what cannot run
+
+    def track_compiled_over_eager(self, results: dict, case: str, dtype: str) -> float:
+        """Compiled device time / the better of eager and adaptive eager's (above 1: the compiler loses)."""
+        compiled = common.lookup(results, (case, "compiled", dtype), "device_seconds")
+        return compiled / min(common.lookup(results, (case, mode, dtype), "device_seconds")
+                              for mode in ("eager", "adaptive"))
+
+    track_compiled_over_eager.unit = "ratio"

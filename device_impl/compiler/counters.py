@@ -11,7 +11,12 @@ Counted per process since the last ``reset_stats()``:
   (``shape``: an input's size changed; ``dtype``; ``other``: a guard on something else);
 * ``compile_seconds``: wall time spent compiling (Dynamo graph handed over to program ready);
 * ``fallbacks``: graphs run eagerly because an op has no lowering, ``fallbacks_by_op``;
-* ``executions``: compiled programs run.
+* ``executions``: compiled programs run;
+* ``programs``: per compiled program (by name, as its launch ``neff:<name>`` appears in the engine's
+  statistics and traces), from the engine's statistics since their last reset: ``launches``,
+  ``device_seconds``, ``tensore_flops``, ``hbm_bytes``, ``mfu`` (TensorE flops over the launches'
+  device time at the TensorE peak of the program's matmul dtype: fp32's when any matmul reads fp32)
+  and ``mbu`` (HBM bytes over device time at the DMA bandwidth), issue 21's per-graph roofline figures.
 """
 
 from __future__ import annotations
@@ -38,9 +43,43 @@ _SIGNATURES: dict[Any, list[tuple[str, tuple[int, ...], str]]] = {}
 _SEEN: dict[Any, set] = {}
 
 
+# program name -> True when one of its matmuls reads fp32 (TensorE's fp32 peak applies), recorded when
+# the program is linked (fresh or from the cache)
+_FP32_MATMULS: dict[str, bool] = {}
+
+
+def matmul_linked(program: str, fp32: bool) -> None:
+    """A linked program has a matmul (``fp32``: it reads fp32 operands)."""
+    with _lock:
+        _FP32_MATMULS[program] = _FP32_MATMULS.get(program, False) or fp32
+
+
+def programs() -> dict[str, dict[str, float]]:
+    """MFU and MBU of every compiled program the engine has run since its statistics were reset."""
+    from device_impl import engine
+
+    platform = engine.PLATFORM
+    result: dict[str, dict[str, float]] = {}
+    for kernel, s in engine.stats().items():
+        if not kernel.startswith("neff:"):
+            continue
+        name = kernel[len("neff:"):]
+        seconds = s["device_ns"] / 1e9
+        peak = (platform.fp32_tflops if _FP32_MATMULS.get(name) else platform.bf16_tflops) * 1e12
+        result[name] = {
+            "launches": int(s["launches"]), "device_seconds": seconds, "tensore_flops": int(s["flops"]),
+            "hbm_bytes": int(s["hbm_bytes"]),
+            "mfu": s["flops"] / (seconds * peak) if seconds else 0.0,
+            "mbu": s["hbm_bytes"] / (seconds * platform.dma_bytes_per_second) if seconds else 0.0,
+        }
+    return result
+
+
 def snapshot() -> dict[str, Any]:
     with _lock:
-        return copy.deepcopy(_STATS)
+        stats = copy.deepcopy(_STATS)
+    stats["programs"] = programs()
+    return stats
 
 
 def reset() -> None:

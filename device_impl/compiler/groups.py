@@ -24,7 +24,10 @@ import numpy as np
 
 from device_impl.compiler import lowering
 from device_impl.compiler.ir import Op, TensorType, numpy_dtype
-from device_impl.engine.dtypes import FP32, compute_dtype
+from device_impl.compiler.memory import GROUP_SBUF_BYTES, ROW_TILE_RESERVE
+from device_impl.engine.constants import PLATFORM
+from device_impl.engine.dtypes import BF16, FP32, compute_dtype, is_float
+from device_impl.engine.memory import Tile
 from device_impl.kernels.common import P, flat_tiles
 
 IDENTITY = {"add": 0, "multiply": 1, "logical_or": False, "logical_and": True}
@@ -43,7 +46,7 @@ def _is_identity(alu: str, init: Any, dtype: np.dtype) -> bool:
 
 class _Op:
     __slots__ = ("index", "name", "slot", "args", "op", "in_types", "dtype", "cls", "emit", "alu", "init_combine",
-                 "reduce_dtype", "init")
+                 "reduce_dtype", "init", "scalar_form", "pre", "merged", "accumulate", "accumulated")
 
     def __init__(self, index: int, entry: dict, cls: str):
         self.index = index
@@ -54,6 +57,13 @@ class _Op:
         self.cls = cls
         self.in_types = [TensorType((), d) for d in entry["in_types"]]
         self.op = Op(self.name, (), (), (TensorType((), entry["dtype"]),), entry.get("attrs", {}))
+        # instruction selection (``_select``): how ScalarE could run this op, the affine op folded into this
+        # activation, whether this op was folded into the next, and the reduction this op's pass sums
+        self.scalar_form: str | None = None
+        self.pre: _Op | None = None
+        self.merged = False
+        self.accumulate: _Op | None = None
+        self.accumulated = False
         if self.name == "reduce":
             self.alu = entry["attrs"]["alu"]
             self.init = entry["attrs"]["init"]
@@ -62,6 +72,93 @@ class _Op:
             self.emit = None
         else:
             self.emit = lowering.ELEMENTWISE[self.name]
+
+
+_NARROW = frozenset({BF16, np.dtype(np.float16)})
+MAX_IN_FLIGHT = 3  # row blocks a whole-row group keeps in flight (when SBUF holds them)
+SBUF_MARGIN = 2048  # bytes per partition kept free when deciding how many blocks fit
+# The forms of ``f(scale * x + bias)`` (ScalarE's activation, computed in fp32 with one rounding per step)
+# that give an op's exact result: add/subtract/multiply of a full tile by a per-row value or an immediate
+# (x - r is x + (-r), r - x is -x + r, both exact in IEEE arithmetic), and x * x (``square``).
+AFFINE = frozenset({"add", "subtract", "multiply"})
+
+
+def _select(ops: list[_Op], loads: set[int], stores: set[int], slot_dtype: list[np.dtype]) -> list[_Op]:
+    """Instruction selection over a group's ops, each rewrite keeping every result bit-identical.
+
+    The planner lists StableHLO ops one to one; the eager kernels do better in four ways, and so
+    does this:
+
+    * a widening convert (bf16/fp16 -> fp32) is dropped: its readers compute in fp32 from the narrow
+      tile (widening is exact, and every emitter reads its operands in fp32);
+    * an fp32 op whose only reader is a narrowing convert writes the narrow tile itself: the engines
+      compute in fp32 and round once on store, which is what the convert did;
+    * add/subtract/multiply by a per-row value or an immediate, and x * x, may run on ScalarE as an
+      activation (``scalar_form``), so VectorE and ScalarE share a group's work (the engine is chosen
+      when the op is issued: whichever finishes it first);
+    * such an op with an fp32 result read only by an activation is folded into that activation's
+      scale/bias (the eager softmax's exp(x - max)), and a row sum of an fp32 ScalarE result is the
+      activation's ``accumulate`` output (its sum in the same pass, as the eager kernels take it).
+    """
+    alias: dict[int, int] = {}
+    kept: list[_Op] = []
+    for op in ops:
+        op.args = [("slot", alias.get(x, x)) if kind == "slot" else (kind, x) for kind, x in op.args]
+        src = op.args[0]
+        if (op.name == "convert" and op.dtype == FP32 and src[0] == "slot" and slot_dtype[src[1]] in _NARROW
+                and op.slot not in stores):
+            alias[op.slot] = src[1]
+            continue
+        kept.append(op)
+    ops = kept
+    readers: dict[int, list[_Op]] = {}
+    for op in ops:
+        for kind, x in op.args:
+            if kind == "slot":
+                readers.setdefault(x, []).append(op)
+    producer = {op.slot: op for op in ops}
+    kept = []
+    for op in ops:
+        src = op.args[0]
+        if op.name == "convert" and op.dtype in _NARROW and src[0] == "slot":
+            p = producer.get(src[1])
+            if (p is not None and p.name in lowering.ROUNDS_ONCE and p.dtype == FP32 and src[1] not in stores
+                    and src[1] not in loads and readers.get(src[1]) == [op]):
+                p.slot, p.dtype = op.slot, op.dtype
+                producer[op.slot] = p
+                continue
+        kept.append(op)
+    ops = kept
+    for op in ops:
+        if op.name in AFFINE and is_float(op.dtype) and all(is_float(t.np_dtype) for t in op.in_types):
+            slots = [x for kind, x in op.args if kind == "slot"]
+            if op.name == "multiply" and len(slots) == 2 and slots[0] == slots[1]:
+                op.scalar_form = "square"
+            else:
+                op.scalar_form = "affine"
+        if op.name == "divide" and is_float(op.dtype) and [k for k, _ in op.args] == ["slot", "slot"]:
+            total = producer.get(op.args[1][1])
+            if total is not None and total.name == "reduce" and total.alu == "add" and total.args == op.args[:1]:
+                op.scalar_form = "normalize"  # x / sum(x): softmax's last step, as the eager kernel computes it
+    readers = {}
+    for op in ops:
+        for kind, x in op.args:
+            if kind == "slot":
+                readers.setdefault(x, []).append(op)
+    for i, op in enumerate(ops):
+        if op.scalar_form == "affine" and op.dtype == FP32 and op.slot not in stores:
+            users = readers.get(op.slot, [])
+            if len(users) == 1 and users[0].name in lowering.ACTIVATION_OPS and users[0].pre is None:
+                users[0].pre, op.merged = op, True
+        if op.name == "reduce" and op.alu == "add" and not op.init_combine and op.dtype == FP32 \
+                and op.reduce_dtype == FP32 and op.args[0][0] == "slot":
+            p = producer.get(op.args[0][1])
+            if p is not None and p.dtype == FP32 and p.accumulate is None and not p.merged \
+                    and (p.scalar_form is not None or p.name in lowering.ACTIVATION_OPS):
+                p.accumulate, op.accumulated = op, True
+    for i, op in enumerate(ops):
+        op.index = i
+    return ops
 
 
 class Access2D:
@@ -123,6 +220,17 @@ def _merge_suffix(x: np.ndarray, lo: int, hi: int) -> int:
     return k
 
 
+def _scalar_first(nc, free: int, vector_reads: int, reads: list) -> bool:
+    """Would ScalarE finish an op over ``free`` columns no later than VectorE (reading ``vector_reads`` tiles)?
+    (Both engines' cost rules, from when the operands ``reads`` are ready and each engine is next free:
+    the eager kernels balance the same way.)"""
+    p, free_at = nc.vector.platform, nc.timeline.free
+    ready = max((t.root.ready for t in reads if isinstance(t, Tile)), default=0.0)
+    vector = max(ready, free_at["vector"]) + (p.instruction_overhead_cycles + free * vector_reads) / p.vector_hz * 1e9
+    scalar = max(ready, free_at["scalar"]) + (p.scalar_overhead_cycles + free) / p.scalar_hz * 1e9
+    return scalar <= vector
+
+
 class GroupRunner:
     def __init__(self, step: dict):
         self.step = step
@@ -131,17 +239,20 @@ class GroupRunner:
         slots = step["slots"]
         self.slot_dtype = [numpy_dtype(d) for _, _, d in slots]
         self.slot_cls = [c for _, c, _ in slots]
-        self.ops = [_Op(i, e, slots[e["slot"]][1]) for i, e in enumerate(step["ops"])]
         self.loads = {slot: vid for slot, vid in step["loads"]}
         self.stores = {slot: vid for slot, vid in step["stores"]}
+        ops = [_Op(i, e, slots[e["slot"]][1]) for i, e in enumerate(step["ops"])]
+        self.ops = _select(ops, set(self.loads), set(self.stores), self.slot_dtype)
         self.rows, self.cols = step["rows"], step["cols"]
         tiles = step["tiles"]
         self.free = tiles.get("free", 1)
         self.chunk = tiles.get("chunk", self.cols)
+        self.hoist_bytes = GROUP_SBUF_BYTES - tiles.get("sbuf_bytes", GROUP_SBUF_BYTES)
+        self.block_bytes = tiles.get("sbuf_bytes", GROUP_SBUF_BYTES)  # one row block's planned peak
         last: dict[int, int] = {}
         first: dict[int, int] = {}
         for op in self.ops:
-            for kind, x in op.args:
+            for kind, x in op.args + (op.pre.args if op.pre is not None else []):
                 if kind == "slot":
                     last[x] = op.index
                     if x in self.loads:
@@ -184,26 +295,61 @@ class GroupRunner:
         for start, stop, p, f in ranges or flat_tiles(self.numel, self.free):
             mark = nc.mark()
             tiles: dict[int, Any] = {}
+            pending: dict = {}
             for op in self.ops:
                 for slot in self.loads_at.get(op.index, ()):
                     view = loads[slot]
                     t = nc.sbuf_tile((p, f), view.dtype)
                     nc.dma.load_flat(t, view, start, stop)
                     tiles[slot] = t
-                out = nc.sbuf_tile((p, f), op.dtype)
-                args = [tiles[x] if kind == "slot" else x for kind, x in op.args]
-                inner = nc.mark()
-                op.emit(nc, out, args, op.op, op.in_types)
-                nc.release_to(inner)
+                out = self._compute(nc, op, tiles, pending, None, (p, f))
+                if out is None:
+                    continue  # folded into its reader
                 tiles[op.slot] = out
                 if op.slot in stores:
                     nc.dma.store_flat(stores[op.slot], start, stop, out)
                 for slot in self.release_at.get(op.index, ()):
-                    nc.release(tiles.pop(slot))
+                    if slot in tiles:
+                        nc.release(tiles.pop(slot))
             nc.release_to(mark)
 
     # -- reduce groups ------------------------------------------------------------------------
     def _rows(self, nc, loads: dict, stores: dict, block: int = P) -> None:
+        """``block``: rows per block (P; all of them on compiler.replay's wide core)."""
+        access, out_access, keep = self._row_access(loads, stores)
+        phased = self.chunk < self.cols
+        group_mark = nc.mark()
+        shared = {} if phased else self._hoist(nc, loads, access, keep, block)
+        if phased:
+            self._phased(nc, access, out_access, block)
+        else:
+            self._pipelined(nc, access, out_access, shared, block)
+        nc.release_to(group_mark)
+
+    def epilogue(self, env, rows: int, cols: int, product_slot: int):
+        """This group as a matmul epilogue (compiler/build.py ``attach_epilogues``): a function
+        ``(nc, tile, r0, r1, c0, c1)`` that takes over the store of rows [r0, r1) and columns [c0, c1)
+        of the [rows, cols] product (``tile``, the product's slot) and runs the group's ops on that
+        block, loading its other inputs' blocks and storing its results' blocks. Row groups get whole
+        rows (c0 = 0, c1 = cols); flat groups any block of the product's row-major order."""
+        loads = {slot: env.access(vid) for slot, vid in self.loads.items() if slot != product_slot}
+        stores = {slot: env.access(vid) for slot, vid in self.stores.items()}
+        if self.reduce_dims is None:
+            access = {slot: (Access2D(np.reshape(view, (rows, cols)), 1), False) for slot, view in loads.items()}
+            out_access = {slot: Access2D(np.reshape(array, (rows, cols), copy=False), 1)
+                          for slot, array in stores.items()}
+        else:
+            access, out_access, _ = self._row_access(loads, stores)
+
+        def run(nc, tile, r0: int, r1: int, c0: int, c1: int) -> None:
+            with nc.scope():
+                self._pass(nc, self.ops, r0, r1, c0, c1, access, out_access, {product_slot: tile}, None)
+
+        return run
+
+    def _row_access(self, loads: dict, stores: dict) -> tuple[dict, dict, list[int]]:
+        """Access patterns of a row group's loads and stores as [rows, cols] matrices (a load constant
+        along the columns as a [rows, 1] column), and the kept dims."""
         dims = self.reduce_dims
         keep = [d for d in range(len(self.shape)) if d not in dims]
         perm = keep + list(dims)
@@ -221,25 +367,80 @@ class GroupRunner:
                 out_access[slot] = Access2D(np.reshape(array, (self.rows, 1), copy=False), 1)
             else:
                 out_access[slot] = Access2D(array.transpose(perm), na)
-        phased = self.chunk < self.cols
+        return access, out_access, keep
+
+    def _phased(self, nc, access: dict, out_access: dict, block: int = P) -> None:
+        """Rows longer than SBUF holds: full ops and reductions over column chunks (reductions accumulate),
+        then the per-row ops."""
         for r0 in range(0, self.rows, block):
             r1 = min(self.rows, r0 + block)
             mark = nc.mark()
-            if not phased:
-                self._pass(nc, self.ops, r0, r1, 0, self.cols, access, out_access, {}, None)
-            else:
-                accs = {op.slot: nc.sbuf_tile((r1 - r0, 1), op.reduce_dtype) for op in self.ops if op.name == "reduce"}
-                for c0 in range(0, self.cols, self.chunk):
-                    c1 = min(self.cols, c0 + self.chunk)
-                    inner = nc.mark()
-                    self._pass(nc, [op for op in self.ops if op.cls == "full" or op.name == "reduce"], r0, r1, c0,
-                               c1, access, out_access, accs, c0 == 0)
-                    nc.release_to(inner)
-                tiles = {slot: self._finish_reduce(nc, acc, self._op_of(slot), out_access, r0, r1)
-                         for slot, acc in accs.items()}
-                self._pass(nc, [op for op in self.ops if op.cls == "row" and op.name != "reduce"], r0, r1, 0, 1,
-                           access, out_access, tiles, None)
+            accs = {op.slot: nc.sbuf_tile((r1 - r0, 1), op.reduce_dtype) for op in self.ops if op.name == "reduce"}
+            for c0 in range(0, self.cols, self.chunk):
+                c1 = min(self.cols, c0 + self.chunk)
+                inner = nc.mark()
+                self._pass(nc, [op for op in self.ops if op.cls == "full" or op.name == "reduce"], r0, r1, c0,
+                           c1, access, out_access, accs, c0 == 0)
+                nc.release_to(inner)
+            tiles = {slot: self._finish_reduce(nc, acc, self._op_of(slot), out_access, r0, r1)
+                     for slot, acc in accs.items()}
+            self._pass(nc, [op for op in self.ops if op.cls == "row" and op.name != "reduce"], r0, r1, 0, 1,
+                       access, out_access, tiles, None)
             nc.release_to(mark)
+
+    def _pipelined(self, nc, access: dict, out_access: dict, shared: dict, block: int = P) -> None:
+        """Whole-row blocks, up to ``in_flight`` at once: each block's ops are issued in order, and a
+        newer block's next op goes in ahead of the older ones' when it would finish before theirs could
+        start (operands ready, engine free), so later blocks' loads and reductions fill the engines
+        while earlier blocks' last ops wait for their inputs, without delaying them."""
+        blocks = [(r0, min(self.rows, r0 + block)) for r0 in range(0, self.rows, block)]
+        # as many blocks as the partition holds beside the hoisted rows, each at its planned peak plus
+        # room for the [P, 1] tiles instruction selection adds; two at least (the plan halves SBUF for them)
+        hoisted = sum(t.free * t.dtype.itemsize for t in shared.values())
+        room = PLATFORM.sbuf_bytes_per_partition - hoisted - SBUF_MARGIN
+        in_flight = int(min(MAX_IN_FLIGHT, max(2, room // (self.block_bytes + ROW_TILE_RESERVE))))
+        running: list[list] = []  # [generator, (start, duration) of its next op], oldest block first
+        while blocks or running:
+            while blocks and len(running) < in_flight:
+                r0, r1 = blocks.pop(0)
+                tiles = {slot: t if r1 - r0 == t.partitions else t[0:r1 - r0, :] for slot, t in shared.items()}
+                gen = self._steps(nc, self.ops, r0, r1, 0, self.cols, access, out_access, tiles, None)
+                estimate = next(gen, None)
+                if estimate is not None:
+                    running.append([gen, estimate])
+            # the oldest block's op goes first, unless a newer block's op finishes before it could start
+            entry = running[0]
+            for other in running[1:]:
+                if sum(other[1]) <= entry[1][0]:
+                    entry = other
+            estimate = next(entry[0], None)
+            if estimate is None:
+                running.remove(entry)
+            else:
+                entry[1] = estimate
+
+    def _hoist(self, nc, loads: dict, access: dict, keep: list[int], block: int = P) -> dict:
+        """Loads of values that are the same in every row (a layer norm's weight and bias: broadcast
+        along the kept dims), read from HBM once for the whole group as one [1, C] row and copied to
+        every partition on GpSimdE, as the eager layer norm does, instead of a [P, C] broadcast DMA
+        per row block. Only while the whole rows and these tiles fit the group's SBUF budget."""
+        budget = self.hoist_bytes
+        shared: dict[int, Tile] = {}
+        for slot, view in loads.items():
+            acc2d, column = access[slot]
+            if column or not all(view.strides[d] == 0 or view.shape[d] == 1 for d in keep):
+                continue
+            size = self.cols * self.slot_dtype[slot].itemsize
+            if size > budget:
+                continue
+            budget -= size
+            row = nc.sbuf_tile((1, self.cols), self.slot_dtype[slot])
+            for a0, a1, b0, b1, piece in acc2d.pieces(0, 1, 0, self.cols):
+                nc.dma.load(row if (b0, b1) == (0, self.cols) else row[0:1, b0:b1], piece)
+            full = nc.sbuf_tile((min(block, self.rows), self.cols), self.slot_dtype[slot])
+            nc.gpsimd.partition_broadcast(full, row)
+            shared[slot] = full
+        return shared
 
     def _op_of(self, slot: int) -> _Op:
         return next(op for op in self.ops if op.slot == slot)
@@ -267,15 +468,32 @@ class GroupRunner:
               tiles: dict, first_chunk: bool | None) -> None:
         """One tile iteration over ``ops``. ``first_chunk`` is None for a whole-row pass; else reductions
         accumulate partial results into ``tiles`` (fp32 [P, 1] accumulators)."""
+        for _ in self._steps(nc, ops, r0, r1, c0, c1, access, out_access, tiles, first_chunk):
+            pass
+
+    def _steps(self, nc, ops: list[_Op], r0: int, r1: int, c0: int, c1: int, access: dict, out_access: dict,
+               tiles: dict, first_chunk: bool | None):
+        """``_pass`` as a generator: before issuing each op (after its loads) it yields when the op's
+        operands will be ready, so the caller can interleave two row blocks' instructions (software
+        pipelining: the engines run in order, so block i+1's reductions must be issued while block i's
+        last ops wait, not behind them). Every tile it allocates is released by the end, so
+        interleaved blocks need no shared scope."""
         p, c = r1 - r0, c1 - c0
         local: dict[int, Any] = dict(tiles)
+        pending: dict = {}
+        summed: set[int] = set()  # reductions an activation's ``accumulate`` already produced
         for op in ops:
             for slot in self.loads_at.get(op.index, ()):
-                local[slot] = self._load(nc, slot, access, r0, r1, c0, c1)
-            args = [local[x] if kind == "slot" else x for kind, x in op.args]
-            if op.name == "reduce":
-                src = args[0]
-                if src.free < c:  # a value constant along the columns: widen before reducing
+                if slot not in local:
+                    local[slot] = self._load(nc, slot, access, r0, r1, c0, c1)
+            yield self._estimate(nc, op, local, c)
+            if op.name == "reduce" and op.slot in summed:
+                if op.slot in out_access:
+                    self._store(nc, local[op.slot], op.slot, out_access, r0, r1, 0, 1)
+            elif op.name == "reduce":
+                src = local[op.args[0][1]]
+                wide = src.free < c
+                if wide:  # a value constant along the columns: widen before reducing
                     src = lowering.widen(nc, src, (p, c))
                 if first_chunk is None:
                     out = nc.sbuf_tile((p, 1), op.dtype)
@@ -283,6 +501,7 @@ class GroupRunner:
                         part = nc.sbuf_tile((p, 1), op.reduce_dtype)
                         nc.vector.tensor_reduce(part, src, op.alu, dtype=op.reduce_dtype)
                         nc.vector.tensor_scalar(out, part, op.alu, op.init, dtype=op.reduce_dtype)
+                        nc.release(part)
                     else:
                         nc.vector.tensor_reduce(out, src, op.alu, dtype=op.reduce_dtype)
                     local[op.slot] = out
@@ -296,21 +515,137 @@ class GroupRunner:
                         nc.vector.tensor_reduce(part, src, op.alu, dtype=op.reduce_dtype)
                         nc.vector.tensor_tensor(tiles[op.slot], tiles[op.slot], part, op.alu, dtype=op.reduce_dtype)
                         nc.release(part)
+                if wide:
+                    nc.release(src)
             else:
                 shape = (p, c) if op.cls == "full" else (p, 1)
-                out = nc.sbuf_tile(shape, op.dtype)
-                inner = nc.mark()
-                op.emit(nc, out, args, op.op, op.in_types)
-                nc.release_to(inner)
-                local[op.slot] = out
-                if op.slot in out_access:
-                    if op.cls == "full":
-                        self._store(nc, out, op.slot, out_access, r0, r1, c0, c1)
-                    else:
-                        self._store(nc, out, op.slot, out_access, r0, r1, 0, 1)
+                out = self._compute(nc, op, local, pending, summed if first_chunk is None else None, shape)
+                if out is not None:
+                    local[op.slot] = out
+                    if op.slot in out_access:
+                        if op.cls == "full":
+                            self._store(nc, out, op.slot, out_access, r0, r1, c0, c1)
+                        else:
+                            self._store(nc, out, op.slot, out_access, r0, r1, 0, 1)
             for slot in self.release_at.get(op.index, ()):
                 if slot not in tiles and slot in local:
                     nc.release(local.pop(slot))
+        for slot, t in local.items():
+            if slot not in tiles:
+                nc.release(t)
+        for t in pending.values():
+            if isinstance(t, Tile):
+                nc.release(t)
+
+    @staticmethod
+    def _estimate(nc, op: _Op, local: dict, cols: int) -> tuple[float, float]:
+        """(When ``op`` could start: its operands ready and its engine free; about how long it takes)."""
+        ready = max((local[x].root.ready for kind, x in op.args + (op.pre.args if op.pre else [])
+                     if kind == "slot" and x in local), default=0.0)
+        free = nc.timeline.free
+        if op.name == "reduce" or (op.scalar_form is None and op.name not in lowering.ACTIVATION_OPS):
+            engine_free = free["vector"]
+        elif op.scalar_form is None or op.pre is not None:
+            engine_free = free["scalar"]
+        else:
+            engine_free = min(free["vector"], free["scalar"])
+        p = nc.vector.platform
+        width = cols if op.cls == "full" or op.name == "reduce" else 1
+        return max(ready, engine_free), (p.instruction_overhead_cycles + width) / p.vector_hz * 1e9
+
+    def _compute(self, nc, op: _Op, local: dict, pending: dict, summed: set[int] | None, shape: tuple[int, int]):
+        """Issue one elementwise op (``_select`` says how); its result tile, or None when it was folded
+        into its reader (``pending`` then holds its activation operands for that reader).
+
+        ``summed``: the reductions this pass may take from an activation's ``accumulate`` output (None
+        when reductions accumulate over column chunks instead)."""
+        if op.pre is not None and op.pre.slot in pending:
+            x, scale, bias = pending.pop(op.pre.slot)
+            out = nc.sbuf_tile(shape, op.dtype)
+            nc.scalar.activation(out, x, lowering.activation_function(op.name), scale=scale, bias=bias,
+                                 accumulate=self._accumulator(nc, op, local, summed, shape))
+            return out
+        args = [local[x] if kind == "slot" else x for kind, x in op.args]
+        if op.scalar_form is not None:
+            form = self._scalar_operands(nc, op, args, shape, pending)
+            if form is not None:
+                if op.merged:
+                    pending[op.slot] = form
+                    return None
+                acc = self._accumulator(nc, op, local, summed, shape)
+                tiles_read = 2 if op.scalar_form == "square" or isinstance(args[0], Tile) == isinstance(args[1], Tile) \
+                    else 1
+                if acc is not None or _scalar_first(nc, shape[1], tiles_read, [form[0], form[1], form[2]]):
+                    out = nc.sbuf_tile(shape, op.dtype)
+                    nc.scalar.activation(out, form[0], "square" if op.scalar_form == "square" else "identity",
+                                         scale=form[1], bias=form[2], accumulate=acc)
+                    return out
+                if op.scalar_form == "normalize":
+                    out = nc.sbuf_tile(shape, op.dtype)
+                    nc.vector.tensor_tensor(out, form[0], form[1], "multiply", dtype=FP32)
+                    return out
+        out = nc.sbuf_tile(shape, op.dtype)
+        acc = self._accumulator(nc, op, local, summed, shape) if op.name in lowering.ACTIVATION_OPS else None
+        if acc is not None:
+            nc.scalar.activation(out, args[0], lowering.activation_function(op.name), accumulate=acc)
+            return out
+        inner = nc.mark()
+        op.emit(nc, out, args, op.op, op.in_types)
+        nc.release_to(inner)
+        return out
+
+    @staticmethod
+    def _accumulator(nc, op: _Op, local: dict, summed: set[int] | None, shape: tuple[int, int]):
+        """The [P, 1] fp32 tile where the activation issuing ``op`` writes the row sum ``op.accumulate`` wants."""
+        if op.accumulate is None or summed is None:
+            return None
+        acc = nc.sbuf_tile((shape[0], 1), FP32)
+        local[op.accumulate.slot] = acc
+        summed.add(op.accumulate.slot)
+        return acc
+
+    @staticmethod
+    def _scalar_operands(nc, op: _Op, args: list, shape: tuple[int, int], pending: dict):
+        """(x, scale, bias) with activation(x, scale, bias) == op(args) bit for bit, or None when this
+        op's operands have no such form (two full tiles, or a zero bias the activation would skip)."""
+        if op.scalar_form == "square":
+            return (args[0], 1.0, 0.0) if args[0].shape == shape else None
+        if op.scalar_form == "normalize":
+            key = ("reciprocal", op.args[1][1])
+            if key not in pending:
+                pending[key] = nc.sbuf_tile(args[1].shape, FP32)
+                nc.vector.tensor_unary(pending[key], args[1], "reciprocal", dtype=FP32)
+            return args[0], pending[key], 0.0
+        (a, b), (_, slot_a), (_, slot_b) = args, *op.args
+
+        def per_row(t) -> bool:
+            return not isinstance(t, Tile) or t.shape == (shape[0], 1)
+
+        if isinstance(a, Tile) and a.shape == shape and per_row(b):
+            x, other, other_slot, x_first = a, b, slot_b, True
+        elif isinstance(b, Tile) and b.shape == shape and per_row(a):
+            x, other, other_slot, x_first = b, a, slot_a, False
+        else:
+            return None
+        if op.name == "multiply":
+            return x, other, 0.0
+        scale = 1.0
+        if op.name == "add" or not x_first:
+            bias = other
+            if op.name == "subtract":  # other - x
+                scale = -1.0
+        elif isinstance(other, Tile):  # x - other: x + (-other)
+            key = ("neg", other_slot)
+            if key not in pending:
+                neg = nc.sbuf_tile(other.shape, FP32)
+                nc.vector.tensor_scalar(neg, other, "multiply", -1.0, dtype=FP32)
+                pending[key] = neg
+            bias = pending[key]
+        else:
+            bias = -np.float32(other)
+        if not isinstance(bias, Tile) and np.float32(bias) == 0 and not np.signbit(np.float32(bias)):
+            return None  # x + 0.0 turns -0.0 into +0.0; the activation skips a zero bias
+        return x, scale, bias
 
     def _finish_reduce(self, nc, acc, op: _Op, out_access: dict, r0: int, r1: int):
         out = nc.sbuf_tile((acc.partitions, 1), op.dtype)

@@ -187,6 +187,17 @@ def _emit_clamp(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -
     _binary("minimum" if _is_tile(high) else "clamp_max", nc, out, out, high, compute)
 
 
+# Ops whose emitter computes in fp32 and rounds once, when it stores the result tile: writing a narrower
+# tile directly gives what a following narrowing convert would (groups._select relies on it). Converts
+# (int -> fp32 -> bf16 would round twice) and clamp (it stores twice) are not among them.
+ROUNDS_ONCE = frozenset({*_BINARY, *_UNARY, *_ACTIVATION, "select"})
+ACTIVATION_OPS = frozenset(_ACTIVATION)
+
+
+def activation_function(name: str) -> str:
+    """ScalarE's activation-table function of a StableHLO activation op."""
+    return _ACTIVATION[name]
+
 ELEMENTWISE: dict[str, Callable] = {
     **{name: _emit_binary for name in (*_BINARY, "and", "or", "xor")},
     **{name: _emit_unary for name in (*_UNARY, "not")},

@@ -95,6 +95,9 @@ def step_reads(step: dict[str, Any]) -> list[int]:
     kind = step["kind"]
     if kind == "fused":
         return [vid for _, vid in step["loads"]]
+    if "epilogue" in step:  # a dot_general whose product a fused group consumes on its evacuation
+        tail = step["epilogue"]
+        return list(step["operands"]) + [vid for slot, vid in tail["loads"] if slot != tail["product_slot"]]
     if kind == "copy":
         return [step["src"]]
     if kind == "fill":
@@ -106,6 +109,8 @@ def step_writes(step: dict[str, Any]) -> list[int]:
     kind = step["kind"]
     if kind == "fused":
         return [vid for _, vid in step["stores"]]
+    if "epilogue" in step:  # the product itself never reaches HBM
+        return [vid for _, vid in step["epilogue"]["stores"]]
     if kind in ("copy", "fill"):
         return [step["result"]] if "result" in step else []
     return list(step["results"])
