@@ -251,7 +251,9 @@ def fast_runners(program: Program, runners: list) -> list[tuple[bool, Callable[[
     plan = []
     for step, runner in zip(program.steps, runners):
         kind = step["kind"]
-        if STEP_KINDS.get(kind) == "wide":
+        # a product with an epilogue (build.attach_epilogues) runs its tile program: the wide product
+        # would skip the fused group that takes over its evacuation
+        if STEP_KINDS.get(kind) == "wide" and "epilogue" not in step:
             plan.append((True, WIDE[kind](step, program, runner)))
         else:
             plan.append((False, runner))
