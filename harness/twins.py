@@ -381,11 +381,38 @@ def check_twin(twin: Twin, call: Call, judge: Callable[[Any, Any], cmp.Compariso
     actual, expected = _written(twin, d_args, d_result, d_outs), _written(twin, c_args, c_result, c_outs)
     if twin.kind in ("out", "inplace", "functional") and call.result is not None and \
             _bit_equal(actual, call.result):
-        return cmp.Comparison(True, criterion="twin: bit-identical to the device's own call")
-    judged = judge(actual, _host(expected))
-    if not judged.ok:
-        judged.message = f"{where}: {judged.message}"
+        judged = cmp.Comparison(True, criterion="twin: bit-identical to the device's own call")
+    else:
+        judged = judge(actual, _host(expected))
+        if not judged.ok:
+            judged.message = f"{where}: {judged.message}"
+    if judged.ok and d_outs:
+        judged = judged.merge(_out_on_host(twin, call, where))
     return judged
+
+
+def _out_on_host(twin: Twin, call: Call, where: str) -> cmp.Comparison:
+    """PyTorch's test_out wrong-device rule for an out= twin: the device's inputs with CPU out tensors must raise
+    RuntimeError ("Expected out tensor to have device ...") and leave those tensors unwritten."""
+    built = _arguments(twin, call, True)
+    if built is None:
+        return cmp.Comparison(True)
+    args, kwargs, outs = built
+    host = {a.name: torch.full((1,), 7, dtype=o.dtype) for a, o in
+            zip([a for a in twin.overload._schema.arguments if a.is_out], outs)}
+    kwargs.update(host)
+    before = {name: t.clone() for name, t in host.items()}
+    _, error = _run(twin.overload, args, kwargs)
+    written = any(t.shape != before[name].shape or not torch.equal(t, before[name]) for name, t in host.items())
+    if error is None:
+        return cmp.Comparison(False, f"{where}: out= on cpu for inputs on the device did not raise (PyTorch raises "
+                                     f"RuntimeError: Expected out tensor to have device ...)"
+                                     + ("; the CPU out tensor was written" if written else ""), criterion="twin")
+    if not isinstance(error, RuntimeError) or written:
+        return cmp.Comparison(False, f"{where}: out= on cpu for inputs on the device raised {type(error).__name__}: "
+                                     f"{str(error)[:160]}" + ("; the CPU out tensor was written" if written else "")
+                                     + "; PyTorch raises RuntimeError before writing", criterion="twin")
+    return cmp.Comparison(True)
 
 
 def record(run: Callable[[], Any], device: str) -> list[Call]:
