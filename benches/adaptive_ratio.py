@@ -13,12 +13,7 @@ are engine launches per call. Adaptive's result is checked bit for bit against e
 
 from __future__ import annotations
 
-import os
-
-# The simulator's matmuls are numpy's, on OpenBLAS: one thread, for the reason CPU eager gets one
-# below. On two shared cores, two busy-waiting BLAS threads made one decoder-block call swing
-# between 0.07 and 1.4 s from run to run. (Read when numpy loads, so set before torch is imported.)
-os.environ.setdefault("OPENBLAS_NUM_THREADS", os.environ.get("NEURONSIM_BENCH_THREADS", "1"))
+import threads  # noqa: F401  (one BLAS thread for the simulator: before torch loads numpy)
 
 import argparse  # noqa: E402
 import sys  # noqa: E402
@@ -87,9 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:
         parser.error(f"unknown case(s) {unknown}; choose from {sorted(CASES)}")
-    # CPU eager on one thread, as benches/modes.py does (NEURONSIM_BENCH_THREADS overrides): the simulator
-    # computes on one thread, and a two-thread CPU kernel on two shared cores swings with the load.
-    torch.set_num_threads(int(os.environ.get("NEURONSIM_BENCH_THREADS", "1")))
+    threads.pin_torch()
     warnings.filterwarnings("ignore", message="Operator '.*' executed via CPU fallback")
     dtype = getattr(torch, args.dtype)
     header = (f"{'case':24s} {'cpu eager':>10s} {'eager':>10s} {'adaptive':>10s} {'wall a/e':>9s} "

@@ -21,6 +21,8 @@ The NEFF cache lives in a temporary directory, so "cold" is cold.
 
 from __future__ import annotations
 
+import threads  # noqa: F401  (one BLAS thread for the simulator: before torch loads numpy)
+
 import argparse
 import json
 import os
@@ -93,6 +95,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--case", nargs="+", default=list(DEFAULT), choices=sorted(CASES))
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
+    threads.pin_torch()
     warnings.filterwarnings("ignore", message="Operator '.*' executed via CPU fallback")
     met = [report(CASES[name], name, args.repeats) for name in args.case]
     if not all(met):

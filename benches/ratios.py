@@ -8,6 +8,8 @@ device column is the simulated NeuronCore time of the same call.
 
 from __future__ import annotations
 
+import threads  # noqa: F401  (one BLAS thread for the simulator: before torch loads numpy)
+
 import argparse
 import sys
 import warnings
@@ -27,6 +29,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args(argv)
+    threads.pin_torch()
     dtype = getattr(torch, args.dtype)
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:

@@ -1,0 +1,22 @@
+"""One thread for the one-run ratio scripts (``ratios.py``, ``compiled_ratio.py``, ``adaptive_ratio.py``):
+the simulator's BLAS (numpy's OpenBLAS, read when numpy loads, so this module is imported before torch) and
+CPU eager, as ``benches/modes.py`` does for asv and pytest-benchmark.
+
+The simulator computes on one thread; on two shared cores, two busy-waiting OpenBLAS threads made one
+compiled decoder-block forward swing between 20 and 370 ms from run to run (issue 21), and a two-thread
+CPU kernel swings with the load too. ``NEURONSIM_BENCH_THREADS`` overrides both.
+"""
+
+from __future__ import annotations
+
+import os
+
+THREADS = int(os.environ.get("NEURONSIM_BENCH_THREADS", "1"))
+os.environ.setdefault("OPENBLAS_NUM_THREADS", str(THREADS))
+
+
+def pin_torch() -> None:
+    """CPU eager on ``THREADS`` threads (call after torch is imported)."""
+    import torch
+
+    torch.set_num_threads(THREADS)
