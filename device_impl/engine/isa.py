@@ -249,12 +249,18 @@ class DMA(_Engine):
 
     name = "dma"
 
+    def __init__(self, platform: Platform, timeline: Timeline):
+        super().__init__(platform, timeline)
+        # The cost model's constants, read once (dma_bytes_per_second is a computed property).
+        self._descriptor_bytes = platform.dma_descriptor_bytes
+        self._bytes_per_second = platform.dma_bytes_per_second
+        self._latency_ns = platform.dma_issue_ns + platform.dma_latency_ns
+
     def _schedule(self, what: str, nbytes: int, runs: int, reads=(), writes=()) -> None:
         # Bandwidth is shared by the 16 queues: the transfer (with per-run descriptor overhead)
         # occupies it; issuing on a queue and completion latency overlap other queues' transfers.
-        p = self.platform
-        cost = (nbytes + runs * p.dma_descriptor_bytes) / p.dma_bytes_per_second * 1e9
-        self.timeline.schedule("dma", what, cost, reads, writes, latency_ns=p.dma_issue_ns + p.dma_latency_ns)
+        cost = (nbytes + runs * self._descriptor_bytes) / self._bytes_per_second * 1e9
+        self.timeline.schedule("dma", what, cost, reads, writes, latency_ns=self._latency_ns)
 
     def load(self, dst: Tile, src: np.ndarray) -> None:
         """HBM -> SBUF. ``src`` is any strided view with dst's element count, read in row-major order."""
@@ -281,31 +287,44 @@ class DMA(_Engine):
     def load_flat(self, dst: Tile, src: np.ndarray, start: int, stop: int) -> None:
         """HBM -> SBUF of elements [start, stop) of ``src`` in row-major order (any strides)."""
         n = stop - start
-        if n != dst.data.size or dst.root is not dst:
+        data = dst.data
+        if n != data.size or dst.root is not dst:
             raise EngineError(f"flat dma of {n} elements into tile {dst.shape}")
-        if src.dtype != dst.dtype:
+        if src.dtype != data.dtype:
             raise EngineError(f"dma moves bytes: source {src.dtype} and tile {dst.dtype} differ; cast on an engine")
-        flat = dst.write_target().reshape(-1)
-        flat[...] = src.reshape(-1)[start:stop] if src.flags.c_contiguous else src.flat[start:stop]
+        dst.initialized = True  # a root tile, written whole (write_target's bookkeeping, inlined)
+        if src.flags.c_contiguous:
+            data.reshape(-1)[...] = src.reshape(-1)[start:stop]
+            runs = 1
+        else:
+            data.reshape(-1)[...] = src.flat[start:stop]
+            runs = _runs_in_range(src, n)
         nbytes = n * src.itemsize
-        self.timeline.hbm_read += nbytes
-        self._schedule("dma_load", nbytes, _runs_in_range(src, n), writes=(dst,))
+        timeline = self.timeline
+        timeline.hbm_read += nbytes
+        timeline.schedule("dma", "dma_load", (nbytes + runs * self._descriptor_bytes) / self._bytes_per_second * 1e9,
+                          (), (dst,), self._latency_ns)
 
     def store_flat(self, dst: np.ndarray, start: int, stop: int, src: Tile) -> None:
         """SBUF -> HBM into elements [start, stop) of ``dst`` in row-major order (any strides)."""
         n = stop - start
-        if n != src.data.size or src.root is not src:
+        data = src.data
+        if n != data.size or src.root is not src:
             raise EngineError(f"flat dma of tile {src.shape} into {n} elements")
-        if src.dtype != dst.dtype:
+        if data.dtype != dst.dtype:
             raise EngineError(f"dma moves bytes: tile {src.dtype} and destination {dst.dtype} differ")
         values = src.read().reshape(-1)
         if dst.flags.c_contiguous:
             dst.reshape(-1)[start:stop] = values
+            runs = 1
         else:
             dst.flat[start:stop] = values
+            runs = _runs_in_range(dst, n)
         nbytes = n * dst.itemsize
-        self.timeline.hbm_write += nbytes
-        self._schedule("dma_store", nbytes, _runs_in_range(dst, n), reads=(src,))
+        timeline = self.timeline
+        timeline.hbm_write += nbytes
+        timeline.schedule("dma", "dma_store", (nbytes + runs * self._descriptor_bytes) / self._bytes_per_second * 1e9,
+                          (src,), (), self._latency_ns)
 
     def load_rows(self, dst: Tile, table: np.ndarray, rows: Tile) -> None:
         """Indirect DMA gather: dst[p] = table[rows[p, 0]] for a 2-D HBM table (embedding lookups)."""
@@ -409,6 +428,29 @@ class TensorE(_Engine):
         self.timeline.schedule("tensor", "transpose", cycles / p.tensor_hz * 1e9, (src,), (out,))
 
 
+# (function, compute dtype) -> the dtype a numpy ufunc computes for two operands of that dtype, or None where
+# the function is not a ufunc (composites like _floor_divide). NEP 50: a result dtype depends on the operand
+# dtypes only, so one probe per pair answers every later call.
+_UFUNC_RESULT: dict[tuple[Callable, np.dtype], np.dtype | None] = {}
+
+
+def _ufunc_result(fn: Callable, compute: np.dtype, nin: int) -> np.dtype | None:
+    key = (fn, compute)
+    try:
+        return _UFUNC_RESULT[key]
+    except KeyError:
+        pass
+    result = None
+    if isinstance(fn, np.ufunc) and fn.nin == nin and fn.nout == 1:
+        try:
+            with np.errstate(all="ignore"):
+                result = fn(*([np.zeros(1, dtype=compute)] * nin)).dtype
+        except TypeError:  # no loop for the dtype: the ordinary path raises the ordinary error
+            result = None
+    _UFUNC_RESULT[key] = result
+    return result
+
+
 class VectorE(_Engine):
     name = "vector"
 
@@ -418,11 +460,20 @@ class VectorE(_Engine):
         self.timeline.schedule("vector", what, cycles / p.vector_hz * 1e9, reads, writes)
 
     def tensor_tensor(self, out: Tile, a: Tile, b: Tile, op: str, dtype: np.dtype | None = None) -> None:
-        """out = a <op> b elementwise; b may be [P, 1] (a per-partition scalar)."""
+        """out = a <op> b elementwise; b may be [P, 1] (a per-partition scalar).
+
+        A ufunc whose result has out's dtype and shape writes straight into the tile (``out=``): the same
+        bits as computing a temporary and copying it, without the temporary."""
         fn = ALU_BINARY[op]
         compute = np.dtype(dtype) if dtype is not None else _common_compute(a, b)
-        result = fn(_operand(a, compute), _operand(b, compute))
-        _store(out, result)
+        x = _operand(a, compute)
+        y = _operand(b, compute)
+        target = out.write_target()
+        if (target.shape == x.shape and (y.shape == x.shape or y.shape == (x.shape[0], 1))
+                and _ufunc_result(fn, compute, 2) == target.dtype):
+            fn(x, y, out=target)
+        else:
+            target[...] = fn(x, y)
         self._schedule(op, out.free, 2, (a, b), (out,))
 
     def tensor_scalar(self, out: Tile, a: Tile, op: str, scalar, reverse: bool = False,
@@ -432,15 +483,25 @@ class VectorE(_Engine):
         compute = np.dtype(dtype) if dtype is not None else compute_dtype(a.dtype)
         x = _operand(a, compute)
         s = np.asarray(scalar).astype(compute)
-        result = fn(s, x) if reverse else fn(x, s)
-        _store(out, result)
+        target = out.write_target()
+        if target.shape == x.shape and _ufunc_result(fn, compute, 2) == target.dtype:
+            if reverse:
+                fn(s, x, out=target)
+            else:
+                fn(x, s, out=target)
+        else:
+            target[...] = fn(s, x) if reverse else fn(x, s)
         self._schedule(op, out.free, 1, (a,), (out,))
 
     def tensor_unary(self, out: Tile, a: Tile, op: str, dtype: np.dtype | None = None) -> None:
         fn = ALU_UNARY[op]
         compute = np.dtype(dtype) if dtype is not None else compute_dtype(a.dtype)
-        result = fn(_operand(a, compute))
-        _store(out, result)
+        x = _operand(a, compute)
+        target = out.write_target()
+        if target.shape == x.shape and _ufunc_result(fn, compute, 1) == target.dtype:
+            fn(x, out=target)
+        else:
+            target[...] = fn(x)
         self._schedule(op, out.free, 1, (a,), (out,))
 
     def tensor_copy(self, out: Tile, a: Tile) -> None:

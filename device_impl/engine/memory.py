@@ -27,18 +27,25 @@ class EngineError(RuntimeError):
 
 
 class Tile:
-    __slots__ = ("data", "space", "name", "root", "ready", "last_use", "available", "initialized", "nbytes")
+    __slots__ = ("data", "space", "_name", "root", "ready", "last_use", "available", "initialized", "nbytes")
 
     def __init__(self, data: np.ndarray, space: str, name: str, root: "Tile | None" = None):
         self.data = data
         self.space = space
-        self.name = name
+        self._name = name
         self.root = self if root is None else root
         self.ready = 0.0
         self.last_use = 0.0
         self.available = 0.0
         self.initialized = False
         self.nbytes = 0
+
+    @property
+    def name(self) -> str:
+        """The kernel's name for the tile, or ``sbuf<n>`` for an unnamed one (built when asked: only
+        error messages and reprs read it, and formatting it for every tile cost ~0.2 us a tile)."""
+        name = self._name
+        return name if isinstance(name, str) else f"{self.space}{name}"
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -84,6 +91,11 @@ class Tile:
         return f"Tile({self.name}, {self.space}, {self.shape}, {self.dtype})"
 
 
+# Bytes per element by the dtype argument kernels pass (np.dtype, numpy scalar type or name): np.dtype()
+# of a cached key is skipped, which was a tenth of a small tile's allocation.
+_ITEMSIZE: dict = {}
+
+
 class MemoryPool:
     """Per-partition byte budget of SBUF or PSUM for one kernel launch.
 
@@ -112,31 +124,40 @@ class MemoryPool:
             raise EngineError(f"{self.space} tile {name or shape} has {p} partitions; the core has {self.partitions}")
         if f <= 0:
             raise EngineError(f"{self.space} tile {name or shape} has an empty free dimension")
-        nbytes = f * np.dtype(dtype).itemsize
+        itemsize = _ITEMSIZE.get(dtype)
+        if itemsize is None:
+            itemsize = _ITEMSIZE[dtype] = np.dtype(dtype).itemsize
+        nbytes = f * itemsize
         if self.max_tile_bytes is not None and nbytes > self.max_tile_bytes:
             raise EngineError(f"{self.space} tile {name or shape} needs {nbytes} B per partition; a bank holds "
                               f"{self.max_tile_bytes} B")
-        if self.used + nbytes > self.capacity:
+        used = self.used + nbytes
+        if used > self.capacity:
             raise EngineError(f"{self.space} overflow allocating {name or shape} ({nbytes} B per partition): "
                               f"{self.used} of {self.capacity} B per partition already in use")
-        self.used += nbytes
-        if self.used > self.peak:
-            self.peak = self.used
+        self.used = used
+        if used > self.peak:
+            self.peak = used
         available = 0.0
-        need = nbytes
-        take = need if need < self.fresh else self.fresh
-        self.fresh -= take
-        need -= take
-        while need > 0:
-            entry = self.released[0]
-            used = min(need, entry[0])
-            available = max(available, entry[1])
-            entry[0] -= used
-            need -= used
-            if entry[0] == 0:
-                self.released.popleft()
+        fresh = self.fresh
+        if nbytes <= fresh:  # never-used memory covers it (every tile of a small launch)
+            self.fresh = fresh - nbytes
+        else:
+            self.fresh = 0
+            need = nbytes - fresh
+            released = self.released
+            while need > 0:
+                entry = released[0]
+                size = entry[0]
+                used = need if need < size else size
+                if entry[1] > available:
+                    available = entry[1]
+                entry[0] = size - used
+                need -= used
+                if entry[0] == 0:
+                    released.popleft()
         self.count += 1
-        tile = Tile(np.empty(shape, dtype=dtype), self.space, name or f"{self.space}{self.count}")
+        tile = Tile(np.empty(shape, dtype=dtype), self.space, name or self.count)
         tile.available = available
         tile.nbytes = nbytes
         return tile
