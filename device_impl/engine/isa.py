@@ -569,24 +569,40 @@ class ScalarE(_Engine):
         With ``accumulate`` ([P, 1]), the row sums of out are written there in the same pass."""
         fn = ACTIVATIONS[func]
         x = _operand(a, FP32)
+        own = x is not a.data  # x is a temporary of this instruction: scale and bias may update it in place
         reads = [a]
         if isinstance(scale, Tile):
             reads.append(scale)
-            x = x * _operand(scale, FP32)
+            x = _affine(np.multiply, x, _operand(scale, FP32), own)
+            own = True
         elif scale != 1.0:
-            x = x * np.float32(scale)
+            x = _affine(np.multiply, x, np.float32(scale), own)
+            own = True
         if isinstance(bias, Tile):
             reads.append(bias)
-            x = x + _operand(bias, FP32)
+            x = _affine(np.add, x, _operand(bias, FP32), own)
         elif bias != 0.0:
-            x = x + np.float32(bias)
+            x = _affine(np.add, x, np.float32(bias), own)
+        target = out.write_target()
+        into = target.dtype == FP32 and target.shape == x.shape and target.flags.c_contiguous
         native = FP32_NATIVE.get(func)
         if native is not None:  # see FP32_NATIVE: within a few ULP of correctly rounded
             with np.errstate(all="ignore"):
-                y = np.asarray(native(x), dtype=FP32)
+                direct = _FP32_INTO.get(func) if into else None
+                if direct is not None:
+                    direct(x, target)  # the same bits native(x) computes, without the temporary
+                    y = target
+                else:
+                    y = np.asarray(native(x), dtype=FP32)
+                    target[...] = y
         else:  # evaluated as if correctly rounded to fp32 (in float64, then rounded once)
-            y = np.asarray(fn(x.astype(np.float64)), dtype=np.float64).astype(FP32)
-        _store(out, y)
+            wide = np.asarray(fn(x.astype(np.float64)), dtype=np.float64)
+            if into:
+                target[...] = wide  # the float64 -> float32 cast astype would do, into the tile
+                y = target
+            else:
+                y = wide.astype(FP32)
+                target[...] = y
         writes = [out]
         if accumulate is not None:
             _store(accumulate, y.sum(axis=1, keepdims=True, dtype=FP32))
@@ -594,6 +610,41 @@ class ScalarE(_Engine):
         p = self.platform
         cycles = p.scalar_overhead_cycles + out.free
         self.timeline.schedule("scalar", func, cycles / p.scalar_hz * 1e9, reads, writes)
+
+
+def _affine(fn: np.ufunc, x: np.ndarray, operand, own: bool) -> np.ndarray:
+    """fn(x, operand) for an activation's scale or bias, written over x when x is the instruction's own
+    temporary of the result's shape (fp32 op fp32 is fp32 either way: the same bits)."""
+    if own and (not isinstance(operand, np.ndarray) or operand.shape[-1] == 1 or operand.shape == x.shape):
+        return fn(x, operand, out=x)
+    return fn(x, operand)
+
+
+def _expit_into(x: np.ndarray, out: np.ndarray) -> None:
+    from scipy.special import expit  # noqa: PLC0415
+    expit(x, out=out)
+
+
+def _silu_into(x: np.ndarray, out: np.ndarray) -> None:
+    from scipy.special import expit  # noqa: PLC0415
+    np.multiply(x, expit(x), out=out)
+
+
+def _ufunc_into(fn: np.ufunc) -> Callable[[np.ndarray, np.ndarray], None]:
+    def into(x: np.ndarray, out: np.ndarray) -> None:
+        fn(x, out=out)
+    return into
+
+
+# FP32_NATIVE functions that can write an fp32 tile directly: fn(x, out) computes what
+# np.asarray(FP32_NATIVE[name](x), dtype=FP32) does (a float32 ufunc loop gives the same bits with
+# out= as without), skipping the result's temporary and its copy into the tile.
+_FP32_INTO: dict[str, Callable[[np.ndarray, np.ndarray], None]] = {
+    **{name: _ufunc_into(FP32_NATIVE[name])
+       for name in ("exp", "log", "tanh", "sin", "cos", "expm1", "log1p", "sqrt", "abs", "square")},
+    "identity": lambda x, out: np.copyto(out, x),
+    "sigmoid": _expit_into, "silu": _silu_into,
+}
 
 
 class GpSimdE(_Engine):
