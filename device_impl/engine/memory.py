@@ -15,6 +15,7 @@ reuses memory freed by earlier tiles, when that memory became free
 
 from __future__ import annotations
 
+import sys
 from collections import deque
 
 import numpy as np
@@ -91,9 +92,24 @@ class Tile:
         return f"Tile({self.name}, {self.space}, {self.shape}, {self.dtype})"
 
 
-# Bytes per element by the dtype argument kernels pass (np.dtype, numpy scalar type or name): np.dtype()
-# of a cached key is skipped, which was a tenth of a small tile's allocation.
-_ITEMSIZE: dict = {}
+# np.dtype by the dtype argument kernels pass (np.dtype, numpy scalar type or name): np.dtype() of a
+# cached key is skipped, which was a tenth of a small tile's allocation.
+_DTYPES: dict = {}
+
+# Host memory kept for reuse by later tiles of the same shape and dtype, per pool (see MemoryPool.release).
+SPARE_BYTES_MAX = 64 << 20
+
+
+def _sole_references() -> int:
+    """What sys.getrefcount reports, inside ``MemoryPool.release``, for an array only its tile holds
+    (asked of this interpreter rather than assumed: the count differs between CPython versions)."""
+    tile = Tile(np.empty((1, 1)), "probe", "probe")
+
+    def probe(tile: Tile) -> int:
+        data = tile.data
+        return sys.getrefcount(data)
+
+    return probe(tile)
 
 
 class MemoryPool:
@@ -109,6 +125,12 @@ class MemoryPool:
         self.capacity = bytes_per_partition
         self.partitions = partitions
         self.max_tile_bytes = max_tile_bytes
+        # Arrays of released tiles by (shape, dtype), for later tiles to reuse across launches. A large
+        # fresh np.empty is new pages from the OS: a 1M-element add spent most of its time in page
+        # faults (3000 a call) before tiles reused them. A reused array holds stale values, which an
+        # unwritten tile never shows: read() poisons a tile no instruction has written.
+        self.spares: dict[tuple, list[np.ndarray]] = {}
+        self.spare_bytes = 0
         self.reset()
 
     def reset(self) -> None:
@@ -124,10 +146,10 @@ class MemoryPool:
             raise EngineError(f"{self.space} tile {name or shape} has {p} partitions; the core has {self.partitions}")
         if f <= 0:
             raise EngineError(f"{self.space} tile {name or shape} has an empty free dimension")
-        itemsize = _ITEMSIZE.get(dtype)
-        if itemsize is None:
-            itemsize = _ITEMSIZE[dtype] = np.dtype(dtype).itemsize
-        nbytes = f * itemsize
+        dt = _DTYPES.get(dtype)
+        if dt is None:
+            dt = _DTYPES[dtype] = np.dtype(dtype)
+        nbytes = f * dt.itemsize
         if self.max_tile_bytes is not None and nbytes > self.max_tile_bytes:
             raise EngineError(f"{self.space} tile {name or shape} needs {nbytes} B per partition; a bank holds "
                               f"{self.max_tile_bytes} B")
@@ -157,12 +179,33 @@ class MemoryPool:
                 if entry[0] == 0:
                     released.popleft()
         self.count += 1
-        tile = Tile(np.empty(shape, dtype=dtype), self.space, name or self.count)
+        spares = self.spares.get((shape, dt))
+        if spares:
+            data = spares.pop()
+            self.spare_bytes -= data.nbytes
+        else:
+            data = np.empty(shape, dtype=dt)
+        tile = Tile(data, self.space, name or self.count)
         tile.available = available
         tile.nbytes = nbytes
         return tile
 
     def release(self, tile: Tile) -> None:
-        self.used -= tile.nbytes
-        self.released.append([tile.nbytes, max(tile.last_use, tile.ready)])
+        nbytes = tile.nbytes
+        self.used -= nbytes
+        self.released.append([nbytes, max(tile.last_use, tile.ready)])
         tile.nbytes = 0
+        data = tile.data
+        # Reused only when nothing but the tile refers to the array (no view of it is alive), on the tile's
+        # first release, and within the spare budget.
+        if nbytes and sys.getrefcount(data) <= _SOLE and self.spare_bytes + data.nbytes <= SPARE_BYTES_MAX:
+            key = (data.shape, data.dtype)
+            spares = self.spares.get(key)
+            if spares is None:
+                self.spares[key] = [data]
+            else:
+                spares.append(data)
+            self.spare_bytes += data.nbytes
+
+
+_SOLE = _sole_references()
