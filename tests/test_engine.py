@@ -1,6 +1,7 @@
 """The NeuronCore simulator: hardware rules, numerics, cost model, timeline and trace."""
 
 import json
+import weakref
 
 import ml_dtypes
 import numpy as np
@@ -61,6 +62,29 @@ def test_uninitialised_reads_are_poisoned():
         assert (values[:, :2] == 1).all() and np.isnan(values[:, 2:]).all()
         ints = nc.sbuf_tile((1, 2), np.int32)
         assert (ints.read() == np.iinfo(np.int32).min).all()
+
+
+def test_released_tile_memory_is_reused_but_still_reads_as_poison():
+    """Pools hand a released tile's host array to the next tile of its shape and dtype (page faults of
+    fresh arrays were most of a large elementwise op's cost); the new tile still reads poison until
+    written, and an array a view still refers to is never handed out again."""
+    with launch("spares", 0) as nc:
+        first = nc.sbuf_tile((4, 8), FP32)
+        nc.vector.memset(first, 7.0)
+        array = weakref.ref(first.data)  # a strong reference would (rightly) keep it from reuse
+        nc.release(first)
+        second = nc.sbuf_tile((4, 8), FP32)
+        assert array() is not None and second.data is array()  # reused
+        assert np.isnan(second.read()).all()  # not the 7.0 the previous tile left
+        other = nc.sbuf_tile((4, 8), BF16)
+        assert other.data is not array()  # another dtype never shares
+        kept = second.data[1:]  # a view outlives the tile
+        nc.vector.memset(second, 3.0)
+        nc.release(second)
+        third = nc.sbuf_tile((4, 8), FP32)
+        assert third.data is not array()
+        nc.vector.memset(third, 5.0)
+        assert (kept == 3.0).all()
 
 
 def test_dma_moves_bytes_only():
