@@ -428,25 +428,27 @@ class TensorE(_Engine):
         self.timeline.schedule("tensor", "transpose", cycles / p.tensor_hz * 1e9, (src,), (out,))
 
 
-# (function, compute dtype) -> the dtype a numpy ufunc computes for two operands of that dtype, or None where
-# the function is not a ufunc (composites like _floor_divide). NEP 50: a result dtype depends on the operand
-# dtypes only, so one probe per pair answers every later call.
-_UFUNC_RESULT: dict[tuple[Callable, np.dtype], np.dtype | None] = {}
+# (function, compute dtype) -> the dtype a numpy ufunc computes for operands of that dtype, or _NOT_UFUNC
+# where the function is not one (composites like _floor_divide) or has no loop for it. NEP 50: a result
+# dtype depends on the operand dtypes only, so one probe per pair answers every later call. The sentinels
+# are void dtypes, which equal no tile's dtype (None would: np.dtype("f8") == None is True).
+_NOT_UFUNC = np.dtype("V1")
+_UNKNOWN = np.dtype("V2")
+_UFUNC_RESULT: dict[tuple[Callable, np.dtype], np.dtype] = {}
 
 
-def _ufunc_result(fn: Callable, compute: np.dtype, nin: int) -> np.dtype | None:
+def _ufunc_result(fn: Callable, compute: np.dtype, nin: int) -> np.dtype:
     key = (fn, compute)
-    try:
-        return _UFUNC_RESULT[key]
-    except KeyError:
-        pass
-    result = None
+    result = _UFUNC_RESULT.get(key, _UNKNOWN)
+    if result is not _UNKNOWN:
+        return result
+    result = _NOT_UFUNC
     if isinstance(fn, np.ufunc) and fn.nin == nin and fn.nout == 1:
         try:
             with np.errstate(all="ignore"):
                 result = fn(*([np.zeros(1, dtype=compute)] * nin)).dtype
         except TypeError:  # no loop for the dtype: the ordinary path raises the ordinary error
-            result = None
+            result = _NOT_UFUNC
     _UFUNC_RESULT[key] = result
     return result
 
@@ -454,10 +456,14 @@ def _ufunc_result(fn: Callable, compute: np.dtype, nin: int) -> np.dtype | None:
 class VectorE(_Engine):
     name = "vector"
 
+    def __init__(self, platform: Platform, timeline: Timeline):
+        super().__init__(platform, timeline)
+        self._overhead_cycles = platform.instruction_overhead_cycles  # read once: every instruction costs them
+        self._hz = platform.vector_hz
+
     def _schedule(self, what: str, free: int, n_inputs: int, reads, writes) -> None:
-        p = self.platform
-        cycles = p.instruction_overhead_cycles + free * max(n_inputs, 1)
-        self.timeline.schedule("vector", what, cycles / p.vector_hz * 1e9, reads, writes)
+        cycles = self._overhead_cycles + free * (n_inputs if n_inputs > 1 else 1)
+        self.timeline.schedule("vector", what, cycles / self._hz * 1e9, reads, writes)
 
     def tensor_tensor(self, out: Tile, a: Tile, b: Tile, op: str, dtype: np.dtype | None = None) -> None:
         """out = a <op> b elementwise; b may be [P, 1] (a per-partition scalar).
@@ -466,15 +472,20 @@ class VectorE(_Engine):
         bits as computing a temporary and copying it, without the temporary."""
         fn = ALU_BINARY[op]
         compute = np.dtype(dtype) if dtype is not None else _common_compute(a, b)
-        x = _operand(a, compute)
-        y = _operand(b, compute)
+        x = a.read()
+        if x.dtype != compute:
+            x = x.astype(compute)
+        y = b.read()
+        if y.dtype != compute:
+            y = y.astype(compute)
         target = out.write_target()
-        if (target.shape == x.shape and (y.shape == x.shape or y.shape == (x.shape[0], 1))
+        shape = target.shape
+        if (shape == x.shape and (y.shape == shape or y.shape == (shape[0], 1))
                 and _ufunc_result(fn, compute, 2) == target.dtype):
             fn(x, y, out=target)
         else:
             target[...] = fn(x, y)
-        self._schedule(op, out.free, 2, (a, b), (out,))
+        self._schedule(op, shape[1], 2, (a, b), (out,))
 
     def tensor_scalar(self, out: Tile, a: Tile, op: str, scalar, reverse: bool = False,
                       dtype: np.dtype | None = None) -> None:

@@ -15,8 +15,8 @@ reuses memory freed by earlier tiles, when that memory became free
 
 from __future__ import annotations
 
-import sys
 from collections import deque
+from sys import getrefcount
 
 import numpy as np
 
@@ -28,7 +28,7 @@ class EngineError(RuntimeError):
 
 
 class Tile:
-    __slots__ = ("data", "space", "_name", "root", "ready", "last_use", "available", "initialized", "nbytes")
+    __slots__ = ("data", "space", "_name", "root", "ready", "last_use", "available", "initialized", "nbytes", "key")
 
     def __init__(self, data: np.ndarray, space: str, name: str, root: "Tile | None" = None):
         self.data = data
@@ -40,6 +40,7 @@ class Tile:
         self.available = 0.0
         self.initialized = False
         self.nbytes = 0
+        self.key = None  # (shape, dtype) of a pool's tile: where its array goes when released
 
     @property
     def name(self) -> str:
@@ -106,8 +107,7 @@ def _sole_references() -> int:
     tile = Tile(np.empty((1, 1)), "probe", "probe")
 
     def probe(tile: Tile) -> int:
-        data = tile.data
-        return sys.getrefcount(data)
+        return getrefcount(tile.data)
 
     return probe(tile)
 
@@ -142,9 +142,10 @@ class MemoryPool:
 
     def allocate(self, shape: tuple[int, int], dtype: np.dtype, name: str = "") -> Tile:
         p, f = shape
-        if not 0 < p <= self.partitions:
-            raise EngineError(f"{self.space} tile {name or shape} has {p} partitions; the core has {self.partitions}")
-        if f <= 0:
+        if not 0 < p <= self.partitions or f <= 0:
+            if f > 0:
+                raise EngineError(f"{self.space} tile {name or shape} has {p} partitions; the core has "
+                                  f"{self.partitions}")
             raise EngineError(f"{self.space} tile {name or shape} has an empty free dimension")
         dt = _DTYPES.get(dtype)
         if dt is None:
@@ -178,34 +179,39 @@ class MemoryPool:
                 need -= used
                 if entry[0] == 0:
                     released.popleft()
-        self.count += 1
-        spares = self.spares.get((shape, dt))
+        count = self.count = self.count + 1
+        key = (shape, dt)
+        spares = self.spares.get(key)
         if spares:
             data = spares.pop()
-            self.spare_bytes -= data.nbytes
+            self.spare_bytes -= p * nbytes
         else:
             data = np.empty(shape, dtype=dt)
-        tile = Tile(data, self.space, name or self.count)
+        tile = Tile(data, self.space, name or count)
         tile.available = available
         tile.nbytes = nbytes
+        tile.key = key
         return tile
 
     def release(self, tile: Tile) -> None:
         nbytes = tile.nbytes
         self.used -= nbytes
-        self.released.append([nbytes, max(tile.last_use, tile.ready)])
+        ready = tile.ready
+        last_use = tile.last_use
+        self.released.append([nbytes, last_use if last_use > ready else ready])
         tile.nbytes = 0
-        data = tile.data
-        # Reused only when nothing but the tile refers to the array (no view of it is alive), on the tile's
-        # first release, and within the spare budget.
-        if nbytes and sys.getrefcount(data) <= _SOLE and self.spare_bytes + data.nbytes <= SPARE_BYTES_MAX:
-            key = (data.shape, data.dtype)
-            spares = self.spares.get(key)
-            if spares is None:
-                self.spares[key] = [data]
-            else:
-                spares.append(data)
-            self.spare_bytes += data.nbytes
+        # The array is kept for reuse only when nothing but the tile refers to it (no view of it is alive),
+        # on the tile's first release, and within the spare budget.
+        if nbytes and getrefcount(tile.data) <= _SOLE:
+            total = self.spare_bytes + tile.data.nbytes
+            if total <= SPARE_BYTES_MAX:
+                self.spare_bytes = total
+                key = tile.key
+                spares = self.spares.get(key)
+                if spares is None:
+                    self.spares[key] = [tile.data]
+                else:
+                    spares.append(tile.data)
 
 
 _SOLE = _sole_references()
