@@ -67,12 +67,16 @@ def test_uninitialised_reads_are_poisoned():
 def test_released_tile_memory_is_reused_but_still_reads_as_poison():
     """Pools hand a released tile's host array to the next tile of its shape and dtype (page faults of
     fresh arrays were most of a large elementwise op's cost); the new tile still reads poison until
-    written, and an array a view still refers to is never handed out again."""
+    written, the released one no longer reaches the array, and an array a view still refers to is
+    never handed out again."""
     with launch("spares", 0) as nc:
         first = nc.sbuf_tile((4, 8), FP32)
         nc.vector.memset(first, 7.0)
         array = weakref.ref(first.data)  # a strong reference would (rightly) keep it from reuse
         nc.release(first)
+        assert np.isnan(first.read()).all()  # a released tile reads as poison ...
+        with pytest.raises(ValueError, match="read-only"):
+            nc.vector.memset(first, 1.0)  # ... and refuses writes (use after free)
         second = nc.sbuf_tile((4, 8), FP32)
         assert array() is not None and second.data is array()  # reused
         assert np.isnan(second.read()).all()  # not the 7.0 the previous tile left

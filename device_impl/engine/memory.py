@@ -101,6 +101,18 @@ _DTYPES: dict = {}
 SPARE_BYTES_MAX = 64 << 20
 
 
+_FREED: dict[tuple, np.ndarray] = {}
+
+
+def _freed(key: tuple) -> np.ndarray:
+    """A read-only array of ``key``'s (shape, dtype) that is poison everywhere: a released tile's data."""
+    shape, dt = key
+    if len(_FREED) > 4096:  # one small view per shape and dtype; bounded all the same
+        _FREED.clear()
+    freed = _FREED[key] = np.broadcast_to(np.full((), poison_value(dt), dtype=dt), shape)
+    return freed
+
+
 def _sole_references() -> int:
     """What sys.getrefcount reports, inside ``MemoryPool.release``, for an array only its tile holds
     (asked of this interpreter rather than assumed: the count differs between CPython versions)."""
@@ -212,6 +224,14 @@ class MemoryPool:
                     self.spares[key] = [tile.data]
                 else:
                     spares.append(tile.data)
+                # The released Tile object may outlive its scope (a kernel's local); it lets go of the array
+                # (else that reference would keep the array's next tile from being reused in turn) and from
+                # now on reads as poison and refuses writes, as a use after free should.
+                freed = _FREED.get(key)
+                if freed is None:
+                    freed = _freed(key)
+                tile.data = freed
+                tile.initialized = True
 
 
 _SOLE = _sole_references()
