@@ -64,31 +64,40 @@ def test_uninitialised_reads_are_poisoned():
         assert (ints.read() == np.iinfo(np.int32).min).all()
 
 
-def test_released_tile_memory_is_reused_but_still_reads_as_poison():
-    """Pools hand a released tile's host array to the next tile of its shape and dtype (page faults of
-    fresh arrays were most of a large elementwise op's cost); the new tile still reads poison until
-    written, the released one no longer reaches the array, and an array a view still refers to is
-    never handed out again."""
+def test_released_tile_memory_is_reused_by_later_launches_but_reads_as_poison():
+    """Pools hand a finished launch's tile arrays to the next launches' tiles of the same shape and dtype
+    (page faults of fresh arrays were most of a large elementwise op's cost): never inside the launch
+    (a kernel may still read a tile it released), never while a view of the array lives; a reused tile
+    still reads poison until written, and the old tile no longer reaches the array."""
     with launch("spares", 0) as nc:
         first = nc.sbuf_tile((4, 8), FP32)
         nc.vector.memset(first, 7.0)
         array = weakref.ref(first.data)  # a strong reference would (rightly) keep it from reuse
         nc.release(first)
-        assert np.isnan(first.read()).all()  # a released tile reads as poison ...
+        again = nc.sbuf_tile((4, 8), FP32)
+        assert again.data is not array()  # not within the launch ...
+        assert (first.read() == 7.0).all()  # ... where the released tile still holds its values
+        left_live = nc.sbuf_tile((4, 8), FP32)  # never released: reusable after the launch as well
+        live_array = weakref.ref(left_live.data)
+    with launch("spares", 0) as nc:
+        second = nc.sbuf_tile((4, 8), FP32)
+        third = nc.sbuf_tile((4, 8), FP32)
+        fourth = nc.sbuf_tile((4, 8), FP32)
+        reused = {id(second.data), id(third.data), id(fourth.data)}
+        assert array() is not None and id(array()) in reused and id(live_array()) in reused
+        assert all(np.isnan(t.read()).all() for t in (second, third, fourth))  # not the 7.0 left behind
+        assert np.isnan(first.read()).all()  # the old tile reads as poison ...
         with pytest.raises(ValueError, match="read-only"):
             nc.vector.memset(first, 1.0)  # ... and refuses writes (use after free)
-        second = nc.sbuf_tile((4, 8), FP32)
-        assert array() is not None and second.data is array()  # reused
-        assert np.isnan(second.read()).all()  # not the 7.0 the previous tile left
         other = nc.sbuf_tile((4, 8), BF16)
-        assert other.data is not array()  # another dtype never shares
+        assert id(other.data) not in reused  # another dtype never shares
         kept = second.data[1:]  # a view outlives the tile
         nc.vector.memset(second, 3.0)
         nc.release(second)
-        third = nc.sbuf_tile((4, 8), FP32)
-        assert third.data is not array()
-        nc.vector.memset(third, 5.0)
-        assert (kept == 3.0).all()
+    with launch("spares", 0) as nc:
+        fifth = nc.sbuf_tile((4, 8), FP32)
+        nc.vector.memset(fifth, 5.0)
+        assert fifth.data is not kept.base and (kept == 3.0).all()
 
 
 def test_dma_moves_bytes_only():

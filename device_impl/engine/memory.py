@@ -109,19 +109,22 @@ def _freed(key: tuple) -> np.ndarray:
     shape, dt = key
     if len(_FREED) > 4096:  # one small view per shape and dtype; bounded all the same
         _FREED.clear()
-    freed = _FREED[key] = np.broadcast_to(np.full((), poison_value(dt), dtype=dt), shape)
+    try:
+        poison = np.full((), poison_value(dt), dtype=dt)
+    except (TypeError, ValueError):  # a storage-only dtype (complex): zeros
+        poison = np.zeros((), dtype=dt)
+    freed = _FREED[key] = np.broadcast_to(poison, shape)
     return freed
 
 
 def _sole_references() -> int:
     """What sys.getrefcount reports, inside ``MemoryPool.release``, for an array only its tile holds
     (asked of this interpreter rather than assumed: the count differs between CPython versions)."""
-    tile = Tile(np.empty((1, 1)), "probe", "probe")
-
-    def probe(tile: Tile) -> int:
-        return getrefcount(tile.data)
-
-    return probe(tile)
+    tiles = [Tile(np.empty((1, 1)), "probe", "probe")]
+    for tile in tiles:
+        if getrefcount(tile.data) > 0:
+            return getrefcount(tile.data)
+    raise AssertionError("unreachable")
 
 
 class MemoryPool:
@@ -143,9 +146,12 @@ class MemoryPool:
         # unwritten tile never shows: read() poisons a tile no instruction has written.
         self.spares: dict[tuple, list[np.ndarray]] = {}
         self.spare_bytes = 0
+        self.retired: list[Tile] = []  # released (or left live) in the current launch: recycled at reset
         self.reset()
 
     def reset(self) -> None:
+        if self.retired:
+            self.recycle()
         self.used = 0
         self.peak = 0
         self.fresh = self.capacity  # never-used bytes: available at time 0
@@ -212,26 +218,39 @@ class MemoryPool:
         last_use = tile.last_use
         self.released.append([nbytes, last_use if last_use > ready else ready])
         tile.nbytes = 0
-        # The array is kept for reuse only when nothing but the tile refers to it (no view of it is alive),
-        # on the tile's first release, and within the spare budget.
-        if nbytes and getrefcount(tile.data) <= _SOLE:
-            total = self.spare_bytes + tile.data.nbytes
-            if total <= SPARE_BYTES_MAX:
-                self.spare_bytes = total
-                key = tile.key
-                spares = self.spares.get(key)
-                if spares is None:
-                    self.spares[key] = [tile.data]
-                else:
-                    spares.append(tile.data)
-                # The released Tile object may outlive its scope (a kernel's local); it lets go of the array
-                # (else that reference would keep the array's next tile from being reused in turn) and from
-                # now on reads as poison and refuses writes, as a use after free should.
-                freed = _FREED.get(key)
-                if freed is None:
-                    freed = _freed(key)
-                tile.data = freed
-                tile.initialized = True
+        if nbytes:
+            self.retired.append(tile)
+
+    def recycle(self) -> None:
+        """Take back the arrays of the finished launch's retired tiles (see __init__).
+
+        Only between launches: a kernel may still read a tile it has released within its launch (the
+        reduction stream releases a tile when the next is taken), so an array handed out again inside
+        the launch could change under it. An array is kept only when nothing but its tile refers to it
+        (no view of it is alive) and within the spare budget; that tile then lets go of it for a
+        read-only poison view of its shape, so a use after the launch reads poison and cannot write."""
+        spares = self.spares
+        total = self.spare_bytes
+        for tile in self.retired:
+            if getrefcount(tile.data) > _SOLE:
+                continue
+            nbytes = tile.data.nbytes
+            if total + nbytes > SPARE_BYTES_MAX:
+                break
+            total += nbytes
+            key = tile.key
+            kept = spares.get(key)
+            if kept is None:
+                spares[key] = [tile.data]
+            else:
+                kept.append(tile.data)
+            freed = _FREED.get(key)
+            if freed is None:
+                freed = _freed(key)
+            tile.data = freed
+            tile.initialized = True
+        self.spare_bytes = total
+        self.retired.clear()
 
 
 _SOLE = _sole_references()
