@@ -100,6 +100,26 @@ def test_released_tile_memory_is_reused_by_later_launches_but_reads_as_poison():
         assert fifth.data is not kept.base and (kept == 3.0).all()
 
 
+def test_large_tiles_reuse_unreachable_released_arrays_within_a_launch():
+    """Inside a launch a large tile takes a released tile's array only when nothing can reach that tile
+    any more (a fused chain retires ~100 MiB of tiles per launch); a released tile a kernel still holds
+    keeps its array and its values."""
+    shape = (128, 128)  # 64 KiB of fp32: large enough to look for a reusable array
+    with launch("sweep", 0) as nc:
+        held = nc.sbuf_tile(shape, FP32)
+        nc.vector.memset(held, 2.0)
+        nc.release(held)  # released, but this function still holds it
+        dropped = nc.sbuf_tile(shape, FP32)
+        nc.vector.memset(dropped, 9.0)
+        dropped_array = weakref.ref(dropped.data)
+        nc.release(dropped)
+        del dropped  # now unreachable
+        fresh = nc.sbuf_tile(shape, FP32)
+        assert fresh.data is dropped_array()
+        assert np.isnan(fresh.read()).all()
+        assert (held.read() == 2.0).all()
+
+
 def test_dma_moves_bytes_only():
     src = np.arange(12, dtype=np.float32).reshape(3, 4)
     dst = np.zeros((4, 3), dtype=np.float32)

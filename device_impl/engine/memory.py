@@ -99,6 +99,8 @@ _DTYPES: dict = {}
 
 # Host memory kept for reuse by later tiles of the same shape and dtype, per pool (see MemoryPool.release).
 SPARE_BYTES_MAX = 64 << 20
+# Tiles from this size up (bytes) look for an unreachable retired tile's array before a fresh one.
+SWEEP_MIN_BYTES = 64 << 10
 
 
 _FREED: dict[tuple, np.ndarray] = {}
@@ -200,6 +202,9 @@ class MemoryPool:
         count = self.count = self.count + 1
         key = (shape, dt)
         spares = self.spares.get(key)
+        if not spares and self.retired and p * nbytes >= SWEEP_MIN_BYTES:
+            self.sweep()
+            spares = self.spares.get(key)
         if spares:
             data = spares.pop()
             self.spare_bytes -= p * nbytes
@@ -220,6 +225,38 @@ class MemoryPool:
         tile.nbytes = 0
         if nbytes:
             self.retired.append(tile)
+
+    def sweep(self) -> None:
+        """Take back, inside a launch, the arrays of retired tiles nothing can reach any more: no kernel
+        variable or list holds the Tile (only ``retired`` does) and no view holds the array. Run when a
+        large tile would otherwise be a fresh array (a fused chain retires ~100 MiB of tiles a launch)."""
+        spares = self.spares
+        total = self.spare_bytes
+        keep = []
+        for tile in self.retired:
+            if getrefcount(tile) > _SOLE_TILE or getrefcount(tile.data) > _SOLE:
+                keep.append(tile)
+                continue
+            nbytes = tile.data.nbytes
+            if total + nbytes > SPARE_BYTES_MAX:
+                keep.append(tile)
+                continue
+            total += nbytes
+            key = tile.key
+            kept = spares.get(key)
+            if kept is None:
+                spares[key] = [tile.data]
+            else:
+                kept.append(tile.data)
+            # Unreachable, but a root tile is its own ``root``: the cycle keeps it (and so its array) alive
+            # until the garbage collector runs, and a second reference would keep the array from the next sweep.
+            freed = _FREED.get(key)
+            if freed is None:
+                freed = _freed(key)
+            tile.data = freed
+            tile.initialized = True
+        self.spare_bytes = total
+        self.retired = keep
 
     def recycle(self) -> None:
         """Take back the arrays of the finished launch's retired tiles (see __init__).
@@ -254,3 +291,14 @@ class MemoryPool:
 
 
 _SOLE = _sole_references()
+
+
+def _sole_tile_references() -> int:
+    """What sys.getrefcount reports, inside ``MemoryPool.sweep``'s loop, for a Tile only ``retired`` holds."""
+    retired = [Tile(np.empty((1, 1)), "probe", "probe")]
+    for tile in retired:
+        return getrefcount(tile)
+    raise AssertionError("unreachable")
+
+
+_SOLE_TILE = _sole_tile_references()
