@@ -65,37 +65,37 @@ def test_uninitialised_reads_are_poisoned():
 
 
 def test_released_tile_memory_is_reused_by_later_launches_but_reads_as_poison():
-    """Pools hand a finished launch's tile arrays to the next launches' tiles of the same shape and dtype
-    (page faults of fresh arrays were most of a large elementwise op's cost): never inside the launch
-    (a kernel may still read a tile it released), never while a view of the array lives; a reused tile
-    still reads poison until written, and the old tile no longer reaches the array."""
+    """Pools hand a finished launch's large tile arrays to later tiles of the same shape and dtype (page
+    faults of fresh arrays were most of a large elementwise op's cost): not inside the launch while the
+    kernel can still reach the released tile (it may read it), never while a view of the array lives; a
+    reused tile still reads poison until written, and the old tile no longer reaches the array."""
     with launch("spares", 0) as nc:
-        first = nc.sbuf_tile((4, 8), FP32)
+        first = nc.sbuf_tile((128, 128), FP32)
         nc.vector.memset(first, 7.0)
         array = weakref.ref(first.data)  # a strong reference would (rightly) keep it from reuse
         nc.release(first)
-        again = nc.sbuf_tile((4, 8), FP32)
+        again = nc.sbuf_tile((128, 128), FP32)
         assert again.data is not array()  # not within the launch ...
         assert (first.read() == 7.0).all()  # ... where the released tile still holds its values
-        left_live = nc.sbuf_tile((4, 8), FP32)  # never released: reusable after the launch as well
+        left_live = nc.sbuf_tile((128, 128), FP32)  # never released: reusable after the launch as well
         live_array = weakref.ref(left_live.data)
     with launch("spares", 0) as nc:
-        second = nc.sbuf_tile((4, 8), FP32)
-        third = nc.sbuf_tile((4, 8), FP32)
-        fourth = nc.sbuf_tile((4, 8), FP32)
+        second = nc.sbuf_tile((128, 128), FP32)
+        third = nc.sbuf_tile((128, 128), FP32)
+        fourth = nc.sbuf_tile((128, 128), FP32)
         reused = {id(second.data), id(third.data), id(fourth.data)}
         assert array() is not None and id(array()) in reused and id(live_array()) in reused
         assert all(np.isnan(t.read()).all() for t in (second, third, fourth))  # not the 7.0 left behind
         assert np.isnan(first.read()).all()  # the old tile reads as poison ...
         with pytest.raises(ValueError, match="read-only"):
             nc.vector.memset(first, 1.0)  # ... and refuses writes (use after free)
-        other = nc.sbuf_tile((4, 8), BF16)
+        other = nc.sbuf_tile((128, 128), BF16)
         assert id(other.data) not in reused  # another dtype never shares
         kept = second.data[1:]  # a view outlives the tile
         nc.vector.memset(second, 3.0)
         nc.release(second)
     with launch("spares", 0) as nc:
-        fifth = nc.sbuf_tile((4, 8), FP32)
+        fifth = nc.sbuf_tile((128, 128), FP32)
         nc.vector.memset(fifth, 5.0)
         assert fifth.data is not kept.base and (kept == 3.0).all()
 

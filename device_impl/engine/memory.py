@@ -99,8 +99,10 @@ _DTYPES: dict = {}
 
 # Host memory kept for reuse by later tiles of the same shape and dtype, per pool (see MemoryPool.release).
 SPARE_BYTES_MAX = 64 << 20
-# Tiles from this size up (bytes) look for an unreachable retired tile's array before a fresh one.
-SWEEP_MIN_BYTES = 64 << 10
+# Only arrays from this size up (bytes) are reused: np.empty of a small one is cheap (malloc keeps such
+# chunks), where taking it back would cost more than it saves. These also look, inside a launch, for an
+# unreachable retired tile's array before a fresh one.
+REUSE_MIN_BYTES = 64 << 10
 
 
 _FREED: dict[tuple, np.ndarray] = {}
@@ -202,7 +204,7 @@ class MemoryPool:
         count = self.count = self.count + 1
         key = (shape, dt)
         spares = self.spares.get(key)
-        if not spares and self.retired and p * nbytes >= SWEEP_MIN_BYTES:
+        if not spares and self.retired and p * nbytes >= REUSE_MIN_BYTES:
             self.sweep()
             spares = self.spares.get(key)
         if spares:
@@ -223,7 +225,7 @@ class MemoryPool:
         last_use = tile.last_use
         self.released.append([nbytes, last_use if last_use > ready else ready])
         tile.nbytes = 0
-        if nbytes:
+        if nbytes and tile.data.nbytes >= REUSE_MIN_BYTES:
             self.retired.append(tile)
 
     def sweep(self) -> None:
@@ -272,6 +274,8 @@ class MemoryPool:
             if getrefcount(tile.data) > _SOLE:
                 continue
             nbytes = tile.data.nbytes
+            if nbytes < REUSE_MIN_BYTES:  # a small tile the launch left live
+                continue
             if total + nbytes > SPARE_BYTES_MAX:
                 break
             total += nbytes
