@@ -1,6 +1,7 @@
 """The NeuronCore simulator: hardware rules, numerics, cost model, timeline and trace."""
 
 import json
+import weakref
 
 import ml_dtypes
 import numpy as np
@@ -61,6 +62,62 @@ def test_uninitialised_reads_are_poisoned():
         assert (values[:, :2] == 1).all() and np.isnan(values[:, 2:]).all()
         ints = nc.sbuf_tile((1, 2), np.int32)
         assert (ints.read() == np.iinfo(np.int32).min).all()
+
+
+def test_released_tile_memory_is_reused_by_later_launches_but_reads_as_poison():
+    """Pools hand a finished launch's large tile arrays to later tiles of the same shape and dtype (page
+    faults of fresh arrays were most of a large elementwise op's cost): not inside the launch while the
+    kernel can still reach the released tile (it may read it), never while a view of the array lives; a
+    reused tile still reads poison until written, and the old tile no longer reaches the array."""
+    with launch("spares", 0) as nc:
+        first = nc.sbuf_tile((128, 128), FP32)
+        nc.vector.memset(first, 7.0)
+        array = weakref.ref(first.data)  # a strong reference would (rightly) keep it from reuse
+        nc.release(first)
+        again = nc.sbuf_tile((128, 128), FP32)
+        assert again.data is not array()  # not within the launch ...
+        assert (first.read() == 7.0).all()  # ... where the released tile still holds its values
+        left_live = nc.sbuf_tile((128, 128), FP32)  # never released: reusable after the launch as well
+        live_array = weakref.ref(left_live.data)
+    with launch("spares", 0) as nc:
+        second = nc.sbuf_tile((128, 128), FP32)
+        third = nc.sbuf_tile((128, 128), FP32)
+        fourth = nc.sbuf_tile((128, 128), FP32)
+        reused = {id(second.data), id(third.data), id(fourth.data)}
+        assert array() is not None and id(array()) in reused and id(live_array()) in reused
+        assert all(np.isnan(t.read()).all() for t in (second, third, fourth))  # not the 7.0 left behind
+        assert np.isnan(first.read()).all()  # the old tile reads as poison ...
+        with pytest.raises(ValueError, match="read-only"):
+            nc.vector.memset(first, 1.0)  # ... and refuses writes (use after free)
+        other = nc.sbuf_tile((128, 128), BF16)
+        assert id(other.data) not in reused  # another dtype never shares
+        kept = second.data[1:]  # a view outlives the tile
+        nc.vector.memset(second, 3.0)
+        nc.release(second)
+    with launch("spares", 0) as nc:
+        fifth = nc.sbuf_tile((128, 128), FP32)
+        nc.vector.memset(fifth, 5.0)
+        assert fifth.data is not kept.base and (kept == 3.0).all()
+
+
+def test_large_tiles_reuse_unreachable_released_arrays_within_a_launch():
+    """Inside a launch a large tile takes a released tile's array only when nothing can reach that tile
+    any more (a fused chain retires ~100 MiB of tiles per launch); a released tile a kernel still holds
+    keeps its array and its values."""
+    shape = (128, 128)  # 64 KiB of fp32: large enough to look for a reusable array
+    with launch("sweep", 0) as nc:
+        held = nc.sbuf_tile(shape, FP32)
+        nc.vector.memset(held, 2.0)
+        nc.release(held)  # released, but this function still holds it
+        dropped = nc.sbuf_tile(shape, FP32)
+        nc.vector.memset(dropped, 9.0)
+        dropped_array = weakref.ref(dropped.data)
+        nc.release(dropped)
+        del dropped  # now unreachable
+        fresh = nc.sbuf_tile(shape, FP32)
+        assert fresh.data is dropped_array()
+        assert np.isnan(fresh.read()).all()
+        assert (held.read() == 2.0).all()
 
 
 def test_dma_moves_bytes_only():

@@ -41,6 +41,9 @@ class NeuronCore:
         self._scopes: list[list[tuple[MemoryPool, Tile]]] = []
 
     def reset(self, record: bool) -> None:
+        for scope in self._scopes:  # tiles the last launch left live: their arrays may be reused too
+            for pool, tile in scope:
+                pool.retired.append(tile)
         self.timeline.reset()
         self.timeline.record = record
         self.sbuf.reset()

@@ -249,12 +249,18 @@ class DMA(_Engine):
 
     name = "dma"
 
+    def __init__(self, platform: Platform, timeline: Timeline):
+        super().__init__(platform, timeline)
+        # The cost model's constants, read once (dma_bytes_per_second is a computed property).
+        self._descriptor_bytes = platform.dma_descriptor_bytes
+        self._bytes_per_second = platform.dma_bytes_per_second
+        self._latency_ns = platform.dma_issue_ns + platform.dma_latency_ns
+
     def _schedule(self, what: str, nbytes: int, runs: int, reads=(), writes=()) -> None:
         # Bandwidth is shared by the 16 queues: the transfer (with per-run descriptor overhead)
         # occupies it; issuing on a queue and completion latency overlap other queues' transfers.
-        p = self.platform
-        cost = (nbytes + runs * p.dma_descriptor_bytes) / p.dma_bytes_per_second * 1e9
-        self.timeline.schedule("dma", what, cost, reads, writes, latency_ns=p.dma_issue_ns + p.dma_latency_ns)
+        cost = (nbytes + runs * self._descriptor_bytes) / self._bytes_per_second * 1e9
+        self.timeline.schedule("dma", what, cost, reads, writes, latency_ns=self._latency_ns)
 
     def load(self, dst: Tile, src: np.ndarray) -> None:
         """HBM -> SBUF. ``src`` is any strided view with dst's element count, read in row-major order."""
@@ -281,31 +287,44 @@ class DMA(_Engine):
     def load_flat(self, dst: Tile, src: np.ndarray, start: int, stop: int) -> None:
         """HBM -> SBUF of elements [start, stop) of ``src`` in row-major order (any strides)."""
         n = stop - start
-        if n != dst.data.size or dst.root is not dst:
+        data = dst.data
+        if n != data.size or dst.root is not dst:
             raise EngineError(f"flat dma of {n} elements into tile {dst.shape}")
-        if src.dtype != dst.dtype:
+        if src.dtype != data.dtype:
             raise EngineError(f"dma moves bytes: source {src.dtype} and tile {dst.dtype} differ; cast on an engine")
-        flat = dst.write_target().reshape(-1)
-        flat[...] = src.reshape(-1)[start:stop] if src.flags.c_contiguous else src.flat[start:stop]
+        dst.initialized = True  # a root tile, written whole (write_target's bookkeeping, inlined)
+        if src.flags.c_contiguous:
+            data.reshape(-1)[...] = src.reshape(-1)[start:stop]
+            runs = 1
+        else:
+            data.reshape(-1)[...] = src.flat[start:stop]
+            runs = _runs_in_range(src, n)
         nbytes = n * src.itemsize
-        self.timeline.hbm_read += nbytes
-        self._schedule("dma_load", nbytes, _runs_in_range(src, n), writes=(dst,))
+        timeline = self.timeline
+        timeline.hbm_read += nbytes
+        timeline.schedule("dma", "dma_load", (nbytes + runs * self._descriptor_bytes) / self._bytes_per_second * 1e9,
+                          (), (dst,), self._latency_ns)
 
     def store_flat(self, dst: np.ndarray, start: int, stop: int, src: Tile) -> None:
         """SBUF -> HBM into elements [start, stop) of ``dst`` in row-major order (any strides)."""
         n = stop - start
-        if n != src.data.size or src.root is not src:
+        data = src.data
+        if n != data.size or src.root is not src:
             raise EngineError(f"flat dma of tile {src.shape} into {n} elements")
-        if src.dtype != dst.dtype:
+        if data.dtype != dst.dtype:
             raise EngineError(f"dma moves bytes: tile {src.dtype} and destination {dst.dtype} differ")
         values = src.read().reshape(-1)
         if dst.flags.c_contiguous:
             dst.reshape(-1)[start:stop] = values
+            runs = 1
         else:
             dst.flat[start:stop] = values
+            runs = _runs_in_range(dst, n)
         nbytes = n * dst.itemsize
-        self.timeline.hbm_write += nbytes
-        self._schedule("dma_store", nbytes, _runs_in_range(dst, n), reads=(src,))
+        timeline = self.timeline
+        timeline.hbm_write += nbytes
+        timeline.schedule("dma", "dma_store", (nbytes + runs * self._descriptor_bytes) / self._bytes_per_second * 1e9,
+                          (src,), (), self._latency_ns)
 
     def load_rows(self, dst: Tile, table: np.ndarray, rows: Tile) -> None:
         """Indirect DMA gather: dst[p] = table[rows[p, 0]] for a 2-D HBM table (embedding lookups)."""
@@ -409,21 +428,64 @@ class TensorE(_Engine):
         self.timeline.schedule("tensor", "transpose", cycles / p.tensor_hz * 1e9, (src,), (out,))
 
 
+# (function, compute dtype) -> the dtype a numpy ufunc computes for operands of that dtype, or _NOT_UFUNC
+# where the function is not one (composites like _floor_divide) or has no loop for it. NEP 50: a result
+# dtype depends on the operand dtypes only, so one probe per pair answers every later call. The sentinels
+# are void dtypes, which equal no tile's dtype (None would: np.dtype("f8") == None is True).
+_NOT_UFUNC = np.dtype("V1")
+_UNKNOWN = np.dtype("V2")
+_UFUNC_RESULT: dict[tuple[Callable, np.dtype], np.dtype] = {}
+
+
+def _ufunc_result(fn: Callable, compute: np.dtype, nin: int) -> np.dtype:
+    key = (fn, compute)
+    result = _UFUNC_RESULT.get(key, _UNKNOWN)
+    if result is not _UNKNOWN:
+        return result
+    result = _NOT_UFUNC
+    if isinstance(fn, np.ufunc) and fn.nin == nin and fn.nout == 1:
+        try:
+            with np.errstate(all="ignore"):
+                result = fn(*([np.zeros(1, dtype=compute)] * nin)).dtype
+        except TypeError:  # no loop for the dtype: the ordinary path raises the ordinary error
+            result = _NOT_UFUNC
+    _UFUNC_RESULT[key] = result
+    return result
+
+
 class VectorE(_Engine):
     name = "vector"
 
+    def __init__(self, platform: Platform, timeline: Timeline):
+        super().__init__(platform, timeline)
+        self._overhead_cycles = platform.instruction_overhead_cycles  # read once: every instruction costs them
+        self._hz = platform.vector_hz
+
     def _schedule(self, what: str, free: int, n_inputs: int, reads, writes) -> None:
-        p = self.platform
-        cycles = p.instruction_overhead_cycles + free * max(n_inputs, 1)
-        self.timeline.schedule("vector", what, cycles / p.vector_hz * 1e9, reads, writes)
+        cycles = self._overhead_cycles + free * (n_inputs if n_inputs > 1 else 1)
+        self.timeline.schedule("vector", what, cycles / self._hz * 1e9, reads, writes)
 
     def tensor_tensor(self, out: Tile, a: Tile, b: Tile, op: str, dtype: np.dtype | None = None) -> None:
-        """out = a <op> b elementwise; b may be [P, 1] (a per-partition scalar)."""
+        """out = a <op> b elementwise; b may be [P, 1] (a per-partition scalar).
+
+        A ufunc whose result has out's dtype and shape writes straight into the tile (``out=``): the same
+        bits as computing a temporary and copying it, without the temporary."""
         fn = ALU_BINARY[op]
         compute = np.dtype(dtype) if dtype is not None else _common_compute(a, b)
-        result = fn(_operand(a, compute), _operand(b, compute))
-        _store(out, result)
-        self._schedule(op, out.free, 2, (a, b), (out,))
+        x = a.read()
+        if x.dtype != compute:
+            x = x.astype(compute)
+        y = b.read()
+        if y.dtype != compute:
+            y = y.astype(compute)
+        target = out.write_target()
+        shape = target.shape
+        if (shape == x.shape and (y.shape == shape or y.shape == (shape[0], 1))
+                and _ufunc_result(fn, compute, 2) == target.dtype):
+            fn(x, y, out=target)
+        else:
+            target[...] = fn(x, y)
+        self._schedule(op, shape[1], 2, (a, b), (out,))
 
     def tensor_scalar(self, out: Tile, a: Tile, op: str, scalar, reverse: bool = False,
                       dtype: np.dtype | None = None) -> None:
@@ -432,15 +494,25 @@ class VectorE(_Engine):
         compute = np.dtype(dtype) if dtype is not None else compute_dtype(a.dtype)
         x = _operand(a, compute)
         s = np.asarray(scalar).astype(compute)
-        result = fn(s, x) if reverse else fn(x, s)
-        _store(out, result)
+        target = out.write_target()
+        if target.shape == x.shape and _ufunc_result(fn, compute, 2) == target.dtype:
+            if reverse:
+                fn(s, x, out=target)
+            else:
+                fn(x, s, out=target)
+        else:
+            target[...] = fn(s, x) if reverse else fn(x, s)
         self._schedule(op, out.free, 1, (a,), (out,))
 
     def tensor_unary(self, out: Tile, a: Tile, op: str, dtype: np.dtype | None = None) -> None:
         fn = ALU_UNARY[op]
         compute = np.dtype(dtype) if dtype is not None else compute_dtype(a.dtype)
-        result = fn(_operand(a, compute))
-        _store(out, result)
+        x = _operand(a, compute)
+        target = out.write_target()
+        if target.shape == x.shape and _ufunc_result(fn, compute, 1) == target.dtype:
+            fn(x, out=target)
+        else:
+            target[...] = fn(x)
         self._schedule(op, out.free, 1, (a,), (out,))
 
     def tensor_copy(self, out: Tile, a: Tile) -> None:
@@ -508,24 +580,40 @@ class ScalarE(_Engine):
         With ``accumulate`` ([P, 1]), the row sums of out are written there in the same pass."""
         fn = ACTIVATIONS[func]
         x = _operand(a, FP32)
+        own = x is not a.data  # x is a temporary of this instruction: scale and bias may update it in place
         reads = [a]
         if isinstance(scale, Tile):
             reads.append(scale)
-            x = x * _operand(scale, FP32)
+            x = _affine(np.multiply, x, _operand(scale, FP32), own)
+            own = True
         elif scale != 1.0:
-            x = x * np.float32(scale)
+            x = _affine(np.multiply, x, np.float32(scale), own)
+            own = True
         if isinstance(bias, Tile):
             reads.append(bias)
-            x = x + _operand(bias, FP32)
+            x = _affine(np.add, x, _operand(bias, FP32), own)
         elif bias != 0.0:
-            x = x + np.float32(bias)
+            x = _affine(np.add, x, np.float32(bias), own)
+        target = out.write_target()
+        into = target.dtype == FP32 and target.shape == x.shape and target.flags.c_contiguous
         native = FP32_NATIVE.get(func)
         if native is not None:  # see FP32_NATIVE: within a few ULP of correctly rounded
             with np.errstate(all="ignore"):
-                y = np.asarray(native(x), dtype=FP32)
+                direct = _FP32_INTO.get(func) if into else None
+                if direct is not None:
+                    direct(x, target)  # the same bits native(x) computes, without the temporary
+                    y = target
+                else:
+                    y = np.asarray(native(x), dtype=FP32)
+                    target[...] = y
         else:  # evaluated as if correctly rounded to fp32 (in float64, then rounded once)
-            y = np.asarray(fn(x.astype(np.float64)), dtype=np.float64).astype(FP32)
-        _store(out, y)
+            wide = np.asarray(fn(x.astype(np.float64)), dtype=np.float64)
+            if into:
+                target[...] = wide  # the float64 -> float32 cast astype would do, into the tile
+                y = target
+            else:
+                y = wide.astype(FP32)
+                target[...] = y
         writes = [out]
         if accumulate is not None:
             _store(accumulate, y.sum(axis=1, keepdims=True, dtype=FP32))
@@ -533,6 +621,41 @@ class ScalarE(_Engine):
         p = self.platform
         cycles = p.scalar_overhead_cycles + out.free
         self.timeline.schedule("scalar", func, cycles / p.scalar_hz * 1e9, reads, writes)
+
+
+def _affine(fn: np.ufunc, x: np.ndarray, operand, own: bool) -> np.ndarray:
+    """fn(x, operand) for an activation's scale or bias, written over x when x is the instruction's own
+    temporary of the result's shape (fp32 op fp32 is fp32 either way: the same bits)."""
+    if own and (not isinstance(operand, np.ndarray) or operand.shape[-1] == 1 or operand.shape == x.shape):
+        return fn(x, operand, out=x)
+    return fn(x, operand)
+
+
+def _expit_into(x: np.ndarray, out: np.ndarray) -> None:
+    from scipy.special import expit  # noqa: PLC0415
+    expit(x, out=out)
+
+
+def _silu_into(x: np.ndarray, out: np.ndarray) -> None:
+    from scipy.special import expit  # noqa: PLC0415
+    np.multiply(x, expit(x), out=out)
+
+
+def _ufunc_into(fn: np.ufunc) -> Callable[[np.ndarray, np.ndarray], None]:
+    def into(x: np.ndarray, out: np.ndarray) -> None:
+        fn(x, out=out)
+    return into
+
+
+# FP32_NATIVE functions that can write an fp32 tile directly: fn(x, out) computes what
+# np.asarray(FP32_NATIVE[name](x), dtype=FP32) does (a float32 ufunc loop gives the same bits with
+# out= as without), skipping the result's temporary and its copy into the tile.
+_FP32_INTO: dict[str, Callable[[np.ndarray, np.ndarray], None]] = {
+    **{name: _ufunc_into(FP32_NATIVE[name])
+       for name in ("exp", "log", "tanh", "sin", "cos", "expm1", "log1p", "sqrt", "abs", "square")},
+    "identity": lambda x, out: np.copyto(out, x),
+    "sigmoid": _expit_into, "silu": _silu_into,
+}
 
 
 class GpSimdE(_Engine):
