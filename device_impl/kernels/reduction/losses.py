@@ -25,7 +25,7 @@ from device_impl.engine.dtypes import FP32, numpy_dtype
 from device_impl.kernels.common import SCALAR_TYPE_NAMES, check_out, hbm, new_output
 from device_impl.kernels.reduction.tiles import (
     BOOL, I64, P, _FLOATS, _Grid, _at, _blocks, _combine, _fill, _flat_load, _flat_pieces, _kernel, _load_scalars,
-    _memset, _refuse, _row_scalar, _store_scalars, _stream,
+    _memset, _refuse, _row_scalar, _store_scalars, _stream_groups,
 )
 
 
@@ -67,12 +67,13 @@ def _mse_loss_out(a: dict) -> torch.Tensor:
     with launch("mse_loss", out.device.index) as nc:
         acc = _memset(nc, (P, 1), FP32, 0.0)
         pieces = list(_flat_pieces(numel))
-        loads = []
+        # x's and y's tiles of a piece stream as one group: streamed one by one, taking y's tile released
+        # x's before the subtract read it (the timeline freed that SBUF early; a reused array read garbage)
+        groups = [[((p, f), xv.dtype, _flat_load(nc, xv, s0, s1)), ((p, f), yv.dtype, _flat_load(nc, yv, s0, s1))]
+                  for s0, s1, p, f in pieces]
+        tiles = _stream_groups(nc, groups, depth=2)
         for s0, s1, p, f in pieces:
-            loads += [((p, f), xv.dtype, _flat_load(nc, xv, s0, s1)), ((p, f), yv.dtype, _flat_load(nc, yv, s0, s1))]
-        tiles = _stream(nc, loads, depth=4)
-        for s0, s1, p, f in pieces:
-            tx, ty = next(tiles), next(tiles)
+            tx, ty = next(tiles)
             mark = nc.mark()
             d = nc.sbuf_tile((p, f), FP32)
             nc.vector.tensor_tensor(d, tx, ty, "subtract", dtype=FP32)
