@@ -33,6 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from device_impl.compiler.groups import GroupRunner
 from device_impl.compiler.program import Program
 from device_impl.engine.core import NeuronCore
 from device_impl.engine.dtypes import FP32
@@ -132,6 +133,9 @@ class _UnboundedPool(MemoryPool):
     def release(self, tile: Tile) -> None:
         pass
 
+    def recycle(self) -> None:
+        self.retired.clear()  # tiles a wide step left live: plain arrays, nothing to take back for reuse
+
 
 class _WideDMA(DMA):
     """Flat transfers of a whole array as one strided numpy copy (the byte moves are the same)."""
@@ -205,11 +209,27 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     # the SBUF tiles are. Otherwise every block is gemm, whose per-element sum runs along K in order
     # whatever the block's size, so one batched product per K slice gives the same bits.
     vector_blocks = any(m1 - m0 == 1 or n1 - n0 == 1 for m0, m1, n0, n1 in blocks)
+    # A matmul epilogue (build.attach_epilogues): the tile program rounds each evacuated block to the
+    # product's dtype and runs the fused group on it; the group's ops are per element (flat groups) or per
+    # whole row (row groups take rows of N <= EVACUATION_CHUNK columns, one block wide), so running it once
+    # on the whole rounded product, on the wide core, computes the same values.
+    epilogue = step.get("epilogue")
+    tail_group = GroupRunner(epilogue) if epilogue is not None else None
 
     def run(core, env) -> None:
-        out = env.access(result).reshape(batch, m, n)
+        if epilogue is None:
+            out = env.access(result).reshape(batch, m, n)
+        else:
+            out = np.empty((batch, m, n), dtype=program.dtype(result))
         if out.size == 0:
             return
+        _product(env, out)
+        if epilogue is not None:
+            tile = core.sbuf_tile((batch * m, n), out.dtype)
+            np.copyto(tile.write_target(), out.reshape(batch * m, n))
+            tail_group.epilogue(env, batch * m, n, epilogue["product_slot"])(core, tile, 0, batch * m, 0, n)
+
+    def _product(env, out: np.ndarray) -> None:
         if k == 0:
             out[...] = 0
             return
@@ -251,9 +271,7 @@ def fast_runners(program: Program, runners: list) -> list[tuple[bool, Callable[[
     plan = []
     for step, runner in zip(program.steps, runners):
         kind = step["kind"]
-        # a product with an epilogue (build.attach_epilogues) runs its tile program: the wide product
-        # would skip the fused group that takes over its evacuation
-        if STEP_KINDS.get(kind) == "wide" and "epilogue" not in step:
+        if STEP_KINDS.get(kind) == "wide":
             plan.append((True, WIDE[kind](step, program, runner)))
         else:
             plan.append((False, runner))
