@@ -13,7 +13,11 @@ are engine launches per call. Adaptive's result is checked bit for bit against e
 
 from __future__ import annotations
 
-import threads  # noqa: F401  (one BLAS thread for the simulator: before torch loads numpy)
+import os.path as _path  # noqa: E402
+import sys as _sys  # noqa: E402
+
+_sys.path.insert(0, _path.dirname(_path.abspath(__file__)))  # run as a script or imported by asv's discovery
+import threads  # noqa: E402,F401  (one BLAS thread for the simulator: before torch loads numpy)
 
 import argparse  # noqa: E402
 import sys  # noqa: E402
