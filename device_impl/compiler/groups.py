@@ -426,17 +426,31 @@ class GroupRunner:
         per row block. Only while the whole rows and these tiles fit the group's SBUF budget."""
         budget = self.hoist_bytes
         shared: dict[int, Tile] = {}
+        if not keep or self.rows <= 1:
+            # a full reduction has one row and no kept dims: "constant along the kept dims" holds of every
+            # load vacuously, and hoisting (one row, nothing to share) read the compiled LSTM's gate
+            # slices wrongly (their [1, C] rows span two strided pieces)
+            return shared
+        # Slots are registers the planner reuses: a slot that an op also writes, or that is loaded twice,
+        # holds other values at other points of the block, and a hoisted tile would stand in for them all
+        # (the compiled LSTM read a gate's result where a weight row was due).
+        written = {op.slot for op in self.ops}
+        loaded = [slot for slots in self.loads_at.values() for slot in slots]
         for slot, view in loads.items():
             acc2d, column = access[slot]
             if column or not all(view.strides[d] == 0 or view.shape[d] == 1 for d in keep):
                 continue
+            if slot in written or loaded.count(slot) != 1:
+                continue
             size = self.cols * self.slot_dtype[slot].itemsize
             if size > budget:
                 continue
+            pieces = list(acc2d.pieces(0, 1, 0, self.cols))
+            if len(pieces) != 1:
+                continue  # a row that is several strided pieces loads per block, as before (see above)
             budget -= size
             row = nc.sbuf_tile((1, self.cols), self.slot_dtype[slot])
-            for a0, a1, b0, b1, piece in acc2d.pieces(0, 1, 0, self.cols):
-                nc.dma.load(row if (b0, b1) == (0, self.cols) else row[0:1, b0:b1], piece)
+            nc.dma.load(row, pieces[0][4])
             full = nc.sbuf_tile((min(block, self.rows), self.cols), self.slot_dtype[slot])
             nc.gpsimd.partition_broadcast(full, row)
             shared[slot] = full
