@@ -106,6 +106,10 @@ def test_large_tiles_reuse_unreachable_released_arrays_within_a_launch():
     keeps its array and its values."""
     shape = (128, 128)  # 64 KiB of fp32: large enough to look for a reusable array
     with launch("sweep", 0) as nc:
+        # arrays earlier launches left for reuse come first (a test before this one may have left a
+        # (128, 128) fp32 one): without them the pool must look at this launch's released tiles
+        nc.sbuf.spares.clear()
+        nc.sbuf.spare_bytes = 0
         held = nc.sbuf_tile(shape, FP32)
         nc.vector.memset(held, 2.0)
         nc.release(held)  # released, but this function still holds it
