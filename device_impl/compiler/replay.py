@@ -27,7 +27,6 @@ step kind (``STEP_KINDS``). The instruction-level path stays the reference and i
 
 from __future__ import annotations
 
-import math
 import threading
 from typing import Any, Callable
 
@@ -190,16 +189,9 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     fp32 tiles; here the blocks of one K slice share a call where that gives the same bits (below)."""
     from device_impl.kernels.matmul import K_TILE, M_TILE, N_TILE
 
-    lhs, rhs = step["operands"]
-    result = step["results"][0]
-    dn = step["attrs"]["dot_dimension_numbers"]
-    lb, rb = dn.get("lhs_batching_dimensions", []), dn.get("rhs_batching_dimensions", [])
-    lc, rc = dn.get("lhs_contracting_dimensions", []), dn.get("rhs_contracting_dimensions", [])
-    ls, rs = program.shape(lhs), program.shape(rhs)
-    lf = [d for d in range(len(ls)) if d not in lb + lc]
-    rf = [d for d in range(len(rs)) if d not in rb + rc]
-    batch = math.prod(ls[d] for d in lb)
-    m, k, n = math.prod(ls[d] for d in lf), math.prod(ls[d] for d in lc), math.prod(rs[d] for d in rf)
+    from device_impl.compiler.steps import dot_dims
+
+    lhs, rhs, result, lb, rb, lc, rc, lf, rf, batch, m, k, n = dot_dims(step, program)
     k_ranges = [(k0, min(k, k0 + K_TILE)) for k0 in range(0, k, K_TILE)]
     blocks = [(m0, min(m, m0 + M_TILE), n0, min(n, n0 + N_TILE)) for m0 in range(0, m, M_TILE)
               for n0 in range(0, n, N_TILE)]

@@ -14,7 +14,7 @@ fills (``indexing.copy_into`` / ``fill``). Gathers and scatters are in
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -31,17 +31,39 @@ I64 = np.dtype(np.int64)
 Runner = Callable[[Any, Any], None]
 
 
-def _dot_general(step: dict, program: Program) -> Runner:
+class DotDims(NamedTuple):
+    """A stablehlo.dot_general as a batch of [m, k] x [k, n] products: its values, dims and sizes."""
+
+    lhs: int
+    rhs: int
+    result: int
+    lb: list
+    rb: list
+    lc: list
+    rc: list
+    lf: list
+    rf: list
+    batch: int
+    m: int
+    k: int
+    n: int
+
+
+def dot_dims(step: dict, program: Program) -> DotDims:
+    """The batch, free and contracting dims of a dot_general step (its runner and compiler.replay's)."""
     lhs, rhs = step["operands"]
-    result = step["results"][0]
     dn = step["attrs"]["dot_dimension_numbers"]
     lb, rb = dn.get("lhs_batching_dimensions", []), dn.get("rhs_batching_dimensions", [])
     lc, rc = dn.get("lhs_contracting_dimensions", []), dn.get("rhs_contracting_dimensions", [])
     ls, rs = program.shape(lhs), program.shape(rhs)
     lf = [d for d in range(len(ls)) if d not in lb + lc]
     rf = [d for d in range(len(rs)) if d not in rb + rc]
-    batch = math.prod(ls[d] for d in lb)
-    m, k, n = math.prod(ls[d] for d in lf), math.prod(ls[d] for d in lc), math.prod(rs[d] for d in rf)
+    return DotDims(lhs, rhs, step["results"][0], lb, rb, lc, rc, lf, rf, math.prod(ls[d] for d in lb),
+                   math.prod(ls[d] for d in lf), math.prod(ls[d] for d in lc), math.prod(rs[d] for d in rf))
+
+
+def _dot_general(step: dict, program: Program) -> Runner:
+    lhs, rhs, result, lb, rb, lc, rc, lf, rf, batch, m, k, n = dot_dims(step, program)
 
     epilogue = step.get("epilogue")  # a fused group consuming the product on its evacuation (build.py)
     tail_group = GroupRunner(epilogue) if epilogue is not None else None
