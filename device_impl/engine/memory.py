@@ -108,6 +108,21 @@ REUSE_MIN_BYTES = 64 << 10
 _FREED: dict[tuple, np.ndarray] = {}
 
 
+def _take_back(spares: dict, tile) -> None:
+    """Keep ``tile``'s array for a later tile of its shape and dtype; the tile keeps a read-only poison view."""
+    key = tile.key
+    kept = spares.get(key)
+    if kept is None:
+        spares[key] = [tile.data]
+    else:
+        kept.append(tile.data)
+    freed = _FREED.get(key)
+    if freed is None:
+        freed = _freed(key)
+    tile.data = freed
+    tile.initialized = True
+
+
 def _freed(key: tuple) -> np.ndarray:
     """A read-only array of ``key``'s (shape, dtype) that is poison everywhere: a released tile's data."""
     shape, dt = key
@@ -244,19 +259,9 @@ class MemoryPool:
                 keep.append(tile)
                 continue
             total += nbytes
-            key = tile.key
-            kept = spares.get(key)
-            if kept is None:
-                spares[key] = [tile.data]
-            else:
-                kept.append(tile.data)
             # Unreachable, but a root tile is its own ``root``: the cycle keeps it (and so its array) alive
             # until the garbage collector runs, and a second reference would keep the array from the next sweep.
-            freed = _FREED.get(key)
-            if freed is None:
-                freed = _freed(key)
-            tile.data = freed
-            tile.initialized = True
+            _take_back(spares, tile)
         self.spare_bytes = total
         self.retired = keep
 
@@ -279,17 +284,7 @@ class MemoryPool:
             if total + nbytes > SPARE_BYTES_MAX:
                 break
             total += nbytes
-            key = tile.key
-            kept = spares.get(key)
-            if kept is None:
-                spares[key] = [tile.data]
-            else:
-                kept.append(tile.data)
-            freed = _FREED.get(key)
-            if freed is None:
-                freed = _freed(key)
-            tile.data = freed
-            tile.initialized = True
+            _take_back(spares, tile)
         self.spare_bytes = total
         self.retired.clear()
 
