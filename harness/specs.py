@@ -121,11 +121,20 @@ def with_params(base: Draw, **strategies) -> Draw:
     return draw
 
 
+def _bad_dim(shape: tuple[int, ...], dim: Any) -> Any:
+    """``dim``, or under a designed ``bad_dim`` error one out of range (the kernel must raise CPU's
+    IndexError): ``ndim + 1`` is outside [-ndim, ndim) for every rank (0-dim tensors take dims -1 and 0)."""
+    goal = hs.target()
+    if goal is None or goal.error != "bad_dim":
+        return dim
+    return (len(shape) + 1,) if isinstance(dim, tuple) else len(shape) + 1
+
+
 def reduction(allow_none=True, allow_tuple=True, keepdim=True, min_dims=0, grad=False, none_as=None) -> Draw:
     def draw(data, dtype):
         shape = data.draw(hs.shapes(min_dims=min_dims))
         x0 = data.draw(hs.tensor(shape, dtype, requires_grad=grad and _grad(dtype)))
-        dim = data.draw(hs.dims_of(shape, allow_none=allow_none, allow_tuple=allow_tuple))
+        dim = _bad_dim(shape, data.draw(hs.dims_of(shape, allow_none=allow_none, allow_tuple=allow_tuple)))
         params = {"dim": none_as if dim is None else dim}
         if keepdim:
             params["keepdim"] = data.draw(st.booleans())
@@ -139,7 +148,7 @@ def dim_op(grad=False, min_dims=1, allow_empty=True) -> Draw:
         shape = data.draw(hs.shapes(min_dims=min_dims, allow_empty=allow_empty))
         x0 = data.draw(hs.tensor(shape, dtype, requires_grad=grad and _grad(dtype)))
         dim = data.draw(st.integers(-len(shape), len(shape) - 1)) if shape else 0
-        return [x0], {"dim": dim}
+        return [x0], {"dim": _bad_dim(shape, dim)}
     return draw
 
 
@@ -889,6 +898,25 @@ spec("item", "shape", "{x0}.item()", unary(max_dims=0), EVERY)
 
 spec("any_all_elements", "reduction", "torch.any({x0})", unary(), EVERY)
 spec("all_all_elements", "reduction", "torch.all({x0})", unary(), EVERY)
+
+
+def _dims_tuple(data, dtype):
+    """A tuple of dims (``all.dims``/``any.dims``: the overload an int dim never reaches); () for a 0-dim
+    tensor."""
+    shape = data.draw(hs.shapes())
+    dim = data.draw(hs.dims_of(shape, allow_none=False))
+    dim = () if dim is None else dim if isinstance(dim, tuple) else (dim,)
+    return [_t(data, shape, dtype)], {"dim": _bad_dim(shape, dim), "keepdim": data.draw(st.booleans())}
+
+
+for _name in ("any", "all"):
+    spec(f"{_name}_dims", "reduction", f"torch.{_name}({{x0}}, dim={{dim}}, keepdim={{keepdim}})", custom(_dims_tuple),
+         EVERY)
+# The whole-tensor max/min (aten::max, max.unary_out): an empty input is an error on CPU (no identity).
+for _name in ("max", "min"):
+    spec(f"{_name}_all_elements", "reduction", f"torch.{_name}({{x0}})", unary(), EVERY)
+spec("aminmax", "reduction", "torch.aminmax({x0}, dim={dim}, keepdim={keepdim})",
+     reduction(allow_tuple=False), NUMERIC, ignore_zero_sign=hs.FLOAT_DTYPES, tolerance_reason=_AMAX_SIGN)
 # At most 64 factors: a product of thousands of values overflows in one partial product and underflows in
 # another, and whether the result is 0, inf or NaN (inf * 0) depends only on the multiplication order.
 spec("prod_all_elements", "reduction", "torch.prod({x0})",
