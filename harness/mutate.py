@@ -410,9 +410,27 @@ def _io(name: str, pre=None, post=None, doc: str = "") -> type:
                                        "post": staticmethod(post) if post else None, "__doc__": doc})
 
 
-NanInf = _io("NanInf", nan_inf_host, nan_inf_host,
-             "NaN read and written as 0 and infinities as the dtype's max (an fmax-style instruction)")
-ZeroSign = _io("ZeroSign", zero_sign_host, zero_sign_host, "-0.0 read and written as +0.0 (0 - x, x + 0.0)")
+class _FloatReads:
+    """Counts the calls that read a floating-point operand (``float_reads``) and those of them that returned
+    (``float_returns``): the rule of ``run_mutant`` for an op that rejects every float (bitwise ops) reads it."""
+
+    float_reads: int = 0
+    float_returns: int = 0
+
+    def run(self, original, keyset, args, kwargs):
+        floats = any(t.is_floating_point() for t in _device_tensors(list(args) + list(kwargs.values())))
+        self.float_reads += floats
+        result = super().run(original, keyset, args, kwargs)
+        self.float_returns += floats
+        return result
+
+
+class NanInf(_FloatReads, _io("_NanInf", nan_inf_host, nan_inf_host)):
+    """NaN read and written as 0 and infinities as the dtype's max (an fmax-style instruction)."""
+
+
+class ZeroSign(_FloatReads, _io("_ZeroSign", zero_sign_host, zero_sign_host)):
+    """-0.0 read and written as +0.0 (0 - x, x + 0.0)."""
 Saturation = _io("Saturation", saturation_host, None,
                  "inputs in the saturation region (|x| >= 10) take the small-|x| branch's value at 0; "
                  "integers at the dtype's min/max are read one step inside")
@@ -885,6 +903,13 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
         return Outcome(op, mc.name, "excluded", f"the result is never bfloat16: {mutant.bf16_reads} calls read "
                        "bfloat16 operands and none returned a bfloat16 tensor", cases_run=ran,
                        seconds=time.perf_counter() - started)
+    if mc.name in ("nan_inf", "zero_sign") and mutant.triggered == 0 and mutant.float_reads \
+            and not mutant.float_returns:
+        # The rule, read from the op's own calls: every call that read a floating-point operand raised
+        # (bitwise ops reject floats, as CPU does: the designed error-free cases of every dtype got there),
+        # so no NaN, infinity or -0.0 ever reaches a result.
+        return Outcome(op, mc.name, "excluded", f"the op rejects floating-point operands: all {mutant.float_reads} "
+                       "calls that read one raised", cases_run=ran, seconds=time.perf_counter() - started)
     if mc.name == "promotion" and mutant.triggered == 0:
         # The rule, read from the op's own calls: over every case (the design covers every dtype
         # the op supports), no call had operands or a result of different dtypes.
