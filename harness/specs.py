@@ -1026,6 +1026,10 @@ def _unfold(data, dtype):
 
 
 spec("unfold", "shape", "{x0}.unfold({dim}, {size}, {step})", custom(_unfold), EVERY, view=True)
+for _name in ("var_mean", "std_mean"):
+    spec(_name, "reduction", f"torch.{_name}({{x0}}, dim={{dim}}, correction={{correction}}, keepdim={{keepdim}})",
+         with_params(reduction(), correction=st.sampled_from([0, 1])), tolerance=_REDUCE_TOL,
+         tolerance_reason=_REDUCE_REASON, fp64_reference=True)
 spec("vector_norm", "reduction", "torch.linalg.vector_norm({x0}, ord={ord}, dim={dim}, keepdim={keepdim})",
      with_params(reduction(), ord=st.sampled_from([2, 1, float("inf"), -float("inf"), 0, 3.0])),
      tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON, fp64_reference=True)

@@ -1025,3 +1025,15 @@ def test_nll_loss2d_picks_the_zero_sign(value):
     target = torch.tensor([[[1, 0]], [[2, -100]]])
     for reduction in ("none", "sum", "mean"):
         check(lambda a, t: F.nll_loss(a, t, reduction=reduction), x, target)
+
+
+@pytest.mark.parametrize("pos", [0, 3, 128])
+@pytest.mark.parametrize("dim", [1, 0, None])
+@pytest.mark.parametrize("name", ["var_mean", "std_mean"])
+def test_var_mean_float32_mean_after_an_infinity_is_nan(name, dim, pos):
+    """CPU's Welford mean turns NaN at the first element after an infinity: only a lone infinity in the
+    row's last element leaves it infinite (the device's float32 path returned sum / n = inf)."""
+    x = values((3, 129), torch.float32, seed=3)
+    x[1, pos] = INF
+    x[2, pos], x[2, 0] = -INF, INF
+    check(lambda t: getattr(torch, name)(t, dim=dim), x, tol=sum_tol(129))
