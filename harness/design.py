@@ -7,7 +7,7 @@ every dtype the spec supports x every value domain that applies to the dtype x e
 layout (made on the device) x every size class (0-dim, empty, small, and the tile edges
 127/128/129, 511/512/513, 2047/2048/2049 along the free axis), covered by a greedy
 covering design (every dtype with every domain, layout and size class; ``_greedy``), plus the
-op's error inputs (out-of-range and non-integer indices, non-broadcastable shapes).
+op's error inputs (out-of-range and non-integer indices, non-broadcastable shapes, a dim out of range).
 
 A designed case is drawn by the spec's own ``draw`` with a ``harness.strategies.Target``
 active and a seed derived from its coordinates, so it is reproducible on its own and its
@@ -41,7 +41,7 @@ SIZE_EDGES: dict[str, tuple[int | str, ...]] = {
     "tile-128": (127, 128, 129), "tile-512": (511, 512, 513), "tile-2048": (2047, 2048, 2049),
 }
 SIZE_CLASSES = tuple(SIZE_EDGES)
-ERRORS = ("oob_index", "index_dtype", "shape_mismatch")
+ERRORS = ("oob_index", "index_dtype", "shape_mismatch", "bad_dim")  # bad_dim: a dim argument out of range
 NO_TENSOR = "-"  # the domain and layout of a case without tensor inputs (factories)
 ERROR_PARAM = "_design_error"  # a case parameter naming the error input a designed case has
 
@@ -180,7 +180,7 @@ def designed_case(spec: OpSpec, cell: Cell, mode: str = "eager", device: str = "
                 # without index tensors or broadcast operands draws the same case): say so in params,
                 # which the call text does not use, so the cell reads it back.
                 plain = _draw(spec, hs.Target(goal.dtype, goal.domain, goal.layout, size), seed + attempt)
-                if plain != (tensors, params):
+                if repr(plain) != repr((tensors, params)):  # repr: a NaN parameter equals itself
                     params = {**params, ERROR_PARAM: goal.error}
                 elif attempt < 2:
                     continue  # this draw had no room for it (an empty index tensor): another seed

@@ -410,16 +410,44 @@ def _io(name: str, pre=None, post=None, doc: str = "") -> type:
                                        "post": staticmethod(post) if post else None, "__doc__": doc})
 
 
-NanInf = _io("NanInf", nan_inf_host, nan_inf_host,
-             "NaN read and written as 0 and infinities as the dtype's max (an fmax-style instruction)")
-ZeroSign = _io("ZeroSign", zero_sign_host, zero_sign_host, "-0.0 read and written as +0.0 (0 - x, x + 0.0)")
+class _FloatReads:
+    """Counts the calls that read a floating-point operand (``float_reads``) and those of them that returned
+    (``float_returns``): the rule of ``run_mutant`` for an op that rejects every float (bitwise ops) reads it."""
+
+    float_reads: int = 0
+    float_returns: int = 0
+
+    def run(self, original, keyset, args, kwargs):
+        floats = any(t.is_floating_point() for t in _device_tensors(list(args) + list(kwargs.values())))
+        self.float_reads += floats
+        result = super().run(original, keyset, args, kwargs)
+        self.float_returns += floats
+        return result
+
+
+class NanInf(_FloatReads, _io("_NanInf", nan_inf_host, nan_inf_host)):
+    """NaN read and written as 0 and infinities as the dtype's max (an fmax-style instruction)."""
+
+
+class ZeroSign(_FloatReads, _io("_ZeroSign", zero_sign_host, zero_sign_host)):
+    """-0.0 read and written as +0.0 (0 - x, x + 0.0)."""
 Saturation = _io("Saturation", saturation_host, None,
                  "inputs in the saturation region (|x| >= 10) take the small-|x| branch's value at 0; "
                  "integers at the dtype's min/max are read one step inside")
 TileEdge = _io("TileEdge", tile_edge_host, tile_edge_host,
                "the remainder tile of a length not a multiple of 128 is one element short, read and written")
 Gradient = _io("Gradient", None, gradient_host, "a gradient kernel off by a factor of 2")
-Bf16 = _io("Bf16", None, bf16_host, "bfloat16 results rounded through a 4-bit mantissa (wrong only in bfloat16)")
+class Bf16(_io("_Bf16", None, bf16_host)):
+    """bfloat16 results rounded through a 4-bit mantissa (wrong only in bfloat16). Counts the calls that
+    read a bfloat16 operand (``bf16_reads``): the rule of ``run_mutant`` for an op whose result is never
+    bfloat16 reads it."""
+
+    bf16_reads: int = 0
+
+    def run(self, original, keyset, args, kwargs):
+        if any(t.dtype == torch.bfloat16 for t in _device_tensors(list(args) + list(kwargs.values()))):
+            self.bf16_reads += 1
+        return super().run(original, keyset, args, kwargs)
 
 
 def _linear_read(t: torch.Tensor) -> torch.Tensor | None:
@@ -868,6 +896,20 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
         return Outcome(op, mc.name, "excluded", f"equivalent for this op: in all {mutant.triggered} calls where "
                        f"the break applied, the kernel's result was bit-identical to the real one's", cases_run=ran,
                        triggered=mutant.triggered, seconds=time.perf_counter() - started)
+    if mc.name == "bf16_rounding" and mutant.triggered == 0 and mutant.bf16_reads:
+        # The rule, read from the op's own calls: it was called with bfloat16 operands and still no call
+        # returned a bfloat16 result (any/all/isin/nonzero return bool or int64 for every input), so
+        # rounding a bfloat16 result has nothing to act on. (An op no bfloat16 case reached stays a gap.)
+        return Outcome(op, mc.name, "excluded", f"the result is never bfloat16: {mutant.bf16_reads} calls read "
+                       "bfloat16 operands and none returned a bfloat16 tensor", cases_run=ran,
+                       seconds=time.perf_counter() - started)
+    if mc.name in ("nan_inf", "zero_sign") and mutant.triggered == 0 and mutant.float_reads \
+            and not mutant.float_returns:
+        # The rule, read from the op's own calls: every call that read a floating-point operand raised
+        # (bitwise ops reject floats, as CPU does: the designed error-free cases of every dtype got there),
+        # so no NaN, infinity or -0.0 ever reaches a result.
+        return Outcome(op, mc.name, "excluded", f"the op rejects floating-point operands: all {mutant.float_reads} "
+                       "calls that read one raised", cases_run=ran, seconds=time.perf_counter() - started)
     if mc.name == "promotion" and mutant.triggered == 0:
         # The rule, read from the op's own calls: over every case (the design covers every dtype
         # the op supports), no call had operands or a result of different dtypes.

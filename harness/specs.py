@@ -121,11 +121,20 @@ def with_params(base: Draw, **strategies) -> Draw:
     return draw
 
 
+def _bad_dim(shape: tuple[int, ...], dim: Any) -> Any:
+    """``dim``, or under a designed ``bad_dim`` error one out of range (the kernel must raise CPU's
+    IndexError): ``ndim + 1`` is outside [-ndim, ndim) for every rank (0-dim tensors take dims -1 and 0)."""
+    goal = hs.target()
+    if goal is None or goal.error != "bad_dim":
+        return dim
+    return (len(shape) + 1,) if isinstance(dim, tuple) else len(shape) + 1
+
+
 def reduction(allow_none=True, allow_tuple=True, keepdim=True, min_dims=0, grad=False, none_as=None) -> Draw:
     def draw(data, dtype):
         shape = data.draw(hs.shapes(min_dims=min_dims))
         x0 = data.draw(hs.tensor(shape, dtype, requires_grad=grad and _grad(dtype)))
-        dim = data.draw(hs.dims_of(shape, allow_none=allow_none, allow_tuple=allow_tuple))
+        dim = _bad_dim(shape, data.draw(hs.dims_of(shape, allow_none=allow_none, allow_tuple=allow_tuple)))
         params = {"dim": none_as if dim is None else dim}
         if keepdim:
             params["keepdim"] = data.draw(st.booleans())
@@ -139,7 +148,7 @@ def dim_op(grad=False, min_dims=1, allow_empty=True) -> Draw:
         shape = data.draw(hs.shapes(min_dims=min_dims, allow_empty=allow_empty))
         x0 = data.draw(hs.tensor(shape, dtype, requires_grad=grad and _grad(dtype)))
         dim = data.draw(st.integers(-len(shape), len(shape) - 1)) if shape else 0
-        return [x0], {"dim": dim}
+        return [x0], {"dim": _bad_dim(shape, dim)}
     return draw
 
 
@@ -889,6 +898,25 @@ spec("item", "shape", "{x0}.item()", unary(max_dims=0), EVERY)
 
 spec("any_all_elements", "reduction", "torch.any({x0})", unary(), EVERY)
 spec("all_all_elements", "reduction", "torch.all({x0})", unary(), EVERY)
+
+
+def _dims_tuple(data, dtype):
+    """A tuple of dims (``all.dims``/``any.dims``: the overload an int dim never reaches); () for a 0-dim
+    tensor."""
+    shape = data.draw(hs.shapes())
+    dim = data.draw(hs.dims_of(shape, allow_none=False))
+    dim = () if dim is None else dim if isinstance(dim, tuple) else (dim,)
+    return [_t(data, shape, dtype)], {"dim": _bad_dim(shape, dim), "keepdim": data.draw(st.booleans())}
+
+
+for _name in ("any", "all"):
+    spec(f"{_name}_dims", "reduction", f"torch.{_name}({{x0}}, dim={{dim}}, keepdim={{keepdim}})", custom(_dims_tuple),
+         EVERY)
+# The whole-tensor max/min (aten::max, max.unary_out): an empty input is an error on CPU (no identity).
+for _name in ("max", "min"):
+    spec(f"{_name}_all_elements", "reduction", f"torch.{_name}({{x0}})", unary(), EVERY)
+spec("aminmax", "reduction", "torch.aminmax({x0}, dim={dim}, keepdim={keepdim})",
+     reduction(allow_tuple=False), NUMERIC, ignore_zero_sign=hs.FLOAT_DTYPES, tolerance_reason=_AMAX_SIGN)
 # At most 64 factors: a product of thousands of values overflows in one partial product and underflows in
 # another, and whether the result is 0, inf or NaN (inf * 0) depends only on the multiplication order.
 spec("prod_all_elements", "reduction", "torch.prod({x0})",
@@ -964,6 +992,126 @@ spec("isin", "pointwise", "torch.isin({x0}, {x1}, invert={invert})",
          {"invert": data.draw(st.booleans())}))(
          ("small_int", "int_edges") if dtype in hs.INT_DTYPES else ("signed_zero", "special", "normal"))), NUMERIC)
 
+
+
+# --- indexing, fill and reduction overloads the designed cases did not reach (issue 18): each spec pins one ------
+
+_WRITABLE = ("contiguous", "transposed", "sliced", "offset")  # layouts an in-place op may write
+
+
+def _take(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=1, allow_empty=False))
+    return [_t(data, shape, dtype), _index_tensor(data, (data.draw(st.integers(1, 9)),), math.prod(shape))], {}
+
+
+spec("take", "indexing", "torch.take({x0}, {x1})", custom(_take), EVERY)
+
+
+def _narrow(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=1, allow_empty=False))
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    start = data.draw(st.integers(0, shape[dim] - 1))
+    length = data.draw(st.integers(0, shape[dim] - start))
+    return [_t(data, shape, dtype)], {"dim": _bad_dim(shape, dim), "start": start, "length": length}
+
+
+spec("narrow_copy", "shape", "torch.narrow_copy({x0}, {dim}, {start}, {length})", custom(_narrow), EVERY)
+
+
+def _unfold(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=1, allow_empty=False))
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    return [_t(data, shape, dtype)], {"dim": _bad_dim(shape, dim), "size": data.draw(st.integers(1, shape[dim])),
+                                      "step": data.draw(st.integers(1, 3))}
+
+
+spec("unfold", "shape", "{x0}.unfold({dim}, {size}, {step})", custom(_unfold), EVERY, view=True)
+for _name in ("var_mean", "std_mean"):
+    spec(_name, "reduction", f"torch.{_name}({{x0}}, dim={{dim}}, correction={{correction}}, keepdim={{keepdim}})",
+         with_params(reduction(), correction=st.sampled_from([0, 1])), tolerance=_REDUCE_TOL,
+         tolerance_reason=_REDUCE_REASON, fp64_reference=True)
+spec("vector_norm", "reduction", "torch.linalg.vector_norm({x0}, ord={ord}, dim={dim}, keepdim={keepdim})",
+     with_params(reduction(), ord=st.sampled_from([2, 1, float("inf"), -float("inf"), 0, 3.0])),
+     tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON, fp64_reference=True)
+
+
+def _diagonal_scatter(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=2, max_dims=3, allow_empty=False))
+    offset = data.draw(st.integers(-2, 2))
+    diag = tuple(torch.empty(shape, device="meta").diagonal(offset, -2, -1).shape)
+    goal = hs.target()
+    if goal is not None and goal.error == "shape_mismatch":
+        diag = diag[:-1] + (diag[-1] + 1,)  # a designed error input: src is not the diagonal's shape
+    return [_t(data, shape, dtype, layouts=_SELF_LAYOUTS), _t(data, diag, dtype)], {"offset": offset}
+
+
+spec("diagonal_scatter", "indexing", "torch.diagonal_scatter({x0}, {x1}, {offset}, -2, -1)",
+     custom(_diagonal_scatter), EVERY)
+
+
+def _value_tensor(data, dtype) -> TensorSpec:
+    """The 0-dim tensor value of fill_.Tensor, masked_fill.Tensor and index_fill_.int_Tensor; under a designed
+    ``shape_mismatch`` error a 1-d one, which CPU rejects (only a 0-dimensional value tensor)."""
+    goal = hs.target()
+    shape = (2,) if goal is not None and goal.error == "shape_mismatch" else ()
+    return _t(data, shape, dtype)
+
+
+def _index_fill(data, dtype, tensor_value: bool):
+    shape = data.draw(hs.shapes(min_dims=1, max_dims=3, allow_empty=False))
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    tensors = [_t(data, shape, dtype, layouts=_WRITABLE),
+               _index_tensor(data, (data.draw(st.integers(1, 6)),), shape[dim], negative=False)]
+    if tensor_value:
+        return tensors + [_value_tensor(data, dtype)], {"dim": dim}
+    return tensors, {"dim": dim, "value": data.draw(hs.scalars(dtype))}
+
+
+spec("index_fill_scalar", "indexing", "{x0}.index_fill_({dim}, {x1}, {value})",
+     custom(lambda data, dtype: _index_fill(data, dtype, False)), EVERY, inplace=True)
+spec("index_fill_tensor", "indexing", "{x0}.index_fill_({dim}, {x1}, {x2})",
+     custom(lambda data, dtype: _index_fill(data, dtype, True)), EVERY, inplace=True)
+
+
+def _index_copy(data, dtype):
+    """One index (index_copy with repeated indices writes in an unspecified order)."""
+    shape = data.draw(hs.shapes(min_dims=1, max_dims=3, allow_empty=False))
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    src = list(shape)
+    src[dim] = 1
+    return [_t(data, shape, dtype), _index_tensor(data, (1,), shape[dim], negative=False),
+            _t(data, tuple(src), dtype)], {"dim": dim}
+
+
+spec("index_copy", "indexing", "torch.index_copy({x0}, {dim}, {x1}, {x2})", custom(_index_copy), EVERY)
+# A 0-dim tensor value: masked_fill.Tensor and fill.Tensor (and their out= and in-place twins)
+spec("masked_fill_tensor", "pointwise", "{x0}.masked_fill({x1} > 0, {x2})",
+     custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype), _t(data, shape, "float32"),
+                                                 _value_tensor(data, dtype)], {}))(data.draw(hs.shapes()))), EVERY)
+spec("fill_tensor", "pointwise", "torch.ops.aten.fill.Tensor({x0}, {x1})",
+     custom(lambda data, dtype: ([_t(data, data.draw(hs.shapes()), dtype), _value_tensor(data, dtype)], {})), EVERY)
+spec("isin_tensor_scalar", "pointwise", "torch.isin({x0}, {s}, invert={invert})",
+     custom(lambda data, dtype: (_one(data, dtype), {"s": data.draw(hs.scalars(dtype)),
+                                                     "invert": data.draw(st.booleans())})), NUMERIC)
+spec("isin_scalar_tensor", "pointwise", "torch.isin({s}, {x0}, invert={invert})",
+     custom(lambda data, dtype: (_one(data, dtype), {"s": data.draw(hs.scalars(dtype)),
+                                                     "invert": data.draw(st.booleans())})), NUMERIC)
+spec("remainder_scalar_self", "pointwise", "torch.remainder({s}, {x0})",
+     custom(lambda data, dtype: (_one(data, dtype), {"s": data.draw(hs.scalars(dtype))})), NUMERIC)
+
+
+def _nll2d(data, dtype):
+    n, c = data.draw(st.integers(1, 2)), data.draw(st.sampled_from([2, 5]))
+    h, w = data.draw(st.integers(1, 3)), data.draw(st.sampled_from([1, 3, 129]))
+    # CPU's nll_loss2d_backward allocates grad_input with the input's strides and then requires it contiguous:
+    # a transposed, channels_last or overlapping input's backward raises on CPU, so those are not drawn
+    return [_t(data, (n, c, h, w), dtype, requires_grad=True, layouts=("contiguous", "sliced", "expanded", "offset")),
+            _index_tensor(data, (n, h, w), c, negative=False)], \
+        {"reduction": data.draw(st.sampled_from(["mean", "sum", "none"]))}
+
+
+spec("nll_loss2d", "reduction", "F.nll_loss({x0}, {x1}, reduction={reduction})", custom(_nll2d),
+     ("float32", "bfloat16"), grad=True, fp64_reference=True, tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON)
 
 SPECS: dict[str, OpSpec] = {}
 for _spec in _SPECS:

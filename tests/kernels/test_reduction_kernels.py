@@ -996,3 +996,44 @@ def test_log_softmax_of_reduced_floats_is_bit_identical_to_cpu(dtype, shape, dim
     for _ in range(5):
         x = (torch.randn(shape, generator=g) * 4).to(dtype)
         assert torch.equal(torch.log_softmax(x.to("neuron"), dim).cpu(), torch.log_softmax(x, dim))
+
+
+# --- found by the designed cases of issue 18 (a dim out of range, whole-tensor max/min, nll_loss2d's -0.0) ---
+
+@pytest.mark.parametrize("name", ["any", "all"])
+def test_any_all_out_dtype_checked_before_the_dim(name):
+    """CPU rejects a non-bool out= before it wraps the dim: RuntimeError, not the dim's IndexError."""
+    fn = getattr(torch, name)
+    check(lambda t: fn(t, 4, out=torch.empty(0, dtype=torch.int64, device=t.device)), values((2, 3, 4), torch.int64))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.int16, torch.uint8, torch.bool])
+@pytest.mark.parametrize("name", ["max", "min"])
+def test_max_min_unary_out_of_empty_is_the_identity(name, dtype):
+    """max/min.unary_out of an empty tensor write -inf/+inf (the integer min/max, False/True); the functional
+    form raises on both sides."""
+    op = getattr(A, name)
+    check(lambda t: op.unary_out(t, out=torch.empty(0, dtype=t.dtype, device=t.device)), values((0,), dtype))
+    check(lambda t: op.default(t), values((0,), dtype))
+
+
+@pytest.mark.parametrize("value", [-0.0, 0.0, NAN, -INF])
+def test_nll_loss2d_picks_the_zero_sign(value):
+    """reduction='none' is -x[target]: x[target] = -0.0 gives +0.0 (the masked pick once summed over +0.0)."""
+    x = torch.full((2, 3, 1, 2), value)
+    x[0, 0] = 7.0
+    target = torch.tensor([[[1, 0]], [[2, -100]]])
+    for reduction in ("none", "sum", "mean"):
+        check(lambda a, t: F.nll_loss(a, t, reduction=reduction), x, target)
+
+
+@pytest.mark.parametrize("pos", [0, 3, 128])
+@pytest.mark.parametrize("dim", [1, 0, None])
+@pytest.mark.parametrize("name", ["var_mean", "std_mean"])
+def test_var_mean_float32_mean_after_an_infinity_is_nan(name, dim, pos):
+    """CPU's Welford mean turns NaN at the first element after an infinity: only a lone infinity in the
+    row's last element leaves it infinite (the device's float32 path returned sum / n = inf)."""
+    x = values((3, 129), torch.float32, seed=3)
+    x[1, pos] = INF
+    x[2, pos], x[2, 0] = -INF, INF
+    check(lambda t: getattr(torch, name)(t, dim=dim), x, tol=sum_tol(129))

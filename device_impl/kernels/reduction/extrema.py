@@ -82,7 +82,9 @@ def _amin_out(a: dict) -> torch.Tensor:
 
 def _max_min_full(name: str, op: str, a: dict) -> torch.Tensor:
     x, out = a["self"], a.get("out")
-    if x.numel() == 0:
+    # CPU's max.unary_out/min.unary_out accept an empty input and write the reduction's identity (-inf/+inf,
+    # the integer dtype's min/max, False/True); only the functional form has no result to give.
+    if x.numel() == 0 and out is None:
         raise RuntimeError(f"{name}(): Expected reduction dim to be specified for input.numel() == 0. Specify the "
                            f"reduction dim with the 'dim' argument.")
     if out is None:

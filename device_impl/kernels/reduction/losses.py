@@ -271,13 +271,16 @@ def _nll_forward(name: str, a: dict, two_d: bool):
                     nc.release_to(mark)
                 for j, (ch, tx, hit) in enumerate(spec.class_masks(nc, blk, safe) if table is None else ()):
                     mark = nc.mark()
-                    zero = _memset(nc, tx.shape, FP32, 0.0)
+                    # x[target] is picked by a maximum over -inf elsewhere: exact, its zero sign included
+                    # (a sum over 0.0 elsewhere turned x[target] = -0.0 into +0.0, so the loss -x[target]
+                    # came out -0.0 where CPU's is +0.0); an ignored row picks -inf, masked by ``valid``
+                    zero = _memset(nc, tx.shape, FP32, -np.inf)
                     sel = nc.sbuf_tile(tx.shape, FP32)
                     nc.vector.select(sel, hit, tx, zero)
                     part = picked if j == 0 else _row_scalar(nc, p)
-                    nc.vector.tensor_reduce(part, sel, "add", dtype=FP32)
+                    nc.vector.tensor_reduce(part, sel, "maximum", dtype=FP32)
                     if j:
-                        _combine(nc, picked, part, "add", FP32)
+                        _combine(nc, picked, part, "maximum", FP32)
                     nc.release_to(mark)
                 loss = _row_scalar(nc, p)  # -w * x[target], exactly 0 for ignored targets
                 nc.vector.tensor_tensor(loss, w, picked, "multiply", dtype=FP32)

@@ -176,6 +176,8 @@ def _var_kernel(name: str, x: torch.Tensor, dims: tuple[int, ...], correction: f
             _var_rows64(nc, g, n, divisor, take_sqrt)
         else:
             _two_pass(nc, g, _Spec("add", FP32), between, "square", emit, centre=n)
+            if mean_out is not None:
+                _welford_nan(nc, g)
 
 
 def _var_rows64(nc, g: _Grid, n: int, divisor: float, take_sqrt: bool) -> None:
@@ -222,6 +224,35 @@ def _var_rows64(nc, g: _Grid, n: int, divisor: float, take_sqrt: bool) -> None:
             out = nc.sbuf_tile((p, 1), view.dtype)
             nc.vector.tensor_copy(out, t)
             nc.dma.store(view, out)
+        nc.release_to(mark)
+
+
+def _welford_nan(nc, g: _Grid) -> None:
+    """var_mean/std_mean's float32 mean as CPU's Welford gives it for rows with infinities: its running mean
+    turns NaN at the first element after an infinity (x - inf, or inf - inf), so only a row whose one
+    non-finite element is its last keeps an infinite mean (the rule of ``_var_rows64``; sum / n is inf).
+    A GpSimd pass counts each row's non-finite elements and reads its last; the mean is patched in place."""
+    for blk in _blocks(nc, g, [g.kr[0]]):
+        p = blk.p
+        mark = nc.mark()
+        stats = nc.sbuf_tile((p, 2), FP32)
+        for j, (_, (t,)) in enumerate(blk.each(0)):
+            def program(o, x, *earlier, first=j == 0):
+                o[:, 0:1] = (~np.isfinite(x)).sum(axis=1, keepdims=True) + (0.0 if first else earlier[0][:, 0:1])
+                o[:, 1:2] = np.isinf(x[:, -1:])
+
+            nc.gpsimd.run("var_mean_stats", program, (stats,), (t,) + (() if j == 0 else (stats,)),
+                          elements=t.data.size)
+        view = _at(g.k[1], blk.rsl)
+        mean = nc.sbuf_tile((p, 1), view.dtype)
+        nc.dma.load(mean, view)
+
+        def patch(o, m, st):
+            bad, inf_last = st[:, 0:1], st[:, 1:2]
+            o[...] = np.where((bad == 0) | ((bad == 1) & (inf_last == 1)), m, np.nan)
+
+        nc.gpsimd.run("var_mean_nan", patch, (mean,), (mean, stats), elements=p)
+        nc.dma.store(view, mean)
         nc.release_to(mark)
 
 

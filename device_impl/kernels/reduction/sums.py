@@ -456,15 +456,18 @@ def _mean_dtype_out(a: dict) -> torch.Tensor:
 
 # --- any, all, vector norms ---------------------------------------------------------------------------
 
-def _any_all(name: str, op: str, a: dict, dims: tuple[int, ...]) -> torch.Tensor:
+def _any_all(name: str, op: str, a: dict, dims_of: Callable[[], tuple[int, ...]]) -> torch.Tensor:
+    """``dims_of`` wraps the dim argument after the out= dtype check, CPU's order: ``any(x, 4, out=long)``
+    on a 3-d ``x`` raises the dtype's RuntimeError, not the dim's IndexError."""
     x, keepdim, out = a["self"], bool(a.get("keepdim", False)), a.get("out")
     rdtype = torch.uint8 if x.dtype == torch.uint8 else torch.bool
+    if out is not None and out.dtype not in (torch.bool, torch.uint8):
+        raise RuntimeError(f"{name} only supports bool tensor for result, got: {SCALAR_TYPE_NAMES[out.dtype]}")
+    dims = dims_of()
     shape = _out_shape(x, dims, keepdim)
     if out is None:
         out = new_output(shape, rdtype, x)
     else:
-        if out.dtype not in (torch.bool, torch.uint8):
-            raise RuntimeError(f"{name} only supports bool tensor for result, got: {SCALAR_TYPE_NAMES[out.dtype]}")
         check_out(out, shape, out.dtype, [x])
     # CPU converts the input to the result dtype first: a float input into a uint8 result truncates
     elem = numpy_dtype(torch.uint8) if out.dtype == torch.uint8 and x.dtype != torch.uint8 else None
@@ -475,13 +478,13 @@ def _any_all(name: str, op: str, a: dict, dims: tuple[int, ...]) -> torch.Tensor
 for _name, _op in (("any", "logical_or"), ("all", "logical_and")):
     def _make(name: str, op: str):
         def full(a: dict) -> torch.Tensor:
-            return _any_all(name, op, a, _dims(a["self"], None))
+            return _any_all(name, op, a, lambda: _dims(a["self"], None))
 
         def one(a: dict) -> torch.Tensor:
-            return _any_all(name, op, a, _dims(a["self"], a["dim"]))
+            return _any_all(name, op, a, lambda: _dims(a["self"], a["dim"]))
 
         def many(a: dict) -> torch.Tensor:
-            return _any_all(name, op, a, _dims(a["self"], a.get("dim"), empty_is_all=False))
+            return _any_all(name, op, a, lambda: _dims(a["self"], a.get("dim"), empty_is_all=False))
 
         _kernel(f"aten::{name}", f"aten::{name}.all_out")(full)
         _kernel(f"aten::{name}.out", serves=(f"aten::{name}.dim",))(one)
