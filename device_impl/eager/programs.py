@@ -22,7 +22,7 @@ every tensor, which storages coincide, dtypes and promotion arguments. The emits
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
 
@@ -66,22 +66,26 @@ def signature(group: Group) -> tuple:
         ptr = view_of(t).storage
         return (storages.setdefault(ptr, len(storages)), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
 
-    parts = []
-    for step in group.steps:
-        if isinstance(step, Step):
-            operands = tuple(describe(o) if isinstance(o, torch.Tensor) else type(o) for o in step.operands)
-            parts.append((step.name, describe(step.out), operands, step.common_dtype, step.promoted,
-                          step.round_scalars, step.free_max))
-        elif isinstance(step, ReduceStep):
-            p = step.plan
-            parts.append(("reduce", p.name, describe(p.x), describe(p.out), p.rows, p.cols))
-        elif isinstance(step, RowKernelStep):
-            p = step.plan
-            parts.append(("row", p.name, describe(p.x), tuple(describe(o) for o in p.outs), p.axis, p.params,
-                          tuple(None if t is None else describe(t) for t in p.inputs)))
-        else:
-            parts.append(("matmul", step.plan.name, describe(step.out)))
-    return (group.kind, tuple(parts))
+    return (group.kind, tuple(_step_parts(step, describe, False) for step in group.steps))
+
+
+def _step_parts(step: Any, describe: Callable[[torch.Tensor], tuple], flush: bool) -> tuple:
+    """One step as plain data for a cache key: a program's (``signature``) or a whole flush's
+    (``flush_signature``, which also names each step's op and a matmul's operands: it decides the grouping)."""
+    if isinstance(step, Step):
+        operands = tuple(describe(o) if isinstance(o, torch.Tensor) else type(o) for o in step.operands)
+        return ((step.op,) if flush else ()) + (step.name, describe(step.out), operands, step.common_dtype,
+                                                  step.promoted, step.round_scalars, step.free_max)
+    p = step.plan
+    if isinstance(step, ReduceStep):
+        return ("reduce", p.name, describe(p.x), describe(p.out), p.rows, p.cols)
+    if isinstance(step, RowKernelStep):
+        return ("row", p.name, describe(p.x), tuple(describe(o) for o in p.outs), p.axis, p.params,
+                tuple(None if t is None else describe(t) for t in p.inputs))
+    if not flush:
+        return ("matmul", p.name, describe(step.out))
+    return ("matmul", p.name, describe(p.out), describe(p.a), describe(p.b),
+            None if p.bias is None else describe(p.bias), p.batched)
 
 
 def _plan(group: Group, prepared: Sequence[Any]) -> Program:
@@ -308,24 +312,8 @@ def flush_signature(steps: Sequence[Any]) -> tuple:
         ptr = t.data_ptr() - offset * size if t.numel() else t.untyped_storage().data_ptr()  # as fusion.View
         return (storages.setdefault(ptr, len(storages)), offset, t.shape, t.stride(), t.dtype, t.device.index)
 
-    parts = []
-    for step in steps:
-        if isinstance(step, Step):
-            operands = tuple(describe(o) if isinstance(o, torch.Tensor) else type(o) for o in step.operands)
-            parts.append((step.op, step.name, describe(step.out), operands, step.common_dtype, step.promoted,
-                          step.round_scalars, step.free_max))
-        elif isinstance(step, ReduceStep):
-            p = step.plan
-            parts.append(("reduce", p.name, describe(p.x), describe(p.out), p.rows, p.cols))
-        elif isinstance(step, RowKernelStep):
-            p = step.plan
-            parts.append(("row", p.name, describe(p.x), tuple(describe(o) for o in p.outs), p.axis, p.params,
-                          tuple(None if t is None else describe(t) for t in p.inputs)))
-        else:
-            p = step.plan
-            parts.append(("matmul", p.name, describe(p.out), describe(p.a), describe(p.b),
-                          None if p.bias is None else describe(p.bias), p.batched))
-    return (frozenset(EAGER_RUNNERS), tuple(parts))  # finalize asks EAGER_RUNNERS too
+    parts = tuple(_step_parts(step, describe, True) for step in steps)
+    return (frozenset(EAGER_RUNNERS), parts)  # finalize asks EAGER_RUNNERS too
 
 
 def plan_flush(steps: Sequence[Any]) -> list[Ready]:
