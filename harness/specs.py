@@ -757,6 +757,98 @@ spec("rfft", "spatial", "torch.fft.rfft({x0})", unary(min_dims=1), ("float32",),
      tolerance={"float32": (1e-4, 1e-4)}, ignore_zero_sign=("float32",), tolerance_reason=_FFT_REASON)
 
 
+
+# --- spatial, every overload of a family: upsampling by mode and rank (issue 18: mut-spatial) ------------------
+
+def _spatial_input(data, dtype, dims: int, requires_grad: bool = True) -> TensorSpec:
+    """An (N, C, *spatial) input whose last spatial dim honours the designed size (the tile edges 127..2049:
+    the free axis of a spatial kernel is its last dim) and whose batch is empty for the "empty" size class."""
+    goal = hs.target()
+    size = goal.size if goal is not None and goal.dtype == dtype else None
+    spatial = [data.draw(st.integers(1, 5)) for _ in range(dims)]
+    n = data.draw(st.integers(1, 2))
+    if isinstance(size, int):
+        spatial[-1] = size
+        spatial[:-1] = [min(s, 2) for s in spatial[:-1]]  # a long last dim: keep the output within the tile budget
+        n = 1
+    elif size == "empty":
+        n = 0
+    return _t(data, (n, data.draw(st.integers(1, 2))) + tuple(spatial), dtype,
+              requires_grad=requires_grad and _grad(dtype))
+
+
+def _bad_size() -> bool:
+    """Whether the designed case is the family's error input: an output size of 0, which the kernel rejects
+    (CPU: "Input and output sizes should be greater than 0"), not Python above it."""
+    goal = hs.target()
+    return goal is not None and goal.error == "shape_mismatch"
+
+
+def _interpolate(dims: int, linear: bool):
+    """F.interpolate of rank ``dims``: by output size (the kernel derives the scale) or by scale factor (the
+    kernel is given it: another branch of the source-index arithmetic), with align_corners for the linear modes."""
+    def draw(data, dtype):
+        x = _spatial_input(data, dtype, dims)
+        spatial = x.shape[2:]
+        if data.draw(st.booleans()) or _bad_size():
+            size = tuple(data.draw(st.integers(1, 2 * s + 1)) for s in spatial)
+            if _bad_size():
+                size = size[:-1] + (0,)
+            params = {"size": size, "scale": None}
+        else:
+            params = {"size": None, "scale": tuple(data.draw(st.sampled_from([0.5, 1.5, 2.0])) if s > 1 else 2.0
+                                                   for s in spatial)}
+        params["align"] = data.draw(st.booleans()) if linear else None
+        return [x], params
+    return draw
+
+
+_INTERPOLATE = {  # mode -> the ranks its upsample_* kernels take
+    "nearest": (1, 3), "nearest-exact": (1, 2, 3), "linear": (1,), "bicubic": (2,), "trilinear": (3,),
+}
+for _mode, _ranks in _INTERPOLATE.items():
+    for _dims in _ranks:
+        _linear = _mode in ("linear", "bicubic", "trilinear")
+        spec(f"interpolate_{_mode.replace('-', '_')}{_dims}d", "spatial",
+             f"F.interpolate({{x0}}, size={{size}}, scale_factor={{scale}}, mode='{_mode}', align_corners={{align}})",
+             custom(_interpolate(_dims, _linear)), grad=True, fp64_reference=_linear)
+
+
+def _upsample_backward(dims: int):
+    """The backward kernel called directly: the cotangent is a drawn tensor (so it has the designed value domain,
+    layout and tile edge; autograd's cotangent through F.interpolate has none of them), the input size drawn
+    around it. The error input: an output size that is not the cotangent's (CPU: "Expected grad_output to have
+    the same shape as output")."""
+    def draw(data, dtype):
+        grad = _spatial_input(data, dtype, dims, requires_grad=False)
+        out_spatial = tuple(grad.shape[2:])
+        in_spatial = tuple(data.draw(st.integers(1, max(1, 2 * s))) for s in out_spatial)
+        if _bad_size():
+            out_spatial = out_spatial[:-1] + (out_spatial[-1] + 1,)
+        return [grad], {"out": out_spatial, "inp": tuple(grad.shape[:2]) + in_spatial,
+                        "align": data.draw(st.booleans())}
+    return draw
+
+
+_UPSAMPLE_BACKWARD_REASON = (
+    "a linear/cubic upsample backward is a sum of products (each input position gathers weight x cotangent over "
+    "the outputs it reaches): the device sums an axis at a time, CPU scatters output by output, so where the terms "
+    "overflow (inf - inf) or underflow to zero (the zero's sign) the result is the summation order's; float16 "
+    "subnormal cotangents: the float64 sum is a tiny negative (-1.6e-8) that the device rounds once to -0.0, "
+    "CPU's rounded partial sums end in +0.0 (so the zero's sign is not compared for float16)")
+_UPSAMPLE_BACKWARD = {  # the backward overload -> (rank, whether it takes align_corners)
+    "upsample_nearest1d": (1, False), "upsample_nearest2d": (2, False), "upsample_nearest3d": (3, False),
+    "_upsample_nearest_exact1d": (1, False), "_upsample_nearest_exact2d": (2, False),
+    "_upsample_nearest_exact3d": (3, False), "upsample_linear1d": (1, True), "upsample_bilinear2d": (2, True),
+    "upsample_bicubic2d": (2, True), "upsample_trilinear3d": (3, True),
+}
+for _op, (_dims, _aligned) in _UPSAMPLE_BACKWARD.items():
+    spec(f"{_op.lstrip('_')}_backward", "spatial",
+         f"torch.ops.aten.{_op}_backward({{x0}}, {{out}}, {{inp}}{', {align}' if _aligned else ''})",
+         custom(_upsample_backward(_dims)), fp64_reference=_aligned, sum_of_products=_aligned,
+         ignore_zero_sign=("float16",) if _aligned else (),
+         tolerance_reason=_UPSAMPLE_BACKWARD_REASON if _aligned else "")
+
 # --- random and factories ----------------------------------------------------------
 
 def _sized(data, dtype):
