@@ -940,6 +940,30 @@ spec("eye", "random", "torch.eye({n}, {m}, dtype=torch.{dtype:name}, device=devi
                                       "dtype": dtype})), EVERY)
 
 
+
+# --- random and factories: the overloads the specs above miss (issue 18: mut-spatial) ------------------------
+
+def _normal(data, dtype):
+    """normal with a tensor mean and/or std (the designed domain on x0); the error input a negative std
+    (CPU: "normal expects all elements of std >= 0.0"), which the device kernel must reject."""
+    x = _one(data, dtype, max_numel=4096)[0]
+    std = -1.0 if _bad_size() else data.draw(st.sampled_from([0.0, 0.5, 2.0]))
+    return [x, _t(data, x.shape, dtype, domains=("positive",))], {"std": std, "mean": data.draw(
+        st.sampled_from([-1.0, 0.0, 3.0]))}
+
+
+spec("normal_tensor_float", "random", "torch.normal({x0}, {std})", custom(_normal), check="properties")
+spec("normal_float_tensor", "random", "torch.normal({mean}, {x0}.abs() * ({std} >= 0) + {std} * ({std} < 0))",
+     custom(_normal), check="properties")
+spec("normal_tensor_tensor", "random", "torch.normal({x0}, {x1} * (1.0 if {std} >= 0 else -1.0))", custom(_normal),
+     check="properties")
+spec("zero", "shape", "torch.ops.aten.zero({x0})", custom(lambda data, dtype: (_one(data, dtype), {})), EVERY)
+spec("zero_inplace", "shape", "{x0}.zero_()", custom(lambda data, dtype: (_one(data, dtype), {})), EVERY,
+     inplace=True)
+spec("eye_n", "random", "torch.eye({n}, dtype=torch.{dtype:name}, device=device)",
+     custom(lambda data, dtype: ([], {"n": -1 if _bad_size() else data.draw(st.integers(0, 130)), "dtype": dtype})),
+     EVERY)
+
 # --- overloads no spec above reaches: each spec here pins one (coverage of the lowering table) ----
 
 def _one(data, dtype, **kw):
