@@ -184,8 +184,36 @@ def _strided(f: OpFacts) -> str | None:
 
 
 def _indexed(f: OpFacts) -> str | None:
-    return None if f.args(lambda a: a.name in INDEX_ARGS and _is_tensor_type(a.type)) else \
-        "no index argument in its signature"
+    """An index the op reads. An out= ``indices`` (max pooling's argmax) is written, never read, so it cannot be
+    out of range. A backward's ``indices`` that its forward's out= form writes (``adaptive_max_pool2d.out`` writes
+    the ``indices`` that ``adaptive_max_pool2d_backward`` reads) is the forward's own argmax: CPU trusts it (no
+    bounds check, an out-of-range one is undefined behaviour there, no error), so a kernel that clamps instead of
+    raising cannot be told from CPU."""
+    named = f.args(lambda a: a.name in INDEX_ARGS and _is_tensor_type(a.type))
+    if not named:
+        return "no index argument in its signature"
+    read = [a for a in named if not a.is_out]
+    if not read:
+        return "its only index argument is an out= tensor it writes (the argmax), never reads"
+    if _forward_writes(f.op, {a.name for a in read}):
+        return "its indices are its forward's own output (the argmax), which CPU does not bounds-check"
+    return None
+
+
+def _forward_writes(op: str, names: set[str]) -> bool:
+    """Whether the forward of backward overload ``op`` (``<packet>_backward`` -> ``<packet>``) has an out= form
+    writing every argument in ``names``."""
+    packet = op.split("::", 1)[1].split(".")[0]
+    if not packet.endswith("_backward"):
+        return False
+    forward = getattr(torch.ops.aten, packet[:-len("_backward")], None)
+    if forward is None:
+        return False
+    for variant in forward.overloads():
+        written = {a.name for a in getattr(forward, variant)._schema.arguments if a.is_out}
+        if names <= written:
+            return True
+    return False
 
 
 def _promotes(f: OpFacts) -> str | None:

@@ -143,15 +143,16 @@ def check_exact_dtype(out: torch.Tensor, dtype: torch.dtype) -> None:
 
 
 def check_out(out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, inputs: Sequence[Operand] = (),
-              exact_dtype: bool = False, same_dtype: bool = False) -> torch.Tensor:
+              exact_dtype: bool = False, same_dtype: bool = False, internal_overlap: bool = True) -> torch.Tensor:
     """Apply PyTorch's out= rules (TensorIterator's order): no internal overlap and no partial overlap
     with an input (kernels/overlap.py), castable dtype, then resize (warning if non-empty).
 
     ``exact_dtype``: out must have the result dtype (ATen's generated out= wrappers and explicit checks:
     "Expected out tensor to have dtype ..."). ``same_dtype``: TensorIterator's check_all_same_dtype
     (ATen's ``build_borrowing_unary_op``: neg, abs, floor, the activations): "Found dtype ... but expected"."""
-    # A contiguous out has no stride-0 dimension of size > 1, so it cannot overlap itself.
-    if not out.is_contiguous():
+    # A contiguous out has no stride-0 dimension of size > 1, so it cannot overlap itself. ``internal_overlap``
+    # False: the op writes one value everywhere (fill_/zero_: ATen's fill sets check_mem_overlap(false)).
+    if internal_overlap and not out.is_contiguous():
         overlap.assert_no_internal_overlap(out)
     out_begin = out.data_ptr()
     out_end = out_begin + out.numel() * out.element_size()

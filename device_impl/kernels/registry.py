@@ -235,6 +235,11 @@ def _functional_kernel(op: str, binder: Binder, compute: Compute, meta: Meta):
     return _submits(kernel)
 
 
+# In-place ops that write one value to every element: ATen builds their TensorIterator with
+# check_mem_overlap(false) (fill_out in Fill.cpp; zero_ is fill_(0)), so self may overlap itself (an expanded view).
+WRITES_ONE_VALUE = frozenset({"fill_", "zero_"})
+
+
 def _inplace_kernel(op: str, binder: Binder, compute: Compute, meta: Meta):
     def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
         bound = binder.bind(args, kwargs)
@@ -243,7 +248,8 @@ def _inplace_kernel(op: str, binder: Binder, compute: Compute, meta: Meta):
         if tuple(shape) != tuple(self.shape):
             raise RuntimeError(f"output with shape {list(self.shape)} doesn't match the broadcast shape "
                                f"{list(shape)}")
-        check_out(self, shape, dtype, [o for o in operands if o is not self])
+        check_out(self, shape, dtype, [o for o in operands if o is not self],
+                  internal_overlap=op.split("::", 1)[1].split(".")[0] not in WRITES_ONE_VALUE)
         _run(op, compute, self, bound)
         return self
 

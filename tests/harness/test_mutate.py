@@ -54,6 +54,17 @@ def test_rules_exclude_what_cannot_be_caught():
     assert "random op" in mutate.CLASSES["tile_edge"].rule(rand)
 
 
+def test_index_bounds_rule_reads_which_indices_are_inputs():
+    """Max pooling writes its argmax indices (out=) and its backward reads them back: neither can be given an
+    out-of-range index that CPU rejects; gather's and embedding backward's indices are inputs CPU checks."""
+    rule = mutate.CLASSES["index_bounds"].rule
+    assert "out= tensor it writes" in rule(_facts("aten::max_pool2d_with_indices.out", ("max_pool2d",)))
+    assert "forward's own output" in rule(_facts("aten::adaptive_max_pool2d_backward.grad_input", ()))
+    assert "forward's own output" in rule(_facts("aten::max_pool3d_with_indices_backward", ()))
+    for op in ("aten::gather", "aten::embedding_dense_backward", "aten::nll_loss2d_backward"):
+        assert rule(_facts(op, ())) is None, op
+
+
 def test_an_equivalent_mutant_is_excluded_not_counted():
     """exp maps -0.0 and +0.0 to 1 and never returns -0.0: losing the sign of zero changes nothing."""
     cases = [c for c in _cases("exp") if c.cell["domain"] in ("signed_zero", "special")]

@@ -144,7 +144,10 @@ def _normal_out(a: dict, shape, like: torch.Tensor, operands: tuple) -> torch.Te
 def _normal_tensor_float(a: dict) -> torch.Tensor:
     mean, std = a["mean"], float(a["std"])
     _check_std(std)
-    out = _normal_out(a, mean.shape, mean, (mean,))
+    # CPU's normal_out_impl(Tensor, float): a std tensor like out, so out's shape broadcasts with mean's
+    # (an empty out of a non-empty mean raises; a 0-dim mean gives out's shape)
+    shape = mean.shape if a.get("out") is None else broadcast_shapes(mean.shape, a["out"].shape)
+    out = _normal_out(a, shape, mean, (mean,))
     return _normal_tensors("normal", out, mean, std, a.get("generator"))
 
 

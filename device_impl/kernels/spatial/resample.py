@@ -14,6 +14,8 @@ index special cases.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import torch
 
@@ -325,6 +327,33 @@ def _axes_for(kind, nsp, in_spatial, out_spatial, scales, align_corners, x, back
     return axes
 
 
+def _check_sizes(in_spatial: list, out_spatial: list) -> None:
+    """CPU's upsample_{1,2,3}d_common_check: every input and output spatial size positive (the Python metas of
+    the linear modes do not check it: an output width of 0 divided by zero in the source-index scale)."""
+    if all(s > 0 for s in in_spatial) and all(s > 0 for s in out_spatial):
+        return
+    names = ("D", "H", "W")[3 - len(in_spatial):]
+    got = lambda sizes: ", ".join(f"{n}: {v}" for n, v in zip(names, sizes))  # noqa: E731
+    joint = " and " if len(in_spatial) == 1 else " "
+    raise RuntimeError(f"Input and output sizes should be greater than 0, but got input ({got(in_spatial)}){joint}"
+                       f"output ({got(out_spatial)})")
+
+
+def _upsample_meta(functional, x: torch.Tensor, *args) -> torch.Tensor:
+    """PyTorch's meta of an upsample (its checks and output shape) on ``x``'s metadata. Its Python meta passes
+    an int to torch._check for an empty batch, a TypeError where CPU's kernel accepts an empty batch of non-empty
+    (C, *spatial) and returns an empty result (and raises a RuntimeError where (C, *spatial) is empty too): so an
+    empty batch runs the meta on a batch-1 stand-in and takes the batch back."""
+    _check_sizes(list(x.shape[2:]), list(args[0]))
+    if x.dim() == 0 or x.shape[0] != 0 or x.numel() != 0:
+        return functional(_meta(x), *args)
+    rest = tuple(x.shape[1:])
+    if math.prod(rest) == 0:
+        raise RuntimeError(f"Non-empty {x.dim()}D data tensor expected but got a tensor with sizes {list(x.shape)}")
+    m = functional(torch.empty((1,) + rest, dtype=x.dtype, device="meta"), *args)
+    return torch.empty((0,) + tuple(m.shape[1:]), dtype=m.dtype, device="meta")
+
+
 def _register_upsample(kind: str, nsp: int) -> None:
     name = _UPSAMPLE_NAMES[kind][nsp]
     functional = getattr(torch.ops.aten, name).default
@@ -333,7 +362,7 @@ def _register_upsample(kind: str, nsp: int) -> None:
     dtypes = FLOAT_DTYPES if aligned else FLOAT_DTYPES | {torch.uint8}
 
     def run_out(x, *args, out):
-        m = functional(_meta(x), *args)
+        m = _upsample_meta(functional, x, *args)
         check_out(out, tuple(m.shape), x.dtype, (x,))
         if aligned:
             output_size, align_corners, *scales = args
@@ -349,6 +378,7 @@ def _register_upsample(kind: str, nsp: int) -> None:
     TABLE.serves(f"aten::{name}", f"aten::{name}.out")
 
     def run_backward(grad_output, output_size, input_size, *args, grad_input):
+        _check_sizes(list(input_size)[2:], list(output_size))
         m = backward_functional(_meta(grad_output), output_size, input_size, *args)
         check_out(grad_input, tuple(m.shape), grad_output.dtype, (grad_output,))
         if aligned:
