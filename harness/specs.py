@@ -642,7 +642,9 @@ def _pad(dims: int):
         if goal is not None and goal.error == "shape_mismatch":
             # the error input: a negative pad past the last dim, an output width of -1 the kernel rejects
             # (CPU: "input (W: 3) is too small. Calculated output W: -1")
-            pads = (-(shape[-1] + 1),) + pads[1:]
+            pads = (-(shape[-1] + 1 + pads[1]),) + pads[1:]  # with the right pad too: W + left + right = -1
+            # (an output width of 0 is accepted, and CPU's backward then leaves the input's gradient
+            # uninitialised: garbage where the device writes zeros)
         return [_t(data, shape, dtype, requires_grad=_grad(dtype))], {"pad": pads}
     return draw
 
