@@ -562,13 +562,18 @@ class Promotion(Mutant):
             if not changed:
                 return original.call_boxed(keyset, *args, **kwargs)
             self.triggered += 1
-            clean = None
+            clean, refused = None, None
             if not self.facts.mutable_inputs:
                 try:
                     clean = _host(original.call_boxed(keyset, *args, **kwargs))
-                except Exception:  # noqa: BLE001 - the real kernel refuses the out dtype; the mutant computes in it
-                    clean = None
-            result = original.call_boxed(keyset, *bound.args, **bound.kwargs)
+                except Exception as error:  # noqa: BLE001 - the real kernel refuses the out dtype; the mutant computes in it
+                    refused = error
+            try:
+                result = original.call_boxed(keyset, *bound.args, **bound.kwargs)
+            except Exception as error:
+                if refused is not None and type(error) is type(refused) and str(error) == str(refused):
+                    self.equivalent += 1  # the mutant refuses the call exactly as the kernel does
+                raise
             if clean is not None and _bit_equal(_host(result), clean):
                 self.equivalent += 1  # computing in the out tensor's dtype gave the same result
             return result
