@@ -675,6 +675,37 @@ for _mode in ("reflect", "replicate"):
     for _dims in (1, 2, 3):
         spec(f"pad_{_mode}{_dims}d", "shape", f"F.pad({{x0}}, {{pad}}, mode='{_mode}')", custom(_pad(_dims)), NUMERIC,
              grad=True)
+
+
+def _pad_backward(dims: int):
+    """reflection/replication_pad{dims}d_backward called directly: the incoming gradient is a drawn tensor
+    (designed values and on-device layouts; autograd's is contiguous and finite), the input as ``_pad`` draws
+    it. The error input: a gradient one element too wide (CPU: "gradOutput width unexpected")."""
+    def draw(data, dtype):
+        (x,), params = _pad(dims)(data, dtype)
+        pads = params["pad"]
+        shape = list(x.shape)
+        for i in range(dims):  # pads run from the last dim backwards, (left, right) per dim
+            shape[-1 - i] += pads[2 * i] + pads[2 * i + 1]
+        goal = hs.target()
+        if goal is not None and goal.error == "shape_mismatch":
+            shape[-1] += 1
+        x = _t(data, tuple(x.shape), dtype)
+        return [x, _t(data, tuple(max(d, 0) for d in shape), dtype)], {"pad": pads}
+    return draw
+
+
+_PAD_FOLD_REASON = ("a corner of a 2-D/3-D pad sums several gradient terms: CPU adds them in the output's raster "
+                    "order in the gradient's dtype, the device folds one dim at a time in fp32 and rounds once, so "
+                    "bf16/fp16 sums differ by rounding and, near overflow, in which position becomes inf or NaN: "
+                    "judged as a sum against float64")
+for _mode in ("reflection", "replication"):
+    for _dims in (1, 2, 3):
+        _folds = _dims >= 2
+        spec(f"{_mode}_pad{_dims}d_backward", "shape",
+             f"torch.ops.aten.{_mode}_pad{_dims}d_backward({{x1}}, {{x0}}, {{pad}})", custom(_pad_backward(_dims)),
+             hs.FLOAT_DTYPES, sum_of_products=_folds, fp64_reference=_folds,
+             tolerance_reason=_PAD_FOLD_REASON if _folds else "")
 spec("constant_pad", "shape", "F.pad({x0}, {pad}, value={value})",
      custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype)], {
          "pad": tuple(data.draw(st.integers(-1, 3)) for _ in range(2 * min(len(shape), 2))),

@@ -278,21 +278,13 @@ class _Pad:
                 _move(nc, hbm(gi), cur)
 
     def _fold(self, nc, dst: np.ndarray, src: np.ndarray, d: int, w: int, pl: int, pr: int) -> None:
-        """dst (input size along d, fp32) = the adjoint of padding dim d applied to src."""
-        pieces = _pad_pieces(w, pl, pr, self.mode)
+        """dst (input size along d, fp32) = the adjoint of padding dim d applied to src, as CPU's backward
+        computes it: grad_input zeroed, then every output position's gradient added in output order (so
+        a -0.0 gradient lands as +0.0, and an edge's terms add left pad, middle, right pad)."""
         lead = (slice(None),) * d
-        middle = next(((o0, o1, s) for o0, o1, s in pieces if isinstance(s, slice) and s.step is None), None)
-        uncovered = [slice(0, w)] if middle is None else [slice(0, middle[2].start), slice(middle[2].stop, w)]
-        regions = [dst[lead + (sl,)] for sl in uncovered if sl.stop > sl.start]
-        if regions:
-            zero = _const_tile(nc, dst.dtype, 0, regions)
-            for r in regions:
-                _fill(nc, r, zero)
-        if middle is not None:
-            _move(nc, dst[lead + (middle[2],)], src[lead + (slice(middle[0], middle[1]),)])
-        for o0, o1, s in pieces:
-            if middle is not None and s is middle[2]:
-                continue
+        whole = dst[lead + (slice(0, w),)]
+        _fill(nc, whole, _const_tile(nc, dst.dtype, 0, [whole]))
+        for o0, o1, s in _pad_pieces(w, pl, pr, self.mode):
             if isinstance(s, slice):
                 _accumulate(nc, dst[lead + (s,)], src[lead + (slice(o0, o1),)])
             else:
