@@ -31,3 +31,18 @@ def sample(dtype: torch.dtype, shape=(4, 5), seed: int = 0) -> torch.Tensor:
         return (torch.randn(shape, dtype=torch.float64, generator=g) * 1000).to(dtype)
     info = torch.iinfo(dtype)
     return torch.randint(info.min, info.max, shape, dtype=torch.int64, generator=g).to(dtype)
+
+
+def compile_traced(fn, *inputs):
+    """Trace ``fn`` on neuron copies of ``inputs`` to an ATen graph (core decompositions, fake tensors) and compile
+    it with the neuron backend's settings: (runner, its program). Fails if the graph fell back to eager."""
+    from torch._decomp import core_aten_decompositions
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from device_impl.compiler import backend, driver
+
+    device_inputs = [t.to("neuron") for t in inputs]
+    gm = make_fx(fn, decomposition_table=core_aten_decompositions(), tracing_mode="fake")(*device_inputs)
+    run = driver.compile_graph(gm, "test", 0, backend.settings())
+    assert hasattr(run, "executable"), "the graph fell back to eager"
+    return run, run.executable.program

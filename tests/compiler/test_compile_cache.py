@@ -44,20 +44,6 @@ def test_a_second_process_is_served_from_the_cache(tmp_path):
     assert len(glob.glob(str(tmp_path / "**" / "*.neff"), recursive=True)) == 1
 
 
-@pytest.fixture
-def fresh(monkeypatch, tmp_path):
-    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))
-    backend.reload_settings()
-    torch._dynamo.reset()
-    compiler.reset_stats()
-    compiler.clear_cache()
-    yield tmp_path
-    torch._dynamo.reset()
-    compiler.clear_cache()
-    compiler.reset_stats()
-    backend.reload_settings()
-
-
 def _f(x):
     return torch.softmax(x * 3, dim=-1) + 1
 

@@ -7,13 +7,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch._decomp import core_aten_decompositions
-from torch.fx.experimental.proxy_tensor import make_fx
 
 import device_impl.compiler as compiler
 from device_impl import engine
 from device_impl._core import C
-from device_impl.compiler import backend, driver, groups
+from device_impl.compiler import backend, groups
+from support import compile_traced
 
 
 @pytest.fixture(autouse=True)
@@ -29,11 +28,7 @@ def settings(monkeypatch):
 
 
 def compile_fn(fn, *inputs):
-    device_inputs = [t.to("neuron") for t in inputs]
-    gm = make_fx(fn, decomposition_table=core_aten_decompositions(), tracing_mode="fake")(*device_inputs)
-    run = driver.compile_graph(gm, "test", 0, backend.settings())
-    assert hasattr(run, "executable"), "the graph fell back to eager"
-    return run
+    return compile_traced(fn, *inputs)[0]
 
 
 def compiled_call(fn, *inputs) -> tuple[torch.Tensor, dict]:

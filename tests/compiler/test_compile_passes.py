@@ -8,13 +8,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from torch._decomp import core_aten_decompositions
-from torch.fx.experimental.proxy_tensor import make_fx
 
 import device_impl.compiler as compiler
 from device_impl import engine
-from device_impl.compiler import backend, driver, fold, memory
+from device_impl.compiler import backend, fold, memory
 from device_impl.compiler.ir import Graph, Op, TensorType
+from support import compile_traced
 
 
 @pytest.fixture(autouse=True)
@@ -30,13 +29,7 @@ def settings(monkeypatch, tmp_path):
     backend.reload_settings()
 
 
-def compile_fn(fn, *inputs):
-    """Trace ``fn`` to an ATen graph (core decompositions) and compile it: (runner, program)."""
-    device_inputs = [t.to("neuron") for t in inputs]
-    gm = make_fx(fn, decomposition_table=core_aten_decompositions(), tracing_mode="fake")(*device_inputs)
-    run = driver.compile_graph(gm, "test", 0, backend.settings())
-    assert hasattr(run, "executable"), "the graph fell back to eager"
-    return run, run.executable.program
+compile_fn = compile_traced  # (runner, program) of a traced function
 
 
 def run_on_device(run, *inputs):

@@ -14,7 +14,7 @@ from torch import nn
 
 import device_impl.compiler as compiler
 from device_impl import engine
-from device_impl.compiler import backend, executor, neff, replay
+from device_impl.compiler import executor, neff, replay
 from device_impl.runtime import config
 from harness.models import DecoderBlock
 from support import run_python
@@ -109,20 +109,6 @@ CASES = {
     "scatter_fp32": (IndexAdd, (70, 33), torch.float32, "index_add", "scatter"),
     "scatter_bf16": (IndexAdd, (70, 33), torch.bfloat16, "index_add", "scatter"),
 }
-
-
-@pytest.fixture
-def fresh(monkeypatch, tmp_path):
-    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))
-    backend.reload_settings()
-    torch._dynamo.reset()
-    compiler.reset_stats()
-    compiler.clear_cache()
-    yield tmp_path
-    torch._dynamo.reset()
-    compiler.clear_cache()
-    compiler.reset_stats()
-    backend.reload_settings()
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
