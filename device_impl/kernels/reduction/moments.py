@@ -180,6 +180,12 @@ def _var_kernel(name: str, x: torch.Tensor, dims: tuple[int, ...], correction: f
                 _welford_nan(nc, g)
 
 
+def _welford_finite_mean(bad: np.ndarray, inf_last: np.ndarray) -> np.ndarray:
+    """Rows whose Welford running mean is not NaN, from their count of non-finite elements and whether the last one
+    is infinite: none, or one infinity that is the last element (x - inf or inf - inf after it turns the mean NaN)."""
+    return (bad == 0) | ((bad == 1) & (inf_last == 1))
+
+
 def _var_rows64(nc, g: _Grid, n: int, divisor: float, take_sqrt: bool) -> None:
     """Variance (and mean) of bfloat16/float16 rows as CPU computes them: its std/var kernel for reduced floats
     runs Welford in double (WelfordOps<scalar_t, double>) and converts the double result to float, then to the
@@ -206,8 +212,7 @@ def _var_rows64(nc, g: _Grid, n: int, divisor: float, take_sqrt: bool) -> None:
 
         def welford_mean(o, st):
             with np.errstate(all="ignore"):
-                bad, inf_last = st[:, 1:2], st[:, 2:3]
-                o[...] = np.where((bad == 0) | ((bad == 1) & (inf_last == 1)), st[:, 0:1] / n, np.nan)
+                o[...] = np.where(_welford_finite_mean(st[:, 1:2], st[:, 2:3]), st[:, 0:1] / n, np.nan)
 
         nc.gpsimd.run("var_mean64", welford_mean, (mean,), (stats,), elements=p)
         m2 = _row_sum64(nc, blk, lambda x, m: np.square(x.astype(np.float64) - m), "var_m2_64", about=mean)
@@ -248,8 +253,7 @@ def _welford_nan(nc, g: _Grid) -> None:
         nc.dma.load(mean, view)
 
         def patch(o, m, st):
-            bad, inf_last = st[:, 0:1], st[:, 1:2]
-            o[...] = np.where((bad == 0) | ((bad == 1) & (inf_last == 1)), m, np.nan)
+            o[...] = np.where(_welford_finite_mean(st[:, 0:1], st[:, 1:2]), m, np.nan)
 
         nc.gpsimd.run("var_mean_nan", patch, (mean,), (mean, stats), elements=p)
         nc.dma.store(view, mean)
