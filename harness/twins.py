@@ -183,7 +183,6 @@ class Call:
     args: tuple
     kwargs: dict
     result: Any = None  # the device's result of the recorded call (host copies), None if it raised
-    raised: bool = False
 
 
 def _snap(value: Any) -> Any:
@@ -237,12 +236,7 @@ class Recorder(TorchDispatchMode):
             if slot not in self.calls:
                 call = Call(func, _snap(args), {k: _snap(v) for k, v in kwargs.items()})
                 self.calls[slot] = call
-        try:
-            result = func(*args, **kwargs)
-        except Exception:
-            if call is not None:
-                call.raised = True
-            raise
+        result = func(*args, **kwargs)
         if call is not None:
             call.result = _host(result)
         return result
@@ -258,15 +252,16 @@ def _tensors(value: Any) -> list[torch.Tensor]:
     return []
 
 
-def _first_tensor(call: Call) -> Snapshot | None:
+def _snapshots(call: Call):
+    """The call's tensor arguments (in lists too), in argument order."""
     for a in list(call.args) + list(call.kwargs.values()):
-        if isinstance(a, Snapshot):
-            return a
-        if isinstance(a, (list, tuple)):
-            for v in a:
-                if isinstance(v, Snapshot):
-                    return v
-    return None
+        for v in (a if isinstance(a, (list, tuple)) else [a]):
+            if isinstance(v, Snapshot):
+                yield v
+
+
+def _first_tensor(call: Call) -> Snapshot | None:
+    return next(_snapshots(call), None)
 
 
 def _arguments(twin: Twin, call: Call, device: bool) -> tuple[tuple, dict, list[torch.Tensor]] | None:
@@ -309,11 +304,7 @@ def _arguments(twin: Twin, call: Call, device: bool) -> tuple[tuple, dict, list[
 
 
 def call_device(call: Call) -> torch.device:
-    for a in list(call.args) + list(call.kwargs.values()):
-        for s in (a if isinstance(a, (list, tuple)) else [a]):
-            if isinstance(s, Snapshot) and s.region.device.type != "cpu":
-                return s.region.device
-    return torch.device("cpu")
+    return next((s.region.device for s in _snapshots(call) if s.region.device.type != "cpu"), torch.device("cpu"))
 
 
 def _run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[Any, BaseException | None]:
@@ -417,7 +408,7 @@ def _out_on_host(twin: Twin, call: Call, where: str) -> cmp.Comparison:
 
 def record(run: Callable[[], Any], device: str) -> list[Call]:
     """The calls ``run`` makes on ``device`` that have twins there (errors inside ``run`` swallowed:
-    a call that raised is recorded as raised)."""
+    a call that raised is recorded with no result)."""
     key = dispatch_key(device)
     if key is None:
         return []
