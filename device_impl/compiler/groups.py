@@ -505,10 +505,14 @@ class GroupRunner:
                 if op.slot in out_access:
                     self._store(nc, local[op.slot], op.slot, out_access, r0, r1, 0, 1)
             elif op.name == "reduce":
-                src = local[op.args[0][1]]
-                wide = src.free < c
-                if wide:  # a value constant along the columns: widen before reducing
-                    src = lowering.widen(nc, src, (p, c))
+                kind, operand = op.args[0]
+                if kind == "slot":
+                    src = local[operand]
+                    wide = src.free < c
+                    if wide:  # a value constant along the columns: widen before reducing
+                        src = lowering.widen(nc, src, (p, c))
+                else:  # a reduction of a splat constant (the count of a mean over a constant mask): memset
+                    src, wide = lowering.immediate_tile(nc, operand, (p, c), op.reduce_dtype), True
                 if first_chunk is None:
                     out = nc.sbuf_tile((p, 1), op.dtype)
                     if op.init_combine:

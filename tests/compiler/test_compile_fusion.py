@@ -250,3 +250,20 @@ def test_compiler_stats_report_mfu_and_mbu_per_program():
     assert figures["mbu"] == pytest.approx(launch["hbm_bytes"] / (launch["device_ns"] / 1e9
                                                                   * engine.PLATFORM.dma_bytes_per_second))
     assert 0 < figures["mfu"] < 1 and 0 < figures["mbu"] < 1
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["static-replay", "instruction-level"])
+def test_a_row_group_reducing_a_splat_constant_runs(fast, monkeypatch):
+    """cross_entropy with a target made inside the compiled function: AOT's mean divides by the sum of a
+    constant ones mask, a reduction whose operand is a splat constant, not a slot. The row group looked
+    it up as a slot and raised KeyError; it now memsets the row and reduces it."""
+    from device_impl.compiler import executor
+
+    monkeypatch.setattr(executor, "STATIC_REPLAY", fast)
+    x = torch.randn(4, 8, 16, 16)
+
+    def loss(x):
+        return F.cross_entropy(x.flatten(1), torch.zeros(4, dtype=torch.long, device=x.device))
+
+    out = torch.compile(loss, backend="neuron")(x.to("neuron"))
+    torch.testing.assert_close(out.cpu(), loss(x))
