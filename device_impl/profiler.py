@@ -84,6 +84,7 @@ class KernelLaunch:
         return RANGE_PREFIX + self.kernel
 
 
+NEFF_PREFIX = "neff:"  # the engine names a compiled program's launch neff:<program>
 _launches: deque[KernelLaunch] = deque(maxlen=KEEP_LAUNCHES)
 _next_id = [0]
 _record_function = torch._C._profiler._RecordFunctionFast
@@ -244,6 +245,11 @@ def _device_lanes(items: list[KernelLaunch], host_ts: dict[int, float], reports:
         free_at[launch.device] = start + duration
         args = {"launch": launch.id, "device_ns": launch.device_ns, "hbm_bytes": launch.hbm_bytes,
                 "flops": launch.flops, "instructions": launch.instructions}
+        if launch.kernel.startswith(NEFF_PREFIX):  # a compiled graph: its roofline figures (issue 21)
+            from device_impl.compiler import counters
+
+            args.update(counters.utilization(launch.kernel[len(NEFF_PREFIX):], launch.flops, launch.hbm_bytes,
+                                             launch.device_ns))
         pid = LANE_PID_BASE + launch.device
         events.append({"name": launch.kernel, "cat": "neuron_kernel", "ph": "X", "pid": pid, "tid": 0,
                        "ts": start, "dur": duration, "args": args})

@@ -262,3 +262,23 @@ def test_compiled_mode_profiles_programs():
     assert not {x.kernel for x in launches} & {"addmm", "mm", "relu"}, "eager kernels ran, not a compiled program"
     by_op = neuron_profiler.device_time_by_op(prof)
     assert sum(v["launches"] for v in by_op.values()) == len(launches)
+
+
+@pytest.mark.skipif(not _compile_backend_available(), reason="neuron compile backend not available")
+def test_the_trace_gives_each_compiled_launch_its_mfu_and_mbu(tmp_path):
+    """Issue 21: MFU and MBU per compiled graph in the timeline, the same figures compiler_stats() gives."""
+    torch._dynamo.reset()
+    model = torch.nn.Sequential(torch.nn.Linear(48, 32), torch.nn.ReLU()).to("neuron")
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    a, _ = _inputs()
+    compiled(a)
+    engine.reset_stats()
+    with neuron_profiler.profile() as prof:
+        compiled(a)
+    path = tmp_path / "trace.json"
+    prof.export_chrome_trace(str(path))
+    kernels = [e for e in json.loads(path.read_text())["traceEvents"] if e.get("cat") == "neuron_kernel"]
+    (program,) = [e for e in kernels if e["name"].startswith("neff:")]
+    figures = torch.neuron.compiler_stats()["programs"][program["name"][len("neff:"):]]
+    assert 0 < program["args"]["mfu"] < 1 and 0 < program["args"]["mbu"] < 1
+    assert program["args"]["mfu"] == pytest.approx(figures["mfu"]) and program["args"]["mbu"] == pytest.approx(figures["mbu"])

@@ -1,5 +1,13 @@
 """The compile cache: NEFFs keyed by StableHLO hash + compiler version + flags.
 
+A second, cheaper key goes in front of it: the legalized FX graph's code, its inputs' shapes,
+strides and dtypes, its constants' bytes, the flags and the versions of torch and torch-mlir (the
+two things besides the compiler's own source, which names the cache directory, that decide the
+StableHLO torch-mlir prints). It maps to the StableHLO key in a small index file, so a warm
+compile in a new process skips the torch-mlir import (about half its compile seconds on the
+decoder block) and reads the NEFF straight away. The index only ever points at a NEFF written
+by a full compile; an unreadable index entry is a miss.
+
 Two levels: linked programs in memory (this process) and NEFF files on disk
 (``TORCH_NEURONX_NEFF_CACHE_DIR``, default ``~/.cache/neuronsim/neff``;
 ``TORCH_NEURONX_DISABLE_NEFF_CACHE=1`` turns the disk level off), so a second
@@ -18,6 +26,8 @@ import os
 import warnings
 from typing import Any
 
+import torch
+
 from device_impl.compiler import counters, neff
 from device_impl.compiler.errors import NeffFormatError
 
@@ -31,6 +41,78 @@ def key(stablehlo: str, flags: dict[str, Any]) -> str:
                            "compiler": neff.COMPILER_VERSION, "format": neff.FORMAT_VERSION, "flags": flags},
                           sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()
+
+
+def _versions() -> dict[str, str]:
+    global _VERSIONS
+    if _VERSIONS is None:
+        from importlib import metadata
+
+        try:
+            mlir = metadata.version("torch-mlir")
+        except metadata.PackageNotFoundError:
+            mlir = "absent"
+        _VERSIONS = {"torch": torch.__version__, "torch-mlir": mlir}
+    return _VERSIONS
+
+
+_VERSIONS: dict[str, str] | None = None
+
+
+def _attr_digest(value: Any) -> str:
+    """What a get_attr node contributes to the FX key: a tensor's metadata and bytes, a submodule's code."""
+    if isinstance(value, torch.Tensor):
+        host = value.detach().cpu().contiguous()
+        data = host.reshape(-1).view(torch.uint8).numpy().tobytes() if host.numel() else b""
+        return f"{tuple(host.shape)}:{host.dtype}:{hashlib.sha256(data).hexdigest()}"
+    if isinstance(value, torch.fx.GraphModule):
+        return hashlib.sha256(value.code.encode()).hexdigest()
+    return repr(value)
+
+
+def fx_key(gm: torch.fx.GraphModule, flags: dict[str, Any]) -> str | None:
+    """The FX-level key of a legalized graph (see the module docstring), or None when an input lacks the
+    example value the key needs (the caller then keys on StableHLO only)."""
+    inputs = []
+    attrs = []
+    for node in gm.graph.nodes:
+        if node.op == "placeholder":
+            value = node.meta.get("val")
+            if not isinstance(value, torch.Tensor):
+                return None
+            inputs.append([list(value.shape), list(value.stride()), str(value.dtype)])
+        elif node.op == "get_attr":
+            target = gm
+            for part in str(node.target).split("."):
+                target = getattr(target, part)
+            attrs.append([str(node.target), _attr_digest(target)])
+    material = json.dumps({"code": gm.code, "inputs": inputs, "attrs": attrs, "flags": flags,
+                           "versions": _versions(), "format": neff.FORMAT_VERSION}, sort_keys=True)
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def _index_path(directory: str, key_of_fx: str) -> str:
+    return os.path.join(directory, neff.COMPILER_VERSION.replace(" ", "-"), "fx", key_of_fx[:2], f"{key_of_fx}.key")
+
+
+def lookup_fx(directory: str, key_of_fx: str) -> str | None:
+    """The StableHLO key a graph with this FX key compiled under, when its NEFF is on disk."""
+    try:
+        with open(_index_path(directory, key_of_fx), encoding="ascii") as handle:
+            found = handle.read().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    if len(found) != 64 or any(c not in "0123456789abcdef" for c in found):
+        return None  # damaged: a miss, and the full compile below rewrites it
+    return found if os.path.exists(path_of(directory, found)) else None
+
+
+def index_fx(directory: str, key_of_fx: str, cache_key: str) -> None:
+    """Record that the graph with this FX key compiles under ``cache_key`` (atomically, like a NEFF)."""
+    try:
+        neff.write(_index_path(directory, key_of_fx), cache_key.encode("ascii"))
+    except OSError as e:
+        log.warning("neuron compile cache: cannot write the FX index (%s)", e)
 
 
 def path_of(directory: str, cache_key: str) -> str:

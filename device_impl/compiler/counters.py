@@ -13,7 +13,8 @@ Counted per process since the last ``reset_stats()``:
 * ``fallbacks``: graphs run eagerly because an op has no lowering, ``fallbacks_by_op``;
 * ``executions``: compiled programs run;
 * ``programs``: per compiled program (by name, as its launch ``neff:<name>`` appears in the engine's
-  statistics and traces), from the engine's statistics since their last reset: ``launches``,
+  statistics and traces), from the engine's statistics since their last reset (each launch's MFU and
+  MBU are also in the profiler's Chrome trace, in the ``neff:`` event's args): ``launches``,
   ``device_seconds``, ``tensore_flops``, ``hbm_bytes``, ``mfu`` (TensorE flops over the launches'
   device time at the TensorE peak of the program's matmul dtype: fp32's when any matmul reads fp32)
   and ``mbu`` (HBM bytes over device time at the DMA bandwidth), issue 21's per-graph roofline figures.
@@ -54,23 +55,30 @@ def matmul_linked(program: str, fp32: bool) -> None:
         _FP32_MATMULS[program] = _FP32_MATMULS.get(program, False) or fp32
 
 
+def utilization(program: str, flops: float, hbm_bytes: float, device_ns: float) -> dict[str, float]:
+    """MFU and MBU of ``program``'s launches (see the module docstring): the figures ``programs()`` and the
+    profiler's Chrome trace (each ``neff:`` launch's args) both report."""
+    from device_impl import engine
+
+    platform = engine.PLATFORM
+    seconds = device_ns / 1e9
+    peak = (platform.fp32_tflops if _FP32_MATMULS.get(program) else platform.bf16_tflops) * 1e12
+    return {"mfu": flops / (seconds * peak) if seconds else 0.0,
+            "mbu": hbm_bytes / (seconds * platform.dma_bytes_per_second) if seconds else 0.0}
+
+
 def programs() -> dict[str, dict[str, float]]:
     """MFU and MBU of every compiled program the engine has run since its statistics were reset."""
     from device_impl import engine
 
-    platform = engine.PLATFORM
     result: dict[str, dict[str, float]] = {}
     for kernel, s in engine.stats().items():
         if not kernel.startswith("neff:"):
             continue
         name = kernel[len("neff:"):]
-        seconds = s["device_ns"] / 1e9
-        peak = (platform.fp32_tflops if _FP32_MATMULS.get(name) else platform.bf16_tflops) * 1e12
         result[name] = {
-            "launches": int(s["launches"]), "device_seconds": seconds, "tensore_flops": int(s["flops"]),
-            "hbm_bytes": int(s["hbm_bytes"]),
-            "mfu": s["flops"] / (seconds * peak) if seconds else 0.0,
-            "mbu": s["hbm_bytes"] / (seconds * platform.dma_bytes_per_second) if seconds else 0.0,
+            "launches": int(s["launches"]), "device_seconds": s["device_ns"] / 1e9, "tensore_flops": int(s["flops"]),
+            "hbm_bytes": int(s["hbm_bytes"]), **utilization(name, s["flops"], s["hbm_bytes"], s["device_ns"]),
         }
     return result
 

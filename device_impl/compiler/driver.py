@@ -116,25 +116,40 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
         refused = _unimportable(work)
         if refused is not None:
             raise refused
-        module = importer.to_stablehlo(work)
-        text = str(module)
-        key = cache.key(text, flags())
+        # The FX-level index (cache.fx_key) names the StableHLO key without importing: a warm compile
+        # skips torch-mlir. Preserved artifacts need the StableHLO text, so they always import.
+        indexed = config.neff_cache and not config.preserve_artifacts
+        key_of_fx = cache.fx_key(work, flags()) if indexed else None
+        key = cache.lookup_fx(config.neff_cache_dir, key_of_fx) if key_of_fx is not None else None
+        module = text = None
+        if key is None:
+            module = importer.to_stablehlo(work)
+            text = str(module)
+            key = cache.key(text, flags())
         executable = cache.from_memory(key)
         neff_bytes = None
         if executable is not None:
             counters.cache_hit("memory")
         else:
             loaded = cache.from_disk(config.neff_cache_dir, key) if config.neff_cache else None
+            if loaded is None and module is None:  # indexed, but that NEFF is unusable: import and rebuild
+                module = importer.to_stablehlo(work)
+                text = str(module)
+                indexed_key, key = key, cache.key(text, flags())
+                if key != indexed_key:
+                    loaded = cache.from_disk(config.neff_cache_dir, key)
             if loaded is not None:
                 counters.cache_hit("disk")
+                if key_of_fx is not None and module is not None:  # a NEFF written before the index existed
+                    cache.index_fx(config.neff_cache_dir, key_of_fx, key)
                 program = loaded.program
                 program.name = graph
             else:
                 program = build.build(importer.read_module(module), graph)
                 record_schedule(program)  # the launch's figures, known from the shapes: stored in the NEFF
                 neff_bytes = neff.dumps(program, flags(), hashlib.sha256(text.encode()).hexdigest())
-                if config.neff_cache:
-                    cache.store(config.neff_cache_dir, key, neff_bytes)
+                if config.neff_cache and cache.store(config.neff_cache_dir, key, neff_bytes) and key_of_fx:
+                    cache.index_fx(config.neff_cache_dir, key_of_fx, key)
                 counters.count("compiles")
             executable = Executable(program, device_index)
             cache.remember(key, executable)

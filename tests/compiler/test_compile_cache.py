@@ -25,7 +25,9 @@ x = torch.randn(2, 128, 256).to("neuron")
 compiled = torch.compile(model, backend="neuron", fullgraph=True)
 with torch.no_grad():
     out = compiled(x)
-print(json.dumps({"stats": compiler.stats(), "checksum": float(out.cpu().double().sum())}))
+import sys
+print(json.dumps({"stats": compiler.stats(), "checksum": float(out.cpu().double().sum()),
+                  "imported_torch_mlir": "torch_mlir.fx" in sys.modules}))
 """
 
 
@@ -42,6 +44,31 @@ def test_a_second_process_is_served_from_the_cache(tmp_path):
     assert warm["stats"]["compiles"] == 0 and warm["stats"]["cache_hits_by_source"]["disk"] == 1
     assert warm["checksum"] == cold["checksum"]
     assert len(glob.glob(str(tmp_path / "**" / "*.neff"), recursive=True)) == 1
+    # the FX-level index names the NEFF: the warm process never imports the graph with torch-mlir
+    assert cold["imported_torch_mlir"] and not warm["imported_torch_mlir"]
+    assert len(glob.glob(str(tmp_path / "**" / "fx" / "**" / "*.key"), recursive=True)) == 1
+
+
+@pytest.mark.parametrize("damage", ["garbage", "dangling"])
+def test_a_bad_fx_index_entry_is_a_miss(fresh, damage):
+    """An index entry that is not a key, or names a NEFF that is gone, costs an import, never a wrong
+    program: the graph is imported, compiled if need be, and the entry rewritten."""
+    x = torch.randn(8, 64)
+    _run_once(x)
+    (entry,) = glob.glob(str(fresh / "cache" / "**" / "fx" / "**" / "*.key"), recursive=True)
+    if damage == "garbage":
+        open(entry, "w").write("not a key")
+    else:
+        (path,) = glob.glob(str(fresh / "cache" / "**" / "*.neff"), recursive=True)
+        os.unlink(path)
+    compiler.reset_stats()
+    torch.testing.assert_close(_run_once(x), _f(x))
+    s = compiler.stats()
+    assert (s["compiles"], s["cache_hits_by_source"]["disk"]) == ((0, 1) if damage == "garbage" else (1, 0))
+    assert len(open(entry).read()) == 64
+    compiler.reset_stats()
+    _run_once(x)
+    assert compiler.stats()["cache_hits_by_source"]["disk"] == 1 and compiler.stats()["compiles"] == 0
 
 
 def _f(x):
