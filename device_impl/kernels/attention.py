@@ -60,35 +60,28 @@ BACKWARD = "aten::_scaled_dot_product_fused_attention_overrideable_backward"
 
 
 class _Problem:
-    """Shapes, 4-D HBM views and options of one attention call."""
+    """Shapes, 4-D HBM views and options of one attention call.
 
-    def __init__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor | None,
-                 dropout_p: float, is_causal: bool, scale: float | None):
-        if query.dim() not in (3, 4) or key.dim() != query.dim() or value.dim() != query.dim():
-            raise RuntimeError(f"neuron fused attention expects 3-D or 4-D query, key and value of one rank; got "
-                               f"{query.dim()}-D, {key.dim()}-D, {value.dim()}-D. Call "
-                               "torch.nn.functional.scaled_dot_product_attention, which reshapes other ranks.")
-        if not (query.dtype == key.dtype == value.dtype):
-            raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got query.dtype: "
-                               f"{query.dtype} key.dtype: {key.dtype} and value.dtype: {value.dtype} instead.")
-        if query.dtype not in FLOAT_DTYPES:
-            raise NotImplementedError(f"neuron fused attention computes on float32, bfloat16 and float16, not "
-                                      f"{query.dtype}; call torch.nn.functional.scaled_dot_product_attention, "
-                                      "which takes the math path for other dtypes.")
-        self.three_d = query.dim() == 3
-        self.q, self.k, self.v = (self._four(hbm(t)) for t in (query, key, value))
+    Built from HBM arrays (not tensors) so the eager kernels and the compiler's attention step
+    (compiler/steps.py) describe a call the same way and run the same tile programs
+    (``forward_program``, ``backward_program``); ``_problem`` checks torch arguments first."""
+
+    def __init__(self, q: np.ndarray, k: np.ndarray, v: np.ndarray, mask: np.ndarray | None, dropout_p: float,
+                 is_causal: bool, scale: float | None, three_d: bool = False):
+        self.three_d = three_d
+        self.q, self.k, self.v = (self._four(a) for a in (q, k, v))
         self.B, self.Hq, self.L, self.E = self.q.shape
         _, self.Hk, self.S, _ = self.k.shape
         self.Ev = self.v.shape[-1]
         if self.k.shape[0] != self.B or self.v.shape[:3] != self.k.shape[:3] or self.k.shape[-1] != self.E:
-            raise RuntimeError(f"neuron fused attention: incompatible shapes query {tuple(query.shape)}, key "
-                               f"{tuple(key.shape)}, value {tuple(value.shape)}")
+            raise RuntimeError(f"neuron fused attention: incompatible shapes query {tuple(q.shape)}, key "
+                               f"{tuple(k.shape)}, value {tuple(v.shape)}")
         if self.Hk == 0 or self.Hq % self.Hk:
             raise RuntimeError(f"number of heads in key/value ({self.Hk}) must divide the number of heads in query "
                                f"({self.Hq}); pass enable_gqa=True to scaled_dot_product_attention for grouped "
                                "query attention")
         self.group = self.Hq // self.Hk
-        self.dtype = numpy_dtype(query.dtype)
+        self.dtype = q.dtype
         self.scale = 1.0 / math.sqrt(self.E) if scale is None else float(scale)
         self.causal = bool(is_causal)
         self.dropout = float(dropout_p)
@@ -96,18 +89,14 @@ class _Problem:
             raise RuntimeError(f"dropout probability has to be between 0 and 1, but got {self.dropout}")
         self.mask = None
         self.mask_kind = None
-        if bias is not None:
-            if bias.dtype != torch.bool and bias.dtype != query.dtype:
-                raise RuntimeError(f"Expected attn_mask dtype to be bool or {query.dtype} and to match query dtype, "
-                                   f"but got attn_mask.dtype: {bias.dtype}")
-            m = hbm(bias)
+        if mask is not None:
             try:
-                self.mask = np.broadcast_to(m.reshape((1,) * (4 - m.ndim) + m.shape), (self.B, self.Hq, self.L,
-                                                                                         self.S))
+                self.mask = np.broadcast_to(mask.reshape((1,) * (4 - mask.ndim) + mask.shape),
+                                            (self.B, self.Hq, self.L, self.S))
             except ValueError:
-                raise RuntimeError(f"attn_mask of shape {tuple(bias.shape)} cannot be broadcast to the attention "
+                raise RuntimeError(f"attn_mask of shape {tuple(mask.shape)} cannot be broadcast to the attention "
                                    f"weights' shape {(self.B, self.Hq, self.L, self.S)}") from None
-            self.mask_kind = "bool" if bias.dtype == torch.bool else "float"
+            self.mask_kind = "bool" if mask.dtype == BOOL else "float"
         self.n_q = -(-self.L // Q_TILE)
         self.n_k = -(-self.S // K_TILE)
 
@@ -134,6 +123,27 @@ class _Problem:
     @property
     def draws(self) -> int:
         return self.B * self.Hq * self.n_q * self.n_k * Q_TILE * K_TILE
+
+
+def _problem(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bias: torch.Tensor | None,
+             dropout_p: float, is_causal: bool, scale: float | None) -> _Problem:
+    """PyTorch's argument checks of the fused op (ranks, dtypes, mask dtype), then the call as arrays."""
+    if query.dim() not in (3, 4) or key.dim() != query.dim() or value.dim() != query.dim():
+        raise RuntimeError(f"neuron fused attention expects 3-D or 4-D query, key and value of one rank; got "
+                           f"{query.dim()}-D, {key.dim()}-D, {value.dim()}-D. Call "
+                           "torch.nn.functional.scaled_dot_product_attention, which reshapes other ranks.")
+    if not (query.dtype == key.dtype == value.dtype):
+        raise RuntimeError(f"Expected query, key, and value to have the same dtype, but got query.dtype: "
+                           f"{query.dtype} key.dtype: {key.dtype} and value.dtype: {value.dtype} instead.")
+    if query.dtype not in FLOAT_DTYPES:
+        raise NotImplementedError(f"neuron fused attention computes on float32, bfloat16 and float16, not "
+                                  f"{query.dtype}; call torch.nn.functional.scaled_dot_product_attention, "
+                                  "which takes the math path for other dtypes.")
+    if bias is not None and bias.dtype != torch.bool and bias.dtype != query.dtype:
+        raise RuntimeError(f"Expected attn_mask dtype to be bool or {query.dtype} and to match query dtype, "
+                           f"but got attn_mask.dtype: {bias.dtype}")
+    return _Problem(hbm(query), hbm(key), hbm(value), None if bias is None else hbm(bias), dropout_p, is_causal,
+                    scale, three_d=query.dim() == 3)
 
 
 # --- building blocks -----------------------------------------------------------------------------
@@ -214,9 +224,83 @@ def _host_long(value: int) -> torch.Tensor:
 # --- forward ---------------------------------------------------------------------------------------
 
 
+def forward_program(nc, pb: _Problem, o4: np.ndarray, lse3: np.ndarray, seed: int = 0, offset: int = 0,
+                    dm4: np.ndarray | None = None) -> None:
+    """The forward tile program (module docstring) on core ``nc``: O into ``o4`` [B, H, L, Ev] and logsumexp
+    into ``lse3`` [B, H, L]; ``dm4`` takes the dropout mask when asked. The eager kernel runs it as its own
+    launch, a compiled program as one of its steps."""
+    keep_scale = 0.0 if pb.dropout >= 1.0 else 1.0 / (1.0 - pb.dropout)
+    consts = _constants(nc)
+    for b, h, hk in pb.heads():
+        for i in range(pb.n_q):
+            l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
+            lq = l1 - l0
+            block = nc.mark()
+            qT = _transposed(nc, _load(nc, pb.q[b, h, l0:l1, :]), pb.dtype)
+            m = nc.sbuf_tile((lq, 1), FP32)
+            nc.vector.memset(m, -np.inf)
+            row_sum = nc.sbuf_tile((lq, 1), FP32)
+            nc.vector.memset(row_sum, 0.0)
+            acc = nc.sbuf_tile((lq, pb.Ev), FP32)
+            nc.vector.memset(acc, 0.0)
+            for j, s0, s1 in pb.key_blocks(l0, l1):
+                sk = s1 - s0
+                step = nc.mark()
+                kT = _transposed(nc, _load(nc, pb.k[b, hk, s0:s1, :]), pb.dtype)
+                s = _scores(nc, pb, qT, kT, b, h, l0, l1, s0, s1, consts)
+                block_max = nc.sbuf_tile((lq, 1), FP32)
+                nc.vector.tensor_reduce(block_max, s, "maximum")
+                m_new = nc.sbuf_tile((lq, 1), FP32)
+                nc.vector.tensor_tensor(m_new, m, block_max, "maximum")
+                # -FLT_MAX in place of -inf: rows with no key yet give exp(-inf) = 0, not NaN
+                neg_m = nc.sbuf_tile((lq, 1), FP32)
+                nc.vector.tensor_scalar(neg_m, m_new, "maximum", -FLT_MAX)
+                nc.vector.tensor_scalar(neg_m, neg_m, "multiply", -1.0)
+                p = nc.sbuf_tile((lq, sk), FP32)
+                block_sum = nc.sbuf_tile((lq, 1), FP32)
+                nc.scalar.activation(p, s, "exp", bias=neg_m, accumulate=block_sum)
+                alpha = nc.sbuf_tile((lq, 1), FP32)
+                nc.vector.tensor_tensor(alpha, m, neg_m, "add")
+                nc.scalar.activation(alpha, alpha, "exp")
+                nc.vector.tensor_tensor(row_sum, row_sum, alpha, "multiply")
+                nc.vector.tensor_tensor(row_sum, row_sum, block_sum, "add")
+                nc.vector.tensor_copy(m, m_new)
+                if pb.dropout > 0:
+                    keep = _dropout_keep(nc, pb, seed, offset, lq, sk, b, h, i, j)
+                    if dm4 is not None:
+                        flag = nc.sbuf_tile((lq, sk), pb.dtype)
+                        nc.vector.tensor_copy(flag, keep)
+                        nc.dma.store(dm4[b, h, l0:l1, s0:s1], flag)
+                    nc.vector.tensor_tensor(p, p, keep, "multiply")
+                    nc.vector.tensor_scalar(p, p, "multiply", keep_scale)
+                p_low = nc.sbuf_tile((lq, sk), pb.dtype)
+                nc.vector.tensor_copy(p_low, p)
+                (pT,) = _transposed(nc, p_low, pb.dtype)
+                for c0 in range(0, pb.Ev, N_TILE):
+                    c1 = min(c0 + N_TILE, pb.Ev)
+                    vt = _load(nc, pb.v[b, hk, s0:s1, c0:c1])
+                    pv = nc.psum_tile((lq, c1 - c0), FP32)
+                    nc.tensor.matmul(pv, pT, vt)
+                    part = acc[:, c0:c1]
+                    nc.vector.tensor_tensor(part, part, alpha, "multiply")
+                    nc.vector.tensor_tensor(part, part, pv, "add")
+                nc.release_to(step)
+            # l is 0 (every key masked) or >= 1 (the row max contributes exp(0)): 0/tiny = 0
+            safe = nc.sbuf_tile((lq, 1), FP32)
+            nc.vector.tensor_scalar(safe, row_sum, "maximum", 1e-30)
+            o = nc.sbuf_tile((lq, pb.Ev), pb.dtype)
+            nc.vector.tensor_tensor(o, acc, safe, "divide", dtype=FP32)
+            nc.dma.store(o4[b, h, l0:l1, :], o)
+            log_l = nc.sbuf_tile((lq, 1), FP32)
+            nc.scalar.activation(log_l, row_sum, "log")
+            nc.vector.tensor_tensor(log_l, log_l, m, "add")
+            nc.dma.store(lse3[b, h, l0:l1, None], log_l)
+            nc.release_to(block)
+
+
 def _forward(a: dict) -> tuple:
     query, key, value, bias = a["query"], a["key"], a["value"], a["attn_bias"]
-    pb = _Problem(query, key, value, bias, a["dropout_p"], a["is_causal"], a["scale"])
+    pb = _problem(query, key, value, bias, a["dropout_p"], a["is_causal"], a["scale"])
     out_shape = tuple(query.shape[:-1]) + (pb.Ev,)
     out = _empty_like_layout(query, out_shape, query.dtype)
     lse = torch.empty((pb.B, pb.Hq, pb.L), dtype=torch.float32, device=query.device)
@@ -227,75 +311,9 @@ def _forward(a: dict) -> tuple:
     o4 = pb._four(hbm(out))
     lse3 = hbm(lse)
     dm4 = hbm(debug_mask) if debug else None
-    keep_scale = 0.0 if pb.dropout >= 1.0 else 1.0 / (1.0 - pb.dropout)
     if out.numel() and pb.L:
         with launch("sdpa_flash_fwd", query.device.index) as nc:
-            consts = _constants(nc)
-            for b, h, hk in pb.heads():
-                for i in range(pb.n_q):
-                    l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
-                    lq = l1 - l0
-                    block = nc.mark()
-                    qT = _transposed(nc, _load(nc, pb.q[b, h, l0:l1, :]), pb.dtype)
-                    m = nc.sbuf_tile((lq, 1), FP32)
-                    nc.vector.memset(m, -np.inf)
-                    row_sum = nc.sbuf_tile((lq, 1), FP32)
-                    nc.vector.memset(row_sum, 0.0)
-                    acc = nc.sbuf_tile((lq, pb.Ev), FP32)
-                    nc.vector.memset(acc, 0.0)
-                    for j, s0, s1 in pb.key_blocks(l0, l1):
-                        sk = s1 - s0
-                        step = nc.mark()
-                        kT = _transposed(nc, _load(nc, pb.k[b, hk, s0:s1, :]), pb.dtype)
-                        s = _scores(nc, pb, qT, kT, b, h, l0, l1, s0, s1, consts)
-                        block_max = nc.sbuf_tile((lq, 1), FP32)
-                        nc.vector.tensor_reduce(block_max, s, "maximum")
-                        m_new = nc.sbuf_tile((lq, 1), FP32)
-                        nc.vector.tensor_tensor(m_new, m, block_max, "maximum")
-                        # -FLT_MAX in place of -inf: rows with no key yet give exp(-inf) = 0, not NaN
-                        neg_m = nc.sbuf_tile((lq, 1), FP32)
-                        nc.vector.tensor_scalar(neg_m, m_new, "maximum", -FLT_MAX)
-                        nc.vector.tensor_scalar(neg_m, neg_m, "multiply", -1.0)
-                        p = nc.sbuf_tile((lq, sk), FP32)
-                        block_sum = nc.sbuf_tile((lq, 1), FP32)
-                        nc.scalar.activation(p, s, "exp", bias=neg_m, accumulate=block_sum)
-                        alpha = nc.sbuf_tile((lq, 1), FP32)
-                        nc.vector.tensor_tensor(alpha, m, neg_m, "add")
-                        nc.scalar.activation(alpha, alpha, "exp")
-                        nc.vector.tensor_tensor(row_sum, row_sum, alpha, "multiply")
-                        nc.vector.tensor_tensor(row_sum, row_sum, block_sum, "add")
-                        nc.vector.tensor_copy(m, m_new)
-                        if pb.dropout > 0:
-                            keep = _dropout_keep(nc, pb, seed, offset, lq, sk, b, h, i, j)
-                            if dm4 is not None:
-                                flag = nc.sbuf_tile((lq, sk), pb.dtype)
-                                nc.vector.tensor_copy(flag, keep)
-                                nc.dma.store(dm4[b, h, l0:l1, s0:s1], flag)
-                            nc.vector.tensor_tensor(p, p, keep, "multiply")
-                            nc.vector.tensor_scalar(p, p, "multiply", keep_scale)
-                        p_low = nc.sbuf_tile((lq, sk), pb.dtype)
-                        nc.vector.tensor_copy(p_low, p)
-                        (pT,) = _transposed(nc, p_low, pb.dtype)
-                        for c0 in range(0, pb.Ev, N_TILE):
-                            c1 = min(c0 + N_TILE, pb.Ev)
-                            vt = _load(nc, pb.v[b, hk, s0:s1, c0:c1])
-                            pv = nc.psum_tile((lq, c1 - c0), FP32)
-                            nc.tensor.matmul(pv, pT, vt)
-                            part = acc[:, c0:c1]
-                            nc.vector.tensor_tensor(part, part, alpha, "multiply")
-                            nc.vector.tensor_tensor(part, part, pv, "add")
-                        nc.release_to(step)
-                    # l is 0 (every key masked) or >= 1 (the row max contributes exp(0)): 0/tiny = 0
-                    safe = nc.sbuf_tile((lq, 1), FP32)
-                    nc.vector.tensor_scalar(safe, row_sum, "maximum", 1e-30)
-                    o = nc.sbuf_tile((lq, pb.Ev), pb.dtype)
-                    nc.vector.tensor_tensor(o, acc, safe, "divide", dtype=FP32)
-                    nc.dma.store(o4[b, h, l0:l1, :], o)
-                    log_l = nc.sbuf_tile((lq, 1), FP32)
-                    nc.scalar.activation(log_l, row_sum, "log")
-                    nc.vector.tensor_tensor(log_l, log_l, m, "add")
-                    nc.dma.store(lse3[b, h, l0:l1, None], log_l)
-                    nc.release_to(block)
+            forward_program(nc, pb, o4, lse3, seed, offset, dm4)
     elif out.numel():
         pass  # no queries: nothing to write
     if out.numel() and pb.S == 0:
@@ -306,11 +324,50 @@ def _forward(a: dict) -> tuple:
 # --- backward --------------------------------------------------------------------------------------
 
 
+def backward_program(nc, pb: _Problem, g4: np.ndarray, o4: np.ndarray, lse3: np.ndarray, d3: np.ndarray,
+                     dq32_4: np.ndarray, dq4: np.ndarray, dk4: np.ndarray, dv4: np.ndarray, db4: np.ndarray | None,
+                     seed: int = 0, offset: int = 0) -> None:
+    """The backward tile program (module docstring) on core ``nc``: dQ, dK, dV into ``dq4``, ``dk4``, ``dv4``
+    (``db4``: dS per element, when a bias needs a gradient). ``d3`` [B, H, L] and ``dq32_4`` [B, H, L, E]
+    (fp32) are HBM scratch: D = rowsum(dO * O) and the dQ accumulator."""
+    keep_scale = 0.0 if pb.dropout >= 1.0 else 1.0 / (1.0 - pb.dropout)
+    consts = _constants(nc)
+    for b, h, _ in pb.heads():  # D and a zeroed dQ accumulator per query block
+        for i in range(pb.n_q):
+            l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
+            mark = nc.mark()
+            g = _load(nc, g4[b, h, l0:l1, :])
+            o = _load(nc, o4[b, h, l0:l1, :])
+            prod = nc.sbuf_tile(g.shape, FP32)
+            nc.vector.tensor_tensor(prod, g, o, "multiply", dtype=FP32)
+            d = nc.sbuf_tile((l1 - l0, 1), FP32)
+            nc.vector.tensor_reduce(d, prod, "add")
+            nc.dma.store(d3[b, h, l0:l1, None], d)
+            zero = nc.sbuf_tile((l1 - l0, pb.E), FP32)
+            nc.vector.memset(zero, 0.0)
+            nc.dma.store(dq32_4[b, h, l0:l1, :], zero)
+            nc.release_to(mark)
+    for b in range(pb.B):
+        for hk in range(pb.Hk):
+            for j in range(pb.n_k):
+                _backward_key_block(nc, pb, consts, b, hk, j, seed, offset, keep_scale, g4, lse3, d3,
+                                    dq32_4, dk4, dv4, db4)
+    for b, h, _ in pb.heads():  # dQ: fp32 accumulator -> the query's dtype
+        for i in range(pb.n_q):
+            l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
+            mark = nc.mark()
+            acc = _load(nc, dq32_4[b, h, l0:l1, :])
+            low = nc.sbuf_tile(acc.shape, pb.dtype)
+            nc.vector.tensor_copy(low, acc)
+            nc.dma.store(dq4[b, h, l0:l1, :], low)
+            nc.release_to(mark)
+
+
 def _backward(a: dict) -> tuple:
     grad_out, query, key, value = a["grad_out"], a["query"], a["key"], a["value"]
     bias, mask_needed = a["attn_bias"], list(a["grad_input_mask"])
     out, lse = a["out"], a["logsumexp"]
-    pb = _Problem(query, key, value, bias, a["dropout_p"], a["is_causal"], a["scale"])
+    pb = _problem(query, key, value, bias, a["dropout_p"], a["is_causal"], a["scale"])
     seed, offset = int(scalar_of(a["philox_seed"])), int(scalar_of(a["philox_offset"]))
     dq = torch.empty_like(query)
     dk = torch.empty_like(key)
@@ -324,39 +381,9 @@ def _backward(a: dict) -> tuple:
     dq4, dk4, dv4 = pb._four(hbm(dq)), pb._four(hbm(dk)), pb._four(hbm(dv))
     lse3, d3, dq32_4 = hbm(lse), hbm(rows), hbm(dq32)
     db4 = hbm(dbias_full) if dbias_full is not None else None
-    keep_scale = 0.0 if pb.dropout >= 1.0 else 1.0 / (1.0 - pb.dropout)
     if query.numel() and key.numel():
         with launch("sdpa_flash_bwd", query.device.index) as nc:
-            consts = _constants(nc)
-            for b, h, _ in pb.heads():  # D and a zeroed dQ accumulator per query block
-                for i in range(pb.n_q):
-                    l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
-                    mark = nc.mark()
-                    g = _load(nc, g4[b, h, l0:l1, :])
-                    o = _load(nc, o4[b, h, l0:l1, :])
-                    prod = nc.sbuf_tile(g.shape, FP32)
-                    nc.vector.tensor_tensor(prod, g, o, "multiply", dtype=FP32)
-                    d = nc.sbuf_tile((l1 - l0, 1), FP32)
-                    nc.vector.tensor_reduce(d, prod, "add")
-                    nc.dma.store(d3[b, h, l0:l1, None], d)
-                    zero = nc.sbuf_tile((l1 - l0, pb.E), FP32)
-                    nc.vector.memset(zero, 0.0)
-                    nc.dma.store(dq32_4[b, h, l0:l1, :], zero)
-                    nc.release_to(mark)
-            for b in range(pb.B):
-                for hk in range(pb.Hk):
-                    for j in range(pb.n_k):
-                        _backward_key_block(nc, pb, consts, b, hk, j, seed, offset, keep_scale, g4, lse3, d3,
-                                            dq32_4, dk4, dv4, db4)
-            for b, h, _ in pb.heads():  # dQ: fp32 accumulator -> the query's dtype
-                for i in range(pb.n_q):
-                    l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
-                    mark = nc.mark()
-                    acc = _load(nc, dq32_4[b, h, l0:l1, :])
-                    low = nc.sbuf_tile(acc.shape, pb.dtype)
-                    nc.vector.tensor_copy(low, acc)
-                    nc.dma.store(dq4[b, h, l0:l1, :], low)
-                    nc.release_to(mark)
+            backward_program(nc, pb, g4, o4, lse3, d3, dq32_4, dq4, dk4, dv4, db4, seed, offset)
     else:
         dq.zero_()
         dk.zero_()
