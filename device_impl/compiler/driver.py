@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import json
 import logging
 import time
 from typing import Any, Callable
 
 import torch
 
-from device_impl.compiler import artifacts, build, cache, counters, fallback, importer, legalize, neff, parity
+from device_impl.compiler import artifacts, build, cache, counters, fallback, importer, legalize, neff, opaque, parity
 from device_impl.compiler.errors import ImportFailure, UnsupportedOpError
 from device_impl.compiler.executor import Executable, record_schedule
 from device_impl.engine.constants import PLATFORM
@@ -94,6 +95,16 @@ def _empty_program(specs: list, device_index: int) -> Callable[[list], list]:
     return run
 
 
+def _imported(work: torch.fx.GraphModule, cuts: list) -> tuple[Any, str]:
+    """torch-mlir's module of ``work`` and the text that keys it: the StableHLO, and the options of the
+    ops ``opaque.cut`` took out (they are not in the StableHLO)."""
+    module = importer.to_stablehlo(work)
+    text = str(module)
+    if cuts:
+        text += "\n// cuts: " + json.dumps([c.key() for c in cuts], sort_keys=True)
+    return module, text
+
+
 def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, config: CompilerConfig
                   ) -> Callable[[list], list]:
     started = time.perf_counter()
@@ -111,20 +122,24 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
         work = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
         legalize.legalize(work)
         kept = legalize.drop_none_outputs(work)
+        n_inputs = sum(1 for n in work.graph.nodes if n.op == "placeholder")
+        n_outputs = len(work.graph.output_node().args[0]) if isinstance(work.graph.output_node().args[0],
+                                                                          (tuple, list)) else 1
+        cuts = opaque.cut(work)  # fused ops torch-mlir cannot carry: imported around, spliced back below
         if config.preserve_artifacts:
             artifacts.write(config, graph, fx_code=work.print_readable(print_output=False))
         refused = _unimportable(work)
         if refused is not None:
             raise refused
         # The FX-level index (cache.fx_key) names the StableHLO key without importing: a warm compile
-        # skips torch-mlir. Preserved artifacts need the StableHLO text, so they always import.
+        # skips torch-mlir. Preserved artifacts need the StableHLO text, so they always import. The cut
+        # ops' options are in neither the legalized code nor the StableHLO text: both keys take them.
         indexed = config.neff_cache and not config.preserve_artifacts
-        key_of_fx = cache.fx_key(work, flags()) if indexed else None
+        key_of_fx = cache.fx_key(work, {**flags(), "cuts": [c.key() for c in cuts]}) if indexed else None
         key = cache.lookup_fx(config.neff_cache_dir, key_of_fx) if key_of_fx is not None else None
         module = text = None
         if key is None:
-            module = importer.to_stablehlo(work)
-            text = str(module)
+            module, text = _imported(work, cuts)
             key = cache.key(text, flags())
         executable = cache.from_memory(key)
         neff_bytes = None
@@ -133,8 +148,7 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
         else:
             loaded = cache.from_disk(config.neff_cache_dir, key) if config.neff_cache else None
             if loaded is None and module is None:  # indexed, but that NEFF is unusable: import and rebuild
-                module = importer.to_stablehlo(work)
-                text = str(module)
+                module, text = _imported(work, cuts)
                 indexed_key, key = key, cache.key(text, flags())
                 if key != indexed_key:
                     loaded = cache.from_disk(config.neff_cache_dir, key)
@@ -145,7 +159,8 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
                 program = loaded.program
                 program.name = graph
             else:
-                program = build.build(importer.read_module(module), graph)
+                imported = opaque.splice(importer.read_module(module), cuts, n_inputs, n_outputs)
+                program = build.build(imported, graph)
                 record_schedule(program)  # the launch's figures, known from the shapes: stored in the NEFF
                 neff_bytes = neff.dumps(program, flags(), hashlib.sha256(text.encode()).hexdigest())
                 if config.neff_cache and cache.store(config.neff_cache_dir, key, neff_bytes) and key_of_fx:

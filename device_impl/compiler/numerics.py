@@ -435,33 +435,17 @@ def _probabilities(scores: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
     return torch.where(empty, 0.0, torch.exp(scores - torch.where(empty, 0.0, lse.unsqueeze(-1))))
 
 
-def _fused_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_bias=None,
-                     dropout_p: float = 0.0, is_causal: bool = False, return_debug_mask: bool = False, *,
-                     scale: float | None = None):
-    """``_scaled_dot_product_fused_attention_overrideable`` as the ops the compiler lowers.
-
-    On neuron, ``scaled_dot_product_attention`` picks the OVERRIDEABLE backend (csrc/attention.cpp), so a
-    traced graph holds this fused op (and, for training, its backward), which torch-mlir cannot import:
-    without these two decompositions the whole graph ran eagerly. They are the math of the eager tile
-    kernels (kernels/attention.py): scores and softmax in float32, a fully masked row gives 0 (PyTorch's
-    _safe_softmax), logsumexp in float32; the backward recomputes P from logsumexp as flash attention does.
-    Dropout needs the device's counter-based stream, which the compiler does not model: such a call stays
-    the fused op (NotImplemented keeps it) and its graph runs eagerly, counted as a fallback."""
-    if dropout_p > 0 or return_debug_mask:
-        return NotImplemented
-    q, k, v, scores, _ = _attention_operands(query, key, value, attn_bias, is_causal, scale)
-    lse = torch.logsumexp(scores, dim=-1)
-    out = torch.matmul(_probabilities(scores, lse).to(q.dtype).float(), v.float()).to(q.dtype)
-    seed = torch.zeros((), dtype=torch.int64, device=query.device)
-    debug = torch.empty(0, dtype=query.dtype, device=query.device)
-    return out, lse, None, None, q.size(-2), k.size(-2), seed, seed.clone(), debug
-
-
 def _fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input_mask, out, logsumexp, cum_seq_q,
                               cum_seq_k, max_q, max_k, dropout_p: float, is_causal: bool, philox_seed,
                               philox_offset, *, scale: float | None = None):
-    """The overrideable backward (see _fused_attention): dV = P^T dO, dS = P (dO V^T - rowsum(dO O)),
-    dQ = scale dS K, dK = scale dS^T Q, summed over a GQA group; the bias gradient is dS at its shape."""
+    """``_scaled_dot_product_fused_attention_overrideable_backward`` as the ops the compiler lowers: the
+    math of the eager tile kernel (kernels/attention.py): P recomputed from logsumexp in float32 (a fully
+    masked row gives 0, PyTorch's _safe_softmax), dV = P^T dO, dS = P (dO V^T - rowsum(dO O)),
+    dQ = scale dS K, dK = scale dS^T Q, summed over a GQA group; the bias gradient is dS at its shape.
+    torch-mlir cannot import the fused op; without this the backward graph ran eagerly. (The forward is
+    not decomposed: compiler/opaque.py carries it whole to one flash-attention step.) Dropout needs the
+    device's counter-based stream, which the compiler does not model: NotImplemented keeps the op, and
+    its graph runs eagerly, counted as a fallback."""
     del cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset
     if dropout_p > 0:
         return NotImplemented
@@ -497,9 +481,8 @@ def _index_add(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.
 
 
 # Decompositions that replace PyTorch's own for AOTAutograd (backend._decompositions), for the same reason
-# as REWRITES: PyTorch's formula differs from what CPU computes; and the fused ops the compiler lowers as
-# their math (_fused_attention).
+# as REWRITES: PyTorch's formula differs from what CPU computes; and the fused attention backward the
+# compiler lowers as its math (the forward stays whole: compiler/opaque.py).
 DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
                   aten.index_add.default: _index_add,
-                  aten._scaled_dot_product_fused_attention_overrideable.default: _fused_attention,
                   aten._scaled_dot_product_fused_attention_overrideable_backward.default: _fused_attention_backward}

@@ -48,6 +48,8 @@ from device_impl.engine.timeline import ENGINES
 STEP_KINDS: dict[str, str] = {
     "fused": "wide",
     "dot_general": "wide",
+    # SDPA's flash tile program (compiler/opaque.py): causal blocks are skipped by position, never by value
+    "attention": "tile",
     "iota": "tile",
     "concatenate": "tile",
     "pad": "tile",

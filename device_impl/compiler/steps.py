@@ -384,7 +384,35 @@ def _convolution(step: dict, program: Program) -> Runner:
     return run
 
 
+def _operand_array(env, program: Program, vid: int) -> np.ndarray:
+    """The HBM view of ``vid``; a splat (an immediate, never in HBM) as a broadcast array of its shape."""
+    base = program.base(vid)
+    if base in program.splats:
+        return np.broadcast_to(np.asarray(program.splats[base], dtype=program.dtype(vid)), program.shape(vid))
+    return env.access(vid)
+
+
+def _attention(step: dict, program: Program) -> Runner:
+    """SDPA's fused forward (compiler/opaque.py cuts it whole out of the graph): the eager kernel's tile
+    program (``kernels.attention.forward_program``, FlashAttention-2's schedule with the online softmax),
+    so scores and probabilities stay in PSUM/SBUF and the step costs what the eager kernel's launch does."""
+    from device_impl.kernels import attention
+
+    attrs = step["attrs"]
+    out, lse = step["results"]
+
+    def run(nc, env) -> None:
+        q, k, v, *mask = (_operand_array(env, program, vid) for vid in step["operands"])
+        pb = attention._Problem(q, k, v, mask[0] if mask else None, 0.0, attrs["causal"], attrs.get("scale"))
+        o4, lse3 = env.access(out), env.access(lse)
+        if o4.size and pb.L and pb.S:
+            attention.forward_program(nc, pb, o4, lse3)
+
+    return run
+
+
 RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
+    "attention": _attention,
     "dot_general": _dot_general,
     "concatenate": _concatenate,
     "iota": _iota,

@@ -83,6 +83,26 @@ class TileSteps(nn.Module):
         return torch.cat([z.flatten(), y.argmax(dim=1).to(z.dtype).flatten()])
 
 
+class Attention(nn.Module):
+    """SDPA (compiler/opaque.py: one attention step, the eager flash tile program) between fused groups;
+    200 queries and keys: a full and an edge block of 128. ``masked``: grouped-query heads and a bool mask
+    (a constant of the program) in place of ``is_causal``."""
+
+    def __init__(self, masked: bool = False):
+        super().__init__()
+        self.masked = masked
+        keep = torch.rand(200, 200, generator=torch.Generator().manual_seed(3)) > 0.2
+        keep[:, 0] = True
+        self.register_buffer("keep", keep, persistent=False)
+
+    def forward(self, x):
+        q, k, v = (x * 0.5).unbind(0)
+        if not self.masked:
+            return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True) + 1
+        k, v = k[:, :2], v[:, :2]
+        return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=self.keep, enable_gqa=True) + 1
+
+
 def _inputs(kind: str, shape, dtype):
     g = torch.Generator().manual_seed(1)
     if kind == "ids":
@@ -108,6 +128,9 @@ CASES = {
     "gather_fp32": (Embed, (3, 50), torch.float32, "ids", "gather"),
     "scatter_fp32": (IndexAdd, (70, 33), torch.float32, "index_add", "scatter"),
     "scatter_bf16": (IndexAdd, (70, 33), torch.bfloat16, "index_add", "scatter"),
+    "attention_fp32": (Attention, (3, 2, 4, 200, 64), torch.float32, "", "attention"),
+    "attention_bf16": (Attention, (3, 2, 4, 200, 64), torch.bfloat16, "", "attention"),
+    "attention_masked_fp32": (lambda: Attention(masked=True), (3, 1, 4, 200, 64), torch.float32, "", "attention"),
 }
 
 

@@ -1,0 +1,219 @@
+"""Fused ops that reach the compiler whole: carried around torch-mlir as graph cuts, spliced back as steps.
+
+torch-mlir imports only ops it can lower to StableHLO, and it has no way to carry an op of its own
+(the device's fused scaled-dot-product attention) through to StableHLO as one unit. Decomposing such
+an op into the ops torch-mlir knows costs what fusing it is for: attention lowered as separate
+products and a softmax writes the scores and the probabilities to HBM between groups (issue 21:
+"attention as one tiled kernel with the online softmax (scores and probabilities never in HBM)").
+
+So the op is cut out of the FX graph before the import (``cut``): each result it produces becomes a
+new graph input and each tensor operand a new graph output, the op itself a ``Cut`` record (its kind,
+the positions of those inputs and outputs, its static options). After the import, ``splice`` turns
+the extra inputs and outputs back into one ``ir.Op`` of that kind between its operands' producers
+and its results' users (the ops re-sorted topologically: torch-mlir ordered them without knowing
+that the new inputs depend on the new outputs). The op is then a step like ``dot_general``
+(``lowering.STEP_OPS``; its runner in ``steps.py`` runs the eager kernel's own tile program).
+
+Which FX targets are cut, and how their arguments become a ``Cut``, is the table ``CUTTERS``. A call
+the table refuses (attention with dropout: the compiler does not model the device's counter-based
+random stream) stays in the graph, torch-mlir fails to import it, and the graph runs eagerly,
+counted as a fallback, as before.
+"""
+
+from __future__ import annotations
+
+import heapq
+import operator
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from device_impl.compiler.ir import Graph, Op, TensorType
+
+aten = torch.ops.aten
+
+
+@dataclass
+class Cut:
+    """One op cut out of an FX graph: ``operands`` are positions in the graph's outputs, ``results``
+    positions in its inputs (None: a result nobody reads; ``result_types`` gives its type), ``attrs``
+    its static options (part of the compile-cache key: they are not in the StableHLO text)."""
+
+    kind: str
+    operands: list[int]
+    results: list[int | None]
+    result_types: list[tuple[list[int], str]]
+    attrs: dict[str, Any] = field(default_factory=dict)
+
+    def key(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def _bound(node: torch.fx.Node) -> dict[str, Any]:
+    """The node's arguments by schema name, defaults filled in."""
+    schema = node.target._schema
+    values: dict[str, Any] = {}
+    for i, arg in enumerate(schema.arguments):
+        if i < len(node.args):
+            values[arg.name] = node.args[i]
+        elif arg.name in node.kwargs:
+            values[arg.name] = node.kwargs[arg.name]
+        else:
+            values[arg.name] = arg.default_value if arg.has_default_value() else None
+    return values
+
+
+_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16", torch.bool: "bool"}
+
+
+def _attention(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """SDPA's OVERRIDEABLE forward: operands (query, key, value[, mask]), results {0: out, 1: logsumexp}.
+    Refused with dropout or a debug mask (see module docstring), and for 3-D inputs or a mask dtype
+    the eager kernel refuses (it raises there: the fallback runs it and raises the same)."""
+    a = _bound(node)
+    if a["dropout_p"] or a["return_debug_mask"]:
+        return None
+    operands = [a["query"], a["key"], a["value"]]
+    bias = a["attn_bias"]
+    if bias is not None:
+        operands.append(bias)
+    if any(not isinstance(x, torch.fx.Node) for x in operands):
+        return None
+    metas = [x.meta.get("val") for x in operands]
+    if any(not isinstance(m, torch.Tensor) for m in metas) or metas[0].dim() != 4:
+        return None
+    dtype = metas[0].dtype
+    if dtype not in (torch.float32, torch.bfloat16, torch.float16) or any(m.dtype != dtype for m in metas[1:3]):
+        return None
+    if bias is not None and metas[3].dtype not in (dtype, torch.bool):
+        return None
+    scale = a["scale"]
+    return operands, {0: 0, 1: 1}, {"scale": None if scale is None else float(scale),
+                                    "causal": bool(a["is_causal"]), "mask": bias is not None}
+
+
+# FX target -> (step kind, how its arguments become operands, results and options; None refuses the call)
+CUTTERS: dict[Any, tuple[str, Callable]] = {
+    aten._scaled_dot_product_fused_attention_overrideable.default: ("attention", _attention),
+}
+
+
+def cut(gm: torch.fx.GraphModule) -> list[Cut]:
+    """Cut every op of ``CUTTERS`` out of ``gm`` (in place; see module docstring). A call is cut only
+    when each of its used results is a tensor result the table names (its other results would need
+    values the compiled program does not make)."""
+    graph = gm.graph
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    output = graph.output_node()
+    n_outputs = len(output.args[0]) if isinstance(output.args[0], (tuple, list)) else 1
+    extra: list[torch.fx.Node] = []  # the cut ops' operands, returned after the graph's own outputs
+    n_inputs = len(placeholders)
+    cuts: list[Cut] = []
+    last_input = placeholders[-1] if placeholders else None
+    for node in list(graph.nodes):
+        entry = CUTTERS.get(node.target) if node.op == "call_function" else None
+        if entry is None:
+            continue
+        kind, describe = entry
+        described = describe(node)
+        if described is None:
+            continue
+        operands, result_items, attrs = described
+        users = list(node.users)
+        if any(u.target is not operator.getitem or u.args[1] not in result_items for u in users):
+            continue
+        metas = node.meta["val"]
+        results: list[int | None] = [None] * len(result_items)
+        types = []
+        for item, position in sorted(result_items.items(), key=lambda kv: kv[1]):
+            meta = metas[item]
+            types.append(([int(s) for s in meta.shape], _DTYPES.get(meta.dtype, str(meta.dtype))))
+        for user in users:
+            position = result_items[user.args[1]]
+            if results[position] is not None:  # a second getitem of the same result
+                user.replace_all_uses_with(_placeholder_of(graph, results[position]))
+                graph.erase_node(user)
+                continue
+            insert_after = last_input if last_input is not None else next(iter(graph.nodes))
+            with graph.inserting_after(insert_after):
+                new = graph.placeholder(f"{kind}_{len(cuts)}_result{position}")
+            new.meta = dict(user.meta)
+            last_input = new
+            results[position] = n_inputs
+            n_inputs += 1
+            user.replace_all_uses_with(new)
+            graph.erase_node(user)
+        positions = list(range(n_outputs + len(extra), n_outputs + len(extra) + len(operands)))
+        extra.extend(operands)
+        graph.erase_node(node)
+        cuts.append(Cut(kind, positions, results, types, attrs))
+    if cuts:
+        own = output.args[0]
+        output.args = (tuple(own) if isinstance(own, (tuple, list)) else (own,)) + tuple(extra),
+        graph.lint()
+        gm.recompile()
+    return cuts
+
+
+def _placeholder_of(graph: torch.fx.Graph, index: int) -> torch.fx.Node:
+    return [n for n in graph.nodes if n.op == "placeholder"][index]
+
+
+def splice(graph: Graph, cuts: list[Cut], n_inputs: int, n_outputs: int) -> Graph:
+    """Put the cut ops back into the imported graph (in place): the extra inputs become their results,
+    the extra outputs their operands; ``n_inputs``/``n_outputs`` are the graph's own counts."""
+    if not cuts:
+        return graph
+    extra_in, extra_out = graph.inputs[n_inputs:], graph.outputs[n_outputs:]
+    graph.inputs, graph.outputs = graph.inputs[:n_inputs], graph.outputs[:n_outputs]
+    next_id = max(graph.types) + 1
+    new_ops = []
+    for c in cuts:
+        results = []
+        types = []
+        for position, (shape, dtype) in zip(c.results, c.result_types):
+            if position is None:
+                vid, next_id = next_id, next_id + 1
+                graph.types[vid] = TensorType(tuple(shape), dtype)
+            else:
+                vid = extra_in[position - n_inputs]
+            results.append(vid)
+            types.append(graph.types[vid])
+        operands = tuple(extra_out[p - n_outputs] for p in c.operands)
+        new_ops.append(Op(c.kind, operands, tuple(results), tuple(types), dict(c.attrs)))
+    graph.ops = _topological(graph.ops, new_ops)
+    return graph
+
+
+def _topological(ops: list[Op], new_ops: list[Op]) -> list[Op]:
+    """``ops`` and ``new_ops`` in a dependency order, otherwise as close to the given order as possible:
+    an original op keeps its position as its priority, a new op comes right after its last operand's
+    producer (Kahn's algorithm, lowest priority first)."""
+    producer_index = {r: i for i, op in enumerate(ops) for r in op.results}
+    all_ops = list(ops) + list(new_ops)
+    priority = [float(i) for i in range(len(ops))]
+    for op in new_ops:
+        priority.append(max((producer_index.get(v, -1) for v in op.operands), default=-1) + 0.5)
+    producer = {r: i for i, op in enumerate(all_ops) for r in op.results}
+    users: dict[int, list[int]] = {}
+    waiting = []
+    for i, op in enumerate(all_ops):
+        deps = {producer[v] for v in op.operands if v in producer}
+        waiting.append(len(deps))
+        for d in deps:
+            users.setdefault(d, []).append(i)
+    ready = [(priority[i], i) for i, n in enumerate(waiting) if n == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        _, i = heapq.heappop(ready)
+        order.append(all_ops[i])
+        for u in users.get(i, ()):
+            waiting[u] -= 1
+            if waiting[u] == 0:
+                heapq.heappush(ready, (priority[u], u))
+    if len(order) != len(all_ops):
+        raise AssertionError("a cut op depends on its own results")
+    return order
