@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from device_impl.compiler import counters, driver
+from device_impl.compiler import counters, driver, patterns
 from device_impl.compiler.errors import ShapeContractError, _UserFacing
 from device_impl.runtime.config import CompilerConfig, read_compiler
 
@@ -243,6 +243,7 @@ class PerShape:
 
 def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any):
     config = settings()
+    patterns.rewrite_attention(gm)  # written-out attention -> SDPA: one flash-attention step (issue 21)
     started = time.perf_counter()
     symbolic = symbolic_input(gm, example_inputs)
     if symbolic is not None and dynamic_requested(example_inputs):

@@ -135,3 +135,115 @@ def test_splice_orders_the_cut_op_between_producers_and_users():
     assert graph.inputs == [0] and graph.outputs == [3]
     assert [op.name for op in graph.ops] == ["negate", "attention", "exponential"]
     assert graph.ops[1].operands == (2,) and graph.ops[1].results == (1,)
+
+
+# --- written-out attention (compiler/patterns.py) -----------------------------------------------------
+
+
+def _rewrites(f, *xs) -> tuple[int, torch.Tensor]:
+    """How many chains ``patterns.rewrite_attention`` replaces in the graph Dynamo traces from ``f``, and
+    what the rewritten graph computes on CPU (CPU's own SDPA: the rewrite must keep the function)."""
+    from device_impl.compiler import patterns
+
+    found = []
+
+    def backend(gm, example_inputs):
+        found.append(patterns.rewrite_attention(gm))
+        return gm.forward
+
+    torch._dynamo.reset()
+    out = torch.compile(f, backend=backend, fullgraph=True)(*xs)
+    torch._dynamo.reset()
+    return sum(found), out
+
+
+def _qkv(heads: int = 2, kv_heads: int = 2, seq: int = 128, dim: int = 32):
+    g = torch.Generator().manual_seed(4)
+    return (torch.randn(2, heads, seq, dim, generator=g), torch.randn(2, kv_heads, seq, dim, generator=g),
+            torch.randn(2, kv_heads, seq, dim, generator=g))
+
+
+def _causal(q, k, v):
+    scores = (q @ k.transpose(-1, -2)) * 0.125
+    keep = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril()
+    return torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1) @ v
+
+
+def _float_mask(q, k, v):  # transformers' eager attention: softmax in float32, dropout that does nothing
+    mask = torch.zeros(q.shape[-2], k.shape[-2]).masked_fill(torch.eye(q.shape[-2], dtype=torch.bool), -1e4)
+    w = torch.matmul(q, k.transpose(2, 3)) / 4.0 + mask
+    w = F.softmax(w, dim=-1, dtype=torch.float32).to(q.dtype)
+    return torch.matmul(F.dropout(w, p=0.0, training=False), v)
+
+
+def _grouped(q, k, v):
+    k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    return torch.softmax(q @ k.transpose(-2, -1), dim=-1) @ v
+
+
+def _repeat_kv(q, k, v):  # transformers' repeat_kv
+    b, h, s, d = k.shape
+    k = k[:, :, None].expand(b, h, 2, s, d).reshape(b, h * 2, s, d)
+    v = v[:, :, None].expand(b, h, 2, s, d).reshape(b, h * 2, s, d)
+    return torch.softmax(q @ k.transpose(-2, -1) * 0.5, dim=-1) @ v
+
+
+def _any_bool_mask(q, k, v):  # a row may be fully masked: NaN written out, 0 in SDPA
+    keep = (q[..., :1] @ k[..., :1].transpose(-1, -2)) > 0
+    return torch.softmax((q @ k.transpose(-1, -2)).masked_fill(~keep, float("-inf")), dim=-1) @ v
+
+
+def _probabilities_returned(q, k, v):
+    p = torch.softmax(q @ k.transpose(-1, -2), dim=-1)
+    return p @ v, p
+
+
+def _other_dim(q, k, v):
+    return torch.softmax(q @ k.transpose(-1, -2), dim=-2) @ v
+
+
+def _training_dropout(q, k, v):
+    return F.dropout(torch.softmax(q @ k.transpose(-1, -2), dim=-1), p=0.1, training=True) @ v
+
+
+PATTERNS = {  # chain -> (rewritten?, inputs)
+    "causal": (_causal, True, {}),
+    "float_mask_fp32_softmax": (_float_mask, True, {}),
+    "grouped_repeat_interleave": (_grouped, True, {"heads": 4}),
+    "grouped_repeat_kv": (_repeat_kv, True, {"heads": 4}),
+    "any_bool_mask": (_any_bool_mask, False, {}),
+    "probabilities_returned": (_probabilities_returned, False, {}),
+    "softmax_over_queries": (_other_dim, False, {}),
+    "dropout_in_training": (_training_dropout, False, {}),
+    "fewer_queries_than_partitions": (_causal, False, {"seq": 64}),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PATTERNS))
+def test_written_out_attention_becomes_sdpa_only_where_it_is_the_same_function(case):
+    f, rewritten, shape = PATTERNS[case]
+    q, k, v = _qkv(kv_heads=shape.get("heads", 4) // 2 if "heads" in shape else 2, heads=shape.get("heads", 2),
+                   seq=shape.get("seq", 128))
+    count, out = _rewrites(f, q, k, v)
+    assert count == (1 if rewritten else 0)
+    if rewritten:
+        torch.testing.assert_close(out, f(q, k, v), atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_decoder_block_compiles_its_attention_to_one_step(fresh, dtype):
+    """harness.models.DecoderBlock writes attention out (grouped heads, causal mask): compiled, it is one
+    attention step, and the block still matches CPU (issue 21's decoder-block numerics)."""
+    from harness.models import DecoderBlock
+
+    torch.manual_seed(0)
+    model = DecoderBlock().eval().to(dtype)
+    x = torch.randn(2, 128, 256).to(dtype)
+    with torch.no_grad():
+        expected = model(x)
+        out = torch.compile(model.to("neuron"), backend="neuron", fullgraph=True)(x.to("neuron"))
+    assert compiler.stats()["fallbacks"] == 0
+    (program,) = _programs()
+    assert [step["kind"] for step in program.steps].count("attention") == 1
+    tol = {"atol": 6e-2, "rtol": 5e-2} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
+    torch.testing.assert_close(out.cpu().float(), expected.float(), **tol)
