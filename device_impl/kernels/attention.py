@@ -155,15 +155,20 @@ def _load(nc, src: np.ndarray, dtype=None):
     return tile
 
 
-def _transposed(nc, tile, dtype) -> list:
-    """[P, F] in SBUF -> chunks [f <= 128, P] in SBUF (TensorE transposes through PSUM), one per 128 columns."""
+def _transposed(nc, tile, dtype, evacuate: str = "vector") -> list:
+    """[P, F] in SBUF -> chunks [f <= 128, P] in SBUF (TensorE transposes through PSUM), one per 128 columns.
+    ``evacuate``: the engine that copies PSUM to SBUF (ScalarE's identity activation with scale 1 and no
+    bias rounds as VectorE's copy does: the same bits), so a kernel can balance VectorE and ScalarE."""
     chunks = []
     for c0 in range(0, tile.free, E_TILE):
         c1 = min(c0 + E_TILE, tile.free)
         acc = nc.psum_tile((c1 - c0, tile.partitions), FP32)
         nc.tensor.transpose(acc, tile[:, c0:c1])
         out = nc.sbuf_tile((c1 - c0, tile.partitions), dtype)
-        nc.vector.tensor_copy(out, acc)
+        if evacuate == "scalar":
+            nc.scalar.activation(out, acc, "identity")
+        else:
+            nc.vector.tensor_copy(out, acc)
         chunks.append(out)
     return chunks
 
@@ -184,10 +189,10 @@ def _scores(nc, pb: _Problem, qT: list, kT: list, b: int, h: int, l0: int, l1: i
         m = _load(nc, pb.mask[b, h, l0:l1, s0:s1])
         nc.vector.select(s, m, s, neg_inf)
     if pb.causal and s1 - 1 > l0:  # the block crosses the diagonal: keep key j <= query i
-        diff = nc.sbuf_tile((lq, sk), I32)
-        nc.gpsimd.iota(diff, base=l0 - s0, partition_step=1, free_step=-1)
-        keep = nc.sbuf_tile((lq, sk), BOOL)
-        nc.vector.tensor_scalar(keep, diff, "greater_equal", 0)
+        if l0 == s0 and "diagonal" in consts:  # the usual crossing block: its mask is made once per launch
+            keep = consts["diagonal"][:lq, :sk]
+        else:
+            keep = _causal_keep(nc, l0 - s0, lq, sk)
         nc.vector.select(s, keep, s, neg_inf)
     return s
 
@@ -201,10 +206,24 @@ def _dropout_keep(nc, pb: _Problem, seed: int, offset: int, lq: int, sk: int, b:
     return keep
 
 
-def _constants(nc) -> dict:
+def _causal_keep(nc, offset: int, lq: int, sk: int):
+    """True where key j <= query i, for a block whose first query is ``offset`` positions after its first key."""
+    diff = nc.sbuf_tile((lq, sk), I32)
+    nc.gpsimd.iota(diff, base=offset, partition_step=1, free_step=-1)
+    keep = nc.sbuf_tile((lq, sk), BOOL)
+    nc.vector.tensor_scalar(keep, diff, "greater_equal", 0)
+    return keep
+
+
+def _constants(nc, pb: _Problem) -> dict:
+    """Tiles every block reads: -inf, and (causal) the mask of a block on the diagonal (first query = first
+    key: every crossing block when the query and key tiles are the same size), made once per launch."""
     neg_inf = nc.sbuf_tile((Q_TILE, K_TILE), FP32, "neg_inf")
     nc.vector.memset(neg_inf, -np.inf)
-    return {"neg_inf": neg_inf}
+    consts = {"neg_inf": neg_inf}
+    if pb.causal and pb.L and pb.S:
+        consts["diagonal"] = _causal_keep(nc, 0, min(Q_TILE, pb.L), min(K_TILE, pb.S))
+    return consts
 
 
 def _empty_like_layout(t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
@@ -230,41 +249,45 @@ def forward_program(nc, pb: _Problem, o4: np.ndarray, lse3: np.ndarray, seed: in
     into ``lse3`` [B, H, L]; ``dm4`` takes the dropout mask when asked. The eager kernel runs it as its own
     launch, a compiled program as one of its steps."""
     keep_scale = 0.0 if pb.dropout >= 1.0 else 1.0 / (1.0 - pb.dropout)
-    consts = _constants(nc)
+    consts = _constants(nc, pb)
     for b, h, hk in pb.heads():
         for i in range(pb.n_q):
             l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
             lq = l1 - l0
             block = nc.mark()
             qT = _transposed(nc, _load(nc, pb.q[b, h, l0:l1, :]), pb.dtype)
-            m = nc.sbuf_tile((lq, 1), FP32)
-            nc.vector.memset(m, -np.inf)
+            m = nc.sbuf_tile((lq, 1), FP32)  # running row max, row sum and output: set by the first key block
             row_sum = nc.sbuf_tile((lq, 1), FP32)
-            nc.vector.memset(row_sum, 0.0)
             acc = nc.sbuf_tile((lq, pb.Ev), FP32)
-            nc.vector.memset(acc, 0.0)
             for j, s0, s1 in pb.key_blocks(l0, l1):
+                first = j == 0
                 sk = s1 - s0
                 step = nc.mark()
-                kT = _transposed(nc, _load(nc, pb.k[b, hk, s0:s1, :]), pb.dtype)
+                kT = _transposed(nc, _load(nc, pb.k[b, hk, s0:s1, :]), pb.dtype, evacuate="scalar")
                 s = _scores(nc, pb, qT, kT, b, h, l0, l1, s0, s1, consts)
-                block_max = nc.sbuf_tile((lq, 1), FP32)
+                # the first block starts from m = -inf, l = 0, acc = 0: m_new = max(-inf, block max) is the
+                # block max, alpha = exp(-inf) = 0, so l = block sum and acc = 0 + P V (as below, without
+                # the rescaling: the same values, fewer instructions)
+                block_max = m if first else nc.sbuf_tile((lq, 1), FP32)
                 nc.vector.tensor_reduce(block_max, s, "maximum")
-                m_new = nc.sbuf_tile((lq, 1), FP32)
-                nc.vector.tensor_tensor(m_new, m, block_max, "maximum")
+                m_new = m if first else nc.sbuf_tile((lq, 1), FP32)
+                if not first:
+                    nc.vector.tensor_tensor(m_new, m, block_max, "maximum")
                 # -FLT_MAX in place of -inf: rows with no key yet give exp(-inf) = 0, not NaN
                 neg_m = nc.sbuf_tile((lq, 1), FP32)
                 nc.vector.tensor_scalar(neg_m, m_new, "maximum", -FLT_MAX)
                 nc.vector.tensor_scalar(neg_m, neg_m, "multiply", -1.0)
                 p = nc.sbuf_tile((lq, sk), FP32)
-                block_sum = nc.sbuf_tile((lq, 1), FP32)
+                block_sum = row_sum if first else nc.sbuf_tile((lq, 1), FP32)
                 nc.scalar.activation(p, s, "exp", bias=neg_m, accumulate=block_sum)
-                alpha = nc.sbuf_tile((lq, 1), FP32)
-                nc.vector.tensor_tensor(alpha, m, neg_m, "add")
-                nc.scalar.activation(alpha, alpha, "exp")
-                nc.vector.tensor_tensor(row_sum, row_sum, alpha, "multiply")
-                nc.vector.tensor_tensor(row_sum, row_sum, block_sum, "add")
-                nc.vector.tensor_copy(m, m_new)
+                alpha = None
+                if not first:
+                    alpha = nc.sbuf_tile((lq, 1), FP32)
+                    nc.vector.tensor_tensor(alpha, m, neg_m, "add")
+                    nc.scalar.activation(alpha, alpha, "exp")
+                    nc.vector.tensor_tensor(row_sum, row_sum, alpha, "multiply")
+                    nc.vector.tensor_tensor(row_sum, row_sum, block_sum, "add")
+                    nc.vector.tensor_copy(m, m_new)
                 if pb.dropout > 0:
                     keep = _dropout_keep(nc, pb, seed, offset, lq, sk, b, h, i, j)
                     if dm4 is not None:
@@ -273,17 +296,22 @@ def forward_program(nc, pb: _Problem, o4: np.ndarray, lse3: np.ndarray, seed: in
                         nc.dma.store(dm4[b, h, l0:l1, s0:s1], flag)
                     nc.vector.tensor_tensor(p, p, keep, "multiply")
                     nc.vector.tensor_scalar(p, p, "multiply", keep_scale)
-                p_low = nc.sbuf_tile((lq, sk), pb.dtype)
-                nc.vector.tensor_copy(p_low, p)
-                (pT,) = _transposed(nc, p_low, pb.dtype)
+                p_low = p  # P in the inputs' dtype for the matmul (a float32 copy of float32 P is P)
+                if pb.dtype != FP32:
+                    p_low = nc.sbuf_tile((lq, sk), pb.dtype)
+                    nc.vector.tensor_copy(p_low, p)
+                (pT,) = _transposed(nc, p_low, pb.dtype, evacuate="scalar")
                 for c0 in range(0, pb.Ev, N_TILE):
                     c1 = min(c0 + N_TILE, pb.Ev)
                     vt = _load(nc, pb.v[b, hk, s0:s1, c0:c1])
                     pv = nc.psum_tile((lq, c1 - c0), FP32)
                     nc.tensor.matmul(pv, pT, vt)
                     part = acc[:, c0:c1]
-                    nc.vector.tensor_tensor(part, part, alpha, "multiply")
-                    nc.vector.tensor_tensor(part, part, pv, "add")
+                    if first:  # 0 + P V: adding +0.0 keeps the bits the rescaled sum had (a -0.0 becomes +0.0)
+                        nc.vector.tensor_scalar(part, pv, "add", 0.0)
+                    else:
+                        nc.vector.tensor_tensor(part, part, alpha, "multiply")
+                        nc.vector.tensor_tensor(part, part, pv, "add")
                 nc.release_to(step)
             # l is 0 (every key masked) or >= 1 (the row max contributes exp(0)): 0/tiny = 0
             safe = nc.sbuf_tile((lq, 1), FP32)
@@ -331,7 +359,7 @@ def backward_program(nc, pb: _Problem, g4: np.ndarray, o4: np.ndarray, lse3: np.
     (``db4``: dS per element, when a bias needs a gradient). ``d3`` [B, H, L] and ``dq32_4`` [B, H, L, E]
     (fp32) are HBM scratch: D = rowsum(dO * O) and the dQ accumulator."""
     keep_scale = 0.0 if pb.dropout >= 1.0 else 1.0 / (1.0 - pb.dropout)
-    consts = _constants(nc)
+    consts = _constants(nc, pb)
     for b, h, _ in pb.heads():  # D and a zeroed dQ accumulator per query block
         for i in range(pb.n_q):
             l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
