@@ -189,6 +189,26 @@ def test_timeline_orders_dependencies_and_overlaps_engines():
     assert 0 < report.utilization("dma") < 1
 
 
+def test_interleaved_streams_release_only_their_own_tiles():
+    """NeuronCore.stream: a kernel interleaving two instruction streams (attention's pipelined query blocks)
+    gives each its own tile scope, so one stream's release_to leaves the other's tiles live."""
+    with launch("streams", 0) as nc:
+        a_live, b_live = [], []
+        with nc.stream(a_live):
+            a_mark = nc.mark()
+            a = nc.sbuf_tile((128, 64), FP32)
+        with nc.stream(b_live):
+            b = nc.sbuf_tile((128, 64), FP32)
+        used, per_tile = nc.sbuf.used, b.nbytes
+        assert per_tile == 64 * 4
+        with nc.stream(a_live):
+            nc.release_to(a_mark)  # a's tile only, although b's was allocated after it
+        assert nc.sbuf.used == used - per_tile and a_live == [] and [t for _, t in b_live] == [b]
+        with nc.stream(b_live):
+            nc.release_to(0)
+        assert nc.sbuf.used == used - 2 * per_tile and b_live == []
+
+
 def test_cost_model_numbers():
     p = constants.PLATFORM
     n = 512

@@ -88,6 +88,19 @@ class NeuronCore:
             pool.release(tile)
 
     @contextlib.contextmanager
+    def stream(self, live: list) -> Iterator[None]:
+        """Allocations, marks and releases inside work on ``live``, a scope the caller keeps between
+        entries: a kernel that interleaves independent instruction streams (software pipelining: one
+        block's loads and products issued while another's softmax runs; each engine runs its queue in
+        order) enters each stream's scope in turn, so a stream's ``release_to`` frees only its own tiles.
+        ``release_to(0)`` inside it at the end frees what the stream left live."""
+        self._scopes.append(live)
+        try:
+            yield
+        finally:
+            self._scopes.pop()
+
+    @contextlib.contextmanager
     def scope(self) -> Iterator[None]:
         """Tiles allocated inside are freed at exit (their memory reusable by later tiles)."""
         mark = self.mark()

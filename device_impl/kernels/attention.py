@@ -18,7 +18,9 @@ Forward, per (batch, head, block of <= 128 queries):
   GpSimd's Philox) is below 1 - p and scales by 1 / (1 - p); ``P V`` accumulates on TensorE (P in
   the inputs' dtype, as flash kernels feed the matmul);
 * O = acc / l and logsumexp = m + log(l) (fp32) are stored. A row whose keys are all masked has
-  l = 0 and gives 0 (PyTorch's math path uses _safe_softmax: 0 there too).
+  l = 0 and gives 0 (PyTorch's math path uses _safe_softmax: 0 there too);
+* ``PIPELINE`` query blocks are in flight at once, their stages interleaved, so TensorE, VectorE and
+  ScalarE (each in order) work on different blocks instead of waiting on one block's chain.
 
 Backward, per (batch, key/value head, block of keys), over the query heads sharing it (GQA) and
 their query blocks: P is recomputed from logsumexp, ``dV += P_d^T dO``, ``dP = dO V^T`` (then the
@@ -51,6 +53,7 @@ Q_TILE = 128  # queries per block: the partitions of S
 K_TILE = 128  # keys per block: transposed on TensorE (<= 128) and the contraction of P V
 E_TILE = 128  # head-dim chunk: the contraction of Q K^T
 N_TILE = 512  # output columns per PSUM bank (fp32)
+PIPELINE = 2  # query blocks in flight in the forward (forward_program)
 FLT_MAX = float(np.finfo(np.float32).max)
 I32 = np.dtype(np.int32)
 BOOL = np.dtype(np.bool_)
@@ -247,83 +250,122 @@ def forward_program(nc, pb: _Problem, o4: np.ndarray, lse3: np.ndarray, seed: in
                     dm4: np.ndarray | None = None) -> None:
     """The forward tile program (module docstring) on core ``nc``: O into ``o4`` [B, H, L, Ev] and logsumexp
     into ``lse3`` [B, H, L]; ``dm4`` takes the dropout mask when asked. The eager kernel runs it as its own
-    launch, a compiled program as one of its steps."""
+    launch, a compiled program as one of its steps.
+
+    Query blocks are independent, and each engine runs its instructions in order: block after block,
+    every engine would wait on the one block's chain (load, transpose, QK^T, softmax, transpose, PV).
+    ``PIPELINE`` blocks are in flight at once, their stages interleaved (``_interleave``): one block's
+    products run on TensorE while another's softmax runs on VectorE/ScalarE. The arithmetic per block is
+    unchanged (the same instructions, in another order across blocks): the same bits."""
     keep_scale = 0.0 if pb.dropout >= 1.0 else 1.0 / (1.0 - pb.dropout)
     consts = _constants(nc, pb)
-    for b, h, hk in pb.heads():
-        for i in range(pb.n_q):
-            l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
-            lq = l1 - l0
-            block = nc.mark()
-            qT = _transposed(nc, _load(nc, pb.q[b, h, l0:l1, :]), pb.dtype)
-            m = nc.sbuf_tile((lq, 1), FP32)  # running row max, row sum and output: set by the first key block
-            row_sum = nc.sbuf_tile((lq, 1), FP32)
-            acc = nc.sbuf_tile((lq, pb.Ev), FP32)
-            for j, s0, s1 in pb.key_blocks(l0, l1):
-                first = j == 0
-                sk = s1 - s0
-                step = nc.mark()
-                kT = _transposed(nc, _load(nc, pb.k[b, hk, s0:s1, :]), pb.dtype, evacuate="scalar")
-                s = _scores(nc, pb, qT, kT, b, h, l0, l1, s0, s1, consts)
-                # the first block starts from m = -inf, l = 0, acc = 0: m_new = max(-inf, block max) is the
-                # block max, alpha = exp(-inf) = 0, so l = block sum and acc = 0 + P V (as below, without
-                # the rescaling: the same values, fewer instructions)
-                block_max = m if first else nc.sbuf_tile((lq, 1), FP32)
-                nc.vector.tensor_reduce(block_max, s, "maximum")
-                m_new = m if first else nc.sbuf_tile((lq, 1), FP32)
-                if not first:
-                    nc.vector.tensor_tensor(m_new, m, block_max, "maximum")
-                # -FLT_MAX in place of -inf: rows with no key yet give exp(-inf) = 0, not NaN
-                neg_m = nc.sbuf_tile((lq, 1), FP32)
-                nc.vector.tensor_scalar(neg_m, m_new, "maximum", -FLT_MAX)
-                nc.vector.tensor_scalar(neg_m, neg_m, "multiply", -1.0)
-                p = nc.sbuf_tile((lq, sk), FP32)
-                block_sum = row_sum if first else nc.sbuf_tile((lq, 1), FP32)
-                nc.scalar.activation(p, s, "exp", bias=neg_m, accumulate=block_sum)
-                alpha = None
-                if not first:
-                    alpha = nc.sbuf_tile((lq, 1), FP32)
-                    nc.vector.tensor_tensor(alpha, m, neg_m, "add")
-                    nc.scalar.activation(alpha, alpha, "exp")
-                    nc.vector.tensor_tensor(row_sum, row_sum, alpha, "multiply")
-                    nc.vector.tensor_tensor(row_sum, row_sum, block_sum, "add")
-                    nc.vector.tensor_copy(m, m_new)
-                if pb.dropout > 0:
-                    keep = _dropout_keep(nc, pb, seed, offset, lq, sk, b, h, i, j)
-                    if dm4 is not None:
-                        flag = nc.sbuf_tile((lq, sk), pb.dtype)
-                        nc.vector.tensor_copy(flag, keep)
-                        nc.dma.store(dm4[b, h, l0:l1, s0:s1], flag)
-                    nc.vector.tensor_tensor(p, p, keep, "multiply")
-                    nc.vector.tensor_scalar(p, p, "multiply", keep_scale)
-                p_low = p  # P in the inputs' dtype for the matmul (a float32 copy of float32 P is P)
-                if pb.dtype != FP32:
-                    p_low = nc.sbuf_tile((lq, sk), pb.dtype)
-                    nc.vector.tensor_copy(p_low, p)
-                (pT,) = _transposed(nc, p_low, pb.dtype, evacuate="scalar")
-                for c0 in range(0, pb.Ev, N_TILE):
-                    c1 = min(c0 + N_TILE, pb.Ev)
-                    vt = _load(nc, pb.v[b, hk, s0:s1, c0:c1])
-                    pv = nc.psum_tile((lq, c1 - c0), FP32)
-                    nc.tensor.matmul(pv, pT, vt)
-                    part = acc[:, c0:c1]
-                    if first:  # 0 + P V: adding +0.0 keeps the bits the rescaled sum had (a -0.0 becomes +0.0)
-                        nc.vector.tensor_scalar(part, pv, "add", 0.0)
-                    else:
-                        nc.vector.tensor_tensor(part, part, alpha, "multiply")
-                        nc.vector.tensor_tensor(part, part, pv, "add")
-                nc.release_to(step)
-            # l is 0 (every key masked) or >= 1 (the row max contributes exp(0)): 0/tiny = 0
-            safe = nc.sbuf_tile((lq, 1), FP32)
-            nc.vector.tensor_scalar(safe, row_sum, "maximum", 1e-30)
-            o = nc.sbuf_tile((lq, pb.Ev), pb.dtype)
-            nc.vector.tensor_tensor(o, acc, safe, "divide", dtype=FP32)
-            nc.dma.store(o4[b, h, l0:l1, :], o)
-            log_l = nc.sbuf_tile((lq, 1), FP32)
-            nc.scalar.activation(log_l, row_sum, "log")
-            nc.vector.tensor_tensor(log_l, log_l, m, "add")
-            nc.dma.store(lse3[b, h, l0:l1, None], log_l)
-            nc.release_to(block)
+    blocks = (_forward_block(nc, pb, consts, b, h, hk, i, o4, lse3, seed, offset, dm4, keep_scale)
+              for b, h, hk in pb.heads() for i in range(pb.n_q))
+    _interleave(nc, blocks, PIPELINE)
+
+
+def _interleave(nc, streams, width: int) -> None:
+    """Run generator ``streams`` (each yields between its stages) round robin, ``width`` at a time, each in
+    its own tile scope (``NeuronCore.stream``)."""
+    active: list = []
+    pending = iter(streams)
+    while True:
+        while len(active) < width:
+            nxt = next(pending, None)
+            if nxt is None:
+                break
+            active.append((nxt, []))
+        if not active:
+            return
+        for entry in list(active):
+            gen, live = entry
+            with nc.stream(live):
+                try:
+                    next(gen)
+                except StopIteration:
+                    nc.release_to(0)
+                    active.remove(entry)
+
+
+def _forward_block(nc, pb: _Problem, consts: dict, b: int, h: int, hk: int, i: int, o4, lse3, seed: int,
+                   offset: int, dm4, keep_scale: float):
+    """One query block's forward (a generator: it yields between stages, see forward_program)."""
+    l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
+    lq = l1 - l0
+    block = nc.mark()
+    qT = _transposed(nc, _load(nc, pb.q[b, h, l0:l1, :]), pb.dtype)
+    m = nc.sbuf_tile((lq, 1), FP32)  # running row max, row sum and output: set by the first key block
+    row_sum = nc.sbuf_tile((lq, 1), FP32)
+    acc = nc.sbuf_tile((lq, pb.Ev), FP32)
+    yield
+    for j, s0, s1 in pb.key_blocks(l0, l1):
+        first = j == 0
+        sk = s1 - s0
+        step = nc.mark()
+        kT = _transposed(nc, _load(nc, pb.k[b, hk, s0:s1, :]), pb.dtype, evacuate="scalar")
+        s = _scores(nc, pb, qT, kT, b, h, l0, l1, s0, s1, consts)
+        yield
+        # the first block starts from m = -inf, l = 0, acc = 0: m_new = max(-inf, block max) is the
+        # block max, alpha = exp(-inf) = 0, so l = block sum and acc = 0 + P V (as below, without
+        # the rescaling: the same values, fewer instructions)
+        block_max = m if first else nc.sbuf_tile((lq, 1), FP32)
+        nc.vector.tensor_reduce(block_max, s, "maximum")
+        m_new = m if first else nc.sbuf_tile((lq, 1), FP32)
+        if not first:
+            nc.vector.tensor_tensor(m_new, m, block_max, "maximum")
+        # -FLT_MAX in place of -inf: rows with no key yet give exp(-inf) = 0, not NaN
+        neg_m = nc.sbuf_tile((lq, 1), FP32)
+        nc.vector.tensor_scalar(neg_m, m_new, "maximum", -FLT_MAX)
+        nc.vector.tensor_scalar(neg_m, neg_m, "multiply", -1.0)
+        p = nc.sbuf_tile((lq, sk), FP32)
+        block_sum = row_sum if first else nc.sbuf_tile((lq, 1), FP32)
+        nc.scalar.activation(p, s, "exp", bias=neg_m, accumulate=block_sum)
+        alpha = None
+        if not first:
+            alpha = nc.sbuf_tile((lq, 1), FP32)
+            nc.vector.tensor_tensor(alpha, m, neg_m, "add")
+            nc.scalar.activation(alpha, alpha, "exp")
+            nc.vector.tensor_tensor(row_sum, row_sum, alpha, "multiply")
+            nc.vector.tensor_tensor(row_sum, row_sum, block_sum, "add")
+            nc.vector.tensor_copy(m, m_new)
+        if pb.dropout > 0:
+            keep = _dropout_keep(nc, pb, seed, offset, lq, sk, b, h, i, j)
+            if dm4 is not None:
+                flag = nc.sbuf_tile((lq, sk), pb.dtype)
+                nc.vector.tensor_copy(flag, keep)
+                nc.dma.store(dm4[b, h, l0:l1, s0:s1], flag)
+            nc.vector.tensor_tensor(p, p, keep, "multiply")
+            nc.vector.tensor_scalar(p, p, "multiply", keep_scale)
+        p_low = p  # P in the inputs' dtype for the matmul (a float32 copy of float32 P is P)
+        if pb.dtype != FP32:
+            p_low = nc.sbuf_tile((lq, sk), pb.dtype)
+            nc.vector.tensor_copy(p_low, p)
+        yield
+        (pT,) = _transposed(nc, p_low, pb.dtype, evacuate="scalar")
+        for c0 in range(0, pb.Ev, N_TILE):
+            c1 = min(c0 + N_TILE, pb.Ev)
+            vt = _load(nc, pb.v[b, hk, s0:s1, c0:c1])
+            pv = nc.psum_tile((lq, c1 - c0), FP32)
+            nc.tensor.matmul(pv, pT, vt)
+            part = acc[:, c0:c1]
+            if first:  # 0 + P V: adding +0.0 keeps the bits the rescaled sum had (a -0.0 becomes +0.0)
+                nc.vector.tensor_scalar(part, pv, "add", 0.0)
+            else:
+                nc.vector.tensor_tensor(part, part, alpha, "multiply")
+                nc.vector.tensor_tensor(part, part, pv, "add")
+        nc.release_to(step)
+        yield
+    # l is 0 (every key masked) or >= 1 (the row max contributes exp(0)): 0/tiny = 0
+    safe = nc.sbuf_tile((lq, 1), FP32)
+    nc.vector.tensor_scalar(safe, row_sum, "maximum", 1e-30)
+    o = nc.sbuf_tile((lq, pb.Ev), pb.dtype)
+    nc.vector.tensor_tensor(o, acc, safe, "divide", dtype=FP32)
+    nc.dma.store(o4[b, h, l0:l1, :], o)
+    log_l = nc.sbuf_tile((lq, 1), FP32)
+    nc.scalar.activation(log_l, row_sum, "log")
+    nc.vector.tensor_tensor(log_l, log_l, m, "add")
+    nc.dma.store(lse3[b, h, l0:l1, None], log_l)
+    nc.release_to(block)
 
 
 def _forward(a: dict) -> tuple:
