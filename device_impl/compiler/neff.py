@@ -38,14 +38,24 @@ FORMAT_VERSION = 2  # 2: the program carries its recorded schedule (compiler.rep
 
 
 def _source_digest() -> str:
-    """A digest of the compiler's own source: any change to code generation changes the version,
-    so a cache never serves a program that an older build of the compiler produced."""
+    """A digest of the source a program's code generation and recorded schedule come from: the compiler's
+    own, and the tile kernels and engine its steps run (an attention step runs kernels/attention.py's tile
+    program; a NEFF stores the device time that program measured). Any change changes the version, so a
+    cache never serves a program, or a schedule, that an older build produced."""
+    digest = hashlib.sha256()
+    for name, path in digested_sources():
+        digest.update(name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+def digested_sources() -> list:
+    """(name relative to device_impl, path) of every file the compiler version digests, sorted."""
     import pathlib
 
-    digest = hashlib.sha256()
-    for path in sorted(pathlib.Path(__file__).parent.glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()[:12]
+    package = pathlib.Path(__file__).parent.parent
+    paths = [*package.joinpath("compiler").glob("*.py"), *package.joinpath("kernels").rglob("*.py"),
+             *package.joinpath("engine").glob("*.py")]
+    return sorted((path.relative_to(package).as_posix(), path) for path in paths)
 
 
 COMPILER_VERSION = f"neuronsim-cc 0.1.0+{_source_digest()}"

@@ -247,3 +247,13 @@ def test_the_decoder_block_compiles_its_attention_to_one_step(fresh, dtype):
     assert [step["kind"] for step in program.steps].count("attention") == 1
     tol = {"atol": 6e-2, "rtol": 5e-2} if dtype == torch.bfloat16 else {"atol": 1e-5, "rtol": 1e-5}
     torch.testing.assert_close(out.cpu().float(), expected.float(), **tol)
+
+
+def test_the_compiler_version_covers_the_kernels_compiled_steps_run():
+    """A NEFF stores the device time its steps measured; the attention step runs kernels/attention.py, so
+    a kernel change must change the compiler version (the cache key), or a cache serves a stale schedule."""
+    from device_impl.compiler import neff
+
+    names = {name for name, _ in neff.digested_sources()}
+    assert {"compiler/steps.py", "kernels/attention.py", "kernels/matmul.py", "engine/isa.py",
+            "engine/timeline.py"} <= names
