@@ -28,8 +28,8 @@ from device_impl.engine.memory import Tile
 from device_impl.compiler.ir import Op, TensorType
 
 VIEWS = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice", "reverse"})
-STEP_OPS = frozenset({"attention", "dot_general", "concatenate", "gather", "scatter", "iota", "pad", "sort",
-                      "reduce_window", "convolution"})
+STEP_OPS = frozenset({"attention", "attention_backward", "dot_general", "concatenate", "gather", "scatter", "iota",
+                      "pad", "sort", "reduce_window", "convolution"})
 STORAGE_ONLY = ("float64", "complex64", "complex128")
 
 _INT_KINDS = "iub"
@@ -247,6 +247,9 @@ def supported_step(op: Op, in_types: list[TensorType]) -> str | None:
         if len(body) != 1 or body[0]["name"] != "compare" or body[0]["operands"] not in (["a0", "a1"], ["a1", "a0"]) \
                 or body[0]["attrs"].get("comparison_direction") not in ("LT", "GT"):
             return "only sorts comparing the first operand with LT/GT lower"
+    if op.name == "attention_backward" and (len({t.dtype for t in in_types[:5]}) != 1
+                                            or in_types[0].dtype not in ("float32", "bfloat16", "float16")):
+        return "gradient, query, key, value and output of one floating dtype (float32, bfloat16, float16)"
     if op.name == "attention" and (len({t.dtype for t in in_types[:3]}) != 1 or in_types[0].dtype not in
                                    ("float32", "bfloat16", "float16")):
         return "query, key and value of one floating dtype (float32, bfloat16, float16)"

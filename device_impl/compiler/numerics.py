@@ -442,13 +442,16 @@ def _fused_attention_backward(grad_out, query, key, value, attn_bias, grad_input
     math of the eager tile kernel (kernels/attention.py): P recomputed from logsumexp in float32 (a fully
     masked row gives 0, PyTorch's _safe_softmax), dV = P^T dO, dS = P (dO V^T - rowsum(dO O)),
     dQ = scale dS K, dK = scale dS^T Q, summed over a GQA group; the bias gradient is dS at its shape.
-    torch-mlir cannot import the fused op; without this the backward graph ran eagerly. (The forward is
-    not decomposed: compiler/opaque.py carries it whole to one flash-attention step.) Dropout needs the
-    device's counter-based stream, which the compiler does not model: NotImplemented keeps the op, and
-    its graph runs eagerly, counted as a fallback."""
+    Used only where a float bias needs its gradient (dS summed to the bias's shape, which the eager kernel
+    does with torch after its launch); otherwise NotImplemented keeps the op whole and compiler/opaque.py
+    carries it to one flash backward step. Dropout needs the device's counter-based stream, which the
+    compiler does not model: the op stays whole, torch-mlir refuses it and its graph runs eagerly,
+    counted as a fallback."""
     del cum_seq_q, cum_seq_k, max_q, max_k, philox_seed, philox_offset
-    if dropout_p > 0:
-        return NotImplemented
+    from device_impl.compiler.opaque import needs_bias_gradient
+
+    if dropout_p > 0 or attn_bias is None or not needs_bias_gradient(attn_bias, grad_input_mask):
+        return NotImplemented  # dropout: eager fallback; otherwise one flash backward step (compiler/opaque.py)
     q, k, v, scores, factor = _attention_operands(query, key, value, attn_bias, is_causal, scale)
     p = _probabilities(scores, logsumexp)
     d_out, o = grad_out.float(), out.float()
@@ -481,8 +484,8 @@ def _index_add(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.
 
 
 # Decompositions that replace PyTorch's own for AOTAutograd (backend._decompositions), for the same reason
-# as REWRITES: PyTorch's formula differs from what CPU computes; and the fused attention backward the
-# compiler lowers as its math (the forward stays whole: compiler/opaque.py).
+# as REWRITES: PyTorch's formula differs from what CPU computes; and the fused attention backward where
+# a bias needs its gradient (elsewhere both attention ops stay whole: compiler/opaque.py).
 DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
                   aten.index_add.default: _index_add,
                   aten._scaled_dot_product_fused_attention_overrideable_backward.default: _fused_attention_backward}

@@ -12,7 +12,9 @@ the positions of those inputs and outputs, its static options). After the import
 the extra inputs and outputs back into one ``ir.Op`` of that kind between its operands' producers
 and its results' users (the ops re-sorted topologically: torch-mlir ordered them without knowing
 that the new inputs depend on the new outputs). The op is then a step like ``dot_general``
-(``lowering.STEP_OPS``; its runner in ``steps.py`` runs the eager kernel's own tile program).
+(``lowering.STEP_OPS``; its runner in ``steps.py`` runs the eager kernel's own tile program). SDPA's
+forward and backward are both cut: a training graph's forward saves O and logsumexp for the backward
+step (and zeros for the dropout seed and offset the backward op reads).
 
 Which FX targets are cut, and how their arguments become a ``Cut``, is the table ``CUTTERS``. A call
 the table refuses (attention with dropout: the compiler does not model the device's counter-based
@@ -94,9 +96,43 @@ def _attention(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int]
                                     "causal": bool(a["is_causal"]), "mask": bias is not None}
 
 
+def _attention_backward(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """SDPA's OVERRIDEABLE backward: operands (grad_out, query, key, value, out, logsumexp[, mask]), results
+    {0: dQ, 1: dK, 2: dV}. numerics._fused_attention_backward keeps the op whole exactly where this takes it
+    (no dropout, no bias gradient: the eager kernel's bias gradient is a torch reduction after its launch)."""
+    a = _bound(node)
+    bias = a["attn_bias"]
+    if a["dropout_p"] or (bias is not None and needs_bias_gradient(bias, a["grad_input_mask"])):
+        return None
+    operands = [a["grad_out"], a["query"], a["key"], a["value"], a["out"], a["logsumexp"]]
+    if bias is not None:
+        operands.append(bias)
+    if any(not isinstance(x, torch.fx.Node) for x in operands):
+        return None
+    metas = [x.meta.get("val") for x in operands]
+    if any(not isinstance(m, torch.Tensor) for m in metas) or metas[1].dim() != 4:
+        return None
+    scale = a["scale"]
+    return operands, {0: 0, 1: 1, 2: 2}, {"scale": None if scale is None else float(scale),
+                                          "causal": bool(a["is_causal"]), "mask": bias is not None}
+
+
+def needs_bias_gradient(bias: Any, grad_input_mask: Any) -> bool:
+    """Whether SDPA's backward must return the gradient of a float ``attn_bias`` (an FX node or a tensor)."""
+    meta = bias.meta.get("val") if isinstance(bias, torch.fx.Node) else bias
+    dtype = getattr(meta, "dtype", None)
+    return dtype is not None and dtype != torch.bool and len(grad_input_mask) > 3 and bool(grad_input_mask[3])
+
+
+# Results of the forward that the backward op reads but the compiled step does not make: its dropout
+# seed and offset (the compiler compiles attention without dropout: zeros, as the eager kernel returns then)
+_ZERO_RESULTS = {aten._scaled_dot_product_fused_attention_overrideable.default: (6, 7)}
+
 # FX target -> (step kind, how its arguments become operands, results and options; None refuses the call)
 CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten._scaled_dot_product_fused_attention_overrideable.default: ("attention", _attention),
+    aten._scaled_dot_product_fused_attention_overrideable_backward.default: ("attention_backward",
+                                                                             _attention_backward),
 }
 
 
@@ -121,9 +157,17 @@ def cut(gm: torch.fx.GraphModule) -> list[Cut]:
         if described is None:
             continue
         operands, result_items, attrs = described
+        zeros = _ZERO_RESULTS.get(node.target, ())
         users = list(node.users)
-        if any(u.target is not operator.getitem or u.args[1] not in result_items for u in users):
+        if any(u.target is not operator.getitem or u.args[1] not in (*result_items, *zeros) for u in users):
             continue
+        for user in [u for u in users if u.args[1] in zeros]:
+            with graph.inserting_before(user):
+                zero = graph.call_function(aten.zeros.default, ([],), {"dtype": user.meta["val"].dtype})
+            zero.meta = dict(user.meta)
+            user.replace_all_uses_with(zero)
+            graph.erase_node(user)
+            users.remove(user)
         metas = node.meta["val"]
         results: list[int | None] = [None] * len(result_items)
         types = []

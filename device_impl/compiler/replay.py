@@ -50,6 +50,7 @@ STEP_KINDS: dict[str, str] = {
     "dot_general": "wide",
     # SDPA's flash tile program (compiler/opaque.py): causal blocks are skipped by position, never by value
     "attention": "tile",
+    "attention_backward": "tile",
     "iota": "tile",
     "concatenate": "tile",
     "pad": "tile",

@@ -411,8 +411,31 @@ def _attention(step: dict, program: Program) -> Runner:
     return run
 
 
+def _attention_backward(step: dict, program: Program) -> Runner:
+    """SDPA's fused backward: ``kernels.attention.backward_program`` (P recomputed from logsumexp per block,
+    never in HBM), with its two fp32 HBM buffers (D = rowsum(dO * O) and the dQ accumulator) in scratch."""
+    from device_impl.engine.dtypes import FP32
+    from device_impl.kernels import attention
+
+    attrs = step["attrs"]
+    dq, dk, dv = step["results"]
+
+    def run(nc, env) -> None:
+        g, q, k, v, out, lse, *mask = (_operand_array(env, program, vid) for vid in step["operands"])
+        pb = attention._Problem(q, k, v, mask[0] if mask else None, 0.0, attrs["causal"], attrs.get("scale"))
+        if not (q.size and k.size):
+            return
+        rows = env.scratch_array((pb.B, pb.Hq, pb.L), FP32)
+        dq32 = env.scratch_array((pb.B, pb.Hq, pb.L, pb.E), FP32)
+        attention.backward_program(nc, pb, g, out, lse, rows, dq32, env.access(dq), env.access(dk), env.access(dv),
+                                   None)
+
+    return run
+
+
 RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
     "attention": _attention,
+    "attention_backward": _attention_backward,
     "dot_general": _dot_general,
     "concatenate": _concatenate,
     "iota": _iota,

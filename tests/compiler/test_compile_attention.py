@@ -95,23 +95,47 @@ def test_options_outside_the_stablehlo_key_the_cache(fresh):
         torch.testing.assert_close(out.cpu(), SDPA(q, k, v, scale=s), atol=1e-5, rtol=1e-5)
 
 
-def test_training_compiles_forward_and_backward(fresh):
-    """The forward graph holds the cut op (its logsumexp saved for the backward graph, which decomposes
-    the fused backward): gradients match CPU, nothing falls back."""
+TRAINING = {  # case -> (SDPA keyword arguments from (key heads, mask), key/value heads, mask, backward step?)
+    "causal": ({"is_causal": True}, 2, None, True),
+    "gqa_bool_mask": ({"enable_gqa": True}, 1, "bool", True),
+    # a float bias that needs its gradient: the decomposed backward (the eager kernel sums dS with torch)
+    "float_bias_gradient": ({}, 2, "float", False),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TRAINING))
+def test_training_compiles_forward_and_backward(fresh, case):
+    """The forward graph holds the cut forward (O and logsumexp saved), the backward graph the cut
+    backward (the eager flash backward: the same bits as eager), except where a float bias needs its
+    gradient; gradients match CPU, nothing falls back."""
+    kwargs, kv_heads, mask_kind, backward_step = TRAINING[case]
     g = torch.Generator().manual_seed(3)
-    xs = [torch.randn(1, 2, 150, 32, generator=g) for _ in range(3)]
-    cpu = [x.clone().requires_grad_() for x in xs]
-    dev = [x.to("neuron").requires_grad_() for x in xs]
+    xs = [torch.randn(1, 2, 150, 32, generator=g)] + [torch.randn(1, kv_heads, 150, 32, generator=g)
+                                                       for _ in range(2)]
+    if mask_kind == "bool":
+        xs.append(torch.rand(150, 150, generator=g) > 0.3)
+    elif mask_kind == "float":
+        xs.append(torch.randn(150, 150, generator=g))
+    grads = mask_kind == "float"
 
-    def f(q, k, v):
-        return SDPA(q, k, v, is_causal=True)
+    def f(q, k, v, *mask):
+        return SDPA(q, k, v, attn_mask=mask[0] if mask else None, **kwargs)
 
-    (torch.compile(f, backend="neuron")(*dev) * 3).sum().backward()
-    (f(*cpu) * 3).sum().backward()
+    def run(fn, device):
+        leaves = [x.detach().clone().to(device).requires_grad_(i < 3 or grads) for i, x in enumerate(xs)]
+        (fn(*leaves) * 3).sum().backward()
+        found = [x.grad for x in leaves if x.requires_grad]
+        assert len(found) == (4 if grads else 3) and all(g is not None for g in found)
+        return [g.cpu() for g in found]
+
+    compiled = run(torch.compile(f, backend="neuron"), "neuron")
     assert compiler.stats()["fallbacks"] == 0
-    assert any(step["kind"] == "attention" for p in _programs() for step in p.steps)
-    for d, c in zip(dev, cpu):
-        torch.testing.assert_close(d.grad.cpu(), c.grad, atol=1e-5, rtol=1e-5)
+    kinds = [step["kind"] for p in _programs() for step in p.steps]
+    assert "attention" in kinds and ("attention_backward" in kinds) == backward_step
+    for d, c in zip(compiled, run(f, "cpu")):
+        torch.testing.assert_close(d, c, atol=1e-5, rtol=1e-5)
+    if backward_step:
+        assert all(torch.equal(d, e) for d, e in zip(compiled, run(f, "neuron")))
 
 
 def test_dropout_keeps_the_eager_fallback(fresh):

@@ -301,12 +301,32 @@ def test_a_program_that_refuses_zeros_is_not_replayed(fresh, monkeypatch):
     assert torch.equal(out.cpu(), torch.div(x, y, rounding_mode="floor") + 1)
 
 
-def test_a_training_step_replays_forward_and_backward(fresh, monkeypatch):
-    """AOTAutograd's backward graph (transposed products, reductions of gradients) replays exactly too."""
+class Projected(nn.Module):
+    """Attention with trainable projections: its training step has both attention steps (compiler/opaque.py)."""
+
+    def __init__(self):
+        super().__init__()
+        self.qkv = nn.Linear(64, 3 * 64)
+
+    def forward(self, x):
+        # contiguous heads: the backward graph's saved inputs are laid out as the schedule was recorded
+        q, k, v = self.qkv(x).view(x.shape[0], x.shape[1], 3, 2, 32).permute(2, 0, 3, 1, 4).contiguous()
+        return nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+
+TRAINED = {"decoder_block": (lambda: DecoderBlock(hidden=128, heads=2, kv_heads=1, seq=64), (2, 64, 128)),
+           "attention": (Projected, (2, 150, 64))}
+
+
+@pytest.mark.parametrize("case", sorted(TRAINED))
+def test_a_training_step_replays_forward_and_backward(fresh, monkeypatch, case):
+    """AOTAutograd's backward graph (transposed products, reductions of gradients, the flash backward)
+    replays exactly too."""
     torch.manual_seed(0)
-    model = DecoderBlock(hidden=128, heads=2, kv_heads=1, seq=64).to("neuron")
+    factory, shape = TRAINED[case]
+    model = factory().to("neuron")
     compiled = torch.compile(model, backend="neuron", fullgraph=True)
-    x = torch.randn(2, 64, 128).to("neuron")
+    x = torch.randn(*shape).to("neuron")
 
     calls = []
     original = executor.Executable.run_fast
@@ -329,6 +349,9 @@ def test_a_training_step_replays_forward_and_backward(fresh, monkeypatch):
     assert len(slow_stats) == 2 and slow_stats == fast_stats  # the forward and the backward program
     assert all(torch.equal(a, b) for a, b in zip(slow_grads, fast_grads))
     assert all(exe.program.schedule is not None for exe in compiler.cache._MEMORY.values())
+    if case == "attention":
+        kinds = {step["kind"] for exe in compiler.cache._MEMORY.values() for step in exe.program.steps}
+        assert {"attention", "attention_backward"} <= kinds
 
 
 def test_an_input_laid_out_otherwise_runs_instruction_by_instruction(fresh, monkeypatch):
