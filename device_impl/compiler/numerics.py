@@ -411,6 +411,16 @@ def _elu_backward(grad: torch.Tensor, alpha, scale, input_scale, is_result: bool
     return torch.where(self_or_result > 0, grad * poscoef, negative)
 
 
+def _softmax_backward_data(grad_output: torch.Tensor, output: torch.Tensor, dim: int, input_dtype: torch.dtype):
+    """softmax's gradient as CPU's kernels form it, ``y * (g - sum(g * y))`` (PyTorch's decomposition forms
+    ``g * y - y * sum(g * y)``: where y is 0, an underflowed or -inf input, that gives -0.0 for a negative g
+    where CPU's product gives the sign of ``g - sum``). Narrow floats compute in float32, as CPU does."""
+    wide = output.dtype in (torch.bfloat16, torch.float16)
+    g, y = (grad_output.float(), output.float()) if wide else (grad_output, output)
+    result = y * (g - (g * y).sum(dim, keepdim=True))
+    return result.to(grad_output.dtype).to(input_dtype).contiguous()  # the dtype PyTorch's meta gives
+
+
 def _attention_operands(query, key, value, attn_bias, is_causal: bool, scale):
     """Query, key and value (GQA heads repeated) and the float32 scores of fused attention, masked. 4-D:
     csrc/attention.cpp answers OVERRIDEABLE only for 4-D inputs (PyTorch's meta of the op reads 4 strides)."""
@@ -487,5 +497,6 @@ def _index_add(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.
 # as REWRITES: PyTorch's formula differs from what CPU computes; and the fused attention backward where
 # a bias needs its gradient (elsewhere both attention ops stay whole: compiler/opaque.py).
 DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
+                  aten._softmax_backward_data.default: _softmax_backward_data,
                   aten.index_add.default: _index_add,
                   aten._scaled_dot_product_fused_attention_overrideable_backward.default: _fused_attention_backward}
