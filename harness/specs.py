@@ -1675,16 +1675,23 @@ spec("floor_divide_inplace", "pointwise", "{x0}.floor_divide_({x1})",
 def _nll_direct(dims: int):
     """nll_loss's kernels called directly: a drawn gradient of the reduction's shape, the designed input (N, C,
     *spatial: the layouts autograd's contiguous one never has; 2-d: not transposed, channels_last or overlapping,
-    which CPU's nll_loss2d_backward rejects, as ``_nll2d`` says) and an in-range target (out of range, CPU's
-    nll_loss_backward.grad_input returned a result where its functional form raised: not judged here);
-    total_weight the count of targets."""
+    which CPU's nll_loss2d_backward rejects, as ``_nll2d`` says) and a target in range or, designed, out of range
+    with a mean reduction (CPU: "Target 5 is out of bounds."; with reduction none CPU checks nothing: designed case
+    nll_loss2d_backward_direct-float32-normal-contiguous-7-oob_index returned a result on CPU); total_weight the
+    count of targets."""
     def draw(data, dtype):
+        goal = hs.target()
         n, c = data.draw(st.integers(1, 3)), data.draw(st.sampled_from([2, 5]))
+        if dims == 1 and goal is not None and isinstance(goal.size, int):
+            c = goal.size  # the classes along the free axis: the designed tile edges
         spatial = (data.draw(st.integers(1, 3)), data.draw(st.sampled_from([1, 3, 129]))) if dims == 2 else ()
         reduction = data.draw(st.sampled_from([0, 1, 2]))  # none, mean, sum
+        target = TensorSpec((n,) + spatial, "int64", "contiguous", f"index:{c}+", data.draw(st.integers(0, 2**31 - 1)))
+        if goal is not None and goal.error == "oob_index":
+            # CPU checks the target's range for a mean or sum only (reduction none writes where it points)
+            reduction, target = 1, _index_tensor(data, (n,) + spatial, c, negative=False)
         grad = (n,) + spatial if reduction == 0 else ()
         layouts = ("contiguous", "sliced", "expanded", "offset") if dims == 2 else hs.LAYOUTS
-        target = TensorSpec((n,) + spatial, "int64", "contiguous", f"index:{c}+", data.draw(st.integers(0, 2**31 - 1)))
         return [_t(data, grad, dtype), _t(data, (n, c) + spatial, dtype, layouts=layouts), target], \
             {"reduction": reduction, "count": float(math.prod((n,) + spatial))}
     return custom(draw)
@@ -1696,6 +1703,13 @@ spec("nll_loss_direct", "reduction", "(lambda b: (torch.ops.aten.nll_loss_forwar
      tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON)
 spec("nll_loss2d_backward_direct", "reduction", "torch.ops.aten.nll_loss2d_backward({x0}, {x1}, {x2}, None, "
      "{reduction}, -100, torch.tensor({count}, device={x1}.device))", _nll_direct(2), ("float32",))
+
+
+# eye(n) reaches eye.m_out on this device (its composite): eye.out only with the caller's out= tensor, which must be
+# resized; the error input n = -1 (CPU: "n must be greater or equal to 0, got -1")
+spec("eye_out", "random", "(lambda out: (torch.eye({n}, out=out), out))(torch.empty(0, dtype=torch.{dtype:name}, "
+     "device=device))", custom(lambda data, dtype: ([], {"n": -1 if _bad_size() else data.draw(st.integers(0, 130)),
+                                                        "dtype": dtype})), ("float32", "bfloat16", "int64", "bool"))
 
 SPECS: dict[str, OpSpec] = {}
 for _spec in _SPECS:
