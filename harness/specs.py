@@ -12,6 +12,7 @@ groups it by the opsuite file that runs it.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -1621,29 +1622,37 @@ spec("sdpa_backward", "matmul", "F.scaled_dot_product_attention({x0}, {x1}, {x2}
 
 
 def _conv_direct(data, dtype):
-    """conv2d's arguments (``_conv``) and a cotangent x3 of the output's shape, for the backward."""
+    """conv2d's arguments (``_conv``) and a cotangent x3 of the output's shape, for the backward. The error input: a
+    weight with one input channel too many (CPU: "expected input[...] to have 3 channels, but got 2 channels")."""
     tensors, params = _conv(data, dtype, 2)
     x, w = tensors[0], tensors[1]
+    if _bad_size():
+        w = dataclasses.replace(w, shape=(w.shape[0], w.shape[1] + 1) + w.shape[2:])
     out = tuple(max(0, (size + 2 * params["padding"] - params["dilation"] * (w.shape[-1] - 1) - 1) // params["stride"]
-                    + 1) for size in x.shape[2:])  # 0 where the input is too small: the forward's error comes first
-    return [_t(data, t.shape, dtype) for t in tensors] + [_t(data, (x.shape[0], w.shape[0]) + out, dtype)], params
+                    + 1) for size in x.shape[2:])  # 0 where the input is too small: CPU's error, as the forward's
+    return [_t(data, t.shape, dtype) for t in (x, w, tensors[2])] + [_t(data, (x.shape[0], w.shape[0]) + out, dtype)], \
+        params
 
 
 # The convolution overloads F.conv2d never routes to on this device, called directly: _convolution, and the
 # *_overrideable pair a backend overrides to implement aten::convolution / convolution_backward (CPU's entry for
 # them only raises "not implemented ... use TORCH_LIBRARY_IMPL to override this function"), so on CPU the call
-# text computes the ops they implement, with the same arguments: that is the oracle of an overrideable op.
+# text computes the ops they implement, with the same arguments: that is the oracle of an overrideable op. One spec
+# each: an error input (a too-small input, a channel mismatch) stops a call text at its first call.
 # float32 only for now: in bfloat16 (case convolution_direct-bfloat16-special-expanded-7, and F.conv2d alike) CPU
 # returns +-inf at 14 positions where terms of both infinite signs meet, the float64 result and the device NaN.
 _CONV_ARGS = "[{stride}, {stride}], [{padding}, {padding}], [{dilation}, {dilation}], False, [0, 0], {groups}"
-spec("convolution_direct", "spatial",
-     "(torch.ops.aten._convolution({x0}, {x1}, {x2}, " + _CONV_ARGS + ", False, False, True, True), "
-     "(torch.ops.aten.convolution_overrideable if {x0}.device.type != 'cpu' else torch.ops.aten.convolution)("
-     "{x0}, {x1}, {x2}, " + _CONV_ARGS + "), "
-     "torch.ops.aten.convolution_backward_overrideable({x3}, {x0}, {x1}, " + _CONV_ARGS + ", [True, True, True]) "
-     "if {x0}.device.type != 'cpu' else torch.ops.aten.convolution_backward({x3}, {x0}, {x1}, [{x1}.shape[0]], "
-     + _CONV_ARGS + ", [True, True, True]))", custom(_conv_direct), ("float32",), tolerance=_CONV_TOL,
-     tolerance_reason=_CONV_REASON, fp64_reference=True, sum_of_products=True)
+for _name, _call in (
+        ("convolution_internal", "torch.ops.aten._convolution({x0}, {x1}, {x2}, " + _CONV_ARGS + ", False, False, True, "
+                                 "True)"),
+        ("convolution_overrideable", "(torch.ops.aten.convolution_overrideable if {x0}.device.type != 'cpu' else "
+                                     "torch.ops.aten.convolution)({x0}, {x1}, {x2}, " + _CONV_ARGS + ")"),
+        ("convolution_backward_overrideable",
+         "torch.ops.aten.convolution_backward_overrideable({x3}, {x0}, {x1}, " + _CONV_ARGS + ", [True, True, True]) "
+         "if {x0}.device.type != 'cpu' else torch.ops.aten.convolution_backward({x3}, {x0}, {x1}, [{x1}.shape[0]], "
+         + _CONV_ARGS + ", [True, True, True])")):
+    spec(_name, "spatial", _call, custom(_conv_direct), ("float32",), tolerance=_CONV_TOL, tolerance_reason=_CONV_REASON,
+         fp64_reference=True, sum_of_products=True)
 
 
 def _embedding_backward(data, dtype):
