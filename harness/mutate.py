@@ -411,7 +411,8 @@ class InputOutput(Mutant):
         bound = Bound(self.facts.schema, args, kwargs)
         changed = False
         pure = not self.facts.mutable_inputs  # calling the kernel twice changes nothing but its outs
-        clean = _host(original.call_boxed(keyset, *args, **kwargs)) if pure else None
+        clean = _host(original.call_boxed(keyset, *args, **kwargs)) if pure else \
+            _shadow(original, keyset, bound) if self.pre is not None else None
         if self.pre is not None:
             for a, value in list(bound.items()):
                 if _is_tensor_type(a.type) and not _mutable(a):
@@ -435,9 +436,27 @@ class InputOutput(Mutant):
                             t.copy_(new)
                         changed = True
         self.triggered += changed
-        if changed and clean is not None and _bit_equal(_host(result), clean):
+        seen = _host(result) if pure else _host(_written(bound, result))
+        if changed and clean is not None and _bit_equal(seen, clean):
             self.equivalent += 1  # the break met its trigger and the kernel's result did not change
         return result
+
+
+def _shadow(original, keyset, bound: Bound) -> Any:
+    """What an in-place kernel writes when it reads its written tensors unbroken: the kernel run on clones of them
+    (host copies of what it wrote), to tell an equivalent break (fill_ overwrites self without reading it); None
+    where the kernel rejects the clones."""
+    shadow = Bound(bound.schema, tuple(bound.args), bound.kwargs)
+    for a, value in list(bound.items()):
+        if _mutable(a) and _device_tensors(value):
+            copy = [v.clone() if isinstance(v, torch.Tensor) and not v.is_cpu else v for v in value] \
+                if isinstance(value, (list, tuple)) else value.clone() if not value.is_cpu else value
+            shadow.set(a.name, type(value)(copy) if isinstance(value, tuple) else copy)
+    try:
+        with torch.no_grad():
+            return _host(_written(shadow, original.call_boxed(keyset, *shadow.args, **shadow.kwargs)))
+    except Exception:  # noqa: BLE001 - the real call meets the same error
+        return None
 
 
 def _break_in_place(value: Any, fn: Callable[[torch.Tensor], torch.Tensor | None]) -> bool:
@@ -538,6 +557,9 @@ class Strides(Mutant):
     def run(self, original, keyset, args, kwargs):
         bound = Bound(self.facts.schema, args, kwargs)
         changed = False
+        strided_self = any(not t.is_contiguous() for a, v in bound.items() if _mutable(a) and not a.is_out
+                           for t in _device_tensors(v))
+        shadow = _shadow(original, keyset, bound) if strided_self else None
         for a, value in list(bound.items()):
             if _mutable(a) and not a.is_out:
                 changed |= _break_in_place(value, _linear_read)  # an in-place kernel reading its self linearly
@@ -565,6 +587,8 @@ class Strides(Mutant):
         self.triggered += changed
         if changed and clean is not None and _bit_equal(_host(result), clean):
             self.equivalent += 1
+        elif changed and shadow is not None and _bit_equal(_host(_written(bound, result)), shadow):
+            self.equivalent += 1  # fill_ overwrites its self without reading it
         return result
 
 

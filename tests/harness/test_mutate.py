@@ -214,3 +214,15 @@ def test_an_in_place_random_mutant_is_caught_by_the_spec_invariant():
     outcome = mutate.run_mutant(op, mutate.CLASSES["inplace"], _facts(op, ("random_",)), cases, "eager")
     assert outcome.status == "caught", outcome
     assert any(layout in outcome.killer for layout in ("transposed", "sliced", "offset")), outcome.killer
+
+
+def test_a_break_of_what_an_in_place_kernel_only_overwrites_is_equivalent():
+    """fill_.Tensor writes its value over self without reading it: a NaN in self read as 0 changes nothing, which
+    the clones' run tells (excluded as equivalent, not a survivor)."""
+    op = "aten::fill_.Tensor"
+    mutant = mutate.CLASSES["nan_inf"].make(op, "nan_inf", _facts(op, ()))
+    x = torch.tensor([float("nan"), 1.0, 2.0], device="neuron")
+    with mutate.Planted(mutant):
+        x.fill_(torch.tensor(3.0, device="neuron"))
+    assert x.cpu().tolist() == [3.0, 3.0, 3.0]
+    assert mutant.triggered == 1 and mutant.equivalent == 1
