@@ -1726,6 +1726,16 @@ spec("eye_out", "random", "(lambda out: (torch.eye({n}, out=out), out))(torch.em
      "device=device))", custom(lambda data, dtype: ([], {"n": -1 if _bad_size() else data.draw(st.integers(0, 130)),
                                                         "dtype": dtype})), ("float32", "bfloat16", "int64", "bool"))
 
+
+# _pdist_forward called directly: F.pdist makes its input contiguous first, so only a direct call gives the kernel
+# the designed layouts (CPU requires a contiguous input: the others are its error inputs) and long rows
+spec("pdist_forward", "spatial", "torch.ops.aten._pdist_forward({x0}, {p})",
+     custom(lambda data, dtype: ([_t(data, (data.draw(st.integers(1, 9)), data.draw(hs.shapes(min_dims=1, max_dims=1,
+                                                                                           allow_empty=False))[0]),
+                                     dtype)], {"p": data.draw(st.sampled_from([1.0, 2.0, 3.0]))})),
+     ("float32",), fp64_reference=True, tolerance={"float32": (1e-4, 1e-4)},
+     tolerance_reason="distances accumulate over the feature dim in a different order than CPU")
+
 SPECS: dict[str, OpSpec] = {}
 for _spec in _SPECS:
     assert _spec.name not in SPECS, f"duplicate spec {_spec.name}"
