@@ -374,6 +374,7 @@ class Mutant:
     calls: int = 0
     triggered: int = 0  # calls where the break changed something
     equivalent: int = 0  # of those, calls where the kernel's result was bit-identical all the same
+    rejected: int = 0  # calls where the break changed an input and the kernel raised (CPU too, where the case passed)
 
     def run(self, original, keyset, args: tuple, kwargs: dict) -> Any:
         raise NotImplementedError
@@ -410,7 +411,8 @@ class InputOutput(Mutant):
         bound = Bound(self.facts.schema, args, kwargs)
         changed = False
         pure = not self.facts.mutable_inputs  # calling the kernel twice changes nothing but its outs
-        clean = _host(original.call_boxed(keyset, *args, **kwargs)) if pure else None
+        clean = _host(original.call_boxed(keyset, *args, **kwargs)) if pure else \
+            _shadow(original, keyset, bound) if self.pre is not None else None
         if self.pre is not None:
             for a, value in list(bound.items()):
                 if _is_tensor_type(a.type) and not _mutable(a):
@@ -418,9 +420,15 @@ class InputOutput(Mutant):
                     if c:
                         bound.set(a.name, new)
                         changed = True
-        result = original.call_boxed(keyset, *bound.args, **bound.kwargs)
+                elif _mutable(a) and not a.is_out:
+                    changed |= _break_in_place(value, type(self).pre)
+        try:
+            result = original.call_boxed(keyset, *bound.args, **bound.kwargs)
+        except Exception:
+            self.rejected += changed
+            raise
         if self.post is not None:
-            for t in _device_tensors(result if isinstance(result, (tuple, list)) else [result]):
+            for t in _written(bound, result):
                 if t.numel():
                     new = type(self).post(t.detach().cpu())
                     if new is not None:
@@ -428,9 +436,60 @@ class InputOutput(Mutant):
                             t.copy_(new)
                         changed = True
         self.triggered += changed
-        if changed and clean is not None and _bit_equal(_host(result), clean):
+        seen = _host(result) if pure else _host(_written(bound, result))
+        if changed and clean is not None and _bit_equal(seen, clean):
             self.equivalent += 1  # the break met its trigger and the kernel's result did not change
         return result
+
+
+def _shadow(original, keyset, bound: Bound) -> Any:
+    """What an in-place kernel writes when it reads its written tensors unbroken: the kernel run on clones of them
+    (host copies of what it wrote), to tell an equivalent break (fill_ overwrites self without reading it); None
+    where the kernel rejects the clones."""
+    shadow = Bound(bound.schema, tuple(bound.args), bound.kwargs)
+    for a, value in list(bound.items()):
+        if _mutable(a) and _device_tensors(value):
+            copy = [v.clone() if isinstance(v, torch.Tensor) and not v.is_cpu else v for v in value] \
+                if isinstance(value, (list, tuple)) else value.clone() if not value.is_cpu else value
+            shadow.set(a.name, type(value)(copy) if isinstance(value, tuple) else copy)
+    try:
+        with torch.no_grad():
+            return _host(_written(shadow, original.call_boxed(keyset, *shadow.args, **shadow.kwargs)))
+    except Exception:  # noqa: BLE001 - the real call meets the same error
+        return None
+
+
+def _break_in_place(value: Any, fn: Callable[[torch.Tensor], torch.Tensor | None]) -> bool:
+    """An in-place kernel reads the tensors it writes (``self`` of ``add_``, the gradients
+    ``_amp_foreach_non_finite_check_and_unscale_`` unscales): what a wrong read of them gives, written into them
+    before the kernel runs (through their own strides); whether anything changed. One that cannot be written
+    (expanded: CPU's error, which the kernel raises) is left as it is."""
+    changed = False
+    for t in _device_tensors(value):
+        if not t.numel():
+            continue
+        new = fn(t.detach().cpu())
+        if new is None:
+            continue
+        try:
+            with torch.no_grad():
+                t.copy_(new.to(t.device))
+        except RuntimeError:
+            continue
+        changed = True
+    return changed
+
+
+def _written(bound: Bound, result: Any) -> list[torch.Tensor]:
+    """What a kernel writes: the device tensors it returns, and the tensors it writes in place without returning
+    them (``_amp_foreach_non_finite_check_and_unscale_`` returns nothing; batch norm's running statistics)."""
+    out = _device_tensors(result if isinstance(result, (tuple, list)) else [result])
+    seen = {id(t) for t in out}
+    for a, value in bound.items():
+        if _mutable(a):
+            out += [t for t in _device_tensors(value) if id(t) not in seen]
+            seen.update(id(t) for t in _device_tensors(value))
+    return out
 
 
 def _io(name: str, pre=None, post=None, doc: str = "") -> type:
@@ -498,7 +557,13 @@ class Strides(Mutant):
     def run(self, original, keyset, args, kwargs):
         bound = Bound(self.facts.schema, args, kwargs)
         changed = False
+        strided_self = any(not t.is_contiguous() for a, v in bound.items() if _mutable(a) and not a.is_out
+                           for t in _device_tensors(v))
+        shadow = _shadow(original, keyset, bound) if strided_self else None
         for a, value in list(bound.items()):
+            if _mutable(a) and not a.is_out:
+                changed |= _break_in_place(value, _linear_read)  # an in-place kernel reading its self linearly
+                continue
             if not _is_tensor_type(a.type) or _mutable(a):
                 continue
             if isinstance(value, torch.Tensor) and not value.is_cpu:
@@ -506,14 +571,38 @@ class Strides(Mutant):
                 if wrong is not None:
                     bound.set(a.name, wrong.to(value.device))
                     changed = True
+        # an op that writes nothing can be called twice: its result from the real strides, to tell an equivalent
+        # break (_local_scalar_dense reads the element at the offset, where a linear read starts too)
+        clean = None
+        if changed and not self.facts.mutable_inputs:
+            try:
+                clean = _host(original.call_boxed(keyset, *args, **kwargs))
+            except Exception:  # noqa: BLE001 - the real strides are rejected too: nothing to compare
+                clean = None
+        try:
+            result = original.call_boxed(keyset, *bound.args, **bound.kwargs)
+        except Exception:
+            self.rejected += changed
+            raise
         self.triggered += changed
-        return original.call_boxed(keyset, *bound.args, **bound.kwargs)
+        if changed and clean is not None and _bit_equal(_host(result), clean):
+            self.equivalent += 1
+        elif changed and shadow is not None and _bit_equal(_host(_written(bound, result)), shadow):
+            self.equivalent += 1  # fill_ overwrites its self without reading it
+        return result
 
 
 class IndexClamp(Mutant):
-    """Out-of-range indices clamped into range instead of raising."""
+    """Out-of-range indices clamped into range instead of raising. Counts the calls whose index-named arguments
+    held an integer tensor (``index_reads``): the rule of ``run_mutant`` for an op whose ``target`` is a float (a
+    regression loss's) reads it."""
+
+    index_reads: int = 0
 
     def run(self, original, keyset, args, kwargs):
+        bound = Bound(self.facts.schema, args, kwargs)
+        self.index_reads += any(not t.is_floating_point() and t.dtype != torch.bool for a, v in bound.items()
+                                if a.name in INDEX_ARGS for t in _device_tensors(v))
         try:
             return original.call_boxed(keyset, *args, **kwargs)
         except Exception as error:  # noqa: BLE001 - the bounds check this mutant lacks
@@ -943,6 +1032,19 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
         # so no NaN, infinity or -0.0 ever reaches a result.
         return Outcome(op, mc.name, "excluded", f"the op rejects floating-point operands: all {mutant.float_reads} "
                        "calls that read one raised", cases_run=ran, seconds=time.perf_counter() - started)
+    if mc.name == "index_bounds" and mutant.triggered == 0 and mutant.calls and not mutant.index_reads:
+        # The rule, read from the op's own calls: its index-named argument (a regression loss's ``target``)
+        # was a floating-point or bool tensor in every call, never an index, so nothing can be out of range.
+        return Outcome(op, mc.name, "excluded", f"no index to bound: in all {mutant.calls} calls its index-named "
+                       "arguments held floating-point values, not indices", cases_run=ran,
+                       seconds=time.perf_counter() - started)
+    if mc.name in ("tile_edge", "layout") and mutant.triggered == 0 and mutant.rejected:
+        # The rule, read from the op's own calls: every call with a tensor the break changed (one longer than a
+        # tile, or non-contiguous) raised, as CPU does for it (the case passed): the op rejects such tensors
+        # (``_amp_update_scale_`` takes one-element tensors only, so no tile edge or stride reaches its arithmetic).
+        return Outcome(op, mc.name, "excluded", f"the op rejects every input the break applies to: all "
+                       f"{mutant.rejected} calls where it changed an input raised, as on CPU", cases_run=ran,
+                       seconds=time.perf_counter() - started)
     if mc.name == "promotion" and mutant.triggered == 0:
         # The rule, read from the op's own calls: over every case (the design covers every dtype
         # the op supports), no call had operands or a result of different dtypes.

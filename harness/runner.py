@@ -5,8 +5,9 @@ dtype, shape, device); aliasing parity (which outputs share storage with
 which inputs); inputs after the call (in-place and out= effects); gradients
 for differentiable specs (falling back to the float64-reference criterion,
 as backward formulas compound roundings). A spec with ``check="properties"`` (random ops)
-compares shape, dtype and device, and that the device repeats itself under
-the same seed.
+compares shape, dtype and device, the spec's invariant (what every draw satisfies: values in
+range, an in-place call written through to its view) against CPU's, and that the device
+repeats itself under the same seed.
 """
 
 from __future__ import annotations
@@ -280,7 +281,7 @@ def _check(spec, case, expression, cpu_error, device_error, expected, actual, cp
                                      f"CPU returned a result", criterion="error parity")
     tolerance = spec.tolerance.get(case.dtype)
     if spec.check == "properties":
-        return _check_properties(spec, case, expression, expected, actual, device_inputs, seed)
+        return _check_properties(spec, case, expression, expected, actual, cpu_inputs, device_inputs, seed)
     zero_sign = _zero_sign(spec, case)
     max_ulp = spec.max_ulp.get(case.dtype)
     device = case.device
@@ -412,8 +413,19 @@ def _grad_within_fp64(spec, case, expression, device_grads, cpu_grads, tolerance
     return cmp.compare(device_grads, cpu_grads, tolerance, reference, "gradient", zero_sign=zero_sign, order=order).ok
 
 
-def _check_properties(spec, case, expression, expected, actual, device_inputs, seed) -> cmp.Comparison:
-    """Random ops: same structure, shapes, dtypes; on the device, the same seed gives the same values."""
+def _invariant(spec: OpSpec, case: Case, inputs: list[torch.Tensor], out: Any) -> Any:
+    """The spec's invariant evaluated over the inputs after the call and the result (on their device)."""
+    text = spec.render(case.params, [f"x{i}" for i in range(len(inputs))], spec.invariant)
+    ns = _namespace(inputs, case.device if inputs and not inputs[0].is_cpu else "cpu")
+    ns["out"] = out
+    return eval(text, ns)  # noqa: S307 - the spec's own predicate text
+
+
+def _check_properties(spec, case, expression, expected, actual, cpu_inputs, device_inputs, seed
+                      ) -> cmp.Comparison:
+    """Random ops: same structure, shapes, dtypes; the spec's invariant holds as it does on CPU (a predicate every
+    draw satisfies: the op's range, the in-place write through a view); on the device, the same seed gives the
+    same values."""
     exp_leaves = expected if isinstance(expected, (tuple, list)) else [expected]
     act_leaves = actual if isinstance(actual, (tuple, list)) else [actual]
     if len(exp_leaves) != len(act_leaves):
@@ -423,6 +435,11 @@ def _check_properties(spec, case, expression, expected, actual, device_inputs, s
             if not isinstance(a, torch.Tensor) or a.dtype != e.dtype or a.shape != e.shape:
                 return cmp.Comparison(False, f"output[{i}]: {getattr(a, 'dtype', type(a))} "
                                              f"{tuple(getattr(a, 'shape', ()))} vs CPU {e.dtype} {tuple(e.shape)}")
+    if spec.invariant:
+        held = cmp.compare(_invariant(spec, case, device_inputs, actual), _invariant(spec, case, cpu_inputs, expected),
+                           (0.0, 0.0), where=f"invariant {spec.invariant}")
+        if not held.ok:
+            return held
     manual_seed(seed, case.device)
     again, _ = _evaluate(expression, device_inputs, None, case.device)
     def to_host(value):

@@ -300,6 +300,22 @@ def test_unscale_kernel_errors(bad, message):
     assert (torch.ones(2, device="neuron") + 1).sum().item() == 4.0  # device still usable
 
 
+def test_unscale_rejects_an_expanded_gradient_as_cpu_does():
+    """A stride-0 gradient cannot be written in place: CPU's TensorIterator raises when its turn comes, the gradients
+    before it already unscaled (the device wrote every gradient and returned; designed case
+    amp_unscale-float32-signed_zero-expanded-511)."""
+    errors = []
+    for device in ("cpu", "neuron"):
+        written = torch.ones(4, device=device)
+        grads = [written, torch.ones(3, 1, device=device).expand(3, 5)]
+        found, inv = torch.zeros(1, device=device), torch.full((1,), 0.5, device=device)
+        with pytest.raises(RuntimeError, match="more than one element of the written-to tensor") as info:
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
+        errors.append(type(info.value))
+        assert written.cpu().tolist() == [0.5] * 4  # the gradient before it was unscaled
+    assert errors[0] is errors[1]
+
+
 @pytest.mark.parametrize("found, tracker, interval, scale", [
     (0.0, 0, 3, 1024.0),  # clean step below the interval: tracker grows
     (0.0, 2, 3, 1024.0),  # clean step at the interval: scale grows, tracker resets

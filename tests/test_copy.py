@@ -35,6 +35,20 @@ def test_item_every_dtype(dtype):
     assert type(dev[1].item()) is type(cpu[1].item())
 
 
+def test_local_scalar_dense_reads_the_first_element_of_a_longer_tensor_as_cpu_does():
+    """item() checks for one element above the kernel; aten::_local_scalar_dense itself reads the element at the data
+    pointer, on CPU (and CUDA) whatever the length (designed case local_scalar_dense-float32-negative-contiguous-7:
+    the device raised "a Tensor with 7 elements cannot be converted to Scalar")."""
+    cpu = torch.arange(24.0).reshape(4, 6) - 5
+    dev = cpu.to("neuron")
+    for view in (lambda t: t, lambda t: t.t(), lambda t: t[1:, ::2], lambda t: t.reshape(-1)[3:]):
+        assert torch.ops.aten._local_scalar_dense(view(dev)) == torch.ops.aten._local_scalar_dense(view(cpu))
+    with pytest.raises(RuntimeError, match="0 elements"):
+        torch.ops.aten._local_scalar_dense(torch.empty(0, device="neuron"))
+    with pytest.raises(RuntimeError, match="cannot be converted to Scalar"):
+        dev.item()
+
+
 def test_non_contiguous_copies_both_ways():
     cpu = torch.arange(60.0).reshape(3, 4, 5)
     dev = cpu.to("neuron")

@@ -19,6 +19,7 @@ import torch
 from device_impl.dispatch.table import TABLE
 from device_impl.engine.dtypes import FP32, FLOAT_DTYPES
 from device_impl.kernels.common import P, flat_tiles, hbm, is_device_tensor, launch
+from device_impl.kernels.overlap import INTERNAL_OVERLAP_MESSAGE, has_internal_overlap
 
 _INT32 = np.dtype(np.int32)
 _BOOL = np.dtype(np.bool_)
@@ -54,6 +55,13 @@ def non_finite_check_and_unscale_(scaled_grads: list[torch.Tensor], found_inf: t
         if grad.dtype not in FLOAT_DTYPES:
             raise NotImplementedError(f"\"_amp_foreach_non_finite_check_and_unscale_neuron\" not implemented for "
                                       f"'{str(grad.dtype).removeprefix('torch.')}'")
+    # Each gradient is written in place: CPU's TensorIterator rejects one whose elements share memory (an expanded,
+    # stride-0 gradient) when its turn comes, the gradients before it already unscaled and checked.
+    rejected = next((i for i, grad in enumerate(scaled_grads) if has_internal_overlap(grad)), None)
+    if rejected is not None:
+        if rejected:
+            non_finite_check_and_unscale_(scaled_grads[:rejected], found_inf, inv_scale)
+        raise RuntimeError(INTERNAL_OVERLAP_MESSAGE)
     with launch("amp_non_finite_check_and_unscale", found_inf.device.index) as nc:
         inv = nc.sbuf_tile((1, 1), FP32, "inv_scale")
         nc.dma.load(inv, _one(inv_scale))

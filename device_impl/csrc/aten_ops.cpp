@@ -193,8 +193,11 @@ at::Tensor copy_from_and_resize(const at::Tensor& self, const at::Tensor& dst) {
   return copy_from(self, dst, false);
 }
 
+// The element at the tensor's data pointer, as CPU's and CUDA's kernels read it: item() checks for one element above
+// the kernel, a direct call of a longer tensor gets its first element. (An empty tensor has none: an error here,
+// where CPU reads past its storage.)
 at::Scalar local_scalar_dense(const at::Tensor& self) {
-  TORCH_CHECK(self.numel() == 1, "a Tensor with ", self.numel(), " elements cannot be converted to Scalar");
+  TORCH_CHECK(self.numel() > 0, "a Tensor with 0 elements cannot be converted to Scalar");
   return at::native::_local_scalar_dense_cpu(host_alias(self));
 }
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from harness import design, mutate
 from harness.specs import SPECS
@@ -174,3 +175,54 @@ def test_a_gradient_mutant_is_caught_by_a_module_check():
     assert cases and all(op in c.reached for c in cases)
     outcome = mutate.run_mutant(op, mutate.CLASSES["gradient"], mutate.facts(op, cases), cases, "eager")
     assert outcome.status == "caught" and outcome.killer.startswith("module:nn_GELU train"), outcome.reason
+
+
+def test_an_in_place_kernel_reads_its_written_tensors_through_the_break():
+    """_amp_foreach_non_finite_check_and_unscale_ returns nothing and reads the gradients it writes: a value break
+    acts on them (before, no break reached them: its value mutants were never triggered)."""
+    op = "aten::_amp_foreach_non_finite_check_and_unscale_"
+    grads = [torch.tensor([1.0, float("nan"), -2.0], device="neuron")]
+    found, inv = torch.zeros(1, device="neuron"), torch.ones(1, device="neuron")
+    mutant = mutate.CLASSES["nan_inf"].make(op, "nan_inf", _facts(op, ()))
+    with mutate.Planted(mutant):
+        torch._amp_foreach_non_finite_check_and_unscale_(grads, found, inv)
+    assert mutant.triggered and grads[0].cpu().tolist() == [1.0, 0.0, -2.0] and found.item() == 0.0
+    strided = torch.arange(6.0, device="neuron").reshape(2, 3).t()
+    mutant = mutate.CLASSES["layout"].make(op, "layout", _facts(op, ()))
+    with mutate.Planted(mutant):
+        torch._amp_foreach_non_finite_check_and_unscale_([strided], found, inv)
+    assert mutant.triggered and strided.cpu().tolist() == [[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]]  # read linearly
+
+
+def test_index_bounds_counts_calls_with_an_integer_index():
+    """A regression loss's ``target`` is named like an index and holds floats: no call gives it an index to clamp,
+    which the rule of run_mutant reads (``index_reads``); nll_loss's target is one."""
+    for op, call, reads in (
+            ("aten::mse_loss", lambda a: F.mse_loss(a, a * 2), 0),
+            ("aten::nll_loss_forward", lambda a: F.nll_loss(a, torch.tensor([0, 1], device="neuron")), 1)):
+        mutant = mutate.CLASSES["index_bounds"].make(op, "index_bounds", _facts(op, ()))
+        with mutate.Planted(mutant):
+            call(torch.randn(2, 3, device="neuron"))
+        assert mutant.calls == 1 and mutant.index_reads == reads, op
+
+
+def test_an_in_place_random_mutant_is_caught_by_the_spec_invariant():
+    """random_ on a strided view: its values are never compared, but every draw lies in [from, to), which a kernel
+    that writes a temporary and leaves the view as it was breaks (the spec's invariant)."""
+    op = "aten::random_.from"
+    cases = [mutate.StoredCase(d.case, {op}, d.cell.to_dict(), d.id) for d in design.cases("random_")]
+    outcome = mutate.run_mutant(op, mutate.CLASSES["inplace"], _facts(op, ("random_",)), cases, "eager")
+    assert outcome.status == "caught", outcome
+    assert any(layout in outcome.killer for layout in ("transposed", "sliced", "offset")), outcome.killer
+
+
+def test_a_break_of_what_an_in_place_kernel_only_overwrites_is_equivalent():
+    """fill_.Tensor writes its value over self without reading it: a NaN in self read as 0 changes nothing, which
+    the clones' run tells (excluded as equivalent, not a survivor)."""
+    op = "aten::fill_.Tensor"
+    mutant = mutate.CLASSES["nan_inf"].make(op, "nan_inf", _facts(op, ()))
+    x = torch.tensor([float("nan"), 1.0, 2.0], device="neuron")
+    with mutate.Planted(mutant):
+        x.fill_(torch.tensor(3.0, device="neuron"))
+    assert x.cpu().tolist() == [3.0, 3.0, 3.0]
+    assert mutant.triggered == 1 and mutant.equivalent == 1

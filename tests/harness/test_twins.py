@@ -68,3 +68,26 @@ def test_twins_are_recorded_as_called_so_mutate_reruns_the_case():
     result = run_case(_designed("relu")[0].case)
     assert result.verdict == "pass"
     assert {"aten::relu.out", "aten::relu_"} <= set(result.called)
+
+
+def test_a_twin_cpu_has_no_kernel_for_is_judged_by_the_devices_own_call():
+    """convolution_overrideable's CPU entry only raises NotImplementedError: its out= twin is held to the device's own
+    functional result, bit for bit, and a twin that ignores out= still fails."""
+    x, w = torch.randn(1, 2, 5, 5, device="neuron"), torch.randn(3, 2, 3, 3, device="neuron")
+    args = ([1, 1], [0, 0], [1, 1], False, [0, 0], 1)
+
+    def run():
+        torch.ops.aten.convolution_overrideable(x, w, None, *args)
+
+    def judge(actual, expected):
+        raise AssertionError("no CPU result to judge against")
+
+    calls = twins.record(run, "neuron")
+    comparison, called = twins.check(calls, "neuron", judge)
+    assert "aten::convolution_overrideable.out" in called and comparison.ok, comparison.message
+    mutant = mutate.CLASSES["out"].make("aten::convolution_overrideable.out", "out",
+                                        mutate.OpFacts("aten::convolution_overrideable.out", mutate.overload(
+                                            "aten::convolution_overrideable.out")._schema, (), ()))
+    with mutate.Planted(mutant):
+        comparison, _ = twins.check(calls, "neuron", judge)
+    assert not comparison.ok

@@ -504,6 +504,19 @@ def test_unfold_backward_and_repeat_via_unfold():
     check(lambda t: A.unfold_copy(t, 1, 3, 2), x)
 
 
+@pytest.mark.parametrize("dtype", (torch.float32, torch.bfloat16))
+def test_unfold_backward_keeps_negative_zero_where_windows_do_not_overlap(dtype):
+    """CPU copies a gradient into an input element one window covers when the windows do not overlap (step >= size),
+    so -0.0 stays -0.0; overlapping windows are summed from +0.0 (designed case unfold_backward-float32-special-
+    sliced-127: the device summed from +0.0 everywhere)."""
+    zeros = torch.full((3, 2), -0.0, dtype=dtype)
+    for input_size, step in ((7, 2), (8, 3), (4, 1)):
+        g = zeros[: (input_size - 2) // step + 1]
+        cpu = A.unfold_backward(g, [input_size], 0, 2, step)
+        dev = A.unfold_backward(g.to("neuron"), [input_size], 0, 2, step).cpu()
+        assert torch.equal(torch.signbit(dev), torch.signbit(cpu)), (input_size, step, cpu, dev)
+
+
 def test_narrow_copy():
     x_cpu, x_dev = pair((5, 130), torch.float32, "transposed")
     for dim, start, length in ((1, 1, 3), (0, -2, 2), (-1, 0, 5), (0, 130, 0)):

@@ -820,6 +820,10 @@ def test_pdist(p, n):
 def test_pdist_errors():
     check(lambda a: F.pdist(a), values((4, 5), torch.bfloat16))
     check(lambda a: F.pdist(a), values((2, 4, 5), torch.float32))
+    # _pdist_forward itself requires a contiguous input (F.pdist makes it one); the device computed a transposed
+    # or sliced one (designed case pdist_forward-float32-positive-transposed-7)
+    check(lambda a: torch.ops.aten._pdist_forward(a.t(), 2.0), values((5, 4), torch.float32))
+    check(lambda a: torch.ops.aten._pdist_forward(a[:, ::2], 1.0), values((4, 6), torch.float32))
 
 
 # --------------------------------------------------------------------------------------------

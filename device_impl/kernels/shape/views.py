@@ -6,8 +6,8 @@ metadata kernel); ``unfold`` is implemented here as one, and view_as_real / view
 the storage (metadata only). They are recorded in the lowering table as served by what they reach.
 
 Tiling: narrow_copy is one DMA over the narrowed view (``moves._move``). unfold_backward zeroes the
-input-sized result (a memset tile stored over it) and adds each window offset's gradient slice into it on
-VectorE (``moves._accumulate``: flat tiles ``[p <= 128, f <= FREE_MAX]``), in an fp32 scratch for bf16 and
+input-sized result (a memset tile stored over it) and adds each window offset's gradient slice into it (copies it,
+where the windows do not overlap) on VectorE (``moves._accumulate``: flat tiles ``[p <= 128, f <= FREE_MAX]``), in an fp32 scratch for bf16 and
 fp16, which a last VectorE cast stores.
 """
 
@@ -70,14 +70,17 @@ def unfold_backward(grad_in, input_sizes, dim, size, step):
         acc = hbm(out) if scratch is None else hbm(scratch)
         const = _const_tile(nc, acc.dtype, 0, [acc])
         _fill(nc, acc, const)
+        # Windows that do not overlap (step >= size) give each input element at most one gradient, which CPU
+        # copies (a -0.0 stays -0.0); overlapping ones are summed from +0.0, as CPU sums them.
+        put = _accumulate if step < size else _move
         if input_sizes:
             lead = (slice(None),) * d
             for t in range(size):
                 hit = slice(t, t + (windows - 1) * step + 1, step)
-                _accumulate(nc, acc[lead + (hit,)], g[..., t])
+                put(nc, acc[lead + (hit,)], g[..., t])
         else:
             for t in range(size):
-                _accumulate(nc, acc, g[t])
+                put(nc, acc, g[t])
         if scratch is not None:
             _move(nc, hbm(out), acc)
     return out
