@@ -357,10 +357,18 @@ spec("softmax", "reduction", "torch.softmax({x0}, {dim})", dim_op(grad=True), gr
 spec("log_softmax", "reduction", "torch.log_softmax({x0}, {dim})", dim_op(grad=True), grad=True, fp64_reference=True)
 
 
-# Direct-call specs of _softmax_backward_data / _log_softmax_backward_data (drawn gradients and outputs) are held
-# back until their kernels are fixed; each found a difference from CPU (issue 18's note): on near-overflow
-# gradients along a non-last dim CPU sums g * y in double (at::acc_type<float> on CPU) where the device sums in fp32
-# and overflows to inf/NaN; on denormal float32 inputs the log-softmax backward writes -0.0 where CPU writes +0.0.
+def _softmax_backward(data, dtype):
+    """_softmax_backward_data / _log_softmax_backward_data called directly: a drawn incoming gradient and a drawn
+    forward output (designed values and on-device layouts; autograd's are contiguous, and its outputs finite)."""
+    (x,), params = dim_op()(data, dtype)
+    return [_t(data, tuple(x.shape), dtype), x], params
+
+
+spec("softmax_backward_data", "reduction", "torch.ops.aten._softmax_backward_data({x0}, {x1}, {dim}, {x1}.dtype)",
+     custom(_softmax_backward), fp64_reference=True)
+spec("log_softmax_backward_data", "reduction",
+     "torch.ops.aten._log_softmax_backward_data({x0}, {x1}, {dim}, {x1}.dtype)", custom(_softmax_backward),
+     fp64_reference=True)
 
 
 def _norm_input(data, dtype, min_dims=2):
