@@ -493,7 +493,10 @@ def _linear_read(t: torch.Tensor) -> torch.Tensor | None:
 
 
 class Strides(Mutant):
-    """A non-contiguous (stride-0, transposed, sliced, offset, overlapping) input read linearly."""
+    """A non-contiguous (stride-0, transposed, sliced, offset, overlapping) input read linearly. Where the op
+    writes nothing in place, the kernel's own result is computed too: a call whose result comes out
+    bit-identical all the same counts as ``equivalent`` (``fill.Scalar_out`` and ``zero.out`` read only their
+    input's shape, never its values, so no reading order can change what they write)."""
 
     def run(self, original, keyset, args, kwargs):
         bound = Bound(self.facts.schema, args, kwargs)
@@ -507,7 +510,24 @@ class Strides(Mutant):
                     bound.set(a.name, wrong.to(value.device))
                     changed = True
         self.triggered += changed
-        return original.call_boxed(keyset, *bound.args, **bound.kwargs)
+        if not changed:
+            return original.call_boxed(keyset, *args, **kwargs)
+        clean, refused = None, None
+        views = any(r.alias_info is not None and not r.alias_info.is_write for r in self.facts.schema.returns)
+        if not self.facts.mutable_inputs and not views:  # a view's aliasing is judged too: never equivalent
+            try:
+                clean = _host(original.call_boxed(keyset, *args, **kwargs))
+            except Exception as error:  # noqa: BLE001 - the kernel refuses the real call
+                refused = error
+        try:
+            result = original.call_boxed(keyset, *bound.args, **bound.kwargs)
+        except Exception as error:
+            if refused is not None and type(error) is type(refused) and str(error) == str(refused):
+                self.equivalent += 1  # the mutant refuses the call exactly as the kernel does
+            raise
+        if clean is not None and _bit_equal(_host(result), clean):
+            self.equivalent += 1  # the values read in the wrong order did not change the result
+        return result
 
 
 class IndexClamp(Mutant):

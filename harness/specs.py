@@ -46,6 +46,8 @@ class OpSpec:
     # a sum of products (matmul, convolution, fold): positions whose magnitude bound is beyond the dtype's range
     # or below float32's smallest normal are order/host dependent (harness.compare.OrderDependent)
     sum_of_products: bool = False
+    # dtype -> value domains its design adds to design.design_domains(dtype) (harness.values.SPARSE_DOMAINS)
+    extra_domains: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def render(self, params: dict[str, Any], names: list[str]) -> str:
         """The call text with parameters as Python literals; ``{p:name}`` inserts a string
@@ -335,9 +337,13 @@ for _name, _dtypes in (("sum", EVERY), ("mean", hs.FLOAT_DTYPES), ("amax", NUMER
 spec("prod", "reduction", "torch.prod({x0}, dim={dim}, keepdim={keepdim})",
      reduction(allow_none=False, allow_tuple=False), NUMERIC, tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON,
      fp64_reference=True)
+# any/all: with random values every row's answer is the same whichever of its elements are read (a normal row
+# has no zero, a random bool row of 7 a True and a False), so a kernel reading a strided input in the wrong order
+# passes; sparse and dense values (harness.values.SPARSE_DOMAINS) make a few elements decide each row.
+_DECIDED = {"bool": ("sparse", "dense"), "float32": ("sparse", "dense")}
 for _name in ("any", "all"):
     spec(_name, "reduction", f"torch.{_name}({{x0}}, dim={{dim}}, keepdim={{keepdim}})"
-         , reduction(allow_none=False, allow_tuple=False), EVERY)
+         , reduction(allow_none=False, allow_tuple=False), EVERY, extra_domains=_DECIDED)
 for _name in ("argmax", "argmin"):
     spec(_name, "reduction", f"torch.{_name}({{x0}}, dim={{dim}}, keepdim={{keepdim}})",
          reduction(allow_tuple=False), NUMERIC)
@@ -1147,8 +1153,8 @@ spec("empty_strided", "random", "torch.empty_strided({size}, {stride}, dtype=tor
      EVERY)
 spec("item", "shape", "{x0}.item()", unary(max_dims=0), EVERY)
 
-spec("any_all_elements", "reduction", "torch.any({x0})", unary(), EVERY)
-spec("all_all_elements", "reduction", "torch.all({x0})", unary(), EVERY)
+spec("any_all_elements", "reduction", "torch.any({x0})", unary(), EVERY, extra_domains=_DECIDED)
+spec("all_all_elements", "reduction", "torch.all({x0})", unary(), EVERY, extra_domains=_DECIDED)
 
 
 def _dims_tuple(data, dtype):
@@ -1162,7 +1168,7 @@ def _dims_tuple(data, dtype):
 
 for _name in ("any", "all"):
     spec(f"{_name}_dims", "reduction", f"torch.{_name}({{x0}}, dim={{dim}}, keepdim={{keepdim}})", custom(_dims_tuple),
-         EVERY)
+         EVERY, extra_domains=_DECIDED)
 # The whole-tensor max/min (aten::max, max.unary_out): an empty input is an error on CPU (no identity).
 for _name in ("max", "min"):
     spec(f"{_name}_all_elements", "reduction", f"torch.{_name}({{x0}})", unary(), EVERY)

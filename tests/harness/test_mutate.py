@@ -174,3 +174,15 @@ def test_a_gradient_mutant_is_caught_by_a_module_check():
     assert cases and all(op in c.reached for c in cases)
     outcome = mutate.run_mutant(op, mutate.CLASSES["gradient"], mutate.facts(op, cases), cases, "eager")
     assert outcome.status == "caught" and outcome.killer.startswith("module:nn_GELU train"), outcome.reason
+
+
+def test_a_layout_mutant_of_an_op_that_reads_only_shapes_is_equivalent():
+    """fill.Scalar_out reads only its input's shape: whichever order the mutant reads a transposed input in, the
+    result is bit-identical (counted ``equivalent``); mul.out's result changes (not equivalent)."""
+    x = torch.arange(12.0).reshape(3, 4).to("neuron").t()
+    for op, call, equivalent in (("aten::fill.Scalar_out", lambda: torch.ops.aten.fill.Scalar_out(
+            x, 2.0, out=torch.empty(0, device="neuron")), True), ("aten::mul.out", lambda: torch.mul(x, x), False)):
+        mutant = mutate.CLASSES["layout"].make(op, "layout", _facts(op, ()))
+        with mutate.Planted(mutant):
+            call()
+        assert mutant.triggered == 1 and (mutant.equivalent == 1) is equivalent, op
