@@ -129,6 +129,16 @@ def test_a_promotion_mutant_of_an_out_overload_is_caught_by_the_out_dtype_check(
     assert outcome.status == "caught" and outcome.killer.startswith("contract:neg out_dtype"), outcome.reason
 
 
+@pytest.mark.parametrize("name, op", [("softmax", "aten::_softmax.out"), ("addcdiv", "aten::addcdiv.out")])
+def test_a_float_out_of_another_dtype_catches_a_kernel_computing_in_it(name, op):
+    """The out_dtype check also tries a float out PyTorch's casting allows (float16 for a float32 result):
+    softmax refuses it on CPU (the mutant computes instead); addcdiv computes in float32 and casts, so the
+    mutant's float16 arithmetic differs from the device's own functional result cast, bit for bit."""
+    cases = _contract_cases(name, "out_dtype")
+    outcome = mutate.run_mutant(op, mutate.CLASSES["promotion"], mutate.facts(op, cases), cases, "eager")
+    assert outcome.status == "caught" and outcome.killer.startswith(f"contract:{name} out_dtype"), outcome.reason
+
+
 def test_suite_cases_include_the_opinfo_and_contract_rows(tmp_path):
     from harness import contract, opinfo
     from harness.runner import run_case
