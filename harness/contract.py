@@ -325,15 +325,37 @@ def check_out_device(op, sample, device: str, mode: str = "eager") -> cmp.Compar
 
 def _wrong_dtypes(dtype: torch.dtype) -> list[torch.dtype]:
     """Out dtypes to try for a result of ``dtype``: one PyTorch's casting rules reject (torch.can_cast is
-    False: long for a floating result, bool for an integral one), and for an integral result float32,
-    which casting allows but ops with an exact out dtype (neg, bitwise ops, ...) reject on CPU."""
-    if dtype.is_floating_point or dtype.is_complex:
+    False: long for a floating result, bool for an integral one), and one casting allows but ops with an exact
+    out dtype (neg, bitwise ops, softmax, reductions with a dim, ...) reject on CPU: float32 for an integral
+    result, another float for a floating one (float16 for float32 and bfloat16, bfloat16 for float16, float32 for
+    float64). A kernel that computes in the out tensor's dtype instead of refusing it (or instead of computing in
+    the inputs' and casting) is seen only by the second: given a long out it fails as the refusal would."""
+    if dtype.is_complex:
         return [torch.long]
+    if dtype.is_floating_point:
+        other = {torch.float32: torch.float16, torch.bfloat16: torch.float16, torch.float16: torch.bfloat16,
+                 torch.float64: torch.float32}.get(dtype)
+        return [torch.long] + ([other] if other is not None else [])
     return [torch.bool, torch.float32] if dtype != torch.bool else [torch.long]
 
 
+def _cast_bits_equal(actual: torch.Tensor, functional: torch.Tensor) -> bool:
+    """Whether ``actual`` holds ``functional`` cast to its dtype bit for bit (NaN payloads aside)."""
+    want = functional.to(actual.dtype).cpu()
+    got = actual.detach().cpu()
+    if got.shape != want.shape:
+        return False
+    if not got.dtype.is_floating_point:
+        return torch.equal(got, want)
+    nan = torch.isnan(got)
+    if not torch.equal(nan, torch.isnan(want)):
+        return False
+    view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[got.element_size()]
+    return torch.equal(got[~nan].view(view), want[~nan].view(view))
+
+
 def check_out_dtype(op, sample, device: str, mode: str = "eager") -> cmp.Comparison:
-    cpu, _, moved = _functional(op, sample, device, "eager")
+    cpu, dev, moved = _functional(op, sample, device, "eager")
     if cpu.error is not None or _tensors(cpu.value) is None:
         return _skip("the functional variant raises on CPU or returns no tensors")
     expected = _tensors(cpu.value)
@@ -351,8 +373,17 @@ def check_out_dtype(op, sample, device: str, mode: str = "eager") -> cmp.Compari
         if errors is not None:
             result = result.merge(errors)
             continue
+        # PyTorch's out= rule for most ops: the result is computed in its own dtype, then cast into out (cumsum
+        # and sum compute in out's dtype instead). Where CPU's out is its functional result cast bit for bit, the
+        # device's must be its own functional result cast (CPU's differs by a reduction's summation order): a
+        # kernel computing in the out dtype lands within the tolerance above, but not bit for bit here.
+        functional = _tensors(dev.value) if dev.error is None and not opinfo.is_random(op, sample) else None
         for i, (d, c) in enumerate(zip(dev_outs, cpu_outs)):
             result = result.merge(_compare(d, c, device, f"out[{i}] ({names}, CPU accepts it)"))
+            if functional is not None and i < len(functional) and _cast_bits_equal(c, expected[i]) \
+                    and not _cast_bits_equal(d, functional[i]):
+                result = result.merge(cmp.Comparison(False, f"out[{i}] ({names}, CPU accepts it): not the "
+                                                            f"device's functional result cast to {names} bit for bit"))
     return result
 
 

@@ -85,7 +85,13 @@ def _family(dtype: str) -> str:
     return "float" if dtype in hs.FLOAT_DTYPES else "bool" if dtype == "bool" else "int"
 
 
-def _greedy(dtypes: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
+def _domains(spec: OpSpec, dtype: str) -> tuple[str, ...]:
+    """The value domains designed for ``dtype`` in ``spec``: the dtype's own and the spec's extra ones."""
+    return design_domains(dtype) + spec.extra_domains.get(dtype, ())
+
+
+def _greedy(dtypes: tuple[str, ...], extra: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> \
+        list[tuple[str, str, str, str]]:
     """A covering design, greedily (AETG-style): one row per (dtype, domain) pair, each row's
     (layout, size) chosen to cover the most pairs not yet covered among (dtype, layout),
     (dtype, size), (domain, layout), (domain, size) and (layout, size); then rows for any
@@ -94,7 +100,7 @@ def _greedy(dtypes: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
     over all four axes needs at least |domains| x |layouts| = 91 rows for an all-dtype op, about
     20,000 cases for the table: more than the quick budget; see docs/architecture.md.)
     Integer dtypes share their layouts and sizes as a family (int8 and int64 take the same
-    strided paths), so each integer dtype gets its three domains."""
+    strided paths), so each integer dtype gets its three domains. ``extra``: (dtype, domains) a spec adds."""
     choices = [(lay, size) for lay in LAYOUTS for size in SIZE_CLASSES if _layout_fits(lay, size)]
     covered: set[tuple] = set()
     rows: list[tuple[str, str, str, str]] = []
@@ -108,9 +114,16 @@ def _greedy(dtypes: tuple[str, ...]) -> list[tuple[str, str, str, str]]:
         rows.append((dtype, domain, layout, size))
         covered.update(pairs(dtype, domain, layout, size))
 
+    more = dict(extra)
+    # A spec's extra domain is there to show which elements a kernel reads: its rows take the layouts whose
+    # storage holds elements outside the view or repeats them (a whole-tensor reduction reads the same elements of a
+    # transposed or expanded tensor in any order; an offset one is contiguous), then transposed (a reduction along a
+    # dim reads other rows).
+    reads = [c for lay in ("sliced", "overlapping", "transposed") for c in choices if c[0] == lay]
     for dtype in dtypes:
-        for domain in design_domains(dtype):
-            best = max(choices, key=lambda c: (len(pairs(dtype, domain, *c) - covered), -choices.index(c)))
+        for domain in design_domains(dtype) + more.get(dtype, ()):
+            options = reads if domain in more.get(dtype, ()) else choices
+            best = max(options, key=lambda c: (len(pairs(dtype, domain, *c) - covered), -options.index(c)))
             add(dtype, domain, *best)
     for dtype in dtypes:
         key = dtype if _family(dtype) == "float" else _family(dtype)
@@ -130,7 +143,7 @@ def design(name: str) -> tuple[Cell, ...]:
     """The designed cells of op spec ``name`` (deterministic: the same cells every run)."""
     spec = SPECS[name]
     cells, seen = [], {}
-    for dtype, domain, layout, size in _greedy(tuple(spec.dtypes)):
+    for dtype, domain, layout, size in _greedy(tuple(spec.dtypes), tuple(spec.extra_domains.items())):
         edges = SIZE_EDGES[size]
         n = seen.get(size, 0)
         seen[size] = n + 1
@@ -276,7 +289,7 @@ def required_cells(spec: OpSpec) -> set[tuple[str, str]]:
     probe = designed_case(spec, design(spec.name)[0])
     if cells_of(probe).domain == NO_TENSOR:
         return {(dtype, NO_TENSOR) for dtype in spec.dtypes}
-    return {(dtype, domain) for dtype in spec.dtypes for domain in design_domains(dtype)}
+    return {(dtype, domain) for dtype in spec.dtypes for domain in _domains(spec, dtype)}
 
 
 def realized(spec: OpSpec) -> dict[str, set]:

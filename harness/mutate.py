@@ -551,18 +551,37 @@ def _linear_read(t: torch.Tensor) -> torch.Tensor | None:
     return None if torch.equal(values, t.detach().cpu().contiguous()) else values
 
 
+def _other_values(t: torch.Tensor) -> list[torch.Tensor]:
+    """``t`` with other values in every storage element it can read, in the same size, strides and offset: all
+    zero (False), and each value v as 3v + 1 (its negation, for bool). A result the same for both and for ``t``
+    reads none of its values (any() of normal values is True for ``t`` and 3t + 1, not for zeros)."""
+    total = t.untyped_storage().nbytes() // t.element_size()
+    host = t.as_strided((total,), (1,), 0).detach().cpu()
+    others = [torch.zeros_like(host), ~host if host.dtype == torch.bool else host * 3 + 1]
+    return [o.to(t.device).as_strided(t.size(), t.stride(), t.storage_offset()) for o in others]
+
+
+_UNKNOWN = object()
+
+
 class Strides(Mutant):
-    """A non-contiguous (stride-0, transposed, sliced, offset, overlapping) input read linearly."""
+    """A non-contiguous (stride-0, transposed, sliced, offset, overlapping) input read linearly. Where the op
+    writes nothing in place and returns no view, a call counts as ``equivalent`` when the kernel's result does
+    not depend on the values of the inputs read wrongly at all: given other values in them (same layout; see
+    _other_values), it is bit-identical (``fill.Scalar_out`` and ``zero.out`` read only their input's shape). A result that merely
+    happened not to change under the wrong reading order (any() of a sliced tensor whose stray elements are
+    zero) is not equivalent: another input would show the bug."""
 
     def run(self, original, keyset, args, kwargs):
         bound = Bound(self.facts.schema, args, kwargs)
-        changed = False
+        in_place = False
         strided_self = any(not t.is_contiguous() for a, v in bound.items() if _mutable(a) and not a.is_out
                            for t in _device_tensors(v))
         shadow = _shadow(original, keyset, bound) if strided_self else None
+        changed: list[str] = []
         for a, value in list(bound.items()):
             if _mutable(a) and not a.is_out:
-                changed |= _break_in_place(value, _linear_read)  # an in-place kernel reading its self linearly
+                in_place |= _break_in_place(value, _linear_read)  # an in-place kernel reading its self linearly
                 continue
             if not _is_tensor_type(a.type) or _mutable(a):
                 continue
@@ -570,26 +589,53 @@ class Strides(Mutant):
                 wrong = _linear_read(value)
                 if wrong is not None:
                     bound.set(a.name, wrong.to(value.device))
-                    changed = True
-        # an op that writes nothing can be called twice: its result from the real strides, to tell an equivalent
-        # break (_local_scalar_dense reads the element at the offset, where a linear read starts too)
-        clean = None
-        if changed and not self.facts.mutable_inputs:
-            try:
-                clean = _host(original.call_boxed(keyset, *args, **kwargs))
-            except Exception:  # noqa: BLE001 - the real strides are rejected too: nothing to compare
-                clean = None
+                    changed.append(a.name)
+        self.triggered += bool(changed) or in_place
+        if not changed and not in_place:
+            return original.call_boxed(keyset, *args, **kwargs)
+        views = any(r.alias_info is not None and not r.alias_info.is_write for r in self.facts.schema.returns)
+        refused: Any = _UNKNOWN  # what the real call did: _UNKNOWN (not made), None (returned), or its error
+        if changed and not self.facts.mutable_inputs and not views:  # a view's aliasing is judged too
+            refused = self._count_equivalent(original, keyset, args, kwargs, changed)
         try:
             result = original.call_boxed(keyset, *bound.args, **bound.kwargs)
-        except Exception:
-            self.rejected += changed
+        except Exception as error:
+            self.rejected += 1
+            if refused is _UNKNOWN or (refused is not None and type(error) is type(refused)
+                                       and str(error) == str(refused)):
+                self.triggered -= 1  # refused (as the kernel refuses it): the break never reached a value
             raise
-        self.triggered += changed
-        if changed and clean is not None and _bit_equal(_host(result), clean):
-            self.equivalent += 1
-        elif changed and shadow is not None and _bit_equal(_host(_written(bound, result)), shadow):
+        if in_place and shadow is not None and _bit_equal(_host(_written(bound, result)), shadow):
             self.equivalent += 1  # fill_ overwrites its self without reading it
         return result
+
+    def _count_equivalent(self, original, keyset, args, kwargs, changed: list[str]) -> Exception | None:
+        """Count the call ``equivalent`` when the kernel's result reads none of the values of the inputs read
+        wrongly (see the class docstring); returns the error the kernel raises on the real call, if any."""
+        try:
+            clean = _host(original.call_boxed(keyset, *args, **kwargs))
+        except Exception as error:  # noqa: BLE001 - the kernel refuses the real call
+            return error
+        given = {a.name: v for a, v in Bound(self.facts.schema, args, kwargs).items()}
+        read = {n for n, v in given.items() if isinstance(v, torch.Tensor) and v.numel() > 1
+                and n not in self._written()}  # one element has no reading order to get wrong
+        try:
+            # only where every tensor it reads was read wrongly: a result that ignores the values of a
+            # strided input (avg-pool backward's ``self``) may still read another one (grad_output),
+            # which no case gave strided: a coverage gap, not an equivalent mutant
+            same = read <= set(changed)
+            for k in range(2):
+                probe = Bound(self.facts.schema, args, kwargs)
+                for name in changed:
+                    probe.set(name, _other_values(given[name])[k])
+                same = same and _bit_equal(_host(original.call_boxed(keyset, *probe.args, **probe.kwargs)), clean)
+            self.equivalent += same  # the result reads none of those inputs' values
+        except Exception:  # noqa: BLE001 - a refused probe proves nothing: not equivalent
+            pass
+        return None
+
+    def _written(self) -> set[str]:
+        return {a.name for a in self.facts.schema.arguments if _mutable(a)}
 
 
 class IndexClamp(Mutant):

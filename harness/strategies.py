@@ -22,7 +22,7 @@ from typing import Iterator, Sequence
 
 from hypothesis import strategies as st
 
-from harness.values import FLOAT_DOMAINS, INT_DOMAINS, LAYOUTS, TensorSpec, layout_applies
+from harness.values import FLOAT_DOMAINS, INT_DOMAINS, LAYOUTS, SPARSE_DOMAINS, TensorSpec, layout_applies
 
 
 @dataclass(frozen=True)
@@ -54,6 +54,8 @@ def target() -> Target | None:
 
 def domain_applies(domain: str, dtype: str) -> bool:
     """A value domain is drawn for a dtype that can hold it (NaN and -0.0 need a float)."""
+    if domain in SPARSE_DOMAINS:
+        return True
     if dtype == "bool":
         return domain == "bool"
     if dtype in FLOAT_DTYPES or dtype in ("float64", "complex64"):

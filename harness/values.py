@@ -27,6 +27,11 @@ WRITABLE_LAYOUTS = ("contiguous", "transposed", "sliced", "offset", "channels_la
 FLOAT_DOMAINS = ("normal", "uniform", "unit", "positive", "extremes", "signed_zero", "special", "denormal",
                  "near_overflow", "tails", "near_zero", "negative")
 INT_DOMAINS = ("small_int", "int_edges", "uniform")
+# Domains of any dtype that an op spec's design may add (OpSpec.extra_domains): sparse, one element in 32 (at least
+# one) nonzero (True), the rest zero (False); dense, one in 32 zero (False). An any/all answer, of a row or of the
+# whole tensor, is then decided by a few elements, so reading the wrong ones (a stride ignored) changes it, where
+# with random values every answer is the same whichever elements are read.
+SPARSE_DOMAINS = ("sparse", "dense")
 # What the edge domains are for (the designed coverage draws each in every float dtype):
 # near_overflow: within a factor 2 of the dtype's largest finite value (sums, squares, exp overflow);
 # tails: |x| in [10, 40], the saturation regions of sigmoid/tanh/erf/exp; near_zero: |x| in
@@ -131,6 +136,17 @@ def base_values(spec: TensorSpec) -> torch.Tensor:
     shape = base_shape(spec.shape, spec.layout)
     g = torch.Generator().manual_seed(spec.seed)
     n = _numel(shape)
+    if spec.domain in SPARSE_DOMAINS:
+        hit = torch.zeros(n, dtype=torch.bool)
+        hit[torch.randperm(n, generator=g)[:max(1, n // 32)]] = True
+        hit = hit.reshape(shape)
+        nonzero = hit if spec.domain == "sparse" else ~hit
+        if dtype == torch.bool:
+            return nonzero
+        magnitude = torch.randint(1, 10, shape, generator=g) if not dtype.is_floating_point else \
+            torch.randn(shape, generator=g, dtype=torch.float64).abs() + 0.5
+        signed = torch.where(torch.rand(shape, generator=g) < 0.5, -magnitude, magnitude)
+        return torch.where(nonzero, signed, torch.zeros_like(signed)).to(dtype)
     if dtype == torch.bool:
         return (torch.rand(shape, generator=g) > 0.5)
     if spec.domain.startswith("index:"):  # indices into a dim of size N: [-N, N) or, with "+", [0, N)

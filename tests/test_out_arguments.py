@@ -152,3 +152,27 @@ def test_batch_norm_out_in_evaluation_leaves_the_saved_statistics_alone(shape):
                                                  out=outs[0], save_mean=outs[1], save_invstd=outs[2])
         results.append([(tuple(o.shape), o.cpu().tolist()) for o in outs[1:]])
     assert results[0] == results[1]
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, o: torch.mm(x, x, out=o),
+    lambda x, o: torch.addmm(x, x, x, out=o),
+    lambda x, o: torch.bmm(x[None], x[None], out=o),
+    lambda x, o: torch.baddbmm(x[None], x[None], x[None], out=o),
+    lambda x, o: torch.where(x > 0, x, x, out=o),
+    lambda x, o: torch.ops.aten.avg_pool2d.out(x[None], 2, out=o),
+    lambda x, o: torch.ops.aten.avg_pool3d.out(x[None, None], 1, out=o),
+    lambda x, o: torch.ops.aten.native_batch_norm.out(x[None], None, None, None, None, True, 0.1, 1e-5, out=o,
+                                                     save_mean=torch.empty(0, device=x.device),
+                                                     save_invstd=torch.empty(0, device=x.device)),
+], ids=["mm", "addmm", "bmm", "baddbmm", "where", "avg_pool2d", "avg_pool3d", "native_batch_norm"])
+@pytest.mark.parametrize("out_dtype", [torch.float16, torch.float64], ids=str)
+def test_exact_out_dtype_ops_refuse_another_float(call, out_dtype):
+    """These ops' out= must have the result's dtype exactly, even where casting would allow it (ATen's generated
+    out= wrappers and explicit checks). The old device kernels cast float32 results into a float16 or float64
+    out instead of raising (found by the contract's out_dtype check once it tried a castable float)."""
+    outcomes = []
+    for dev in ("cpu", DEV):
+        x = torch.randn(4, 4, device=dev)
+        outcomes.append(_outcome(lambda: call(x, torch.empty(0, dtype=out_dtype, device=dev))))
+    assert outcomes == ["RuntimeError", "RuntimeError"], outcomes

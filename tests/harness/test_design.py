@@ -80,3 +80,16 @@ def test_store_answers_which_cells_ran(tmp_path):
     assert len(cells) == 5 and all(c["designed"] == 1 and c["verdicts"] == {"pass": 1} for c in cells)
     assert {(c["dtype"], c["domain"], c["layout"]) for c in cells} == {
         (d.cell.dtype, d.cell.domain, d.cell.layout) for d in design.cases("neg")[:5]}
+
+
+def test_extra_domains_decide_any_and_all_on_strided_layouts():
+    """any/all add sparse and dense values (a few elements decide each answer) on layouts whose storage holds
+    other elements (harness.values.SPARSE_DOMAINS): a kernel that ignores the strides then reads other ones."""
+    from harness.values import TensorSpec, base_values
+
+    extra = [c for c in design.design("any") if c.domain in ("sparse", "dense")]
+    assert {(c.dtype, c.domain) for c in extra} == {(d, m) for d in ("bool", "float32") for m in ("sparse", "dense")}
+    assert all(c.layout in ("sliced", "overlapping", "transposed") for c in extra)
+    sparse = base_values(TensorSpec((4, 40), "float32", "contiguous", "sparse", 3))
+    dense = base_values(TensorSpec((4, 40), "bool", "contiguous", "dense", 3))
+    assert int((sparse != 0).sum()) == 5 and int((~dense).sum()) == 5

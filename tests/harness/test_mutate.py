@@ -8,7 +8,6 @@ import torch
 import torch.nn.functional as F
 
 from harness import design, mutate
-from harness.specs import SPECS
 
 
 def _cases(*names):
@@ -130,6 +129,16 @@ def test_a_promotion_mutant_of_an_out_overload_is_caught_by_the_out_dtype_check(
     assert outcome.status == "caught" and outcome.killer.startswith("contract:neg out_dtype"), outcome.reason
 
 
+@pytest.mark.parametrize("name, op", [("softmax", "aten::_softmax.out"), ("addcdiv", "aten::addcdiv.out")])
+def test_a_float_out_of_another_dtype_catches_a_kernel_computing_in_it(name, op):
+    """The out_dtype check also tries a float out PyTorch's casting allows (float16 for a float32 result):
+    softmax refuses it on CPU (the mutant computes instead); addcdiv computes in float32 and casts, so the
+    mutant's float16 arithmetic differs from the device's own functional result cast, bit for bit."""
+    cases = _contract_cases(name, "out_dtype")
+    outcome = mutate.run_mutant(op, mutate.CLASSES["promotion"], mutate.facts(op, cases), cases, "eager")
+    assert outcome.status == "caught" and outcome.killer.startswith(f"contract:{name} out_dtype"), outcome.reason
+
+
 def test_suite_cases_include_the_opinfo_and_contract_rows(tmp_path):
     from harness import contract, opinfo
     from harness.runner import run_case
@@ -226,3 +235,15 @@ def test_a_break_of_what_an_in_place_kernel_only_overwrites_is_equivalent():
         x.fill_(torch.tensor(3.0, device="neuron"))
     assert x.cpu().tolist() == [3.0, 3.0, 3.0]
     assert mutant.triggered == 1 and mutant.equivalent == 1
+
+
+def test_a_layout_mutant_of_an_op_that_reads_only_shapes_is_equivalent():
+    """fill.Scalar_out reads only its input's shape: whichever order the mutant reads a transposed input in, the
+    result is bit-identical (counted ``equivalent``); mul.out's result changes (not equivalent)."""
+    x = torch.arange(12.0).reshape(3, 4).to("neuron").t()
+    for op, call, equivalent in (("aten::fill.Scalar_out", lambda: torch.ops.aten.fill.Scalar_out(
+            x, 2.0, out=torch.empty(0, device="neuron")), True), ("aten::mul.out", lambda: torch.mul(x, x), False)):
+        mutant = mutate.CLASSES["layout"].make(op, "layout", _facts(op, ()))
+        with mutate.Planted(mutant):
+            call()
+        assert mutant.triggered == 1 and (mutant.equivalent == 1) is equivalent, op

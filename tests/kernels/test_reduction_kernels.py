@@ -490,6 +490,33 @@ def test_softmax_special_values_and_variants():
         check(_grad(lambda t: torch.softmax(t, 0)), cpu, neuron_args=(dev,))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("shape, dim", [((127, 1), 0), ((3, 5, 17), 1)], ids=str)
+def test_softmax_backward_sums_in_a_fused_chain_along_other_dims(shape, dim, dtype):
+    """Along a dim that is not the last, CPU's _vec_softmax_backward accumulates sum(g * y) as
+    ``sum = fma(g, y, sum)`` column after column where its kernels fuse (cpu_host.fused_multiply_add): a product
+    beyond float's range stays exact inside the multiply-add, so the sum ends +-inf, never inf - inf = NaN (drawn
+    case of the direct _softmax_backward_data spec: 127 NaN on the old device kernel, whose products were rounded
+    to fp32 first). Rounding each product separately also moves float32 sums an ulp: the bits must agree."""
+    g = values(shape, torch.float32, "unit", seed=4) * 3e38
+    y = values(shape, torch.float32, "unit", seed=5).abs() * 3
+    g, y = g.to(dtype), y.to(dtype)
+    check(lambda a, b: A._softmax_backward_data(a, b, dim, dtype), g, y)
+    check(lambda a, b: A._softmax_backward_data(a, b, dim, dtype), values(shape, dtype, seed=6),
+          torch.softmax(values(shape, torch.float32, seed=7), dim).to(dtype), tol=(0.0, 0.0))
+
+
+@pytest.mark.parametrize("shape, dim", [((5, 1, 7), 1), ((40, 1), 1), ((1, 40), 0)], ids=str)
+def test_log_softmax_backward_is_one_fused_step(shape, dim):
+    """CPU's log_softmax backward forms g - exp(y) * sum(g) with one rounding (vec::fmadd, contracted) where
+    its kernels fuse: along a dim of size 1, with g the smallest denormal and exp(y) > 1, the exact result is a negative below half a
+    denormal, so CPU writes -0.0 where rounding the product first gives g - g = +0.0 (designed case
+    log_softmax_backward_data-float32-denormal-offset-2047: 72 zeros of the wrong sign on the old kernel)."""
+    g = torch.full(shape, 1.401298464324817e-45)
+    y = values(shape, torch.float32, "unit", seed=8).abs() * 0.3
+    check(lambda a, b: A._log_softmax_backward_data(a, b, dim, torch.float32), g, y)
+
+
 def test_softmax_long_rows_stream():
     # rows too long to stay in SBUF take the one-pass running max/sum; whole chunks of -inf first must not
     # turn the running sum into nan
@@ -1037,3 +1064,14 @@ def test_var_mean_float32_mean_after_an_infinity_is_nan(name, dim, pos):
     x[1, pos] = INF
     x[2, pos], x[2, 0] = -INF, INF
     check(lambda t: getattr(torch, name)(t, dim=dim), x, tol=sum_tol(129))
+
+
+@pytest.mark.parametrize("fn", [torch.std, torch.var], ids=["std", "var"])
+@pytest.mark.parametrize("out_dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_var_std_out_of_a_narrower_float_reduce_in_its_dtype(fn, out_dtype):
+    """ATen's std_var_out reduces in out's dtype (make_reduction casts self to it), so a float16 out of a float32
+    input holds the statistic of the float16-rounded values; the old kernel rounded the float32 statistic
+    (1 ULP apart on 5x5x5 normal values, within float16's tolerance: found by the contract's castable-float
+    out_dtype check)."""
+    x = values((5, 5, 5), torch.float32)
+    check(lambda t: fn(t, 1, out=torch.empty(0, dtype=out_dtype, device=t.device)), x, tol=(0.0, 0.0))

@@ -564,6 +564,28 @@ def test_adaptive_pool_many_planes():
     check(_grads(lambda x: F.adaptive_max_pool2d(x, (2, 4)), 1), x, values((1, 130, 2, 4), torch.float32, seed=5))
 
 
+@pytest.mark.parametrize("shape, osize", [((1, 2, 2, 2, 1024), (2, 2, 1024)), ((1, 1, 4, 4, 4094), (2, 2, 2047)),
+                                          ((1, 1, 3, 40, 50), (3, 40, 50)), ((1, 1, 1, 1, 9000), (1, 1, 3))], ids=str)
+def test_adaptive_max_pool3d_tiles_long_planes(shape, osize):
+    """A long plane is cut into boxes along every axis (and the backward streams its output plane): the old
+    kernel cut only the outermost axis, and its three stages' tiles overflowed SBUF on a 2 x 2 x 1024 plane
+    (designed case of adaptive_max_pool3d_backward, worked around in its spec by 1 x 1 x 2049 planes)."""
+    x = values(shape, torch.float32)
+    x.view(-1)[::5] = 0.25  # ties: the first maximum's index
+    x.view(-1)[3::97] = float("nan")
+    g = values((shape[0], shape[1]) + osize, torch.float32, seed=5)
+    check(lambda t: F.adaptive_max_pool3d(t, osize, return_indices=True), x)
+    check(_grads(lambda t: F.adaptive_max_pool3d(t, osize), 1), x, g)
+
+
+def test_adaptive_max_pool_backward_rejects_a_cotangent_unlike_the_indices():
+    """CPU's kernel (not its meta function) raises when grad_output's sizes differ from the indices'; the old
+    device kernel raised only by accident (its DMA of mismatched shapes), the tiled one must check."""
+    x = values((1, 2, 4, 16), torch.float32)
+    idx = F.adaptive_max_pool2d(x, (2, 8), return_indices=True)[1]
+    check(lambda g, t, i: torch.ops.aten.adaptive_max_pool2d_backward(g, t, i), values((1, 2, 2, 7), torch.float32), x, idx)
+
+
 def test_adaptive_pool_backward_channels_last():
     f32 = torch.float32
     x = values((2, 5, 9, 7), f32).contiguous(memory_format=CL)

@@ -131,10 +131,10 @@ def _batch_norm(x, w, b, rm, rv, training: bool, momentum: float, eps: float, ou
         save_mean, save_invstd = new_output(stat_shape, sdtype, x), new_output(stat_shape, sdtype, x)
     else:
         out, save_mean, save_invstd = outs
-        check_out(out, tuple(x.shape), x.dtype, [x])
+        check_out(out, tuple(x.shape), x.dtype, [x], exact_dtype=True)  # CPU: "expected scalar type ..."
         if training:  # in evaluation CPU's out= kernel leaves save_mean/save_invstd as they were given
-            check_out(save_mean, stat_shape, sdtype, [x])
-            check_out(save_invstd, stat_shape, sdtype, [x])
+            check_out(save_mean, stat_shape, sdtype, [x], exact_dtype=True)
+            check_out(save_invstd, stat_shape, sdtype, [x], exact_dtype=True)
     count = x.numel() // c
     spatial = list(x.shape[2:])
     ks = {}

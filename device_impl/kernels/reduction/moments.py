@@ -277,6 +277,10 @@ def _var_std(name: str, take_sqrt: bool, a: dict, out: torch.Tensor | None) -> t
         out = new_output(shape, x.dtype, x)
     else:
         check_out(out, shape, x.dtype, [x])
+        if out.dtype != x.dtype and out.dtype.is_floating_point:
+            # ATen's std_var_out reduces in out's dtype (make_reduction casts self to it): a float16 out of a
+            # float32 input is the variance of the float16-rounded values, not the float32 variance rounded
+            x = x.to(out.dtype)
     _var_kernel(name, x, dims, correction, take_sqrt, out, None)
     return out
 

@@ -7,7 +7,11 @@ pass), then the output scaled by 1 / sum on whichever of ScalarE / VectorE frees
 (log_softmax: (x - max) - log(sum)). Longer rows stream twice: a running max and a rescaled
 running sum in one pass (``_online_max_sum``), then the output pass. _safe_softmax gives 0 for
 rows of only -inf. The gradients take one pass for the row sum (softmax: sum(g * y);
-log_softmax: sum(g)) and one for the result.
+log_softmax: sum(g)) and one for the result. Their multiply-adds round as CPU's (``common.fma32``, the
+host's rule): softmax along a dim that is not the last sums g * y one column after another as ATen's
+``_vec_softmax_backward`` does, ``sum = fma(g, y, sum)`` (so a product beyond float's range cannot make an
+inf - inf NaN there); log_softmax forms ``g - exp(y) * sum`` as one fused step (its zero signs are the
+exact result's: -0.0 where it is a negative below half the smallest denormal). Both run on GpSimd.
 
 Under adaptive eager softmax and log_softmax are queued as a ``tiles.RowKernel``, whose input
 tiles device_impl.eager may compute from the launches producing them.
@@ -23,10 +27,10 @@ import torch
 from device_impl.dispatch.table import HOOKS
 from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import FP32, numpy_dtype
-from device_impl.kernels.common import SCALAR_TYPE_NAMES, check_out, hbm, new_output
+from device_impl.kernels.common import SCALAR_TYPE_NAMES, check_out, fma32, hbm, new_output
 from device_impl.kernels.reduction.tiles import (
-    BOOL, RowKernel, Source, _Block, _FLOATS, _Grid, _QueuedRowKernel, _blocks, _combine, _kernel, _memset, _refuse,
-    _row_reduce, _row_scalar, _wrap,
+    BOOL, RowKernel, Source, _Block, _FLOATS, _FMA_STEPS, _Grid, _QueuedRowKernel, _blocks, _combine, _kernel,
+    _memset, _refuse, _row_reduce, _row_scalar, _wrap,
 )
 
 
@@ -240,12 +244,19 @@ def _softmax_backward(name: str, log: bool, a: dict, out_name: str) -> torch.Ten
         return out
     g = _along(grad, dim, [grad, y, out])
     G, Y, O = g.kr
+    # ATen's softmax_backward_cpu_out: the last dim (a 0-dim tensor is viewed as [1]) takes the lastdim kernel,
+    # whose sum of g * y is a vector reduction; any other dim _vec_softmax_backward's column-by-column fma chain
+    chained = not log and dim != max(grad.dim(), 1) - 1
     with launch(name, out.device.index) as nc:
         for blk in _blocks(nc, g, [G, Y]):
             p = blk.p
             total = _row_scalar(nc, p)  # softmax: sum(g * y); log_softmax: sum(g)
             for j, (_, (tg, ty)) in enumerate(blk.each(0, 1)):
                 mark = nc.mark()
+                if chained:
+                    _fma_chain(nc, total, tg, ty, first=j == 0)
+                    nc.release_to(mark)
+                    continue
                 part = total if j == 0 else _row_scalar(nc, p)
                 if log:
                     nc.vector.tensor_reduce(part, tg, "add", dtype=FP32)
@@ -260,10 +271,9 @@ def _softmax_backward(name: str, log: bool, a: dict, out_name: str) -> torch.Ten
                 mark = nc.mark()
                 res = nc.sbuf_tile(tg.shape, O.dtype)
                 tmp = nc.sbuf_tile(tg.shape, FP32)
-                if log:  # g - exp(y) * sum(g)
+                if log:  # g - exp(y) * sum, one fused rounding as CPU's vectorized loop
                     nc.scalar.activation(tmp, ty, "exp")
-                    nc.vector.tensor_tensor(tmp, tmp, total, "multiply", dtype=FP32)
-                    nc.vector.tensor_tensor(res, tg, tmp, "subtract", dtype=FP32)
+                    _fnma_rows(nc, res, tmp, total, tg)
                 else:  # y * (g - sum(g * y))
                     nc.vector.tensor_tensor(tmp, tg, total, "subtract", dtype=FP32)
                     nc.vector.tensor_tensor(res, ty, tmp, "multiply", dtype=FP32)
@@ -271,6 +281,30 @@ def _softmax_backward(name: str, log: bool, a: dict, out_name: str) -> torch.Ten
                 nc.release_to(mark)
             nc.release(total)
     return out
+
+
+def _fma_chain(nc, total: Tile, tg: Tile, ty: Tile, first: bool) -> None:
+    """total = fma(g[:, c], y[:, c], total) for each column c in order (from 0 when ``first``), on GpSimd: the
+    sum of g * y as _vec_softmax_backward accumulates it, each product exact inside its multiply-add."""
+
+    def program(acc, g_, y_, *prev):
+        s = np.zeros((g_.shape[0], 1), np.float32) if first else prev[0].astype(np.float32)
+        for c in range(g_.shape[1]):
+            s = fma32(g_[:, c:c + 1], y_[:, c:c + 1], s)
+        acc[...] = s
+
+    nc.gpsimd.run("softmax_backward_fma", program, (total,), (tg, ty) + (() if first else (total,)),
+                  elements=tg.data.size, factor=_FMA_STEPS)
+
+
+def _fnma_rows(nc, out: Tile, e: Tile, total: Tile, tg: Tile) -> None:
+    """out = g - e * total ([p, 1] per-row total) rounded once, on GpSimd (no fixed-function engine fuses)."""
+
+    def program(o, e_, s_, g_):
+        o[...] = fma32(-e_, np.broadcast_to(s_, e_.shape), g_)
+
+    nc.gpsimd.run("log_softmax_backward_fma", program, (out,), (e, total, tg), elements=e.data.size,
+                  factor=_FMA_STEPS)
 
 
 @_kernel("aten::_softmax_backward_data.out", serves=("aten::_softmax_backward_data",))

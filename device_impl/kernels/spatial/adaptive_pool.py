@@ -2,8 +2,9 @@
 runs 1-d adaptive pooling as 2-d.
 
 Tiling: planes (batch x channel, <= 128) on partitions, each plane's [A*B*C] positions (C innermost) along the
-free axis, resident in SBUF; the outermost spatial axis is cut into blocks of outputs whose input rows fit
-the budget (``_adaptive_blocks``).
+free axis. Max pooling cuts every spatial axis into blocks of outputs (``_adaptive_boxes``) so that a box's
+input and every stage's output fit the budget (a long 2 x 2 x 1024 plane is cut along C too); average pooling
+cuts the outermost axis (``_adaptive_blocks``). The max backward streams the output plane in chunks.
 
 Max: separable window stages on VectorE. A stage reduces the innermost axis: ``in[:, c::C]`` (one strided
 free-dim access) for every c of output o's window, and writes the result as the contiguous block
@@ -16,6 +17,8 @@ on GpSimd as numpy programs with CPU's roundings.
 """
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import torch
@@ -74,6 +77,8 @@ def _stage_max(nc, src, src_idx, n_in, windows, np_, L, index_step, index_base=0
             nc.vector.tensor_tensor(gt, gt, nan, "logical_or")
             nc.vector.select(blk, gt, v, blk)
             nc.vector.select(iblk, gt, cand, iblk)
+    for scratch in (cand, nan, gt):
+        nc.release(scratch)
     return out, idx
 
 
@@ -90,34 +95,59 @@ def _adaptive_blocks(isize: int, osize: int, inner: int, budget: int = 6144):
     return blocks
 
 
+MAX_BOX = 4096  # elements per partition of a max-pooling box's input and of each stage's output
+
+
+def _adaptive_boxes(ins, outs, axes, budget: int = MAX_BOX):
+    """Per axis of ``axes`` (outermost first), output ranges whose boxes fit ``budget`` elements per partition:
+    the product over the axes of each range's extent, the larger of its input rows and its outputs (a stage's
+    tiles hold the outputs of its axis times the inputs of the others). The outer axes are first given their
+    least extent (one output: its longest window) and each axis, innermost first, grows its ranges into what is
+    left; where even the least extents exceed the budget (windows longer than it), one output per range."""
+
+    def extent(a: int, o0: int, o1: int) -> int:
+        return max(_adaptive_end(o1 - 1, outs[a], ins[a]) - _adaptive_start(o0, outs[a], ins[a]), o1 - o0)
+
+    least = {a: max(extent(a, o, o + 1) for o in range(outs[a])) for a in axes}
+    plan: dict[int, list[tuple[int, int]]] = {}
+    inner = 1
+    for i in range(len(axes) - 1, -1, -1):
+        a = axes[i]
+        limit = max(1, budget // int(np.prod([least[b] for b in axes[:i]], dtype=np.int64)))
+        blocks, o0 = [], 0
+        while o0 < outs[a]:
+            o1 = o0 + 1
+            while o1 < outs[a] and extent(a, o0, o1 + 1) * inner <= limit:
+                o1 += 1
+            blocks.append((o0, o1))
+            o0 = o1
+        plan[a] = blocks
+        inner *= max(extent(a, o0, o1) for o0, o1 in blocks)
+    return plan
+
+
 def _adaptive_forward(nc, out5, idx5, x5, mode):
-    """Adaptive avg/max pooling of [N, C, D, H, W] views (idx5: flat per-plane argmax for max)."""
+    """Adaptive max pooling of [N, C, D, H, W] views (idx5: flat per-plane argmax)."""
     n_batch, channels = x5.shape[:2]
     ins = list(x5.shape[2:])
     outs = list(out5.shape[2:])
     # axes taking part (a 2-d problem has D == OD == 1: skip that stage)
     axes = [0, 1, 2] if not (ins[0] == 1 and outs[0] == 1) else [1, 2]
-    lead = axes[0]
-    inner_in = 1
-    for a in axes[1:]:
-        inner_in *= ins[a]
     plane_strides = [ins[1] * ins[2], ins[2], 1]
+    plan = _adaptive_boxes(ins, outs, axes)
+    ranges = [plan.get(a, [(0, 1)]) for a in range(3)]
     for box in _boxes((n_batch, channels), P):
         (n0, n1), (c0, c1) = box
         np_ = (n1 - n0) * (c1 - c0)
-        for o0, o1 in _adaptive_blocks(ins[lead], outs[lead], inner_in):
+        for orng in itertools.product(*ranges):
             mark = nc.mark()
-            i0 = _adaptive_start(o0, outs[lead], ins[lead])
-            i1 = _adaptive_end(o1 - 1, outs[lead], ins[lead])
-            sl = [slice(None)] * 3
-            sl[lead] = slice(i0, i1)
-            src_view = x5[n0:n1, c0:c1][(slice(None), slice(None)) + tuple(sl)]
-            blk_in = list(ins)
-            blk_in[lead] = i1 - i0
-            blk_out = list(outs)
-            blk_out[lead] = o1 - o0
+            starts = [_adaptive_start(o0, outs[a], ins[a]) for a, (o0, _) in enumerate(orng)]
+            ends = [_adaptive_end(o1 - 1, outs[a], ins[a]) for a, (_, o1) in enumerate(orng)]
+            isl = tuple(slice(i0, i1) for i0, i1 in zip(starts, ends))
+            osl = tuple(slice(o0, o1) for o0, o1 in orng)
+            blk_in = [i1 - i0 for i0, i1 in zip(starts, ends)]
             t = nc.sbuf_tile((np_, blk_in[0] * blk_in[1] * blk_in[2]), x5.dtype)
-            nc.dma.load(t, src_view)
+            nc.dma.load(t, x5[n0:n1, c0:c1][(slice(None), slice(None)) + isl])
             cur, cur_idx = t, None
             dims = [blk_in[a] for a in axes]  # current layout, outermost first
             for a in reversed(axes):  # innermost axis first
@@ -125,20 +155,20 @@ def _adaptive_forward(nc, out5, idx5, x5, mode):
                 L = 1
                 for d in dims[:-1]:
                     L *= d
-                offset = i0 if a == lead else 0
-                wins = _adaptive_windows(ins[a], outs[a], offset)
-                if a == lead:
-                    wins = wins[o0:o1]
-                cur, cur_idx = _stage_max(nc, cur, cur_idx, n_in, wins, np_, L, plane_strides[a], offset)
+                o0, o1 = orng[a]
+                wins = _adaptive_windows(ins[a], outs[a], starts[a])[o0:o1]
+                nxt, nxt_idx = _stage_max(nc, cur, cur_idx, n_in, wins, np_, L, plane_strides[a], starts[a])
+                for done in (cur, cur_idx):  # a stage's input is dead once the next layout is formed
+                    if done is not None:
+                        nc.release(done)
+                cur, cur_idx = nxt, nxt_idx
                 dims = [len(wins)] + dims[:-1]
-            osl = [slice(None)] * 3
-            osl[lead] = slice(o0, o1)
-            dst = out5[n0:n1, c0:c1][(slice(None), slice(None)) + tuple(osl)]
+            dst = out5[n0:n1, c0:c1][(slice(None), slice(None)) + osl]
             res = nc.sbuf_tile(cur.shape, out5.dtype)
             nc.vector.tensor_copy(res, cur)
             nc.dma.store(dst, res)
             if idx5 is not None:
-                nc.dma.store(idx5[n0:n1, c0:c1][(slice(None), slice(None)) + tuple(osl)], cur_idx)
+                nc.dma.store(idx5[n0:n1, c0:c1][(slice(None), slice(None)) + osl], cur_idx)
             nc.release_to(mark)
 
 
@@ -309,19 +339,16 @@ def _adaptive_avg_backward(nc, gi5, go5, nsp, channels_last):
 
 
 def _adaptive_max_backward(nc, gi5, go5, idx5):
-    """grad_input[plane, indices] += grad_output: a scatter-add per plane on GpSimd (irregular)."""
+    """grad_input[plane, indices] += grad_output: a scatter-add per plane on GpSimd (irregular). The input plane
+    is accumulated in chunks; for each, the output plane streams through in boxes of MAX_BOX positions, in
+    row-major order (so each position sums its gradients in CPU's order)."""
     n_batch, channels = gi5.shape[:2]
     plane = gi5.shape[2] * gi5.shape[3] * gi5.shape[4]
-    oplane = go5.shape[2] * go5.shape[3] * go5.shape[4]
+    oboxes = list(_boxes(go5.shape[2:], MAX_BOX))
     for box in _boxes((n_batch, channels), P):
         (n0, n1), (c0, c1) = box
         np_ = (n1 - n0) * (c1 - c0)
         chunk = 8192
-        mark = nc.mark()
-        g = nc.sbuf_tile((np_, oplane), go5.dtype)
-        nc.dma.load(g, go5[n0:n1, c0:c1])
-        idx = nc.sbuf_tile((np_, oplane), I64)
-        nc.dma.load(idx, idx5[n0:n1, c0:c1])
         gi_flat = gi5[n0:n1, c0:c1]
         flat_dst = gi_flat.view()
         try:
@@ -332,14 +359,24 @@ def _adaptive_max_backward(nc, gi5, go5, idx5):
             r1 = min(plane, r0 + chunk)
             m = nc.mark()
             acc = nc.sbuf_tile((np_, r1 - r0), FP32)
+            for k, obox in enumerate(oboxes):
+                mo = nc.mark()
+                osl = (slice(n0, n1), slice(c0, c1)) + tuple(slice(a, b) for a, b in obox)
+                count = int(np.prod([b - a for a, b in obox]))
+                g = nc.sbuf_tile((np_, count), go5.dtype)
+                nc.dma.load(g, go5[osl])
+                idx = nc.sbuf_tile((np_, count), I64)
+                nc.dma.load(idx, idx5[osl])
 
-            def scatter(acc_a, g_a, idx_a, r0=r0, r1=r1):
-                acc_a[...] = 0
-                rows = np.broadcast_to(np.arange(acc_a.shape[0])[:, None], idx_a.shape)
-                hit = (idx_a >= r0) & (idx_a < r1)
-                np.add.at(acc_a, (rows[hit], idx_a[hit] - r0), g_a[hit].astype(np.float32))
+                def scatter(acc_a, g_a, idx_a, *prev, r0=r0, r1=r1):
+                    acc_a[...] = prev[0] if prev else 0
+                    rows = np.broadcast_to(np.arange(acc_a.shape[0])[:, None], idx_a.shape)
+                    hit = (idx_a >= r0) & (idx_a < r1)
+                    np.add.at(acc_a, (rows[hit], idx_a[hit] - r0), g_a[hit].astype(np.float32))
 
-            nc.gpsimd.run("scatter_add", scatter, (acc,), (g, idx), elements=np_ * (oplane + r1 - r0))
+                nc.gpsimd.run("scatter_add", scatter, (acc,), (g, idx) + ((acc,) if k else ()),
+                              elements=np_ * (count + r1 - r0))
+                nc.release_to(mo)
             res = nc.sbuf_tile((np_, r1 - r0), gi5.dtype)
             nc.vector.tensor_copy(res, acc)
             if r0 == 0 and r1 == plane:
@@ -347,7 +384,6 @@ def _adaptive_max_backward(nc, gi5, go5, idx5):
             else:
                 nc.dma.store(flat_dst[:, r0:r1], res)
             nc.release_to(m)
-        nc.release_to(mark)
 
 
 def _adaptive_avg_check(nsp, x, output_size):
@@ -430,6 +466,9 @@ def _register_adaptive_max(nsp: int) -> None:
     @TABLE.native(f"aten::{name}_backward.grad_input", dtypes=FLOAT_DTYPES | {torch.int64})
     def backward_out(grad_output, x, indices, *, grad_input):
         m = backward_functional(_meta(grad_output), _meta(x), _meta(indices))
+        if tuple(indices.shape) != tuple(grad_output.shape):  # CPU's kernel checks it (its meta function does not)
+            raise RuntimeError(f"expected sizes {list(indices.shape)} for `grad_output` but got sizes "
+                               f"{list(grad_output.shape)}")
         check_out(grad_input, tuple(m.shape), x.dtype, (grad_output, x, indices))
         if grad_input.numel():
             with launch(f"{name}_backward", x.device.index) as nc:

@@ -346,7 +346,7 @@ def _register_avg_pool(nsp: int) -> None:
                 divisor_override=None, *, out):
         _avg_pool_dtype_check(nsp, x, "")
         m = functional(_meta(x), kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
-        check_out(out, tuple(m.shape), x.dtype, (x,))
+        check_out(out, tuple(m.shape), x.dtype, (x,), exact_dtype=True)
         if out.numel():
             k3, s3, p3, d3 = _pool_args(kernel_size, stride, _listify(padding), None, nsp)
             with launch(name, x.device.index) as nc:
