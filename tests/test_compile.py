@@ -190,6 +190,32 @@ def test_arguments_cpu_refuses_raise_as_in_eager(stats):
     assert torch.equal(out.cpu(), y - 1)
 
 
+def test_out_dtypes_cpu_refuses_raise_as_in_eager(stats):
+    """AOTAutograd turns op(..., out=o) into the functional op and a casting copy, so an out= dtype CPU's kernel
+    refuses (softmax into float16) came back computed; parity.out_refusal probes each out= call on CPU. An out=
+    CPU accepts still runs compiled, and a probed random op leaves CPU's generator where it was."""
+    x = torch.randn(4, 5)
+
+    def softmax_into(t, out):
+        return torch.softmax(t, 1, out=out) if False else torch.ops.aten.softmax.int_out(t, 1, out=out)
+
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype float"):
+        softmax_into(x, torch.empty(4, 5, dtype=torch.float16))
+    torch._dynamo.reset()
+    with pytest.raises(RuntimeError, match="Expected out tensor to have dtype float"):
+        torch.compile(softmax_into, backend="neuron")(x.to("neuron"), torch.empty(4, 5, dtype=torch.float16,
+                                                                                device="neuron"))
+    torch._dynamo.reset()
+    out = torch.empty(4, 5, dtype=torch.float16, device="neuron")
+    torch.compile(lambda t, o: torch.exp(t, out=o), backend="neuron")(x.to("neuron"), out)
+    torch.testing.assert_close(out.cpu(), torch.exp(x).half())
+    torch._dynamo.reset()
+    state = torch.get_rng_state()
+    torch.compile(lambda m, o: torch.normal(m, 1.0, out=o), backend="neuron")(x.to("neuron"),
+                                                                            torch.empty(4, 5, device="neuron"))
+    assert torch.equal(torch.get_rng_state(), state)
+
+
 def test_strict_mode_raises_naming_the_op(stats, monkeypatch):
     from device_impl.compiler import backend
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from device_impl.compiler import counters, driver, patterns
+from device_impl.compiler import counters, driver, parity, patterns
 from device_impl.compiler.errors import ShapeContractError, _UserFacing
 from device_impl.runtime.config import CompilerConfig, read_compiler
 
@@ -243,6 +243,9 @@ class PerShape:
 
 def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any):
     config = settings()
+    refused = parity.out_refusal(gm, example_inputs)  # out= dtype rules AOTAutograd's functionalisation drops
+    if refused is not None:
+        return parity.raising_program(refused)
     patterns.rewrite_attention(gm)  # written-out attention -> SDPA: one flash-attention step (issue 21)
     started = time.perf_counter()
     symbolic = symbolic_input(gm, example_inputs)

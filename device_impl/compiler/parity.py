@@ -15,6 +15,9 @@ computes nothing the program uses (its values are zeros and are discarded);
 it asks the installed torch which arguments it refuses, so the error class
 and message follow the release (torch 2.14 raises NotImplementedError for
 ``bool - bool`` where 2.13 raised RuntimeError).
+
+``out_refusal`` does the same for the out= calls of a Dynamo graph, before AOTAutograd functionalises
+them into a functional op and a casting copy (which drops CPU's out dtype rules).
 """
 
 from __future__ import annotations
@@ -61,6 +64,62 @@ def refusal(gm: torch.fx.GraphModule) -> Exception | None:
             except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
                 return error
     return None
+
+
+def _probe_full(value: Any, known: dict, writable: bool = False) -> Any:
+    """A node's argument at its traced shape: a graph input's own values (``known``, on CPU), else zeros of its
+    dtype (one zero expanded, no memory); an out= tensor writable and the right size."""
+    if isinstance(value, torch.fx.Node):
+        meta = value.meta.get("example_value", value.meta.get("val"))
+        if isinstance(meta, torch.Tensor):
+            if writable:
+                return torch.zeros(meta.shape, dtype=meta.dtype)
+            if value in known:
+                return known[value]
+            return torch.zeros((), dtype=meta.dtype).expand(meta.shape)
+        return meta
+    if isinstance(value, (list, tuple)):
+        return type(value)(_probe_full(v, known, writable) for v in value)
+    return value
+
+
+def out_refusal(gm: torch.fx.GraphModule, example_inputs: list) -> Exception | None:
+    """The error CPU raises for the first out= call of a Dynamo graph whose out tensors it refuses, or None.
+
+    AOTAutograd functionalises ``op(..., out=o)`` into the functional op and a copy into ``o``, and a copy
+    casts, so the out= dtype rules CPU's kernels enforce beyond the meta functions are gone from the graph
+    it hands the compiler: ``softmax(x, 1, out=float16)`` raises on CPU ("Expected out tensor to have dtype
+    float") and returned a float16 result compiled. Each out= call is probed on CPU at its traced shapes, with
+    the graph's own input values where it reads them (zeros would be a singular matrix to a linalg op)."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    inputs = {n: v for n, v in zip(placeholders, example_inputs) if type(v) in (torch.Tensor, torch.nn.Parameter)}
+    known: dict = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or "out" not in node.kwargs or not callable(node.target):
+            continue
+        # a random op's probe draws from CPU's generator: fork_rng leaves the user's stream where it was
+        with _real_tensors(), torch.random.fork_rng(devices=[]):
+            if not known and inputs:
+                known.update({n: v.detach().to("cpu") for n, v in inputs.items()})
+            args = [_probe_full(a, known) for a in node.args]
+            kwargs = {k: _probe_full(v, known, writable=k == "out") for k, v in node.kwargs.items()}
+            try:
+                node.target(*args, **kwargs)
+            except Exception as error:  # noqa: BLE001 - CPU's refusal, if the functional call is accepted
+                if _accepts_functional(node.target, args, kwargs):
+                    return error
+    return None
+
+
+def _accepts_functional(target: Any, args: list, kwargs: dict) -> bool:
+    """Whether CPU runs the call without its out= tensors: then the refusal was about them, not about values
+    the probe's zeros stand in for (a singular matrix for linalg ops)."""
+    functional = getattr(target, "overloadpacket", target)  # an out= overload: the packet picks the functional
+    try:
+        functional(*args, **{k: v for k, v in kwargs.items() if k != "out"})
+    except Exception:  # noqa: BLE001 - refused either way: not an out= rule
+        return False
+    return True
 
 
 def _real_tensors():
