@@ -189,6 +189,32 @@ def test_timeline_orders_dependencies_and_overlaps_engines():
     assert 0 < report.utilization("dma") < 1
 
 
+def test_floor_holds_loads_except_from_settled_hbm():
+    """A compiled program raises ``Timeline.floor`` so a step waits for the steps that wrote its inputs;
+    a load from HBM nothing in the program writes (``Timeline.settled``: its inputs and weights) waits
+    for no step, so it streams in under earlier work, but still shares the DMA bandwidth."""
+    from numpy.lib.array_utils import byte_bounds
+
+    weights = np.ones((128, 512), dtype=np.float32)
+    produced = np.ones((128, 512), dtype=np.float32)
+    with launch("settled", 0) as nc:
+        timeline = nc.timeline
+        timeline.settled = (byte_bounds(weights),)
+        timeline.floor = 50_000.0
+        w = nc.sbuf_tile(weights.shape, FP32)
+        nc.dma.load(w, weights)
+        a = nc.sbuf_tile(produced.shape, FP32)
+        nc.dma.load(a, produced)
+        flat = nc.sbuf_tile(weights.shape, FP32)
+        nc.dma.load_flat(flat, weights, 0, weights.size)
+        assert w.ready < 50_000.0 and flat.ready < 50_000.0  # no step writes the weights
+        assert a.ready > 50_000.0  # a buffer an earlier step wrote: held by the floor
+        assert flat.ready > w.ready  # the two settled loads share the bandwidth, one after the other
+        assert timeline.floor == 50_000.0  # restored after each settled load
+        timeline.floor = 0.0
+        timeline.settled = ()
+
+
 def test_interleaved_streams_release_only_their_own_tiles():
     """NeuronCore.stream: a kernel interleaving two instruction streams (attention's pipelined query blocks)
     gives each its own tile scope, so one stream's release_to leaves the other's tiles live."""

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy.lib.array_utils import byte_bounds
 
 from device_impl.compiler import replay, steps as step_runners
 from device_impl.compiler.program import Program, apply_view
@@ -156,12 +157,22 @@ class Executable:
         """Every step at the instruction level, each starting no earlier than the steps it waits for."""
         ends: list[float] = []
         timeline = nc.timeline
-        for runner, waits in zip(self.runners, self.waits):
-            timeline.floor = max((ends[w] for w in waits), default=0.0)
-            with nc.scope():
-                runner(nc, env)
-            ends.append(timeline.end)
-        timeline.floor = 0.0
+        timeline.settled = self.settled(env)
+        try:
+            for runner, waits in zip(self.runners, self.waits):
+                timeline.floor = max((ends[w] for w in waits), default=0.0)
+                with nc.scope():
+                    runner(nc, env)
+                ends.append(timeline.end)
+        finally:
+            timeline.floor = 0.0
+            timeline.settled = ()
+
+    def settled(self, env: Env) -> tuple[tuple[int, int], ...]:
+        """The HBM byte ranges of the program's inputs and constants: no step writes them, so loads from
+        them wait for no earlier step (``Timeline.settled``)."""
+        vids = [vid for vid, _ in self.input_buffers] + list(self.program.constants)
+        return tuple(byte_bounds(env.arrays[vid]) for vid in vids if env.arrays[vid].size)
 
     def run_fast(self, nc, env: Env) -> None:
         """Every step's arithmetic without per-instruction bookkeeping (``replay``); the launch's figures

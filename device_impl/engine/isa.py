@@ -270,8 +270,25 @@ class DMA(_Engine):
             raise EngineError(f"dma moves bytes: source {src.dtype} and tile {dst.dtype} differ; cast on an engine")
         target = dst.write_target()
         target[...] = src.reshape(target.shape) if src.shape != target.shape else src
-        self.timeline.hbm_read += src.nbytes
+        timeline = self.timeline
+        timeline.hbm_read += src.nbytes
+        if timeline.floor and self._settled(src):
+            floor, timeline.floor = timeline.floor, 0.0
+            try:
+                self._schedule("dma_load", src.nbytes, contiguous_runs(src), writes=(dst,))
+            finally:
+                timeline.floor = floor
+            return
         self._schedule("dma_load", src.nbytes, contiguous_runs(src), writes=(dst,))
+
+    def _settled(self, src: np.ndarray) -> bool:
+        """Whether ``src`` lies in HBM no step of the running program writes (``Timeline.settled``): a view
+        starts inside the array it views, so its first byte's address decides."""
+        ranges = self.timeline.settled
+        if not ranges or not src.size:
+            return False
+        address = src.__array_interface__["data"][0]
+        return any(lo <= address < hi for lo, hi in ranges)
 
     def store(self, dst: np.ndarray, src: Tile) -> None:
         """SBUF -> HBM. ``dst`` is any writable strided view with src's element count."""
@@ -302,8 +319,15 @@ class DMA(_Engine):
         nbytes = n * src.itemsize
         timeline = self.timeline
         timeline.hbm_read += nbytes
-        timeline.schedule("dma", "dma_load", (nbytes + runs * self._descriptor_bytes) / self._bytes_per_second * 1e9,
-                          (), (dst,), self._latency_ns)
+        cost = (nbytes + runs * self._descriptor_bytes) / self._bytes_per_second * 1e9
+        if timeline.floor and self._settled(src):  # see load
+            floor, timeline.floor = timeline.floor, 0.0
+            try:
+                timeline.schedule("dma", "dma_load", cost, (), (dst,), self._latency_ns)
+            finally:
+                timeline.floor = floor
+            return
+        timeline.schedule("dma", "dma_load", cost, (), (dst,), self._latency_ns)
 
     def store_flat(self, dst: np.ndarray, start: int, stop: int, src: Tile) -> None:
         """SBUF -> HBM into elements [start, stop) of ``dst`` in row-major order (any strides)."""

@@ -30,7 +30,7 @@ _ZEROS = dict.fromkeys(ENGINES, 0.0)
 
 class Timeline:
     __slots__ = ("free", "busy", "events", "record", "end", "hbm_read", "hbm_write", "flops", "instructions",
-                 "dma_intervals", "floor")
+                 "dma_intervals", "floor", "settled")
 
     def __init__(self, record: bool = False):
         self.record = record
@@ -50,6 +50,11 @@ class Timeline:
         # between steps so a step waits for the HBM buffers it reads (written by earlier steps'
         # DMAs, which tiles do not track) without serialising independent steps.
         self.floor = 0.0
+        # Byte ranges [lo, hi) of HBM that nothing in the running program writes (a compiled program's
+        # inputs and constants: final before the launch starts). A DMA load from them depends on no
+        # earlier step, so ``floor`` does not hold it back: a step's weights stream in while earlier steps
+        # compute, as a Neuron compiler hoists them. DMA bandwidth and SBUF reuse still order it.
+        self.settled: tuple[tuple[int, int], ...] = ()
 
     def schedule(self, engine: str, name: str, cost_ns: float, reads: Iterable[Tile] = (),
                  writes: Iterable[Tile] = (), latency_ns: float = 0.0) -> float:
