@@ -267,3 +267,18 @@ def test_a_row_group_reducing_a_splat_constant_runs(fast, monkeypatch):
 
     out = torch.compile(loss, backend="neuron")(x.to("neuron"))
     torch.testing.assert_close(out.cpu(), loss(x))
+
+
+def test_a_norm_weight_in_an_epilogue_is_read_from_hbm_once():
+    """A layer norm fused after a projection reads its weight row once for the whole product and copies it
+    to the partitions on GpSimdE (groups.GroupRunner.epilogue hoists it), not once per row of each block:
+    the program's HBM traffic is its inputs read once and its output written once."""
+    name, fn, shapes, _ = EPILOGUES[2]
+    assert name == "rmsnorm"
+    inputs = _inputs(torch.float32, *shapes)
+    run = compile_fn(fn, *inputs)
+    engine.reset_stats()
+    (out,) = [o.cpu() for o in run([t.to("neuron") for t in inputs])]
+    (stats,) = [s for k, s in engine.stats().items() if k.startswith("neff:")]
+    assert stats["hbm_bytes"] == sum(t.nbytes for t in inputs) + out.nbytes
+    assert stats["gpsimd_busy_ns"] > 0  # the weight row was broadcast on chip
