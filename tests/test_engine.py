@@ -189,30 +189,42 @@ def test_timeline_orders_dependencies_and_overlaps_engines():
     assert 0 < report.utilization("dma") < 1
 
 
-def test_floor_holds_loads_except_from_settled_hbm():
-    """A compiled program raises ``Timeline.floor`` so a step waits for the steps that wrote its inputs;
-    a load from HBM nothing in the program writes (``Timeline.settled``: its inputs and weights) waits
-    for no step, so it streams in under earlier work, but still shares the DMA bandwidth."""
+def test_floor_holds_dma_while_loads_wait_only_for_their_own_bytes():
+    """A compiled program raises ``Timeline.floor`` so a step's transfers wait for the steps it depends on.
+    A load from a range in ``Timeline.hbm_floors`` waits only for when those bytes are final (0 for the
+    program's inputs and weights, which nothing in it writes), still sharing the DMA bandwidth; compute
+    engines read tiles only and are not held by the floor; stores are."""
     from numpy.lib.array_utils import byte_bounds
 
     weights = np.ones((128, 512), dtype=np.float32)
     produced = np.ones((128, 512), dtype=np.float32)
-    with launch("settled", 0) as nc:
+    other = np.ones((128, 512), dtype=np.float32)
+    out = np.zeros((128, 512), dtype=np.float32)
+    with launch("floors", 0) as nc:
         timeline = nc.timeline
-        timeline.settled = (byte_bounds(weights),)
+        timeline.hbm_floors = ((*byte_bounds(weights), 0.0), (*byte_bounds(produced), 20_000.0))
         timeline.floor = 50_000.0
         w = nc.sbuf_tile(weights.shape, FP32)
         nc.dma.load(w, weights)
-        a = nc.sbuf_tile(produced.shape, FP32)
-        nc.dma.load(a, produced)
         flat = nc.sbuf_tile(weights.shape, FP32)
         nc.dma.load_flat(flat, weights, 0, weights.size)
-        assert w.ready < 50_000.0 and flat.ready < 50_000.0  # no step writes the weights
-        assert a.ready > 50_000.0  # a buffer an earlier step wrote: held by the floor
-        assert flat.ready > w.ready  # the two settled loads share the bandwidth, one after the other
-        assert timeline.floor == 50_000.0  # restored after each settled load
+        a = nc.sbuf_tile((128, 256), FP32)
+        nc.dma.load(a, produced[:, 256:])  # a view inside the range
+        assert w.ready < 20_000.0 and flat.ready < 20_000.0  # no step writes the weights
+        assert flat.ready > w.ready  # the two loads share the bandwidth, one after the other
+        assert 20_000.0 < a.ready < 50_000.0  # waits for its producer only
+        assert timeline.floor == 50_000.0  # restored after each load
+        doubled = nc.sbuf_tile(weights.shape, FP32)
+        nc.vector.tensor_tensor(doubled, w, w, "add")
+        assert doubled.ready < 20_000.0  # compute waits for its tiles, not for the floor
+        store_start = timeline.end
+        nc.dma.store(out, doubled)
+        assert timeline.end > 50_000.0 > store_start  # a store may overwrite bytes others read: floored
+        b = nc.sbuf_tile(other.shape, FP32)
+        nc.dma.load(b, other)
+        assert b.ready > 50_000.0  # bytes the program does not describe: held by the floor
         timeline.floor = 0.0
-        timeline.settled = ()
+        timeline.hbm_floors = ()
 
 
 def test_interleaved_streams_release_only_their_own_tiles():

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from numpy.lib.array_utils import byte_bounds
 
-from device_impl.compiler import replay, steps as step_runners
+from device_impl.compiler import replay, schedule, steps as step_runners
 from device_impl.compiler.program import Program, apply_view
 from device_impl.engine import launch
 from device_impl.engine.core import NeuronCore
@@ -86,6 +86,20 @@ def _upload(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return host.to(device)
 
 
+def _operand_producers(program: Program) -> list[list[tuple[int, int]]]:
+    """Per step, (base value, index of the earlier step that writes it) of each buffer it reads: a load
+    from one waits for that step alone (``Timeline.hbm_floors``), not for every step the step waits on."""
+    producer: dict[int, int] = {}
+    result = []
+    for j, step in enumerate(program.steps):
+        bases = dict.fromkeys(program.base(v) for v in schedule.step_reads(step))
+        result.append([(b, producer[b]) for b in bases if b in producer and b in program.buffers
+                       and program.buffers[b]["kind"] != "input"])
+        for vid in schedule.step_writes(step):
+            producer[vid] = j
+    return result
+
+
 class Executable:
     """A linked program: call it with the graph's input tensors, get its output tensors."""
 
@@ -95,6 +109,7 @@ class Executable:
         self.device_index = device_index
         self.runners = [step_runners.make_runner(step, program) for step in program.steps]
         self.waits = [step.get("waits", []) for step in program.steps]
+        self.operands = _operand_producers(program)
         self.input_specs = [(program.shape(v), torch_dtype(program.types[v][1])) for v in program.inputs]
         self.output_specs = [(program.shape(v), torch_dtype(program.types[v][1])) for v in program.outputs]
         self.scratch_bytes = int(program.memory.get("scratch_bytes", 0))
@@ -157,22 +172,19 @@ class Executable:
         """Every step at the instruction level, each starting no earlier than the steps it waits for."""
         ends: list[float] = []
         timeline = nc.timeline
-        timeline.settled = self.settled(env)
+        vids = [vid for vid, _ in self.input_buffers] + list(self.program.constants)
+        settled = tuple((*byte_bounds(env.arrays[vid]), 0.0) for vid in vids if env.arrays[vid].size)
         try:
-            for runner, waits in zip(self.runners, self.waits):
+            for runner, waits, operands in zip(self.runners, self.waits, self.operands):
                 timeline.floor = max((ends[w] for w in waits), default=0.0)
+                timeline.hbm_floors = settled + tuple(
+                    (*byte_bounds(env.arrays[vid]), ends[p]) for vid, p in operands if env.arrays[vid].size)
                 with nc.scope():
                     runner(nc, env)
                 ends.append(timeline.end)
         finally:
             timeline.floor = 0.0
-            timeline.settled = ()
-
-    def settled(self, env: Env) -> tuple[tuple[int, int], ...]:
-        """The HBM byte ranges of the program's inputs and constants: no step writes them, so loads from
-        them wait for no earlier step (``Timeline.settled``)."""
-        vids = [vid for vid, _ in self.input_buffers] + list(self.program.constants)
-        return tuple(byte_bounds(env.arrays[vid]) for vid in vids if env.arrays[vid].size)
+            timeline.hbm_floors = ()
 
     def run_fast(self, nc, env: Env) -> None:
         """Every step's arithmetic without per-instruction bookkeeping (``replay``); the launch's figures

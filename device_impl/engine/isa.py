@@ -272,8 +272,9 @@ class DMA(_Engine):
         target[...] = src.reshape(target.shape) if src.shape != target.shape else src
         timeline = self.timeline
         timeline.hbm_read += src.nbytes
-        if timeline.floor and self._settled(src):
-            floor, timeline.floor = timeline.floor, 0.0
+        if timeline.hbm_floors:
+            floor = timeline.floor
+            timeline.floor = self._ready(src, floor)
             try:
                 self._schedule("dma_load", src.nbytes, contiguous_runs(src), writes=(dst,))
             finally:
@@ -281,14 +282,16 @@ class DMA(_Engine):
             return
         self._schedule("dma_load", src.nbytes, contiguous_runs(src), writes=(dst,))
 
-    def _settled(self, src: np.ndarray) -> bool:
-        """Whether ``src`` lies in HBM no step of the running program writes (``Timeline.settled``): a view
+    def _ready(self, src: np.ndarray, floor: float) -> float:
+        """When the bytes ``src`` reads are final (``Timeline.hbm_floors``; ``floor`` outside them): a view
         starts inside the array it views, so its first byte's address decides."""
-        ranges = self.timeline.settled
-        if not ranges or not src.size:
-            return False
+        if not src.size:
+            return floor
         address = src.__array_interface__["data"][0]
-        return any(lo <= address < hi for lo, hi in ranges)
+        for lo, hi, ready in self.timeline.hbm_floors:
+            if lo <= address < hi:
+                return ready
+        return floor
 
     def store(self, dst: np.ndarray, src: Tile) -> None:
         """SBUF -> HBM. ``dst`` is any writable strided view with src's element count."""
@@ -320,8 +323,9 @@ class DMA(_Engine):
         timeline = self.timeline
         timeline.hbm_read += nbytes
         cost = (nbytes + runs * self._descriptor_bytes) / self._bytes_per_second * 1e9
-        if timeline.floor and self._settled(src):  # see load
-            floor, timeline.floor = timeline.floor, 0.0
+        if timeline.hbm_floors:  # see load
+            floor = timeline.floor
+            timeline.floor = self._ready(src, floor)
             try:
                 timeline.schedule("dma", "dma_load", cost, (), (dst,), self._latency_ns)
             finally:
