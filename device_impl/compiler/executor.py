@@ -173,18 +173,23 @@ class Executable:
         ends: list[float] = []
         timeline = nc.timeline
         vids = [vid for vid, _ in self.input_buffers] + list(self.program.constants)
-        settled = tuple((*byte_bounds(env.arrays[vid]), 0.0) for vid in vids if env.arrays[vid].size)
+        settled = tuple((*byte_bounds(env.arrays[vid]), 0.0, None) for vid in vids if env.arrays[vid].size)
+        written = {vid: (*byte_bounds(array), []) for vid, array in env.arrays.items()
+                   if array.size and self.program.buffers.get(vid, {}).get("kind") in ("scratch", "output")}
+        timeline.hbm_targets = tuple(written.values())
         try:
             for runner, waits, operands in zip(self.runners, self.waits, self.operands):
                 timeline.floor = max((ends[w] for w in waits), default=0.0)
                 timeline.hbm_floors = settled + tuple(
-                    (*byte_bounds(env.arrays[vid]), ends[p]) for vid, p in operands if env.arrays[vid].size)
+                    (*byte_bounds(env.arrays[vid]), ends[p], written[vid][2] if vid in written else None)
+                    for vid, p in operands if env.arrays[vid].size)
                 with nc.scope():
                     runner(nc, env)
                 ends.append(timeline.end)
         finally:
             timeline.floor = 0.0
             timeline.hbm_floors = ()
+            timeline.hbm_targets = ()
 
     def run_fast(self, nc, env: Env) -> None:
         """Every step's arithmetic without per-instruction bookkeeping (``replay``); the launch's figures

@@ -30,7 +30,7 @@ _ZEROS = dict.fromkeys(ENGINES, 0.0)
 
 class Timeline:
     __slots__ = ("free", "busy", "events", "record", "end", "hbm_read", "hbm_write", "flops", "instructions",
-                 "dma_intervals", "floor", "hbm_floors")
+                 "dma_intervals", "floor", "hbm_floors", "hbm_targets")
 
     def __init__(self, record: bool = False):
         self.record = record
@@ -58,7 +58,13 @@ class Timeline:
         # of the producing step for the others). A DMA load from such a range waits for ``ready`` instead
         # of ``floor``: a step's weights stream in while earlier steps compute, as a Neuron compiler
         # hoists them. DMA bandwidth and SBUF reuse still order it.
-        self.hbm_floors: tuple[tuple[int, int, float], ...] = ()
+        # (lo, hi, ready, writes): ``writes`` is the range's list from ``hbm_targets`` (or None), and a load
+        # from it waits for the last recorded write overlapping its bytes instead: a step reads a block
+        # of its producer's result as soon as that block is stored, not when the whole producer ends.
+        self.hbm_floors: tuple[tuple[int, int, float, list | None], ...] = ()
+        # (lo, hi, writes): HBM ranges whose DMA writes are recorded as (lo, hi, done) into ``writes``
+        # (a compiled program's scratch buffers and outputs).
+        self.hbm_targets: tuple[tuple[int, int, list], ...] = ()
 
     def schedule(self, engine: str, name: str, cost_ns: float, reads: Iterable[Tile] = (),
                  writes: Iterable[Tile] = (), latency_ns: float = 0.0) -> float:
