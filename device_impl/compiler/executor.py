@@ -4,10 +4,16 @@ Linking builds every step's runner (``steps.make_runner``). An execution
 checks the arguments, allocates the outputs and one scratch arena on the
 device (the caching allocator serves both), loads the program's constants
 to HBM once per device, and runs all steps inside a single launch on the
-simulated core: each step starts no earlier than the steps it waits for
-(``Timeline.floor``), so independent steps overlap on the engines. The
-launch is named ``neff:<program>``, so engine statistics and traces show
-compiled programs apart from eager kernels.
+simulated core. Dependencies between steps go through HBM, which tiles do not
+track, so ``run_steps`` states them to the timeline: a step's stores and
+copies start no earlier than the steps it waits for (``Timeline.floor``: they
+may overwrite bytes an earlier step reads); a load from one of its operands
+waits for the recorded DMA writes of the bytes it reads (``hbm_floors``,
+``hbm_targets``), and a load of the program's inputs and constants for
+nothing; compute engines follow their tiles. So independent steps overlap on
+the engines, weights stream in under earlier steps, and a step starts on its
+producer's first stored block. The launch is named ``neff:<program>``, so
+engine statistics and traces show compiled programs apart from eager kernels.
 """
 
 from __future__ import annotations
