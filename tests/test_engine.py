@@ -189,6 +189,72 @@ def test_timeline_orders_dependencies_and_overlaps_engines():
     assert 0 < report.utilization("dma") < 1
 
 
+def test_floor_holds_dma_while_loads_wait_only_for_their_own_bytes():
+    """A compiled program raises ``Timeline.floor`` so a step's transfers wait for the steps it depends on.
+    A load from a range in ``Timeline.hbm_floors`` waits only for when those bytes are final (0 for the
+    program's inputs and weights, which nothing in it writes), still sharing the DMA bandwidth; compute
+    engines read tiles only and are not held by the floor; stores are."""
+    from numpy.lib.array_utils import byte_bounds
+
+    weights = np.ones((128, 512), dtype=np.float32)
+    produced = np.ones((128, 512), dtype=np.float32)
+    other = np.ones((128, 512), dtype=np.float32)
+    out = np.zeros((128, 512), dtype=np.float32)
+    with launch("floors", 0) as nc:
+        timeline = nc.timeline
+        timeline.hbm_floors = ((*byte_bounds(weights), 0.0, None), (*byte_bounds(produced), 20_000.0, None))
+        timeline.floor = 50_000.0
+        w = nc.sbuf_tile(weights.shape, FP32)
+        nc.dma.load(w, weights)
+        flat = nc.sbuf_tile(weights.shape, FP32)
+        nc.dma.load_flat(flat, weights, 0, weights.size)
+        a = nc.sbuf_tile((128, 256), FP32)
+        nc.dma.load(a, produced[:, 256:])  # a view inside the range
+        assert w.ready < 20_000.0 and flat.ready < 20_000.0  # no step writes the weights
+        assert flat.ready > w.ready  # the two loads share the bandwidth, one after the other
+        assert 20_000.0 < a.ready < 50_000.0  # waits for its producer only
+        assert timeline.floor == 50_000.0  # restored after each load
+        doubled = nc.sbuf_tile(weights.shape, FP32)
+        nc.vector.tensor_tensor(doubled, w, w, "add")
+        assert doubled.ready < 20_000.0  # compute waits for its tiles, not for the floor
+        store_start = timeline.end
+        nc.dma.store(out, doubled)
+        assert timeline.end > 50_000.0 > store_start  # a store may overwrite bytes others read: floored
+        b = nc.sbuf_tile(other.shape, FP32)
+        nc.dma.load(b, other)
+        assert b.ready > 50_000.0  # bytes the program does not describe: held by the floor
+        timeline.floor = 0.0
+        timeline.hbm_floors = ()
+
+
+def test_a_load_waits_for_the_recorded_writes_of_its_own_bytes():
+    """With a range's DMA writes recorded (``Timeline.hbm_targets``), a load from it waits for the last
+    write overlapping the bytes it reads, not for the whole producing step (``ready``)."""
+    from numpy.lib.array_utils import byte_bounds
+
+    buffer = np.zeros((256, 512), dtype=np.float32)
+    writes: list = []
+    with launch("writes", 0) as nc:
+        timeline = nc.timeline
+        timeline.hbm_targets = ((*byte_bounds(buffer), writes),)
+        halves = []
+        for r0, floor in ((0, 0.0), (128, 50_000.0)):  # the second store held back by a floor
+            t = nc.sbuf_tile((128, 512), FP32)
+            nc.vector.memset(t, float(r0))
+            timeline.floor = floor
+            nc.dma.store(buffer[r0:r0 + 128], t)
+            halves.append(timeline.end)
+        timeline.floor = 0.0
+        assert [w[2] for w in writes] == halves and halves[0] < 50_000.0 < halves[1]
+        timeline.hbm_floors = ((*byte_bounds(buffer), 1e6, writes),)
+        first, second = nc.sbuf_tile((128, 512), FP32), nc.sbuf_tile((128, 512), FP32)
+        nc.dma.load(first, buffer[0:128])
+        nc.dma.load(second, buffer[128:256])
+        assert halves[0] < first.ready < 50_000.0  # waited for the store of its rows only
+        assert halves[1] < second.ready < 1e6
+        timeline.hbm_floors = timeline.hbm_targets = ()
+
+
 def test_interleaved_streams_release_only_their_own_tiles():
     """NeuronCore.stream: a kernel interleaving two instruction streams (attention's pipelined query blocks)
     gives each its own tile scope, so one stream's release_to leaves the other's tiles live."""

@@ -4,10 +4,16 @@ Linking builds every step's runner (``steps.make_runner``). An execution
 checks the arguments, allocates the outputs and one scratch arena on the
 device (the caching allocator serves both), loads the program's constants
 to HBM once per device, and runs all steps inside a single launch on the
-simulated core: each step starts no earlier than the steps it waits for
-(``Timeline.floor``), so independent steps overlap on the engines. The
-launch is named ``neff:<program>``, so engine statistics and traces show
-compiled programs apart from eager kernels.
+simulated core. Dependencies between steps go through HBM, which tiles do not
+track, so ``run_steps`` states them to the timeline: a step's stores and
+copies start no earlier than the steps it waits for (``Timeline.floor``: they
+may overwrite bytes an earlier step reads); a load from one of its operands
+waits for the recorded DMA writes of the bytes it reads (``hbm_floors``,
+``hbm_targets``), and a load of the program's inputs and constants for
+nothing; compute engines follow their tiles. So independent steps overlap on
+the engines, weights stream in under earlier steps, and a step starts on its
+producer's first stored block. The launch is named ``neff:<program>``, so
+engine statistics and traces show compiled programs apart from eager kernels.
 """
 
 from __future__ import annotations
@@ -17,8 +23,9 @@ from typing import Any
 
 import numpy as np
 import torch
+from numpy.lib.array_utils import byte_bounds
 
-from device_impl.compiler import replay, steps as step_runners
+from device_impl.compiler import replay, schedule, steps as step_runners
 from device_impl.compiler.program import Program, apply_view
 from device_impl.engine import launch
 from device_impl.engine.core import NeuronCore
@@ -85,6 +92,20 @@ def _upload(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return host.to(device)
 
 
+def _operand_producers(program: Program) -> list[list[tuple[int, int]]]:
+    """Per step, (base value, index of the earlier step that writes it) of each buffer it reads: a load
+    from one waits for that step alone (``Timeline.hbm_floors``), not for every step the step waits on."""
+    producer: dict[int, int] = {}
+    result = []
+    for j, step in enumerate(program.steps):
+        bases = dict.fromkeys(program.base(v) for v in schedule.step_reads(step))
+        result.append([(b, producer[b]) for b in bases if b in producer and b in program.buffers
+                       and program.buffers[b]["kind"] != "input"])
+        for vid in schedule.step_writes(step):
+            producer[vid] = j
+    return result
+
+
 class Executable:
     """A linked program: call it with the graph's input tensors, get its output tensors."""
 
@@ -94,6 +115,7 @@ class Executable:
         self.device_index = device_index
         self.runners = [step_runners.make_runner(step, program) for step in program.steps]
         self.waits = [step.get("waits", []) for step in program.steps]
+        self.operands = _operand_producers(program)
         self.input_specs = [(program.shape(v), torch_dtype(program.types[v][1])) for v in program.inputs]
         self.output_specs = [(program.shape(v), torch_dtype(program.types[v][1])) for v in program.outputs]
         self.scratch_bytes = int(program.memory.get("scratch_bytes", 0))
@@ -156,12 +178,24 @@ class Executable:
         """Every step at the instruction level, each starting no earlier than the steps it waits for."""
         ends: list[float] = []
         timeline = nc.timeline
-        for runner, waits in zip(self.runners, self.waits):
-            timeline.floor = max((ends[w] for w in waits), default=0.0)
-            with nc.scope():
-                runner(nc, env)
-            ends.append(timeline.end)
-        timeline.floor = 0.0
+        vids = [vid for vid, _ in self.input_buffers] + list(self.program.constants)
+        settled = tuple((*byte_bounds(env.arrays[vid]), 0.0, None) for vid in vids if env.arrays[vid].size)
+        written = {vid: (*byte_bounds(array), []) for vid, array in env.arrays.items()
+                   if array.size and self.program.buffers.get(vid, {}).get("kind") in ("scratch", "output")}
+        timeline.hbm_targets = tuple(written.values())
+        try:
+            for runner, waits, operands in zip(self.runners, self.waits, self.operands):
+                timeline.floor = max((ends[w] for w in waits), default=0.0)
+                timeline.hbm_floors = settled + tuple(
+                    (*byte_bounds(env.arrays[vid]), ends[p], written[vid][2] if vid in written else None)
+                    for vid, p in operands if env.arrays[vid].size)
+                with nc.scope():
+                    runner(nc, env)
+                ends.append(timeline.end)
+        finally:
+            timeline.floor = 0.0
+            timeline.hbm_floors = ()
+            timeline.hbm_targets = ()
 
     def run_fast(self, nc, env: Env) -> None:
         """Every step's arithmetic without per-instruction bookkeeping (``replay``); the launch's figures

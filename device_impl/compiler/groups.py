@@ -231,6 +231,11 @@ def _scalar_first(nc, free: int, vector_reads: int, reads: list) -> bool:
     return scalar <= vector
 
 
+# per partition: rows an epilogue may hoist (the matmul's operand tiles share SBUF with it; a layer norm's
+# weight row of 4096 fp32 columns is 16 KiB)
+EPILOGUE_HOIST_BYTES = 16 * 1024
+
+
 class GroupRunner:
     def __init__(self, step: dict):
         self.step = step
@@ -326,24 +331,36 @@ class GroupRunner:
             self._pipelined(nc, access, out_access, shared, block)
         nc.release_to(group_mark)
 
-    def epilogue(self, env, rows: int, cols: int, product_slot: int):
+    def epilogue(self, env, rows: int, cols: int, product_slot: int, nc=None, block: int = P):
         """This group as a matmul epilogue (compiler/build.py ``attach_epilogues``): a function
         ``(nc, tile, r0, r1, c0, c1)`` that takes over the store of rows [r0, r1) and columns [c0, c1)
         of the [rows, cols] product (``tile``, the product's slot) and runs the group's ops on that
         block, loading its other inputs' blocks and storing its results' blocks. Row groups get whole
-        rows (c0 = 0, c1 = cols); flat groups any block of the product's row-major order."""
+        rows (c0 = 0, c1 = cols); flat groups any block of the product's row-major order.
+
+        Given ``nc`` (the matmul step's core, in the scope the step's blocks run in), a row group's
+        loads that are the same in every row (the weight of a layer norm fused after a projection) are
+        read once for the whole product and copied to the partitions of a ``block``-row tile on GpSimdE
+        (``_hoist``), instead of a [P, C] broadcast DMA for every product block."""
         loads = {slot: env.access(vid) for slot, vid in self.loads.items() if slot != product_slot}
         stores = {slot: env.access(vid) for slot, vid in self.stores.items()}
+        shared: dict[int, Tile] = {}
         if self.reduce_dims is None:
             access = {slot: (Access2D(np.reshape(view, (rows, cols)), 1), False) for slot, view in loads.items()}
             out_access = {slot: Access2D(np.reshape(array, (rows, cols), copy=False), 1)
                           for slot, array in stores.items()}
         else:
-            access, out_access, _ = self._row_access(loads, stores)
+            access, out_access, keep = self._row_access(loads, stores)
+            if nc is not None:
+                shared = self._hoist(nc, loads, access, keep, block, min(self.hoist_bytes, EPILOGUE_HOIST_BYTES))
 
         def run(nc, tile, r0: int, r1: int, c0: int, c1: int) -> None:
+            tiles = {product_slot: tile}
+            for slot, t in shared.items():
+                if r1 - r0 <= t.partitions:
+                    tiles[slot] = t if r1 - r0 == t.partitions else t[0:r1 - r0, :]
             with nc.scope():
-                self._pass(nc, self.ops, r0, r1, c0, c1, access, out_access, {product_slot: tile}, None)
+                self._pass(nc, self.ops, r0, r1, c0, c1, access, out_access, tiles, None)
 
         return run
 
@@ -419,12 +436,13 @@ class GroupRunner:
             else:
                 entry[1] = estimate
 
-    def _hoist(self, nc, loads: dict, access: dict, keep: list[int], block: int = P) -> dict:
+    def _hoist(self, nc, loads: dict, access: dict, keep: list[int], block: int = P,
+               budget: int | None = None) -> dict:
         """Loads of values that are the same in every row (a layer norm's weight and bias: broadcast
         along the kept dims), read from HBM once for the whole group as one [1, C] row and copied to
         every partition on GpSimdE, as the eager layer norm does, instead of a [P, C] broadcast DMA
         per row block. Only while the whole rows and these tiles fit the group's SBUF budget."""
-        budget = self.hoist_bytes
+        budget = self.hoist_bytes if budget is None else budget
         shared: dict[int, Tile] = {}
         if not keep or self.rows <= 1:
             # a full reduction has one row and no kept dims: "constant along the kept dims" holds of every

@@ -13,9 +13,10 @@ Steps then run in the planner's order. Each
 step waits for the steps that wrote the HBM buffers it reads (read after
 write) and, where the scratch arena reuses bytes, for the last readers of the
 buffer that held them before (write after read). The executor turns these
-waits into a start-time floor on the simulated core, so independent steps
-overlap on the engines while dependent ones are ordered: the whole program
-is one launch, not one per op.
+waits into a start-time floor for the step's HBM writes and, for its loads,
+the recorded writes of the bytes they read (``executor.Executable.run_steps``),
+so independent steps overlap on the engines while dependent ones are ordered:
+the whole program is one launch, not one per op.
 
 Graph outputs are written in place by the step producing them when they are
 a plain value; outputs that are views, inputs, constants, splats or repeats

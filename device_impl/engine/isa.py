@@ -27,6 +27,7 @@ import math
 from typing import Callable
 
 import numpy as np
+from numpy.lib.array_utils import byte_bounds
 
 from device_impl.engine.constants import Platform
 from device_impl.engine.dtypes import FP32, compute_dtype, is_float
@@ -256,11 +257,21 @@ class DMA(_Engine):
         self._bytes_per_second = platform.dma_bytes_per_second
         self._latency_ns = platform.dma_issue_ns + platform.dma_latency_ns
 
-    def _schedule(self, what: str, nbytes: int, runs: int, reads=(), writes=()) -> None:
+    def _schedule(self, what: str, nbytes: int, runs: int, reads=(), writes=()) -> float:
         # Bandwidth is shared by the 16 queues: the transfer (with per-run descriptor overhead)
         # occupies it; issuing on a queue and completion latency overlap other queues' transfers.
         cost = (nbytes + runs * self._descriptor_bytes) / self._bytes_per_second * 1e9
-        self.timeline.schedule("dma", what, cost, reads, writes, latency_ns=self._latency_ns)
+        return self.timeline.schedule("dma", what, cost, reads, writes, latency_ns=self._latency_ns)
+
+    def _wrote(self, dst: np.ndarray, done: float) -> None:
+        """Record a write to HBM the running program tracks (``Timeline.hbm_targets``), for the loads of
+        the bytes it wrote (``_ready``)."""
+        if not dst.size:
+            return
+        lo, hi = byte_bounds(dst)
+        for tlo, thi, writes in self.timeline.hbm_targets:
+            if tlo <= lo < thi:
+                writes.append((lo, hi, done))
 
     def load(self, dst: Tile, src: np.ndarray) -> None:
         """HBM -> SBUF. ``src`` is any strided view with dst's element count, read in row-major order."""
@@ -270,8 +281,34 @@ class DMA(_Engine):
             raise EngineError(f"dma moves bytes: source {src.dtype} and tile {dst.dtype} differ; cast on an engine")
         target = dst.write_target()
         target[...] = src.reshape(target.shape) if src.shape != target.shape else src
-        self.timeline.hbm_read += src.nbytes
+        timeline = self.timeline
+        timeline.hbm_read += src.nbytes
+        if timeline.hbm_floors:
+            floor = timeline.floor
+            timeline.floor = self._ready(src, floor)
+            try:
+                self._schedule("dma_load", src.nbytes, contiguous_runs(src), writes=(dst,))
+            finally:
+                timeline.floor = floor
+            return
         self._schedule("dma_load", src.nbytes, contiguous_runs(src), writes=(dst,))
+
+    def _ready(self, src: np.ndarray, floor: float) -> float:
+        """When the bytes ``src`` reads are final (``Timeline.hbm_floors``; ``floor`` outside them): a view
+        starts inside the array it views, so its first byte's address decides. Where the range's writes
+        are recorded, the last one that touches the view's byte span (a superset of its bytes) decides."""
+        if not src.size:
+            return floor
+        address = src.__array_interface__["data"][0]
+        for lo, hi, ready, writes in self.timeline.hbm_floors:
+            if lo <= address < hi:
+                if writes:
+                    blo, bhi = byte_bounds(src)
+                    last = max((done for wlo, whi, done in writes if wlo < bhi and blo < whi), default=None)
+                    if last is not None:
+                        return last
+                return ready
+        return floor
 
     def store(self, dst: np.ndarray, src: Tile) -> None:
         """SBUF -> HBM. ``dst`` is any writable strided view with src's element count."""
@@ -282,7 +319,9 @@ class DMA(_Engine):
         values = src.read()
         dst[...] = values.reshape(dst.shape) if values.shape != dst.shape else values
         self.timeline.hbm_write += dst.nbytes
-        self._schedule("dma_store", dst.nbytes, contiguous_runs(dst), reads=(src,))
+        done = self._schedule("dma_store", dst.nbytes, contiguous_runs(dst), reads=(src,))
+        if self.timeline.hbm_targets:
+            self._wrote(dst, done)
 
     def load_flat(self, dst: Tile, src: np.ndarray, start: int, stop: int) -> None:
         """HBM -> SBUF of elements [start, stop) of ``src`` in row-major order (any strides)."""
@@ -302,8 +341,16 @@ class DMA(_Engine):
         nbytes = n * src.itemsize
         timeline = self.timeline
         timeline.hbm_read += nbytes
-        timeline.schedule("dma", "dma_load", (nbytes + runs * self._descriptor_bytes) / self._bytes_per_second * 1e9,
-                          (), (dst,), self._latency_ns)
+        cost = (nbytes + runs * self._descriptor_bytes) / self._bytes_per_second * 1e9
+        if timeline.hbm_floors:  # see load
+            floor = timeline.floor
+            timeline.floor = self._ready(src, floor)
+            try:
+                timeline.schedule("dma", "dma_load", cost, (), (dst,), self._latency_ns)
+            finally:
+                timeline.floor = floor
+            return
+        timeline.schedule("dma", "dma_load", cost, (), (dst,), self._latency_ns)
 
     def store_flat(self, dst: np.ndarray, start: int, stop: int, src: Tile) -> None:
         """SBUF -> HBM into elements [start, stop) of ``dst`` in row-major order (any strides)."""
@@ -323,8 +370,10 @@ class DMA(_Engine):
         nbytes = n * dst.itemsize
         timeline = self.timeline
         timeline.hbm_write += nbytes
-        timeline.schedule("dma", "dma_store", (nbytes + runs * self._descriptor_bytes) / self._bytes_per_second * 1e9,
-                          (src,), (), self._latency_ns)
+        done = timeline.schedule("dma", "dma_store", (nbytes + runs * self._descriptor_bytes)
+                                 / self._bytes_per_second * 1e9, (src,), (), self._latency_ns)
+        if timeline.hbm_targets:
+            self._wrote(dst, done)
 
     def load_rows(self, dst: Tile, table: np.ndarray, rows: Tile) -> None:
         """Indirect DMA gather: dst[p] = table[rows[p, 0]] for a 2-D HBM table (embedding lookups)."""
@@ -355,7 +404,9 @@ class DMA(_Engine):
             table[index] = values
         nbytes = values.nbytes
         self.timeline.hbm_write += nbytes
-        self._schedule("dma_scatter", nbytes, len(index), reads=(rows, src))
+        done = self._schedule("dma_scatter", nbytes, len(index), reads=(rows, src))
+        if self.timeline.hbm_targets:
+            self._wrote(table, done)
 
     def hbm_copy(self, dst: np.ndarray, src: np.ndarray) -> None:
         """HBM -> HBM (DRAM to DRAM descriptors), same dtype, broadcasting src to dst."""
@@ -364,7 +415,9 @@ class DMA(_Engine):
         np.copyto(dst, src)
         self.timeline.hbm_read += src.nbytes
         self.timeline.hbm_write += dst.nbytes
-        self._schedule("dma_hbm_copy", dst.nbytes, max(contiguous_runs(dst), contiguous_runs(src)))
+        done = self._schedule("dma_hbm_copy", dst.nbytes, max(contiguous_runs(dst), contiguous_runs(src)))
+        if self.timeline.hbm_targets:
+            self._wrote(dst, done)
 
 
 class TensorE(_Engine):

@@ -30,7 +30,7 @@ _ZEROS = dict.fromkeys(ENGINES, 0.0)
 
 class Timeline:
     __slots__ = ("free", "busy", "events", "record", "end", "hbm_read", "hbm_write", "flops", "instructions",
-                 "dma_intervals", "floor")
+                 "dma_intervals", "floor", "hbm_floors", "hbm_targets")
 
     def __init__(self, record: bool = False):
         self.record = record
@@ -46,17 +46,33 @@ class Timeline:
         self.flops = 0
         self.instructions = 0
         self.dma_intervals: list[list[float]] = []  # busy [start, end) of the DMA bandwidth, sorted
-        # No instruction starts before ``floor``: a compiled program (device_impl.compiler) raises it
+        # No DMA transfer starts before ``floor``: a compiled program (device_impl.compiler) raises it
         # between steps so a step waits for the HBM buffers it reads (written by earlier steps'
-        # DMAs, which tiles do not track) without serialising independent steps.
+        # DMAs, which tiles do not track) and for the readers of the bytes it overwrites, without
+        # serialising independent steps. Compute engines read only tiles, whose readiness the timeline
+        # tracks, so the floor does not hold them: a step's TensorE work may start as soon as its tiles
+        # are loaded, under the previous step's tail.
         self.floor = 0.0
+        # (lo, hi, ready): HBM byte ranges [lo, hi) whose contents are final at ``ready`` (a compiled
+        # step's operands: 0 for the program's inputs and constants, which nothing in it writes; the end
+        # of the producing step for the others). A DMA load from such a range waits for ``ready`` instead
+        # of ``floor``: a step's weights stream in while earlier steps compute, as a Neuron compiler
+        # hoists them. DMA bandwidth and SBUF reuse still order it.
+        # (lo, hi, ready, writes): ``writes`` is the range's list from ``hbm_targets`` (or None), and a load
+        # from it waits for the last recorded write overlapping its bytes instead: a step reads a block
+        # of its producer's result as soon as that block is stored, not when the whole producer ends.
+        self.hbm_floors: tuple[tuple[int, int, float, list | None], ...] = ()
+        # (lo, hi, writes): HBM ranges whose DMA writes are recorded as (lo, hi, done) into ``writes``
+        # (a compiled program's scratch buffers and outputs).
+        self.hbm_targets: tuple[tuple[int, int, list], ...] = ()
 
     def schedule(self, engine: str, name: str, cost_ns: float, reads: Iterable[Tile] = (),
                  writes: Iterable[Tile] = (), latency_ns: float = 0.0) -> float:
         """Place one instruction; returns its completion time (ns from launch start)."""
-        start = self.free[engine] if engine != "dma" else 0.0
-        if self.floor > start:
+        if engine == "dma":
             start = self.floor
+        else:
+            start = self.free[engine]
         for t in reads:
             r = t.root
             if r.ready > start:

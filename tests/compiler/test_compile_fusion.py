@@ -289,3 +289,18 @@ def test_compiled_softmax_gradient_keeps_cpus_zero_signs(dim):
     torch.testing.assert_close(out, expected)
     zeros = expected == 0
     assert zeros.any() and torch.equal(torch.signbit(out[zeros]), torch.signbit(expected[zeros]))
+
+
+def test_a_norm_weight_in_an_epilogue_is_read_from_hbm_once():
+    """A layer norm fused after a projection reads its weight row once for the whole product and copies it
+    to the partitions on GpSimdE (groups.GroupRunner.epilogue hoists it), not once per row of each block:
+    the program's HBM traffic is its inputs read once and its output written once."""
+    name, fn, shapes, _ = EPILOGUES[2]
+    assert name == "rmsnorm"
+    inputs = _inputs(torch.float32, *shapes)
+    run = compile_fn(fn, *inputs)
+    engine.reset_stats()
+    (out,) = [o.cpu() for o in run([t.to("neuron") for t in inputs])]
+    (stats,) = [s for k, s in engine.stats().items() if k.startswith("neff:")]
+    assert stats["hbm_bytes"] == sum(t.nbytes for t in inputs) + out.nbytes
+    assert stats["gpsimd_busy_ns"] > 0  # the weight row was broadcast on chip
