@@ -218,7 +218,8 @@ def _on(value: Any, device_type: str) -> bool:
 
 
 class Recorder(TorchDispatchMode):
-    """Records the first call of each overload that has twins on the device and a device tensor argument."""
+    """Records the first call of each overload that has twins on the device, or that the cross-device probe can
+    reach (a device kernel and two tensor arguments, ``probe_candidate``), and has a device tensor argument."""
 
     def __init__(self, device: str, key: str) -> None:
         super().__init__()
@@ -229,7 +230,9 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         name = _name(func)
         call = None
-        if twins_of(name, self.key) and (_on(args, self.device_type) or _on(list(kwargs.values()), self.device_type)):
+        wanted = twins_of(name, self.key) or (probe_candidate(name, self.key)
+                                              and len(_tensors(list(args) + list(kwargs.values()))) >= 2)
+        if wanted and (_on(args, self.device_type) or _on(list(kwargs.values()), self.device_type)):
             # the first call of each overload, and its first call with a 0-dim tensor argument (a wrapped
             # number: what a scalar twin needs)
             slot = (name, any(t.dim() == 0 for t in _tensors(list(args) + list(kwargs.values()))))
@@ -406,6 +409,139 @@ def _out_on_host(twin: Twin, call: Call, where: str) -> cmp.Comparison:
     return cmp.Comparison(True)
 
 
+# --- the cross-device probe: one tensor argument on the host ------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def probe_candidate(name: str, key: str) -> bool:
+    """Whether the device has a kernel of its own for overload ``name``: a call of it with a host tensor among
+    device tensors reaches that kernel (the device's dispatch key outranks CPU's), which must then raise
+    what PyTorch raises."""
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(name, key)
+    except RuntimeError:
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def _native_functions() -> dict[str, dict]:
+    """The running torch's own ``native_functions.yaml`` (shipped in ``torchgen``), entry by overload name."""
+    import os
+
+    import torchgen
+    import yaml
+
+    path = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native", "native_functions.yaml")
+    try:
+        with open(path) as fh:
+            entries = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except OSError:
+        return {}
+    return {e["func"].split("(", 1)[0]: e for e in entries if isinstance(e, dict) and "func" in e}
+
+
+_COMPOSITE_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd",
+                   "CompositeExplicitAutogradNonFunctional")
+
+
+def _codegen_checks_devices(op: torch._ops.OpOverload) -> bool:
+    """Whether PyTorch's generated backend wrapper checks that every tensor argument is on one device: the
+    overload's ``native_functions.yaml`` entry keeps the default ``device_check: ExactSame`` (``NoCheck`` marks
+    the ops that accept a host tensor: ``copy_``, ``index.Tensor``'s host indices, TensorIterator's host
+    scalars) and has a backend kernel of its own (structured, or a dispatch entry besides the composite keys:
+    a composite kernel checks nothing itself, its inner calls do)."""
+    entry = _native_functions().get(op._schema.name.split("::", 1)[1] +
+                                    (f".{op._overloadname}" if op._overloadname != "default" else ""))
+    if entry is None or entry.get("device_check", "ExactSame") != "ExactSame":
+        return False
+    backends = set(entry.get("dispatch") or {}) - set(_COMPOSITE_KEYS)
+    return bool(backends or entry.get("structured") or entry.get("structured_delegate"))
+
+
+def _meta(s: Snapshot) -> torch.Tensor:
+    return torch.empty(s.region.numel(), dtype=s.region.dtype, device="meta").as_strided(s.size, s.stride, 0)
+
+
+def _with(call: Call, make: Callable[[Snapshot], torch.Tensor], slot: tuple[str, int]) -> tuple[tuple, dict]:
+    """The call's arguments, each tensor made by ``make`` except the one at ``slot`` (argument name, position in
+    its list), made on the host."""
+    def build(name: str, value: Any) -> Any:
+        if isinstance(value, Snapshot):
+            return value.make(False) if slot == (name, 0) else make(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(v.make(False) if slot == (name, j) else make(v) if isinstance(v, Snapshot) else v
+                               for j, v in enumerate(value))
+        return value
+    names = [a.name for a in call.op._schema.arguments]
+    return (tuple(build(names[i], v) for i, v in enumerate(call.args)),
+            {k: build(k, v) for k, v in call.kwargs.items()})
+
+
+def _slots(call: Call) -> list[tuple[str, int]]:
+    """The tensor arguments a probe may move to the host: read-only inputs (a written one is ``written.py``'s
+    rule, an out= one ``_out_on_host``'s) with dimensions (a 0-dim host tensor is a scalar PyTorch accepts)."""
+    schema = call.op._schema
+    values = dict(zip([a.name for a in schema.arguments], call.args)) | call.kwargs
+    slots = []
+    for a in schema.arguments:
+        if a.is_out or (a.alias_info is not None and a.alias_info.is_write):
+            continue
+        value = values.get(a.name)
+        items = value if isinstance(value, (list, tuple)) else [value]
+        j = next((j for j, v in enumerate(items) if isinstance(v, Snapshot) and v.size), None)
+        if j is not None:
+            slots.append((a.name, j))
+    return slots
+
+
+_REJECTS: dict[tuple[str, str], str | None] = {}
+
+
+def mixed_devices_rejected(call: Call, slot: tuple[str, int]) -> str | None:
+    """Why PyTorch rejects the call with the argument at ``slot`` on the host and the others on a device (None
+    where it accepts, or cannot say). Two facts of the running torch, never a list: its codegen's device check
+    (``_codegen_checks_devices``); else its meta kernels, the device stood in by ``meta``: the call on meta
+    tensors must succeed, and the same call with the argument on the host raise RuntimeError. Cached per
+    overload and argument (the rule is the op's, not the shapes')."""
+    key = (_name(call.op), slot[0])
+    if key in _REJECTS:
+        return _REJECTS[key]
+    if _codegen_checks_devices(call.op):
+        _REJECTS[key] = "its native_functions.yaml entry keeps device_check: ExactSame"
+        return _REJECTS[key]
+    _, control = _run(call.op, *_with(call, _meta, ("", -1)))
+    if control is not None:
+        return None  # the meta kernel cannot run the call at all: no answer, not cached
+    _, mixed = _run(call.op, *_with(call, _meta, slot))
+    _REJECTS[key] = f"its meta kernel raises {type(mixed).__name__}: {str(mixed)[:80]}" \
+        if isinstance(mixed, RuntimeError) else None
+    return _REJECTS[key]
+
+
+def check_probe(call: Call, slot: tuple[str, int]) -> cmp.Comparison | None:
+    """The device's kernel with the argument at ``slot`` on the host must raise RuntimeError where PyTorch
+    rejects the mix, and leave every device argument unwritten; None when the probe does not apply."""
+    why = mixed_devices_rejected(call, slot)
+    if why is None:
+        return None
+    target = call_device(call)
+    args, kwargs = _with(call, lambda s: s.make(True), slot)
+    if not any(t.device == target for t in _tensors(list(args) + list(kwargs.values()))):
+        return None  # the host argument was the only device tensor
+    before = [(t, t.cpu().clone()) for t in _tensors(list(args) + list(kwargs.values())) if t.device == target]
+    result, error = _run(call.op, args, kwargs)
+    where = f"{_name(call.op)} with {slot[0]} on the host ({why})"
+    if error is None:
+        return cmp.Comparison(False, f"{where}: the device returned a result; PyTorch raises RuntimeError "
+                                     f"(Expected all tensors to be on the same device)", criterion="probe")
+    if not isinstance(error, RuntimeError):
+        return cmp.Comparison(False, f"{where}: the device raised {type(error).__name__}: {str(error)[:160]}; "
+                                     f"PyTorch raises RuntimeError", criterion="probe")
+    if any(not _bit_equal(t, old) for t, old in before):
+        return cmp.Comparison(False, f"{where}: the device raised, but wrote a device argument first",
+                              criterion="probe")
+    return cmp.Comparison(True, criterion="probe")
+
+
 def record(run: Callable[[], Any], device: str) -> list[Call]:
     """The calls ``run`` makes on ``device`` that have twins there (errors inside ``run`` swallowed:
     a call that raised is recorded with no result)."""
@@ -427,6 +563,10 @@ def check(calls: list[Call], device: str, judge: Callable[[Any, Any], cmp.Compar
     key = dispatch_key(device)
     result, called = cmp.Comparison(True), []
     for call in calls:
+        for slot in _slots(call) if len(list(_snapshots(call))) >= 2 else ():
+            outcome = check_probe(call, slot)
+            if outcome is not None and not outcome.ok:
+                result = result.merge(outcome)
         for twin in twins_of(_name(call.op), key):
             outcome = check_twin(twin, call, judge)
             if outcome is None:

@@ -68,3 +68,46 @@ def test_twins_are_recorded_as_called_so_mutate_reruns_the_case():
     result = run_case(_designed("relu")[0].case)
     assert result.verdict == "pass"
     assert {"aten::relu.out", "aten::relu_"} <= set(result.called)
+
+
+# --- the cross-device probe -------------------------------------------------------------------
+
+def _recorded(run) -> dict[str, twins.Call]:
+    return {twins._name(c.op): c for c in twins.record(run, "neuron")}
+
+
+def test_the_cross_device_oracle_asks_the_running_torch():
+    """Rejected where PyTorch's codegen checks devices (device_check: ExactSame) or its meta kernel refuses the
+    mix; accepted where PyTorch accepts a host tensor (copy_, index's host indices, select_scatter's composite)."""
+    d = torch.randn(4, 4, device="neuron")
+    calls = _recorded(lambda: (torch.mm(d, d), d + d, torch.where(d > 0, d, d), torch.cdist(d, d),
+                               d[torch.tensor([0, 1], device="neuron")], torch.select_scatter(d, d[0], 0, 1),
+                               torch.ops.aten.copy_(torch.empty(4, 4, device="neuron"), d)))
+    rejected = {name: twins.mixed_devices_rejected(calls[name], slot) for name, slot in [
+        ("aten::mm", ("mat2", 0)), ("aten::add.Tensor", ("other", 0)), ("aten::where.self", ("self", 0)),
+        ("aten::_cdist_forward", ("x2", 0)), ("aten::index.Tensor", ("indices", 0)),
+        ("aten::select_scatter", ("src", 0)), ("aten::copy_", ("src", 0))]}
+    assert "ExactSame" in rejected["aten::mm"] and "ExactSame" in rejected["aten::_cdist_forward"]
+    assert "meta kernel raises RuntimeError" in rejected["aten::add.Tensor"]
+    assert "meta kernel raises RuntimeError" in rejected["aten::where.self"]
+    assert rejected["aten::index.Tensor"] is None and rejected["aten::select_scatter"] is None
+    assert rejected["aten::copy_"] is None
+    assert twins._slots(calls["aten::copy_"]) == [("src", 0)], "the written self is never moved"
+
+
+def test_the_probe_catches_a_kernel_raising_the_wrong_class_or_accepting_a_host_tensor():
+    case = _designed("batch_norm")[0].case
+    assert run_case(case).verdict == "pass"
+    op = "aten::native_batch_norm"
+    with mutate.Planted(mutate.CLASSES["error_class"].make(op, "error_class", mutate.facts(op, []))):
+        result = run_case(case)
+    assert result.verdict == "fail" and "on the host" in result.message and "TypeError" in result.message
+
+    class Uploads(mutate.Mutant):  # a kernel that quietly moves host arguments to the device
+        def run(self, original, keyset, args, kwargs):
+            up = [a.to("neuron") if isinstance(a, torch.Tensor) and a.is_cpu and a.dim() else a for a in args]
+            return original.call_boxed(keyset, *up, **kwargs)
+
+    with mutate.Planted(Uploads(op, "uploads", mutate.facts(op, []))):
+        result = run_case(case)
+    assert result.verdict == "fail" and "the device returned a result" in result.message
