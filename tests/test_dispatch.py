@@ -180,6 +180,15 @@ def test_a_host_tensor_among_neuron_tensors_is_refused_before_computing(call):
     assert (torch.ones(3, device="neuron") + 1).cpu().tolist() == [2.0, 2.0, 2.0]
 
 
+@pytest.mark.parametrize("src_shape", [(9,), (2, 7)])
+def test_a_converting_copy_from_a_src_that_does_not_broadcast_raises_cpus_runtime_error(src_shape):
+    """The dtype-converting copy_ (kernels/copy.py device_cast) raised numpy's ValueError from broadcast_to."""
+    for make in (lambda t: t, lambda t: t.to("neuron")):
+        dst, src = make(torch.zeros(1, 5, 7, dtype=torch.bool)), make(torch.ones(src_shape, dtype=torch.int64))
+        with pytest.raises(RuntimeError, match="must match the size|doesn't match the broadcast shape"):
+            dst.copy_(src)
+
+
 def test_what_pytorch_accepts_from_the_host_stays_accepted():
     dev = torch.arange(6.0, device="neuron").view(2, 3)
     assert dev[torch.tensor([1, 0])].cpu().tolist() == [[3.0, 4.0, 5.0], [0.0, 1.0, 2.0]]  # host indices
