@@ -439,22 +439,19 @@ def _native_functions() -> dict[str, dict]:
     return {e["func"].split("(", 1)[0]: e for e in entries if isinstance(e, dict) and "func" in e}
 
 
-_COMPOSITE_KEYS = ("CompositeImplicitAutograd", "CompositeExplicitAutograd",
-                   "CompositeExplicitAutogradNonFunctional")
-
-
 def _codegen_checks_devices(op: torch._ops.OpOverload) -> bool:
     """Whether PyTorch's generated backend wrapper checks that every tensor argument is on one device: the
     overload's ``native_functions.yaml`` entry keeps the default ``device_check: ExactSame`` (``NoCheck`` marks
     the ops that accept a host tensor: ``copy_``, ``index.Tensor``'s host indices, TensorIterator's host
-    scalars) and has a backend kernel of its own (structured, or a dispatch entry besides the composite keys:
-    a composite kernel checks nothing itself, its inner calls do)."""
+    scalars) and has a device backend kernel of its own (structured, or a ``CUDA`` dispatch entry, whose generated
+    wrapper holds the check: a composite kernel checks nothing itself, its inner calls do, and a ``Meta`` entry
+    beside one, as ``copy``'s, is no device's)."""
     entry = _native_functions().get(op._schema.name.split("::", 1)[1] +
                                     (f".{op._overloadname}" if op._overloadname != "default" else ""))
     if entry is None or entry.get("device_check", "ExactSame") != "ExactSame":
         return False
-    backends = set(entry.get("dispatch") or {}) - set(_COMPOSITE_KEYS)
-    return bool(backends or entry.get("structured") or entry.get("structured_delegate"))
+    keys = {k.strip() for key in entry.get("dispatch") or {} for k in key.split(",")}
+    return bool("CUDA" in keys or entry.get("structured") or entry.get("structured_delegate"))
 
 
 def _meta(s: Snapshot) -> torch.Tensor:
@@ -563,7 +560,8 @@ def check(calls: list[Call], device: str, judge: Callable[[Any, Any], cmp.Compar
     key = dispatch_key(device)
     result, called = cmp.Comparison(True), []
     for call in calls:
-        for slot in _slots(call) if len(list(_snapshots(call))) >= 2 else ():
+        probed = probe_candidate(_name(call.op), key) and len(list(_snapshots(call))) >= 2
+        for slot in _slots(call) if probed else ():
             outcome = check_probe(call, slot)
             if outcome is not None and not outcome.ok:
                 result = result.merge(outcome)
