@@ -374,6 +374,10 @@ spec("logsumexp", "reduction", "torch.logsumexp({x0}, {dim})", dim_op(), fp64_re
      tolerance_reason=_REDUCE_REASON)
 spec("softmax", "reduction", "torch.softmax({x0}, {dim})", dim_op(grad=True), grad=True, fp64_reference=True)
 spec("log_softmax", "reduction", "torch.log_softmax({x0}, {dim})", dim_op(grad=True), grad=True, fp64_reference=True)
+# the softmax SDPA calls (a fully masked row gives zeros, not NaN), called directly: only so does its kernel get a
+# dim out of range (bad_dim)
+spec("safe_softmax", "reduction", "torch.ops.aten._safe_softmax({x0}, {dim})", dim_op(), ("float32",),
+     fp64_reference=True)
 
 
 # Direct-call specs of _softmax_backward_data / _log_softmax_backward_data (drawn gradients and outputs) are held
@@ -1058,6 +1062,9 @@ spec("dropout", "random", "F.dropout({x0}, p={p}, training=True)",
 # bad_arg: p outside [0, 1] (CPU: "bernoulli_ expects p to be in [0, 1]"), from not below to (CPU: "random_
 # expects 'from' to be less than 'to'")
 spec("bernoulli_p", "random", "{x0}.clone().bernoulli_({p})",
+     with_params(unary(), p=lambda _: st.sampled_from([1.5] if _erring("bad_arg") else [0.0, 0.3, 1.0])),
+     ("float32",), check="properties")
+spec("bernoulli_tensor", "random", "{x0}.clone().bernoulli_(torch.full_like({x0}, {p}))",
      with_params(unary(), p=lambda _: st.sampled_from([1.5] if _erring("bad_arg") else [0.0, 0.3, 1.0])),
      ("float32",), check="properties")
 spec("random_from", "random", "{x0}.clone().random_({lo}, {hi})",
