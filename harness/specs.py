@@ -1083,6 +1083,21 @@ spec("full", "random", "torch.full({shape}, {value}, dtype=torch.{dtype:name}, d
 spec("linspace", "random", "torch.linspace({start}, {end}, {steps}, device=device)",
      custom(lambda data, dtype: ([], {"start": data.draw(st.integers(-10, 10)), "end": data.draw(st.integers(-10, 10)),
                                       "steps": data.draw(st.integers(0, 300))})), ("float32",))
+
+
+def _steps(data, dtype):
+    """linspace/logspace's range into a given out= tensor; the error input (bad_arg): a negative number of steps,
+    which only the out= kernel sees (the functional form refuses it above the kernel)."""
+    start, end, steps = data.draw(st.integers(-10, 10)), data.draw(st.integers(-3, 3)), data.draw(st.integers(0, 300))
+    return [], {"start": start, "end": end, "steps": -1 - steps if _erring("bad_arg") else steps}
+
+
+for _name in ("linspace", "logspace"):
+    spec(f"{_name}_out", "random", f"torch.{_name}({{start}}, {{end}}, {{steps}}, out=torch.empty(0, device=device))",
+         custom(_steps), ("float32",), fp64_reference=True)
+spec("randperm_out", "random", "torch.randperm({n}, out=torch.empty(0, dtype=torch.int64, device=device))",
+     custom(lambda data, dtype: ([], {"n": (-1 if _erring("bad_arg") else 1) * data.draw(st.integers(1, 600))})),
+     ("int64",), check="properties")  # bad_arg: a negative n, which only the out= kernel sees
 spec("eye", "random", "torch.eye({n}, {m}, dtype=torch.{dtype:name}, device=device)",
      custom(lambda data, dtype: ([], {"n": data.draw(st.integers(0, 130)), "m": data.draw(st.integers(0, 130)),
                                       "dtype": dtype})), EVERY)
