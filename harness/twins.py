@@ -21,6 +21,13 @@ device registers a kernel for, with the same arguments, on the device and on CPU
              (a wrapped Python number), and that overload's out= form
   dtype      the ``out_dtype`` overload (``mm.dtype``: bf16/fp16 operands, float32 result) and its out=
 
+The same recording gives every device kernel a case makes reach an error input, whatever its spec: the
+*cross-device probe* (``check_probe``) calls each recorded overload with two or more tensor arguments again
+on the device, one read argument moved to the host. Where the running torch rejects that mix (its
+``native_functions.yaml`` keeps ``device_check: ExactSame`` for the overload, or its meta kernel refuses the
+call), the device must raise RuntimeError and leave its arguments unwritten; where PyTorch accepts it (``copy_``,
+``index``'s host indices) the probe is skipped.
+
 A twin passes when the device's result equals, bit for bit, the device's own result of the
 recorded call (the functional kernel the case already judged), or else when it is within the
 spec's tolerance of CPU's twin; an error must be CPU's class. The harness asks the dispatcher
@@ -540,8 +547,8 @@ def check_probe(call: Call, slot: tuple[str, int]) -> cmp.Comparison | None:
 
 
 def record(run: Callable[[], Any], device: str) -> list[Call]:
-    """The calls ``run`` makes on ``device`` that have twins there (errors inside ``run`` swallowed:
-    a call that raised is recorded with no result)."""
+    """The calls ``run`` makes on ``device`` that have twins there or that the cross-device probe can make
+    (errors inside ``run`` swallowed: a call that raised is recorded with no result)."""
     key = dispatch_key(device)
     if key is None:
         return []
@@ -556,7 +563,8 @@ def record(run: Callable[[], Any], device: str) -> list[Call]:
 
 def check(calls: list[Call], device: str, judge: Callable[[Any, Any], cmp.Comparison]
           ) -> tuple[cmp.Comparison, list[str]]:
-    """Every twin of every recorded call: the merged comparison, and the twins that were called."""
+    """Every twin of every recorded call, and the cross-device probe of every recorded device kernel with two
+    tensor arguments: the merged comparison, and the twins that were called."""
     key = dispatch_key(device)
     result, called = cmp.Comparison(True), []
     for call in calls:
