@@ -29,14 +29,17 @@ _plans: dict[Any, tuple[tuple[int, str, bool], ...]] = {}
 
 
 def plan_of(op: torch._ops.OpOverload) -> tuple[tuple[int, str, bool], ...]:
-    """(position, name, kwarg_only) of ``op``'s tensor arguments, computed once per overload; empty for an
-    op that accepts host tensors (``HOST_INDEX_OPS``) or reads no tensor."""
+    """(position, name, kwarg_only) of the tensor arguments ``op`` reads, computed once per overload; empty for
+    an op that accepts host tensors (``HOST_INDEX_OPS``) or reads no tensor. A written argument is not here: out=
+    is ``written.py``'s rule, and an in-place one the kernel's own, with the op's own message
+    (``_amp_foreach_non_finite_check_and_unscale_``: "One of scaled_grads was not a neuron tensor")."""
     plan = _plans.get(op)
     if plan is None:
         schema = op._schema
         name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
         plan = _plans[op] = () if name in HOST_INDEX_OPS else tuple(
-            (i, a.name, a.kwarg_only) for i, a in enumerate(schema.arguments) if str(a.type) in _TENSOR_TYPES)
+            (i, a.name, a.kwarg_only) for i, a in enumerate(schema.arguments) if str(a.type) in _TENSOR_TYPES
+            and not (a.alias_info is not None and a.alias_info.is_write))
     return plan
 
 
