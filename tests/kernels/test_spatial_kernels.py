@@ -820,6 +820,8 @@ def test_pdist(p, n):
 def test_pdist_errors():
     check(lambda a: F.pdist(a), values((4, 5), torch.bfloat16))
     check(lambda a: F.pdist(a), values((2, 4, 5), torch.float32))
+    # the kernel called directly with a strided input: CPU's refuses it (the device's computed a result)
+    check(lambda a: torch.ops.aten._pdist_forward(a.t(), 2.0), values((5, 4), torch.float32))
 
 
 # --------------------------------------------------------------------------------------------

@@ -208,6 +208,8 @@ TABLE.serves("aten::_euclidean_dist.out", "aten::_euclidean_dist")
 
 @TABLE.native("aten::_pdist_forward", dtypes=COMPUTE_DTYPES)
 def pdist_forward(input, p=2.0):
+    if not input.is_contiguous():  # CPU's kernel reads rows by pointer arithmetic; F.pdist passes it contiguous
+        raise RuntimeError("_pdist_forward requires contiguous input")
     if input.dim() != 2:
         raise RuntimeError(f"pdist only supports 2D tensors, got: {input.dim()}D")
     if not input.dtype.is_floating_point:
