@@ -152,19 +152,21 @@ def cpu_has_kernel(name: str) -> bool:
 
 class Snapshot:
     """A tensor argument as it was when the call started: its storage span copied, its view kept
-    (sizes, strides, offset within the span), so a twin sees the layout the kernel saw."""
+    (sizes, strides, offset within the span), so a twin sees the layout the kernel saw. With
+    ``values=False`` only the layout, dtype and device are kept (what the cross-device probe needs: PyTorch
+    refuses a mix of devices before it reads a value), and ``make`` gives uninitialised memory."""
 
-    __slots__ = ("region", "host", "size", "stride", "requires_grad")
+    __slots__ = ("region", "host", "size", "stride", "dtype", "device", "extent")
 
-    def __init__(self, t: torch.Tensor) -> None:
+    def __init__(self, t: torch.Tensor, values: bool = True) -> None:
         t = t.detach()
-        self.size, self.stride = tuple(t.shape), tuple(t.stride())
-        if t.numel() == 0:
-            self.region = torch.empty(0, dtype=t.dtype, device=t.device)
-        else:
-            extent = 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
-            self.region = t.as_strided((extent,), (1,), t.storage_offset()).clone()
-        self.host = self.region.cpu()
+        self.size, self.stride, self.dtype, self.device = tuple(t.shape), tuple(t.stride()), t.dtype, t.device
+        self.extent = 0 if t.numel() == 0 else 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
+        self.region = self.host = None
+        if values:
+            self.region = t.as_strided((self.extent,), (1,), t.storage_offset()).clone() if self.extent else \
+                torch.empty(0, dtype=t.dtype, device=t.device)
+            self.host = self.region.cpu()
 
     @property
     def overlapping(self) -> bool:
@@ -174,11 +176,20 @@ class Snapshot:
             n *= s
         if n <= 1:
             return False
-        offsets = torch.arange(self.region.numel()).as_strided(self.size, self.stride, 0)
+        offsets = torch.arange(self.extent).as_strided(self.size, self.stride, 0)
         return int(offsets.unique().numel()) != n
 
     def make(self, device: bool) -> torch.Tensor:
-        region = (self.region if device else self.host).clone()
+        """A fresh tensor of the snapshot, on its device or on the host."""
+        return self._of((self.region if device else self.host).clone() if self.region is not None else None, device)
+
+    def view(self, device: bool) -> torch.Tensor:
+        """The snapshot itself, not copied (for a call that must not write it)."""
+        return self._of(self.region if device else self.host, device)
+
+    def _of(self, region: torch.Tensor | None, device: bool) -> torch.Tensor:
+        if region is None:
+            region = torch.empty(self.extent, dtype=self.dtype, device=self.device if device else "cpu")
         if region.numel() == 0:
             return torch.empty(self.size, dtype=region.dtype, device=region.device)
         return region.as_strided(self.size, self.stride, 0)
@@ -192,11 +203,11 @@ class Call:
     result: Any = None  # the device's result of the recorded call (host copies), None if it raised
 
 
-def _snap(value: Any) -> Any:
+def _snap(value: Any, values: bool = True) -> Any:
     if isinstance(value, torch.Tensor):
-        return Snapshot(value)
+        return Snapshot(value, values)
     if isinstance(value, (list, tuple)):
-        return type(value)(_snap(v) for v in value)
+        return type(value)(_snap(v, values) for v in value)
     return value
 
 
@@ -237,17 +248,17 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         name = _name(func)
         call = None
-        wanted = twins_of(name, self.key) or (probe_candidate(name, self.key)
-                                              and len(_tensors(list(args) + list(kwargs.values()))) >= 2)
+        twinned = bool(twins_of(name, self.key))
+        wanted = twinned or (probe_candidate(name, self.key) and len(_tensors(list(args) + list(kwargs.values()))) >= 2)
         if wanted and (_on(args, self.device_type) or _on(list(kwargs.values()), self.device_type)):
             # the first call of each overload, and its first call with a 0-dim tensor argument (a wrapped
-            # number: what a scalar twin needs)
+            # number: what a scalar twin needs); a call only the probe uses keeps no values
             slot = (name, any(t.dim() == 0 for t in _tensors(list(args) + list(kwargs.values()))))
             if slot not in self.calls:
-                call = Call(func, _snap(args), {k: _snap(v) for k, v in kwargs.items()})
+                call = Call(func, _snap(args, twinned), {k: _snap(v, twinned) for k, v in kwargs.items()})
                 self.calls[slot] = call
         result = func(*args, **kwargs)
-        if call is not None:
+        if call is not None and twinned:
             call.result = _host(result)
         return result
 
@@ -295,7 +306,7 @@ def _arguments(twin: Twin, call: Call, device: bool) -> tuple[tuple, dict, list[
             return None  # writing self through overlapping memory: PyTorch leaves the result to the loop order
     if twin.kind == "dtype":
         first = _first_tensor(call)
-        if first is None or first.region.dtype not in (torch.bfloat16, torch.float16):
+        if first is None or first.dtype not in (torch.bfloat16, torch.float16):
             return None
         kwargs[OUT_DTYPE] = torch.float32
     outs: list[torch.Tensor] = []
@@ -304,7 +315,7 @@ def _arguments(twin: Twin, call: Call, device: bool) -> tuple[tuple, dict, list[
         results = _tensors(call.result)
         first = _first_tensor(call)
         for j, a in enumerate(twin_outs):
-            dtype = results[j].dtype if j < len(results) else (first.region.dtype if first else torch.float32)
+            dtype = results[j].dtype if j < len(results) else (first.dtype if first else torch.float32)
             if twin.kind == "dtype":
                 dtype = torch.float32
             out = torch.empty(0, dtype=dtype, device=target)
@@ -314,7 +325,7 @@ def _arguments(twin: Twin, call: Call, device: bool) -> tuple[tuple, dict, list[
 
 
 def call_device(call: Call) -> torch.device:
-    return next((s.region.device for s in _snapshots(call) if s.region.device.type != "cpu"), torch.device("cpu"))
+    return next((s.device for s in _snapshots(call) if s.device.type != "cpu"), torch.device("cpu"))
 
 
 def _run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[Any, BaseException | None]:
@@ -462,7 +473,7 @@ def _codegen_checks_devices(op: torch._ops.OpOverload) -> bool:
 
 
 def _meta(s: Snapshot) -> torch.Tensor:
-    return torch.empty(s.region.numel(), dtype=s.region.dtype, device="meta").as_strided(s.size, s.stride, 0)
+    return torch.empty(s.extent, dtype=s.dtype, device="meta").as_strided(s.size, s.stride, 0)
 
 
 def _with(call: Call, make: Callable[[Snapshot], torch.Tensor], slot: tuple[str, int]) -> tuple[tuple, dict]:
@@ -528,10 +539,12 @@ def check_probe(call: Call, slot: tuple[str, int]) -> cmp.Comparison | None:
     if why is None:
         return None
     target = call_device(call)
-    args, kwargs = _with(call, lambda s: s.make(True), slot)
+    args, kwargs = _with(call, lambda s: s.view(True), slot)  # not copied: a kernel must refuse before it reads
     if not any(t.device == target for t in _tensors(list(args) + list(kwargs.values()))):
         return None  # the host argument was the only device tensor
-    before = [(t, t.cpu().clone()) for t in _tensors(list(args) + list(kwargs.values())) if t.device == target]
+    written = dict(zip([a.name for a in call.op._schema.arguments], args)) | kwargs
+    before = [(t, t.cpu()) for a in call.op._schema.arguments if a.alias_info is not None and a.alias_info.is_write
+              for t in _tensors(written.get(a.name)) if t.device == target]
     result, error = _run(call.op, args, kwargs)
     where = f"{_name(call.op)} with {slot[0]} on the host ({why})"
     if error is None:
@@ -541,7 +554,7 @@ def check_probe(call: Call, slot: tuple[str, int]) -> cmp.Comparison | None:
         return cmp.Comparison(False, f"{where}: the device raised {type(error).__name__}: {str(error)[:160]}; "
                                      f"PyTorch raises RuntimeError", criterion="probe")
     if any(not _bit_equal(t, old) for t, old in before):
-        return cmp.Comparison(False, f"{where}: the device raised, but wrote a device argument first",
+        return cmp.Comparison(False, f"{where}: the device raised, but wrote an argument it writes first",
                               criterion="probe")
     return cmp.Comparison(True, criterion="probe")
 

@@ -123,7 +123,7 @@ def _fake_cuda_rejects(call: twins.Call, slot: tuple[str, int]) -> bool | None:
 
     def fake_cuda(s: twins.Snapshot) -> torch.Tensor:
         with mode:
-            return torch.empty_strided(s.size, s.stride, dtype=s.region.dtype, device="cuda")
+            return torch.empty_strided(s.size, s.stride, dtype=s.dtype, device="cuda")
     args, kwargs = twins._with(call, fake_cuda, slot)  # the host tensor is a real one, which the mode fakes as cpu
     try:
         with mode:
