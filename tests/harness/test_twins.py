@@ -102,6 +102,7 @@ def test_the_probe_catches_a_kernel_raising_the_wrong_class_or_accepting_a_host_
     with mutate.Planted(mutate.CLASSES["error_class"].make(op, "error_class", mutate.facts(op, []))):
         result = run_case(case)
     assert result.verdict == "fail" and "on the host" in result.message and "TypeError" in result.message
+    assert "the cross-device probe" in result.reproducer, "the reproducer says the expression itself passes"
 
     class Uploads(mutate.Mutant):  # a kernel that quietly moves host arguments to the device
         def run(self, original, keyset, args, kwargs):
