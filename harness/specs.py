@@ -1183,6 +1183,11 @@ def _embedding_bag(data, dtype):
 
 spec("embedding_bag", "indexing", "F.embedding_bag({x1}, {x0}, torch.tensor({offsets}, device=device), mode={mode})",
      custom(_embedding_bag), grad=True, tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON, fp64_reference=True)
+# without a gradient to keep, PyTorch takes _embedding_bag_forward_only (the OpInfo sweep's one sample reached it)
+spec("embedding_bag_inference", "indexing",
+     "F.embedding_bag({x1}, {x0}.detach(), torch.tensor({offsets}, device=device), mode={mode})",
+     custom(_embedding_bag), ("float32",), tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON,
+     fp64_reference=True)
 
 spec("select", "shape", "{x0}.select({dim}, {index})",
      custom(lambda data, dtype: (lambda shape: (lambda dim: ([_t(data, shape, dtype)], {
