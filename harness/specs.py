@@ -1244,6 +1244,16 @@ spec("empty_strided", "random", "torch.empty_strided({size}, {stride}, dtype=tor
      ".fill_(1)", custom(_empty_strided), EVERY)
 spec("empty", "random", "torch.empty({size}, dtype=torch.{dtype:name}, device=device).fill_(1)",  # as empty_strided
      custom(lambda data, dtype: ([], {"size": _empty_strided(data, dtype)[1]["size"], "dtype": dtype})), ("float32",))
+def _complex_pairs(data, dtype):
+    """A float tensor whose last dim is a (real, imaginary) pair; the error input: a last dim of 3 (CPU: "Tensor must
+    have a last dimension of size 2")."""
+    shape = data.draw(hs.shapes(min_dims=0, max_dims=3)) + (3 if _erring("shape_mismatch") else 2,)
+    return [_t(data, shape, dtype, layouts=("contiguous",))], {}
+
+
+# view_as_complex and back: a float result to compare, both views of x0's storage
+spec("view_as_complex", "shape", "torch.view_as_real(torch.view_as_complex({x0}))", custom(_complex_pairs),
+     ("float32",), view=True)
 spec("item", "shape", "{x0}.item()", unary(max_dims=0), EVERY)
 # item()'s kernel called directly: item() refuses a tensor of other than one element above it, so only a direct
 # call can give the kernel its error input (bad_arg: an empty tensor; CPU: "Empty tensor not supported")
