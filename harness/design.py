@@ -7,7 +7,8 @@ every dtype the spec supports x every value domain that applies to the dtype x e
 layout (made on the device) x every size class (0-dim, empty, small, and the tile edges
 127/128/129, 511/512/513, 2047/2048/2049 along the free axis), covered by a greedy
 covering design (every dtype with every domain, layout and size class; ``_greedy``), plus the
-op's error inputs (out-of-range and non-integer indices, non-broadcastable shapes, a dim out of range).
+op's error inputs (out-of-range and non-integer indices, non-broadcastable shapes, a dim out of range, an
+argument outside its domain).
 
 A designed case is drawn by the spec's own ``draw`` with a ``harness.strategies.Target``
 active and a seed derived from its coordinates, so it is reproducible on its own and its
@@ -41,7 +42,9 @@ SIZE_EDGES: dict[str, tuple[int | str, ...]] = {
     "tile-128": (127, 128, 129), "tile-512": (511, 512, 513), "tile-2048": (2047, 2048, 2049),
 }
 SIZE_CLASSES = tuple(SIZE_EDGES)
-ERRORS = ("oob_index", "index_dtype", "shape_mismatch", "bad_dim")  # bad_dim: a dim argument out of range
+# bad_dim: a dim argument out of range; bad_arg: another argument outside its domain (a negative size or offset,
+# a probability outside [0, 1], a step of the wrong sign), which CPU's kernel rejects
+ERRORS = ("oob_index", "index_dtype", "shape_mismatch", "bad_dim", "bad_arg")
 NO_TENSOR = "-"  # the domain and layout of a case without tensor inputs (factories)
 ERROR_PARAM = "_design_error"  # a case parameter naming the error input a designed case has
 

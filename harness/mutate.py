@@ -232,6 +232,40 @@ def _raises(f: OpFacts) -> str | None:
     return None
 
 
+GENERIC_SHAPES = ((), (0,), (3,), (3, 2))  # 0-dim, empty, a vector, and (transposed) a strided matrix
+# argument types with no value out of their domain (flags; a dtype is not one: a kernel may lack it)
+_UNCONSTRAINED = ("bool", "Optional[bool]")
+
+
+def no_error_input(f: OpFacts) -> str | None:
+    """Why the error_class mutant of ``f.op`` has nothing to act on, or None. It applies to an op whose only
+    argument with a domain is one tensor (the others are flags with defaults; no out=): the
+    cross-device probe (harness.twins) needs two tensors, and no size, dim or value argument can be out of its
+    domain. What is left is the tensor itself, so CPU eager, the oracle, is asked: the op on a 0-dim, an empty,
+    a vector and a transposed tensor of every dtype the harness draws. If CPU rejects none (``any``, ``isnan``,
+    ``zero_``), no input makes the op raise, and a kernel that would raise the wrong class is never asked to
+    raise. One CPU rejects (``_local_scalar_dense`` of an empty tensor, ``view_as_complex`` of a vector,
+    ``hardtanh`` of a bool one) stays a coverage gap: a case should give it that input."""
+    args = [a for a in f.schema.arguments if not a.is_out]
+    if any(a.is_out for a in f.schema.arguments) or not args or str(args[0].type) != "Tensor" or \
+            any(not a.has_default_value() or str(a.type) not in _UNCONSTRAINED for a in args[1:]):
+        return None
+    from harness.strategies import ALL_DTYPES
+
+    op = overload(f.op)
+    for name in ALL_DTYPES:
+        dtype = getattr(torch, name)
+        for shape in GENERIC_SHAPES:
+            tensor = torch.ones(shape, dtype=dtype)
+            try:
+                op(tensor.t() if tensor.dim() == 2 else tensor)
+            except Exception:  # noqa: BLE001 - CPU rejects this input: the op has an error input to design
+                return None
+    return (f"no input to reject: its only argument is one tensor, and CPU raised for none of "
+            f"{len(GENERIC_SHAPES)} generic shapes (0-dim, empty, vector, transposed) in any of {len(ALL_DTYPES)} "
+            f"dtypes")
+
+
 def _backward(f: OpFacts) -> str | None:
     reason = _values(f)
     if reason:
@@ -1091,6 +1125,10 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
         return Outcome(op, mc.name, "excluded", f"the op rejects every input the break applies to: all "
                        f"{mutant.rejected} calls where it changed an input raised, as on CPU", cases_run=ran,
                        seconds=time.perf_counter() - started)
+    if mc.name == "error_class" and mutant.triggered == 0:
+        reason = no_error_input(f)
+        if reason is not None:
+            return Outcome(op, mc.name, "excluded", reason, cases_run=ran, seconds=time.perf_counter() - started)
     if mc.name == "promotion" and mutant.triggered == 0:
         # The rule, read from the op's own calls: over every case (the design covers every dtype
         # the op supports), no call had operands or a result of different dtypes.

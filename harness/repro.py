@@ -309,6 +309,10 @@ def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | N
         *([f"# the failing check is a twin overload of a call the expression makes (harness/twins.py): this script "
            f"runs the expression, which passed; the twin is called by the case itself: pytest opsuite -k "
            f"'{spec.name}-{case.dtype}'"] if "twin aten::" in verdict else []),
+        *([f"# the failing check is the cross-device probe of a call the expression makes (harness/twins.py "
+           f"check_probe: one argument moved to the host, the device must raise RuntimeError): this script runs "
+           f"the expression, which passed; the probe is run by the case itself: pytest opsuite -k "
+           f"'{spec.name}-{case.dtype}'"] if " on the host (" in verdict else []),
         "import math",
         "import torch",
         "import torch.nn.functional as F",

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from hypothesis import strategies as st
@@ -128,6 +128,13 @@ def with_params(base: Draw, **strategies) -> Draw:
     return draw
 
 
+def _erring(kind: str) -> bool:
+    """Whether the case being drawn is a designed error input of ``kind`` (harness.design.ERRORS): the draw then
+    builds an input CPU's kernel rejects, and the device's must raise the same class."""
+    goal = hs.target()
+    return goal is not None and goal.error == kind
+
+
 def _bad_dim(shape: tuple[int, ...], dim: Any) -> Any:
     """``dim``, or under a designed ``bad_dim`` error one out of range (the kernel must raise CPU's
     IndexError): ``ndim + 1`` is outside [-ndim, ndim) for every rank (0-dim tensors take dims -1 and 0)."""
@@ -226,8 +233,20 @@ spec("relu", "pointwise", "torch.relu({x0})", unary(grad=True), EVERY, grad=True
 spec("gelu", "pointwise", "F.gelu({x0}, approximate={approximate})",
      with_params(unary(grad=True), approximate=st.sampled_from(["none", "tanh"])), grad=True)
 spec("silu", "pointwise", "F.silu({x0})", unary(grad=True), grad=True)
+def _bool_input(base: Draw) -> Draw:
+    """``base``; under a designed ``bad_arg`` error its first tensor a bool one, which the op's CPU kernel rejects
+    (hardtanh: "Bool inputs not supported for hardtanh")."""
+    def draw(data, dtype):
+        tensors, params = base(data, dtype)
+        if _erring("bad_arg"):
+            tensors = [replace(tensors[0], dtype="bool", domain="bool", requires_grad=False)] + tensors[1:]
+        return tensors, params
+    return draw
+
+
 spec("hardtanh", "pointwise", "F.hardtanh({x0}, {lo}, {hi})",
-     with_params(unary(grad=True), lo=st.sampled_from([-1.0, -0.5, 0.0, -0.0]), hi=st.sampled_from([1.0, 2.0])),
+     with_params(_bool_input(unary(grad=True)), lo=st.sampled_from([-1.0, -0.5, 0.0, -0.0]),
+                 hi=st.sampled_from([1.0, 2.0])),
      grad=True)
 spec("leaky_relu", "pointwise", "F.leaky_relu({x0}, {slope})",
      with_params(unary(grad=True), slope=st.sampled_from([0.01, 0.2])), grad=True)
@@ -366,6 +385,10 @@ spec("logsumexp", "reduction", "torch.logsumexp({x0}, {dim})", dim_op(), fp64_re
      tolerance_reason=_REDUCE_REASON)
 spec("softmax", "reduction", "torch.softmax({x0}, {dim})", dim_op(grad=True), grad=True, fp64_reference=True)
 spec("log_softmax", "reduction", "torch.log_softmax({x0}, {dim})", dim_op(grad=True), grad=True, fp64_reference=True)
+# the softmax SDPA calls (a fully masked row gives zeros, not NaN), called directly: only so does its kernel get a
+# dim out of range (bad_dim)
+spec("safe_softmax", "reduction", "torch.ops.aten._safe_softmax({x0}, {dim})", dim_op(), ("float32",),
+     fp64_reference=True)
 
 
 def _softmax_backward(data, dtype):
@@ -603,8 +626,10 @@ def _select_scatter(data, dtype):
     shape = data.draw(hs.shapes(min_dims=1, allow_empty=False, max_dims=3))
     dim = data.draw(st.integers(0, len(shape) - 1))
     index = data.draw(st.integers(-shape[dim], shape[dim] - 1))
-    return [_t(data, shape, dtype, layouts=_SELF_LAYOUTS), _t(data, shape[:dim] + shape[dim + 1:], dtype)], \
-        {"dim": dim, "index": index}
+    src = shape[:dim] + shape[dim + 1:]
+    if _erring("shape_mismatch"):
+        src = src[:-1] + (src[-1] + 1,) if src else (2,)  # CPU: "expected src to have a size equal to the slice"
+    return [_t(data, shape, dtype, layouts=_SELF_LAYOUTS), _t(data, src, dtype)], {"dim": dim, "index": index}
 
 
 def _slice_scatter(data, dtype):
@@ -613,7 +638,7 @@ def _slice_scatter(data, dtype):
     start = data.draw(st.integers(0, shape[dim] - 1))
     step = data.draw(st.integers(1, 3))
     length = len(range(start, shape[dim], step))
-    src_shape = shape[:dim] + (length,) + shape[dim + 1:]
+    src_shape = shape[:dim] + (length + _erring("shape_mismatch"),) + shape[dim + 1:]  # the error: one too long
     return [_t(data, shape, dtype, layouts=_SELF_LAYOUTS), _t(data, src_shape, dtype)], \
         {"dim": dim, "start": start, "step": step}
 
@@ -684,18 +709,28 @@ spec("stack", "shape", "torch.stack([{x0}, {x1}], dim={dim})",
      custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype), _t(data, shape, dtype)],
                                                 {"dim": data.draw(st.integers(-len(shape) - 1, len(shape)))}))(
          data.draw(hs.shapes(max_dims=3)))), EVERY)
-spec("flip", "shape", "torch.flip({x0}, {dims})",
-     custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype)], {"dims": tuple(data.draw(
-         st.lists(st.integers(0, len(shape) - 1), unique=True, max_size=len(shape))))}))(
-         data.draw(hs.shapes(min_dims=1)))), EVERY)
+def _flip(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=1))
+    x0 = _t(data, shape, dtype)
+    dims = tuple(data.draw(st.lists(st.integers(0, len(shape) - 1), unique=True, max_size=len(shape))))
+    return [x0], {"dims": _bad_dim(shape, dims)}
+
+
+def _repeat(data, dtype):
+    """Repeats for every dim (and one more, a new leading dim); the error input: one fewer than the dims (CPU:
+    "Number of dimensions of repeat dims can not be smaller than number of dimensions of tensor")."""
+    shape = data.draw(hs.shapes(min_dims=1 if _erring("shape_mismatch") else 0, max_dims=3, max_numel=4096))
+    x0 = _t(data, shape, dtype)
+    count = len(shape) - 1 if _erring("shape_mismatch") else len(shape) + data.draw(st.integers(0, 1))
+    return [x0], {"reps": tuple(data.draw(st.integers(1, 3)) for _ in range(count))}
+
+
+spec("flip", "shape", "torch.flip({x0}, {dims})", custom(_flip), EVERY)
 spec("roll", "shape", "torch.roll({x0}, {shifts}, {dims})",
      custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype)], {"shifts": data.draw(st.integers(-5, 5)),
                                                                           "dims": data.draw(st.integers(0, len(shape) - 1))}))(
          data.draw(hs.shapes(min_dims=1)))), EVERY)
-spec("repeat", "shape", "{x0}.repeat({reps})",
-     custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype)], {"reps": tuple(
-         data.draw(st.integers(1, 3)) for _ in range(len(shape) + data.draw(st.integers(0, 1))))}))(
-         data.draw(hs.shapes(max_dims=3, max_numel=4096)))), EVERY)
+spec("repeat", "shape", "{x0}.repeat({reps})", custom(_repeat), EVERY)
 for _mode in ("reflect", "replicate"):
     for _dims in (1, 2, 3):
         spec(f"pad_{_mode}{_dims}d", "shape", f"F.pad({{x0}}, {{pad}}, mode='{_mode}')", custom(_pad(_dims)), NUMERIC,
@@ -744,6 +779,19 @@ spec("expand_clone", "shape", "{x0}.unsqueeze(0).expand(3, *{x0}.shape).clone()"
 spec("split", "shape", "torch.split({x0}, {size}, dim=0)",
      with_params(unary(min_dims=1), size=st.integers(1, 4)), EVERY)
 spec("narrow_reshape", "shape", "{x0}.reshape(-1)[1:].reshape(-1, 1)", unary(min_dims=1), EVERY)
+
+
+def _view(data, dtype):
+    """view to the reversed sizes or one flat dim (a strided layout's case is an error input of its own: CPU's
+    "view size is not compatible with input tensor's size and stride"); the designed error input: one element
+    more than the tensor has (CPU: "shape '[n]' is invalid for input of size ...")."""
+    shape = data.draw(hs.shapes(min_dims=1))
+    x0 = _t(data, shape, dtype)
+    size = tuple(reversed(shape)) if data.draw(st.booleans()) else (math.prod(shape),)
+    return [x0], {"shape": (math.prod(shape) + 1,) if _erring("shape_mismatch") else size}
+
+
+spec("view", "shape", "{x0}.view({shape})", custom(_view), ("float32", "int64"), view=True)
 spec("diagonal", "shape", "torch.diagonal({x0}, {offset}).clone()",
      with_params(unary(min_dims=2), offset=st.integers(-2, 2)), EVERY)
 
@@ -783,8 +831,11 @@ spec("conv_transpose2d", "spatial", "F.conv_transpose2d({x0}, {x1}, {x2}, stride
 
 
 def _pool(data, dtype, dims=2):
+    """The error input: an empty spatial dim (CPU: "Expected input to have non-zero size for non-batch dimensions")."""
     shape = (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3))) + tuple(data.draw(st.integers(2, 9))
                                                                               for _ in range(dims))
+    if _erring("shape_mismatch"):
+        shape = shape[:-1] + (0,)
     return [_t(data, shape, dtype, requires_grad=True)], {"k": data.draw(st.integers(1, 2)),
                                                           "stride": data.draw(st.integers(1, 2)),
                                                           "ceil": data.draw(st.booleans())}
@@ -797,14 +848,20 @@ spec("avg_pool2d", "spatial", "F.avg_pool2d({x0}, {k}, {stride}, ceil_mode={ceil
 spec("max_pool3d", "spatial", "F.max_pool3d({x0}, {k}, {stride})", custom(lambda d, t: _pool(d, t, 3)), grad=True)
 spec("avg_pool3d", "spatial", "F.avg_pool3d({x0}, {k}, {stride})", custom(lambda d, t: _pool(d, t, 3)),
      fp64_reference=True)
+def _adaptive_out(high: int):
+    """The output size of an adaptive pool; above 1 for the error input (an output of 1 takes the mean, which
+    accepts an empty input, instead of the pooling kernel)."""
+    return lambda _: st.integers(2, high) if _erring("shape_mismatch") else st.integers(1, high)
+
+
 spec("adaptive_avg_pool2d", "spatial", "F.adaptive_avg_pool2d({x0}, ({out}, {out}))",
-     with_params(custom(_pool), out=st.integers(1, 4)), grad=True, fp64_reference=True)
+     with_params(custom(_pool), out=_adaptive_out(4)), grad=True, fp64_reference=True)
 _DAZ_SIGN = ("CPU's bfloat16 pooling runs with denormals-are-zero: (-1e-40 + 0.0) / 2 is +0.0 there; the device "
              "keeps the denormal and rounds -5e-41 to -0.0 (IEEE round-to-nearest-even)")
 spec("avg_pool1d", "spatial", "F.avg_pool1d({x0}, {k}, {stride})", custom(lambda d, t: _pool(d, t, 1)),
      fp64_reference=True, ignore_zero_sign=("bfloat16",), tolerance_reason=_DAZ_SIGN)
 spec("adaptive_avg_pool1d", "spatial", "F.adaptive_avg_pool1d({x0}, {out})",
-     with_params(custom(lambda d, t: _pool(d, t, 1)), out=st.integers(1, 4)), fp64_reference=True)
+     with_params(custom(lambda d, t: _pool(d, t, 1)), out=_adaptive_out(4)), fp64_reference=True)
 spec("interpolate_nearest", "spatial", "F.interpolate({x0}, scale_factor={scale}, mode='nearest')",
      with_params(custom(_pool), scale=st.sampled_from([1.5, 2.0, 0.5])), grad=True)
 spec("interpolate_bilinear", "spatial", "F.interpolate({x0}, size=({h}, {w}), mode='bilinear', "
@@ -1016,11 +1073,23 @@ spec("randn", "random", "torch.randn({shape}, dtype=torch.{dtype:name}, device=d
      check="properties")
 spec("dropout", "random", "F.dropout({x0}, p={p}, training=True)",
      with_params(unary(), p=st.sampled_from([0.0, 0.3, 1.0])), check="properties")
+# bad_arg: p outside [0, 1] (CPU: "bernoulli_ expects p to be in [0, 1]"), from not below to (CPU: "random_
+# expects 'from' to be less than 'to'")
+spec("bernoulli_p", "random", "{x0}.clone().bernoulli_({p})",
+     with_params(unary(), p=lambda _: st.sampled_from([1.5] if _erring("bad_arg") else [0.0, 0.3, 1.0])),
+     ("float32",), check="properties")
+spec("bernoulli_tensor", "random", "{x0}.clone().bernoulli_(torch.full_like({x0}, {p}))",
+     with_params(unary(), p=lambda _: st.sampled_from([1.5] if _erring("bad_arg") else [0.0, 0.3, 1.0])),
+     ("float32",), check="properties")
+spec("random_from", "random", "{x0}.clone().random_({lo}, {hi})",
+     with_params(unary(), lo=st.integers(-3, 0), hi=lambda _: st.integers(-5, -4) if _erring("bad_arg")
+                 else st.integers(1, 9)), ("float32", "int64"), check="properties")
 spec("randperm", "random", "torch.randperm({n}, device=device)",
      custom(lambda data, dtype: ([], {"n": data.draw(st.integers(0, 600))})), ("int64",), check="properties")
 spec("arange", "random", "torch.arange({start}, {end}, {step}, dtype=torch.{dtype:name}, device=device)",
      custom(lambda data, dtype: ([], {"start": data.draw(st.integers(-5, 5)), "end": data.draw(st.integers(6, 600)),
-                                      "step": data.draw(st.sampled_from([1, 2, 3])), "dtype": dtype})),
+                                      "step": data.draw(st.sampled_from([1, 2, 3])) * (-1 if _erring("bad_arg") else 1),
+                                      "dtype": dtype})),  # bad_arg: "upper bound and lower bound inconsistent with step sign"
      ("float32", "int64", "bfloat16"))
 spec("full", "random", "torch.full({shape}, {value}, dtype=torch.{dtype:name}, device=device)",
      custom(lambda data, dtype: ([], {"shape": data.draw(hs.shapes(max_dims=3)), "value": data.draw(hs.scalars(dtype)),
@@ -1028,6 +1097,21 @@ spec("full", "random", "torch.full({shape}, {value}, dtype=torch.{dtype:name}, d
 spec("linspace", "random", "torch.linspace({start}, {end}, {steps}, device=device)",
      custom(lambda data, dtype: ([], {"start": data.draw(st.integers(-10, 10)), "end": data.draw(st.integers(-10, 10)),
                                       "steps": data.draw(st.integers(0, 300))})), ("float32",))
+
+
+def _steps(data, dtype):
+    """linspace/logspace's range into a given out= tensor; the error input (bad_arg): a negative number of steps,
+    which only the out= kernel sees (the functional form refuses it above the kernel)."""
+    start, end, steps = data.draw(st.integers(-10, 10)), data.draw(st.integers(-3, 3)), data.draw(st.integers(0, 300))
+    return [], {"start": start, "end": end, "steps": -1 - steps if _erring("bad_arg") else steps}
+
+
+for _name in ("linspace", "logspace"):
+    spec(f"{_name}_out", "random", f"torch.{_name}({{start}}, {{end}}, {{steps}}, out=torch.empty(0, device=device))",
+         custom(_steps), ("float32",), fp64_reference=True)
+spec("randperm_out", "random", "torch.randperm({n}, out=torch.empty(0, dtype=torch.int64, device=device))",
+     custom(lambda data, dtype: ([], {"n": (-1 if _erring("bad_arg") else 1) * data.draw(st.integers(1, 600))})),
+     ("int64",), check="properties")  # bad_arg: a negative n, which only the out= kernel sees
 spec("eye", "random", "torch.eye({n}, {m}, dtype=torch.{dtype:name}, device=device)",
      custom(lambda data, dtype: ([], {"n": data.draw(st.integers(0, 130)), "m": data.draw(st.integers(0, 130)),
                                       "dtype": dtype})), EVERY)
@@ -1080,7 +1164,10 @@ spec("fill_functional", "pointwise", "torch.ops.aten.fill.Scalar({x0}, {value})"
 def _copy(data, dtype):
     """copy(self, src): src broadcast to self's shape, of any dtype (converted)."""
     shape = data.draw(hs.shapes(min_dims=1))
-    return [_t(data, shape, dtype, layouts=_SELF_LAYOUTS), _t(data, shape[1:], data.draw(st.sampled_from(EVERY)))], {}
+    src = shape[1:]
+    if _erring("shape_mismatch"):  # CPU: "output with shape [...] doesn't match the broadcast shape [...]"
+        src = (shape[-1] + 2,)
+    return [_t(data, shape, dtype, layouts=_SELF_LAYOUTS), _t(data, src, data.draw(st.sampled_from(EVERY)))], {}
 
 
 spec("copy_functional", "pointwise", "torch.ops.aten.copy({x0}, {x1})", custom(_copy), EVERY)
@@ -1110,6 +1197,11 @@ def _embedding_bag(data, dtype):
 
 spec("embedding_bag", "indexing", "F.embedding_bag({x1}, {x0}, torch.tensor({offsets}, device=device), mode={mode})",
      custom(_embedding_bag), grad=True, tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON, fp64_reference=True)
+# without a gradient to keep, PyTorch takes _embedding_bag_forward_only (the OpInfo sweep's one sample reached it)
+spec("embedding_bag_inference", "indexing",
+     "F.embedding_bag({x1}, {x0}.detach(), torch.tensor({offsets}, device=device), mode={mode})",
+     custom(_embedding_bag), ("float32",), tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON,
+     fp64_reference=True)
 
 spec("select", "shape", "{x0}.select({dim}, {index})",
      custom(lambda data, dtype: (lambda shape: (lambda dim: ([_t(data, shape, dtype)], {
@@ -1144,19 +1236,43 @@ def _as_strided(data, dtype):
     s1, s2 = data.draw(st.integers(0, 6)), data.draw(st.integers(0, 3))
     offset = data.draw(st.integers(0, 5))
     n = max(n, offset + (a - 1) * s1 + (b - 1) * s2 + 1)  # every element within the storage
+    if _erring("bad_arg"):
+        offset = -1  # CPU: "Tensor: invalid storage offset -1"
     return [_t(data, (n,), dtype, layouts=("contiguous",))], {"size": (a, b), "stride": (s1, s2), "offset": offset}
 
 
 spec("as_strided", "shape", "{x0}.as_strided({size}, {stride}, {offset}).clone()", custom(_as_strided), EVERY)
 spec("alias", "shape", "torch.ops.aten.alias({x0})", unary(), EVERY, view=True)
-spec("resize_", "shape", "{x0}.clone().resize_({shape})",
-     custom(lambda data, dtype: (lambda t: ([t], {"shape": (data.draw(st.integers(0, math.prod(t.shape))),)}))(
+spec("resize_", "shape", "{x0}.clone().resize_({shape})",  # bad_arg: a negative size, which CPU's kernel rejects
+     custom(lambda data, dtype: (lambda t: ([t], {"shape": (data.draw(st.integers(0, math.prod(t.shape)))
+                                                            if not _erring("bad_arg") else -1,)}))(
          _t(data, data.draw(hs.shapes(min_dims=1)), dtype))), EVERY)
+def _empty_strided(data, dtype):
+    """The error input (bad_arg): a negative size (CPU: "Trying to create tensor with negative dimension")."""
+    rows = data.draw(st.integers(0, 5))
+    size = (-1 - rows if _erring("bad_arg") else rows, data.draw(st.integers(1, 5)))
+    return [], {"size": size, "stride": (1, data.draw(st.integers(5, 7))), "dtype": dtype}
+
+
 spec("empty_strided", "random", "torch.empty_strided({size}, {stride}, dtype=torch.{dtype:name}, device=device)"
-     ".fill_(1)", custom(lambda data, dtype: ([], {"size": (data.draw(st.integers(0, 5)), data.draw(st.integers(1, 5))),
-                                                   "stride": (1, data.draw(st.integers(5, 7))), "dtype": dtype})),
-     EVERY)
+     ".fill_(1)", custom(_empty_strided), EVERY)
+spec("empty", "random", "torch.empty({size}, dtype=torch.{dtype:name}, device=device).fill_(1)",  # as empty_strided
+     custom(lambda data, dtype: ([], {"size": _empty_strided(data, dtype)[1]["size"], "dtype": dtype})), ("float32",))
+def _complex_pairs(data, dtype):
+    """A float tensor whose last dim is a (real, imaginary) pair; the error input: a last dim of 3 (CPU: "Tensor must
+    have a last dimension of size 2")."""
+    shape = data.draw(hs.shapes(min_dims=0, max_dims=3)) + (3 if _erring("shape_mismatch") else 2,)
+    return [_t(data, shape, dtype, layouts=("contiguous",))], {}
+
+
+# view_as_complex and back: a float result to compare, both views of x0's storage
+spec("view_as_complex", "shape", "torch.view_as_real(torch.view_as_complex({x0}))", custom(_complex_pairs),
+     ("float32",), view=True)
 spec("item", "shape", "{x0}.item()", unary(max_dims=0), EVERY)
+# item()'s kernel called directly: item() refuses a tensor of other than one element above it, so only a direct
+# call can give the kernel its error input (bad_arg: an empty tensor; CPU: "Empty tensor not supported")
+spec("local_scalar_dense", "shape", "torch.ops.aten._local_scalar_dense({x0})",
+     custom(lambda data, dtype: ([_t(data, (0,) if _erring("bad_arg") else (), dtype)], {})), ("float32", "int64"))
 
 spec("any_all_elements", "reduction", "torch.any({x0})", unary(), EVERY, extra_domains=_DECIDED)
 spec("all_all_elements", "reduction", "torch.all({x0})", unary(), EVERY, extra_domains=_DECIDED)
@@ -1206,13 +1322,20 @@ spec("batch_norm_legit_no_training", "reduction", "torch.ops.aten._native_batch_
      "{x4}, {x1}, {x2}, 0.1, 1e-5)", custom(_bn_legit), ("float32",), grad=True, fp64_reference=True,
      ignore_zero_sign=("float32",), tolerance_reason=_BN_ZERO)
 
-spec("native_dropout", "random", "torch.ops.aten.native_dropout({x0}, {p}, True)",
-     with_params(unary(grad=True), p=st.sampled_from([0.0, 0.3, 1.0])), grad=True, check="properties")
+spec("native_dropout", "random", "torch.ops.aten.native_dropout({x0}, {p}, True)",  # bad_arg: p outside [0, 1]
+     with_params(unary(grad=True), p=lambda _: st.sampled_from([1.5] if _erring("bad_arg") else [0.0, 0.3, 1.0])), grad=True, check="properties")
 spec("adaptive_avg_pool3d", "spatial", "F.adaptive_avg_pool3d({x0}, {out})",
-     with_params(custom(lambda d, t: _pool(d, t, 3)), out=st.integers(1, 3)), grad=True, fp64_reference=True)
+     with_params(custom(lambda d, t: _pool(d, t, 3)), out=_adaptive_out(3)), grad=True, fp64_reference=True)
 spec("irfft", "spatial", "torch.fft.irfft(torch.fft.rfft({x0}))", unary(min_dims=1), ("float32",),
      fp64_reference=True, tolerance={"float32": (1e-4, 1e-4)}, ignore_zero_sign=("float32",),
      tolerance_reason=_FFT_REASON)
+# pdist's kernel called directly: F.pdist hands it a contiguous input, so only here do the designed strided layouts
+# reach it, inputs CPU's kernel rejects ("_pdist_forward requires contiguous input")
+spec("pdist_forward", "spatial", "torch.ops.aten._pdist_forward({x0}, {p})",
+     custom(lambda data, dtype: ([_t(data, (data.draw(st.integers(1, 9)), data.draw(st.integers(1, 5))), dtype)],
+                                 {"p": data.draw(st.sampled_from([1.0, 2.0, 3.0]))})),
+     ("float32",), fp64_reference=True, tolerance={"float32": (1e-4, 1e-4)},
+     tolerance_reason="distances accumulate over the feature dim in a different order than CPU")
 spec("pdist", "spatial", "F.pdist({x0}, p={p})",
      custom(lambda data, dtype: ([_t(data, (data.draw(st.integers(1, 9)), data.draw(st.integers(1, 5))), dtype,
                                      requires_grad=True)], {"p": data.draw(st.sampled_from([1.0, 2.0, 3.0]))})),
@@ -1223,7 +1346,8 @@ spec("pdist", "spatial", "F.pdist({x0}, p={p})",
 def _fold(data, dtype):
     n, c, k = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)), data.draw(st.integers(1, 3))
     h, w = data.draw(st.integers(k, 7)), data.draw(st.integers(k, 7))
-    blocks = (h - k + 1) * (w - k + 1)
+    blocks = (h - k + 1) * (w - k + 1) + _erring("shape_mismatch")  # the error: CPU's "expected size of input's
+    # dimension 2 to match the calculated number of sliding blocks"
     return [_t(data, (n, c * k * k, blocks), dtype, requires_grad=True)], {"size": (h, w), "k": k}
 
 
@@ -1288,6 +1412,18 @@ def _unfold(data, dtype):
 
 
 spec("unfold", "shape", "{x0}.unfold({dim}, {size}, {step})", custom(_unfold), EVERY, view=True)
+
+
+def _im2col(data, dtype):
+    """F.unfold (im2col; fold's backward reaches it too); the error input: a kernel larger than the input (CPU:
+    "Given input with spatial size ..., calculated shape of the array of sliding blocks ... is too small")."""
+    h, w = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 6))
+    x0 = _t(data, (data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)), h, w), dtype)
+    k = min(h, w) + 1 if _erring("shape_mismatch") else data.draw(st.integers(1, min(h, w)))
+    return [x0], {"k": k}
+
+
+spec("unfold_im2col", "spatial", "F.unfold({x0}, {k})", custom(_im2col), ("float32",))
 for _name in ("var_mean", "std_mean"):
     spec(_name, "reduction", f"torch.{_name}({{x0}}, dim={{dim}}, correction={{correction}}, keepdim={{keepdim}})",
          with_params(reduction(), correction=st.sampled_from([0, 1])), tolerance=_REDUCE_TOL,

@@ -33,7 +33,7 @@ class Target:
     domain: str | None = None
     layout: str | None = None
     size: int | str | None = None  # the free-axis length, "0-dim" or "empty"
-    error: str | None = None  # "oob_index", "index_dtype", "shape_mismatch" or "bad_dim"
+    error: str | None = None  # one of harness.design.ERRORS
 
 
 _TARGET: contextvars.ContextVar[Target | None] = contextvars.ContextVar("harness_design_target", default=None)

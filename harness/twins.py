@@ -21,6 +21,13 @@ device registers a kernel for, with the same arguments, on the device and on CPU
              (a wrapped Python number), and that overload's out= form
   dtype      the ``out_dtype`` overload (``mm.dtype``: bf16/fp16 operands, float32 result) and its out=
 
+The same recording gives every device kernel a case makes reach an error input, whatever its spec: the
+*cross-device probe* (``check_probe``) calls each recorded overload with two or more tensor arguments again
+on the device, one read argument moved to the host. Where the running torch rejects that mix (its
+``native_functions.yaml`` keeps ``device_check: ExactSame`` for the overload, or its meta kernel refuses the
+call), the device must raise RuntimeError and leave its arguments unwritten; where PyTorch accepts it (``copy_``,
+``index``'s host indices) the probe is skipped.
+
 A twin passes when the device's result equals, bit for bit, the device's own result of the
 recorded call (the functional kernel the case already judged), or else when it is within the
 spec's tolerance of CPU's twin; an error must be CPU's class. The harness asks the dispatcher
@@ -145,19 +152,21 @@ def cpu_has_kernel(name: str) -> bool:
 
 class Snapshot:
     """A tensor argument as it was when the call started: its storage span copied, its view kept
-    (sizes, strides, offset within the span), so a twin sees the layout the kernel saw."""
+    (sizes, strides, offset within the span), so a twin sees the layout the kernel saw. With
+    ``values=False`` only the layout, dtype and device are kept (what the cross-device probe needs: PyTorch
+    refuses a mix of devices before it reads a value), and ``make`` gives uninitialised memory."""
 
-    __slots__ = ("region", "host", "size", "stride", "requires_grad")
+    __slots__ = ("region", "host", "size", "stride", "dtype", "device", "extent")
 
-    def __init__(self, t: torch.Tensor) -> None:
+    def __init__(self, t: torch.Tensor, values: bool = True) -> None:
         t = t.detach()
-        self.size, self.stride = tuple(t.shape), tuple(t.stride())
-        if t.numel() == 0:
-            self.region = torch.empty(0, dtype=t.dtype, device=t.device)
-        else:
-            extent = 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
-            self.region = t.as_strided((extent,), (1,), t.storage_offset()).clone()
-        self.host = self.region.cpu()
+        self.size, self.stride, self.dtype, self.device = tuple(t.shape), tuple(t.stride()), t.dtype, t.device
+        self.extent = 0 if t.numel() == 0 else 1 + sum((s - 1) * st for s, st in zip(self.size, self.stride))
+        self.region = self.host = None
+        if values:
+            self.region = t.as_strided((self.extent,), (1,), t.storage_offset()).clone() if self.extent else \
+                torch.empty(0, dtype=t.dtype, device=t.device)
+            self.host = self.region.cpu()
 
     @property
     def overlapping(self) -> bool:
@@ -167,11 +176,20 @@ class Snapshot:
             n *= s
         if n <= 1:
             return False
-        offsets = torch.arange(self.region.numel()).as_strided(self.size, self.stride, 0)
+        offsets = torch.arange(self.extent).as_strided(self.size, self.stride, 0)
         return int(offsets.unique().numel()) != n
 
     def make(self, device: bool) -> torch.Tensor:
-        region = (self.region if device else self.host).clone()
+        """A fresh tensor of the snapshot, on its device or on the host."""
+        return self._of((self.region if device else self.host).clone() if self.region is not None else None, device)
+
+    def view(self, device: bool) -> torch.Tensor:
+        """The snapshot itself, not copied (for a call that must not write it)."""
+        return self._of(self.region if device else self.host, device)
+
+    def _of(self, region: torch.Tensor | None, device: bool) -> torch.Tensor:
+        if region is None:
+            region = torch.empty(self.extent, dtype=self.dtype, device=self.device if device else "cpu")
         if region.numel() == 0:
             return torch.empty(self.size, dtype=region.dtype, device=region.device)
         return region.as_strided(self.size, self.stride, 0)
@@ -185,11 +203,11 @@ class Call:
     result: Any = None  # the device's result of the recorded call (host copies), None if it raised
 
 
-def _snap(value: Any) -> Any:
+def _snap(value: Any, values: bool = True) -> Any:
     if isinstance(value, torch.Tensor):
-        return Snapshot(value)
+        return Snapshot(value, values)
     if isinstance(value, (list, tuple)):
-        return type(value)(_snap(v) for v in value)
+        return type(value)(_snap(v, values) for v in value)
     return value
 
 
@@ -218,7 +236,8 @@ def _on(value: Any, device_type: str) -> bool:
 
 
 class Recorder(TorchDispatchMode):
-    """Records the first call of each overload that has twins on the device and a device tensor argument."""
+    """Records the first call of each overload that has twins on the device, or that the cross-device probe can
+    reach (a device kernel and two tensor arguments, ``probe_candidate``), and has a device tensor argument."""
 
     def __init__(self, device: str, key: str) -> None:
         super().__init__()
@@ -229,15 +248,17 @@ class Recorder(TorchDispatchMode):
         kwargs = kwargs or {}
         name = _name(func)
         call = None
-        if twins_of(name, self.key) and (_on(args, self.device_type) or _on(list(kwargs.values()), self.device_type)):
+        twinned = bool(twins_of(name, self.key))
+        wanted = twinned or (probe_candidate(name, self.key) and len(_tensors(list(args) + list(kwargs.values()))) >= 2)
+        if wanted and (_on(args, self.device_type) or _on(list(kwargs.values()), self.device_type)):
             # the first call of each overload, and its first call with a 0-dim tensor argument (a wrapped
-            # number: what a scalar twin needs)
+            # number: what a scalar twin needs); a call only the probe uses keeps no values
             slot = (name, any(t.dim() == 0 for t in _tensors(list(args) + list(kwargs.values()))))
             if slot not in self.calls:
-                call = Call(func, _snap(args), {k: _snap(v) for k, v in kwargs.items()})
+                call = Call(func, _snap(args, twinned), {k: _snap(v, twinned) for k, v in kwargs.items()})
                 self.calls[slot] = call
         result = func(*args, **kwargs)
-        if call is not None:
+        if call is not None and twinned:
             call.result = _host(result)
         return result
 
@@ -285,7 +306,7 @@ def _arguments(twin: Twin, call: Call, device: bool) -> tuple[tuple, dict, list[
             return None  # writing self through overlapping memory: PyTorch leaves the result to the loop order
     if twin.kind == "dtype":
         first = _first_tensor(call)
-        if first is None or first.region.dtype not in (torch.bfloat16, torch.float16):
+        if first is None or first.dtype not in (torch.bfloat16, torch.float16):
             return None
         kwargs[OUT_DTYPE] = torch.float32
     outs: list[torch.Tensor] = []
@@ -294,7 +315,7 @@ def _arguments(twin: Twin, call: Call, device: bool) -> tuple[tuple, dict, list[
         results = _tensors(call.result)
         first = _first_tensor(call)
         for j, a in enumerate(twin_outs):
-            dtype = results[j].dtype if j < len(results) else (first.region.dtype if first else torch.float32)
+            dtype = results[j].dtype if j < len(results) else (first.dtype if first else torch.float32)
             if twin.kind == "dtype":
                 dtype = torch.float32
             out = torch.empty(0, dtype=dtype, device=target)
@@ -304,7 +325,7 @@ def _arguments(twin: Twin, call: Call, device: bool) -> tuple[tuple, dict, list[
 
 
 def call_device(call: Call) -> torch.device:
-    return next((s.region.device for s in _snapshots(call) if s.region.device.type != "cpu"), torch.device("cpu"))
+    return next((s.device for s in _snapshots(call) if s.device.type != "cpu"), torch.device("cpu"))
 
 
 def _own_arguments(call: Call) -> tuple[tuple, dict]:
@@ -429,9 +450,141 @@ def _out_on_host(twin: Twin, call: Call, where: str) -> cmp.Comparison:
     return cmp.Comparison(True)
 
 
+# --- the cross-device probe: one tensor argument on the host ------------------------------------
+
+@functools.lru_cache(maxsize=None)
+def probe_candidate(name: str, key: str) -> bool:
+    """Whether the device has a kernel of its own for overload ``name``: a call of it with a host tensor among
+    device tensors reaches that kernel (the device's dispatch key outranks CPU's), which must then raise
+    what PyTorch raises."""
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(name, key)
+    except RuntimeError:
+        return False
+
+
+@functools.lru_cache(maxsize=1)
+def _native_functions() -> dict[str, dict]:
+    """The running torch's own ``native_functions.yaml`` (shipped in ``torchgen``), entry by overload name."""
+    import os
+
+    import torchgen
+    import yaml
+
+    path = os.path.join(os.path.dirname(torchgen.__file__), "packaged", "ATen", "native", "native_functions.yaml")
+    try:
+        with open(path) as fh:
+            entries = yaml.load(fh, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    except OSError:
+        return {}
+    return {e["func"].split("(", 1)[0]: e for e in entries if isinstance(e, dict) and "func" in e}
+
+
+def _codegen_checks_devices(op: torch._ops.OpOverload) -> bool:
+    """Whether PyTorch's generated backend wrapper checks that every tensor argument is on one device: the
+    overload's ``native_functions.yaml`` entry keeps the default ``device_check: ExactSame`` (``NoCheck`` marks
+    the ops that accept a host tensor: ``copy_``, ``index.Tensor``'s host indices, TensorIterator's host
+    scalars) and has a device backend kernel of its own (structured, or a ``CUDA`` dispatch entry, whose generated
+    wrapper holds the check: a composite kernel checks nothing itself, its inner calls do, and a ``Meta`` entry
+    beside one, as ``copy``'s, is no device's)."""
+    entry = _native_functions().get(op._schema.name.split("::", 1)[1] +
+                                    (f".{op._overloadname}" if op._overloadname != "default" else ""))
+    if entry is None or entry.get("device_check", "ExactSame") != "ExactSame":
+        return False
+    keys = {k.strip() for key in entry.get("dispatch") or {} for k in key.split(",")}
+    return bool("CUDA" in keys or entry.get("structured") or entry.get("structured_delegate"))
+
+
+def _meta(s: Snapshot) -> torch.Tensor:
+    return torch.empty(s.extent, dtype=s.dtype, device="meta").as_strided(s.size, s.stride, 0)
+
+
+def _with(call: Call, make: Callable[[Snapshot], torch.Tensor], slot: tuple[str, int]) -> tuple[tuple, dict]:
+    """The call's arguments, each tensor made by ``make`` except the one at ``slot`` (argument name, position in
+    its list), made on the host."""
+    def build(name: str, value: Any) -> Any:
+        if isinstance(value, Snapshot):
+            return value.make(False) if slot == (name, 0) else make(value)
+        if isinstance(value, (list, tuple)):
+            return type(value)(v.make(False) if slot == (name, j) else make(v) if isinstance(v, Snapshot) else v
+                               for j, v in enumerate(value))
+        return value
+    names = [a.name for a in call.op._schema.arguments]
+    return (tuple(build(names[i], v) for i, v in enumerate(call.args)),
+            {k: build(k, v) for k, v in call.kwargs.items()})
+
+
+def _slots(call: Call) -> list[tuple[str, int]]:
+    """The tensor arguments a probe may move to the host: read-only inputs (a written one is ``written.py``'s
+    rule, an out= one ``_out_on_host``'s) with dimensions (a 0-dim host tensor is a scalar PyTorch accepts)."""
+    schema = call.op._schema
+    values = dict(zip([a.name for a in schema.arguments], call.args)) | call.kwargs
+    slots = []
+    for a in schema.arguments:
+        if a.is_out or (a.alias_info is not None and a.alias_info.is_write):
+            continue
+        value = values.get(a.name)
+        items = value if isinstance(value, (list, tuple)) else [value]
+        j = next((j for j, v in enumerate(items) if isinstance(v, Snapshot) and v.size), None)
+        if j is not None:
+            slots.append((a.name, j))
+    return slots
+
+
+_REJECTS: dict[tuple[str, str], str | None] = {}
+
+
+def mixed_devices_rejected(call: Call, slot: tuple[str, int]) -> str | None:
+    """Why PyTorch rejects the call with the argument at ``slot`` on the host and the others on a device (None
+    where it accepts, or cannot say). Two facts of the running torch, never a list: its codegen's device check
+    (``_codegen_checks_devices``); else its meta kernels, the device stood in by ``meta``: the call on meta
+    tensors must succeed, and the same call with the argument on the host raise RuntimeError. Cached per
+    overload and argument (the rule is the op's, not the shapes')."""
+    key = (_name(call.op), slot[0])
+    if key in _REJECTS:
+        return _REJECTS[key]
+    if _codegen_checks_devices(call.op):
+        _REJECTS[key] = "its native_functions.yaml entry keeps device_check: ExactSame"
+        return _REJECTS[key]
+    _, control = _run(call.op, *_with(call, _meta, ("", -1)))
+    if control is not None:
+        return None  # the meta kernel cannot run the call at all: no answer, not cached
+    _, mixed = _run(call.op, *_with(call, _meta, slot))
+    _REJECTS[key] = f"its meta kernel raises {type(mixed).__name__}: {str(mixed)[:80]}" \
+        if isinstance(mixed, RuntimeError) else None
+    return _REJECTS[key]
+
+
+def check_probe(call: Call, slot: tuple[str, int]) -> cmp.Comparison | None:
+    """The device's kernel with the argument at ``slot`` on the host must raise RuntimeError where PyTorch
+    rejects the mix, and leave every device argument unwritten; None when the probe does not apply."""
+    why = mixed_devices_rejected(call, slot)
+    if why is None:
+        return None
+    target = call_device(call)
+    args, kwargs = _with(call, lambda s: s.view(True), slot)  # not copied: a kernel must refuse before it reads
+    if not any(t.device == target for t in _tensors(list(args) + list(kwargs.values()))):
+        return None  # the host argument was the only device tensor
+    written = dict(zip([a.name for a in call.op._schema.arguments], args)) | kwargs
+    before = [(t, t.cpu()) for a in call.op._schema.arguments if a.alias_info is not None and a.alias_info.is_write
+              for t in _tensors(written.get(a.name)) if t.device == target]
+    result, error = _run(call.op, args, kwargs)
+    where = f"{_name(call.op)} with {slot[0]} on the host ({why})"
+    if error is None:
+        return cmp.Comparison(False, f"{where}: the device returned a result; PyTorch raises RuntimeError "
+                                     f"(Expected all tensors to be on the same device)", criterion="probe")
+    if not isinstance(error, RuntimeError):
+        return cmp.Comparison(False, f"{where}: the device raised {type(error).__name__}: {str(error)[:160]}; "
+                                     f"PyTorch raises RuntimeError", criterion="probe")
+    if any(not _bit_equal(t, old) for t, old in before):
+        return cmp.Comparison(False, f"{where}: the device raised, but wrote an argument it writes first",
+                              criterion="probe")
+    return cmp.Comparison(True, criterion="probe")
+
+
 def record(run: Callable[[], Any], device: str) -> list[Call]:
-    """The calls ``run`` makes on ``device`` that have twins there (errors inside ``run`` swallowed:
-    a call that raised is recorded with no result)."""
+    """The calls ``run`` makes on ``device`` that have twins there or that the cross-device probe can make
+    (errors inside ``run`` swallowed: a call that raised is recorded with no result)."""
     key = dispatch_key(device)
     if key is None:
         return []
@@ -446,10 +599,16 @@ def record(run: Callable[[], Any], device: str) -> list[Call]:
 
 def check(calls: list[Call], device: str, judge: Callable[[Any, Any], cmp.Comparison]
           ) -> tuple[cmp.Comparison, list[str]]:
-    """Every twin of every recorded call: the merged comparison, and the twins that were called."""
+    """Every twin of every recorded call, and the cross-device probe of every recorded device kernel with two
+    tensor arguments: the merged comparison, and the twins that were called."""
     key = dispatch_key(device)
     result, called = cmp.Comparison(True), []
     for call in calls:
+        probed = probe_candidate(_name(call.op), key) and len(list(_snapshots(call))) >= 2
+        for slot in _slots(call) if probed else ():
+            outcome = check_probe(call, slot)
+            if outcome is not None and not outcome.ok:
+                result = result.merge(outcome)
         for twin in twins_of(_name(call.op), key):
             outcome = check_twin(twin, call, judge)
             if outcome is None:

@@ -159,6 +159,44 @@ def test_mixing_devices_is_an_error_like_cuda():
         dev + torch.randn(4, device="neuron:1")
 
 
+F = torch.nn.functional
+
+
+@pytest.mark.parametrize("call", [
+    # each once returned a result read from host memory, or raised TypeError on the host tensor's missing device
+    # index, before the table's wrapper checked every tensor argument (dispatch/devices.py)
+    lambda d, h: torch.mm(d, h),
+    lambda d, h: torch.cdist(d, h),
+    lambda d, h: torch.ops.aten.native_batch_norm(h, d[0], d[0], None, None, True, 0.1, 1e-5),
+    lambda d, h: torch.ops.aten.native_layer_norm(h, [3], d[0], d[0], 1e-5),
+    lambda d, h: torch.ops.aten._adaptive_avg_pool2d_backward(h.view(1, 3, 3), d.view(1, 3, 3)),
+    lambda d, h: torch.ops.aten.grid_sampler_2d(d.view(1, 1, 3, 3), h.view(1, 3, 3, 1).expand(1, 3, 3, 2), 0, 0,
+                                                False),
+], ids=["mm", "cdist", "native_batch_norm", "native_layer_norm", "adaptive_avg_pool2d_backward", "grid_sampler_2d"])
+def test_a_host_tensor_among_neuron_tensors_is_refused_before_computing(call):
+    dev, host = torch.randn(3, 3, device="neuron"), torch.randn(3, 3)
+    with pytest.raises(RuntimeError, match="Expected all tensors to be on the same device"):
+        call(dev, host)
+    assert (torch.ones(3, device="neuron") + 1).cpu().tolist() == [2.0, 2.0, 2.0]
+
+
+@pytest.mark.parametrize("src_shape", [(9,), (2, 7)])
+def test_a_converting_copy_from_a_src_that_does_not_broadcast_raises_cpus_runtime_error(src_shape):
+    """The dtype-converting copy_ (kernels/copy.py device_cast) raised numpy's ValueError from broadcast_to."""
+    for make in (lambda t: t, lambda t: t.to("neuron")):
+        dst, src = make(torch.zeros(1, 5, 7, dtype=torch.bool)), make(torch.ones(src_shape, dtype=torch.int64))
+        with pytest.raises(RuntimeError, match="must match the size|doesn't match the broadcast shape"):
+            dst.copy_(src)
+
+
+def test_what_pytorch_accepts_from_the_host_stays_accepted():
+    dev = torch.arange(6.0, device="neuron").view(2, 3)
+    assert dev[torch.tensor([1, 0])].cpu().tolist() == [[3.0, 4.0, 5.0], [0.0, 1.0, 2.0]]  # host indices
+    assert torch.mm(dev, torch.ones(3, 1, device="neuron") * torch.tensor(2.0)).cpu().tolist() == [[6.0], [24.0]]
+    like = torch.empty_like(torch.ones(2), device="neuron")  # a host tensor reaching a neuron factory
+    assert like.device.type == "neuron" and like.shape == (2,)
+
+
 @pytest.mark.parametrize("call", [
     lambda d: torch.mm(d(torch.randn(2, 3)), d(torch.randn(4, 5))),
     lambda d: d(torch.randn(3)).view(2, 2),

@@ -29,14 +29,12 @@ import torch
 
 from device_impl._core import C
 from device_impl.dispatch import counters, written
+from device_impl.dispatch.devices import HOST_INDEX_OPS
 from device_impl.dispatch.strict import is_strict, refuse
 from device_impl.runtime.hooks import HOOKS
 from device_impl.runtime.random import reserve
 
 _ALIGN = 16  # bytes; a multiple of every element size, so shared spans stay aligned
-# Ops whose index arguments may legitimately live on the host, as on CUDA.
-_HOST_TENSORS_ALLOWED = frozenset({"aten::index.Tensor", "aten::index_put_", "aten::_index_put_impl_",
-                                   "aten::index_put", "aten::index.Tensor_out"})
 
 
 def _op_name(op: torch._ops.OpOverload) -> str:
@@ -188,7 +186,7 @@ def _check_devices(name: str, tensors: list[torch.Tensor], args: Any, kwargs: di
         if t.device != device:
             raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
                                f"{device} and {t.device}! (when running {name} on neuron)")
-    if name not in _HOST_TENSORS_ALLOWED:
+    if name not in HOST_INDEX_OPS:
         host_tensors: list[torch.Tensor] = []
         _walk(list(args) + list(kwargs.values()),
               lambda t: host_tensors.append(t) if t.device.type != "neuron" and t.dim() > 0 else None)

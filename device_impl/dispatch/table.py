@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 import torch
 
-from device_impl.dispatch import counters, written
+from device_impl.dispatch import counters, devices, written
 from device_impl.dispatch.tiers import Tier
 
 # Kernels of the C++ core (device_impl/csrc/aten_ops.cpp): metadata, views and copies.
@@ -140,10 +140,14 @@ class LoweringTable:
         self._kernels[op] = kernel
         written_plan = written.plan_of(overload, outs_only=True)
         check_written = written.check
+        device_plan = devices.plan_of(overload)
+        check_devices = devices.check
 
         def counted(*args: Any, **kwargs: Any) -> Any:
             if written_plan:
                 check_written(op, written_plan, args, kwargs)
+            if device_plan:
+                check_devices(op, device_plan, args, kwargs)
             if dtypes is not None and (_unsupported_dtype(args, dtypes) or _unsupported_dtype(kwargs.values(), dtypes)):
                 from device_impl.dispatch.fallback import cpu_fallback
 

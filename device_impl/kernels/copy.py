@@ -18,7 +18,8 @@ from device_impl.dispatch import counters
 from device_impl.dispatch.strict import is_strict, refuse
 from device_impl.dispatch.table import TABLE
 from device_impl.engine.dtypes import COMPUTE_DTYPES
-from device_impl.kernels.common import SCALAR_TYPE_NAMES, cast_scalar, check_scalar_fits, elementwise, scalar_of
+from device_impl.kernels.common import (SCALAR_TYPE_NAMES, broadcast_shape, cast_scalar, check_scalar_fits, elementwise,
+                                        scalar_of)
 from device_impl.kernels.registry import register_family
 
 
@@ -27,6 +28,11 @@ def device_cast(dst: torch.Tensor, src: torch.Tensor) -> None:
     """dst <- src converted to dst's dtype; both on the same neuron core (src broadcast to dst)."""
     plain = not (src.is_conj() or src.is_neg() or dst.is_conj() or dst.is_neg())
     if plain and src.dtype in COMPUTE_DTYPES and dst.dtype in COMPUTE_DTYPES:
+        # PyTorch's RuntimeError for a src that does not broadcast to dst (numpy's broadcast_to would raise
+        # ValueError inside the launch)
+        shape = broadcast_shape(dst, src)
+        if shape != tuple(dst.shape):
+            raise RuntimeError(f"output with shape {list(dst.shape)} doesn't match the broadcast shape {list(shape)}")
         counters.record("aten::copy_", counters.NATIVE_SLOT)
         elementwise("cast", dst, (src,), lambda nc, o, t: nc.vector.tensor_copy(o, t))
         return

@@ -121,6 +121,32 @@ def test_an_error_class_mutant_is_caught_by_an_error_input():
     assert outcome.killer.startswith("contract:index_select error_inputs")
 
 
+def _spec_cases(spec, *ops):
+    return [mutate.StoredCase(d.case, set(ops), d.cell.to_dict(), d.id) for d in design.cases(spec)]
+
+
+def test_an_error_class_mutant_is_caught_by_the_cross_device_probe_or_a_designed_error_input():
+    """native_batch_norm has no designed error input: the probe (a host input among device tensors) makes it
+    raise; view's designed shape_mismatch case (one element too many) does."""
+    for spec, op in (("batch_norm", "aten::native_batch_norm"), ("view", "aten::view")):
+        cases = _spec_cases(spec, op)
+        outcome = mutate.run_mutant(op, mutate.CLASSES["error_class"], mutate.facts(op, cases), cases, "eager")
+        assert outcome.status == "caught", (op, outcome.reason)
+
+
+def test_an_error_class_mutant_of_an_op_with_no_input_to_reject_is_excluded_by_asking_cpu():
+    """any(self): one tensor, no other argument; CPU raises for no dtype or shape, so nothing makes it raise.
+    hardtanh's bool input, view_as_complex's vector and _local_scalar_dense's empty tensor are rejected by CPU:
+    those stay coverage gaps, never excluded."""
+    assert "no input to reject" in mutate.no_error_input(mutate.facts("aten::any", []))
+    for op in ("aten::hardtanh", "aten::view_as_complex", "aten::_local_scalar_dense", "aten::flip", "aten::mm"):
+        assert mutate.no_error_input(mutate.facts(op, [])) is None, op
+    cases = _spec_cases("any_all_elements", "aten::any")[:3]
+    outcome = mutate.run_mutant("aten::any", mutate.CLASSES["error_class"], mutate.facts("aten::any", cases),
+                                cases, "eager")
+    assert outcome.status == "excluded" and "no input to reject" in outcome.reason
+
+
 def test_a_promotion_mutant_of_an_out_overload_is_caught_by_the_out_dtype_check():
     """A kernel computing in the out tensor's dtype does not refuse a float result into a long out."""
     cases = _contract_cases("neg", "out_dtype")

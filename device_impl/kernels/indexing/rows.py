@@ -24,6 +24,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from device_impl.dispatch.devices import HOST_INDEX_OPS
 from device_impl.dispatch.table import TABLE, resolve
 from device_impl.engine import Tile
 from device_impl.engine.dtypes import COMPUTE_DTYPES, is_float
@@ -383,9 +384,6 @@ def _check_range(nc, view: np.ndarray, size: int, negative: bool, error: Callabl
 
 # --- registration helpers ----------------------------------------------------------------
 
-# Ops whose index tensors may live on the host, as on CUDA.
-_HOST_INDICES = frozenset({"aten::index.Tensor", "aten::index.Tensor_out", "aten::_index_put_impl_",
-                           "aten::index_put_", "aten::index_put"})
 
 
 def _check_devices(op: str, args: dict) -> None:
@@ -397,7 +395,7 @@ def _check_devices(op: str, args: dict) -> None:
             if not isinstance(t, torch.Tensor):
                 continue
             if t.device.type != "neuron":
-                if t.dim() and op not in _HOST_INDICES:
+                if t.dim() and op not in HOST_INDEX_OPS:
                     host = t
                 continue
             if device is None:
