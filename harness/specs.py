@@ -385,10 +385,6 @@ spec("logsumexp", "reduction", "torch.logsumexp({x0}, {dim})", dim_op(), fp64_re
      tolerance_reason=_REDUCE_REASON)
 spec("softmax", "reduction", "torch.softmax({x0}, {dim})", dim_op(grad=True), grad=True, fp64_reference=True)
 spec("log_softmax", "reduction", "torch.log_softmax({x0}, {dim})", dim_op(grad=True), grad=True, fp64_reference=True)
-# the softmax SDPA calls (a fully masked row gives zeros, not NaN), called directly: only so does its kernel get a
-# dim out of range (bad_dim)
-spec("safe_softmax", "reduction", "torch.ops.aten._safe_softmax({x0}, {dim})", dim_op(), ("float32",),
-     fp64_reference=True)
 
 
 def _softmax_backward(data, dtype):
@@ -1269,10 +1265,6 @@ def _complex_pairs(data, dtype):
 spec("view_as_complex", "shape", "torch.view_as_real(torch.view_as_complex({x0}))", custom(_complex_pairs),
      ("float32",), view=True)
 spec("item", "shape", "{x0}.item()", unary(max_dims=0), EVERY)
-# item()'s kernel called directly: item() refuses a tensor of other than one element above it, so only a direct
-# call can give the kernel its error input (bad_arg: an empty tensor; CPU: "Empty tensor not supported")
-spec("local_scalar_dense", "shape", "torch.ops.aten._local_scalar_dense({x0})",
-     custom(lambda data, dtype: ([_t(data, (0,) if _erring("bad_arg") else (), dtype)], {})), ("float32", "int64"))
 
 spec("any_all_elements", "reduction", "torch.any({x0})", unary(), EVERY, extra_domains=_DECIDED)
 spec("all_all_elements", "reduction", "torch.all({x0})", unary(), EVERY, extra_domains=_DECIDED)
@@ -1329,13 +1321,6 @@ spec("adaptive_avg_pool3d", "spatial", "F.adaptive_avg_pool3d({x0}, {out})",
 spec("irfft", "spatial", "torch.fft.irfft(torch.fft.rfft({x0}))", unary(min_dims=1), ("float32",),
      fp64_reference=True, tolerance={"float32": (1e-4, 1e-4)}, ignore_zero_sign=("float32",),
      tolerance_reason=_FFT_REASON)
-# pdist's kernel called directly: F.pdist hands it a contiguous input, so only here do the designed strided layouts
-# reach it, inputs CPU's kernel rejects ("_pdist_forward requires contiguous input")
-spec("pdist_forward", "spatial", "torch.ops.aten._pdist_forward({x0}, {p})",
-     custom(lambda data, dtype: ([_t(data, (data.draw(st.integers(1, 9)), data.draw(st.integers(1, 5))), dtype)],
-                                 {"p": data.draw(st.sampled_from([1.0, 2.0, 3.0]))})),
-     ("float32",), fp64_reference=True, tolerance={"float32": (1e-4, 1e-4)},
-     tolerance_reason="distances accumulate over the feature dim in a different order than CPU")
 spec("pdist", "spatial", "F.pdist({x0}, p={p})",
      custom(lambda data, dtype: ([_t(data, (data.draw(st.integers(1, 9)), data.draw(st.integers(1, 5))), dtype,
                                      requires_grad=True)], {"p": data.draw(st.sampled_from([1.0, 2.0, 3.0]))})),
@@ -1746,9 +1731,11 @@ spec("native_dropout_backward", "random", "torch.ops.aten.native_dropout_backwar
                                                 {"scale": data.draw(st.sampled_from([2.0, 1.25, 0.0]))}))(
          data.draw(hs.shapes()))), ("float32", "bfloat16"))
 # _local_scalar_dense reads the first element of any tensor (item() checks numel above it): a direct call gives it
-# the designed sizes and layouts (the first element of a strided view is at its storage offset)
+# the designed sizes and layouts (the first element of a strided view is at its storage offset), and its error
+# input (bad_arg: an empty tensor; CPU: "Empty tensor not supported"), which item() never lets through
 spec("local_scalar_dense", "shape", "torch.ops.aten._local_scalar_dense({x0})",
-     custom(lambda data, dtype: (_one(data, dtype, allow_empty=False), {})), ("float32",))
+     custom(lambda data, dtype: ([_t(data, (0,), dtype)] if _erring("bad_arg") else _one(data, dtype, allow_empty=False),
+                                 {})), ("float32", "int64"))
 # A product long enough for the tile edges: factors 1 + x/64 near one keep a partial product of thousands of them
 # within range for the finite domains (prod_all_elements keeps 64 factors of any magnitude)
 spec("prod_long", "reduction", "torch.prod(1 + {x0} / 64)",
