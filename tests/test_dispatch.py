@@ -279,3 +279,12 @@ def test_random_op_through_the_fallback_uses_the_neuron_generator():
     torch.manual_seed(999)  # the CPU generator must not matter...
     torch.neuron.manual_seed(11)  # ...only the neuron one
     assert torch.equal(torch.poisson(x).cpu(), a)
+
+
+def test_a_host_input_is_refused_before_the_out_tensor_is_resized():
+    """bernoulli(p on the host, out= on neuron) runs on neuron: the host p is refused before the kernel resizes
+    out (the cross-device probe found out resized to p's shape by a call that then raised)."""
+    out = torch.empty(0, device="neuron")
+    with pytest.raises(RuntimeError, match="same device"):
+        torch.bernoulli(torch.ones(5), out=out)
+    assert out.shape == (0,)

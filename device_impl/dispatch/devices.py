@@ -25,30 +25,32 @@ HOST_INDEX_OPS = frozenset({"aten::index.Tensor", "aten::index.Tensor_out", "ate
 
 _TENSOR_TYPES = ("Tensor", "Optional[Tensor]", "List[Tensor]", "List[Optional[Tensor]]")
 
-_plans: dict[Any, tuple[tuple[int, str, bool], ...]] = {}
+_plans: dict[Any, tuple[tuple[int, str, bool, bool], ...]] = {}
 
 
-def plan_of(op: torch._ops.OpOverload) -> tuple[tuple[int, str, bool], ...]:
-    """(position, name, kwarg_only) of the tensor arguments ``op`` reads, computed once per overload; empty for
-    an op that accepts host tensors (``HOST_INDEX_OPS``) or reads no tensor. A written argument is not here: out=
-    is ``written.py``'s rule, and an in-place one the kernel's own, with the op's own message
-    (``_amp_foreach_non_finite_check_and_unscale_``: "One of scaled_grads was not a neuron tensor")."""
+def plan_of(op: torch._ops.OpOverload) -> tuple[tuple[int, str, bool, bool], ...]:
+    """(position, name, kwarg_only, written) of ``op``'s tensor arguments, computed once per overload; empty for
+    an op that accepts host tensors (``HOST_INDEX_OPS``) or reads no tensor. A written argument only names the
+    device the op runs on (``bernoulli(host_p, out=neuron_out)`` runs on neuron and must refuse ``p`` before it
+    resizes ``out``); a host one is not refused here: out= is ``written.py``'s rule, and an in-place one the
+    kernel's own, with the op's own message (``_amp_foreach_non_finite_check_and_unscale_``: "One of
+    scaled_grads was not a neuron tensor")."""
     plan = _plans.get(op)
     if plan is None:
         schema = op._schema
         name = f"{schema.name}.{schema.overload_name}" if schema.overload_name else schema.name
         plan = _plans[op] = () if name in HOST_INDEX_OPS else tuple(
-            (i, a.name, a.kwarg_only) for i, a in enumerate(schema.arguments) if str(a.type) in _TENSOR_TYPES
-            and not (a.alias_info is not None and a.alias_info.is_write))
+            (i, a.name, a.kwarg_only, a.alias_info is not None and a.alias_info.is_write)
+            for i, a in enumerate(schema.arguments) if str(a.type) in _TENSOR_TYPES)
     return plan
 
 
-def check(name: str, plan: tuple[tuple[int, str, bool], ...], args: tuple, kwargs: dict) -> None:
-    """Raise PyTorch's RuntimeError if a tensor argument with dimensions is on another device than the op's
-    first neuron tensor (a host one only matters beside a neuron one: ``empty_like(host, device="neuron")``
-    reaches a neuron kernel legitimately)."""
+def check(name: str, plan: tuple[tuple[int, str, bool, bool], ...], args: tuple, kwargs: dict) -> None:
+    """Raise PyTorch's RuntimeError if a tensor argument the op reads, with dimensions, is on another device than
+    the op's first neuron tensor (a host one only matters beside a neuron one: ``empty_like(host,
+    device="neuron")`` reaches a neuron kernel legitimately)."""
     device = other = None
-    for position, arg_name, kwarg_only in plan:
+    for position, arg_name, kwarg_only, written in plan:
         value = args[position] if not kwarg_only and position < len(args) else kwargs.get(arg_name)
         for t in (value if isinstance(value, (list, tuple)) else (value,)):
             if not isinstance(t, torch.Tensor):
@@ -56,9 +58,9 @@ def check(name: str, plan: tuple[tuple[int, str, bool], ...], args: tuple, kwarg
             if t.device.type == "neuron":
                 if device is None:
                     device = t.device
-                elif t.device != device:
+                elif t.device != device and not written:
                     other = t.device
-            elif other is None and t.dim():
+            elif other is None and t.dim() and not written:
                 other = t.device
     if device is not None and other is not None:
         raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
