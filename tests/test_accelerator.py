@@ -194,7 +194,7 @@ def test_default_device_builds_and_runs_a_model():
         weights = {k: v.cpu() for k, v in model.state_dict().items()}
         host_x = x.cpu()
     finally:
-        torch.set_default_device("cpu")
+        torch.set_default_device(None)  # "cpu" would leave a DeviceContext that puts later factories with a neuron out= on cpu
     reference = torch.nn.Sequential(torch.nn.Linear(6, 8), torch.nn.GELU(), torch.nn.Linear(8, 2))
     reference.load_state_dict(weights)
     torch.testing.assert_close(loss.cpu(), reference(host_x).square().mean(), rtol=1e-5, atol=1e-6)
