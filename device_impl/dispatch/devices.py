@@ -49,20 +49,22 @@ def check(name: str, plan: tuple[tuple[int, str, bool, bool], ...], args: tuple,
     """Raise PyTorch's RuntimeError if a tensor argument the op reads, with dimensions, is on another device than
     the op's first neuron tensor (a host one only matters beside a neuron one: ``empty_like(host,
     device="neuron")`` reaches a neuron kernel legitimately)."""
-    device = other = None
+    # on every kernel call: is_cpu/is_meta and get_device() are flags and an int, where .device builds an object
+    index = other = None
     for position, arg_name, kwarg_only, written in plan:
         value = args[position] if not kwarg_only and position < len(args) else kwargs.get(arg_name)
         for t in (value if isinstance(value, (list, tuple)) else (value,)):
             if not isinstance(t, torch.Tensor):
                 continue
-            if t.device.type == "neuron":
-                if device is None:
-                    device = t.device
-                elif t.device != device and not written:
+            if t.is_cpu or t.is_meta:  # a tensor not on neuron
+                if other is None and t.dim() and not written:
                     other = t.device
-            elif other is None and t.dim() and not written:
+            elif index is None:
+                index = t.get_device()
+            elif t.get_device() != index and not written:
                 other = t.device
-    if device is not None and other is not None:
+    if index is not None and other is not None:
+        device = torch.device("neuron", index)
         raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
                            f"{device} and {other}! (when running {name} on neuron; move the tensor with "
                            f".to('{device}'))")
