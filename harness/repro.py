@@ -352,6 +352,15 @@ def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | N
     ]
     if spec.sum_of_products:
         lines.append(_ORDER.rstrip("\n"))
+    if spec.magnitude:
+        bound = spec.render(case.params, names, spec.magnitude)
+        lines += ["", "", "def magnitude():  # noqa: F811 - the spec's own bound expression (OpSpec.magnitude)",
+                  '    """The magnitude bound per output position: the spec\'s bound expression in float64 on |x| of the',
+                  '    finite inputs (non-finite ones as 0), as harness.runner._Bounds; forward only."""',
+                  "    xs = [torch.where(torch.isfinite(x), x, torch.zeros_like(x)).detach().double().abs()",
+                  "          if x.is_floating_point() else x for x in inputs('cpu')]",
+                  f"    {', '.join(names)}, = xs",
+                  f"    return {bound}, None"]
     lines += [
         "",
         "",

@@ -358,6 +358,11 @@ class _Bounds:
                 x.requires_grad_(t.requires_grad)
             tensors.append(x)
         try:
+            if self.spec.magnitude:  # the bound has its own expression (OpSpec.magnitude); no gradient bounds
+                names = [f"x{i}" for i in range(len(tensors))]
+                self._value, _ = _evaluate(self.spec.render(self.case.params, names, self.spec.magnitude), tensors,
+                                           None, "cpu")
+                return
             value, _ = _evaluate(self.expression, tensors, None, "cpu")
             self._value = value
             if self.spec.grad:
