@@ -189,7 +189,7 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     """stablehlo.dot_general as ``kernels.matmul.matmul_into`` computes it: per [128, 512] output block,
     fp32 products of 128-deep K slices summed in K order in fp32 (PSUM), rounded once to the output dtype
     on evacuation. TensorE's matmul instruction is one BLAS call per K slice of a block, on contiguous
-    fp32 tiles; here the blocks of one K slice share a call where that gives the same bits (below)."""
+    fp32 tiles; here too (below), without the per-instruction bookkeeping."""
     from device_impl.kernels.matmul import K_TILE, M_TILE, N_TILE
 
     from device_impl.compiler.steps import dot_dims
@@ -199,11 +199,12 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     blocks = [(m0, min(m, m0 + M_TILE), n0, min(n, n0 + N_TILE)) for m0 in range(0, m, M_TILE)
               for n0 in range(0, n, N_TILE)]
 
-    # A block with one row or one column is a matrix-vector product, for which numpy calls BLAS's gemv
-    # (another summation order than gemm): then every block is computed alone, on contiguous operands as
-    # the SBUF tiles are. Otherwise every block is gemm, whose per-element sum runs along K in order
-    # whatever the block's size, so one batched product per K slice gives the same bits.
-    vector_blocks = any(m1 - m0 == 1 or n1 - n0 == 1 for m0, m1, n0, n1 in blocks)
+    # Every block is computed alone, one BLAS call per K slice on contiguous operands as the SBUF tiles are:
+    # the bits of a BLAS product depend on the call's shapes on some hosts. numpy calls gemv for a block
+    # with one row or column (another summation order than gemm), and OpenBLAS's gemm kernels for AMD Zen
+    # (an EPYC host) gave other bits for one batched 256x256x128 product than for its 128x256 blocks (the
+    # decoder block's fast path differed from its tile program by 1-3 ulp in a few elements), where the
+    # SkylakeX kernels sum each element along K in order whatever the shape. Same calls, same bits.
     # A matmul epilogue (build.attach_epilogues): the tile program rounds each evacuated block to the
     # product's dtype and runs the fused group on it; the group's ops are per element (flat groups) or per
     # whole row (row groups take rows of N <= EVACUATION_CHUNK columns, one block wide), so running it once
@@ -231,15 +232,6 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
         # stationary tiles are [K, M] blocks of A^T, moving tiles [K, N] blocks of B, both read as fp32
         a_t = np.ascontiguousarray(env.access(lhs).transpose(lb + lc + lf).reshape(batch, k, m), dtype=FP32)
         b = np.ascontiguousarray(env.access(rhs).transpose(rb + rc + rf).reshape(batch, k, n), dtype=FP32)
-        if not vector_blocks:
-            acc = np.matmul(a_t[:, :k_ranges[0][1]].transpose(0, 2, 1), b[:, :k_ranges[0][1]])
-            if len(k_ranges) > 1:
-                product = np.empty_like(acc)
-                for k0, k1 in k_ranges[1:]:
-                    np.matmul(a_t[:, k0:k1].transpose(0, 2, 1), b[:, k0:k1], out=product)
-                    acc += product
-            out[...] = acc
-            return
         for i in range(batch):
             for m0, m1, n0, n1 in blocks:
                 acc = None
