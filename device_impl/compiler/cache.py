@@ -27,6 +27,7 @@ import warnings
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from device_impl.compiler import counters, neff
 from device_impl.compiler.errors import NeffFormatError
@@ -115,6 +116,61 @@ def index_fx(directory: str, key_of_fx: str, cache_key: str) -> None:
         log.warning("neuron compile cache: cannot write the FX index (%s)", e)
 
 
+def dynamo_key(gm: torch.fx.GraphModule, example_inputs: list, flags: dict[str, Any]) -> str | None:
+    """The key of a Dynamo graph as the backend receives it (before AOTAutograd): its code, its inputs'
+    shapes, strides, dtypes and ``requires_grad``, its constants' bytes, the grad and autocast modes AOTAutograd
+    traces under, the flags and the versions. None when an input is not a plain tensor (the caller then
+    compiles through AOTAutograd as usual)."""
+    inputs = []
+    for value in example_inputs:
+        if not isinstance(value, torch.Tensor) or is_traceable_wrapper_subclass(value):
+            return None
+        inputs.append([list(value.shape), list(value.stride()), str(value.dtype), value.device.type,
+                       bool(value.requires_grad)])
+    attrs = []
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            target = gm
+            for part in str(node.target).split("."):
+                target = getattr(target, part)
+            attrs.append([str(node.target), _attr_digest(target)])
+    modes = {"grad": torch.is_grad_enabled(), "deterministic": torch.are_deterministic_algorithms_enabled(),
+             "autocast": [[t, torch.is_autocast_enabled(t), str(torch.get_autocast_dtype(t))]
+                          for t in ("cpu", "neuron")]}
+    material = json.dumps({"dynamo": gm.code, "inputs": inputs, "attrs": attrs, "modes": modes, "flags": flags,
+                           "versions": _versions(), "format": neff.FORMAT_VERSION}, sort_keys=True)
+    return hashlib.sha256(material.encode()).hexdigest()
+
+
+def _dynamo_index_path(directory: str, key_of_graph: str) -> str:
+    return os.path.join(directory, neff.COMPILER_VERSION.replace(" ", "-"), "dynamo", key_of_graph[:2],
+                        f"{key_of_graph}.json")
+
+
+def lookup_dynamo(directory: str, key_of_graph: str) -> tuple[str, list[bool]] | None:
+    """(NEFF key, which outputs are not None) of a plain inference graph with this Dynamo key, when its NEFF
+    is on disk; None for a miss or an unreadable entry (the full compile below rewrites it)."""
+    try:
+        with open(_dynamo_index_path(directory, key_of_graph), encoding="ascii") as handle:
+            entry = json.load(handle)
+        found, kept = entry["neff"], entry["kept"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return None
+    if not (isinstance(found, str) and len(found) == 64 and all(c in "0123456789abcdef" for c in found)
+            and isinstance(kept, list) and all(isinstance(k, bool) for k in kept)):
+        return None
+    return (found, kept) if os.path.exists(path_of(directory, found)) else None
+
+
+def index_dynamo(directory: str, key_of_graph: str, cache_key: str, kept: list[bool]) -> None:
+    """Record that the plain inference graph with this Dynamo key runs the NEFF ``cache_key`` (atomically)."""
+    try:
+        neff.write(_dynamo_index_path(directory, key_of_graph),
+                   json.dumps({"neff": cache_key, "kept": kept}).encode("ascii"))
+    except OSError as e:
+        log.warning("neuron compile cache: cannot write the Dynamo index (%s)", e)
+
+
 def path_of(directory: str, cache_key: str) -> str:
     return os.path.join(directory, neff.COMPILER_VERSION.replace(" ", "-"), cache_key[:2], f"{cache_key}.neff")
 
@@ -132,14 +188,18 @@ def clear_memory() -> None:
     _MEMORY.clear()
 
 
-def from_disk(directory: str, cache_key: str) -> neff.Neff | None:
-    """The cached NEFF, or None when absent or damaged (damage reported once, then rebuilt by the caller)."""
+def from_disk(directory: str, cache_key: str, quiet: bool = False) -> neff.Neff | None:
+    """The cached NEFF, or None when absent or damaged (damage reported once, then rebuilt by the caller).
+    ``quiet``: a damaged entry is a plain miss, neither counted nor reported (a caller that falls back to a
+    path which reads it again, and reports it there)."""
     path = path_of(directory, cache_key)
     if not os.path.exists(path):
         return None
     try:
         return neff.read(path)
     except (NeffFormatError, OSError, KeyError, ValueError) as e:
+        if quiet:
+            return None
         counters.count("cache_corrupt")
         if path not in _REPORTED:
             _REPORTED.add(path)

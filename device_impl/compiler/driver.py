@@ -176,7 +176,13 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
         log.info("graph %s falls back to eager: %s", graph, error)
         return fallback.eager(original, error, graph, config)
     log.info("compiled %s in %.3f s", graph, time.perf_counter() - started)
+    run = _linked(executable, kept)
+    run.cache_key = key  # type: ignore[attr-defined]  (backend.py indexes plain inference graphs by it)
+    return run
 
+
+def _linked(executable: Executable, kept: list[bool]) -> Callable[[list], list]:
+    """The boxed callable AOTAutograd (or the Dynamo-level index, ``linked``) runs a program through."""
     def run(args: list) -> list:
         outputs = executable(args)
         counters.count("executions")
@@ -184,4 +190,26 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
 
     run._boxed_call = True  # type: ignore[attr-defined]
     run.executable = executable  # type: ignore[attr-defined]
+    run.kept = kept  # type: ignore[attr-defined]
     return run
+
+
+def linked(cache_key: str, kept: list[bool], graph: str, device_index: int, config: CompilerConfig
+           ) -> Callable[[list], list] | None:
+    """The program a cache entry names, linked for ``device_index`` from memory or disk (a cache hit), or None
+    when neither holds a usable one. For the Dynamo-level index of plain inference graphs (backend.py), which
+    skips AOTAutograd, legalization and the import altogether."""
+    executable = cache.from_memory(cache_key)
+    if executable is not None:
+        counters.cache_hit("memory")
+        return _linked(executable, kept)
+    # quiet: a damaged NEFF is reported (once) by the full compile that follows this miss and rebuilds it
+    loaded = cache.from_disk(config.neff_cache_dir, cache_key, quiet=True) if config.neff_cache else None
+    if loaded is None:
+        return None
+    counters.cache_hit("disk")
+    program = loaded.program
+    program.name = graph
+    executable = Executable(program, device_index)
+    cache.remember(cache_key, executable)
+    return _linked(executable, kept)

@@ -47,6 +47,103 @@ def test_a_second_process_is_served_from_the_cache(tmp_path):
     # the FX-level index names the NEFF: the warm process never imports the graph with torch-mlir
     assert cold["imported_torch_mlir"] and not warm["imported_torch_mlir"]
     assert len(glob.glob(str(tmp_path / "**" / "fx" / "**" / "*.key"), recursive=True)) == 1
+    # and, the block being a plain inference graph, so does the Dynamo-level one (no AOTAutograd when warm)
+    assert len(glob.glob(str(tmp_path / "**" / "dynamo" / "**" / "*.json"), recursive=True)) == 1
+
+
+def _dynamo_entries(fresh) -> list[str]:
+    return glob.glob(str(fresh / "cache" / "**" / "dynamo" / "**" / "*.json"), recursive=True)
+
+
+def _no_aot(monkeypatch):
+    """Make AOTAutograd raise: a compile that still succeeds was served by the Dynamo-level index."""
+    import torch._dynamo.backends.common as common
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("AOTAutograd ran")
+
+    monkeypatch.setattr(common, "aot_autograd", lambda **kw: refuse)
+
+
+def test_a_plain_inference_graph_skips_aot_autograd_when_warm(fresh, monkeypatch):
+    x = torch.randn(8, 64)
+    cold = _run_once(x)
+    assert len(_dynamo_entries(fresh)) == 1
+    _no_aot(monkeypatch)
+    compiler.reset_stats()
+    warm = _run_once(x)
+    assert torch.equal(warm, cold)  # the same program, bit for bit
+    s = compiler.stats()
+    assert (s["compiles"], s["cache_hits_by_source"]["disk"]) == (0, 1)
+    with torch.no_grad():  # another grad mode is another key: AOTAutograd traces it (and it raises here)
+        torch._dynamo.reset()
+        compiler.clear_cache()
+        with pytest.raises(Exception, match="AOTAutograd ran"):
+            torch.compile(_f, backend="neuron")(x.to("neuron"))
+
+
+def _mutates(x):
+    x.add_(1)
+    return x * 2
+
+
+def _view(x):
+    return x.t() * 1, x.t()
+
+
+def _identity_out(x):
+    return x, x + 1
+
+
+@pytest.mark.parametrize("fn,indexed", [(_mutates, False), (_view, False), (_identity_out, True)],
+                         ids=["mutates_input", "returns_view", "returns_input"])
+def test_graphs_whose_aot_wrapper_does_work_are_not_indexed(fresh, fn, indexed):
+    """An input mutation, an output aliasing an input: AOTAutograd's runtime wrapper does real work for them
+    (copies back, regenerates the view), so they never skip it; warm runs keep eager's semantics. (An input
+    returned as is never reaches the graph: Dynamo returns it itself, so that graph is plain.)"""
+    def run():
+        torch._dynamo.reset()
+        compiler.clear_cache()
+        x = torch.arange(12.0).reshape(3, 4).to("neuron")
+        out = torch.compile(fn, backend="neuron")(x)
+        return x, out
+
+    for _ in range(2):
+        x, out = run()
+        ref_x = torch.arange(12.0).reshape(3, 4)
+        ref = fn(ref_x)
+        torch.testing.assert_close(x.cpu(), ref_x)
+        for o, r in zip(out if isinstance(out, tuple) else (out,), ref if isinstance(ref, tuple) else (ref,)):
+            torch.testing.assert_close(o.cpu(), r)
+        if fn is _view:
+            assert out[1].untyped_storage().data_ptr() == x.untyped_storage().data_ptr()
+        if fn is _identity_out:
+            assert out[0] is x
+    assert len(_dynamo_entries(fresh)) == indexed
+
+
+def test_a_training_graph_is_not_indexed(fresh):
+    w = torch.randn(64, 64, device="neuron", requires_grad=True)
+    torch.compile(lambda x: (x @ w).sum(), backend="neuron")(torch.randn(8, 64, device="neuron")).backward()
+    assert w.grad is not None and _dynamo_entries(fresh) == []
+
+
+@pytest.mark.parametrize("damage", ["garbage", "bad_key", "dangling"])
+def test_a_bad_dynamo_index_entry_is_a_miss(fresh, damage):
+    x = torch.randn(8, 64)
+    _run_once(x)
+    (entry,) = _dynamo_entries(fresh)
+    if damage == "garbage":
+        open(entry, "w").write("{not json")
+    elif damage == "bad_key":
+        open(entry, "w").write(json.dumps({"neff": "0" * 63 + "g", "kept": [True]}))
+    else:
+        (path,) = glob.glob(str(fresh / "cache" / "**" / "*.neff"), recursive=True)
+        os.unlink(path)
+    compiler.reset_stats()
+    torch.testing.assert_close(_run_once(x), _f(x))
+    assert compiler.stats()["compiles"] == (1 if damage == "dangling" else 0)
+    assert json.load(open(entry))["neff"] != "0" * 63 + "g"  # rewritten by the compile through AOTAutograd
 
 
 @pytest.mark.parametrize("damage", ["garbage", "dangling"])
@@ -55,6 +152,8 @@ def test_a_bad_fx_index_entry_is_a_miss(fresh, damage):
     program: the graph is imported, compiled if need be, and the entry rewritten."""
     x = torch.randn(8, 64)
     _run_once(x)
+    for dynamo_entry in _dynamo_entries(fresh):  # the index in front of this one: this test is about the FX one
+        os.unlink(dynamo_entry)
     (entry,) = glob.glob(str(fresh / "cache" / "**" / "fx" / "**" / "*.key"), recursive=True)
     if damage == "garbage":
         open(entry, "w").write("not a key")
