@@ -58,6 +58,35 @@ def _unsupported_dtype(values: Any, supported: frozenset) -> bool:
     return False
 
 
+_Tensor = torch.Tensor
+
+
+def _one_device(args: tuple, kwargs: dict, dtypes: frozenset | None) -> bool:
+    """The common call, told apart cheaply (on every kernel call): its tensor arguments are all neuron tensors
+    of one device, with dtypes in ``dtypes``, and none is in a list. Then the written and read device rules
+    (``written.check``, ``devices.check``) and the dtype test all pass, so the wrapper skips them; any other
+    call (a host or meta tensor: ``get_device()`` is -1 for both; two devices; a tensor list; no tensor)
+    takes them all, unchanged."""
+    index = -1
+    for value in (args, kwargs.values()):
+        for v in value:
+            if isinstance(v, _Tensor):
+                d = v.get_device()
+                if d != index:
+                    if index != -1:
+                        return False
+                    index = d
+                if d < 0:
+                    return False
+                if dtypes is not None and v.dtype not in dtypes:
+                    return False
+            elif isinstance(v, (list, tuple)):
+                for x in v:
+                    if isinstance(x, _Tensor):
+                        return False
+    return index != -1
+
+
 # Set by tests (NEURONSIM_ASSERT_NO_CPU=1): every native kernel runs under a dispatch mode that
 # raises if the kernel calls any torch op on host tensors, so "no torch CPU kernel computes
 # inside a native kernel" is checked on every kernel call the tests make.
@@ -144,14 +173,16 @@ class LoweringTable:
         check_devices = devices.check
 
         def counted(*args: Any, **kwargs: Any) -> Any:
-            if written_plan:
-                check_written(op, written_plan, args, kwargs)
-            if device_plan:
-                check_devices(op, device_plan, args, kwargs)
-            if dtypes is not None and (_unsupported_dtype(args, dtypes) or _unsupported_dtype(kwargs.values(), dtypes)):
-                from device_impl.dispatch.fallback import cpu_fallback
+            if not _one_device(args, kwargs, dtypes):  # else every check below passes: skip them
+                if written_plan:
+                    check_written(op, written_plan, args, kwargs)
+                if device_plan:
+                    check_devices(op, device_plan, args, kwargs)
+                if dtypes is not None and (_unsupported_dtype(args, dtypes)
+                                           or _unsupported_dtype(kwargs.values(), dtypes)):
+                    from device_impl.dispatch.fallback import cpu_fallback
 
-                return cpu_fallback(overload, *args, **kwargs)
+                    return cpu_fallback(overload, *args, **kwargs)
             record(op, slot)
             fn = kernel[0]
             # Family kernels (kernels/registry.py) route their computation through HOOKS.submit, which

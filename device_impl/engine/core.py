@@ -188,27 +188,40 @@ class launch:
 
 def _finish(kernel: str, device: int, core: NeuronCore) -> None:
     timeline = core.timeline
-    device_ns = timeline.end + core.platform.launch_overhead_ns
+    # ``busy`` is this launch's own dict (Timeline.reset makes new ones), so it is kept, not copied.
+    _close(kernel, device, timeline.end + core.platform.launch_overhead_ns, timeline.busy, timeline.hbm_read,
+           timeline.hbm_write, timeline.flops, timeline.instructions, core.sbuf.peak, core.psum.peak,
+           timeline.events)
+
+
+def _close(kernel: str, device: int, device_ns: float, busy: dict[str, float], hbm_read: int, hbm_write: int,
+           flops: int, instructions: int, sbuf_peak: int, psum_peak: int, events: list) -> None:
+    """A completed launch's figures into the device clock, the per-kernel statistics, ``last_launch()`` and
+    the traces being recorded: the one place an instruction-level launch (``_finish``) and a replayed one
+    (``engine.replay``) report what they cost."""
     start = C.device_time_ns(device)
     C.advance_device_time(device, int(device_ns))
-    busy = timeline.busy
     entry = _stats.get(kernel)
     if entry is None:
         entry = _stats[kernel] = [0.0] * len(_STAT_FIELDS)
     entry[0] += 1
     entry[1] += device_ns
-    entry[2] += timeline.hbm_read + timeline.hbm_write
-    entry[3] += timeline.flops
+    entry[2] += hbm_read + hbm_write
+    entry[3] += flops
     for i, engine in enumerate(ENGINES):
         entry[4 + i] += busy[engine]
-    # ``busy`` is this launch's own dict (Timeline.reset makes new ones), so it is kept, not copied.
-    raw = (kernel, device, device_ns, busy, timeline.hbm_read, timeline.hbm_write, timeline.flops,
-           timeline.instructions, core.sbuf.peak, core.psum.peak, float(start))
+    raw = (kernel, device, device_ns, busy, hbm_read, hbm_write, flops, instructions, sbuf_peak, psum_peak,
+           float(start))
     _last[0] = raw
     if _recording:
-        report = LaunchReport(*raw, events=list(timeline.events))
+        report = LaunchReport(*raw, events=list(events))
         for trace in _recording:
             trace.append(report)
+
+
+def tracing() -> bool:
+    """Whether a ``record_trace()`` block is open (it needs every instruction: no launch is replayed)."""
+    return bool(_recording)
 
 
 def last_launch() -> LaunchReport | None:

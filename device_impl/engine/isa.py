@@ -237,6 +237,36 @@ def _runs_in_range(array: np.ndarray, n: int) -> int:
     return math.ceil(n * runs / array.size) if array.size else 0
 
 
+def flat_in(data: np.ndarray, src: np.ndarray, start: int, stop: int) -> bool:
+    """The bytes ``DMA.load_flat`` moves: elements [start, stop) of ``src`` in row-major order into the
+    contiguous ``data``. True when ``src`` is C-contiguous (one run). Shared with eager replay
+    (``engine.replay``), which moves the same bytes without scheduling the transfer."""
+    if src.flags.c_contiguous:
+        data.reshape(-1)[...] = src.reshape(-1)[start:stop]
+        return True
+    data.reshape(-1)[...] = src.flat[start:stop]
+    return False
+
+
+def flat_copy(src: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """A new contiguous 1-D array of the bytes ``flat_in`` moves (elements [start, stop) of ``src`` in
+    row-major order): what a replayed launch's small tiles hold (``engine.replay``)."""
+    if src.flags.c_contiguous:
+        return src.reshape(-1)[start:stop].copy()
+    return src.flat[start:stop]
+
+
+def flat_out(dst: np.ndarray, start: int, stop: int, values: np.ndarray) -> bool:
+    """The bytes ``DMA.store_flat`` moves: ``values`` into elements [start, stop) of ``dst`` in row-major
+    order. True when ``dst`` is C-contiguous (one run)."""
+    values = values.reshape(-1)
+    if dst.flags.c_contiguous:
+        dst.reshape(-1)[start:stop] = values
+        return True
+    dst.flat[start:stop] = values
+    return False
+
+
 class _Engine:
     name = ""
 
@@ -332,12 +362,7 @@ class DMA(_Engine):
         if src.dtype != data.dtype:
             raise EngineError(f"dma moves bytes: source {src.dtype} and tile {dst.dtype} differ; cast on an engine")
         dst.initialized = True  # a root tile, written whole (write_target's bookkeeping, inlined)
-        if src.flags.c_contiguous:
-            data.reshape(-1)[...] = src.reshape(-1)[start:stop]
-            runs = 1
-        else:
-            data.reshape(-1)[...] = src.flat[start:stop]
-            runs = _runs_in_range(src, n)
+        runs = 1 if flat_in(data, src, start, stop) else _runs_in_range(src, n)
         nbytes = n * src.itemsize
         timeline = self.timeline
         timeline.hbm_read += nbytes
@@ -360,13 +385,7 @@ class DMA(_Engine):
             raise EngineError(f"flat dma of tile {src.shape} into {n} elements")
         if data.dtype != dst.dtype:
             raise EngineError(f"dma moves bytes: tile {src.dtype} and destination {dst.dtype} differ")
-        values = src.read().reshape(-1)
-        if dst.flags.c_contiguous:
-            dst.reshape(-1)[start:stop] = values
-            runs = 1
-        else:
-            dst.flat[start:stop] = values
-            runs = _runs_in_range(dst, n)
+        runs = 1 if flat_out(dst, start, stop, src.read()) else _runs_in_range(dst, n)
         nbytes = n * dst.itemsize
         timeline = self.timeline
         timeline.hbm_write += nbytes

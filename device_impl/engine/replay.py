@@ -1,0 +1,216 @@
+"""Replayed launches: a launch's recorded figures, its instructions' arithmetic without their bookkeeping.
+
+An instruction-level launch (``core.launch``) places every instruction on the timeline: dependencies,
+DMA bandwidth gaps, SBUF accounting. When a caller knows that a launch issues the same instructions on
+the same tile shapes as one it has already run (kernels/replay.py: eager elementwise launches of one
+signature), the timeline's answer is the same too, so it keeps that launch's ``Figures`` and later runs
+``with replayed(kernel, device, figures) as nc:`` instead: ``nc`` is a ``ReplayCore`` whose engines are
+the real ones (``isa.py``: the same numpy arithmetic, the same rounding points) but whose timeline only
+tallies each engine's busy time and the instruction count, and whose SBUF/PSUM hand out plain tiles
+(unwritten ones still read as poison). When the block ends the recorded figures go into the device
+clock, ``engine.stats()``, ``last_launch()`` and the profiler's observer, exactly as ``_finish`` would
+put the instruction-level ones (``core._close``).
+
+The tally is the check that the instructions were the same: ``ReplayCore.matches(figures)`` compares its
+instruction count and per-engine busy time (summed in program order: the same floats) with the recorded
+ones, so a kernel whose instructions depend on the data is caught rather than given wrong figures.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+import torch.autograd.profiler as _torch_profiler
+
+from device_impl.engine import core as _core
+from device_impl.engine.constants import PLATFORM, Platform
+from device_impl.engine.isa import DMA, GpSimdE, ScalarE, TensorE, VectorE
+from device_impl.engine.memory import _DTYPES, REUSE_MIN_BYTES, Tile
+from device_impl.engine.timeline import ENGINES
+
+_COMPUTE = tuple(e for e in ENGINES if e != "dma")
+
+
+class Figures(NamedTuple):
+    """What an instruction-level launch measured (``core._close``'s arguments), plus what its replay
+    must tally to be the same launch: compute instructions and their engines' busy time."""
+
+    device_ns: float
+    busy: dict[str, float]
+    hbm_read: int
+    hbm_write: int
+    flops: int
+    instructions: int
+    sbuf_peak: int
+    psum_peak: int
+    compute_instructions: int  # instructions minus the caller's own DMA transfers (not issued in a replay)
+    compute_busy: tuple[float, ...]  # busy ns of each compute engine (``_COMPUTE`` order)
+
+
+def measured(core: _core.NeuronCore, own_transfers: int) -> Figures:
+    """The figures of ``core``'s just-completed instruction-level launch; ``own_transfers``: how many of its
+    instructions were DMA transfers the caller issued itself (a replay moves those bytes without them)."""
+    timeline = core.timeline
+    busy = timeline.busy
+    return Figures(timeline.end + core.platform.launch_overhead_ns, dict(busy), timeline.hbm_read,
+                   timeline.hbm_write, timeline.flops, timeline.instructions, core.sbuf.peak, core.psum.peak,
+                   timeline.instructions - own_transfers, tuple(busy[e] for e in _COMPUTE))
+
+
+class _Tally:
+    """A timeline that only adds up: per-engine busy time and the instruction count (see module docstring)."""
+
+    __slots__ = ("busy", "instructions", "hbm_read", "hbm_write", "flops", "record", "floor", "hbm_floors",
+                 "hbm_targets", "events", "end")
+
+    def __init__(self) -> None:
+        self.record = False
+        self.floor = 0.0
+        self.hbm_floors = ()
+        self.hbm_targets = ()
+        self.events: list = []
+        self.end = 0.0
+        self.reset()
+
+    def reset(self) -> None:
+        self.busy = dict.fromkeys(ENGINES, 0.0)
+        self.instructions = 0
+        self.hbm_read = 0
+        self.hbm_write = 0
+        self.flops = 0
+
+    def schedule(self, engine: str, name: str, cost_ns: float, reads=(), writes=(), latency_ns: float = 0.0) -> float:
+        self.busy[engine] += cost_ns
+        self.instructions += 1
+        return 0.0
+
+
+class _Pool:
+    """SBUF or PSUM without placement or capacity (the recorded launch had them checked): plain tiles,
+    fresh ``Tile`` objects (so an unwritten one reads as poison); arrays of 64 KiB and up are reused by
+    later tiles of their shape once released, as the instruction-level pool does, to spare page faults."""
+
+    __slots__ = ("space", "spares", "count")
+
+    def __init__(self, space: str) -> None:
+        self.space = space
+        self.spares: dict[tuple, list[np.ndarray]] = {}
+        self.count = 0
+
+    def allocate(self, shape: tuple[int, int], dtype) -> Tile:
+        dt = _DTYPES.get(dtype)
+        if dt is None:
+            dt = _DTYPES[dtype] = np.dtype(dtype)
+        key = (shape, dt)
+        spares = self.spares.get(key)
+        data = spares.pop() if spares else np.empty(shape, dtype=dt)
+        self.count += 1
+        tile = Tile(data, self.space, self.count)
+        tile.key = key
+        return tile
+
+    def release(self, tile: Tile) -> None:
+        data = tile.data
+        if data.nbytes >= REUSE_MIN_BYTES:
+            kept = self.spares.setdefault(tile.key, [])
+            if len(kept) < 8:  # a launch's tiles of one shape; more would only hold memory
+                kept.append(data)
+
+
+class ReplayCore:
+    """The core a replayed launch runs on: real engines over a ``_Tally`` and plain pools."""
+
+    def __init__(self, platform: Platform = PLATFORM) -> None:
+        self.platform = platform
+        self.timeline = _Tally()
+        self.sbuf = _Pool("sbuf")
+        self.psum = _Pool("psum")
+        self.dma = DMA(platform, self.timeline)
+        self.tensor = TensorE(platform, self.timeline)
+        self.vector = VectorE(platform, self.timeline)
+        self.scalar = ScalarE(platform, self.timeline)
+        self.gpsimd = GpSimdE(platform, self.timeline)
+        self._live: list[tuple[_Pool, Tile]] = []
+
+    def reset(self) -> None:
+        self.timeline.reset()
+        self.tensor.loaded = None
+        self.tensor.last_moving = 0
+        self._live.clear()
+
+    def sbuf_tile(self, shape, dtype, name: str = "") -> Tile:
+        pool = self.sbuf
+        tile = pool.allocate(tuple(shape), dtype)
+        self._live.append((pool, tile))
+        return tile
+
+    def psum_tile(self, shape, dtype="float32", name: str = "") -> Tile:
+        pool = self.psum
+        tile = pool.allocate(tuple(shape), dtype)
+        self._live.append((pool, tile))
+        return tile
+
+    def mark(self) -> int:
+        return len(self._live)
+
+    def release_to(self, mark: int) -> None:
+        live = self._live
+        while len(live) > mark:
+            pool, tile = live.pop()
+            pool.release(tile)
+
+    def release(self, tile: Tile) -> None:
+        live = self._live
+        for i in range(len(live) - 1, -1, -1):
+            if live[i][1] is tile:
+                pool, _ = live.pop(i)
+                pool.release(tile)
+                return
+        raise ValueError(f"{tile} is not live in the current scope")
+
+    def matches(self, figures: Figures) -> bool:
+        """Whether the instructions issued so far are the recorded launch's (count and busy time per engine)."""
+        timeline = self.timeline
+        busy = timeline.busy
+        return (timeline.instructions == figures.compute_instructions
+                and tuple(busy[e] for e in _COMPUTE) == figures.compute_busy)
+
+
+class replayed:
+    """``with replayed(kernel, device, figures) as nc:`` runs a launch's arithmetic on a ``ReplayCore`` and
+    reports ``figures`` as its cost when the block completes (a block that raises reports nothing, as a
+    launch that raises). Launches do not nest, replayed or not."""
+
+    __slots__ = ("kernel", "device", "figures", "errors", "observed")
+
+    def __init__(self, kernel: str, device: int, figures: Figures):
+        self.kernel = kernel
+        self.device = device
+        self.figures = figures
+
+    def __enter__(self) -> ReplayCore:
+        state = _core._state
+        if state.depth:
+            raise RuntimeError(f"kernel {self.kernel} launched from inside another kernel; launches do not nest")
+        core = getattr(state, "replay_core", None)
+        if core is None:
+            core = state.replay_core = ReplayCore()
+        core.reset()
+        state.depth = 1
+        self.errors = _core._ignore_fp_errors()
+        observer = _core._observer[0]
+        self.observed = observer(self.kernel, self.device) if _torch_profiler._is_profiler_enabled and observer \
+            else None
+        return core
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        _core._state.depth = 0
+        _core._restore_fp_errors(self.errors)
+        if exc_type is None:
+            f = self.figures
+            _core._close(self.kernel, self.device, f.device_ns, dict(f.busy), f.hbm_read, f.hbm_write, f.flops,
+                         f.instructions, f.sbuf_peak, f.psum_peak, [])
+        if self.observed is not None:
+            self.observed(exc_type is None)
+        return False
