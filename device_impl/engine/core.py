@@ -135,6 +135,7 @@ except ImportError:  # pragma: no cover - older numpy
     def _restore_fp_errors(token) -> None:
         np.seterr(**token)
 _STAT_FIELDS = ("launches", "device_ns", "hbm_bytes", "flops") + tuple(f"{e}_busy_ns" for e in ENGINES)
+assert ENGINES == ("dma", "tensor", "vector", "scalar", "gpsimd"), "_close adds busy times in this order"
 _stats: dict[str, list[float]] = {}
 _recording: list[list[LaunchReport]] = []
 _last: list[tuple | None] = [None]
@@ -208,8 +209,11 @@ def _close(kernel: str, device: int, device_ns: float, busy: dict[str, float], h
     entry[1] += device_ns
     entry[2] += hbm_read + hbm_write
     entry[3] += flops
-    for i, engine in enumerate(ENGINES):
-        entry[4 + i] += busy[engine]
+    entry[4] += busy["dma"]  # ENGINES' order (_STAT_FIELDS), unrolled: every launch comes through here
+    entry[5] += busy["tensor"]
+    entry[6] += busy["vector"]
+    entry[7] += busy["scalar"]
+    entry[8] += busy["gpsimd"]
     raw = (kernel, device, device_ns, busy, hbm_read, hbm_write, flops, instructions, sbuf_peak, psum_peak,
            float(start))
     _last[0] = raw

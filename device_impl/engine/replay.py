@@ -132,6 +132,15 @@ class ReplayCore:
         self.scalar = ScalarE(platform, self.timeline)
         self.gpsimd = GpSimdE(platform, self.timeline)
         self._live: list[tuple[_Pool, Tile]] = []
+        # Every tile of the launch, its own ``root``: that cycle would leave each tile and its array to the
+        # garbage collector (a small op's memory churn cost more than its arithmetic); ``retire`` breaks it.
+        self.made: list[Tile] = []
+
+    def retire(self) -> None:
+        """The launch is over: its tiles let go of themselves (see ``made``)."""
+        for tile in self.made:
+            tile.root = None
+        self.made.clear()
 
     def reset(self) -> None:
         self.timeline.reset()
@@ -143,12 +152,14 @@ class ReplayCore:
         pool = self.sbuf
         tile = pool.allocate(tuple(shape), dtype)
         self._live.append((pool, tile))
+        self.made.append(tile)
         return tile
 
     def psum_tile(self, shape, dtype="float32", name: str = "") -> Tile:
         pool = self.psum
         tile = pool.allocate(tuple(shape), dtype)
         self._live.append((pool, tile))
+        self.made.append(tile)
         return tile
 
     def mark(self) -> int:
@@ -173,8 +184,9 @@ class ReplayCore:
         """Whether the instructions issued so far are the recorded launch's (count and busy time per engine)."""
         timeline = self.timeline
         busy = timeline.busy
-        return (timeline.instructions == figures.compute_instructions
-                and tuple(busy[e] for e in _COMPUTE) == figures.compute_busy)
+        tensor, vector, scalar, gpsimd = figures.compute_busy  # _COMPUTE's order
+        return (timeline.instructions == figures.compute_instructions and busy["vector"] == vector
+                and busy["scalar"] == scalar and busy["tensor"] == tensor and busy["gpsimd"] == gpsimd)
 
 
 class replayed:
@@ -205,7 +217,9 @@ class replayed:
         return core
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        _core._state.depth = 0
+        state = _core._state
+        state.depth = 0
+        state.replay_core.retire()
         _core._restore_fp_errors(self.errors)
         if exc_type is None:
             f = self.figures

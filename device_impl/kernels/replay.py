@@ -152,22 +152,41 @@ def run(key: tuple, figures: Figures, name: str, device: int, plan: tuple, out_v
     """Run a launch of a recorded signature from its recording (module docstring). False when its
     instructions were not the recorded ones: the caller then runs it at the instruction level (its tensor
     operands are unchanged: out shares no memory with them, or this raises)."""
-    out_dtype = out_view.dtype
+    out_dtype, out_shape, size = out_view.dtype, out_view.shape, out_view.size
     try:
+        if len(tiles) == 1 and size <= SMALL_TILE:
+            with replayed(name, device, figures) as nc:
+                _, _, p, f = tiles[0]
+                shape = (p, f)
+                operands = [s if v is None else _whole(nc, v, shape, c, target) for v, s, c in plan]
+                result = Tile(np.empty(shape, out_dtype), "sbuf", 0)
+                nc.made.append(result)
+                emit(nc, result, *operands)
+                out_view[...] = result.read().reshape(out_shape)
+                if not nc.matches(figures):
+                    raise _NotTheSameLaunch
+            _counts["replayed"] += 1
+            return True
         with replayed(name, device, figures) as nc:
             sbuf_tile, tensor_copy, mark, release_to = nc.sbuf_tile, nc.vector.tensor_copy, nc.mark, nc.release_to
+            made = nc.made
             for start, stop, p, f in tiles:
                 top = mark()
                 shape = (p, f)
                 # a small tile is a fresh array of its elements; a large one reuses an array (page faults)
                 small = p * f <= SMALL_TILE
+                whole = small and stop - start == size
                 operands: list[Any] = []
                 for v, s, c in plan:
                     if v is None:
                         operands.append(s)
                         continue
-                    if small:
+                    if whole:  # the launch's one tile: its elements in row-major order (reshape copies a
+                        tile = Tile(v.reshape(shape).copy(), "sbuf", 0)  # non-contiguous view in that order)
+                        made.append(tile)
+                    elif small:
                         tile = Tile(flat_copy(v, start, stop).reshape(shape), "sbuf", 0)
+                        made.append(tile)
                     else:
                         tile = sbuf_tile(shape, v.dtype)
                         flat_in(tile.data, v, start, stop)
@@ -177,9 +196,16 @@ def run(key: tuple, figures: Figures, name: str, device: int, plan: tuple, out_v
                         tensor_copy(converted, tile)
                         tile = converted
                     operands.append(tile)
-                result = Tile(np.empty(shape, out_dtype), "sbuf", 0) if small else sbuf_tile(shape, out_dtype)
+                if small:
+                    result = Tile(np.empty(shape, out_dtype), "sbuf", 0)
+                    made.append(result)
+                else:
+                    result = sbuf_tile(shape, out_dtype)
                 emit(nc, result, *operands)
-                flat_out(out_view, start, stop, result.read())
+                if whole:
+                    out_view[...] = result.read().reshape(out_shape)
+                else:
+                    flat_out(out_view, start, stop, result.read())
                 release_to(top)
             if not nc.matches(figures):
                 raise _NotTheSameLaunch
@@ -198,6 +224,19 @@ def run(key: tuple, figures: Figures, name: str, device: int, plan: tuple, out_v
         return False
     _counts["replayed"] += 1
     return True
+
+
+def _whole(nc, v: np.ndarray, shape: tuple[int, int], convert: bool, target: np.dtype | None) -> Tile:
+    """A launch's one small tile of operand view ``v``: its elements in row-major order (``reshape`` copies a
+    non-contiguous view in that order; ``copy`` keeps the tile apart from HBM), converted as the loop does."""
+    tile = Tile(v.reshape(shape).copy(), "sbuf", 0)
+    tile.initialized = True
+    nc.made.append(tile)
+    if convert:
+        converted = nc.sbuf_tile(shape, target)
+        nc.vector.tensor_copy(converted, tile)
+        return converted
+    return tile
 
 
 def count_instruction_level() -> None:
