@@ -30,6 +30,7 @@ from device_impl.engine.memory import _DTYPES, REUSE_MIN_BYTES, Tile
 from device_impl.engine.timeline import ENGINES
 
 _COMPUTE = tuple(e for e in ENGINES if e != "dma")
+_ZERO_BUSY = dict.fromkeys(ENGINES, 0.0)
 
 
 class Figures(NamedTuple):
@@ -66,6 +67,9 @@ class _Tally:
 
     def __init__(self) -> None:
         self.record = False
+        self.hbm_read = 0
+        self.hbm_write = 0
+        self.flops = 0
         self.floor = 0.0
         self.hbm_floors = ()
         self.hbm_targets = ()
@@ -74,11 +78,9 @@ class _Tally:
         self.reset()
 
     def reset(self) -> None:
-        self.busy = dict.fromkeys(ENGINES, 0.0)
+        """Only what ``ReplayCore.matches`` reads starts again (HBM bytes and flops are the recording's)."""
+        self.busy = dict(_ZERO_BUSY)
         self.instructions = 0
-        self.hbm_read = 0
-        self.hbm_write = 0
-        self.flops = 0
 
     def schedule(self, engine: str, name: str, cost_ns: float, reads=(), writes=(), latency_ns: float = 0.0) -> float:
         self.busy[engine] += cost_ns
@@ -208,7 +210,13 @@ class replayed:
         core = getattr(state, "replay_core", None)
         if core is None:
             core = state.replay_core = ReplayCore()
-        core.reset()
+        timeline = core.timeline  # core.reset(), inlined: every replayed launch comes through here
+        timeline.busy = dict(_ZERO_BUSY)
+        timeline.instructions = 0
+        tensor = core.tensor
+        tensor.loaded = None
+        tensor.last_moving = 0
+        core._live.clear()
         state.depth = 1
         self.errors = _core._ignore_fp_errors()
         observer = _core._observer[0]
@@ -228,3 +236,64 @@ class replayed:
         if self.observed is not None:
             self.observed(exc_type is None)
         return False
+
+
+def one_tile(kernel: str, device: int, figures: Figures, plan: tuple, out_view: np.ndarray, emit, shape: tuple,
+             target: np.dtype | None) -> bool:
+    """A replayed launch of one tile ``shape`` holding all of out (a small elementwise op: the common case,
+    whose host cost is this function's): ``replayed`` and the tile loop of ``kernels.replay.run``, inlined.
+    ``plan``: per operand (HBM view broadcast to out, scalar, convert to ``target``). Returns whether the
+    instructions were the recorded ones; the figures are reported only then, and out is written either way."""
+    state = _core._state
+    if state.depth:
+        raise RuntimeError(f"kernel {kernel} launched from inside another kernel; launches do not nest")
+    nc = getattr(state, "replay_core", None)
+    if nc is None:
+        nc = state.replay_core = ReplayCore()
+    timeline = nc.timeline
+    timeline.busy = dict(_ZERO_BUSY)
+    timeline.instructions = 0
+    tensor = nc.tensor
+    tensor.loaded = None
+    tensor.last_moving = 0
+    nc._live.clear()
+    made = nc.made
+    state.depth = 1
+    errors = _core._ignore_fp_errors()
+    observer = _core._observer[0]
+    observed = observer(kernel, device) if _torch_profiler._is_profiler_enabled and observer else None
+    same = False
+    try:
+        operands = []
+        for v, s, c in plan:
+            if v is None:
+                operands.append(s)
+                continue
+            # the elements in row-major order: reshape copies a non-contiguous view in that order; copy keeps
+            # a contiguous one's tile apart from HBM (what DMA.load_flat moves)
+            tile = Tile(v.reshape(shape).copy(), "sbuf", 0)
+            tile.initialized = True
+            made.append(tile)
+            if c:
+                converted = nc.sbuf_tile(shape, target)
+                nc.vector.tensor_copy(converted, tile)
+                tile = converted
+            operands.append(tile)
+        result = Tile(np.empty(shape, out_view.dtype), "sbuf", 0)
+        made.append(result)
+        emit(nc, result, *operands)
+        out_view[...] = result.read().reshape(out_view.shape)  # what DMA.store_flat moves
+        same = nc.matches(figures)
+    finally:
+        state.depth = 0
+        for tile in made:
+            tile.root = None
+        made.clear()
+        _core._restore_fp_errors(errors)
+        if same:
+            f = figures
+            _core._close(kernel, device, f.device_ns, dict(f.busy), f.hbm_read, f.hbm_write, f.flops,
+                         f.instructions, f.sbuf_peak, f.psum_peak, [])
+        if observed is not None:
+            observed(same)
+    return same

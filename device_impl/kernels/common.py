@@ -72,6 +72,10 @@ def result_type(*operands: Operand) -> torch.dtype:
     numbers). More follow c10's ResultTypeState: dimensioned tensors, then
     zero-dim tensors, then scalars (host 0-dim tensors count as scalars).
     """
+    if len(operands) == 2:  # the common call, without building ``present``
+        a, b = operands
+        if a is not None and b is not None:
+            return torch.result_type(a, b)
     present = [o for o in operands if o is not None]
     if len(present) == 2:
         return torch.result_type(*present)
@@ -103,6 +107,12 @@ def promote(*operands: Operand, int_to_float: bool = False) -> torch.dtype:
 
 def broadcast_shape(*operands: Operand) -> tuple[int, ...]:
     """Broadcast shape of the tensor operands (scalars do not take part); errors as PyTorch's."""
+    if len(operands) == 2:  # the common call: two tensors of one shape
+        a, b = operands
+        if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+            shape = a.shape
+            if b.shape == shape:
+                return tuple(shape)
     result: tuple[int, ...] = ()
     first = True
     for o in operands:
@@ -272,9 +282,8 @@ def prepare_elementwise(out: torch.Tensor, operands: Sequence[Operand], common_d
     if common_dtype is not None and common_dtype in COMPUTE_DTYPES:
         target = numpy_dtype(common_dtype)
         for i in (range(len(operands)) if promoted is None else promoted):
-            zero_dim = scalars[i] is not None or operands[i].dim() == 0
-            if zero_dim and not round_scalars and i == 1:  # ATen checks only the second operand
-                continue
+            if not round_scalars and i == 1 and (scalars[i] is not None or operands[i].dim() == 0):
+                continue  # ATen checks only the second operand
             if scalars[i] is not None:
                 scalars[i] = cast_scalar(scalars[i], common_dtype)
             elif views[i].dtype != target:

@@ -69,8 +69,11 @@ class Binder:
             defaults.append(a.default_value if a.has_default_value() else None)
         return cls(tuple(names), tuple(defaults), tuple(outs))
 
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_initial", dict(zip(self.names, self.defaults)))  # copied by every bind
+
     def bind(self, args: Sequence[Any], kwargs: dict[str, Any]) -> dict[str, Any]:
-        bound = dict(zip(self.names, self.defaults))
+        bound = self._initial.copy()
         bound.update(zip(self.names, args))
         bound.update(kwargs)
         return bound

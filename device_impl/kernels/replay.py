@@ -38,7 +38,7 @@ import torch
 from device_impl.engine.core import NeuronCore
 from device_impl.engine.isa import flat_copy, flat_in, flat_out
 from device_impl.engine.memory import Tile
-from device_impl.engine.replay import Figures, measured, replayed
+from device_impl.engine.replay import Figures, measured, one_tile, replayed
 from device_impl.runtime.config import static_replay
 
 MAX_SIGNATURES = 4096
@@ -85,15 +85,21 @@ def _value_key(v: Any, depth: int) -> Any:
     t = type(v)
     if t in _ATOMS:
         return (t, v)
+    if t in _DTYPE_TYPES:
+        return v
     if t is _FunctionType:
         return emit_key(v, depth + 1)
     if isinstance(v, np.dtype):
+        _DTYPE_TYPES.add(t)
         return v
     if isinstance(v, np.generic):
         return (t, v.item())
     if t is tuple:
-        return tuple(_value_key(x, depth) for x in v)
+        return tuple([_value_key(x, depth) for x in v])
     raise _NoKey
+
+
+_DTYPE_TYPES: set[type] = set()  # numpy's dtype classes met so far (np.dtype instances are keys as they are)
 
 
 class _NoKey(Exception):
@@ -106,15 +112,16 @@ def emit_key(fn: Callable, depth: int = 0) -> tuple:
         raise _NoKey
     cells = fn.__closure__
     defaults = fn.__defaults__
-    key: tuple = (fn.__code__,)
+    key = [fn.__code__]
     if defaults:
-        key += (tuple(_value_key(d, depth) for d in defaults),)
+        key.append(tuple([_value_key(d, depth) for d in defaults]))
     if cells:
         try:
-            key += tuple(_value_key(c.cell_contents, depth) for c in cells)
+            for c in cells:
+                key.append(_value_key(c.cell_contents, depth))
         except ValueError:  # an empty cell
             raise _NoKey from None
-    return key
+    return tuple(key)
 
 
 def signature(name: str, emit: Callable, numel: int, free_max: int, out_view: np.ndarray, views: list,
@@ -123,10 +130,7 @@ def signature(name: str, emit: Callable, numel: int, free_max: int, out_view: np
     try:
         key = [name, emit_key(emit), numel, free_max, out_view.dtype, out_view.shape, out_view.strides, target]
         for v, s, c in zip(views, scalars, convert):
-            if v is None:
-                key.append(_value_key(s, 0))
-            else:
-                key.append((v.dtype, v.shape, v.strides, c))
+            key.append(_value_key(s, 0) if v is None else (v.dtype, v.shape, v.strides, c))
     except _NoKey:
         return None
     return tuple(key)
@@ -155,16 +159,8 @@ def run(key: tuple, figures: Figures, name: str, device: int, plan: tuple, out_v
     out_dtype, out_shape, size = out_view.dtype, out_view.shape, out_view.size
     try:
         if len(tiles) == 1 and size <= SMALL_TILE:
-            with replayed(name, device, figures) as nc:
-                _, _, p, f = tiles[0]
-                shape = (p, f)
-                operands = [s if v is None else _whole(nc, v, shape, c, target) for v, s, c in plan]
-                result = Tile(np.empty(shape, out_dtype), "sbuf", 0)
-                nc.made.append(result)
-                emit(nc, result, *operands)
-                out_view[...] = result.read().reshape(out_shape)
-                if not nc.matches(figures):
-                    raise _NotTheSameLaunch
+            if not one_tile(name, device, figures, plan, out_view, emit, tiles[0][2:], target):
+                raise _NotTheSameLaunch
             _counts["replayed"] += 1
             return True
         with replayed(name, device, figures) as nc:
@@ -224,19 +220,6 @@ def run(key: tuple, figures: Figures, name: str, device: int, plan: tuple, out_v
         return False
     _counts["replayed"] += 1
     return True
-
-
-def _whole(nc, v: np.ndarray, shape: tuple[int, int], convert: bool, target: np.dtype | None) -> Tile:
-    """A launch's one small tile of operand view ``v``: its elements in row-major order (``reshape`` copies a
-    non-contiguous view in that order; ``copy`` keeps the tile apart from HBM), converted as the loop does."""
-    tile = Tile(v.reshape(shape).copy(), "sbuf", 0)
-    tile.initialized = True
-    nc.made.append(tile)
-    if convert:
-        converted = nc.sbuf_tile(shape, target)
-        nc.vector.tensor_copy(converted, tile)
-        return converted
-    return tile
 
 
 def count_instruction_level() -> None:

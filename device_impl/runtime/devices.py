@@ -9,6 +9,7 @@ import torch
 
 from device_impl._core import C
 from device_impl.runtime import config as _config
+from device_impl.runtime.hooks import HOOKS  # read at every synchronisation point: imported once
 
 DeviceLike = Union[int, str, torch.device, None]
 
@@ -106,8 +107,6 @@ def run_queued(reason: str, device: int) -> None:
     The C++ guard calls this at every synchronisation point (csrc/device.cpp: synchronizeDevice,
     synchronizeStream, synchronizeEvent, event record/wait/query, stream query), so
     ``torch.accelerator.synchronize()`` and plain ``torch.Stream``/``torch.Event`` see work done too."""
-    from device_impl.runtime.hooks import HOOKS
-
     if HOOKS.barrier is not None:
         HOOKS.barrier(reason)
 
