@@ -17,7 +17,7 @@ import torch
 from device_impl.dispatch.written import resize_output  # noqa: F401  (at::native::resize_output)
 from device_impl.engine import Tile, launch
 from device_impl.engine.core import tracing
-from device_impl.engine.dtypes import COMPUTE_DTYPES, FLOAT_DTYPES, SCALAR_TYPE_NAMES, numpy_dtype  # noqa: F401
+from device_impl.engine.dtypes import COMPUTE_DTYPES, FLOAT_DTYPES, SCALAR_TYPE_NAMES, TORCH_TO_NUMPY, numpy_dtype  # noqa: F401,E501
 from device_impl.engine.hbm import view as hbm
 from device_impl.kernels import cpu_host, overlap, replay, scalars
 
@@ -166,21 +166,22 @@ def check_out(out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, input
     if internal_overlap and not out.is_contiguous():
         overlap.assert_no_internal_overlap(out)
     out_begin = out.data_ptr()
-    out_end = out_begin + out.numel() * out.element_size()
+    out_end = out_begin + out.nbytes  # numel * element_size, one attribute
     for x in inputs:
         if isinstance(x, torch.Tensor):
             # Only a PARTIAL status raises, and that needs both tensors dense, so their data_ptr ranges
             # are their byte extents: disjoint ranges (an empty tensor has an empty one) cannot raise.
             begin = x.data_ptr()
-            if begin < out_end and out_begin < begin + x.numel() * x.element_size():
+            if begin < out_end and out_begin < begin + x.nbytes:
                 overlap.assert_no_partial_overlap(out, x)
     if same_dtype:
         check_same_dtype(out, dtype)
     if exact_dtype:
         check_exact_dtype(out, dtype)
-    if dtype != out.dtype and not torch.can_cast(dtype, out.dtype):
+    out_dtype = out.dtype
+    if dtype != out_dtype and not torch.can_cast(dtype, out_dtype):
         raise RuntimeError(f"result type {SCALAR_TYPE_NAMES[dtype]} can't be cast to the desired output type "
-                           f"{SCALAR_TYPE_NAMES[out.dtype]}")
+                           f"{SCALAR_TYPE_NAMES[out_dtype]}")
     if out.shape != tuple(shape):
         if any(x is out for x in inputs):
             # TensorIterator's read-write operand (``logical_and_`` runs ``logical_and_out(self, self, o)``):
@@ -280,7 +281,7 @@ def prepare_elementwise(out: torch.Tensor, operands: Sequence[Operand], common_d
     convert = [False] * len(operands)
     target = None
     if common_dtype is not None and common_dtype in COMPUTE_DTYPES:
-        target = numpy_dtype(common_dtype)
+        target = TORCH_TO_NUMPY[common_dtype]
         for i in (range(len(operands)) if promoted is None else promoted):
             if not round_scalars and i == 1 and (scalars[i] is not None or operands[i].dim() == 0):
                 continue  # ATen checks only the second operand
@@ -396,7 +397,10 @@ TORCH_TO_NUMPY_COMPUTE = COMPUTE_DTYPES
 
 def numpy_compute(dtype: torch.dtype) -> np.dtype:
     """The numpy dtype an engine computes a torch dtype in (fp32 for every float type)."""
-    return np.dtype(np.float32) if dtype in FLOAT_DTYPES else numpy_dtype(dtype)
+    return _NUMPY_COMPUTE[dtype]
+
+
+_NUMPY_COMPUTE = {d: np.dtype(np.float32) if d in FLOAT_DTYPES else numpy_dtype(d) for d in TORCH_TO_NUMPY}
 
 
 def scratch(nc, like: Tile, dtype) -> Tile:

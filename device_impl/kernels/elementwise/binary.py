@@ -93,7 +93,7 @@ def _register_binary(packet: str, op: str, rule: str = "promote", first: str = "
 
     def compute(out: torch.Tensor, a: dict) -> None:
         x, y = a[first], a[second]
-        common = result_type(x, y)
+        common = iterator_dtype = result_type(x, y)
         if integral_only and (common.is_floating_point or common.is_complex):
             raise _refuse(f"{packet}_cpu", common)
         if refuse_bool and common == torch.bool:
@@ -111,7 +111,7 @@ def _register_binary(packet: str, op: str, rule: str = "promote", first: str = "
                 _check_integer_divisor(nc, ty, cd)
             binary(nc, o, tx, ty, op, cd)
 
-        elementwise(packet, out, (x, y), emit, common_dtype=result_type(x, y), round_scalars=round_scalars)
+        elementwise(packet, out, (x, y), emit, common_dtype=iterator_dtype, round_scalars=round_scalars)
 
     register_family(packet, compute, meta, overloads=overloads)
 
