@@ -112,8 +112,10 @@ def parse_flag(env, variable: str) -> bool:
 def static_replay(environ: dict[str, str] | None = None) -> bool:
     """NEURON_STATIC_REPLAY (default 1): a compiled program whose device time follows from its shapes runs
     its arithmetic without per-instruction bookkeeping and replays the schedule recorded at compile time
-    (device_impl.compiler.replay); 0 runs every program instruction by instruction (the reference path,
-    for debugging the fast one). Read once, when the compiler's executor loads."""
+    (device_impl.compiler.replay), and an eager elementwise launch whose signature ran before replays that
+    run's figures (device_impl.kernels.replay); 0 runs every program and launch instruction by instruction
+    (the reference path, for debugging the fast one). Read once, when the compiler's executor and the
+    kernels load."""
     env = os.environ if environ is None else environ
     return "NEURON_STATIC_REPLAY" not in env or parse_flag(env, "NEURON_STATIC_REPLAY")
 
