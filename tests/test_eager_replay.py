@@ -267,3 +267,24 @@ def test_an_emit_with_an_unhashable_closure_is_not_cached():
     for _ in range(2):
         common.elementwise("unkeyed", torch.empty(8, device=DEV), (torch.ones(8).to(DEV),), emit)
     assert replay.stats() == {"replayed": 0, "recorded": 0, "instruction_level": 2, "refused": 0}
+
+
+def test_the_profiler_sees_a_replayed_launch_as_the_instruction_level_one():
+    from device_impl import profiler
+
+    a, b = _dev((100,), torch.float32, 74), _dev((100,), torch.float32, 75)
+
+    def profiled():
+        with profiler.profile(instructions=False) as p:  # no trace recorded: launches may replay
+            torch.mul(a, b)
+        return [(x.kernel, x.device, x.device_ns, x.hbm_bytes, x.flops, x.instructions) for x in p.launches()]
+
+    previous = replay.set_enabled(False)
+    try:
+        want = profiled()
+    finally:
+        replay.set_enabled(previous)
+    replay.reset()
+    profiled()
+    assert profiled() == want and want
+    assert replay.stats()["replayed"] == 1
