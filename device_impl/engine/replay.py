@@ -26,7 +26,7 @@ import torch.autograd.profiler as _torch_profiler
 from device_impl.engine import core as _core
 from device_impl.engine.constants import PLATFORM, Platform
 from device_impl.engine.isa import DMA, GpSimdE, ScalarE, TensorE, VectorE
-from device_impl.engine.memory import _DTYPES, REUSE_MIN_BYTES, Tile
+from device_impl.engine.memory import _DTYPES, REUSE_MIN_BYTES, SPARE_BYTES_MAX, Tile
 from device_impl.engine.timeline import ENGINES
 
 _COMPUTE = tuple(e for e in ENGINES if e != "dma")
@@ -93,12 +93,13 @@ class _Pool:
     fresh ``Tile`` objects (so an unwritten one reads as poison); arrays of 64 KiB and up are reused by
     later tiles of their shape once released, as the instruction-level pool does, to spare page faults."""
 
-    __slots__ = ("space", "spares", "count")
+    __slots__ = ("space", "spares", "count", "spare_bytes")
 
     def __init__(self, space: str) -> None:
         self.space = space
         self.spares: dict[tuple, list[np.ndarray]] = {}
         self.count = 0
+        self.spare_bytes = 0  # held in ``spares``: at most SPARE_BYTES_MAX, as the instruction-level pool
 
     def allocate(self, shape: tuple[int, int], dtype) -> Tile:
         dt = _DTYPES.get(dtype)
@@ -106,7 +107,11 @@ class _Pool:
             dt = _DTYPES[dtype] = np.dtype(dtype)
         key = (shape, dt)
         spares = self.spares.get(key)
-        data = spares.pop() if spares else np.empty(shape, dtype=dt)
+        if spares:
+            data = spares.pop()
+            self.spare_bytes -= data.nbytes
+        else:
+            data = np.empty(shape, dtype=dt)
         self.count += 1
         tile = Tile(data, self.space, self.count)
         tile.key = key
@@ -114,10 +119,10 @@ class _Pool:
 
     def release(self, tile: Tile) -> None:
         data = tile.data
-        if data.nbytes >= REUSE_MIN_BYTES:
-            kept = self.spares.setdefault(tile.key, [])
-            if len(kept) < 8:  # a launch's tiles of one shape; more would only hold memory
-                kept.append(data)
+        nbytes = data.nbytes
+        if nbytes >= REUSE_MIN_BYTES and self.spare_bytes + nbytes <= SPARE_BYTES_MAX:
+            self.spares.setdefault(tile.key, []).append(data)
+            self.spare_bytes += nbytes
 
 
 class ReplayCore:
