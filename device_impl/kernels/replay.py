@@ -48,7 +48,8 @@ _enabled = [static_replay()]
 _figures: dict[tuple, tuple[Figures, tuple]] = {}  # signature -> (figures, the launch's flat tiles)
 _refused: dict[tuple, None] = {}  # signatures whose instructions depended on the data (bounded alike)
 # replayed: launches run from a recording; recorded: instruction-level launches whose figures were kept;
-# instruction_level: launches that could not be replayed (no key, tracing, disabled, refused)
+# instruction_level: launches with no signature (an emit without a safe key, a trace recorded, replay off);
+# refused: signatures dropped because a replay's instructions were not the recorded ones
 _counts = {"replayed": 0, "recorded": 0, "instruction_level": 0, "refused": 0}
 
 _FunctionType = types.FunctionType
@@ -156,9 +157,9 @@ def run(key: tuple, figures: Figures, name: str, device: int, plan: tuple, out_v
     """Run a launch of a recorded signature from its recording (module docstring). False when its
     instructions were not the recorded ones: the caller then runs it at the instruction level (its tensor
     operands are unchanged: out shares no memory with them, or this raises)."""
-    out_dtype, out_shape, size = out_view.dtype, out_view.shape, out_view.size
+    out_dtype = out_view.dtype
     try:
-        if len(tiles) == 1 and size <= SMALL_TILE:
+        if len(tiles) == 1 and out_view.size <= SMALL_TILE:  # a small op: one tile, inlined
             if not one_tile(name, device, figures, plan, out_view, emit, tiles[0][2:], target):
                 raise _NotTheSameLaunch
             _counts["replayed"] += 1
@@ -171,16 +172,12 @@ def run(key: tuple, figures: Figures, name: str, device: int, plan: tuple, out_v
                 shape = (p, f)
                 # a small tile is a fresh array of its elements; a large one reuses an array (page faults)
                 small = p * f <= SMALL_TILE
-                whole = small and stop - start == size
                 operands: list[Any] = []
                 for v, s, c in plan:
                     if v is None:
                         operands.append(s)
                         continue
-                    if whole:  # the launch's one tile: its elements in row-major order (reshape copies a
-                        tile = Tile(v.reshape(shape).copy(), "sbuf", 0)  # non-contiguous view in that order)
-                        made.append(tile)
-                    elif small:
+                    if small:
                         tile = Tile(flat_copy(v, start, stop).reshape(shape), "sbuf", 0)
                         made.append(tile)
                     else:
@@ -198,10 +195,7 @@ def run(key: tuple, figures: Figures, name: str, device: int, plan: tuple, out_v
                 else:
                     result = sbuf_tile(shape, out_dtype)
                 emit(nc, result, *operands)
-                if whole:
-                    out_view[...] = result.read().reshape(out_shape)
-                else:
-                    flat_out(out_view, start, stop, result.read())
+                flat_out(out_view, start, stop, result.read())
                 release_to(top)
             if not nc.matches(figures):
                 raise _NotTheSameLaunch
