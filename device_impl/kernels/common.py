@@ -337,6 +337,9 @@ def elementwise(name: str, out: torch.Tensor, operands: Sequence[Operand],
     bf16(0.1). (The engines then compute in fp32.) Some CPU kernels (mul, div,
     floor division, leaky_relu) read a scalar or 0-d *second* operand at full
     precision instead (``original_scalar_value`` in ATen): ``round_scalars=False``.
+
+    A launch whose signature ran before is replayed (``kernels/replay.py``): the same tile loop and
+    instructions, their recorded figures reported instead of scheduling them again.
     """
     if common_dtype in _NARROW_FLOATS and out.dtype.is_floating_point and out.dtype != common_dtype:
         emit = _rounded_through(emit, numpy_dtype(common_dtype))
