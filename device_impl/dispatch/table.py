@@ -162,7 +162,7 @@ class LoweringTable:
                   dtypes: frozenset | None) -> None:
         if op in self._entries:
             raise ValueError(f"{op} already has a neuron lowering ({self._entries[op].source})")
-        record = counters.record
+        counts = counters._counts  # counters.record, inlined in the wrapper below (every call counts)
         overload = resolve(op)
         hooks = HOOKS
         kernel = [fn]  # the wrapper calls kernel[0]; overridden() swaps it for a test
@@ -183,7 +183,10 @@ class LoweringTable:
                     from device_impl.dispatch.fallback import cpu_fallback
 
                     return cpu_fallback(overload, *args, **kwargs)
-            record(op, slot)
+            slots = counts.get(op)
+            if slots is None:
+                slots = counts[op] = [0, 0, 0]
+            slots[slot] += 1
             fn = kernel[0]
             # Family kernels (kernels/registry.py) route their computation through HOOKS.submit, which
             # decides between queueing and a barrier; any other kernel needs the barrier first.

@@ -223,11 +223,6 @@ def _close(kernel: str, device: int, device_ns: float, busy: dict[str, float], h
             trace.append(report)
 
 
-def tracing() -> bool:
-    """Whether a ``record_trace()`` block is open (it needs every instruction: no launch is replayed)."""
-    return bool(_recording)
-
-
 def last_launch() -> LaunchReport | None:
     """The report of the most recent completed launch on any thread."""
     raw = _last[0]

@@ -16,7 +16,7 @@ import torch
 
 from device_impl.dispatch.written import resize_output  # noqa: F401  (at::native::resize_output)
 from device_impl.engine import Tile, launch
-from device_impl.engine.core import tracing
+from device_impl.engine.core import _recording  # open record_trace() blocks: no replay while any is
 from device_impl.engine.dtypes import COMPUTE_DTYPES, FLOAT_DTYPES, SCALAR_TYPE_NAMES, TORCH_TO_NUMPY, numpy_dtype  # noqa: F401,E501
 from device_impl.engine.hbm import view as hbm
 from device_impl.kernels import cpu_host, overlap, replay, scalars
@@ -266,6 +266,12 @@ class Pointwise(NamedTuple):
 def prepare_elementwise(out: torch.Tensor, operands: Sequence[Operand], common_dtype: torch.dtype | None = None,
                         promoted: Sequence[int] | None = None, round_scalars: bool = True) -> Pointwise:
     """Resolve out and operands of a non-empty elementwise launch into HBM views (see ``elementwise``)."""
+    return Pointwise(*_prepare(out, operands, common_dtype, promoted, round_scalars))
+
+
+def _prepare(out: torch.Tensor, operands: Sequence[Operand], common_dtype: torch.dtype | None,
+             promoted: Sequence[int] | None, round_scalars: bool) -> tuple:
+    """``prepare_elementwise``'s fields as a plain tuple (``elementwise`` unpacks it at once: no NamedTuple)."""
     shape = out.shape
     out_view = hbm(out)
     views: list[Any] = []
@@ -294,7 +300,7 @@ def prepare_elementwise(out: torch.Tensor, operands: Sequence[Operand], common_d
         if order != list(range(out.dim())):
             out_view = out_view.transpose(order)
             views = [v.transpose(order) if v is not None else None for v in views]
-    return Pointwise(out_view, views, scalars, convert, target)
+    return out_view, views, scalars, convert, target
 
 
 _NARROW_FLOATS = (torch.bfloat16, torch.float16)
@@ -349,14 +355,13 @@ def elementwise(name: str, out: torch.Tensor, operands: Sequence[Operand],
     numel = out.numel()
     if numel == 0:
         return out
-    out_view, views, scalars, convert, target = prepare_elementwise(out, operands, common_dtype, promoted,
-                                                                    round_scalars)
+    out_view, views, scalars, convert, target = _prepare(out, operands, common_dtype, promoted, round_scalars)
     # Per operand, once per launch: (view, scalar, convert); the tile loop below is the launch's hot path.
     plan = tuple(zip(views, scalars, convert))
     device = out.get_device()
     # A signature seen before runs from its recording (kernels/replay.py): the same tile loop, unscheduled.
     key = replay.signature(name, emit, numel, free_max, out_view, views, scalars, convert, target) \
-        if replay._enabled[0] and not tracing() else None
+        if replay._enabled[0] and not _recording else None
     if key is not None:
         recorded = replay._figures.get(key)
         if recorded is not None and replay.run(key, recorded[0], name, device, plan, out_view, emit, recorded[1],

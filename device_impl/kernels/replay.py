@@ -119,7 +119,10 @@ def emit_key(fn: Callable, depth: int = 0) -> tuple:
     if cells:
         try:
             for c in cells:
-                key.append(_value_key(c.cell_contents, depth))
+                v = c.cell_contents
+                t = type(v)
+                # _value_key's two commonest answers inlined: every launch keys its emit's cells
+                key.append((t, v) if t in _ATOMS else v if t in _DTYPE_TYPES else _value_key(v, depth))
         except ValueError:  # an empty cell
             raise _NoKey from None
     return tuple(key)
