@@ -2,7 +2,9 @@
 
 1. ``fold``: constant folding; ``dynamic_iota`` with constant lengths -> ``iota``;
 2. ``check_static``: any ``?`` dimension left is a shape-contract violation;
-3. dead-code elimination, then ``schedule.order_ops`` (heavy ops early, chains kept whole);
+3. ``concat.reversed_blocks``: a concatenation of a value's blocks in reverse order (rotate_half) becomes
+   layout ops, so it does not cut the chain around it into groups;
+   dead-code elimination, then ``schedule.order_ops`` (heavy ops early, chains kept whole);
 4. ``fusion.plan``: layout ops become views, elementwise chains and reductions
    fused groups, heavy ops steps (an op without a lowering raises
    UnsupportedOpError here, before anything runs);
@@ -12,7 +14,7 @@
 
 from __future__ import annotations
 
-from device_impl.compiler import fold, fusion, memory, schedule
+from device_impl.compiler import concat, fold, fusion, memory, schedule
 from device_impl.compiler.ir import Graph
 from device_impl.compiler.program import Program
 
@@ -125,6 +127,7 @@ def attach_epilogues(steps: list[dict], views: dict, outputs: set[int], shapes: 
 def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Program:
     graph = fold.fold_constants(graph)
     fold.check_static(graph, input_names)
+    concat.reversed_blocks(graph)
     eliminate_dead_code(graph)
     schedule.order_ops(graph)
     planned, views, used = fusion.plan(graph)

@@ -304,3 +304,55 @@ def test_a_norm_weight_in_an_epilogue_is_read_from_hbm_once():
     (stats,) = [s for k, s in engine.stats().items() if k.startswith("neff:")]
     assert stats["hbm_bytes"] == sum(t.nbytes for t in inputs) + out.nbytes
     assert stats["gpsimd_busy_ns"] > 0  # the weight row was broadcast on chip
+
+
+def _rotate_half(x):
+    x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
+    return torch.cat((-x2, x1), dim=-1)
+
+
+# concatenations of a value's blocks in reverse order (compiler/concat.py), and one that is not
+ROTATIONS = [
+    ("rotary", lambda x, c, s: x * c + _rotate_half(x) * s, True),
+    ("second_negated", lambda x, c, s: torch.cat((x[..., 32:], -x[..., :32]), -1) * s + c, True),
+    ("all_negated", lambda x, c, s: torch.cat((-x[..., 32:], -x[..., :32]), -1) * s, True),
+    ("none_negated_three_blocks", lambda x, c, s: (lambda y: torch.cat((y[..., 42:], y[..., 21:42], y[..., :21]), -1))
+     (x[..., :63] + 1) * s[..., :63], True),
+    ("middle_dim", lambda x, c, s: torch.cat((-x[:, :, 64:], x[:, :, :64]), 2) * s, True),
+    ("in_order", lambda x, c, s: torch.cat((-x[..., :32], x[..., 32:]), -1) * s, False),
+    ("unequal", lambda x, c, s: torch.cat((-x[..., 40:], x[..., :40]), -1) * s, False),
+]
+
+
+@pytest.mark.parametrize("name, fn, rewritten", ROTATIONS, ids=[r[0] for r in ROTATIONS])
+def test_a_concatenation_of_reversed_blocks_is_a_view_with_the_same_bits(name, fn, rewritten, monkeypatch):
+    """rotate_half (cat((-x2, x1))) is a reverse of the block axis plus a select, in the fused group around it:
+    no concatenate step, the same bits as the concatenate step gives (NaN and zero signs included)."""
+    from device_impl.compiler import concat
+
+    x, c, s = _inputs(torch.float32, (2, 3, 128, 64), (128, 64), (128, 64))
+    x[0, 0, 0, :4] = torch.tensor([float("nan"), -float("nan"), 0.0, -0.0])
+    x[0, 0, 0, 32:36] = torch.tensor([-float("nan"), float("nan"), -0.0, 0.0])
+    run = compile_fn(fn, x, c, s)
+    kinds = [step["kind"] for step in run.executable.program.steps]
+    assert ("concatenate" not in kinds) == rewritten, kinds
+    (out,) = [o.cpu() for o in run([t.to("neuron") for t in (x, c, s)])]
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    monkeypatch.setattr(concat, "reversed_blocks", lambda graph: graph)
+    reference = compile_fn(fn, x, c, s)
+    assert "concatenate" in [step["kind"] for step in reference.executable.program.steps]
+    (expected,) = [o.cpu() for o in reference([t.to("neuron") for t in (x, c, s)])]
+    assert torch.equal(out.view(torch.int32), expected.view(torch.int32))
+    torch.testing.assert_close(out, fn(x, c, s), equal_nan=True)
+
+
+def test_rotary_is_one_group_reading_its_input_twice():
+    """q * cos + rotate_half(q) * sin: one fused step, q read through two access patterns, written once."""
+    x, c, s = _inputs(torch.float32, (2, 4, 128, 64), (128, 64), (128, 64))
+    fn = ROTATIONS[0][1]
+    out, stats = compiled_call(fn, x, c, s)
+    run = compile_fn(fn, x, c, s)
+    assert [step["kind"] for step in run.executable.program.steps] == ["fused"]
+    mask = 2 * 32  # the [2, 32] bool select mask, broadcast over the rows
+    assert stats["hbm_bytes"] == 2 * x.nbytes + 2 * x.nbytes + mask * (x.numel() // 64) + out.nbytes
