@@ -189,7 +189,7 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     """stablehlo.dot_general as ``kernels.matmul.matmul_into`` computes it: per [128, 512] output block,
     fp32 products of 128-deep K slices summed in K order in fp32 (PSUM), rounded once to the output dtype
     on evacuation. TensorE's matmul instruction is one BLAS call per K slice of a block, on contiguous
-    fp32 tiles; here the blocks of one K slice share a call where that gives the same bits (below)."""
+    fp32 tiles; here too, block by block (below)."""
     from device_impl.kernels.matmul import K_TILE, M_TILE, N_TILE
 
     from device_impl.compiler.steps import dot_dims
@@ -199,11 +199,11 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     blocks = [(m0, min(m, m0 + M_TILE), n0, min(n, n0 + N_TILE)) for m0 in range(0, m, M_TILE)
               for n0 in range(0, n, N_TILE)]
 
-    # A block with one row or one column is a matrix-vector product, for which numpy calls BLAS's gemv
-    # (another summation order than gemm): then every block is computed alone, on contiguous operands as
-    # the SBUF tiles are. Otherwise every block is gemm, whose per-element sum runs along K in order
-    # whatever the block's size, so one batched product per K slice gives the same bits.
-    vector_blocks = any(m1 - m0 == 1 or n1 - n0 == 1 for m0, m1, n0, n1 in blocks)
+    # Every block is computed alone, on contiguous operands as the SBUF tiles are: BLAS's summation order is
+    # its kernels' (numpy calls gemv for a one-row or one-column block, and OpenBLAS's AVX-512 gemm gave
+    # other last bits for a batched [130, 300] x [300, 514] product than per [128, 512] block on an AMD EPYC
+    # host), so only the same calls on the same shapes give the tile program's bits.
+
     # A matmul epilogue (build.attach_epilogues): the tile program rounds each evacuated block to the
     # product's dtype and runs the fused group on it; the group's ops are per element (flat groups) or per
     # whole row (row groups take rows of N <= EVACUATION_CHUNK columns, one block wide), so running it once
@@ -231,15 +231,6 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
         # stationary tiles are [K, M] blocks of A^T, moving tiles [K, N] blocks of B, both read as fp32
         a_t = np.ascontiguousarray(env.access(lhs).transpose(lb + lc + lf).reshape(batch, k, m), dtype=FP32)
         b = np.ascontiguousarray(env.access(rhs).transpose(rb + rc + rf).reshape(batch, k, n), dtype=FP32)
-        if not vector_blocks:
-            acc = np.matmul(a_t[:, :k_ranges[0][1]].transpose(0, 2, 1), b[:, :k_ranges[0][1]])
-            if len(k_ranges) > 1:
-                product = np.empty_like(acc)
-                for k0, k1 in k_ranges[1:]:
-                    np.matmul(a_t[:, k0:k1].transpose(0, 2, 1), b[:, k0:k1], out=product)
-                    acc += product
-            out[...] = acc
-            return
         for i in range(batch):
             for m0, m1, n0, n1 in blocks:
                 acc = None

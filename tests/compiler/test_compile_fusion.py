@@ -229,7 +229,13 @@ def test_a_product_that_is_also_returned_is_stored():
     run = compile_fn(lambda a, b: ((a @ b).t(), torch.relu(a @ b)), x, w)
     assert not [s for s in run.executable.program.steps if "epilogue" in s]
     outs = [o.cpu() for o in run([x.to("neuron"), w.to("neuron")])]
-    torch.testing.assert_close(outs[0], (x @ w).t())
+    assert torch.equal(outs[1], torch.relu(outs[0].t()))  # one product, stored and read back
+    # TensorE sums K in 128-deep tiles, CPU's GEMM in its own blocking: not CPU's bits (the fast path's old
+    # batched product happened to give them on this host, the instruction level never did). Judged against
+    # float64 with the dot product's error bound, K * eps * sum |x_k w_k|.
+    exact = (x.double() @ w.double()).t()
+    bound = x.shape[1] * torch.finfo(torch.float32).eps * (x.double().abs() @ w.double().abs()).t()
+    assert ((outs[0].double() - exact).abs() <= bound).all()
 
 
 def test_compiler_stats_report_mfu_and_mbu_per_program():
