@@ -8,10 +8,12 @@ the HBM buffer they touch by address:
   reads   weight   a graph input the caller names a weight (a parameter or buffer of the module)
           input    any other graph input
           const    a NEFF constant
-          scratch  the per-execution scratch arena (values crossing step boundaries), or a runner's own
-                   staging scratch
+          scratch  the per-execution scratch arena in HBM (values crossing step boundaries), or a runner's
+                   own staging scratch
           output   a graph output read back by a later step
-  writes  scratch / output
+          sbuf     the scratch arena when it is kept on chip (compiler/memory.py ``arena_space``):
+                   SBUF-to-SBUF DMA, no HBM bytes
+  writes  scratch / output / sbuf
 
 Each step's row also has the device-clock advance over the step (``end`` after it minus ``end`` before:
 steps overlap on the engines, so this is the step's share of the critical path, not its busy time) and its
@@ -30,8 +32,9 @@ from numpy.lib.array_utils import byte_bounds
 from device_impl.compiler import executor
 from device_impl.engine import launch
 
-READ_CLASSES = ("weight", "input", "const", "scratch", "output")
-WRITE_CLASSES = ("scratch", "output")
+READ_CLASSES = ("weight", "input", "const", "scratch", "output", "sbuf")
+WRITE_CLASSES = ("scratch", "output", "sbuf")
+ONCHIP = "sbuf"  # the scratch arena kept in SBUF: DMA moves its bytes, HBM never sees them
 _DMA_READS = ("load", "load_flat", "load_rows")
 _DMA_WRITES = ("store", "store_flat", "store_rows")
 
@@ -102,10 +105,7 @@ def step_figures(executable, args: list, weights: set[int] = frozenset()) -> lis
     outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in executable.output_specs]
     out_arrays = [hbm(t) for t in outputs]
     in_arrays = [hbm(a) for a in args]
-    arena = torch.empty(max(executable.scratch_bytes, 1), dtype=torch.uint8, device=device)
     constants = {vid: hbm(t) for vid, t in executable.constants(device).items()}
-    env = executor.Env(program, executable.arrays(in_arrays, out_arrays, constants, hbm(arena)), out_arrays,
-                       device)
     ranges: list[tuple[int, int, str]] = []
     for vid, index in executable.input_buffers:
         ranges.append((*byte_bounds(in_arrays[index]), "weight" if index in weights else "input"))
@@ -121,12 +121,14 @@ def step_figures(executable, args: list, weights: set[int] = frozenset()) -> lis
         for lo, hi, cls in ranges:
             if lo <= address < hi:
                 return cls
-        return "scratch"  # the arena, or a runner's staging scratch
+        return "scratch"  # the arena in HBM, or a runner's staging scratch
 
     rows = [StepFigures(j, step["kind"], _describe(step, program)) for j, step in enumerate(program.steps)]
     current: list[StepFigures] = []
 
     with launch(f"breakdown:{executable.name}", device.index or 0) as nc:
+        env = executable.environment(nc, device, in_arrays, out_arrays, constants)
+        ranges.extend((lo, hi, "sbuf") for lo, hi in env.onchip)
         dma = nc.dma
 
         def reading(name):
@@ -148,14 +150,15 @@ def step_figures(executable, args: list, weights: set[int] = frozenset()) -> lis
                     if name == "store_rows":
                         n = rest[1].data.nbytes
                     cls = classify(dst)
-                    current[0].writes["output" if cls == "output" else "scratch"] += int(n)
+                    current[0].writes[cls if cls in WRITE_CLASSES else "scratch"] += int(n)
                 return method(dma, dst, *rest)
             return wrapped
 
         def copying(dst, src):
             if current:
                 current[0].reads[classify(src)] += int(src.nbytes)
-                current[0].writes["output" if classify(dst) == "output" else "scratch"] += int(dst.nbytes)
+                cls = classify(dst)
+                current[0].writes[cls if cls in WRITE_CLASSES else "scratch"] += int(dst.nbytes)
             return type(dma).hbm_copy(dma, dst, src)
 
         for name in _DMA_READS:
@@ -200,6 +203,8 @@ def table(rows: list[StepFigures]) -> str:
     lines.append(f"{'':3s} {'total':12s} {'':44s} " + " ".join(f"{total_r[c]:9,d}" for c in READ_CLASSES) + " "
                  + " ".join(f"{total_w[c]:9,d}" for c in WRITE_CLASSES)
                  + f" {sum(r.ns for r in rows) / 1e3:9.2f}")
-    lines.append(f"HBM bytes {sum(total_r.values()) + sum(total_w.values()):,d} (read {sum(total_r.values()):,d}, "
-                 f"written {sum(total_w.values()):,d})")
+    hbm_r = sum(v for c, v in total_r.items() if c != ONCHIP)
+    hbm_w = sum(v for c, v in total_w.items() if c != ONCHIP)
+    lines.append(f"HBM bytes {hbm_r + hbm_w:,d} (read {hbm_r:,d}, written {hbm_w:,d}); on-chip (SBUF arena) DMA "
+                 f"bytes {total_r[ONCHIP] + total_w[ONCHIP]:,d}")
     return "\n".join(lines)

@@ -13,10 +13,20 @@ planner admits such an op only while ``fits_row`` holds with every full value
 live at once (an upper bound of the simulated peak), so the check here can
 only fail on a planner bug, and then it raises rather than overflow.
 
-HBM. Values crossing step boundaries that are not graph outputs live in one
+Scratch arena. Values crossing step boundaries that are not graph outputs live in one
 scratch arena per execution; ``arena_plan`` gives each an offset so that
 buffers whose lifetimes (producing step .. last reading step) do not overlap
 share bytes (first fit, biggest first).
+
+Where the arena lives (``arena_space``): a small arena stays on chip, one SBUF tile
+[128, ceil(bytes / 128)] allocated for the launch (issue 21: "activations that fit kept in
+SBUF between steps instead of a store and a load through HBM"); the steps still move values
+in and out of it with DMA (SBUF-to-SBUF transfers: the same queues and descriptors, no HBM
+bytes), so every runner's access patterns stay as they are. The tile is a real allocation
+of the launch's SBUF pool, beside every step's own tiles: ``executor.record_schedule`` runs
+the program with it at compile time, and a program whose steps then overflow SBUF is
+planned again with the arena in HBM. Larger arenas, and programs that are not recorded
+(data-dependent steps), use HBM.
 """
 
 from __future__ import annotations
@@ -125,6 +135,19 @@ def arena_plan(sizes: dict[int, int], lifetimes: dict[int, tuple[int, int]]) -> 
         placed.append((offset, offset + size, first, last))
     total = max((e for _, e, _, _ in placed), default=0)
     return offsets, int(total)
+
+
+# per partition: the most of SBUF a program's scratch arena may take (the steps' own tiles are planned within
+# the other 160 KiB: GROUP_SBUF_BYTES for a group's iteration, matmul.RESIDENT_BYTES for resident operands)
+ARENA_SBUF_BYTES = 32 * 1024
+
+
+def arena_space(scratch_bytes: int) -> str:
+    """"sbuf" when the scratch arena fits ``ARENA_SBUF_BYTES`` of every partition, else "hbm"."""
+    if scratch_bytes <= 0:
+        return "hbm"
+    per_partition = -(-scratch_bytes // PLATFORM.partitions)
+    return "sbuf" if per_partition <= ARENA_SBUF_BYTES else "hbm"
 
 
 def nbytes(shape, dtype: str) -> int:
