@@ -49,7 +49,7 @@ def torch_dtype(name_or_dtype) -> torch.dtype:
 class Env:
     """The HBM arrays of one execution and the views steps read through them."""
 
-    __slots__ = ("program", "arrays", "views", "outputs", "device", "_scratch", "onchip")
+    __slots__ = ("program", "arrays", "views", "outputs", "device", "_scratch", "onchip", "shared")
 
     def __init__(self, program: Program, arrays: dict[int, np.ndarray], outputs: list[np.ndarray], device,
                  onchip: tuple[tuple[int, int], ...] = ()):
@@ -60,6 +60,7 @@ class Env:
         self.device = device
         self._scratch = None
         self.onchip = onchip  # byte ranges of the arena when it is an SBUF tile (Timeline.onchip)
+        self.shared: dict[tuple, tuple[dict, list]] = {}  # operand tiles kept between steps (steps._dot_general)
 
     def access(self, vid: int) -> np.ndarray:
         array = self.arrays.get(vid)

@@ -367,3 +367,34 @@ def test_rotary_is_one_group_reading_its_input_twice():
     assert [step["kind"] for step in run.executable.program.steps] == ["fused"]
     mask = 2 * 32  # the [2, 32] bool select mask, broadcast over the rows
     assert stats["hbm_bytes"] == 2 * x.nbytes + 2 * x.nbytes + mask * (x.numel() // 64) + out.nbytes
+
+
+def test_products_of_one_operand_share_its_sbuf_tiles(monkeypatch):
+    """q, k and v projections of one activation (build.share_lhs): its stationary tiles are loaded and
+    transposed once, kept in SBUF for the next product, freed after the last; the same bits, x read once."""
+    from device_impl.compiler import build, memory
+
+    monkeypatch.setattr(memory, "arena_space", lambda nbytes: "hbm")  # every product's HBM bytes counted
+    x, wq, wk, wv = _inputs(torch.float32, (256, 256), (256, 256), (256, 128), (256, 128))
+
+    def qkv(x, wq, wk, wv):
+        return (x @ wq) * 2, (x @ wk) + 1, x @ wv
+
+    run = compile_fn(qkv, x, wq, wk, wv)
+    shares = [s.get("share_lhs") for s in run.executable.program.steps if s["kind"] == "dot_general"]
+    assert shares == [{"last": False}, {"last": False}, {"last": True}]
+    engine.reset_stats()
+    outs = [o.cpu() for o in run([t.to("neuron") for t in (x, wq, wk, wv)])]
+    (stats,) = [s for k, s in engine.stats().items() if k.startswith("neff:")]
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    monkeypatch.setattr(build, "share_lhs", lambda steps: steps)
+    plain = compile_fn(qkv, x, wq, wk, wv)
+    assert not [s for s in plain.executable.program.steps if "share_lhs" in s]
+    engine.reset_stats()
+    expected = [o.cpu() for o in plain([t.to("neuron") for t in (x, wq, wk, wv)])]
+    (plain_stats,) = [s for k, s in engine.stats().items() if k.startswith("neff:")]
+    for a, b in zip(outs, expected):
+        np.testing.assert_array_equal(bits(a), bits(b))
+    assert plain_stats["hbm_bytes"] - stats["hbm_bytes"] == 2 * x.nbytes  # x read once, not three times
+    assert stats["tensor_busy_ns"] < plain_stats["tensor_busy_ns"]  # its transposes done once
