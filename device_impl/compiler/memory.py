@@ -38,6 +38,8 @@ from device_impl.engine.constants import PLATFORM
 
 GROUP_SBUF_BYTES = PLATFORM.sbuf_bytes_per_partition // 2  # per partition, for one group iteration's tiles
 FREE_MAX = 2048  # elements per partition per flat tile, as the eager elementwise kernels
+PIPELINED_TILES = 2  # a DMA-bound flat group covers its elements in at least this many tiles ...
+PIPELINED_FREE_MIN = 256  # ... of at least this many elements per partition
 TEMP_BYTES_PER_COLUMN = 3 * 8  # widen / immediate tiles an emitter may allocate (three, up to 8 B each)
 ARENA_ALIGN = 64  # bytes: every scratch buffer starts on a DMA-friendly boundary
 
@@ -102,6 +104,14 @@ def group_plan(step: dict) -> dict:
     budget = GROUP_SBUF_BYTES - row_bytes
     if step["reduce_dims"] is None:
         free = max(1, min(FREE_MAX, budget // max(per_column, 1)))
+        # A group that moves at least one value per two ops is DMA-bound: in at least two tiles, the second
+        # tile's loads run under the first's compute and the first's stores under the second's (the decoder's
+        # q rotary, 5 ops over 5 loads and a store, loaded, computed and stored one [128, 512] tile in series).
+        # A compute-bound chain keeps its widest tiles: a 10-op bf16 chain over [128, 512] ran slower in two,
+        # each instruction's fixed cost paid twice for little overlap.
+        if 2 * (len(step["loads"]) + len(step["stores"])) >= len(step["ops"]):
+            numel = int(np.prod(step["shape"], dtype=np.int64))
+            free = min(free, max(PIPELINED_FREE_MIN, -(-numel // (PLATFORM.partitions * PIPELINED_TILES))))
         return {"free": int(free), "bytes_per_column": per_column, "row_bytes": row_bytes,
                 "sbuf_bytes": int(free * per_column + row_bytes)}
     cols = step["cols"]
