@@ -398,3 +398,28 @@ def test_products_of_one_operand_share_its_sbuf_tiles(monkeypatch):
         np.testing.assert_array_equal(bits(a), bits(b))
     assert plain_stats["hbm_bytes"] - stats["hbm_bytes"] == 2 * x.nbytes  # x read once, not three times
     assert stats["tensor_busy_ns"] < plain_stats["tensor_busy_ns"]  # its transposes done once
+
+
+def test_a_dma_bound_group_runs_in_two_tiles_a_compute_bound_one_in_one():
+    """memory.group_plan: the rotary (5 ops, 5 loads and a store) over [128, 512] elements per partition runs
+    as two [128, 256] tiles, so loads, compute and stores overlap, and is faster so; the 10-op chain keeps
+    one [128, 512] tile."""
+    from device_impl.compiler import memory
+
+    x, c, s = _inputs(torch.float32, (2, 4, 128, 64), (128, 64), (128, 64))
+    fn = ROTATIONS[0][1]
+    (step,) = compile_fn(fn, x, c, s).executable.program.steps
+    assert step["tiles"]["free"] == 256
+    (y,) = _inputs(torch.bfloat16, (1 << 16,))
+    (chain,) = [st for st in compile_fn(_chain, y).executable.program.steps if st["kind"] == "fused"]
+    assert chain["tiles"]["free"] >= (1 << 16) // 128  # one tile holds it all
+    _, two = compiled_call(fn, x, c, s)
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    monkeypatch = pytest.MonkeyPatch()
+    try:
+        monkeypatch.setattr(memory, "PIPELINED_TILES", 1)
+        _, one = compiled_call(fn, x, c, s)
+    finally:
+        monkeypatch.undo()
+    assert two["device_ns"] < one["device_ns"]
