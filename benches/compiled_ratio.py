@@ -1,6 +1,6 @@
 """torch.compile(backend="neuron") against neuron eager and CPU eager, for the decoder block and Llama forwards, in one run.
 
-Usage: python benches/compiled_ratio.py [--case CASE ...] [--repeats N]
+Usage: python benches/compiled_ratio.py [--case CASE ...] [--repeats N] [--breakdown]
 
 Prints, for each case (default: the Llama-style decoder block forward, harness.models.DecoderBlock,
 batch 2, seq 128, hidden 256; and the tiny LlamaForCausalLM forward; benches/cases.py), measured in this run:
@@ -17,6 +17,10 @@ batch 2, seq 128, hidden 256; and the tiny LlamaForCausalLM forward; benches/cas
     and MFU / MBU of eager and compiled;
   * issue 21's targets, each with the figure it is judged by and whether this run met it.
 The NEFF cache lives in a temporary directory, so "cold" is cold.
+
+``--breakdown`` prints instead, per case, where the compiled program's HBM bytes and device time go: one row
+per step, reads by buffer class (weights, inputs, constants, scratch, outputs) and writes (scratch, outputs),
+with the device-clock advance over the step (device_impl/compiler/breakdown.py), and the compulsory bytes.
 """
 
 from __future__ import annotations
@@ -98,12 +102,44 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", nargs="+", default=list(DEFAULT), choices=sorted(CASES))
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--breakdown", action="store_true",
+                        help="per-step HBM bytes and device time of each case's compiled program, nothing else")
     args = parser.parse_args(argv)
     threads.pin_torch()
     warnings.filterwarnings("ignore", message="Operator '.*' executed via CPU fallback")
+    if args.breakdown:
+        for name in args.case:
+            breakdown(CASES[name], name)
+        return
     met = [report(CASES[name], name, args.repeats) for name in args.case]
     if not all(met):
         print("\nsome targets are not met (listed above)")
+
+
+def breakdown(case: Case, name: str) -> None:
+    """The compiled program's per-step HBM bytes and device time (compiler.breakdown), one table per graph."""
+    from device_impl.compiler import breakdown as steps_of
+
+    models: list[torch.nn.Module] = []
+
+    def compile_and_keep(model):
+        models.append(model)
+        return _compile(model)
+
+    fn = case.build("neuron", torch.float32, compile=compile_and_keep)
+    fn()  # compile
+    with steps_of.capture() as calls:
+        fn()
+    torch.neuron.synchronize()
+    owned = {t.untyped_storage().data_ptr() for m in models for t in (*m.parameters(), *m.buffers())}
+    print(f"{name}: {case.description}")
+    for executable, args in calls:
+        weights = {i for i, a in enumerate(args)
+                   if isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() in owned}
+        rows = steps_of.step_figures(executable, args, weights)
+        print(f"program {executable.name}: {len(rows)} steps, scratch arena {executable.scratch_bytes:,d} B")
+        print(steps_of.table(rows))
+    print(f"compulsory HBM bytes {compulsory_bytes(case.build('cpu', torch.float32)):,d}\n")
 
 
 def report(case: Case, name: str, repeats: int) -> bool:

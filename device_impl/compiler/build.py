@@ -2,17 +2,20 @@
 
 1. ``fold``: constant folding; ``dynamic_iota`` with constant lengths -> ``iota``;
 2. ``check_static``: any ``?`` dimension left is a shape-contract violation;
-3. dead-code elimination, then ``schedule.order_ops`` (heavy ops early, chains kept whole);
+3. ``concat.reversed_blocks``: a concatenation of a value's blocks in reverse order (rotate_half) becomes
+   layout ops, so it does not cut the chain around it into groups;
+   dead-code elimination, then ``schedule.order_ops`` (heavy ops early, chains kept whole);
 4. ``fusion.plan``: layout ops become views, elementwise chains and reductions
    fused groups, heavy ops steps (an op without a lowering raises
    UnsupportedOpError here, before anything runs);
-5. ``memory.group_plan``: tile sizes of each fused group within SBUF;
+5. ``memory.group_plan``: tile sizes of each fused group within SBUF; ``attach_epilogues`` (groups run on a
+   product's evacuation), ``share_lhs`` (consecutive products of one operand keep its SBUF tiles);
 6. ``schedule.finish``: buffers, output materialisation, HBM arena, waits.
 """
 
 from __future__ import annotations
 
-from device_impl.compiler import fold, fusion, memory, schedule
+from device_impl.compiler import concat, fold, fusion, memory, schedule
 from device_impl.compiler.ir import Graph
 from device_impl.compiler.program import Program
 
@@ -122,9 +125,36 @@ def attach_epilogues(steps: list[dict], views: dict, outputs: set[int], shapes: 
     return [step for j, step in enumerate(steps) if j not in fused_into]
 
 
+def share_lhs(steps: list[dict]) -> list[dict]:
+    """Consecutive products of the same left operand, read through the same dims (a decoder's q, k and v
+    projections of the normalised activations; the MLP's gate and up), share its SBUF tiles: the first
+    loads (and transposes) each stationary tile of A^T, the next take it from SBUF, the last frees them
+    (``share_lhs`` of each step: ``last`` marks the one that frees; steps._dot_general,
+    ``matmul.matmul_into``'s ``lhs_tiles``). Issue 21: "a weight or activation read from HBM once"."""
+    def operand(step: dict):
+        if step["kind"] != "dot_general":
+            return None
+        dn = step["attrs"]["dot_dimension_numbers"]
+        return (step["operands"][0], tuple(dn.get("lhs_batching_dimensions", [])),
+                tuple(dn.get("lhs_contracting_dimensions", [])))
+
+    i = 0
+    while i < len(steps):
+        key = operand(steps[i])
+        j = i + 1
+        while key is not None and j < len(steps) and operand(steps[j]) == key:
+            j += 1
+        if j - i >= 2:
+            for t in range(i, j):
+                steps[t]["share_lhs"] = {"last": t == j - 1}
+        i = max(j, i + 1)
+    return steps
+
+
 def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Program:
     graph = fold.fold_constants(graph)
     fold.check_static(graph, input_names)
+    concat.reversed_blocks(graph)
     eliminate_dead_code(graph)
     schedule.order_ops(graph)
     planned, views, used = fusion.plan(graph)
@@ -132,6 +162,7 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Prog
     for step in planned:
         steps.append(_group_step(step["group"], used) if step["kind"] == "fused" else step)
     steps = attach_epilogues(steps, views, set(graph.outputs), {vid: t.shape for vid, t in graph.types.items()})
+    steps = share_lhs(steps)
     referenced = set(graph.inputs) | set(graph.outputs) | set(views) | {v["src"] for v in views.values()}
     referenced.update(vid for step in steps if "epilogue" in step for vid in step["results"])
     for step in steps:

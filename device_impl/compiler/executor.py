@@ -1,8 +1,10 @@
 """The runtime side of a NEFF: link a ``Program`` once, then execute it with neuron tensors.
 
 Linking builds every step's runner (``steps.make_runner``). An execution
-checks the arguments, allocates the outputs and one scratch arena on the
-device (the caching allocator serves both), loads the program's constants
+checks the arguments, allocates the outputs on the device (the caching
+allocator) and one scratch arena: an SBUF tile of the launch when the
+program's plan keeps it on chip (``memory.arena_space``; DMA to and from it
+moves no HBM bytes, ``Timeline.onchip``), else HBM from the allocator; loads the program's constants
 to HBM once per device, and runs all steps inside a single launch on the
 simulated core. Dependencies between steps go through HBM, which tiles do not
 track, so ``run_steps`` states them to the timeline: a step's stores and
@@ -30,7 +32,8 @@ from device_impl.compiler.program import Program, apply_view
 from device_impl.engine import launch
 from device_impl.engine.core import NeuronCore
 from device_impl.engine.dtypes import NUMPY_TO_TORCH, TORCH_TO_NUMPY
-from device_impl.kernels.common import hbm
+from device_impl.engine.memory import EngineError, Tile
+from device_impl.kernels.common import P, hbm
 from device_impl.kernels.spatial.tiles import Scratch
 from device_impl.runtime.config import static_replay
 
@@ -46,15 +49,18 @@ def torch_dtype(name_or_dtype) -> torch.dtype:
 class Env:
     """The HBM arrays of one execution and the views steps read through them."""
 
-    __slots__ = ("program", "arrays", "views", "outputs", "device", "_scratch")
+    __slots__ = ("program", "arrays", "views", "outputs", "device", "_scratch", "onchip", "shared")
 
-    def __init__(self, program: Program, arrays: dict[int, np.ndarray], outputs: list[np.ndarray], device):
+    def __init__(self, program: Program, arrays: dict[int, np.ndarray], outputs: list[np.ndarray], device,
+                 onchip: tuple[tuple[int, int], ...] = ()):
         self.program = program
         self.arrays = arrays
         self.views: dict[int, np.ndarray] = {}
         self.outputs = outputs
         self.device = device
         self._scratch = None
+        self.onchip = onchip  # byte ranges of the arena when it is an SBUF tile (Timeline.onchip)
+        self.shared: dict[tuple, tuple[dict, list]] = {}  # operand tiles kept between steps (steps._dot_general)
 
     def access(self, vid: int) -> np.ndarray:
         array = self.arrays.get(vid)
@@ -119,6 +125,7 @@ class Executable:
         self.input_specs = [(program.shape(v), torch_dtype(program.types[v][1])) for v in program.inputs]
         self.output_specs = [(program.shape(v), torch_dtype(program.types[v][1])) for v in program.outputs]
         self.scratch_bytes = int(program.memory.get("scratch_bytes", 0))
+        self.arena_onchip = bool(self.scratch_bytes) and program.memory.get("arena") == "sbuf"
         self.scratch_views = [(vid, b["offset"], program.shape(vid), program.dtype(vid))
                               for vid, b in program.buffers.items() if b["kind"] == "scratch"]
         self.output_buffers = [(vid, b["index"]) for vid, b in program.buffers.items() if b["kind"] == "output"]
@@ -174,10 +181,19 @@ class Executable:
                 arrays[vid] = arena[offset:offset + n].view(dtype).reshape(shape)
         return arrays
 
+    def arena_tile(self, nc) -> tuple[Tile, np.ndarray]:
+        """The scratch arena kept on chip (``memory.arena_space``): one SBUF tile of the launch, [128,
+        ceil(bytes / 128)], and its bytes as the flat array the buffers are views of."""
+        per_partition = -(-self.scratch_bytes // P)
+        tile = nc.sbuf_tile((P, per_partition), np.uint8, "scratch_arena")
+        tile.initialized = True  # steps write every buffer before reading it, through DMA
+        return tile, tile.data.reshape(-1)[:self.scratch_bytes]
+
     def run_steps(self, nc, env: Env) -> None:
         """Every step at the instruction level, each starting no earlier than the steps it waits for."""
         ends: list[float] = []
         timeline = nc.timeline
+        timeline.onchip = env.onchip
         vids = [vid for vid, _ in self.input_buffers] + list(self.program.constants)
         settled = tuple((*byte_bounds(env.arrays[vid]), 0.0, None) for vid in vids if env.arrays[vid].size)
         written = {vid: (*byte_bounds(array), []) for vid, array in env.arrays.items()
@@ -196,6 +212,7 @@ class Executable:
             timeline.floor = 0.0
             timeline.hbm_floors = ()
             timeline.hbm_targets = ()
+            timeline.onchip = ()
 
     def run_fast(self, nc, env: Env) -> None:
         """Every step's arithmetic without per-instruction bookkeeping (``replay``); the launch's figures
@@ -219,20 +236,29 @@ class Executable:
         outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.output_specs]
         out_arrays = [hbm(t) for t in outputs]
         in_arrays = [hbm(a) for a in args]
-        arena = None
-        if self.scratch_bytes:
-            arena = torch.empty(self.scratch_bytes, dtype=torch.uint8, device=device)
         constants = {vid: hbm(tensor) for vid, tensor in self.constants(device).items()}
-        env = Env(self.program, self.arrays(in_arrays, out_arrays, constants, None if arena is None else hbm(arena)),
-                  out_arrays, device)
         fast = STATIC_REPLAY and replay.usable(self.program.schedule, in_arrays)
         with launch(f"neff:{self.name}", device.index or 0) as nc:
+            env = self.environment(nc, device, in_arrays, out_arrays, constants)
             if fast and not nc.timeline.record:  # a trace records every instruction: run them
                 self.run_fast(nc, env)
             else:
                 self.run_steps(nc, env)
-        del arena, env
+        del env
         return outputs
+
+    def environment(self, nc, device, in_arrays: list[np.ndarray], out_arrays: list[np.ndarray],
+                    constants: dict[int, np.ndarray]) -> Env:
+        """An execution's arrays inside its launch on ``nc``: the scratch arena an SBUF tile of the launch
+        (``arena_onchip``) or HBM from the caching allocator (held by the Env's arrays until it goes)."""
+        onchip: tuple[tuple[int, int], ...] = ()
+        arena = None
+        if self.arena_onchip:
+            _, arena = self.arena_tile(nc)
+            onchip = (byte_bounds(arena),)
+        elif self.scratch_bytes:
+            arena = hbm(torch.empty(self.scratch_bytes, dtype=torch.uint8, device=device))
+        return Env(self.program, self.arrays(in_arrays, out_arrays, constants, arena), out_arrays, device, onchip)
 
 
 def record_schedule(program: Program) -> dict[str, Any] | None:
@@ -242,20 +268,36 @@ def record_schedule(program: Program) -> dict[str, Any] | None:
     instruction."""
     program.schedule = None
     if not replay.is_static(program):
+        # the arena stays on chip only where this run proves the steps' tiles fit beside it
+        program.memory["arena"] = "hbm"
         return None
-    executable = Executable(program, 0)
-    inputs = [np.zeros(shape, dtype=TORCH_TO_NUMPY[dtype]) for shape, dtype in executable.input_specs]
-    outputs = [np.zeros(shape, dtype=TORCH_TO_NUMPY[dtype]) for shape, dtype in executable.output_specs]
-    constants = {vid: np.ascontiguousarray(array) for vid, array in program.constants.items()}
-    arena = np.zeros(executable.scratch_bytes, dtype=np.uint8)
-    env = Env(program, executable.arrays(inputs, outputs, constants, arena), outputs, None)
-    env._scratch = replay.HostScratch()
-    core = NeuronCore()
-    core.reset(False)
-    try:
-        with np.errstate(all="ignore"):
-            executable.run_steps(core, env)
-    except Exception:  # noqa: BLE001 - values the program refuses: it is not replayed
-        return None
-    program.schedule = replay.measured(core, inputs)
-    return program.schedule
+    spaces = ["sbuf", "hbm"] if program.memory.get("arena") == "sbuf" else ["hbm"]
+    for space in spaces:
+        program.memory["arena"] = space
+        executable = Executable(program, 0)
+        inputs = [np.zeros(shape, dtype=TORCH_TO_NUMPY[dtype]) for shape, dtype in executable.input_specs]
+        outputs = [np.zeros(shape, dtype=TORCH_TO_NUMPY[dtype]) for shape, dtype in executable.output_specs]
+        constants = {vid: np.ascontiguousarray(array) for vid, array in program.constants.items()}
+        core = NeuronCore()
+        core.reset(False)
+        try:
+            onchip: tuple[tuple[int, int], ...] = ()
+            if executable.arena_onchip:
+                _, arena = executable.arena_tile(core)
+                arena[...] = 0
+                onchip = (byte_bounds(arena),)
+            else:
+                arena = np.zeros(executable.scratch_bytes, dtype=np.uint8)
+            env = Env(program, executable.arrays(inputs, outputs, constants, arena), outputs, None, onchip)
+            env._scratch = replay.HostScratch()
+            with np.errstate(all="ignore"):
+                executable.run_steps(core, env)
+        except EngineError:
+            if space == "sbuf":  # the steps' tiles do not fit SBUF beside the arena: the arena goes to HBM
+                continue
+            return None
+        except Exception:  # noqa: BLE001 - values the program refuses: it is not replayed
+            return None
+        program.schedule = replay.measured(core, inputs)
+        return program.schedule
+    return None

@@ -13,10 +13,20 @@ planner admits such an op only while ``fits_row`` holds with every full value
 live at once (an upper bound of the simulated peak), so the check here can
 only fail on a planner bug, and then it raises rather than overflow.
 
-HBM. Values crossing step boundaries that are not graph outputs live in one
+Scratch arena. Values crossing step boundaries that are not graph outputs live in one
 scratch arena per execution; ``arena_plan`` gives each an offset so that
 buffers whose lifetimes (producing step .. last reading step) do not overlap
 share bytes (first fit, biggest first).
+
+Where the arena lives (``arena_space``): a small arena stays on chip, one SBUF tile
+[128, ceil(bytes / 128)] allocated for the launch (issue 21: "activations that fit kept in
+SBUF between steps instead of a store and a load through HBM"); the steps still move values
+in and out of it with DMA (SBUF-to-SBUF transfers: the same queues and descriptors, no HBM
+bytes), so every runner's access patterns stay as they are. The tile is a real allocation
+of the launch's SBUF pool, beside every step's own tiles: ``executor.record_schedule`` runs
+the program with it at compile time, and a program whose steps then overflow SBUF is
+planned again with the arena in HBM. Larger arenas, and programs that are not recorded
+(data-dependent steps), use HBM.
 """
 
 from __future__ import annotations
@@ -28,6 +38,8 @@ from device_impl.engine.constants import PLATFORM
 
 GROUP_SBUF_BYTES = PLATFORM.sbuf_bytes_per_partition // 2  # per partition, for one group iteration's tiles
 FREE_MAX = 2048  # elements per partition per flat tile, as the eager elementwise kernels
+PIPELINED_TILES = 2  # a DMA-bound flat group covers its elements in at least this many tiles ...
+PIPELINED_FREE_MIN = 256  # ... of at least this many elements per partition
 TEMP_BYTES_PER_COLUMN = 3 * 8  # widen / immediate tiles an emitter may allocate (three, up to 8 B each)
 ARENA_ALIGN = 64  # bytes: every scratch buffer starts on a DMA-friendly boundary
 
@@ -92,6 +104,14 @@ def group_plan(step: dict) -> dict:
     budget = GROUP_SBUF_BYTES - row_bytes
     if step["reduce_dims"] is None:
         free = max(1, min(FREE_MAX, budget // max(per_column, 1)))
+        # A group that moves at least one value per two ops is DMA-bound: in at least two tiles, the second
+        # tile's loads run under the first's compute and the first's stores under the second's (the decoder's
+        # q rotary, 5 ops over 5 loads and a store, loaded, computed and stored one [128, 512] tile in series).
+        # A compute-bound chain keeps its widest tiles: a 10-op bf16 chain over [128, 512] ran slower in two,
+        # each instruction's fixed cost paid twice for little overlap.
+        if 2 * (len(step["loads"]) + len(step["stores"])) >= len(step["ops"]):
+            numel = int(np.prod(step["shape"], dtype=np.int64))
+            free = min(free, max(PIPELINED_FREE_MIN, -(-numel // (PLATFORM.partitions * PIPELINED_TILES))))
         return {"free": int(free), "bytes_per_column": per_column, "row_bytes": row_bytes,
                 "sbuf_bytes": int(free * per_column + row_bytes)}
     cols = step["cols"]
@@ -125,6 +145,19 @@ def arena_plan(sizes: dict[int, int], lifetimes: dict[int, tuple[int, int]]) -> 
         placed.append((offset, offset + size, first, last))
     total = max((e for _, e, _, _ in placed), default=0)
     return offsets, int(total)
+
+
+# per partition: the most of SBUF a program's scratch arena may take (the steps' own tiles are planned within
+# the other 160 KiB: GROUP_SBUF_BYTES for a group's iteration, matmul.RESIDENT_BYTES for resident operands)
+ARENA_SBUF_BYTES = 32 * 1024
+
+
+def arena_space(scratch_bytes: int) -> str:
+    """"sbuf" when the scratch arena fits ``ARENA_SBUF_BYTES`` of every partition, else "hbm"."""
+    if scratch_bytes <= 0:
+        return "hbm"
+    per_partition = -(-scratch_bytes // PLATFORM.partitions)
+    return "sbuf" if per_partition <= ARENA_SBUF_BYTES else "hbm"
 
 
 def nbytes(shape, dtype: str) -> int:

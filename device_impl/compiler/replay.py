@@ -189,7 +189,7 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     """stablehlo.dot_general as ``kernels.matmul.matmul_into`` computes it: per [128, 512] output block,
     fp32 products of 128-deep K slices summed in K order in fp32 (PSUM), rounded once to the output dtype
     on evacuation. TensorE's matmul instruction is one BLAS call per K slice of a block, on contiguous
-    fp32 tiles; here too (below), without the per-instruction bookkeeping."""
+    fp32 tiles; here too, block by block (below)."""
     from device_impl.kernels.matmul import K_TILE, M_TILE, N_TILE
 
     from device_impl.compiler.steps import dot_dims
@@ -199,12 +199,11 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     blocks = [(m0, min(m, m0 + M_TILE), n0, min(n, n0 + N_TILE)) for m0 in range(0, m, M_TILE)
               for n0 in range(0, n, N_TILE)]
 
-    # Every block is computed alone, one BLAS call per K slice on contiguous operands as the SBUF tiles are:
-    # the bits of a BLAS product depend on the call's shapes on some hosts. numpy calls gemv for a block
-    # with one row or column (another summation order than gemm), and OpenBLAS's gemm kernels for AMD Zen
-    # (an EPYC host) gave other bits for one batched 256x256x128 product than for its 128x256 blocks (the
-    # decoder block's fast path differed from its tile program by 1-3 ulp in a few elements), where the
-    # SkylakeX kernels sum each element along K in order whatever the shape. Same calls, same bits.
+    # Every block is computed alone, on contiguous operands as the SBUF tiles are: BLAS's summation order is
+    # its kernels' (numpy calls gemv for a one-row or one-column block, and OpenBLAS's AVX-512 gemm gave
+    # other last bits for a batched [130, 300] x [300, 514] product than per [128, 512] block on an AMD EPYC
+    # host), so only the same calls on the same shapes give the tile program's bits.
+
     # A matmul epilogue (build.attach_epilogues): the tile program rounds each evacuated block to the
     # product's dtype and runs the fused group on it; the group's ops are per element (flat groups) or per
     # whole row (row groups take rows of N <= EVACUATION_CHUNK columns, one block wide), so running it once

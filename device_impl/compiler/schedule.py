@@ -189,6 +189,7 @@ def finish(program: Program) -> Program:
         waits.append(step["waits"])
     program.memory = {
         "scratch_bytes": arena,
+        "arena": memory.arena_space(arena),  # where the arena lives; executor.record_schedule may move it to HBM
         "scratch_buffers": len(offsets),
         "sbuf_bytes_per_partition": max((s.get("tiles", {}).get("sbuf_bytes", 0) for s in steps), default=0),
         "sbuf_capacity_per_partition": memory.PLATFORM.sbuf_bytes_per_partition,

@@ -67,6 +67,8 @@ def _dot_general(step: dict, program: Program) -> Runner:
 
     epilogue = step.get("epilogue")  # a fused group consuming the product on its evacuation (build.py)
     tail_group = GroupRunner(epilogue) if epilogue is not None else None
+    share = step.get("share_lhs")  # products of the same lhs in a row keep its SBUF tiles (build.share_lhs)
+    layout = tuple(lb + lf + lc)
     counters.matmul_linked(program.name, program.dtype(lhs) == np.float32 or program.dtype(rhs) == np.float32)
 
     def run(nc, env) -> None:
@@ -84,7 +86,13 @@ def _dot_general(step: dict, program: Program) -> Runner:
             with nc.scope():
                 block = None if tail is None else (
                     lambda nc_, t, m0, m1, n0, n1, i=i: tail(nc_, t, i * m + m0, i * m + m1, n0, n1))
-                matmul.matmul_into(nc, out[i], a[i], b[i], epilogue=block)
+                kept = None if share is None else env.shared.setdefault((lhs, layout, i), ({}, []))
+                matmul.matmul_into(nc, out[i], a[i], b[i], epilogue=block, lhs_tiles=kept)
+        if share is not None and share["last"]:
+            for i in range(batch):
+                _, live = env.shared.pop((lhs, layout, i), ({}, []))
+                with nc.stream(live):
+                    nc.release_to(0)
 
     return run
 

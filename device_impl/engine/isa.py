@@ -303,6 +303,14 @@ class DMA(_Engine):
             if tlo <= lo < thi:
                 writes.append((lo, hi, done))
 
+    def _hbm(self, view: np.ndarray) -> bool:
+        """Does ``view`` live in HBM (not in an on-chip range, ``Timeline.onchip``)? Its first byte decides."""
+        onchip = self.timeline.onchip
+        if not onchip or not view.size:
+            return True
+        address = view.__array_interface__["data"][0]
+        return not any(lo <= address < hi for lo, hi in onchip)
+
     def load(self, dst: Tile, src: np.ndarray) -> None:
         """HBM -> SBUF. ``src`` is any strided view with dst's element count, read in row-major order."""
         if src.size != dst.data.size:
@@ -312,7 +320,8 @@ class DMA(_Engine):
         target = dst.write_target()
         target[...] = src.reshape(target.shape) if src.shape != target.shape else src
         timeline = self.timeline
-        timeline.hbm_read += src.nbytes
+        if self._hbm(src):
+            timeline.hbm_read += src.nbytes
         if timeline.hbm_floors:
             floor = timeline.floor
             timeline.floor = self._ready(src, floor)
@@ -348,7 +357,8 @@ class DMA(_Engine):
             raise EngineError(f"dma moves bytes: tile {src.dtype} and destination {dst.dtype} differ")
         values = src.read()
         dst[...] = values.reshape(dst.shape) if values.shape != dst.shape else values
-        self.timeline.hbm_write += dst.nbytes
+        if self._hbm(dst):
+            self.timeline.hbm_write += dst.nbytes
         done = self._schedule("dma_store", dst.nbytes, contiguous_runs(dst), reads=(src,))
         if self.timeline.hbm_targets:
             self._wrote(dst, done)
@@ -365,7 +375,8 @@ class DMA(_Engine):
         runs = 1 if flat_in(data, src, start, stop) else _runs_in_range(src, n)
         nbytes = n * src.itemsize
         timeline = self.timeline
-        timeline.hbm_read += nbytes
+        if self._hbm(src):
+            timeline.hbm_read += nbytes
         cost = (nbytes + runs * self._descriptor_bytes) / self._bytes_per_second * 1e9
         if timeline.hbm_floors:  # see load
             floor = timeline.floor
@@ -388,7 +399,8 @@ class DMA(_Engine):
         runs = 1 if flat_out(dst, start, stop, src.read()) else _runs_in_range(dst, n)
         nbytes = n * dst.itemsize
         timeline = self.timeline
-        timeline.hbm_write += nbytes
+        if self._hbm(dst):
+            timeline.hbm_write += nbytes
         done = timeline.schedule("dma", "dma_store", (nbytes + runs * self._descriptor_bytes)
                                  / self._bytes_per_second * 1e9, (src,), (), self._latency_ns)
         if timeline.hbm_targets:
@@ -403,7 +415,8 @@ class DMA(_Engine):
         target = dst.write_target()
         target[...] = table[index]
         nbytes = target.nbytes
-        self.timeline.hbm_read += nbytes
+        if self._hbm(table):
+            self.timeline.hbm_read += nbytes
         self._schedule("dma_gather", nbytes, len(index), reads=(rows,), writes=(dst,))
 
     def store_rows(self, table: np.ndarray, rows: Tile, src: Tile, accumulate: bool = False) -> None:
@@ -422,7 +435,8 @@ class DMA(_Engine):
         else:
             table[index] = values
         nbytes = values.nbytes
-        self.timeline.hbm_write += nbytes
+        if self._hbm(table):
+            self.timeline.hbm_write += nbytes
         done = self._schedule("dma_scatter", nbytes, len(index), reads=(rows, src))
         if self.timeline.hbm_targets:
             self._wrote(table, done)
@@ -432,8 +446,10 @@ class DMA(_Engine):
         if src.dtype != dst.dtype:
             raise EngineError(f"dma moves bytes: {src.dtype} -> {dst.dtype} needs an engine cast")
         np.copyto(dst, src)
-        self.timeline.hbm_read += src.nbytes
-        self.timeline.hbm_write += dst.nbytes
+        if self._hbm(src):
+            self.timeline.hbm_read += src.nbytes
+        if self._hbm(dst):
+            self.timeline.hbm_write += dst.nbytes
         done = self._schedule("dma_hbm_copy", dst.nbytes, max(contiguous_runs(dst), contiguous_runs(src)))
         if self.timeline.hbm_targets:
             self._wrote(dst, done)

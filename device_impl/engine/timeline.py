@@ -30,7 +30,7 @@ _ZEROS = dict.fromkeys(ENGINES, 0.0)
 
 class Timeline:
     __slots__ = ("free", "busy", "events", "record", "end", "hbm_read", "hbm_write", "flops", "instructions",
-                 "dma_intervals", "floor", "hbm_floors", "hbm_targets")
+                 "dma_intervals", "floor", "hbm_floors", "hbm_targets", "onchip")
 
     def __init__(self, record: bool = False):
         self.record = record
@@ -65,6 +65,10 @@ class Timeline:
         # (lo, hi, writes): HBM ranges whose DMA writes are recorded as (lo, hi, done) into ``writes``
         # (a compiled program's scratch buffers and outputs).
         self.hbm_targets: tuple[tuple[int, int, list], ...] = ()
+        # (lo, hi): byte ranges of SBUF that DMA addresses like HBM (a compiled program's scratch arena kept
+        # on chip, compiler/memory.py ``arena_space``): transfers from or to them are SBUF-to-SBUF DMAs, which
+        # take the DMA queues' time as any transfer but move no HBM bytes.
+        self.onchip: tuple[tuple[int, int], ...] = ()
 
     def schedule(self, engine: str, name: str, cost_ns: float, reads: Iterable[Tile] = (),
                  writes: Iterable[Tile] = (), latency_ns: float = 0.0) -> float:

@@ -60,6 +60,15 @@ class _Operand:
         self.transpose = transpose
         self.cache: dict[tuple[int, int, int, int], Any] | None = {} if cache else None
         self.raw: dict[tuple[int, int, int, int], list] = {}  # loaded, not yet transposed
+        # where cached tiles are allocated when they outlive the call (``matmul_into``'s ``lhs_tiles``): a
+        # scope the caller holds, so the next product of the same operand finds them in ``cache``
+        self.live: list | None = None
+
+    def _cached_tile(self, shape: tuple[int, int], dtype):
+        if self.live is None:
+            return self.nc.sbuf_tile(shape, dtype)
+        with self.nc.stream(self.live):
+            return self.nc.sbuf_tile(shape, dtype)
 
     @staticmethod
     def needs_transpose(matrix_k_rows: np.ndarray) -> bool:
@@ -73,7 +82,8 @@ class _Operand:
         nc = self.nc
         block = self.matrix[k0:k1, x0:x1]
         if not self.transpose:
-            t = nc.sbuf_tile((k1 - k0, x1 - x0), block.dtype)
+            t = self._cached_tile((k1 - k0, x1 - x0), block.dtype) if self.cache is not None else \
+                nc.sbuf_tile((k1 - k0, x1 - x0), block.dtype)
             nc.dma.load(t, block)
             if self.cache is not None:
                 self.cache[key] = t
@@ -114,7 +124,8 @@ class _Operand:
         if not self.transpose:
             return pieces[0]
         nc = self.nc
-        t = nc.sbuf_tile((k1 - k0, x1 - x0), self.matrix.dtype)
+        t = self._cached_tile((k1 - k0, x1 - x0), self.matrix.dtype) if self.cache is not None else \
+            nc.sbuf_tile((k1 - k0, x1 - x0), self.matrix.dtype)
         # The pieces land side by side in one PSUM bank (x1 - x0 <= 512 fp32 columns) and leave it in
         # one evacuation: ScalarE's and VectorE's fixed cost is paid once per tile, not per piece.
         flipped = nc.psum_tile((k1 - k0, x1 - x0), FP32)
@@ -136,8 +147,15 @@ Epilogue = Callable[..., None]
 
 
 def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha: float = 1.0,
-                 beta: float = 0.0, bias2d: np.ndarray | None = None, epilogue: Epilogue | None = None) -> None:
-    """out2d = alpha * (a2d @ b2d) + beta * bias2d, tile by tile (bias2d already broadcast to out2d's shape)."""
+                 beta: float = 0.0, bias2d: np.ndarray | None = None, epilogue: Epilogue | None = None,
+                 lhs_tiles: tuple[dict, list] | None = None) -> None:
+    """out2d = alpha * (a2d @ b2d) + beta * bias2d, tile by tile (bias2d already broadcast to out2d's shape).
+
+    ``lhs_tiles``: (cache, scope) the caller keeps across products of the same ``a2d`` (the compiler's
+    q/k/v or gate/up projections of one activation): when the operands are resident (loaded up front),
+    the stationary tiles of A^T are taken from ``cache`` where an earlier product left them (loaded and
+    transposed once), and the ones loaded here are allocated in ``scope``, which the caller frees after
+    the last product."""
     m, k = a2d.shape
     n = b2d.shape[1]
     if m == 0 or n == 0:
@@ -173,6 +191,8 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
     # follows them, and the stores fill in after. Otherwise the loads of block i+1 are
     # issued before block i is evacuated and stored (double buffering).
     resident = b_cache and k_tiles * m * a2d.itemsize + k_tiles * n * b2d.itemsize <= RESIDENT_BYTES
+    if resident and lhs_tiles is not None:
+        lhs.cache, lhs.live = lhs_tiles
     if resident:
         # Order of work: the first half of the K steps of the first few blocks (one PSUM bank
         # each), so TensorE has ready work while the rest of B streams in; then each block to
