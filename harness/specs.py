@@ -362,6 +362,13 @@ for _name, _dtypes in (("sum", EVERY), ("mean", hs.FLOAT_DTYPES), ("amax", NUMER
          grad=_name in ("sum", "mean"), tolerance=_REDUCE_TOL, fp64_reference=True,
          ignore_zero_sign=hs.FLOAT_DTYPES if _tie else (),
          tolerance_reason=f"{_REDUCE_REASON}; {_AMAX_SIGN}" if _tie else _REDUCE_REASON)
+# mean (all elements: mean.dtype_out) into an out= of a narrower float: CPU sums the float32 input in float32 and casts the mean once
+# (mean_out: a float16/bfloat16 result is computed in float); a kernel that casts the input to the out's dtype
+# first overflows a float32 value beyond float16's range to inf (the extremes domain, |x| up to 1e30, added: the
+# design's near_overflow cell may be empty), and a tensor of mixed signs to NaN where CPU's mean is inf
+spec("mean_out_half", "reduction", "torch.mean({x0}, out=torch.empty(0, dtype=torch.float16, device={x0}.device))",
+     unary(), ("float32",), tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON,
+     fp64_reference=True, extra_domains={"float32": ("extremes",)})
 spec("prod", "reduction", "torch.prod({x0}, dim={dim}, keepdim={keepdim})",
      reduction(allow_none=False, allow_tuple=False), NUMERIC, tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON,
      fp64_reference=True)
@@ -1320,6 +1327,12 @@ _BN_ZERO = ("an input gradient that is exactly zero gets its sign from the last 
 spec("batch_norm_legit", "reduction", "torch.ops.aten._native_batch_norm_legit({x0}, {x3}, {x4}, {x1}.clone(), "
      "{x2}.clone(), {training}, 0.1, 1e-5)", custom(_bn_legit), ("float32",), grad=True, fp64_reference=True,
      ignore_zero_sign=("float32",), tolerance_reason=_BN_ZERO)
+# the running statistics _native_batch_norm_legit updates in place (running = (1 - momentum) * running + momentum *
+# batch statistic), compared after the call: the mean contiguous, the variance a strided view (every other element
+# of a (C, 2) base) that the update must write through
+spec("batch_norm_legit_running_stats", "reduction", "(lambda rm, rv: (*torch.ops.aten._native_batch_norm_legit("
+     "{x0}, {x3}, {x4}, rm, rv, True, 0.1, 1e-5), rm, rv))({x1}.clone(), torch.stack([{x2}, {x2}], 1)[:, 0])",
+     custom(_bn_legit), ("float32",), fp64_reference=True, ignore_zero_sign=("float32",), tolerance_reason=_BN_ZERO)
 spec("batch_norm_legit_no_stats", "reduction", "torch.ops.aten._native_batch_norm_legit({x0}, {x3}, {x4}, True, "
      "0.1, 1e-5)", custom(_bn_legit), ("float32",), grad=True, fp64_reference=True,
      ignore_zero_sign=("float32",), tolerance_reason=_BN_ZERO)
