@@ -902,7 +902,26 @@ spec("cdist", "spatial", "torch.cdist({x0}, {x1}, p={p})",
      tolerance_reason="p=2 uses |x|^2 + |y|^2 - 2xy on a matmul, as CPU's mm compute mode does")
 _FFT_REASON = ("a DFT matmul accumulates differently from pocketfft; an output that is exactly zero gets its sign "
                "from the last addition, which depends on the factorisation")
-spec("rfft", "spatial", "torch.fft.rfft({x0})", unary(min_dims=1), ("float32",), fp64_reference=True,
+
+
+def _fft_errors(c2r: bool) -> Draw:
+    """rfft's (irfft's) draw; its error inputs call the kernel directly (torch.fft's wrappers check their arguments
+    before it, so only a direct call gives the kernel an input it must reject): ``direct`` the dims to transform,
+    None outside them. bad_dim: an empty dim list (CPU's kernels read ``dim.back()``: RuntimeError); bad_arg: an
+    int32 input to ``_fft_r2c``, a signal length of 0 to ``_fft_c2r`` (RuntimeError from CPU's kernel)."""
+    def draw(data, dtype):
+        tensors, params = unary(min_dims=1)(data, dtype)
+        params = {**params, "direct": [] if _erring("bad_dim") else [-1] if _erring("bad_arg") else None}
+        if c2r:
+            params["last"] = 0
+        elif _erring("bad_arg"):
+            tensors = [replace(tensors[0], dtype="int32", domain="small_int")]
+        return tensors, params
+    return draw
+
+
+spec("rfft", "spatial", "torch.fft.rfft({x0}) if {direct} is None else "
+     "torch.ops.aten._fft_r2c({x0}, {direct}, 0, True)", _fft_errors(False), ("float32",), fp64_reference=True,
      tolerance={"float32": (1e-4, 1e-4)}, ignore_zero_sign=("float32",), tolerance_reason=_FFT_REASON)
 
 
@@ -1344,9 +1363,11 @@ spec("native_dropout", "random", "torch.ops.aten.native_dropout({x0}, {p}, True)
      with_params(unary(grad=True), p=lambda _: st.sampled_from([1.5] if _erring("bad_arg") else [0.0, 0.3, 1.0])), grad=True, check="properties")
 spec("adaptive_avg_pool3d", "spatial", "F.adaptive_avg_pool3d({x0}, {out})",
      with_params(custom(lambda d, t: _pool(d, t, 3)), out=_adaptive_out(3)), grad=True, fp64_reference=True)
-spec("irfft", "spatial", "torch.fft.irfft(torch.fft.rfft({x0}))", unary(min_dims=1), ("float32",),
+spec("irfft", "spatial", "torch.fft.irfft(torch.fft.rfft({x0})) if {direct} is None else "
+     "torch.ops.aten._fft_c2r(torch.fft.rfft({x0}), {direct}, 0, {last})", _fft_errors(True), ("float32",),
      fp64_reference=True, tolerance={"float32": (1e-4, 1e-4)}, ignore_zero_sign=("float32",),
      tolerance_reason=_FFT_REASON)
+
 spec("pdist", "spatial", "F.pdist({x0}, p={p})",
      custom(lambda data, dtype: ([_t(data, (data.draw(st.integers(1, 9)), data.draw(st.integers(1, 5))), dtype,
                                      requires_grad=True)], {"p": data.draw(st.sampled_from([1.0, 2.0, 3.0]))})),
