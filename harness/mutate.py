@@ -233,8 +233,10 @@ def _raises(f: OpFacts) -> str | None:
 
 
 GENERIC_SHAPES = ((), (0,), (3,), (3, 2))  # 0-dim, empty, a vector, and (transposed) a strided matrix
-# argument types with no value out of their domain (flags; a dtype is not one: a kernel may lack it)
+# argument types with no value out of their domain (flags)
 _UNCONSTRAINED = ("bool", "Optional[bool]")
+# argument types whose every value is tried (a dtype: a kernel may lack one, so CPU is asked with each)
+_DTYPE_ARGS = ("Optional[ScalarType]",)
 
 
 def no_error_input(f: OpFacts) -> str | None:
@@ -244,26 +246,32 @@ def no_error_input(f: OpFacts) -> str | None:
     domain. What is left is the tensor itself, so CPU eager, the oracle, is asked: the op on a 0-dim, an empty,
     a vector and a transposed tensor of every dtype the harness draws. If CPU rejects none (``any``, ``isnan``,
     ``zero_``), no input makes the op raise, and a kernel that would raise the wrong class is never asked to
-    raise. One CPU rejects (``_local_scalar_dense`` of an empty tensor, ``view_as_complex`` of a vector,
+    raise. An optional dtype argument (``prod``'s ``dtype``) is asked too: the op with it unset and set to each of
+    those dtypes. One CPU rejects (``_local_scalar_dense`` of an empty tensor, ``view_as_complex`` of a vector,
     ``hardtanh`` of a bool one) stays a coverage gap: a case should give it that input."""
     args = [a for a in f.schema.arguments if not a.is_out]
     if any(a.is_out for a in f.schema.arguments) or not args or str(args[0].type) != "Tensor" or \
-            any(not a.has_default_value() or str(a.type) not in _UNCONSTRAINED for a in args[1:]):
+            any(not a.has_default_value() or (str(a.type) not in _UNCONSTRAINED and
+                                              str(a.real_type) not in _DTYPE_ARGS) for a in args[1:]):
         return None
     from harness.strategies import ALL_DTYPES
 
     op = overload(f.op)
+    dtyped = [a.name for a in args[1:] if str(a.real_type) in _DTYPE_ARGS]  # type: ScalarType's Python int
+    settings = [{}] + [{name: getattr(torch, d) for name in dtyped} for d in ALL_DTYPES] if dtyped else [{}]
     for name in ALL_DTYPES:
         dtype = getattr(torch, name)
         for shape in GENERIC_SHAPES:
             tensor = torch.ones(shape, dtype=dtype)
-            try:
-                op(tensor.t() if tensor.dim() == 2 else tensor)
-            except Exception:  # noqa: BLE001 - CPU rejects this input: the op has an error input to design
-                return None
-    return (f"no input to reject: its only argument is one tensor, and CPU raised for none of "
-            f"{len(GENERIC_SHAPES)} generic shapes (0-dim, empty, vector, transposed) in any of {len(ALL_DTYPES)} "
-            f"dtypes")
+            for kwargs in settings:
+                try:
+                    op(tensor.t() if tensor.dim() == 2 else tensor, **kwargs)
+                except Exception:  # noqa: BLE001 - CPU rejects this input: the op has an error input to design
+                    return None
+    also = ", its dtype argument unset or any of them" if dtyped else ""
+    return (f"no input to reject: its only argument is one tensor{' (and a dtype)' if dtyped else ''}, and CPU "
+            f"raised for none of {len(GENERIC_SHAPES)} generic shapes (0-dim, empty, vector, transposed) in any of "
+            f"{len(ALL_DTYPES)} dtypes{also}")
 
 
 def _backward(f: OpFacts) -> str | None:
@@ -478,10 +486,10 @@ class InputOutput(Mutant):
         return result
 
 
-def _shadow(original, keyset, bound: Bound) -> Any:
+def _shadow(original, keyset, bound: Bound, errors: bool = False) -> Any:
     """What an in-place kernel writes when it reads its written tensors unbroken: the kernel run on clones of them
     (host copies of what it wrote), to tell an equivalent break (fill_ overwrites self without reading it); None
-    where the kernel rejects the clones."""
+    where the kernel rejects the clones (``errors``: the kernel's exception instead)."""
     shadow = Bound(bound.schema, tuple(bound.args), bound.kwargs)
     for a, value in list(bound.items()):
         if _mutable(a) and _device_tensors(value):
@@ -491,8 +499,8 @@ def _shadow(original, keyset, bound: Bound) -> Any:
     try:
         with torch.no_grad():
             return _host(_written(shadow, original.call_boxed(keyset, *shadow.args, **shadow.kwargs)))
-    except Exception:  # noqa: BLE001 - the real call meets the same error
-        return None
+    except Exception as error:  # noqa: BLE001 - the real call meets the same error
+        return error if errors else None
 
 
 def _break_in_place(value: Any, fn: Callable[[torch.Tensor], torch.Tensor | None]) -> bool:
@@ -740,7 +748,9 @@ class Promotion(Mutant):
                 except Exception as error:  # noqa: BLE001 - the real kernel refuses the out dtype; the mutant computes in it
                     refused = error
             else:  # in place (copy_ casts src to self's dtype by its semantics): what the kernel writes unbroken
-                clean = _shadow(original, keyset, Bound(self.facts.schema, args, kwargs))
+                clean = _shadow(original, keyset, Bound(self.facts.schema, args, kwargs), errors=True)
+                if isinstance(clean, Exception):
+                    clean, refused = None, clean
             try:
                 result = original.call_boxed(keyset, *bound.args, **bound.kwargs)
             except Exception as error:

@@ -1677,17 +1677,21 @@ spec("reshape_alias", "shape", "torch.ops.aten._reshape_alias({x0}, {size}, "
 
 def _set(data, dtype):
     """set_ in its three forms, each on a drawn tensor (a view: the new metadata replaces the view's); the storage
-    forms view x0's whole storage from its offset. The error input: a stride more than sizes in the storage form
-    (CPU: "unequal size length (1) and stride length (2)")."""
+    forms view x0's whole storage from its offset. The error inputs: a stride more than sizes in the storage form
+    (shape_mismatch; CPU: "unequal size length (1) and stride length (2)"); a storage on another device (bad_arg:
+    a meta tensor's, on CPU and on the device alike; CPU: "Attempted to set the storage of a tensor on device ...
+    to a storage on different device")."""
     shape = data.draw(hs.shapes(min_dims=1, allow_empty=False, max_dims=3))
     selves = [_t(data, data.draw(hs.shapes(min_dims=1, max_dims=2, allow_empty=False)), dtype, layouts=_WRITABLE)
               for _ in range(3)]
-    return [_t(data, shape, dtype)] + selves, {"strides": (1, 1) if _bad_size() else (1,)}
+    return [_t(data, shape, dtype)] + selves, {"strides": (1, 1) if _bad_size() else (1,),
+                                               "foreign": "meta" if _erring("bad_arg") else None}
 
 
 spec("set_", "shape", "({x2}.set_({x0}.untyped_storage(), {x0}.storage_offset(), "
      "({x0}.untyped_storage().nbytes() // {x0}.element_size() - {x0}.storage_offset(),), {strides}), "
-     "{x1}.set_({x0}), {x3}.set_({x0}.untyped_storage()))", custom(_set), ("float32", "bfloat16"), inplace=True)
+     "{x1}.set_({x0}), {x3}.set_({x0}.untyped_storage() if {foreign} is None else "
+     "torch.empty(1, device={foreign}).untyped_storage()))", custom(_set), ("float32", "bfloat16"), inplace=True)
 
 
 def _random_inplace(data, dtype):
