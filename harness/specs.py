@@ -518,10 +518,13 @@ spec("linear", "matmul", "F.linear({x0}, {x1}, {x2})", custom(_linear), grad=Tru
 
 
 def _attention(data, dtype):
+    """query, key and value of one shape; the error input (shape_mismatch) a float mask that does not broadcast to the
+    scores' (s, s) (sdpa's checks pass it; CPU's kernel raises RuntimeError: the device's fused kernel must too)."""
     b, h, s, d = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)), data.draw(st.sampled_from([1, 7, 33])), \
         data.draw(st.sampled_from([8, 16]))
+    bad = _erring("shape_mismatch")
     return [_t(data, (b, h, s, d), dtype, domains=("unit",)) for _ in range(3)], \
-        {"causal": data.draw(st.booleans())}
+        {"causal": False if bad else data.draw(st.booleans()), "mask": (s + 1, s + 1) if bad else None}
 
 
 # Near overflow every score q.k overflows float32, and whether a score ends +inf, -inf or NaN is the summation
@@ -531,7 +534,8 @@ def _attention(data, dtype):
 # row is its largest score's: sum_i |q_i| |k_i| * scale over every key.
 _SCORES_BOUND = ("(abs({x0}) @ abs({x1}).transpose(-2, -1)).amax(-1, keepdim=True).expand(*{x0}.shape[:-1], "
                  "{x2}.shape[-1]) * {x0}.shape[-1] ** -0.5")
-spec("sdpa", "matmul", "F.scaled_dot_product_attention({x0}, {x1}, {x2}, is_causal={causal})", custom(_attention),
+spec("sdpa", "matmul", "F.scaled_dot_product_attention({x0}, {x1}, {x2}, attn_mask=None if {mask} is None else "
+     "torch.zeros({mask}, device={x0}.device), is_causal={causal})", custom(_attention),
      ("float32",), tolerance={"float32": (1e-5, 1e-5)},
      tolerance_reason=_MM_REASON + "; sum of products: near overflow the scores' order decides which rows end NaN",
      fp64_reference=True, sum_of_products=True, magnitude=_SCORES_BOUND)
@@ -1797,10 +1801,38 @@ spec("prod_long", "reduction", "torch.prod(1 + {x0} / 64)",
 # Hypothesis draws unit and normal values (the designed cases bring every domain): with "extremes" keys (1e29) and
 # one position the fused backward's rowsum(dO * O) residual times the keys is 2e23 where CPU's math path gives 0
 # (a drawn case of the op suite; left to issue 18's note)
-spec("sdpa_backward", "matmul", "F.scaled_dot_product_attention({x0}, {x1}, {x2}, is_causal={causal})",
+spec("sdpa_backward", "matmul", "F.scaled_dot_product_attention({x0}, {x1}, {x2}, attn_mask=None if {mask} is None "
+     "else torch.zeros({mask}, device={x0}.device), is_causal={causal})",
      custom(lambda data, dtype: (lambda t, p: ([_t(data, x.shape, dtype, requires_grad=True, layouts=_SELF_LAYOUTS,
                                                    domains=("unit", "normal")) for x in t], p))(
          *_attention(data, dtype))), ("float32",), grad=True, tolerance={"float32": (1e-5, 1e-5)},
+     tolerance_reason=_MM_REASON, fp64_reference=True)
+
+
+
+def _sdpa_direct_backward(data, dtype):
+    """sdpa's query, key and value and a cotangent x3 of the output's shape; the error input (shape_mismatch) a
+    cotangent of one dim (CPU's backward reads its size(1): IndexError)."""
+    tensors, params = _attention(data, dtype)
+    q, v = tensors[0], tensors[2]
+    shape = (v.shape[-1],) if _erring("shape_mismatch") else tuple(q.shape[:-1]) + (v.shape[-1],)
+    return tensors + [_t(data, shape, dtype, domains=("unit",))], params
+
+
+# The fused attention backward the OVERRIDEABLE backend registers, called directly: on CPU (which has no kernel for
+# it) the call text computes the op it implements, CPU's flash attention backward, each side from its own forward
+# (the logsumexp it saved); so an error input reaches the kernel (autograd only passes it the forward's outputs).
+# CPU's side takes contiguous copies: its flash backward reads a non-contiguous query wrongly (torch 2.13: a
+# transposed (2, 3, 7, 8) query's gradient 6.2 away from the float64 math path's, 6e-7 for its contiguous copy,
+# the device's 6e-7), which autograd's F.scaled_dot_product_attention on CPU never gives it.
+spec("sdpa_overrideable_backward", "matmul",
+     "torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward({x3}, {x0}, {x1}, {x2}, None, "
+     "[True, True, True, False], *(lambda r: (r[0], r[1], r[2], r[3], r[4], r[5], 0.0, {causal}, r[6], r[7]))("
+     "torch.ops.aten._scaled_dot_product_fused_attention_overrideable({x0}, {x1}, {x2}, None, 0.0, {causal})))[:3] "
+     "if {x0}.device.type != 'cpu' else (lambda g, q, k, v: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu"
+     "_backward(g, q, k, v, *torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, {causal}), 0.0, "
+     "{causal}))({x3}.contiguous(), {x0}.contiguous(), {x1}.contiguous(), {x2}.contiguous())",
+     custom(_sdpa_direct_backward), ("float32",), tolerance={"float32": (1e-5, 1e-5)},
      tolerance_reason=_MM_REASON, fp64_reference=True)
 
 
