@@ -634,6 +634,11 @@ class Strides(Mutant):
                 if wrong is not None:
                     bound.set(a.name, wrong.to(value.device))
                     changed.append(a.name)
+            elif isinstance(value, (list, tuple)):  # cat's tensors: each strided one read linearly
+                wrongs = [_linear_read(v) if isinstance(v, torch.Tensor) and not v.is_cpu else None for v in value]
+                if any(w is not None for w in wrongs):
+                    bound.set(a.name, type(value)(v if w is None else w.to(v.device) for v, w in zip(value, wrongs)))
+                    changed.append(a.name)
         self.triggered += bool(changed) or in_place
         if not changed and not in_place:
             return original.call_boxed(keyset, *args, **kwargs)
