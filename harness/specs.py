@@ -395,6 +395,9 @@ spec("var", "reduction", "torch.var({x0}, dim={dim}, correction={correction}, ke
      tolerance_reason=_REDUCE_REASON, fp64_reference=True)
 spec("std", "reduction", "torch.std({x0}, dim={dim}, keepdim={keepdim})", reduction(), tolerance=_REDUCE_TOL,
      tolerance_reason=_REDUCE_REASON, fp64_reference=True)
+# cumprod (served by cumprod.out) on the designed layouts
+spec("cumprod", "reduction", "torch.cumprod({x0}, {dim})", dim_op(), ("float32", "int64"), tolerance=_REDUCE_TOL,
+     tolerance_reason=_REDUCE_REASON, fp64_reference=True)
 spec("cumsum", "reduction", "torch.cumsum({x0}, {dim})", dim_op(grad=True), NUMERIC, grad=True,
      tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON, fp64_reference=True)
 spec("logsumexp", "reduction", "torch.logsumexp({x0}, {dim})", dim_op(), fp64_reference=True, tolerance=_REDUCE_TOL,
@@ -1525,6 +1528,8 @@ def _index_copy(data, dtype):
 
 
 spec("index_copy", "indexing", "torch.index_copy({x0}, {dim}, {x1}, {x2})", custom(_index_copy), EVERY)
+# index_add (served by index_add.out) on the designed layouts: one index, so the sum has one term per position
+spec("index_add", "indexing", "torch.index_add({x0}, {dim}, {x1}, {x2})", custom(_index_copy), ("float32", "int64"))
 # A 0-dim tensor value: masked_fill.Tensor and fill.Tensor (and their out= and in-place twins)
 spec("masked_fill_tensor", "pointwise", "{x0}.masked_fill({x1} > 0, {x2})",
      custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype), _t(data, shape, "float32"),
