@@ -180,7 +180,13 @@ def _numbers(f: OpFacts) -> str | None:
 
 
 def _strided(f: OpFacts) -> str | None:
-    return _values(f) or (None if f.tensor_inputs else "no tensor input to read with the wrong strides")
+    """A strided read needs a tensor input; an op whose result is one Scalar (``number``) of its one tensor
+    (``_local_scalar_dense``: the element at the storage offset, whatever the strides) reads a single element, where a
+    read that ignores the strides starts too, so reading the rest wrongly changes nothing."""
+    reason = _values(f) or (None if f.tensor_inputs else "no tensor input to read with the wrong strides")
+    if reason is None and len(f.tensor_inputs) == 1 and [str(r.type) for r in f.schema.returns] == ["number"]:
+        return "its result is one Scalar: the element at its input's storage offset, where a stride-ignoring read starts"
+    return reason
 
 
 def _indexed(f: OpFacts) -> str | None:

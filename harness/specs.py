@@ -1287,10 +1287,14 @@ def _as_strided(data, dtype):
     n = max(n, offset + (a - 1) * s1 + (b - 1) * s2 + 1)  # every element within the storage
     if _erring("bad_arg"):
         offset = -1  # CPU: "Tensor: invalid storage offset -1"
-    return [_t(data, (n,), dtype, layouts=("contiguous",))], {"size": (a, b), "stride": (s1, s2), "offset": offset}
+    # x0 sliced or offset into a larger storage, and the call's view of it ({x0}[1:]) offset again: as_strided's size,
+    # stride and offset address the storage itself, not the view (a kernel that reads the view through its own
+    # strides, or from its offset, reads other elements)
+    return [_t(data, (n,), dtype, layouts=("contiguous", "sliced", "offset"))], \
+        {"size": (a, b), "stride": (s1, s2), "offset": offset}
 
 
-spec("as_strided", "shape", "{x0}.as_strided({size}, {stride}, {offset}).clone()", custom(_as_strided), EVERY)
+spec("as_strided", "shape", "{x0}[1:].as_strided({size}, {stride}, {offset}).clone()", custom(_as_strided), EVERY)
 spec("alias", "shape", "torch.ops.aten.alias({x0})", unary(), EVERY, view=True)
 spec("resize_", "shape", "{x0}.clone().resize_({shape})",  # bad_arg: a negative size, which CPU's kernel rejects
      custom(lambda data, dtype: (lambda t: ([t], {"shape": (data.draw(st.integers(0, math.prod(t.shape)))
