@@ -339,6 +339,19 @@ def _wrong_dtypes(dtype: torch.dtype) -> list[torch.dtype]:
     return [torch.bool, torch.float32] if dtype != torch.bool else [torch.long]
 
 
+def _out_dtype_choices(expected: list[torch.Tensor]) -> list[list[torch.dtype]]:
+    """The out dtypes check_out_dtype tries: every out of a wrong dtype (each choice of ``_wrong_dtypes``), and for
+    several outs each one alone of a wrong dtype, the others right (``max.dim_max``'s values of another float with
+    long indices: CPU refuses it; a kernel that checks only its indices' dtype, or computes in the values' dtype,
+    writes it, and one wrong indices dtype refused first hides that)."""
+    choices = [[(_wrong_dtypes(t.dtype) * 2)[choice] for t in expected]
+               for choice in range(len(_wrong_dtypes(expected[0].dtype)))]
+    if len(expected) > 1:
+        choices += [[_wrong_dtypes(t.dtype)[-1] if i == j else t.dtype for j, t in enumerate(expected)]
+                    for i in range(len(expected))]
+    return choices
+
+
 def _cast_bits_equal(actual: torch.Tensor, functional: torch.Tensor) -> bool:
     """Whether ``actual`` holds ``functional`` cast to its dtype bit for bit (NaN payloads aside)."""
     want = functional.to(actual.dtype).cpu()
@@ -360,8 +373,7 @@ def check_out_dtype(op, sample, device: str, mode: str = "eager") -> cmp.Compari
         return _skip("the functional variant raises on CPU or returns no tensors")
     expected = _tensors(cpu.value)
     result = cmp.Comparison(True, criterion="out dtype")
-    for choice in range(len(_wrong_dtypes(expected[0].dtype))):
-        dtypes = [(_wrong_dtypes(t.dtype) * 2)[choice] for t in expected]
+    for dtypes in _out_dtype_choices(expected):
         cpu_outs = [_fresh(t, dtype=d) for t, d in zip(expected, dtypes)]
         cpu_out = _attempt(lambda: _call_out(op, sample, _same_structure(cpu.value, cpu_outs)))
         if isinstance(cpu_out.error, TypeError) and "out" in str(cpu_out.error):

@@ -180,7 +180,13 @@ def _numbers(f: OpFacts) -> str | None:
 
 
 def _strided(f: OpFacts) -> str | None:
-    return _values(f) or (None if f.tensor_inputs else "no tensor input to read with the wrong strides")
+    """A strided read needs a tensor input; an op whose result is one Scalar (``number``) of its one tensor
+    (``_local_scalar_dense``: the element at the storage offset, whatever the strides) reads a single element, where a
+    read that ignores the strides starts too, so reading the rest wrongly changes nothing."""
+    reason = _values(f) or (None if f.tensor_inputs else "no tensor input to read with the wrong strides")
+    if reason is None and len(f.tensor_inputs) == 1 and [str(r.type) for r in f.schema.returns] == ["number"]:
+        return "its result is one Scalar: the element at its input's storage offset, where a stride-ignoring read starts"
+    return reason
 
 
 def _indexed(f: OpFacts) -> str | None:
@@ -233,8 +239,10 @@ def _raises(f: OpFacts) -> str | None:
 
 
 GENERIC_SHAPES = ((), (0,), (3,), (3, 2))  # 0-dim, empty, a vector, and (transposed) a strided matrix
-# argument types with no value out of their domain (flags; a dtype is not one: a kernel may lack it)
+# argument types with no value out of their domain (flags)
 _UNCONSTRAINED = ("bool", "Optional[bool]")
+# argument types whose every value is tried (a dtype: a kernel may lack one, so CPU is asked with each)
+_DTYPE_ARGS = ("Optional[ScalarType]",)
 
 
 def no_error_input(f: OpFacts) -> str | None:
@@ -244,26 +252,32 @@ def no_error_input(f: OpFacts) -> str | None:
     domain. What is left is the tensor itself, so CPU eager, the oracle, is asked: the op on a 0-dim, an empty,
     a vector and a transposed tensor of every dtype the harness draws. If CPU rejects none (``any``, ``isnan``,
     ``zero_``), no input makes the op raise, and a kernel that would raise the wrong class is never asked to
-    raise. One CPU rejects (``_local_scalar_dense`` of an empty tensor, ``view_as_complex`` of a vector,
+    raise. An optional dtype argument (``prod``'s ``dtype``) is asked too: the op with it unset and set to each of
+    those dtypes. One CPU rejects (``_local_scalar_dense`` of an empty tensor, ``view_as_complex`` of a vector,
     ``hardtanh`` of a bool one) stays a coverage gap: a case should give it that input."""
     args = [a for a in f.schema.arguments if not a.is_out]
     if any(a.is_out for a in f.schema.arguments) or not args or str(args[0].type) != "Tensor" or \
-            any(not a.has_default_value() or str(a.type) not in _UNCONSTRAINED for a in args[1:]):
+            any(not a.has_default_value() or (str(a.type) not in _UNCONSTRAINED and
+                                              str(a.real_type) not in _DTYPE_ARGS) for a in args[1:]):
         return None
     from harness.strategies import ALL_DTYPES
 
     op = overload(f.op)
+    dtyped = [a.name for a in args[1:] if str(a.real_type) in _DTYPE_ARGS]  # type: ScalarType's Python int
+    settings = [{}] + [{name: getattr(torch, d) for name in dtyped} for d in ALL_DTYPES] if dtyped else [{}]
     for name in ALL_DTYPES:
         dtype = getattr(torch, name)
         for shape in GENERIC_SHAPES:
             tensor = torch.ones(shape, dtype=dtype)
-            try:
-                op(tensor.t() if tensor.dim() == 2 else tensor)
-            except Exception:  # noqa: BLE001 - CPU rejects this input: the op has an error input to design
-                return None
-    return (f"no input to reject: its only argument is one tensor, and CPU raised for none of "
-            f"{len(GENERIC_SHAPES)} generic shapes (0-dim, empty, vector, transposed) in any of {len(ALL_DTYPES)} "
-            f"dtypes")
+            for kwargs in settings:
+                try:
+                    op(tensor.t() if tensor.dim() == 2 else tensor, **kwargs)
+                except Exception:  # noqa: BLE001 - CPU rejects this input: the op has an error input to design
+                    return None
+    also = ", its dtype argument unset or any of them" if dtyped else ""
+    return (f"no input to reject: its only argument is one tensor{' (and a dtype)' if dtyped else ''}, and CPU "
+            f"raised for none of {len(GENERIC_SHAPES)} generic shapes (0-dim, empty, vector, transposed) in any of "
+            f"{len(ALL_DTYPES)} dtypes{also}")
 
 
 def _backward(f: OpFacts) -> str | None:
@@ -426,6 +440,8 @@ def _bit_equal(a: Any, b: Any) -> bool:
     if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
         if a.dtype != b.dtype or a.shape != b.shape:
             return False
+        if a.dtype.is_complex:  # CPU has no equal for complex32: its real and imaginary parts, bit for bit
+            return _bit_equal(torch.view_as_real(a.contiguous()), torch.view_as_real(b.contiguous()))
         if a.dtype.is_floating_point and a.element_size() in (2, 4, 8):
             view = {2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
             return torch.equal(a.contiguous().view(view), b.contiguous().view(view))
@@ -476,10 +492,10 @@ class InputOutput(Mutant):
         return result
 
 
-def _shadow(original, keyset, bound: Bound) -> Any:
+def _shadow(original, keyset, bound: Bound, errors: bool = False) -> Any:
     """What an in-place kernel writes when it reads its written tensors unbroken: the kernel run on clones of them
     (host copies of what it wrote), to tell an equivalent break (fill_ overwrites self without reading it); None
-    where the kernel rejects the clones."""
+    where the kernel rejects the clones (``errors``: the kernel's exception instead)."""
     shadow = Bound(bound.schema, tuple(bound.args), bound.kwargs)
     for a, value in list(bound.items()):
         if _mutable(a) and _device_tensors(value):
@@ -489,8 +505,8 @@ def _shadow(original, keyset, bound: Bound) -> Any:
     try:
         with torch.no_grad():
             return _host(_written(shadow, original.call_boxed(keyset, *shadow.args, **shadow.kwargs)))
-    except Exception:  # noqa: BLE001 - the real call meets the same error
-        return None
+    except Exception as error:  # noqa: BLE001 - the real call meets the same error
+        return error if errors else None
 
 
 def _break_in_place(value: Any, fn: Callable[[torch.Tensor], torch.Tensor | None]) -> bool:
@@ -624,6 +640,11 @@ class Strides(Mutant):
                 if wrong is not None:
                     bound.set(a.name, wrong.to(value.device))
                     changed.append(a.name)
+            elif isinstance(value, (list, tuple)):  # cat's tensors: each strided one read linearly
+                wrongs = [_linear_read(v) if isinstance(v, torch.Tensor) and not v.is_cpu else None for v in value]
+                if any(w is not None for w in wrongs):
+                    bound.set(a.name, type(value)(v if w is None else w.to(v.device) for v, w in zip(value, wrongs)))
+                    changed.append(a.name)
         self.triggered += bool(changed) or in_place
         if not changed and not in_place:
             return original.call_boxed(keyset, *args, **kwargs)
@@ -737,14 +758,21 @@ class Promotion(Mutant):
                     clean = _host(original.call_boxed(keyset, *args, **kwargs))
                 except Exception as error:  # noqa: BLE001 - the real kernel refuses the out dtype; the mutant computes in it
                     refused = error
+            else:  # in place (copy_ casts src to self's dtype by its semantics): what the kernel writes unbroken
+                clean = _shadow(original, keyset, Bound(self.facts.schema, args, kwargs), errors=True)
+                if isinstance(clean, Exception):
+                    clean, refused = None, clean
             try:
                 result = original.call_boxed(keyset, *bound.args, **bound.kwargs)
             except Exception as error:
-                if refused is not None and type(error) is type(refused) and str(error) == str(refused):
-                    self.equivalent += 1  # the mutant refuses the call exactly as the kernel does
+                if refused is not None and type(error) is type(refused):
+                    # the mutant refuses the call with the kernel's class: error parity (harness.compare.same_error,
+                    # PyTorch's own contract tests) compares only the class, so no comparison can tell them apart
+                    self.equivalent += 1
                 raise
-            if clean is not None and _bit_equal(_host(result), clean):
-                self.equivalent += 1  # computing in the out tensor's dtype gave the same result
+            seen = _host(result) if not self.facts.mutable_inputs else _host(_written(bound, result))
+            if clean is not None and _bit_equal(seen, clean):
+                self.equivalent += 1  # computing in the written tensor's dtype gave the same result
             return result
         result = original.call_boxed(keyset, *args, **kwargs)
         inputs = [t for a, v in bound.items() if a.name not in INDEX_ARGS for t in _device_tensors(v)]
@@ -993,7 +1021,10 @@ def rerun(stored: StoredCase, mode: str) -> tuple[str, str]:
     if case.source == "spec":
         from harness.runner import run_case
 
-        result = run_case(dataclasses.replace(case, mode=mode))
+        try:
+            result = run_case(dataclasses.replace(case, mode=mode))
+        except KeyError as error:  # a case stored before its spec's call text took this parameter
+            return "skip", f"the stored case has no parameter {error} that op spec {case.spec}'s call now takes"
         return result.verdict, result.message
     from harness import contract, modules, opinfo
 

@@ -320,6 +320,11 @@ spec("clamp", "pointwise", "torch.clamp({x0}, {lo}, {hi})",
 for _name in ("clamp_min", "clamp_max"):
     spec(_name, "pointwise", f"torch.{_name}({{x0}}, {{x1}})", binary(), NUMERIC, ignore_zero_sign=hs.FLOAT_DTYPES,
          tolerance_reason=_TIE_SIGN)
+# a Scalar bound (clamp_min.Scalar, and its out= twin clamp_min.out) on the designed layouts (the clamp_min spec's
+# bound is a tensor; clamp_max.out is reached by the clamp_max spec's cases)
+spec("clamp_min_scalar", "pointwise", "torch.clamp_min({x0}, {s})",
+     custom(lambda data, dtype: (_one(data, dtype), {"s": data.draw(hs.scalars(dtype))})), NUMERIC,
+     ignore_zero_sign=hs.FLOAT_DTYPES, tolerance_reason=_TIE_SIGN)
 spec("clamp_tensor", "pointwise", "torch.clamp({x0}, {x1}, {x2})",
      custom(lambda data, dtype: (lambda a, b: ([_t(data, a, dtype), _t(data, b, dtype), _t(data, b, dtype)], {}))(
          *data.draw(hs.broadcast_pair()))), NUMERIC, ignore_zero_sign=hs.FLOAT_DTYPES, tolerance_reason=_TIE_SIGN)
@@ -362,6 +367,13 @@ for _name, _dtypes in (("sum", EVERY), ("mean", hs.FLOAT_DTYPES), ("amax", NUMER
          grad=_name in ("sum", "mean"), tolerance=_REDUCE_TOL, fp64_reference=True,
          ignore_zero_sign=hs.FLOAT_DTYPES if _tie else (),
          tolerance_reason=f"{_REDUCE_REASON}; {_AMAX_SIGN}" if _tie else _REDUCE_REASON)
+# mean (all elements: mean.dtype_out) into an out= of a narrower float: CPU sums the float32 input in float32 and casts the mean once
+# (mean_out: a float16/bfloat16 result is computed in float); a kernel that casts the input to the out's dtype
+# first overflows a float32 value beyond float16's range to inf (the extremes domain, |x| up to 1e30, added: the
+# design's near_overflow cell may be empty), and a tensor of mixed signs to NaN where CPU's mean is inf
+spec("mean_out_half", "reduction", "torch.mean({x0}, out=torch.empty(0, dtype=torch.float16, device={x0}.device))",
+     unary(), ("float32",), tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON,
+     fp64_reference=True, extra_domains={"float32": ("extremes",)})
 spec("prod", "reduction", "torch.prod({x0}, dim={dim}, keepdim={keepdim})",
      reduction(allow_none=False, allow_tuple=False), NUMERIC, tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON,
      fp64_reference=True)
@@ -382,6 +394,9 @@ spec("var", "reduction", "torch.var({x0}, dim={dim}, correction={correction}, ke
      with_params(reduction(grad=True), correction=st.sampled_from([0, 1])), grad=True, tolerance=_REDUCE_TOL,
      tolerance_reason=_REDUCE_REASON, fp64_reference=True)
 spec("std", "reduction", "torch.std({x0}, dim={dim}, keepdim={keepdim})", reduction(), tolerance=_REDUCE_TOL,
+     tolerance_reason=_REDUCE_REASON, fp64_reference=True)
+# cumprod (served by cumprod.out) on the designed layouts
+spec("cumprod", "reduction", "torch.cumprod({x0}, {dim})", dim_op(), ("float32", "int64"), tolerance=_REDUCE_TOL,
      tolerance_reason=_REDUCE_REASON, fp64_reference=True)
 spec("cumsum", "reduction", "torch.cumsum({x0}, {dim})", dim_op(grad=True), NUMERIC, grad=True,
      tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON, fp64_reference=True)
@@ -511,10 +526,13 @@ spec("linear", "matmul", "F.linear({x0}, {x1}, {x2})", custom(_linear), grad=Tru
 
 
 def _attention(data, dtype):
+    """query, key and value of one shape; the error input (shape_mismatch) a float mask that does not broadcast to the
+    scores' (s, s) (sdpa's checks pass it; CPU's kernel raises RuntimeError: the device's fused kernel must too)."""
     b, h, s, d = data.draw(st.integers(1, 2)), data.draw(st.integers(1, 3)), data.draw(st.sampled_from([1, 7, 33])), \
         data.draw(st.sampled_from([8, 16]))
+    bad = _erring("shape_mismatch")
     return [_t(data, (b, h, s, d), dtype, domains=("unit",)) for _ in range(3)], \
-        {"causal": data.draw(st.booleans())}
+        {"causal": False if bad else data.draw(st.booleans()), "mask": (s + 1, s + 1) if bad else None}
 
 
 # Near overflow every score q.k overflows float32, and whether a score ends +inf, -inf or NaN is the summation
@@ -524,7 +542,8 @@ def _attention(data, dtype):
 # row is its largest score's: sum_i |q_i| |k_i| * scale over every key.
 _SCORES_BOUND = ("(abs({x0}) @ abs({x1}).transpose(-2, -1)).amax(-1, keepdim=True).expand(*{x0}.shape[:-1], "
                  "{x2}.shape[-1]) * {x0}.shape[-1] ** -0.5")
-spec("sdpa", "matmul", "F.scaled_dot_product_attention({x0}, {x1}, {x2}, is_causal={causal})", custom(_attention),
+spec("sdpa", "matmul", "F.scaled_dot_product_attention({x0}, {x1}, {x2}, attn_mask=None if {mask} is None else "
+     "torch.zeros({mask}, device={x0}.device), is_causal={causal})", custom(_attention),
      ("float32",), tolerance={"float32": (1e-5, 1e-5)},
      tolerance_reason=_MM_REASON + "; sum of products: near overflow the scores' order decides which rows end NaN",
      fp64_reference=True, sum_of_products=True, magnitude=_SCORES_BOUND)
@@ -895,7 +914,26 @@ spec("cdist", "spatial", "torch.cdist({x0}, {x1}, p={p})",
      tolerance_reason="p=2 uses |x|^2 + |y|^2 - 2xy on a matmul, as CPU's mm compute mode does")
 _FFT_REASON = ("a DFT matmul accumulates differently from pocketfft; an output that is exactly zero gets its sign "
                "from the last addition, which depends on the factorisation")
-spec("rfft", "spatial", "torch.fft.rfft({x0})", unary(min_dims=1), ("float32",), fp64_reference=True,
+
+
+def _fft_errors(c2r: bool) -> Draw:
+    """rfft's (irfft's) draw; its error inputs call the kernel directly (torch.fft's wrappers check their arguments
+    before it, so only a direct call gives the kernel an input it must reject): ``direct`` the dims to transform,
+    None outside them. bad_dim: an empty dim list (CPU's kernels read ``dim.back()``: RuntimeError); bad_arg: an
+    int32 input to ``_fft_r2c``, a signal length of 0 to ``_fft_c2r`` (RuntimeError from CPU's kernel)."""
+    def draw(data, dtype):
+        tensors, params = unary(min_dims=1)(data, dtype)
+        params = {**params, "direct": [] if _erring("bad_dim") else [-1] if _erring("bad_arg") else None}
+        if c2r:
+            params["last"] = 0
+        elif _erring("bad_arg"):
+            tensors = [replace(tensors[0], dtype="int32", domain="small_int")]
+        return tensors, params
+    return draw
+
+
+spec("rfft", "spatial", "torch.fft.rfft({x0}) if {direct} is None else "
+     "torch.ops.aten._fft_r2c({x0}, {direct}, 0, True)", _fft_errors(False), ("float32",), fp64_reference=True,
      tolerance={"float32": (1e-4, 1e-4)}, ignore_zero_sign=("float32",), tolerance_reason=_FFT_REASON)
 
 
@@ -1022,10 +1060,11 @@ def _pool_backward(dims: int, kind: str):
         grad = _spatial_input(data, dtype, dims, requires_grad=False)
         out = tuple(grad.shape[2:])
         k = stride = data.draw(st.integers(1, 2))
-        if kind == "adaptive_max":
+        if kind.startswith("adaptive"):
             spatial = tuple(o * data.draw(st.integers(1, 2)) for o in out)
-            if _bad_size():
+            if _bad_size():  # adaptive avg: a cotangent one dim short (CPU: "Expected dimensions 4 for `grad_output`")
                 out = out[:-1] + (out[-1] + 1,)
+                grad = replace(grad, shape=grad.shape[1:]) if kind == "adaptive_avg" else grad
         else:
             spatial = tuple((o - 1) * stride + k for o in out)
             if _bad_size():
@@ -1041,12 +1080,13 @@ _POOL_BACKWARD = {  # kind -> the call text of its backward (x0 the cotangent, x
     "max": "torch.ops.aten.max_pool{d}d_with_indices_backward({{x0}}, {{x1}}, {{k}}, {{stride}}, 0, 1, False, "
            "F.max_pool{d}d({{x1}}, {{k}}, {{stride}}, return_indices=True)[1])",
     "avg": "torch.ops.aten.avg_pool{d}d_backward({{x0}}, {{x1}}, {{k}}, {{stride}}, 0, False, {{include}}, None)",
+    "adaptive_avg": "torch.ops.aten._adaptive_avg_pool{d}d_backward({{x0}}, {{x1}})",
 }
 for _kind, _call in _POOL_BACKWARD.items():
     for _dims in (2, 3):
         spec(f"{_kind}_pool{_dims}d_backward", "spatial", _call.format(d=_dims), custom(_pool_backward(_dims, _kind)),
-             fp64_reference=_kind == "avg", ignore_zero_sign=("float16", "bfloat16") if _kind == "avg" else (),
-             tolerance_reason=_DAZ_SIGN if _kind == "avg" else "")
+             fp64_reference=_kind.endswith("avg"), ignore_zero_sign=("float16", "bfloat16") if _kind.endswith("avg")
+             else (), tolerance_reason=_DAZ_SIGN if _kind.endswith("avg") else "")
 
 
 # --- spatial: grid sampler backward called directly (issue 18: mut-spatial) ------------------------------------
@@ -1247,10 +1287,14 @@ def _as_strided(data, dtype):
     n = max(n, offset + (a - 1) * s1 + (b - 1) * s2 + 1)  # every element within the storage
     if _erring("bad_arg"):
         offset = -1  # CPU: "Tensor: invalid storage offset -1"
-    return [_t(data, (n,), dtype, layouts=("contiguous",))], {"size": (a, b), "stride": (s1, s2), "offset": offset}
+    # x0 sliced or offset into a larger storage, and the call's view of it ({x0}[1:]) offset again: as_strided's size,
+    # stride and offset address the storage itself, not the view (a kernel that reads the view through its own
+    # strides, or from its offset, reads other elements)
+    return [_t(data, (n,), dtype, layouts=("contiguous", "sliced", "offset"))], \
+        {"size": (a, b), "stride": (s1, s2), "offset": offset}
 
 
-spec("as_strided", "shape", "{x0}.as_strided({size}, {stride}, {offset}).clone()", custom(_as_strided), EVERY)
+spec("as_strided", "shape", "{x0}[1:].as_strided({size}, {stride}, {offset}).clone()", custom(_as_strided), EVERY)
 spec("alias", "shape", "torch.ops.aten.alias({x0})", unary(), EVERY, view=True)
 spec("resize_", "shape", "{x0}.clone().resize_({shape})",  # bad_arg: a negative size, which CPU's kernel rejects
      custom(lambda data, dtype: (lambda t: ([t], {"shape": (data.draw(st.integers(0, math.prod(t.shape)))
@@ -1320,6 +1364,12 @@ _BN_ZERO = ("an input gradient that is exactly zero gets its sign from the last 
 spec("batch_norm_legit", "reduction", "torch.ops.aten._native_batch_norm_legit({x0}, {x3}, {x4}, {x1}.clone(), "
      "{x2}.clone(), {training}, 0.1, 1e-5)", custom(_bn_legit), ("float32",), grad=True, fp64_reference=True,
      ignore_zero_sign=("float32",), tolerance_reason=_BN_ZERO)
+# the running statistics _native_batch_norm_legit updates in place (running = (1 - momentum) * running + momentum *
+# batch statistic), compared after the call: the mean contiguous, the variance a strided view (every other element
+# of a (C, 2) base) that the update must write through
+spec("batch_norm_legit_running_stats", "reduction", "(lambda rm, rv: (*torch.ops.aten._native_batch_norm_legit("
+     "{x0}, {x3}, {x4}, rm, rv, True, 0.1, 1e-5), rm, rv))({x1}.clone(), torch.stack([{x2}, {x2}], 1)[:, 0])",
+     custom(_bn_legit), ("float32",), fp64_reference=True, ignore_zero_sign=("float32",), tolerance_reason=_BN_ZERO)
 spec("batch_norm_legit_no_stats", "reduction", "torch.ops.aten._native_batch_norm_legit({x0}, {x3}, {x4}, True, "
      "0.1, 1e-5)", custom(_bn_legit), ("float32",), grad=True, fp64_reference=True,
      ignore_zero_sign=("float32",), tolerance_reason=_BN_ZERO)
@@ -1331,9 +1381,11 @@ spec("native_dropout", "random", "torch.ops.aten.native_dropout({x0}, {p}, True)
      with_params(unary(grad=True), p=lambda _: st.sampled_from([1.5] if _erring("bad_arg") else [0.0, 0.3, 1.0])), grad=True, check="properties")
 spec("adaptive_avg_pool3d", "spatial", "F.adaptive_avg_pool3d({x0}, {out})",
      with_params(custom(lambda d, t: _pool(d, t, 3)), out=_adaptive_out(3)), grad=True, fp64_reference=True)
-spec("irfft", "spatial", "torch.fft.irfft(torch.fft.rfft({x0}))", unary(min_dims=1), ("float32",),
+spec("irfft", "spatial", "torch.fft.irfft(torch.fft.rfft({x0})) if {direct} is None else "
+     "torch.ops.aten._fft_c2r(torch.fft.rfft({x0}), {direct}, 0, {last})", _fft_errors(True), ("float32",),
      fp64_reference=True, tolerance={"float32": (1e-4, 1e-4)}, ignore_zero_sign=("float32",),
      tolerance_reason=_FFT_REASON)
+
 spec("pdist", "spatial", "F.pdist({x0}, p={p})",
      custom(lambda data, dtype: ([_t(data, (data.draw(st.integers(1, 9)), data.draw(st.integers(1, 5))), dtype,
                                      requires_grad=True)], {"p": data.draw(st.sampled_from([1.0, 2.0, 3.0]))})),
@@ -1480,6 +1532,8 @@ def _index_copy(data, dtype):
 
 
 spec("index_copy", "indexing", "torch.index_copy({x0}, {dim}, {x1}, {x2})", custom(_index_copy), EVERY)
+# index_add (served by index_add.out) on the designed layouts: one index, so the sum has one term per position
+spec("index_add", "indexing", "torch.index_add({x0}, {dim}, {x1}, {x2})", custom(_index_copy), ("float32", "int64"))
 # A 0-dim tensor value: masked_fill.Tensor and fill.Tensor (and their out= and in-place twins)
 spec("masked_fill_tensor", "pointwise", "{x0}.masked_fill({x1} > 0, {x2})",
      custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype), _t(data, shape, "float32"),
@@ -1489,9 +1543,17 @@ spec("fill_tensor", "pointwise", "torch.ops.aten.fill.Tensor({x0}, {x1})",
 spec("isin_tensor_scalar", "pointwise", "torch.isin({x0}, {s}, invert={invert})",
      custom(lambda data, dtype: (_one(data, dtype), {"s": data.draw(hs.scalars(dtype)),
                                                      "invert": data.draw(st.booleans())})), NUMERIC)
-spec("isin_scalar_tensor", "pointwise", "torch.isin({s}, {x0}, invert={invert})",
-     custom(lambda data, dtype: (_one(data, dtype), {"s": data.draw(hs.scalars(dtype)),
-                                                     "invert": data.draw(st.booleans())})), NUMERIC)
+def _isin_scalar_tensor(data, dtype):
+    """A scalar and the tensor it is looked up in; in the dense domain the scalar is 0, which the tensor holds only at
+    its few zeros (of a sliced view, where a linear walk of its storage never reaches: harness.values)."""
+    goal = hs.target()
+    tensors = _one(data, dtype)
+    s = 0 if goal is not None and goal.domain == "dense" else data.draw(hs.scalars(dtype))
+    return tensors, {"s": s, "invert": data.draw(st.booleans())}
+
+
+spec("isin_scalar_tensor", "pointwise", "torch.isin({s}, {x0}, invert={invert})", custom(_isin_scalar_tensor),
+     NUMERIC, extra_domains={"float32": ("dense",)})
 spec("remainder_scalar_self", "pointwise", "torch.remainder({s}, {x0})",
      custom(lambda data, dtype: (_one(data, dtype), {"s": data.draw(hs.scalars(dtype))})), NUMERIC)
 
@@ -1643,17 +1705,21 @@ spec("reshape_alias", "shape", "torch.ops.aten._reshape_alias({x0}, {size}, "
 
 def _set(data, dtype):
     """set_ in its three forms, each on a drawn tensor (a view: the new metadata replaces the view's); the storage
-    forms view x0's whole storage from its offset. The error input: a stride more than sizes in the storage form
-    (CPU: "unequal size length (1) and stride length (2)")."""
+    forms view x0's whole storage from its offset. The error inputs: a stride more than sizes in the storage form
+    (shape_mismatch; CPU: "unequal size length (1) and stride length (2)"); a storage on another device (bad_arg:
+    a meta tensor's, on CPU and on the device alike; CPU: "Attempted to set the storage of a tensor on device ...
+    to a storage on different device")."""
     shape = data.draw(hs.shapes(min_dims=1, allow_empty=False, max_dims=3))
     selves = [_t(data, data.draw(hs.shapes(min_dims=1, max_dims=2, allow_empty=False)), dtype, layouts=_WRITABLE)
               for _ in range(3)]
-    return [_t(data, shape, dtype)] + selves, {"strides": (1, 1) if _bad_size() else (1,)}
+    return [_t(data, shape, dtype)] + selves, {"strides": (1, 1) if _bad_size() else (1,),
+                                               "foreign": "meta" if _erring("bad_arg") else None}
 
 
 spec("set_", "shape", "({x2}.set_({x0}.untyped_storage(), {x0}.storage_offset(), "
      "({x0}.untyped_storage().nbytes() // {x0}.element_size() - {x0}.storage_offset(),), {strides}), "
-     "{x1}.set_({x0}), {x3}.set_({x0}.untyped_storage()))", custom(_set), ("float32", "bfloat16"), inplace=True)
+     "{x1}.set_({x0}), {x3}.set_({x0}.untyped_storage() if {foreign} is None else "
+     "torch.empty(1, device={foreign}).untyped_storage()))", custom(_set), ("float32", "bfloat16"), inplace=True)
 
 
 def _random_inplace(data, dtype):
@@ -1759,10 +1825,38 @@ spec("prod_long", "reduction", "torch.prod(1 + {x0} / 64)",
 # Hypothesis draws unit and normal values (the designed cases bring every domain): with "extremes" keys (1e29) and
 # one position the fused backward's rowsum(dO * O) residual times the keys is 2e23 where CPU's math path gives 0
 # (a drawn case of the op suite; left to issue 18's note)
-spec("sdpa_backward", "matmul", "F.scaled_dot_product_attention({x0}, {x1}, {x2}, is_causal={causal})",
+spec("sdpa_backward", "matmul", "F.scaled_dot_product_attention({x0}, {x1}, {x2}, attn_mask=None if {mask} is None "
+     "else torch.zeros({mask}, device={x0}.device), is_causal={causal})",
      custom(lambda data, dtype: (lambda t, p: ([_t(data, x.shape, dtype, requires_grad=True, layouts=_SELF_LAYOUTS,
                                                    domains=("unit", "normal")) for x in t], p))(
          *_attention(data, dtype))), ("float32",), grad=True, tolerance={"float32": (1e-5, 1e-5)},
+     tolerance_reason=_MM_REASON, fp64_reference=True)
+
+
+
+def _sdpa_direct_backward(data, dtype):
+    """sdpa's query, key and value and a cotangent x3 of the output's shape; the error input (shape_mismatch) a
+    cotangent of one dim (CPU's backward reads its size(1): IndexError)."""
+    tensors, params = _attention(data, dtype)
+    q, v = tensors[0], tensors[2]
+    shape = (v.shape[-1],) if _erring("shape_mismatch") else tuple(q.shape[:-1]) + (v.shape[-1],)
+    return tensors + [_t(data, shape, dtype, domains=("unit",))], params
+
+
+# The fused attention backward the OVERRIDEABLE backend registers, called directly: on CPU (which has no kernel for
+# it) the call text computes the op it implements, CPU's flash attention backward, each side from its own forward
+# (the logsumexp it saved); so an error input reaches the kernel (autograd only passes it the forward's outputs).
+# CPU's side takes contiguous copies: its flash backward reads a non-contiguous query wrongly (torch 2.13: a
+# transposed (2, 3, 7, 8) query's gradient 6.2 away from the float64 math path's, 6e-7 for its contiguous copy,
+# the device's 6e-7), which autograd's F.scaled_dot_product_attention on CPU never gives it.
+spec("sdpa_overrideable_backward", "matmul",
+     "torch.ops.aten._scaled_dot_product_fused_attention_overrideable_backward({x3}, {x0}, {x1}, {x2}, None, "
+     "[True, True, True, False], *(lambda r: (r[0], r[1], r[2], r[3], r[4], r[5], 0.0, {causal}, r[6], r[7]))("
+     "torch.ops.aten._scaled_dot_product_fused_attention_overrideable({x0}, {x1}, {x2}, None, 0.0, {causal})))[:3] "
+     "if {x0}.device.type != 'cpu' else (lambda g, q, k, v: torch.ops.aten._scaled_dot_product_flash_attention_for_cpu"
+     "_backward(g, q, k, v, *torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, {causal}), 0.0, "
+     "{causal}))({x3}.contiguous(), {x0}.contiguous(), {x1}.contiguous(), {x2}.contiguous())",
+     custom(_sdpa_direct_backward), ("float32",), tolerance={"float32": (1e-5, 1e-5)},
      tolerance_reason=_MM_REASON, fp64_reference=True)
 
 

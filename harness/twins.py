@@ -38,7 +38,7 @@ device's dispatch key), so it works for any PyTorch device and checks only kerne
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import torch
@@ -201,6 +201,7 @@ class Call:
     args: tuple
     kwargs: dict
     result: Any = None  # the device's result of the recorded call (host copies), None if it raised
+    updated: list = field(default_factory=list)  # host copies, after the call, of what it wrote in place (not out=)
 
 
 def _snap(value: Any, values: bool = True) -> Any:
@@ -260,6 +261,8 @@ class Recorder(TorchDispatchMode):
         result = func(*args, **kwargs)
         if call is not None and twinned:
             call.result = _host(result)
+            call.updated = [_host(v) for a, v in _bound(func, args, kwargs) if _updates(func, a)
+                            and isinstance(v, torch.Tensor)]
         return result
 
 
@@ -341,12 +344,37 @@ def _run(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> tuple[Any, Bas
         return None, error
 
 
-def _written(twin: Twin, args: tuple, result: Any, outs: list[torch.Tensor]) -> Any:
-    """What a twin's caller sees: the out tensors, self of an in-place form, else the result."""
+def _bound(op: torch._ops.OpOverload, args: tuple, kwargs: dict) -> list[tuple[Any, Any]]:
+    """(schema argument, value) of each argument a call passed, positionally or by name."""
+    return [(a, args[i] if i < len(args) else kwargs[a.name]) for i, a in enumerate(op._schema.arguments)
+            if i < len(args) or a.name in kwargs]
+
+
+def _updates(op: torch._ops.OpOverload, a: Any) -> bool:
+    """Whether ``op``'s schema argument ``a`` is written in place without being out= or self (the first)."""
+    return a.name != op._schema.arguments[0].name and a.alias_info is not None and a.alias_info.is_write and not a.is_out
+
+
+def _own(call: Call) -> Any:
+    """What the device's own call gave its caller: its result, and what it wrote in place besides (the twin
+    shortcut compares a twin's ``_written`` with it)."""
+    return _tensors(call.result) + call.updated if call.updated else call.result
+
+
+def _written(twin: Twin, args: tuple, kwargs: dict, result: Any, outs: list[torch.Tensor],
+             updates: bool = True) -> Any:
+    """What a twin's caller sees: the out tensors, self of an in-place form, else the result; and the other
+    tensors the overload writes in place (``Tensor(a!)`` arguments that are not out=: batch norm's running
+    statistics, which ``_native_batch_norm_legit.out`` updates besides writing its outs; ``updates`` False: not
+    those, where the twin is compared with the device's own call's result)."""
+    schema = twin.overload._schema.arguments
+    updated = [value for i, a in enumerate(schema) if _updates(twin.overload, a)
+               for value in [args[i] if i < len(args) else kwargs.get(a.name)] if isinstance(value, torch.Tensor)] \
+        if updates else []
     if outs:
-        return outs
+        return outs + updated if updated else outs
     if twin.kind == "inplace":
-        return args[0]
+        return [args[0]] + updated if updated else args[0]
     return result
 
 
@@ -381,8 +409,8 @@ def check_twin(twin: Twin, call: Call, judge: Callable[[Any, Any], cmp.Compariso
             return None
         args, kwargs, outs = built
         result, error = _run(twin.overload, args, kwargs)
-        sides.append((args, result, error, outs))
-    (d_args, d_result, d_error, d_outs), (c_args, c_result, c_error, c_outs) = sides
+        sides.append((args, kwargs, result, error, outs))
+    (d_args, d_kwargs, d_result, d_error, d_outs), (c_args, c_kwargs, c_result, c_error, c_outs) = sides
     where = f"twin {twin.name} ({twin.kind} form of {_name(call.op)})"
     if isinstance(c_error, NotImplementedError) and twin.kind in ("out", "inplace", "functional"):
         # CPU has no kernel for the overload (an *_overrideable op, whose CPU entry only raises "not implemented
@@ -396,7 +424,7 @@ def check_twin(twin: Twin, call: Call, judge: Callable[[Any, Any], cmp.Compariso
                                       criterion="twin")
             parity = cmp.same_error(d_error, own)
             return parity if parity.ok else cmp.Comparison(False, f"{where}: {parity.message}", criterion="twin")
-        actual = _written(twin, d_args, d_result, d_outs)
+        actual = _written(twin, d_args, d_kwargs, d_result, d_outs, updates=False)
         if not _bit_equal(actual, call.result):
             return cmp.Comparison(False, f"{where}: not the device's own {_name(call.op)} result (CPU has no kernel "
                                          f"for it to compare with)", criterion="twin")
@@ -413,9 +441,9 @@ def check_twin(twin: Twin, call: Call, judge: Callable[[Any, Any], cmp.Compariso
     if _aliases(d_result, d_outs) != _aliases(c_result, c_outs):
         return cmp.Comparison(False, f"{where}: the result aliases the out= tensors on CPU {_aliases(c_result, c_outs)}"
                                      f", on the device {_aliases(d_result, d_outs)}", criterion="twin")
-    actual, expected = _written(twin, d_args, d_result, d_outs), _written(twin, c_args, c_result, c_outs)
+    actual, expected = _written(twin, d_args, d_kwargs, d_result, d_outs), _written(twin, c_args, c_kwargs, c_result, c_outs)
     if twin.kind in ("out", "inplace", "functional") and call.result is not None and \
-            _bit_equal(actual, call.result):
+            _bit_equal(actual, _own(call)):
         judged = cmp.Comparison(True, criterion="twin: bit-identical to the device's own call")
     else:
         judged = judge(actual, _host(expected))

@@ -27,8 +27,9 @@ WRITABLE_LAYOUTS = ("contiguous", "transposed", "sliced", "offset", "channels_la
 FLOAT_DOMAINS = ("normal", "uniform", "unit", "positive", "extremes", "signed_zero", "special", "denormal",
                  "near_overflow", "tails", "near_zero", "negative")
 INT_DOMAINS = ("small_int", "int_edges", "uniform")
-# Domains of any dtype that an op spec's design may add (OpSpec.extra_domains): sparse, one element in 32 (at least
-# one) nonzero (True), the rest zero (False); dense, one in 32 zero (False). An any/all answer, of a row or of the
+# Domains of any dtype that an op spec's design may add (OpSpec.extra_domains): sparse, one element in 32 of the view
+# (at least one; of a sliced view, only among those a linear walk of its storage misses) nonzero (True), the rest of
+# the storage zero (False); dense, the same zero (False). An any/all answer, of a row or of the
 # whole tensor, is then decided by a few elements, so reading the wrong ones (a stride ignored) changes it, where
 # with random values every answer is the same whichever elements are read.
 SPARSE_DOMAINS = ("sparse", "dense")
@@ -137,8 +138,16 @@ def base_values(spec: TensorSpec) -> torch.Tensor:
     g = torch.Generator().manual_seed(spec.seed)
     n = _numel(shape)
     if spec.domain in SPARSE_DOMAINS:
+        # the hits lie in the view's elements (the storage around a sliced view stays zero, or nonzero for dense),
+        # and where the view has elements that a read walking the storage linearly from its first element (ignoring
+        # a slice's stride) never reaches, only there: the answer then hangs on elements such a read misses
+        view = apply_layout(torch.arange(n).reshape(shape), spec.shape, spec.layout).reshape(-1)
+        seen = view.unique()
         hit = torch.zeros(n, dtype=torch.bool)
-        hit[torch.randperm(n, generator=g)[:max(1, n // 32)]] = True
+        if seen.numel():
+            far = seen[seen >= seen.min() + view.numel()]
+            pool = far if far.numel() else seen
+            hit[pool[torch.randperm(pool.numel(), generator=g)[:max(1, seen.numel() // 32)]]] = True
         hit = hit.reshape(shape)
         nonzero = hit if spec.domain == "sparse" else ~hit
         if dtype == torch.bool:

@@ -433,10 +433,26 @@ def backward_program(nc, pb: _Problem, g4: np.ndarray, o4: np.ndarray, lse3: np.
             nc.release_to(mark)
 
 
+def _check_like_output(query: torch.Tensor, value: torch.Tensor, **tensors: torch.Tensor) -> None:
+    """The backward's grad_out and out must have the attention output's shape (query's, with value's head dim).
+    CPU's backward reads their sizes without checking: one with fewer dims raises its IndexError (``Dimension out of
+    range``), as here; one of another shape it reads out of bounds, where the device raises RuntimeError."""
+    want = tuple(query.shape[:-1]) + (value.shape[-1],)
+    for name, t in tensors.items():
+        if t.dim() < len(want):
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-max(t.dim(), 1)}, "
+                             f"{max(t.dim(), 1) - 1}], but got {t.dim()}): sdpa's backward needs {name} of the "
+                             f"attention output's shape {list(want)}, got {list(t.shape)}")
+        if tuple(t.shape) != want:
+            raise RuntimeError(f"sdpa's backward needs {name} of the attention output's shape {list(want)}, got "
+                               f"{list(t.shape)}")
+
+
 def _backward(a: dict) -> tuple:
     grad_out, query, key, value = a["grad_out"], a["query"], a["key"], a["value"]
     bias, mask_needed = a["attn_bias"], list(a["grad_input_mask"])
     out, lse = a["out"], a["logsumexp"]
+    _check_like_output(query, value, grad_out=grad_out, out=out)
     pb = _problem(query, key, value, bias, a["dropout_p"], a["is_causal"], a["scale"])
     seed, offset = int(scalar_of(a["philox_seed"])), int(scalar_of(a["philox_offset"]))
     dq = torch.empty_like(query)

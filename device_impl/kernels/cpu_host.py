@@ -21,6 +21,10 @@ runs on, not only on PyTorch's version:
   the reduced floats convert to fp32; under ``DEFAULT`` the vector loop rounds as the scalar lambda, which
   for some ops (rsqrt) rounds an intermediate to the dtype.
 
+* **Whether CPU's FFT rejects an empty batch** (``fft_rejects_empty_batch``): with MKL (the x86 builds) a
+  transform over a batch of 0 signals raises "MKL FFT error: ... Inconsistent configuration parameters";
+  pocketfft builds return the empty result. Asked of the running torch with a (0, 2) tensor: nothing to compute.
+
 The answers are read from torch at the call (the capability is fixed once torch has loaded, so it is read
 once). Nothing here computes a result: proxies are allocated, never written or read; the selection runs
 outside any active dispatch mode (the host-compute guard of ``NEURONSIM_ASSERT_NO_CPU`` would otherwise
@@ -128,3 +132,15 @@ def is_onednn(backend: "torch._C._ConvBackend") -> bool:
 # Mkldnn, MkldnnTranspose, MkldnnEmpty: consecutive in ATen's ConvBackend enum (ConvUtils.h); Python's binding
 # of the enum omits MkldnnTranspose, so the range is taken from the two it does name.
 _ONEDNN = range(int(torch._C._ConvBackend.Mkldnn), int(torch._C._ConvBackend.MkldnnEmpty) + 1)
+
+
+@functools.cache
+def fft_rejects_empty_batch() -> bool:
+    """Whether CPU's ``_fft_r2c`` raises for a batch of no signals (MKL's descriptor refuses a batch count of 0;
+    pocketfft returns an empty tensor). The probe's input has no element, so no transform is computed."""
+    with _disable_current_modes():
+        try:
+            torch.ops.aten._fft_r2c(torch.empty((0, 2)), [1], 0, True)
+        except RuntimeError:
+            return True
+    return False

@@ -46,6 +46,10 @@ from device_impl.kernels.common import (
 from device_impl.kernels.registry import register_family
 
 BOOL = np.dtype(np.bool_)
+# CPU's isin takes its brute-force loop (test values cast to result_type(elements, tests)) while the test values number
+# fewer than int(10 * elements.numel() ** 0.145) (numpy's heuristic), else isin_sorting; for one element: 10
+_SORTING_MIN = 10
+_SCALAR_DTYPES = {"Bool": torch.bool, "Long": torch.int64, "Double": torch.float64, "ComplexDouble": torch.complex128}
 COMPARE_MAX = 32  # test values compared one by one on VectorE; above this, sort + binary search on GpSimd
 CHUNK_BYTES = 64 * 1024  # per partition, for one sorted chunk of test values held in SBUF
 
@@ -89,6 +93,11 @@ def _compute(out: torch.Tensor, a: dict) -> None:
     if not isinstance(tests, torch.Tensor) or (not is_device_tensor(tests) and tests.dim() == 0):
         _against_scalar(out, elements, tests, common, invert)
     elif not isinstance(elements, torch.Tensor):
+        if tests.numel() >= _SORTING_MIN:
+            # CPU's sorting path cats the scalar's tensor (no longer a wrapped number once flattened) with the test
+            # values: they compare in promote_types(the scalar's own dtype, tests'): isin(2.2e-16, a float16 tensor
+            # with a 0 and 10 or more elements) is False there, True below (the 2.2e-16 rounds to 0 in float16)
+            common = torch.promote_types(_SCALAR_DTYPES[_scalar_type_name(scalar_of(elements))], tests.dtype)
         _scalar_among(out, scalar_of(elements), tests, common, invert)
     elif not is_device_tensor(tests):
         raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "

@@ -88,6 +88,18 @@ def test_tensor_scalar_and_scalar_tensor():
             check(lambda t: torch.isin(element, t, invert=True), tests)
 
 
+@pytest.mark.parametrize("m", (membership._SORTING_MIN - 1, membership._SORTING_MIN, 40))
+@pytest.mark.parametrize("element", (2.220446049250313e-16, 1e-30, 259, -1))
+def test_scalar_tensor_compares_in_cpus_dtype_on_both_sides_of_its_sorting_threshold(element, m):
+    """isin(scalar, tensor): below CPU's sorting threshold the scalar is cast to result_type (2.2e-16 rounds to 0 in
+    float16, 259 wraps in int8), from it on CPU compares in promote_types (the scalar's double/long, the tensor's)."""
+    for dtype in (torch.float16, torch.bfloat16, torch.int8, torch.uint8):
+        tests = torch.zeros(m, dtype=dtype)
+        tests[1:] = 3
+        check(lambda t: torch.isin(element, t), tests)
+        check(lambda t: torch.isin(element, t, invert=True), tests)
+
+
 def test_out_variants_and_assume_unique():
     e, t = _pool((4, 33), torch.int32, 1), _pool((40,), torch.int32, 2)
     check(lambda e, t: torch.isin(e, t, out=torch.empty(4, 33, dtype=torch.bool, device=e.device)), e, t)

@@ -21,7 +21,7 @@ import torch
 
 from device_impl.engine import launch
 from device_impl.engine.dtypes import FP32, is_float
-from device_impl.kernels.common import hbm, resize_output
+from device_impl.kernels.common import check_exact_dtype, hbm, resize_output
 from device_impl.kernels.indexing.masked import _nonzero_into
 from device_impl.kernels.indexing.rows import (
     BOOL,
@@ -357,10 +357,8 @@ def _sort_values_stable(a: dict):
     self, values, indices = a["self"], a["values"], a["indices"]
     dim = _wrap_dim(a.get("dim", -1), self.dim())
     descending = bool(a.get("descending", False))
-    if values.dtype != self.dtype:
-        raise RuntimeError(f"Expected out tensor to have dtype {self.dtype}, but got {values.dtype} instead")
-    if indices.dtype != torch.int64:
-        raise RuntimeError(f"Expected out tensor to have dtype long int, but got {indices.dtype} instead")
+    check_exact_dtype(values, self.dtype)
+    check_exact_dtype(indices, torch.int64)
     shape = tuple(self.shape)
     for o in (values, indices):
         if tuple(o.shape) != shape:
@@ -395,8 +393,9 @@ def _topk_values(a: dict):
     if shape:
         shape[dim] = k
     shape = tuple(shape)
-    if values.dtype != self.dtype:
-        raise RuntimeError(f"Expected out tensor to have dtype {self.dtype}, but got {values.dtype} instead")
+    # CPU's topk meta (TORCH_META_FUNC(topk)) checks both outs; an indices out of another dtype reached the DMA
+    check_exact_dtype(values, self.dtype)
+    check_exact_dtype(indices, torch.int64)
     for o in (values, indices):
         if tuple(o.shape) != shape:
             resize_output(o, shape)

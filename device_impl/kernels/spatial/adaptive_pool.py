@@ -430,6 +430,10 @@ def _register_adaptive_avg(nsp: int) -> None:
                                f"`grad_output` but got dimensions {grad_output.dim()}")
         if grad_output.dtype != x.dtype:
             raise RuntimeError(f"expected dtype {x.dtype} for `grad_output` but got dtype {grad_output.dtype}")
+        if tuple(grad_output.shape[:-nsp]) != tuple(x.shape[:-nsp]):  # CPU reads past grad_output (no check)
+            raise RuntimeError(f"adaptive_avg_pool{nsp}d_backward(): `grad_output` of shape {list(grad_output.shape)}"
+                               f" has other batch/channel sizes than the input {list(x.shape)}; pass the gradient "
+                               f"of this input's forward output")
         fmt = torch.channels_last if nsp == 2 and x.dim() == 4 and _memory_format(x) == torch.channels_last \
             else torch.contiguous_format
         gi = torch.empty(tuple(x.shape), dtype=x.dtype, device=x.device, memory_format=fmt)

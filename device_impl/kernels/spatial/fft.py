@@ -19,6 +19,7 @@ import torch
 from device_impl.dispatch.table import TABLE
 from device_impl.engine import launch
 from device_impl.engine.dtypes import FP32
+from device_impl.kernels import cpu_host
 from device_impl.kernels.common import SCALAR_TYPE_NAMES, hbm
 from device_impl.kernels.matmul import _matmul_into
 from device_impl.kernels.spatial.tiles import BOOL, FREE, I64, P, _Scratch, _copy_cast, _fill, _split
@@ -185,8 +186,34 @@ def _norm_scale(normalization, n):
 _FFT_DTYPES = frozenset({torch.float32, torch.complex64, torch.float16, torch.bfloat16})
 
 
-def _wrap_dims(dims, ndim):
-    return [int(d) + ndim if int(d) < 0 else int(d) for d in dims]
+def _wrap_dims(dims, ndim, op: str):
+    """``dims`` wrapped into [0, ndim). An empty list raises CPU's RuntimeError (its kernels read ``dim.back()``);
+    one out of range, where CPU's MKL path reads past the shape (undefined), raises PyTorch's IndexError instead of
+    an internal one."""
+    if not len(dims):
+        raise RuntimeError(f"{op}: dim is empty (CPU: ArrayRef: attempted to access back() of empty list); pass at "
+                           f"least one dimension to transform")
+    wrapped = []
+    for d in dims:
+        d = int(d)
+        if not -max(ndim, 1) <= d < max(ndim, 1):
+            raise IndexError(f"Dimension out of range (expected to be in range of [{-max(ndim, 1)}, "
+                             f"{max(ndim, 1) - 1}], but got {d})")
+        wrapped.append(d + ndim if d < 0 else d)
+    return wrapped
+
+
+def _check_signal(op: str, sizes, dims, all_dims) -> None:
+    """A transformed dim of length 0: torch.fft rejects it before the kernel with this RuntimeError, and CPU's
+    kernel raises a RuntimeError for it too (MKL's "Inconsistent configuration parameters"). An empty batch (a dim
+    not transformed of length 0; ``all_dims``: every dim the op transforms): what CPU's FFT library does with it
+    (cpu_host.fft_rejects_empty_batch)."""
+    for d in dims:
+        if sizes[d] == 0:
+            raise RuntimeError(f"{op}: Invalid number of data points (0) specified along dim {d}")
+    if any(n == 0 for i, n in enumerate(sizes) if i not in all_dims) and cpu_host.fft_rejects_empty_batch():
+        raise RuntimeError(f"MKL FFT error: Intel oneMKL DFTI ERROR: Inconsistent configuration parameters ({op}: "
+                           f"a batch of no signals, shape {list(sizes)}, which CPU's MKL FFT refuses)")
 
 
 @TABLE.native("aten::_fft_r2c", dtypes=_FFT_DTYPES)
@@ -195,8 +222,9 @@ def fft_r2c(self, dim, normalization, onesided):
         raise RuntimeError(f"MKL FFT doesn't support tensors of type: {SCALAR_TYPE_NAMES[self.dtype]}")
     if not self.dtype.is_floating_point:
         raise RuntimeError("expected a real input tensor")
-    dims = _wrap_dims(dim, self.dim())
+    dims = _wrap_dims(dim, self.dim(), "_fft_r2c")
     sizes = list(self.shape)
+    _check_signal("_fft_r2c", sizes, dims, dims)
     last = dims[-1]
     out_sizes = list(sizes)
     if onesided:
@@ -233,12 +261,13 @@ def fft_r2c(self, dim, normalization, onesided):
 def fft_c2r(self, dim, normalization, last_dim_size):
     if not self.dtype.is_complex:
         raise RuntimeError("expected a complex input tensor")
-    dims = _wrap_dims(dim, self.dim())
+    dims = _wrap_dims(dim, self.dim(), "_fft_c2r")
     last = dims[-1]
     n = int(last_dim_size)
     if n <= 0:
         raise RuntimeError(f"Invalid number of data points ({n}) specified")
     sizes = list(self.shape)
+    _check_signal("_fft_c2r", sizes, dims[:-1], dims)
     # layout of MKL's intermediate c2c result (multi-dim), then of the c2r output
     mid_strides = list(self.stride())
     if len(dims) > 1:
