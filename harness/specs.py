@@ -1944,6 +1944,8 @@ def _nll_direct(dims: int):
         if goal is not None and goal.error == "oob_index":
             # CPU checks the target's range for a mean or sum only (reduction none writes where it points)
             reduction, target = 1, _index_tensor(data, (n,) + spatial, c, negative=False)
+        elif goal is not None and goal.layout not in (None, "contiguous"):
+            reduction = 0  # the backward reads no value of self: a designed layout must reach the gradient
         grad = (n,) + spatial if reduction == 0 else ()
         layouts = ("contiguous", "sliced", "expanded", "offset") if dims == 2 else hs.LAYOUTS
         return [_t(data, grad, dtype), _t(data, (n, c) + spatial, dtype, layouts=layouts), target], \

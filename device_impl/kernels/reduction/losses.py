@@ -362,8 +362,10 @@ def _nll_backward(name: str, a: dict, two_d: bool, out: torch.Tensor | None) -> 
             for ch, _, hit in spec.class_masks(nc, blk, safe, load=False):
                 mark = nc.mark()
                 zero = _memset(nc, hit.shape, FP32, 0.0)
+                # the row's value across the class columns: 1 * val keeps a -0.0 (0 + val made it +0.0)
+                one = _memset(nc, hit.shape, FP32, 1.0)
                 full = nc.sbuf_tile(hit.shape, FP32)
-                nc.vector.tensor_tensor(full, zero, val, "add", dtype=FP32)
+                nc.vector.tensor_tensor(full, one, val, "multiply", dtype=FP32)
                 res = nc.sbuf_tile(hit.shape, OV.dtype)
                 nc.vector.select(res, hit, full, zero)
                 blk.store(OV, ch, res)
