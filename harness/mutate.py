@@ -675,16 +675,21 @@ class Strides(Mutant):
 class IndexClamp(Mutant):
     """Out-of-range indices clamped into range instead of raising. Counts the calls whose index-named arguments
     held an integer tensor (``index_reads``): the rule of ``run_mutant`` for an op whose ``target`` is a float (a
-    regression loss's) reads it."""
+    regression loss's) reads it; and those of them the kernel returned from (``index_returns``): the rule for an op
+    whose designed out-of-range case CPU and the kernel both accept reads it."""
 
     index_reads: int = 0
+    index_returns: int = 0
 
     def run(self, original, keyset, args, kwargs):
         bound = Bound(self.facts.schema, args, kwargs)
-        self.index_reads += any(not t.is_floating_point() and t.dtype != torch.bool for a, v in bound.items()
-                                if a.name in INDEX_ARGS for t in _device_tensors(v))
+        reads = any(not t.is_floating_point() and t.dtype != torch.bool for a, v in bound.items()
+                    if a.name in INDEX_ARGS for t in _device_tensors(v))
+        self.index_reads += reads
         try:
-            return original.call_boxed(keyset, *args, **kwargs)
+            result = original.call_boxed(keyset, *args, **kwargs)
+            self.index_returns += reads
+            return result
         except Exception as error:  # noqa: BLE001 - the bounds check this mutant lacks
             bound = Bound(self.facts.schema, args, kwargs)
             sizes = [d for a, v in bound.items() if a.name not in INDEX_ARGS for t in _device_tensors(v)
@@ -985,8 +990,9 @@ def suite_cases(store: Store, mode: str = "eager") -> tuple[int, list[StoredCase
     return run_id, specs + sweep
 
 
-def rerun(stored: StoredCase, mode: str) -> tuple[str, str]:
-    """(verdict, message) of one stored case run again in ``mode``, with whatever kernel is planted."""
+def rerun(stored: StoredCase, mode: str) -> tuple[str, str, str]:
+    """(verdict, message, criterion) of one stored case run again in ``mode``, with whatever kernel is planted
+    (the criterion that judged it: "error parity" where both sides raised)."""
     import dataclasses
 
     case = stored.case
@@ -994,27 +1000,27 @@ def rerun(stored: StoredCase, mode: str) -> tuple[str, str]:
         from harness.runner import run_case
 
         result = run_case(dataclasses.replace(case, mode=mode))
-        return result.verdict, result.message
+        return result.verdict, result.message, result.comparison.criterion if result.comparison else ""
     from harness import contract, modules, opinfo
 
     dtype = getattr(torch, case.dtype)
     if case.source == "module":
         info = modules.find(case.spec)
         if info is None:
-            return "skip", f"no ModuleInfo named {case.spec} in this torch's module_db"
+            return "skip", f"no ModuleInfo named {case.spec} in this torch's module_db", ""
         comparison = modules.rerun(info, case.params["check"], dtype, case.params.get("index", 0), case.device, mode)
         verdict = "skip" if comparison.criterion.startswith("skip") else "pass" if comparison.ok else "fail"
-        return verdict, comparison.message
+        return verdict, comparison.message, comparison.criterion
     op = opinfo.find(case.spec)
     if op is None:
-        return "skip", f"no OpInfo named {case.spec} in this torch's op_db"
+        return "skip", f"no OpInfo named {case.spec} in this torch's op_db", ""
     kind, index = case.params.get("kind", "sample"), case.params.get("index", 0)
     if case.source == "contract":
         comparison = contract.rerun(op, case.params["check"], dtype, kind, index, case.device, mode)
     else:
         comparison = opinfo.rerun(op, dtype, kind, index, case.device, mode)
     verdict = "skip" if comparison.criterion.startswith("skip") else "pass" if comparison.ok else "fail"
-    return verdict, comparison.message
+    return verdict, comparison.message, comparison.criterion
 
 
 def table(device: str = "neuron") -> list[str]:
@@ -1084,14 +1090,19 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
                        seconds=time.perf_counter() - started)
     mutant = mc.make(op, mc.name, f)
     ran = 0
+    unchecked = 0  # designed out-of-range cases whose index calls of the kernel all returned (index_bounds)
     with Planted(mutant), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for stored in mine:
-            verdict, message = rerun(stored, mode)
+            before = (getattr(mutant, "index_returns", 0), mutant.triggered)
+            verdict, message, criterion = rerun(stored, mode)
             ran += 1
             if verdict == "fail":
                 return Outcome(op, mc.name, "caught", killer=stored.label, kind=failure_kind(message),
                                cases_run=ran, triggered=mutant.triggered, seconds=time.perf_counter() - started)
+            if stored.cell.get("error") == "oob_index" and criterion != "error parity" \
+                    and getattr(mutant, "index_returns", 0) > before[0] and mutant.triggered == before[1]:
+                unchecked += 1
     if mutant.triggered and mutant.equivalent == mutant.triggered:
         # An equivalent mutant: every time its break met its trigger the kernel's result came out
         # bit-identical (exp and sigmoid map -0.0 and +0.0 to the same value and never return -0.0).
@@ -1118,6 +1129,14 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
         return Outcome(op, mc.name, "excluded", f"no index to bound: in all {mutant.calls} calls its index-named "
                        "arguments held floating-point values, not indices", cases_run=ran,
                        seconds=time.perf_counter() - started)
+    if mc.name == "index_bounds" and mutant.triggered == 0 and unchecked:
+        # The rule, read from the op's own cases: its designed out-of-range case gave the kernel its indices and
+        # the kernel returned, as CPU did (the case passed, comparing values): CPU does not bounds-check this op
+        # (embedding_dense_backward skips a row whose index is outside [0, num_weights); its forward checked), so
+        # there is no raise for a clamp to replace, and what it does with such an index is compared by that case.
+        return Outcome(op, mc.name, "excluded", f"CPU does not bounds-check its indices: in {unchecked} designed "
+                       "out-of-range case(s) the kernel was called with the indices and returned, as CPU did, and "
+                       "the values matched", cases_run=ran, seconds=time.perf_counter() - started)
     if mc.name in ("tile_edge", "layout") and mutant.triggered == 0 and mutant.rejected:
         # The rule, read from the op's own calls: every call with a tensor the break changed (one longer than a
         # tile, or non-contiguous) raised, as CPU does for it (the case passed): the op rejects such tensors

@@ -1480,6 +1480,26 @@ def _index_copy(data, dtype):
 
 
 spec("index_copy", "indexing", "torch.index_copy({x0}, {dim}, {x1}, {x2})", custom(_index_copy), EVERY)
+
+
+def _index_add(data, dtype):
+    """index_add of a drawn source along a drawn dim, with repeated indices (the rows they pick add in index order,
+    as CPU's serial loop) and an alpha; the designed out-of-range index is CPU's RuntimeError
+    ("index 5 is out of bounds for dimension 0 with size 3"), through its out= twin too."""
+    shape = data.draw(hs.shapes(min_dims=1, max_dims=3, allow_empty=False))
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1))
+    n = data.draw(st.integers(1, 6))
+    src = list(shape)
+    src[dim] = n
+    alpha = data.draw(st.sampled_from([1, 2])) if dtype != "bool" else True
+    return [_t(data, shape, dtype), _index_tensor(data, (n,), shape[dim], negative=False),
+            _t(data, tuple(src), dtype)], {"dim": dim, "alpha": alpha}
+
+
+# index_add's own kernel (index_add.out; the functional and in-place forms are its twins); a float and an integer
+# dtype: its other dtypes take the same paths, and OpInfo's sweep and contract cases run them
+spec("index_add", "indexing", "torch.index_add({x0}, {dim}, {x1}, {x2}, alpha={alpha})", custom(_index_add),
+     ("float32", "int64"))
 # A 0-dim tensor value: masked_fill.Tensor and fill.Tensor (and their out= and in-place twins)
 spec("masked_fill_tensor", "pointwise", "{x0}.masked_fill({x1} > 0, {x2})",
      custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype), _t(data, shape, "float32"),
@@ -1802,13 +1822,16 @@ for _name, _call in (
 
 def _embedding_backward(data, dtype):
     """embedding_dense_backward with a drawn gradient (autograd's is a finite contiguous cotangent) and indices that
-    may repeat (their gradients sum). In range only: CPU's backward does not check them (the forward did) and skips
-    an out-of-range one (each thread sums the indices of its own row range), where the device raises IndexError."""
+    may repeat (their gradients sum). The designed out-of-range input is no error: CPU's backward does not check
+    its indices (the forward did) and skips a row whose index is outside [0, num_weights) (each thread sums the
+    indices of its own row range), which the device must do too; without scale_grad_by_freq there, since CPU's
+    count of an out-of-range index writes outside its counts array (undefined behaviour, no oracle)."""
     vocab, dim = data.draw(st.sampled_from([1, 7, 129])), data.draw(st.sampled_from([1, 16, 130]))
     idx_shape = data.draw(st.sampled_from([(5,), (2, 3)]))
-    index = TensorSpec(idx_shape, "int64", "contiguous", f"index:{vocab}+", data.draw(st.integers(0, 2**31 - 1)))
-    return [_t(data, idx_shape + (dim,), dtype), index], \
-        {"vocab": vocab, "scale": data.draw(st.booleans())}
+    index = _index_tensor(data, idx_shape, vocab, negative=False)
+    goal = hs.target()
+    scale = data.draw(st.booleans()) and not (goal is not None and goal.error == "oob_index")
+    return [_t(data, idx_shape + (dim,), dtype), index], {"vocab": vocab, "scale": scale}
 
 
 spec("embedding_dense_backward", "indexing", "torch.ops.aten.embedding_dense_backward({x0}, {x1}, {vocab}, -1, "

@@ -241,6 +241,19 @@ def test_index_bounds_counts_calls_with_an_integer_index():
         assert mutant.calls == 1 and mutant.index_reads == reads, op
 
 
+def test_an_index_bounds_mutant_of_an_op_cpu_does_not_bounds_check_is_excluded_by_its_own_cases():
+    """CPU's embedding_dense_backward skips an out-of-range index (no error): the designed out-of-range case gives
+    the kernel one and it returns, so a clamp "instead of raising" has no raise to replace. index_add.out raises
+    for it, as CPU: the same rule leaves it to be caught."""
+    for op, spec, status in (("aten::embedding_dense_backward", "embedding_dense_backward", "excluded"),
+                             ("aten::index_add.out", "index_add", "caught")):
+        cases = [mutate.StoredCase(d.case, {op}, {**d.cell.to_dict(), "design": d.id}, d.id)
+                 for d in design.cases(spec) if d.cell.error == "oob_index"]
+        outcome = mutate.run_mutant(op, mutate.CLASSES["index_bounds"], _facts(op, (spec,)), cases, "eager")
+        assert outcome.status == status, (op, outcome.reason)
+        assert status == "caught" or "does not bounds-check" in outcome.reason
+
+
 def test_an_in_place_random_mutant_is_caught_by_the_spec_invariant():
     """random_ on a strided view: its values are never compared, but every draw lies in [from, to), which a kernel
     that writes a temporary and leaves the view as it was breaks (the spec's invariant)."""
