@@ -167,7 +167,7 @@ def _zero_sign(f: OpFacts) -> str | None:
     if not f.reached:
         return None
     compared = [s for s in f.specs for d in SPECS[s].dtypes if d in ("float32", "bfloat16", "float16")
-                and d not in SPECS[s].ignore_zero_sign]
+                and (d not in SPECS[s].ignore_zero_sign or SPECS[s].zero_ties)]  # zero_ties: all but the ties
     compared += sorted(f.sweep_dtypes & {"float32", "bfloat16", "float16"})  # OpInfo/contract compare -0.0
     return None if compared else "every op spec reaching it treats -0.0 as 0.0 (its tolerance_reason says why)"
 

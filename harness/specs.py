@@ -43,6 +43,11 @@ class OpSpec:
     check: str = "values"  # "values", or "properties" for random ops (shape, dtype, device, determinism)
     overflow_equal: bool = False  # inf matches a finite value near the dtype's max (tolerance_reason says why)
     ignore_zero_sign: tuple[str, ...] = ()  # dtypes where +0.0 == -0.0 (tolerance_reason says why)
+    # where ignore_zero_sign applies because CPU's sign of a zero result depends on its loop only at a tie (max of
+    # 0.0 and -0.0): an expression over x0, x1, ... and the parameters, evaluated on CPU's inputs, giving a bool
+    # tensor (broadcast to each result) true at the tie positions; the results' zero signs are compared everywhere
+    # else (max(-0.0, -1.0) is -0.0 in every loop). Inputs after the call and gradients stay as ignore_zero_sign says.
+    zero_ties: str = ""
     max_ulp: dict[str, int] = field(default_factory=dict)  # dtype -> ULP bound for correctly rounded ops
     # a sum of products (matmul, convolution, fold): positions whose magnitude bound is beyond the dtype's range
     # or below float32's smallest normal are order/host dependent (harness.compare.OrderDependent)
@@ -260,6 +265,9 @@ _TIE_SIGN = ("CPU's vectorized max/min (vmaxps/vminps) return the second operand
              "tail the first (std::max), so the sign of max(0.0, -0.0) depends on the element's position; the "
              "device follows the vector loop everywhere")
 _TIE_OPS = ("maximum", "minimum")
+# where a binary max/min's zero sign is its loop's: both operands zero (OpSpec.zero_ties); elsewhere it is fixed
+# (max(-0.0, -1.0) is -0.0 in every loop)
+_BINARY_TIES = "({x0} == 0) & ({x1} == 0)"
 # Correctly rounded ops: CPU and the engines both compute the exact result (a product of two
 # bf16/fp16 values is exact in fp32) or the one IEEE-rounded fp32 result, then round it once to
 # nearest even; so the results are bit-identical, and a one-ULP difference is a rounding bug the
@@ -271,6 +279,7 @@ for _name in ("add", "sub", "mul", "maximum", "minimum", "atan2", "eq", "ne", "l
     spec(_name, "pointwise", f"torch.{_name}({{x0}}, {{x1}})", binary(grad=_name in ("add", "sub", "mul", "maximum")),
          EVERY, grad=_name in ("add", "sub", "mul", "maximum"),
          ignore_zero_sign=hs.FLOAT_DTYPES if _name in _TIE_OPS else (),
+         zero_ties=_BINARY_TIES if _name in _TIE_OPS else "",
          max_ulp=_EXACT if _name == "mul" else {},
          tolerance_reason=_TIE_SIGN if _name in _TIE_OPS else _EXACT_REASON if _name == "mul" else "")
 # out= variants: the result is written into a caller's tensor, resized from empty and cast to its dtype
@@ -293,6 +302,7 @@ for _name in ("add", "mul", "atan2", "maximum"):
                      out_dtype=lambda tensors: st.sampled_from([tensors[0].dtype, "float32"])), EVERY,
          tolerance={d: cmp.DEFAULT_TOLERANCE[getattr(torch, d)] for d in hs.FLOAT_DTYPES},
          ignore_zero_sign=hs.FLOAT_DTYPES if _name in _TIE_OPS else (), max_ulp=_EXACT if _name == "mul" else {},
+         zero_ties=_BINARY_TIES if _name in _TIE_OPS else "",
          tolerance_reason=" ".join(r for r in (_OUT_REASON, _TIE_SIGN if _name in _TIE_OPS else "",
                                                _EXACT_REASON if _name == "mul" else "") if r))
 _POW_REASON = ("CPU's bfloat16/float16 pow is not correctly rounded (0.013427734375 ** -1.87890625 = 3290.8, "
@@ -319,10 +329,16 @@ spec("clamp", "pointwise", "torch.clamp({x0}, {lo}, {hi})",
      NUMERIC, grad=True)  # a scalar bound keeps the value's zero on a tie at every position, as relu
 for _name in ("clamp_min", "clamp_max"):
     spec(_name, "pointwise", f"torch.{_name}({{x0}}, {{x1}})", binary(), NUMERIC, ignore_zero_sign=hs.FLOAT_DTYPES,
-         tolerance_reason=_TIE_SIGN)
+         zero_ties=_BINARY_TIES, tolerance_reason=_TIE_SIGN)
+# clamp_min with a Scalar bound (aten::clamp_min, its out= twin clamp_min.out): a NaN, an infinity or -0.0 in the
+# tensor or the bound (the Tensor form above reaches clamp_min.out only through a 0-dim bound)
+spec("clamp_min_scalar", "pointwise", "torch.clamp_min({x0}, {s})",
+     custom(lambda data, dtype: ([_t(data, data.draw(hs.shapes()), dtype)], {"s": data.draw(hs.scalars(dtype))})),
+     hs.FLOAT_DTYPES)
 spec("clamp_tensor", "pointwise", "torch.clamp({x0}, {x1}, {x2})",
      custom(lambda data, dtype: (lambda a, b: ([_t(data, a, dtype), _t(data, b, dtype), _t(data, b, dtype)], {}))(
-         *data.draw(hs.broadcast_pair()))), NUMERIC, ignore_zero_sign=hs.FLOAT_DTYPES, tolerance_reason=_TIE_SIGN)
+         *data.draw(hs.broadcast_pair()))), NUMERIC, ignore_zero_sign=hs.FLOAT_DTYPES, tolerance_reason=_TIE_SIGN,
+     zero_ties="(({x0} == 0) & ({x1} == 0)) | ((torch.maximum({x0}, {x1}) == 0) & ({x2} == 0))")
 spec("masked_fill", "pointwise", "{x0}.masked_fill({x1} > 0, {value})",
      custom(lambda data, dtype: (lambda shape: ([_t(data, shape, dtype), _t(data, shape, "float32")],
                                                 {"value": data.draw(hs.scalars(dtype))}))(data.draw(hs.shapes()))),
@@ -355,12 +371,21 @@ _AMAX_SIGN = ("the sign of a zero amax/amin depends on the output's position in 
               "value, so amax over dim 0 of rows (0.0, 0.0, -0.0) expanded to 100 columns is -0.0 in the 96 (float32) "
               "or 64 (bfloat16) vector-loop columns and +0.0 in the tail, and +0.0 everywhere at 7 columns (the "
               "same with ATEN_CPU_CAPABILITY=default and avx2); no position-independent rule reproduces it")
+# where an extremum's zero sign is its loop's: a slice holding both 0.0 and -0.0 (OpSpec.zero_ties); ``{r}`` the
+# reduction (amax, or aminmax and its max) of a 0/1 indicator; the extra domains give slices whose extremum is -0.0
+# with no +0.0 beside it (harness.values.ZERO_TIE_DOMAINS)
+_SLICE_TIES = ("({r}((({{x0}} == 0) & torch.signbit({{x0}})).to(torch.int8), dim={{dim}}, keepdim={{keepdim}}){i} & "
+               "{r}((({{x0}} == 0) & ~torch.signbit({{x0}})).to(torch.int8), dim={{dim}}, keepdim={{keepdim}}){i})"
+               ".bool()")
 for _name, _dtypes in (("sum", EVERY), ("mean", hs.FLOAT_DTYPES), ("amax", NUMERIC), ("amin", NUMERIC)):
     _tie = _name in ("amax", "amin")
     spec(_name, "reduction", f"torch.{_name}({{x0}}, dim={{dim}}, keepdim={{keepdim}})",
          reduction(grad=_name in ("sum", "mean"), none_as=None if _name in ("sum", "mean") else ()), _dtypes,
          grad=_name in ("sum", "mean"), tolerance=_REDUCE_TOL, fp64_reference=True,
          ignore_zero_sign=hs.FLOAT_DTYPES if _tie else (),
+         zero_ties=_SLICE_TIES.format(r="torch.amax", i="") if _tie else "",
+         extra_domains={d: ("zero_below" if _name == "amax" else "zero_above",) for d in hs.FLOAT_DTYPES} if _tie
+         else {},
          tolerance_reason=f"{_REDUCE_REASON}; {_AMAX_SIGN}" if _tie else _REDUCE_REASON)
 spec("prod", "reduction", "torch.prod({x0}, dim={dim}, keepdim={keepdim})",
      reduction(allow_none=False, allow_tuple=False), NUMERIC, tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON,
@@ -1005,7 +1030,7 @@ def _adaptive_max(dims: int):
 
 for _dims in (2, 3):
     spec(f"adaptive_max_pool{_dims}d", "spatial", f"F.adaptive_max_pool{_dims}d({{x0}}, {{out}}, return_indices=True)",
-         custom(_adaptive_max(_dims)), grad=True)
+         custom(_adaptive_max(_dims)), grad=True, extra_domains={d: ("zero_below",) for d in hs.FLOAT_DTYPES})
 
 
 def _pool_backward(dims: int, kind: str):
@@ -1299,7 +1324,9 @@ for _name in ("any", "all"):
 for _name in ("max", "min"):
     spec(f"{_name}_all_elements", "reduction", f"torch.{_name}({{x0}})", unary(), EVERY)
 spec("aminmax", "reduction", "torch.aminmax({x0}, dim={dim}, keepdim={keepdim})",
-     reduction(allow_tuple=False), NUMERIC, ignore_zero_sign=hs.FLOAT_DTYPES, tolerance_reason=_AMAX_SIGN)
+     reduction(allow_tuple=False), NUMERIC, ignore_zero_sign=hs.FLOAT_DTYPES, tolerance_reason=_AMAX_SIGN,
+     zero_ties=_SLICE_TIES.format(r="torch.aminmax", i="[1]"),
+     extra_domains={d: ("zero_below", "zero_above") for d in hs.FLOAT_DTYPES})
 # At most 64 factors: a product of thousands of values overflows in one partial product and underflows in
 # another, and whether the result is 0, inf or NaN (inf * 0) depends only on the multiplication order.
 spec("prod_all_elements", "reduction", "torch.prod({x0})",
