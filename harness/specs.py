@@ -464,15 +464,22 @@ spec("group_norm", "reduction", "F.group_norm({x0}, {groups}, {x1}, {x2})", cust
 
 
 def _batch_norm(data, dtype):
+    """Batch norm of a drawn input; the running statistics, weight and bias in the input's dtype (a bfloat16 input
+    with float32 statistics and bfloat16 weights is CPU's RuntimeError "mixed dtype (CPU): expect parameter to
+    have scalar type of Float"). CPU's mixed form (a reduced-precision input, all parameters float32) is not drawn:
+    its designed cases found device differences not yet fixed (weights near 1e38: NaN outputs on the device; float32
+    weight gradients 256+ ULP from CPU's)."""
     n, c = data.draw(st.integers(2, 4)), data.draw(st.integers(1, 5))
     spatial = data.draw(st.sampled_from([(), (5,), (3, 4)]))
-    return [_t(data, (n, c) + spatial, dtype, requires_grad=True), _t(data, (c,), "float32", domains=("uniform",)),
-            _t(data, (c,), "float32", domains=("positive",)), _t(data, (c,), dtype, requires_grad=True),
-            _t(data, (c,), dtype, requires_grad=True)], {"training": data.draw(st.booleans())}
+    param = dtype
+    return [_t(data, (n, c) + spatial, dtype, requires_grad=True), _t(data, (c,), param, domains=("uniform",)),
+            _t(data, (c,), param, domains=("positive",)), _t(data, (c,), param, requires_grad=True),
+            _t(data, (c,), param, requires_grad=True)], {"training": data.draw(st.booleans())}
 
 
 spec("batch_norm", "reduction", "F.batch_norm({x0}, {x1}.clone(), {x2}.clone(), {x3}, {x4}, training={training})",
-     custom(_batch_norm), ("float32",), grad=True, fp64_reference=True, ignore_zero_sign=("float32",),
+     custom(_batch_norm), ("float32", "bfloat16"), grad=True, fp64_reference=True,
+     ignore_zero_sign=("float32", "bfloat16"),
      tolerance_reason="an input gradient that is exactly zero gets its sign from the last operation of the backward "
                       "formula, which differs between CPU's fused batch-norm backward and the device's")
 
@@ -911,7 +918,7 @@ def _grid(data, dtype):
 
 
 spec("grid_sample", "spatial", "F.grid_sample({x0}, {x1}, mode={mode}, padding_mode={padding}, "
-     "align_corners={align})", custom(_grid), ("float32",), fp64_reference=True)
+     "align_corners={align})", custom(_grid), ("float32", "bfloat16"), fp64_reference=True)
 spec("cdist", "spatial", "torch.cdist({x0}, {x1}, p={p})",
      custom(lambda data, dtype: (lambda m, n, d: ([_t(data, (m, d), dtype), _t(data, (n, d), dtype)],
                                                   {"p": data.draw(st.sampled_from([1.0, 2.0, float("inf")]))}))(
@@ -1137,12 +1144,12 @@ def _steps(data, dtype):
     """linspace/logspace's range into a given out= tensor; the error input (bad_arg): a negative number of steps,
     which only the out= kernel sees (the functional form refuses it above the kernel)."""
     start, end, steps = data.draw(st.integers(-10, 10)), data.draw(st.integers(-3, 3)), data.draw(st.integers(0, 300))
-    return [], {"start": start, "end": end, "steps": -1 - steps if _erring("bad_arg") else steps}
+    return [], {"start": start, "end": end, "steps": -1 - steps if _erring("bad_arg") else steps, "dtype": dtype}
 
 
 for _name in ("linspace", "logspace"):
-    spec(f"{_name}_out", "random", f"torch.{_name}({{start}}, {{end}}, {{steps}}, out=torch.empty(0, device=device))",
-         custom(_steps), ("float32",), fp64_reference=True)
+    spec(f"{_name}_out", "random", f"torch.{_name}({{start}}, {{end}}, {{steps}}, out=torch.empty(0, "
+         f"dtype=torch.{{dtype:name}}, device=device))", custom(_steps), ("float32", "bfloat16"), fp64_reference=True)
 spec("randperm_out", "random", "torch.randperm({n}, out=torch.empty(0, dtype=torch.int64, device=device))",
      custom(lambda data, dtype: ([], {"n": (-1 if _erring("bad_arg") else 1) * data.draw(st.integers(1, 600))})),
      ("int64",), check="properties")  # bad_arg: a negative n, which only the out= kernel sees
@@ -1345,8 +1352,8 @@ def _bn_legit(data, dtype):
 _BN_ZERO = ("an input gradient that is exactly zero gets its sign from the last operation of the backward "
             "formula, which differs between CPU's fused batch-norm backward and the device's")
 spec("batch_norm_legit", "reduction", "torch.ops.aten._native_batch_norm_legit({x0}, {x3}, {x4}, {x1}.clone(), "
-     "{x2}.clone(), {training}, 0.1, 1e-5)", custom(_bn_legit), ("float32",), grad=True, fp64_reference=True,
-     ignore_zero_sign=("float32",), tolerance_reason=_BN_ZERO)
+     "{x2}.clone(), {training}, 0.1, 1e-5)", custom(_bn_legit), ("float32", "bfloat16"), grad=True,
+     fp64_reference=True, ignore_zero_sign=("float32", "bfloat16"), tolerance_reason=_BN_ZERO)
 spec("batch_norm_legit_no_stats", "reduction", "torch.ops.aten._native_batch_norm_legit({x0}, {x3}, {x4}, True, "
      "0.1, 1e-5)", custom(_bn_legit), ("float32",), grad=True, fp64_reference=True,
      ignore_zero_sign=("float32",), tolerance_reason=_BN_ZERO)
