@@ -990,6 +990,21 @@ def suite_cases(store: Store, mode: str = "eager") -> tuple[int, list[StoredCase
     return run_id, specs + sweep
 
 
+def _zero_signs_free(stored: StoredCase) -> bool:
+    """Whether an op spec's case leaves free the sign of every zero a zero_sign mutant can change: its spec ignores
+    zero signs in the case's dtypes (``ignore_zero_sign``, no ``zero_ties``), or it is a sum of products
+    (``sum_of_products``): -0.0 read as 0.0 changes only terms that are zero, so only results all of whose terms are
+    zero, whose magnitude bound is 0 and whose sign is the accumulation's start (CPU's +0.0 accumulator or its first
+    term), which the comparison frees (harness.compare.OrderDependent.underflow); and a -0.0 result is such a sum.
+    An OpInfo, contract or module case compares every zero's sign."""
+    if stored.source != "spec":
+        return False
+    from harness.runner import _zero_sign
+
+    spec = SPECS[stored.case.spec]
+    return spec.sum_of_products or (not _zero_sign(spec, stored.case) and not spec.zero_ties)
+
+
 def rerun(stored: StoredCase, mode: str) -> tuple[str, str, str]:
     """(verdict, message, criterion) of one stored case run again in ``mode``, with whatever kernel is planted
     (the criterion that judged it: "error parity" where both sides raised)."""
@@ -1091,12 +1106,15 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
     mutant = mc.make(op, mc.name, f)
     ran = 0
     unchecked = 0  # designed out-of-range cases whose index calls of the kernel all returned (index_bounds)
+    blind = 0  # zero_sign: calls that changed the result in cases whose comparison leaves those zeros' signs free
     with Planted(mutant), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for stored in mine:
-            before = (getattr(mutant, "index_returns", 0), mutant.triggered)
+            before = (getattr(mutant, "index_returns", 0), mutant.triggered, mutant.equivalent)
             verdict, message, criterion = rerun(stored, mode)
             ran += 1
+            if mc.name == "zero_sign" and _zero_signs_free(stored):
+                blind += (mutant.triggered - before[1]) - (mutant.equivalent - before[2])
             if verdict == "fail":
                 return Outcome(op, mc.name, "caught", killer=stored.label, kind=failure_kind(message),
                                cases_run=ran, triggered=mutant.triggered, seconds=time.perf_counter() - started)
@@ -1109,6 +1127,15 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
         return Outcome(op, mc.name, "excluded", f"equivalent for this op: in all {mutant.triggered} calls where "
                        f"the break applied, the kernel's result was bit-identical to the real one's", cases_run=ran,
                        triggered=mutant.triggered, seconds=time.perf_counter() - started)
+    if mc.name == "zero_sign" and blind and mutant.equivalent + blind == mutant.triggered:
+        # The rule, read from the op's own calls: the break changed results only in cases whose comparison leaves
+        # those zeros' signs free (see _zero_signs_free); in every case that compares them, the result was
+        # bit-identical. -0.0 read or written as 0.0 changes only zeros' signs, so nothing it does can be seen.
+        return Outcome(op, mc.name, "excluded", f"equivalent where zero signs are compared: in {mutant.equivalent} "
+                       f"calls of cases that compare them the result was bit-identical; the {blind} calls it changed "
+                       "were in cases whose spec leaves those zeros' signs free (ignore_zero_sign, or a sum of "
+                       "products's zero results)", cases_run=ran, triggered=mutant.triggered,
+                       seconds=time.perf_counter() - started)
     if mc.name == "bf16_rounding" and mutant.triggered == 0 and mutant.bf16_reads:
         # The rule, read from the op's own calls: it was called with bfloat16 operands and still no call
         # returned a bfloat16 result (any/all/isin/nonzero return bool or int64 for every input), so
