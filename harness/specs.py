@@ -311,6 +311,13 @@ for _name in ("add", "sub", "mul", "eq", "lt", "pow", "remainder", "fmod", "floo
     spec(f"{_name}_scalar", "pointwise", f"torch.{_name}({{x0}}, {{s}})",
          custom(lambda data, dtype: ([_t(data, data.draw(hs.shapes()), dtype)], {"s": data.draw(hs.scalars(dtype))})),
          EVERY, fp64_reference=_name == "pow", tolerance_reason=_POW_REASON if _name == "pow" else "")
+# The Scalar overloads themselves (div.Scalar, floor_divide.Scalar, and their out= twins): a Python number reaches
+# the Tensor overloads as a wrapped 0-dim tensor, and div.Scalar otherwise only from backward formulas, whose drawn
+# cotangents hold no NaN, -0.0, large value or tile edge
+for _name in ("div", "floor_divide"):
+    spec(f"{_name}_scalar_overload", "pointwise", f"torch.ops.aten.{_name}.Scalar({{x0}}, {{s}})",
+         custom(lambda data, dtype: ([_t(data, data.draw(hs.shapes()), dtype)], {"s": data.draw(hs.scalars(dtype))})),
+         hs.FLOAT_DTYPES + ("int64",))
 spec("add_alpha", "pointwise", "torch.add({x0}, {x1}, alpha={alpha})",
      with_params(binary(), alpha=st.sampled_from([2, -1, 0.5])), NUMERIC)
 spec("div", "pointwise", "torch.div({x0}, {x1}, rounding_mode={mode})",
