@@ -1294,10 +1294,19 @@ def _split_sizes(data, dtype):
 spec("split_sizes", "shape", "torch.split({x0}, {sizes}, dim={dim})", custom(_split_sizes), EVERY)
 
 
+P_EDGE = 128  # the device's partitions: a view longer than one tile (harness.design.SIZE_EDGES' tile edges)
+
+
 def _as_strided(data, dtype):
+    """A view of a drawn 1-d storage; a designed tile edge is the view's last dim (stride 1 or 2), so the view and
+    its storage cross a partition edge (the drawn sizes stay below one tile)."""
+    goal = hs.target()
     n = data.draw(st.integers(1, 64))
     a, b = data.draw(st.integers(1, 5)), data.draw(st.integers(1, 5))
     s1, s2 = data.draw(st.integers(0, 6)), data.draw(st.integers(0, 3))
+    if goal is not None and isinstance(goal.size, int) and goal.size > P_EDGE:
+        b, s2 = goal.size, data.draw(st.integers(1, 2))
+        a, s1 = data.draw(st.integers(1, 3)), data.draw(st.integers(0, 1)) * b * s2
     offset = data.draw(st.integers(0, 5))
     n = max(n, offset + (a - 1) * s1 + (b - 1) * s2 + 1)  # every element within the storage
     if _erring("bad_arg"):
