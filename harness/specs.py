@@ -595,6 +595,29 @@ def _rnn_cell(gates: int, two_states: bool):
 _CELL_REASON = _MM_REASON + "; the fused cell sums the gates and biases in another order than CPU's composite"
 spec("lstm_cell", "matmul", "torch.lstm_cell({x0}, ({x1}, {x2}), {x3}, {x4}, {x5}, {x6})", _rnn_cell(4, True),
      ("float32",), grad=True, tolerance=_MM_TOL, tolerance_reason=_CELL_REASON, fp64_reference=True)
+
+
+def _lstm_cell_state(data, dtype):
+    """The LSTM cell with only its cell state cx (x0) in the designed domain, layout and size: the input, hidden
+    state, weights and biases stay in ``unit`` (contiguous), so the gates are not saturated and what cx brings (a
+    tanh(cy) in its tails, NaN, -0.0) reaches the backward's result; in lstm_cell's designed cases every input takes
+    the domain, and with all of them in the tails the gates are exactly 0 or 1, multiplying that away."""
+    goal = hs.target()
+    b, i = data.draw(st.sampled_from((1, 3))), data.draw(st.sampled_from((1, 5)))
+    h = goal.size if goal is not None and isinstance(goal.size, int) and goal.size <= 513 else \
+        data.draw(st.sampled_from((1, 6, 130)))
+
+    def unit(shape):
+        return TensorSpec(tuple(shape), dtype, "contiguous", "unit", data.draw(st.integers(0, 2**31 - 1)), True)
+    return [_t(data, (b, h), dtype, requires_grad=True), unit((b, i)), unit((b, h)), unit((4 * h, i)),
+            unit((4 * h, h)), unit((4 * h,)), unit((4 * h,))], {}
+
+
+spec("lstm_cell_state", "matmul", "torch.lstm_cell({x1}, ({x2}, {x0}), {x3}, {x4}, {x5}, {x6})",
+     custom(_lstm_cell_state), ("float32",), grad=True, tolerance=_MM_TOL, fp64_reference=True, sum_of_products=True,
+     tolerance_reason=_CELL_REASON + "; the weights' gradients are matmuls over the batch: where every term is zero "
+     "(a gate whose gradient is 0) the zero's sign is the accumulation's (the device's -0.0, CPU's mm +0.0), "
+     "left free as for every sum of products (designed case lstm_cell_state-float32-special-sliced-127)")
 # Zero signs: the fused backward (ATen's RNN.cu formula) takes hy's gradient into n as go * (1 - z), CPU's autograd
 # of its composite ``(hx - n) * z + n`` as go - go * z: where z rounds to exactly 1 (saturated sigmoid) the device
 # gives go * 0 (the sign of go), CPU +0.0, and that zero reaches w_ih/w_hh's gradients through the mm (seen in the
