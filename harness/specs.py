@@ -1971,10 +1971,10 @@ def _nll_direct(dims: int):
 
 spec("nll_loss_direct", "reduction", "(lambda b: (torch.ops.aten.nll_loss_forward({x1}, {x2}, None, {reduction}, "
      "-100), b))(torch.ops.aten.nll_loss_backward({x0}, {x1}, {x2}, None, {reduction}, -100, "
-     "torch.tensor({count}, dtype={x1}.dtype, device={x1}.device)))", _nll_direct(1), ("float32", "bfloat16"), fp64_reference=True,
+     "torch.tensor({count}, device={x1}.device).to({x1}.dtype)))", _nll_direct(1), ("float32", "bfloat16"), fp64_reference=True,
      tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON)
 spec("nll_loss2d_backward_direct", "reduction", "torch.ops.aten.nll_loss2d_backward({x0}, {x1}, {x2}, None, "
-     "{reduction}, -100, torch.tensor({count}, dtype={x1}.dtype, device={x1}.device))", _nll_direct(2), ("float32",))
+     "{reduction}, -100, torch.tensor({count}, device={x1}.device).to({x1}.dtype))", _nll_direct(2), ("float32",))
 
 
 # eye(n) reaches eye.m_out on this device (its composite): eye.out only with the caller's out= tensor, which must be
