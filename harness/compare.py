@@ -141,7 +141,7 @@ def _errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]
 
 def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tuple[float, float] | None,
                    reference: torch.Tensor | None = None, where: str = "output", overflow_equal: bool = False,
-                   zero_sign: bool = True, device: str | None = None, max_ulp: int | None = None,
+                   zero_sign: bool | torch.Tensor = True, device: str | None = None, max_ulp: int | None = None,
                    order: OrderDependent | None = None) -> Comparison:
     """``actual`` is the device result, ``expected`` CPU's; ``reference`` (optional) a float64 CPU result.
 
@@ -149,7 +149,9 @@ def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tupl
     ``overflow_equal`` (a per-op override): an infinity on one side equals a same-signed finite value
     beyond half the dtype's range on the other, for ops whose CPU kernels overflow early.
     ``zero_sign=False`` (a per-op, per-dtype override): +0.0 equals -0.0, for ops where CPU's own
-    sign of a zero depends on which of its loops (vector body or scalar tail) computed it.
+    sign of a zero depends on which of its loops (vector body or scalar tail) computed it; or a bool tensor
+    (``OpSpec.zero_ties``), true where zero signs are compared: broadcast to the result (a result it does not
+    broadcast to is compared without zero signs), so only the positions whose sign is the loop's are free.
     ``max_ulp`` (a per-op, per-dtype override): for correctly rounded ops (one IEEE rounding of an
     exact result, as a product of two bfloat16 values), finite values may differ by at most this
     many units in the last place. The dtype tolerances alone admit a one-ULP error in bfloat16
@@ -213,6 +215,12 @@ def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tupl
     if not torch.equal(inf_a, inf_e) or not torch.equal(got[inf_a], exp[inf_e]):
         return Comparison(False, f"{where}: infinities differ")
     zeros = (exp == 0) & (got == 0)
+    if isinstance(zero_sign, torch.Tensor):
+        try:
+            zeros = zeros & torch.broadcast_to(zero_sign.to(torch.bool), zeros.shape)
+        except RuntimeError:  # a result of another shape (a flag, a gradient): no position is known to be fixed
+            zeros = torch.zeros_like(zeros)
+        zero_sign = True
     if zero_sign and zeros.any() and not torch.equal(torch.signbit(got[zeros]), torch.signbit(exp[zeros])):
         bad = int((torch.signbit(got[zeros]) != torch.signbit(exp[zeros])).sum())
         return Comparison(False, f"{where}: {bad} zero(s) with the wrong sign (-0.0 vs 0.0)")
@@ -242,7 +250,8 @@ def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tupl
 
 
 def compare(actual: Any, expected: Any, tolerance: tuple[float, float] | None = None, reference: Any = None,
-            where: str = "output", overflow_equal: bool = False, zero_sign: bool = True, device: str | None = None,
+            where: str = "output", overflow_equal: bool = False, zero_sign: bool | torch.Tensor = True,
+            device: str | None = None,
             max_ulp: int | None = None, order: Any = None) -> Comparison:
     """Recursive over tuples/lists; Python scalars compared exactly (NaN equal to NaN). ``order``: an
     ``OrderDependent`` per tensor, in ``expected``'s structure (or None)."""

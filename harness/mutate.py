@@ -167,7 +167,7 @@ def _zero_sign(f: OpFacts) -> str | None:
     if not f.reached:
         return None
     compared = [s for s in f.specs for d in SPECS[s].dtypes if d in ("float32", "bfloat16", "float16")
-                and d not in SPECS[s].ignore_zero_sign]
+                and (d not in SPECS[s].ignore_zero_sign or SPECS[s].zero_ties)]  # zero_ties: all but the ties
     compared += sorted(f.sweep_dtypes & {"float32", "bfloat16", "float16"})  # OpInfo/contract compare -0.0
     return None if compared else "every op spec reaching it treats -0.0 as 0.0 (its tolerance_reason says why)"
 
@@ -696,16 +696,21 @@ class Strides(Mutant):
 class IndexClamp(Mutant):
     """Out-of-range indices clamped into range instead of raising. Counts the calls whose index-named arguments
     held an integer tensor (``index_reads``): the rule of ``run_mutant`` for an op whose ``target`` is a float (a
-    regression loss's) reads it."""
+    regression loss's) reads it; and those of them the kernel returned from (``index_returns``): the rule for an op
+    whose designed out-of-range case CPU and the kernel both accept reads it."""
 
     index_reads: int = 0
+    index_returns: int = 0
 
     def run(self, original, keyset, args, kwargs):
         bound = Bound(self.facts.schema, args, kwargs)
-        self.index_reads += any(not t.is_floating_point() and t.dtype != torch.bool for a, v in bound.items()
-                                if a.name in INDEX_ARGS for t in _device_tensors(v))
+        reads = any(not t.is_floating_point() and t.dtype != torch.bool for a, v in bound.items()
+                    if a.name in INDEX_ARGS for t in _device_tensors(v))
+        self.index_reads += reads
         try:
-            return original.call_boxed(keyset, *args, **kwargs)
+            result = original.call_boxed(keyset, *args, **kwargs)
+            self.index_returns += reads
+            return result
         except Exception as error:  # noqa: BLE001 - the bounds check this mutant lacks
             bound = Bound(self.facts.schema, args, kwargs)
             sizes = [d for a, v in bound.items() if a.name not in INDEX_ARGS for t in _device_tensors(v)
@@ -1013,8 +1018,24 @@ def suite_cases(store: Store, mode: str = "eager") -> tuple[int, list[StoredCase
     return run_id, specs + sweep
 
 
-def rerun(stored: StoredCase, mode: str) -> tuple[str, str]:
-    """(verdict, message) of one stored case run again in ``mode``, with whatever kernel is planted."""
+def _zero_signs_free(stored: StoredCase) -> bool:
+    """Whether an op spec's case leaves free the sign of every zero a zero_sign mutant can change: its spec ignores
+    zero signs in the case's dtypes (``ignore_zero_sign``, no ``zero_ties``), or it is a sum of products
+    (``sum_of_products``): -0.0 read as 0.0 changes only terms that are zero, so only results all of whose terms are
+    zero, whose magnitude bound is 0 and whose sign is the accumulation's start (CPU's +0.0 accumulator or its first
+    term), which the comparison frees (harness.compare.OrderDependent.underflow); and a -0.0 result is such a sum.
+    An OpInfo, contract or module case compares every zero's sign."""
+    if stored.source != "spec":
+        return False
+    from harness.runner import _zero_sign
+
+    spec = SPECS[stored.case.spec]
+    return spec.sum_of_products or (not _zero_sign(spec, stored.case) and not spec.zero_ties)
+
+
+def rerun(stored: StoredCase, mode: str) -> tuple[str, str, str]:
+    """(verdict, message, criterion) of one stored case run again in ``mode``, with whatever kernel is planted
+    (the criterion that judged it: "error parity" where both sides raised)."""
     import dataclasses
 
     case = stored.case
@@ -1024,28 +1045,28 @@ def rerun(stored: StoredCase, mode: str) -> tuple[str, str]:
         try:
             result = run_case(dataclasses.replace(case, mode=mode))
         except KeyError as error:  # a case stored before its spec's call text took this parameter
-            return "skip", f"the stored case has no parameter {error} that op spec {case.spec}'s call now takes"
-        return result.verdict, result.message
+            return "skip", f"the stored case has no parameter {error} that op spec {case.spec}'s call now takes", ""
+        return result.verdict, result.message, result.comparison.criterion if result.comparison else ""
     from harness import contract, modules, opinfo
 
     dtype = getattr(torch, case.dtype)
     if case.source == "module":
         info = modules.find(case.spec)
         if info is None:
-            return "skip", f"no ModuleInfo named {case.spec} in this torch's module_db"
+            return "skip", f"no ModuleInfo named {case.spec} in this torch's module_db", ""
         comparison = modules.rerun(info, case.params["check"], dtype, case.params.get("index", 0), case.device, mode)
         verdict = "skip" if comparison.criterion.startswith("skip") else "pass" if comparison.ok else "fail"
-        return verdict, comparison.message
+        return verdict, comparison.message, comparison.criterion
     op = opinfo.find(case.spec)
     if op is None:
-        return "skip", f"no OpInfo named {case.spec} in this torch's op_db"
+        return "skip", f"no OpInfo named {case.spec} in this torch's op_db", ""
     kind, index = case.params.get("kind", "sample"), case.params.get("index", 0)
     if case.source == "contract":
         comparison = contract.rerun(op, case.params["check"], dtype, kind, index, case.device, mode)
     else:
         comparison = opinfo.rerun(op, dtype, kind, index, case.device, mode)
     verdict = "skip" if comparison.criterion.startswith("skip") else "pass" if comparison.ok else "fail"
-    return verdict, comparison.message
+    return verdict, comparison.message, comparison.criterion
 
 
 def table(device: str = "neuron") -> list[str]:
@@ -1115,20 +1136,37 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
                        seconds=time.perf_counter() - started)
     mutant = mc.make(op, mc.name, f)
     ran = 0
+    unchecked = 0  # designed out-of-range cases whose index calls of the kernel all returned (index_bounds)
+    blind = 0  # zero_sign: calls that changed the result in cases whose comparison leaves those zeros' signs free
     with Planted(mutant), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for stored in mine:
-            verdict, message = rerun(stored, mode)
+            before = (getattr(mutant, "index_returns", 0), mutant.triggered, mutant.equivalent)
+            verdict, message, criterion = rerun(stored, mode)
             ran += 1
+            if mc.name == "zero_sign" and _zero_signs_free(stored):
+                blind += (mutant.triggered - before[1]) - (mutant.equivalent - before[2])
             if verdict == "fail":
                 return Outcome(op, mc.name, "caught", killer=stored.label, kind=failure_kind(message),
                                cases_run=ran, triggered=mutant.triggered, seconds=time.perf_counter() - started)
+            if stored.cell.get("error") == "oob_index" and criterion != "error parity" \
+                    and getattr(mutant, "index_returns", 0) > before[0] and mutant.triggered == before[1]:
+                unchecked += 1
     if mutant.triggered and mutant.equivalent == mutant.triggered:
         # An equivalent mutant: every time its break met its trigger the kernel's result came out
         # bit-identical (exp and sigmoid map -0.0 and +0.0 to the same value and never return -0.0).
         return Outcome(op, mc.name, "excluded", f"equivalent for this op: in all {mutant.triggered} calls where "
                        f"the break applied, the kernel's result was bit-identical to the real one's", cases_run=ran,
                        triggered=mutant.triggered, seconds=time.perf_counter() - started)
+    if mc.name == "zero_sign" and blind and mutant.equivalent + blind == mutant.triggered:
+        # The rule, read from the op's own calls: the break changed results only in cases whose comparison leaves
+        # those zeros' signs free (see _zero_signs_free); in every case that compares them, the result was
+        # bit-identical. -0.0 read or written as 0.0 changes only zeros' signs, so nothing it does can be seen.
+        return Outcome(op, mc.name, "excluded", f"equivalent where zero signs are compared: in {mutant.equivalent} "
+                       f"calls of cases that compare them the result was bit-identical; the {blind} calls it changed "
+                       "were in cases whose spec leaves those zeros' signs free (ignore_zero_sign, or a sum of "
+                       "products's zero results)", cases_run=ran, triggered=mutant.triggered,
+                       seconds=time.perf_counter() - started)
     if mc.name == "bf16_rounding" and mutant.triggered == 0 and mutant.bf16_reads:
         # The rule, read from the op's own calls: it was called with bfloat16 operands and still no call
         # returned a bfloat16 result (any/all/isin/nonzero return bool or int64 for every input), so
@@ -1149,6 +1187,14 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
         return Outcome(op, mc.name, "excluded", f"no index to bound: in all {mutant.calls} calls its index-named "
                        "arguments held floating-point values, not indices", cases_run=ran,
                        seconds=time.perf_counter() - started)
+    if mc.name == "index_bounds" and mutant.triggered == 0 and unchecked:
+        # The rule, read from the op's own cases: its designed out-of-range case gave the kernel its indices and
+        # the kernel returned, as CPU did (the case passed, comparing values): CPU does not bounds-check this op
+        # (embedding_dense_backward skips a row whose index is outside [0, num_weights); its forward checked), so
+        # there is no raise for a clamp to replace, and what it does with such an index is compared by that case.
+        return Outcome(op, mc.name, "excluded", f"CPU does not bounds-check its indices: in {unchecked} designed "
+                       "out-of-range case(s) the kernel was called with the indices and returned, as CPU did, and "
+                       "the values matched", cases_run=ran, seconds=time.perf_counter() - started)
     if mc.name in ("tile_edge", "layout") and mutant.triggered == 0 and mutant.rejected:
         # The rule, read from the op's own calls: every call with a tensor the break changed (one longer than a
         # tile, or non-contiguous) raised, as CPU does for it (the case passed): the op rejects such tensors

@@ -96,6 +96,12 @@ def check(actual, expected, where="output", reference=None, max_ulp=None, zero_s
     if not torch.equal(inf_a, inf_e) or not torch.equal(got[inf_a], exp[inf_e]):
         return f"{where}: infinities differ"
     zeros = (exp == 0) & (got == 0)
+    if isinstance(zero_sign, torch.Tensor):  # where zero signs are compared (the spec's zero_ties: all but ties)
+        try:
+            zeros = zeros & torch.broadcast_to(zero_sign, zeros.shape)
+        except RuntimeError:
+            zeros = zeros & False
+        zero_sign = True
     if zero_sign and zeros.any():
         bad = int((torch.signbit(got[zeros]) != torch.signbit(exp[zeros])).sum())
         if bad:
@@ -221,14 +227,14 @@ def orders(bound, expected, reference):
 '''
 
 _VALUES = '''
-    problem = check(actual, expected, max_ulp=MAX_ULP, zero_sign=ZERO_SIGN, overflow_equal=OVERFLOW_EQUAL)
+    problem = check(actual, expected, max_ulp=MAX_ULP, zero_sign=OUTPUT_ZERO_SIGN, overflow_equal=OVERFLOW_EQUAL)
     reference = evaluate("cpu", widened()) if problem and (FP64_REFERENCE or SUM_OF_PRODUCTS) else None
     if problem and FP64_REFERENCE:
-        problem = check(actual, expected, reference=reference, max_ulp=MAX_ULP, zero_sign=ZERO_SIGN,
+        problem = check(actual, expected, reference=reference, max_ulp=MAX_ULP, zero_sign=OUTPUT_ZERO_SIGN,
                         overflow_equal=OVERFLOW_EQUAL)
     if problem and SUM_OF_PRODUCTS:
         problem = check(actual, expected, reference=reference if FP64_REFERENCE else None, max_ulp=MAX_ULP,
-                        zero_sign=ZERO_SIGN, overflow_equal=OVERFLOW_EQUAL,
+                        zero_sign=OUTPUT_ZERO_SIGN, overflow_equal=OVERFLOW_EQUAL,
                         order=orders(magnitude()[0], expected, reference))
     assert not problem, problem
     assert shares(actual, dev_in) == shares(expected, cpu_in), (
@@ -361,6 +367,22 @@ def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | N
                   "          if x.is_floating_point() else x for x in inputs('cpu')]",
                   f"    {', '.join(names)}, = xs",
                   f"    return {bound}, None"]
+    zero_sign = not ({case.dtype} | {t.dtype for t in case.tensors}) & set(spec.ignore_zero_sign)
+    try:
+        ties = spec.render(case.params, names, spec.zero_ties) if spec.zero_ties and not zero_sign else ""
+    except (KeyError, IndexError):  # a case without the tensors the expression names: no tie is known
+        ties = ""
+    if ties:
+        lines += ["", "", "def output_zero_sign():",
+                  '    """Where the results\' zero signs are compared: all but the ties, where CPU\'s own sign of a '
+                  'zero is',
+                  '    its loop\'s (the spec\'s zero_ties, as harness.runner._output_zero_sign)."""',
+                  f"    {', '.join(names)}, = inputs('cpu')",
+                  "    with torch.no_grad():",
+                  f"        return ~torch.as_tensor({ties}, dtype=torch.bool)",
+                  "", "", "OUTPUT_ZERO_SIGN = output_zero_sign()"]
+    else:
+        lines += ["", "", "OUTPUT_ZERO_SIGN = ZERO_SIGN  # the results' zero signs, as the inputs' and gradients'"]
     lines += [
         "",
         "",

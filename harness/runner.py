@@ -237,7 +237,8 @@ def _check_twins(spec: OpSpec, case: Case, expression: str, seed: int) -> tuple[
         if spec.grad:
             _grads(spec, value, inputs, case.device, seed)
 
-    tolerance, max_ulp, zero_sign = spec.tolerance.get(case.dtype), spec.max_ulp.get(case.dtype), _zero_sign(spec, case)
+    tolerance, max_ulp = spec.tolerance.get(case.dtype), spec.max_ulp.get(case.dtype)
+    zero_sign = _output_zero_sign(spec, case, _zero_sign(spec, case))
 
     def judge(actual: Any, expected: Any) -> cmp.Comparison:
         if spec.check == "properties":  # a random op's twin: its shape and dtype, never its values
@@ -283,20 +284,21 @@ def _check(spec, case, expression, cpu_error, device_error, expected, actual, cp
     if spec.check == "properties":
         return _check_properties(spec, case, expression, expected, actual, cpu_inputs, device_inputs, seed)
     zero_sign = _zero_sign(spec, case)
+    out_sign = _output_zero_sign(spec, case, zero_sign)
     max_ulp = spec.max_ulp.get(case.dtype)
     device = case.device
-    comparison = cmp.compare(actual, expected, tolerance, overflow_equal=spec.overflow_equal, zero_sign=zero_sign,
+    comparison = cmp.compare(actual, expected, tolerance, overflow_equal=spec.overflow_equal, zero_sign=out_sign,
                              device=device, max_ulp=max_ulp)
     reference = None
     if not comparison.ok and (spec.fp64_reference or spec.sum_of_products):
         reference = _fp64_reference(spec, case, expression)
     if not comparison.ok and spec.fp64_reference and reference is not None:
         comparison = cmp.compare(actual, expected, tolerance, reference, overflow_equal=spec.overflow_equal,
-                                 zero_sign=zero_sign, device=device, max_ulp=max_ulp)
+                                 zero_sign=out_sign, device=device, max_ulp=max_ulp)
     bounds = _Bounds(spec, case, expression, seed)
     if not comparison.ok and spec.sum_of_products:
         comparison = cmp.compare(actual, expected, tolerance, reference if spec.fp64_reference else None,
-                                 overflow_equal=spec.overflow_equal, zero_sign=zero_sign, device=device,
+                                 overflow_equal=spec.overflow_equal, zero_sign=out_sign, device=device,
                                  max_ulp=max_ulp, order=_orders(bounds.output(), expected, reference))
     cpu_alias = _storage_aliases(expected, cpu_inputs)
     device_alias = _storage_aliases(actual, device_inputs)
@@ -326,6 +328,22 @@ def _check(spec, case, expression, cpu_error, device_error, expected, actual, cp
                                                 bounds if spec.sum_of_products else None, expected)
             comparison = comparison.merge(grad_cmp)
     return comparison
+
+
+def _output_zero_sign(spec: OpSpec, case: Case, zero_sign: bool) -> bool | torch.Tensor:
+    """Where the results' zero signs are compared: ``zero_sign``, or, for a spec whose ignored zero sign is CPU's
+    loop's only at ties (``OpSpec.zero_ties``), every position but those (a bool tensor, harness.compare); False
+    where the tie expression cannot be evaluated."""
+    if zero_sign or not spec.zero_ties:
+        return zero_sign
+    names = [f"x{i}" for i in range(len(case.tensors))]
+    try:
+        with torch.no_grad():
+            ties, _ = _evaluate(spec.render(case.params, names, spec.zero_ties),
+                                [materialize(t, "cpu") for t in case.tensors], None, "cpu")
+        return ~torch.as_tensor(ties, dtype=torch.bool)
+    except Exception:  # noqa: BLE001 - no tie positions known: none fixed (CPU raises for this input)
+        return False
 
 
 def _zero_sign(spec: OpSpec, case: Case) -> bool:

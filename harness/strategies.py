@@ -22,7 +22,8 @@ from typing import Iterator, Sequence
 
 from hypothesis import strategies as st
 
-from harness.values import FLOAT_DOMAINS, INT_DOMAINS, LAYOUTS, SPARSE_DOMAINS, TensorSpec, layout_applies
+from harness.values import (FLOAT_DOMAINS, INT_DOMAINS, LAYOUTS, SPARSE_DOMAINS, ZERO_TIE_DOMAINS, TensorSpec,
+                            layout_applies)
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,8 @@ def domain_applies(domain: str, dtype: str) -> bool:
     """A value domain is drawn for a dtype that can hold it (NaN and -0.0 need a float)."""
     if domain in SPARSE_DOMAINS:
         return True
+    if domain in ZERO_TIE_DOMAINS:
+        return dtype in FLOAT_DTYPES
     if dtype == "bool":
         return domain == "bool"
     if dtype in FLOAT_DTYPES or dtype in ("float64", "complex64"):

@@ -33,6 +33,11 @@ INT_DOMAINS = ("small_int", "int_edges", "uniform")
 # whole tensor, is then decided by a few elements, so reading the wrong ones (a stride ignored) changes it, where
 # with random values every answer is the same whichever elements are read.
 SPARSE_DOMAINS = ("sparse", "dense")
+# Float domains an op spec's design may add (OpSpec.extra_domains) for an extremum (max/min over a slice or window):
+# half the elements -0.0, the others negative (zero_below) or positive (zero_above), no +0.0, so a slice's max
+# (zero_below) or min (zero_above) is -0.0 wherever it holds one, a sign no tie decides (signed_zero mixes 0.0 and
+# -0.0, and a slice holding both is a tie whose sign CPU's loop decides; a long one rarely holds only -0.0).
+ZERO_TIE_DOMAINS = ("zero_below", "zero_above")
 # What the edge domains are for (the designed coverage draws each in every float dtype):
 # near_overflow: within a factor 2 of the dtype's largest finite value (sums, squares, exp overflow);
 # tails: |x| in [10, 40], the saturation regions of sigmoid/tanh/erf/exp; near_zero: |x| in
@@ -209,6 +214,10 @@ def base_values(spec: TensorSpec) -> torch.Tensor:
     elif domain == "negative":
         whole = -torch.randint(1, 6, shape, generator=g).to(torch.float64)
         x = torch.where(torch.rand(shape, generator=g) < 0.5, whole, -(x.abs() + 0.05))
+    elif domain in ZERO_TIE_DOMAINS:
+        side = x.abs() + 0.05
+        x = torch.where(torch.rand(shape, generator=g) < 0.5, torch.full_like(x, -0.0),
+                        -side if domain == "zero_below" else side)
     elif domain in ("signed_zero", "special", "denormal"):
         pool = {
             "signed_zero": [0.0, -0.0, 1.0, -1.0],

@@ -72,6 +72,17 @@ def test_sign_of_zero():
     assert cmp.compare(dev([0.0, 0.0]), cpu([-0.0, 0.0]), zero_sign=False).ok
 
 
+def test_sign_of_zero_compared_off_the_tie_positions():
+    """OpSpec.zero_ties: a mask of where zero signs are compared (broadcast to the result); a result it does not
+    broadcast to (a gradient, a flag) is compared without zero signs."""
+    fixed = torch.tensor([True, False])
+    assert cmp.compare(dev([-0.0, 0.0]), cpu([-0.0, -0.0]), zero_sign=fixed).ok  # position 1 is a tie
+    wrong = cmp.compare(dev([0.0, -0.0]), cpu([-0.0, -0.0]), zero_sign=fixed)
+    assert not wrong.ok and cmp.failure_kind(wrong.message) == "output: zero sign"
+    assert not cmp.compare(dev([[0.0, 0.0]]), cpu([[-0.0, 0.0]]), zero_sign=fixed).ok  # broadcast to (1, 2)
+    assert cmp.compare(dev([0.0, 0.0, 0.0]), cpu([-0.0, 0.0, 0.0]), zero_sign=fixed).ok
+
+
 @pytest.mark.parametrize("dtype", [torch.int64, torch.int8, torch.uint8, torch.bool])
 def test_integers_and_bools_are_exact(dtype):
     values = [1, 0, 1] if dtype == torch.bool else [1, 2, 3]

@@ -241,6 +241,31 @@ def test_index_bounds_counts_calls_with_an_integer_index():
         assert mutant.calls == 1 and mutant.index_reads == reads, op
 
 
+def test_an_index_bounds_mutant_of_an_op_cpu_does_not_bounds_check_is_excluded_by_its_own_cases():
+    """CPU's embedding_dense_backward skips an out-of-range index (no error): the designed out-of-range case gives
+    the kernel one and it returns, so a clamp "instead of raising" has no raise to replace. index_add.out raises
+    for it, as CPU: the same rule leaves it to be caught."""
+    for op, spec, status in (("aten::embedding_dense_backward", "embedding_dense_backward", "excluded"),
+                             ("aten::index_add.out", "index_add", "caught")):
+        cases = [mutate.StoredCase(d.case, {op}, {**d.cell.to_dict(), "design": d.id}, d.id)
+                 for d in design.cases(spec) if d.cell.error == "oob_index"]
+        outcome = mutate.run_mutant(op, mutate.CLASSES["index_bounds"], _facts(op, (spec,)), cases, "eager")
+        assert outcome.status == status, (op, outcome.reason)
+        assert status == "caught" or "does not bounds-check" in outcome.reason
+
+
+def test_a_zero_sign_mutant_seen_only_where_the_spec_frees_zero_signs_is_excluded():
+    """avg_pool2d_backward's float32 result never holds -0.0 (CPU's zero-initialised sum, and the device's): losing
+    -0.0 changes its result only in the float16/bfloat16 cases (denormal inputs), whose zero signs the spec leaves
+    free (ignore_zero_sign: CPU flushes denormals); the rule reads that from its calls, case by case."""
+    op, spec = "aten::avg_pool2d_backward.grad_input", "avg_pool2d_backward"
+    cases = [mutate.StoredCase(d.case, {op}, {**d.cell.to_dict(), "design": d.id}, d.id) for d in design.cases(spec)
+             if d.cell.domain in ("signed_zero", "special", "denormal")]
+    outcome = mutate.run_mutant(op, mutate.CLASSES["zero_sign"], _facts(op, (spec,)), cases, "eager")
+    assert outcome.status == "excluded" and "equivalent where zero signs are compared" in outcome.reason, \
+        outcome.reason
+
+
 def test_an_in_place_random_mutant_is_caught_by_the_spec_invariant():
     """random_ on a strided view: its values are never compared, but every draw lies in [from, to), which a kernel
     that writes a temporary and leaves the view as it was breaks (the spec's invariant)."""

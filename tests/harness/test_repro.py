@@ -56,6 +56,10 @@ def test_reproducer_records_the_spec_criteria():
     assert "MAX_ULP = 0" in source
     source = repro.render(SPECS["maximum"], Case("maximum", "float32", ()), "torch.maximum(x0, x1)")
     assert "ZERO_SIGN = False" in source
+    case = Case("maximum", "float32", (T((4,), "float32", "contiguous", "signed_zero", 1),
+                                       T((4,), "float32", "contiguous", "signed_zero", 2)))
+    source = repro.render(SPECS["maximum"], case, "torch.maximum(x0, x1)")
+    assert "return ~torch.as_tensor((x0 == 0) & (x1 == 0), dtype=torch.bool)" in source  # OpSpec.zero_ties
     source = repro.render(SPECS["exp"], Case("exp", "float32", ()), "torch.exp(x0)")
     assert "OVERFLOW_EQUAL = True" in source and "ZERO_SIGN = True" in source
 

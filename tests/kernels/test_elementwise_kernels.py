@@ -181,6 +181,21 @@ def test_scalar_bounds_keep_the_value_on_a_tie(dtype):
         assert torch.equal(torch.signbit(got.cpu()), torch.signbit(x))
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_hardtanh_backward_of_nan_follows_cpus_vector_and_scalar_lambdas(dtype):
+    """CPU's hardtanh_backward gives a NaN input 0 in its vectorized loop ((x > min) & (x < max) & grad) and the
+    incoming gradient in its scalar tail (x <= min || x >= max ? 0 : grad): NaN inputs in the body and the tail of
+    a 40-element run, and of a strided one (scalar everywhere), get what CPU's loop gives each."""
+    x = torch.linspace(-2, 2, 40, dtype=dtype)
+    x[::3] = float("nan")
+    g = torch.linspace(-1, 1, 40, dtype=dtype) + 0.5
+    check(lambda a, b: torch.ops.aten.hardtanh_backward(a, b, -1.0, 1.0), g, x)
+    for step in (1, 2):  # the strided views made on the device (a copy to it would be contiguous)
+        want = torch.ops.aten.hardtanh_backward(g[::step], x[::step], -1.0, 1.0)
+        got = torch.ops.aten.hardtanh_backward(g.to("neuron")[::step], x.to("neuron")[::step], -1.0, 1.0).cpu()
+        assert torch.equal(got == 0, want == 0) and torch.equal(got.isnan(), want.isnan()), step
+
+
 def test_pow_variants():
     check(torch.pow, values((4, 5), torch.float32, "positive"), values((4, 5), torch.float32, "unit"))
     check(lambda x: x ** 2, values((4, 5), torch.int64))

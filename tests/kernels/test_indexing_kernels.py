@@ -129,6 +129,18 @@ def test_embedding_backward(dtype, padding_idx):
           tol=(2e-2, 1e-2) if dtype != torch.float32 else None)
 
 
+def test_embedding_dense_backward_skips_out_of_range_indices():
+    """CPU's embedding backward checks no index (the forward did): a row whose index is outside [0, num_weights)
+    adds nowhere, negative ones too (``embedding_dense_backward(ones(3, 4), [0, 5, 1], 3, -1, False)`` on CPU:
+    rows 0 and 1 are 1, row 2 is 0). The device skips them as well, with a padding row and int32 indices."""
+    g = acc_values((2, 3, 6), torch.float32)
+    idx = torch.tensor([[0, 9, 2], [1, -7, 2]])
+    check(lambda a, i: torch.ops.aten.embedding_dense_backward(a, i, 4, -1, False), g, idx)
+    check(lambda a, i: torch.ops.aten.embedding_dense_backward(a, i, 4, 2, False), g, idx.int())
+    check(lambda a, i: torch.ops.aten.embedding_dense_backward(a, i, 129, 5, False), acc_values((300, 7),
+          torch.bfloat16), ints((300,), -20, 150))
+
+
 def test_embedding_dense_backward_direct():
     g = acc_values((129, 513), torch.float32)
     idx = ints((129,), 0, 40)

@@ -936,6 +936,22 @@ def test_nll_loss_variants_and_errors():
         check(_grad(lambda a_, b_: F.cross_entropy(a_, b_), 0), cpu, tt, neuron_args=(dev, tt.to("neuron")))
 
 
+def test_nll_loss_reads_weight_grad_and_total_weight_in_the_inputs_dtype():
+    """CPU's nll_loss kernels read weight, grad_output and a reduction's total_weight as the input's dtype: a float32
+    one beside a bfloat16 input is its RuntimeError ("expected scalar type BFloat16 but found Float"); reduction
+    none never reads total_weight."""
+    lp, t = torch.log_softmax(values((6, 4), torch.float32), 1).bfloat16(), _targets(6, 4, ignore=-100).clamp(min=0)
+    one, w = torch.tensor(1.0, dtype=torch.bfloat16), torch.ones(4, dtype=torch.bfloat16)
+    check(lambda a_, b_, c_: A.nll_loss_forward(a_, b_, c_, 1, -100), lp, t, w.float())
+    check(lambda a_, b_, c_: A.nll_loss2d_forward(a_, b_, c_, 1, -100), lp[None, :, :, None].transpose(0, 1).
+          reshape(1, 6, 4, 1).transpose(1, 2).contiguous(), t.reshape(1, 6, 1).clamp(max=3), w.float())
+    for red, g, c, tw in ((1, one, None, torch.tensor(6.0)), (2, one.float(), None, torch.tensor(6.0).bfloat16()),
+                          (0, torch.ones(6), None, torch.tensor(6.0)), (0, torch.ones(6).bfloat16(), w.float(), None),
+                          (0, torch.ones(6).bfloat16(), None, torch.tensor(6.0))):
+        check(lambda a_, b_, g_, tw_: A.nll_loss_backward(g_, a_, b_, None if c is None else c.to(a_.device), red,
+                                                          -100, tw_), lp, t, g, tw if tw is not None else one)
+
+
 @pytest.mark.parametrize("reduction", ["mean", "sum", "none"])
 def test_nll_loss2d_and_spatial_cross_entropy(reduction):
     x = values((2, 5, 4, 3), torch.float32)

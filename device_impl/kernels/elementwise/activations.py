@@ -23,7 +23,7 @@ from device_impl.engine import Tile
 from device_impl.engine.dtypes import FP32
 from device_impl.kernels import cpu_host
 from device_impl.kernels.common import broadcast_shape, elementwise, numpy_compute, result_type
-from device_impl.kernels.elementwise.loop import BOOL, _FLOATS, _refuse, binary
+from device_impl.kernels.elementwise.loop import BOOL, _FLOATS, _refuse, _vector_split, binary
 from device_impl.kernels.elementwise.unary import _meta_unary
 from device_impl.kernels.registry import register_family
 
@@ -288,22 +288,37 @@ def _silu_backward(a):
     return emit
 
 
-def _hardtanh_backward(a):
-    lo, hi = a["min_val"], a["max_val"]
-
+def _hardtanh_backward_emit(lo, hi, vector: bool):
+    """The gradient where min < x < max, else 0. CPU's two lambdas differ for a NaN x: its vectorized loop keeps
+    ``(x > min) & (x < max) & grad`` (0 for NaN), its scalar lambda ``x <= min || x >= max ? 0 : grad`` (the
+    gradient for NaN); ``vector`` picks which."""
     def emit(nc, o, g, x):
-        # gradient where min < x < max, else 0. NaN x gets 0, as in CPU's vectorized loop (its scalar
-        # tail passes NaN's gradient instead; opsuite/xfails.toml records that inconsistency).
-        inside = nc.sbuf_tile(x.shape, BOOL)
-        below = nc.sbuf_tile(x.shape, BOOL)
+        keep = nc.sbuf_tile(x.shape, BOOL)
+        other = nc.sbuf_tile(x.shape, BOOL)
         zero = nc.sbuf_tile(x.shape, FP32)
-        nc.vector.tensor_scalar(inside, x, "greater", lo, dtype=FP32)
-        nc.vector.tensor_scalar(below, x, "less", hi, dtype=FP32)
-        nc.vector.tensor_tensor(inside, inside, below, "logical_and")
+        if vector:
+            nc.vector.tensor_scalar(keep, x, "greater", lo, dtype=FP32)
+            nc.vector.tensor_scalar(other, x, "less", hi, dtype=FP32)
+            nc.vector.tensor_tensor(keep, keep, other, "logical_and")
+        else:  # drop where x <= min or x >= max: a NaN x is kept
+            nc.vector.tensor_scalar(keep, x, "less_equal", lo, dtype=FP32)
+            nc.vector.tensor_scalar(other, x, "greater_equal", hi, dtype=FP32)
+            nc.vector.tensor_tensor(keep, keep, other, "logical_or")
+            nc.vector.tensor_scalar(keep, keep, "equal", 0, dtype=FP32)
         nc.vector.memset(zero, 0.0)
-        nc.vector.select(o, inside, g, zero)
+        nc.vector.select(o, keep, g, zero)
 
     return emit
+
+
+def _hardtanh_backward_compute(out: torch.Tensor, a: dict) -> None:
+    """CPU's cpu_kernel_vec split (``loop._vector_split``): its vector lambda's elements and its scalar tail's."""
+    g, x = a["grad_output"], a["self"]
+    _float_only("hardtanh_backward", g, x)
+    lo, hi = a["min_val"], a["max_val"]
+    for part, vector in zip(_vector_split(out, (g, x), cpu_host.vector_block(out.dtype)), (True, False)):
+        if part is not None:
+            elementwise("hardtanh_backward", part[0], part[1:], _hardtanh_backward_emit(lo, hi, vector))
 
 
 def _leaky_relu_backward(a):
@@ -324,5 +339,5 @@ _register_grad("sigmoid_backward", "output", _sigmoid_backward)
 _register_grad("tanh_backward", "output", _tanh_backward)
 _register_grad("gelu_backward", "self", _gelu_backward)
 _register_grad("silu_backward", "self", _silu_backward)
-_register_grad("hardtanh_backward", "self", _hardtanh_backward)
+register_family("hardtanh_backward", _hardtanh_backward_compute, _meta_grad("grad_output", "self"))
 _register_grad("leaky_relu_backward", "self", _leaky_relu_backward)

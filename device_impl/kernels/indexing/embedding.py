@@ -90,9 +90,14 @@ def _embedding_dense_backward(a: dict) -> torch.Tensor:
     n = indices.numel()
     with launch("embedding_dense_backward", grad.device.index) as nc:
         iv = hbm(indices).reshape(-1) if indices.dim() else hbm(indices).reshape(1)
-        _check_range(nc, iv, num_weights, False, _index_range_error)
-        _fill(nc, hbm(out), 0)
-        av = hbm(out)
+        # CPU checks no index here (the forward did): it adds row i into row indices[i] only where that is in
+        # [0, num_weights) and skips the others. Where some index is out of range, every one is redirected to a
+        # dummy row past the last, which is dropped.
+        lo, hi = _index_range(nc, iv) if n else (0, 0)
+        rows = num_weights + 1 if lo < 0 or hi >= num_weights else num_weights
+        acc = out if rows == num_weights else _empty((rows, d), grad.dtype, grad)
+        _fill(nc, hbm(acc), 0)
+        av = hbm(acc)
         gv = _reshaped(hbm(grad), (n, d))
         keep = None
         if gv is None:
@@ -101,15 +106,18 @@ def _embedding_dense_backward(a: dict) -> torch.Tensor:
             gv = hbm(keep)
         if n and d:
             flat_idx = _reshaped(iv, (n,))
-            if flat_idx is None:
-                keep2 = _empty((n,), indices.dtype, indices)
-                _copy_into(nc, hbm(keep2).reshape(indices.shape), hbm(indices))
+            if flat_idx is None or rows != num_weights:
+                keep2 = _empty((n,), indices.dtype if rows == num_weights else torch.int64, indices)
+                if rows == num_weights:
+                    _copy_into(nc, hbm(keep2).reshape(indices.shape), hbm(indices))
+                else:
+                    _redirect_out_of_range(nc, hbm(keep2), iv, num_weights)
                 flat_idx = hbm(keep2)
             factors = None
             if scale:
-                counts = _zeros_scratch(nc, (num_weights, 1), torch.int64, grad)
+                counts = _zeros_scratch(nc, (rows, 1), torch.int64, grad)
                 cv = hbm(counts)
-                cdst = _Rows(cv, (n,), (0,), 1, 1, (_Index(flat_idx, _estrides(cv)[0], num_weights, False),))
+                cdst = _Rows(cv, (n,), (0,), 1, 1, (_Index(flat_idx, _estrides(cv)[0], rows, False),))
                 _move(nc, cdst, _Const(nc, 1, I64), n, (n,), "add")
 
                 def factors(nc_, co):  # 1 / count of each row's index: the alpha of CPU's add_(grad, alpha),
@@ -118,13 +126,38 @@ def _embedding_dense_backward(a: dict) -> torch.Tensor:
                     nc_.vector.tensor_scalar(inv, cnt, "divide", 1.0, reverse=True, dtype=FP32)
                     return inv
             _, c, (s_a, s_g) = _merge_suffix((d,), [(_estrides(av)[1],), (_estrides(gv)[1],)], 1)
-            dst = _Rows(av, (n,), (0,), c, s_a, (_Index(flat_idx, _estrides(av)[0], num_weights, False),))
+            dst = _Rows(av, (n,), (0,), c, s_a, (_Index(flat_idx, _estrides(av)[0], rows, False),))
             src = _Rows.of(gv, 1, c, s_g)
             _move(nc, dst, src, n, (n,), "add", scale=factors)
+        if acc is not out:
+            _copy_into(nc, hbm(out), av[:num_weights])
         if 0 <= padding_idx < num_weights:
-            _fill(nc, av[padding_idx:padding_idx + 1], 0)
-        del keep
+            _fill(nc, hbm(out)[padding_idx:padding_idx + 1], 0)
+        del keep, acc
     return out
+
+
+def _redirect_out_of_range(nc, dst: np.ndarray, idx: np.ndarray, size: int) -> None:
+    """dst = idx where it is in [0, size), else ``size`` (a dummy row the caller drops); dst int64, flat."""
+    for r0, p, f in _row_tiles(idx.size, 2048):
+        mark = nc.mark()
+        i = nc.sbuf_tile((p, f), idx.dtype)
+        nc.dma.load(i, idx[r0:r0 + p * f])
+        wide = nc.sbuf_tile((p, f), I64)
+        nc.vector.tensor_copy(wide, i)
+        low = nc.sbuf_tile((p, f), I64)
+        nc.vector.tensor_scalar(low, wide, "less", 0, dtype=I64)
+        drop = nc.sbuf_tile((p, f), I64)
+        nc.vector.tensor_scalar(drop, wide, "greater_equal", size, dtype=I64)
+        nc.vector.tensor_tensor(drop, drop, low, "maximum", dtype=I64)
+        # dst = idx + drop * (size - idx)
+        diff = nc.sbuf_tile((p, f), I64)
+        nc.vector.tensor_scalar(diff, wide, "subtract", size, reverse=True, dtype=I64)
+        nc.vector.tensor_tensor(diff, diff, drop, "multiply", dtype=I64)
+        res = nc.sbuf_tile((p, f), I64)
+        nc.vector.tensor_tensor(res, wide, diff, "add", dtype=I64)
+        nc.dma.store(dst[r0:r0 + p * f], res)
+        nc.release_to(mark)
 
 
 def _check_bag_args(weight, indices, offsets, mode, psw, ilo):

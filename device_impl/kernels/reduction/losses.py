@@ -241,6 +241,7 @@ def _nll_forward(name: str, a: dict, two_d: bool):
     x, target, weight = a["self"], a["target"], a.get("weight")
     red, ignore = _reduction(a["reduction"]), int(a["ignore_index"])
     spec = _NLL(x, target, weight, two_d)
+    _same_dtype(x, weight)
     output, total_weight = a.get("output"), a.get("total_weight")
     oshape = tuple(spec.kshape) if red == "none" else ()
     if output is None:
@@ -308,10 +309,25 @@ def _nll_forward(name: str, a: dict, two_d: bool):
     return output, total_weight
 
 
+_C10_NAMES = {torch.float32: "Float", torch.float64: "Double", torch.bfloat16: "BFloat16", torch.float16: "Half",
+              torch.int64: "Long", torch.int32: "Int", torch.int16: "Short", torch.int8: "Char", torch.uint8: "Byte",
+              torch.bool: "Bool"}  # c10's ScalarType names, as CPU's messages spell them
+
+
+def _same_dtype(x: torch.Tensor, *others: torch.Tensor | None) -> None:
+    """CPU's nll_loss kernels read the weight (and, backward, grad_output and a reduction's total_weight) through
+    data_ptr<scalar_t> of the input's dtype: another dtype is its RuntimeError."""
+    for t in others:
+        if t is not None and t.dtype != x.dtype:
+            raise RuntimeError(f"expected scalar type {_C10_NAMES.get(x.dtype, x.dtype)} but found "
+                               f"{_C10_NAMES.get(t.dtype, t.dtype)}")
+
+
 def _nll_backward(name: str, a: dict, two_d: bool, out: torch.Tensor | None) -> torch.Tensor:
     g, x, target, weight = a["grad_output"], a["self"], a["target"], a.get("weight")
     red, ignore, total_weight = _reduction(a["reduction"]), int(a["ignore_index"]), a["total_weight"]
     spec = _NLL(x, target, weight, two_d)
+    _same_dtype(x, g, weight, total_weight if red != "none" else None)
     if out is None:
         out = new_output(tuple(x.shape), x.dtype, x)
     else:
