@@ -637,6 +637,28 @@ def test_layer_norm_variants_and_errors():
 
 # --- group norm -------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("layout", ["sliced", "transposed", "channels_last"])
+def test_native_group_norm_input_layouts_follow_cpu(layout):
+    """CPU's native_group_norm requires its input dense in its suggested memory format (F.group_norm passes a
+    contiguous one; a direct call may not): a strided input is its RuntimeError, a channels_last one computes."""
+    base = values((2, 4, 6, 6), torch.float32)
+    make = {"sliced": lambda t: t[:, :, :, ::2], "transposed": lambda t: t.transpose(2, 3),
+            "channels_last": lambda t: t.contiguous(memory_format=torch.channels_last)}[layout]
+    results = []
+    for device in ("cpu", "neuron"):
+        x = make(base.to(device))
+        hw = x.shape[2] * x.shape[3]
+        try:
+            results.append(A.native_group_norm(x, None, None, 2, 4, hw, 2, 1e-5)[0].cpu())
+        except RuntimeError as error:
+            results.append(type(error))
+    assert (results[0] is RuntimeError) == (layout != "channels_last")
+    if layout == "channels_last":
+        torch.testing.assert_close(results[1], results[0], rtol=1e-5, atol=1e-5)
+    else:
+        assert results[1] is RuntimeError
+
+
 @pytest.mark.parametrize("shape, groups", [((2, 6, 129), 3), ((3, 4, 8, 8), 2), ((2, 32, 5), 32), ((1, 3, 2049), 1),
                                            ((5, 4), 2), ((129, 2, 3), 1)], ids=str)
 @pytest.mark.parametrize("dtype", FLOATS, ids=str)

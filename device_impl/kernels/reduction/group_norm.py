@@ -72,6 +72,12 @@ def _group_norm(a: dict):
     x, w, b, eps = a["input"], a.get("weight"), a.get("bias"), float(a["eps"])
     n, c, hw, groups = int(a["N"]), int(a["C"]), int(a["HxW"]), int(a["group"])
     _gn_check(x, w, b, n, c, hw, groups)
+    # CPU's native_group_norm requires X dense in its suggested memory format, after the size checks
+    # (F.group_norm passes a contiguous input; a direct call may not)
+    dense_formats = {4: torch.channels_last, 5: torch.channels_last_3d}
+    if not (x.is_contiguous() or (x.dim() in dense_formats and x.is_contiguous(memory_format=dense_formats[x.dim()]))):
+        raise RuntimeError("Expected X.is_contiguous(memory_format) to be true, but got false. (native_group_norm on "
+                           "neuron reads its input densely, as CPU's kernel does: pass x.contiguous())")
     if x.dtype not in _FLOATS:
         raise _refuse("GroupNormKernelImpl", x.dtype)
     _check_mixed(x, w, b)
