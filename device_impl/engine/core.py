@@ -73,19 +73,10 @@ class NeuronCore:
 
     def release(self, tile: Tile) -> None:
         """Free one tile before the end of its scope (double buffering)."""
-        live = self._scopes[-1]
-        for i in range(len(live) - 1, -1, -1):
-            if live[i][1] is tile:
-                pool, _ = live.pop(i)
-                pool.release(tile)
-                return
-        raise ValueError(f"{tile} is not live in the current scope")
+        release_live(self._scopes[-1], tile)
 
     def release_to(self, mark: int) -> None:
-        live = self._scopes[-1]
-        while len(live) > mark:
-            pool, tile = live.pop()
-            pool.release(tile)
+        release_live_to(self._scopes[-1], mark)
 
     @contextlib.contextmanager
     def stream(self, live: list) -> Iterator[None]:
@@ -108,6 +99,23 @@ class NeuronCore:
             yield
         finally:
             self.release_to(mark)
+
+
+def release_live(live: list, tile: Tile) -> None:
+    """Free ``tile`` from a scope's live (pool, tile) list (``NeuronCore`` and the replay core share it)."""
+    for i in range(len(live) - 1, -1, -1):
+        if live[i][1] is tile:
+            pool, _ = live.pop(i)
+            pool.release(tile)
+            return
+    raise ValueError(f"{tile} is not live in the current scope")
+
+
+def release_live_to(live: list, mark: int) -> None:
+    """Free every tile of a scope's live list allocated after ``mark`` (its length then)."""
+    while len(live) > mark:
+        pool, tile = live.pop()
+        pool.release(tile)
 
 
 class _State(threading.local):

@@ -18,7 +18,7 @@ ones, so a kernel whose instructions depend on the data is caught rather than gi
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch.autograd.profiler as _torch_profiler
@@ -173,19 +173,10 @@ class ReplayCore:
         return len(self._live)
 
     def release_to(self, mark: int) -> None:
-        live = self._live
-        while len(live) > mark:
-            pool, tile = live.pop()
-            pool.release(tile)
+        _core.release_live_to(self._live, mark)
 
     def release(self, tile: Tile) -> None:
-        live = self._live
-        for i in range(len(live) - 1, -1, -1):
-            if live[i][1] is tile:
-                pool, _ = live.pop(i)
-                pool.release(tile)
-                return
-        raise ValueError(f"{tile} is not live in the current scope")
+        _core.release_live(self._live, tile)
 
     def matches(self, figures: Figures) -> bool:
         """Whether the instructions issued so far are the recorded launch's (count and busy time per engine)."""
@@ -209,38 +200,49 @@ class replayed:
         self.figures = figures
 
     def __enter__(self) -> ReplayCore:
-        state = _core._state
-        if state.depth:
-            raise RuntimeError(f"kernel {self.kernel} launched from inside another kernel; launches do not nest")
-        core = getattr(state, "replay_core", None)
-        if core is None:
-            core = state.replay_core = ReplayCore()
-        timeline = core.timeline  # core.reset(), inlined: every replayed launch comes through here
-        timeline.busy = dict(_ZERO_BUSY)
-        timeline.instructions = 0
-        tensor = core.tensor
-        tensor.loaded = None
-        tensor.last_moving = 0
-        core._live.clear()
-        state.depth = 1
-        self.errors = _core._ignore_fp_errors()
-        observer = _core._observer[0]
-        self.observed = observer(self.kernel, self.device) if _torch_profiler._is_profiler_enabled and observer \
-            else None
+        core, self.errors, self.observed = _begin(self.kernel, self.device)
         return core
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        state = _core._state
-        state.depth = 0
-        state.replay_core.retire()
-        _core._restore_fp_errors(self.errors)
-        if exc_type is None:
-            f = self.figures
-            _core._close(self.kernel, self.device, f.device_ns, dict(f.busy), f.hbm_read, f.hbm_write, f.flops,
-                         f.instructions, f.sbuf_peak, f.psum_peak, [])
-        if self.observed is not None:
-            self.observed(exc_type is None)
+        _end(_core._state.replay_core, self.kernel, self.device, self.figures, exc_type is None, self.errors,
+             self.observed)
         return False
+
+
+def _begin(kernel: str, device: int) -> tuple[ReplayCore, Any, Any]:
+    """Enter a replayed launch: this thread's replay core, reset (``reset`` inlined: every replayed launch
+    comes through here), the FP error state to restore and the profiler's observer callback (or None)."""
+    state = _core._state
+    if state.depth:
+        raise RuntimeError(f"kernel {kernel} launched from inside another kernel; launches do not nest")
+    core = getattr(state, "replay_core", None)
+    if core is None:
+        core = state.replay_core = ReplayCore()
+    timeline = core.timeline
+    timeline.busy = dict(_ZERO_BUSY)
+    timeline.instructions = 0
+    tensor = core.tensor
+    tensor.loaded = None
+    tensor.last_moving = 0
+    core._live.clear()
+    state.depth = 1
+    errors = _core._ignore_fp_errors()
+    observer = _core._observer[0]
+    observed = observer(kernel, device) if _torch_profiler._is_profiler_enabled and observer else None
+    return core, errors, observed
+
+
+def _end(core: ReplayCore, kernel: str, device: int, figures: Figures, completed: bool, errors, observed) -> None:
+    """Leave a replayed launch; a completed one reports ``figures`` as its cost (an incomplete one nothing)."""
+    _core._state.depth = 0
+    core.retire()
+    _core._restore_fp_errors(errors)
+    if completed:
+        f = figures
+        _core._close(kernel, device, f.device_ns, dict(f.busy), f.hbm_read, f.hbm_write, f.flops, f.instructions,
+                     f.sbuf_peak, f.psum_peak, [])
+    if observed is not None:
+        observed(completed)
 
 
 def one_tile(kernel: str, device: int, figures: Figures, plan: tuple, out_view: np.ndarray, emit, shape: tuple,
@@ -249,24 +251,8 @@ def one_tile(kernel: str, device: int, figures: Figures, plan: tuple, out_view: 
     whose host cost is this function's): ``replayed`` and the tile loop of ``kernels.replay.run``, inlined.
     ``plan``: per operand (HBM view broadcast to out, scalar, convert to ``target``). Returns whether the
     instructions were the recorded ones; the figures are reported only then, and out is written either way."""
-    state = _core._state
-    if state.depth:
-        raise RuntimeError(f"kernel {kernel} launched from inside another kernel; launches do not nest")
-    nc = getattr(state, "replay_core", None)
-    if nc is None:
-        nc = state.replay_core = ReplayCore()
-    timeline = nc.timeline
-    timeline.busy = dict(_ZERO_BUSY)
-    timeline.instructions = 0
-    tensor = nc.tensor
-    tensor.loaded = None
-    tensor.last_moving = 0
-    nc._live.clear()
+    nc, errors, observed = _begin(kernel, device)
     made = nc.made
-    state.depth = 1
-    errors = _core._ignore_fp_errors()
-    observer = _core._observer[0]
-    observed = observer(kernel, device) if _torch_profiler._is_profiler_enabled and observer else None
     same = False
     try:
         operands = []
@@ -290,15 +276,5 @@ def one_tile(kernel: str, device: int, figures: Figures, plan: tuple, out_view: 
         out_view[...] = result.read().reshape(out_view.shape)  # what DMA.store_flat moves
         same = nc.matches(figures)
     finally:
-        state.depth = 0
-        for tile in made:
-            tile.root = None
-        made.clear()
-        _core._restore_fp_errors(errors)
-        if same:
-            f = figures
-            _core._close(kernel, device, f.device_ns, dict(f.busy), f.hbm_read, f.hbm_write, f.flops,
-                         f.instructions, f.sbuf_peak, f.psum_peak, [])
-        if observed is not None:
-            observed(same)
+        _end(nc, kernel, device, figures, same, errors, observed)
     return same
