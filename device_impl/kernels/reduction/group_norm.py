@@ -67,6 +67,10 @@ def _scratch(shape, like: torch.Tensor) -> torch.Tensor:
     return torch.empty(tuple(shape), dtype=torch.float32, device=like.device)
 
 
+# the memory formats besides the default one an input may be dense in (CPU asks X.suggest_memory_format())
+_DENSE_FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}
+
+
 @_kernel("aten::native_group_norm")
 def _group_norm(a: dict):
     x, w, b, eps = a["input"], a.get("weight"), a.get("bias"), float(a["eps"])
@@ -74,8 +78,8 @@ def _group_norm(a: dict):
     _gn_check(x, w, b, n, c, hw, groups)
     # CPU's native_group_norm requires X dense in its suggested memory format, after the size checks
     # (F.group_norm passes a contiguous input; a direct call may not)
-    dense_formats = {4: torch.channels_last, 5: torch.channels_last_3d}
-    if not (x.is_contiguous() or (x.dim() in dense_formats and x.is_contiguous(memory_format=dense_formats[x.dim()]))):
+    if not (x.is_contiguous() or (x.dim() in _DENSE_FORMATS
+                                  and x.is_contiguous(memory_format=_DENSE_FORMATS[x.dim()]))):
         raise RuntimeError("Expected X.is_contiguous(memory_format) to be true, but got false. (native_group_norm on "
                            "neuron reads its input densely, as CPU's kernel does: pass x.contiguous())")
     if x.dtype not in _FLOATS:
