@@ -60,6 +60,18 @@ def _versions() -> dict[str, str]:
 _VERSIONS: dict[str, str] | None = None
 
 
+def _attrs_of(gm: torch.fx.GraphModule) -> list[list[str]]:
+    """(target, digest) of every get_attr node: what a graph's constants contribute to its keys."""
+    attrs = []
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            target = gm
+            for part in str(node.target).split("."):
+                target = getattr(target, part)
+            attrs.append([str(node.target), _attr_digest(target)])
+    return attrs
+
+
 def _attr_digest(value: Any) -> str:
     """What a get_attr node contributes to the FX key: a tensor's metadata and bytes, a submodule's code."""
     if isinstance(value, torch.Tensor):
@@ -75,19 +87,13 @@ def fx_key(gm: torch.fx.GraphModule, flags: dict[str, Any]) -> str | None:
     """The FX-level key of a legalized graph (see the module docstring), or None when an input lacks the
     example value the key needs (the caller then keys on StableHLO only)."""
     inputs = []
-    attrs = []
     for node in gm.graph.nodes:
         if node.op == "placeholder":
             value = node.meta.get("val")
             if not isinstance(value, torch.Tensor):
                 return None
             inputs.append([list(value.shape), list(value.stride()), str(value.dtype)])
-        elif node.op == "get_attr":
-            target = gm
-            for part in str(node.target).split("."):
-                target = getattr(target, part)
-            attrs.append([str(node.target), _attr_digest(target)])
-    material = json.dumps({"code": gm.code, "inputs": inputs, "attrs": attrs, "flags": flags,
+    material = json.dumps({"code": gm.code, "inputs": inputs, "attrs": _attrs_of(gm), "flags": flags,
                            "versions": _versions(), "format": neff.FORMAT_VERSION}, sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()
 
@@ -127,17 +133,10 @@ def dynamo_key(gm: torch.fx.GraphModule, example_inputs: list, flags: dict[str, 
             return None
         inputs.append([list(value.shape), list(value.stride()), str(value.dtype), value.device.type,
                        bool(value.requires_grad)])
-    attrs = []
-    for node in gm.graph.nodes:
-        if node.op == "get_attr":
-            target = gm
-            for part in str(node.target).split("."):
-                target = getattr(target, part)
-            attrs.append([str(node.target), _attr_digest(target)])
     modes = {"grad": torch.is_grad_enabled(), "deterministic": torch.are_deterministic_algorithms_enabled(),
              "autocast": [[t, torch.is_autocast_enabled(t), str(torch.get_autocast_dtype(t))]
                           for t in ("cpu", "neuron")]}
-    material = json.dumps({"dynamo": gm.code, "inputs": inputs, "attrs": attrs, "modes": modes, "flags": flags,
+    material = json.dumps({"dynamo": gm.code, "inputs": inputs, "attrs": _attrs_of(gm), "modes": modes, "flags": flags,
                            "versions": _versions(), "format": neff.FORMAT_VERSION}, sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()
 
