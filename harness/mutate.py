@@ -168,6 +168,14 @@ def _zero_sign(f: OpFacts) -> str | None:
         return None
     compared = [s for s in f.specs for d in SPECS[s].dtypes if d in ("float32", "bfloat16", "float16")
                 and (d not in SPECS[s].ignore_zero_sign or SPECS[s].zero_ties)]  # zero_ties: all but the ties
+    if not compared and not twins.cpu_has_kernel(f.op):
+        # CPU serves the overload only through a composite of other ops (``gru_cell``'s for
+        # ``_thnn_fused_gru_cell_backward``): its zero signs are that formula's, which the op specs reaching the
+        # overload free with a written reason, and the OpInfo/module sweeps compare the composite's results,
+        # where this kernel's zeros are summed into others (a matmul) before any comparison sees them.
+        return ("CPU eager has no kernel for this overload (it computes a composite of other ops), and every op "
+                "spec reaching it leaves zero signs free: the composite's formula gives other zero signs (the "
+                "spec's tolerance_reason says where)")
     compared += sorted(f.sweep_dtypes & {"float32", "bfloat16", "float16"})  # OpInfo/contract compare -0.0
     return None if compared else "every op spec reaching it treats -0.0 as 0.0 (its tolerance_reason says why)"
 
@@ -311,6 +319,9 @@ def nan_inf_host(h: torch.Tensor) -> torch.Tensor | None:
 
 
 def zero_sign_host(h: torch.Tensor) -> torch.Tensor | None:
+    if h.is_complex() and h.numel():  # a complex input's parts (irfft's spectrum): -0.0 real or imaginary part
+        parts = zero_sign_host(torch.view_as_real(h.resolve_conj().contiguous()))
+        return None if parts is None else torch.view_as_complex(parts.contiguous())
     if not _float(h) or h.numel() == 0:
         return None
     negative_zero = (h == 0) & torch.signbit(h)
@@ -622,6 +633,9 @@ class Strides(Mutant):
     happened not to change under the wrong reading order (any() of a sliced tensor whose stray elements are
     zero) is not equivalent: another input would show the bug."""
 
+    cpu_blind: tuple[str, ...] = ()  # inputs CPU's own kernel reads wrongly when strided (_cpu_stride_blind)
+    probed: bool = False
+
     def run(self, original, keyset, args, kwargs):
         bound = Bound(self.facts.schema, args, kwargs)
         in_place = False
@@ -647,6 +661,9 @@ class Strides(Mutant):
                     changed.append(a.name)
         self.triggered += bool(changed) or in_place
         if not changed and not in_place:
+            if not self.probed and not self.facts.mutable_inputs:
+                self.probed = True
+                self.cpu_blind = _cpu_stride_blind(self.facts, args, kwargs)
             return original.call_boxed(keyset, *args, **kwargs)
         views = any(r.alias_info is not None and not r.alias_info.is_write for r in self.facts.schema.returns)
         refused: Any = _UNKNOWN  # what the real call did: _UNKNOWN (not made), None (returned), or its error
@@ -691,6 +708,46 @@ class Strides(Mutant):
 
     def _written(self) -> set[str]:
         return {a.name for a in self.facts.schema.arguments if _mutable(a)}
+
+
+def _strided_copy(t: torch.Tensor) -> torch.Tensor:
+    """``t``'s values in a view with step 2 along its last dim, over a buffer that is NaN (0 for integers) between
+    them: the layout of the op suite's ``sliced`` cases. A kernel reading it as dense reads the filler."""
+    fill = float("nan") if t.dtype.is_floating_point or t.dtype.is_complex else 0
+    base = torch.full((*t.shape[:-1], 2 * t.shape[-1]), fill, dtype=t.dtype)
+    view = base[..., ::2]
+    view.copy_(t)
+    return view
+
+
+def _cpu_stride_blind(f: OpFacts, args: tuple, kwargs: dict) -> tuple[str, ...]:
+    """The tensor inputs of this (dense) call that CPU eager, the oracle, reads wrongly when they are not
+    contiguous: the call made again on the host, with that input replaced by a strided copy of the same values
+    (``_strided_copy``), gives CPU a different result than the dense call did. ``native_group_norm_backward``'s CPU
+    kernel indexes its ``grad_out``/``input`` as dense (autograd's formula hands it contiguous tensors, as every
+    case's call shows), so for a strided call CPU's answer is no oracle. Empty when CPU has no kernel, the call
+    raises, or CPU honours every input's strides."""
+    if not twins.cpu_has_kernel(f.op):
+        return ()
+    host_args, host_kwargs = _host(list(args)), {k: _host(v) for k, v in kwargs.items()}
+    op = overload(f.op)
+    try:
+        dense = _host(op(*host_args, **host_kwargs))
+    except Exception:  # noqa: BLE001 - CPU refuses the call itself: nothing to compare
+        return ()
+    blind = []
+    for a, value in list(Bound(f.schema, host_args, host_kwargs).items()):
+        if _mutable(a) or not isinstance(value, torch.Tensor) or value.dim() == 0 or value.shape[-1] < 2:
+            continue
+        probe = Bound(f.schema, host_args, host_kwargs)
+        probe.set(a.name, _strided_copy(value))
+        try:
+            strided = _host(op(*probe.args, **probe.kwargs))
+        except Exception:  # noqa: BLE001 - CPU refuses a strided one: a refusal, compared by error parity
+            continue
+        if not _bit_equal(strided, dense):
+            blind.append(a.name)
+    return tuple(blind)
 
 
 class IndexClamp(Mutant):
@@ -1201,6 +1258,14 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
         # (``_amp_update_scale_`` takes one-element tensors only, so no tile edge or stride reaches its arithmetic).
         return Outcome(op, mc.name, "excluded", f"the op rejects every input the break applies to: all "
                        f"{mutant.rejected} calls where it changed an input raised, as on CPU", cases_run=ran,
+                       seconds=time.perf_counter() - started)
+    if mc.name == "layout" and mutant.triggered == 0 and getattr(mutant, "cpu_blind", ()):
+        # The rule, asked of the running CPU with the op's own calls: every call that reached the kernel passed
+        # dense tensors (autograd's formula makes them so), and CPU's own kernel gives another result for the
+        # same values strided, so no case could judge a strided call: CPU is no oracle there.
+        return Outcome(op, mc.name, "excluded", f"CPU eager reads {', '.join(mutant.cpu_blind)} as dense: the "
+                       "same values strided (a step-2 view) changed CPU's own result, and all "
+                       f"{mutant.calls} calls that reached the kernel passed dense tensors", cases_run=ran,
                        seconds=time.perf_counter() - started)
     if mc.name == "error_class" and mutant.triggered == 0:
         reason = no_error_input(f)

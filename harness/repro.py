@@ -12,10 +12,12 @@ gradients). Its assertion messages are worded as the harness's, so
 
 from __future__ import annotations
 
+import inspect
 from harness.cases import Case
 from harness.compare import DEFAULT_TOLERANCE, FP64_MULTIPLIER, Comparison
 from harness.specs import OpSpec
-from harness.values import LAYOUT_CODE, dtype_named, literal
+from harness import values
+from harness.values import LAYOUT_CODE, dtype_named, literal, strided_layout
 
 # The checks, as source. Mirrors harness.compare.compare_tensor and harness.runner._check;
 # tests/harness/test_reproducers.py runs reproducers of planted bugs to keep the two in step.
@@ -145,7 +147,7 @@ def grads(out, leaves, device, rounded_like=None):
     like = differentiable(rounded_like) if rounded_like is not None else []
     rounding = [o.dtype for o in like] if len(like) == len(outs) else [o.dtype for o in outs]
     g = torch.Generator().manual_seed(SEED)
-    cot = [torch.randn(o.shape, generator=g, dtype=torch.float32).to(r).to(o.dtype).to(device)
+    cot = [place(torch.randn(o.shape, generator=g, dtype=torch.float32).to(r).to(o.dtype), COTANGENT_LAYOUT, device)
            for o, r in zip(outs, rounding)]
     got = torch.autograd.grad(outs, leaves, cot, allow_unused=True)
     return [torch.zeros_like(x) if gr is None else gr for x, gr in zip(leaves, got)]
@@ -195,7 +197,8 @@ def magnitude():
     if not outs or not leaves:
         return out, None
     g = torch.Generator().manual_seed(SEED)
-    cot = [torch.randn(o.shape, generator=g, dtype=torch.float32).to(DTYPE).to(o.dtype).abs() for o in outs]
+    cot = [place(torch.randn(o.shape, generator=g, dtype=torch.float32).to(DTYPE).to(o.dtype).abs(), COTANGENT_LAYOUT,
+                 "cpu") for o in outs]
     got = torch.autograd.grad(outs, leaves, cot, allow_unused=True)
     return out, [torch.zeros_like(x) if gr is None else gr for x, gr in zip(leaves, got)]
 
@@ -298,6 +301,11 @@ def run_in_mode(fn):
 '''
 
 
+# How a cotangent gets the case's layout: the harness's own functions, as source (one definition).
+_PLACE = "\n\n".join(inspect.getsource(f).rstrip("\n") + "\n" for f in (
+    values._numel, values.layout_applies, values.base_shape, values.apply_layout, values.place)).rstrip("\n")
+
+
 def mode_runner_source() -> str:
     """``run_in_mode(fn)`` as source, for every reproducer (op specs and the OpInfo sweep); reads the
     globals MODE and DEVICE. One runner, so a reproducer runs its case exactly as the harness mode did."""
@@ -336,6 +344,7 @@ def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | N
         f"FP64_REFERENCE = {spec.fp64_reference!r}",
         f"SUM_OF_PRODUCTS = {spec.sum_of_products!r}  # order-dependent positions (harness.compare.OrderDependent)",
         f"DTYPE = torch.{case.dtype}",
+        f"COTANGENT_LAYOUT = {strided_layout(case.tensors)!r}  # the gradients' cotangents are made in it (values.place)",
         f"FP64_MULTIPLIER = {FP64_MULTIPLIER!r}",
         "",
         "",
@@ -355,6 +364,9 @@ def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | N
         "",
         _CHECKER.rstrip("\n"),
         mode_runner_source(),
+        "",
+        "",
+        _PLACE,
     ]
     if spec.sum_of_products:
         lines.append(_ORDER.rstrip("\n"))

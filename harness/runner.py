@@ -23,7 +23,7 @@ from harness import compare as cmp
 from harness import modes, repro, twins
 from harness.cases import Case
 from harness.specs import SPECS, OpSpec
-from harness.values import dtype_named, materialize
+from harness.values import dtype_named, materialize, place, strided_layout
 
 F = torch.nn.functional
 
@@ -112,13 +112,15 @@ def _differentiable(outputs: Any) -> list[torch.Tensor]:
 
 
 def _grads(spec: OpSpec, outputs: Any, inputs: list[torch.Tensor], device: str, seed: int,
-           magnitude: torch.dtype | None = None, rounded_like: Any = None):
+           magnitude: torch.dtype | None = None, rounded_like: Any = None, layout: str = "contiguous"):
     """Gradients of sum(out * cotangent) w.r.t. inputs requiring grad (cotangent seeded, same on both sides).
     ``magnitude`` (the case's dtype): |cotangent| as drawn in that dtype, in the outputs' dtype (float64), for a
     sum of products' magnitude bound. ``rounded_like`` (CPU's outputs, for the float64 reference): each
     cotangent rounded to that output's dtype first, so the reference differentiates the very cotangent CPU
     and the device do (drawn in float64 directly, a bf16 mm gradient's reference moved by up to 2^-9 of
-    its magnitude bound: 3.397e38, which rounds to inf in bf16, where the exact 3.391e38 rounds to 3.3895e38)."""
+    its magnitude bound: 3.397e38, which rounds to inf in bf16, where the exact 3.391e38 rounds to 3.3895e38).
+    ``layout`` (the case's, ``strided_layout``): the cotangents are made on ``device`` with its strides
+    (``values.place``), so a backward kernel meets a strided gradient as a user's ``sum().backward()`` gives it."""
     leaves = [t for t in inputs if isinstance(t, torch.Tensor) and t.requires_grad]
     outs = _differentiable(outputs)
     if not leaves or not outs:
@@ -126,10 +128,10 @@ def _grads(spec: OpSpec, outputs: Any, inputs: list[torch.Tensor], device: str, 
     like = _differentiable(rounded_like) if rounded_like is not None else []
     rounding = [o.dtype for o in like] if len(like) == len(outs) else [magnitude or o.dtype for o in outs]
     g = torch.Generator().manual_seed(seed)
-    cotangents = [torch.randn(o.shape, generator=g, dtype=torch.float32).to(r).to(o.dtype).to(device)
-                  for o, r in zip(outs, rounding)]
+    cotangents = [torch.randn(o.shape, generator=g, dtype=torch.float32).to(r).to(o.dtype) for o, r in zip(outs, rounding)]
     if magnitude is not None:
         cotangents = [c.abs() for c in cotangents]
+    cotangents = [place(c, layout, device) for c in cotangents]
     grads = torch.autograd.grad(outs, leaves, cotangents, allow_unused=True)
     return [torch.zeros_like(leaf) if gr is None else gr for leaf, gr in zip(leaves, grads)]
 
@@ -161,7 +163,7 @@ def called_ops(spec: OpSpec, case: Case, expression: str, seed: int) -> list[str
             manual_seed(seed, "cpu")
             value, _ = _evaluate(expression, tensors, None, "cpu")
             if spec.grad:
-                _grads(spec, value, tensors, "cpu", seed)
+                _grads(spec, value, tensors, "cpu", seed, layout=strided_layout(case.tensors))
     except Exception:  # noqa: BLE001 - an expression that raises still called what it called
         pass
     return sorted(recorder.ops)
@@ -235,7 +237,7 @@ def _check_twins(spec: OpSpec, case: Case, expression: str, seed: int) -> tuple[
         manual_seed(seed, case.device)
         value, _ = _evaluate(expression, inputs, None, case.device)
         if spec.grad:
-            _grads(spec, value, inputs, case.device, seed)
+            _grads(spec, value, inputs, case.device, seed, layout=strided_layout(case.tensors))
 
     tolerance, max_ulp = spec.tolerance.get(case.dtype), spec.max_ulp.get(case.dtype)
     zero_sign = _output_zero_sign(spec, case, _zero_sign(spec, case))
@@ -313,8 +315,9 @@ def _check(spec, case, expression, cpu_error, device_error, expected, actual, cp
             comparison = comparison.merge(after)
     if spec.grad and comparison.ok:
         try:
-            cpu_grads = _grads(spec, expected, cpu_inputs, "cpu", seed)
-            device_grads = _grads(spec, actual, device_inputs, case.device, seed)
+            layout = strided_layout(case.tensors)
+            cpu_grads = _grads(spec, expected, cpu_inputs, "cpu", seed, layout=layout)
+            device_grads = _grads(spec, actual, device_inputs, case.device, seed, layout=layout)
         except Exception as e:  # noqa: BLE001 - a backward that raises on one side only is a failure
             return comparison.merge(cmp.Comparison(False, f"backward raised {type(e).__name__}: {str(e)[:300]}"))
         if cpu_grads is not None:
@@ -384,7 +387,8 @@ class _Bounds:
             value, _ = _evaluate(self.expression, tensors, None, "cpu")
             self._value = value
             if self.spec.grad:
-                self._grads = _grads(self.spec, value, tensors, "cpu", self.seed, magnitude=dtype_named(self.case.dtype))
+                self._grads = _grads(self.spec, value, tensors, "cpu", self.seed, magnitude=dtype_named(self.case.dtype),
+                                     layout=strided_layout(self.case.tensors))
         except Exception:  # noqa: BLE001 - no bound, every position stays strict
             pass
 
@@ -423,7 +427,8 @@ def _grad_within_fp64(spec, case, expression, device_grads, cpu_grads, tolerance
         tensors.append(x)
     try:
         value, _ = _evaluate(expression, tensors, None, "cpu")
-        reference = _grads(spec, value, tensors, "cpu", seed, rounded_like=cpu_outputs)
+        reference = _grads(spec, value, tensors, "cpu", seed, rounded_like=cpu_outputs,
+                           layout=strided_layout(case.tensors))
     except Exception:  # noqa: BLE001
         return False
     zero_sign = _zero_sign(spec, case)

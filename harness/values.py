@@ -125,6 +125,30 @@ def apply_layout(base: torch.Tensor, shape: tuple[int, ...], layout: str) -> tor
     return base
 
 
+def place(values: torch.Tensor, layout: str, device: str) -> torch.Tensor:
+    """``values`` (a host tensor) on ``device`` with ``layout``'s strides, made there: how a case's cotangent
+    reaches the backward kernels in the case's layout (autograd hands the user's gradient on as given: a
+    ``sum().backward()`` gives an expanded one, a transposed output's consumer a transposed one). A writable
+    layout's base is NaN outside the view, so a kernel reading past its strides reads NaN; an expanded one
+    repeats the first element along the last dim (stride 0 holds one value). A layout that does not apply to the
+    shape (channels_last of a matrix), or an overlapping one (no distinct values), stays contiguous."""
+    shape = tuple(values.shape)
+    if layout == "contiguous" or layout == "overlapping" or not layout_applies(layout, shape):
+        return values.to(device)
+    if layout == "expanded":
+        return apply_layout(values[..., :1].contiguous().to(device), shape, layout)
+    fill = float("nan") if values.dtype.is_floating_point else 0
+    base = torch.full(base_shape(shape, layout), fill, dtype=values.dtype, device=device)
+    view = apply_layout(base, shape, layout)
+    view.copy_(values.to(device))
+    return view
+
+
+def strided_layout(specs: "tuple[TensorSpec, ...] | list[TensorSpec]") -> str:
+    """The layout a case's cotangents take: its first non-contiguous input's (designed cells give one layout)."""
+    return next((t.layout for t in specs if t.layout != "contiguous"), "contiguous")
+
+
 LAYOUT_CODE = {  # the same views as source text, for reproducers
     "contiguous": "{b}",
     "transposed": "{b}.permute(*reversed(range({b}.dim())))",

@@ -298,3 +298,41 @@ def test_a_layout_mutant_of_an_op_that_reads_only_shapes_is_equivalent():
         with mutate.Planted(mutant):
             call()
         assert mutant.triggered == 1 and (mutant.equivalent == 1) is equivalent, op
+
+
+def test_a_layout_mutant_of_an_op_cpu_reads_as_dense_is_excluded_by_asking_cpu():
+    """native_group_norm_backward's CPU kernel indexes its tensors as dense (autograd hands it contiguous ones): the
+    rule asks CPU with the same values strided and sees its own result change. add.Tensor honours strides on CPU:
+    nothing is blamed on CPU there."""
+    x = torch.randn(2, 6, 5)
+    _, mean, rstd = torch.ops.aten.native_group_norm(x, None, None, 2, 6, 5, 3, 1e-5)
+    args = (torch.randn(2, 6, 5), x, mean, rstd, torch.randn(6), 2, 6, 5, 3, (True, True, True))
+    op = "aten::native_group_norm_backward"
+    assert "grad_out" in mutate._cpu_stride_blind(_facts(op, ()), args, {})
+    assert mutate._cpu_stride_blind(_facts("aten::add.Tensor", ()), (torch.randn(3, 4), torch.randn(3, 4)), {}) == ()
+    mutant = mutate.CLASSES["layout"].make(op, "layout", _facts(op, ()))
+    device_args = tuple(a.to("neuron") if isinstance(a, torch.Tensor) else a for a in args)
+    with mutate.Planted(mutant):
+        torch.ops.aten.native_group_norm_backward(*device_args)
+    assert mutant.triggered == 0 and "grad_out" in mutant.cpu_blind
+
+
+def test_a_zero_sign_mutant_of_an_overload_cpu_serves_through_a_composite_is_excluded_by_rule():
+    """CPU has no _thnn_fused_gru_cell_backward: gru_cell's composite decides its zero signs, which the gru_cell spec
+    frees; the LSTM cell's spec compares them, so its fused backward stays in."""
+    rule = mutate.CLASSES["zero_sign"].rule
+    gru = mutate.OpFacts("aten::_thnn_fused_gru_cell_backward",
+                         mutate.overload("aten::_thnn_fused_gru_cell_backward")._schema, (), ("gru_cell",),
+                         frozenset({"float32"}), True)
+    assert "no kernel for this overload" in rule(gru)
+    lstm = mutate.OpFacts("aten::_thnn_fused_lstm_cell_backward_impl",
+                          mutate.overload("aten::_thnn_fused_lstm_cell_backward_impl")._schema, (), ("lstm_cell",),
+                          frozenset({"float32"}), True)
+    assert rule(lstm) is None
+
+
+def test_the_zero_sign_break_reaches_complex_parts():
+    z = torch.complex(torch.tensor([-0.0, 1.0]), torch.tensor([2.0, -0.0]))
+    broken = mutate.zero_sign_host(z)
+    assert not torch.signbit(torch.view_as_real(broken)).any()
+    assert mutate.zero_sign_host(torch.complex(torch.ones(2), torch.ones(2))) is None

@@ -132,3 +132,23 @@ def test_a_gradients_float64_reference_differentiates_cpus_cotangent():
     assert torch.equal(grad, drawn.to(torch.bfloat16).double())
     (unrounded,) = _grads(SPECS["mm"], x * 1, [x], "cpu", 5)
     assert torch.equal(unrounded, drawn.double()) and not torch.equal(unrounded, grad)
+
+
+@pytest.mark.parametrize("layout, strides", [("transposed", (1, 3)), ("sliced", (8, 2)), ("expanded", (1, 0)),
+                                             ("offset", (4, 1)), ("channels_last", None), ("overlapping", None)])
+def test_a_cases_cotangent_reaches_the_backward_in_the_cases_layout(layout, strides):
+    """A gradient case's cotangent is made on the device with the case's layout (autograd hands a user's strided
+    gradient on as given), so a backward kernel that ignores a strided grad_output is caught; a layout the
+    cotangent's shape cannot take (channels_last of a matrix) or one with no distinct values (overlapping) leaves
+    it contiguous."""
+    from harness.runner import _grads
+
+    seen = []
+    x = torch.randn(3, 4, device="neuron", requires_grad=True)
+    y = x * 2
+    y.register_hook(lambda g: seen.append(g))
+    (grad,) = _grads(SPECS["mul"], y, [x], "neuron", 7, layout=layout)
+    assert seen[0].stride() == (strides or (4, 1))
+    assert torch.equal(grad.cpu(), 2 * seen[0].cpu())
+    if layout == "sliced":  # the filler a stride-ignoring read would meet is NaN
+        assert torch.isnan(torch.as_strided(seen[0], (3, 8), (8, 1)).cpu()).any()
