@@ -80,8 +80,14 @@ class Compiled(Mode):
 
     name = "compiled"
 
+    def __init__(self) -> None:
+        self._registered: set[str] = set()  # backends found once: a registered backend stays registered
+
     def available(self, device: str) -> str | None:
+        """Asked before every case; ``list_backends`` costs about 11 ms, so a backend once found is remembered."""
         backend = torch.device(device).type
+        if backend in self._registered:
+            return None
         try:
             import torch._dynamo as dynamo  # a plain `import torch._dynamo` would make `torch` local here
 
@@ -89,6 +95,7 @@ class Compiled(Mode):
                 return f"no torch.compile backend named {backend!r} is registered"
         except Exception as e:  # noqa: BLE001
             return f"torch.compile unavailable: {e}"
+        self._registered.add(backend)
         return None
 
     def run(self, fn: Callable[[], Any], device: str) -> Any:

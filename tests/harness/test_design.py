@@ -93,3 +93,16 @@ def test_extra_domains_decide_any_and_all_on_strided_layouts():
     sparse = base_values(TensorSpec((4, 40), "float32", "contiguous", "sparse", 3))
     dense = base_values(TensorSpec((4, 40), "bool", "contiguous", "dense", 3))
     assert int((sparse != 0).sum()) == 5 and int((~dense).sum()) == 5
+
+
+def test_the_designed_table_on_disk_is_the_one_drawn(tmp_path, monkeypatch):
+    """The op suite reads every spec's designed cases from disk (drawing them costs ~30 s a process): what it
+    reads must be, case for case, what the specs draw; a changed harness source draws them again (another key)."""
+    monkeypatch.setenv("NEURONSIM_CACHE", str(tmp_path))
+    drawn = design.all_cases(mode="compiled")
+    assert design._cache_file().exists()
+    loaded = design.all_cases(mode="compiled")
+    assert [(d.id, d.case.to_json()) for d in loaded] == [(d.id, d.case.to_json()) for d in drawn]
+    assert {d.case.mode for d in loaded} == {"compiled"}
+    design._cache_file().write_text("{not json")
+    assert [d.id for d in design.all_cases()] == [d.id for d in drawn]  # unreadable: drawn again
