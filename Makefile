@@ -51,10 +51,14 @@ test-hosts: core
 # build/reports/*.html from build/results.sqlite and the files beside it, then prints a summary.
 # A step that finds failures (conformance, a benchmark) does not stop the report: it shows them.
 # The op suite (op specs, the device-contract checks at smoke depth, PyTorch's OpInfo) runs its modes side
-# by side, one process each, on the two cores; the op specs first, then the contract checks and the
+# by side, one process each (the compiled mode REPORT_COMPILED_SHARDS), on the two cores; the op specs first, then the contract checks and the
 # nn.Module sweep, so a budget cuts the OpInfo tail. Knobs: REPORT_MODE_BUDGET (seconds per mode, 0 = no limit;
 # a mode cut short keeps the cases it ran), REPORT_BENCH (pytest-benchmark flags).
 REPORT_MODE_BUDGET ?= 300
+# The compiled mode costs about 4x an eager case (Dynamo tracing, AOTAutograd and guards per case): it is split over
+# this many processes (--shard K/N, each its own store under build/shards/, joined into one run after:
+# `python -m harness merge --join`), so the modes finish together on the two cores.
+REPORT_COMPILED_SHARDS ?= 2
 REPORT_BENCH ?= --benchmark-max-time=0.25 --benchmark-min-rounds=3
 # exit status of a step that may find failures: 0 ok, 1 failures found (shown in the report),
 # 124 cut by its time budget; anything else is an error that stops the report
@@ -84,29 +88,40 @@ report: core
 	@date +%s > build/reports/.started
 	@rm -f build/junit/opsuite-*.xml build/reports/opsuite-*.log build/reports/opsuite-*.status
 	@echo "[report 1/5] conformance: pytest opsuite in each mode the device provides, side by side (budget $(REPORT_MODE_BUDGET) s each)"
-	@modes=$$($(PY) -c "$$AVAILABLE_MODES"); echo "  modes: $$modes (logs: build/reports/opsuite-<mode>.log)"; \
+	@modes=$$($(PY) -c "$$AVAILABLE_MODES"); procs=""; \
+	for mode in $$modes; do \
+	  if [ $$mode = compiled ] && [ $(REPORT_COMPILED_SHARDS) -gt 1 ]; then \
+	    for k in $$(seq 1 $(REPORT_COMPILED_SHARDS)); do procs="$$procs $$mode-$${k}of$(REPORT_COMPILED_SHARDS)"; done; \
+	  else procs="$$procs $$mode"; fi; \
+	done; \
+	echo "  modes: $$modes; processes:$$procs (logs: build/reports/opsuite-<process>.log)"; \
+	rm -rf build/shards; mkdir -p build/shards; \
 	files="$$(ls opsuite/test_*.py | grep -v -E '/test_(opinfo|contract|modules).py$$' || true) \
 	  $$(ls opsuite/test_contract.py opsuite/test_modules.py opsuite/test_opinfo.py 2>/dev/null || true)"; \
-	for mode in $$modes; do \
-	  ( status=0; timeout --signal=INT --kill-after=60 $(REPORT_MODE_BUDGET) \
-	      $(PY) -m pytest $$files -q -p no:cacheprovider --neuron-mode $$mode -o console_output_style=count \
-	      --tb=no -rN --junitxml=build/junit/opsuite-$$mode.xml > build/reports/opsuite-$$mode.log 2>&1 \
-	      || status=$$?; echo $$status > build/reports/opsuite-$$mode.status ) & \
+	for proc in $$procs; do \
+	  mode=$${proc%%-*}; shard=""; \
+	  case $$proc in *of*) k=$${proc#*-}; shard="--shard $${k%of*}/$(REPORT_COMPILED_SHARDS) --results build/shards/$$proc.sqlite";; esac; \
+	  ( status=0; PYTHONUNBUFFERED=1 timeout --signal=INT --kill-after=60 $(REPORT_MODE_BUDGET) \
+	      $(PY) -m pytest $$files -q -p no:cacheprovider --neuron-mode $$mode $$shard -o console_output_style=count \
+	      --tb=no -rN --junitxml=build/junit/opsuite-$$proc.xml > build/reports/opsuite-$$proc.log 2>&1 \
+	      || status=$$?; echo $$status > build/reports/opsuite-$$proc.status ) & \
 	done; \
 	started=$$(date +%s); \
 	while [ -n "$$(jobs -rp)" ]; do \
 	  sleep 15; line="  $$(( $$(date +%s) - started )) s:"; \
-	  for mode in $$modes; do \
-	    done_=$$(grep -o '\[ *[0-9]*/[0-9]*\]' build/reports/opsuite-$$mode.log 2>/dev/null | tail -n 1 | tr -d '[ ]' \
+	  for proc in $$procs; do \
+	    done_=$$(grep -o '\[ *[0-9]*/[0-9]*\]' build/reports/opsuite-$$proc.log 2>/dev/null | tail -n 1 | tr -d '[ ]' \
 	      || true); \
-	    line="$$line $$mode $${done_:-starting}"; \
+	    line="$$line $$proc $${done_:-starting}"; \
 	  done; echo "$$line tests"; \
 	done; wait; \
-	for mode in $$modes; do \
-	  echo "-- $$mode: $$(grep -E '(passed|failed|error).* in [0-9.]+s' build/reports/opsuite-$$mode.log \
+	if ls build/shards/*.sqlite > /dev/null 2>&1; then \
+	  $(PY) -m harness merge --join build/shards/*.sqlite -o build/results.sqlite | sed 's/^/  shards: /'; fi; \
+	for proc in $$procs; do \
+	  echo "-- $$proc: $$(grep -E '(passed|failed|error).* in [0-9.]+s' build/reports/opsuite-$$proc.log \
 	    | tail -n 1 | tr -d '=' || true)"; \
-	  status=$$(cat build/reports/opsuite-$$mode.status); $(ALLOWED); \
-	done
+	  status=$$(cat build/reports/opsuite-$$proc.status); $(ALLOWED); \
+	done; echo "  conformance took $$(( $$(date +%s) - started )) s"
 	@echo "[report 1b/5] mutation score: python -m harness mutate (mutants of every table kernel against the eager cases)"
 	@status=0; $(PY) -m harness mutate --results build/results.sqlite --json build/reports/mutation.json \
 	  > build/reports/mutate.log 2>&1 || status=$$?; grep -E '^  (all|[a-z_0-9]+ +[0-9]+ caught)' build/reports/mutate.log \

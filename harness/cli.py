@@ -148,7 +148,7 @@ def cmd_merge(args: argparse.Namespace) -> int:
     if missing:
         print(f"no such store(s): {', '.join(missing)}", file=sys.stderr)
         return 2
-    counts = merge([Path(p) for p in args.stores], Path(args.output))
+    counts = merge([Path(p) for p in args.stores], Path(args.output), join=args.join)
     print(f"merged {counts['stores']} store(s): {counts['runs']} runs, {counts['results']} results -> {args.output}")
     return 0
 
@@ -209,6 +209,8 @@ def build_parser() -> argparse.ArgumentParser:
     merge = sub.add_parser("merge", help="combine shard stores into one store")
     merge.add_argument("stores", nargs="+", help="SQLite stores written by shards")
     merge.add_argument("-o", "--output", default=str(DEFAULT_PATH), help="the merged store (appended to)")
+    merge.add_argument("--join", action="store_true",
+                       help="the shard runs of one sweep (--shard K/N, same N and commit) become one run")
     merge.set_defaults(func=cmd_merge)
     cells = sub.add_parser("coverage-cells", help="which dtype x domain x layout x size cells an op spec's cases ran")
     cells.add_argument("--op", required=True, help="op spec name (harness.specs)")

@@ -11,6 +11,7 @@ results into one store for the report and the compat diff.
 from __future__ import annotations
 
 import hashlib
+import json
 import sqlite3
 from pathlib import Path
 from typing import Iterable, NamedTuple
@@ -48,11 +49,60 @@ _RUN_COLUMNS = ("started", "finished", "kind", "profile", "torch", "torch_mlir",
                 "machine", "device", "environment")
 
 
-def merge(sources: Iterable[Path], target: Path) -> dict[str, int]:
-    """Copy every run (with its results) and compat record of ``sources`` into ``target``; returns counts."""
+def _joined_key(run: tuple) -> tuple | None:
+    """What makes shard runs parts of one sweep (``join``): a ``K/N`` shard, the same N, kind, profile, versions,
+    commit, machine and device; None for a run that is no shard."""
+    fields = dict(zip(_RUN_COLUMNS, run[1:]))
+    try:
+        env = json.loads(fields["environment"] or "{}")
+    except ValueError:
+        return None
+    try:
+        shard = Shard.parse(env.get("shard") or "")
+    except ValueError:
+        return None
+    return (shard.count, *(fields[c] for c in _RUN_COLUMNS if c not in ("started", "finished", "environment")))
+
+
+def _joined_run(parts: list[tuple]) -> tuple:
+    """One run row for the shard runs ``parts`` of one sweep: the first's fields, started at the earliest, finished at
+    the latest (not finished while any part is not), its environment's shard "" and ``joined`` naming the parts."""
+    fields = [dict(zip(_RUN_COLUMNS, run[1:])) for run in parts]
+    row = dict(fields[0])
+    row["started"] = min(f["started"] for f in fields)
+    row["finished"] = None if any(f["finished"] is None for f in fields) else max(f["finished"] for f in fields)
+    env = json.loads(row["environment"] or "{}")
+    env["joined"] = sorted(json.loads(f["environment"] or "{}").get("shard", "") for f in fields)
+    env["shard"] = ""
+    row["environment"] = json.dumps(env)
+    return tuple(row[c] for c in _RUN_COLUMNS)
+
+
+def merge(sources: Iterable[Path], target: Path, join: bool = False) -> dict[str, int]:
+    """Copy every run (with its results) and compat record of ``sources`` into ``target``; returns counts.
+    ``join``: the shard runs of one sweep (``--shard K/N`` of the same N, commit and kind, e.g. one op-suite mode
+    split over the cores by ``make report``) become one run holding all their results, as the reports read one
+    run per mode."""
     out = Store(target)
     counts = {"stores": 0, "runs": 0, "results": 0}
     result_columns = sorted(RESULT_COLUMNS)
+    sources = list(sources)
+    joined: dict[tuple, int] = {}
+    if join:
+        parts: dict[tuple, list[tuple]] = {}
+        for source in sources:
+            Store(source).close()
+            db = sqlite3.connect(source)
+            for run in db.execute(f"SELECT id, {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY id").fetchall():
+                key = _joined_key(run)
+                if key is not None:
+                    parts.setdefault(key, []).append(run)
+            db.close()
+        for key, runs in parts.items():
+            row = _joined_run(runs)
+            joined[key] = out.db.execute(f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES "
+                                         f"({', '.join('?' * len(_RUN_COLUMNS))})", row).lastrowid
+            counts["runs"] += 1
     for source in sources:
         if Path(source).resolve() == Path(target).resolve():
             raise ValueError(f"cannot merge {source} into itself")
@@ -60,15 +110,18 @@ def merge(sources: Iterable[Path], target: Path) -> dict[str, int]:
         db = sqlite3.connect(source)
         have = {row[1] for row in db.execute("PRAGMA table_info(results)")}
         for run in db.execute(f"SELECT id, {', '.join(_RUN_COLUMNS)} FROM runs ORDER BY id").fetchall():
-            cur = out.db.execute(f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES "
-                                 f"({', '.join('?' * len(_RUN_COLUMNS))})", run[1:])
-            new_id = cur.lastrowid
+            key = _joined_key(run) if join else None
+            if key is not None:
+                new_id = joined[key]
+            else:
+                new_id = out.db.execute(f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES "
+                                        f"({', '.join('?' * len(_RUN_COLUMNS))})", run[1:]).lastrowid
+                counts["runs"] += 1
             columns = [c for c in result_columns if c in have]
             rows = db.execute(f"SELECT {', '.join(columns)} FROM results WHERE run_id = ? ORDER BY id",
                               (run[0],)).fetchall()
             out.db.executemany(f"INSERT INTO results (run_id, {', '.join(columns)}) VALUES "
                                f"(?, {', '.join('?' * len(columns))})", [(new_id, *r) for r in rows])
-            counts["runs"] += 1
             counts["results"] += len(rows)
         if db.execute("SELECT name FROM sqlite_master WHERE name = 'compat'").fetchone():
             out.db.executemany("INSERT INTO compat (tag, created, payload) VALUES (?, ?, ?)",

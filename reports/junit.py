@@ -7,6 +7,7 @@ pytest said otherwise.
 
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ElementTree
 from pathlib import Path
 from typing import Any
@@ -45,11 +46,24 @@ def outcome(path: Path) -> dict[str, Any] | None:
     return {"counts": counts, "seconds": seconds, "failed": failed, "file": str(path)}
 
 
+SHARD = re.compile(r"-(\d+)of(\d+)$")  # opsuite-compiled-1of2.xml: one of the processes a mode was split over
+
+
 def outcomes(directory: Path) -> dict[str, dict[str, Any]]:
-    """mode -> pytest outcome, for every build/junit/opsuite-<mode>.xml."""
-    found = {}
+    """mode -> pytest outcome, for every build/junit/opsuite-<mode>.xml; a mode split over processes side by side
+    (opsuite-<mode>-<k>of<n>.xml) is their sum, its seconds the longest one's (they ran at once)."""
+    found: dict[str, dict[str, Any]] = {}
     for path in sorted(directory.glob(f"{PREFIX}*.xml")) if directory.is_dir() else []:
         result = outcome(path)
-        if result is not None:
-            found[path.stem[len(PREFIX):]] = result
+        if result is None:
+            continue
+        mode = SHARD.sub("", path.stem[len(PREFIX):])
+        if mode not in found:
+            found[mode] = result
+            continue
+        whole = found[mode]
+        whole["counts"] = {k: whole["counts"][k] + result["counts"][k] for k in whole["counts"]}
+        whole["seconds"] = max(whole["seconds"], result["seconds"])
+        whole["failed"] = whole["failed"] + result["failed"]
+        whole["file"] = f"{whole['file']}, {result['file']}"
     return found

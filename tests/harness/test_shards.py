@@ -58,6 +58,35 @@ def test_merge_copies_runs_results_and_compat_records(tmp_path):
         merge([out], out)
 
 
+def _shard_store(path: Path, shard: str, ops: list[str], mode: str = "compiled") -> None:
+    store = Store(path)
+    run = store.start_run("opsuite", {"torch": "2.13.0", "git_sha": "abc", "shard": shard})
+    for op in ops:
+        store.add_row(run, source="spec", op=op, mode=mode, verdict="pass", message="")
+    store.commit()
+    store.finish_run(run)
+    store.close()
+
+
+def test_merge_join_makes_one_run_of_a_sweeps_shards(tmp_path):
+    """make report splits the compiled mode over the cores (--shard 1/2, 2/2); the reports read one run per mode, so
+    the shards' runs are joined into one holding every result. A run that is no shard is copied as it was."""
+    _shard_store(tmp_path / "c1.sqlite", "1/2", ["add", "mul"])
+    _shard_store(tmp_path / "c2.sqlite", "2/2", ["exp"])
+    _store(tmp_path / "e.sqlite", "neg", ["pass"], "eager")
+    out = tmp_path / "joined.sqlite"
+    counts = merge([tmp_path / "c1.sqlite", tmp_path / "c2.sqlite", tmp_path / "e.sqlite"], out, join=True)
+    assert counts == {"stores": 3, "runs": 2, "results": 4}
+    store = Store(out)
+    runs = store.query("SELECT id, finished, environment FROM runs ORDER BY id")
+    assert len(runs) == 2 and all(r["finished"] for r in runs)
+    assert '"joined": ["1/2", "2/2"]' in runs[0]["environment"] and '"shard": ""' in runs[0]["environment"]
+    ops = store.query("SELECT op FROM results WHERE run_id = ? ORDER BY id", (runs[0]["id"],))
+    assert [r["op"] for r in ops] == ["add", "mul", "exp"]
+    plain = merge([tmp_path / "c1.sqlite", tmp_path / "c2.sqlite"], tmp_path / "plain.sqlite")
+    assert plain["runs"] == 2  # without join every shard stays its own run
+
+
 def test_merge_command(tmp_path):
     _store(tmp_path / "a.sqlite", "add", ["pass"], "s1")
     out = tmp_path / "m.sqlite"
