@@ -261,6 +261,47 @@ def test_deferred_error_inside_a_fused_matmul_epilogue(adaptive, failing_divide)
     assert eager.pending() == 0 and eager.stats()["errors"] == 1
 
 
+# --- kernels that run outside the queue ---------------------------------------------------------------
+# A kernel that is not queued writes its outputs in its own launch, and may first make tensors with torch
+# ops (an accumulator from torch.zeros_like, an input cast with .to): those ops must run at once, not wait
+# for a later flush that would land after the kernel's launch (runtime.hooks.Outside).
+
+def test_a_native_kernel_s_own_tensors_are_ready_before_its_launch(adaptive):
+    from device_impl.dispatch.table import TABLE
+    from device_impl.kernels.common import hbm
+
+    def planted(x, dims):  # stands in for aten::flip: zeros_like + a cast, then the launch's own writes
+        acc = torch.zeros_like(x)
+        half = x.to(torch.float16)
+        a, h = hbm(acc), hbm(half)
+        a[: a.shape[0] // 2] += h[: a.shape[0] // 2].astype(a.dtype)
+        return acc
+
+    x = _host((64,)).to("neuron")
+    expected = torch.cat([x.cpu()[:32].half().float(), torch.zeros(32)])
+    before = x * 2  # queued work ahead of the kernel still runs in order
+    with TABLE.overridden("aten::flip", planted):
+        got = torch.flip(x, (0,))
+    assert torch.equal(got.cpu(), expected) and torch.equal(before.cpu(), x.cpu() * 2)
+    assert eager.pending() == 0
+
+
+def test_grid_sampler_backward_writes_grad_input(adaptive):
+    g = torch.Generator().manual_seed(3)
+    grid = torch.rand(2, 5, 4, 2, generator=g) * 2.2 - 1.1
+    def program(go, x, grid):
+        return torch.ops.aten.grid_sampler_2d_backward(go, x, grid, 0, 0, False, (True, True))
+    _assert_identical(program, _host((2, 3, 5, 4)), _host((2, 3, 6, 7), seed=1), grid)
+
+
+@pytest.mark.parametrize("fn", [torch.std, torch.var])
+def test_std_var_into_a_narrower_out(adaptive, fn):
+    def program(x):  # the input is cast to out's dtype inside the kernel, before its launch reads it
+        out = torch.empty(7, dtype=torch.float16, device=x.device)
+        return fn(x * 1.5, 0, out=out)
+    _assert_identical(program, _host((5, 7)))
+
+
 # --- bit identity on a mixed program -----------------------------------------------------------------
 
 def _mixed(a, b, c, h, i):

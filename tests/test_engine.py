@@ -12,6 +12,7 @@ from support import run_python
 from device_impl import engine
 from device_impl.engine import EngineError, constants, launch
 from device_impl.engine.dtypes import FP32
+from device_impl.engine.memory import Tile
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
@@ -337,3 +338,34 @@ def test_chrome_trace_is_valid_and_has_one_lane_per_engine(tmp_path):
     mm = next(e for e in complete if e["cat"] == "kernel" and e["name"] == "mm")
     inside = [e for e in complete if e["cat"] != "kernel" and e["args"]["kernel"] == "mm"]
     assert all(mm["ts"] <= e["ts"] and e["ts"] + e["dur"] <= mm["ts"] + mm["dur"] + 1e-6 for e in inside)
+
+
+def test_a_launch_s_tiles_are_freed_without_the_garbage_collector():
+    """A root tile is its own ``root``; left as a cycle, every tile of every launch waited for the garbage
+    collector (whose collections that churn triggered every few calls of a fused chain). The next launch's
+    reset breaks the cycle of each tile nothing holds; a tile something still holds keeps working."""
+    import gc
+
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        with launch("cycles", 0) as nc:
+            kept = nc.sbuf_tile((4, 8), FP32)
+            nc.vector.memset(kept, 1.5)
+            for shape in ((4, 8), (128, 256), (2, 3)):  # small and large (a retired array) tiles
+                t = nc.sbuf_tile(shape, FP32)
+                nc.vector.memset(t, 1.0)
+                nc.release(t)
+            scoped = nc.sbuf_tile((8, 8), FP32)  # left live by the launch
+            nc.vector.memset(scoped, 2.0)
+            del t, scoped
+        with launch("next", 0) as nc:
+            nc.vector.memset(nc.sbuf_tile((4, 8), FP32), 0.0)
+        gc.collect()
+        assert not [o for o in gc.garbage if isinstance(o, Tile)]
+        assert kept.root is kept and (kept.read() == 1.5).all()
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()

@@ -165,6 +165,10 @@ class LoweringTable:
         counts = counters._counts  # counters.record, inlined in the wrapper below (every call counts)
         overload = resolve(op)
         hooks = HOOKS
+        outside = HOOKS.outside
+        # A decomposition only dispatches other ops (each ordered against the queue by its own wrapper), so
+        # what it dispatches may wait; a native kernel's launches read and write memory directly.
+        native = tier is not Tier.DECOMPOSED
         kernel = [fn]  # the wrapper calls kernel[0]; overridden() swaps it for a test
         self._kernels[op] = kernel
         written_plan = written.plan_of(overload, outs_only=True)
@@ -192,6 +196,15 @@ class LoweringTable:
             # decides between queueing and a barrier; any other kernel needs the barrier first.
             if hooks.barrier is not None and not getattr(fn, "submits", False):
                 hooks.barrier("unqueueable", op, args, kwargs)
+                if native:  # it writes device memory itself: what it dispatches must not wait (Outside)
+                    outside.depth += 1
+                    try:
+                        if ASSERT_NO_CPU:
+                            with _no_cpu_mode(op):
+                                return fn(*args, **kwargs)
+                        return fn(*args, **kwargs)
+                    finally:
+                        outside.depth -= 1
             if ASSERT_NO_CPU:
                 with _no_cpu_mode(op):
                     return fn(*args, **kwargs)

@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from device_impl.eager.capture import EAGER_RUNNERS, Step
-from device_impl.eager.queue import QUEUE
+from device_impl.eager.queue import OUTSIDE, QUEUE
 from device_impl.engine.dtypes import COMPUTE_DTYPES
 from device_impl.kernels.common import elementwise
 
@@ -74,7 +74,7 @@ def install() -> None:
                 for op in ("copy_", "_copy_from", "_copy_from_and_resize", "_local_scalar_dense")}
 
     def copy_(keys, dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
-        if dst.numel() and _queueable_copy(dst, src):
+        if dst.numel() and not OUTSIDE.depth and _queueable_copy(dst, src):
             compute = _cast_compute if dst.dtype != src.dtype else _copy_compute
             QUEUE.submit("aten::copy_", compute, dst, {"src": src})
             return dst

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterable
 import torch
 
 from device_impl.dispatch import table
+from device_impl.dispatch.table import HOOKS
 from device_impl.eager import fusion, programs
 from device_impl.eager.capture import AnyStep, capture, capture_plan
 from device_impl.eager.chain import StepError
@@ -51,6 +52,7 @@ DEFAULT_MAX_OPS = 256
 DEFAULT_MAX_BYTES = 512 * 2**20
 
 _use_count = torch._C._storage_Use_Count
+OUTSIDE = HOOKS.outside
 
 
 def _packet(op: str) -> str:
@@ -103,11 +105,17 @@ class Queue:
                args: dict[str, Any]) -> None:
         """Queue ``compute(out, args)`` if its launches can wait, else run it after a barrier."""
         with self.lock:
-            steps = self._capture(op, compute, out, args)
+            # Inside a kernel running outside the queue (runtime.hooks.Outside) nothing may wait: that
+            # kernel's own launch reads or writes what this computes, before any later flush.
+            steps = None if OUTSIDE.depth else self._capture(op, compute, out, args)
             if steps is None:
                 self.barrier("unqueueable", op, (out,), args)
                 STATS.ops_run_eagerly += 1
-                compute(out, args)
+                OUTSIDE.depth += 1  # what this compute dispatches itself runs at once too
+                try:
+                    compute(out, args)
+                finally:
+                    OUTSIDE.depth -= 1
                 return
             for step in steps:
                 self.steps.append(step)

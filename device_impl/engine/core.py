@@ -41,16 +41,16 @@ class NeuronCore:
         self._scopes: list[list[tuple[MemoryPool, Tile]]] = []
 
     def reset(self, record: bool) -> None:
-        for scope in self._scopes:  # tiles the last launch left live: their arrays may be reused too
-            for pool, tile in scope:
-                pool.retired.append(tile)
+        # Tiles the last launch left live: their arrays may be reused too. Handed over (in a function, whose
+        # loop variables are gone when it returns) before the pools' reset, which frees what nothing holds.
+        _retire_live(self._scopes)
+        self._scopes = [[]]
         self.timeline.reset()
         self.timeline.record = record
         self.sbuf.reset()
         self.psum.reset()
         self.tensor.loaded = None
         self.tensor.last_moving = 0
-        self._scopes = [[]]
 
     def _allocate(self, pool: MemoryPool, shape, dtype, name: str) -> Tile:
         tile = pool.allocate(tuple(shape), dtype, name)
@@ -99,6 +99,12 @@ class NeuronCore:
             yield
         finally:
             self.release_to(mark)
+
+
+def _retire_live(scopes: list[list[tuple[MemoryPool, Tile]]]) -> None:
+    for scope in scopes:
+        for pool, tile in scope:
+            pool.retired.append(tile)
 
 
 def release_live(live: list, tile: Tile) -> None:

@@ -166,11 +166,24 @@ class MemoryPool:
         self.spares: dict[tuple, list[np.ndarray]] = {}
         self.spare_bytes = 0
         self.retired: list[Tile] = []  # released (or left live) in the current launch: recycled at reset
+        # Every tile allocated in the current launch. A root tile is its own ``root``: that cycle leaves each
+        # tile (its key tuple, and before recycling its array) to the garbage collector, whose collections
+        # the churn of a launch's tiles triggered every few calls. ``reset`` breaks the cycle of each tile
+        # nothing else holds any more, so it is freed at once. Holding them for the launch also keeps every
+        # tile's ``id`` distinct within it (TensorE's loaded-stationary key uses it), whenever a collection runs.
+        self.made: list[Tile] = []
         self.reset()
 
     def reset(self) -> None:
         if self.retired:
             self.recycle()
+        made = self.made
+        if made:
+            for tile in made:
+                if getrefcount(tile) <= _SOLE_MADE:  # only ``made`` and its own ``root``: nothing can see it
+                    tile.root = None
+            tile = None
+            made.clear()
         self.used = 0
         self.peak = 0
         self.fresh = self.capacity  # never-used bytes: available at time 0
@@ -231,6 +244,7 @@ class MemoryPool:
         tile.available = available
         tile.nbytes = nbytes
         tile.key = key
+        self.made.append(tile)
         return tile
 
     def release(self, tile: Tile) -> None:
@@ -251,7 +265,7 @@ class MemoryPool:
         total = self.spare_bytes
         keep = []
         for tile in self.retired:
-            if getrefcount(tile) > _SOLE_TILE or getrefcount(tile.data) > _SOLE:
+            if getrefcount(tile) > _SOLE_RETIRED or getrefcount(tile.data) > _SOLE:
                 keep.append(tile)
                 continue
             nbytes = tile.data.nbytes
@@ -292,12 +306,16 @@ class MemoryPool:
 _SOLE = _sole_references()
 
 
-def _sole_tile_references() -> int:
-    """What sys.getrefcount reports, inside ``MemoryPool.sweep``'s loop, for a Tile only ``retired`` holds."""
-    retired = [Tile(np.empty((1, 1)), "probe", "probe")]
-    for tile in retired:
+def _sole_tile_references(lists: int) -> int:
+    """What sys.getrefcount reports, inside a loop over one of ``lists`` lists holding a root Tile, for a
+    Tile nothing else holds (``MemoryPool.sweep``: ``retired`` and ``made``; ``reset``: ``made``)."""
+    tile = Tile(np.empty((1, 1)), "probe", "probe")
+    holders = [[tile] for _ in range(lists)]
+    del tile
+    for tile in holders[0]:
         return getrefcount(tile)
     raise AssertionError("unreachable")
 
 
-_SOLE_TILE = _sole_tile_references()
+_SOLE_RETIRED = _sole_tile_references(2)
+_SOLE_MADE = _sole_tile_references(1)

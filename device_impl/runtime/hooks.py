@@ -7,7 +7,23 @@ importing dispatch; ``device_impl.dispatch.table`` re-exports ``HOOKS`` for the 
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Callable
+
+
+class Outside(threading.local):
+    """How deep this thread is inside kernels that run outside the queue (per thread: autograd runs a
+    device's backward on its own thread).
+
+    A kernel that is not queued writes its outputs directly in its own launch, and may first make tensors
+    with torch ops (``torch.zeros_like`` for an accumulator, ``x.to(dtype)`` for a reduction in another
+    dtype). Those ops must run at once: queued, their launches would run at a later flush, after the
+    kernel's own launch read or wrote the same memory (a zero fill landing over the gradient just
+    scattered into it, a cast read before it was computed). While ``depth`` is positive, adaptive eager
+    runs what is submitted to it immediately, after a barrier, as plain eager would.
+    """
+
+    depth = 0
 
 
 class EagerHooks:
@@ -15,10 +31,13 @@ class EagerHooks:
     depend on before ``op`` runs outside the queue (``args=None``: all of it).
     ``submit(op, compute, out, args)``: queue (or run) a family kernel's computation.
     Both are None in plain eager mode, so eager pays one attribute test per op.
+    ``outside``: see ``Outside``; dispatch raises its depth around every native kernel it runs after a
+    barrier, adaptive eager reads it.
     """
 
     barrier: Callable[..., None] | None = None
     submit: Callable[[str, Callable[..., None], Any, dict], None] | None = None
+    outside: Outside = Outside()
 
 
 HOOKS = EagerHooks()
