@@ -44,6 +44,7 @@ import torch
 
 from device_impl.dispatch.table import TABLE, resolve
 from device_impl.engine import launch
+from device_impl.engine.core import release_live_to
 from device_impl.engine.dtypes import FLOAT_DTYPES, FP32, numpy_dtype
 from device_impl.kernels.common import hbm, scalar_of
 from device_impl.kernels.registry import Binder
@@ -55,7 +56,6 @@ E_TILE = 128  # head-dim chunk: the contraction of Q K^T
 N_TILE = 512  # output columns per PSUM bank (fp32)
 PIPELINE = 2  # query blocks in flight in the forward (forward_program)
 FLT_MAX = float(np.finfo(np.float32).max)
-I32 = np.dtype(np.int32)
 BOOL = np.dtype(np.bool_)
 
 FORWARD = "aten::_scaled_dot_product_fused_attention_overrideable"
@@ -184,19 +184,16 @@ def _scores(nc, pb: _Problem, qT: list, kT: list, b: int, h: int, l0: int, l1: i
         nc.tensor.matmul(acc, qc, kc, accumulate=c > 0)
     s = nc.sbuf_tile((lq, sk), FP32)
     nc.scalar.activation(s, acc, "identity", scale=pb.scale)
-    neg_inf = consts["neg_inf"][:lq, :sk]
     if pb.mask_kind == "float":
         m = _load(nc, pb.mask[b, h, l0:l1, s0:s1])
         nc.vector.tensor_tensor(s, s, m, "add", dtype=FP32)
     elif pb.mask_kind == "bool":
         m = _load(nc, pb.mask[b, h, l0:l1, s0:s1])
-        nc.vector.select(s, m, s, neg_inf)
-    if pb.causal and s1 - 1 > l0:  # the block crosses the diagonal: keep key j <= query i
-        if l0 == s0 and "diagonal" in consts:  # the usual crossing block: its mask is made once per launch
-            keep = consts["diagonal"][:lq, :sk]
-        else:
-            keep = _causal_keep(nc, l0 - s0, lq, sk)
-        nc.vector.select(s, keep, s, neg_inf)
+        nc.vector.select(s, m, s, consts["neg_inf"][:lq, :sk])
+    if pb.causal and s1 - 1 > l0:  # the block crosses the diagonal: keep key j <= query i, i.e.
+        # (l0 + p) - (s0 + f) >= 0, an affine function of the position: GpSimd applies it (no mask tile, no VectorE
+        # pass; VectorE carries the online softmax)
+        nc.gpsimd.affine_select(s, s, -np.inf, base=l0 - s0, partition_step=1, free_step=-1)
     return s
 
 
@@ -209,23 +206,13 @@ def _dropout_keep(nc, pb: _Problem, seed: int, offset: int, lq: int, sk: int, b:
     return keep
 
 
-def _causal_keep(nc, offset: int, lq: int, sk: int):
-    """True where key j <= query i, for a block whose first query is ``offset`` positions after its first key."""
-    diff = nc.sbuf_tile((lq, sk), I32)
-    nc.gpsimd.iota(diff, base=offset, partition_step=1, free_step=-1)
-    keep = nc.sbuf_tile((lq, sk), BOOL)
-    nc.vector.tensor_scalar(keep, diff, "greater_equal", 0)
-    return keep
-
-
 def _constants(nc, pb: _Problem) -> dict:
-    """Tiles every block reads: -inf, and (causal) the mask of a block on the diagonal (first query = first
-    key: every crossing block when the query and key tiles are the same size), made once per launch."""
-    neg_inf = nc.sbuf_tile((Q_TILE, K_TILE), FP32, "neg_inf")
-    nc.vector.memset(neg_inf, -np.inf)
-    consts = {"neg_inf": neg_inf}
-    if pb.causal and pb.L and pb.S:
-        consts["diagonal"] = _causal_keep(nc, 0, min(Q_TILE, pb.L), min(K_TILE, pb.S))
+    """Tiles every block reads, made once per launch: -inf (a bool mask selects it; only then is it made)."""
+    consts = {}
+    if pb.mask_kind == "bool":
+        neg_inf = nc.sbuf_tile((Q_TILE, K_TILE), FP32, "neg_inf")
+        nc.vector.memset(neg_inf, -np.inf)
+        consts["neg_inf"] = neg_inf
     return consts
 
 
@@ -259,9 +246,61 @@ def forward_program(nc, pb: _Problem, o4: np.ndarray, lse3: np.ndarray, seed: in
     unchanged (the same instructions, in another order across blocks): the same bits."""
     keep_scale = 0.0 if pb.dropout >= 1.0 else 1.0 / (1.0 - pb.dropout)
     consts = _constants(nc, pb)
-    blocks = (_forward_block(nc, pb, consts, b, h, hk, i, o4, lse3, seed, offset, dm4, keep_scale)
+    kv = _KeyValues(nc, pb)
+    blocks = (_forward_block(nc, pb, consts, kv, b, h, hk, i, o4, lse3, seed, offset, dm4, keep_scale)
               for b, h, hk in pb.heads() for i in range(pb.n_q))
     _interleave(nc, blocks, PIPELINE)
+
+
+class _KeyValues:
+    """The K^T chunks and V tiles of one key block, made once per (batch, key/value head) and read by every query
+    block of every query head sharing that head (GQA's group, and the query blocks of a long sequence): the
+    loads, TensorE transposes and ScalarE evacuations of K happen once, not once per query block.
+
+    Shared tiles live in a scope of their own per (batch, kv head), freed when the last query block using them
+    ends; the query heads of a group and their blocks come one after another (``_Problem.heads``), so at most
+    ``PIPELINE`` + 1 such scopes are live. Where a head's keys and values would take more than
+    ``SHARED_BYTES`` of a partition, or nothing reads them twice, each block loads its own (``shared`` False)."""
+
+    SHARED_BYTES = 32 * 1024
+
+    def __init__(self, nc, pb: _Problem):
+        self.nc, self.pb = nc, pb
+        itemsize = np.dtype(pb.dtype).itemsize
+        per_block = (-(-pb.E // E_TILE) * K_TILE + pb.Ev) * itemsize  # K^T chunks' and V's bytes per partition
+        self.users_per_head = pb.group * pb.n_q
+        self.shared = self.users_per_head > 1 and pb.n_k * per_block <= self.SHARED_BYTES
+        self.heads: dict[tuple[int, int], tuple[list, dict, list]] = {}
+
+    def block(self, b: int, hk: int, j: int, s0: int, s1: int) -> tuple[list, list]:
+        """(K^T chunks, V tiles per N_TILE columns) of key block j of head (b, hk)."""
+        if not self.shared:
+            return self._make(b, hk, s0, s1)
+        entry = self.heads.get((b, hk))
+        if entry is None:
+            entry = self.heads[(b, hk)] = ([], {}, [self.users_per_head])
+        live, blocks, _ = entry
+        made = blocks.get(j)
+        if made is None:
+            with self.nc.stream(live):
+                made = blocks[j] = self._make(b, hk, s0, s1)
+        return made
+
+    def _make(self, b: int, hk: int, s0: int, s1: int) -> tuple[list, list]:
+        nc, pb = self.nc, self.pb
+        kT = _transposed(nc, _load(nc, pb.k[b, hk, s0:s1, :]), pb.dtype, evacuate="scalar")
+        vts = [_load(nc, pb.v[b, hk, s0:s1, c0:min(c0 + N_TILE, pb.Ev)]) for c0 in range(0, pb.Ev, N_TILE)]
+        return kT, vts
+
+    def done(self, b: int, hk: int) -> None:
+        """A query block of head (b, hk) ended: the last one frees the head's shared tiles."""
+        entry = self.heads.get((b, hk))
+        if entry is None:
+            return
+        entry[2][0] -= 1
+        if entry[2][0] == 0:
+            release_live_to(entry[0], 0)
+            del self.heads[(b, hk)]
 
 
 def _interleave(nc, streams, width: int) -> None:
@@ -287,8 +326,8 @@ def _interleave(nc, streams, width: int) -> None:
                     active.remove(entry)
 
 
-def _forward_block(nc, pb: _Problem, consts: dict, b: int, h: int, hk: int, i: int, o4, lse3, seed: int,
-                   offset: int, dm4, keep_scale: float):
+def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: int, hk: int, i: int, o4, lse3,
+                   seed: int, offset: int, dm4, keep_scale: float):
     """One query block's forward (a generator: it yields between stages, see forward_program)."""
     l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
     lq = l1 - l0
@@ -302,7 +341,7 @@ def _forward_block(nc, pb: _Problem, consts: dict, b: int, h: int, hk: int, i: i
         first = j == 0
         sk = s1 - s0
         step = nc.mark()
-        kT = _transposed(nc, _load(nc, pb.k[b, hk, s0:s1, :]), pb.dtype, evacuate="scalar")
+        kT, vts = kv.block(b, hk, j, s0, s1)
         s = _scores(nc, pb, qT, kT, b, h, l0, l1, s0, s1, consts)
         yield
         # the first block starts from m = -inf, l = 0, acc = 0: m_new = max(-inf, block max) is the
@@ -315,8 +354,7 @@ def _forward_block(nc, pb: _Problem, consts: dict, b: int, h: int, hk: int, i: i
             nc.vector.tensor_tensor(m_new, m, block_max, "maximum")
         # -FLT_MAX in place of -inf: rows with no key yet give exp(-inf) = 0, not NaN
         neg_m = nc.sbuf_tile((lq, 1), FP32)
-        nc.vector.tensor_scalar(neg_m, m_new, "maximum", -FLT_MAX)
-        nc.vector.tensor_scalar(neg_m, neg_m, "multiply", -1.0)
+        nc.vector.tensor_scalar(neg_m, m_new, "maximum", -FLT_MAX, op1="multiply", scalar1=-1.0)
         p = nc.sbuf_tile((lq, sk), FP32)
         block_sum = row_sum if first else nc.sbuf_tile((lq, 1), FP32)
         nc.scalar.activation(p, s, "exp", bias=neg_m, accumulate=block_sum)
@@ -342,9 +380,8 @@ def _forward_block(nc, pb: _Problem, consts: dict, b: int, h: int, hk: int, i: i
             nc.vector.tensor_copy(p_low, p)
         yield
         (pT,) = _transposed(nc, p_low, pb.dtype, evacuate="scalar")
-        for c0 in range(0, pb.Ev, N_TILE):
+        for c0, vt in zip(range(0, pb.Ev, N_TILE), vts):
             c1 = min(c0 + N_TILE, pb.Ev)
-            vt = _load(nc, pb.v[b, hk, s0:s1, c0:c1])
             pv = nc.psum_tile((lq, c1 - c0), FP32)
             nc.tensor.matmul(pv, pT, vt)
             part = acc[:, c0:c1]
@@ -366,6 +403,7 @@ def _forward_block(nc, pb: _Problem, consts: dict, b: int, h: int, hk: int, i: i
     nc.vector.tensor_tensor(log_l, log_l, m, "add")
     nc.dma.store(lse3[b, h, l0:l1, None], log_l)
     nc.release_to(block)
+    kv.done(b, hk)
 
 
 def _forward(a: dict) -> tuple:
@@ -506,8 +544,8 @@ def _backward_key_block(nc, pb: _Problem, consts, b: int, hk: int, j: int, seed:
             gT = _transposed(nc, g_rows, pb.dtype)
             s = _scores(nc, pb, qT, kT, b, h, l0, l1, s0, s1, consts)
             neg_lse = _load(nc, lse3[b, h, l0:l1, None])
-            nc.vector.tensor_scalar(neg_lse, neg_lse, "maximum", -FLT_MAX)  # all-masked rows: P = 0, not NaN
-            nc.vector.tensor_scalar(neg_lse, neg_lse, "multiply", -1.0)
+            # all-masked rows: P = 0, not NaN
+            nc.vector.tensor_scalar(neg_lse, neg_lse, "maximum", -FLT_MAX, op1="multiply", scalar1=-1.0)
             p = nc.sbuf_tile((lq, sk), FP32)
             nc.scalar.activation(p, s, "exp", bias=neg_lse)
             keep = _dropout_keep(nc, pb, seed, offset, lq, sk, b, h, i, j) if pb.dropout > 0 else None
