@@ -48,8 +48,9 @@ from device_impl.engine.timeline import ENGINES
 STEP_KINDS: dict[str, str] = {
     "fused": "wide",
     "dot_general": "wide",
-    # SDPA's flash tile program (compiler/opaque.py): causal blocks are skipped by position, never by value
-    "attention": "tile",
+    # SDPA's flash tile program (compiler/opaque.py): causal blocks are skipped by position, never by value;
+    # its wide runner (kernels.attention.forward_wide) takes every head at once
+    "attention": "wide",
     "attention_backward": "tile",
     "iota": "tile",
     "concatenate": "tile",
@@ -246,9 +247,24 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     return run
 
 
+def _wide_attention(step: dict, program: Program, runner) -> WideRunner:
+    """SDPA's forward (no dropout in a compiled program) as ``kernels.attention.forward_wide`` computes it:
+    the flash tile program's instructions per element, every (batch, head) at once."""
+    from device_impl.compiler.steps import attention_call
+    from device_impl.kernels.attention import forward_wide
+
+    def run(core, env) -> None:
+        call = attention_call(step, program, env)
+        if call is not None:
+            forward_wide(*call)
+
+    return run
+
+
 WIDE: dict[str, Callable[[dict, Program, Any], WideRunner]] = {
     "fused": _wide_fused,
     "dot_general": _wide_dot_general,
+    "attention": _wide_attention,
 }
 
 

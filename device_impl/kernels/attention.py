@@ -303,6 +303,95 @@ class _KeyValues:
             del self.heads[(b, hk)]
 
 
+def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray) -> None:
+    """``forward_program``'s arithmetic without dropout, over every (batch, query head) at once: a compiled
+    program's attention step on the static replay's fast path (compiler/replay.py), whose device time is the
+    one the tile program recorded at compile time.
+
+    Each value goes through the tile program's instructions in its order and with its rounding points, as
+    numpy computes them there: TensorE transposes are exact (the inputs' dtype through fp32 PSUM and back);
+    ``S`` = fp32 products of the fp32 Q^T and K^T chunks (one BLAS call per head and chunk, on operands laid
+    out as the tiles are, the chunks summed in order); the scale, the masks, the online softmax's max, exp and
+    row sums per key block (the first block without the rescaling, as there); P rounded to the inputs' dtype,
+    transposed, its fp32 product with V per ``N_TILE`` columns; ``O = acc / max(l, 1e-30)``, ``lse = log(l) +
+    m``. ``tests/compiler/test_static_replay.py`` compares both paths bit for bit."""
+    n = pb.B * pb.Hq
+    heads = [h // pb.group for h in range(pb.Hq)]
+    k = pb.k[:, heads] if pb.group > 1 else pb.k  # [B, Hq, S, E]: each query head's key/value head
+    v = pb.v[:, heads] if pb.group > 1 else pb.v
+    scale = np.float32(pb.scale)
+    neg_inf = np.float32(-np.inf)
+    floor = np.asarray(-FLT_MAX).astype(FP32)
+    minus_one = np.asarray(-1.0).astype(FP32)
+    zero = np.asarray(0.0).astype(FP32)
+    tiny = np.asarray(1e-30).astype(FP32)
+
+    def fp32_rows(a: np.ndarray) -> np.ndarray:  # [n, P, F] as fp32 tiles of that shape read (C order)
+        return np.ascontiguousarray(a, dtype=FP32)
+
+    for i in range(pb.n_q):
+        l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
+        lq = l1 - l0
+        q = pb.q[:, :, l0:l1, :].reshape(n, lq, pb.E)
+        qT = [fp32_rows(q[:, :, c0:c0 + E_TILE].transpose(0, 2, 1)) for c0 in range(0, pb.E, E_TILE)]
+        m = row_sum = acc = None
+        for j, s0, s1 in pb.key_blocks(l0, l1):
+            sk = s1 - s0
+            kb = k[:, :, s0:s1, :].reshape(n, sk, pb.E)
+            scores = None
+            for c, qc in enumerate(qT):
+                kc = fp32_rows(kb[:, :, c * E_TILE:(c + 1) * E_TILE].transpose(0, 2, 1))
+                product = np.matmul(qc.transpose(0, 2, 1), kc)
+                if scores is None:
+                    scores = product
+                else:
+                    scores += product
+            s = np.multiply(scores, scale) if pb.scale != 1.0 else scores
+            if pb.mask_kind is not None:
+                mk = pb.mask[:, :, l0:l1, s0:s1].reshape(n, lq, sk)
+                if pb.mask_kind == "float":
+                    np.add(s, mk if mk.dtype == FP32 else mk.astype(FP32), out=s)
+                else:
+                    s = np.where(mk.astype(bool), s, neg_inf)
+            if pb.causal and s1 - 1 > l0:
+                keep = (l0 - s0) + np.arange(lq, dtype=np.int64)[:, None] - np.arange(sk, dtype=np.int64)[None, :] >= 0
+                s = np.where(keep, s, neg_inf)
+            block_max = np.maximum.reduce(s, axis=2, keepdims=True)
+            m_new = block_max if m is None else np.maximum(m, block_max)
+            neg_m = np.multiply(np.maximum(m_new, floor), minus_one)
+            p = np.add(s, neg_m)
+            np.exp(p, out=p)
+            block_sum = p.sum(axis=2, keepdims=True, dtype=FP32)
+            alpha = None
+            if m is None:
+                row_sum = block_sum
+            else:
+                alpha = np.add(m, neg_m)
+                np.exp(alpha, out=alpha)
+                np.multiply(row_sum, alpha, out=row_sum)
+                np.add(row_sum, block_sum, out=row_sum)
+            m = m_new
+            pT = fp32_rows((p if pb.dtype == FP32 else p.astype(pb.dtype)).transpose(0, 2, 1))
+            if acc is None:
+                acc = np.empty((n, lq, pb.Ev), dtype=FP32)
+            vb = v[:, :, s0:s1, :].reshape(n, sk, pb.Ev)
+            for c0 in range(0, pb.Ev, N_TILE):
+                c1 = min(c0 + N_TILE, pb.Ev)
+                pv = np.matmul(pT.transpose(0, 2, 1), fp32_rows(vb[:, :, c0:c1]))
+                part = acc[:, :, c0:c1]
+                if alpha is None:
+                    np.add(pv, zero, out=part)
+                else:
+                    np.multiply(part, alpha, out=part)
+                    np.add(part, pv, out=part)
+        safe = np.maximum(row_sum, tiny)
+        out = np.true_divide(acc, safe)
+        o4[:, :, l0:l1, :] = out.reshape(pb.B, pb.Hq, lq, pb.Ev)  # rounded to the output's dtype, as the tile
+        log_l = np.log(row_sum)
+        np.add(log_l, m, out=log_l)
+        lse3[:, :, l0:l1] = log_l.reshape(pb.B, pb.Hq, lq)
+
+
 def _interleave(nc, streams, width: int) -> None:
     """Run generator ``streams`` (each yields between its stages) round robin, ``width`` at a time, each in
     its own tile scope (``NeuronCore.stream``)."""
