@@ -179,6 +179,21 @@ def wide_core() -> WideCore:
 
 WideRunner = Callable[[WideCore, Any], None]
 
+_COPY_COLUMNS = 32  # columns per slab of a transposing copy (fp32_contiguous)
+
+
+def fp32_contiguous(view: np.ndarray) -> np.ndarray:
+    """``np.ascontiguousarray(view, dtype=float32)``: the same values, copied in slabs of ``_COPY_COLUMNS`` columns
+    when ``view``'s last axis is strided (a transposed operand, x^T or a Linear's W^T): numpy walks such a copy
+    with one stride across the whole source and misses the cache on every element; slabs of 32 columns read
+    32 adjacent source elements per row, about twice as fast for the products of a decoder block."""
+    if view.ndim < 2 or view.strides[-1] == view.itemsize or view.shape[-1] <= _COPY_COLUMNS:
+        return np.ascontiguousarray(view, dtype=FP32)
+    out = np.empty(view.shape, dtype=FP32)
+    for c0 in range(0, view.shape[-1], _COPY_COLUMNS):
+        out[..., c0:c0 + _COPY_COLUMNS] = view[..., c0:c0 + _COPY_COLUMNS]
+    return out
+
 
 def _wide_fused(step: dict, program: Program, runner) -> WideRunner:
     """A fused group as one tile: flat groups [1, N]; reduce groups all rows at once with the tile
@@ -230,8 +245,8 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
             out[...] = 0
             return
         # stationary tiles are [K, M] blocks of A^T, moving tiles [K, N] blocks of B, both read as fp32
-        a_t = np.ascontiguousarray(env.access(lhs).transpose(lb + lc + lf).reshape(batch, k, m), dtype=FP32)
-        b = np.ascontiguousarray(env.access(rhs).transpose(rb + rc + rf).reshape(batch, k, n), dtype=FP32)
+        a_t = fp32_contiguous(env.access(lhs).transpose(lb + lc + lf).reshape(batch, k, m))
+        b = fp32_contiguous(env.access(rhs).transpose(rb + rc + rf).reshape(batch, k, n))
         for i in range(batch):
             for m0, m1, n0, n1 in blocks:
                 acc = None
