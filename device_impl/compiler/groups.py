@@ -18,6 +18,7 @@ nearest-even after each op exactly as the eager kernels store them.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -175,8 +176,8 @@ class Access2D:
         self.na, self.a, self.b = na, a, b
         self.ka = _merge_suffix(x, 0, na)
         self.kb = _merge_suffix(x, na, x.ndim)
-        self.inner_a = int(np.prod(a[na - self.ka:], dtype=np.int64))
-        self.inner_b = int(np.prod(b[len(b) - self.kb:], dtype=np.int64))
+        self.inner_a = math.prod(a[na - self.ka:])
+        self.inner_b = math.prod(b[len(b) - self.kb:])
 
     def pieces(self, r0: int, r1: int, c0: int, c1: int):
         x, na, ka, kb = self.x, self.na, self.ka, self.kb

@@ -36,9 +36,9 @@ from device_impl.compiler.groups import GroupRunner
 from device_impl.compiler.program import Program
 from device_impl.engine.core import NeuronCore
 from device_impl.engine.dtypes import FP32
-from device_impl.engine.isa import DMA
+from device_impl.engine.isa import DMA, GpSimdE, ScalarE, TensorE, VectorE
 from device_impl.engine.memory import MemoryPool, Tile
-from device_impl.engine.timeline import ENGINES
+from device_impl.engine.timeline import ENGINES, Timeline
 
 # step kind -> how a fast execution runs it:
 #   "wide"  a runner over whole arrays (one tile per step or per product block), same rounding points
@@ -154,14 +154,30 @@ class _WideDMA(DMA):
         np.copyto(dst, src.read().reshape(dst.shape))
 
 
+class _Scratchpad(Timeline):
+    """The wide core's timeline: instructions are issued to it and nothing reads it (the launch reports the
+    recorded schedule), so placing them (dependencies, DMA gaps) would be work for nothing."""
+
+    __slots__ = ()
+
+    def schedule(self, engine: str, name: str, cost_ns: float, reads=(), writes=(), latency_ns: float = 0.0) -> float:
+        return 0.0
+
+
 class WideCore(NeuronCore):
     """A core whose tiles have no size limit. Its timeline is a scratchpad: nothing reads it."""
 
     def __init__(self) -> None:
         super().__init__()
+        platform = self.platform
+        self.timeline = timeline = _Scratchpad()
         self.sbuf = _UnboundedPool("sbuf", self.sbuf.capacity, self.sbuf.partitions)
         self.psum = _UnboundedPool("psum", self.psum.capacity, self.psum.partitions)
-        self.dma = _WideDMA(self.platform, self.timeline)
+        self.dma = _WideDMA(platform, timeline)
+        self.tensor = TensorE(platform, timeline)
+        self.vector = VectorE(platform, timeline)
+        self.scalar = ScalarE(platform, timeline)
+        self.gpsimd = GpSimdE(platform, timeline)
 
 
 _local = threading.local()

@@ -77,10 +77,11 @@ def _power(a, b):
         negative = np.where(a == 1, 1, np.where(a == -1, minus_one, 0)).astype(a.dtype)
         return np.where(b < 0, negative, positive)
     result = np.power(a, b)
-    if result.dtype.kind == "f":
-        # numpy's power loop takes sqrt for a uniform exponent 0.5 (sqrt(-0.0) = -0.0, sqrt(-inf) = nan);
-        # IEEE pow, which the instruction computes, gives +0.0 and +inf there.
-        fix = (np.asarray(b) == 0.5) & ((a == 0) | (a == -np.inf))
+    exponent = np.asarray(b)
+    if result.dtype.kind == "f" and (exponent.ndim or exponent == 0.5):  # (a uniform exponent other than 0.5
+        # needs no fix: skip two passes over the tile.) numpy's power loop takes sqrt for a uniform exponent 0.5
+        # (sqrt(-0.0) = -0.0, sqrt(-inf) = nan); IEEE pow, which the instruction computes, gives +0.0 and +inf there.
+        fix = (exponent == 0.5) & ((a == 0) | (a == -np.inf))
         if np.any(fix):
             result = np.where(fix, np.abs(a), result).astype(result.dtype, copy=False)
     return result
