@@ -412,6 +412,11 @@ class GroupRunner:
         start (operands ready, engine free), so later blocks' loads and reductions fill the engines
         while earlier blocks' last ops wait for their inputs, without delaying them."""
         blocks = [(r0, min(self.rows, r0 + block)) for r0 in range(0, self.rows, block)]
+        if len(blocks) == 1:  # nothing to interleave (the replay's wide core: every row at once): the same order
+            (r0, r1), = blocks
+            tiles = {slot: t if r1 - r0 == t.partitions else t[0:r1 - r0, :] for slot, t in shared.items()}
+            self._pass(nc, self.ops, r0, r1, 0, self.cols, access, out_access, tiles, None)
+            return
         # as many blocks as the partition holds beside the hoisted rows, each at its planned peak plus
         # room for the [P, 1] tiles instruction selection adds; two at least (the plan halves SBUF for them)
         hoisted = sum(t.free * t.dtype.itemsize for t in shared.values())

@@ -353,9 +353,8 @@ def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray) -> None:
                     np.add(s, mk if mk.dtype == FP32 else mk.astype(FP32), out=s)
                 else:
                     s = np.where(mk.astype(bool), s, neg_inf)
-            if pb.causal and s1 - 1 > l0:
-                keep = (l0 - s0) + np.arange(lq, dtype=np.int64)[:, None] - np.arange(sk, dtype=np.int64)[None, :] >= 0
-                s = np.where(keep, s, neg_inf)
+            if pb.causal and s1 - 1 > l0:  # affine_select: -inf where (l0 + p) - (s0 + f) < 0
+                s[:, (l0 - s0) + np.arange(lq)[:, None] - np.arange(sk)[None, :] < 0] = neg_inf
             block_max = np.maximum.reduce(s, axis=2, keepdims=True)
             m_new = block_max if m is None else np.maximum(m, block_max)
             neg_m = np.multiply(np.maximum(m_new, floor), minus_one)
