@@ -506,16 +506,17 @@ class GroupRunner:
               tiles: dict, first_chunk: bool | None) -> None:
         """One tile iteration over ``ops``. ``first_chunk`` is None for a whole-row pass; else reductions
         accumulate partial results into ``tiles`` (fp32 [P, 1] accumulators)."""
-        for _ in self._steps(nc, ops, r0, r1, c0, c1, access, out_access, tiles, first_chunk):
+        for _ in self._steps(nc, ops, r0, r1, c0, c1, access, out_access, tiles, first_chunk, estimates=False):
             pass
 
     def _steps(self, nc, ops: list[_Op], r0: int, r1: int, c0: int, c1: int, access: dict, out_access: dict,
-               tiles: dict, first_chunk: bool | None):
+               tiles: dict, first_chunk: bool | None, estimates: bool = True):
         """``_pass`` as a generator: before issuing each op (after its loads) it yields when the op's
         operands will be ready, so the caller can interleave two row blocks' instructions (software
         pipelining: the engines run in order, so block i+1's reductions must be issued while block i's
-        last ops wait, not behind them). Every tile it allocates is released by the end, so
-        interleaved blocks need no shared scope."""
+        last ops wait, not behind them; ``estimates`` False: it yields None, for a caller that does not
+        interleave). Every tile it allocates is released by the end, so interleaved blocks need no shared
+        scope."""
         p, c = r1 - r0, c1 - c0
         local: dict[int, Any] = dict(tiles)
         pending: dict = {}
@@ -524,7 +525,7 @@ class GroupRunner:
             for slot in self.loads_at.get(op.index, ()):
                 if slot not in local:
                     local[slot] = self._load(nc, slot, access, r0, r1, c0, c1)
-            yield self._estimate(nc, op, local, c)
+            yield self._estimate(nc, op, local, c) if estimates else None
             if op.name == "reduce" and op.slot in summed:
                 if op.slot in out_access:
                     self._store(nc, local[op.slot], op.slot, out_access, r0, r1, 0, 1)
