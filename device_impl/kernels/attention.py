@@ -9,9 +9,11 @@ Forward, per (batch, head, block of <= 128 queries):
 
 * Q^T chunks (head dim on partitions) are made once by TensorE transposes; each block of <= 128
   keys is loaded, transposed, and ``S = Q K^T`` accumulates over head-dim chunks in one PSUM bank;
-* ScalarE evacuates S * scale; the float mask is added (VectorE), a bool mask and ``is_causal``
-  (top-left aligned, as PyTorch's ``tril``; key blocks wholly above the diagonal are skipped)
-  select -inf;
+  a key block's K^T chunks and V tiles are made once per (batch, key/value head) and read by every
+  query block of the query heads sharing that head (``_KeyValues``, within an SBUF budget);
+* ScalarE evacuates S * scale; the float mask is added (VectorE), a bool mask selects -inf (VectorE),
+  ``is_causal`` (top-left aligned, as PyTorch's ``tril``; key blocks wholly above the diagonal are
+  skipped) is GpSimd's ``affine_select`` of -inf where key > query (no mask tile);
 * the online softmax: a running row max m and row sum l; ``P = exp(S - m_new)`` on ScalarE with
   the row sum accumulated in the same pass; the output accumulator and l are rescaled by
   ``exp(m_old - m_new)``; dropout keeps ``P`` where a counter-based uniform (the core's generator,
@@ -28,6 +30,9 @@ dropout mask again), ``dS = P (dP - D)`` with ``D = rowsum(dO * O)`` (computed f
 scale dS^T Q`` in SBUF and ``dQ += scale dS K`` accumulated in an fp32 HBM buffer (flash-2's atomic
 adds, done as load-add-store), cast to the query's dtype at the end. A bias that needs a gradient
 gets dS, summed to its shape.
+
+A compiled program's attention step runs this tile program when its schedule is recorded, and
+``forward_wide`` (the same arithmetic over every head at once) on the static replay's fast path.
 
 numpy reference: ``softmax(q @ k^T * scale + mask) @ v`` in fp32 (tests/test_sdpa.py compares with
 CPU's SDPA). The dropout mask is this device's own stream: ``return_debug_mask=True`` returns it
