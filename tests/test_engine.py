@@ -276,6 +276,47 @@ def test_interleaved_streams_release_only_their_own_tiles():
         assert nc.sbuf.used == used - 2 * per_tile and b_live == []
 
 
+
+def test_tensor_scalar_with_two_operations_is_the_two_instructions_in_one_pass():
+    """op0 then op1 with the intermediate in the compute dtype: the bits of two instructions, one pass's cost."""
+    values = np.array([[-np.inf, -3.5, 0.0, 1e-45, np.finfo(np.float32).max, np.nan]], dtype=np.float32)
+    with launch("two_ops", 0) as nc:
+        x = nc.sbuf_tile(values.shape, FP32)
+        x.data[...] = values
+        x.initialized = True
+        one = nc.sbuf_tile(values.shape, FP32)
+        nc.vector.tensor_scalar(one, x, "maximum", -np.finfo(np.float32).max, op1="multiply", scalar1=-1.0)
+        two = nc.sbuf_tile(values.shape, FP32)
+        nc.vector.tensor_scalar(two, x, "maximum", -np.finfo(np.float32).max)
+        nc.vector.tensor_scalar(two, two, "multiply", -1.0)
+        assert one.read().tobytes() == two.read().tobytes()
+        assert one.read()[0, 0] == np.finfo(np.float32).max  # -inf clamped, then negated
+    report = engine.last_launch()
+    p = constants.PLATFORM
+    assert report.busy_ns["vector"] == pytest.approx(3 * (p.instruction_overhead_cycles + values.shape[1])
+                                                     / p.vector_hz * 1e9)
+
+
+def test_affine_select_keeps_where_the_affine_position_is_non_negative():
+    """Causal attention's mask without a mask tile: keep a[p, f] where base + p - f >= 0, on GpSimd."""
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    with launch("affine", 0) as nc:
+        t = nc.sbuf_tile(a.shape, FP32)
+        t.data[...] = a
+        t.initialized = True
+        out = nc.sbuf_tile(a.shape, FP32)
+        nc.gpsimd.affine_select(out, t, -np.inf, base=1, partition_step=1, free_step=-1)
+        p, f = np.indices(a.shape)
+        assert np.array_equal(out.read(), np.where(1 + p - f >= 0, a, -np.inf))
+        with pytest.raises(EngineError, match="affine_select"):
+            nc.gpsimd.affine_select(nc.sbuf_tile((3, 3), FP32), t, 0.0)
+    report = engine.last_launch()
+    plat = constants.PLATFORM
+    assert report.busy_ns["vector"] == 0
+    assert report.busy_ns["gpsimd"] == pytest.approx(
+        (plat.instruction_overhead_cycles + -(-a.size // plat.gpsimd_elements_per_cycle)) / plat.gpsimd_hz * 1e9)
+
+
 def test_cost_model_numbers():
     p = constants.PLATFORM
     n = 512

@@ -20,6 +20,7 @@ engine statistics and traces show compiled programs apart from eager kernels.
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any
 
@@ -49,10 +50,10 @@ def torch_dtype(name_or_dtype) -> torch.dtype:
 class Env:
     """The HBM arrays of one execution and the views steps read through them."""
 
-    __slots__ = ("program", "arrays", "views", "outputs", "device", "_scratch", "onchip", "shared")
+    __slots__ = ("program", "arrays", "views", "outputs", "device", "_scratch", "onchip", "shared", "recipes")
 
     def __init__(self, program: Program, arrays: dict[int, np.ndarray], outputs: list[np.ndarray], device,
-                 onchip: tuple[tuple[int, int], ...] = ()):
+                 onchip: tuple[tuple[int, int], ...] = (), recipes: dict | None = None):
         self.program = program
         self.arrays = arrays
         self.views: dict[int, np.ndarray] = {}
@@ -61,6 +62,8 @@ class Env:
         self._scratch = None
         self.onchip = onchip  # byte ranges of the arena when it is an SBUF tile (Timeline.onchip)
         self.shared: dict[tuple, tuple[dict, list]] = {}  # operand tiles kept between steps (steps._dot_general)
+        # vid -> how its view lies in its base buffer, kept by the Executable across executions (``access``)
+        self.recipes = recipes
 
     def access(self, vid: int) -> np.ndarray:
         array = self.arrays.get(vid)
@@ -68,8 +71,16 @@ class Env:
             return array
         array = self.views.get(vid)
         if array is None:
-            view = self.program.views[vid]
-            array = apply_view(self.access(view["src"]), view, self.program.shape(vid))
+            recipes = self.recipes
+            if recipes is not None:
+                recipe = recipes.get(vid)
+                if recipe is not None:
+                    array = _from_recipe(self.arrays[recipe[0]], recipe)
+            if array is None:
+                view = self.program.views[vid]
+                array = apply_view(self.access(view["src"]), view, self.program.shape(vid))
+                if recipes is not None and vid not in recipes:
+                    recipes[vid] = _recipe(self.program.base(vid), self.arrays.get(self.program.base(vid)), array)
             self.views[vid] = array
         return array
 
@@ -85,6 +96,33 @@ class Env:
 
     def scratch_array(self, shape, dtype) -> np.ndarray:
         return self.scratch.new(shape, np.dtype(dtype))
+
+
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+def _recipe(base_vid: int, base: np.ndarray | None, view: np.ndarray) -> tuple | None:
+    """Where a chain of layout ops (``apply_view``) put ``view`` in its base buffer: (base vid, the base's
+    shape, strides and dtype, the view's byte offset, shape, strides, writeable), or None when the chain
+    copied (a reshape numpy cannot express as strides) or the base is not one C-contiguous buffer. A later
+    execution whose base array has the same layout rebuilds the view from it in one step (``_from_recipe``):
+    the chain's per-op numpy calls are a large part of a small program's wall time."""
+    if base is None or not base.size or not base.flags.c_contiguous or not np.may_share_memory(base, view):
+        return None
+    return (base_vid, base.shape, base.strides, base.dtype, _address(view) - _address(base), view.shape,
+            view.strides, view.flags.writeable)
+
+
+def _from_recipe(base: np.ndarray, recipe: tuple) -> np.ndarray | None:
+    """The view ``recipe`` describes, in ``base`` (None when ``base`` is not laid out as the recipe's was)."""
+    _, shape, strides, dtype, offset, view_shape, view_strides, writeable = recipe
+    if base.shape != shape or base.strides != strides or base.dtype != dtype or not base.flags.c_contiguous:
+        return None
+    view = np.ndarray(view_shape, dtype, buffer=base, offset=offset, strides=view_strides)
+    if not writeable:
+        view.flags.writeable = False
+    return view
 
 
 def _upload(array: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -132,6 +170,7 @@ class Executable:
         self.input_buffers = [(vid, b["index"]) for vid, b in program.buffers.items() if b["kind"] == "input"]
         self._constants: dict[int, dict[int, torch.Tensor]] = {}
         self._fast: list | None = None  # replay.fast_runners, built at the first fast execution
+        self._view_recipes: dict[int, tuple | None] = {}  # Env.access: views rebuilt from their base in one step
 
     def _device(self, args: list) -> torch.device:
         for a in args:
@@ -177,7 +216,7 @@ class Executable:
         arrays.update(constants)
         if arena is not None:
             for vid, offset, shape, dtype in self.scratch_views:
-                n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+                n = math.prod(shape) * dtype.itemsize
                 arrays[vid] = arena[offset:offset + n].view(dtype).reshape(shape)
         return arrays
 
@@ -258,7 +297,8 @@ class Executable:
             onchip = (byte_bounds(arena),)
         elif self.scratch_bytes:
             arena = hbm(torch.empty(self.scratch_bytes, dtype=torch.uint8, device=device))
-        return Env(self.program, self.arrays(in_arrays, out_arrays, constants, arena), out_arrays, device, onchip)
+        return Env(self.program, self.arrays(in_arrays, out_arrays, constants, arena), out_arrays, device, onchip,
+                   self._view_recipes)
 
 
 def record_schedule(program: Program) -> dict[str, Any] | None:

@@ -18,6 +18,7 @@ nearest-even after each op exactly as the eager kernels store them.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import numpy as np
@@ -175,8 +176,8 @@ class Access2D:
         self.na, self.a, self.b = na, a, b
         self.ka = _merge_suffix(x, 0, na)
         self.kb = _merge_suffix(x, na, x.ndim)
-        self.inner_a = int(np.prod(a[na - self.ka:], dtype=np.int64))
-        self.inner_b = int(np.prod(b[len(b) - self.kb:], dtype=np.int64))
+        self.inner_a = math.prod(a[na - self.ka:])
+        self.inner_b = math.prod(b[len(b) - self.kb:])
 
     def pieces(self, r0: int, r1: int, c0: int, c1: int):
         x, na, ka, kb = self.x, self.na, self.ka, self.kb
@@ -411,6 +412,11 @@ class GroupRunner:
         start (operands ready, engine free), so later blocks' loads and reductions fill the engines
         while earlier blocks' last ops wait for their inputs, without delaying them."""
         blocks = [(r0, min(self.rows, r0 + block)) for r0 in range(0, self.rows, block)]
+        if len(blocks) == 1:  # nothing to interleave (the replay's wide core: every row at once): the same order
+            (r0, r1), = blocks
+            tiles = {slot: t if r1 - r0 == t.partitions else t[0:r1 - r0, :] for slot, t in shared.items()}
+            self._pass(nc, self.ops, r0, r1, 0, self.cols, access, out_access, tiles, None)
+            return
         # as many blocks as the partition holds beside the hoisted rows, each at its planned peak plus
         # room for the [P, 1] tiles instruction selection adds; two at least (the plan halves SBUF for them)
         hoisted = sum(t.free * t.dtype.itemsize for t in shared.values())
@@ -500,16 +506,17 @@ class GroupRunner:
               tiles: dict, first_chunk: bool | None) -> None:
         """One tile iteration over ``ops``. ``first_chunk`` is None for a whole-row pass; else reductions
         accumulate partial results into ``tiles`` (fp32 [P, 1] accumulators)."""
-        for _ in self._steps(nc, ops, r0, r1, c0, c1, access, out_access, tiles, first_chunk):
+        for _ in self._steps(nc, ops, r0, r1, c0, c1, access, out_access, tiles, first_chunk, estimates=False):
             pass
 
     def _steps(self, nc, ops: list[_Op], r0: int, r1: int, c0: int, c1: int, access: dict, out_access: dict,
-               tiles: dict, first_chunk: bool | None):
+               tiles: dict, first_chunk: bool | None, estimates: bool = True):
         """``_pass`` as a generator: before issuing each op (after its loads) it yields when the op's
         operands will be ready, so the caller can interleave two row blocks' instructions (software
         pipelining: the engines run in order, so block i+1's reductions must be issued while block i's
-        last ops wait, not behind them). Every tile it allocates is released by the end, so
-        interleaved blocks need no shared scope."""
+        last ops wait, not behind them; ``estimates`` False: it yields None, for a caller that does not
+        interleave). Every tile it allocates is released by the end, so interleaved blocks need no shared
+        scope."""
         p, c = r1 - r0, c1 - c0
         local: dict[int, Any] = dict(tiles)
         pending: dict = {}
@@ -518,7 +525,7 @@ class GroupRunner:
             for slot in self.loads_at.get(op.index, ()):
                 if slot not in local:
                     local[slot] = self._load(nc, slot, access, r0, r1, c0, c1)
-            yield self._estimate(nc, op, local, c)
+            yield self._estimate(nc, op, local, c) if estimates else None
             if op.name == "reduce" and op.slot in summed:
                 if op.slot in out_access:
                     self._store(nc, local[op.slot], op.slot, out_access, r0, r1, 0, 1)

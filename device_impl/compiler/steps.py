@@ -406,17 +406,25 @@ def _attention(step: dict, program: Program) -> Runner:
     so scores and probabilities stay in PSUM/SBUF and the step costs what the eager kernel's launch does."""
     from device_impl.kernels import attention
 
-    attrs = step["attrs"]
-    out, lse = step["results"]
-
     def run(nc, env) -> None:
-        q, k, v, *mask = (_operand_array(env, program, vid) for vid in step["operands"])
-        pb = attention._Problem(q, k, v, mask[0] if mask else None, 0.0, attrs["causal"], attrs.get("scale"))
-        o4, lse3 = env.access(out), env.access(lse)
-        if o4.size and pb.L and pb.S:
-            attention.forward_program(nc, pb, o4, lse3)
+        call = attention_call(step, program, env)
+        if call is not None:
+            attention.forward_program(nc, *call)
 
     return run
+
+
+def attention_call(step: dict, program: Program, env) -> tuple | None:
+    """(problem, O, logsumexp) of an attention step's execution in ``env``, or None when it computes nothing:
+    what the tile program (``_attention``) and the static replay's wide runner (compiler/replay.py) take."""
+    from device_impl.kernels import attention
+
+    attrs = step["attrs"]
+    out, lse = step["results"]
+    q, k, v, *mask = (_operand_array(env, program, vid) for vid in step["operands"])
+    pb = attention._Problem(q, k, v, mask[0] if mask else None, 0.0, attrs["causal"], attrs.get("scale"))
+    o4, lse3 = env.access(out), env.access(lse)
+    return (pb, o4, lse3) if o4.size and pb.L and pb.S else None
 
 
 def _attention_backward(step: dict, program: Program) -> Runner:

@@ -77,10 +77,11 @@ def _power(a, b):
         negative = np.where(a == 1, 1, np.where(a == -1, minus_one, 0)).astype(a.dtype)
         return np.where(b < 0, negative, positive)
     result = np.power(a, b)
-    if result.dtype.kind == "f":
-        # numpy's power loop takes sqrt for a uniform exponent 0.5 (sqrt(-0.0) = -0.0, sqrt(-inf) = nan);
-        # IEEE pow, which the instruction computes, gives +0.0 and +inf there.
-        fix = (np.asarray(b) == 0.5) & ((a == 0) | (a == -np.inf))
+    exponent = np.asarray(b)
+    if result.dtype.kind == "f" and (exponent.ndim or exponent == 0.5):  # (a uniform exponent other than 0.5
+        # needs no fix: skip two passes over the tile.) numpy's power loop takes sqrt for a uniform exponent 0.5
+        # (sqrt(-0.0) = -0.0, sqrt(-inf) = nan); IEEE pow, which the instruction computes, gives +0.0 and +inf there.
+        fix = (exponent == 0.5) & ((a == 0) | (a == -np.inf))
         if np.any(fix):
             result = np.where(fix, np.abs(a), result).astype(result.dtype, copy=False)
     return result
@@ -576,13 +577,24 @@ class VectorE(_Engine):
         self._schedule(op, shape[1], 2, (a, b), (out,))
 
     def tensor_scalar(self, out: Tile, a: Tile, op: str, scalar, reverse: bool = False,
-                      dtype: np.dtype | None = None) -> None:
-        """out = a <op> scalar (or scalar <op> a with reverse); the scalar is an immediate."""
+                      dtype: np.dtype | None = None, op1: str | None = None, scalar1=None) -> None:
+        """out = a <op> scalar (or scalar <op> a with reverse); the scalar is an immediate.
+
+        With ``op1``, a second immediate operation in the same pass, as VectorE's tensor_scalar takes two
+        (NKI's ``op0``/``op1``): out = (a <op> scalar) <op1> scalar1, the intermediate kept in the compute
+        dtype (the bits two instructions give when the first writes a tile of that dtype), one pass's cost."""
         fn = ALU_BINARY[op]
         compute = np.dtype(dtype) if dtype is not None else compute_dtype(a.dtype)
         x = _operand(a, compute)
         s = np.asarray(scalar).astype(compute)
         target = out.write_target()
+        if op1 is not None:
+            x = fn(s, x) if reverse else fn(x, s)
+            if x.dtype != compute:
+                x = x.astype(compute)
+            fn = ALU_BINARY[op1]
+            s = np.asarray(scalar1).astype(compute)
+            reverse = False
         if target.shape == x.shape and _ufunc_result(fn, compute, 2) == target.dtype:
             if reverse:
                 fn(s, x, out=target)
@@ -590,7 +602,7 @@ class VectorE(_Engine):
                 fn(x, s, out=target)
         else:
             target[...] = fn(s, x) if reverse else fn(x, s)
-        self._schedule(op, out.free, 1, (a,), (out,))
+        self._schedule(op if op1 is None else f"{op}_{op1}", out.free, 1, (a,), (out,))
 
     def tensor_unary(self, out: Tile, a: Tile, op: str, dtype: np.dtype | None = None) -> None:
         fn = ALU_UNARY[op]
@@ -761,6 +773,20 @@ class GpSimdE(_Engine):
                   + np.arange(fdim, dtype=np.int64)[None, :] * free_step)
         _store(out, values)
         self._schedule("iota", out.data.size, (), (out,))
+
+    def affine_select(self, out: Tile, a: Tile, fill: float, base: int = 0, partition_step: int = 0,
+                      free_step: int = 1) -> None:
+        """out[p, f] = a[p, f] where base + p * partition_step + f * free_step >= 0, else the immediate ``fill``
+        (NKI's ``affine_select``: a mask that is an affine function of the position, e.g. causal attention's,
+        made and applied in one GpSimd pass, with no mask tile and no VectorE time)."""
+        if out.shape != a.shape:
+            raise EngineError(f"affine_select of {a.shape} writes {a.shape}, not {out.shape}")
+        pdim, fdim = a.shape
+        keep = (base + np.arange(pdim, dtype=np.int64)[:, None] * partition_step
+                + np.arange(fdim, dtype=np.int64)[None, :] * free_step) >= 0
+        x = a.read()
+        _store(out, np.where(keep, x, np.asarray(fill).astype(x.dtype)))
+        self._schedule("affine_select", a.data.size, (a,), (out,))
 
     def partition_reduce(self, out: Tile, a: Tile, op: str, dtype: np.dtype | None = None) -> None:
         """out[1, F] = reduce over partitions of a[P, F]."""

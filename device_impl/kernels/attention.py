@@ -9,9 +9,11 @@ Forward, per (batch, head, block of <= 128 queries):
 
 * Q^T chunks (head dim on partitions) are made once by TensorE transposes; each block of <= 128
   keys is loaded, transposed, and ``S = Q K^T`` accumulates over head-dim chunks in one PSUM bank;
-* ScalarE evacuates S * scale; the float mask is added (VectorE), a bool mask and ``is_causal``
-  (top-left aligned, as PyTorch's ``tril``; key blocks wholly above the diagonal are skipped)
-  select -inf;
+  a key block's K^T chunks and V tiles are made once per (batch, key/value head) and read by every
+  query block of the query heads sharing that head (``_KeyValues``, within an SBUF budget);
+* ScalarE evacuates S * scale; the float mask is added (VectorE), a bool mask selects -inf (VectorE),
+  ``is_causal`` (top-left aligned, as PyTorch's ``tril``; key blocks wholly above the diagonal are
+  skipped) is GpSimd's ``affine_select`` of -inf where key > query (no mask tile);
 * the online softmax: a running row max m and row sum l; ``P = exp(S - m_new)`` on ScalarE with
   the row sum accumulated in the same pass; the output accumulator and l are rescaled by
   ``exp(m_old - m_new)``; dropout keeps ``P`` where a counter-based uniform (the core's generator,
@@ -29,6 +31,9 @@ scale dS^T Q`` in SBUF and ``dQ += scale dS K`` accumulated in an fp32 HBM buffe
 adds, done as load-add-store), cast to the query's dtype at the end. A bias that needs a gradient
 gets dS, summed to its shape.
 
+A compiled program's attention step runs this tile program when its schedule is recorded, and
+``forward_wide`` (the same arithmetic over every head at once) on the static replay's fast path.
+
 numpy reference: ``softmax(q @ k^T * scale + mask) @ v`` in fp32 (tests/test_sdpa.py compares with
 CPU's SDPA). The dropout mask is this device's own stream: ``return_debug_mask=True`` returns it
 (1 kept, 0 dropped) so a reference can use the same mask.
@@ -44,6 +49,7 @@ import torch
 
 from device_impl.dispatch.table import TABLE, resolve
 from device_impl.engine import launch
+from device_impl.engine.core import release_live_to
 from device_impl.engine.dtypes import FLOAT_DTYPES, FP32, numpy_dtype
 from device_impl.kernels.common import hbm, scalar_of
 from device_impl.kernels.registry import Binder
@@ -55,7 +61,6 @@ E_TILE = 128  # head-dim chunk: the contraction of Q K^T
 N_TILE = 512  # output columns per PSUM bank (fp32)
 PIPELINE = 2  # query blocks in flight in the forward (forward_program)
 FLT_MAX = float(np.finfo(np.float32).max)
-I32 = np.dtype(np.int32)
 BOOL = np.dtype(np.bool_)
 
 FORWARD = "aten::_scaled_dot_product_fused_attention_overrideable"
@@ -184,19 +189,16 @@ def _scores(nc, pb: _Problem, qT: list, kT: list, b: int, h: int, l0: int, l1: i
         nc.tensor.matmul(acc, qc, kc, accumulate=c > 0)
     s = nc.sbuf_tile((lq, sk), FP32)
     nc.scalar.activation(s, acc, "identity", scale=pb.scale)
-    neg_inf = consts["neg_inf"][:lq, :sk]
     if pb.mask_kind == "float":
         m = _load(nc, pb.mask[b, h, l0:l1, s0:s1])
         nc.vector.tensor_tensor(s, s, m, "add", dtype=FP32)
     elif pb.mask_kind == "bool":
         m = _load(nc, pb.mask[b, h, l0:l1, s0:s1])
-        nc.vector.select(s, m, s, neg_inf)
-    if pb.causal and s1 - 1 > l0:  # the block crosses the diagonal: keep key j <= query i
-        if l0 == s0 and "diagonal" in consts:  # the usual crossing block: its mask is made once per launch
-            keep = consts["diagonal"][:lq, :sk]
-        else:
-            keep = _causal_keep(nc, l0 - s0, lq, sk)
-        nc.vector.select(s, keep, s, neg_inf)
+        nc.vector.select(s, m, s, consts["neg_inf"][:lq, :sk])
+    if pb.causal and s1 - 1 > l0:  # the block crosses the diagonal: keep key j <= query i, i.e.
+        # (l0 + p) - (s0 + f) >= 0, an affine function of the position: GpSimd applies it (no mask tile, no VectorE
+        # pass; VectorE carries the online softmax)
+        nc.gpsimd.affine_select(s, s, -np.inf, base=l0 - s0, partition_step=1, free_step=-1)
     return s
 
 
@@ -209,23 +211,13 @@ def _dropout_keep(nc, pb: _Problem, seed: int, offset: int, lq: int, sk: int, b:
     return keep
 
 
-def _causal_keep(nc, offset: int, lq: int, sk: int):
-    """True where key j <= query i, for a block whose first query is ``offset`` positions after its first key."""
-    diff = nc.sbuf_tile((lq, sk), I32)
-    nc.gpsimd.iota(diff, base=offset, partition_step=1, free_step=-1)
-    keep = nc.sbuf_tile((lq, sk), BOOL)
-    nc.vector.tensor_scalar(keep, diff, "greater_equal", 0)
-    return keep
-
-
 def _constants(nc, pb: _Problem) -> dict:
-    """Tiles every block reads: -inf, and (causal) the mask of a block on the diagonal (first query = first
-    key: every crossing block when the query and key tiles are the same size), made once per launch."""
-    neg_inf = nc.sbuf_tile((Q_TILE, K_TILE), FP32, "neg_inf")
-    nc.vector.memset(neg_inf, -np.inf)
-    consts = {"neg_inf": neg_inf}
-    if pb.causal and pb.L and pb.S:
-        consts["diagonal"] = _causal_keep(nc, 0, min(Q_TILE, pb.L), min(K_TILE, pb.S))
+    """Tiles every block reads, made once per launch: -inf (a bool mask selects it; only then is it made)."""
+    consts = {}
+    if pb.mask_kind == "bool":
+        neg_inf = nc.sbuf_tile((Q_TILE, K_TILE), FP32, "neg_inf")
+        nc.vector.memset(neg_inf, -np.inf)
+        consts["neg_inf"] = neg_inf
     return consts
 
 
@@ -259,9 +251,149 @@ def forward_program(nc, pb: _Problem, o4: np.ndarray, lse3: np.ndarray, seed: in
     unchanged (the same instructions, in another order across blocks): the same bits."""
     keep_scale = 0.0 if pb.dropout >= 1.0 else 1.0 / (1.0 - pb.dropout)
     consts = _constants(nc, pb)
-    blocks = (_forward_block(nc, pb, consts, b, h, hk, i, o4, lse3, seed, offset, dm4, keep_scale)
+    kv = _KeyValues(nc, pb)
+    blocks = (_forward_block(nc, pb, consts, kv, b, h, hk, i, o4, lse3, seed, offset, dm4, keep_scale)
               for b, h, hk in pb.heads() for i in range(pb.n_q))
     _interleave(nc, blocks, PIPELINE)
+
+
+class _KeyValues:
+    """The K^T chunks and V tiles of one key block, made once per (batch, key/value head) and read by every query
+    block of every query head sharing that head (GQA's group, and the query blocks of a long sequence): the
+    loads, TensorE transposes and ScalarE evacuations of K happen once, not once per query block.
+
+    Shared tiles live in a scope of their own per (batch, kv head), freed when the last query block using them
+    ends; the query heads of a group and their blocks come one after another (``_Problem.heads``), so at most
+    ``PIPELINE`` + 1 such scopes are live. Where a head's keys and values would take more than
+    ``SHARED_BYTES`` of a partition, or nothing reads them twice, each block loads its own (``shared`` False)."""
+
+    SHARED_BYTES = 32 * 1024
+
+    def __init__(self, nc, pb: _Problem):
+        self.nc, self.pb = nc, pb
+        itemsize = np.dtype(pb.dtype).itemsize
+        per_block = (-(-pb.E // E_TILE) * K_TILE + pb.Ev) * itemsize  # K^T chunks' and V's bytes per partition
+        self.users_per_head = pb.group * pb.n_q
+        self.shared = self.users_per_head > 1 and pb.n_k * per_block <= self.SHARED_BYTES
+        self.heads: dict[tuple[int, int], tuple[list, dict, list]] = {}
+
+    def block(self, b: int, hk: int, j: int, s0: int, s1: int) -> tuple[list, list]:
+        """(K^T chunks, V tiles per N_TILE columns) of key block j of head (b, hk)."""
+        if not self.shared:
+            return self._make(b, hk, s0, s1)
+        entry = self.heads.get((b, hk))
+        if entry is None:
+            entry = self.heads[(b, hk)] = ([], {}, [self.users_per_head])
+        live, blocks, _ = entry
+        made = blocks.get(j)
+        if made is None:
+            with self.nc.stream(live):
+                made = blocks[j] = self._make(b, hk, s0, s1)
+        return made
+
+    def _make(self, b: int, hk: int, s0: int, s1: int) -> tuple[list, list]:
+        nc, pb = self.nc, self.pb
+        kT = _transposed(nc, _load(nc, pb.k[b, hk, s0:s1, :]), pb.dtype, evacuate="scalar")
+        vts = [_load(nc, pb.v[b, hk, s0:s1, c0:min(c0 + N_TILE, pb.Ev)]) for c0 in range(0, pb.Ev, N_TILE)]
+        return kT, vts
+
+    def done(self, b: int, hk: int) -> None:
+        """A query block of head (b, hk) ended: the last one frees the head's shared tiles."""
+        entry = self.heads.get((b, hk))
+        if entry is None:
+            return
+        entry[2][0] -= 1
+        if entry[2][0] == 0:
+            release_live_to(entry[0], 0)
+            del self.heads[(b, hk)]
+
+
+def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray) -> None:
+    """``forward_program``'s arithmetic without dropout, over every (batch, query head) at once: a compiled
+    program's attention step on the static replay's fast path (compiler/replay.py), whose device time is the
+    one the tile program recorded at compile time.
+
+    Each value goes through the tile program's instructions in its order and with its rounding points, as
+    numpy computes them there: TensorE transposes are exact (the inputs' dtype through fp32 PSUM and back);
+    ``S`` = fp32 products of the fp32 Q^T and K^T chunks (one BLAS call per head and chunk, on operands laid
+    out as the tiles are, the chunks summed in order); the scale, the masks, the online softmax's max, exp and
+    row sums per key block (the first block without the rescaling, as there); P rounded to the inputs' dtype,
+    transposed, its fp32 product with V per ``N_TILE`` columns; ``O = acc / max(l, 1e-30)``, ``lse = log(l) +
+    m``. ``tests/compiler/test_static_replay.py`` compares both paths bit for bit."""
+    n = pb.B * pb.Hq
+    heads = [h // pb.group for h in range(pb.Hq)]
+    k = pb.k[:, heads] if pb.group > 1 else pb.k  # [B, Hq, S, E]: each query head's key/value head
+    v = pb.v[:, heads] if pb.group > 1 else pb.v
+    scale = np.float32(pb.scale)
+    neg_inf = np.float32(-np.inf)
+    floor = np.asarray(-FLT_MAX).astype(FP32)
+    minus_one = np.asarray(-1.0).astype(FP32)
+    zero = np.asarray(0.0).astype(FP32)
+    tiny = np.asarray(1e-30).astype(FP32)
+
+    def fp32_rows(a: np.ndarray) -> np.ndarray:  # [n, P, F] as fp32 tiles of that shape read (C order)
+        return np.ascontiguousarray(a, dtype=FP32)
+
+    for i in range(pb.n_q):
+        l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
+        lq = l1 - l0
+        q = pb.q[:, :, l0:l1, :].reshape(n, lq, pb.E)
+        qT = [fp32_rows(q[:, :, c0:c0 + E_TILE].transpose(0, 2, 1)) for c0 in range(0, pb.E, E_TILE)]
+        m = row_sum = acc = None
+        for j, s0, s1 in pb.key_blocks(l0, l1):
+            sk = s1 - s0
+            kb = k[:, :, s0:s1, :].reshape(n, sk, pb.E)
+            scores = None
+            for c, qc in enumerate(qT):
+                kc = fp32_rows(kb[:, :, c * E_TILE:(c + 1) * E_TILE].transpose(0, 2, 1))
+                product = np.matmul(qc.transpose(0, 2, 1), kc)
+                if scores is None:
+                    scores = product
+                else:
+                    scores += product
+            s = np.multiply(scores, scale) if pb.scale != 1.0 else scores
+            if pb.mask_kind is not None:
+                mk = pb.mask[:, :, l0:l1, s0:s1].reshape(n, lq, sk)
+                if pb.mask_kind == "float":
+                    np.add(s, mk if mk.dtype == FP32 else mk.astype(FP32), out=s)
+                else:
+                    s = np.where(mk.astype(bool), s, neg_inf)
+            if pb.causal and s1 - 1 > l0:  # affine_select: -inf where (l0 + p) - (s0 + f) < 0
+                s[:, (l0 - s0) + np.arange(lq)[:, None] - np.arange(sk)[None, :] < 0] = neg_inf
+            block_max = np.maximum.reduce(s, axis=2, keepdims=True)
+            m_new = block_max if m is None else np.maximum(m, block_max)
+            neg_m = np.multiply(np.maximum(m_new, floor), minus_one)
+            p = np.add(s, neg_m)
+            np.exp(p, out=p)
+            block_sum = p.sum(axis=2, keepdims=True, dtype=FP32)
+            alpha = None
+            if m is None:
+                row_sum = block_sum
+            else:
+                alpha = np.add(m, neg_m)
+                np.exp(alpha, out=alpha)
+                np.multiply(row_sum, alpha, out=row_sum)
+                np.add(row_sum, block_sum, out=row_sum)
+            m = m_new
+            pT = fp32_rows((p if pb.dtype == FP32 else p.astype(pb.dtype)).transpose(0, 2, 1))
+            if acc is None:
+                acc = np.empty((n, lq, pb.Ev), dtype=FP32)
+            vb = v[:, :, s0:s1, :].reshape(n, sk, pb.Ev)
+            for c0 in range(0, pb.Ev, N_TILE):
+                c1 = min(c0 + N_TILE, pb.Ev)
+                pv = np.matmul(pT.transpose(0, 2, 1), fp32_rows(vb[:, :, c0:c1]))
+                part = acc[:, :, c0:c1]
+                if alpha is None:
+                    np.add(pv, zero, out=part)
+                else:
+                    np.multiply(part, alpha, out=part)
+                    np.add(part, pv, out=part)
+        safe = np.maximum(row_sum, tiny)
+        out = np.true_divide(acc, safe)
+        o4[:, :, l0:l1, :] = out.reshape(pb.B, pb.Hq, lq, pb.Ev)  # rounded to the output's dtype, as the tile
+        log_l = np.log(row_sum)
+        np.add(log_l, m, out=log_l)
+        lse3[:, :, l0:l1] = log_l.reshape(pb.B, pb.Hq, lq)
 
 
 def _interleave(nc, streams, width: int) -> None:
@@ -287,8 +419,8 @@ def _interleave(nc, streams, width: int) -> None:
                     active.remove(entry)
 
 
-def _forward_block(nc, pb: _Problem, consts: dict, b: int, h: int, hk: int, i: int, o4, lse3, seed: int,
-                   offset: int, dm4, keep_scale: float):
+def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: int, hk: int, i: int, o4, lse3,
+                   seed: int, offset: int, dm4, keep_scale: float):
     """One query block's forward (a generator: it yields between stages, see forward_program)."""
     l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
     lq = l1 - l0
@@ -302,7 +434,7 @@ def _forward_block(nc, pb: _Problem, consts: dict, b: int, h: int, hk: int, i: i
         first = j == 0
         sk = s1 - s0
         step = nc.mark()
-        kT = _transposed(nc, _load(nc, pb.k[b, hk, s0:s1, :]), pb.dtype, evacuate="scalar")
+        kT, vts = kv.block(b, hk, j, s0, s1)
         s = _scores(nc, pb, qT, kT, b, h, l0, l1, s0, s1, consts)
         yield
         # the first block starts from m = -inf, l = 0, acc = 0: m_new = max(-inf, block max) is the
@@ -315,8 +447,7 @@ def _forward_block(nc, pb: _Problem, consts: dict, b: int, h: int, hk: int, i: i
             nc.vector.tensor_tensor(m_new, m, block_max, "maximum")
         # -FLT_MAX in place of -inf: rows with no key yet give exp(-inf) = 0, not NaN
         neg_m = nc.sbuf_tile((lq, 1), FP32)
-        nc.vector.tensor_scalar(neg_m, m_new, "maximum", -FLT_MAX)
-        nc.vector.tensor_scalar(neg_m, neg_m, "multiply", -1.0)
+        nc.vector.tensor_scalar(neg_m, m_new, "maximum", -FLT_MAX, op1="multiply", scalar1=-1.0)
         p = nc.sbuf_tile((lq, sk), FP32)
         block_sum = row_sum if first else nc.sbuf_tile((lq, 1), FP32)
         nc.scalar.activation(p, s, "exp", bias=neg_m, accumulate=block_sum)
@@ -342,9 +473,8 @@ def _forward_block(nc, pb: _Problem, consts: dict, b: int, h: int, hk: int, i: i
             nc.vector.tensor_copy(p_low, p)
         yield
         (pT,) = _transposed(nc, p_low, pb.dtype, evacuate="scalar")
-        for c0 in range(0, pb.Ev, N_TILE):
+        for c0, vt in zip(range(0, pb.Ev, N_TILE), vts):
             c1 = min(c0 + N_TILE, pb.Ev)
-            vt = _load(nc, pb.v[b, hk, s0:s1, c0:c1])
             pv = nc.psum_tile((lq, c1 - c0), FP32)
             nc.tensor.matmul(pv, pT, vt)
             part = acc[:, c0:c1]
@@ -366,6 +496,7 @@ def _forward_block(nc, pb: _Problem, consts: dict, b: int, h: int, hk: int, i: i
     nc.vector.tensor_tensor(log_l, log_l, m, "add")
     nc.dma.store(lse3[b, h, l0:l1, None], log_l)
     nc.release_to(block)
+    kv.done(b, hk)
 
 
 def _forward(a: dict) -> tuple:
@@ -506,8 +637,8 @@ def _backward_key_block(nc, pb: _Problem, consts, b: int, hk: int, j: int, seed:
             gT = _transposed(nc, g_rows, pb.dtype)
             s = _scores(nc, pb, qT, kT, b, h, l0, l1, s0, s1, consts)
             neg_lse = _load(nc, lse3[b, h, l0:l1, None])
-            nc.vector.tensor_scalar(neg_lse, neg_lse, "maximum", -FLT_MAX)  # all-masked rows: P = 0, not NaN
-            nc.vector.tensor_scalar(neg_lse, neg_lse, "multiply", -1.0)
+            # all-masked rows: P = 0, not NaN
+            nc.vector.tensor_scalar(neg_lse, neg_lse, "maximum", -FLT_MAX, op1="multiply", scalar1=-1.0)
             p = nc.sbuf_tile((lq, sk), FP32)
             nc.scalar.activation(p, s, "exp", bias=neg_lse)
             keep = _dropout_keep(nc, pb, seed, offset, lq, sk, b, h, i, j) if pb.dropout > 0 else None

@@ -103,6 +103,21 @@ class Attention(nn.Module):
         return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=self.keep, enable_gqa=True) + 1
 
 
+class AttentionWideHeads(nn.Module):
+    """SDPA whose head dims take several tiles (kernels/attention.py: Q K^T summed over two E_TILE chunks, P V
+    over two N_TILE column blocks), with a float mask (a constant of the program) and a scale of its own."""
+
+    def __init__(self):
+        super().__init__()
+        bias = torch.randn(130, 150, generator=torch.Generator().manual_seed(4))
+        bias[:, 3:9] = float("-inf")
+        self.register_buffer("bias", bias, persistent=False)
+
+    def forward(self, x):
+        q, k, v = x[..., :130, :160] * 0.25, x[..., 160:320], x
+        return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=self.bias.to(x.dtype), scale=0.3) * 2
+
+
 def _inputs(kind: str, shape, dtype):
     g = torch.Generator().manual_seed(1)
     if kind == "ids":
@@ -131,6 +146,8 @@ CASES = {
     "attention_fp32": (Attention, (3, 2, 4, 200, 64), torch.float32, "", "attention"),
     "attention_bf16": (Attention, (3, 2, 4, 200, 64), torch.bfloat16, "", "attention"),
     "attention_masked_fp32": (lambda: Attention(masked=True), (3, 1, 4, 200, 64), torch.float32, "", "attention"),
+    "attention_wide_heads_fp32": (AttentionWideHeads, (2, 3, 150, 600), torch.float32, "", "attention"),
+    "attention_wide_heads_bf16": (AttentionWideHeads, (1, 2, 150, 600), torch.bfloat16, "", "attention"),
 }
 
 
