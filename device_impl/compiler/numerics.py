@@ -12,8 +12,8 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
   (``c10::div_floor_floating``: fmod, exact quotient, corrections) op by op in the tensor's dtype;
 * ``leaky_relu`` lowers to ``max(x, 0) + min(x, 0) * slope`` (the sign of zero differs from ATen's
   ``where(x > 0, x, x * slope)``);
-* ``aten.var.correction`` crashes torch-mlir on 0-d inputs (a segmentation fault, not an error):
-  variance becomes the two-pass formula ``sum((x - mean)^2) / (N - correction)`` in float32;
+* ``aten.var.correction`` and ``aten.var_mean.correction`` crash torch-mlir on 0-d inputs (a
+  segmentation fault, not an error): variance (and the mean beside it) becomes the two-pass formula ``sum((x - mean)^2) / (N - correction)`` in float32;
 * ``aten.index.Tensor`` / ``aten.index_put`` lower to gather/scatter without wrapping negative
   indices (StableHLO would clamp them): each index tensor becomes ``where(i < 0, i + size, i)``;
 * comparisons with a Python scalar (``eq.Scalar`` ...) convert the scalar to the tensor's dtype
@@ -169,13 +169,16 @@ def _leaky_relu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | N
     return _cast(graph, out, node)
 
 
-def _var(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+def _variance(graph: torch.fx.Graph, node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] | None:
+    """(variance, mean) of a ``var``/``var_mean`` node in its compute dtype (float32 for narrow floats), the
+    two-pass formula; None where the node is not a real floating reduction."""
     x = node.args[0]
     dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
     correction = node.kwargs.get("correction", 1)
     keepdim = node.kwargs.get("keepdim", False)
     shape = list(x.meta["val"].shape)
-    dtype = node.meta["val"].dtype
+    value = node.meta["val"]
+    dtype = (value[0] if isinstance(value, (tuple, list)) else value).dtype
     if not dtype.is_floating_point or x.meta["val"].dtype.is_complex:
         return None
     if correction is None:
@@ -186,14 +189,38 @@ def _var(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     for d in dims:
         count *= shape[d] if shape else 1
     wide = _cast(graph, x, torch.float32) if dtype in NARROW else x
-    if not shape:  # 0-d: the deviation from the mean is 0
+    if not shape:  # 0-d: the mean is the element, its deviation from it 0
+        mean = _call(graph, aten.clone.default, wide)
         deviation = _call(graph, aten.sub.Tensor, wide, wide)
         total = _call(graph, aten.mul.Tensor, deviation, deviation)
     else:
-        mean = _call(graph, aten.mean.dim, wide, dims, True)
-        deviation = _call(graph, aten.sub.Tensor, wide, mean)
+        kept = _call(graph, aten.mean.dim, wide, dims, True)
+        mean = kept if keepdim else _call(graph, aten.mean.dim, wide, dims, False)
+        deviation = _call(graph, aten.sub.Tensor, wide, kept)
         total = _call(graph, aten.sum.dim_IntList, _call(graph, aten.mul.Tensor, deviation, deviation), dims, keepdim)
-    return _cast(graph, _call(graph, aten.div.Scalar, total, max(count - correction, 0)), node)
+    return _call(graph, aten.div.Scalar, total, max(count - correction, 0)), mean
+
+
+def _var(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    parts = _variance(graph, node)
+    return None if parts is None else _cast(graph, parts[0], node)
+
+
+def _var_mean(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """``var_mean`` as ``_var``'s two passes plus the mean: torch-mlir's own lowering of it crashes the process
+    on a 0-d input, as ``var``'s does (``std_mean(x, dim=(0,))`` of a scalar; std_mean decomposes into it).
+    Its results are read through getitem nodes: each is replaced by its part, converted to the node's dtype;
+    the returned node (the variance) takes the place of the tuple, which has no users left."""
+    if any(user.target is not operator.getitem for user in node.users):
+        return None
+    parts = _variance(graph, node)
+    if parts is None:
+        return None
+    results = [_cast(graph, part, meta.dtype) for part, meta in zip(parts, node.meta["val"])]
+    for user in list(node.users):
+        user.replace_all_uses_with(results[user.args[1]])
+        graph.erase_node(user)
+    return results[0]
 
 
 def _wrap_indices(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
@@ -346,6 +373,7 @@ REWRITES = {
     aten.index.Tensor: _wrap_indices,
     aten.index_put.default: _wrap_indices,
     aten.var.correction: _var,
+    aten.var_mean.correction: _var_mean,
     aten.fmod.Tensor: _fmod,
     aten.fmod.Scalar: _fmod,
     aten.remainder.Tensor: _remainder,
@@ -493,10 +521,32 @@ def _index_add(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.
     return torch._decomp.decomposition_table[aten.index_add.default](self, dim, index, source, alpha=alpha)
 
 
+def _nll_loss_backward_of(overload):
+    """nll_loss_backward / nll_loss2d_backward as CPU's kernels write them: a zero-filled gradient (+0.0) with
+    ``-weight * grad`` written at each target's class. PyTorch's decomposition multiplies a one-hot of -1.0 by the
+    gradient everywhere, so every other class (and an ignored target's) becomes ``0 * grad``: -0.0 where the
+    gradient is negative. Its result is kept at the written positions only; its checks run as they do."""
+    def decomposition(grad_output: torch.Tensor, self: torch.Tensor, target: torch.Tensor, weight, reduction: int,
+                      ignore_index: int, total_weight: torch.Tensor) -> torch.Tensor:
+        result = torch._decomp.decomposition_table[overload](grad_output, self, target, weight, reduction,
+                                                             ignore_index, total_weight)
+        channel_dim = 0 if self.dim() < 2 else 1
+        if self.dim() == 1 and target.dim() > 0:  # as the decomposition: the C++ kernel reads target[0] only
+            target = target[0]
+        target = target.unsqueeze(channel_dim)
+        kept = target != ignore_index
+        written = torch.zeros(self.shape, dtype=torch.bool, device=self.device).scatter(
+            channel_dim, torch.where(kept, target, 0), True) & kept
+        return torch.where(written, result, torch.zeros((), dtype=result.dtype, device=result.device))
+    return decomposition
+
+
 # Decompositions that replace PyTorch's own for AOTAutograd (backend._decompositions), for the same reason
 # as REWRITES: PyTorch's formula differs from what CPU computes; and the fused attention backward where
 # a bias needs its gradient (elsewhere both attention ops stay whole: compiler/opaque.py).
 DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
                   aten._softmax_backward_data.default: _softmax_backward_data,
                   aten.index_add.default: _index_add,
+                  aten.nll_loss_backward.default: _nll_loss_backward_of(aten.nll_loss_backward.default),
+                  aten.nll_loss2d_backward.default: _nll_loss_backward_of(aten.nll_loss2d_backward.default),
                   aten._scaled_dot_product_fused_attention_overrideable_backward.default: _fused_attention_backward}
