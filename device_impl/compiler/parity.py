@@ -77,6 +77,7 @@ def refusal(gm: torch.fx.GraphModule) -> Exception | None:
 FAKE_CHECKED = frozenset({
     aten._fft_r2c.default,  # an empty dim list: CPU's RuntimeError (dim.back()), the meta's IndexError
     aten._fft_c2r.default,  # last_dim_size 0 or a dim list CPU refuses: the meta function returns a result
+    aten.narrow_copy.default,  # a dim out of range: CPU's RuntimeError (a TORCH_CHECK), the meta's IndexError
 })
 _INSTALLED: list[bool] = []
 
