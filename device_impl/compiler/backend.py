@@ -201,7 +201,8 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_inde
             try:
                 run = driver.compile_graph(aot_gm, f"{graph}_{kind}", device_index, config)
                 if kind == "inference" and key_of_graph is not None and getattr(run, "cache_key", None) \
-                        and _plain_inference(aot_gm, len(example_inputs)):
+                        and getattr(run, "index_error", IndexError) is IndexError \
+                        and _plain_inference(aot_gm, len(example_inputs)):  # the index links IndexError programs
                     cache.index_dynamo(config.neff_cache_dir, key_of_graph, run.cache_key, run.kept)
                 return run
             finally:
