@@ -521,6 +521,65 @@ def _index_add(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.
     return torch._decomp.decomposition_table[aten.index_add.default](self, dim, index, source, alpha=alpha)
 
 
+# A row whose largest magnitude exceeds _BIG is scaled by _SCALE (a power of two: exact) before its moments are
+# taken, so that neither its sum nor its squared deviations overflow float32 (|x - mean| <= 2^129 becomes 2^59,
+# its square 2^118): CPU computes them in double and overflows only where the result itself does.
+_BIG, _SCALE = 2.0 ** 60, 2.0 ** -70
+
+
+def _moments_of(root: bool, with_mean: bool):
+    """std/var_mean/std_mean (``correction`` overloads) as CPU's kernels give them. CPU accumulates in double
+    (Welford; its float32 results are the double ones rounded), so a bfloat16 row near the top of the range
+    has a finite mean and std where float32 sums overflow (PyTorch's decomposition and torch-mlir's lowering
+    compute in the input's type): rows with a magnitude above 2^60 are scaled by 2^-70 first, the results
+    scaled back (std and mean fit; a variance that overflows float32 is inf, as CPU's converted double).
+    The mean of var_mean/std_mean is Welford's running mean: NaN from the first element after an infinity,
+    so a row's mean is NaN unless it has no non-finite element or one infinity that is its last (the rule of
+    the eager kernel, kernels/reduction/moments.py ``_welford_finite_mean``). Float32 is the compute type of
+    narrow floats; a variance of one element with correction 1 divides by 0 (NaN), as CPU's does."""
+    def decomposition(x: torch.Tensor, dim=None, *, correction=None, keepdim: bool = False):
+        if not x.dtype.is_floating_point or x.dtype == torch.float64:
+            return NotImplemented
+        nd = x.dim()
+        dims = list(range(nd)) if dim is None or (isinstance(dim, (list, tuple)) and not dim) else \
+            sorted({d % max(nd, 1) for d in ([dim] if isinstance(dim, int) else dim)})
+        n = 1
+        for d in dims:
+            n *= x.shape[d] if nd else 1
+        if n == 0:
+            return NotImplemented
+        correction = 1 if correction is None else correction
+        wide = x.float() if x.dtype in NARROW else x
+        if nd == 0:
+            scale = torch.ones_like(wide)
+            scaled = wide
+            mean_s = wide
+            m2 = (wide - wide) * (wide - wide)
+            last, bad = wide, (~torch.isfinite(wide)).to(torch.int64)
+        else:
+            big = wide.abs().amax(dims, keepdim=True) > _BIG
+            scale = torch.where(big, _SCALE, 1.0)
+            scaled = wide * scale
+            mean_s = scaled.sum(dims, keepdim=True) / n
+            deviation = scaled - mean_s
+            m2 = (deviation * deviation).sum(dims, keepdim=keepdim)
+            last = wide
+            for d in dims:
+                last = last.narrow(d, x.shape[d] - 1, 1)
+            bad = (~torch.isfinite(wide)).sum(dims, keepdim=True)
+            if not keepdim:
+                scale, mean_s, last, bad = (t.squeeze(dims) for t in (scale, mean_s, last, bad))
+        var_s = m2 / max(n - correction, 0)
+        result = torch.sqrt(var_s) / scale if root else var_s / scale / scale
+        result = result.to(x.dtype)
+        if not with_mean:
+            return result
+        finite = (bad == 0) | ((bad == 1) & torch.isinf(last))
+        mean = torch.where(finite, mean_s / scale, float("nan")).to(x.dtype)
+        return result, mean
+    return decomposition
+
+
 def _nll_loss_backward_of(overload):
     """nll_loss_backward / nll_loss2d_backward as CPU's kernels write them: a zero-filled gradient (+0.0) with
     ``-weight * grad`` written at each target's class. PyTorch's decomposition multiplies a one-hot of -1.0 by the
@@ -547,6 +606,9 @@ def _nll_loss_backward_of(overload):
 DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
                   aten._softmax_backward_data.default: _softmax_backward_data,
                   aten.index_add.default: _index_add,
+                  aten.std.correction: _moments_of(root=True, with_mean=False),
+                  aten.var_mean.correction: _moments_of(root=False, with_mean=True),
+                  aten.std_mean.correction: _moments_of(root=True, with_mean=True),
                   aten.nll_loss_backward.default: _nll_loss_backward_of(aten.nll_loss_backward.default),
                   aten.nll_loss2d_backward.default: _nll_loss_backward_of(aten.nll_loss2d_backward.default),
                   aten._scaled_dot_product_fused_attention_overrideable_backward.default: _fused_attention_backward}
