@@ -148,3 +148,37 @@ def test_nll_loss2d_gradient_zero_signs_match_cpu(fresh):
     got = grad_of(x.to("neuron"), target.to("neuron"), cot.to("neuron"), compiled).cpu()
     torch.testing.assert_close(got, expected)
     assert torch.equal(torch.signbit(got), torch.signbit(expected))
+
+
+def test_narrow_copy_dim_out_of_range_raises_as_cpu(fresh):
+    _raises_as_cpu(lambda t: torch.narrow_copy(t, 2, 0, 1), torch.randn(3, 4))
+
+
+@pytest.mark.parametrize("call", [
+    lambda a, i, s: torch.scatter(a, 0, i, s),
+    lambda a, i, s: torch.scatter_add(a, 0, i, s),
+    lambda a, i, s: torch.gather(a, 1, i),
+], ids=["scatter", "scatter_add", "gather"])
+def test_gather_scatter_out_of_range_raise_cpu_class(fresh, call):
+    """CPU's gather/scatter kernels refuse an out-of-range index with RuntimeError; the compiled program's
+    gather/scatter steps raise IndexError, which stays right for index, index_select and nll_loss."""
+    args = torch.zeros(3, 4), torch.tensor([[0, 1, 7, 2]]), torch.ones(1, 4)
+    _raises_as_cpu(call, *args)
+    _raises_as_cpu(lambda a, t: F.nll_loss(a, t), torch.randn(3, 4), torch.tensor([0, 9, 1]))  # IndexError on CPU
+    ok = torch.tensor([[0, 1, 2, 2]])  # in range: compiled and correct
+    expected = call(args[0], ok, args[2])
+    assert torch.equal(_compiled(call, args[0].to("neuron"), ok.to("neuron"), args[2].to("neuron")).cpu(), expected)
+
+
+def test_moments_follow_cpu_double_accumulation_and_welford(fresh):
+    """bfloat16 rows near the top of the range: CPU's std and mean (double accumulation) stay finite where
+    float32 sums overflow; var_mean's mean is Welford's (NaN after an infinity unless it is the last element)."""
+    inf = float("inf")
+    x = torch.tensor([[3e38, 3e38, -3e38, 2e38], [1.0, inf, 2.0, 3.0], [1.0, 2.0, 3.0, inf], [1.0, 2.0, 4.0, 8.0]])
+    for dtype in (torch.bfloat16, torch.float32):
+        for op in (torch.std_mean, torch.var_mean):
+            xx = x.to(dtype)
+            expected = op(xx, dim=1)
+            got = _compiled(lambda t: op(t, dim=1), xx.to("neuron"))  # noqa: B023 - compiled at once
+            for g, e in zip(got, expected):
+                torch.testing.assert_close(g.cpu(), e, equal_nan=True, rtol=2e-2, atol=1e-5)
