@@ -580,6 +580,38 @@ def _moments_of(root: bool, with_mean: bool):
     return decomposition
 
 
+def _accumulated_of(overload):
+    """A backward CPU computes by adding each gradient element into a zero-filled gradient (reflection padding's
+    backward: ``grad_input[j] += grad_output[i]``), so a position that receives only -0.0 holds
+    +0.0 + -0.0 = +0.0. PyTorch's decompositions gather the sums instead (a position with one source keeps
+    that source's -0.0): their result plus +0.0 is CPU's (x + 0.0 is x for every other x, NaN included)."""
+    def decomposition(*args, **kwargs):
+        result = torch._decomp.decomposition_table[overload](*args, **kwargs)
+        return result + 0.0 if result.is_floating_point() else result
+    return decomposition
+
+
+def _unfold_backward(grad: torch.Tensor, input_size, dimension: int, size: int, step: int) -> torch.Tensor:
+    """unfold_backward as CPU's kernel writes it: windows that do not overlap (step >= size) are *copied* into the
+    zero-filled gradient, so a -0.0 stays -0.0; overlapping ones are added (+0.0 + -0.0 is +0.0). PyTorch's
+    decomposition always adds (an accumulating index_put); this is the same code with CPU's choice."""
+    if len(input_size) == 0:
+        return NotImplemented
+    dim = dimension % len(input_size)
+    index = torch.arange(input_size[dim], device=grad.device, dtype=torch.int32).unfold(0, size, step).flatten()
+    values = grad.movedim(-1, dim + 1).flatten(dim, dim + 1)
+    return aten._unsafe_index_put(grad.new_zeros(input_size), [None] * dim + [index], values, accumulate=step < size)
+
+
+def _native_dropout(input: torch.Tensor, p: float, train):
+    """CPU's native_dropout returns an empty input as it is with an empty mask of the *input's* dtype (its
+    kernel's early return); the meta function says bool, so a compiled graph returned a bool mask. Other inputs
+    keep the op (NotImplemented: no decomposition, as without this entry)."""
+    if input.numel() != 0:
+        return NotImplemented
+    return input.clone(), torch.empty_like(input)
+
+
 def _nll_loss_backward_of(overload):
     """nll_loss_backward / nll_loss2d_backward as CPU's kernels write them: a zero-filled gradient (+0.0) with
     ``-weight * grad`` written at each target's class. PyTorch's decomposition multiplies a one-hot of -1.0 by the
@@ -606,6 +638,11 @@ def _nll_loss_backward_of(overload):
 DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
                   aten._softmax_backward_data.default: _softmax_backward_data,
                   aten.index_add.default: _index_add,
+                  aten.native_dropout.default: _native_dropout,
+                  **{op: _accumulated_of(op) for op in (aten.reflection_pad1d_backward.default,
+                                                        aten.reflection_pad2d_backward.default,
+                                                        aten.reflection_pad3d_backward.default)},
+                  aten.unfold_backward.default: _unfold_backward,
                   aten.std.correction: _moments_of(root=True, with_mean=False),
                   aten.var_mean.correction: _moments_of(root=False, with_mean=True),
                   aten.std_mean.correction: _moments_of(root=True, with_mean=True),
