@@ -182,3 +182,34 @@ def test_moments_follow_cpu_double_accumulation_and_welford(fresh):
             got = _compiled(lambda t: op(t, dim=1), xx.to("neuron"))  # noqa: B023 - compiled at once
             for g, e in zip(got, expected):
                 torch.testing.assert_close(g.cpu(), e, equal_nan=True, rtol=2e-2, atol=1e-5)
+
+
+def test_scatter_add_keeps_signed_zeros(fresh):
+    """The program's scatter-add (DMA compute-on-write) summed duplicates from +0.0: a -0.0 row receiving only
+    -0.0 became +0.0, where CPU's one-by-one additions keep -0.0."""
+    x = torch.tensor([-0.0, 1.0, 0.0]).reshape(1, 3, 1).expand(1, 3, 4)
+    index = torch.tensor([[[0, 1, 0, 2]]])
+    src = torch.tensor([-0.0]).reshape(1, 1, 1).expand(1, 1, 4)
+    call = lambda a, i, s: torch.scatter_add(a, -2, i, s)  # noqa: E731
+    expected = call(x, index, src)
+    got = _compiled(call, x.to("neuron"), index.to("neuron"), src.to("neuron")).cpu()
+    assert torch.equal(got, expected) and torch.equal(torch.signbit(got), torch.signbit(expected))
+
+
+@pytest.mark.parametrize("call, grad", [
+    (lambda g: aten.reflection_pad1d_backward(g, torch.zeros_like(g), (0, 0)),
+     torch.tensor([[-0.0, 1.0, -0.0, 2.0, -0.0]])),  # accumulated into +0.0 on CPU
+    (lambda g: aten.unfold_backward(g, (7,), -1, 3, 3), torch.tensor([[-0.0, 1.0, -0.0], [-0.0, 2.0, 3.0]])),  # copied
+    (lambda g: aten.unfold_backward(g, (7,), -1, 3, 2), torch.full((3, 3), -0.0)),  # overlapping: added
+], ids=["reflection_pad1d_backward", "unfold_backward_disjoint", "unfold_backward_overlapping"])
+def test_backward_zero_signs_follow_cpu_accumulation(fresh, call, grad):
+    expected = call(grad)
+    got = _compiled(call, grad.to("neuron")).cpu()
+    assert torch.equal(got, expected) and torch.equal(torch.signbit(got), torch.signbit(expected))
+
+
+def test_native_dropout_of_an_empty_input_has_a_mask_of_its_dtype(fresh):
+    x = torch.empty(0, 3)
+    out, mask = _compiled(lambda t: torch.native_dropout(t, 0.0, True), x.to("neuron"))
+    expected = torch.native_dropout(x, 0.0, True)
+    assert (out.dtype, mask.dtype, tuple(mask.shape)) == (expected[0].dtype, expected[1].dtype, (0, 3))
