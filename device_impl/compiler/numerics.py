@@ -603,6 +603,28 @@ def _unfold_backward(grad: torch.Tensor, input_size, dimension: int, size: int, 
     return aten._unsafe_index_put(grad.new_zeros(input_size), [None] * dim + [index], values, accumulate=step < size)
 
 
+def _rounded(value: float, dtype: torch.dtype) -> float:
+    """``value`` rounded to ``dtype`` (nearest even), computed on the host: a torch.tensor made while
+    AOTAutograd traces would be a graph constant."""
+    import ml_dtypes
+    import numpy as np
+
+    kind = {torch.float16: np.float16, torch.bfloat16: ml_dtypes.bfloat16, torch.float32: np.float32}[dtype]
+    return float(kind(value))
+
+
+def _mse_loss_backward(grad_output: torch.Tensor, input: torch.Tensor, target: torch.Tensor, reduction: int):
+    """mse_loss_backward as CPU's kernel computes it: ``norm * (input - target) * grad_output`` in the input's
+    dtype, op by op, with ``norm`` (2 / numel for the mean, else 2) rounded to that dtype first. PyTorch's
+    decomposition computes in float32 for float16/bfloat16 and rounds once, so a difference that overflows
+    float16 (CPU's gradient: inf) came back finite after the scaling by 2 / numel."""
+    if not input.is_floating_point() or input.dtype == torch.float64:
+        return NotImplemented
+    norm = 2.0 / input.numel() if reduction == 1 else 2.0
+    norm = _rounded(norm, input.dtype)  # the kernel's scalar_t norm_val
+    return (input - target) * norm * grad_output
+
+
 def _native_dropout(input: torch.Tensor, p: float, train):
     """CPU's native_dropout returns an empty input as it is with an empty mask of the *input's* dtype (its
     kernel's early return); the meta function says bool, so a compiled graph returned a bool mask. Other inputs
@@ -639,6 +661,7 @@ DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
                   aten._softmax_backward_data.default: _softmax_backward_data,
                   aten.index_add.default: _index_add,
                   aten.native_dropout.default: _native_dropout,
+                  aten.mse_loss_backward.default: _mse_loss_backward,
                   **{op: _accumulated_of(op) for op in (aten.reflection_pad1d_backward.default,
                                                         aten.reflection_pad2d_backward.default,
                                                         aten.reflection_pad3d_backward.default)},

@@ -213,3 +213,21 @@ def test_native_dropout_of_an_empty_input_has_a_mask_of_its_dtype(fresh):
     out, mask = _compiled(lambda t: torch.native_dropout(t, 0.0, True), x.to("neuron"))
     expected = torch.native_dropout(x, 0.0, True)
     assert (out.dtype, mask.dtype, tuple(mask.shape)) == (expected[0].dtype, expected[1].dtype, (0, 3))
+
+
+def test_mse_loss_gradient_overflows_as_cpu_in_float16(fresh):
+    """CPU's backward computes norm * (x - y) * g in float16 op by op: x - y overflows to inf before the scaling by
+    2 / numel; PyTorch's decomposition computed in float32 and came back finite."""
+    x = torch.tensor([[60000.0, -60000.0] + [1.0] * 62], dtype=torch.float16)
+    y = torch.tensor([[-60000.0, 60000.0] + [0.5] * 62], dtype=torch.float16)
+
+    def grad_of(inp, fn):
+        inp = inp.clone().requires_grad_()
+        fn(inp, y.to(inp.device)).backward()
+        return inp.grad
+
+    expected = grad_of(x, F.mse_loss)
+    torch._dynamo.reset()
+    got = grad_of(x.to("neuron"), torch.compile(F.mse_loss, backend="neuron", dynamic=False)).cpu()
+    assert torch.isinf(expected[0, :2]).all()
+    torch.testing.assert_close(got, expected)
