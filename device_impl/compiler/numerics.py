@@ -88,6 +88,9 @@ def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
     a, b = node.args[0], node.args[1]
     if not isinstance(a, torch.fx.Node) or node.meta["val"].dtype == torch.bool:
         return None
+    dtype = node.meta["val"].dtype
+    if not isinstance(b, torch.fx.Node) and not dtype.is_floating_point and isinstance(b, int):
+        b = _wrapped(b, dtype)  # CPU converts the scalar to the tensor's integer dtype first (uint8: -4 is 252)
     r = _c_fmod(graph, a, b)
     nonzero = _call(graph, aten.ne.Scalar, r, 0)
     r_negative = _call(graph, aten.lt.Scalar, r, 0)
@@ -98,6 +101,13 @@ def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
     fix = _call(graph, aten.logical_and.default, nonzero, differ)
     shifted = _call(graph, aten.add.Tensor if isinstance(b, torch.fx.Node) else aten.add.Scalar, r, b)
     return _cast(graph, _call(graph, aten.where.self, fix, shifted, r), node)
+
+
+def _wrapped(value: int, dtype: torch.dtype) -> int:
+    """An integer scalar converted to an integer dtype as C converts it (modulo 2^bits)."""
+    bits = torch.iinfo(dtype).bits
+    value %= 1 << bits
+    return value - (1 << bits) if torch.iinfo(dtype).min < 0 and value >= 1 << (bits - 1) else value
 
 
 def _sign(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
@@ -349,6 +359,38 @@ def _full_precision_scalar(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.
     return opmath(graph, node)
 
 
+def _pow_scalar(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """pow(tensor, scalar) as CPU's kernel: a bool base with a bool exponent stays bool (``x ** True`` is x,
+    ``x ** False`` is all True; torch-mlir imported the exponent as an integer and returned int64); a
+    float16/bfloat16 base takes the exponent rounded to its dtype (the kernel's ``exp_scalar.to<scalar_t>()``:
+    ``x ** 1.4e-45`` is ``x ** 0`` = 1 in float16, not NaN for a negative x), then computes in float32 (opmath)."""
+    x, exponent = node.args[0], node.args[1]
+    dtype = node.meta["val"].dtype
+    if dtype == torch.bool and isinstance(exponent, bool):
+        if exponent:
+            return _call(graph, aten.clone.default, x)
+        return _call(graph, aten.ne.Tensor, x, _call(graph, aten.logical_not.default, x))  # x != !x: True
+    if dtype in NARROW and isinstance(exponent, float):
+        node.args = (x, _rounded(exponent, dtype))
+        return opmath(graph, node)
+    return None
+
+
+# Unsigned integer max/min reductions: torch-mlir 20261001 gives them the signed type's identity as their initial
+# value (uint8 max starts at 128, min at 127), so a uint8 max of values below 128 returned 128. They reduce in
+# int16 (int64 for wider unsigned types), where that start is right, and convert back (exact).
+_UNSIGNED_EXTREMA = (aten.max.default, aten.min.default, aten.amax.default, aten.amin.default)
+
+
+def _unsigned_extremum(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    x = node.args[0]
+    dtype = x.meta["val"].dtype
+    if dtype not in (torch.uint8, torch.uint16, torch.uint32):
+        return None
+    wide = _cast(graph, x, torch.int16 if dtype == torch.uint8 else torch.int64)
+    return _cast(graph, _call(graph, node.target, wide, *node.args[1:], **node.kwargs), node)
+
+
 _ANY_ALL = tuple(getattr(getattr(aten, name), overload) for name in ("any", "all")
                  for overload in ("default", "dim", "dims") if hasattr(getattr(aten, name), overload))
 
@@ -382,6 +424,8 @@ REWRITES = {
     aten.div.Tensor_mode: _div_mode,
     aten.div.Scalar_mode: _div_mode,
     aten.leaky_relu.default: _leaky_relu,
+    aten.pow.Tensor_Scalar: _pow_scalar,
+    **{op: _unsigned_extremum for op in _UNSIGNED_EXTREMA},
 }
 
 # Elementwise ops ATen computes in float32 for float16/bfloat16 (opmath) whose lowering is more than

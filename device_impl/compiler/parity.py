@@ -78,6 +78,7 @@ FAKE_CHECKED = frozenset({
     aten._fft_r2c.default,  # an empty dim list: CPU's RuntimeError (dim.back()), the meta's IndexError
     aten._fft_c2r.default,  # last_dim_size 0 or a dim list CPU refuses: the meta function returns a result
     aten.narrow_copy.default,  # a dim out of range: CPU's RuntimeError (a TORCH_CHECK), the meta's IndexError
+    aten.scatter.value,  # a value the tensor's dtype cannot hold (-0.5 into uint8): CPU's RuntimeError
 })
 _INSTALLED: list[bool] = []
 
@@ -124,13 +125,26 @@ def fake_refusal(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
     return NotImplemented
 
 
+def bool_power(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+    """``pow(bool tensor, bool exponent)``: CPU returns bool (``x ** True`` is x), the meta function int64, so the
+    traced graph (and the compiled result) had the wrong dtype. The fake result takes CPU's dtype."""
+    base, exponent = (list(args) + [kwargs.get("exponent")])[:2]
+    if not (isinstance(base, torch.Tensor) and base.dtype == torch.bool and isinstance(exponent, bool)
+            and base.device.type == "neuron"):
+        return NotImplemented
+    with fake_mode:
+        return torch.empty_like(base)
+
+
 def install_fake_checks() -> None:
-    """Register ``fake_refusal`` with the fake-tensor mode once per process (Dynamo's tracing consults it)."""
+    """Register ``fake_refusal`` (and ``bool_power``) with the fake-tensor mode once per process (Dynamo's
+    tracing consults it)."""
     if _INSTALLED:
         return
     from torch._subclasses.fake_impls import register_op_impl
 
     register_op_impl(lambda func: func in FAKE_CHECKED)(fake_refusal)
+    register_op_impl(lambda func: func is aten.pow.Tensor_Scalar)(bool_power)
     _INSTALLED.append(True)
 
 

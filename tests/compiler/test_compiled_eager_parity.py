@@ -231,3 +231,26 @@ def test_mse_loss_gradient_overflows_as_cpu_in_float16(fresh):
     got = grad_of(x.to("neuron"), torch.compile(F.mse_loss, backend="neuron", dynamic=False)).cpu()
     assert torch.isinf(expected[0, :2]).all()
     torch.testing.assert_close(got, expected)
+
+
+def test_pow_scalar_follows_cpu_dtype_and_exponent_rounding(fresh):
+    """bool ** True is bool on CPU (the meta function said int64); a float16 base takes the exponent rounded to
+    float16 (1.4e-45 is 0: x ** 0 is 1, not NaN for a negative x)."""
+    b = torch.tensor([True, False, True])
+    for exponent in (True, False):
+        got = _compiled(lambda t: torch.pow(t, exponent), b.to("neuron")).cpu()  # noqa: B023 - compiled at once
+        assert got.dtype == torch.bool and torch.equal(got, torch.pow(b, exponent))
+    h = torch.tensor([-26.640625, 3.0], dtype=torch.float16)
+    got = _compiled(lambda t: torch.pow(t, 1.401298464324817e-45), h.to("neuron")).cpu()
+    assert torch.equal(got, torch.pow(h, 1.401298464324817e-45))
+
+
+def test_integer_scalars_and_unsigned_extrema_follow_cpu(fresh):
+    """remainder(uint8, -4) divides by -4 converted to uint8 (252); a uint8 max/min reduction started from the
+    signed type's identity in torch-mlir's lowering (a max of values below 128 gave 128); scatter of -0.5 into
+    uint8 raises CPU's RuntimeError."""
+    u = torch.tensor([[254, 3, 7], [1, 2, 100]], dtype=torch.uint8)
+    for call in (lambda t: torch.remainder(t, -4), torch.max, torch.min, lambda t: torch.amax(t, 1),
+                 lambda t: torch.amin(t, 0)):
+        assert torch.equal(_compiled(call, u.to("neuron")).cpu(), call(u))
+    _raises_as_cpu(lambda t, i: torch.scatter(t, 1, i, -0.5), u, torch.zeros(2, 3, dtype=torch.int64))
