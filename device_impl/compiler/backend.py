@@ -19,8 +19,8 @@ from typing import Any
 
 import torch
 
-from device_impl.compiler import cache, counters, driver, parity, patterns
-from device_impl.compiler.errors import ShapeContractError, _UserFacing
+from device_impl.compiler import cache, counters, driver, fallback, parity, patterns
+from device_impl.compiler.errors import ShapeContractError, UnsupportedOpError, _UserFacing
 from device_impl.runtime.config import CompilerConfig, read_compiler
 
 log = logging.getLogger("torch_neuronx")
@@ -142,6 +142,23 @@ def _written_placeholders(gm: torch.fx.GraphModule) -> set:
     return written
 
 
+def overlapping_written(gm: torch.fx.GraphModule, example_inputs: list) -> UnsupportedOpError | None:
+    """Why the graph must run as Dynamo traced it: an input it writes (in place or out=) whose elements share
+    memory (an expanded view: stride 0). AOTAutograd functionalises the write and copies the new values back
+    with ``copy_``, which refuses such a destination ("more than one element of the written-to tensor refers
+    to a single memory location"), where CPU's own in-place op may accept it: ``x.expand(n).zero_()`` fills the
+    one shared element. Run eagerly, each in-place op follows CPU's own rule for it (zero_ and fill_ write,
+    add_ raises), as the device's eager kernels do."""
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    written = _written_placeholders(gm)
+    for node, example in zip(placeholders, example_inputs):
+        if node in written and isinstance(example, torch.Tensor) and torch._debug_has_internal_overlap(example) == 1:
+            return UnsupportedOpError("write to an overlapping input",
+                                      f"input {_source_name(node)} (shape {list(example.shape)}, stride "
+                                      f"{list(example.stride())}) is written and its elements share memory")
+    return None
+
+
 def _identity(gm: torch.fx.GraphModule) -> tuple[Any, str]:
     compile_id = gm.meta.get("dynamo_compile_id") if hasattr(gm, "meta") else None
     if compile_id is None:
@@ -184,7 +201,8 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_inde
             try:
                 run = driver.compile_graph(aot_gm, f"{graph}_{kind}", device_index, config)
                 if kind == "inference" and key_of_graph is not None and getattr(run, "cache_key", None) \
-                        and _plain_inference(aot_gm, len(example_inputs)):
+                        and getattr(run, "index_error", IndexError) is IndexError \
+                        and _plain_inference(aot_gm, len(example_inputs)):  # the index links IndexError programs
                     cache.index_dynamo(config.neff_cache_dir, key_of_graph, run.cache_key, run.kept)
                 return run
             finally:
@@ -308,6 +326,9 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: list, **kwarg
     if symbolic is not None:  # automatic dynamic: compile per concrete shape when called
         return PerShape(gm, frame, graph, device_index, config)
     counters.graph_received(frame, graph, _signature(gm, example_inputs))
+    overlapping = overlapping_written(gm, example_inputs)
+    if overlapping is not None:  # AOTAutograd's copy-back would refuse what the eager op accepts
+        return fallback.dynamo_graph(gm, overlapping, graph, config)
     try:
         return _aot(gm, example_inputs, graph, device_index, config)
     finally:

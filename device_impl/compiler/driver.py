@@ -25,6 +25,7 @@ from device_impl.engine.constants import PLATFORM
 from device_impl.runtime.config import CompilerConfig
 
 log = logging.getLogger("torch_neuronx.compiler")
+aten = torch.ops.aten
 
 
 def flags() -> dict[str, Any]:
@@ -43,6 +44,30 @@ _EAGER_ONLY = {
                                        "(and 0 for NaN) inside the band on full vector blocks, its scalar lambda x * 0 "
                                        "(-0.0, NaN) elsewhere; the device's eager kernel makes the same split",
 }
+
+
+# Out-of-range indices: the program's gather and scatter steps raise IndexError (compiler/gather.py), as CPU's
+# index, index_put, index_select, embedding and nll_loss do; CPU's gather and scatter kernels raise RuntimeError
+# with the same words. Which aten op a gather/scatter node came from is its ``original_aten`` (the op AOTAutograd
+# was decomposing when it traced the node: nll_loss_forward's gather stays an IndexError).
+_INDEXING = frozenset({
+    aten.gather.default, aten.scatter.src, aten.scatter.value, aten.scatter.reduce, aten.scatter.value_reduce,
+    aten.scatter_add.default, aten.scatter_reduce.two, aten.index.Tensor, aten.index_put.default,
+    aten._unsafe_index.Tensor, aten._unsafe_index_put.default, aten.index_select.default, aten.embedding.default,
+})
+_RUNTIME_ERROR_INDEXING = frozenset({aten.gather, aten.scatter, aten.scatter_add, aten.scatter_reduce})
+
+
+def index_error_class(gm: torch.fx.GraphModule) -> type[Exception]:
+    """The exception class CPU raises for an out-of-range index in this graph: RuntimeError when every indexing
+    node comes from an op whose CPU kernel raises it (gather, scatter), else IndexError (also for a graph that
+    mixes both: the program cannot tell which step's index it was)."""
+    classes = set()
+    for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in _INDEXING:
+            origin = getattr(node.meta.get("original_aten"), "overloadpacket", None)
+            classes.add(RuntimeError if origin in _RUNTIME_ERROR_INDEXING else IndexError)
+    return RuntimeError if classes == {RuntimeError} else IndexError
 
 
 def _unimportable(gm: torch.fx.GraphModule) -> UnsupportedOpError | None:
@@ -109,6 +134,7 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
                   ) -> Callable[[list], list]:
     started = time.perf_counter()
     original = gm
+    index_error = index_error_class(gm)
     refused = parity.refusal(gm)
     if refused is not None:  # an argument CPU refuses: the program raises as the eager op would
         return parity.raising_program(refused)
@@ -176,21 +202,29 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
         log.info("graph %s falls back to eager: %s", graph, error)
         return fallback.eager(original, error, graph, config)
     log.info("compiled %s in %.3f s", graph, time.perf_counter() - started)
-    run = _linked(executable, kept)
+    run = _linked(executable, kept, index_error)
     run.cache_key = key  # type: ignore[attr-defined]  (backend.py indexes plain inference graphs by it)
     return run
 
 
-def _linked(executable: Executable, kept: list[bool]) -> Callable[[list], list]:
-    """The boxed callable AOTAutograd (or the Dynamo-level index, ``linked``) runs a program through."""
+def _linked(executable: Executable, kept: list[bool], index_error: type[Exception] = IndexError
+            ) -> Callable[[list], list]:
+    """The boxed callable AOTAutograd (or the Dynamo-level index, ``linked``) runs a program through; an
+    out-of-range index raises ``index_error`` (``index_error_class``)."""
     def run(args: list) -> list:
-        outputs = executable(args)
+        try:
+            outputs = executable(args)
+        except IndexError as error:
+            if index_error is IndexError:
+                raise
+            raise index_error(*error.args) from None
         counters.count("executions")
         return legalize.restore_none(outputs, kept)
 
     run._boxed_call = True  # type: ignore[attr-defined]
     run.executable = executable  # type: ignore[attr-defined]
     run.kept = kept  # type: ignore[attr-defined]
+    run.index_error = index_error  # type: ignore[attr-defined]
     return run
 
 

@@ -23,6 +23,27 @@ _WARNED: set[str] = set()
 
 
 def eager(gm: torch.fx.GraphModule, error: Exception, graph: str, config: CompilerConfig) -> Callable[[list], Any]:
+    _announce(error, graph, config)
+
+    def run(args: list) -> Any:
+        outputs = gm(*args)
+        return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+
+    run._boxed_call = True  # type: ignore[attr-defined]
+    return run
+
+
+def dynamo_graph(gm: torch.fx.GraphModule, error: Exception, graph: str, config: CompilerConfig
+                 ) -> Callable[..., Any]:
+    """Dynamo's own graph, run eagerly on neuron before AOTAutograd sees it: for graphs whose meaning
+    AOTAutograd's functionalisation changes (``backend.overlapping_written``), so that even the eager run of
+    its functional graph would differ. Counted and warned as ``eager``; Dynamo calls it with the inputs spread."""
+    _announce(error, graph, config)
+    return gm.forward
+
+
+def _announce(error: Exception, graph: str, config: CompilerConfig) -> None:
+    """Count and warn (once per op) a graph that runs eagerly, or raise where fallback is disabled."""
     op = getattr(error, "op", type(error).__name__)
     if not config.fallback:
         raise FallbackDisabledError(
@@ -34,11 +55,4 @@ def eager(gm: torch.fx.GraphModule, error: Exception, graph: str, config: Compil
         _WARNED.add(op)
         warnings.warn(f"torch.compile(backend='neuron'): '{op}' cannot be compiled ({error}); graph {graph} runs "
                       f"eagerly on neuron instead (TORCH_NEURONX_DISABLE_FALLBACK_EXECUTION=1 makes this an error)",
-                      RuntimeWarning, stacklevel=3)
-
-    def run(args: list) -> Any:
-        outputs = gm(*args)
-        return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
-
-    run._boxed_call = True  # type: ignore[attr-defined]
-    return run
+                      RuntimeWarning, stacklevel=4)

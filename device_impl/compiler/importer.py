@@ -51,7 +51,9 @@ def to_stablehlo(gm: torch.fx.GraphModule):
     """Import ``gm`` with torch-mlir; returns the MLIR module."""
     from torch_mlir import fx as torch_mlir_fx
 
-    with _captured_stderr() as diagnostics:
+    from device_impl.compiler.parity import _real_tensors
+
+    with _captured_stderr() as diagnostics, _real_tensors():  # a graph constant is a real tensor: read its values
         try:
             return torch_mlir_fx.stateless_fx_import(gm, output_type="stablehlo")
         except Exception as e:  # torch-mlir raises its own error types (and AssertionError) here

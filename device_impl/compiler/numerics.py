@@ -12,8 +12,8 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
   (``c10::div_floor_floating``: fmod, exact quotient, corrections) op by op in the tensor's dtype;
 * ``leaky_relu`` lowers to ``max(x, 0) + min(x, 0) * slope`` (the sign of zero differs from ATen's
   ``where(x > 0, x, x * slope)``);
-* ``aten.var.correction`` crashes torch-mlir on 0-d inputs (a segmentation fault, not an error):
-  variance becomes the two-pass formula ``sum((x - mean)^2) / (N - correction)`` in float32;
+* ``aten.var.correction`` and ``aten.var_mean.correction`` crash torch-mlir on 0-d inputs (a
+  segmentation fault, not an error): variance (and the mean beside it) becomes the two-pass formula ``sum((x - mean)^2) / (N - correction)`` in float32;
 * ``aten.index.Tensor`` / ``aten.index_put`` lower to gather/scatter without wrapping negative
   indices (StableHLO would clamp them): each index tensor becomes ``where(i < 0, i + size, i)``;
 * comparisons with a Python scalar (``eq.Scalar`` ...) convert the scalar to the tensor's dtype
@@ -88,6 +88,9 @@ def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
     a, b = node.args[0], node.args[1]
     if not isinstance(a, torch.fx.Node) or node.meta["val"].dtype == torch.bool:
         return None
+    dtype = node.meta["val"].dtype
+    if not isinstance(b, torch.fx.Node) and not dtype.is_floating_point and isinstance(b, int):
+        b = _wrapped(b, dtype)  # CPU converts the scalar to the tensor's integer dtype first (uint8: -4 is 252)
     r = _c_fmod(graph, a, b)
     nonzero = _call(graph, aten.ne.Scalar, r, 0)
     r_negative = _call(graph, aten.lt.Scalar, r, 0)
@@ -98,6 +101,13 @@ def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
     fix = _call(graph, aten.logical_and.default, nonzero, differ)
     shifted = _call(graph, aten.add.Tensor if isinstance(b, torch.fx.Node) else aten.add.Scalar, r, b)
     return _cast(graph, _call(graph, aten.where.self, fix, shifted, r), node)
+
+
+def _wrapped(value: int, dtype: torch.dtype) -> int:
+    """An integer scalar converted to an integer dtype as C converts it (modulo 2^bits)."""
+    bits = torch.iinfo(dtype).bits
+    value %= 1 << bits
+    return value - (1 << bits) if torch.iinfo(dtype).min < 0 and value >= 1 << (bits - 1) else value
 
 
 def _sign(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
@@ -169,13 +179,16 @@ def _leaky_relu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | N
     return _cast(graph, out, node)
 
 
-def _var(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+def _variance(graph: torch.fx.Graph, node: torch.fx.Node) -> tuple[torch.fx.Node, torch.fx.Node] | None:
+    """(variance, mean) of a ``var``/``var_mean`` node in its compute dtype (float32 for narrow floats), the
+    two-pass formula; None where the node is not a real floating reduction."""
     x = node.args[0]
     dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
     correction = node.kwargs.get("correction", 1)
     keepdim = node.kwargs.get("keepdim", False)
     shape = list(x.meta["val"].shape)
-    dtype = node.meta["val"].dtype
+    value = node.meta["val"]
+    dtype = (value[0] if isinstance(value, (tuple, list)) else value).dtype
     if not dtype.is_floating_point or x.meta["val"].dtype.is_complex:
         return None
     if correction is None:
@@ -186,14 +199,38 @@ def _var(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     for d in dims:
         count *= shape[d] if shape else 1
     wide = _cast(graph, x, torch.float32) if dtype in NARROW else x
-    if not shape:  # 0-d: the deviation from the mean is 0
+    if not shape:  # 0-d: the mean is the element, its deviation from it 0
+        mean = _call(graph, aten.clone.default, wide)
         deviation = _call(graph, aten.sub.Tensor, wide, wide)
         total = _call(graph, aten.mul.Tensor, deviation, deviation)
     else:
-        mean = _call(graph, aten.mean.dim, wide, dims, True)
-        deviation = _call(graph, aten.sub.Tensor, wide, mean)
+        kept = _call(graph, aten.mean.dim, wide, dims, True)
+        mean = kept if keepdim else _call(graph, aten.mean.dim, wide, dims, False)
+        deviation = _call(graph, aten.sub.Tensor, wide, kept)
         total = _call(graph, aten.sum.dim_IntList, _call(graph, aten.mul.Tensor, deviation, deviation), dims, keepdim)
-    return _cast(graph, _call(graph, aten.div.Scalar, total, max(count - correction, 0)), node)
+    return _call(graph, aten.div.Scalar, total, max(count - correction, 0)), mean
+
+
+def _var(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    parts = _variance(graph, node)
+    return None if parts is None else _cast(graph, parts[0], node)
+
+
+def _var_mean(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """``var_mean`` as ``_var``'s two passes plus the mean: torch-mlir's own lowering of it crashes the process
+    on a 0-d input, as ``var``'s does (``std_mean(x, dim=(0,))`` of a scalar; std_mean decomposes into it).
+    Its results are read through getitem nodes: each is replaced by its part, converted to the node's dtype;
+    the returned node (the variance) takes the place of the tuple, which has no users left."""
+    if any(user.target is not operator.getitem for user in node.users):
+        return None
+    parts = _variance(graph, node)
+    if parts is None:
+        return None
+    results = [_cast(graph, part, meta.dtype) for part, meta in zip(parts, node.meta["val"])]
+    for user in list(node.users):
+        user.replace_all_uses_with(results[user.args[1]])
+        graph.erase_node(user)
+    return results[0]
 
 
 def _wrap_indices(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
@@ -322,6 +359,38 @@ def _full_precision_scalar(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.
     return opmath(graph, node)
 
 
+def _pow_scalar(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """pow(tensor, scalar) as CPU's kernel: a bool base with a bool exponent stays bool (``x ** True`` is x,
+    ``x ** False`` is all True; torch-mlir imported the exponent as an integer and returned int64); a
+    float16/bfloat16 base takes the exponent rounded to its dtype (the kernel's ``exp_scalar.to<scalar_t>()``:
+    ``x ** 1.4e-45`` is ``x ** 0`` = 1 in float16, not NaN for a negative x), then computes in float32 (opmath)."""
+    x, exponent = node.args[0], node.args[1]
+    dtype = node.meta["val"].dtype
+    if dtype == torch.bool and isinstance(exponent, bool):
+        if exponent:
+            return _call(graph, aten.clone.default, x)
+        return _call(graph, aten.ne.Tensor, x, _call(graph, aten.logical_not.default, x))  # x != !x: True
+    if dtype in NARROW and isinstance(exponent, float):
+        node.args = (x, _rounded(exponent, dtype))
+        return opmath(graph, node)
+    return None
+
+
+# Unsigned integer max/min reductions: torch-mlir 20261001 gives them the signed type's identity as their initial
+# value (uint8 max starts at 128, min at 127), so a uint8 max of values below 128 returned 128. They reduce in
+# int16 (int64 for wider unsigned types), where that start is right, and convert back (exact).
+_UNSIGNED_EXTREMA = (aten.max.default, aten.min.default, aten.amax.default, aten.amin.default)
+
+
+def _unsigned_extremum(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    x = node.args[0]
+    dtype = x.meta["val"].dtype
+    if dtype not in (torch.uint8, torch.uint16, torch.uint32):
+        return None
+    wide = _cast(graph, x, torch.int16 if dtype == torch.uint8 else torch.int64)
+    return _cast(graph, _call(graph, node.target, wide, *node.args[1:], **node.kwargs), node)
+
+
 _ANY_ALL = tuple(getattr(getattr(aten, name), overload) for name in ("any", "all")
                  for overload in ("default", "dim", "dims") if hasattr(getattr(aten, name), overload))
 
@@ -346,6 +415,7 @@ REWRITES = {
     aten.index.Tensor: _wrap_indices,
     aten.index_put.default: _wrap_indices,
     aten.var.correction: _var,
+    aten.var_mean.correction: _var_mean,
     aten.fmod.Tensor: _fmod,
     aten.fmod.Scalar: _fmod,
     aten.remainder.Tensor: _remainder,
@@ -354,6 +424,8 @@ REWRITES = {
     aten.div.Tensor_mode: _div_mode,
     aten.div.Scalar_mode: _div_mode,
     aten.leaky_relu.default: _leaky_relu,
+    aten.pow.Tensor_Scalar: _pow_scalar,
+    **{op: _unsigned_extremum for op in _UNSIGNED_EXTREMA},
 }
 
 # Elementwise ops ATen computes in float32 for float16/bfloat16 (opmath) whose lowering is more than
@@ -493,10 +565,154 @@ def _index_add(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.
     return torch._decomp.decomposition_table[aten.index_add.default](self, dim, index, source, alpha=alpha)
 
 
+# A row whose largest magnitude exceeds _BIG is scaled by _SCALE (a power of two: exact) before its moments are
+# taken, so that neither its sum nor its squared deviations overflow float32 (|x - mean| <= 2^129 becomes 2^59,
+# its square 2^118): CPU computes them in double and overflows only where the result itself does.
+_BIG, _SCALE = 2.0 ** 60, 2.0 ** -70
+
+
+def _moments_of(root: bool, with_mean: bool):
+    """std/var_mean/std_mean (``correction`` overloads) as CPU's kernels give them. CPU accumulates in double
+    (Welford; its float32 results are the double ones rounded), so a bfloat16 row near the top of the range
+    has a finite mean and std where float32 sums overflow (PyTorch's decomposition and torch-mlir's lowering
+    compute in the input's type): rows with a magnitude above 2^60 are scaled by 2^-70 first, the results
+    scaled back (std and mean fit; a variance that overflows float32 is inf, as CPU's converted double).
+    The mean of var_mean/std_mean is Welford's running mean: NaN from the first element after an infinity,
+    so a row's mean is NaN unless it has no non-finite element or one infinity that is its last (the rule of
+    the eager kernel, kernels/reduction/moments.py ``_welford_finite_mean``). Float32 is the compute type of
+    narrow floats; a variance of one element with correction 1 divides by 0 (NaN), as CPU's does."""
+    def decomposition(x: torch.Tensor, dim=None, *, correction=None, keepdim: bool = False):
+        if not x.dtype.is_floating_point or x.dtype == torch.float64:
+            return NotImplemented
+        nd = x.dim()
+        dims = list(range(nd)) if dim is None or (isinstance(dim, (list, tuple)) and not dim) else \
+            sorted({d % max(nd, 1) for d in ([dim] if isinstance(dim, int) else dim)})
+        n = 1
+        for d in dims:
+            n *= x.shape[d] if nd else 1
+        if n == 0:
+            return NotImplemented
+        correction = 1 if correction is None else correction
+        wide = x.float() if x.dtype in NARROW else x
+        if nd == 0:
+            scale = torch.ones_like(wide)
+            scaled = wide
+            mean_s = wide
+            m2 = (wide - wide) * (wide - wide)
+            last, bad = wide, (~torch.isfinite(wide)).to(torch.int64)
+        else:
+            big = wide.abs().amax(dims, keepdim=True) > _BIG
+            scale = torch.where(big, _SCALE, 1.0)
+            scaled = wide * scale
+            mean_s = scaled.sum(dims, keepdim=True) / n
+            deviation = scaled - mean_s
+            m2 = (deviation * deviation).sum(dims, keepdim=keepdim)
+            last = wide
+            for d in dims:
+                last = last.narrow(d, x.shape[d] - 1, 1)
+            bad = (~torch.isfinite(wide)).sum(dims, keepdim=True)
+            if not keepdim:
+                scale, mean_s, last, bad = (t.squeeze(dims) for t in (scale, mean_s, last, bad))
+        var_s = m2 / max(n - correction, 0)
+        result = torch.sqrt(var_s) / scale if root else var_s / scale / scale
+        result = result.to(x.dtype)
+        if not with_mean:
+            return result
+        finite = (bad == 0) | ((bad == 1) & torch.isinf(last))
+        mean = torch.where(finite, mean_s / scale, float("nan")).to(x.dtype)
+        return result, mean
+    return decomposition
+
+
+def _accumulated_of(overload):
+    """A backward CPU computes by adding each gradient element into a zero-filled gradient (reflection padding's
+    backward: ``grad_input[j] += grad_output[i]``), so a position that receives only -0.0 holds
+    +0.0 + -0.0 = +0.0. PyTorch's decompositions gather the sums instead (a position with one source keeps
+    that source's -0.0): their result plus +0.0 is CPU's (x + 0.0 is x for every other x, NaN included)."""
+    def decomposition(*args, **kwargs):
+        result = torch._decomp.decomposition_table[overload](*args, **kwargs)
+        return result + 0.0 if result.is_floating_point() else result
+    return decomposition
+
+
+def _unfold_backward(grad: torch.Tensor, input_size, dimension: int, size: int, step: int) -> torch.Tensor:
+    """unfold_backward as CPU's kernel writes it: windows that do not overlap (step >= size) are *copied* into the
+    zero-filled gradient, so a -0.0 stays -0.0; overlapping ones are added (+0.0 + -0.0 is +0.0). PyTorch's
+    decomposition always adds (an accumulating index_put); this is the same code with CPU's choice."""
+    if len(input_size) == 0:
+        return NotImplemented
+    dim = dimension % len(input_size)
+    index = torch.arange(input_size[dim], device=grad.device, dtype=torch.int32).unfold(0, size, step).flatten()
+    values = grad.movedim(-1, dim + 1).flatten(dim, dim + 1)
+    return aten._unsafe_index_put(grad.new_zeros(input_size), [None] * dim + [index], values, accumulate=step < size)
+
+
+def _rounded(value: float, dtype: torch.dtype) -> float:
+    """``value`` rounded to ``dtype`` (nearest even), computed on the host: a torch.tensor made while
+    AOTAutograd traces would be a graph constant."""
+    import ml_dtypes
+    import numpy as np
+
+    kind = {torch.float16: np.float16, torch.bfloat16: ml_dtypes.bfloat16, torch.float32: np.float32}[dtype]
+    return float(kind(value))
+
+
+def _mse_loss_backward(grad_output: torch.Tensor, input: torch.Tensor, target: torch.Tensor, reduction: int):
+    """mse_loss_backward as CPU's kernel computes it: ``norm * (input - target) * grad_output`` in the input's
+    dtype, op by op, with ``norm`` (2 / numel for the mean, else 2) rounded to that dtype first. PyTorch's
+    decomposition computes in float32 for float16/bfloat16 and rounds once, so a difference that overflows
+    float16 (CPU's gradient: inf) came back finite after the scaling by 2 / numel."""
+    if not input.is_floating_point() or input.dtype == torch.float64:
+        return NotImplemented
+    norm = 2.0 / input.numel() if reduction == 1 else 2.0
+    norm = _rounded(norm, input.dtype)  # the kernel's scalar_t norm_val
+    return (input - target) * norm * grad_output
+
+
+def _native_dropout(input: torch.Tensor, p: float, train):
+    """CPU's native_dropout returns an empty input as it is with an empty mask of the *input's* dtype (its
+    kernel's early return); the meta function says bool, so a compiled graph returned a bool mask. Other inputs
+    keep the op (NotImplemented: no decomposition, as without this entry)."""
+    if input.numel() != 0:
+        return NotImplemented
+    return input.clone(), torch.empty_like(input)
+
+
+def _nll_loss_backward_of(overload):
+    """nll_loss_backward / nll_loss2d_backward as CPU's kernels write them: a zero-filled gradient (+0.0) with
+    ``-weight * grad`` written at each target's class. PyTorch's decomposition multiplies a one-hot of -1.0 by the
+    gradient everywhere, so every other class (and an ignored target's) becomes ``0 * grad``: -0.0 where the
+    gradient is negative. Its result is kept at the written positions only; its checks run as they do."""
+    def decomposition(grad_output: torch.Tensor, self: torch.Tensor, target: torch.Tensor, weight, reduction: int,
+                      ignore_index: int, total_weight: torch.Tensor) -> torch.Tensor:
+        result = torch._decomp.decomposition_table[overload](grad_output, self, target, weight, reduction,
+                                                             ignore_index, total_weight)
+        channel_dim = 0 if self.dim() < 2 else 1
+        if self.dim() == 1 and target.dim() > 0:  # as the decomposition: the C++ kernel reads target[0] only
+            target = target[0]
+        target = target.unsqueeze(channel_dim)
+        kept = target != ignore_index
+        written = torch.zeros(self.shape, dtype=torch.bool, device=self.device).scatter(
+            channel_dim, torch.where(kept, target, 0), True) & kept
+        return torch.where(written, result, torch.zeros((), dtype=result.dtype, device=result.device))
+    return decomposition
+
+
 # Decompositions that replace PyTorch's own for AOTAutograd (backend._decompositions), for the same reason
 # as REWRITES: PyTorch's formula differs from what CPU computes; and the fused attention backward where
 # a bias needs its gradient (elsewhere both attention ops stay whole: compiler/opaque.py).
 DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
                   aten._softmax_backward_data.default: _softmax_backward_data,
                   aten.index_add.default: _index_add,
+                  aten.native_dropout.default: _native_dropout,
+                  aten.mse_loss_backward.default: _mse_loss_backward,
+                  **{op: _accumulated_of(op) for op in (aten.reflection_pad1d_backward.default,
+                                                        aten.reflection_pad2d_backward.default,
+                                                        aten.reflection_pad3d_backward.default)},
+                  aten.unfold_backward.default: _unfold_backward,
+                  aten.std.correction: _moments_of(root=True, with_mean=False),
+                  aten.var_mean.correction: _moments_of(root=False, with_mean=True),
+                  aten.std_mean.correction: _moments_of(root=True, with_mean=True),
+                  aten.nll_loss_backward.default: _nll_loss_backward_of(aten.nll_loss_backward.default),
+                  aten.nll_loss2d_backward.default: _nll_loss_backward_of(aten.nll_loss2d_backward.default),
                   aten._scaled_dot_product_fused_attention_overrideable_backward.default: _fused_attention_backward}

@@ -5,7 +5,7 @@ few of the checks ATen's CPU kernels run before computing, so a compiled
 graph would return a result where eager PyTorch raises. Measured with torch
 2.13: ``torch.sub(bool_tensor, 0)`` traced with an int64 result and compiled
 to ``convert + subtract`` (CPU's ``sub_check`` raises); floor/ceil/round/trunc
-of bool, bitwise ops in a float dtype and integers to negative integer powers
+and relu of bool, bitwise ops in a float dtype and integers to negative integer powers
 likewise.
 
 For the ops in CHECKED, the node's ATen op is called on one-element CPU
@@ -15,6 +15,12 @@ computes nothing the program uses (its values are zeros and are discarded);
 it asks the installed torch which arguments it refuses, so the error class
 and message follow the release (torch 2.14 raises NotImplementedError for
 ``bool - bool`` where 2.13 raised RuntimeError).
+
+``fake_refusal`` does it one step earlier, for the ops of FAKE_CHECKED: their meta functions, which Dynamo
+runs on fake tensors while it traces (before the backend sees a graph), accept arguments CPU's kernel
+refuses, or refuse them with another exception class (``_fft_r2c(x, dim=[])``: CPU's RuntimeError, the meta
+function's IndexError). Registered as a fake-tensor rule (``install_fake_checks``), it probes CPU with the
+call's shapes for a call on neuron tensors and raises CPU's error there; other calls go on to the meta.
 
 ``out_refusal`` does the same for the out= calls of a Dynamo graph, before AOTAutograd functionalises
 them into a functional op and a casting copy (which drops CPU's out dtype rules).
@@ -35,6 +41,7 @@ CHECKED = frozenset({
     *(getattr(getattr(aten, f"bitwise_{name}"), overload) for name in ("and", "or", "xor")
       for overload in ("Tensor", "Scalar")),
     aten.pow.Tensor_Scalar,
+    aten.relu.default,  # CPU refuses bool ("Boolean inputs not supported for relu"); the meta function does not
 })
 
 
@@ -64,6 +71,81 @@ def refusal(gm: torch.fx.GraphModule) -> Exception | None:
             except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
                 return error
     return None
+
+
+# Ops whose meta function checks less than CPU's kernel, or raises another class (module docstring).
+FAKE_CHECKED = frozenset({
+    aten._fft_r2c.default,  # an empty dim list: CPU's RuntimeError (dim.back()), the meta's IndexError
+    aten._fft_c2r.default,  # last_dim_size 0 or a dim list CPU refuses: the meta function returns a result
+    aten.narrow_copy.default,  # a dim out of range: CPU's RuntimeError (a TORCH_CHECK), the meta's IndexError
+    aten.scatter.value,  # a value the tensor's dtype cannot hold (-0.5 into uint8): CPU's RuntimeError
+})
+_INSTALLED: list[bool] = []
+
+
+def _on_neuron(values: Any) -> bool:
+    if isinstance(values, torch.Tensor):
+        return values.device.type == "neuron"
+    if isinstance(values, (list, tuple)):
+        return any(_on_neuron(v) for v in values)
+    if isinstance(values, dict):
+        return any(_on_neuron(v) for v in values.values())
+    return False
+
+
+def _probe_shaped(value: Any) -> Any:
+    """A traced argument as CPU's probe receives it: a tensor becomes one zero of its dtype expanded to its
+    shape (no memory); a symbolic size stops the probe (KeyError: nothing to compare)."""
+    if isinstance(value, torch.Tensor):
+        if any(not isinstance(s, int) for s in value.shape):
+            raise KeyError("symbolic shape")
+        return torch.zeros((), dtype=value.dtype).expand(tuple(value.shape))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_probe_shaped(v) for v in value)
+    if isinstance(value, torch.SymInt):
+        raise KeyError("symbolic size")
+    return value
+
+
+def fake_refusal(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+    """The fake-tensor rule of FAKE_CHECKED ops: CPU's error for a call on neuron tensors that CPU's kernel
+    refuses at these shapes and dtypes; NotImplemented (on to the meta function) otherwise."""
+    if not (_on_neuron(args) or _on_neuron(kwargs)):
+        return NotImplemented
+    with _real_tensors():
+        try:
+            probe_args = [_probe_shaped(a) for a in args]
+            probe_kwargs = {k: _probe_shaped(v) for k, v in kwargs.items()}
+        except KeyError:
+            return NotImplemented
+        try:
+            func(*probe_args, **probe_kwargs)
+        except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
+            raise type(error)(*error.args) from None
+    return NotImplemented
+
+
+def bool_power(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+    """``pow(bool tensor, bool exponent)``: CPU returns bool (``x ** True`` is x), the meta function int64, so the
+    traced graph (and the compiled result) had the wrong dtype. The fake result takes CPU's dtype."""
+    base, exponent = (list(args) + [kwargs.get("exponent")])[:2]
+    if not (isinstance(base, torch.Tensor) and base.dtype == torch.bool and isinstance(exponent, bool)
+            and base.device.type == "neuron"):
+        return NotImplemented
+    with fake_mode:
+        return torch.empty_like(base)
+
+
+def install_fake_checks() -> None:
+    """Register ``fake_refusal`` (and ``bool_power``) with the fake-tensor mode once per process (Dynamo's
+    tracing consults it)."""
+    if _INSTALLED:
+        return
+    from torch._subclasses.fake_impls import register_op_impl
+
+    register_op_impl(lambda func: func in FAKE_CHECKED)(fake_refusal)
+    register_op_impl(lambda func: func is aten.pow.Tensor_Scalar)(bool_power)
+    _INSTALLED.append(True)
 
 
 def _probe_full(value: Any, known: dict, writable: bool = False) -> Any:

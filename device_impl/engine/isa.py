@@ -427,10 +427,12 @@ class DMA(_Engine):
         if index.size and (index.min() < 0 or index.max() >= table.shape[0]):
             raise IndexError(f"index out of bounds for dimension 0 with size {table.shape[0]}")
         if accumulate:
-            # DMA compute-on-write: duplicates accumulate, in fp32 for narrow floats.
+            # DMA compute-on-write: duplicates accumulate, in fp32 for narrow floats. The float sums start at
+            # -0.0, the identity of addition (x + -0.0 is x for every x, -0.0 included), so a row that holds -0.0
+            # and receives only -0.0 stays -0.0, as adding the values one by one gives (from +0.0 it became +0.0).
             acc = compute_dtype(table.dtype)
             rows_hit, inverse = np.unique(index, return_inverse=True)
-            sums = np.zeros((len(rows_hit),) + table.shape[1:], dtype=acc)
+            sums = np.full((len(rows_hit),) + table.shape[1:], -0.0 if acc.kind == "f" else 0, dtype=acc)
             np.add.at(sums, inverse, values.astype(acc))
             table[rows_hit] = (table[rows_hit].astype(acc) + sums).astype(table.dtype)
         else:
