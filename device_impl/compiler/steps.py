@@ -24,6 +24,7 @@ from device_impl.compiler.program import Program
 from device_impl.engine.dtypes import compute_dtype
 from device_impl.kernels import indexing, matmul
 from device_impl.kernels.common import P, flat_tiles
+from device_impl.kernels.reduction.scans import scan64
 from device_impl.kernels.spatial.conv import conv_run
 from device_impl.kernels.spatial.tiles import pad_view
 
@@ -342,8 +343,14 @@ def _scan(dim: int, alu: str, operand: int, result: int, shape: tuple[int, ...])
         src = Access2D(env.access(operand).transpose(keep + [dim]), len(keep))
         dst = Access2D(env.access(result).transpose(keep + [dim]), len(keep))
         compute = compute_dtype(src.x.dtype)
+        # CPU's cumsum/cumprod of float32 carry the running value in double (acc_type): the eager kernel's GpSimd
+        # double scan (kernels.reduction.scans.scan64), so the compiled scan rounds where CPU's and eager's do
+        double = alu in ("add", "multiply") and src.x.dtype == np.float32 and dst.x.dtype == np.float32
         for r0 in range(0, rows, P):
             r1 = min(rows, r0 + P)
+            if n > SCAN_CHUNK or double:
+                _scan_chunked(nc, src, dst, r0, r1, n, alu, compute, double)
+                continue
             with nc.scope():
                 x = nc.sbuf_tile((r1 - r0, n), src.x.dtype)
                 for a0, a1, b0, b1, view in src.pieces(r0, r1, 0, n):
@@ -354,6 +361,45 @@ def _scan(dim: int, alu: str, operand: int, result: int, shape: tuple[int, ...])
                     nc.dma.store(view, y[a0:a1, b0:b1])
 
     return run
+
+
+SCAN_CHUNK = 4096  # columns a scan holds in SBUF at once: a longer row (a flattened cumsum of 20k int64 is 160 KB a
+# partition, twice) overflows the 192 KiB partition, so it is scanned in chunks carrying the running value
+
+
+def _scan_chunked(nc, src: Access2D, dst: Access2D, r0: int, r1: int, n: int, alu: str, compute, double: bool) -> None:
+    """Rows ``r0:r1`` of a scan chunk by chunk (SCAN_CHUNK columns). ``double``: float32 cumsum/cumprod on GpSimd in
+    double, the eager kernel's ``scan64``, carrying the double running value between chunks. Otherwise each chunk
+    after the first is scanned behind one extra column holding the previous chunk's last running value, kept in the
+    compute dtype: the scan continues from exactly the value the whole-row scan had there (same operations in the
+    same order, rounded to the result's dtype only when stored), so the result is the whole-row scan's bit for bit."""
+    p = r1 - r0
+    with nc.scope():
+        carry = nc.sbuf_tile((p, 1), np.float64 if double else compute)
+        for c0 in range(0, n, SCAN_CHUNK):
+            c1 = min(n, c0 + SCAN_CHUNK)
+            k = 0 if c0 == 0 or double else 1
+            with nc.scope():
+                x = nc.sbuf_tile((p, c1 - c0), src.x.dtype)
+                for a0, a1, b0, b1, view in src.pieces(r0, r1, c0, c1):
+                    nc.dma.load(x[a0:a1, b0:b1], view)  # pieces are relative to (r0, c0)
+                if double:
+                    out = nc.sbuf_tile((p, c1 - c0), dst.x.dtype)
+                    scan64(nc, out, carry, x, alu, first=c0 == 0)
+                else:
+                    xc = nc.sbuf_tile((p, k + c1 - c0), compute)
+                    if k:
+                        nc.vector.tensor_copy(xc[:, 0:1], carry)
+                    nc.vector.tensor_copy(xc[:, k:], x)
+                    y = nc.sbuf_tile((p, k + c1 - c0), compute)
+                    nc.vector.tensor_scan(y, xc, alu, dtype=compute)
+                    nc.vector.tensor_copy(carry, y[:, k + c1 - c0 - 1:k + c1 - c0])
+                    out = y[:, k:]
+                    if dst.x.dtype != compute:
+                        out = nc.sbuf_tile((p, c1 - c0), dst.x.dtype)
+                        nc.vector.tensor_copy(out, y[:, k:])
+                for a0, a1, b0, b1, view in dst.pieces(r0, r1, c0, c1):
+                    nc.dma.store(view, out[a0:a1, b0:b1])
 
 
 def _convolution(step: dict, program: Program) -> Runner:

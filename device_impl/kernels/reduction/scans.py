@@ -4,7 +4,7 @@ Tiling: every other dimension on partitions (<= 128 rows per block), the scanned
 the free axis in chunks of ``CHUNK`` elements. Each chunk is scanned on VectorE
 (``tensor_scan``) and the previous chunk's running value carried in: on ScalarE for fp32
 accumulation (bfloat16/float16 results), exactly in int64 on VectorE for integers. A float32
-result is scanned in double on GpSimd (``_scan64``), as CPU's acc_type (see ``_scan``).
+result is scanned in double on GpSimd (``scan64``), as CPU's acc_type (see ``_scan``).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ def _scan(name: str, op: str, a: dict) -> torch.Tensor:
     # output. An fp32 scan drifts from that by tens of ULP over a few thousand elements. No fixed-function
     # engine computes in double, so a real NeuronCore kernel would either scan in fp32 (and differ from CPU)
     # or carry a compensated (double-fp32) running value on GpSimd; the simulator runs the float32 scan as a
-    # GpSimd program over double (``_scan64``), so it matches CPU's acc_type, and charges it as emulated
+    # GpSimd program over double (``scan64``), so it matches CPU's acc_type, and charges it as emulated
     # double arithmetic (_SCAN64_STEPS element-steps per element).
     wide = rd == torch.float32
     with launch(name, out.device.index) as nc:
@@ -56,7 +56,7 @@ def _scan(name: str, op: str, a: dict) -> torch.Tensor:
                         src = nc.sbuf_tile(t.shape, elem)
                         nc.vector.tensor_copy(src, t)
                     res = nc.sbuf_tile(t.shape, O.dtype)
-                    _scan64(nc, res, carry, src, op, first=not j)
+                    scan64(nc, res, carry, src, op, first=not j)
                     blk.store(O, ch, res)
                     nc.release_to(mark)
                 nc.release(carry)
@@ -99,7 +99,7 @@ def _scan(name: str, op: str, a: dict) -> torch.Tensor:
 _SCAN64_STEPS = 4  # GpSimd element-steps per element of a double scan: widen, emulated double op, round
 
 
-def _scan64(nc, res: Tile, carry: Tile, src: Tile, op: str, first: bool) -> None:
+def scan64(nc, res: Tile, carry: Tile, src: Tile, op: str, first: bool) -> None:
     """One chunk of a float32 cumsum/cumprod on GpSimd: the inclusive scan of ``src`` in double, starting from
     the double running value ``carry`` (unless ``first``), each prefix rounded once into ``res``; ``carry``
     becomes the chunk's last prefix (see _scan: CPU's acc_type for float is double)."""
