@@ -298,6 +298,9 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: list, **kwarg
     refused = parity.out_refusal(gm, example_inputs)  # out= dtype rules AOTAutograd's functionalisation drops
     if refused is not None:
         return parity.raising_program(refused)
+    refused = parity.empty_refusal(gm, example_inputs)  # CPU's size checks of zero-size calls decompositions skip
+    if refused is not None:
+        return parity.raising_program(refused)
     patterns.rewrite_attention(gm)  # written-out attention -> SDPA: one flash-attention step (issue 21)
     started = time.perf_counter()
     symbolic = symbolic_input(gm, example_inputs)

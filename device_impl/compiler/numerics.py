@@ -14,8 +14,15 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
   ``where(x > 0, x, x * slope)``);
 * ``aten.var.correction`` crashes torch-mlir on 0-d inputs (a segmentation fault, not an error):
   variance becomes the two-pass formula ``sum((x - mean)^2) / (N - correction)`` in float32;
-* ``aten.index.Tensor`` / ``aten.index_put`` lower to gather/scatter without wrapping negative
-  indices (StableHLO would clamp them): each index tensor becomes ``where(i < 0, i + size, i)``;
+* ``aten.index.Tensor`` / ``aten.index_put`` / ``aten._index_put_impl`` (``_index_put_impl_``
+  functionalised) lower to gather/scatter without wrapping negative indices (StableHLO would clamp
+  them): each index tensor becomes ``where(i < 0, i + size, i)``;
+* ``aten.index_select`` of a dimension of size 1 is folded by torch-mlir into its input (or a
+  broadcast of it), so its indices are never read and an out-of-range one returns a result where CPU
+  raises IndexError: it becomes ``aten.index.Tensor`` of that dimension (a gather, whose indices the
+  compiled program checks), with the indices not wrapped, since index_select refuses negative ones;
+* ``asinh`` lowers to a formula that turns -0.0 into +0.0 (``log(x + sqrt(x^2 + 1))``): a zero
+  input is its own result, as ATen's ``std::asinh`` gives;
 * comparisons with a Python scalar (``eq.Scalar`` ...) convert the scalar to the tensor's dtype
   (``bool_tensor == -2`` became ``== True``), where ATen compares in the promoted dtype: the tensor
   is converted to ``result_type(tensor, scalar)`` first;
@@ -212,6 +219,27 @@ def _wrap_indices(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node |
     return _call(graph, node.target, base, wrapped, *node.args[2:], **node.kwargs)
 
 
+def _index_select(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """index_select of a size-1 dimension as a gather whose indices are checked (see module docstring). A 0-d
+    index selects one row and keeps the dimension: it is viewed as one element first."""
+    x, dim, index = node.args[0], node.args[1], node.args[2]
+    shape = x.meta["val"].shape
+    if not shape or shape[dim % len(shape)] != 1:
+        return None
+    if index.meta["val"].dim() == 0:
+        index = _call(graph, aten.view.default, index, [1])
+    return _call(graph, aten.index.Tensor, x, [None] * (dim % len(shape)) + [index])
+
+
+def _asinh(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """asinh keeping the sign of a zero input (see module docstring); float16/bfloat16 in float32 (opmath)."""
+    x = node.args[0]
+    if not x.meta["val"].dtype.is_floating_point:
+        return None
+    value = opmath(graph, node) if needs_opmath(node) else _call(graph, node.target, x)
+    return _call(graph, aten.where.self, _call(graph, aten.eq.Scalar, x, 0), x, value)
+
+
 _COMPARE_SCALAR = (aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar, aten.le.Scalar, aten.gt.Scalar, aten.ge.Scalar)
 
 
@@ -345,6 +373,9 @@ REWRITES = {
     aten.elu.default: _elu,
     aten.index.Tensor: _wrap_indices,
     aten.index_put.default: _wrap_indices,
+    aten._index_put_impl.default: _wrap_indices,
+    aten.index_select.default: _index_select,
+    aten.asinh.default: _asinh,
     aten.var.correction: _var,
     aten.fmod.Tensor: _fmod,
     aten.fmod.Scalar: _fmod,

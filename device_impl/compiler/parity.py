@@ -18,6 +18,12 @@ and message follow the release (torch 2.14 raises NotImplementedError for
 
 ``out_refusal`` does the same for the out= calls of a Dynamo graph, before AOTAutograd functionalises
 them into a functional op and a casting copy (which drops CPU's out dtype rules).
+
+``empty_refusal`` does it for the calls of a Dynamo graph that read or make a zero-size tensor: CPU
+checks sizes there that the decompositions AOTAutograd traces do not (``F.interpolate`` to an output
+size of 0 raises "Input and output sizes should be greater than 0" on CPU; its decomposition returned
+an empty tensor), and a zero-size result is one the compiler never computes, so nothing else would
+notice. The probe computes nothing of size: a zero-size tensor holds no elements.
 """
 
 from __future__ import annotations
@@ -102,12 +108,73 @@ def out_refusal(gm: torch.fx.GraphModule, example_inputs: list) -> Exception | N
             if not known and inputs:
                 known.update({n: v.detach().to("cpu") for n, v in inputs.items()})
             args = [_probe_full(a, known) for a in node.args]
-            kwargs = {k: _probe_full(v, known, writable=k == "out") for k, v in node.kwargs.items()}
+            kwargs = _on_cpu({k: _probe_full(v, known, writable=k == "out") for k, v in node.kwargs.items()})
             try:
                 node.target(*args, **kwargs)
             except Exception as error:  # noqa: BLE001 - CPU's refusal, if the functional call is accepted
                 if _accepts_functional(node.target, args, kwargs):
                     return error
+    return None
+
+
+def _on_cpu(kwargs: dict) -> dict:
+    """A probe's keyword arguments with a factory's ``device=`` on CPU, where the probe runs: the traced call's
+    ``device="neuron"`` with a CPU out tensor was refused ("device type neuron does not match device type of
+    out parameter (cpu)") for ``torch.logspace(a, b, n, device="neuron", out=o)``, which the device accepts."""
+    if kwargs.get("device") is None:
+        return kwargs
+    return {**kwargs, "device": torch.device("cpu")}
+
+
+SMALL_PROBE = 1 << 16  # elements: a probe argument up to this size is real zeros, beyond it one zero expanded
+
+
+def _has_empty(value: Any) -> bool:
+    if isinstance(value, torch.fx.Node):
+        meta = value.meta.get("example_value", value.meta.get("val"))
+        items = meta if isinstance(meta, (tuple, list)) else [meta]
+        return any(isinstance(t, torch.Tensor) and t.numel() == 0 for t in items)
+    if isinstance(value, (list, tuple)):
+        return any(_has_empty(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_empty(v) for v in value.values())
+    return False
+
+
+def _probe_sized(value: Any, known: dict) -> Any:
+    """``_probe_full``, except that an intermediate tensor of up to SMALL_PROBE elements is real zeros (an
+    in-place call may write it; an expanded zero is not writable)."""
+    if isinstance(value, torch.fx.Node) and value not in known:
+        meta = value.meta.get("example_value", value.meta.get("val"))
+        if isinstance(meta, torch.Tensor) and meta.numel() <= SMALL_PROBE:
+            return torch.zeros(meta.shape, dtype=meta.dtype)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_probe_sized(v, known) for v in value)
+    return _probe_full(value, known)
+
+
+def empty_refusal(gm: torch.fx.GraphModule, example_inputs: list) -> Exception | None:
+    """The error CPU raises for the first call of a Dynamo graph that reads or makes a zero-size tensor and
+    whose arguments CPU refuses, or None (see module docstring). Probed at the traced shapes with the graph's
+    own input values, as ``out_refusal``; a random call's draw comes from a forked CPU generator."""
+    calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method")
+             and (_has_empty(n) or _has_empty(n.args) or _has_empty(n.kwargs))]
+    if not calls:
+        return None
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    inputs = {n: v for n, v in zip(placeholders, example_inputs) if type(v) in (torch.Tensor, torch.nn.Parameter)}
+    with _real_tensors(), torch.random.fork_rng(devices=[]):
+        known = {n: v.detach().to("cpu").clone() for n, v in inputs.items()}
+        for node in calls:
+            args = [_probe_sized(a, known) for a in node.args]
+            kwargs = _on_cpu({k: _probe_sized(v, known) for k, v in node.kwargs.items()})
+            target = getattr(args[0], node.target, None) if node.op == "call_method" and args else node.target
+            if not callable(target):
+                continue
+            try:
+                target(*args[1:] if node.op == "call_method" else args, **kwargs)
+            except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
+                return error
     return None
 
 

@@ -1,0 +1,109 @@
+"""Compiled graphs give CPU eager's answer and raise CPU's exception class where torch-mlir's lowering, a
+decomposition or a fake tensor's meta function would not (the op suite's compiled mode, ops a-l).
+
+Each test failed before its rewrite or probe (device_impl/compiler/numerics.py, parity.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import device_impl.compiler as compiler
+from device_impl.compiler import backend
+
+
+@pytest.fixture(autouse=True)
+def settings(monkeypatch):
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_NEFF_CACHE", "1")
+    backend.reload_settings()
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    backend.reload_settings()
+
+
+def _compiled(fn, *args):
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="neuron", dynamic=False)(*[a.to("neuron") for a in args])
+
+
+def _same_bits(fn, *args, exact: bool = True):
+    """Compiled on neuron and eager on CPU agree bit for bit (or, not ``exact``, within torch.testing's
+    tolerance for the dtype): values, NaN positions and zero signs."""
+    got, want = _compiled(fn, *args).cpu(), fn(*args)
+    assert got.dtype == want.dtype
+    tolerance = {"rtol": 0, "atol": 0} if exact else {}
+    torch.testing.assert_close(got, want, equal_nan=True, **tolerance)
+    zeros = want == 0  # the sign of zero (a NaN's sign bit is no part of its value)
+    assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros]))
+
+
+def _raises_as_cpu(fn, *args):
+    with pytest.raises(Exception) as cpu:
+        fn(*args)
+    with pytest.raises(type(cpu.value)):
+        _compiled(fn, *args)
+
+
+@pytest.mark.parametrize("index", [[1], [-1], [0, 1], 1], ids=["past-the-end", "negative", "one-bad", "0-d"])
+def test_index_select_of_a_size_one_dim_checks_its_indices(index):
+    """torch-mlir folds index_select of a size-1 dimension into its input without reading the index: an index
+    out of range (or negative: index_select does not wrap) returned a result where CPU raises IndexError."""
+    _raises_as_cpu(lambda x, i: torch.index_select(x, -2, i), torch.randn(1, 7), torch.tensor(index))
+
+
+@pytest.mark.parametrize("index", [[0], [0, 0], 0], ids=["one", "repeated", "0-d"])
+def test_index_select_of_a_size_one_dim_selects_as_cpu(index):
+    _same_bits(lambda x, i: torch.index_select(x, 0, i), torch.randn(1, 7), torch.tensor(index))
+    _same_bits(lambda x, i: torch.index_select(x, 1, i), torch.randn(3, 1, 2), torch.tensor(index))
+
+
+def test_index_put_impl_wraps_negative_indices():
+    """``_index_put_impl_`` reaches the compiler as ``aten._index_put_impl`` (functionalised), which lowers to a
+    scatter without wrapping: index -101 of a 127-element tensor raised IndexError where CPU writes element 26."""
+    def put(x, i, v):
+        return torch.ops.aten._index_put_impl_(x.clone(), (i,), v, False, False)
+
+    _same_bits(put, torch.zeros(127), torch.tensor([-101]), torch.tensor([5.0]))
+    _same_bits(lambda x, i, v: torch.ops.aten._index_put_impl_(x.clone(), (i,), v, True, False),
+               torch.zeros(127), torch.tensor([-101, 3, -1]), torch.tensor([5.0, 1.0, -2.0]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_asinh_keeps_the_sign_of_zero(dtype):
+    """torch-mlir's asinh formula turned -0.0 into +0.0 (277 wrong zero signs in a float16 designed case)."""
+    x = torch.tensor([-0.0, 0.0, -1e-30, 1e-30, -1e-40, 0.5, -2.5, 3.0, float("inf"), -float("inf"), float("nan")])
+    _same_bits(torch.asinh, x.to(dtype), exact=False)  # float32: 1 ULP at -2.5 (another formula), not a sign
+
+
+@pytest.mark.parametrize("mode", ["bicubic", "bilinear", "nearest"])
+@pytest.mark.parametrize("size", [(2, 0), (0, 3)], ids=["width-0", "height-0"])
+def test_interpolate_to_a_zero_size_raises_as_cpu(mode, size):
+    """CPU refuses an output size of 0 ("Input and output sizes should be greater than 0"); the decomposition
+    AOTAutograd traces does not, and an empty result is never computed: the compiled call returned one."""
+    kwargs = {} if mode == "nearest" else {"align_corners": True}
+    _raises_as_cpu(lambda x: F.interpolate(x, size=size, mode=mode, **kwargs), torch.randn(1, 2, 2, 7))
+
+
+def test_zero_size_calls_cpu_accepts_still_compile():
+    """The zero-size probe refuses only what CPU refuses: an empty batch interpolates, an empty sum is zeros."""
+    got = _compiled(lambda x: F.interpolate(x, size=(4, 4), mode="bilinear", align_corners=False),
+                    torch.randn(0, 2, 2, 7))
+    assert tuple(got.shape) == (0, 2, 4, 4)
+    _same_bits(lambda x: x.sum(1) + 1, torch.randn(3, 0))
+
+
+def test_out_call_of_a_factory_naming_the_device_is_not_refused():
+    """The out= probe runs on CPU: a traced ``device="neuron"`` beside its CPU out tensor was refused ("device
+    type neuron does not match device type of out parameter (cpu)") where the device accepts the call."""
+    def fn(a, b, o):
+        return torch.logspace(a, b, 5, dtype=torch.float32, device="neuron", out=o)
+
+    a, b = torch.tensor(0), torch.tensor(-3)
+    out = torch.empty(5, device="neuron")
+    got = torch.compile(fn, backend="neuron", dynamic=False)(a.to("neuron"), b.to("neuron"), out)
+    torch.testing.assert_close(got.cpu(), torch.logspace(0, -3, 5))
+    torch.testing.assert_close(out.cpu(), torch.logspace(0, -3, 5))
