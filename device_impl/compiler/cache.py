@@ -73,10 +73,16 @@ def _attrs_of(gm: torch.fx.GraphModule) -> list[list[str]]:
 
 
 def _attr_digest(value: Any) -> str:
-    """What a get_attr node contributes to the FX key: a tensor's metadata and bytes, a submodule's code."""
+    """What a get_attr node contributes to the FX key: a tensor's metadata and bytes, a submodule's code.
+    AOTAutograd calls the compiler inside its fake-tensor mode, which refuses a real constant (a device tensor
+    made in the function, ``torch.tensor((0,), device=...)``: "Please convert all Tensors to FakeTensors"):
+    the bytes are read outside it."""
     if isinstance(value, torch.Tensor):
-        host = value.detach().cpu().contiguous()
-        data = host.reshape(-1).view(torch.uint8).numpy().tobytes() if host.numel() else b""
+        from device_impl.compiler.parity import _real_tensors
+
+        with _real_tensors():
+            host = value.detach().cpu().contiguous()
+            data = host.reshape(-1).view(torch.uint8).numpy().tobytes() if host.numel() else b""
         return f"{tuple(host.shape)}:{host.dtype}:{hashlib.sha256(data).hexdigest()}"
     if isinstance(value, torch.fx.GraphModule):
         return hashlib.sha256(value.code.encode()).hexdigest()

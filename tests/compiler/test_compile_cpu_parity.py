@@ -107,3 +107,18 @@ def test_out_call_of_a_factory_naming_the_device_is_not_refused():
     got = torch.compile(fn, backend="neuron", dynamic=False)(a.to("neuron"), b.to("neuron"), out)
     torch.testing.assert_close(got.cpu(), torch.logspace(0, -3, 5))
     torch.testing.assert_close(out.cpu(), torch.logspace(0, -3, 5))
+
+
+def test_a_device_constant_made_in_the_function_compiles(monkeypatch, tmp_path):
+    """A tensor the function makes on the device is a constant of the AOT graph; its bytes key the FX-level
+    cache, read inside AOTAutograd's fake mode, which refused the real tensor (AssertionError "Please convert
+    all Tensors to FakeTensors", for F.embedding_bag with literal offsets)."""
+    def bag(w, i):
+        return F.embedding_bag(i, w, torch.tensor((0,), device=w.device), mode="max")
+
+    monkeypatch.delenv("TORCH_NEURONX_DISABLE_NEFF_CACHE")  # the FX-level key is taken for the disk cache
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(tmp_path / "cache"))
+    backend.reload_settings()
+    w, i = torch.randn(3, 2), torch.tensor([2, 0])
+    got = _compiled(bag, w, i).cpu()
+    torch.testing.assert_close(got, bag(w, i), rtol=0, atol=0)
