@@ -21,6 +21,10 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
   broadcast of it), so its indices are never read and an out-of-range one returns a result where CPU
   raises IndexError: it becomes ``aten.index.Tensor`` of that dimension (a gather, whose indices the
   compiled program checks), with the indices not wrapped, since index_select refuses negative ones;
+* ``amax``/``amin``/``aminmax`` of uint8 lower to a ``stablehlo.reduce`` whose initial value is int8's
+  extremum read as uint8 (``dense<128>`` for max, 127 for min): every slice whose values stay below
+  128 (above 127) returned 128 (127). They are computed in int16, which holds every uint8 exactly,
+  and converted back;
 * ``asinh`` lowers to a formula that turns -0.0 into +0.0 (``log(x + sqrt(x^2 + 1))``): a zero
   input is its own result, as ATen's ``std::asinh`` gives;
 * comparisons with a Python scalar (``eq.Scalar`` ...) convert the scalar to the tensor's dtype
@@ -240,6 +244,24 @@ def _asinh(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     return _call(graph, aten.where.self, _call(graph, aten.eq.Scalar, x, 0), x, value)
 
 
+def _uint8_extrema(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """amax/amin/aminmax of uint8 computed in int16 (see module docstring)."""
+    if node.args[0].meta["val"].dtype != torch.uint8:
+        return None
+    wide = _call(graph, node.target, _cast(graph, node.args[0], torch.int16), *node.args[1:], **node.kwargs)
+    if not isinstance(node.meta["val"], (tuple, list)):
+        return _cast(graph, wide, node)
+    for user in list(node.users):  # aminmax: each getitem user reads its int16 output, converted back
+        if user.target is not operator.getitem:
+            return None
+    for user in list(node.users):
+        with graph.inserting_before(user):
+            replacement = _cast(graph, _call(graph, operator.getitem, wide, user.args[1]), user)
+        user.replace_all_uses_with(replacement)
+        graph.erase_node(user)
+    return wide
+
+
 _COMPARE_SCALAR = (aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar, aten.le.Scalar, aten.gt.Scalar, aten.ge.Scalar)
 
 
@@ -376,6 +398,9 @@ REWRITES = {
     aten._index_put_impl.default: _wrap_indices,
     aten.index_select.default: _index_select,
     aten.asinh.default: _asinh,
+    aten.amax.default: _uint8_extrema,
+    aten.amin.default: _uint8_extrema,
+    aten.aminmax.default: _uint8_extrema,
     aten.var.correction: _var,
     aten.fmod.Tensor: _fmod,
     aten.fmod.Scalar: _fmod,
@@ -521,7 +546,28 @@ def _index_add(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.
     if self.dim() > 0 and source.dim() > 0 and outside != source_outside:
         raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the specified dimension. "
                            f"Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}")
+    from device_impl.compiler import parity
+
+    refused = parity.cpu_refusal(lambda: torch.index_add(  # the dtype rules, asked of CPU on empty tensors
+        torch.zeros(1, dtype=self.dtype), 0, torch.empty(0, dtype=index.dtype), torch.empty(0, dtype=source.dtype)))
+    if refused is not None:  # a float index was accepted and truncated
+        raise refused
     return torch._decomp.decomposition_table[aten.index_add.default](self, dim, index, source, alpha=alpha)
+
+
+def _embedding_dense_backward(grad_output: torch.Tensor, indices: torch.Tensor, num_weights: int,
+                              padding_idx: int, scale_grad_by_freq: bool) -> torch.Tensor:
+    """CPU refuses indices that are not int32/int64 (RuntimeError); PyTorch's decomposition truncated float
+    indices and returned a result. The dtype rule is asked of CPU on empty tensors, then that decomposition."""
+    from device_impl.compiler import parity
+
+    refused = parity.cpu_refusal(lambda: aten.embedding_dense_backward(
+        torch.empty((0, grad_output.shape[-1] if grad_output.dim() else 1), dtype=grad_output.dtype),
+        torch.empty(0, dtype=indices.dtype), num_weights, padding_idx, scale_grad_by_freq))
+    if refused is not None:
+        raise refused
+    return torch._decomp.decomposition_table[aten.embedding_dense_backward.default](
+        grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
 
 
 # Decompositions that replace PyTorch's own for AOTAutograd (backend._decompositions), for the same reason
@@ -530,4 +576,5 @@ def _index_add(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.
 DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
                   aten._softmax_backward_data.default: _softmax_backward_data,
                   aten.index_add.default: _index_add,
+                  aten.embedding_dense_backward.default: _embedding_dense_backward,
                   aten._scaled_dot_product_fused_attention_overrideable_backward.default: _fused_attention_backward}

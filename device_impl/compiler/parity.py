@@ -24,11 +24,19 @@ checks sizes there that the decompositions AOTAutograd traces do not (``F.interp
 size of 0 raises "Input and output sizes should be greater than 0" on CPU; its decomposition returned
 an empty tensor), and a zero-size result is one the compiler never computes, so nothing else would
 notice. The probe computes nothing of size: a zero-size tensor holds no elements.
+
+``install_meta_checks`` corrects the exception class of a few meta functions, which Dynamo runs before
+any backend sees a graph: PyTorch's Python metas of ``amax``/``amin``/``aminmax`` over an empty
+dimension and ``argmax``/``argmin`` of an empty tensor raise RuntimeError where CPU raises IndexError, and Dynamo reports a RuntimeError from a fake tensor as
+TorchRuntimeError (other classes reach the caller as raised). When a wrapped meta
+refuses a call, CPU's kernel is asked with uninitialised CPU tensors of the same sizes (it refuses
+before computing) and its class wins.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.fx
@@ -176,6 +184,90 @@ def empty_refusal(gm: torch.fx.GraphModule, example_inputs: list) -> Exception |
             except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
                 return error
     return None
+
+
+# meta functions (torch 2.13) whose error on a zero-size input is another class than CPU's (measured: compiled
+# amax(empty (3, 0), -1) raised TorchRuntimeError where CPU raises IndexError)
+META_CHECKED = ("amax.default", "amin.default", "aminmax.default", "argmax.default", "argmin.default")
+
+
+def _cpu_empty(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return torch.empty(value.shape, dtype=value.dtype)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cpu_empty(v) for v in value)
+    return value
+
+
+@contextlib.contextmanager
+def _cpu_kernels() -> Iterator[None]:
+    """Inside a meta function under fake tensors: real CPU tensors reach CPU's kernels. The fake mode's kernel
+    invocation puts the Meta key in the thread's dispatch set (a CPU tensor would dispatch to this meta again)
+    and Dynamo's Python dispatcher would route it to the Python meta."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    include = torch._C._meta_in_tls_dispatch_include()
+    torch._C._set_meta_in_tls_dispatch_include(False)
+    try:  # and no tracing mode (a decomposition runs under AOTAutograd's proxy mode) records the probe
+        with _real_tensors(), _disable_current_modes(), torch._C._DisablePythonDispatcher():
+            yield
+    finally:
+        torch._C._set_meta_in_tls_dispatch_include(include)
+
+
+def cpu_refusal(call: Callable[[], Any]) -> Exception | None:
+    """The error CPU raises for ``call`` (which makes its own small CPU tensors), or None; for decompositions
+    and metas, which run under fake tensors and tracing modes that must not see the probe."""
+    try:
+        with _cpu_kernels():
+            call()
+    except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
+        return error
+    return None
+
+
+PROBE_LIMIT = 1 << 20  # elements: a meta's refusal is checked on CPU for arguments up to this size
+
+
+def _checked_meta(op: Any, meta: Callable) -> Callable:
+    """``meta``, except that when it refuses a call, CPU's kernel is asked with CPU tensors of the same sizes
+    and dtypes (uninitialised: CPU refuses before computing) and, when CPU refuses it with another class,
+    CPU's error is raised instead. Nothing runs on CPU for calls the meta accepts."""
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return meta(*args, **kwargs)
+        except Exception as error:
+            tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+            if sum(t.numel() for t in tensors) > PROBE_LIMIT:
+                raise
+            with _real_tensors():
+                cpu_args = [_cpu_empty(a) for a in args]
+                cpu_kwargs = {k: _cpu_empty(v) for k, v in kwargs.items()}
+            try:
+                with _cpu_kernels():
+                    op(*cpu_args, **cpu_kwargs)
+            except Exception as cpu_error:  # noqa: BLE001 - CPU's refusal is the answer
+                if type(cpu_error) is not type(error):
+                    raise type(cpu_error)(*cpu_error.args) from None
+            raise
+
+    checked.__wrapped__ = meta  # type: ignore[attr-defined]
+    return checked
+
+
+def install_meta_checks() -> None:
+    """Wrap the Python metas of META_CHECKED (see module docstring). Idempotent; an op or meta this torch
+    lacks is left alone."""
+    from torch._C import DispatchKey
+
+    for name in META_CHECKED:
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
+        meta = getattr(op, "py_kernels", {}).get(DispatchKey.Meta) if op is not None else None
+        if meta is None or hasattr(meta, "__wrapped__"):
+            continue
+        op.py_kernels[DispatchKey.Meta] = _checked_meta(op, meta)
+        op._dispatch_cache.clear()
 
 
 def _accepts_functional(target: Any, args: list, kwargs: dict) -> bool:

@@ -122,3 +122,40 @@ def test_a_device_constant_made_in_the_function_compiles(monkeypatch, tmp_path):
     w, i = torch.randn(3, 2), torch.tensor([2, 0])
     got = _compiled(bag, w, i).cpu()
     torch.testing.assert_close(got, bag(w, i), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("fn", [lambda a: torch.amax(a, -1), lambda a: torch.amin(a, -1),
+                                lambda a: torch.aminmax(a, dim=-1), lambda a: torch.argmax(a)],
+                         ids=["amax", "amin", "aminmax", "argmax-all"])
+def test_reductions_over_an_empty_dim_raise_cpus_class(fn):
+    """PyTorch's Python metas raise RuntimeError here, which Dynamo reported as TorchRuntimeError; CPU raises
+    IndexError (parity.install_meta_checks asks CPU when a wrapped meta refuses)."""
+    _raises_as_cpu(fn, torch.empty(3, 0))
+
+
+def test_meta_checks_leave_accepted_calls_alone():
+    _same_bits(lambda a: torch.amax(a, -1), torch.empty(0, 3))
+    _same_bits(lambda a: torch.aminmax(a, dim=0)[1], torch.randn(4, 3))
+
+
+@pytest.mark.parametrize("fn", [lambda a: torch.amax(a, -1), lambda a: torch.amin(a, -1),
+                                lambda a: torch.aminmax(a, dim=-1)[0], lambda a: torch.aminmax(a, dim=-1)[1],
+                                lambda a: torch.amax(a, 2, keepdim=True)],
+                         ids=["amax", "amin", "aminmax-min", "aminmax-max", "amax-size-1-dim"])
+def test_uint8_extrema_cover_the_whole_range(fn):
+    """torch-mlir's reduce for uint8 started from int8's extremum read as uint8 (128 for max, 127 for min):
+    a slice with every value below 128 returned 128."""
+    x = torch.randint(0, 256, (5, 3, 1, 9), dtype=torch.uint8)
+    x[1] = torch.randint(0, 100, (3, 1, 9), dtype=torch.uint8)
+    x[2] = torch.randint(160, 256, (3, 1, 9), dtype=torch.uint8)
+    _same_bits(fn, x)
+
+
+def test_index_add_and_embedding_backward_refuse_float_indices_as_cpu():
+    """PyTorch's decompositions truncated a float index; CPU refuses it (RuntimeError)."""
+    _raises_as_cpu(lambda s, i, v: torch.index_add(s, 0, i, v), torch.zeros(7), torch.tensor([1.0]), torch.ones(1))
+    _raises_as_cpu(lambda g, i: torch.ops.aten.embedding_dense_backward(g, i, 10, -1, False),
+                   torch.randn(2, 3, 4), torch.zeros(2, 3))
+    _same_bits(lambda s, i, v: torch.index_add(s, 0, i, v), torch.zeros(7), torch.tensor([1, 1, 6]), torch.ones(3))
+    _same_bits(lambda g, i: torch.ops.aten.embedding_dense_backward(g, i, 10, -1, False),
+               torch.randn(2, 3, 4), torch.tensor([[1, 2, 1], [0, 9, 9]]))
