@@ -194,7 +194,10 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_inde
 
     backend = aot_autograd(fw_compiler=compiler("forward", False), bw_compiler=compiler("backward", True),
                            inference_compiler=compiler("inference", False), decompositions=_decompositions())
-    return backend(gm, example_inputs)
+    from device_impl.compiler.numerics import traced_forms
+
+    with traced_forms():  # CPU's arithmetic in decompositions bound to an op's Autograd key (numerics.py)
+        return backend(gm, example_inputs)
 
 
 def _has_state(gm: torch.fx.GraphModule) -> bool:

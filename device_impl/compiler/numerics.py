@@ -52,8 +52,11 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 import operator
+from typing import Iterator
 
 import torch
 import torch._decomp
@@ -568,6 +571,79 @@ def _embedding_dense_backward(grad_output: torch.Tensor, indices: torch.Tensor, 
         raise refused
     return torch._decomp.decomposition_table[aten.embedding_dense_backward.default](
         grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
+
+
+def _vectorized_upsample(x: torch.Tensor, out_spatial: list) -> bool:
+    """Whether CPU interpolates ``x`` with its vectorized kernel (``kernels/spatial/resample.py``
+    ``_vectorized_cond``, which mirrors CPU's ``_use_vectorized_kernel_cond_{2d,3d}``)."""
+    from device_impl.kernels.spatial.resample import _vectorized_cond
+
+    return _vectorized_cond(x, list(out_spatial), len(out_spatial))
+
+
+def _upsample_linear(input: torch.Tensor, output_size: list, align_corners: bool, scales: list) -> torch.Tensor:
+    """PyTorch's ``_upsample_linear`` (linear/bilinear/trilinear interpolation) with CPU's arithmetic: each
+    pair of neighbours is combined as ``v0 * (1 - w) + v1 * w`` (innermost dimension first, as CPU's
+    ``Interpolate`` nests them), where PyTorch's decomposition forms ``v0 + (v1 - v0) * w``: that gave NaN
+    for ``inf - inf`` and for ``(v1 - v0)`` overflowing near the largest floats (121 NaN where CPU had none,
+    bilinear float32 near_overflow) and other zero signs. Source indices and weights are computed in
+    float32 for float16/bfloat16 inputs and the result rounded once, as CPU's ``opmath_t`` does (the
+    decomposition computed them in the narrow dtype, which cannot even count past 256 in bfloat16); the
+    weights are rounded where CPU stores them in the input dtype."""
+    from torch._decomp.decompositions import _compute_scale, _compute_source_index
+
+    out_dtype = input.dtype if input.is_floating_point() else torch.get_default_dtype()
+    dtype = torch.float32 if out_dtype in NARROW else out_dtype
+    inp_sizes = input.shape[2:]
+    n_dims = len(inp_sizes)
+    xs_f, xs, xp1s = [], [], []
+    for k, (inp_size, out_size, scale) in enumerate(zip(inp_sizes, output_size, scales)):
+        factor = _compute_scale(inp_size, out_size, align_corners, scale)
+        i = torch.arange(out_size, device=input.device).to(dtype=dtype)
+        x_f = _compute_source_index(factor, i, align_corners).clamp(min=0.0)
+        x_f = x_f.reshape(x_f.shape[0], *[1] * (n_dims - 1 - k))
+        x = x_f.to(torch.int64)
+        xs_f.append(x_f)
+        xs.append(x)
+        # an axis kept at its size: CPU weighs the same element (1, 0), so an infinity there gives NaN, not its
+        # neighbour's (the eager kernel, kernels/spatial/resample.py, does the same)
+        xp1s.append(x if out_size == inp_size else (x + 1).clamp(max=inp_size - 1))
+    vs = []
+    for corner in itertools.product(*[[0, 1]] * n_dims):
+        idx = [None, None] + [xs[k] if corner[k] == 0 else xp1s[k] for k in range(n_dims)]
+        vs.append(aten._unsafe_index(input, idx).to(dtype))
+    # CPU's generic kernel stores the weights in the input dtype (l1 rounded, then 1 - l1 rounded); its
+    # vectorized one (resample._vectorized_cond: channels-last with C > 3, or few output positions) in float32
+    rounded = out_dtype if out_dtype in NARROW and not _vectorized_upsample(input, output_size) else dtype
+    for k in reversed(range(n_dims)):
+        w1 = (xs_f[k] - xs[k]).clamp(0.0, 1.0).to(rounded).to(dtype)
+        w0 = (1 - w1).to(rounded).to(dtype)
+        vs = [v0 * w0 + v1 * w1 for v0, v1 in zip(vs[::2], vs[1::2])]
+    result = vs[0].contiguous(memory_format=torch._prims_common.suggest_memory_format(input))
+    if not input.is_floating_point():
+        result = result.round()
+    return result.to(out_dtype) if input.is_floating_point() else result
+
+
+# Functions of torch._decomp that PyTorch's decompositions call by name at trace time, where a Python
+# decomposition is bound to the op's Autograd key (py_impl) and so runs before any decomposition table
+# AOTAutograd is given: swapped for CPU's form while the neuron backend traces (``traced_forms``).
+TRACED_FORMS = {"_upsample_linear": _upsample_linear}
+
+
+@contextlib.contextmanager
+def traced_forms() -> Iterator[None]:
+    """TRACED_FORMS in place of PyTorch's own, for the duration of one AOTAutograd trace."""
+    import torch._decomp.decompositions as decompositions
+
+    saved = {name: getattr(decompositions, name) for name in TRACED_FORMS if hasattr(decompositions, name)}
+    try:
+        for name in saved:
+            setattr(decompositions, name, TRACED_FORMS[name])
+        yield
+    finally:
+        for name, original in saved.items():
+            setattr(decompositions, name, original)
 
 
 # Decompositions that replace PyTorch's own for AOTAutograd (backend._decompositions), for the same reason

@@ -159,3 +159,37 @@ def test_index_add_and_embedding_backward_refuse_float_indices_as_cpu():
     _same_bits(lambda s, i, v: torch.index_add(s, 0, i, v), torch.zeros(7), torch.tensor([1, 1, 6]), torch.ones(3))
     _same_bits(lambda g, i: torch.ops.aten.embedding_dense_backward(g, i, 10, -1, False),
                torch.randn(2, 3, 4), torch.tensor([[1, 2, 1], [0, 9, 9]]))
+
+
+def _special(shape, dtype):
+    """Values with infinities, NaN, signed zeros and near-overflow magnitudes, in a fixed pattern."""
+    big = torch.finfo(dtype).max / 2
+    pool = torch.tensor([float("inf"), -float("inf"), float("nan"), -0.0, 0.0, 1.5, -2.0, big, -big, 0.25])
+    n = 1
+    for s in shape:
+        n *= s
+    return pool[(torch.arange(n) * 7 + 3) % len(pool)].reshape(shape).to(dtype)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("case", [("linear", (1, 2, 9), (13,), True), ("linear", (1, 2, 9), (4,), False),
+                                  ("bilinear", (2, 1, 5, 2), (5, 7), True), ("bilinear", (1, 1, 3, 2), (7, 2), False),
+                                  ("bilinear", (2, 3, 5, 3), (5, 6), False),
+                                  ("trilinear", (1, 2, 1, 2, 7), (1, 2, 14), True)],
+                         ids=lambda c: f"{c[0]}-{'x'.join(map(str, c[2]))}-{'ac' if c[3] else 'hp'}")
+def test_linear_interpolation_keeps_cpus_special_values(case, dtype):
+    """PyTorch's decomposition blends as ``v0 + (v1 - v0) * w``: NaN for inf - inf and where the difference
+    overflows, other zero signs; CPU (and the eager kernel) blend ``v0 * (1 - w) + v1 * w`` with weights in
+    the input dtype on its generic path (numerics.traced_forms). Values within tolerance, NaN/inf positions and
+    zero signs exact."""
+    mode, shape, size, align = case
+    x = _special(shape, dtype)
+    fn = lambda t: F.interpolate(t, size=size, mode=mode, align_corners=align)  # noqa: E731
+    got, want = _compiled(fn, x).cpu(), fn(x)
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    assert torch.equal(torch.isinf(got), torch.isinf(want)) and torch.equal(got[torch.isinf(got)], want[torch.isinf(want)])
+    zeros = (want == 0) & (got == 0)
+    assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros]))
+    finite = torch.isfinite(want)
+    eps = torch.finfo(dtype).eps  # one rounding of the result apart at most (CPU may fuse a multiply-add)
+    torch.testing.assert_close(got[finite], want[finite], rtol=2 * eps, atol=1e-5)
