@@ -193,3 +193,24 @@ def test_linear_interpolation_keeps_cpus_special_values(case, dtype):
     finite = torch.isfinite(want)
     eps = torch.finfo(dtype).eps  # one rounding of the result apart at most (CPU may fuse a multiply-add)
     torch.testing.assert_close(got[finite], want[finite], rtol=2 * eps, atol=1e-5)
+
+
+def test_bfloat16_batch_norm_trains_through_a_fallen_back_forward():
+    """The forward (batch norm has no torch-mlir lowering) runs eagerly and saves bfloat16 statistics, as CPU
+    does; the backward was traced with float32 ones and refused them ("input 2 is torch.bfloat16 [4], compiled
+    for torch.float32 [4]"). The backward now converts its saved inputs to the traced dtypes."""
+    torch.manual_seed(0)
+    leaves = [torch.rand(2, 4, 5).bfloat16(), torch.rand(4).bfloat16(), torch.rand(4).bfloat16()]
+    stats = [torch.rand(4).bfloat16(), torch.rand(4).bfloat16() + 0.5]
+
+    def fn(x, w, b, rm, rv):
+        return F.batch_norm(x, rm.clone(), rv.clone(), w, b, training=True)
+
+    cpu = [t.clone().requires_grad_() for t in leaves]
+    fn(*cpu, *stats).sum().backward()
+    dev = [t.to("neuron").requires_grad_() for t in leaves]
+    torch.compile(fn, backend="neuron", dynamic=False)(*dev, *[s.to("neuron") for s in stats]).sum().backward()
+    for d, c in zip(dev, cpu):
+        assert d.grad.dtype == c.grad.dtype
+        # grad_weight sums normalised values, ~0 by construction: bfloat16 cancellation, hence atol
+        torch.testing.assert_close(d.grad.cpu().float(), c.grad.float(), rtol=0.016, atol=0.05)
