@@ -25,6 +25,11 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
   extremum read as uint8 (``dense<128>`` for max, 127 for min): every slice whose values stay below
   128 (above 127) returned 128 (127). They are computed in int16, which holds every uint8 exactly,
   and converted back;
+* ``addmm`` with ``beta=0`` lowered to ``0 * self + a @ b``: CPU's GEMM never reads ``self`` then (a NaN
+  there stays out, a -0.0 product stays -0.0): it becomes ``a @ b`` (times ``alpha``);
+* ``gelu`` (``approximate="none"``) is formed as CPU forms it on the tensor's path (``cpu_host.onednn_gelu``):
+  oneDNN's ``x * (1 + erf(x / sqrt(2)))`` halved, which overflows above FLT_MAX / 2, or ATen's
+  ``x * 0.5 * (1 + erf(...))``, in float32 for float16/bfloat16;
 * ``asinh`` lowers to a formula that turns -0.0 into +0.0 (``log(x + sqrt(x^2 + 1))``): a zero
   input is its own result, as ATen's ``std::asinh`` gives;
 * comparisons with a Python scalar (``eq.Scalar`` ...) convert the scalar to the tensor's dtype
@@ -265,6 +270,37 @@ def _uint8_extrema(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node 
     return wide
 
 
+def _addmm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """addmm with beta=0 as CPU's GEMM computes it, never reading self (see module docstring)."""
+    beta = node.kwargs.get("beta", node.args[3] if len(node.args) > 3 else 1)
+    alpha = node.kwargs.get("alpha", node.args[4] if len(node.args) > 4 else 1)
+    if beta != 0 or not isinstance(alpha, (int, float)):
+        return None
+    product = _call(graph, aten.mm.default, node.args[1], node.args[2])
+    if alpha != 1:
+        product = _call(graph, aten.mul.Scalar, product, alpha)
+    return _cast(graph, product, node)
+
+
+def _gelu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """gelu (approximate="none") in CPU's form for this tensor (see module docstring)."""
+    from device_impl.kernels import cpu_host
+
+    x = node.args[0]
+    approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+    value = x.meta["val"]
+    if approximate != "none" or not value.dtype.is_floating_point or value.dtype == torch.float64:
+        return opmath(graph, node) if needs_opmath(node) else None
+    wide = _cast(graph, x, torch.float32)
+    one_plus_erf = _call(graph, aten.add.Scalar,
+                         _call(graph, aten.erf.default, _call(graph, aten.mul.Scalar, wide, 0.7071067811865476)), 1)
+    if cpu_host.onednn_gelu(value, approximate):
+        result = _call(graph, aten.mul.Scalar, _call(graph, aten.mul.Tensor, one_plus_erf, wide), 0.5)
+    else:
+        result = _call(graph, aten.mul.Tensor, _call(graph, aten.mul.Scalar, wide, 0.5), one_plus_erf)
+    return _cast(graph, result, node)
+
+
 _COMPARE_SCALAR = (aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar, aten.le.Scalar, aten.gt.Scalar, aten.ge.Scalar)
 
 
@@ -401,6 +437,8 @@ REWRITES = {
     aten._index_put_impl.default: _wrap_indices,
     aten.index_select.default: _index_select,
     aten.asinh.default: _asinh,
+    aten.addmm.default: _addmm,
+    aten.gelu.default: _gelu,
     aten.amax.default: _uint8_extrema,
     aten.amin.default: _uint8_extrema,
     aten.aminmax.default: _uint8_extrema,

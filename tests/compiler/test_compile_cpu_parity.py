@@ -214,3 +214,25 @@ def test_bfloat16_batch_norm_trains_through_a_fallen_back_forward():
         assert d.grad.dtype == c.grad.dtype
         # grad_weight sums normalised values, ~0 by construction: bfloat16 cancellation, hence atol
         torch.testing.assert_close(d.grad.cpu().float(), c.grad.float(), rtol=0.016, atol=0.05)
+
+
+@pytest.mark.parametrize("alpha", [1, 2])
+def test_addmm_with_beta_zero_never_reads_self(alpha):
+    """CPU's GEMM ignores self when beta=0 (NaN stays out, a -0.0 product stays -0.0); the lowering formed
+    0 * self + a @ b: NaN everywhere for a NaN self, +0.0 for CPU's -0.0 (1164 wrong zero signs, float16)."""
+    a = torch.full((4, 1), 1e-6, dtype=torch.float16)
+    b = torch.tensor([[-1e-6, 1e-6, -1e-6]], dtype=torch.float16)
+    s = torch.full((4, 3), float("nan"), dtype=torch.float16)
+    _same_bits(lambda s_, a_, b_: torch.addmm(s_, a_, b_, beta=0, alpha=alpha), s, a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_gelu_overflows_where_cpu_does(dtype):
+    """oneDNN (CPU's gelu for contiguous float32/bfloat16 where it has bf16) forms x * (1 + erf(x / sqrt(2)))
+    before halving: inf above FLT_MAX / 2, where the lowering stayed finite. The form follows
+    cpu_host.onednn_gelu, as the eager kernel does. (+inf is left out: oneDNN gives NaN there, the eager kernel
+    and this form inf; reported, not fixed here.)"""
+    x = torch.tensor([3e38, -3e38, 1e38, 2.5, -0.0, 0.0, -1.5, -float("inf"), float("nan")]).to(dtype)
+    got, want = _compiled(F.gelu, x).cpu(), F.gelu(x)
+    assert torch.equal(torch.isinf(got), torch.isinf(want)) and torch.equal(torch.isnan(got), torch.isnan(want))
+    torch.testing.assert_close(got, want, equal_nan=True)
