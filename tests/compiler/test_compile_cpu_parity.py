@@ -246,3 +246,10 @@ def test_layer_norm_keeps_the_zero_sign_of_cpus_fused_affine_step():
     w = torch.full((10,), 1.4e-45)  # the smallest denormal: 0.333 of it underflows, 3 of it does not
     b = torch.zeros(10)
     _same_bits(lambda x_, w_, b_: F.layer_norm(x_, (10,), w_, b_), x, w, b)
+
+
+@pytest.mark.parametrize("index", [3, 0, 9])
+def test_embedding_of_a_0d_index_compiles(index):
+    """A 0-d index lowers to a gather whose ``index_vector_dim`` is StableHLO's default (0), which the printed
+    dimension numbers leave out: the gather runner raised KeyError (OpInfo nn.functional.embedding sample 0)."""
+    _same_bits(lambda i, w: F.embedding(i, w), torch.tensor(index), torch.randn(10, 5))
