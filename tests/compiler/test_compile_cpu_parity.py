@@ -253,3 +253,10 @@ def test_embedding_of_a_0d_index_compiles(index):
     """A 0-d index lowers to a gather whose ``index_vector_dim`` is StableHLO's default (0), which the printed
     dimension numbers leave out: the gather runner raised KeyError (OpInfo nn.functional.embedding sample 0)."""
     _same_bits(lambda i, w: F.embedding(i, w), torch.tensor(index), torch.randn(10, 5))
+
+
+def test_a_convert_of_a_folded_scalar_constant_runs():
+    """masked.mean of a 0-d tensor counts its one element by reducing a constant over no dimensions; the fold
+    leaves a scalar that the convert's lowering read as a tile (AttributeError "'int' object has no attribute
+    'read'", OpInfo masked.mean sample 0)."""
+    _same_bits(lambda a: torch.masked.mean(a, mask=None), torch.tensor(1.5))
