@@ -64,9 +64,35 @@ def _probe_argument(value: Any) -> Any:
     return value
 
 
+# indexing ops whose index dtypes CPU checks and the decompositions do not (a float index was truncated and
+# used: x.index_put((float_index,), v) returned a result where CPU raises IndexError "tensors used as indices
+# must be long, int, byte or bool tensors"); probed with one-element tensors of each argument's dtype and rank
+INDEX_CHECKED = frozenset({aten.index_put.default, aten._index_put_impl.default, aten.index.Tensor})
+
+
+def _index_probe(value: Any) -> Any:
+    if isinstance(value, torch.fx.Node):
+        meta = value.meta.get("val")
+        if isinstance(meta, torch.Tensor):
+            return torch.zeros((1,) * meta.dim(), dtype=meta.dtype)
+        return meta
+    if isinstance(value, (list, tuple)):
+        return type(value)(_index_probe(v) for v in value)
+    return value
+
+
 def refusal(gm: torch.fx.GraphModule) -> Exception | None:
-    """The error CPU raises for the first CHECKED node of ``gm`` whose arguments it refuses, or None."""
+    """The error CPU raises for the first CHECKED (or INDEX_CHECKED) node of ``gm`` whose arguments it refuses,
+    or None."""
     for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in INDEX_CHECKED:
+            with _real_tensors():
+                try:
+                    node.target(*[_index_probe(a) for a in node.args],
+                                **{k: _index_probe(v) for k, v in node.kwargs.items()})
+                except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
+                    return error
+            continue
         if node.op != "call_function" or node.target not in CHECKED:
             continue
         # AOTAutograd calls its compilers inside its fake-tensor mode: leave it, so the probe runs CPU's kernel

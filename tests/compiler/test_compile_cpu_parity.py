@@ -260,3 +260,14 @@ def test_a_convert_of_a_folded_scalar_constant_runs():
     leaves a scalar that the convert's lowering read as a tile (AttributeError "'int' object has no attribute
     'read'", OpInfo masked.mean sample 0)."""
     _same_bits(lambda a: torch.masked.mean(a, mask=None), torch.tensor(1.5))
+
+
+@pytest.mark.parametrize("fn", [lambda a, b, c: a.index_put((b,), c, accumulate=True),
+                                lambda a, b, c: torch.ops.aten._index_put_impl_(a.clone(), (b,), c, False, False)],
+                         ids=["index_put", "_index_put_impl_"])
+def test_index_put_refuses_a_float_index_as_cpu(fn):
+    """The decompositions truncated a float index and wrote; CPU raises IndexError (parity.INDEX_CHECKED)."""
+    x, v = torch.zeros(5, 2, 7), torch.ones(2, 2, 7)
+    _raises_as_cpu(fn, x, torch.tensor([1.0, 2.0]), v)
+    _same_bits(fn, x, torch.tensor([1, -2]), v)
+    _same_bits(fn, x, torch.tensor([True, False, True, False, False]), v)
