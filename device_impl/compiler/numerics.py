@@ -40,8 +40,6 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
 * ``native_layer_norm`` lowers with the variance as E[x^2] - E[x]^2 (cancellation: 1e-4 relative
   error for rows with a large mean) and weight folded into the scale (inf - inf with an infinite
   weight): it becomes ATen's two-pass form, ``(x - mean) * rstd * w + b``, in float32;
-  Where CPU's kernels fuse the affine multiply-add (``cpu_host.fused_multiply_add``), a product of
-  nonzero values that underflows plus a zero beta keeps the product's sign (``_fused_zero_sign``);
 * ``sinh``/``cosh`` lower to ``exp(x + log(0.5))`` (XLA's expansion): rounding ``x + log(0.5)`` costs
   up to ~20 float32 ULP at |x| ~ 60-90; they become ``h = exp(|x| / 2)`` forms (``_hyperbolic``);
 * ``mul``/``div`` of a float16/bfloat16 tensor by a Python float round the scalar to the tensor's dtype;
@@ -333,25 +331,6 @@ def _elu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     return _cast(graph, out, node)
 
 
-def _fused_multiply_add() -> bool:
-    from device_impl.kernels import cpu_host
-
-    return cpu_host.fused_multiply_add()
-
-
-def _fused_zero_sign(graph: torch.fx.Graph, summed: torch.fx.Node, product: torch.fx.Node, a: torch.fx.Node,
-                     b: torch.fx.Node, c: torch.fx.Node) -> torch.fx.Node:
-    """``summed = RN(a * b) + c`` with the zero sign of CPU's fused ``fma(a, b, c)``: they differ only where the
-    product of two nonzero values underflows to a zero and ``c`` is a zero, where the fused sum keeps the
-    product's sign (-0.0) and the unfused one gives -0.0 + 0.0 = +0.0."""
-    underflow = _call(graph, aten.logical_and.default,
-                      _call(graph, aten.logical_and.default, _call(graph, aten.eq.Scalar, product, 0),
-                            _call(graph, aten.eq.Scalar, c, 0)),
-                      _call(graph, aten.logical_and.default, _call(graph, aten.ne.Scalar, a, 0),
-                            _call(graph, aten.ne.Scalar, b, 0)))
-    return _call(graph, aten.where.self, underflow, product, summed)
-
-
 def _layer_norm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     x, normalized, weight, bias, eps = node.args[:5]
     dtype = x.meta["val"].dtype
@@ -366,15 +345,10 @@ def _layer_norm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | N
     var = _call(graph, aten.mean.dim, _call(graph, aten.mul.Tensor, deviation, deviation), dims, True)
     rstd = _call(graph, aten.rsqrt.default, _call(graph, aten.add.Scalar, var, eps))
     out = _call(graph, aten.mul.Tensor, deviation, rstd)
-    normalized = out
     if weight is not None:
         out = _call(graph, aten.mul.Tensor, out, _cast(graph, weight, torch.float32))
     if bias is not None:
-        product = out
-        wide_bias = _cast(graph, bias, torch.float32)
-        out = _call(graph, aten.add.Tensor, out, wide_bias)
-        if weight is not None and _fused_multiply_add():
-            out = _fused_zero_sign(graph, out, product, normalized, _cast(graph, weight, torch.float32), wide_bias)
+        out = _call(graph, aten.add.Tensor, out, _cast(graph, bias, torch.float32))
     results = {0: out, 1: mean, 2: rstd}
     for user in list(node.users):
         if user.target is not operator.getitem:

@@ -238,16 +238,6 @@ def test_gelu_overflows_where_cpu_does(dtype):
     torch.testing.assert_close(got, want, equal_nan=True)
 
 
-def test_layer_norm_keeps_the_zero_sign_of_cpus_fused_affine_step():
-    """Where CPU fuses ``t * gamma + beta`` (cpu_host.fused_multiply_add), a product of nonzero values that
-    underflows keeps its sign through a zero beta (-0.0); the compiled two-rounding form gave +0.0 (59 wrong zero
-    signs in a float32 denormal case). On a host whose CPU kernels do not fuse, both give +0.0."""
-    x = torch.tensor([[0.0] * 9 + [1.0], [1.0] * 9 + [0.0]])
-    w = torch.full((10,), 1.4e-45)  # the smallest denormal: 0.333 of it underflows, 3 of it does not
-    b = torch.zeros(10)
-    _same_bits(lambda x_, w_, b_: F.layer_norm(x_, (10,), w_, b_), x, w, b)
-
-
 @pytest.mark.parametrize("index", [3, 0, 9])
 def test_embedding_of_a_0d_index_compiles(index):
     """A 0-d index lowers to a gather whose ``index_vector_dim`` is StableHLO's default (0), which the printed
