@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -200,6 +200,8 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_inde
             begun = time.perf_counter()
             try:
                 run = driver.compile_graph(aot_gm, f"{graph}_{kind}", device_index, config)
+                if kind == "backward":
+                    run = _as_traced(aot_gm, run)
                 if kind == "inference" and key_of_graph is not None and getattr(run, "cache_key", None) \
                         and getattr(run, "index_error", IndexError) is IndexError \
                         and _plain_inference(aot_gm, len(example_inputs)):  # the index links IndexError programs
@@ -212,7 +214,30 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_inde
 
     backend = aot_autograd(fw_compiler=compiler("forward", False), bw_compiler=compiler("backward", True),
                            inference_compiler=compiler("inference", False), decompositions=_decompositions())
-    return backend(gm, example_inputs)
+    from device_impl.compiler.numerics import traced_forms
+
+    with traced_forms():  # CPU's arithmetic in decompositions bound to an op's Autograd key (numerics.py)
+        return backend(gm, example_inputs)
+
+
+def _as_traced(aot_gm: torch.fx.GraphModule, run: Callable[[list], list]) -> Callable[[list], list]:
+    """A backward graph's run that converts each saved tensor to the dtype AOTAutograd traced for it. A forward
+    that falls back to eager (``fallback.py``) returns what the device's kernels return, which is CPU's dtype and
+    can differ from the trace's: ``_native_batch_norm_legit_functional`` of bfloat16 saves bfloat16 statistics
+    on CPU and on the device, float32 in PyTorch's decomposition, and the compiled backward refused them
+    ("input 2 is torch.bfloat16 [4], compiled for torch.float32 [4]"). The forward's user-visible outputs keep
+    the kernel's (CPU's) dtype; only the backward's copies convert."""
+    placeholders = [n for n in aot_gm.graph.nodes if n.op == "placeholder"]
+    dtypes = [n.meta["val"].dtype if isinstance(n.meta.get("val"), torch.Tensor) else None for n in placeholders]
+
+    def converted(args: list) -> list:
+        for i, dtype in enumerate(dtypes[:len(args)]):
+            if dtype is not None and isinstance(args[i], torch.Tensor) and args[i].dtype != dtype:
+                args[i] = args[i].to(dtype)
+        return run(args)
+
+    converted._boxed_call = True  # type: ignore[attr-defined]
+    return converted
 
 
 def _has_state(gm: torch.fx.GraphModule) -> bool:
@@ -314,6 +339,9 @@ class PerShape:
 def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: list, **kwargs: Any):
     config = settings()
     refused = parity.out_refusal(gm, example_inputs)  # out= dtype rules AOTAutograd's functionalisation drops
+    if refused is not None:
+        return parity.raising_program(refused)
+    refused = parity.empty_refusal(gm, example_inputs)  # CPU's size checks of zero-size calls decompositions skip
     if refused is not None:
         return parity.raising_program(refused)
     patterns.rewrite_attention(gm)  # written-out attention -> SDPA: one flash-attention step (issue 21)

@@ -73,7 +73,10 @@ def _attrs_of(gm: torch.fx.GraphModule) -> list[list[str]]:
 
 
 def _attr_digest(value: Any) -> str:
-    """What a get_attr node contributes to the FX key: a tensor's metadata and bytes, a submodule's code."""
+    """What a get_attr node contributes to the FX key: a tensor's metadata and bytes, a submodule's code.
+    AOTAutograd calls the compiler inside its fake-tensor mode, which refuses a real constant (a device tensor
+    made in the function, ``torch.tensor((0,), device=...)``: "Please convert all Tensors to FakeTensors"):
+    the bytes are read outside it."""
     if isinstance(value, torch.Tensor):
         from device_impl.compiler.parity import _real_tensors
 

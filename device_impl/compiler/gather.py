@@ -15,6 +15,9 @@ time (one per partition):
    compute-on-write accumulation for scatter-add) through a table view of the
    operand whose row ``o`` starts at element offset ``o``.
 
+Dimension numbers StableHLO prints only when not their default (``index_vector_dim`` 0, an empty
+list) are read with those defaults: a 0-d index (``F.embedding(torch.tensor(3), w)``) has none.
+
 Out-of-range indices raise IndexError naming the index, as PyTorch does,
 rather than being clamped (gather) or skipped (scatter) as StableHLO
 specifies: the graph came from PyTorch, whose semantics the results must keep.
@@ -133,7 +136,7 @@ def gather_runner(step: dict, program: Program) -> Callable[[Any, Any], None]:
     collapsed = dn.get("collapsed_slice_dims", [])
     rows = _Rows(program.shape(result), dn.get("offset_dims", []),
                  [d for d in range(len(oshape)) if d not in collapsed], program.shape(indices),
-                 dn["index_vector_dim"], dn["start_index_map"], oshape, step["attrs"]["slice_sizes"])
+                 dn.get("index_vector_dim", 0), dn.get("start_index_map", []), oshape, step["attrs"]["slice_sizes"])
 
     def run(nc, env) -> None:
         out = env.access(result)
@@ -171,8 +174,8 @@ def scatter_runner(step: dict, program: Program) -> Callable[[Any, Any], None]:
     sizes = [1] * len(oshape)
     for a, od in zip(window_dims, window_operand_dims):
         sizes[od] = ushape[a]
-    rows = _Rows(ushape, window_dims, window_operand_dims, program.shape(indices), dn["index_vector_dim"],
-                 dn["scatter_dims_to_operand_dims"], oshape, sizes)
+    rows = _Rows(ushape, window_dims, window_operand_dims, program.shape(indices), dn.get("index_vector_dim", 0),
+                 dn.get("scatter_dims_to_operand_dims", []), oshape, sizes)
     body = [b for b in step.get("body", []) if b["name"] != "return"]
     accumulate = bool(body)  # lowering.supported_step admits an empty body (assign) or add
 

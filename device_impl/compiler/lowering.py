@@ -154,6 +154,10 @@ def _emit_activation(nc, out: Tile, args: list, op: Op, in_types: list[TensorTyp
 
 
 def _emit_convert(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
+    if not _is_tile(args[0]):  # a scalar constant (a folded reduce of one: torch.masked.mean of a 0-d tensor)
+        value = np.asarray(args[0], dtype=in_types[0].np_dtype)
+        nc.vector.memset(out, (value != 0) if out.dtype == np.bool_ else value.astype(out.dtype))
+        return
     if out.dtype == np.bool_ and in_types[0].np_dtype != np.bool_:
         nc.vector.tensor_scalar(out, args[0], "not_equal", 0, dtype=_compute(in_types[0].np_dtype))
     else:

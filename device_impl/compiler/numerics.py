@@ -14,8 +14,24 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
   ``where(x > 0, x, x * slope)``);
 * ``aten.var.correction`` and ``aten.var_mean.correction`` crash torch-mlir on 0-d inputs (a
   segmentation fault, not an error): variance (and the mean beside it) becomes the two-pass formula ``sum((x - mean)^2) / (N - correction)`` in float32;
-* ``aten.index.Tensor`` / ``aten.index_put`` lower to gather/scatter without wrapping negative
-  indices (StableHLO would clamp them): each index tensor becomes ``where(i < 0, i + size, i)``;
+* ``aten.index.Tensor`` / ``aten.index_put`` / ``aten._index_put_impl`` (``_index_put_impl_``
+  functionalised) lower to gather/scatter without wrapping negative indices (StableHLO would clamp
+  them): each index tensor becomes ``where(i < 0, i + size, i)``;
+* ``aten.index_select`` of a dimension of size 1 is folded by torch-mlir into its input (or a
+  broadcast of it), so its indices are never read and an out-of-range one returns a result where CPU
+  raises IndexError: it becomes ``aten.index.Tensor`` of that dimension (a gather, whose indices the
+  compiled program checks), with the indices not wrapped, since index_select refuses negative ones;
+* ``amax``/``amin``/``aminmax`` of uint8 lower to a ``stablehlo.reduce`` whose initial value is int8's
+  extremum read as uint8 (``dense<128>`` for max, 127 for min): every slice whose values stay below
+  128 (above 127) returned 128 (127). They are computed in int16, which holds every uint8 exactly,
+  and converted back;
+* ``addmm`` with ``beta=0`` lowered to ``0 * self + a @ b``: CPU's GEMM never reads ``self`` then (a NaN
+  there stays out, a -0.0 product stays -0.0): it becomes ``a @ b`` (times ``alpha``);
+* ``gelu`` (``approximate="none"``) is formed as CPU forms it on the tensor's path (``cpu_host.onednn_gelu``):
+  oneDNN's ``x * (1 + erf(x / sqrt(2)))`` halved, which overflows above FLT_MAX / 2, or ATen's
+  ``x * 0.5 * (1 + erf(...))``, in float32 for float16/bfloat16;
+* ``asinh`` lowers to a formula that turns -0.0 into +0.0 (``log(x + sqrt(x^2 + 1))``): a zero
+  input is its own result, as ATen's ``std::asinh`` gives;
 * comparisons with a Python scalar (``eq.Scalar`` ...) convert the scalar to the tensor's dtype
   (``bool_tensor == -2`` became ``== True``), where ATen compares in the promoted dtype: the tensor
   is converted to ``result_type(tensor, scalar)`` first;
@@ -41,8 +57,11 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
 
 from __future__ import annotations
 
+import contextlib
+import itertools
 import math
 import operator
+from typing import Iterator
 
 import torch
 import torch._decomp
@@ -249,6 +268,76 @@ def _wrap_indices(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node |
     return _call(graph, node.target, base, wrapped, *node.args[2:], **node.kwargs)
 
 
+def _index_select(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """index_select of a size-1 dimension as a gather whose indices are checked (see module docstring). A 0-d
+    index selects one row and keeps the dimension: it is viewed as one element first."""
+    x, dim, index = node.args[0], node.args[1], node.args[2]
+    shape = x.meta["val"].shape
+    if not shape or shape[dim % len(shape)] != 1:
+        return None
+    if index.meta["val"].dim() == 0:
+        index = _call(graph, aten.view.default, index, [1])
+    return _call(graph, aten.index.Tensor, x, [None] * (dim % len(shape)) + [index])
+
+
+def _asinh(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """asinh keeping the sign of a zero input (see module docstring); float16/bfloat16 in float32 (opmath)."""
+    x = node.args[0]
+    if not x.meta["val"].dtype.is_floating_point:
+        return None
+    value = opmath(graph, node) if needs_opmath(node) else _call(graph, node.target, x)
+    return _call(graph, aten.where.self, _call(graph, aten.eq.Scalar, x, 0), x, value)
+
+
+def _uint8_extrema(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """amax/amin/aminmax of uint8 computed in int16 (see module docstring)."""
+    if node.args[0].meta["val"].dtype != torch.uint8:
+        return None
+    wide = _call(graph, node.target, _cast(graph, node.args[0], torch.int16), *node.args[1:], **node.kwargs)
+    if not isinstance(node.meta["val"], (tuple, list)):
+        return _cast(graph, wide, node)
+    for user in list(node.users):  # aminmax: each getitem user reads its int16 output, converted back
+        if user.target is not operator.getitem:
+            return None
+    for user in list(node.users):
+        with graph.inserting_before(user):
+            replacement = _cast(graph, _call(graph, operator.getitem, wide, user.args[1]), user)
+        user.replace_all_uses_with(replacement)
+        graph.erase_node(user)
+    return wide
+
+
+def _addmm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """addmm with beta=0 as CPU's GEMM computes it, never reading self (see module docstring)."""
+    beta = node.kwargs.get("beta", node.args[3] if len(node.args) > 3 else 1)
+    alpha = node.kwargs.get("alpha", node.args[4] if len(node.args) > 4 else 1)
+    if beta != 0 or not isinstance(alpha, (int, float)):
+        return None
+    product = _call(graph, aten.mm.default, node.args[1], node.args[2])
+    if alpha != 1:
+        product = _call(graph, aten.mul.Scalar, product, alpha)
+    return _cast(graph, product, node)
+
+
+def _gelu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """gelu (approximate="none") in CPU's form for this tensor (see module docstring)."""
+    from device_impl.kernels import cpu_host
+
+    x = node.args[0]
+    approximate = node.kwargs.get("approximate", node.args[1] if len(node.args) > 1 else "none")
+    value = x.meta["val"]
+    if approximate != "none" or not value.dtype.is_floating_point or value.dtype == torch.float64:
+        return opmath(graph, node) if needs_opmath(node) else None
+    wide = _cast(graph, x, torch.float32)
+    one_plus_erf = _call(graph, aten.add.Scalar,
+                         _call(graph, aten.erf.default, _call(graph, aten.mul.Scalar, wide, 0.7071067811865476)), 1)
+    if cpu_host.onednn_gelu(value, approximate):
+        result = _call(graph, aten.mul.Scalar, _call(graph, aten.mul.Tensor, one_plus_erf, wide), 0.5)
+    else:
+        result = _call(graph, aten.mul.Tensor, _call(graph, aten.mul.Scalar, wide, 0.5), one_plus_erf)
+    return _cast(graph, result, node)
+
+
 _COMPARE_SCALAR = (aten.eq.Scalar, aten.ne.Scalar, aten.lt.Scalar, aten.le.Scalar, aten.gt.Scalar, aten.ge.Scalar)
 
 
@@ -414,6 +503,14 @@ REWRITES = {
     aten.elu.default: _elu,
     aten.index.Tensor: _wrap_indices,
     aten.index_put.default: _wrap_indices,
+    aten._index_put_impl.default: _wrap_indices,
+    aten.index_select.default: _index_select,
+    aten.asinh.default: _asinh,
+    aten.addmm.default: _addmm,
+    aten.gelu.default: _gelu,
+    aten.amax.default: _uint8_extrema,
+    aten.amin.default: _uint8_extrema,
+    aten.aminmax.default: _uint8_extrema,
     aten.var.correction: _var,
     aten.var_mean.correction: _var_mean,
     aten.fmod.Tensor: _fmod,
@@ -562,6 +659,12 @@ def _index_add(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.
     if self.dim() > 0 and source.dim() > 0 and outside != source_outside:
         raise RuntimeError(f"source tensor shape must match self tensor shape, excluding the specified dimension. "
                            f"Got self.shape = {list(self.shape)} source.shape = {list(source.shape)}")
+    from device_impl.compiler import parity
+
+    refused = parity.cpu_refusal(lambda: torch.index_add(  # the dtype rules, asked of CPU on empty tensors
+        torch.zeros(1, dtype=self.dtype), 0, torch.empty(0, dtype=index.dtype), torch.empty(0, dtype=source.dtype)))
+    if refused is not None:  # a float index was accepted and truncated
+        raise refused
     return torch._decomp.decomposition_table[aten.index_add.default](self, dim, index, source, alpha=alpha)
 
 
@@ -698,6 +801,94 @@ def _nll_loss_backward_of(overload):
     return decomposition
 
 
+def _embedding_dense_backward(grad_output: torch.Tensor, indices: torch.Tensor, num_weights: int,
+                              padding_idx: int, scale_grad_by_freq: bool) -> torch.Tensor:
+    """CPU refuses indices that are not int32/int64 (RuntimeError); PyTorch's decomposition truncated float
+    indices and returned a result. The dtype rule is asked of CPU on empty tensors, then that decomposition."""
+    from device_impl.compiler import parity
+
+    refused = parity.cpu_refusal(lambda: aten.embedding_dense_backward(
+        torch.empty((0, grad_output.shape[-1] if grad_output.dim() else 1), dtype=grad_output.dtype),
+        torch.empty(0, dtype=indices.dtype), num_weights, padding_idx, scale_grad_by_freq))
+    if refused is not None:
+        raise refused
+    return torch._decomp.decomposition_table[aten.embedding_dense_backward.default](
+        grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
+
+
+def _vectorized_upsample(x: torch.Tensor, out_spatial: list) -> bool:
+    """Whether CPU interpolates ``x`` with its vectorized kernel (``kernels/spatial/resample.py``
+    ``_vectorized_cond``, which mirrors CPU's ``_use_vectorized_kernel_cond_{2d,3d}``)."""
+    from device_impl.kernels.spatial.resample import _vectorized_cond
+
+    return _vectorized_cond(x, list(out_spatial), len(out_spatial))
+
+
+def _upsample_linear(input: torch.Tensor, output_size: list, align_corners: bool, scales: list) -> torch.Tensor:
+    """PyTorch's ``_upsample_linear`` (linear/bilinear/trilinear interpolation) with CPU's arithmetic: each
+    pair of neighbours is combined as ``v0 * (1 - w) + v1 * w`` (innermost dimension first, as CPU's
+    ``Interpolate`` nests them), where PyTorch's decomposition forms ``v0 + (v1 - v0) * w``: that gave NaN
+    for ``inf - inf`` and for ``(v1 - v0)`` overflowing near the largest floats (121 NaN where CPU had none,
+    bilinear float32 near_overflow) and other zero signs. Source indices and weights are computed in
+    float32 for float16/bfloat16 inputs and the result rounded once, as CPU's ``opmath_t`` does (the
+    decomposition computed them in the narrow dtype, which cannot even count past 256 in bfloat16); the
+    weights are rounded where CPU stores them in the input dtype."""
+    from torch._decomp.decompositions import _compute_scale, _compute_source_index
+
+    out_dtype = input.dtype if input.is_floating_point() else torch.get_default_dtype()
+    dtype = torch.float32 if out_dtype in NARROW else out_dtype
+    inp_sizes = input.shape[2:]
+    n_dims = len(inp_sizes)
+    xs_f, xs, xp1s = [], [], []
+    for k, (inp_size, out_size, scale) in enumerate(zip(inp_sizes, output_size, scales)):
+        factor = _compute_scale(inp_size, out_size, align_corners, scale)
+        i = torch.arange(out_size, device=input.device).to(dtype=dtype)
+        x_f = _compute_source_index(factor, i, align_corners).clamp(min=0.0)
+        x_f = x_f.reshape(x_f.shape[0], *[1] * (n_dims - 1 - k))
+        x = x_f.to(torch.int64)
+        xs_f.append(x_f)
+        xs.append(x)
+        # an axis kept at its size: CPU weighs the same element (1, 0), so an infinity there gives NaN, not its
+        # neighbour's (the eager kernel, kernels/spatial/resample.py, does the same)
+        xp1s.append(x if out_size == inp_size else (x + 1).clamp(max=inp_size - 1))
+    vs = []
+    for corner in itertools.product(*[[0, 1]] * n_dims):
+        idx = [None, None] + [xs[k] if corner[k] == 0 else xp1s[k] for k in range(n_dims)]
+        vs.append(aten._unsafe_index(input, idx).to(dtype))
+    # CPU's generic kernel stores the weights in the input dtype (l1 rounded, then 1 - l1 rounded); its
+    # vectorized one (resample._vectorized_cond: channels-last with C > 3, or few output positions) in float32
+    rounded = out_dtype if out_dtype in NARROW and not _vectorized_upsample(input, output_size) else dtype
+    for k in reversed(range(n_dims)):
+        w1 = (xs_f[k] - xs[k]).clamp(0.0, 1.0).to(rounded).to(dtype)
+        w0 = (1 - w1).to(rounded).to(dtype)
+        vs = [v0 * w0 + v1 * w1 for v0, v1 in zip(vs[::2], vs[1::2])]
+    result = vs[0].contiguous(memory_format=torch._prims_common.suggest_memory_format(input))
+    if not input.is_floating_point():
+        result = result.round()
+    return result.to(out_dtype) if input.is_floating_point() else result
+
+
+# Functions of torch._decomp that PyTorch's decompositions call by name at trace time, where a Python
+# decomposition is bound to the op's Autograd key (py_impl) and so runs before any decomposition table
+# AOTAutograd is given: swapped for CPU's form while the neuron backend traces (``traced_forms``).
+TRACED_FORMS = {"_upsample_linear": _upsample_linear}
+
+
+@contextlib.contextmanager
+def traced_forms() -> Iterator[None]:
+    """TRACED_FORMS in place of PyTorch's own, for the duration of one AOTAutograd trace."""
+    import torch._decomp.decompositions as decompositions
+
+    saved = {name: getattr(decompositions, name) for name in TRACED_FORMS if hasattr(decompositions, name)}
+    try:
+        for name in saved:
+            setattr(decompositions, name, TRACED_FORMS[name])
+        yield
+    finally:
+        for name, original in saved.items():
+            setattr(decompositions, name, original)
+
+
 # Decompositions that replace PyTorch's own for AOTAutograd (backend._decompositions), for the same reason
 # as REWRITES: PyTorch's formula differs from what CPU computes; and the fused attention backward where
 # a bias needs its gradient (elsewhere both attention ops stay whole: compiler/opaque.py).
@@ -715,4 +906,5 @@ DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
                   aten.std_mean.correction: _moments_of(root=True, with_mean=True),
                   aten.nll_loss_backward.default: _nll_loss_backward_of(aten.nll_loss_backward.default),
                   aten.nll_loss2d_backward.default: _nll_loss_backward_of(aten.nll_loss2d_backward.default),
+                  aten.embedding_dense_backward.default: _embedding_dense_backward,
                   aten._scaled_dot_product_fused_attention_overrideable_backward.default: _fused_attention_backward}

@@ -24,11 +24,25 @@ call's shapes for a call on neuron tensors and raises CPU's error there; other c
 
 ``out_refusal`` does the same for the out= calls of a Dynamo graph, before AOTAutograd functionalises
 them into a functional op and a casting copy (which drops CPU's out dtype rules).
+
+``empty_refusal`` does it for the calls of a Dynamo graph that read or make a zero-size tensor: CPU
+checks sizes there that the decompositions AOTAutograd traces do not (``F.interpolate`` to an output
+size of 0 raises "Input and output sizes should be greater than 0" on CPU; its decomposition returned
+an empty tensor), and a zero-size result is one the compiler never computes, so nothing else would
+notice. The probe computes nothing of size: a zero-size tensor holds no elements.
+
+``install_meta_checks`` corrects the exception class of a few meta functions, which Dynamo runs before
+any backend sees a graph: PyTorch's Python metas of ``amax``/``amin``/``aminmax`` over an empty
+dimension and ``argmax``/``argmin`` of an empty tensor raise RuntimeError where CPU raises IndexError, and Dynamo reports a RuntimeError from a fake tensor as
+TorchRuntimeError (other classes reach the caller as raised). When a wrapped meta
+refuses a call, CPU's kernel is asked with uninitialised CPU tensors of the same sizes (it refuses
+before computing) and its class wins.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import contextlib
+from typing import Any, Callable, Iterator
 
 import torch
 import torch.fx
@@ -57,9 +71,35 @@ def _probe_argument(value: Any) -> Any:
     return value
 
 
+# indexing ops whose index dtypes CPU checks and the decompositions do not (a float index was truncated and
+# used: x.index_put((float_index,), v) returned a result where CPU raises IndexError "tensors used as indices
+# must be long, int, byte or bool tensors"); probed with one-element tensors of each argument's dtype and rank
+INDEX_CHECKED = frozenset({aten.index_put.default, aten._index_put_impl.default, aten.index.Tensor})
+
+
+def _index_probe(value: Any) -> Any:
+    if isinstance(value, torch.fx.Node):
+        meta = value.meta.get("val")
+        if isinstance(meta, torch.Tensor):
+            return torch.zeros((1,) * meta.dim(), dtype=meta.dtype)
+        return meta
+    if isinstance(value, (list, tuple)):
+        return type(value)(_index_probe(v) for v in value)
+    return value
+
+
 def refusal(gm: torch.fx.GraphModule) -> Exception | None:
-    """The error CPU raises for the first CHECKED node of ``gm`` whose arguments it refuses, or None."""
+    """The error CPU raises for the first CHECKED (or INDEX_CHECKED) node of ``gm`` whose arguments it refuses,
+    or None."""
     for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in INDEX_CHECKED:
+            with _real_tensors():
+                try:
+                    node.target(*[_index_probe(a) for a in node.args],
+                                **{k: _index_probe(v) for k, v in node.kwargs.items()})
+                except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
+                    return error
+            continue
         if node.op != "call_function" or node.target not in CHECKED:
             continue
         # AOTAutograd calls its compilers inside its fake-tensor mode: leave it, so the probe runs CPU's kernel
@@ -184,13 +224,158 @@ def out_refusal(gm: torch.fx.GraphModule, example_inputs: list) -> Exception | N
             if not known and inputs:
                 known.update({n: v.detach().to("cpu") for n, v in inputs.items()})
             args = [_probe_full(a, known) for a in node.args]
-            kwargs = {k: _probe_full(v, known, writable=k == "out") for k, v in node.kwargs.items()}
+            kwargs = _on_cpu({k: _probe_full(v, known, writable=k == "out") for k, v in node.kwargs.items()})
             try:
                 node.target(*args, **kwargs)
             except Exception as error:  # noqa: BLE001 - CPU's refusal, if the functional call is accepted
                 if _accepts_functional(node.target, args, kwargs):
                     return error
     return None
+
+
+def _on_cpu(kwargs: dict) -> dict:
+    """A probe's keyword arguments with a factory's ``device=`` on CPU, where the probe runs: the traced call's
+    ``device="neuron"`` with a CPU out tensor was refused ("device type neuron does not match device type of
+    out parameter (cpu)") for ``torch.logspace(a, b, n, device="neuron", out=o)``, which the device accepts."""
+    if kwargs.get("device") is None:
+        return kwargs
+    return {**kwargs, "device": torch.device("cpu")}
+
+
+SMALL_PROBE = 1 << 16  # elements: a probe argument up to this size is real zeros, beyond it one zero expanded
+
+
+def _has_empty(value: Any) -> bool:
+    if isinstance(value, torch.fx.Node):
+        meta = value.meta.get("example_value", value.meta.get("val"))
+        items = meta if isinstance(meta, (tuple, list)) else [meta]
+        return any(isinstance(t, torch.Tensor) and t.numel() == 0 for t in items)
+    if isinstance(value, (list, tuple)):
+        return any(_has_empty(v) for v in value)
+    if isinstance(value, dict):
+        return any(_has_empty(v) for v in value.values())
+    return False
+
+
+def _probe_sized(value: Any, known: dict) -> Any:
+    """``_probe_full``, except that an intermediate tensor of up to SMALL_PROBE elements is real zeros (an
+    in-place call may write it; an expanded zero is not writable)."""
+    if isinstance(value, torch.fx.Node) and value not in known:
+        meta = value.meta.get("example_value", value.meta.get("val"))
+        if isinstance(meta, torch.Tensor) and meta.numel() <= SMALL_PROBE:
+            return torch.zeros(meta.shape, dtype=meta.dtype)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_probe_sized(v, known) for v in value)
+    return _probe_full(value, known)
+
+
+def empty_refusal(gm: torch.fx.GraphModule, example_inputs: list) -> Exception | None:
+    """The error CPU raises for the first call of a Dynamo graph that reads or makes a zero-size tensor and
+    whose arguments CPU refuses, or None (see module docstring). Probed at the traced shapes with the graph's
+    own input values, as ``out_refusal``; a random call's draw comes from a forked CPU generator."""
+    calls = [n for n in gm.graph.nodes if n.op in ("call_function", "call_method")
+             and (_has_empty(n) or _has_empty(n.args) or _has_empty(n.kwargs))]
+    if not calls:
+        return None
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    inputs = {n: v for n, v in zip(placeholders, example_inputs) if type(v) in (torch.Tensor, torch.nn.Parameter)}
+    with _real_tensors(), torch.random.fork_rng(devices=[]):
+        known = {n: v.detach().to("cpu").clone() for n, v in inputs.items()}
+        for node in calls:
+            args = [_probe_sized(a, known) for a in node.args]
+            kwargs = _on_cpu({k: _probe_sized(v, known) for k, v in node.kwargs.items()})
+            target = getattr(args[0], node.target, None) if node.op == "call_method" and args else node.target
+            if not callable(target):
+                continue
+            try:
+                target(*args[1:] if node.op == "call_method" else args, **kwargs)
+            except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
+                return error
+    return None
+
+
+# meta functions (torch 2.13) whose error on a zero-size input is another class than CPU's (measured: compiled
+# amax(empty (3, 0), -1) raised TorchRuntimeError where CPU raises IndexError)
+META_CHECKED = ("amax.default", "amin.default", "aminmax.default", "argmax.default", "argmin.default")
+
+
+def _cpu_empty(value: Any) -> Any:
+    if isinstance(value, torch.Tensor):
+        return torch.empty(value.shape, dtype=value.dtype)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cpu_empty(v) for v in value)
+    return value
+
+
+@contextlib.contextmanager
+def _cpu_kernels() -> Iterator[None]:
+    """Inside a meta function under fake tensors: real CPU tensors reach CPU's kernels. The fake mode's kernel
+    invocation puts the Meta key in the thread's dispatch set (a CPU tensor would dispatch to this meta again)
+    and Dynamo's Python dispatcher would route it to the Python meta."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    include = torch._C._meta_in_tls_dispatch_include()
+    torch._C._set_meta_in_tls_dispatch_include(False)
+    try:  # and no tracing mode (a decomposition runs under AOTAutograd's proxy mode) records the probe
+        with _real_tensors(), _disable_current_modes(), torch._C._DisablePythonDispatcher():
+            yield
+    finally:
+        torch._C._set_meta_in_tls_dispatch_include(include)
+
+
+def cpu_refusal(call: Callable[[], Any]) -> Exception | None:
+    """The error CPU raises for ``call`` (which makes its own small CPU tensors), or None; for decompositions
+    and metas, which run under fake tensors and tracing modes that must not see the probe."""
+    try:
+        with _cpu_kernels():
+            call()
+    except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
+        return error
+    return None
+
+
+PROBE_LIMIT = 1 << 20  # elements: a meta's refusal is checked on CPU for arguments up to this size
+
+
+def _checked_meta(op: Any, meta: Callable) -> Callable:
+    """``meta``, except that when it refuses a call, CPU's kernel is asked with CPU tensors of the same sizes
+    and dtypes (uninitialised: CPU refuses before computing) and, when CPU refuses it with another class,
+    CPU's error is raised instead. Nothing runs on CPU for calls the meta accepts."""
+    def checked(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return meta(*args, **kwargs)
+        except Exception as error:
+            tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+            if sum(t.numel() for t in tensors) > PROBE_LIMIT:
+                raise
+            with _real_tensors():
+                cpu_args = [_cpu_empty(a) for a in args]
+                cpu_kwargs = {k: _cpu_empty(v) for k, v in kwargs.items()}
+            try:
+                with _cpu_kernels():
+                    op(*cpu_args, **cpu_kwargs)
+            except Exception as cpu_error:  # noqa: BLE001 - CPU's refusal is the answer
+                if type(cpu_error) is not type(error):
+                    raise type(cpu_error)(*cpu_error.args) from None
+            raise
+
+    checked.__wrapped__ = meta  # type: ignore[attr-defined]
+    return checked
+
+
+def install_meta_checks() -> None:
+    """Wrap the Python metas of META_CHECKED (see module docstring). Idempotent; an op or meta this torch
+    lacks is left alone."""
+    from torch._C import DispatchKey
+
+    for name in META_CHECKED:
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
+        meta = getattr(op, "py_kernels", {}).get(DispatchKey.Meta) if op is not None else None
+        if meta is None or hasattr(meta, "__wrapped__"):
+            continue
+        op.py_kernels[DispatchKey.Meta] = _checked_meta(op, meta)
+        op._dispatch_cache.clear()
 
 
 def _accepts_functional(target: Any, args: list, kwargs: dict) -> bool:

@@ -92,9 +92,10 @@ def _allow_in_graph(module) -> None:
 def _register(registry) -> None:
     if BACKEND_NAME not in registry._COMPILER_FNS:
         registry.register_backend(compiler_fn=neuron, name=BACKEND_NAME)
-    from device_impl.compiler import parity
+    from device_impl.compiler import parity  # Dynamo runs the metas before the backend sees a graph
 
     parity.install_fake_checks()  # CPU's argument checks that the meta functions Dynamo traces with skip
+    parity.install_meta_checks()  # metas that refuse with another class than CPU's kernel
 
 
 def _skip_dispatched_code(trace_rules) -> None:
