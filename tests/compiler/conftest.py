@@ -28,3 +28,20 @@ def fresh(monkeypatch, tmp_path):
     compiler.clear_cache()
     compiler.reset_stats()
     backend.reload_settings()
+
+
+@pytest.fixture
+def no_neff_cache(monkeypatch):
+    """No NEFF disk cache (every compile runs the whole pipeline), and Dynamo's and the compiler's in-memory
+    caches cleared before and after."""
+    import device_impl.compiler as compiler
+    from device_impl.compiler import backend
+
+    monkeypatch.setenv("TORCH_NEURONX_DISABLE_NEFF_CACHE", "1")
+    backend.reload_settings()
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    yield
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    backend.reload_settings()

@@ -9,20 +9,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import device_impl.compiler as compiler
 from device_impl.compiler import backend
 
 
-@pytest.fixture(autouse=True)
-def settings(monkeypatch):
-    monkeypatch.setenv("TORCH_NEURONX_DISABLE_NEFF_CACHE", "1")
-    backend.reload_settings()
-    compiler.clear_cache()
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-    compiler.clear_cache()
-    backend.reload_settings()
+pytestmark = pytest.mark.usefixtures("no_neff_cache")
 
 
 def _compiled(fn, *args):

@@ -11,20 +11,11 @@ import torch.nn.functional as F
 import device_impl.compiler as compiler
 from device_impl import engine
 from device_impl._core import C
-from device_impl.compiler import backend, groups
+from device_impl.compiler import groups
 from support import compile_traced
 
 
-@pytest.fixture(autouse=True)
-def settings(monkeypatch):
-    monkeypatch.setenv("TORCH_NEURONX_DISABLE_NEFF_CACHE", "1")
-    backend.reload_settings()
-    compiler.clear_cache()
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-    compiler.clear_cache()
-    backend.reload_settings()
+pytestmark = pytest.mark.usefixtures("no_neff_cache")
 
 
 def compile_fn(fn, *inputs):

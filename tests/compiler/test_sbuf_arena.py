@@ -11,21 +11,13 @@ import torch
 
 import device_impl.compiler as compiler
 from device_impl import engine
-from device_impl.compiler import backend, breakdown, executor, memory
+from device_impl.compiler import breakdown, executor, memory
 from support import compile_traced
 
 
 @pytest.fixture(autouse=True)
-def settings(monkeypatch):
-    monkeypatch.setenv("TORCH_NEURONX_DISABLE_NEFF_CACHE", "1")
+def settings(monkeypatch, no_neff_cache):
     monkeypatch.setattr(executor, "STATIC_REPLAY", False)  # the instruction level: every DMA counted as it runs
-    backend.reload_settings()
-    compiler.clear_cache()
-    torch._dynamo.reset()
-    yield
-    torch._dynamo.reset()
-    compiler.clear_cache()
-    backend.reload_settings()
 
 
 def mlp(x, w1, w2, w3):
