@@ -1195,6 +1195,7 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
     ran = 0
     unchecked = 0  # designed out-of-range cases whose index calls of the kernel all returned (index_bounds)
     blind = 0  # zero_sign: calls that changed the result in cases whose comparison leaves those zeros' signs free
+    unrelated = 0  # cases that failed with the mutant planted but never acting in them
     with Planted(mutant), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         for stored in mine:
@@ -1203,9 +1204,13 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
             ran += 1
             if mc.name == "zero_sign" and _zero_signs_free(stored):
                 blind += (mutant.triggered - before[1]) - (mutant.equivalent - before[2])
-            if verdict == "fail":
+            if verdict == "fail" and mutant.triggered > before[1]:
                 return Outcome(op, mc.name, "caught", killer=stored.label, kind=failure_kind(message),
                                cases_run=ran, triggered=mutant.triggered, seconds=time.perf_counter() - started)
+            if verdict == "fail":
+                # the case failed while the mutant never acted in it: the kernel behaved as the real one, so the
+                # failure is not the mutant's (a nondeterministic case), and it catches nothing
+                unrelated += 1
             if stored.cell.get("error") == "oob_index" and criterion != "error parity" \
                     and getattr(mutant, "index_returns", 0) > before[0] and mutant.triggered == before[1]:
                 unchecked += 1
@@ -1279,6 +1284,8 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
     why = (f"never triggered in {ran} cases ({mutant.calls} calls): no case had {mc.trigger}" if not mutant.triggered
            else f"triggered in {mutant.triggered} of {mutant.calls} calls over {ran} cases, and every comparison "
                 f"passed (the change is within the op's tolerance or its check does not look there)")
+    if unrelated:
+        why += f"; {unrelated} case(s) failed without the mutant acting in them (not counted: a nondeterministic case)"
     return Outcome(op, mc.name, "survived", why, cases_run=ran, triggered=mutant.triggered,
                    seconds=time.perf_counter() - started)
 

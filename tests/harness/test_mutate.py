@@ -336,3 +336,13 @@ def test_the_zero_sign_break_reaches_complex_parts():
     broken = mutate.zero_sign_host(z)
     assert not torch.signbit(torch.view_as_real(broken)).any()
     assert mutate.zero_sign_host(torch.complex(torch.ones(2), torch.ones(2))) is None
+
+
+def test_a_case_that_fails_without_the_mutant_acting_catches_nothing(monkeypatch):
+    """A stored case that fails on its rerun while the planted mutant never acted in it (a nondeterministic case)
+    is not the mutant's catch: the kernel behaved as the real one."""
+    cases = _cases("mul")[:3]
+    monkeypatch.setattr(mutate, "rerun", lambda stored, mode: ("fail", "values differ", ""))
+    outcome = mutate.run_mutant("aten::mul.out", mutate.CLASSES["nan_inf"], _facts("aten::mul.out", ("mul",)),
+                                cases, "eager")
+    assert outcome.status == "survived" and "failed without the mutant acting" in outcome.reason, outcome
