@@ -1208,8 +1208,9 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
                 return Outcome(op, mc.name, "caught", killer=stored.label, kind=failure_kind(message),
                                cases_run=ran, triggered=mutant.triggered, seconds=time.perf_counter() - started)
             if verdict == "fail":
-                # the case failed while the mutant never acted in it: the kernel behaved as the real one, so the
-                # failure is not the mutant's (a nondeterministic case), and it catches nothing
+                # the case failed while the mutant never acted in it: the break is not what failed it (a
+                # nondeterministic case, or the planting itself changed the call: a view's aliasing through the
+                # wrapper, an out= that the wrapper's clean call resized first), so it catches nothing
                 unrelated += 1
             if stored.cell.get("error") == "oob_index" and criterion != "error parity" \
                     and getattr(mutant, "index_returns", 0) > before[0] and mutant.triggered == before[1]:
@@ -1285,7 +1286,8 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
            else f"triggered in {mutant.triggered} of {mutant.calls} calls over {ran} cases, and every comparison "
                 f"passed (the change is within the op's tolerance or its check does not look there)")
     if unrelated:
-        why += f"; {unrelated} case(s) failed without the mutant acting in them (not counted: a nondeterministic case)"
+        why += (f"; {unrelated} case(s) failed without the mutant acting in them (not counted: a nondeterministic "
+                "case, or the planting itself changed the call)")
     return Outcome(op, mc.name, "survived", why, cases_run=ran, triggered=mutant.triggered,
                    seconds=time.perf_counter() - started)
 
