@@ -78,15 +78,23 @@ def _joined_run(parts: list[tuple]) -> tuple:
     return tuple(row[c] for c in _RUN_COLUMNS)
 
 
+def _insert_run(out: Store, row: tuple) -> int:
+    return out.db.execute(f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES "
+                          f"({', '.join('?' * len(_RUN_COLUMNS))})", row).lastrowid
+
+
 def merge(sources: Iterable[Path], target: Path, join: bool = False) -> dict[str, int]:
     """Copy every run (with its results) and compat record of ``sources`` into ``target``; returns counts.
     ``join``: the shard runs of one sweep (``--shard K/N`` of the same N, commit and kind, e.g. one op-suite mode
     split over the cores by ``make report``) become one run holding all their results, as the reports read one
     run per mode."""
+    sources = list(sources)
+    for source in sources:
+        if Path(source).resolve() == Path(target).resolve():
+            raise ValueError(f"cannot merge {source} into itself")
     out = Store(target)
     counts = {"stores": 0, "runs": 0, "results": 0}
     result_columns = sorted(RESULT_COLUMNS)
-    sources = list(sources)
     joined: dict[tuple, int] = {}
     if join:
         parts: dict[tuple, list[tuple]] = {}
@@ -99,13 +107,9 @@ def merge(sources: Iterable[Path], target: Path, join: bool = False) -> dict[str
                     parts.setdefault(key, []).append(run)
             db.close()
         for key, runs in parts.items():
-            row = _joined_run(runs)
-            joined[key] = out.db.execute(f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES "
-                                         f"({', '.join('?' * len(_RUN_COLUMNS))})", row).lastrowid
+            joined[key] = _insert_run(out, _joined_run(runs))
             counts["runs"] += 1
     for source in sources:
-        if Path(source).resolve() == Path(target).resolve():
-            raise ValueError(f"cannot merge {source} into itself")
         Store(source).close()  # migrate an older store's schema before reading it
         db = sqlite3.connect(source)
         have = {row[1] for row in db.execute("PRAGMA table_info(results)")}
@@ -114,8 +118,7 @@ def merge(sources: Iterable[Path], target: Path, join: bool = False) -> dict[str
             if key is not None:
                 new_id = joined[key]
             else:
-                new_id = out.db.execute(f"INSERT INTO runs ({', '.join(_RUN_COLUMNS)}) VALUES "
-                                        f"({', '.join('?' * len(_RUN_COLUMNS))})", run[1:]).lastrowid
+                new_id = _insert_run(out, run[1:])
                 counts["runs"] += 1
             columns = [c for c in result_columns if c in have]
             rows = db.execute(f"SELECT {', '.join(columns)} FROM results WHERE run_id = ? ORDER BY id",
