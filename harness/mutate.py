@@ -332,6 +332,9 @@ TAIL = 10.0  # where the saturation regions start (sigmoid and tanh tails, exp's
 
 
 def saturation_host(h: torch.Tensor) -> torch.Tensor | None:
+    if h.is_complex() and h.numel():  # a complex input's parts (irfft's spectrum, view_as_real's self)
+        parts = saturation_host(torch.view_as_real(h.resolve_conj().contiguous()))
+        return None if parts is None else torch.view_as_complex(parts.contiguous())
     if h.numel() == 0 or h.dtype == torch.bool:
         return None
     if _float(h):
@@ -348,8 +351,8 @@ def _stale(value: torch.Tensor) -> torch.Tensor:
     """What an element the kernel never wrote holds: the allocator's poison, never the right value."""
     if value.dtype == torch.bool:
         return ~value
-    if _float(value):
-        return torch.zeros_like(value) if bool(torch.isnan(value)) else torch.full_like(value, float("nan"))
+    if _float(value) or value.is_complex():
+        return torch.zeros_like(value) if bool(torch.isnan(value).any()) else torch.full_like(value, float("nan"))
     return torch.bitwise_xor(value, 0x55)
 
 
@@ -471,7 +474,10 @@ class InputOutput(Mutant):
     def run(self, original, keyset, args, kwargs):
         bound = Bound(self.facts.schema, args, kwargs)
         changed = False
-        pure = not self.facts.mutable_inputs  # calling the kernel twice changes nothing but its outs
+        # calling the kernel twice changes nothing only where it writes nothing: an out= may alias an input
+        # (``cumprod_`` is ``cumprod.out(self, out=self)``) or be resized by the first call, so an op with outs
+        # gets its clean result from clones (_shadow), as an in-place one does
+        pure = not self.facts.mutable_inputs and not self.facts.outs
         clean = _host(original.call_boxed(keyset, *args, **kwargs)) if pure else \
             _shadow(original, keyset, bound) if self.pre is not None else None
         if self.pre is not None:
@@ -566,7 +572,10 @@ class _FloatReads:
     float_returns: int = 0
 
     def run(self, original, keyset, args, kwargs):
-        floats = any(t.is_floating_point() for t in _device_tensors(list(args) + list(kwargs.values())))
+        # an out= is written, not read: an integer result cast into a float out (bitwise_and with a float32
+        # out) reads no float
+        floats = any(t.is_floating_point() for a, v in Bound(self.facts.schema, args, kwargs).items()
+                     if not a.is_out for t in _device_tensors(v))
         self.float_reads += floats
         result = super().run(original, keyset, args, kwargs)
         self.float_returns += floats
@@ -635,6 +644,7 @@ class Strides(Mutant):
 
     cpu_blind: tuple[str, ...] = ()  # inputs CPU's own kernel reads wrongly when strided (_cpu_stride_blind)
     probed: bool = False
+    storage_reads: int = 0  # calls of a view that reads its strided input's storage, not its strides
 
     def run(self, original, keyset, args, kwargs):
         bound = Bound(self.facts.schema, args, kwargs)
@@ -666,6 +676,9 @@ class Strides(Mutant):
                 self.cpu_blind = _cpu_stride_blind(self.facts, args, kwargs)
             return original.call_boxed(keyset, *args, **kwargs)
         views = any(r.alias_info is not None and not r.alias_info.is_write for r in self.facts.schema.returns)
+        if views and not in_place and self._storage_read(original, keyset, args, kwargs, changed):
+            self.storage_reads += 1  # as_strided: the input's strides are not read, so ignoring them is no break
+            return original.call_boxed(keyset, *args, **kwargs)
         refused: Any = _UNKNOWN  # what the real call did: _UNKNOWN (not made), None (returned), or its error
         if changed and not self.facts.mutable_inputs and not views:  # a view's aliasing is judged too
             refused = self._count_equivalent(original, keyset, args, kwargs, changed)
@@ -680,6 +693,28 @@ class Strides(Mutant):
         if in_place and shadow is not None and _bit_equal(_host(_written(bound, result)), shadow):
             self.equivalent += 1  # fill_ overwrites its self without reading it
         return result
+
+    def _storage_read(self, original, keyset, args, kwargs, changed: list[str]) -> bool:
+        """Whether this view's result reads its strided inputs' storage only, not their strides: the same call with
+        each of them replaced by a dense view of its storage (from the same offset) returns the same view, values
+        and geometry. ``as_strided`` addresses the storage with its own size, strides and offset, so a kernel that
+        ignored its input's strides would be the real one; ``transpose`` of the dense view is another view."""
+        try:
+            real = original.call_boxed(keyset, *args, **kwargs)
+            probe = Bound(self.facts.schema, args, kwargs)
+            given = dict((a.name, v) for a, v in probe.items())
+            for name in changed:
+                t = given[name]
+                avail = t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()
+                probe.set(name, t.as_strided((avail,), (1,), t.storage_offset()))
+            dense = original.call_boxed(keyset, *probe.args, **probe.kwargs)
+        except Exception:  # noqa: BLE001 - a refused call proves nothing
+            return False
+        pairs = list(zip(_device_tensors(real if isinstance(real, (tuple, list)) else [real]),
+                         _device_tensors(dense if isinstance(dense, (tuple, list)) else [dense])))
+        return bool(pairs) and all(
+            a.shape == b.shape and a.stride() == b.stride() and a.storage_offset() == b.storage_offset()
+            and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() for a, b in pairs)
 
     def _count_equivalent(self, original, keyset, args, kwargs, changed: list[str]) -> Exception | None:
         """Count the call ``equivalent`` when the kernel's result reads none of the values of the inputs read
@@ -972,6 +1007,18 @@ CLASSES: dict[str, MutantClass] = {c.name: c for c in (
 )}
 
 
+def _wrapped_numbers_back(schema: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The call with each Python number in a Tensor slot made a tensor again. A wrapped number (the scalar of
+    ``bitwise_and(x, 3)``, which ATen's composite passes on as a 0-dim tensor) reaches a Python kernel as a
+    Python number, and ``call_boxed`` refuses a number for a Tensor argument; a 0-dim CPU tensor of the number's
+    default dtype promotes as the wrapped number does (it loses to any dimensioned operand of its category)."""
+    bound = Bound(schema, args, kwargs)
+    for a, value in list(bound.items()):
+        if str(a.type) in ("Tensor", "Optional[Tensor]") and isinstance(value, (bool, int, float, complex)):
+            bound.set(a.name, torch.tensor(value))
+    return tuple(bound.args), bound.kwargs
+
+
 class Planted:
     """``with Planted(mutant):`` the device's kernel of ``mutant.op`` is the mutant; restored on exit.
 
@@ -986,7 +1033,10 @@ class Planted:
         original = torch.library.get_kernel(op, self.key)
         mutant = self.mutant
 
+        schema = mutant.facts.schema
+
         def kernel(keyset, *args, **kwargs):
+            args, kwargs = _wrapped_numbers_back(schema, args, kwargs)
             if getattr(_LOCAL, "inside", False):
                 return original.call_boxed(keyset, *args, **kwargs)
             _LOCAL.inside = True
@@ -1264,6 +1314,14 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
         # (``_amp_update_scale_`` takes one-element tensors only, so no tile edge or stride reaches its arithmetic).
         return Outcome(op, mc.name, "excluded", f"the op rejects every input the break applies to: all "
                        f"{mutant.rejected} calls where it changed an input raised, as on CPU", cases_run=ran,
+                       seconds=time.perf_counter() - started)
+    if mc.name == "layout" and mutant.storage_reads and mutant.storage_reads == mutant.triggered:
+        # The rule, read from the op's own calls: in every call with a strided input, the same storage as a dense
+        # view gave the same view (as_strided addresses the storage with its own size, strides and offset), so the
+        # kernel does not read its input's strides and a kernel ignoring them is the real one.
+        return Outcome(op, mc.name, "excluded", f"the op reads its input's storage, not its strides: in all "
+                       f"{mutant.storage_reads} calls with a strided input, a dense view of the same storage gave "
+                       "the same view", cases_run=ran, triggered=mutant.triggered,
                        seconds=time.perf_counter() - started)
     if mc.name == "layout" and mutant.triggered == 0 and getattr(mutant, "cpu_blind", ()):
         # The rule, asked of the running CPU with the op's own calls: every call that reached the kernel passed
