@@ -474,12 +474,14 @@ class InputOutput(Mutant):
     def run(self, original, keyset, args, kwargs):
         bound = Bound(self.facts.schema, args, kwargs)
         changed = False
-        # calling the kernel twice changes nothing only where it writes nothing: an out= may alias an input
-        # (``cumprod_`` is ``cumprod.out(self, out=self)``) or be resized by the first call, so an op with outs
-        # gets its clean result from clones (_shadow), as an in-place one does
-        pure = not self.facts.mutable_inputs and not self.facts.outs
-        clean = _host(original.call_boxed(keyset, *args, **kwargs)) if pure else \
-            _shadow(original, keyset, bound) if self.pre is not None else None
+        # calling the kernel twice changes nothing but its outs, and those the clean call gets as clones (an out=
+        # may alias an input: ``cumprod_`` is ``cumprod.out(self, out=self)``; the first call may resize it)
+        pure = not self.facts.mutable_inputs
+        if pure:
+            cargs, ckwargs = _cloned_outs(self.facts.schema, args, kwargs)
+            clean = _host(original.call_boxed(keyset, *cargs, **ckwargs))
+        else:
+            clean = _shadow(original, keyset, bound) if self.pre is not None else None
         if self.pre is not None:
             for a, value in list(bound.items()):
                 if _is_tensor_type(a.type) and not _mutable(a):
@@ -524,6 +526,19 @@ def _shadow(original, keyset, bound: Bound, errors: bool = False) -> Any:
             return _host(_written(shadow, original.call_boxed(keyset, *shadow.args, **shadow.kwargs)))
     except Exception as error:  # noqa: BLE001 - the real call meets the same error
         return error if errors else None
+
+
+def _cloned_outs(schema: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The call with each out= tensor replaced by a clone: a second call of an out= kernel (a clean result to compare
+    with, a probe) must not write the real out, which may alias an input (``cumprod_`` is cumprod.out with
+    out=self) or be resized by the first call."""
+    bound = Bound(schema, args, kwargs)
+    for a, value in list(bound.items()):
+        if a.is_out and _device_tensors(value):
+            copy = [v.clone() if isinstance(v, torch.Tensor) and not v.is_cpu else v for v in value] \
+                if isinstance(value, (list, tuple)) else value.clone()
+            bound.set(a.name, type(value)(copy) if isinstance(value, tuple) else copy)
+    return tuple(bound.args), bound.kwargs
 
 
 def _break_in_place(value: Any, fn: Callable[[torch.Tensor], torch.Tensor | None]) -> bool:
@@ -720,7 +735,8 @@ class Strides(Mutant):
         """Count the call ``equivalent`` when the kernel's result reads none of the values of the inputs read
         wrongly (see the class docstring); returns the error the kernel raises on the real call, if any."""
         try:
-            clean = _host(original.call_boxed(keyset, *args, **kwargs))
+            cargs, ckwargs = _cloned_outs(self.facts.schema, args, kwargs)
+            clean = _host(original.call_boxed(keyset, *cargs, **ckwargs))
         except Exception as error:  # noqa: BLE001 - the kernel refuses the real call
             return error
         given = {a.name: v for a, v in Bound(self.facts.schema, args, kwargs).items()}
@@ -732,7 +748,7 @@ class Strides(Mutant):
             # which no case gave strided: a coverage gap, not an equivalent mutant
             same = read <= set(changed)
             for k in range(2):
-                probe = Bound(self.facts.schema, args, kwargs)
+                probe = Bound(self.facts.schema, *_cloned_outs(self.facts.schema, args, kwargs))
                 for name in changed:
                     probe.set(name, _other_values(given[name])[k])
                 same = same and _bit_equal(_host(original.call_boxed(keyset, *probe.args, **probe.kwargs)), clean)
@@ -852,7 +868,8 @@ class Promotion(Mutant):
             clean, refused = None, None
             if not self.facts.mutable_inputs:
                 try:
-                    clean = _host(original.call_boxed(keyset, *args, **kwargs))
+                    cargs, ckwargs = _cloned_outs(self.facts.schema, args, kwargs)
+                    clean = _host(original.call_boxed(keyset, *cargs, **ckwargs))
                 except Exception as error:  # noqa: BLE001 - the real kernel refuses the out dtype; the mutant computes in it
                     refused = error
             else:  # in place (copy_ casts src to self's dtype by its semantics): what the kernel writes unbroken
