@@ -88,13 +88,47 @@ def _index_probe(value: Any) -> Any:
     return value
 
 
+def _index_copy_call(node: torch.fx.Node) -> Callable[[], Any] | None:
+    """The ``index_copy`` call an ``index_put`` node was decomposed from (its ``original_aten``), rebuilt from
+    the node's arguments at their traced shapes: ``index_put(self, [None] * dim + [index], source)``. CPU's
+    ``index_copy`` refuses a non-int64 index with its own RuntimeError ("index_copy_(): Expected a long tensor
+    for index, but got Float") where ``index_put`` raises IndexError; only such calls are rebuilt."""
+    self, indices, source = node.args[:3]
+    positions = [i for i, index in enumerate(indices) if index is not None]
+    if len(positions) != 1:
+        return None
+    dim = positions[0]
+    index = indices[dim].meta.get("val") if isinstance(indices[dim], torch.fx.Node) else None
+    if not isinstance(index, torch.Tensor) or index.dtype == torch.int64:
+        return None
+    try:
+        probes = [_probe_shaped(self.meta.get("val")), _probe_shaped(index), _probe_shaped(source.meta.get("val"))]
+    except (KeyError, AttributeError):
+        return None
+    return lambda: aten.index_copy.default(probes[0], dim, probes[1], probes[2])
+
+
+# decomposed ops whose CPU kernel checks its arguments in its own words (and class): the node's original call,
+# rebuilt for the probe (``original_aten`` -> a builder of the call, or None where it needs no probe of its own)
+# (keyed by the op's name: the ``original_aten`` AOTAutograd records is not always the very OpOverload object
+# ``torch.ops.aten`` gives)
+ORIGINAL_PROBES: dict[str, Callable[[torch.fx.Node], Callable[[], Any] | None]] = {
+    "aten.index_copy.default": _index_copy_call,
+    "aten.index_copy_.default": _index_copy_call,
+}
+
+
 def refusal(gm: torch.fx.GraphModule) -> Exception | None:
     """The error CPU raises for the first CHECKED (or INDEX_CHECKED) node of ``gm`` whose arguments it refuses,
     or None."""
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target in INDEX_CHECKED:
             with _real_tensors():
+                builder = ORIGINAL_PROBES.get(str(node.meta.get("original_aten")))
+                original = builder(node) if builder is not None else None
                 try:
+                    if original is not None:
+                        original()
                     node.target(*[_index_probe(a) for a in node.args],
                                 **{k: _index_probe(v) for k, v in node.kwargs.items()})
                 except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
@@ -176,6 +210,36 @@ def bool_power(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
         return torch.empty_like(base)
 
 
+# Ops whose meta function refuses bool with another class than CPU's kernel: floor and trunc division of bool,
+# CPU's NotImplementedError ("div_floor_cpu" not implemented for 'Bool'), the reference meta's RuntimeError
+# ("torch.bool not supported for floor_divide"), which Dynamo reports as TorchRuntimeError
+BOOL_CHECKED = frozenset({aten.div.Tensor_mode, aten.div.Scalar_mode})
+
+
+def _probe_one(value: Any) -> Any:
+    """A traced argument as a dtype probe receives it: a tensor becomes one 1 of its dtype (a divisor of 1 is
+    never a division by zero)."""
+    if isinstance(value, torch.Tensor):
+        return torch.ones((1,) * min(value.dim(), 1), dtype=value.dtype)
+    return value
+
+
+def bool_refusal(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+    """The fake-tensor rule of BOOL_CHECKED ops: for a call on a bool neuron tensor, CPU's error if its kernel
+    refuses the call's dtypes (asked with one-element ones); NotImplemented (on to the meta function) otherwise,
+    and for a call with an empty tensor. Calls without a bool tensor cost nothing."""
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    if not any(t.dtype == torch.bool for t in tensors) or not _on_neuron(tensors) \
+            or any(t.numel() == 0 for t in tensors):  # CPU returns an empty result before its dtype dispatch
+        return NotImplemented
+    with _real_tensors():
+        try:
+            func(*[_probe_one(a) for a in args], **{k: _probe_one(v) for k, v in kwargs.items()})
+        except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
+            raise type(error)(*error.args) from None
+    return NotImplemented
+
+
 def install_fake_checks() -> None:
     """Register ``fake_refusal`` (and ``bool_power``) with the fake-tensor mode once per process (Dynamo's
     tracing consults it)."""
@@ -185,6 +249,7 @@ def install_fake_checks() -> None:
 
     register_op_impl(lambda func: func in FAKE_CHECKED)(fake_refusal)
     register_op_impl(lambda func: func is aten.pow.Tensor_Scalar)(bool_power)
+    register_op_impl(lambda func: func in BOOL_CHECKED)(bool_refusal)
     _INSTALLED.append(True)
 
 
@@ -297,6 +362,10 @@ def empty_refusal(gm: torch.fx.GraphModule, example_inputs: list) -> Exception |
 # meta functions (torch 2.13) whose error on a zero-size input is another class than CPU's (measured: compiled
 # amax(empty (3, 0), -1) raised TorchRuntimeError where CPU raises IndexError)
 META_CHECKED = ("amax.default", "amin.default", "aminmax.default", "argmax.default", "argmin.default")
+# fake-tensor implementations of their own (FakeTensor's op table, consulted before any meta) whose refusal
+# is another class than CPU's: a float index to x[i] raised the meta's RuntimeError ("tensors used as indices
+# must be long, int, byte or bool tensors"), reported by Dynamo as TorchRuntimeError, where CPU raises IndexError
+FAKE_IMPL_CHECKED = ("index.Tensor",)
 
 
 def _cpu_empty(value: Any) -> Any:
@@ -337,6 +406,27 @@ def cpu_refusal(call: Callable[[], Any]) -> Exception | None:
 PROBE_LIMIT = 1 << 20  # elements: a meta's refusal is checked on CPU for arguments up to this size
 
 
+def _raise_as_cpu(op: Any, error: Exception, args: tuple, kwargs: dict) -> None:
+    """Raise CPU's error for ``op(*args, **kwargs)`` where CPU's kernel, asked with CPU tensors of the same sizes
+    and dtypes (uninitialised: CPU refuses before computing), refuses it with another class than ``error``;
+    return otherwise (also for arguments of more than PROBE_LIMIT elements, which are not probed)."""
+    def tensors(values: Any) -> list:
+        if isinstance(values, torch.Tensor):
+            return [values]
+        return [t for v in values for t in tensors(v)] if isinstance(values, (list, tuple)) else []
+    if sum(t.numel() for t in tensors([*args, *kwargs.values()])) > PROBE_LIMIT:
+        return
+    with _real_tensors():
+        cpu_args = [_cpu_empty(a) for a in args]
+        cpu_kwargs = {k: _cpu_empty(v) for k, v in kwargs.items()}
+    try:
+        with _cpu_kernels():
+            op(*cpu_args, **cpu_kwargs)
+    except Exception as cpu_error:  # noqa: BLE001 - CPU's refusal is the answer
+        if type(cpu_error) is not type(error):
+            raise type(cpu_error)(*cpu_error.args) from None
+
+
 def _checked_meta(op: Any, meta: Callable) -> Callable:
     """``meta``, except that when it refuses a call, CPU's kernel is asked with CPU tensors of the same sizes
     and dtypes (uninitialised: CPU refuses before computing) and, when CPU refuses it with another class,
@@ -345,18 +435,7 @@ def _checked_meta(op: Any, meta: Callable) -> Callable:
         try:
             return meta(*args, **kwargs)
         except Exception as error:
-            tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-            if sum(t.numel() for t in tensors) > PROBE_LIMIT:
-                raise
-            with _real_tensors():
-                cpu_args = [_cpu_empty(a) for a in args]
-                cpu_kwargs = {k: _cpu_empty(v) for k, v in kwargs.items()}
-            try:
-                with _cpu_kernels():
-                    op(*cpu_args, **cpu_kwargs)
-            except Exception as cpu_error:  # noqa: BLE001 - CPU's refusal is the answer
-                if type(cpu_error) is not type(error):
-                    raise type(cpu_error)(*cpu_error.args) from None
+            _raise_as_cpu(op, error, args, kwargs)
             raise
 
     checked.__wrapped__ = meta  # type: ignore[attr-defined]
@@ -376,6 +455,28 @@ def install_meta_checks() -> None:
             continue
         op.py_kernels[DispatchKey.Meta] = _checked_meta(op, meta)
         op._dispatch_cache.clear()
+    from torch._subclasses import fake_impls
+
+    for name in FAKE_IMPL_CHECKED:
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
+        impl = fake_impls.op_implementations_dict.get(op)
+        if impl is not None and not hasattr(impl, "__wrapped__"):
+            fake_impls.op_implementations_dict[op] = _checked_fake_impl(op, impl)
+
+
+def _checked_fake_impl(op: Any, impl: Callable) -> Callable:
+    """``impl`` (a fake-tensor implementation: fake mode, op, arguments), except that when it refuses a call,
+    CPU's kernel is asked as in ``_checked_meta`` and its exception class wins."""
+    def checked(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return impl(fake_mode, func, *args, **kwargs)
+        except Exception as error:
+            _raise_as_cpu(op, error, args, kwargs)
+            raise
+
+    checked.__wrapped__ = impl  # type: ignore[attr-defined]
+    return checked
 
 
 def _accepts_functional(target: Any, args: list, kwargs: dict) -> bool:

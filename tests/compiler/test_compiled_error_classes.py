@@ -1,0 +1,69 @@
+"""Compiled graphs raise CPU's exception class where a fake tensor's own implementation, a reference meta or a
+decomposition refuses the call in other words, or not at all (the op suite's compiled mode: index and index_2d
+with a float index, floor_divide of bool, index_copy with a float index). Each test failed before its probe
+(device_impl/compiler/parity.py: FAKE_IMPL_CHECKED, BOOL_CHECKED, ORIGINAL_PROBES)."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.usefixtures("no_neff_cache")
+
+
+def _compiled(fn, *args):
+    torch._dynamo.reset()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return torch.compile(fn, backend="neuron", dynamic=False)(*[a.to("neuron") for a in args])
+
+
+def _raises_as_cpu(fn, *args) -> type:
+    """fn raises on CPU, and its compiled run on neuron raises CPU's class (or a subclass) with CPU's words."""
+    try:
+        fn(*args)
+    except Exception as error:  # noqa: BLE001 - CPU's class is the expectation
+        expected, words = type(error), str(error)
+    else:
+        raise AssertionError("CPU accepted the call: the test needs an input CPU refuses")
+    with pytest.raises(expected) as raised:
+        _compiled(fn, *args)
+    assert words.splitlines()[0] in str(raised.value)
+    return expected
+
+
+X = torch.arange(12.0).reshape(3, 4)
+
+
+@pytest.mark.parametrize("call", [
+    lambda x, i: x[i],
+    lambda x, i: x[i, i],
+    lambda x, i: x[:, i],
+], ids=["index", "index_2d", "index_dim1"])
+def test_a_float_index_raises_cpus_index_error(call):
+    assert _raises_as_cpu(call, X, torch.tensor([0.0, 1.0])) is IndexError
+    assert torch.equal(_compiled(call, X, torch.tensor([0, 2])).cpu(), call(X, torch.tensor([0, 2])))
+
+
+@pytest.mark.parametrize("call", [
+    lambda b: torch.floor_divide(b, True),
+    lambda b: torch.floor_divide(b, b),
+    lambda b: torch.div(b, b, rounding_mode="trunc"),
+], ids=["floor_scalar", "floor_tensor", "trunc_tensor"])
+def test_floor_and_trunc_division_of_bool_raise_not_implemented_as_cpu(call):
+    assert _raises_as_cpu(call, torch.tensor([True, False, True])) is NotImplementedError
+
+
+def test_division_of_bool_that_cpu_accepts_still_compiles():
+    b = torch.tensor([True, False, True])
+    for call in (lambda t: torch.div(t, t), lambda t: torch.floor_divide(t, 2), lambda t: torch.floor_divide(t[:0], 0)):
+        torch.testing.assert_close(_compiled(call, b).cpu(), call(b), rtol=0, atol=0, equal_nan=True)
+
+
+def test_index_copy_with_a_float_index_raises_cpus_runtime_error():
+    call = lambda x, i, s: torch.index_copy(x, 1, i, s)  # noqa: E731
+    source = torch.ones(3, 2)
+    assert _raises_as_cpu(call, X, torch.tensor([0.0, 3.0]), source) is RuntimeError
+    assert torch.equal(_compiled(call, X, torch.tensor([0, 3]), source).cpu(), call(X, torch.tensor([0, 3]), source))
