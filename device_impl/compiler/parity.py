@@ -88,24 +88,86 @@ def _index_probe(value: Any) -> Any:
     return value
 
 
-def _index_copy_call(node: torch.fx.Node) -> Callable[[], Any] | None:
-    """The ``index_copy`` call an ``index_put`` node was decomposed from (its ``original_aten``), rebuilt from
-    the node's arguments at their traced shapes: ``index_put(self, [None] * dim + [index], source)``. CPU's
-    ``index_copy`` refuses a non-int64 index with its own RuntimeError ("index_copy_(): Expected a long tensor
-    for index, but got Float") where ``index_put`` raises IndexError; only such calls are rebuilt."""
+def _probe_strided(value: Any) -> Any:
+    """A traced tensor as an out-of-range probe receives it: uninitialised, with the traced strides (CPU picks
+    its kernel's path, and so its exception class, by them: index_select's dim-1 fast path needs a contiguous
+    self), up to PROBE_LIMIT elements; beyond, one zero expanded (``_probe_shaped``)."""
+    if isinstance(value, torch.Tensor) and value.numel() <= PROBE_LIMIT:
+        return torch.empty_strided(tuple(value.shape), tuple(value.stride()), dtype=value.dtype)
+    return _probe_shaped(value)
+
+
+def _dim_index_call(node: torch.fx.Node, op: Any, out_of_range: bool = False) -> Callable[[], Any] | None:
+    """The CPU call ``op(self, dim, index, source)`` (index_add, index_copy) an ``index_put`` node was decomposed
+    from, ``index_put(self, [None] * dim + [index], source, ...)``, at the traced shapes (one zero expanded);
+    ``out_of_range``: its index all one past the end of ``dim``. None where the node is not of that form."""
     self, indices, source = node.args[:3]
-    positions = [i for i, index in enumerate(indices) if index is not None]
+    positions = [i for i, index in enumerate(indices or ()) if index is not None]
     if len(positions) != 1:
         return None
     dim = positions[0]
     index = indices[dim].meta.get("val") if isinstance(indices[dim], torch.fx.Node) else None
-    if not isinstance(index, torch.Tensor) or index.dtype == torch.int64:
-        return None
+    shaped = _probe_strided if out_of_range else _probe_shaped
     try:
-        probes = [_probe_shaped(self.meta.get("val")), _probe_shaped(index), _probe_shaped(source.meta.get("val"))]
+        probes = [shaped(self.meta.get("val")), _probe_shaped(index), shaped(source.meta.get("val"))]
     except (KeyError, AttributeError):
         return None
-    return lambda: aten.index_copy.default(probes[0], dim, probes[1], probes[2])
+    if out_of_range:
+        probes[1] = torch.full(tuple(index.shape), probes[0].shape[dim] if probes[0].dim() else 1, dtype=index.dtype)
+    return lambda: op(probes[0], dim, probes[1], probes[2])
+
+
+def _index_select_call(node: torch.fx.Node) -> Callable[[], Any] | None:
+    """``index_select(self, dim, index)`` at the traced shapes, its index all one past the end of ``dim``."""
+    self, dim, index = node.args[:3]
+    try:
+        probe = _probe_strided(self.meta.get("val"))
+        index = index.meta.get("val")
+        dim = dim % max(probe.dim(), 1)
+        bad = torch.full(tuple(index.shape), probe.shape[dim] if probe.dim() else 1, dtype=index.dtype)
+    except (KeyError, AttributeError):
+        return None
+    return lambda: aten.index_select.default(probe, dim, bad)
+
+
+# ops whose CPU kernel's exception class for an out-of-range index depends on the shapes (index_select's dim-1
+# fast path and index_add's scatter paths raise RuntimeError, their other paths IndexError): the call rebuilt
+# from the node, by the name of the op it came from, with an out-of-range index, for CPU to answer
+OUT_OF_RANGE_PROBES: dict[str, Callable[[torch.fx.Node], Callable[[], Any] | None]] = {
+    "aten.index_select.default": _index_select_call,
+    "aten.index_add.default": lambda node: _dim_index_call(node, aten.index_add.default, out_of_range=True),
+    "aten.index_add_.default": lambda node: _dim_index_call(node, aten.index_add.default, out_of_range=True),
+}
+
+
+def out_of_range_class(node: torch.fx.Node) -> type[Exception] | None:
+    """The exception class CPU raises for an out-of-range index of the op ``node`` was traced from, asked of
+    CPU at the node's shapes (OUT_OF_RANGE_PROBES); None for other ops, or where CPU accepts the probe."""
+    builder = OUT_OF_RANGE_PROBES.get(str(node.meta.get("original_aten")))
+    if builder is None:
+        return None
+    with _real_tensors():  # AOTAutograd compiles inside its fake mode: the probe's tensors must be real
+        call = builder(node)
+        try:
+            if call is None:
+                return None
+            call()
+        except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
+            return type(error)
+    return None
+
+
+def _index_copy_call(node: torch.fx.Node) -> Callable[[], Any] | None:
+    """The ``index_copy`` call an ``index_put`` node was decomposed from (its ``original_aten``), rebuilt from
+    the node's arguments at their traced shapes (``_dim_index_call``). CPU's ``index_copy`` refuses a non-int64
+    index with its own RuntimeError ("index_copy_(): Expected a long tensor for index, but got Float") where
+    ``index_put`` raises IndexError; only such calls are rebuilt."""
+    indices = node.args[1] if len(node.args) > 1 else None
+    index = next((i for i in indices or () if i is not None), None)
+    meta = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
+    if not isinstance(meta, torch.Tensor) or meta.dtype == torch.int64:
+        return None
+    return _dim_index_call(node, aten.index_copy.default)
 
 
 # decomposed ops whose CPU kernel checks its arguments in its own words (and class): the node's original call,

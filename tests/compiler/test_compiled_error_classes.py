@@ -67,3 +67,31 @@ def test_index_copy_with_a_float_index_raises_cpus_runtime_error():
     source = torch.ones(3, 2)
     assert _raises_as_cpu(call, X, torch.tensor([0.0, 3.0]), source) is RuntimeError
     assert torch.equal(_compiled(call, X, torch.tensor([0, 3]), source).cpu(), call(X, torch.tensor([0, 3]), source))
+
+
+@pytest.mark.parametrize("shape, dim", [((5,), 0), ((3, 4), 0), ((3, 4), 1), ((3, 4, 2), 1), ((3, 4, 2), 2)])
+@pytest.mark.parametrize("op", ["index_select", "index_add"])
+def test_an_out_of_range_index_raises_the_class_cpu_raises_at_these_shapes(fresh, op, shape, dim):
+    """CPU's index_select raises RuntimeError on its dim-1 fast path and IndexError elsewhere; its index_add
+    RuntimeError or IndexError by the path its shapes pick: the compiled program raises what CPU raises."""
+    x = torch.zeros(shape)
+    index = torch.tensor([shape[dim]])
+    if op == "index_select":
+        call = lambda t, i: torch.index_select(t, dim, i)  # noqa: E731
+        args = (x, index)
+    else:
+        call = lambda t, i, s: torch.index_add(t, dim, i, s)  # noqa: E731
+        args = (x, index, torch.ones([1 if d == dim else n for d, n in enumerate(shape)]))
+    _raises_as_cpu_class(call, *args)
+
+
+def _raises_as_cpu_class(fn, *args) -> None:
+    try:
+        fn(*args)
+    except Exception as error:  # noqa: BLE001 - CPU's class is the expectation
+        expected = type(error)
+    else:
+        raise AssertionError("CPU accepted the call: the test needs an input CPU refuses")
+    with pytest.raises(Exception) as raised:
+        _compiled(fn, *args)
+    assert type(raised.value) is expected
