@@ -180,10 +180,43 @@ ORIGINAL_PROBES: dict[str, Callable[[torch.fx.Node], Callable[[], Any] | None]] 
 }
 
 
+def _pad_call(node: torch.fx.Node) -> Callable[[], Any] | None:
+    """``constant_pad_nd(x, pad, value)`` on a tensor of x's rank and dtype just large enough for ``pad`` (each
+    padded dimension 1 plus what its negative pads crop): CPU converts ``value`` to x's dtype when the call
+    pads anything and refuses one it cannot hold ("value cannot be converted to type uint8_t without
+    overflow"); the decompositions cast it. The probe fills a handful of elements whatever x's size."""
+    self = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    pad = list(node.args[1]) if len(node.args) > 1 else list(node.kwargs.get("pad", ()))
+    value = node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
+    if not isinstance(self, torch.Tensor) or not all(isinstance(p, int) for p in pad) or len(pad) > 2 * self.dim():
+        return None
+    shape = [1] * self.dim()
+    for i in range(len(pad) // 2):
+        shape[self.dim() - 1 - i] = 1 + max(0, -pad[2 * i]) + max(0, -pad[2 * i + 1])
+    probe = torch.zeros(shape, dtype=self.dtype)
+    return lambda: aten.constant_pad_nd.default(probe, pad, value)
+
+
+# ops whose CPU kernel checks an argument the FX graph still holds but the lowering does not: the CPU call
+# rebuilt small from the node (by its target)
+NODE_PROBES: dict[Any, Callable[[torch.fx.Node], Callable[[], Any] | None]] = {
+    aten.constant_pad_nd.default: _pad_call,
+}
+
+
 def refusal(gm: torch.fx.GraphModule) -> Exception | None:
     """The error CPU raises for the first CHECKED (or INDEX_CHECKED) node of ``gm`` whose arguments it refuses,
     or None."""
     for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in NODE_PROBES:
+            with _real_tensors():
+                call = NODE_PROBES[node.target](node)
+                try:
+                    if call is not None:
+                        call()
+                except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
+                    return error
+            continue
         if node.op == "call_function" and node.target in INDEX_CHECKED:
             with _real_tensors():
                 builder = ORIGINAL_PROBES.get(str(node.meta.get("original_aten")))
@@ -415,9 +448,13 @@ def empty_refusal(gm: torch.fx.GraphModule, example_inputs: list) -> Exception |
             if not callable(target):
                 continue
             try:
-                target(*args[1:] if node.op == "call_method" else args, **kwargs)
+                result = target(*args[1:] if node.op == "call_method" else args, **kwargs)
             except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
                 return error
+            # a later call reads this one's result, not zeros of its shape: a view keeps its base's storage
+            # (x[1:] of a one-element x is empty, but as_strided over it may address the element before it)
+            if isinstance(result, torch.Tensor):
+                known[node] = result
     return None
 
 

@@ -95,3 +95,31 @@ def _raises_as_cpu_class(fn, *args) -> None:
     with pytest.raises(Exception) as raised:
         _compiled(fn, *args)
     assert type(raised.value) is expected
+
+
+@pytest.mark.parametrize("dtype, value, pad", [
+    (torch.uint8, 300.0, (1, 1)), (torch.uint8, -1.0, (0, 2, 1, 0)), (torch.int8, 200.0, (1, 0)),
+    (torch.float16, 1e6, (2, 2)),
+])
+def test_a_pad_value_the_dtype_cannot_hold_raises_as_cpu(dtype, value, pad):
+    """F.pad converts ``value`` to the tensor's dtype with CPU's overflow check; the compiled program cast it."""
+    call = lambda t: torch.nn.functional.pad(t, pad, value=value)  # noqa: E731
+    assert _raises_as_cpu(call, torch.zeros(3, 4, dtype=dtype)) is RuntimeError
+
+
+def test_a_pad_cpu_accepts_still_compiles():
+    """A value that fits, and a negative pad (a crop: nothing filled, nothing converted), give CPU's result."""
+    x = torch.arange(12, dtype=torch.uint8).reshape(3, 4)
+    for call in (lambda t: torch.nn.functional.pad(t, (1, 1), value=255.0),
+                 lambda t: torch.nn.functional.pad(t, (-1, 0), value=300.0)):
+        assert torch.equal(_compiled(call, x).cpu(), call(x))
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.float32])
+def test_as_strided_over_an_empty_view_addresses_its_base_storage(dtype):
+    """``x[1:]`` of a one-element x is empty, but as_strided over it reads the storage element before the view:
+    the zero-size call's CPU probe (``empty_refusal``) gave the view an empty storage of its own and raised
+    "setStorage: ... out of bounds for storage of size 0" where CPU returns x's element."""
+    call = lambda t: t[1:].as_strided((1, 1), (0, 0), 0).clone()  # noqa: E731
+    x = torch.ones(1, dtype=dtype)
+    assert torch.equal(_compiled(call, x).cpu(), call(x))
