@@ -151,13 +151,37 @@ def overlapping_written(gm: torch.fx.GraphModule, example_inputs: list) -> Unsup
     one shared element. Run eagerly, each in-place op follows CPU's own rule for it (zero_ and fill_ write,
     add_ raises), as the device's eager kernels do."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    written = _written_placeholders(gm)
+    written = _written_placeholders(gm) | _written_views(gm, placeholders)
     for node, example in zip(placeholders, example_inputs):
         if node in written and isinstance(example, torch.Tensor) and torch._debug_has_internal_overlap(example) == 1:
             return UnsupportedOpError("write to an overlapping input",
                                       f"input {_source_name(node)} (shape {list(example.shape)}, stride "
                                       f"{list(example.stride())}) is written and its elements share memory")
     return None
+
+
+def _written_views(gm: torch.fx.GraphModule, placeholders: list) -> set:
+    """Graph inputs written through a view of them: ``s`` of ``x.reshape(-1).split(1)`` passed to an in-place
+    op writes x, and AOTAutograd copies x back whole (``torch._amp_update_scale_`` of each element of an
+    expanded x raised "more than one element of the written-to tensor refers to a single memory location").
+    A view shares its input's (fake) storage in the traced example values."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def storage(node: Any) -> Any:
+        value = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+        if not isinstance(value, torch.Tensor):
+            return None
+        try:
+            return StorageWeakRef(value.untyped_storage())
+        except (RuntimeError, NotImplementedError):
+            return None
+    inputs = {ref: node for node in placeholders if (ref := storage(node)) is not None}
+    found: set = set()
+    for node in _written_placeholders(gm):
+        ref = storage(node)
+        if node.op != "placeholder" and ref in inputs:
+            found.add(inputs[ref])
+    return found
 
 
 # in-place random fills: CPU's kernels and the device's draw into self's elements in memory order

@@ -62,3 +62,17 @@ def test_an_in_place_random_fill_of_a_strided_tensor_draws_as_eager(fresh, layou
     got = _compiled(fn, x)
     assert got.stride() == want.stride()
     assert torch.equal(got.cpu(), want)
+
+
+def test_an_in_place_write_through_a_view_of_an_expanded_input_runs_as_eager(fresh):
+    """Each element view of an expanded x written in place (``_amp_update_scale_`` per element): CPU writes the
+    one shared element; AOTAutograd's copy-back of the whole x refused an overlapping destination."""
+    def fn(scale, tracker, found):
+        return [torch._amp_update_scale_(s, tracker, found, 2.0, 0.5, 2) for s in scale.reshape(-1).split(1)]
+    want_inputs = [torch.tensor([2.0]).expand(4), torch.tensor([1], dtype=torch.int32), torch.tensor([0.0])]
+    got_inputs = [t.to("neuron") for t in want_inputs[1:]]
+    got_inputs.insert(0, torch.tensor([2.0]).to("neuron").expand(4))
+    want = fn(*want_inputs)
+    got = _compiled(fn, *got_inputs)
+    assert all(torch.equal(g.cpu(), w) for g, w in zip(got, want))
+    assert all(torch.equal(g.cpu(), w) for g, w in zip(got_inputs, want_inputs))
