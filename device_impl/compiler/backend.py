@@ -281,20 +281,29 @@ def _traced_strides(aot_gm: torch.fx.GraphModule) -> dict[int, tuple[int, ...]]:
     ``x.clone()`` of a transposed, channels_last or overlapping x the layout ``empty_like`` picks. The layout
     is visible to what runs after the graph: ``x.clone().resize_(n)`` breaks the graph at ``resize_``, which
     then reads the clone's storage in memory order (a transposed clone gave the elements in logical order).
-    Outputs that only write back a mutated input (AOTAutograd copies them in with ``copy_``) or that are
-    saved for the backward keep the program's layout: nothing reads their strides."""
+    Outputs that only write back a mutated input (AOTAutograd copies them in with ``copy_``), that AOTAutograd
+    replaces by a view it regenerates, or that are saved for the backward keep the program's layout: nothing
+    reads their strides. The copy costs a device copy per such output and call."""
+    from torch._functorch._aot_autograd.schemas import OutputType
+
     context = torch._guards.TracingContext.try_get()
     meta = getattr(context, "fw_metadata", None)
     try:
         first = len(meta.tokens) + meta.num_mutated_inp_runtime_indices
         last = meta.num_forward_returns
+        # a user output AOTAutograd regenerates as a view of an input or of another output: its strides come
+        # from that view, not from the program's tensor (intermediate bases, after the user outputs, count)
+        regenerated = {first + i for i, info in enumerate(meta.output_info)
+                       if info.output_type not in (OutputType.non_alias, OutputType.unsafe_view_alias,
+                                                   OutputType.alias_of_intermediate_base_is_user_output)}
     except AttributeError:
         return {}
     outputs = aot_gm.graph.output_node().args[0]
     found: dict[int, tuple[int, ...]] = {}
     for index, node in enumerate(outputs if isinstance(outputs, (list, tuple)) else [outputs]):
         value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
-        if not first <= index < last or not isinstance(value, torch.Tensor) or value.numel() < 2:
+        if not first <= index < last or index in regenerated or not isinstance(value, torch.Tensor) \
+                or value.numel() < 2:
             continue
         if not value.is_contiguous() and non_overlapping_and_dense(value):
             found[index] = tuple(int(s) for s in value.stride())
