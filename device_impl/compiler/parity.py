@@ -36,7 +36,15 @@ any backend sees a graph: PyTorch's Python metas of ``amax``/``amin``/``aminmax`
 dimension and ``argmax``/``argmin`` of an empty tensor raise RuntimeError where CPU raises IndexError, and Dynamo reports a RuntimeError from a fake tensor as
 TorchRuntimeError (other classes reach the caller as raised). When a wrapped meta
 refuses a call, CPU's kernel is asked with uninitialised CPU tensors of the same sizes (it refuses
-before computing) and its class wins.
+before computing) and its class wins. ``FAKE_IMPL_CHECKED`` does the same for FakeTensor's own implementations,
+which it consults before any meta (``x[float_index]``: CPU's IndexError, not TorchRuntimeError).
+
+``bool_refusal`` (BOOL_CHECKED: floor and trunc division) asks CPU, for calls on a bool tensor only, whether
+it refuses the dtypes (NotImplementedError where the reference meta raised RuntimeError). ``NODE_PROBES``
+rebuild a node's CPU call small (constant_pad_nd's value conversion, checked only when something is padded),
+``ORIGINAL_PROBES`` the call a decomposed node came from (``index_copy``'s own dtype check, where the
+``index_put`` it became raises IndexError), and ``out_of_range_class`` the class CPU's index_select and
+index_add raise for an out-of-range index at the node's shapes and strides (their paths differ in class).
 """
 
 from __future__ import annotations
