@@ -513,7 +513,17 @@ def cpu_refusal(call: Callable[[], Any]) -> Exception | None:
 PROBE_LIMIT = 1 << 20  # elements: a meta's refusal is checked on CPU for arguments up to this size
 
 
-def _raise_as_cpu(op: Any, error: Exception, args: tuple, kwargs: dict) -> None:
+def _cpu_zeros(value: Any) -> Any:
+    """``_cpu_empty`` with zeros: an index tensor's values are part of what CPU checks (zero is in range)."""
+    if isinstance(value, torch.Tensor):
+        return torch.zeros(value.shape, dtype=value.dtype)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cpu_zeros(v) for v in value)
+    return value
+
+
+def _raise_as_cpu(op: Any, error: Exception, args: tuple, kwargs: dict,
+                  cpu_tensor: Callable[[Any], Any] = _cpu_empty) -> None:
     """Raise CPU's error for ``op(*args, **kwargs)`` where CPU's kernel, asked with CPU tensors of the same sizes
     and dtypes (uninitialised: CPU refuses before computing), refuses it with another class than ``error``;
     return otherwise (also for arguments of more than PROBE_LIMIT elements, which are not probed)."""
@@ -524,8 +534,8 @@ def _raise_as_cpu(op: Any, error: Exception, args: tuple, kwargs: dict) -> None:
     if sum(t.numel() for t in tensors([*args, *kwargs.values()])) > PROBE_LIMIT:
         return
     with _real_tensors():
-        cpu_args = [_cpu_empty(a) for a in args]
-        cpu_kwargs = {k: _cpu_empty(v) for k, v in kwargs.items()}
+        cpu_args = [cpu_tensor(a) for a in args]
+        cpu_kwargs = {k: cpu_tensor(v) for k, v in kwargs.items()}
     try:
         with _cpu_kernels():
             op(*cpu_args, **cpu_kwargs)
@@ -574,12 +584,13 @@ def install_meta_checks() -> None:
 
 def _checked_fake_impl(op: Any, impl: Callable) -> Callable:
     """``impl`` (a fake-tensor implementation: fake mode, op, arguments), except that when it refuses a call,
-    CPU's kernel is asked as in ``_checked_meta`` and its exception class wins."""
+    CPU's kernel is asked as in ``_checked_meta`` (with zeros: an index's values are checked) and its exception
+    class wins."""
     def checked(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
         try:
             return impl(fake_mode, func, *args, **kwargs)
         except Exception as error:
-            _raise_as_cpu(op, error, args, kwargs)
+            _raise_as_cpu(op, error, args, kwargs, _cpu_zeros)
             raise
 
     checked.__wrapped__ = impl  # type: ignore[attr-defined]
