@@ -150,7 +150,8 @@ def _gelu_tanh(x):
 
 
 def _exp_neg_into(x: np.ndarray, out: np.ndarray) -> None:
-    """exp(-x) as a float32: float64's exp of the exactly widened -x, rounded once to ``out``'s dtype.
+    """exp(-x) as a float32: float64's exp of the exactly widened -x, rounded once to ``out``'s dtype
+    (``x`` may be ``out``).
 
     Why not numpy's float32 exp: its bits depend on the host (numpy's AVX512F and AVX2 loops and libm's
     expf differ in the last place). Float64 exp is within a few float64 ULP on every implementation numpy
@@ -159,8 +160,8 @@ def _exp_neg_into(x: np.ndarray, out: np.ndarray) -> None:
     and checks that the sigmoid and silu built on it come out the same either way. Elsewhere this is the
     correctly rounded float32 exp, as CPU's (SLEEF's u10 expf, glibc's expf) is in almost every case.
     Overflow is float32's: inf exactly where CPU's float32 exp overflows (x < -88.7228)."""
-    wide = np.negative(x, dtype=np.float64)  # exact
-    np.exp(wide, out=out)  # the one rounding, float64 -> float32
+    np.negative(x, out=out)  # exact
+    np.exp(out, out=out, dtype=np.float64)  # widened exactly per buffer; the one rounding, float64 -> float32
 
 
 def _sigmoid_into(x: np.ndarray, out: np.ndarray) -> None:
