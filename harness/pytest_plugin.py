@@ -41,6 +41,15 @@ settings.register_profile("ci", max_examples=25, database=_DB, **_COMMON)
 settings.register_profile("nightly", max_examples=200, database=_DB, **_COMMON)
 settings.register_profile("replay", max_examples=1, phases=[Phase.explicit, Phase.reuse], database=_DB,
                           **_COMMON)
+# A compiled-mode test under these profiles does not shrink a failure (pytest_runtest_call): every shrink step
+# compiles a new graph (50-150 ms, against a few ms for an eager case), and Hypothesis shrinks until it has spent
+# MAX_SHRINKING_SECONDS (300 s) of wall time. In a report's compiled shard one failing op (amp_update_scale) shrank
+# for 310 s and the four failing drawn tests for 394 s of the shard's 1,112 s, and where a slow shrink stopped
+# (so the stored example, and the passing cases stored on the way) depended on the machine's load. The draws are the
+# same (derandomized; the generate phase does not depend on the phases after it); the first failing example is
+# reported instead of a shrunk one (`--hypothesis-profile ci` shrinks).
+_NO_SHRINK_PROFILES = ("quick",)
+_NO_SHRINK_PHASES = (Phase.explicit, Phase.reuse, Phase.generate, Phase.target)
 _PROFILE = os.environ.get("NEURONSIM_HYPOTHESIS_PROFILE", "quick")
 settings.load_profile(_PROFILE)
 
@@ -339,10 +348,28 @@ def pytest_runtest_call(item: pytest.Item):
     mode left out, so ``--neuron-mode eager`` and ``--neuron-mode adaptive`` run identical cases."""
     inner = getattr(getattr(getattr(item, "obj", None), "hypothesis", None), "inner_test", None)
     callspec = getattr(item, "callspec", None)
+    bound = None
     if inner is not None and callspec is not None and "mode" in callspec.params:
         rest = ",".join(f"{k}={getattr(v, 'name', v)}" for k, v in sorted(callspec.params.items()) if k != "mode")
         inner._hypothesis_internal_add_digest = f"{item.nodeid.split('[', 1)[0]}[{rest}]".encode()
-    yield
+        bound = _without_shrinking(item, callspec.params["mode"])
+    try:
+        yield
+    finally:
+        if bound is not None:
+            item.obj._hypothesis_internal_use_settings = bound
+
+
+def _without_shrinking(item: pytest.Item, mode: str):
+    """For a compiled-mode test under a profile of ``_NO_SHRINK_PROFILES``: its settings (which Hypothesis reads when
+    the test is called) without the shrink and explain phases; returns the settings to put back after the call, or
+    None where nothing was changed."""
+    bound = getattr(item.obj, "_hypothesis_internal_use_settings", None)
+    if mode != "compiled" or _PROFILE not in _NO_SHRINK_PROFILES or bound is None:
+        return None
+    item.obj._hypothesis_internal_use_settings = settings(
+        bound, phases=[p for p in bound.phases if p in _NO_SHRINK_PHASES])
+    return bound
 
 
 @pytest.hookimpl(hookwrapper=True)

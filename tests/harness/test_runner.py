@@ -179,3 +179,37 @@ def test_a_cases_cotangent_reaches_the_backward_in_the_cases_layout(layout, stri
     assert torch.equal(grad.cpu(), 2 * seen[0].cpu())
     if layout == "sliced":  # the filler a stride-ignoring read would meet is NaN
         assert torch.isnan(torch.as_strided(seen[0], (3, 8), (8, 1)).cpu()).any()
+
+
+def test_a_compiled_mode_test_reports_its_first_failing_example_unshrunk(monkeypatch):
+    """Under the quick profile a compiled-mode test does not shrink (each step would compile a graph; one failing
+    op shrank for Hypothesis's whole 300 s): the first failing draw is reported. Other modes still shrink."""
+    import types
+
+    from hypothesis import Phase, given, settings
+    from hypothesis import strategies as st
+
+    from harness import pytest_plugin
+
+    calls: list[int] = []
+
+    @settings(max_examples=50, derandomize=True, database=None, deadline=None)
+    @given(st.integers(0, 10**6))
+    def failing(n):
+        calls.append(n)
+        assert n < 1000
+
+    monkeypatch.setattr(pytest_plugin, "_PROFILE", "quick")
+    item = types.SimpleNamespace(obj=failing)
+    assert pytest_plugin._without_shrinking(item, "eager") is None
+    bound = pytest_plugin._without_shrinking(item, "compiled")
+    assert bound is not None and Phase.shrink not in failing._hypothesis_internal_use_settings.phases
+    with pytest.raises(AssertionError):
+        failing()
+    unshrunk = list(calls)
+    failing._hypothesis_internal_use_settings = bound
+    calls.clear()
+    with pytest.raises(AssertionError):
+        failing()
+    assert calls[-1] == 1000 and len(calls) > len(unshrunk)  # shrunk to the boundary, in more calls
+    assert unshrunk[-1] > 1000 and all(n < 1000 for n in unshrunk[:-2])  # generated, then replayed as found
