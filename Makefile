@@ -56,9 +56,11 @@ test-hosts: core
 # a mode cut short keeps the cases it ran), REPORT_BENCH (pytest-benchmark flags).
 REPORT_MODE_BUDGET ?= 300
 # The compiled mode costs about 3x an eager case (Dynamo tracing and AOTAutograd per case): it runs in this many
-# pytest-xdist workers that steal each other's tests (-n N --dist worksteal), so they finish together whatever a test
-# costs (a fixed hash split, --shard K/N, had left one shard ~100 s behind the other); each worker is a run in
-# build/shards/compiled.sqlite, joined into one run after (`python -m harness merge --join`).
+# pytest-xdist workers fed from one queue in the suite's order, 64 tests at a time (-n N --dist load
+# --maxschedchunk 64), so they finish together whatever a test costs (a fixed hash split, --shard K/N, had left one
+# shard ~100 s behind the other) and a budget still cuts the OpInfo tail (worksteal would hand the second worker the
+# second half of the suite from the start); each worker is a run in build/shards/compiled.sqlite, joined into one run
+# after (`python -m harness merge --join`).
 REPORT_COMPILED_SHARDS ?= 2
 REPORT_BENCH ?= --benchmark-max-time=0.25 --benchmark-min-rounds=3
 # exit status of a step that may find failures: 0 ok, 1 failures found (shown in the report),
@@ -97,7 +99,7 @@ report: core
 	for proc in $$procs; do \
 	  mode=$$proc; shard=""; \
 	  if [ $$mode = compiled ] && [ $(REPORT_COMPILED_SHARDS) -gt 1 ]; then \
-	    shard="-n $(REPORT_COMPILED_SHARDS) --dist worksteal --results build/shards/$$proc.sqlite"; fi; \
+	    shard="-n $(REPORT_COMPILED_SHARDS) --dist load --maxschedchunk 64 --results build/shards/$$proc.sqlite"; fi; \
 	  ( status=0; PYTHONUNBUFFERED=1 timeout --signal=INT --kill-after=60 $(REPORT_MODE_BUDGET) \
 	      $(PY) -m pytest $$files -q -p no:cacheprovider --neuron-mode $$mode $$shard -o console_output_style=count \
 	      --tb=no -rN --junitxml=build/junit/opsuite-$$proc.xml > build/reports/opsuite-$$proc.log 2>&1 \

@@ -215,10 +215,10 @@ def _start_session(config: pytest.Config) -> Session:
 
 def _xdist_part() -> str:
     """A pytest-xdist worker's place among the session's workers as a shard, ``K/N`` (``gw0`` of two is 1/2), else "".
-    The report splits the compiled mode over its cores with ``-n N --dist worksteal`` (a worker that runs out of
-    tests takes some of the other's, so they finish together, where a fixed hash split left one shard ~100 s
-    behind); each worker opens its own run in the store, and ``python -m harness merge --join`` makes the workers'
-    runs one run of the mode, as it does for ``--shard K/N``."""
+    The report splits the compiled mode over its cores with ``-n N --dist load`` (workers fed from one queue, so
+    they finish together, where a fixed hash split left one shard ~100 s behind); each worker opens its own run in
+    the store, and ``python -m harness merge --join`` makes the workers' runs one run of the mode, as it does for
+    ``--shard K/N``."""
     worker, count = os.environ.get("PYTEST_XDIST_WORKER", ""), os.environ.get("PYTEST_XDIST_WORKER_COUNT", "")
     if not (worker.startswith("gw") and worker[2:].isdigit() and count.isdigit()):
         return ""

@@ -116,7 +116,7 @@ def test_opsuite_shard_option_deselects_other_shards(tmp_path):
 
 
 def test_an_xdist_worker_is_a_shard_of_its_sweep(monkeypatch):
-    """make report runs the compiled mode in pytest-xdist workers (-n 2 --dist worksteal); each worker's run is
+    """make report runs the compiled mode in pytest-xdist workers (-n 2 --dist load); each worker's run is
     labelled as a shard K/N of the sweep, so merge --join makes the workers' runs one run of the mode."""
     from harness.pytest_plugin import _xdist_part
 
@@ -131,11 +131,11 @@ def test_an_xdist_worker_is_a_shard_of_its_sweep(monkeypatch):
 
 
 def test_opsuite_xdist_workers_join_into_one_run(tmp_path):
-    """Two workers stealing each other's tests write two runs into one store; joined, they are one run holding every
+    """Two workers fed from one queue write two runs into one store; joined, they are one run holding every
     test's results, as the unsplit run would."""
     store = tmp_path / "compiled.sqlite"
     args = [sys.executable, "-m", "pytest", "opsuite/test_pointwise.py", "-q", "-p", "no:cacheprovider",
-            "-k", "test_pointwise and (-neg] or -abs] or -exp] or -sin])", "-n", "2", "--dist", "worksteal",
+            "-k", "test_pointwise and (-neg] or -abs] or -exp] or -sin])", "-n", "2", "--dist", "load", "--maxschedchunk", "4",
             "--results", str(store)]
     done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
