@@ -34,7 +34,8 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
   input is its own result, as ATen's ``std::asinh`` gives;
 * comparisons with a Python scalar (``eq.Scalar`` ...) convert the scalar to the tensor's dtype
   (``bool_tensor == -2`` became ``== True``), where ATen compares in the promoted dtype: the tensor
-  is converted to ``result_type(tensor, scalar)`` first;
+  is converted to ``result_type(tensor, scalar)`` first; so are both sides of a comparison of two tensors
+  of different dtypes (torch-mlir compared int8 with a 0-d uint8 as unsigned);
 * ``elu`` lowers ``expm1`` as ``exp(x) - 1``, which loses tiny negative results (and their sign):
   it becomes ATen's ``where(x > 0, x * scale, alpha * scale * expm1(x * input_scale))``;
 * ``native_layer_norm`` lowers with the variance as E[x^2] - E[x]^2 (cancellation: 1e-4 relative
@@ -351,6 +352,23 @@ def _compare_scalar(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node
     return _call(graph, node.target, _cast(graph, x, promoted), other)
 
 
+_COMPARE_TENSOR = (aten.eq.Tensor, aten.ne.Tensor, aten.lt.Tensor, aten.le.Tensor, aten.gt.Tensor, aten.ge.Tensor)
+
+
+def _compare_tensor(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """A comparison of two tensors of different dtypes, in ATen's promoted dtype (``torch.result_type``, where a
+    0-d tensor does not widen a dimensioned one of its category): torch-mlir compares mixed signed/unsigned
+    integers as unsigned (``int8 <= uint8 0-d`` read -1 as 255), where ATen converts the uint8 scalar to int8."""
+    a, b = node.args[0], node.args[1]
+    if not isinstance(a, torch.fx.Node) or not isinstance(b, torch.fx.Node):
+        return None
+    left, right = a.meta["val"], b.meta["val"]
+    if left.dtype == right.dtype:
+        return None
+    promoted = torch.result_type(left, right)
+    return _call(graph, node.target, _cast(graph, a, promoted), _cast(graph, b, promoted))
+
+
 def _elu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     x = node.args[0]
     alpha, scale, input_scale = (list(node.args[1:]) + [1.0, 1.0, 1.0][len(node.args) - 1:])[:3]
@@ -500,6 +518,7 @@ REWRITES = {
     aten.trunc.default: _trunc,
     aten.native_layer_norm.default: _layer_norm,
     **{op: _compare_scalar for op in _COMPARE_SCALAR},
+    **{op: _compare_tensor for op in _COMPARE_TENSOR},
     aten.elu.default: _elu,
     aten.index.Tensor: _wrap_indices,
     aten.index_put.default: _wrap_indices,
