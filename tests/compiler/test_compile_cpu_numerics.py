@@ -35,3 +35,38 @@ def test_signed_and_unsigned_compare_in_atens_promoted_dtype(op, other):
     a = torch.tensor([-128, -56, -1, 0, 1, 2, 127], dtype=torch.int8)
     _same_bits(op, a, torch.tensor(other, dtype=torch.uint8))
     _same_bits(op, a, torch.tensor([other] * 7, dtype=torch.uint8))  # int16 both sides
+
+
+def _lerp_operands(dtype):
+    """start, end, weight of 3 * 6 elements whose lerp is a zero whose sign the two lambdas of CPU's loop
+    give differently (end -0.0, weight 1: lerp_vec +0.0, the scalar Lerp.h -0.0) or that a fused multiply-add
+    keeps (start +0.0, a product underflowing to -0.0)."""
+    start = torch.tensor([-0.0, 0.0, -0.0, 0.0, 1.0, 0.0] * 3, dtype=torch.float32)
+    end = torch.tensor([-0.0, -0.0, 0.0, -0.0, -0.0, -9.18e-41] * 3, dtype=torch.float32)
+    weight = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 1.01e-39] * 3, dtype=torch.float32)
+    return [t.to(dtype) for t in (start, end, weight)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "sliced", "transposed"])
+def test_lerp_keeps_the_zero_signs_of_cpus_vector_and_scalar_lambdas(layout, dtype):
+    """CPU's vector lambda runs on whole blocks of contiguous runs, its scalar lambda on a run's tail (18
+    elements: the last 2 in float32) and on every element of a strided operand; PyTorch's decomposition is the
+    vector lambda everywhere (op suite lerp_tensor sliced/channels_last). Made on the device in the layout, as a
+    user's view is."""
+    view = {"contiguous": lambda t: t, "sliced": lambda t: torch.stack([t, t], -1)[..., 0],
+            "transposed": lambda t: t.view(3, 6).t()}[layout]
+    operands = _lerp_operands(dtype)
+    want = torch.lerp(*[view(t) for t in operands])
+    torch._dynamo.reset()
+    got = torch.compile(torch.lerp, backend="neuron", dynamic=False)(*[view(t.to("neuron")) for t in operands])
+    got = got.cpu()
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert torch.equal(torch.signbit(got), torch.signbit(want))
+
+
+def test_lerp_with_a_scalar_weight_keeps_cpus_zero_signs():
+    """lerp.Scalar: the branch is the weight's, the lambda the element's (a tail of 2 after 16 in float32)."""
+    start, end, _ = _lerp_operands(torch.float32)
+    _same_bits(lambda s, e: torch.lerp(s, e, 1.0), start, end)
+    _same_bits(lambda s, e: torch.lerp(s, e, 0.25), start, end)
