@@ -122,4 +122,42 @@ as the eager kernel's ``_fma``). Both in float32 for float16/bfloat16 (opmath), 
     return result.to(dtype)
 
 
-DECOMPOSITIONS = {aten.lerp.Tensor: _lerp, aten.lerp.Scalar: _lerp}
+def _add_alpha_of(negate: bool):
+    """add/sub with alpha != 1 in a float dtype as ATen's add kernel (sub passes -alpha): the vector lambda is
+    ``vec::fmadd(other, alpha, self)``, the scalar one ``self + alpha * other`` with alpha in the dtype.
+    float32 keeps PyTorch's form (``self + other * alpha``, the product rounded: CPU fuses both lambdas where the
+    host's kernels fuse; they differ in a last bit, and in a zero's sign where the product underflows, which
+    three more ops on every optimizer update would be the price of). float16/bfloat16 fuse in float32 on CPU's full vector
+    blocks only; the scalar lambda (a run's tail, a strided run, every element under the DEFAULT kernels) rounds
+    ``alpha * other`` to the dtype first, so it overflows where the fused form does not (float16 ``x + 2 * 32767``
+    is inf unless x brings it back below 65520). The eager kernel's split (``binary._add_alpha_float``)."""
+    def decomposition(self: torch.Tensor, other: torch.Tensor, *, alpha=1) -> torch.Tensor:
+        from device_impl.kernels import cpu_host
+
+        if alpha == 1 or not isinstance(self, torch.Tensor) or not isinstance(other, torch.Tensor):
+            return NotImplemented
+        dtype = torch.result_type(self, other)
+        if dtype not in NARROW or any(size == 0 for size in torch.broadcast_shapes(self.shape, other.shape)):
+            return NotImplemented
+        a = _rounded_scalar(-alpha if negate else alpha, dtype)
+        x, y = self.to(dtype).to(torch.float32), other.to(dtype).to(torch.float32)
+        vector = vector_mask((self, other), dtype, self.device) if cpu_host.fused_multiply_add() else False
+        results = []
+        if vector is not False:  # the float32 product of two float16/bfloat16 values is exact: fused is unfused
+            results.append(y * a + x)
+        if vector is not True:
+            results.append(x + (y * a).to(dtype).to(torch.float32))
+        result = results[0] if len(results) == 1 else torch.where(vector, *results)
+        return result.to(dtype)
+    return decomposition
+
+
+def _rounded_scalar(value, dtype: torch.dtype) -> float:
+    """A Python scalar as CPU's kernel reads it in ``dtype`` (round to nearest even), computed on the host."""
+    from device_impl.compiler.numerics import _rounded
+
+    return _rounded(float(value), dtype)
+
+
+DECOMPOSITIONS = {aten.lerp.Tensor: _lerp, aten.lerp.Scalar: _lerp,
+                  aten.add.Tensor: _add_alpha_of(negate=False), aten.sub.Tensor: _add_alpha_of(negate=True)}

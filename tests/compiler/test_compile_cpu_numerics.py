@@ -70,3 +70,17 @@ def test_lerp_with_a_scalar_weight_keeps_cpus_zero_signs():
     start, end, _ = _lerp_operands(torch.float32)
     _same_bits(lambda s, e: torch.lerp(s, e, 1.0), start, end)
     _same_bits(lambda s, e: torch.lerp(s, e, 0.25), start, end)
+
+
+@pytest.mark.parametrize("op", [torch.add, torch.sub], ids=lambda op: op.__name__)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_add_with_alpha_overflows_where_cpus_scalar_lambda_rounds_the_product(dtype, op):
+    """CPU's vector lambda fuses ``other * alpha + self`` in float32; its scalar lambda (a run's tail: the last 3
+    of 35 elements, 32 a block) rounds ``alpha * other`` to the dtype first, so 2 * 32767 is inf in float16 even
+    where self brings the sum back (op suite add_alpha float16 + int16: NaN and inf at other positions)."""
+    big = 32767 if dtype == torch.float16 else 2 ** 126
+    x = torch.tensor([-60000.0, 1.5, float("inf"), -0.0, 3.0] * 7).to(dtype)
+    if dtype == torch.bfloat16:
+        x = torch.tensor([-3e38, 1.5, float("inf"), -0.0, 3.0] * 7).to(dtype)
+    y = torch.tensor([big, -big, big, 0, -2] * 7, dtype=torch.int16 if dtype == torch.float16 else dtype)
+    _same_bits(lambda a, b: op(a, b, alpha=2), x, y)
