@@ -32,11 +32,12 @@ class _Layout:
         return len(self.shape)
 
 
-def vector_mask(operands: tuple, dtype: torch.dtype, device) -> torch.Tensor | bool:
+def vector_mask(operands: tuple, dtype: torch.dtype, device, block: int | None = None) -> torch.Tensor | bool:
     """Where CPU's loop over ``operands`` (broadcast together) runs its vector lambda: True (every element),
     False (none) or a bool tensor of the broadcast shape. The output's layout is TensorIterator's
     (``compute_elementwise_output_strides``); an element is in the vector part when its index within its
-    contiguous inner run is below the last whole vector block of that run."""
+    contiguous inner run is below the last whole vector block of that run. ``block``: the elements one step of the
+    kernel's vector loop covers, ``cpu_host.vector_block(dtype)`` unless the kernel's differs."""
     from torch._prims_common import compute_elementwise_output_strides
 
     from device_impl.kernels import cpu_host
@@ -51,7 +52,7 @@ def vector_mask(operands: tuple, dtype: torch.dtype, device) -> torch.Tensor | b
                                     or any(inner[k] == 0 and all(s == 1 for j, s in enumerate(inner[1:], 1) if j != k)
                                            for k in range(1, len(inner))))
     n0 = shp[0]
-    block = cpu_host.vector_block(dtype)
+    block = cpu_host.vector_block(dtype) if block is None else block
     split = block * (n0 // block) if contiguous and n0 > 1 else 0
     if split == 0:
         return False

@@ -587,16 +587,33 @@ def opmath(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
 
 
 def _elu_backward(grad: torch.Tensor, alpha, scale, input_scale, is_result: bool, self_or_result: torch.Tensor):
-    """elu_backward as CPU's vector loop computes it: the negative branch unless ``x > 0``, so a NaN input
-    gives a NaN gradient (PyTorch's decomposition tests ``x <= 0``, as CPU's scalar tail does: 1 for NaN
-    at the first and last few positions only). The op suite compares whole tensors, which CPU computes
-    mostly in its vector loop."""
+    """elu_backward as CPU's loop computes it: its vector lambda takes the negative branch unless ``x > 0``, so a
+    NaN input gives a NaN gradient; its scalar lambda tests ``x <= 0`` (PyTorch's decomposition's test), so a NaN
+    input passes the gradient on, ``grad * scale``. Each element takes the lambda CPU's loop runs there
+    (``loops.vector_mask``: a run's tail and a strided operand's every element are scalar; the block is the host's,
+    ``cpu_host.elu_backward_block``), judged on the traced
+    strides of the gradient and the input (a cotangent AOTAutograd made contiguous reaches CPU as the user made it:
+    where the two differ, only a NaN input's gradient can)."""
+    from device_impl.compiler import loops
+
     negcoef, poscoef, negiptcoef = alpha * scale, scale, input_scale
     if is_result:
         negative = grad * negiptcoef * (self_or_result + negcoef)
     else:
         negative = grad * negiptcoef * negcoef * torch.exp(self_or_result * negiptcoef)
-    return torch.where(self_or_result > 0, grad * poscoef, negative)
+    positive = grad * poscoef
+    if not grad.dtype.is_floating_point or any(size == 0 for size in grad.shape):
+        return torch.where(self_or_result > 0, positive, negative)
+    from device_impl.kernels import cpu_host
+
+    vector = loops.vector_mask((grad, self_or_result), grad.dtype, grad.device,
+                               cpu_host.elu_backward_block(grad.dtype))
+    if vector is True:
+        return torch.where(self_or_result > 0, positive, negative)
+    scalar = torch.where(self_or_result <= 0, negative, positive)
+    if vector is False:
+        return scalar
+    return torch.where(vector, torch.where(self_or_result > 0, positive, negative), scalar)
 
 
 def _softmax_backward_data(grad_output: torch.Tensor, output: torch.Tensor, dim: int, input_dtype: torch.dtype):

@@ -84,3 +84,26 @@ def test_add_with_alpha_overflows_where_cpus_scalar_lambda_rounds_the_product(dt
         x = torch.tensor([-3e38, 1.5, float("inf"), -0.0, 3.0] * 7).to(dtype)
     y = torch.tensor([big, -big, big, 0, -2] * 7, dtype=torch.int16 if dtype == torch.float16 else dtype)
     _same_bits(lambda a, b: op(a, b, alpha=2), x, y)
+
+
+def _grad(fn, x, device, view=lambda t: t):
+    leaf = x.detach().to(device).requires_grad_()
+    out = fn(view(leaf))
+    out.backward(torch.ones_like(out))
+    return leaf.grad.cpu()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "sliced"])
+def test_elu_gradient_of_nan_follows_cpus_lambda(layout):
+    """CPU's elu_backward vector lambda gives a NaN input a NaN gradient (``x > 0`` false: the exp branch), its
+    scalar lambda the gradient itself (``x <= 0`` false): the last 4 of 36 float32 elements (a block is 16 or 32,
+    by the host's capability), and every element of a sliced input, take the scalar one (op suite elu special
+    sliced: 48 NaN on the device, none on CPU). The values within float32's tolerance (exp's last bit)."""
+    x = torch.tensor([float("nan"), -1.0, 2.0] * 12)
+    view = (lambda t: t) if layout == "contiguous" else (lambda t: t[::2])
+    fn = lambda t: torch.nn.functional.elu(t, alpha=0.5)  # noqa: E731
+    want = _grad(fn, x, "cpu", view)
+    torch._dynamo.reset()
+    got = _grad(torch.compile(fn, backend="neuron", dynamic=False), x, "neuron", view)
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    torch.testing.assert_close(got, want, equal_nan=True)
