@@ -160,5 +160,16 @@ def _rounded_scalar(value, dtype: torch.dtype) -> float:
     return _rounded(float(value), dtype)
 
 
-DECOMPOSITIONS = {aten.lerp.Tensor: _lerp, aten.lerp.Scalar: _lerp,
+def _scatter_add(self: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """scatter_add of float16/bfloat16 as CPU accumulates it: in float32, rounded once at the end (the eager
+    kernel's ``_Fp32Stage``). The lowering scattered in the dtype: the engine's scatter adds each block of 128 rows
+    into the destination and rounds it to float16 there, so a partial sum overflowed to inf where the whole one
+    comes back below 65504 (op suite scatter_add float16/bfloat16 near_overflow, bfloat16 signed_zero)."""
+    if self.dtype not in NARROW or src.dtype != self.dtype:
+        return NotImplemented
+    return aten.scatter_add.default(self.float(), dim, index, src.float()).to(self.dtype)
+
+
+DECOMPOSITIONS = {aten.scatter_add.default: _scatter_add,
+                  aten.lerp.Tensor: _lerp, aten.lerp.Scalar: _lerp,
                   aten.add.Tensor: _add_alpha_of(negate=False), aten.sub.Tensor: _add_alpha_of(negate=True)}

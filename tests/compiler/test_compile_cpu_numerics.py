@@ -107,3 +107,24 @@ def test_elu_gradient_of_nan_follows_cpus_lambda(layout):
     got = _grad(torch.compile(fn, backend="neuron", dynamic=False), x, "neuron", view)
     assert torch.equal(torch.isnan(got), torch.isnan(want))
     torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_float16_scatter_add_accumulates_in_float32_as_cpu():
+    """CPU accumulates a float16 scatter_add in float32 and rounds once; the engine's scatter rounded each block of
+    rows into the float16 destination, so a partial sum overflowed (op suite scatter_add float16 near_overflow)."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.rand(2, 300, generator=g) * 120000 - 60000).to(torch.float16)
+    index = torch.randint(0, 2, (6, 300), generator=g)
+    src = (torch.rand(6, 300, generator=g) * 120000 - 60000).to(torch.float16)
+    _same_bits(lambda a, i, s: torch.scatter_add(a, 0, i, s), x, index, src)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_scatter_add_adds_duplicates_in_order(dtype):
+    """CPU adds each source element to the destination in turn: 3e38 + 3e38 overflows before -3e38 comes (inf);
+    the engine's scatter summed the duplicates first (3e38 + -3e38 = 0) and gave 3e38 (op suite scatter_add
+    bfloat16 near_overflow: bfloat16 accumulates in float32, whose range is its own)."""
+    x = torch.tensor([3e38, 1.0, -0.0]).to(dtype)
+    index = torch.tensor([0, 0, 2, 1])
+    src = torch.tensor([3e38, -3e38, -0.0, 2.0]).to(dtype)
+    _same_bits(lambda a, i, s: torch.scatter_add(a, 0, i, s), x, index, src)
