@@ -52,8 +52,9 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
 * float16/bfloat16 transcendental ops lower to several ops each rounded to the narrow type
   (``log2 = log(x) / log(2)``), while ATen computes them in float32 and rounds once: they are
   computed in float32 and converted back (``opmath``), as ATen's ``opmath_type`` does; so are
-  ``mean`` (a float16 sum rounded before the division overflows) and ``native_group_norm``
-  (several outputs).
+  ``mean`` (a float16 sum rounded before the division overflows), ``avg_pool2d``
+  (CPU's ``cpu_avg_pool`` sums each window in float32: a float16 window of values near 60000 overflowed)
+  and ``native_group_norm`` (several outputs).
 """
 
 from __future__ import annotations
@@ -550,7 +551,8 @@ OPMATH = frozenset(getattr(aten, name) for name in (
     "exp2", "expm1", "log2", "log10", "log1p", "sinh", "cosh", "tan", "asin", "acos", "atan", "asinh", "acosh",
     "atanh", "erf", "erfc", "erfinv", "sigmoid", "tanh", "sin", "cos", "exp", "log", "sqrt", "rsqrt", "reciprocal",
     "gelu", "silu", "elu", "softplus", "mish", "logit", "hardsigmoid", "hardswish", "atan2", "pow", "lerp",
-    "hypot", "xlogy", "special_erfcx", "mean", "native_group_norm") if hasattr(aten, name))
+    "hypot", "xlogy", "special_erfcx", "mean", "native_group_norm", "avg_pool2d")
+    if hasattr(aten, name))
 
 
 def needs_opmath(node: torch.fx.Node) -> bool:

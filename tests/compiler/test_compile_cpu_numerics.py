@@ -128,3 +128,11 @@ def test_scatter_add_adds_duplicates_in_order(dtype):
     index = torch.tensor([0, 0, 2, 1])
     src = torch.tensor([3e38, -3e38, -0.0, 2.0]).to(dtype)
     _same_bits(lambda a, i, s: torch.scatter_add(a, 0, i, s), x, index, src)
+
+
+def test_float16_avg_pool2d_sums_its_windows_in_float32():
+    """CPU's avg_pool2d sums a float16 window in float32 and rounds the mean once; the lowering summed in float16,
+    which overflows for four values near 60000 (op suite avg_pool2d float16 near_overflow: inf where CPU is finite)."""
+    x = torch.tensor([[51072.0, 47328.0, 59520.0, 62112.0], [44448.0, 38272.0, -60992.0, -56800.0]] * 2)
+    x = x.to(torch.float16).reshape(1, 1, 4, 4)
+    _same_bits(lambda t: torch.nn.functional.avg_pool2d(t, 2, 2), x)
