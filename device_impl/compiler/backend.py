@@ -396,10 +396,11 @@ def _decompositions() -> dict:
 def _decomposition_table() -> dict:
     import torch._decomp as decomp
 
+    from device_impl.compiler import loops
     from device_impl.compiler.numerics import DECOMPOSITIONS
 
     core = getattr(decomp, "_core_aten_decompositions_post_autograd", None) or decomp.core_aten_decompositions
-    return {**core(), **DECOMPOSITIONS}
+    return {**core(), **DECOMPOSITIONS, **loops.DECOMPOSITIONS}
 
 
 def _specialize(gm: torch.fx.GraphModule, args: tuple) -> tuple[torch.fx.GraphModule, list]:

@@ -510,8 +510,12 @@ class DMA(_Engine):
             self.timeline.hbm_read += nbytes
         self._schedule("dma_gather", nbytes, len(index), reads=(rows,), writes=(dst,))
 
-    def store_rows(self, table: np.ndarray, rows: Tile, src: Tile, accumulate: bool = False) -> None:
-        """Indirect DMA scatter: table[rows[p, 0]] = src[p] (or += with accumulate, applied in order)."""
+    def store_rows(self, table: np.ndarray, rows: Tile, src: Tile, accumulate: bool = False,
+                   in_order: bool = False) -> None:
+        """Indirect DMA scatter: table[rows[p, 0]] = src[p] (or += with accumulate). ``in_order``: each row is
+        added to the destination in partition order, rounded to its dtype each time, as CPU's serial loops add
+        (``x + a + b``, not ``x + (a + b)``: near the top of the range the two overflow differently); else the
+        duplicates are summed first."""
         index = rows.read()[:, 0].astype(np.int64)
         values = src.read()
         if index.size and (index.min() < 0 or index.max() >= table.shape[0]):
@@ -522,9 +526,14 @@ class DMA(_Engine):
             # and receives only -0.0 stays -0.0, as adding the values one by one gives (from +0.0 it became +0.0).
             acc = compute_dtype(table.dtype)
             rows_hit, inverse = np.unique(index, return_inverse=True)
-            sums = np.full((len(rows_hit),) + table.shape[1:], -0.0 if acc.kind == "f" else 0, dtype=acc)
-            np.add.at(sums, inverse, values.astype(acc))
-            table[rows_hit] = (table[rows_hit].astype(acc) + sums).astype(table.dtype)
+            if in_order:  # unbuffered: one add per row, in order, each rounded to the table's dtype
+                work = table[rows_hit]
+                np.add.at(work, inverse, values.astype(table.dtype))
+                table[rows_hit] = work
+            else:
+                sums = np.full((len(rows_hit),) + table.shape[1:], -0.0 if acc.kind == "f" else 0, dtype=acc)
+                np.add.at(sums, inverse, values.astype(acc))
+                table[rows_hit] = (table[rows_hit].astype(acc) + sums).astype(table.dtype)
         else:
             table[index] = values
         nbytes = values.nbytes
