@@ -109,9 +109,21 @@ class Compiled(Mode):
             expression, namespace = found
             names = sorted((k for k, v in namespace.items() if isinstance(v, torch.Tensor)), key=_tensor_order)
             scope = {k: v for k, v in namespace.items() if k not in names}
+            scope.update(_CONTINUATIONS)
             target = eval(f"lambda {', '.join(names)}: {expression}", scope)  # noqa: S307 - the spec's own call text
             compiled = torch.compile(target, backend=backend, dynamic=False)
-            return compiled(*(namespace[n] for n in names))
+            try:
+                return compiled(*(namespace[n] for n in names))
+            finally:
+                _CONTINUATIONS.update((k, v) for k, v in scope.items() if k.startswith("__resume_at_"))
+
+
+# Dynamo's graph-break continuations (``__resume_at_<offset>_<n>``), kept across cases. Dynamo caches a
+# continuation by its code object, and code objects compare by value: the same expression text compiled again
+# (another case of the spec, a fresh globals dict) gets the first compile's continuation, whose function Dynamo
+# installed in the first case's globals only, so the second call raised NameError (add_out/mul_out 0-dim cases;
+# reproduced with backend="eager"). Each case's globals get every continuation made so far, as one module's do.
+_CONTINUATIONS: dict[str, Any] = {}
 
 
 def _no_latency(*args: Any, **kwargs: Any) -> float:

@@ -117,6 +117,21 @@ def test_compiled_mode_never_replays_another_calls_graph():
         assert torch.allclose(xd.cpu(), x.sin() if variant == "sin_" else x, atol=1e-6), variant
 
 
+def test_compiled_mode_runs_one_expression_with_a_graph_break_in_two_cases():
+    """Two cases of one expression whose out= call breaks the graph, each in its own namespace (as the runner
+    makes them): Dynamo reuses the first compile's continuation for the equal code object of the second, so its
+    ``__resume_at_*`` function must be in the second case's globals too (it raised NameError)."""
+    from harness import modes
+
+    compiled = modes.get("compiled")
+    expression = ("(lambda out: (torch.add(x0, x1, out=out), out, torch.equal(out.reshape(-1), "
+                  "torch.add(x0, x1).reshape(-1))))(torch.empty(0, device=x0.device))")
+    for value in (1.0, 2.0):
+        ns = {"torch": torch, "x0": torch.full((), value, device="neuron"), "x1": torch.ones((), device="neuron")}
+        _, out, equal = compiled.run(lambda: eval(expression, ns), "neuron")
+        assert out.cpu().item() == value + 1 and equal
+
+
 def test_compiled_mode_skips_dynamos_guard_latency_profile_and_restores_it(monkeypatch):
     """Dynamo times every new frame's guards after evicting the CPU caches (~40 ms a compile, a metric nothing
     reads); the compiled mode replaces that timer while a case compiles, and puts Dynamo's back after, also when
