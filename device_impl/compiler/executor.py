@@ -260,7 +260,7 @@ class Executable:
             self._fast = replay.fast_runners(self.program, self.runners)
         for wide, runner in self._fast:
             if wide:
-                runner(replay.wide_core(), env)
+                runner(replay.wide_core, env)
             else:
                 with nc.scope():
                     runner(nc, env)

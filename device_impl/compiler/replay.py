@@ -31,6 +31,7 @@ import threading
 from typing import Any, Callable
 
 import numpy as np
+from numpy.lib.array_utils import byte_bounds
 
 from device_impl.compiler.groups import GroupRunner
 from device_impl.compiler.program import Program
@@ -153,6 +154,19 @@ class _WideDMA(DMA):
             return super().store_flat(dst, start, stop, src)
         np.copyto(dst, src.read().reshape(dst.shape))
 
+    # the byte moves of load and store, without their cost (the wide core's timeline is a scratchpad)
+    def load(self, dst: Tile, src: np.ndarray) -> None:
+        if src.size != dst.data.size or src.dtype != dst.dtype:
+            return super().load(dst, src)  # its error
+        target = dst.write_target()
+        target[...] = src.reshape(target.shape) if src.shape != target.shape else src
+
+    def store(self, dst: np.ndarray, src: Tile) -> None:
+        if dst.size != src.data.size or src.dtype != dst.dtype:
+            return super().store(dst, src)  # its error
+        values = src.read()
+        dst[...] = values.reshape(dst.shape) if values.shape != dst.shape else values
+
 
 class _Scratchpad(Timeline):
     """The wide core's timeline: instructions are issued to it and nothing reads it (the launch reports the
@@ -193,7 +207,9 @@ def wide_core() -> WideCore:
 
 # -- wide runners ---------------------------------------------------------------------------------
 
-WideRunner = Callable[[WideCore, Any], None]
+# A wide runner takes ``wide_core`` (called for a freshly reset wide core, by the runners that issue
+# instructions: a recorded group plan and a product's arithmetic need none) and the execution's Env.
+WideRunner = Callable[[Callable[[], WideCore], Any], None]
 
 _COPY_COLUMNS = 32  # columns per slab of a transposing copy (fp32_contiguous)
 
@@ -213,8 +229,186 @@ def fp32_contiguous(view: np.ndarray) -> np.ndarray:
 
 def _wide_fused(step: dict, program: Program, runner) -> WideRunner:
     """A fused group as one tile: flat groups [1, N]; reduce groups all rows at once with the tile
-    program's column chunks (so partial reductions combine at the same points)."""
-    return runner.run_wide
+    program's column chunks (so partial reductions combine at the same points). Run as a ``GroupPlan``:
+    its instructions recorded at the first execution, issued as recorded at later ones."""
+    if not plannable(step):
+        return lambda core, env: runner.run_wide(core(), env)
+    return GroupPlan(runner).run
+
+
+# -- group plans: a wide group's instructions, recorded once ------------------------------------------
+#
+# On the wide core a fused group issues the same instructions on the same tile shapes at every execution
+# (its control flow follows from shapes, immediates and a timeline that never advances: _Scratchpad); only
+# the HBM arrays its DMAs read and write differ (new outputs, other inputs). Working out that sequence
+# (access patterns, instruction selection, tile bookkeeping in groups.GroupRunner) was most of a small
+# group's wall time: a tiny Llama's RMS norm issued ~25 instructions through ~600 Python calls. A plan
+# records the engine calls of one execution (the instruction, its tiles and immediates, and each HBM
+# operand as a view of one of the execution's base arrays: value id, byte offset, shape, strides) and
+# later executions call the same engine methods on the same tiles, the HBM views rebuilt on this
+# execution's arrays. The arithmetic is the engines' own, instruction by instruction, so the bits are.
+
+PLAN_BYTES = 16 << 20  # tile bytes a plan may keep between executions (larger groups run as before)
+_INTEGER_TRAPS = frozenset({"divide", "remainder"})  # integer division by zero raises from a tile read
+
+
+def plannable(step: dict) -> bool:
+    """Whether a group's instructions can be recorded: none of its ops reads tile values in Python (an
+    integer division checks its divisor for zeros to raise CPU's error; the plan would skip the check)."""
+    return not any(op["op"] in _INTEGER_TRAPS and np.dtype(op["in_types"][0]).kind in "iub"
+                   for op in step.get("ops", ()))
+
+
+class _Refused(Exception):
+    """A recording that cannot be replayed (an instruction that answered, an operand of no base array)."""
+
+
+class _LoggedEngine:
+    """An engine whose instruction calls are recorded (a plan's recording run)."""
+
+    __slots__ = ("_engine", "_log")
+
+    def __init__(self, engine, log: list) -> None:
+        self._engine = engine
+        self._log = log
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._engine, name)
+        if name.startswith("_") or not callable(attr):
+            return attr
+        log = self._log
+
+        def instruction(*args, **kwargs):
+            result = attr(*args, **kwargs)
+            log.append((attr, args, kwargs, result))
+            return result
+
+        return instruction
+
+
+class _KeptPool(_UnboundedPool):
+    """The recording core's tiles, listed: the plan keeps them for its later executions."""
+
+    def __init__(self, space: str, capacity: int, partitions: int) -> None:
+        super().__init__(space, capacity, partitions)
+        self.tiles: list[Tile] = []
+
+    def allocate(self, shape: tuple[int, int], dtype: np.dtype, name: str = "") -> Tile:
+        tile = super().allocate(shape, dtype, name)
+        self.tiles.append(tile)
+        return tile
+
+
+class _RecordingCore(WideCore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sbuf = _KeptPool("sbuf", self.sbuf.capacity, self.sbuf.partitions)
+        self.psum = _KeptPool("psum", self.psum.capacity, self.psum.partitions)
+        self.reset(False)
+        self.log: list = []
+        for name in ("dma", "tensor", "vector", "scalar", "gpsimd"):
+            setattr(self, name, _LoggedEngine(getattr(self, name), self.log))
+
+
+def _bases(env) -> list[tuple[int, int, int, np.ndarray]]:
+    """(value id, first byte, end byte, array) of an execution's C-contiguous base arrays."""
+    found = []
+    for vid, array in env.arrays.items():
+        if array.size and array.flags.c_contiguous:
+            lo, hi = byte_bounds(array)
+            found.append((vid, lo, hi, array))
+    return found
+
+
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+class GroupPlan:
+    """A fused group's wide run: recorded at its first execution, replayed after (see above)."""
+
+    def __init__(self, runner) -> None:
+        self.runner = runner
+        self.instructions: list | None = None  # [(method, args, kwargs, [(position, vid, offset, shape, strides)])]
+        self.layouts: list[tuple] = []  # (vid, shape, strides, dtype) of every base array the plan reads or writes
+        self.roots: list[Tile] = []
+        self.refused: str | bool = False  # why it was not recorded
+        self.replays = 0  # executions that issued the recorded instructions (tests count them)
+        self.lock = threading.Lock()
+
+    def run(self, wide, env) -> None:
+        if self.instructions is None:
+            if self.refused or not self.lock.acquire(blocking=False):
+                return self.runner.run_wide(wide(), env)
+            try:
+                self._record(env)
+            finally:
+                self.lock.release()
+            return None
+        if not self.lock.acquire(blocking=False):  # another thread replays it: its tiles are taken
+            return self.runner.run_wide(wide(), env)
+        try:
+            arrays = env.arrays
+            for vid, shape, strides, dtype in self.layouts:
+                base = arrays.get(vid)
+                if base is None or base.shape != shape or base.strides != strides or base.dtype != dtype:
+                    return self.runner.run_wide(wide(), env)
+            for tile in self.roots:
+                tile.initialized = False  # as the recording's fresh tiles: a partial first write poisons the rest
+            self.replays += 1
+            for method, args, kwargs, operands in self.instructions:
+                if operands:
+                    args = list(args)
+                    for position, vid, offset, shape, strides in operands:
+                        base = arrays[vid]
+                        args[position] = np.ndarray(shape, base.dtype, buffer=base, offset=offset, strides=strides)
+                method(*args, **kwargs)
+        finally:
+            self.lock.release()
+        return None
+
+    def _record(self, env) -> None:
+        core = _RecordingCore()
+        self.runner.run_wide(core, env)  # this execution's results: the group runs as always, logged
+        try:
+            self.instructions, self.layouts = self._plan(core.log, _bases(env))
+        except _Refused as why:
+            self.refused = str(why)
+            return
+        self.roots = [t for t in core.sbuf.tiles + core.psum.tiles]
+        if sum(t.data.nbytes for t in self.roots) > PLAN_BYTES:
+            self.instructions, self.layouts, self.roots = None, [], []
+            self.refused = "its tiles exceed PLAN_BYTES"
+
+    @staticmethod
+    def _plan(log: list, bases: list) -> tuple[list, list]:
+        instructions = []
+        used: dict[int, tuple] = {}
+        for method, args, kwargs, result in log:
+            if result is not None:
+                raise _Refused(f"{method.__name__} answered {result!r}")
+            if any(isinstance(v, (np.ndarray, list, tuple, dict)) for v in kwargs.values()):
+                raise _Refused(f"{method.__name__}: an array keyword operand")
+            operands = []
+            for position, arg in enumerate(args):
+                if isinstance(arg, (list, tuple, dict)):
+                    raise _Refused(f"{method.__name__}: a container operand")
+                if not isinstance(arg, np.ndarray):
+                    continue
+                if not arg.size:
+                    raise _Refused(f"{method.__name__}: an empty operand")
+                lo, hi = byte_bounds(arg)
+                for vid, blo, bhi, base in bases:
+                    if blo <= lo and hi <= bhi and arg.dtype == base.dtype:
+                        break
+                else:
+                    raise _Refused(f"{method.__name__}: an operand in no base array")
+                used[vid] = (vid, base.shape, base.strides, base.dtype)
+                operands.append((position, vid, _address(arg) - blo, arg.shape, arg.strides))
+            if operands:  # the recording's HBM arrays are not kept: each execution puts its own in
+                args = tuple(None if any(p == i for p, *_ in operands) else a for i, a in enumerate(args))
+            instructions.append((method, args, kwargs, operands))
+        return instructions, list(used.values())
 
 
 def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
@@ -243,7 +437,7 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     epilogue = step.get("epilogue")
     tail_group = GroupRunner(epilogue) if epilogue is not None else None
 
-    def run(core, env) -> None:
+    def run(wide, env) -> None:
         if epilogue is None:
             out = env.access(result).reshape(batch, m, n)
         else:
@@ -252,6 +446,7 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
             return
         _product(env, out)
         if epilogue is not None:
+            core = wide()
             tile = core.sbuf_tile((batch * m, n), out.dtype)
             np.copyto(tile.write_target(), out.reshape(batch * m, n))
             tail_group.epilogue(env, batch * m, n, epilogue["product_slot"])(core, tile, 0, batch * m, 0, n)
@@ -284,7 +479,7 @@ def _wide_attention(step: dict, program: Program, runner) -> WideRunner:
     from device_impl.compiler.steps import attention_call
     from device_impl.kernels.attention import forward_wide
 
-    def run(core, env) -> None:
+    def run(wide, env) -> None:
         call = attention_call(step, program, env)
         if call is not None:
             forward_wide(*call)
@@ -311,4 +506,4 @@ def fast_runners(program: Program, runners: list) -> list[tuple[bool, Callable[[
     return plan
 
 
-__all__ = ["STEP_KINDS", "is_static", "measured", "usable", "apply", "fast_runners", "WideCore"]
+__all__ = ["STEP_KINDS", "is_static", "measured", "usable", "apply", "fast_runners", "WideCore", "GroupPlan"]
