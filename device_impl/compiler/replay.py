@@ -44,6 +44,9 @@ from device_impl.engine.timeline import ENGINES, Timeline
 # step kind -> how a fast execution runs it:
 #   "wide"  a runner over whole arrays (one tile per step or per product block), same rounding points
 #   "tile"  its instruction-level runner as is (its arithmetic; its timeline is discarded)
+#   "plan"  its instruction-level runner on the wide core, recorded at the first fast execution and issued as
+#           recorded after (``StepPlan``): steps that only move or generate values (DMA, memset, iota,
+#           casts), whose instructions follow from shapes and whose engine choices change no bits
 #   "data"  cost or control flow depends on values: a program with such a step is never replayed
 # A kind missing here counts as "data": a new step kind is replayed only once someone has said why it may be.
 STEP_KINDS: dict[str, str] = {
@@ -53,17 +56,18 @@ STEP_KINDS: dict[str, str] = {
     # its wide runner (kernels.attention.forward_wide) takes every head at once
     "attention": "wide",
     "attention_backward": "tile",
-    "iota": "tile",
-    "concatenate": "tile",
-    "pad": "tile",
-    "copy": "tile",
-    "fill": "tile",
+    "iota": "plan",
+    "concatenate": "plan",
+    "pad": "plan",
+    "copy": "plan",
+    "fill": "plan",
     "argmax": "tile",
     "argmin": "tile",
     "reduce_window": "tile",
     "convolution": "tile",
-    # indirect DMA: the indices pick the rows, their count sets the cost (descriptors, bytes)
-    "gather": "tile",
+    # indirect DMA: the indices pick the rows, their count sets the cost (descriptors, bytes); the offsets
+    # program (its bounds check) and the row moves are instructions, so a plan issues them with the new indices
+    "gather": "plan",
     "scatter": "tile",
     # issue 21 names sorts data-dependent; GpSimd's sort programs (ties, top-k) are not audited as shape-only
     "sort": "data",
@@ -167,6 +171,11 @@ class _WideDMA(DMA):
         values = src.read()
         dst[...] = values.reshape(dst.shape) if values.shape != dst.shape else values
 
+    def hbm_copy(self, dst: np.ndarray, src: np.ndarray) -> None:
+        if src.dtype != dst.dtype:
+            return super().hbm_copy(dst, src)  # its error
+        np.copyto(dst, src)
+
 
 class _Scratchpad(Timeline):
     """The wide core's timeline: instructions are issued to it and nothing reads it (the launch reports the
@@ -229,16 +238,16 @@ def fp32_contiguous(view: np.ndarray) -> np.ndarray:
 
 def _wide_fused(step: dict, program: Program, runner) -> WideRunner:
     """A fused group as one tile: flat groups [1, N]; reduce groups all rows at once with the tile
-    program's column chunks (so partial reductions combine at the same points). Run as a ``GroupPlan``:
+    program's column chunks (so partial reductions combine at the same points). Run as a ``StepPlan``:
     its instructions recorded at the first execution, issued as recorded at later ones."""
     if not plannable(step):
         return lambda core, env: runner.run_wide(core(), env)
-    return GroupPlan(runner).run
+    return StepPlan(runner.run_wide).run
 
 
-# -- group plans: a wide group's instructions, recorded once ------------------------------------------
+# -- step plans: a wide step's instructions, recorded once -------------------------------------------
 #
-# On the wide core a fused group issues the same instructions on the same tile shapes at every execution
+# On the wide core a fused group (and a "plan" kind step) issues the same instructions on the same tile shapes at every execution
 # (its control flow follows from shapes, immediates and a timeline that never advances: _Scratchpad); only
 # the HBM arrays its DMAs read and write differ (new outputs, other inputs). Working out that sequence
 # (access patterns, instruction selection, tile bookkeeping in groups.GroupRunner) was most of a small
@@ -310,27 +319,35 @@ class _RecordingCore(WideCore):
             setattr(self, name, _LoggedEngine(getattr(self, name), self.log))
 
 
-def _bases(env) -> list[tuple[int, int, int, np.ndarray]]:
-    """(value id, first byte, end byte, array) of an execution's C-contiguous base arrays."""
+def _bases(env) -> list[tuple[tuple[bool, int], int, int, np.ndarray]]:
+    """((is an output?, value id or output index), first byte, end byte, array) of an execution's C-contiguous
+    base arrays: its values' buffers and its outputs (a copy step writes an output no buffer names)."""
     found = []
-    for vid, array in env.arrays.items():
+    for key, array in [*(((False, vid), a) for vid, a in env.arrays.items()),
+                       *(((True, i), a) for i, a in enumerate(env.outputs))]:
         if array.size and array.flags.c_contiguous:
             lo, hi = byte_bounds(array)
-            found.append((vid, lo, hi, array))
+            found.append((key, lo, hi, array))
     return found
+
+
+def _base(env, key: tuple[bool, int]) -> np.ndarray | None:
+    output, index = key
+    return env.outputs[index] if output else env.arrays.get(index)
 
 
 def _address(array: np.ndarray) -> int:
     return array.__array_interface__["data"][0]
 
 
-class GroupPlan:
-    """A fused group's wide run: recorded at its first execution, replayed after (see above)."""
+class StepPlan:
+    """A step's wide run (``run(core, env)``): recorded at its first execution, replayed after (see above)."""
 
-    def __init__(self, runner) -> None:
-        self.runner = runner
-        self.instructions: list | None = None  # [(method, args, kwargs, [(position, vid, offset, shape, strides)])]
-        self.layouts: list[tuple] = []  # (vid, shape, strides, dtype) of every base array the plan reads or writes
+    def __init__(self, run: Callable[[Any, Any], None]) -> None:
+        self.runner = run
+        # [(method, args, kwargs, [(position, base, offset, shape, strides)])]: ``base`` indexes ``layouts``
+        self.instructions: list | None = None
+        self.layouts: list[tuple] = []  # (_bases key, shape, strides, dtype) of each base array the plan uses
         self.roots: list[Tile] = []
         self.refused: str | bool = False  # why it was not recorded
         self.replays = 0  # executions that issued the recorded instructions (tests count them)
@@ -339,28 +356,29 @@ class GroupPlan:
     def run(self, wide, env) -> None:
         if self.instructions is None:
             if self.refused or not self.lock.acquire(blocking=False):
-                return self.runner.run_wide(wide(), env)
+                return self.runner(wide(), env)
             try:
                 self._record(env)
             finally:
                 self.lock.release()
             return None
         if not self.lock.acquire(blocking=False):  # another thread replays it: its tiles are taken
-            return self.runner.run_wide(wide(), env)
+            return self.runner(wide(), env)
         try:
-            arrays = env.arrays
-            for vid, shape, strides, dtype in self.layouts:
-                base = arrays.get(vid)
+            bases = []
+            for key, shape, strides, dtype in self.layouts:
+                base = _base(env, key)
                 if base is None or base.shape != shape or base.strides != strides or base.dtype != dtype:
-                    return self.runner.run_wide(wide(), env)
+                    return self.runner(wide(), env)
+                bases.append(base)
             for tile in self.roots:
                 tile.initialized = False  # as the recording's fresh tiles: a partial first write poisons the rest
             self.replays += 1
             for method, args, kwargs, operands in self.instructions:
                 if operands:
                     args = list(args)
-                    for position, vid, offset, shape, strides in operands:
-                        base = arrays[vid]
+                    for position, index, offset, shape, strides in operands:
+                        base = bases[index]
                         args[position] = np.ndarray(shape, base.dtype, buffer=base, offset=offset, strides=strides)
                 method(*args, **kwargs)
         finally:
@@ -369,7 +387,7 @@ class GroupPlan:
 
     def _record(self, env) -> None:
         core = _RecordingCore()
-        self.runner.run_wide(core, env)  # this execution's results: the group runs as always, logged
+        self.runner(core, env)  # this execution's results: the step runs as always, logged
         try:
             self.instructions, self.layouts = self._plan(core.log, _bases(env))
         except _Refused as why:
@@ -383,32 +401,38 @@ class GroupPlan:
     @staticmethod
     def _plan(log: list, bases: list) -> tuple[list, list]:
         instructions = []
-        used: dict[int, tuple] = {}
+        used: dict[tuple, int] = {}  # _bases key -> its index in the layouts
+        layouts = []
         for method, args, kwargs, result in log:
             if result is not None:
                 raise _Refused(f"{method.__name__} answered {result!r}")
-            if any(isinstance(v, (np.ndarray, list, tuple, dict)) for v in kwargs.values()):
+            if any(isinstance(v, (np.ndarray, list, dict)) or isinstance(v, tuple) and any(
+                    isinstance(x, np.ndarray) for x in v) for v in kwargs.values()):
                 raise _Refused(f"{method.__name__}: an array keyword operand")
             operands = []
             for position, arg in enumerate(args):
-                if isinstance(arg, (list, tuple, dict)):
-                    raise _Refused(f"{method.__name__}: a container operand")
+                if isinstance(arg, (list, tuple, dict)) and any(
+                        isinstance(x, (np.ndarray, list, tuple, dict)) for x in
+                        (arg.values() if isinstance(arg, dict) else arg)):
+                    raise _Refused(f"{method.__name__}: an array in a container operand")
                 if not isinstance(arg, np.ndarray):
                     continue
                 if not arg.size:
                     raise _Refused(f"{method.__name__}: an empty operand")
                 lo, hi = byte_bounds(arg)
-                for vid, blo, bhi, base in bases:
+                for key, blo, bhi, base in bases:
                     if blo <= lo and hi <= bhi and arg.dtype == base.dtype:
                         break
                 else:
                     raise _Refused(f"{method.__name__}: an operand in no base array")
-                used[vid] = (vid, base.shape, base.strides, base.dtype)
-                operands.append((position, vid, _address(arg) - blo, arg.shape, arg.strides))
+                if key not in used:
+                    used[key] = len(layouts)
+                    layouts.append((key, base.shape, base.strides, base.dtype))
+                operands.append((position, used[key], _address(arg) - blo, arg.shape, arg.strides))
             if operands:  # the recording's HBM arrays are not kept: each execution puts its own in
                 args = tuple(None if any(p == i for p, *_ in operands) else a for i, a in enumerate(args))
             instructions.append((method, args, kwargs, operands))
-        return instructions, list(used.values())
+        return instructions, layouts
 
 
 def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
@@ -495,15 +519,17 @@ WIDE: dict[str, Callable[[dict, Program, Any], WideRunner]] = {
 
 
 def fast_runners(program: Program, runners: list) -> list[tuple[bool, Callable[[Any, Any], None]]]:
-    """Per step: (wide?, runner). Wide runners take the wide core; the others the launch's core."""
+    """Per step: (wide?, runner). Wide runners take ``wide_core``; the others the launch's core."""
     plan = []
     for step, runner in zip(program.steps, runners):
-        kind = step["kind"]
-        if STEP_KINDS.get(kind) == "wide":
-            plan.append((True, WIDE[kind](step, program, runner)))
+        kind = STEP_KINDS.get(step["kind"])
+        if kind == "wide":
+            plan.append((True, WIDE[step["kind"]](step, program, runner)))
+        elif kind == "plan":
+            plan.append((True, StepPlan(runner).run))
         else:
             plan.append((False, runner))
     return plan
 
 
-__all__ = ["STEP_KINDS", "is_static", "measured", "usable", "apply", "fast_runners", "WideCore", "GroupPlan"]
+__all__ = ["STEP_KINDS", "is_static", "measured", "usable", "apply", "fast_runners", "WideCore", "StepPlan"]

@@ -151,10 +151,10 @@ CASES = {
 }
 
 
-def _plans() -> list[replay.GroupPlan]:
+def _plans() -> list[replay.StepPlan]:
     """The group plans of every compiled program in memory (the fused steps' wide runners)."""
     return [runner.__self__ for exe in compiler.cache._MEMORY.values() for _, runner in (exe._fast or ())
-            if isinstance(getattr(runner, "__self__", None), replay.GroupPlan)]
+            if isinstance(getattr(runner, "__self__", None), replay.StepPlan)]
 
 
 def _assert_replays_match(fn, xs, monkeypatch) -> None:
@@ -168,7 +168,8 @@ def _assert_replays_match(fn, xs, monkeypatch) -> None:
                            _bits(fast[0]) if fast[0].is_floating_point() else fast[0].cpu())
         assert slow[1:] == fast[1:]
     planned = [plan for plan in _plans() if plan.instructions is not None]
-    assert not any(plan.refused for plan in _plans())  # every group here records (none divides integers)
+    refused = [plan.refused for plan in _plans() if plan.refused]
+    assert not refused, refused  # every step here records (no group divides integers)
     fused = any(step["kind"] == "fused" for exe in compiler.cache._MEMORY.values() for step in exe.program.steps)
     assert planned or not fused
     assert sum(plan.replays for plan in _plans()) - before == 2 * len(planned)
@@ -281,6 +282,7 @@ def test_every_step_kind_is_classified():
 
     assert set(steps.RUNNERS) | {"fused"} == set(replay.STEP_KINDS)
     assert set(replay.WIDE) == {k for k, v in replay.STEP_KINDS.items() if v == "wide"}
+    assert set(replay.STEP_KINDS.values()) == {"wide", "plan", "tile", "data"}
 
 
 def test_the_switch_forces_the_instruction_level_path():
@@ -479,3 +481,23 @@ def test_a_group_over_the_plan_budget_runs_as_before(fresh, monkeypatch):
         assert torch.equal(_bits(slow[0]), _bits(fast[0])) and slow[1:] == fast[1:]
     plans = _plans()
     assert plans and all(plan.refused and plan.instructions is None and plan.replays == 0 for plan in plans)
+
+
+def test_a_replayed_gather_checks_the_new_indices(fresh, monkeypatch):
+    """A gather's plan issues its offsets program with each execution's indices: its bounds check still
+    raises PyTorch's IndexError for an index the recording never saw, and other rows move as recorded."""
+    torch.manual_seed(0)
+    model = Embed().to("neuron")
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    ids = torch.randint(0, 300, (3, 50), generator=torch.Generator().manual_seed(3)).to("neuron")
+    with torch.no_grad():
+        compiled(ids)
+    _assert_replays_match(compiled, [ids], monkeypatch)
+    assert any(step["kind"] == "gather" for exe in compiler.cache._MEMORY.values() for step in exe.program.steps)
+    assert any(plan.replays for plan in _plans())
+    bad = ids.clone()
+    bad[1, 7] = 300
+    with torch.no_grad(), pytest.raises(IndexError, match="out of bounds"):
+        compiled(bad)
+    other = torch.randint(0, 300, (3, 50), generator=torch.Generator().manual_seed(4)).to("neuron")
+    _assert_replays_match(compiled, [other], monkeypatch)
