@@ -482,17 +482,19 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
         # stationary tiles are [K, M] blocks of A^T, moving tiles [K, N] blocks of B, both read as fp32
         a_t = fp32_contiguous(env.access(lhs).transpose(lb + lc + lf).reshape(batch, k, m))
         b = fp32_contiguous(env.access(rhs).transpose(rb + rc + rf).reshape(batch, k, n))
-        for i in range(batch):
-            for m0, m1, n0, n1 in blocks:
-                acc = None
-                for k0, k1 in k_ranges:
-                    stationary = np.ascontiguousarray(a_t[i, k0:k1, m0:m1])
-                    product = stationary.T @ np.ascontiguousarray(b[i, k0:k1, n0:n1])
-                    if acc is None:
-                        acc = product
-                    else:
-                        acc += product
-                out[i, m0:m1, n0:n1] = acc
+        # Every batch at once: np.matmul of stacked operands runs its 2-D loop (the BLAS call a 2-D product
+        # makes: gemm, or gemv for a one-row or one-column block) once per batch on that batch's slices, and
+        # each slice of a contiguous [batch, K slice, block] copy is laid out as the block's own tile is.
+        for m0, m1, n0, n1 in blocks:
+            acc = None
+            for k0, k1 in k_ranges:
+                stationary = np.ascontiguousarray(a_t[:, k0:k1, m0:m1])
+                product = np.matmul(stationary.transpose(0, 2, 1), np.ascontiguousarray(b[:, k0:k1, n0:n1]))
+                if acc is None:
+                    acc = product
+                else:
+                    acc += product
+            out[:, m0:m1, n0:n1] = acc
 
     return run
 

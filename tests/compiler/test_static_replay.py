@@ -433,6 +433,10 @@ EDGES = {  # tile edges (1, 127, 129, 513) where a wide runner's one tile differ
     "mm_129x257x1": _mm((129, 257), (257, 1)),
     "mm_130x300x514": _mm((130, 300), (300, 514)),
     "bmm_4x129x130x3": _mm((4, 129, 130), (4, 130, 3)),
+    # stacked products (the wide runner multiplies every batch in one np.matmul): gemv-shaped blocks too
+    "bmm_5x1x300x513": _mm((5, 1, 300), (5, 300, 513)),
+    "bmm_3x129x7x1": _mm((3, 129, 7), (3, 7, 1)),
+    "bmm_8x32x16x32": _mm((8, 32, 16), (8, 16, 32)),
     "sum_dim0": (lambda g: (torch.randn(129, 3, generator=g),), lambda x: x.sum(0) * 3),
     "mean_long_rows": (lambda g: (torch.randn(2, 1, 5000, generator=g),), lambda x: x.mean(-1, keepdim=True) - x),
     "amax_middle": (lambda g: (torch.randn(5, 300, 7, generator=g),), lambda x: x.amax(1) + x.sum(1)),
