@@ -159,7 +159,7 @@ class Executable:
         self.runners = [step_runners.make_runner(step, program) for step in program.steps]
         self.waits = [step.get("waits", []) for step in program.steps]
         self.operands = _operand_producers(program)
-        self.input_specs = [(program.shape(v), torch_dtype(program.types[v][1])) for v in program.inputs]
+        self.input_specs = [(torch.Size(program.shape(v)), torch_dtype(program.types[v][1])) for v in program.inputs]
         self.output_specs = [(program.shape(v), torch_dtype(program.types[v][1])) for v in program.outputs]
         self.scratch_bytes = int(program.memory.get("scratch_bytes", 0))
         self.arena_onchip = bool(self.scratch_bytes) and program.memory.get("arena") == "sbuf"
@@ -190,7 +190,7 @@ class Executable:
                 else:
                     raise RuntimeError(f"compiled graph {self.name}: input {i} is on {a.device}, the graph runs on "
                                        f"{device}; move every input to the same neuron device")
-            if tuple(a.shape) != tuple(shape) or a.dtype != dtype:
+            if a.shape != shape or a.dtype != dtype:
                 raise RuntimeError(f"compiled graph {self.name}: input {i} is {a.dtype} {list(a.shape)}, compiled "
                                    f"for {dtype} {list(shape)} (static shapes: a new shape needs a recompile)")
             checked.append(a)

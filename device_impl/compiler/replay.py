@@ -187,8 +187,13 @@ class _Scratchpad(Timeline):
         return 0.0
 
 
+def _unscheduled(*args, **kwargs) -> float:
+    return 0.0
+
+
 class WideCore(NeuronCore):
-    """A core whose tiles have no size limit. Its timeline is a scratchpad: nothing reads it."""
+    """A core whose tiles have no size limit. Its timeline is a scratchpad: nothing reads it, so the engines'
+    ``_schedule`` (an instruction's cost, then its place on the timeline) is skipped altogether."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -201,6 +206,8 @@ class WideCore(NeuronCore):
         self.vector = VectorE(platform, timeline)
         self.scalar = ScalarE(platform, timeline)
         self.gpsimd = GpSimdE(platform, timeline)
+        for engine in (self.dma, self.vector, self.gpsimd):
+            engine._schedule = _unscheduled
 
 
 _local = threading.local()
@@ -221,6 +228,7 @@ def wide_core() -> WideCore:
 WideRunner = Callable[[Callable[[], WideCore], Any], None]
 
 _COPY_COLUMNS = 32  # columns per slab of a transposing copy (fp32_contiguous)
+_ONE_COPY_ELEMENTS = 128 * 128  # up to here one copy is faster than slabs: its source stays in cache (a Llama's 64 x 128)
 
 
 def fp32_contiguous(view: np.ndarray) -> np.ndarray:
@@ -228,7 +236,8 @@ def fp32_contiguous(view: np.ndarray) -> np.ndarray:
     when ``view``'s last axis is strided (a transposed operand, x^T or a Linear's W^T): numpy walks such a copy
     with one stride across the whole source and misses the cache on every element; slabs of 32 columns read
     32 adjacent source elements per row, about twice as fast for the products of a decoder block."""
-    if view.ndim < 2 or view.strides[-1] == view.itemsize or view.shape[-1] <= _COPY_COLUMNS:
+    if (view.ndim < 2 or view.strides[-1] == view.itemsize or view.shape[-1] <= _COPY_COLUMNS
+            or view.size <= _ONE_COPY_ELEMENTS):
         return np.ascontiguousarray(view, dtype=FP32)
     out = np.empty(view.shape, dtype=FP32)
     for c0 in range(0, view.shape[-1], _COPY_COLUMNS):
