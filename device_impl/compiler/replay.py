@@ -340,6 +340,21 @@ def _bases(env) -> list[tuple[tuple[bool, int], int, int, np.ndarray]]:
     return found
 
 
+def _placement(env, key: tuple[bool, int]) -> tuple:
+    """What fixes where a base array lies: the scratch buffers share one arena (their relative offsets never
+    change), an output buffer is its output; every other value is placed by the caller (inputs) or the loader
+    (constants), so two of them that overlap in one execution need not in the next."""
+    output, index = key
+    if output:
+        return ("output", index)
+    buffer = env.program.buffers.get(index)
+    if buffer is not None and buffer["kind"] == "scratch":
+        return ("arena",)
+    if buffer is not None and buffer["kind"] == "output":
+        return ("output", buffer["index"])
+    return ("value", index)
+
+
 def _base(env, key: tuple[bool, int]) -> np.ndarray | None:
     output, index = key
     return env.outputs[index] if output else env.arrays.get(index)
@@ -398,7 +413,7 @@ class StepPlan:
         core = _RecordingCore()
         self.runner(core, env)  # this execution's results: the step runs as always, logged
         try:
-            self.instructions, self.layouts = self._plan(core.log, _bases(env))
+            self.instructions, self.layouts = self._plan(core.log, _bases(env), lambda key: _placement(env, key))
         except _Refused as why:
             self.refused = str(why)
             return
@@ -408,7 +423,7 @@ class StepPlan:
             self.refused = "its tiles exceed PLAN_BYTES"
 
     @staticmethod
-    def _plan(log: list, bases: list) -> tuple[list, list]:
+    def _plan(log: list, bases: list, placement: Callable[[tuple], tuple]) -> tuple[list, list]:
         instructions = []
         used: dict[tuple, int] = {}  # _bases key -> its index in the layouts
         layouts = []
@@ -429,11 +444,13 @@ class StepPlan:
                 if not arg.size:
                     raise _Refused(f"{method.__name__}: an empty operand")
                 lo, hi = byte_bounds(arg)
-                for key, blo, bhi, base in bases:
-                    if blo <= lo and hi <= bhi and arg.dtype == base.dtype:
-                        break
-                else:
+                within = [(key, blo, base) for key, blo, bhi, base in bases
+                          if blo <= lo and hi <= bhi and arg.dtype == base.dtype]
+                if not within:
                     raise _Refused(f"{method.__name__}: an operand in no base array")
+                if len({placement(key) for key, _, _ in within}) > 1:  # inputs that alias in this execution
+                    raise _Refused(f"{method.__name__}: an operand in base arrays placed apart")
+                key, blo, base = within[0]
                 if key not in used:
                     used[key] = len(layouts)
                     layouts.append((key, base.shape, base.strides, base.dtype))

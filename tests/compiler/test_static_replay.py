@@ -505,3 +505,19 @@ def test_a_replayed_gather_checks_the_new_indices(fresh, monkeypatch):
         compiled(bad)
     other = torch.randint(0, 300, (3, 50), generator=torch.Generator().manual_seed(4)).to("neuron")
     _assert_replays_match(compiled, [other], monkeypatch)
+
+
+def test_a_plan_recorded_on_aliasing_inputs_reads_each_input_later(fresh, monkeypatch):
+    """Recorded while one input lay inside another (a row of the same storage), an operand's bytes fall in
+    two base arrays; which one it was read through is then ambiguous, so no plan is kept, and later calls with
+    separate inputs read each from its own tensor."""
+    compiled = torch.compile(lambda a, b: a * 2 + b * 3, backend="neuron", fullgraph=True)
+    x = torch.randn(2, 8).to("neuron")
+    expected = x.cpu() * 2 + x[1].cpu() * 3
+    for _ in range(2):
+        out, *_ = _run(compiled, [x, x[1]], monkeypatch, fast=True)
+        assert torch.equal(out.cpu(), expected)
+    y, z = torch.randn(2, 8).to("neuron"), torch.randn(8).to("neuron")
+    for _ in range(2):
+        out, *_ = _run(compiled, [y, z], monkeypatch, fast=True)
+        assert torch.equal(out.cpu(), y.cpu() * 2 + z.cpu() * 3)
