@@ -390,8 +390,9 @@ class StepPlan:
             return self.runner(wide(), env)
         try:
             bases = []
-            for key, shape, strides, dtype in self.layouts:
-                base = _base(env, key)
+            outputs, arrays = env.outputs, env.arrays
+            for (output, index), shape, strides, dtype in self.layouts:  # _base, inlined
+                base = outputs[index] if output else arrays.get(index)
                 if base is None or base.shape != shape or base.strides != strides or base.dtype != dtype:
                     return self.runner(wide(), env)
                 bases.append(base)
