@@ -51,13 +51,16 @@ test-hosts: core
 # build/reports/*.html from build/results.sqlite and the files beside it, then prints a summary.
 # A step that finds failures (conformance, a benchmark) does not stop the report: it shows them.
 # The op suite (op specs, the device-contract checks at smoke depth, PyTorch's OpInfo) runs its modes side
-# by side, one process each (the compiled mode REPORT_COMPILED_SHARDS), on the two cores; the op specs first, then the contract checks and the
+# by side, one process each (the compiled mode REPORT_COMPILED_SHARDS worker processes), on the two cores; the op specs first, then the contract checks and the
 # nn.Module sweep, so a budget cuts the OpInfo tail. Knobs: REPORT_MODE_BUDGET (seconds per mode, 0 = no limit;
 # a mode cut short keeps the cases it ran), REPORT_BENCH (pytest-benchmark flags).
 REPORT_MODE_BUDGET ?= 300
-# The compiled mode costs about 4x an eager case (Dynamo tracing, AOTAutograd and guards per case): it is split over
-# this many processes (--shard K/N, each its own store under build/shards/, joined into one run after:
-# `python -m harness merge --join`), so the modes finish together on the two cores.
+# The compiled mode costs about 3x an eager case (Dynamo tracing and AOTAutograd per case): it runs in this many
+# pytest-xdist workers fed from one queue in the suite's order, 64 tests at a time (-n N --dist load
+# --maxschedchunk 64), so they finish together whatever a test costs (a fixed hash split, --shard K/N, had left one
+# shard ~100 s behind the other) and a budget still cuts the OpInfo tail (worksteal would hand the second worker the
+# second half of the suite from the start); each worker is a run in build/shards/compiled.sqlite, joined into one run
+# after (`python -m harness merge --join`).
 REPORT_COMPILED_SHARDS ?= 2
 REPORT_BENCH ?= --benchmark-max-time=0.25 --benchmark-min-rounds=3
 # exit status of a step that may find failures: 0 ok, 1 failures found (shown in the report),
@@ -88,19 +91,15 @@ report: core
 	@date +%s > build/reports/.started
 	@rm -f build/junit/opsuite-*.xml build/reports/opsuite-*.log build/reports/opsuite-*.status
 	@echo "[report 1/5] conformance: pytest opsuite in each mode the device provides, side by side (budget $(REPORT_MODE_BUDGET) s each)"
-	@modes=$$($(PY) -c "$$AVAILABLE_MODES"); procs=""; \
-	for mode in $$modes; do \
-	  if [ $$mode = compiled ] && [ $(REPORT_COMPILED_SHARDS) -gt 1 ]; then \
-	    for k in $$(seq 1 $(REPORT_COMPILED_SHARDS)); do procs="$$procs $$mode-$${k}of$(REPORT_COMPILED_SHARDS)"; done; \
-	  else procs="$$procs $$mode"; fi; \
-	done; \
-	echo "  modes: $$modes; processes:$$procs (logs: build/reports/opsuite-<process>.log)"; \
+	@modes=$$($(PY) -c "$$AVAILABLE_MODES"); procs=$$modes; \
+	echo "  modes: $$modes, one process each, compiled in $(REPORT_COMPILED_SHARDS) pytest-xdist workers (logs: build/reports/opsuite-<mode>.log)"; \
 	rm -rf build/shards; mkdir -p build/shards; \
 	files="$$(ls opsuite/test_*.py | grep -v -E '/test_(opinfo|contract|modules).py$$' || true) \
 	  $$(ls opsuite/test_contract.py opsuite/test_modules.py opsuite/test_opinfo.py 2>/dev/null || true)"; \
 	for proc in $$procs; do \
-	  mode=$${proc%%-*}; shard=""; \
-	  case $$proc in *of*) k=$${proc#*-}; shard="--shard $${k%of*}/$(REPORT_COMPILED_SHARDS) --results build/shards/$$proc.sqlite";; esac; \
+	  mode=$$proc; shard=""; \
+	  if [ $$mode = compiled ] && [ $(REPORT_COMPILED_SHARDS) -gt 1 ]; then \
+	    shard="-n $(REPORT_COMPILED_SHARDS) --dist load --maxschedchunk 64 --results build/shards/$$proc.sqlite"; fi; \
 	  ( status=0; PYTHONUNBUFFERED=1 timeout --signal=INT --kill-after=60 $(REPORT_MODE_BUDGET) \
 	      $(PY) -m pytest $$files -q -p no:cacheprovider --neuron-mode $$mode $$shard -o console_output_style=count \
 	      --tb=no -rN --junitxml=build/junit/opsuite-$$proc.xml > build/reports/opsuite-$$proc.log 2>&1 \

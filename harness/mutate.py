@@ -332,6 +332,9 @@ TAIL = 10.0  # where the saturation regions start (sigmoid and tanh tails, exp's
 
 
 def saturation_host(h: torch.Tensor) -> torch.Tensor | None:
+    if h.is_complex() and h.numel():  # a complex input's parts (irfft's spectrum, view_as_real's self)
+        parts = saturation_host(torch.view_as_real(h.resolve_conj().contiguous()))
+        return None if parts is None else torch.view_as_complex(parts.contiguous())
     if h.numel() == 0 or h.dtype == torch.bool:
         return None
     if _float(h):
@@ -348,8 +351,8 @@ def _stale(value: torch.Tensor) -> torch.Tensor:
     """What an element the kernel never wrote holds: the allocator's poison, never the right value."""
     if value.dtype == torch.bool:
         return ~value
-    if _float(value):
-        return torch.zeros_like(value) if bool(torch.isnan(value)) else torch.full_like(value, float("nan"))
+    if _float(value) or value.is_complex():
+        return torch.zeros_like(value) if bool(torch.isnan(value).any()) else torch.full_like(value, float("nan"))
     return torch.bitwise_xor(value, 0x55)
 
 
@@ -471,9 +474,14 @@ class InputOutput(Mutant):
     def run(self, original, keyset, args, kwargs):
         bound = Bound(self.facts.schema, args, kwargs)
         changed = False
-        pure = not self.facts.mutable_inputs  # calling the kernel twice changes nothing but its outs
-        clean = _host(original.call_boxed(keyset, *args, **kwargs)) if pure else \
-            _shadow(original, keyset, bound) if self.pre is not None else None
+        # calling the kernel twice changes nothing but its outs, and those the clean call gets as clones (an out=
+        # may alias an input: ``cumprod_`` is ``cumprod.out(self, out=self)``; the first call may resize it)
+        pure = not self.facts.mutable_inputs
+        if pure:
+            cargs, ckwargs = _cloned_outs(self.facts.schema, args, kwargs)
+            clean = _host(original.call_boxed(keyset, *cargs, **ckwargs))
+        else:
+            clean = _shadow(original, keyset, bound) if self.pre is not None else None
         if self.pre is not None:
             for a, value in list(bound.items()):
                 if _is_tensor_type(a.type) and not _mutable(a):
@@ -518,6 +526,32 @@ def _shadow(original, keyset, bound: Bound, errors: bool = False) -> Any:
             return _host(_written(shadow, original.call_boxed(keyset, *shadow.args, **shadow.kwargs)))
     except Exception as error:  # noqa: BLE001 - the real call meets the same error
         return error if errors else None
+
+
+def _cloned_outs(schema: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The call with each out= tensor replaced by a clone: a second call of an out= kernel (a clean result to compare
+    with, a probe) must not write the real out, which may alias an input (``cumprod_`` is cumprod.out with
+    out=self) or be resized by the first call. An input that is the out itself gets the same clone, so the call
+    stays in place (an in-place call refuses a broadcast that would resize self; an out= call resizes)."""
+    bound = Bound(schema, args, kwargs)
+    clones: dict[tuple, torch.Tensor] = {}  # an input that is the out itself (in place) gets the out's clone too
+
+    def same(t: torch.Tensor) -> tuple:
+        return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+
+    def clone(v: Any) -> Any:
+        if not isinstance(v, torch.Tensor) or v.is_cpu:
+            return v
+        return clones.setdefault(same(v), v.clone())
+
+    for a, value in list(bound.items()):
+        if a.is_out and _device_tensors(value):
+            copy = [clone(v) for v in value] if isinstance(value, (list, tuple)) else clone(value)
+            bound.set(a.name, type(value)(copy) if isinstance(value, tuple) else copy)
+    for a, value in list(bound.items()):
+        if not a.is_out and isinstance(value, torch.Tensor) and not value.is_cpu and same(value) in clones:
+            bound.set(a.name, clones[same(value)])
+    return tuple(bound.args), bound.kwargs
 
 
 def _break_in_place(value: Any, fn: Callable[[torch.Tensor], torch.Tensor | None]) -> bool:
@@ -566,7 +600,10 @@ class _FloatReads:
     float_returns: int = 0
 
     def run(self, original, keyset, args, kwargs):
-        floats = any(t.is_floating_point() for t in _device_tensors(list(args) + list(kwargs.values())))
+        # an out= is written, not read: an integer result cast into a float out (bitwise_and with a float32
+        # out) reads no float
+        floats = any(t.is_floating_point() for a, v in Bound(self.facts.schema, args, kwargs).items()
+                     if not a.is_out for t in _device_tensors(v))
         self.float_reads += floats
         result = super().run(original, keyset, args, kwargs)
         self.float_returns += floats
@@ -591,11 +628,19 @@ class Bf16(_io("_Bf16", None, bf16_host)):
     bfloat16 reads it."""
 
     bf16_reads: int = 0
+    bf16_returns: int = 0  # calls that wrote a non-empty bfloat16 tensor (whether or not the break changed it)
+    bf16_other_values: int = 0  # of those, calls that wrote a value other than -1, 0, 1 or NaN
 
     def run(self, original, keyset, args, kwargs):
-        if any(t.dtype == torch.bfloat16 for t in _device_tensors(list(args) + list(kwargs.values()))):
+        bound = Bound(self.facts.schema, args, kwargs)
+        if any(t.dtype == torch.bfloat16 for a, v in bound.items() if not a.is_out for t in _device_tensors(v)):
             self.bf16_reads += 1
-        return super().run(original, keyset, args, kwargs)
+        result = super().run(original, keyset, args, kwargs)
+        written = [t for t in _written(bound, result) if t.dtype == torch.bfloat16 and t.numel()]
+        if written:
+            self.bf16_returns += 1
+            self.bf16_other_values += any(bool((~(t.isnan() | (t.abs() == 1) | (t == 0))).any()) for t in written)
+        return result
 
 
 def _linear_read(t: torch.Tensor) -> torch.Tensor | None:
@@ -635,6 +680,7 @@ class Strides(Mutant):
 
     cpu_blind: tuple[str, ...] = ()  # inputs CPU's own kernel reads wrongly when strided (_cpu_stride_blind)
     probed: bool = False
+    storage_reads: int = 0  # calls of a view that reads its strided input's storage, not its strides
 
     def run(self, original, keyset, args, kwargs):
         bound = Bound(self.facts.schema, args, kwargs)
@@ -666,6 +712,9 @@ class Strides(Mutant):
                 self.cpu_blind = _cpu_stride_blind(self.facts, args, kwargs)
             return original.call_boxed(keyset, *args, **kwargs)
         views = any(r.alias_info is not None and not r.alias_info.is_write for r in self.facts.schema.returns)
+        if views and not in_place and self._storage_read(original, keyset, args, kwargs, changed):
+            self.storage_reads += 1  # as_strided: the input's strides are not read, so ignoring them is no break
+            return original.call_boxed(keyset, *args, **kwargs)
         refused: Any = _UNKNOWN  # what the real call did: _UNKNOWN (not made), None (returned), or its error
         if changed and not self.facts.mutable_inputs and not views:  # a view's aliasing is judged too
             refused = self._count_equivalent(original, keyset, args, kwargs, changed)
@@ -681,11 +730,34 @@ class Strides(Mutant):
             self.equivalent += 1  # fill_ overwrites its self without reading it
         return result
 
+    def _storage_read(self, original, keyset, args, kwargs, changed: list[str]) -> bool:
+        """Whether this view's result reads its strided inputs' storage only, not their strides: the same call with
+        each of them replaced by a dense view of its storage (from the same offset) returns the same view, values
+        and geometry. ``as_strided`` addresses the storage with its own size, strides and offset, so a kernel that
+        ignored its input's strides would be the real one; ``transpose`` of the dense view is another view."""
+        try:
+            real = original.call_boxed(keyset, *args, **kwargs)
+            probe = Bound(self.facts.schema, args, kwargs)
+            given = dict((a.name, v) for a, v in probe.items())
+            for name in changed:
+                t = given[name]
+                avail = t.untyped_storage().nbytes() // t.element_size() - t.storage_offset()
+                probe.set(name, t.as_strided((avail,), (1,), t.storage_offset()))
+            dense = original.call_boxed(keyset, *probe.args, **probe.kwargs)
+        except Exception:  # noqa: BLE001 - a refused call proves nothing
+            return False
+        pairs = list(zip(_device_tensors(real if isinstance(real, (tuple, list)) else [real]),
+                         _device_tensors(dense if isinstance(dense, (tuple, list)) else [dense])))
+        return bool(pairs) and all(
+            a.shape == b.shape and a.stride() == b.stride() and a.storage_offset() == b.storage_offset()
+            and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() for a, b in pairs)
+
     def _count_equivalent(self, original, keyset, args, kwargs, changed: list[str]) -> Exception | None:
         """Count the call ``equivalent`` when the kernel's result reads none of the values of the inputs read
         wrongly (see the class docstring); returns the error the kernel raises on the real call, if any."""
         try:
-            clean = _host(original.call_boxed(keyset, *args, **kwargs))
+            cargs, ckwargs = _cloned_outs(self.facts.schema, args, kwargs)
+            clean = _host(original.call_boxed(keyset, *cargs, **ckwargs))
         except Exception as error:  # noqa: BLE001 - the kernel refuses the real call
             return error
         given = {a.name: v for a, v in Bound(self.facts.schema, args, kwargs).items()}
@@ -697,7 +769,7 @@ class Strides(Mutant):
             # which no case gave strided: a coverage gap, not an equivalent mutant
             same = read <= set(changed)
             for k in range(2):
-                probe = Bound(self.facts.schema, args, kwargs)
+                probe = Bound(self.facts.schema, *_cloned_outs(self.facts.schema, args, kwargs))
                 for name in changed:
                     probe.set(name, _other_values(given[name])[k])
                 same = same and _bit_equal(_host(original.call_boxed(keyset, *probe.args, **probe.kwargs)), clean)
@@ -817,7 +889,8 @@ class Promotion(Mutant):
             clean, refused = None, None
             if not self.facts.mutable_inputs:
                 try:
-                    clean = _host(original.call_boxed(keyset, *args, **kwargs))
+                    cargs, ckwargs = _cloned_outs(self.facts.schema, args, kwargs)
+                    clean = _host(original.call_boxed(keyset, *cargs, **ckwargs))
                 except Exception as error:  # noqa: BLE001 - the real kernel refuses the out dtype; the mutant computes in it
                     refused = error
             else:  # in place (copy_ casts src to self's dtype by its semantics): what the kernel writes unbroken
@@ -972,6 +1045,18 @@ CLASSES: dict[str, MutantClass] = {c.name: c for c in (
 )}
 
 
+def _wrapped_numbers_back(schema: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    """The call with each Python number in a Tensor slot made a tensor again. A wrapped number (the scalar of
+    ``bitwise_and(x, 3)``, which ATen's composite passes on as a 0-dim tensor) reaches a Python kernel as a
+    Python number, and ``call_boxed`` refuses a number for a Tensor argument; a 0-dim CPU tensor of the number's
+    default dtype promotes as the wrapped number does (it loses to any dimensioned operand of its category)."""
+    bound = Bound(schema, args, kwargs)
+    for a, value in list(bound.items()):
+        if str(a.type) in ("Tensor", "Optional[Tensor]") and isinstance(value, (bool, int, float, complex)):
+            bound.set(a.name, torch.tensor(value))
+    return tuple(bound.args), bound.kwargs
+
+
 class Planted:
     """``with Planted(mutant):`` the device's kernel of ``mutant.op`` is the mutant; restored on exit.
 
@@ -986,7 +1071,10 @@ class Planted:
         original = torch.library.get_kernel(op, self.key)
         mutant = self.mutant
 
+        schema = mutant.facts.schema
+
         def kernel(keyset, *args, **kwargs):
+            args, kwargs = _wrapped_numbers_back(schema, args, kwargs)
             if getattr(_LOCAL, "inside", False):
                 return original.call_boxed(keyset, *args, **kwargs)
             _LOCAL.inside = True
@@ -1230,13 +1318,20 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
                        "were in cases whose spec leaves those zeros' signs free (ignore_zero_sign, or a sum of "
                        "products's zero results)", cases_run=ran, triggered=mutant.triggered,
                        seconds=time.perf_counter() - started)
-    if mc.name == "bf16_rounding" and mutant.triggered == 0 and mutant.bf16_reads:
+    if mc.name == "bf16_rounding" and mutant.triggered == 0 and mutant.bf16_reads and not mutant.bf16_returns:
         # The rule, read from the op's own calls: it was called with bfloat16 operands and still no call
         # returned a bfloat16 result (any/all/isin/nonzero return bool or int64 for every input), so
         # rounding a bfloat16 result has nothing to act on. (An op no bfloat16 case reached stays a gap.)
         return Outcome(op, mc.name, "excluded", f"the result is never bfloat16: {mutant.bf16_reads} calls read "
                        "bfloat16 operands and none returned a bfloat16 tensor", cases_run=ran,
                        seconds=time.perf_counter() - started)
+    if mc.name == "bf16_rounding" and mutant.triggered == 0 and mutant.bf16_returns and not mutant.bf16_other_values:
+        # The rule, read from the op's own calls: every bfloat16 result it wrote held only -1, 0, 1 or NaN (a truth
+        # value, a sign, a zero fill, an identity matrix), over every designed value domain; those are exact at
+        # any mantissa width, so no rounding of them can be wrong.
+        return Outcome(op, mc.name, "excluded", f"the op's bfloat16 results are exact at any precision: in all "
+                       f"{mutant.bf16_returns} calls that wrote bfloat16, every value was -1, 0, 1 or NaN",
+                       cases_run=ran, seconds=time.perf_counter() - started)
     if mc.name in ("nan_inf", "zero_sign") and mutant.triggered == 0 and mutant.float_reads \
             and not mutant.float_returns:
         # The rule, read from the op's own calls: every call that read a floating-point operand raised
@@ -1264,6 +1359,14 @@ def run_mutant(op: str, mc: MutantClass, f: OpFacts, cases: list[StoredCase], mo
         # (``_amp_update_scale_`` takes one-element tensors only, so no tile edge or stride reaches its arithmetic).
         return Outcome(op, mc.name, "excluded", f"the op rejects every input the break applies to: all "
                        f"{mutant.rejected} calls where it changed an input raised, as on CPU", cases_run=ran,
+                       seconds=time.perf_counter() - started)
+    if mc.name == "layout" and mutant.storage_reads and mutant.storage_reads == mutant.triggered:
+        # The rule, read from the op's own calls: in every call with a strided input, the same storage as a dense
+        # view gave the same view (as_strided addresses the storage with its own size, strides and offset), so the
+        # kernel does not read its input's strides and a kernel ignoring them is the real one.
+        return Outcome(op, mc.name, "excluded", f"the op reads its input's storage, not its strides: in all "
+                       f"{mutant.storage_reads} calls with a strided input, a dense view of the same storage gave "
+                       "the same view", cases_run=ran, triggered=mutant.triggered,
                        seconds=time.perf_counter() - started)
     if mc.name == "layout" and mutant.triggered == 0 and getattr(mutant, "cpu_blind", ()):
         # The rule, asked of the running CPU with the op's own calls: every call that reached the kernel passed

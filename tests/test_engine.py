@@ -410,3 +410,39 @@ def test_a_launch_s_tiles_are_freed_without_the_garbage_collector():
         gc.set_debug(0)
         gc.garbage.clear()
         gc.enable()
+
+
+def _strided(shape, rng, kind: str) -> np.ndarray:
+    """A non-contiguous view of ``shape``: every other element, transposed, or broadcast from one row."""
+    if kind == "stepped":
+        return rng.standard_normal(tuple(2 * n for n in shape)).astype(np.float32)[tuple(slice(None, None, 2)
+                                                                                         for _ in shape)]
+    if kind == "transposed":
+        return rng.standard_normal(shape[::-1]).astype(np.float32).T
+    return np.broadcast_to(rng.standard_normal(shape[-1:]).astype(np.float32), shape)
+
+
+@pytest.mark.parametrize("kind", ["stepped", "transposed", "broadcast"])
+@pytest.mark.parametrize("shape", [(7,), (3, 5), (2, 3, 4), (4, 1, 6), (2, 3, 1, 5)])
+def test_flat_transfers_of_strided_views_move_row_major_ranges(shape, kind):
+    """``flat_in``/``flat_copy``/``flat_out`` (DMA's flat loads and stores, eager replay's tiles) copy a
+    strided view's row-major range [start, stop) as a few block copies: every range of every layout gives
+    the elements numpy's element-by-element ``flat`` iterator gives, and a store writes only that range."""
+    from device_impl.engine.isa import flat_copy, flat_in, flat_out
+    rng = np.random.default_rng(len(shape))
+    view = _strided(shape, rng, kind)
+    for start in range(view.size + 1):
+        for stop in range(start, view.size + 1):
+            expected = np.array([view.flat[i] for i in range(start, stop)], np.float32)
+            assert np.array_equal(flat_copy(view, start, stop), expected)
+            loaded = np.empty(stop - start, np.float32)
+            flat_in(loaded, view, start, stop)
+            assert np.array_equal(loaded, expected)
+            if kind == "broadcast":
+                continue
+            dst = _strided(shape, rng, kind)
+            before = np.array(dst).reshape(-1)
+            values = rng.standard_normal(stop - start).astype(np.float32)
+            flat_out(dst, start, stop, values)
+            before[start:stop] = values
+            assert np.array_equal(np.array(dst).reshape(-1), before)

@@ -21,6 +21,7 @@ import torch
 
 from device_impl.compiler import cache, counters, driver, fallback, parity, patterns
 from device_impl.compiler.errors import ShapeContractError, UnsupportedOpError, _UserFacing
+from device_impl.kernels.overlap import non_overlapping_and_dense
 from device_impl.runtime.config import CompilerConfig, read_compiler
 
 log = logging.getLogger("torch_neuronx")
@@ -150,12 +151,61 @@ def overlapping_written(gm: torch.fx.GraphModule, example_inputs: list) -> Unsup
     one shared element. Run eagerly, each in-place op follows CPU's own rule for it (zero_ and fill_ write,
     add_ raises), as the device's eager kernels do."""
     placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    written = _written_placeholders(gm)
+    written = _written_placeholders(gm) | _written_views(gm, placeholders)
     for node, example in zip(placeholders, example_inputs):
         if node in written and isinstance(example, torch.Tensor) and torch._debug_has_internal_overlap(example) == 1:
             return UnsupportedOpError("write to an overlapping input",
                                       f"input {_source_name(node)} (shape {list(example.shape)}, stride "
                                       f"{list(example.stride())}) is written and its elements share memory")
+    return None
+
+
+def _written_views(gm: torch.fx.GraphModule, placeholders: list) -> set:
+    """Graph inputs written through a view of them: ``s`` of ``x.reshape(-1).split(1)`` passed to an in-place
+    op writes x, and AOTAutograd copies x back whole (``torch._amp_update_scale_`` of each element of an
+    expanded x raised "more than one element of the written-to tensor refers to a single memory location").
+    A view shares its input's (fake) storage in the traced example values."""
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    def storage(node: Any) -> Any:
+        value = node.meta.get("example_value") if isinstance(node, torch.fx.Node) else None
+        if not isinstance(value, torch.Tensor):
+            return None
+        try:
+            return StorageWeakRef(value.untyped_storage())
+        except (RuntimeError, NotImplementedError):
+            return None
+    inputs = {ref: node for node in placeholders if (ref := storage(node)) is not None}
+    found: set = set()
+    for node in _written_placeholders(gm):
+        ref = storage(node)
+        if node.op != "placeholder" and ref in inputs:
+            found.add(inputs[ref])
+    return found
+
+
+# in-place random fills: CPU's kernels and the device's draw into self's elements in memory order
+RANDOM_FILLS = frozenset({"bernoulli_", "random_", "uniform_", "normal_", "exponential_", "geometric_",
+                          "cauchy_", "log_normal_"})
+
+
+def strided_random_fill(gm: torch.fx.GraphModule) -> UnsupportedOpError | None:
+    """Why the graph must run as Dynamo traced it: an in-place random fill (``RANDOM_FILLS``) of a tensor whose
+    traced layout is not contiguous. AOTAutograd functionalises ``t.bernoulli_(p)`` into ``bernoulli(t, p)``,
+    whose result is a fresh contiguous tensor filled in logical order, where the in-place op fills ``t``'s own
+    (transposed, channels_last) memory in memory order: the same generator state gave other values at each
+    position than the eager op (``x.t().clone().bernoulli_(0.3)``). Run eagerly, the fill is the eager one."""
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method") or not node.args:
+            continue
+        name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+        target = node.args[0]
+        value = target.meta.get("example_value") if isinstance(target, torch.fx.Node) else None
+        if name in RANDOM_FILLS and isinstance(value, torch.Tensor) and value.numel() > 1 \
+                and not value.is_contiguous():
+            return UnsupportedOpError(f"{name} of a non-contiguous tensor",
+                                      f"{name} fills a tensor of shape {list(value.shape)} and stride "
+                                      f"{list(value.stride())} in memory order")
     return None
 
 
@@ -202,8 +252,11 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_inde
                 run = driver.compile_graph(aot_gm, f"{graph}_{kind}", device_index, config)
                 if kind == "backward":
                     run = _as_traced(aot_gm, run)
+                strided = _traced_strides(aot_gm) if kind != "backward" else {}
+                if strided:
+                    run = _restrided(run, strided)
                 if kind == "inference" and key_of_graph is not None and getattr(run, "cache_key", None) \
-                        and getattr(run, "index_error", IndexError) is IndexError \
+                        and not strided and getattr(run, "index_error", IndexError) is IndexError \
                         and _plain_inference(aot_gm, len(example_inputs)):  # the index links IndexError programs
                     cache.index_dynamo(config.neff_cache_dir, key_of_graph, run.cache_key, run.kept)
                 return run
@@ -218,6 +271,62 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_inde
 
     with traced_forms():  # CPU's arithmetic in decompositions bound to an op's Autograd key (numerics.py)
         return backend(gm, example_inputs)
+
+
+def _traced_strides(aot_gm: torch.fx.GraphModule) -> dict[int, tuple[int, ...]]:
+    """{output index: the strides AOTAutograd traced for it} for the user-visible outputs of a forward or
+    inference graph whose traced layout is dense but not contiguous; empty when its metadata is unavailable.
+
+    A compiled program writes every output contiguous, where CPU and the device's eager kernels give
+    ``x.clone()`` of a transposed, channels_last or overlapping x the layout ``empty_like`` picks. The layout
+    is visible to what runs after the graph: ``x.clone().resize_(n)`` breaks the graph at ``resize_``, which
+    then reads the clone's storage in memory order (a transposed clone gave the elements in logical order).
+    Outputs that only write back a mutated input (AOTAutograd copies them in with ``copy_``), that AOTAutograd
+    replaces by a view it regenerates, or that are saved for the backward keep the program's layout: nothing
+    reads their strides. The copy costs a device copy per such output and call."""
+    from torch._functorch._aot_autograd.schemas import OutputType
+
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    try:
+        first = len(meta.tokens) + meta.num_mutated_inp_runtime_indices
+        last = meta.num_forward_returns
+        # a user output AOTAutograd regenerates as a view of an input or of another output: its strides come
+        # from that view, not from the program's tensor (intermediate bases, after the user outputs, count)
+        regenerated = {first + i for i, info in enumerate(meta.output_info)
+                       if info.output_type not in (OutputType.non_alias, OutputType.unsafe_view_alias,
+                                                   OutputType.alias_of_intermediate_base_is_user_output)}
+    except AttributeError:
+        return {}
+    outputs = aot_gm.graph.output_node().args[0]
+    found: dict[int, tuple[int, ...]] = {}
+    for index, node in enumerate(outputs if isinstance(outputs, (list, tuple)) else [outputs]):
+        value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if not first <= index < last or index in regenerated or not isinstance(value, torch.Tensor) \
+                or value.numel() < 2:
+            continue
+        if not value.is_contiguous() and non_overlapping_and_dense(value):
+            found[index] = tuple(int(s) for s in value.stride())
+    return found
+
+
+def _restrided(run: Callable[[list], list], strided: dict[int, tuple[int, ...]]) -> Callable[[list], list]:
+    """``run`` whose outputs in ``strided`` come back with their traced strides (``_traced_strides``): the
+    program's contiguous result copied into a tensor of that layout on the device, as eager's kernels write it."""
+    def run_strided(args: list) -> list:
+        outputs = list(run(args))
+        for index, stride in strided.items():
+            value = outputs[index]
+            if isinstance(value, torch.Tensor) and value.stride() != stride:
+                target = torch.empty_strided(value.shape, stride, dtype=value.dtype, device=value.device)
+                outputs[index] = target.copy_(value)
+        return outputs
+
+    run_strided._boxed_call = True  # type: ignore[attr-defined]
+    for name in ("executable", "kept", "index_error", "cache_key"):
+        if hasattr(run, name):
+            setattr(run_strided, name, getattr(run, name))
+    return run_strided
 
 
 def _as_traced(aot_gm: torch.fx.GraphModule, run: Callable[[list], list]) -> Callable[[list], list]:
@@ -287,10 +396,11 @@ def _decompositions() -> dict:
 def _decomposition_table() -> dict:
     import torch._decomp as decomp
 
+    from device_impl.compiler import loops
     from device_impl.compiler.numerics import DECOMPOSITIONS
 
     core = getattr(decomp, "_core_aten_decompositions_post_autograd", None) or decomp.core_aten_decompositions
-    return {**core(), **DECOMPOSITIONS}
+    return {**core(), **DECOMPOSITIONS, **loops.DECOMPOSITIONS}
 
 
 def _specialize(gm: torch.fx.GraphModule, args: tuple) -> tuple[torch.fx.GraphModule, list]:
@@ -354,7 +464,7 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: list, **kwarg
     if symbolic is not None:  # automatic dynamic: compile per concrete shape when called
         return PerShape(gm, frame, graph, device_index, config)
     counters.graph_received(frame, graph, _signature(gm, example_inputs))
-    overlapping = overlapping_written(gm, example_inputs)
+    overlapping = overlapping_written(gm, example_inputs) or strided_random_fill(gm)
     if overlapping is not None:  # AOTAutograd's copy-back would refuse what the eager op accepts
         return fallback.dynamo_graph(gm, overlapping, graph, config)
     try:

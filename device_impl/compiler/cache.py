@@ -131,7 +131,7 @@ def index_fx(directory: str, key_of_fx: str, cache_key: str) -> None:
 def dynamo_key(gm: torch.fx.GraphModule, example_inputs: list, flags: dict[str, Any]) -> str | None:
     """The key of a Dynamo graph as the backend receives it (before AOTAutograd): its code, its inputs'
     shapes, strides, dtypes and ``requires_grad``, its constants' bytes, the grad and autocast modes AOTAutograd
-    traces under, the flags and the versions. None when an input is not a plain tensor (the caller then
+    traces under, the CPU kernels' capability, the flags and the versions. None when an input is not a plain tensor (the caller then
     compiles through AOTAutograd as usual)."""
     inputs = []
     for value in example_inputs:
@@ -139,9 +139,12 @@ def dynamo_key(gm: torch.fx.GraphModule, example_inputs: list, flags: dict[str, 
             return None
         inputs.append([list(value.shape), list(value.stride()), str(value.dtype), value.device.type,
                        bool(value.requires_grad)])
+    # the CPU kernels' capability: decompositions take CPU's form for it (a fused multiply-add, oneDNN's gelu),
+    # so a program traced under AVX2 is not CPU's answer under ATEN_CPU_CAPABILITY=default
     modes = {"grad": torch.is_grad_enabled(), "deterministic": torch.are_deterministic_algorithms_enabled(),
              "autocast": [[t, torch.is_autocast_enabled(t), str(torch.get_autocast_dtype(t))]
-                          for t in ("cpu", "neuron")]}
+                          for t in ("cpu", "neuron")],
+             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
     material = json.dumps({"dynamo": gm.code, "inputs": inputs, "attrs": _attrs_of(gm), "modes": modes, "flags": flags,
                            "versions": _versions(), "format": neff.FORMAT_VERSION}, sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()

@@ -60,13 +60,15 @@ _RUNTIME_ERROR_INDEXING = frozenset({aten.gather, aten.scatter, aten.scatter_add
 
 def index_error_class(gm: torch.fx.GraphModule) -> type[Exception]:
     """The exception class CPU raises for an out-of-range index in this graph: RuntimeError when every indexing
-    node comes from an op whose CPU kernel raises it (gather, scatter), else IndexError (also for a graph that
+    node comes from an op whose CPU kernel raises it (gather, scatter; index_select and index_add where CPU,
+    asked at the node's shapes, does: ``parity.out_of_range_class``), else IndexError (also for a graph that
     mixes both: the program cannot tell which step's index it was)."""
     classes = set()
     for node in gm.graph.nodes:
         if node.op == "call_function" and node.target in _INDEXING:
             origin = getattr(node.meta.get("original_aten"), "overloadpacket", None)
-            classes.add(RuntimeError if origin in _RUNTIME_ERROR_INDEXING else IndexError)
+            probed = parity.out_of_range_class(node)  # index_select, index_add: CPU's class depends on shapes
+            classes.add(probed or (RuntimeError if origin in _RUNTIME_ERROR_INDEXING else IndexError))
     return RuntimeError if classes == {RuntimeError} else IndexError
 
 

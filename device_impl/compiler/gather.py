@@ -12,8 +12,9 @@ time (one per partition):
    element (index x stride, plus the window coordinates of the row x stride),
    checking every index against the operand's bounds;
 3. indirect DMA moves the rows (``dma.load_rows`` / ``dma.store_rows`` with
-   compute-on-write accumulation for scatter-add) through a table view of the
-   operand whose row ``o`` starts at element offset ``o``.
+   compute-on-write accumulation for scatter-add, each row added in order, as
+   CPU's serial loops add: ``x + a + b``, not ``x + (a + b)``) through a table
+   view of the operand whose row ``o`` starts at element offset ``o``.
 
 Dimension numbers StableHLO prints only when not their default (``index_vector_dim`` 0, an empty
 list) are read with those defaults: a 0-d index (``F.embedding(torch.tensor(3), w)``) has none.
@@ -201,7 +202,7 @@ def scatter_runner(step: dict, program: Program) -> Callable[[Any, Any], None]:
                     data = nc.sbuf_tile((r1 - r0, c1 - c0), upd.dtype)
                     for a0, a1, b0, b1, view in upd2d.pieces(r0, r1, c0, c1):
                         nc.dma.load(data[a0:a1, b0:b1], view)
-                    nc.dma.store_rows(table[:, c0:c1], offs, data, accumulate=accumulate)
+                    nc.dma.store_rows(table[:, c0:c1], offs, data, accumulate=accumulate, in_order=True)
                     nc.release(data)
 
     return run

@@ -34,7 +34,8 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
   input is its own result, as ATen's ``std::asinh`` gives;
 * comparisons with a Python scalar (``eq.Scalar`` ...) convert the scalar to the tensor's dtype
   (``bool_tensor == -2`` became ``== True``), where ATen compares in the promoted dtype: the tensor
-  is converted to ``result_type(tensor, scalar)`` first;
+  is converted to ``result_type(tensor, scalar)`` first; so are both sides of a comparison of two tensors
+  of different dtypes (torch-mlir compared int8 with a 0-d uint8 as unsigned);
 * ``elu`` lowers ``expm1`` as ``exp(x) - 1``, which loses tiny negative results (and their sign):
   it becomes ATen's ``where(x > 0, x * scale, alpha * scale * expm1(x * input_scale))``;
 * ``native_layer_norm`` lowers with the variance as E[x^2] - E[x]^2 (cancellation: 1e-4 relative
@@ -51,8 +52,9 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
 * float16/bfloat16 transcendental ops lower to several ops each rounded to the narrow type
   (``log2 = log(x) / log(2)``), while ATen computes them in float32 and rounds once: they are
   computed in float32 and converted back (``opmath``), as ATen's ``opmath_type`` does; so are
-  ``mean`` (a float16 sum rounded before the division overflows) and ``native_group_norm``
-  (several outputs).
+  ``mean`` (a float16 sum rounded before the division overflows), ``avg_pool2d``
+  (CPU's ``cpu_avg_pool`` sums each window in float32: a float16 window of values near 60000 overflowed)
+  and ``native_group_norm`` (several outputs).
 """
 
 from __future__ import annotations
@@ -351,6 +353,23 @@ def _compare_scalar(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node
     return _call(graph, node.target, _cast(graph, x, promoted), other)
 
 
+_COMPARE_TENSOR = (aten.eq.Tensor, aten.ne.Tensor, aten.lt.Tensor, aten.le.Tensor, aten.gt.Tensor, aten.ge.Tensor)
+
+
+def _compare_tensor(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    """A comparison of two tensors of different dtypes, in ATen's promoted dtype (``torch.result_type``, where a
+    0-d tensor does not widen a dimensioned one of its category): torch-mlir compares mixed signed/unsigned
+    integers as unsigned (``int8 <= uint8 0-d`` read -1 as 255), where ATen converts the uint8 scalar to int8."""
+    a, b = node.args[0], node.args[1]
+    if not isinstance(a, torch.fx.Node) or not isinstance(b, torch.fx.Node):
+        return None
+    left, right = a.meta["val"], b.meta["val"]
+    if left.dtype == right.dtype:
+        return None
+    promoted = torch.result_type(left, right)
+    return _call(graph, node.target, _cast(graph, a, promoted), _cast(graph, b, promoted))
+
+
 def _elu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     x = node.args[0]
     alpha, scale, input_scale = (list(node.args[1:]) + [1.0, 1.0, 1.0][len(node.args) - 1:])[:3]
@@ -500,6 +519,7 @@ REWRITES = {
     aten.trunc.default: _trunc,
     aten.native_layer_norm.default: _layer_norm,
     **{op: _compare_scalar for op in _COMPARE_SCALAR},
+    **{op: _compare_tensor for op in _COMPARE_TENSOR},
     aten.elu.default: _elu,
     aten.index.Tensor: _wrap_indices,
     aten.index_put.default: _wrap_indices,
@@ -531,7 +551,8 @@ OPMATH = frozenset(getattr(aten, name) for name in (
     "exp2", "expm1", "log2", "log10", "log1p", "sinh", "cosh", "tan", "asin", "acos", "atan", "asinh", "acosh",
     "atanh", "erf", "erfc", "erfinv", "sigmoid", "tanh", "sin", "cos", "exp", "log", "sqrt", "rsqrt", "reciprocal",
     "gelu", "silu", "elu", "softplus", "mish", "logit", "hardsigmoid", "hardswish", "atan2", "pow", "lerp",
-    "hypot", "xlogy", "special_erfcx", "mean", "native_group_norm") if hasattr(aten, name))
+    "hypot", "xlogy", "special_erfcx", "mean", "native_group_norm", "avg_pool2d")
+    if hasattr(aten, name))
 
 
 def needs_opmath(node: torch.fx.Node) -> bool:
@@ -568,16 +589,33 @@ def opmath(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
 
 
 def _elu_backward(grad: torch.Tensor, alpha, scale, input_scale, is_result: bool, self_or_result: torch.Tensor):
-    """elu_backward as CPU's vector loop computes it: the negative branch unless ``x > 0``, so a NaN input
-    gives a NaN gradient (PyTorch's decomposition tests ``x <= 0``, as CPU's scalar tail does: 1 for NaN
-    at the first and last few positions only). The op suite compares whole tensors, which CPU computes
-    mostly in its vector loop."""
+    """elu_backward as CPU's loop computes it: its vector lambda takes the negative branch unless ``x > 0``, so a
+    NaN input gives a NaN gradient; its scalar lambda tests ``x <= 0`` (PyTorch's decomposition's test), so a NaN
+    input passes the gradient on, ``grad * scale``. Each element takes the lambda CPU's loop runs there
+    (``loops.vector_mask``: a run's tail and a strided operand's every element are scalar; the block is the host's,
+    ``cpu_host.elu_backward_block``), judged on the traced
+    strides of the gradient and the input (a cotangent AOTAutograd made contiguous reaches CPU as the user made it:
+    where the two differ, only a NaN input's gradient can)."""
+    from device_impl.compiler import loops
+
     negcoef, poscoef, negiptcoef = alpha * scale, scale, input_scale
     if is_result:
         negative = grad * negiptcoef * (self_or_result + negcoef)
     else:
         negative = grad * negiptcoef * negcoef * torch.exp(self_or_result * negiptcoef)
-    return torch.where(self_or_result > 0, grad * poscoef, negative)
+    positive = grad * poscoef
+    if not grad.dtype.is_floating_point or any(size == 0 for size in grad.shape):
+        return torch.where(self_or_result > 0, positive, negative)
+    from device_impl.kernels import cpu_host
+
+    vector = loops.vector_mask((grad, self_or_result), grad.dtype, grad.device,
+                               cpu_host.elu_backward_block(grad.dtype))
+    if vector is True:
+        return torch.where(self_or_result > 0, positive, negative)
+    scalar = torch.where(self_or_result <= 0, negative, positive)
+    if vector is False:
+        return scalar
+    return torch.where(vector, torch.where(self_or_result > 0, positive, negative), scalar)
 
 
 def _softmax_backward_data(grad_output: torch.Tensor, output: torch.Tensor, dim: int, input_dtype: torch.dtype):

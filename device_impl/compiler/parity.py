@@ -36,7 +36,15 @@ any backend sees a graph: PyTorch's Python metas of ``amax``/``amin``/``aminmax`
 dimension and ``argmax``/``argmin`` of an empty tensor raise RuntimeError where CPU raises IndexError, and Dynamo reports a RuntimeError from a fake tensor as
 TorchRuntimeError (other classes reach the caller as raised). When a wrapped meta
 refuses a call, CPU's kernel is asked with uninitialised CPU tensors of the same sizes (it refuses
-before computing) and its class wins.
+before computing) and its class wins. ``FAKE_IMPL_CHECKED`` does the same for FakeTensor's own implementations,
+which it consults before any meta (``x[float_index]``: CPU's IndexError, not TorchRuntimeError).
+
+``bool_refusal`` (BOOL_CHECKED: floor and trunc division) asks CPU, for calls on a bool tensor only, whether
+it refuses the dtypes (NotImplementedError where the reference meta raised RuntimeError). ``NODE_PROBES``
+rebuild a node's CPU call small (constant_pad_nd's value conversion, checked only when something is padded),
+``ORIGINAL_PROBES`` the call a decomposed node came from (``index_copy``'s own dtype check, where the
+``index_put`` it became raises IndexError), and ``out_of_range_class`` the class CPU's index_select and
+index_add raise for an out-of-range index at the node's shapes and strides (their paths differ in class).
 """
 
 from __future__ import annotations
@@ -88,13 +96,142 @@ def _index_probe(value: Any) -> Any:
     return value
 
 
+def _probe_strided(value: Any) -> Any:
+    """A traced tensor as an out-of-range probe receives it: uninitialised, with the traced strides (CPU picks
+    its kernel's path, and so its exception class, by them: index_select's dim-1 fast path needs a contiguous
+    self), up to PROBE_LIMIT elements; beyond, one zero expanded (``_probe_shaped``)."""
+    if isinstance(value, torch.Tensor) and value.numel() <= PROBE_LIMIT:
+        return torch.empty_strided(tuple(value.shape), tuple(value.stride()), dtype=value.dtype)
+    return _probe_shaped(value)
+
+
+def _dim_index_call(node: torch.fx.Node, op: Any, out_of_range: bool = False) -> Callable[[], Any] | None:
+    """The CPU call ``op(self, dim, index, source)`` (index_add, index_copy) an ``index_put`` node was decomposed
+    from, ``index_put(self, [None] * dim + [index], source, ...)``, at the traced shapes (one zero expanded);
+    ``out_of_range``: its index all one past the end of ``dim``. None where the node is not of that form."""
+    self, indices, source = node.args[:3]
+    positions = [i for i, index in enumerate(indices or ()) if index is not None]
+    if len(positions) != 1:
+        return None
+    dim = positions[0]
+    index = indices[dim].meta.get("val") if isinstance(indices[dim], torch.fx.Node) else None
+    shaped = _probe_strided if out_of_range else _probe_shaped
+    try:
+        probes = [shaped(self.meta.get("val")), _probe_shaped(index), shaped(source.meta.get("val"))]
+    except (KeyError, AttributeError):
+        return None
+    if out_of_range:
+        probes[1] = torch.full(tuple(index.shape), probes[0].shape[dim] if probes[0].dim() else 1, dtype=index.dtype)
+    return lambda: op(probes[0], dim, probes[1], probes[2])
+
+
+def _index_select_call(node: torch.fx.Node) -> Callable[[], Any] | None:
+    """``index_select(self, dim, index)`` at the traced shapes, its index all one past the end of ``dim``."""
+    self, dim, index = node.args[:3]
+    try:
+        probe = _probe_strided(self.meta.get("val"))
+        index = index.meta.get("val")
+        dim = dim % max(probe.dim(), 1)
+        bad = torch.full(tuple(index.shape), probe.shape[dim] if probe.dim() else 1, dtype=index.dtype)
+    except (KeyError, AttributeError):
+        return None
+    return lambda: aten.index_select.default(probe, dim, bad)
+
+
+# ops whose CPU kernel's exception class for an out-of-range index depends on the shapes (index_select's dim-1
+# fast path and index_add's scatter paths raise RuntimeError, their other paths IndexError): the call rebuilt
+# from the node, by the name of the op it came from, with an out-of-range index, for CPU to answer
+OUT_OF_RANGE_PROBES: dict[str, Callable[[torch.fx.Node], Callable[[], Any] | None]] = {
+    "aten.index_select.default": _index_select_call,
+    "aten.index_add.default": lambda node: _dim_index_call(node, aten.index_add.default, out_of_range=True),
+    "aten.index_add_.default": lambda node: _dim_index_call(node, aten.index_add.default, out_of_range=True),
+}
+
+
+def out_of_range_class(node: torch.fx.Node) -> type[Exception] | None:
+    """The exception class CPU raises for an out-of-range index of the op ``node`` was traced from, asked of
+    CPU at the node's shapes (OUT_OF_RANGE_PROBES); None for other ops, or where CPU accepts the probe."""
+    builder = OUT_OF_RANGE_PROBES.get(str(node.meta.get("original_aten")))
+    if builder is None:
+        return None
+    with _real_tensors():  # AOTAutograd compiles inside its fake mode: the probe's tensors must be real
+        call = builder(node)
+        try:
+            if call is None:
+                return None
+            call()
+        except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
+            return type(error)
+    return None
+
+
+def _index_copy_call(node: torch.fx.Node) -> Callable[[], Any] | None:
+    """The ``index_copy`` call an ``index_put`` node was decomposed from (its ``original_aten``), rebuilt from
+    the node's arguments at their traced shapes (``_dim_index_call``). CPU's ``index_copy`` refuses a non-int64
+    index with its own RuntimeError ("index_copy_(): Expected a long tensor for index, but got Float") where
+    ``index_put`` raises IndexError; only such calls are rebuilt."""
+    indices = node.args[1] if len(node.args) > 1 else None
+    index = next((i for i in indices or () if i is not None), None)
+    meta = index.meta.get("val") if isinstance(index, torch.fx.Node) else None
+    if not isinstance(meta, torch.Tensor) or meta.dtype == torch.int64:
+        return None
+    return _dim_index_call(node, aten.index_copy.default)
+
+
+# decomposed ops whose CPU kernel checks its arguments in its own words (and class): the node's original call,
+# rebuilt for the probe (``original_aten`` -> a builder of the call, or None where it needs no probe of its own)
+# (keyed by the op's name: the ``original_aten`` AOTAutograd records is not always the very OpOverload object
+# ``torch.ops.aten`` gives)
+ORIGINAL_PROBES: dict[str, Callable[[torch.fx.Node], Callable[[], Any] | None]] = {
+    "aten.index_copy.default": _index_copy_call,
+    "aten.index_copy_.default": _index_copy_call,
+}
+
+
+def _pad_call(node: torch.fx.Node) -> Callable[[], Any] | None:
+    """``constant_pad_nd(x, pad, value)`` on a tensor of x's rank and dtype just large enough for ``pad`` (each
+    padded dimension 1 plus what its negative pads crop): CPU converts ``value`` to x's dtype when the call
+    pads anything and refuses one it cannot hold ("value cannot be converted to type uint8_t without
+    overflow"); the decompositions cast it. The probe fills a handful of elements whatever x's size."""
+    self = node.args[0].meta.get("val") if isinstance(node.args[0], torch.fx.Node) else None
+    pad = list(node.args[1]) if len(node.args) > 1 else list(node.kwargs.get("pad", ()))
+    value = node.args[2] if len(node.args) > 2 else node.kwargs.get("value", 0)
+    if not isinstance(self, torch.Tensor) or not all(isinstance(p, int) for p in pad) or len(pad) > 2 * self.dim():
+        return None
+    shape = [1] * self.dim()
+    for i in range(len(pad) // 2):
+        shape[self.dim() - 1 - i] = 1 + max(0, -pad[2 * i]) + max(0, -pad[2 * i + 1])
+    probe = torch.zeros(shape, dtype=self.dtype)
+    return lambda: aten.constant_pad_nd.default(probe, pad, value)
+
+
+# ops whose CPU kernel checks an argument the FX graph still holds but the lowering does not: the CPU call
+# rebuilt small from the node (by its target)
+NODE_PROBES: dict[Any, Callable[[torch.fx.Node], Callable[[], Any] | None]] = {
+    aten.constant_pad_nd.default: _pad_call,
+}
+
+
 def refusal(gm: torch.fx.GraphModule) -> Exception | None:
     """The error CPU raises for the first CHECKED (or INDEX_CHECKED) node of ``gm`` whose arguments it refuses,
     or None."""
     for node in gm.graph.nodes:
+        if node.op == "call_function" and node.target in NODE_PROBES:
+            with _real_tensors():
+                call = NODE_PROBES[node.target](node)
+                try:
+                    if call is not None:
+                        call()
+                except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
+                    return error
+            continue
         if node.op == "call_function" and node.target in INDEX_CHECKED:
             with _real_tensors():
+                builder = ORIGINAL_PROBES.get(str(node.meta.get("original_aten")))
+                original = builder(node) if builder is not None else None
                 try:
+                    if original is not None:
+                        original()
                     node.target(*[_index_probe(a) for a in node.args],
                                 **{k: _index_probe(v) for k, v in node.kwargs.items()})
                 except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
@@ -176,6 +313,36 @@ def bool_power(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
         return torch.empty_like(base)
 
 
+# Ops whose meta function refuses bool with another class than CPU's kernel: floor and trunc division of bool,
+# CPU's NotImplementedError ("div_floor_cpu" not implemented for 'Bool'), the reference meta's RuntimeError
+# ("torch.bool not supported for floor_divide"), which Dynamo reports as TorchRuntimeError
+BOOL_CHECKED = frozenset({aten.div.Tensor_mode, aten.div.Scalar_mode})
+
+
+def _probe_one(value: Any) -> Any:
+    """A traced argument as a dtype probe receives it: a tensor becomes one 1 of its dtype (a divisor of 1 is
+    never a division by zero)."""
+    if isinstance(value, torch.Tensor):
+        return torch.ones((1,) * min(value.dim(), 1), dtype=value.dtype)
+    return value
+
+
+def bool_refusal(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+    """The fake-tensor rule of BOOL_CHECKED ops: for a call on a bool neuron tensor, CPU's error if its kernel
+    refuses the call's dtypes (asked with one-element ones); NotImplemented (on to the meta function) otherwise,
+    and for a call with an empty tensor. Calls without a bool tensor cost nothing."""
+    tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
+    if not any(t.dtype == torch.bool for t in tensors) or not _on_neuron(tensors) \
+            or any(t.numel() == 0 for t in tensors):  # CPU returns an empty result before its dtype dispatch
+        return NotImplemented
+    with _real_tensors():
+        try:
+            func(*[_probe_one(a) for a in args], **{k: _probe_one(v) for k, v in kwargs.items()})
+        except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
+            raise type(error)(*error.args) from None
+    return NotImplemented
+
+
 def install_fake_checks() -> None:
     """Register ``fake_refusal`` (and ``bool_power``) with the fake-tensor mode once per process (Dynamo's
     tracing consults it)."""
@@ -185,6 +352,7 @@ def install_fake_checks() -> None:
 
     register_op_impl(lambda func: func in FAKE_CHECKED)(fake_refusal)
     register_op_impl(lambda func: func is aten.pow.Tensor_Scalar)(bool_power)
+    register_op_impl(lambda func: func in BOOL_CHECKED)(bool_refusal)
     _INSTALLED.append(True)
 
 
@@ -288,15 +456,23 @@ def empty_refusal(gm: torch.fx.GraphModule, example_inputs: list) -> Exception |
             if not callable(target):
                 continue
             try:
-                target(*args[1:] if node.op == "call_method" else args, **kwargs)
+                result = target(*args[1:] if node.op == "call_method" else args, **kwargs)
             except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
                 return error
+            # a later call reads this one's result, not zeros of its shape: a view keeps its base's storage
+            # (x[1:] of a one-element x is empty, but as_strided over it may address the element before it)
+            if isinstance(result, torch.Tensor):
+                known[node] = result
     return None
 
 
 # meta functions (torch 2.13) whose error on a zero-size input is another class than CPU's (measured: compiled
 # amax(empty (3, 0), -1) raised TorchRuntimeError where CPU raises IndexError)
 META_CHECKED = ("amax.default", "amin.default", "aminmax.default", "argmax.default", "argmin.default")
+# fake-tensor implementations of their own (FakeTensor's op table, consulted before any meta) whose refusal
+# is another class than CPU's: a float index to x[i] raised the meta's RuntimeError ("tensors used as indices
+# must be long, int, byte or bool tensors"), reported by Dynamo as TorchRuntimeError, where CPU raises IndexError
+FAKE_IMPL_CHECKED = ("index.Tensor",)
 
 
 def _cpu_empty(value: Any) -> Any:
@@ -337,6 +513,37 @@ def cpu_refusal(call: Callable[[], Any]) -> Exception | None:
 PROBE_LIMIT = 1 << 20  # elements: a meta's refusal is checked on CPU for arguments up to this size
 
 
+def _cpu_zeros(value: Any) -> Any:
+    """``_cpu_empty`` with zeros: an index tensor's values are part of what CPU checks (zero is in range)."""
+    if isinstance(value, torch.Tensor):
+        return torch.zeros(value.shape, dtype=value.dtype)
+    if isinstance(value, (list, tuple)):
+        return type(value)(_cpu_zeros(v) for v in value)
+    return value
+
+
+def _raise_as_cpu(op: Any, error: Exception, args: tuple, kwargs: dict,
+                  cpu_tensor: Callable[[Any], Any] = _cpu_empty) -> None:
+    """Raise CPU's error for ``op(*args, **kwargs)`` where CPU's kernel, asked with CPU tensors of the same sizes
+    and dtypes (uninitialised: CPU refuses before computing), refuses it with another class than ``error``;
+    return otherwise (also for arguments of more than PROBE_LIMIT elements, which are not probed)."""
+    def tensors(values: Any) -> list:
+        if isinstance(values, torch.Tensor):
+            return [values]
+        return [t for v in values for t in tensors(v)] if isinstance(values, (list, tuple)) else []
+    if sum(t.numel() for t in tensors([*args, *kwargs.values()])) > PROBE_LIMIT:
+        return
+    with _real_tensors():
+        cpu_args = [cpu_tensor(a) for a in args]
+        cpu_kwargs = {k: cpu_tensor(v) for k, v in kwargs.items()}
+    try:
+        with _cpu_kernels():
+            op(*cpu_args, **cpu_kwargs)
+    except Exception as cpu_error:  # noqa: BLE001 - CPU's refusal is the answer
+        if type(cpu_error) is not type(error):
+            raise type(cpu_error)(*cpu_error.args) from None
+
+
 def _checked_meta(op: Any, meta: Callable) -> Callable:
     """``meta``, except that when it refuses a call, CPU's kernel is asked with CPU tensors of the same sizes
     and dtypes (uninitialised: CPU refuses before computing) and, when CPU refuses it with another class,
@@ -345,18 +552,7 @@ def _checked_meta(op: Any, meta: Callable) -> Callable:
         try:
             return meta(*args, **kwargs)
         except Exception as error:
-            tensors = [a for a in (*args, *kwargs.values()) if isinstance(a, torch.Tensor)]
-            if sum(t.numel() for t in tensors) > PROBE_LIMIT:
-                raise
-            with _real_tensors():
-                cpu_args = [_cpu_empty(a) for a in args]
-                cpu_kwargs = {k: _cpu_empty(v) for k, v in kwargs.items()}
-            try:
-                with _cpu_kernels():
-                    op(*cpu_args, **cpu_kwargs)
-            except Exception as cpu_error:  # noqa: BLE001 - CPU's refusal is the answer
-                if type(cpu_error) is not type(error):
-                    raise type(cpu_error)(*cpu_error.args) from None
+            _raise_as_cpu(op, error, args, kwargs)
             raise
 
     checked.__wrapped__ = meta  # type: ignore[attr-defined]
@@ -376,6 +572,29 @@ def install_meta_checks() -> None:
             continue
         op.py_kernels[DispatchKey.Meta] = _checked_meta(op, meta)
         op._dispatch_cache.clear()
+    from torch._subclasses import fake_impls
+
+    for name in FAKE_IMPL_CHECKED:
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
+        impl = fake_impls.op_implementations_dict.get(op)
+        if impl is not None and not hasattr(impl, "__wrapped__"):
+            fake_impls.op_implementations_dict[op] = _checked_fake_impl(op, impl)
+
+
+def _checked_fake_impl(op: Any, impl: Callable) -> Callable:
+    """``impl`` (a fake-tensor implementation: fake mode, op, arguments), except that when it refuses a call,
+    CPU's kernel is asked as in ``_checked_meta`` (with zeros: an index's values are checked) and its exception
+    class wins."""
+    def checked(fake_mode: Any, func: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return impl(fake_mode, func, *args, **kwargs)
+        except Exception as error:
+            _raise_as_cpu(op, error, args, kwargs, _cpu_zeros)
+            raise
+
+    checked.__wrapped__ = impl  # type: ignore[attr-defined]
+    return checked
 
 
 def _accepts_functional(target: Any, args: list, kwargs: dict) -> bool:

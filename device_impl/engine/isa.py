@@ -149,8 +149,60 @@ def _gelu_tanh(x):
     return 0.5 * x * (1.0 + np.tanh(c * (x + np.float32(0.044715) * x * x * x)))
 
 
-def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
+def _exp_neg_into(x: np.ndarray, out: np.ndarray) -> None:
+    """exp(-x) as a float32: float64's exp of the exactly widened -x, rounded once to ``out``'s dtype
+    (``x`` may be ``out``).
+
+    Why not numpy's float32 exp: its bits depend on the host (numpy's AVX512F and AVX2 loops and libm's
+    expf differ in the last place). Float64 exp is within a few float64 ULP on every implementation numpy
+    dispatches to, so the float32 rounding can differ between hosts only where the float64 value lies within
+    those few ULP of a float32 rounding midpoint. ``benches/sigmoid_ulp.py`` lists such inputs: of every 16th
+    float32, 8 lie within 64 float64 ULP of one, the nearest 4 ULP away (x = 2.98e-8, where exp(-x) is
+    1 - x to rounding on any implementation), the others 28 or more, against float64 exp errors under
+    half an ULP; the results were identical under numpy's AVX512F loop and libm's exp. Elsewhere this is the
+    correctly rounded float32 exp, as CPU's (SLEEF's u10 expf, glibc's expf) is in almost every case.
+    Overflow is float32's: inf exactly where CPU's float32 exp overflows (x < -88.7228)."""
+    np.negative(x, out=out)  # exact
+    np.exp(out, out=out, dtype=np.float64)  # widened exactly per buffer; the one rounding, float64 -> float32
+
+
+def _sigmoid_into(x: np.ndarray, out: np.ndarray) -> None:
+    """ScalarE's sigmoid, the one every mode computes (eager, static replay, adaptive's fused chains,
+    compiled programs and their constant folding): CPU's float32 formula 1 / (1 + exp(-x)), with the exp of
+    ``_exp_neg_into`` and the add and divide in float32 (IEEE: one correct rounding each, the same bits on
+    every host). It replaced scipy's ``expit`` in float32 (glibc ``expf`` per element, the same formula):
+    the same bits but where glibc's expf was not correctly rounded, at half the host time, and independent
+    of the host (``benches/sigmoid_ulp.py`` states the ULP figures). ``out`` is float32; ``x`` may be it."""
+    _exp_neg_into(x, out)
+    np.add(out, np.float32(1), out=out)
+    np.divide(np.float32(1), out, out=out)
+
+
+def _silu_into(x: np.ndarray, out: np.ndarray) -> None:
+    """ScalarE's silu, CPU's float32 formula x / (1 + exp(-x)): see ``_sigmoid_into``."""
+    if np.may_share_memory(x, out):
+        x = x.copy()  # in place: x is read again after out holds exp(-x)
+    _exp_neg_into(x, out)
+    np.add(out, np.float32(1), out=out)
+    np.divide(x, out, out=out)
+
+
+def _sigmoid(x) -> np.ndarray:
+    """``_sigmoid_into`` as a function: the float32 sigmoid of x (as ScalarE reads it: in float32)."""
+    x = np.asarray(x)
+    out = np.empty(x.shape, FP32)
+    with np.errstate(all="ignore"):
+        _sigmoid_into(x if x.dtype == FP32 else x.astype(FP32), out)  # bfloat16/float16: exact
+    return out
+
+
+def _silu(x) -> np.ndarray:
+    """``_silu_into`` as a function: the float32 silu of x (as ScalarE reads it: in float32)."""
+    x = np.asarray(x)
+    out = np.empty(x.shape, FP32)
+    with np.errstate(all="ignore"):
+        _silu_into(x if x.dtype == FP32 else x.astype(FP32), out)  # bfloat16/float16: exact
+    return out
 
 
 # ScalarE's activation table: transcendental functions evaluated in fp32.
@@ -159,7 +211,7 @@ ACTIVATIONS: dict[str, Callable] = {
     "log2": np.log2, "log10": np.log10, "log1p": np.log1p, "sqrt": np.sqrt,
     "rsqrt": lambda x: 1.0 / np.sqrt(x), "reciprocal": np.reciprocal, "tanh": np.tanh, "sigmoid": _sigmoid,
     "relu": lambda x: np.where(x < 0, 0.0, x), "gelu": _gelu_erf, "gelu_tanh": _gelu_tanh,
-    "silu": lambda x: x * _sigmoid(x), "softplus": lambda x: np.logaddexp(0, x),
+    "silu": _silu, "softplus": lambda x: np.logaddexp(0, x),
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
     "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
     "erf": _erf, "erfc": _erfc, "erfinv": _erfinv, "abs": np.abs, "square": np.square,
@@ -168,21 +220,18 @@ ACTIVATIONS: dict[str, Callable] = {
 # Functions ScalarE evaluates directly in fp32 with numpy's vectorised float32 kernels: each stays
 # within a few ULP of the correctly rounded fp32 result, as PyTorch's own CPU kernels (SLEEF) do.
 # Measured against torch 2.13 CPU float32 on 1.4M inputs (normal x3, uniform +-100, tiny values),
-# max ULP distance: exp 2, tanh 1, log 3, sin 1, cos 1, expm1 3, log1p 2, sigmoid 4 -- inside the
-# float32 tolerance (rtol 1.3e-6, ~11 ULP). Every other function (sinh/cosh overflow early in
-# float32; erf and friends come from scipy) is evaluated in float64 and rounded once. The float32
-# path is ~50x faster on this machine, which is most of an activation-heavy kernel's host time.
+# max ULP distance: exp 2, tanh 1, log 3, sin 1, cos 1, expm1 3, log1p 2 -- inside the
+# float32 tolerance (rtol 1.3e-6, ~11 ULP). Sigmoid and silu are the exception: CPU's float32 formula on a
+# float64 exp rounded once (``_sigmoid_into``/``_silu_into``: host-independent bits; see there). Every other
+# function (sinh/cosh overflow early in float32; erf and friends come from scipy) is evaluated in float64
+# and rounded once. The float32 path is ~50x faster on this machine, which is most of an activation-heavy
+# kernel's host time.
 FP32_NATIVE: dict[str, Callable] = {
     "exp": np.exp, "log": np.log, "tanh": np.tanh, "sin": np.sin, "cos": np.cos, "expm1": np.expm1,
     "log1p": np.log1p, "sqrt": np.sqrt, "identity": lambda x: x, "abs": np.abs, "square": np.square,
     "relu": lambda x: np.where(x < 0, np.float32(0), x),
-    "sigmoid": lambda x: _expit(x), "silu": lambda x: x * _expit(x),
+    "sigmoid": _sigmoid, "silu": _silu,
 }
-
-
-def _expit(x):
-    from scipy.special import expit  # noqa: PLC0415
-    return expit(x)
 
 
 REDUCTIONS: dict[str, Callable] = {
@@ -238,6 +287,42 @@ def _runs_in_range(array: np.ndarray, n: int) -> int:
     return math.ceil(n * runs / array.size) if array.size else 0
 
 
+def _range_copy(view: np.ndarray, flat: np.ndarray, start: int, stop: int, store: bool) -> None:
+    """Elements [start, stop) of ``view`` in row-major order copied to the 1-D ``flat`` (``store``: from it),
+    as at most two partial rows per dimension and one block of whole rows: strided block copies, where
+    numpy's ``view.flat[start:stop]`` walked the elements one by one (60x slower on a 64K broadcast)."""
+    if start >= stop:
+        return
+    if view.ndim <= 1:
+        view = view.reshape(-1)
+        if store:
+            view[start:stop] = flat
+        else:
+            flat[...] = view[start:stop]
+        return
+    inner = math.prod(view.shape[1:])
+    i0, r0 = divmod(start, inner)
+    i1, r1 = divmod(stop, inner)
+    if i0 == i1:
+        _range_copy(view[i0], flat, r0, r1, store)
+        return
+    pos = 0
+    if r0:
+        pos = inner - r0
+        _range_copy(view[i0], flat[:pos], r0, inner, store)
+        i0 += 1
+    if i1 > i0:
+        n = (i1 - i0) * inner
+        block = flat[pos:pos + n].reshape((i1 - i0,) + view.shape[1:])
+        if store:
+            view[i0:i1] = block
+        else:
+            np.copyto(block, view[i0:i1])
+        pos += n
+    if r1:
+        _range_copy(view[i1], flat[pos:], 0, r1, store)
+
+
 def flat_in(data: np.ndarray, src: np.ndarray, start: int, stop: int) -> bool:
     """The bytes ``DMA.load_flat`` moves: elements [start, stop) of ``src`` in row-major order into the
     contiguous ``data``. True when ``src`` is C-contiguous (one run). Shared with eager replay
@@ -245,7 +330,7 @@ def flat_in(data: np.ndarray, src: np.ndarray, start: int, stop: int) -> bool:
     if src.flags.c_contiguous:
         data.reshape(-1)[...] = src.reshape(-1)[start:stop]
         return True
-    data.reshape(-1)[...] = src.flat[start:stop]
+    _range_copy(src, data.reshape(-1), start, stop, store=False)
     return False
 
 
@@ -254,7 +339,9 @@ def flat_copy(src: np.ndarray, start: int, stop: int) -> np.ndarray:
     row-major order): what a replayed launch's small tiles hold (``engine.replay``)."""
     if src.flags.c_contiguous:
         return src.reshape(-1)[start:stop].copy()
-    return src.flat[start:stop]
+    out = np.empty(stop - start, src.dtype)
+    _range_copy(src, out, start, stop, store=False)
+    return out
 
 
 def flat_out(dst: np.ndarray, start: int, stop: int, values: np.ndarray) -> bool:
@@ -264,7 +351,10 @@ def flat_out(dst: np.ndarray, start: int, stop: int, values: np.ndarray) -> bool
     if dst.flags.c_contiguous:
         dst.reshape(-1)[start:stop] = values
         return True
-    dst.flat[start:stop] = values
+    if any(stride == 0 and n > 1 for n, stride in zip(dst.shape, dst.strides)):
+        dst.flat[start:stop] = values  # elements sharing memory: the last in row-major order is written last
+    else:
+        _range_copy(dst, values, start, stop, store=True)
     return False
 
 
@@ -420,8 +510,12 @@ class DMA(_Engine):
             self.timeline.hbm_read += nbytes
         self._schedule("dma_gather", nbytes, len(index), reads=(rows,), writes=(dst,))
 
-    def store_rows(self, table: np.ndarray, rows: Tile, src: Tile, accumulate: bool = False) -> None:
-        """Indirect DMA scatter: table[rows[p, 0]] = src[p] (or += with accumulate, applied in order)."""
+    def store_rows(self, table: np.ndarray, rows: Tile, src: Tile, accumulate: bool = False,
+                   in_order: bool = False) -> None:
+        """Indirect DMA scatter: table[rows[p, 0]] = src[p] (or += with accumulate). ``in_order``: each row is
+        added to the destination in partition order, rounded to its dtype each time, as CPU's serial loops add
+        (``x + a + b``, not ``x + (a + b)``: near the top of the range the two overflow differently); else the
+        duplicates are summed first."""
         index = rows.read()[:, 0].astype(np.int64)
         values = src.read()
         if index.size and (index.min() < 0 or index.max() >= table.shape[0]):
@@ -432,9 +526,14 @@ class DMA(_Engine):
             # and receives only -0.0 stays -0.0, as adding the values one by one gives (from +0.0 it became +0.0).
             acc = compute_dtype(table.dtype)
             rows_hit, inverse = np.unique(index, return_inverse=True)
-            sums = np.full((len(rows_hit),) + table.shape[1:], -0.0 if acc.kind == "f" else 0, dtype=acc)
-            np.add.at(sums, inverse, values.astype(acc))
-            table[rows_hit] = (table[rows_hit].astype(acc) + sums).astype(table.dtype)
+            if in_order:  # unbuffered: one add per row, in order, each rounded to the table's dtype
+                work = table[rows_hit]
+                np.add.at(work, inverse, values.astype(table.dtype))
+                table[rows_hit] = work
+            else:
+                sums = np.full((len(rows_hit),) + table.shape[1:], -0.0 if acc.kind == "f" else 0, dtype=acc)
+                np.add.at(sums, inverse, values.astype(acc))
+                table[rows_hit] = (table[rows_hit].astype(acc) + sums).astype(table.dtype)
         else:
             table[index] = values
         nbytes = values.nbytes
@@ -733,16 +832,6 @@ def _affine(fn: np.ufunc, x: np.ndarray, operand, own: bool) -> np.ndarray:
     return fn(x, operand)
 
 
-def _expit_into(x: np.ndarray, out: np.ndarray) -> None:
-    from scipy.special import expit  # noqa: PLC0415
-    expit(x, out=out)
-
-
-def _silu_into(x: np.ndarray, out: np.ndarray) -> None:
-    from scipy.special import expit  # noqa: PLC0415
-    np.multiply(x, expit(x), out=out)
-
-
 def _ufunc_into(fn: np.ufunc) -> Callable[[np.ndarray, np.ndarray], None]:
     def into(x: np.ndarray, out: np.ndarray) -> None:
         fn(x, out=out)
@@ -756,7 +845,7 @@ _FP32_INTO: dict[str, Callable[[np.ndarray, np.ndarray], None]] = {
     **{name: _ufunc_into(FP32_NATIVE[name])
        for name in ("exp", "log", "tanh", "sin", "cos", "expm1", "log1p", "sqrt", "abs", "square")},
     "identity": lambda x, out: np.copyto(out, x),
-    "sigmoid": _expit_into, "silu": _silu_into,
+    "sigmoid": _sigmoid_into, "silu": _silu_into,
 }
 
 

@@ -91,6 +91,21 @@ def vector_block(dtype: torch.dtype) -> int:
     return 2 * 32 // dtype.itemsize
 
 
+@functools.cache
+def elu_backward_block(dtype: torch.dtype) -> int:
+    """Elements one step of ``elu_backward``'s vectorized loop covers, where its vector lambda (a NaN input's
+    gradient is NaN) and its scalar one (the gradient passed on) part ways. Unlike lerp's and add's (``vector_block``),
+    it follows the capability: measured in torch 2.13, 16 float32 / 32 bfloat16 elements under AVX2 and DEFAULT,
+    32 / 64 under AVX-512. Asked of the running torch: the shortest all-NaN input whose first gradient is NaN
+    (a value larger than any tensor where none is)."""
+    with _disable_current_modes():
+        for n in (2 ** k for k in range(1, 10)):
+            x = torch.full((n,), float("nan"), dtype=dtype)
+            if torch.isnan(torch.ops.aten.elu_backward(torch.ones_like(x), 1.0, 1.0, 1.0, False, x)[0]):
+                return n
+    return 1 << 62
+
+
 def _proxy(t: torch.Tensor) -> torch.Tensor:
     """An uninitialised CPU tensor with ``t``'s sizes, strides, dtype and requires_grad (for metadata only)."""
     p = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cpu")

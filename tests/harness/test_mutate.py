@@ -346,3 +346,52 @@ def test_a_case_that_fails_without_the_mutant_acting_catches_nothing(monkeypatch
     outcome = mutate.run_mutant("aten::mul.out", mutate.CLASSES["nan_inf"], _facts("aten::mul.out", ("mul",)),
                                 cases, "eager")
     assert outcome.status == "survived" and "failed without the mutant acting" in outcome.reason, outcome
+
+
+def test_planting_is_transparent_for_a_wrapped_number_an_aliased_out_and_a_storage_view():
+    """A planted mutant that never acts must leave every call as the real kernel makes it:
+    - ``x & 3`` reaches bitwise_and.Tensor_out with the 3 as a Python number (a wrapped number), which
+      ``call_boxed`` refuses for a Tensor argument: the planting makes it a tensor again;
+    - ``cumprod_`` is cumprod.out(self, out=self): a clean call before the real one would scan twice;
+    - as_strided reads its input's storage, not its strides: the layout break has nothing to ignore there."""
+    x = torch.tensor([5, 6, 7], dtype=torch.int32, device="neuron")
+    op = "aten::bitwise_and.Tensor_out"
+    mutant = mutate.CLASSES["nan_inf"].make(op, "nan_inf", _facts(op, ()))
+    with mutate.Planted(mutant):
+        assert (x & 3).cpu().tolist() == [1, 2, 3]
+    assert mutant.calls == 1 and mutant.triggered == 0
+
+    base = torch.tensor([[1.0, 2.0], [3.0, 4.0]])
+    op = "aten::cumprod.out"
+    mutant = mutate.CLASSES["bf16_rounding"].make(op, "bf16_rounding", _facts(op, ()))
+    d = base.to("neuron")
+    with mutate.Planted(mutant):
+        d.cumprod_(0)
+    assert mutant.calls == 1 and torch.equal(d.cpu(), base.cumprod(0))
+
+    t = torch.arange(24.0).reshape(4, 6).to("neuron").t()
+    op = "aten::as_strided"
+    mutant = mutate.CLASSES["layout"].make(op, "layout", _facts(op, ()))
+    with mutate.Planted(mutant):
+        view = torch.as_strided(t, (3, 2), (2, 5), 1).cpu()
+    assert torch.equal(view, torch.as_strided(torch.arange(24.0), (3, 2), (2, 5), 1))
+    assert mutant.triggered == 1 and mutant.storage_reads == 1
+
+
+def test_the_saturation_and_tile_edge_breaks_reach_complex_values():
+    z = torch.complex(torch.tensor([-20.0, 1.0]), torch.tensor([2.0, 30.0]))
+    broken = torch.view_as_real(mutate.saturation_host(z))
+    assert broken.tolist() == [[0.0, 2.0], [1.0, 0.0]]
+    long = torch.complex(torch.ones(129), torch.ones(129))
+    assert torch.isnan(mutate.tile_edge_host(long)[-1]) and not torch.isnan(mutate.tile_edge_host(long)[:-1]).any()
+
+
+def test_an_integer_result_written_into_a_float_out_reads_no_float():
+    """bitwise_and with a float32 out= computes on integers (the out is written, not read): the rule for an op that
+    rejects float operands must not count it as a float read that returned."""
+    op = "aten::bitwise_and.Tensor_out"
+    mutant = mutate.CLASSES["nan_inf"].make(op, "nan_inf", _facts(op, ()))
+    a = torch.tensor([5, 6], device="neuron")
+    with mutate.Planted(mutant):
+        torch.bitwise_and(a, a, out=torch.empty(2, device="neuron"))
+    assert mutant.float_reads == 0

@@ -117,6 +117,33 @@ def test_compiled_mode_never_replays_another_calls_graph():
         assert torch.allclose(xd.cpu(), x.sin() if variant == "sin_" else x, atol=1e-6), variant
 
 
+def test_compiled_mode_skips_dynamos_guard_latency_profile_and_restores_it(monkeypatch):
+    """Dynamo times every new frame's guards after evicting the CPU caches (~40 ms a compile, a metric nothing
+    reads); the compiled mode replaces that timer while a case compiles, and puts Dynamo's back after, also when
+    the case raises."""
+    import torch._dynamo.guards as guards
+
+    from harness import modes
+
+    calls = []
+
+    def timer(*args, **kwargs):
+        calls.append(args)
+        return 0.0
+
+    monkeypatch.setattr(guards, "profile_guard_manager", timer)
+    compiled = modes.get("compiled")
+    x = torch.randn(5, 3)
+    xd = x.to("neuron")
+    result = compiled.run(lambda: torch.cos(xd) + 1, "neuron")
+    assert torch.allclose(result.cpu(), torch.cos(x) + 1, atol=1e-6)
+    with pytest.raises(RuntimeError):
+        compiled.run(lambda: xd + torch.ones(4, device="neuron"), "neuron")
+    assert calls == [] and guards.profile_guard_manager is timer
+    torch.compile(lambda a: a * 2, backend="eager", dynamic=False)(torch.ones(3))
+    assert len(calls) == 1  # outside the mode, Dynamo's own timer runs
+
+
 def test_a_gradients_float64_reference_differentiates_cpus_cotangent():
     """The float64 reference of a gradient uses the cotangent CPU and the device use (rounded to CPU's output
     dtype), not the float32 draw: otherwise a bf16 mm gradient's reference moves by up to 2^-9 of its
@@ -152,3 +179,37 @@ def test_a_cases_cotangent_reaches_the_backward_in_the_cases_layout(layout, stri
     assert torch.equal(grad.cpu(), 2 * seen[0].cpu())
     if layout == "sliced":  # the filler a stride-ignoring read would meet is NaN
         assert torch.isnan(torch.as_strided(seen[0], (3, 8), (8, 1)).cpu()).any()
+
+
+def test_a_compiled_mode_test_reports_its_first_failing_example_unshrunk(monkeypatch):
+    """Under the quick profile a compiled-mode test does not shrink (each step would compile a graph; one failing
+    op shrank for Hypothesis's whole 300 s): the first failing draw is reported. Other modes still shrink."""
+    import types
+
+    from hypothesis import Phase, given, settings
+    from hypothesis import strategies as st
+
+    from harness import pytest_plugin
+
+    calls: list[int] = []
+
+    @settings(max_examples=50, derandomize=True, database=None, deadline=None)
+    @given(st.integers(0, 10**6))
+    def failing(n):
+        calls.append(n)
+        assert n < 1000
+
+    monkeypatch.setattr(pytest_plugin, "_PROFILE", "quick")
+    item = types.SimpleNamespace(obj=failing)
+    assert pytest_plugin._without_shrinking(item, "eager") is None
+    bound = pytest_plugin._without_shrinking(item, "compiled")
+    assert bound is not None and Phase.shrink not in failing._hypothesis_internal_use_settings.phases
+    with pytest.raises(AssertionError):
+        failing()
+    unshrunk = list(calls)
+    failing._hypothesis_internal_use_settings = bound
+    calls.clear()
+    with pytest.raises(AssertionError):
+        failing()
+    assert calls[-1] == 1000 and len(calls) > len(unshrunk)  # shrunk to the boundary, in more calls
+    assert unshrunk[-1] > 1000 and all(n < 1000 for n in unshrunk[:-2])  # generated, then replayed as found

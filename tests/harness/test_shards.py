@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -112,3 +113,33 @@ def test_opsuite_shard_option_deselects_other_shards(tmp_path):
 
     whole, first, second = collected(None), collected("1/2"), collected("2/2")
     assert whole and first | second == whole and not first & second
+
+
+def test_an_xdist_worker_is_a_shard_of_its_sweep(monkeypatch):
+    """make report runs the compiled mode in pytest-xdist workers (-n 2 --dist load); each worker's run is
+    labelled as a shard K/N of the sweep, so merge --join makes the workers' runs one run of the mode."""
+    from harness.pytest_plugin import _xdist_part
+
+    monkeypatch.delenv("PYTEST_XDIST_WORKER", raising=False)
+    monkeypatch.delenv("PYTEST_XDIST_WORKER_COUNT", raising=False)
+    assert _xdist_part() == ""
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw1")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    assert _xdist_part() == "2/2" and Shard.parse(_xdist_part()) == Shard(2, 2)
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "master")
+    assert _xdist_part() == ""
+
+
+def test_opsuite_xdist_workers_join_into_one_run(tmp_path):
+    """Two workers fed from one queue write two runs into one store; joined, they are one run holding every
+    test's results, as the unsplit run would."""
+    store = tmp_path / "compiled.sqlite"
+    args = [sys.executable, "-m", "pytest", "opsuite/test_pointwise.py", "-q", "-p", "no:cacheprovider",
+            "-k", "test_pointwise and (-neg] or -abs] or -exp] or -sin])", "-n", "2", "--dist", "load", "--maxschedchunk", "4",
+            "--results", str(store)]
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    parts = Store(store).query("SELECT environment FROM runs ORDER BY id")
+    assert sorted(json.loads(p["environment"])["shard"] for p in parts) == ["1/2", "2/2"]
+    counts = merge([store], tmp_path / "joined.sqlite", join=True)
+    assert counts["runs"] == 1 and counts["results"] >= 16  # four quick examples of each of the four specs

@@ -1,0 +1,138 @@
+"""Compiled graphs compute what CPU eager computes where torch-mlir's lowering or a decomposition rounds, promotes
+or orders differently (the op suite's compiled mode, numerics group: promotion, zero signs, NaN/inf positions).
+
+Each test failed before its rewrite or decomposition (device_impl/compiler/numerics.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+pytestmark = pytest.mark.usefixtures("no_neff_cache")
+
+
+def _compiled(fn, *args):
+    torch._dynamo.reset()
+    return torch.compile(fn, backend="neuron", dynamic=False)(*[a.to("neuron") for a in args])
+
+
+def _same_bits(fn, *args):
+    """Compiled on neuron and eager on CPU agree bit for bit: values, NaN and infinity positions, zero signs."""
+    got, want = _compiled(fn, *args).cpu(), fn(*args)
+    assert got.dtype == want.dtype
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+    if want.is_floating_point():
+        zeros = want == 0  # the sign of zero (a NaN's sign bit is no part of its value)
+        assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros]))
+
+
+@pytest.mark.parametrize("op", [torch.le, torch.lt, torch.ge, torch.gt, torch.eq, torch.ne],
+                         ids=lambda op: op.__name__)
+@pytest.mark.parametrize("other", [1, 200], ids=["uint8-1", "uint8-200"])
+def test_signed_and_unsigned_compare_in_atens_promoted_dtype(op, other):
+    """int8 against a 0-d uint8 compares in int8 (a 0-d tensor does not widen a dimensioned one): 200 is -56.
+    torch-mlir compared both as unsigned, so -1 <= 1 was False (op suite le int8 int_edges)."""
+    a = torch.tensor([-128, -56, -1, 0, 1, 2, 127], dtype=torch.int8)
+    _same_bits(op, a, torch.tensor(other, dtype=torch.uint8))
+    _same_bits(op, a, torch.tensor([other] * 7, dtype=torch.uint8))  # int16 both sides
+
+
+def _lerp_operands(dtype):
+    """start, end, weight of 3 * 6 elements whose lerp is a zero whose sign the two lambdas of CPU's loop
+    give differently (end -0.0, weight 1: lerp_vec +0.0, the scalar Lerp.h -0.0) or that a fused multiply-add
+    keeps (start +0.0, a product underflowing to -0.0)."""
+    start = torch.tensor([-0.0, 0.0, -0.0, 0.0, 1.0, 0.0] * 3, dtype=torch.float32)
+    end = torch.tensor([-0.0, -0.0, 0.0, -0.0, -0.0, -9.18e-41] * 3, dtype=torch.float32)
+    weight = torch.tensor([1.0, 1.0, 1.0, 0.0, 1.0, 1.01e-39] * 3, dtype=torch.float32)
+    return [t.to(dtype) for t in (start, end, weight)]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "sliced", "transposed"])
+def test_lerp_keeps_the_zero_signs_of_cpus_vector_and_scalar_lambdas(layout, dtype):
+    """CPU's vector lambda runs on whole blocks of contiguous runs, its scalar lambda on a run's tail (18
+    elements: the last 2 in float32) and on every element of a strided operand; PyTorch's decomposition is the
+    vector lambda everywhere (op suite lerp_tensor sliced/channels_last). Made on the device in the layout, as a
+    user's view is."""
+    view = {"contiguous": lambda t: t, "sliced": lambda t: torch.stack([t, t], -1)[..., 0],
+            "transposed": lambda t: t.view(3, 6).t()}[layout]
+    operands = _lerp_operands(dtype)
+    want = torch.lerp(*[view(t) for t in operands])
+    torch._dynamo.reset()
+    got = torch.compile(torch.lerp, backend="neuron", dynamic=False)(*[view(t.to("neuron")) for t in operands])
+    got = got.cpu()
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert torch.equal(torch.signbit(got), torch.signbit(want))
+
+
+def test_lerp_with_a_scalar_weight_keeps_cpus_zero_signs():
+    """lerp.Scalar: the branch is the weight's, the lambda the element's (a tail of 2 after 16 in float32)."""
+    start, end, _ = _lerp_operands(torch.float32)
+    _same_bits(lambda s, e: torch.lerp(s, e, 1.0), start, end)
+    _same_bits(lambda s, e: torch.lerp(s, e, 0.25), start, end)
+
+
+@pytest.mark.parametrize("op", [torch.add, torch.sub], ids=lambda op: op.__name__)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_add_with_alpha_overflows_where_cpus_scalar_lambda_rounds_the_product(dtype, op):
+    """CPU's vector lambda fuses ``other * alpha + self`` in float32; its scalar lambda (a run's tail: the last 3
+    of 35 elements, 32 a block) rounds ``alpha * other`` to the dtype first, so 2 * 32767 is inf in float16 even
+    where self brings the sum back (op suite add_alpha float16 + int16: NaN and inf at other positions)."""
+    big = 32767 if dtype == torch.float16 else 2 ** 126
+    x = torch.tensor([-60000.0, 1.5, float("inf"), -0.0, 3.0] * 7).to(dtype)
+    if dtype == torch.bfloat16:
+        x = torch.tensor([-3e38, 1.5, float("inf"), -0.0, 3.0] * 7).to(dtype)
+    y = torch.tensor([big, -big, big, 0, -2] * 7, dtype=torch.int16 if dtype == torch.float16 else dtype)
+    _same_bits(lambda a, b: op(a, b, alpha=2), x, y)
+
+
+def _grad(fn, x, device, view=lambda t: t):
+    leaf = x.detach().to(device).requires_grad_()
+    out = fn(view(leaf))
+    out.backward(torch.ones_like(out))
+    return leaf.grad.cpu()
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "sliced"])
+def test_elu_gradient_of_nan_follows_cpus_lambda(layout):
+    """CPU's elu_backward vector lambda gives a NaN input a NaN gradient (``x > 0`` false: the exp branch), its
+    scalar lambda the gradient itself (``x <= 0`` false): the last 4 of 36 float32 elements (a block is 16 or 32,
+    by the host's capability), and every element of a sliced input, take the scalar one (op suite elu special
+    sliced: 48 NaN on the device, none on CPU). The values within float32's tolerance (exp's last bit)."""
+    x = torch.tensor([float("nan"), -1.0, 2.0] * 12)
+    view = (lambda t: t) if layout == "contiguous" else (lambda t: t[::2])
+    fn = lambda t: torch.nn.functional.elu(t, alpha=0.5)  # noqa: E731
+    want = _grad(fn, x, "cpu", view)
+    torch._dynamo.reset()
+    got = _grad(torch.compile(fn, backend="neuron", dynamic=False), x, "neuron", view)
+    assert torch.equal(torch.isnan(got), torch.isnan(want))
+    torch.testing.assert_close(got, want, equal_nan=True)
+
+
+def test_float16_scatter_add_accumulates_in_float32_as_cpu():
+    """CPU accumulates a float16 scatter_add in float32 and rounds once; the engine's scatter rounded each block of
+    rows into the float16 destination, so a partial sum overflowed (op suite scatter_add float16 near_overflow)."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.rand(2, 300, generator=g) * 120000 - 60000).to(torch.float16)
+    index = torch.randint(0, 2, (6, 300), generator=g)
+    src = (torch.rand(6, 300, generator=g) * 120000 - 60000).to(torch.float16)
+    _same_bits(lambda a, i, s: torch.scatter_add(a, 0, i, s), x, index, src)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_scatter_add_adds_duplicates_in_order(dtype):
+    """CPU adds each source element to the destination in turn: 3e38 + 3e38 overflows before -3e38 comes (inf);
+    the engine's scatter summed the duplicates first (3e38 + -3e38 = 0) and gave 3e38 (op suite scatter_add
+    bfloat16 near_overflow: bfloat16 accumulates in float32, whose range is its own)."""
+    x = torch.tensor([3e38, 1.0, -0.0]).to(dtype)
+    index = torch.tensor([0, 0, 2, 1])
+    src = torch.tensor([3e38, -3e38, -0.0, 2.0]).to(dtype)
+    _same_bits(lambda a, i, s: torch.scatter_add(a, 0, i, s), x, index, src)
+
+
+def test_float16_avg_pool2d_sums_its_windows_in_float32():
+    """CPU's avg_pool2d sums a float16 window in float32 and rounds the mean once; the lowering summed in float16,
+    which overflows for four values near 60000 (op suite avg_pool2d float16 near_overflow: inf where CPU is finite)."""
+    x = torch.tensor([[51072.0, 47328.0, 59520.0, 62112.0], [44448.0, 38272.0, -60992.0, -56800.0]] * 2)
+    x = x.to(torch.float16).reshape(1, 1, 4, 4)
+    _same_bits(lambda t: torch.nn.functional.avg_pool2d(t, 2, 2), x)
