@@ -20,7 +20,6 @@ engine statistics and traces show compiled programs apart from eager kernels.
 
 from __future__ import annotations
 
-import math
 import sys
 from typing import Any
 
@@ -160,11 +159,11 @@ class Executable:
         self.runners = [step_runners.make_runner(step, program) for step in program.steps]
         self.waits = [step.get("waits", []) for step in program.steps]
         self.operands = _operand_producers(program)
-        self.input_specs = [(program.shape(v), torch_dtype(program.types[v][1])) for v in program.inputs]
+        self.input_specs = [(torch.Size(program.shape(v)), torch_dtype(program.types[v][1])) for v in program.inputs]
         self.output_specs = [(program.shape(v), torch_dtype(program.types[v][1])) for v in program.outputs]
         self.scratch_bytes = int(program.memory.get("scratch_bytes", 0))
         self.arena_onchip = bool(self.scratch_bytes) and program.memory.get("arena") == "sbuf"
-        self.scratch_views = [(vid, b["offset"], program.shape(vid), program.dtype(vid))
+        self.scratch_views = [(vid, b["offset"], tuple(program.shape(vid)), program.dtype(vid))
                               for vid, b in program.buffers.items() if b["kind"] == "scratch"]
         self.output_buffers = [(vid, b["index"]) for vid, b in program.buffers.items() if b["kind"] == "output"]
         self.input_buffers = [(vid, b["index"]) for vid, b in program.buffers.items() if b["kind"] == "input"]
@@ -191,7 +190,7 @@ class Executable:
                 else:
                     raise RuntimeError(f"compiled graph {self.name}: input {i} is on {a.device}, the graph runs on "
                                        f"{device}; move every input to the same neuron device")
-            if tuple(a.shape) != tuple(shape) or a.dtype != dtype:
+            if a.shape != shape or a.dtype != dtype:
                 raise RuntimeError(f"compiled graph {self.name}: input {i} is {a.dtype} {list(a.shape)}, compiled "
                                    f"for {dtype} {list(shape)} (static shapes: a new shape needs a recompile)")
             checked.append(a)
@@ -215,9 +214,9 @@ class Executable:
             arrays[vid] = outputs[index]
         arrays.update(constants)
         if arena is not None:
+            # one constructor a buffer (slice, view and reshape were three numpy calls each, for ~50 buffers)
             for vid, offset, shape, dtype in self.scratch_views:
-                n = math.prod(shape) * dtype.itemsize
-                arrays[vid] = arena[offset:offset + n].view(dtype).reshape(shape)
+                arrays[vid] = np.ndarray(shape, dtype, buffer=arena, offset=offset)
         return arrays
 
     def arena_tile(self, nc) -> tuple[Tile, np.ndarray]:
@@ -260,7 +259,7 @@ class Executable:
             self._fast = replay.fast_runners(self.program, self.runners)
         for wide, runner in self._fast:
             if wide:
-                runner(replay.wide_core(), env)
+                runner(replay.wide_core, env)
             else:
                 with nc.scope():
                     runner(nc, env)

@@ -31,6 +31,7 @@ import threading
 from typing import Any, Callable
 
 import numpy as np
+from numpy.lib.array_utils import byte_bounds
 
 from device_impl.compiler.groups import GroupRunner
 from device_impl.compiler.program import Program
@@ -43,6 +44,9 @@ from device_impl.engine.timeline import ENGINES, Timeline
 # step kind -> how a fast execution runs it:
 #   "wide"  a runner over whole arrays (one tile per step or per product block), same rounding points
 #   "tile"  its instruction-level runner as is (its arithmetic; its timeline is discarded)
+#   "plan"  its instruction-level runner on the wide core, recorded at the first fast execution and issued as
+#           recorded after (``StepPlan``): steps that only move or generate values (DMA, memset, iota,
+#           casts), whose instructions follow from shapes and whose engine choices change no bits
 #   "data"  cost or control flow depends on values: a program with such a step is never replayed
 # A kind missing here counts as "data": a new step kind is replayed only once someone has said why it may be.
 STEP_KINDS: dict[str, str] = {
@@ -52,17 +56,18 @@ STEP_KINDS: dict[str, str] = {
     # its wide runner (kernels.attention.forward_wide) takes every head at once
     "attention": "wide",
     "attention_backward": "tile",
-    "iota": "tile",
-    "concatenate": "tile",
-    "pad": "tile",
-    "copy": "tile",
-    "fill": "tile",
+    "iota": "plan",
+    "concatenate": "plan",
+    "pad": "plan",
+    "copy": "plan",
+    "fill": "plan",
     "argmax": "tile",
     "argmin": "tile",
     "reduce_window": "tile",
     "convolution": "tile",
-    # indirect DMA: the indices pick the rows, their count sets the cost (descriptors, bytes)
-    "gather": "tile",
+    # indirect DMA: the indices pick the rows, their count sets the cost (descriptors, bytes); the offsets
+    # program (its bounds check) and the row moves are instructions, so a plan issues them with the new indices
+    "gather": "plan",
     "scatter": "tile",
     # issue 21 names sorts data-dependent; GpSimd's sort programs (ties, top-k) are not audited as shape-only
     "sort": "data",
@@ -153,6 +158,24 @@ class _WideDMA(DMA):
             return super().store_flat(dst, start, stop, src)
         np.copyto(dst, src.read().reshape(dst.shape))
 
+    # the byte moves of load and store, without their cost (the wide core's timeline is a scratchpad)
+    def load(self, dst: Tile, src: np.ndarray) -> None:
+        if src.size != dst.data.size or src.dtype != dst.dtype:
+            return super().load(dst, src)  # its error
+        target = dst.write_target()
+        target[...] = src.reshape(target.shape) if src.shape != target.shape else src
+
+    def store(self, dst: np.ndarray, src: Tile) -> None:
+        if dst.size != src.data.size or src.dtype != dst.dtype:
+            return super().store(dst, src)  # its error
+        values = src.read()
+        dst[...] = values.reshape(dst.shape) if values.shape != dst.shape else values
+
+    def hbm_copy(self, dst: np.ndarray, src: np.ndarray) -> None:
+        if src.dtype != dst.dtype:
+            return super().hbm_copy(dst, src)  # its error
+        np.copyto(dst, src)
+
 
 class _Scratchpad(Timeline):
     """The wide core's timeline: instructions are issued to it and nothing reads it (the launch reports the
@@ -164,8 +187,13 @@ class _Scratchpad(Timeline):
         return 0.0
 
 
+def _unscheduled(*args, **kwargs) -> float:
+    return 0.0
+
+
 class WideCore(NeuronCore):
-    """A core whose tiles have no size limit. Its timeline is a scratchpad: nothing reads it."""
+    """A core whose tiles have no size limit. Its timeline is a scratchpad: nothing reads it, so the engines'
+    ``_schedule`` (an instruction's cost, then its place on the timeline) is skipped altogether."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -178,6 +206,8 @@ class WideCore(NeuronCore):
         self.vector = VectorE(platform, timeline)
         self.scalar = ScalarE(platform, timeline)
         self.gpsimd = GpSimdE(platform, timeline)
+        for engine in (self.dma, self.vector, self.gpsimd):
+            engine._schedule = _unscheduled
 
 
 _local = threading.local()
@@ -193,9 +223,12 @@ def wide_core() -> WideCore:
 
 # -- wide runners ---------------------------------------------------------------------------------
 
-WideRunner = Callable[[WideCore, Any], None]
+# A wide runner takes ``wide_core`` (called for a freshly reset wide core, by the runners that issue
+# instructions: a recorded group plan and a product's arithmetic need none) and the execution's Env.
+WideRunner = Callable[[Callable[[], WideCore], Any], None]
 
 _COPY_COLUMNS = 32  # columns per slab of a transposing copy (fp32_contiguous)
+_ONE_COPY_ELEMENTS = 128 * 128  # up to here one copy is faster than slabs: its source stays in cache (a Llama's 64 x 128)
 
 
 def fp32_contiguous(view: np.ndarray) -> np.ndarray:
@@ -203,7 +236,8 @@ def fp32_contiguous(view: np.ndarray) -> np.ndarray:
     when ``view``'s last axis is strided (a transposed operand, x^T or a Linear's W^T): numpy walks such a copy
     with one stride across the whole source and misses the cache on every element; slabs of 32 columns read
     32 adjacent source elements per row, about twice as fast for the products of a decoder block."""
-    if view.ndim < 2 or view.strides[-1] == view.itemsize or view.shape[-1] <= _COPY_COLUMNS:
+    if (view.ndim < 2 or view.strides[-1] == view.itemsize or view.shape[-1] <= _COPY_COLUMNS
+            or view.size <= _ONE_COPY_ELEMENTS):
         return np.ascontiguousarray(view, dtype=FP32)
     out = np.empty(view.shape, dtype=FP32)
     for c0 in range(0, view.shape[-1], _COPY_COLUMNS):
@@ -213,8 +247,219 @@ def fp32_contiguous(view: np.ndarray) -> np.ndarray:
 
 def _wide_fused(step: dict, program: Program, runner) -> WideRunner:
     """A fused group as one tile: flat groups [1, N]; reduce groups all rows at once with the tile
-    program's column chunks (so partial reductions combine at the same points)."""
-    return runner.run_wide
+    program's column chunks (so partial reductions combine at the same points). Run as a ``StepPlan``:
+    its instructions recorded at the first execution, issued as recorded at later ones."""
+    if not plannable(step):
+        return lambda core, env: runner.run_wide(core(), env)
+    return StepPlan(runner.run_wide).run
+
+
+# -- step plans: a wide step's instructions, recorded once -------------------------------------------
+#
+# On the wide core a fused group (and a "plan" kind step) issues the same instructions on the same tile shapes at every execution
+# (its control flow follows from shapes, immediates and a timeline that never advances: _Scratchpad); only
+# the HBM arrays its DMAs read and write differ (new outputs, other inputs). Working out that sequence
+# (access patterns, instruction selection, tile bookkeeping in groups.GroupRunner) was most of a small
+# group's wall time: a tiny Llama's RMS norm issued ~25 instructions through ~600 Python calls. A plan
+# records the engine calls of one execution (the instruction, its tiles and immediates, and each HBM
+# operand as a view of one of the execution's base arrays: value id, byte offset, shape, strides) and
+# later executions call the same engine methods on the same tiles, the HBM views rebuilt on this
+# execution's arrays. The arithmetic is the engines' own, instruction by instruction, so the bits are.
+
+PLAN_BYTES = 16 << 20  # tile bytes a plan may keep between executions (larger groups run as before)
+_INTEGER_TRAPS = frozenset({"divide", "remainder"})  # integer division by zero raises from a tile read
+
+
+def plannable(step: dict) -> bool:
+    """Whether a group's instructions can be recorded: none of its ops reads tile values in Python (an
+    integer division checks its divisor for zeros to raise CPU's error; the plan would skip the check)."""
+    return not any(op["op"] in _INTEGER_TRAPS and np.dtype(op["in_types"][0]).kind in "iub"
+                   for op in step.get("ops", ()))
+
+
+class _Refused(Exception):
+    """A recording that cannot be replayed (an instruction that answered, an operand of no base array)."""
+
+
+class _LoggedEngine:
+    """An engine whose instruction calls are recorded (a plan's recording run)."""
+
+    __slots__ = ("_engine", "_log")
+
+    def __init__(self, engine, log: list) -> None:
+        self._engine = engine
+        self._log = log
+
+    def __getattr__(self, name: str):
+        attr = getattr(self._engine, name)
+        if name.startswith("_") or not callable(attr):
+            return attr
+        log = self._log
+
+        def instruction(*args, **kwargs):
+            result = attr(*args, **kwargs)
+            log.append((attr, args, kwargs, result))
+            return result
+
+        return instruction
+
+
+class _KeptPool(_UnboundedPool):
+    """The recording core's tiles, listed: the plan keeps them for its later executions."""
+
+    def __init__(self, space: str, capacity: int, partitions: int) -> None:
+        super().__init__(space, capacity, partitions)
+        self.tiles: list[Tile] = []
+
+    def allocate(self, shape: tuple[int, int], dtype: np.dtype, name: str = "") -> Tile:
+        tile = super().allocate(shape, dtype, name)
+        self.tiles.append(tile)
+        return tile
+
+
+class _RecordingCore(WideCore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.sbuf = _KeptPool("sbuf", self.sbuf.capacity, self.sbuf.partitions)
+        self.psum = _KeptPool("psum", self.psum.capacity, self.psum.partitions)
+        self.reset(False)
+        self.log: list = []
+        for name in ("dma", "tensor", "vector", "scalar", "gpsimd"):
+            setattr(self, name, _LoggedEngine(getattr(self, name), self.log))
+
+
+def _bases(env) -> list[tuple[tuple[bool, int], int, int, np.ndarray]]:
+    """((is an output?, value id or output index), first byte, end byte, array) of an execution's C-contiguous
+    base arrays: its values' buffers and its outputs (a copy step writes an output no buffer names)."""
+    found = []
+    for key, array in [*(((False, vid), a) for vid, a in env.arrays.items()),
+                       *(((True, i), a) for i, a in enumerate(env.outputs))]:
+        if array.size and array.flags.c_contiguous:
+            lo, hi = byte_bounds(array)
+            found.append((key, lo, hi, array))
+    return found
+
+
+def _placement(env, key: tuple[bool, int]) -> tuple:
+    """What fixes where a base array lies: the scratch buffers share one arena (their relative offsets never
+    change), an output buffer is its output; every other value is placed by the caller (inputs) or the loader
+    (constants), so two of them that overlap in one execution need not in the next."""
+    output, index = key
+    if output:
+        return ("output", index)
+    buffer = env.program.buffers.get(index)
+    if buffer is not None and buffer["kind"] == "scratch":
+        return ("arena",)
+    if buffer is not None and buffer["kind"] == "output":
+        return ("output", buffer["index"])
+    return ("value", index)
+
+
+def _base(env, key: tuple[bool, int]) -> np.ndarray | None:
+    output, index = key
+    return env.outputs[index] if output else env.arrays.get(index)
+
+
+def _address(array: np.ndarray) -> int:
+    return array.__array_interface__["data"][0]
+
+
+class StepPlan:
+    """A step's wide run (``run(core, env)``): recorded at its first execution, replayed after (see above)."""
+
+    def __init__(self, run: Callable[[Any, Any], None]) -> None:
+        self.runner = run
+        # [(method, args, kwargs, [(position, base, offset, shape, strides)])]: ``base`` indexes ``layouts``
+        self.instructions: list | None = None
+        self.layouts: list[tuple] = []  # (_bases key, shape, strides, dtype) of each base array the plan uses
+        self.roots: list[Tile] = []
+        self.refused: str | bool = False  # why it was not recorded
+        self.replays = 0  # executions that issued the recorded instructions (tests count them)
+        self.lock = threading.Lock()
+
+    def run(self, wide, env) -> None:
+        if self.instructions is None:
+            if self.refused or not self.lock.acquire(blocking=False):
+                return self.runner(wide(), env)
+            try:
+                self._record(env)
+            finally:
+                self.lock.release()
+            return None
+        if not self.lock.acquire(blocking=False):  # another thread replays it: its tiles are taken
+            return self.runner(wide(), env)
+        try:
+            bases = []
+            outputs, arrays = env.outputs, env.arrays
+            for (output, index), shape, strides, dtype in self.layouts:  # _base, inlined
+                base = outputs[index] if output else arrays.get(index)
+                if base is None or base.shape != shape or base.strides != strides or base.dtype != dtype:
+                    return self.runner(wide(), env)
+                bases.append(base)
+            for tile in self.roots:
+                tile.initialized = False  # as the recording's fresh tiles: a partial first write poisons the rest
+            self.replays += 1
+            for method, args, kwargs, operands in self.instructions:
+                if operands:
+                    args = list(args)
+                    for position, index, offset, shape, strides in operands:
+                        base = bases[index]
+                        args[position] = np.ndarray(shape, base.dtype, buffer=base, offset=offset, strides=strides)
+                method(*args, **kwargs)
+        finally:
+            self.lock.release()
+        return None
+
+    def _record(self, env) -> None:
+        core = _RecordingCore()
+        self.runner(core, env)  # this execution's results: the step runs as always, logged
+        try:
+            self.instructions, self.layouts = self._plan(core.log, _bases(env), lambda key: _placement(env, key))
+        except _Refused as why:
+            self.refused = str(why)
+            return
+        self.roots = [t for t in core.sbuf.tiles + core.psum.tiles]
+        if sum(t.data.nbytes for t in self.roots) > PLAN_BYTES:
+            self.instructions, self.layouts, self.roots = None, [], []
+            self.refused = "its tiles exceed PLAN_BYTES"
+
+    @staticmethod
+    def _plan(log: list, bases: list, placement: Callable[[tuple], tuple]) -> tuple[list, list]:
+        instructions = []
+        used: dict[tuple, int] = {}  # _bases key -> its index in the layouts
+        layouts = []
+        for method, args, kwargs, result in log:
+            if result is not None:
+                raise _Refused(f"{method.__name__} answered {result!r}")
+            if any(isinstance(v, (np.ndarray, list, dict)) or isinstance(v, tuple) and any(
+                    isinstance(x, np.ndarray) for x in v) for v in kwargs.values()):
+                raise _Refused(f"{method.__name__}: an array keyword operand")
+            operands = []
+            for position, arg in enumerate(args):
+                if isinstance(arg, (list, tuple, dict)) and any(
+                        isinstance(x, (np.ndarray, list, tuple, dict)) for x in
+                        (arg.values() if isinstance(arg, dict) else arg)):
+                    raise _Refused(f"{method.__name__}: an array in a container operand")
+                if not isinstance(arg, np.ndarray):
+                    continue
+                if not arg.size:
+                    raise _Refused(f"{method.__name__}: an empty operand")
+                lo, hi = byte_bounds(arg)
+                within = [(key, blo, base) for key, blo, bhi, base in bases
+                          if blo <= lo and hi <= bhi and arg.dtype == base.dtype]
+                if not within:
+                    raise _Refused(f"{method.__name__}: an operand in no base array")
+                if len({placement(key) for key, _, _ in within}) > 1:  # inputs that alias in this execution
+                    raise _Refused(f"{method.__name__}: an operand in base arrays placed apart")
+                key, blo, base = within[0]
+                if key not in used:
+                    used[key] = len(layouts)
+                    layouts.append((key, base.shape, base.strides, base.dtype))
+                operands.append((position, used[key], _address(arg) - blo, arg.shape, arg.strides))
+            if operands:  # the recording's HBM arrays are not kept: each execution puts its own in
+                args = tuple(None if any(p == i for p, *_ in operands) else a for i, a in enumerate(args))
+            instructions.append((method, args, kwargs, operands))
+        return instructions, layouts
 
 
 def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
@@ -243,7 +488,7 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     epilogue = step.get("epilogue")
     tail_group = GroupRunner(epilogue) if epilogue is not None else None
 
-    def run(core, env) -> None:
+    def run(wide, env) -> None:
         if epilogue is None:
             out = env.access(result).reshape(batch, m, n)
         else:
@@ -252,6 +497,7 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
             return
         _product(env, out)
         if epilogue is not None:
+            core = wide()
             tile = core.sbuf_tile((batch * m, n), out.dtype)
             np.copyto(tile.write_target(), out.reshape(batch * m, n))
             tail_group.epilogue(env, batch * m, n, epilogue["product_slot"])(core, tile, 0, batch * m, 0, n)
@@ -263,17 +509,19 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
         # stationary tiles are [K, M] blocks of A^T, moving tiles [K, N] blocks of B, both read as fp32
         a_t = fp32_contiguous(env.access(lhs).transpose(lb + lc + lf).reshape(batch, k, m))
         b = fp32_contiguous(env.access(rhs).transpose(rb + rc + rf).reshape(batch, k, n))
-        for i in range(batch):
-            for m0, m1, n0, n1 in blocks:
-                acc = None
-                for k0, k1 in k_ranges:
-                    stationary = np.ascontiguousarray(a_t[i, k0:k1, m0:m1])
-                    product = stationary.T @ np.ascontiguousarray(b[i, k0:k1, n0:n1])
-                    if acc is None:
-                        acc = product
-                    else:
-                        acc += product
-                out[i, m0:m1, n0:n1] = acc
+        # Every batch at once: np.matmul of stacked operands runs its 2-D loop (the BLAS call a 2-D product
+        # makes: gemm, or gemv for a one-row or one-column block) once per batch on that batch's slices, and
+        # each slice of a contiguous [batch, K slice, block] copy is laid out as the block's own tile is.
+        for m0, m1, n0, n1 in blocks:
+            acc = None
+            for k0, k1 in k_ranges:
+                stationary = np.ascontiguousarray(a_t[:, k0:k1, m0:m1])
+                product = np.matmul(stationary.transpose(0, 2, 1), np.ascontiguousarray(b[:, k0:k1, n0:n1]))
+                if acc is None:
+                    acc = product
+                else:
+                    acc += product
+            out[:, m0:m1, n0:n1] = acc
 
     return run
 
@@ -284,7 +532,7 @@ def _wide_attention(step: dict, program: Program, runner) -> WideRunner:
     from device_impl.compiler.steps import attention_call
     from device_impl.kernels.attention import forward_wide
 
-    def run(core, env) -> None:
+    def run(wide, env) -> None:
         call = attention_call(step, program, env)
         if call is not None:
             forward_wide(*call)
@@ -300,15 +548,17 @@ WIDE: dict[str, Callable[[dict, Program, Any], WideRunner]] = {
 
 
 def fast_runners(program: Program, runners: list) -> list[tuple[bool, Callable[[Any, Any], None]]]:
-    """Per step: (wide?, runner). Wide runners take the wide core; the others the launch's core."""
+    """Per step: (wide?, runner). Wide runners take ``wide_core``; the others the launch's core."""
     plan = []
     for step, runner in zip(program.steps, runners):
-        kind = step["kind"]
-        if STEP_KINDS.get(kind) == "wide":
-            plan.append((True, WIDE[kind](step, program, runner)))
+        kind = STEP_KINDS.get(step["kind"])
+        if kind == "wide":
+            plan.append((True, WIDE[step["kind"]](step, program, runner)))
+        elif kind == "plan":
+            plan.append((True, StepPlan(runner).run))
         else:
             plan.append((False, runner))
     return plan
 
 
-__all__ = ["STEP_KINDS", "is_static", "measured", "usable", "apply", "fast_runners", "WideCore"]
+__all__ = ["STEP_KINDS", "is_static", "measured", "usable", "apply", "fast_runners", "WideCore", "StepPlan"]

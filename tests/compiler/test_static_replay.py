@@ -118,8 +118,8 @@ class AttentionWideHeads(nn.Module):
         return nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=self.bias.to(x.dtype), scale=0.3) * 2
 
 
-def _inputs(kind: str, shape, dtype):
-    g = torch.Generator().manual_seed(1)
+def _inputs(kind: str, shape, dtype, seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
     if kind == "ids":
         return (torch.randint(0, 300, shape, generator=g),)
     if kind == "index_add":
@@ -149,6 +149,30 @@ CASES = {
     "attention_wide_heads_fp32": (AttentionWideHeads, (2, 3, 150, 600), torch.float32, "", "attention"),
     "attention_wide_heads_bf16": (AttentionWideHeads, (1, 2, 150, 600), torch.bfloat16, "", "attention"),
 }
+
+
+def _plans() -> list[replay.StepPlan]:
+    """The group plans of every compiled program in memory (the fused steps' wide runners)."""
+    return [runner.__self__ for exe in compiler.cache._MEMORY.values() for _, runner in (exe._fast or ())
+            if isinstance(getattr(runner, "__self__", None), replay.StepPlan)]
+
+
+def _assert_replays_match(fn, xs, monkeypatch) -> None:
+    """Fast executions that replay recorded group plans compute the instruction-level bits and report its
+    figures, twice (the plans' tiles are reused: nothing of the first replay may leak into the second)."""
+    slow = _run(fn, xs, monkeypatch, fast=False)
+    before = sum(plan.replays for plan in _plans())
+    for _ in range(2):
+        fast = _run(fn, xs, monkeypatch, fast=True)
+        assert torch.equal(_bits(slow[0]) if slow[0].is_floating_point() else slow[0].cpu(),
+                           _bits(fast[0]) if fast[0].is_floating_point() else fast[0].cpu())
+        assert slow[1:] == fast[1:]
+    planned = [plan for plan in _plans() if plan.instructions is not None]
+    refused = [plan.refused for plan in _plans() if plan.refused]
+    assert not refused, refused  # every step here records (no group divides integers)
+    fused = any(step["kind"] == "fused" for exe in compiler.cache._MEMORY.values() for step in exe.program.steps)
+    assert planned or not fused
+    assert sum(plan.replays for plan in _plans()) - before == 2 * len(planned)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -195,6 +219,9 @@ def test_fast_path_matches_the_instruction_level_run(case, fresh, monkeypatch):
     assert slow[1] == fast[1]  # per-kernel device_ns, hbm_bytes, flops, busy ns per engine
     assert slow[2] == fast[2]  # the launch report: device time, busy, HBM read/write, flops, instructions, peaks
     assert slow[3] == fast[3]
+    # the first fast execution recorded its groups' plans; later ones replay them, on other values
+    others = [x.to("neuron") for x in _inputs(inputs[0] if inputs else "", shape, dtype, seed=7)]
+    _assert_replays_match(compiled, others, monkeypatch)
     neff_stats = [v for k, v in fast[1].items() if k.startswith("neff:")]
     assert neff_stats and all(s["device_ns"] > 0 and s["hbm_bytes"] > 0 for s in neff_stats)
     if inputs:  # the step kind the case is about is in the replayed program
@@ -255,6 +282,7 @@ def test_every_step_kind_is_classified():
 
     assert set(steps.RUNNERS) | {"fused"} == set(replay.STEP_KINDS)
     assert set(replay.WIDE) == {k for k, v in replay.STEP_KINDS.items() if v == "wide"}
+    assert set(replay.STEP_KINDS.values()) == {"wide", "plan", "tile", "data"}
 
 
 def test_the_switch_forces_the_instruction_level_path():
@@ -405,6 +433,10 @@ EDGES = {  # tile edges (1, 127, 129, 513) where a wide runner's one tile differ
     "mm_129x257x1": _mm((129, 257), (257, 1)),
     "mm_130x300x514": _mm((130, 300), (300, 514)),
     "bmm_4x129x130x3": _mm((4, 129, 130), (4, 130, 3)),
+    # stacked products (the wide runner multiplies every batch in one np.matmul): gemv-shaped blocks too
+    "bmm_5x1x300x513": _mm((5, 1, 300), (5, 300, 513)),
+    "bmm_3x129x7x1": _mm((3, 129, 7), (3, 7, 1)),
+    "bmm_8x32x16x32": _mm((8, 32, 16), (8, 16, 32)),
     "sum_dim0": (lambda g: (torch.randn(129, 3, generator=g),), lambda x: x.sum(0) * 3),
     "mean_long_rows": (lambda g: (torch.randn(2, 1, 5000, generator=g),), lambda x: x.mean(-1, keepdim=True) - x),
     "amax_middle": (lambda g: (torch.randn(5, 300, 7, generator=g),), lambda x: x.amax(1) + x.sum(1)),
@@ -426,3 +458,66 @@ def test_tile_edges_match_the_instruction_level_run(case, fresh, monkeypatch):
     assert torch.equal(_bits(slow[0]) if slow[0].is_floating_point() else slow[0].cpu(),
                        _bits(fast[0]) if fast[0].is_floating_point() else fast[0].cpu())
     assert slow[1:] == fast[1:]
+    _assert_replays_match(compiled, [x.to("neuron") for x in make(torch.Generator().manual_seed(8))], monkeypatch)
+
+
+def test_a_group_dividing_integers_is_not_planned():
+    """An integer division checks its divisor for zeros by reading a tile in Python (CPU raises): a plan
+    would issue the instructions without the check, so such a group is never recorded (its program
+    refuses the zeros its schedule is recorded on as well, so it runs instruction by instruction today)."""
+    step = {"kind": "fused", "ops": [{"op": "divide", "in_types": ["int32", "int32"]},
+                                     {"op": "multiply", "in_types": ["int32", "int32"]}]}
+    assert not replay.plannable(step)
+    step["ops"][0]["in_types"] = ["float32", "float32"]
+    assert replay.plannable(step)
+    step["ops"][0] = {"op": "remainder", "in_types": ["int64", "int64"]}
+    assert not replay.plannable(step)
+
+
+def test_a_group_over_the_plan_budget_runs_as_before(fresh, monkeypatch):
+    """A group whose tiles exceed PLAN_BYTES is not recorded (a plan keeps its tiles between executions)."""
+    monkeypatch.setattr(replay, "PLAN_BYTES", 0)
+    compiled = torch.compile(Softmax().to("neuron"), backend="neuron", fullgraph=True)
+    x = torch.randn(4, 300).to("neuron")
+    slow = _run(compiled, [x], monkeypatch, fast=False)
+    for _ in range(2):
+        fast = _run(compiled, [x], monkeypatch, fast=True)
+        assert torch.equal(_bits(slow[0]), _bits(fast[0])) and slow[1:] == fast[1:]
+    plans = _plans()
+    assert plans and all(plan.refused and plan.instructions is None and plan.replays == 0 for plan in plans)
+
+
+def test_a_replayed_gather_checks_the_new_indices(fresh, monkeypatch):
+    """A gather's plan issues its offsets program with each execution's indices: its bounds check still
+    raises PyTorch's IndexError for an index the recording never saw, and other rows move as recorded."""
+    torch.manual_seed(0)
+    model = Embed().to("neuron")
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    ids = torch.randint(0, 300, (3, 50), generator=torch.Generator().manual_seed(3)).to("neuron")
+    with torch.no_grad():
+        compiled(ids)
+    _assert_replays_match(compiled, [ids], monkeypatch)
+    assert any(step["kind"] == "gather" for exe in compiler.cache._MEMORY.values() for step in exe.program.steps)
+    assert any(plan.replays for plan in _plans())
+    bad = ids.clone()
+    bad[1, 7] = 300
+    with torch.no_grad(), pytest.raises(IndexError, match="out of bounds"):
+        compiled(bad)
+    other = torch.randint(0, 300, (3, 50), generator=torch.Generator().manual_seed(4)).to("neuron")
+    _assert_replays_match(compiled, [other], monkeypatch)
+
+
+def test_a_plan_recorded_on_aliasing_inputs_reads_each_input_later(fresh, monkeypatch):
+    """Recorded while one input lay inside another (a row of the same storage), an operand's bytes fall in
+    two base arrays; which one it was read through is then ambiguous, so no plan is kept, and later calls with
+    separate inputs read each from its own tensor."""
+    compiled = torch.compile(lambda a, b: a * 2 + b * 3, backend="neuron", fullgraph=True)
+    x = torch.randn(2, 8).to("neuron")
+    expected = x.cpu() * 2 + x[1].cpu() * 3
+    for _ in range(2):
+        out, *_ = _run(compiled, [x, x[1]], monkeypatch, fast=True)
+        assert torch.equal(out.cpu(), expected)
+    y, z = torch.randn(2, 8).to("neuron"), torch.randn(8).to("neuron")
+    for _ in range(2):
+        out, *_ = _run(compiled, [y, z], monkeypatch, fast=True)
+        assert torch.equal(out.cpu(), y.cpu() * 2 + z.cpu() * 3)
