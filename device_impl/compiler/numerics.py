@@ -9,7 +9,9 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
 * ``aten.sign`` lowers to ``stablehlo.sign`` (sign of NaN is NaN; PyTorch's is 0): ``(x > 0) - (x < 0)``;
 * floor division (``div.Tensor_mode`` ``"floor"``) lowers to divide-then-floor: off by one where the
   rounded quotient lands on an integer, truncating for integers; it becomes ATen's algorithm
-  (``c10::div_floor_floating``: fmod, exact quotient, corrections) op by op in the tensor's dtype;
+  (``c10::div_floor_floating``: fmod, exact quotient, corrections) op by op in the tensor's dtype, or,
+  for a float16/bfloat16 tensor by a divisor read at one place (a Python or 0-d scalar), in float32 with the
+  divisor's original value, rounded once (ATen's reduced-float ``is_scalar(2)`` branch);
 * ``leaky_relu`` lowers to ``max(x, 0) + min(x, 0) * slope`` (the sign of zero differs from ATen's
   ``where(x > 0, x, x * slope)``);
 * ``aten.var.correction`` and ``aten.var_mean.correction`` crash torch-mlir on 0-d inputs (a
@@ -158,9 +160,13 @@ def _div_mode(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | Non
     if mode != "floor" or not isinstance(a, torch.fx.Node) or (scalar_b and b == 0):
         return None  # integer trunc lowers exactly; a zero scalar divisor keeps ATen's own path
     dtype = node.meta["val"].dtype
-    a = _cast(graph, a, node)
+    # ATen's reduced-float branch for a divisor the iterator reads at one place (iter.is_scalar(2): a Python
+    # scalar, a wrapped or 0-d one): opmath (float32) with the divisor's original value, one rounding at the end;
+    # two float16/bfloat16 tensors go through Vectorized<scalar_t>, every step rounded to the dtype
+    compute = torch.float32 if dtype in NARROW and _iterator_scalar(b) else dtype
+    a = _cast(graph, a, compute)
     if not scalar_b:
-        b = _cast(graph, b, node)
+        b = _cast(graph, b, compute)
     mod = _c_fmod(graph, a, b)
     mod_nonzero = _call(graph, aten.ne.Scalar, mod, 0)
     mod_negative = _call(graph, aten.lt.Scalar, mod, 0)
@@ -183,9 +189,18 @@ def _div_mode(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | Non
     quotient = _call(graph, divide, a, b)
     signed_zero = _call(graph, aten.mul.Scalar, quotient, 0)
     result = _call(graph, aten.where.self, _call(graph, aten.ne.Scalar, div, 0), floor, signed_zero)
-    if scalar_b:
-        return result
-    return _call(graph, aten.where.self, _call(graph, aten.eq.Scalar, b, 0), quotient, result)
+    if not scalar_b:
+        result = _call(graph, aten.where.self, _call(graph, aten.eq.Scalar, b, 0), quotient, result)
+    return _cast(graph, result, node)
+
+
+def _iterator_scalar(b) -> bool:
+    """TensorIterator's ``is_scalar`` for a divisor: a Python scalar, or a tensor every output element reads at
+    one place (each dimension of size 1 or stride 0), as the eager kernel's ``binary._iterator_scalar``."""
+    if not isinstance(b, torch.fx.Node):
+        return True
+    val = b.meta["val"]
+    return all(size == 1 or stride == 0 for size, stride in zip(val.shape, val.stride()))
 
 
 def _leaky_relu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:

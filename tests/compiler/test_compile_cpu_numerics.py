@@ -136,3 +136,20 @@ def test_float16_avg_pool2d_sums_its_windows_in_float32():
     x = torch.tensor([[51072.0, 47328.0, 59520.0, 62112.0], [44448.0, 38272.0, -60992.0, -56800.0]] * 2)
     x = x.to(torch.float16).reshape(1, 1, 4, 4)
     _same_bits(lambda t: torch.nn.functional.avg_pool2d(t, 2, 2), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("divisor", [-0.0123, 1.500014066696167, -3.33, "0-d"])
+def test_reduced_float_floor_divide_by_a_scalar_is_cpus_float32_formula_rounded_once(dtype, divisor):
+    """CPU's floor division of a float16/bfloat16 tensor by a divisor it reads at one place (a Python scalar, a
+    0-d tensor) runs c10's div_floor_floating in float32 with the divisor's original value and rounds once; the
+    rewrite ran it op by op in the tensor's dtype (3 // 1.500014 gave 2 for 1, -34.125 // -0.0123 was 4 off: op
+    suite floor_divide_scalar_overload). Two reduced-float tensors keep CPU's per-step rounding."""
+    a = torch.tensor([26.828125, -22.859375, -34.125, -13.7890625, 32.0625, -13.484375, -25.890625, 26.875,
+                      3.0, -2.5, 1.0, -0.0, 0.0, 0.318359375, -0.294921875, 33.25, -17.5, 37.75, -11.125,
+                      float("inf"), -1.6953125], dtype=torch.float32).to(dtype)
+    if divisor == "0-d":
+        _same_bits(lambda x, y: torch.floor_divide(x, y), a, torch.tensor(-3.33, dtype=torch.float32))
+    else:
+        _same_bits(lambda x: torch.ops.aten.floor_divide.Scalar(x, divisor), a)
+        _same_bits(lambda x: torch.floor_divide(x, divisor), a)
