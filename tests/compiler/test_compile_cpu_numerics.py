@@ -153,3 +153,38 @@ def test_reduced_float_floor_divide_by_a_scalar_is_cpus_float32_formula_rounded_
     else:
         _same_bits(lambda x: torch.ops.aten.floor_divide.Scalar(x, divisor), a)
         _same_bits(lambda x: torch.floor_divide(x, divisor), a)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dim", [0, -1])
+def test_reduced_float_index_add_on_cpus_scatter_path_sums_in_float32(dtype, dim):
+    """index_add of a >1-D float16/bfloat16 tensor along its first or last dim, alpha 1, int64 index, is CPU's
+    scatter_add: the repeated rows sum in float32 and round once (1 + 3 * 2^-11 is 1 + 2^-10 there, 1 when each add
+    rounds to float16); the decomposition (index_put) rounded each add (op suite index_add designed bfloat16)."""
+    tiny = 2.0 ** (-11 if dtype == torch.float16 else -9)
+    self = torch.ones(3, 4, dtype=dtype)
+    source = torch.full((3, 4), tiny, dtype=dtype)
+    if dim == -1:
+        self, source = self.t().contiguous(), source.t().contiguous()
+    index = torch.tensor([1, 1, 1])
+    _same_bits(lambda s, i, src: torch.index_add(s, dim, i, src), self, index, source)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dim", [0, 1])
+def test_index_add_with_alpha_rounds_cpus_multiply_add_once(dtype, dim):
+    """CPU's index_add with alpha 2 is a loop of add_(slice, alpha) whose vector lambda rounds ``a + 2 * b``
+    once (vec::fmadd; float32 for float16/bfloat16) and whose tail rounds ``2 * b`` to the dtype first: a
+    near-overflow ``big - 2 * (big * 0.7)`` stays finite on CPU where the decomposition's rounded product
+    overflowed (inf - inf gave NaN in float32: op suite index_add near_overflow). 33 columns: 32 in CPU's vector
+    block for float16/bfloat16, one on the tail; a repeated index adds twice (down, then back up), rounded
+    in between."""
+    big = torch.finfo(dtype).max * 0.9
+    self = torch.full((3, 33), big, dtype=torch.float32).to(dtype)
+    source = torch.full((3, 33), -big * 0.7, dtype=torch.float32).to(dtype)
+    source[1] = 3.0
+    source[2] = big * 0.7  # index 2's second add: back near big, from -0.36 * big
+    index = torch.tensor([2, 0, 2])
+    if dim == 1:
+        self, source = self.t().contiguous(), source.t().contiguous()
+    _same_bits(lambda s, i, src: torch.index_add(s, dim, i, src, alpha=2), self, index, source)
