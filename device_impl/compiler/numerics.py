@@ -9,7 +9,9 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
 * ``aten.sign`` lowers to ``stablehlo.sign`` (sign of NaN is NaN; PyTorch's is 0): ``(x > 0) - (x < 0)``;
 * floor division (``div.Tensor_mode`` ``"floor"``) lowers to divide-then-floor: off by one where the
   rounded quotient lands on an integer, truncating for integers; it becomes ATen's algorithm
-  (``c10::div_floor_floating``: fmod, exact quotient, corrections) op by op in the tensor's dtype;
+  (``c10::div_floor_floating``: fmod, exact quotient, corrections) op by op in the tensor's dtype, or,
+  for a float16/bfloat16 tensor by a divisor read at one place (a Python or 0-d scalar), in float32 with the
+  divisor's original value, rounded once (ATen's reduced-float ``is_scalar(2)`` branch);
 * ``leaky_relu`` lowers to ``max(x, 0) + min(x, 0) * slope`` (the sign of zero differs from ATen's
   ``where(x > 0, x, x * slope)``);
 * ``aten.var.correction`` and ``aten.var_mean.correction`` crash torch-mlir on 0-d inputs (a
@@ -49,6 +51,11 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
   the input becomes ``x != 0`` and the bool result is converted to the node's dtype (uint8 stays uint8);
 * ``trunc`` lowers to ``sign(x) * floor(|x|)``, which turns -0.0 (and -0.5) into +0.0: it becomes
   ``where(x < 0, ceil(x), floor(x))``; float ``div`` with ``rounding_mode="trunc"`` is ``trunc(a / b)``;
+* ``index_add`` follows CPU's rounding points (``_index_add``): on its scatter_add path (a >1-D float16/bfloat16
+  self, first or last dim, alpha 1, int64 index) it sums in float32 and rounds once; with alpha != 1 on a >1-D
+  self where the host's kernels fuse, it is CPU's loop of ``add_(slice, alpha)`` unrolled per index entry
+  (up to 64), ``a + alpha * b`` rounded once on vector blocks and the product rounded first on the tail
+  (``_index_add_fused``), where PyTorch's decomposition rounded ``alpha * source`` to the dtype first;
 * float16/bfloat16 transcendental ops lower to several ops each rounded to the narrow type
   (``log2 = log(x) / log(2)``), while ATen computes them in float32 and rounds once: they are
   computed in float32 and converted back (``opmath``), as ATen's ``opmath_type`` does; so are
@@ -158,9 +165,13 @@ def _div_mode(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | Non
     if mode != "floor" or not isinstance(a, torch.fx.Node) or (scalar_b and b == 0):
         return None  # integer trunc lowers exactly; a zero scalar divisor keeps ATen's own path
     dtype = node.meta["val"].dtype
-    a = _cast(graph, a, node)
+    # ATen's reduced-float branch for a divisor the iterator reads at one place (iter.is_scalar(2): a Python
+    # scalar, a wrapped or 0-d one): opmath (float32) with the divisor's original value, one rounding at the end;
+    # two float16/bfloat16 tensors go through Vectorized<scalar_t>, every step rounded to the dtype
+    compute = torch.float32 if dtype in NARROW and _iterator_scalar(b) else dtype
+    a = _cast(graph, a, compute)
     if not scalar_b:
-        b = _cast(graph, b, node)
+        b = _cast(graph, b, compute)
     mod = _c_fmod(graph, a, b)
     mod_nonzero = _call(graph, aten.ne.Scalar, mod, 0)
     mod_negative = _call(graph, aten.lt.Scalar, mod, 0)
@@ -183,9 +194,18 @@ def _div_mode(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | Non
     quotient = _call(graph, divide, a, b)
     signed_zero = _call(graph, aten.mul.Scalar, quotient, 0)
     result = _call(graph, aten.where.self, _call(graph, aten.ne.Scalar, div, 0), floor, signed_zero)
-    if scalar_b:
-        return result
-    return _call(graph, aten.where.self, _call(graph, aten.eq.Scalar, b, 0), quotient, result)
+    if not scalar_b:
+        result = _call(graph, aten.where.self, _call(graph, aten.eq.Scalar, b, 0), quotient, result)
+    return _cast(graph, result, node)
+
+
+def _iterator_scalar(b) -> bool:
+    """TensorIterator's ``is_scalar`` for a divisor: a Python scalar, or a tensor every output element reads at
+    one place (each dimension of size 1 or stride 0), as the eager kernel's ``binary._iterator_scalar``."""
+    if not isinstance(b, torch.fx.Node):
+        return True
+    val = b.meta["val"]
+    return all(size == 1 or stride == 0 for size, stride in zip(val.shape, val.stride()))
 
 
 def _leaky_relu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
@@ -703,7 +723,73 @@ def _index_add(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.
         torch.zeros(1, dtype=self.dtype), 0, torch.empty(0, dtype=index.dtype), torch.empty(0, dtype=source.dtype)))
     if refused is not None:  # a float index was accepted and truncated
         raise refused
-    return torch._decomp.decomposition_table[aten.index_add.default](self, dim, index, source, alpha=alpha)
+    decompose = torch._decomp.decomposition_table[aten.index_add.default]
+    d = dim + nd if dim < 0 else dim
+    via_scatter = self.dim() > 1 and d in (0, self.dim() - 1) and alpha == 1 and index.dtype == torch.int64
+    if via_scatter and self.dtype in NARROW:
+        # CPU's index_add_ is scatter_add_ here: float32 sums (in order), rounded once to the dtype
+        return decompose(self.float(), dim, index, source.float()).to(self.dtype)
+    from device_impl.kernels import cpu_host
+
+    if (alpha != 1 and self.dtype.is_floating_point and self.dim() > 1 and cpu_host.fused_multiply_add()
+            and index.numel() <= _INDEX_ADD_UNROLL):
+        return _index_add_fused(self, d, index, source, alpha)
+    return decompose(self, dim, index, source, alpha=alpha)
+
+
+# index_add's with alpha != 1 unrolled one index entry at a time (CPU's loop of add_) up to this many entries;
+# longer ones keep PyTorch's decomposition (the product rounded to the dtype before the add)
+_INDEX_ADD_UNROLL = 64
+
+
+def _index_add_fused(self: torch.Tensor, d: int, index: torch.Tensor, source: torch.Tensor, alpha) -> torch.Tensor:
+    """CPU's index_add loop for alpha != 1 (``self.select(d, index[i]).add_(source.select(d, i), alpha)``, in
+    index order, each add rounded to the dtype), with the rounding points of its vectorized add: ``a + alpha * b``
+    rounded once (vec::fmadd, in float32 for float16/bfloat16) on whole vector blocks of each contiguous run, the
+    product rounded to the dtype first on the run's tail (the scalar lambda), as the eager kernel
+    (kernels/indexing/rows.py ``_combine``). The single rounding is exact where alpha is a power of two: the
+    product is then exact unless it overflows, where ``(a / alpha + b) * alpha`` is the same sum scaled (a
+    float32 near-overflow ``a + 2 * b`` stayed finite on CPU and became inf - inf = NaN)."""
+    from device_impl.kernels import cpu_host
+
+    narrow = self.dtype in NARROW
+    wide = torch.float32 if narrow else self.dtype
+    alpha = float(alpha)
+    power_of_two = alpha != 0 and math.frexp(abs(alpha))[0] == 0.5
+    shape = list(self.shape)
+    shape[d] = 1
+    tail = None
+    if narrow:
+        # the run the eager kernel's rows cover: the dims after d that merge in both self's and source's strides
+        block = cpu_host.vector_block(self.dtype)
+        k, width, stride_self, stride_source = 0, 1, None, None
+        for i in range(self.dim() - 1, d, -1):
+            n = self.shape[i]
+            if n != 1:
+                if (stride_self is not None and self.stride(i) != stride_self * width) or (
+                        stride_source is not None and source.stride(i) != stride_source * width):
+                    break
+                stride_self = self.stride(i) if stride_self is None else stride_self
+                stride_source = source.stride(i) if stride_source is None else stride_source
+            width *= n
+            k += 1
+        run = shape[len(shape) - k:]
+        position = torch.arange(width, device=self.device).reshape(run) if k else torch.zeros((), device=self.device)
+        tail = position >= width - width % block
+    out = self
+    for i in range(index.numel()):
+        at = index[i:i + 1].to(torch.int64)
+        a = out.index_select(d, at).to(wide)
+        b = source.narrow(d, i, 1).to(wide)
+        product = b * alpha
+        summed = a + product
+        if power_of_two:
+            summed = torch.where(torch.isfinite(product), summed, (a / alpha + b) * alpha)
+        row = summed.to(self.dtype)
+        if tail is not None:
+            row = torch.where(tail, (a + product.to(self.dtype).to(wide)).to(self.dtype), row)
+        out = out.index_copy(d, at, row)
+    return out
 
 
 # A row whose largest magnitude exceeds _BIG is scaled by _SCALE (a power of two: exact) before its moments are

@@ -109,7 +109,9 @@ def _dim_index_call(node: torch.fx.Node, op: Any, out_of_range: bool = False) ->
     """The CPU call ``op(self, dim, index, source)`` (index_add, index_copy) an ``index_put`` node was decomposed
     from, ``index_put(self, [None] * dim + [index], source, ...)``, at the traced shapes (one zero expanded);
     ``out_of_range``: its index all one past the end of ``dim``. None where the node is not of that form."""
-    self, indices, source = node.args[:3]
+    self, indices, source = (tuple(node.args) + (None, None, None))[:3]
+    if not isinstance(indices, (list, tuple)):
+        return None  # another node of the op's decomposition (index_add's unrolled index_select/index_copy)
     positions = [i for i, index in enumerate(indices or ()) if index is not None]
     if len(positions) != 1:
         return None

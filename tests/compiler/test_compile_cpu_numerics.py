@@ -136,3 +136,55 @@ def test_float16_avg_pool2d_sums_its_windows_in_float32():
     x = torch.tensor([[51072.0, 47328.0, 59520.0, 62112.0], [44448.0, 38272.0, -60992.0, -56800.0]] * 2)
     x = x.to(torch.float16).reshape(1, 1, 4, 4)
     _same_bits(lambda t: torch.nn.functional.avg_pool2d(t, 2, 2), x)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("divisor", [-0.0123, 1.500014066696167, -3.33, "0-d"])
+def test_reduced_float_floor_divide_by_a_scalar_is_cpus_float32_formula_rounded_once(dtype, divisor):
+    """CPU's floor division of a float16/bfloat16 tensor by a divisor it reads at one place (a Python scalar, a
+    0-d tensor) runs c10's div_floor_floating in float32 with the divisor's original value and rounds once; the
+    rewrite ran it op by op in the tensor's dtype (3 // 1.500014 gave 2 for 1, -34.125 // -0.0123 was 4 off: op
+    suite floor_divide_scalar_overload). Two reduced-float tensors keep CPU's per-step rounding."""
+    a = torch.tensor([26.828125, -22.859375, -34.125, -13.7890625, 32.0625, -13.484375, -25.890625, 26.875,
+                      3.0, -2.5, 1.0, -0.0, 0.0, 0.318359375, -0.294921875, 33.25, -17.5, 37.75, -11.125,
+                      float("inf"), -1.6953125], dtype=torch.float32).to(dtype)
+    if divisor == "0-d":
+        _same_bits(lambda x, y: torch.floor_divide(x, y), a, torch.tensor(-3.33, dtype=torch.float32))
+    else:
+        _same_bits(lambda x: torch.ops.aten.floor_divide.Scalar(x, divisor), a)
+        _same_bits(lambda x: torch.floor_divide(x, divisor), a)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dim", [0, -1])
+def test_reduced_float_index_add_on_cpus_scatter_path_sums_in_float32(dtype, dim):
+    """index_add of a >1-D float16/bfloat16 tensor along its first or last dim, alpha 1, int64 index, is CPU's
+    scatter_add: the repeated rows sum in float32 and round once (1 + 3 * 2^-11 is 1 + 2^-10 there, 1 when each add
+    rounds to float16); the decomposition (index_put) rounded each add (op suite index_add designed bfloat16)."""
+    tiny = 2.0 ** (-11 if dtype == torch.float16 else -9)
+    self = torch.ones(3, 4, dtype=dtype)
+    source = torch.full((3, 4), tiny, dtype=dtype)
+    if dim == -1:
+        self, source = self.t().contiguous(), source.t().contiguous()
+    index = torch.tensor([1, 1, 1])
+    _same_bits(lambda s, i, src: torch.index_add(s, dim, i, src), self, index, source)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dim", [0, 1])
+def test_index_add_with_alpha_rounds_cpus_multiply_add_once(dtype, dim):
+    """CPU's index_add with alpha 2 is a loop of add_(slice, alpha) whose vector lambda rounds ``a + 2 * b``
+    once (vec::fmadd; float32 for float16/bfloat16) and whose tail rounds ``2 * b`` to the dtype first: a
+    near-overflow ``big - 2 * (big * 0.7)`` stays finite on CPU where the decomposition's rounded product
+    overflowed (inf - inf gave NaN in float32: op suite index_add near_overflow). 33 columns: 32 in CPU's vector
+    block for float16/bfloat16, one on the tail; a repeated index adds twice (down, then back up), rounded
+    in between."""
+    big = torch.finfo(dtype).max * 0.9
+    self = torch.full((3, 33), big, dtype=torch.float32).to(dtype)
+    source = torch.full((3, 33), -big * 0.7, dtype=torch.float32).to(dtype)
+    source[1] = 3.0
+    source[2] = big * 0.7  # index 2's second add: back near big, from -0.36 * big
+    index = torch.tensor([2, 0, 2])
+    if dim == 1:
+        self, source = self.t().contiguous(), source.t().contiguous()
+    _same_bits(lambda s, i, src: torch.index_add(s, dim, i, src, alpha=2), self, index, source)
