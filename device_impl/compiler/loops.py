@@ -155,9 +155,17 @@ def _add_alpha_of(negate: bool):
 
 def _rounded_scalar(value, dtype: torch.dtype) -> float:
     """A Python scalar as CPU's kernel reads it in ``dtype`` (round to nearest even), computed on the host."""
-    from device_impl.compiler.numerics import _rounded
+    return rounded(float(value), dtype)
 
-    return _rounded(float(value), dtype)
+
+def rounded(value: float, dtype: torch.dtype) -> float:
+    """``value`` rounded to ``dtype`` (nearest even), computed on the host: a torch.tensor made while
+    AOTAutograd traces would be a graph constant. (Here, not in numerics, which imports this module.)"""
+    import ml_dtypes
+    import numpy as np
+
+    kind = {torch.float16: np.float16, torch.bfloat16: ml_dtypes.bfloat16, torch.float32: np.float32}[dtype]
+    return float(kind(value))
 
 
 def _scatter_add(self: torch.Tensor, dim: int, index: torch.Tensor, src: torch.Tensor) -> torch.Tensor:

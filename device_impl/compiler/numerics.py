@@ -875,13 +875,10 @@ def _unfold_backward(grad: torch.Tensor, input_size, dimension: int, size: int, 
 
 
 def _rounded(value: float, dtype: torch.dtype) -> float:
-    """``value`` rounded to ``dtype`` (nearest even), computed on the host: a torch.tensor made while
-    AOTAutograd traces would be a graph constant."""
-    import ml_dtypes
-    import numpy as np
+    """``value`` rounded to ``dtype`` (nearest even) on the host (``loops.rounded``)."""
+    from device_impl.compiler import loops
 
-    kind = {torch.float16: np.float16, torch.bfloat16: ml_dtypes.bfloat16, torch.float32: np.float32}[dtype]
-    return float(kind(value))
+    return loops.rounded(value, dtype)
 
 
 def _mse_loss_backward(grad_output: torch.Tensor, input: torch.Tensor, target: torch.Tensor, reduction: int):
