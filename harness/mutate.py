@@ -534,10 +534,12 @@ def _cloned_outs(schema: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     out=self) or be resized by the first call. An input that is the out itself gets the same clone, so the call
     stays in place (an in-place call refuses a broadcast that would resize self; an out= call resizes)."""
     bound = Bound(schema, args, kwargs)
-    clones: dict[tuple, torch.Tensor] = {}  # an input that is the out itself (in place) gets the out's clone too
+    clones: dict[int, torch.Tensor] = {}  # an input that is the out itself (in place) gets the out's clone too
 
-    def same(t: torch.Tensor) -> tuple:
-        return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(), t.dtype)
+    def same(t: torch.Tensor) -> int:
+        # the tensor object itself: storage addresses would make every empty out one (data_ptr 0), and
+        # convolution_backward.out's three empty outs would become one clone passed three times
+        return id(t)
 
     def clone(v: Any) -> Any:
         if not isinstance(v, torch.Tensor) or v.is_cpu:
