@@ -251,3 +251,16 @@ def test_index_put_refuses_a_float_index_as_cpu(fn):
     _raises_as_cpu(fn, x, torch.tensor([1.0, 2.0]), v)
     _same_bits(fn, x, torch.tensor([1, -2]), v)
     _same_bits(fn, x, torch.tensor([True, False, True, False, False]), v)
+
+
+def test_a_zero_size_probe_that_cannot_be_made_is_no_refusal():
+    """max_pool2d's indices reach its backward through a tuple the zero-size probe keeps no CPU value of: the probe's
+    call met a fake tensor and raised AssertionError, which had been taken for CPU's refusal and raised by the
+    compiled program. A probe that cannot be made proves nothing: the graph compiles and gives CPU's result."""
+    def call(g, x):
+        return torch.ops.aten.max_pool2d_with_indices_backward(g, x, 1, 1, 0, 1, False,
+                                                               F.max_pool2d(x, 1, 1, return_indices=True)[1])
+
+    g, x = torch.randn(0, 2, 4, 1), torch.randn(0, 2, 4, 1)
+    got = _compiled(call, g.to("neuron"), x.to("neuron"))
+    assert got.shape == call(g, x).shape and got.device.type == "neuron"
