@@ -534,25 +534,22 @@ def _cloned_outs(schema: Any, args: tuple, kwargs: dict) -> tuple[tuple, dict]:
     out=self) or be resized by the first call. An input that is the out itself gets the same clone, so the call
     stays in place (an in-place call refuses a broadcast that would resize self; an out= call resizes)."""
     bound = Bound(schema, args, kwargs)
-    clones: dict[int, torch.Tensor] = {}  # an input that is the out itself (in place) gets the out's clone too
-
-    def same(t: torch.Tensor) -> int:
-        # the tensor object itself: storage addresses would make every empty out one (data_ptr 0), and
-        # convolution_backward.out's three empty outs would become one clone passed three times
-        return id(t)
+    # by the tensor object, not its storage address: every empty out has data_ptr 0, and convolution_backward.out's
+    # three empty outs would become one clone passed three times; an input that is the out itself gets its clone
+    clones: dict[int, torch.Tensor] = {}
 
     def clone(v: Any) -> Any:
         if not isinstance(v, torch.Tensor) or v.is_cpu:
             return v
-        return clones.setdefault(same(v), v.clone())
+        return clones.setdefault(id(v), v.clone())
 
     for a, value in list(bound.items()):
         if a.is_out and _device_tensors(value):
             copy = [clone(v) for v in value] if isinstance(value, (list, tuple)) else clone(value)
             bound.set(a.name, type(value)(copy) if isinstance(value, tuple) else copy)
     for a, value in list(bound.items()):
-        if not a.is_out and isinstance(value, torch.Tensor) and not value.is_cpu and same(value) in clones:
-            bound.set(a.name, clones[same(value)])
+        if not a.is_out and isinstance(value, torch.Tensor) and id(value) in clones:
+            bound.set(a.name, clones[id(value)])
     return tuple(bound.args), bound.kwargs
 
 
@@ -714,9 +711,10 @@ class Strides(Mutant):
                 self.cpu_blind = _cpu_stride_blind(self.facts, args, kwargs)
             return original.call_boxed(keyset, *args, **kwargs)
         views = any(r.alias_info is not None and not r.alias_info.is_write for r in self.facts.schema.returns)
-        if views and not in_place and self._storage_read(original, keyset, args, kwargs, changed):
+        real = self._storage_read(original, keyset, args, kwargs, changed) if views and not in_place else None
+        if real is not None:
             self.storage_reads += 1  # as_strided: the input's strides are not read, so ignoring them is no break
-            return original.call_boxed(keyset, *args, **kwargs)
+            return real
         refused: Any = _UNKNOWN  # what the real call did: _UNKNOWN (not made), None (returned), or its error
         if changed and not self.facts.mutable_inputs and not views:  # a view's aliasing is judged too
             refused = self._count_equivalent(original, keyset, args, kwargs, changed)
@@ -732,8 +730,9 @@ class Strides(Mutant):
             self.equivalent += 1  # fill_ overwrites its self without reading it
         return result
 
-    def _storage_read(self, original, keyset, args, kwargs, changed: list[str]) -> bool:
-        """Whether this view's result reads its strided inputs' storage only, not their strides: the same call with
+    def _storage_read(self, original, keyset, args, kwargs, changed: list[str]) -> Any:
+        """The real call's result when this view reads its strided inputs' storage only, not their strides (else
+        None): the same call with
         each of them replaced by a dense view of its storage (from the same offset) returns the same view, values
         and geometry. ``as_strided`` addresses the storage with its own size, strides and offset, so a kernel that
         ignored its input's strides would be the real one; ``transpose`` of the dense view is another view."""
@@ -747,12 +746,13 @@ class Strides(Mutant):
                 probe.set(name, t.as_strided((avail,), (1,), t.storage_offset()))
             dense = original.call_boxed(keyset, *probe.args, **probe.kwargs)
         except Exception:  # noqa: BLE001 - a refused call proves nothing
-            return False
+            return None
         pairs = list(zip(_device_tensors(real if isinstance(real, (tuple, list)) else [real]),
                          _device_tensors(dense if isinstance(dense, (tuple, list)) else [dense])))
-        return bool(pairs) and all(
+        same = bool(pairs) and all(
             a.shape == b.shape and a.stride() == b.stride() and a.storage_offset() == b.storage_offset()
             and a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() for a, b in pairs)
+        return real if same else None
 
     def _count_equivalent(self, original, keyset, args, kwargs, changed: list[str]) -> Exception | None:
         """Count the call ``equivalent`` when the kernel's result reads none of the values of the inputs read

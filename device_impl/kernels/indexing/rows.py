@@ -308,19 +308,21 @@ def _combine(nc, offs: Tile, cur: Tile, src: Tile, op: str, scale: float | Tile 
         values = s.reshape(k.size, -1)
         if factor or scale is not None:
             f = factor[0].reshape(k.size, 1) if factor else scale
-            twice = (values.astype(np.float32) * np.asarray(f, dtype=np.float32)).astype(state.dtype)
+            def twice() -> np.ndarray:  # the product rounded to the dtype (c10 half arithmetic) before the add
+                return (values.astype(np.float32) * np.asarray(f, dtype=np.float32)).astype(state.dtype)
+
             if cpu_host.fused_multiply_add():
                 once = values.astype(np.float64) * np.asarray(f, dtype=np.float64)
                 if state.dtype.itemsize == 2 and is_float(state.dtype):
                     # bf16/fp16 (CPU's add_ of each row): its whole vector blocks round a + alpha * b once, in
                     # float32; the tail takes the scalar lambda, which rounds the product to the dtype first
-                    block = cpu_host.vector_block(torch.float16)
+                    block = cpu_host.vector_block(torch.float16)  # bf16 and fp16 blocks: both 2-byte elements
                     width = values.shape[1]
                     vector = np.arange(width) < width - width % block
-                    once = np.where(vector, once, twice.astype(np.float64))
+                    once = np.where(vector, once, twice().astype(np.float64))
                 values = once
-            else:  # DEFAULT kernels: the product rounds to the dtype (c10 half arithmetic) before the add
-                values = twice
+            else:  # DEFAULT kernels
+                values = twice()
         start = state.copy()
         fn.at(state, inverse, values)
         if op in ("maximum", "minimum") and is_float(state.dtype):
