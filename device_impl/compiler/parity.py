@@ -479,12 +479,17 @@ META_CHECKED = ("amax.default", "amin.default", "aminmax.default", "argmax.defau
 FAKE_IMPL_CHECKED = ("index.Tensor",)
 
 
-def _cpu_empty(value: Any) -> Any:
+def _cpu_like(value: Any, make: Callable[..., torch.Tensor]) -> Any:
+    """``value`` with each tensor (in lists and tuples too) replaced by ``make(shape, dtype=...)`` on CPU."""
     if isinstance(value, torch.Tensor):
-        return torch.empty(value.shape, dtype=value.dtype)
+        return make(value.shape, dtype=value.dtype)
     if isinstance(value, (list, tuple)):
-        return type(value)(_cpu_empty(v) for v in value)
+        return type(value)(_cpu_like(v, make) for v in value)
     return value
+
+
+def _cpu_empty(value: Any) -> Any:
+    return _cpu_like(value, torch.empty)
 
 
 @contextlib.contextmanager
@@ -519,11 +524,7 @@ PROBE_LIMIT = 1 << 20  # elements: a meta's refusal is checked on CPU for argume
 
 def _cpu_zeros(value: Any) -> Any:
     """``_cpu_empty`` with zeros: an index tensor's values are part of what CPU checks (zero is in range)."""
-    if isinstance(value, torch.Tensor):
-        return torch.zeros(value.shape, dtype=value.dtype)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_cpu_zeros(v) for v in value)
-    return value
+    return _cpu_like(value, torch.zeros)
 
 
 def _raise_as_cpu(op: Any, error: Exception, args: tuple, kwargs: dict,
