@@ -25,8 +25,8 @@ from device_impl.engine.dtypes import compute_dtype
 from device_impl.kernels import indexing, matmul
 from device_impl.kernels.common import P, flat_tiles
 from device_impl.kernels.reduction.scans import scan64
-from device_impl.kernels.spatial.conv import conv_run
-from device_impl.kernels.spatial.tiles import pad_view
+from device_impl.kernels.spatial.conv import conv_run, conv_transposed_run
+from device_impl.kernels.spatial.tiles import _split, pad_view
 
 I64 = np.dtype(np.int64)
 Runner = Callable[[Any, Any], None]
@@ -405,7 +405,11 @@ def _scan_chunked(nc, src: Access2D, dst: Access2D, r0: int, r1: int, n: int, al
 def _convolution(step: dict, program: Program) -> Runner:
     """stablehlo.convolution on the eager conv tile loops (TensorE): operands permuted to
     [N, C, spatial...] / [O, I, spatial...], padding and lhs dilation (zero insertion) applied into
-    scratch first, then a stride/rhs-dilation/feature-group convolution."""
+    scratch first, then a stride/rhs-dilation/feature-group convolution.
+
+    A transposed convolution (``_transposed``) runs as the eager kernel's instead: by output phase, never
+    multiplying the zeros the StableHLO form inserts and pads with, since CPU's col2im and oneDNN
+    deconvolution form no such products (an infinite weight or input next to them is not NaN there)."""
     lhs, rhs = step["operands"]
     result = step["results"][0]
     attrs = step["attrs"]
@@ -423,12 +427,20 @@ def _convolution(step: dict, program: Program) -> Runner:
     reversal = attrs.get("window_reversal", [False] * nsp)
     groups = attrs.get("feature_group_count", 1)
 
+    transposed = _transposed(attrs, nsp)
+
     def run(nc, env) -> None:
         out = env.access(result).transpose(operm)
         if out.size == 0:
             return
         x = env.access(lhs).transpose(lperm)
         w = env.access(rhs).transpose(kperm)
+        if transposed:
+            # the operand is PyTorch's weight flipped and regrouped to [O, I/G, K...]: undo the flip, split O
+            wg = _split(w, 0, (groups, w.shape[0] // groups))[(Ellipsis,) + (slice(None, None, -1),) * nsp]
+            pads = [(k - 1) * d - p[0] for k, d, p in zip(w.shape[2:], rhs_dil, padding)]
+            conv_transposed_run(nc, env.scratch, out, x, wg, nsp, list(lhs_dil), pads, list(rhs_dil))
+            return
         if any(reversal):
             w = w[(slice(None), slice(None)) + tuple(slice(None, None, -1) if r else slice(None) for r in reversal)]
         x = pad_view(nc, env.scratch, x, [p[0] for p in padding], [p[1] for p in padding], 0, step=lhs_dil)
@@ -436,6 +448,15 @@ def _convolution(step: dict, program: Program) -> Runner:
                  groups)
 
     return run
+
+
+def _transposed(attrs: dict, nsp: int) -> bool:
+    """Whether a stablehlo.convolution is torch-mlir's form of a transposed convolution (aten.convolution
+    with transposed=True): only that lowering sets ``lhs_dilation`` (to the stride, ones included); a direct
+    convolution's has none, and its window stride, not lhs dilation, carries the stride. Its padding is
+    (K - 1) * dilation - padding below, plus output_padding above, around a flipped weight."""
+    return ("lhs_dilation" in attrs and list(attrs.get("window_strides", [1] * nsp)) == [1] * nsp
+            and not any(attrs.get("window_reversal", [False] * nsp)) and attrs.get("batch_group_count", 1) == 1)
 
 
 def _operand_array(env, program: Program, vid: int) -> np.ndarray:

@@ -442,11 +442,20 @@ def _conv_run(nc, scratch, out_v, x_v, w_v, b_v, nsp, stride, padding, dilation,
         else:
             _conv_forward_core(nc, outg, xg, wg, bg, s3, taps)
         return
-    # Transposed convolution by output phase (sub-pixel decomposition): outputs o = r + s*j of phase r
-    # receive the taps k with (r + p - k*d) divisible by s, from inputs j + (r + p - k*d) / s. Each phase
-    # is a stride-1 convolution over the (padded) input, so no zeros are inserted or multiplied.
     wg = _split(w5, 0, (groups, cin // groups)).transpose(0, 2, 1, 3, 4, 5)  # [G, Cog, Cg_in, K...]
-    out_sp = out5.shape[2:]
+    _conv_transposed(nc, scratch, outg, x5, wg, bg, s3, p3, d3, groups, constant)
+
+
+def _conv_transposed(nc, scratch, outg, x5, wg, bg, s3, p3, d3, groups, constant) -> None:
+    """The transposed convolution of ``x5`` ([N, Cin, D, H, W]) with the grouped weight ``wg`` ([G, Cog,
+    Cg_in, KD, KH, KW]) and bias ``bg`` ([G, Cog] or None) into ``outg`` ([N, G, Cog, D, H, W]), by output
+    phase (sub-pixel decomposition): outputs o = r + s*j of phase r receive the taps k with (r + p - k*d)
+    divisible by s, from inputs j + (r + p - k*d) / s. Each phase is a stride-1 convolution over the
+    (padded) input, so no zeros are inserted or multiplied, as CPU's col2im and oneDNN's deconvolution form
+    no such products."""
+    cin = x5.shape[1]
+    k3 = list(wg.shape[3:])
+    out_sp = outg.shape[3:]
     phases = []  # per dim: [(r, J, [(k, offset)])]
     lo, hi = [0, 0, 0], [0, 0, 0]
     for i in range(3):
@@ -473,7 +482,25 @@ def _conv_run(nc, scratch, out_v, x_v, w_v, b_v, nsp, stride, padding, dilation,
                     _conv_unpadded(nc, view, xg, wg, bg, [1, 1, 1], taps, lo, x5.shape[2:], constant)
 
 
-# Shared with the compiler (device_impl.compiler.steps runs stablehlo.convolution with it).
+def conv_transposed_run(nc, scratch, out_v: np.ndarray, x_v: np.ndarray, wg_v: np.ndarray, nsp: int,
+                        stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int]) -> None:
+    """out = conv_transpose(x, w) on numpy views: ``out_v`` [N, Cout, *spatial], ``x_v`` [N, Cin, *spatial],
+    the weight already grouped, ``wg_v`` [G, Cout/G, Cin/G, *kernel] (the compiler's StableHLO operand
+    splits into it as a view; PyTorch's [Cin, Cout/G, *kernel] layout does not for G > 1). No product with
+    an inserted or padded zero is formed (``_conv_transposed``); outputs no tap reaches are zero."""
+    groups = wg_v.shape[0]
+    x5 = _to5d(x_v, nsp)
+    out5 = _to5d(out_v, nsp)
+    wg = wg_v
+    for _ in range(3 - nsp):
+        wg = np.expand_dims(wg, 3)
+    outg = _split(out5, 1, (groups, out5.shape[1] // groups))
+    pad = [0] * (3 - nsp)
+    _conv_transposed(nc, scratch, outg, x5, wg, None, [1] * (3 - nsp) + list(stride), pad + list(padding),
+                     [1] * (3 - nsp) + list(dilation), groups, lambda view: _fill(nc, view, 0))
+
+
+# Shared with the compiler (device_impl.compiler.steps runs stablehlo.convolution with them).
 conv_run = _conv_run
 
 
