@@ -945,6 +945,22 @@ def _vectorized_upsample(x: torch.Tensor, out_spatial: list) -> bool:
     return _vectorized_cond(x, list(out_spatial), len(out_spatial))
 
 
+class _Weighted(torch.autograd.Function):
+    """``v * forward_weight`` whose gradient is ``grad * backward_weight``: CPU's generic upsampling kernel
+    weighs a float16/bfloat16 input with weights rounded to its dtype, its backward kernel with the float32
+    ones (AOTAutograd traces this backward into the joint graph as it traces any other)."""
+
+    @staticmethod
+    def forward(ctx, v: torch.Tensor, forward_weight: torch.Tensor, backward_weight: torch.Tensor) -> torch.Tensor:
+        ctx.save_for_backward(backward_weight)
+        return v * forward_weight
+
+    @staticmethod
+    def backward(ctx, grad: torch.Tensor) -> tuple:
+        (backward_weight,) = ctx.saved_tensors
+        return grad * backward_weight, None, None
+
+
 def _upsample_linear(input: torch.Tensor, output_size: list, align_corners: bool, scales: list) -> torch.Tensor:
     """PyTorch's ``_upsample_linear`` (linear/bilinear/trilinear interpolation) with CPU's arithmetic: each
     pair of neighbours is combined as ``v0 * (1 - w) + v1 * w`` (innermost dimension first, as CPU's
@@ -972,17 +988,28 @@ def _upsample_linear(input: torch.Tensor, output_size: list, align_corners: bool
         # an axis kept at its size: CPU weighs the same element (1, 0), so an infinity there gives NaN, not its
         # neighbour's (the eager kernel, kernels/spatial/resample.py, does the same)
         xp1s.append(x if out_size == inp_size else (x + 1).clamp(max=inp_size - 1))
+    # converted before it is gathered (the same values): the gradient AOTAutograd derives then sums every
+    # corner's contribution in float32 and rounds to float16/bfloat16 once, as CPU's backward accumulates in an
+    # opmath buffer; converting each gathered corner rounded each corner's gradient, and its scatter summed them
+    # in the narrow dtype (trilinear float16 gradient: 957 ULP near zero)
+    wide = input.to(dtype)
     vs = []
     for corner in itertools.product(*[[0, 1]] * n_dims):
         idx = [None, None] + [xs[k] if corner[k] == 0 else xp1s[k] for k in range(n_dims)]
-        vs.append(aten._unsafe_index(input, idx).to(dtype))
+        vs.append(aten._unsafe_index(wide, idx))
     # CPU's generic kernel stores the weights in the input dtype (l1 rounded, then 1 - l1 rounded); its
     # vectorized one (resample._vectorized_cond: channels-last with C > 3, or few output positions) in float32
+    # CPU's backward computes its weights in float32 (opmath) whatever the forward's kernel rounded them to
     rounded = out_dtype if out_dtype in NARROW and not _vectorized_upsample(input, output_size) else dtype
     for k in reversed(range(n_dims)):
-        w1 = (xs_f[k] - xs[k]).clamp(0.0, 1.0).to(rounded).to(dtype)
+        l1 = (xs_f[k] - xs[k]).clamp(0.0, 1.0)
+        w1 = l1.to(rounded).to(dtype)
         w0 = (1 - w1).to(rounded).to(dtype)
-        vs = [v0 * w0 + v1 * w1 for v0, v1 in zip(vs[::2], vs[1::2])]
+        if rounded is dtype:
+            vs = [v0 * w0 + v1 * w1 for v0, v1 in zip(vs[::2], vs[1::2])]
+        else:
+            b0 = 1 - l1
+            vs = [_Weighted.apply(v0, w0, b0) + _Weighted.apply(v1, w1, l1) for v0, v1 in zip(vs[::2], vs[1::2])]
     result = vs[0].contiguous(memory_format=torch._prims_common.suggest_memory_format(input))
     if not input.is_floating_point():
         result = result.round()

@@ -217,3 +217,33 @@ def test_transposed_convolution_never_multiplies_the_zeros_it_inserts_or_pads(dt
     # _CONV_TOL: CPU's native float16 path rounds its partial sums to float16)
     rtol, atol = {torch.float32: (1e-5, 1e-4), torch.float16: (1e-3, 5e-3)}[dtype]
     torch.testing.assert_close(got, want, equal_nan=True, rtol=rtol, atol=atol)
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("mode, size", [("trilinear", (4, 5, 15)), ("trilinear", (6, 20, 30)), ("bilinear", (5, 15)),
+                                        ("bilinear", (40, 100)), ("linear", (15,))])
+def test_reduced_float_interpolation_gradient_is_cpus_float32_sum_rounded_once(dtype, mode, size):
+    """CPU's linear/bilinear/trilinear backward accumulates every output's gradient, weighed by float32 weights,
+    into a float32 buffer and rounds to float16/bfloat16 once. The gradient AOTAutograd derived from the
+    decomposition rounded each corner's gradient to the input dtype and summed the corners there (op suite
+    interpolate_trilinear3d float16 gradient: 20 of 56 outside rtol=1e-3, 957 ULP near zero), and where CPU's
+    forward takes its generic kernel (few outputs take the vectorized one: resample._vectorized_cond) it
+    weighed by the forward's weights rounded to the dtype (a cancelling sum 3% off in float16)."""
+    g = torch.Generator().manual_seed(2)
+    shape = {"trilinear": (1, 2, 2, 2, 14), "bilinear": (1, 2, 2, 14), "linear": (1, 2, 14)}[mode]
+    x = torch.randn(shape, generator=g).to(dtype)
+    cot = torch.randn(shape[:2] + size, generator=g).to(dtype)
+
+    def fn(t):
+        return torch.nn.functional.interpolate(t, size=size, mode=mode, align_corners=True)
+
+    want = _grad_of(fn, x, cot, "cpu")
+    torch._dynamo.reset()
+    got = _grad_of(torch.compile(fn, backend="neuron", dynamic=False), x, cot, "neuron")
+    torch.testing.assert_close(got, want)  # float16/bfloat16's default tolerances: a float32 sum in another order
+
+
+def _grad_of(fn, x, cotangent, device):
+    leaf = x.detach().to(device).requires_grad_()
+    (grad,) = torch.autograd.grad(fn(leaf), leaf, cotangent.to(device))
+    return grad.cpu()
