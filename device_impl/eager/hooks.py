@@ -24,7 +24,7 @@ import torch
 from device_impl.eager.capture import EAGER_RUNNERS, Step
 from device_impl.eager.queue import OUTSIDE, QUEUE
 from device_impl.engine.dtypes import COMPUTE_DTYPES
-from device_impl.kernels.common import elementwise
+from device_impl.kernels.common import copy_emit, elementwise
 
 _KEY = "PrivateUse1"
 _KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
@@ -38,7 +38,7 @@ def _cast_compute(out: torch.Tensor, args: dict) -> None:
 
 
 def _copy_compute(out: torch.Tensor, args: dict) -> None:
-    elementwise("copy", out, (args["src"],), lambda nc, o, t: nc.vector.tensor_copy(o, t))
+    elementwise("copy", out, (args["src"],), copy_emit)
 
 
 # Family-style computes of that module (queue.queueable).

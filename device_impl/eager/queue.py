@@ -48,6 +48,20 @@ def queueable(module: str) -> bool:
 # Ops whose kernels raise on data (integer division by zero): run eagerly so the error is raised at the op.
 DATA_CHECKED_PACKETS = frozenset({"remainder", "fmod", "floor_divide", "div"})
 
+# How a compute enters the queue, by (op, its module, whether it has a plan): found once (``_how``), looked up
+# per call (the string tests cost more than the rest of the decision).
+_ELEMENTWISE, _CHECKED, _PLANNED, _NEVER = "elementwise", "checked", "planned", "never"
+_HOW: dict[tuple, str] = {}
+
+
+def _how(op: str, module: str, planned: bool) -> str:
+    """``_ELEMENTWISE``: its launches are captured; ``_CHECKED``: so too, unless an integer division (it raises
+    on data: run at the op); ``_PLANNED``: it carries a plan; ``_NEVER``: it runs after a barrier."""
+    if queueable(module):
+        return _CHECKED if _packet(op) in DATA_CHECKED_PACKETS else _ELEMENTWISE
+    return _PLANNED if planned else _NEVER
+
+
 DEFAULT_MAX_OPS = 256
 DEFAULT_MAX_BYTES = 512 * 2**20
 
@@ -93,11 +107,15 @@ class Queue:
 
     def _capture(self, op: str, compute: Callable[[torch.Tensor, dict], None], out: torch.Tensor,
                  args: dict[str, Any]) -> list[AnyStep] | None:
-        if queueable(compute.__module__):
-            if _packet(op) in DATA_CHECKED_PACKETS and not (out.dtype.is_floating_point or out.dtype.is_complex):
-                return None
+        key = (op, compute.__module__, hasattr(compute, "plan"))  # computes may be per-call objects
+        how = _HOW.get(key)
+        if how is None:
+            how = _HOW[key] = _how(*key)
+        if how is _ELEMENTWISE:
             return capture(op, compute, out, args)
-        if hasattr(compute, "plan"):
+        if how is _CHECKED:
+            return capture(op, compute, out, args) if out.dtype.is_floating_point or out.dtype.is_complex else None
+        if how is _PLANNED:
             return capture_plan(op, compute, out, args)
         return None
 
@@ -117,11 +135,13 @@ class Queue:
                 finally:
                     OUTSIDE.depth -= 1
                 return
+            refs, queued = self.refs, self.steps
             for step in steps:
-                self.steps.append(step)
+                queued.append(step)
                 for t in step.tensors():
-                    self.refs[storage_id(t)] += 1
-                self.bytes += step.out.numel() * step.out.element_size()
+                    refs[t.untyped_storage()._cdata] += 1  # storage_id, inlined
+                out = step.out
+                self.bytes += out.numel() * out.element_size()
             STATS.ops_queued += 1
             STATS.steps += len(steps)
             if len(self.steps) >= self.max_ops:
@@ -207,23 +227,19 @@ class Queue:
         storage = probe.untyped_storage()
         base_count, base_py = _storage_refs(storage)
         del probe, storage
-        group_of: dict[int, set[int]] = {}
-        for g, item in enumerate(ready):
-            for step in item.group.steps:
-                for t in step.tensors():
-                    group_of.setdefault(storage_id(t), set()).add(g)
         result = []
-        for g, item in enumerate(ready):
-            flags = []
+        for item in ready:
             if item.program is None:
                 result.append([True] * len(item.group.steps))
                 continue
-            for step in item.group.steps:
+            flags = []
+            for step, shared in zip(item.group.steps, item.shared):  # shared: another group touches it
+                if shared:
+                    flags.append(True)
+                    continue
                 storage = step.out.untyped_storage()
-                key = storage._cdata
                 count, py = _storage_refs(storage)
-                outside = count - base_count + 1 > refs[key] or py > base_py
-                flags.append(outside or group_of[key] != {g})
+                flags.append(count - base_count + 1 > refs[storage._cdata] or py > base_py)
             result.append(flags)
         return result
 
