@@ -59,7 +59,7 @@ def set_limits(max_ops: int | None = None, max_bytes: int | None = None) -> None
 
 def stats() -> dict[str, Any]:
     """Since the last reset: ops_queued, ops_run_eagerly, steps, groups, fused_groups, fused_ops,
-    reductions_fused, epilogue_ops, splits, programs_cached, cache_hits, stores_elided, errors,
+    reductions_fused, epilogue_ops, splits, programs_cached, cache_hits, programs_replayed, stores_elided, errors,
     flushes (by reason), flushes_total (see stats.py)."""
     return STATS.snapshot()
 

@@ -281,6 +281,7 @@ def _replay_elementwise(key: tuple, figures, program: Program, steps: Sequence[S
     except _Rerun:
         pass
     else:
+        STATS.programs_replayed += 1
         return True
     _FIGURES.pop(key, None)
     if len(_REFUSED) >= FIGURES_LIMIT:

@@ -20,6 +20,7 @@ _FIELDS = (
     "splits",  # groups whose fused form could not be built (SBUF, views), run unfused
     "programs_cached",  # fused programs planned (cache misses)
     "cache_hits",  # fused programs reused from the cache
+    "programs_replayed",  # fused elementwise launches run from their recorded figures (programs.py)
     "stores_elided",  # outputs never written to HBM (nothing could observe them)
     "errors",  # queued steps that raised when they ran
 )
