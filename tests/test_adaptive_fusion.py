@@ -433,3 +433,38 @@ def test_a_copy_stored_from_inside_a_fused_chain(adaptive):
         return y, torch.tanh(y + x)
 
     _identical(program, _host((64, 96)), _host((96,), seed=1))
+
+
+# --- calls whose launch always ran alone -----------------------------------------------------------------
+
+def test_a_call_whose_launch_always_ran_alone_runs_at_the_call(adaptive):
+    """``x * 2`` heads each flush and runs alone there (its consumer reads it transposed, so nothing fuses
+    with it): from the second call on it runs at the call, with nothing queued before it, as eager runs it,
+    and computes the same bits; what follows it still queues and fuses."""
+    x = _host((64, 64)).to("neuron")
+
+    def step():
+        a = x * 2
+        return torch.tanh(a.t() + 1) * 3
+
+    with torch.neuron.eager_mode("eager"):
+        expected = _bits(step())
+    for call in range(4):
+        eager.reset_stats()
+        out = step()
+        torch.neuron.synchronize()
+        assert torch.equal(_bits(out), expected), f"call {call}"
+        stats = eager.stats()
+        assert stats["ops_run_alone"] == (call > 0) and stats["fused_groups"] == 1
+
+
+def test_a_call_that_heads_a_fused_group_keeps_waiting(adaptive):
+    x = _host((64, 64)).to("neuron")
+    for _ in range(4):
+        out = torch.tanh(x * 2 + 1)
+        torch.neuron.synchronize()
+    stats = eager.stats()
+    assert stats["ops_run_alone"] == 0 and stats["fused_groups"] == 4 and stats["fused_ops"] == 12
+    with torch.neuron.eager_mode("eager"):
+        assert torch.equal(_bits(out), _bits(torch.tanh(x * 2 + 1)))
+

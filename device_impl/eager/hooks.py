@@ -102,6 +102,8 @@ def install() -> None:
         original["copy_"].call_boxed(_KEYS, step.out, step.operands[0], False)
 
     EAGER_RUNNERS[("aten::copy_", "copy")] = copy_alone
+    # the same when the queue runs such a copy at the call (queue.submit: ``alone``)
+    _copy_compute.alone = lambda out, args: original["copy_"].call_boxed(_KEYS, out, args["src"], False)
     library = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": intended, and undone
@@ -116,5 +118,6 @@ def uninstall() -> None:
     global _library
     if _library is not None:
         EAGER_RUNNERS.pop(("aten::copy_", "copy"), None)
+        del _copy_compute.alone
         _library._destroy()
         _library = None

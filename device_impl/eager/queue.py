@@ -102,6 +102,7 @@ class Queue:
         self.max_ops = DEFAULT_MAX_OPS
         self.max_bytes = DEFAULT_MAX_BYTES
         self.lock = threading.RLock()
+        self.head: tuple | None = None  # _head_key of the call whose launches head the queue
 
     # --- entering the queue -------------------------------------------------------------------------
 
@@ -125,6 +126,20 @@ class Queue:
         with self.lock:
             # Inside a kernel running outside the queue (runtime.hooks.Outside) nothing may wait: that
             # kernel's own launch reads or writes what this computes, before any later flush.
+            head = None
+            if not self.steps and not OUTSIDE.depth:
+                head = _head_key(op, out, args)
+                if _ALONE.get(head):
+                    # Every flush this call headed ran its launch alone, and nothing waits before it: it runs
+                    # now, as eager runs it (``alone``: a compute's eager form, the C++ copy for a device copy),
+                    # instead of after the queue's bookkeeping, at a flush that would run it the same way.
+                    STATS.ops_run_alone += 1
+                    OUTSIDE.depth += 1
+                    try:
+                        getattr(compute, "alone", compute)(out, args)
+                    finally:
+                        OUTSIDE.depth -= 1
+                    return
             steps = None if OUTSIDE.depth else self._capture(op, compute, out, args)
             if steps is None:
                 self.barrier("unqueueable", op, (out,), args)
@@ -136,6 +151,8 @@ class Queue:
                     OUTSIDE.depth -= 1
                 return
             refs, queued = self.refs, self.steps
+            if not queued and len(steps) == 1:
+                self.head = head  # what the next flush learns about (see _ALONE)
             for step in steps:
                 queued.append(step)
                 for t in step.tensors():
@@ -175,24 +192,27 @@ class Queue:
                 return
             steps, self.steps = self.steps, []
             refs, self.refs = self.refs, Counter()
+            head, self.head = self.head, None
             self.bytes = 0
             STATS.flushes[reason] += 1
             try:
                 if table.ASSERT_NO_CPU:
                     with table._no_cpu_mode(f"adaptive eager flush ({reason})"):
-                        self._run(steps, refs, reason)
+                        self._run(steps, refs, reason, head)
                 else:
-                    self._run(steps, refs, reason)
+                    self._run(steps, refs, reason, head)
             finally:
                 fusion.forget_views()
 
-    def _run(self, steps: list[AnyStep], refs: Counter[int], reason: str) -> None:
+    def _run(self, steps: list[AnyStep], refs: Counter[int], reason: str, head: tuple | None = None) -> None:
         if len(steps) == 1:  # nothing to fuse: the step runs as eager runs it, with no grouping bookkeeping
             ready = [programs.Ready(fusion.Group("single", steps), None, [])]
             stored = [[True]]
         else:
             ready = programs.plan_flush(steps)
             stored = self._observable(ready, refs)
+        if head is not None:
+            _learn(head, ready[0].program is None and len(ready[0].group.steps) == 1)
         failure: tuple[str, BaseException] | None = None
         for item, item_stored in zip(ready, stored):
             STATS.groups += 1
@@ -242,6 +262,49 @@ class Queue:
                 flags.append(count - base_count + 1 > refs[storage._cdata] or py > base_py)
             result.append(flags)
         return result
+
+
+# Whether the launch of a call that headed a flush ran alone there, by ``_head_key`` (the call: op, layouts,
+# static arguments; not where its tensors are): True while every flush it headed ran it alone, False for
+# good once one fused it with what followed. Such a call is run at once when nothing is queued before it
+# (``submit``): the flush would run it the same way, after the queue's bookkeeping (capture, flush plan,
+# observability), and its checks and errors are then eager's, at the call. A call whose launch could have
+# fused with what followed only loses that fusion if it ran alone every time before; the bits are eager's.
+_ALONE: dict[tuple, bool] = {}
+ALONE_LIMIT = 4096
+
+
+def _head_key(op: str, out: torch.Tensor, args: dict[str, Any]) -> tuple:
+    """A submitted call as plain data: op, each tensor's layout (offset, sizes, strides, dtype, device, and which
+    of the call's tensors share a storage), the other arguments' values (numbers, dtypes, dims)."""
+    storages: dict[int, int] = {}
+
+    def key(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return (storages.setdefault(v.untyped_storage()._cdata, len(storages)), v.storage_offset(), v.shape,
+                    v.stride(), v.dtype, v.device)
+        if isinstance(v, (list, tuple)):
+            return tuple([key(x) for x in v])
+        if v is None or isinstance(v, (bool, int, float, complex, str, torch.dtype)):
+            return (type(v), v)
+        return type(v)
+
+    return (op, key(out)) + tuple([(name, key(v)) for name, v in args.items()])
+
+
+def _learn(key: tuple, alone: bool) -> None:
+    known = _ALONE.get(key)
+    if known is None:
+        if len(_ALONE) >= ALONE_LIMIT:
+            del _ALONE[next(iter(_ALONE))]
+        _ALONE[key] = alone
+    elif known and not alone:
+        _ALONE[key] = False
+
+
+def forget_alone() -> None:
+    """Forget which launches ran alone (tests; ``eager.clear_cache``)."""
+    _ALONE.clear()
 
 
 def _named(error: BaseException, op: str, reason: str) -> BaseException:

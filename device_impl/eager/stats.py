@@ -11,6 +11,7 @@ from typing import Any
 _FIELDS = (
     "ops_queued",  # ops whose launches went into the queue
     "ops_run_eagerly",  # ops that could not wait (ran at the call, after a barrier)
+    "ops_run_alone",  # ops run at the call because the flushes they headed ran them alone (queue.py)
     "steps",  # launches queued (an op may queue several, or none for empty tensors)
     "groups",  # launches made at flushes (fused groups and single steps)
     "fused_groups",  # of those, launches running more than one step
