@@ -101,6 +101,7 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['eager_launches']:>6d} -> {r['adaptive_launches']:<5d} {'same' if r['identical'] else 'DIFF':>6s}")
         s = r["stats"]
         print(f"{'':24s} adaptive, one call: {s['ops_queued']} ops queued, {s['ops_run_eagerly']} run at the call, "
+              f"{s['ops_run_alone']} run alone at the call, "
               f"{s['groups']} launches ({s['fused_groups']} fused: {s['fused_ops']} steps, {s['reductions_fused']} "
               f"reductions, {s['epilogue_ops']} epilogue ops), {s['stores_elided']} stores elided, "
               f"flushes {s['flushes']}")

@@ -355,3 +355,116 @@ def test_the_flush_plan_key_sees_aliasing(adaptive):
     y = _host((32, 48), seed=3).to("neuron")  # other tensors, same pattern: the same plan
     assert programs.flush_signature(_queued_steps(lambda t: (t + 1) * 2, y)) == signature
     eager.flush()
+
+
+# --- a recurring fused launch: its recorded figures, its arithmetic ----------------------------------
+
+def _launch_figures(report) -> tuple:
+    return (report.kernel, report.device_ns, report.busy_ns, report.hbm_bytes_read, report.hbm_bytes_written,
+            report.flops, report.instructions, report.sbuf_peak_bytes)
+
+
+@pytest.mark.parametrize("numel", [1000, 300_000])  # one tile; several tiles of the widest width
+def test_a_recurring_fused_chain_replays_its_recorded_figures(adaptive, numel):
+    """The first run of a fused elementwise program is instruction-level and its figures are kept; later runs
+    of the same program (same emits, scalars, views, stores) go through the same tiles on the replay core and
+    report those figures: the same launch, bit for bit, as the first; NEURON_STATIC_REPLAY=0's
+    instruction-level runs report the same figures too."""
+    from device_impl.kernels import replay
+
+    def program(x, y):
+        return torch.sigmoid(torch.tanh(x * 1.5 - 0.25) + y).pow(2)
+
+    x, y = _host((numel,)).to("neuron"), _host((numel,), seed=1).to("neuron")
+    with torch.neuron.eager_mode("eager"):
+        expected = _bits(program(x, y))
+    reports = []
+    for run in range(3):
+        out = program(x, y)
+        torch.neuron.synchronize()
+        reports.append(_launch_figures(core.last_launch()))
+        assert torch.equal(_bits(out), expected), f"run {run}"
+    assert eager.stats()["fused_groups"] == 3 and eager.stats()["programs_replayed"] == 2
+    assert reports[0][0].startswith("fused[") and reports[1] == reports[0] and reports[2] == reports[0]
+    previous = replay.set_enabled(False)
+    try:
+        out = program(x, y)
+        torch.neuron.synchronize()
+    finally:
+        replay.set_enabled(previous)
+    assert _launch_figures(core.last_launch()) == reports[0] and torch.equal(_bits(out), expected)
+    assert eager.stats()["programs_replayed"] == 2
+
+
+def test_a_fused_replay_is_keyed_by_its_scalars(adaptive):
+    """pow(x, 2) and pow(x, 3) may issue other instructions (a square, a power): a program recorded with one
+    exponent is never replayed for the other."""
+    x = _host((4096,)).to("neuron")
+    for exponent in (2, 3, 2, 3):
+        out = (x * 0.5).pow(exponent) + 1
+        torch.neuron.synchronize()
+        with torch.neuron.eager_mode("eager"):
+            expected = (x * 0.5).pow(exponent) + 1
+        assert torch.equal(_bits(out), _bits(expected)), exponent
+    assert eager.stats()["programs_replayed"] == 2
+
+
+def test_a_copy_inside_a_fused_chain_issues_no_instruction(adaptive):
+    """``x.clone()`` followed by in-place ops fuses into one launch in which the copy is the loaded tile
+    itself: the launch issues the instructions of ``x * 2 + 1`` alone, and computes the same bits."""
+    def cloned(x):
+        y = x.clone()
+        y.mul_(2)
+        return y.add_(1)
+
+    stats = _identical(cloned, _host((5000,)))
+    assert stats["fused_ops"] == 3 and stats["launches"] == 1
+    with_copy = core.last_launch().instructions
+    _identical(lambda x: x * 2 + 1, _host((5000,)))
+    assert core.last_launch().instructions == with_copy
+
+
+def test_a_copy_stored_from_inside_a_fused_chain(adaptive):
+    """A same-dtype copy whose result is observed (kept by the caller) is stored from its operand's tile; a
+    broadcast source is copied as the output's elements."""
+    def program(x, b):
+        y = torch.empty_like(x)
+        y.copy_(b)  # b broadcast over x's rows
+        return y, torch.tanh(y + x)
+
+    _identical(program, _host((64, 96)), _host((96,), seed=1))
+
+
+# --- calls whose launch always ran alone -----------------------------------------------------------------
+
+def test_a_call_whose_launch_always_ran_alone_runs_at_the_call(adaptive):
+    """``x * 2`` heads each flush and runs alone there (its consumer reads it transposed, so nothing fuses
+    with it): from the second call on it runs at the call, with nothing queued before it, as eager runs it,
+    and computes the same bits; what follows it still queues and fuses."""
+    x = _host((64, 64)).to("neuron")
+
+    def step():
+        a = x * 2
+        return torch.tanh(a.t() + 1) * 3
+
+    with torch.neuron.eager_mode("eager"):
+        expected = _bits(step())
+    for call in range(4):
+        eager.reset_stats()
+        out = step()
+        torch.neuron.synchronize()
+        assert torch.equal(_bits(out), expected), f"call {call}"
+        stats = eager.stats()
+        assert stats["ops_run_alone"] == (call > 0) and stats["fused_groups"] == 1
+
+
+def test_a_call_that_heads_a_fused_group_keeps_waiting(adaptive):
+    x = _host((64, 64)).to("neuron")
+    for _ in range(4):
+        out = torch.tanh(x * 2 + 1)
+        torch.neuron.synchronize()
+    stats = eager.stats()
+    assert stats["ops_run_alone"] == 0 and stats["fused_groups"] == 4 and stats["fused_ops"] == 12
+    with torch.neuron.eager_mode("eager"):
+        assert torch.equal(_bits(out), _bits(torch.tanh(x * 2 + 1)))
+

@@ -14,9 +14,12 @@ a matmul's result fused into its PSUM evacuation; bit-identical to eager.
 
 Where fusion gains nothing the queue should cost nothing: a same-dtype device
 copy that no fusion takes runs as eager's C++ copy (``capture.EAGER_RUNNERS``),
-a one-step flush skips grouping, and a flush whose steps repeat an earlier
+a one-step flush skips grouping, a flush whose steps repeat an earlier
 flush's (a model's next forward) reuses its grouping and programs
-(``programs.plan_flush``).
+(``programs.plan_flush``), a recurring fused elementwise launch reports the
+figures its first run recorded (``programs._replay_elementwise``), and a call
+whose launch ran alone in every flush it headed runs at the call when nothing
+is queued (``queue._ALONE``).
 
 Modules: capture.py (a kernel call -> queued steps), queue.py (queue, barriers,
 flush), fusion.py (grouping and hazards), chain.py (elementwise steps run per
@@ -30,9 +33,15 @@ from __future__ import annotations
 from typing import Any
 
 from device_impl.eager.mode import MODES, eager_mode, get_eager_mode, set_eager_mode  # noqa: F401
-from device_impl.eager.programs import clear_cache  # noqa: F401
-from device_impl.eager.queue import QUEUE
+from device_impl.eager import programs
+from device_impl.eager.queue import QUEUE, forget_alone
 from device_impl.eager.stats import STATS
+
+
+def clear_cache() -> None:
+    """Forget fused programs, flush plans, recorded fused launches and which launches ran alone."""
+    programs.clear_cache()
+    forget_alone()
 
 
 def flush(reason: str = "explicit") -> None:
@@ -58,8 +67,8 @@ def set_limits(max_ops: int | None = None, max_bytes: int | None = None) -> None
 
 
 def stats() -> dict[str, Any]:
-    """Since the last reset: ops_queued, ops_run_eagerly, steps, groups, fused_groups, fused_ops,
-    reductions_fused, epilogue_ops, splits, programs_cached, cache_hits, stores_elided, errors,
+    """Since the last reset: ops_queued, ops_run_eagerly, ops_run_alone, steps, groups, fused_groups, fused_ops,
+    reductions_fused, epilogue_ops, splits, programs_cached, cache_hits, programs_replayed, stores_elided, errors,
     flushes (by reason), flushes_total (see stats.py)."""
     return STATS.snapshot()
 

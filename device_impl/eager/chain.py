@@ -27,7 +27,8 @@ import torch
 from device_impl.eager.capture import Step
 from device_impl.eager.fusion import view_of
 from device_impl.eager.stats import STATS
-from device_impl.kernels.common import Pointwise, prepare_elementwise, reshaped_view
+from device_impl.engine.isa import flat_in, flat_out
+from device_impl.kernels.common import Pointwise, copy_emit, prepare_elementwise, reshaped_view
 
 SCRATCH_BYTES = 6 * 4  # per element: fp32 scratch tiles an emit may allocate (gelu_backward uses 3 + masks)
 
@@ -38,6 +39,7 @@ class Chain:
     loads: tuple  # per step, per operand: True when that slot is loaded from HBM there
     results: tuple  # per step: the slot its result goes to
     releases: tuple  # per step: slots whose last use is that step
+    aliases: tuple  # per step: True when its result *is* its operand's tile (a same-dtype copy: no instruction)
     peak: int  # most tile bytes per element live at once (emit scratch excluded)
     slots: int
 
@@ -56,7 +58,7 @@ def plan_chain(steps: Sequence[Step], preset: Mapping[tuple, tuple[int, int]] = 
     for s, size in preset.values():
         itemsize[s] = size
     last_use: list[int] = [-1] * len(preset)
-    routes, loads, results = [], [], []
+    routes, loads, results, aliases = [], [], [], []
     for j, step in enumerate(steps):
         route, load = [], []
         for o in step.operands:
@@ -73,12 +75,18 @@ def plan_chain(steps: Sequence[Step], preset: Mapping[tuple, tuple[int, int]] = 
                 last_use.append(j)
             last_use[slot] = j
             route.append(slot)
+        routes.append(tuple(route))
+        loads.append(tuple(load))
+        if is_identity(step):  # its result holds its operand's bits: the operand's tile serves as it
+            slot_of[view_of(step.out).key] = route[0]
+            results.append(route[0])
+            aliases.append(True)
+            continue
         slot = slot_of[view_of(step.out).key] = len(itemsize)
         itemsize.append(step.out.element_size())
         last_use.append(j)
-        routes.append(tuple(route))
-        loads.append(tuple(load))
         results.append(slot)
+        aliases.append(False)
     for key in keep:
         last_use[slot_of[key]] = len(steps)  # outlives the chain: the caller releases it
     releases = [[] for _ in steps]
@@ -88,12 +96,25 @@ def plan_chain(steps: Sequence[Step], preset: Mapping[tuple, tuple[int, int]] = 
     live = sum(itemsize[s] for s, _ in preset.values())
     peak = live
     for j in range(len(steps)):
-        live += sum(itemsize[s] for s, is_load in zip(routes[j], loads[j]) if is_load) + itemsize[results[j]]
+        live += sum(itemsize[s] for s, is_load in zip(routes[j], loads[j]) if is_load)
+        live += 0 if aliases[j] else itemsize[results[j]]
         peak = max(peak, live)
         live -= sum(itemsize[s] for s in releases[j])
-    chain = Chain(tuple(routes), tuple(loads), tuple(results), tuple(tuple(r) for r in releases), peak,
-                  len(itemsize))
+    chain = Chain(tuple(routes), tuple(loads), tuple(results), tuple(tuple(r) for r in releases), tuple(aliases),
+                  peak, len(itemsize))
     return chain, slot_of
+
+
+def is_identity(step: Step) -> bool:
+    """A step whose result is its one tensor operand's values unchanged: a same-dtype device copy
+    (``hooks``' ``copy_``, whose emit is ``common.copy_emit``). Inside a chain its operand's tile already holds
+    what the copy instruction would write into a new tile (the same dtype, the same elements in the same
+    order: the operand's view is broadcast to the output's), so the chain routes that tile and issues no
+    instruction; the result is stored from it where it is stored at all."""
+    if step.emit is not copy_emit or len(step.operands) != 1:
+        return False
+    src = step.operands[0]
+    return isinstance(src, torch.Tensor) and src.dtype == step.out.dtype
 
 
 def stores(steps: Sequence[Step], stored: Sequence[bool]) -> list[bool]:
@@ -183,12 +204,16 @@ class StepError(Exception):
 
 def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Pointwise], store: Sequence[bool],
                slots: list, p: int, f: int, flat: tuple[int, int] | None = None, box: tuple | None = None,
-               boxes: Sequence[tuple[np.ndarray, list]] | None = None) -> None:
+               boxes: Sequence[tuple[np.ndarray, list]] | None = None, moves: bool = False) -> None:
     """Run every step on one region: ``flat=(start, stop)`` of each output's flat elements, or
     ``box=(batch, r0, r1, c0, c1)`` of the views in ``boxes``. ``slots`` holds the live tiles by
-    slot (provided ones filled in by the caller) and is updated in place."""
+    slot (provided ones filled in by the caller) and is updated in place. ``moves`` (flat regions of a
+    replayed launch, programs.py): the loads and stores move their bytes without being issued as DMA
+    instructions (``flat_in``/``flat_out``, what ``DMA.load_flat``/``store_flat`` move), as a replayed
+    eager launch does; the recording's figures account for them."""
     if box is not None:
         b, r0, r1, c0, c1 = box
+    aliases = chain.aliases
     for j, step in enumerate(steps):
         pw = prepared[j]
         tiles: list[Any] = []
@@ -199,7 +224,10 @@ def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Point
                 continue
             if chain.loads[j][i]:
                 tile = slots[slot] = nc.sbuf_tile((p, f), pw.views[i].dtype)
-                if flat is not None:
+                if moves:
+                    flat_in(tile.data, pw.views[i], flat[0], flat[1])
+                    tile.initialized = True
+                elif flat is not None:
                     nc.dma.load_flat(tile, pw.views[i], flat[0], flat[1])
                 elif isinstance(boxes[j][1][i], Segmented):
                     boxes[j][1][i].load(nc, tile, r0, r1, c0, c1)
@@ -212,15 +240,20 @@ def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Point
                 scratch.append(converted)
                 tile = converted
             tiles.append(tile)
-        result = slots[chain.results[j]] = nc.sbuf_tile((p, f), pw.out_view.dtype)
-        emit_mark = nc.mark()
-        try:
-            step.emit(nc, result, *tiles)
-        except Exception as error:
-            raise StepError(step) from error
-        nc.release_to(emit_mark)
+        if aliases[j]:  # a same-dtype copy: its result is the operand's tile (is_identity)
+            result = tiles[0]
+        else:
+            result = slots[chain.results[j]] = nc.sbuf_tile((p, f), pw.out_view.dtype)
+            emit_mark = nc.mark()
+            try:
+                step.emit(nc, result, *tiles)
+            except Exception as error:
+                raise StepError(step) from error
+            nc.release_to(emit_mark)
         if store[j]:
-            if flat is not None:
+            if moves:
+                flat_out(pw.out_view, flat[0], flat[1], result.read())
+            elif flat is not None:
                 nc.dma.store_flat(pw.out_view, flat[0], flat[1], result)
             else:
                 nc.dma.store(boxes[j][0][b, r0:r1, c0:c1], result)

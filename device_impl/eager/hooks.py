@@ -24,7 +24,7 @@ import torch
 from device_impl.eager.capture import EAGER_RUNNERS, Step
 from device_impl.eager.queue import OUTSIDE, QUEUE
 from device_impl.engine.dtypes import COMPUTE_DTYPES
-from device_impl.kernels.common import elementwise
+from device_impl.kernels.common import copy_emit, elementwise
 
 _KEY = "PrivateUse1"
 _KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
@@ -38,7 +38,7 @@ def _cast_compute(out: torch.Tensor, args: dict) -> None:
 
 
 def _copy_compute(out: torch.Tensor, args: dict) -> None:
-    elementwise("copy", out, (args["src"],), lambda nc, o, t: nc.vector.tensor_copy(o, t))
+    elementwise("copy", out, (args["src"],), copy_emit)
 
 
 # Family-style computes of that module (queue.queueable).
@@ -102,6 +102,8 @@ def install() -> None:
         original["copy_"].call_boxed(_KEYS, step.out, step.operands[0], False)
 
     EAGER_RUNNERS[("aten::copy_", "copy")] = copy_alone
+    # the same when the queue runs such a copy at the call (queue.submit: ``alone``)
+    _copy_compute.alone = lambda out, args: original["copy_"].call_boxed(_KEYS, out, args["src"], False)
     library = torch.library.Library("aten", "IMPL")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # "Overriding a previously registered kernel": intended, and undone
@@ -116,5 +118,6 @@ def uninstall() -> None:
     global _library
     if _library is not None:
         EAGER_RUNNERS.pop(("aten::copy_", "copy"), None)
+        del _copy_compute.alone
         _library._destroy()
         _library = None

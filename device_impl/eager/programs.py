@@ -24,6 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+import numpy as np
 import torch
 
 from device_impl.eager import chain as chains
@@ -32,9 +33,12 @@ from device_impl.eager.capture import EAGER_RUNNERS, MatmulStep, ReduceStep, Row
 from device_impl.eager.fusion import Group, split, view_of
 from device_impl.eager.stats import STATS
 from device_impl.engine import launch
+from device_impl.engine.core import _recording  # open record_trace() blocks: no replay while any is
+from device_impl.engine.replay import measured, replayed
 from device_impl.engine.constants import PLATFORM
 from device_impl.kernels import matmul as mm
 from device_impl.kernels import reduction as red
+from device_impl.kernels import replay as kernel_replay
 from device_impl.kernels.common import flat_tiles
 
 SBUF_BUDGET = int(PLATFORM.sbuf_bytes_per_partition * 0.9)  # per partition, for one program's tiles
@@ -144,6 +148,8 @@ def program_for(group: Group, prepared: Sequence[Any]) -> Program:
 def clear_cache() -> None:
     _CACHE.clear()
     _FLUSHES.clear()
+    _FIGURES.clear()
+    _REFUSED.clear()
 
 
 @dataclass
@@ -153,6 +159,9 @@ class Ready:
     group: Group
     program: Program | None
     prepared: list
+    # per step: whether another group of its flush touches its output's storage (it must be stored then);
+    # set by plan_flush, from its cache for a recurring flush (the storages' coincidences are in its key)
+    shared: tuple | None = None
 
 
 def finalize(groups: Sequence[Group]) -> list[Ready]:
@@ -205,12 +214,90 @@ def run(item: Ready, stored: Sequence[bool]) -> None:
 
 def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store) -> None:
     numel = steps[0].out.numel()
+    device = steps[0].out.device.index
+    tiles = tuple(flat_tiles(numel, program.free_max))
+    key = _replay_key(program, steps, prepared, store) if kernel_replay._enabled[0] and not _recording else None
+    if key is not None:
+        figures = _FIGURES.get(key)
+        if figures is not None and _replay_elementwise(key, figures, program, steps, prepared, store, device, tiles):
+            return
     slots: list[Any] = [None] * program.chain.slots
-    with launch(program.name, steps[0].out.device.index) as nc:
-        for start, stop, p, f in flat_tiles(numel, program.free_max):
+    with launch(program.name, device) as nc:
+        for start, stop, p, f in tiles:
             mark = nc.mark()
             chains.run_region(nc, program.chain, steps, prepared, store, slots, p, f, flat=(start, stop))
             nc.release_to(mark)
+    if key is not None and key not in _REFUSED:
+        # the loads and stores run_region issued: a replay moves those bytes without issuing them
+        chain = program.chain
+        transfers = len(tiles) * (sum(sum(loads) for loads in chain.loads) + sum(store))
+        if len(_FIGURES) >= FIGURES_LIMIT:
+            del _FIGURES[next(iter(_FIGURES))]
+        _FIGURES[key] = measured(nc, transfers)
+
+
+# --- replayed fused launches -------------------------------------------------------------------------
+# A fused elementwise program issues the same instructions on the same tiles whenever its steps' emits
+# (code and the values their closures select instructions with), the scalars, every view's dtype, shape
+# and strides and the stored outputs are the same (the eager replay's argument, kernels/replay.py, for a
+# chain of launches): the first run is instruction-level and its figures are kept; later runs go through
+# the same tile loop on engine.replay's core, with the recorded figures reported, and the tally checked.
+
+_FIGURES: dict[tuple, Any] = {}
+_REFUSED: dict[tuple, None] = {}
+FIGURES_LIMIT = 4096
+
+
+def _replay_key(program: Program, steps: Sequence[Step], prepared, store) -> tuple | None:
+    """What decides a fused elementwise launch's instructions (see above), or None without a safe key."""
+    value_key = kernel_replay._value_key
+    parts: list[Any] = [program, tuple(store)]
+    try:
+        for step, pw in zip(steps, prepared):
+            out = pw.out_view
+            parts.append((kernel_replay.emit_key(step.emit), out.dtype, out.shape, out.strides, pw.target))
+            for v, s, c in zip(pw.views, pw.scalars, pw.convert):
+                parts.append(value_key(s, 0) if v is None else (v.dtype, v.shape, v.strides, c))
+    except kernel_replay._NoKey:
+        return None
+    key = tuple(parts)
+    return None if key in _REFUSED else key
+
+
+def _replay_elementwise(key: tuple, figures, program: Program, steps: Sequence[Step], prepared, store,
+                        device: int, tiles) -> bool:
+    """Run a recorded fused launch from its recording; False (nothing reported) when its instructions were
+    not the recorded ones and it can be run again at the instruction level (it wrote nothing it reads)."""
+    chain = program.chain
+    slots: list[Any] = [None] * chain.slots
+    try:
+        with replayed(program.name, device, figures) as nc:  # an exception out of the block reports nothing
+            for start, stop, p, f in tiles:
+                mark = nc.mark()
+                chains.run_region(nc, chain, steps, prepared, store, slots, p, f, flat=(start, stop), moves=True)
+                nc.release_to(mark)
+            if not nc.matches(figures):
+                raise _Rerun
+    except _Rerun:
+        pass
+    else:
+        STATS.programs_replayed += 1
+        return True
+    _FIGURES.pop(key, None)
+    if len(_REFUSED) >= FIGURES_LIMIT:
+        del _REFUSED[next(iter(_REFUSED))]
+    _REFUSED[key] = None
+    outs = [pw.out_view for pw in prepared]
+    if any(v is not None and np.may_share_memory(o, v) for o in outs for pw in prepared for v in pw.views):
+        raise RuntimeError(
+            f"neuron: the fused launch {program.name} issued other instructions than its recording (they "
+            f"depend on the data), and it wrote a tensor it reads, so it cannot be rerun; set "
+            f"NEURON_STATIC_REPLAY=0 to run every launch instruction by instruction, and report this")
+    return False
+
+
+class _Rerun(Exception):
+    """A replay's tally differed from its recording (raised inside the launch, so it reports nothing)."""
 
 
 def _run_reduce(program: Program, steps: Sequence[Any], prepared, store) -> None:
@@ -303,6 +390,18 @@ _FLUSHES: dict[tuple, tuple[list, int, int]] = {}
 FLUSH_CACHE_LIMIT = 1024
 
 
+def _mark_shared(ready: Sequence[Ready]) -> None:
+    """``Ready.shared`` of each group with a program (a group without one stores its output anyway)."""
+    group_of: dict[int, set[int]] = {}
+    for g, item in enumerate(ready):
+        for step in item.group.steps:
+            for t in step.tensors():
+                group_of.setdefault(t.untyped_storage()._cdata, set()).add(g)
+    for g, item in enumerate(ready):
+        if item.program is not None:
+            item.shared = tuple(group_of[step.out.untyped_storage()._cdata] != {g} for step in item.group.steps)
+
+
 def flush_signature(steps: Sequence[Any]) -> tuple:
     """What decides ``finalize(fusion.partition(steps))`` (see above)."""
     storages: dict[int, int] = {}
@@ -325,16 +424,17 @@ def plan_flush(steps: Sequence[Any]) -> list[Ready]:
         STATS.cache_hits += lookups
         STATS.splits += splits
         ready = []
-        for kind, indices, group_key, program in template:
+        for kind, indices, group_key, program, shared in template:
             group = Group(kind, [steps[i] for i in indices], group_key)
             prepared = chains.prepare([s for s in group.steps if isinstance(s, Step)]) if program else []
-            ready.append(Ready(group, program, prepared))
+            ready.append(Ready(group, program, prepared, shared))
         return ready
     before = (STATS.cache_hits, STATS.programs_cached, STATS.splits)
     ready = finalize(fusion.partition(steps))
+    _mark_shared(ready)
     index = {id(step): i for i, step in enumerate(steps)}
-    template = [(item.group.kind, tuple(index[id(s)] for s in item.group.steps), item.group.key, item.program)
-                for item in ready]
+    template = [(item.group.kind, tuple(index[id(s)] for s in item.group.steps), item.group.key, item.program,
+                 item.shared) for item in ready]
     lookups = STATS.cache_hits - before[0] + STATS.programs_cached - before[1]
     if len(_FLUSHES) >= FLUSH_CACHE_LIMIT:
         del _FLUSHES[next(iter(_FLUSHES))]

@@ -48,6 +48,20 @@ def queueable(module: str) -> bool:
 # Ops whose kernels raise on data (integer division by zero): run eagerly so the error is raised at the op.
 DATA_CHECKED_PACKETS = frozenset({"remainder", "fmod", "floor_divide", "div"})
 
+# How a compute enters the queue, by (op, its module, whether it has a plan): found once (``_how``), looked up
+# per call (the string tests cost more than the rest of the decision).
+_ELEMENTWISE, _CHECKED, _PLANNED, _NEVER = "elementwise", "checked", "planned", "never"
+_HOW: dict[tuple, str] = {}
+
+
+def _how(op: str, module: str, planned: bool) -> str:
+    """``_ELEMENTWISE``: its launches are captured; ``_CHECKED``: so too, unless an integer division (it raises
+    on data: run at the op); ``_PLANNED``: it carries a plan; ``_NEVER``: it runs after a barrier."""
+    if queueable(module):
+        return _CHECKED if _packet(op) in DATA_CHECKED_PACKETS else _ELEMENTWISE
+    return _PLANNED if planned else _NEVER
+
+
 DEFAULT_MAX_OPS = 256
 DEFAULT_MAX_BYTES = 512 * 2**20
 
@@ -88,16 +102,21 @@ class Queue:
         self.max_ops = DEFAULT_MAX_OPS
         self.max_bytes = DEFAULT_MAX_BYTES
         self.lock = threading.RLock()
+        self.head: tuple | None = None  # _head_key of the call whose launches head the queue
 
     # --- entering the queue -------------------------------------------------------------------------
 
     def _capture(self, op: str, compute: Callable[[torch.Tensor, dict], None], out: torch.Tensor,
                  args: dict[str, Any]) -> list[AnyStep] | None:
-        if queueable(compute.__module__):
-            if _packet(op) in DATA_CHECKED_PACKETS and not (out.dtype.is_floating_point or out.dtype.is_complex):
-                return None
+        key = (op, compute.__module__, hasattr(compute, "plan"))  # computes may be per-call objects
+        how = _HOW.get(key)
+        if how is None:
+            how = _HOW[key] = _how(*key)
+        if how is _ELEMENTWISE:
             return capture(op, compute, out, args)
-        if hasattr(compute, "plan"):
+        if how is _CHECKED:
+            return capture(op, compute, out, args) if out.dtype.is_floating_point or out.dtype.is_complex else None
+        if how is _PLANNED:
             return capture_plan(op, compute, out, args)
         return None
 
@@ -107,6 +126,20 @@ class Queue:
         with self.lock:
             # Inside a kernel running outside the queue (runtime.hooks.Outside) nothing may wait: that
             # kernel's own launch reads or writes what this computes, before any later flush.
+            head = None
+            if not self.steps and not OUTSIDE.depth:
+                head = _head_key(op, out, args)
+                if _ALONE.get(head):
+                    # Every flush this call headed ran its launch alone, and nothing waits before it: it runs
+                    # now, as eager runs it (``alone``: a compute's eager form, the C++ copy for a device copy),
+                    # instead of after the queue's bookkeeping, at a flush that would run it the same way.
+                    STATS.ops_run_alone += 1
+                    OUTSIDE.depth += 1
+                    try:
+                        getattr(compute, "alone", compute)(out, args)
+                    finally:
+                        OUTSIDE.depth -= 1
+                    return
             steps = None if OUTSIDE.depth else self._capture(op, compute, out, args)
             if steps is None:
                 self.barrier("unqueueable", op, (out,), args)
@@ -117,11 +150,15 @@ class Queue:
                 finally:
                     OUTSIDE.depth -= 1
                 return
+            refs, queued = self.refs, self.steps
+            if not queued and len(steps) == 1:
+                self.head = head  # what the next flush learns about (see _ALONE)
             for step in steps:
-                self.steps.append(step)
+                queued.append(step)
                 for t in step.tensors():
-                    self.refs[storage_id(t)] += 1
-                self.bytes += step.out.numel() * step.out.element_size()
+                    refs[t.untyped_storage()._cdata] += 1  # storage_id, inlined
+                out = step.out
+                self.bytes += out.numel() * out.element_size()
             STATS.ops_queued += 1
             STATS.steps += len(steps)
             if len(self.steps) >= self.max_ops:
@@ -155,24 +192,27 @@ class Queue:
                 return
             steps, self.steps = self.steps, []
             refs, self.refs = self.refs, Counter()
+            head, self.head = self.head, None
             self.bytes = 0
             STATS.flushes[reason] += 1
             try:
                 if table.ASSERT_NO_CPU:
                     with table._no_cpu_mode(f"adaptive eager flush ({reason})"):
-                        self._run(steps, refs, reason)
+                        self._run(steps, refs, reason, head)
                 else:
-                    self._run(steps, refs, reason)
+                    self._run(steps, refs, reason, head)
             finally:
                 fusion.forget_views()
 
-    def _run(self, steps: list[AnyStep], refs: Counter[int], reason: str) -> None:
+    def _run(self, steps: list[AnyStep], refs: Counter[int], reason: str, head: tuple | None = None) -> None:
         if len(steps) == 1:  # nothing to fuse: the step runs as eager runs it, with no grouping bookkeeping
             ready = [programs.Ready(fusion.Group("single", steps), None, [])]
             stored = [[True]]
         else:
             ready = programs.plan_flush(steps)
             stored = self._observable(ready, refs)
+        if head is not None:
+            _learn(head, ready[0].program is None and len(ready[0].group.steps) == 1)
         failure: tuple[str, BaseException] | None = None
         for item, item_stored in zip(ready, stored):
             STATS.groups += 1
@@ -207,25 +247,64 @@ class Queue:
         storage = probe.untyped_storage()
         base_count, base_py = _storage_refs(storage)
         del probe, storage
-        group_of: dict[int, set[int]] = {}
-        for g, item in enumerate(ready):
-            for step in item.group.steps:
-                for t in step.tensors():
-                    group_of.setdefault(storage_id(t), set()).add(g)
         result = []
-        for g, item in enumerate(ready):
-            flags = []
+        for item in ready:
             if item.program is None:
                 result.append([True] * len(item.group.steps))
                 continue
-            for step in item.group.steps:
+            flags = []
+            for step, shared in zip(item.group.steps, item.shared):  # shared: another group touches it
+                if shared:
+                    flags.append(True)
+                    continue
                 storage = step.out.untyped_storage()
-                key = storage._cdata
                 count, py = _storage_refs(storage)
-                outside = count - base_count + 1 > refs[key] or py > base_py
-                flags.append(outside or group_of[key] != {g})
+                flags.append(count - base_count + 1 > refs[storage._cdata] or py > base_py)
             result.append(flags)
         return result
+
+
+# Whether the launch of a call that headed a flush ran alone there, by ``_head_key`` (the call: op, layouts,
+# static arguments; not where its tensors are): True while every flush it headed ran it alone, False for
+# good once one fused it with what followed. Such a call is run at once when nothing is queued before it
+# (``submit``): the flush would run it the same way, after the queue's bookkeeping (capture, flush plan,
+# observability), and its checks and errors are then eager's, at the call. A call whose launch could have
+# fused with what followed only loses that fusion if it ran alone every time before; the bits are eager's.
+_ALONE: dict[tuple, bool] = {}
+ALONE_LIMIT = 4096
+
+
+def _head_key(op: str, out: torch.Tensor, args: dict[str, Any]) -> tuple:
+    """A submitted call as plain data: op, each tensor's layout (offset, sizes, strides, dtype, device, and which
+    of the call's tensors share a storage), the other arguments' values (numbers, dtypes, dims)."""
+    storages: dict[int, int] = {}
+
+    def key(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            return (storages.setdefault(v.untyped_storage()._cdata, len(storages)), v.storage_offset(), v.shape,
+                    v.stride(), v.dtype, v.device)
+        if isinstance(v, (list, tuple)):
+            return tuple([key(x) for x in v])
+        if v is None or isinstance(v, (bool, int, float, complex, str, torch.dtype)):
+            return (type(v), v)
+        return type(v)
+
+    return (op, key(out)) + tuple([(name, key(v)) for name, v in args.items()])
+
+
+def _learn(key: tuple, alone: bool) -> None:
+    known = _ALONE.get(key)
+    if known is None:
+        if len(_ALONE) >= ALONE_LIMIT:
+            del _ALONE[next(iter(_ALONE))]
+        _ALONE[key] = alone
+    elif known and not alone:
+        _ALONE[key] = False
+
+
+def forget_alone() -> None:
+    """Forget which launches ran alone (tests; ``eager.clear_cache``)."""
+    _ALONE.clear()
 
 
 def _named(error: BaseException, op: str, reason: str) -> BaseException:

@@ -11,6 +11,7 @@ from typing import Any
 _FIELDS = (
     "ops_queued",  # ops whose launches went into the queue
     "ops_run_eagerly",  # ops that could not wait (ran at the call, after a barrier)
+    "ops_run_alone",  # ops run at the call because the flushes they headed ran them alone (queue.py)
     "steps",  # launches queued (an op may queue several, or none for empty tensors)
     "groups",  # launches made at flushes (fused groups and single steps)
     "fused_groups",  # of those, launches running more than one step
@@ -20,6 +21,7 @@ _FIELDS = (
     "splits",  # groups whose fused form could not be built (SBUF, views), run unfused
     "programs_cached",  # fused programs planned (cache misses)
     "cache_hits",  # fused programs reused from the cache
+    "programs_replayed",  # fused elementwise launches run from their recorded figures (programs.py)
     "stores_elided",  # outputs never written to HBM (nothing could observe them)
     "errors",  # queued steps that raised when they ran
 )

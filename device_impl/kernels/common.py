@@ -326,6 +326,12 @@ def _rounded_through(emit: Callable[..., None], dtype: np.dtype) -> Callable[...
 CAPTURE: list[Callable[..., torch.Tensor] | None] = [None]
 
 
+def copy_emit(nc, out, tile) -> None:
+    """A same-dtype (or converting) copy's emit: one VectorE copy. Adaptive eager's chains know it by
+    identity (``eager.chain.is_identity``): a same-dtype copy inside a fused chain needs no instruction."""
+    nc.vector.tensor_copy(out, tile)
+
+
 def elementwise(name: str, out: torch.Tensor, operands: Sequence[Operand],
                 emit: Callable[..., None], free_max: int = FREE_MAX,
                 common_dtype: torch.dtype | None = None, promoted: Sequence[int] | None = None,
