@@ -188,3 +188,25 @@ def test_index_add_with_alpha_rounds_cpus_multiply_add_once(dtype, dim):
     if dim == 1:
         self, source = self.t().contiguous(), source.t().contiguous()
     _same_bits(lambda s, i, src: torch.index_add(s, dim, i, src, alpha=2), self, index, source)
+
+
+def _addcdiv_in_place(x, t1, t2):
+    out = x.clone()
+    out.addcdiv_(t1, t2, value=0.001)
+    return out
+
+
+@pytest.mark.parametrize("fn", [lambda x, t1, t2: torch.addcdiv(x, t1, t2, value=0.001), _addcdiv_in_place],
+                         ids=["functional", "in_place"])
+def test_addcdiv_scales_before_it_divides_as_cpu(fn):
+    """CPU's addcdiv is ``self + value * t1 / t2``: the product first, so 3.5 * 0.001 / 1e-38 is 3.5e35. Dynamo
+    rewrote torch.addcdiv into ``self + (t1 / t2) * value`` (addcdiv_ into an fma of t1 / t2) while it traced:
+    3.5 / 1e-38 overflowed to inf (op suite addcdiv float32 denormal). float16/bfloat16 compute in float32."""
+    x = torch.tensor([0.0, 1.0, -2.0, 5e-39] * 9)
+    t1 = torch.tensor([3.5, -3.0, 1e-40, -3.4] * 9)
+    _same_bits(fn, x, t1, torch.tensor(1e-38))
+    _same_bits(fn, x, t1, torch.full((36,), -1e-38))
+    for dtype, big, small in ((torch.float16, 60000.0, 1e-4), (torch.bfloat16, 3e38, 1e-36)):
+        narrow = [t.to(dtype) for t in (torch.tensor([1.0, -0.0] * 18), torch.tensor([big, -big / 3] * 18),
+                                        torch.tensor([small, 3 * small] * 18))]
+        _same_bits(fn, *narrow)
