@@ -61,7 +61,9 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
   computed in float32 and converted back (``opmath``), as ATen's ``opmath_type`` does; so are
   ``mean`` (a float16 sum rounded before the division overflows), ``avg_pool2d``
   (CPU's ``cpu_avg_pool`` sums each window in float32: a float16 window of values near 60000 overflowed)
-  and ``native_group_norm`` (several outputs).
+  and ``native_group_norm`` (several outputs);
+* ``_log_softmax`` of float16/bfloat16 lowers op by op in the dtype; CPU computes in float32 and rounds at its
+  kernel's points (``_log_softmax``).
 """
 
 from __future__ import annotations
@@ -608,6 +610,30 @@ def opmath(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     return wide
 
 
+def _log_softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+    """log_softmax of float16/bfloat16 as CPU's kernels round it (the eager kernel's rule,
+    kernels/reduction/softmax.py): ``(x - max) - log(sum(exp(x - max)))`` in float32, rounded once, where the
+    dim is not the last (``_vec_log_softmax``); along the last dim ``_vec_log_softmax_lastdim`` holds the sum
+    and its log in the dtype, so both are rounded to it first. torch-mlir's lowering computed in the dtype
+    op by op: the log of the sum rounded to float16 before the subtraction put 30% of a float16 log_softmax
+    over a middle dim 1 ULP off, and its gradient, which reads the saved output, 3 ULP off where
+    ``g - exp(y) * sum(g)`` cancels (op suite log_softmax float16 positive expanded; the backward's own
+    formula, float32 with one rounding, is CPU's)."""
+    if x.dtype not in NARROW or half_to_float or x.numel() == 0:
+        return NotImplemented
+    d = dim % max(x.dim(), 1)
+    last = x.dim() == 0 or d == x.dim() - 1
+    wide = x.contiguous().float()
+    shifted = wide - wide.amax(d, keepdim=True)
+    total = torch.exp(shifted).sum(d, keepdim=True)
+    if last:
+        total = total.to(x.dtype).float()
+    log_total = torch.log(total)
+    if last:
+        log_total = log_total.to(x.dtype).float()
+    return (shifted - log_total).to(x.dtype)
+
+
 def _elu_backward(grad: torch.Tensor, alpha, scale, input_scale, is_result: bool, self_or_result: torch.Tensor):
     """elu_backward as CPU's loop computes it: its vector lambda takes the negative branch unless ``x > 0``, so a
     NaN input gives a NaN gradient; its scalar lambda tests ``x <= 0`` (PyTorch's decomposition's test), so a NaN
@@ -1014,6 +1040,7 @@ def traced_forms() -> Iterator[None]:
 # as REWRITES: PyTorch's formula differs from what CPU computes; and the fused attention backward where
 # a bias needs its gradient (elsewhere both attention ops stay whole: compiler/opaque.py).
 DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
+                  aten._log_softmax.default: _log_softmax,
                   aten._softmax_backward_data.default: _softmax_backward_data,
                   aten.index_add.default: _index_add,
                   aten.native_dropout.default: _native_dropout,
