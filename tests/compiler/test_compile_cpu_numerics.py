@@ -255,3 +255,31 @@ def test_reduced_float_log_softmax_rounds_at_cpus_points(dtype, dim):
     got = run(torch.compile(fn, backend="neuron", dynamic=False), "neuron")
     for g, w in zip(got, want):
         assert torch.equal(g.view(torch.int16), w.view(torch.int16))
+
+
+def _zero_signs_and_values(fn, *args):
+    """Compiled on neuron vs eager CPU: values within float32's tolerance, NaN positions and zero signs exact."""
+    got, want = _compiled(fn, *args).cpu(), fn(*args)
+    torch.testing.assert_close(got, want, equal_nan=True)
+    zeros = (want == 0) & (got == 0)
+    assert int(zeros.sum()) > 0
+    assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros]))
+
+
+@pytest.mark.parametrize("affine", ["weight_bias", "weight", "none"])
+def test_layer_norm_affine_step_keeps_cpus_zero_signs(affine):
+    """CPU's layer norm is ``(x * rstd - mean * rstd) * gamma + beta``, the affine step one multiply-add where the
+    host's kernels fuse (always with a missing gamma or beta). With denormal gamma and beta, ``y * gamma``
+    underflows or its rounding cancels beta (-1.03 * 1.4e-45 + 1.4e-45 is -0.0 fused, +0.0 rounded twice); with
+    neither, y = -0.0 becomes +0.0 (``y * 1 + 0``). The rewrite computed ``(x - mean) * rstd * w + b`` rounded
+    step by step (op suite layer_norm float32 denormal offset: 59 zeros of the wrong sign)."""
+    x = torch.tensor([-0.72, 0.5, 1.3, -0.93, 0.0, 2.1, -1.0, 0.25] * 5).reshape(1, 40)
+    w = torch.tensor([1.4e-45, 1e-39, -1e-39, 1.4e-45, 3e-39, -1.4e-45, 1.4e-45, 0.0] * 5)
+    b = torch.tensor([1.4e-45, 0.0, -0.0, 1.4e-45, 0.0, -1.4e-45, 0.0, -0.0] * 5)
+    if affine == "weight_bias":
+        _zero_signs_and_values(lambda t, g, h: torch.nn.functional.layer_norm(t, (40,), g, h), x, w, b)
+    elif affine == "weight":
+        _zero_signs_and_values(lambda t, g: torch.nn.functional.layer_norm(t, (40,), g), x, w)
+    else:
+        rows = torch.tensor([[-0.0] * 8, [0.0, -0.0] * 4, [1.0, 2.0] * 4])
+        _zero_signs_and_values(lambda t: torch.nn.functional.layer_norm(t, (8,)), rows)
