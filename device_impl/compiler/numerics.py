@@ -42,7 +42,8 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
   it becomes ATen's ``where(x > 0, x * scale, alpha * scale * expm1(x * input_scale))``;
 * ``native_layer_norm`` lowers with the variance as E[x^2] - E[x]^2 (cancellation: 1e-4 relative
   error for rows with a large mean) and weight folded into the scale (inf - inf with an infinite
-  weight): it becomes ATen's two-pass form, ``(x - mean) * rstd * w + b``, in float32;
+  weight): it becomes ATen's two-pass moments and CPU's ``(x * rstd - mean * rstd) * w + b`` in float32, the
+  affine step a multiply-add fused where the host's kernels fuse (``_layer_norm_affine``);
 * ``sinh``/``cosh`` lower to ``exp(x + log(0.5))`` (XLA's expansion): rounding ``x + log(0.5)`` costs
   up to ~20 float32 ULP at |x| ~ 60-90; they become ``h = exp(|x| / 2)`` forms (``_hyperbolic``);
 * ``mul``/``div`` of a float16/bfloat16 tensor by a Python float round the scalar to the tensor's dtype;
