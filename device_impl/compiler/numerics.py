@@ -42,8 +42,8 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
   it becomes ATen's ``where(x > 0, x * scale, alpha * scale * expm1(x * input_scale))``;
 * ``native_layer_norm`` lowers with the variance as E[x^2] - E[x]^2 (cancellation: 1e-4 relative
   error for rows with a large mean) and weight folded into the scale (inf - inf with an infinite
-  weight): it becomes ATen's two-pass moments and CPU's ``(x * rstd - mean * rstd) * w + b`` in float32, the
-  affine step a multiply-add fused where the host's kernels fuse (``_layer_norm_affine``);
+  weight): it becomes ATen's two-pass form, ``(x - mean) * rstd * w + b``, in float32 (``_layer_norm_affine``:
+  ``+ 0.0`` without gamma and beta, as CPU's loop adds its zero beta);
 * ``sinh``/``cosh`` lower to ``exp(x + log(0.5))`` (XLA's expansion): rounding ``x + log(0.5)`` costs
   up to ~20 float32 ULP at |x| ~ 60-90; they become ``h = exp(|x| / 2)`` forms (``_hyperbolic``);
 * ``mul``/``div`` of a float16/bfloat16 tensor by a Python float round the scalar to the tensor's dtype;
@@ -423,7 +423,7 @@ def _layer_norm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | N
     deviation = _call(graph, aten.sub.Tensor, wide, mean)
     var = _call(graph, aten.mean.dim, _call(graph, aten.mul.Tensor, deviation, deviation), dims, True)
     rstd = _call(graph, aten.rsqrt.default, _call(graph, aten.add.Scalar, var, eps))
-    out = _layer_norm_affine(graph, wide, mean, rstd, weight, bias)
+    out = _layer_norm_affine(graph, deviation, rstd, weight, bias)
     results = {0: out, 1: mean, 2: rstd}
     for user in list(node.users):
         if user.target is not operator.getitem:
@@ -436,57 +436,30 @@ def _layer_norm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | N
     return _call(graph, aten.clone.default, out)  # stands for the tuple, which has no users left
 
 
-def _layer_norm_affine(graph: torch.fx.Graph, x: torch.fx.Node, mean: torch.fx.Node, rstd: torch.fx.Node,
+def _layer_norm_affine(graph: torch.fx.Graph, deviation: torch.fx.Node, rstd: torch.fx.Node,
                        weight, bias) -> torch.fx.Node:
-    """CPU's ``y = (x * rstd + (-mean * rstd)) * gamma + beta`` (gamma 1, beta 0 when absent) with the rounding
-    points of the eager kernel (kernels/reduction/layer_norm.py ``_layer_norm_launch``): the normalised value
-    rounded after the product and after the sum; the affine step one multiply-add, rounded once where the
-    host's kernels fuse (``cpu_host.fused_multiply_add``; always with a missing gamma or beta: the scalar loop
-    is contracted; ``_fused_multiply_add``). The rewrite formed ``(x - mean) * rstd * w + b`` unfused: with
-    denormal weights and biases ``y * w`` underflows, and ``-0.0 + 0.0`` (or ``-1.4e-45 + 1.4e-45``) gave +0.0
-    where CPU's fused result is -0.0 (op suite layer_norm float32 denormal offset: 59 zeros of the wrong sign);
-    with neither, y = -0.0 stayed -0.0 where CPU's ``y * 1 + 0`` is +0.0."""
-    from device_impl.kernels import cpu_host
+    """``(x - mean) * rstd * w + b``. Without gamma and beta CPU's kernel still computes ``y * 1 + 0`` (its
+    scalar loop with gamma 1 and beta 0), so y = -0.0 (x = -0.0 in a row whose mean is +0.0) is +0.0 there: the
+    result gets ``+ 0.0``, one operation per element only where there is no affine step.
 
-    shift = _call(graph, aten.neg.default, _call(graph, aten.mul.Tensor, mean, rstd))
-    y = _call(graph, aten.add.Tensor, _call(graph, aten.mul.Tensor, x, rstd), shift)
-    gamma = _cast(graph, weight, torch.float32) if weight is not None else None
-    beta = _cast(graph, bias, torch.float32) if bias is not None else None
-    if gamma is None:  # y * 1 is exact: fused or not, y + beta rounded once
-        return _call(graph, aten.add.Tensor, y, beta) if beta is not None else _call(graph, aten.add.Scalar, y, 0.0)
-    if cpu_host.fused_multiply_add() or beta is None:
-        return _fused_multiply_add(graph, y, gamma, beta)
-    return _call(graph, aten.add.Tensor, _call(graph, aten.mul.Tensor, y, gamma), beta)
-
-
-# _fused_multiply_add's scale: 2^50 on each factor makes a float32 product that underflowed a normal number
-# (exact: powers of two), and a beta below 2^-100 scaled by 2^100 stays finite
-_FMA_HALF_SCALE, _FMA_TINY = 2.0 ** 50, 2.0 ** -100
-
-
-def _fused_multiply_add(graph: torch.fx.Graph, a: torch.fx.Node, b: torch.fx.Node, c) -> torch.fx.Node:
-    """float32 ``a * b + c`` (``c`` a node, or None for +0.0) as one fused rounding gives it, from engine ops that
-    round each step. The two differ in magnitude by the product's rounding (within any tolerance) and in the
-    sign of a zero: the fused result is a zero only where the exact sum is below half the smallest denormal, a
-    zero with that exact sum's sign (-0.0 for ``-1e-39 * 1e-39 + 0.0``, and for ``-1.03 * 1.4e-45 + 1.4e-45``,
-    where the rounded product cancels c exactly and the unfused sum is +0.0). So where the unfused result is a
-    zero and c is tiny (below 2^-100; a larger c with a zero fused result cancels exactly, +0.0 both ways), the
-    exact sum's sign is read from ``RN(a * 2^50 * b * 2^50) + c * 2^100``: the scaled product is exact up to a
-    rounding far finer than the denormal step that lost the sum. Only a negative one changes the result (an
-    unfused -0.0 needs a -0.0 product and c, whose exact sum is -0.0 too)."""
-    product = _call(graph, aten.mul.Tensor, a, b)
-    result = _call(graph, aten.add.Tensor, product, c) if c is not None else _call(graph, aten.add.Scalar, product, 0.0)
-    scaled = _call(graph, aten.mul.Tensor, _call(graph, aten.mul.Scalar, a, _FMA_HALF_SCALE),
-                   _call(graph, aten.mul.Scalar, b, _FMA_HALF_SCALE))
-    exact = _call(graph, aten.add.Tensor, scaled, _call(graph, aten.mul.Scalar, c, 1 / _FMA_TINY)) \
-        if c is not None else scaled
-    lost = _call(graph, aten.logical_and.default, _call(graph, aten.eq.Scalar, result, 0),
-                 _call(graph, aten.lt.Scalar, exact, 0))
-    if c is not None:
-        lost = _call(graph, aten.logical_and.default, lost,
-                     _call(graph, aten.lt.Scalar, _call(graph, aten.abs.default, c), _FMA_TINY))
-    negative_zero = _call(graph, aten.neg.default, _call(graph, aten.mul.Scalar, _call(graph, aten.abs.default, result), 0.0))
-    return _call(graph, aten.where.self, lost, negative_zero, result)
+    Not modelled: CPU's affine step is one fused multiply-add where the host's kernels fuse, so a product
+    ``y * gamma`` that underflows keeps its sign (``-3e-46 + 0.0`` is -0.0 fused, +0.0 rounded twice), and a
+    rounded product that cancels beta exactly leaves the sign of the exact residue (``-1.03 * 1.4e-45 +
+    1.4e-45`` is -0.0 fused, +0.0 here): zero signs in rows with denormal gammas and betas (op suite
+    layer_norm float32 denormal offset). The exact zero sign costs five operations per element (the product
+    rescaled by 2^100 and a select), which more than doubled the single-op program's device time (27.2 us
+    against 11.9 us; the eager kernel's 12.1 us, tests/compiler/test_compile_fusion.py); even the per-column
+    part of it (a zero beta added as -0.0 in the columns of a tiny gamma) cost 0.65 us, past the eager
+    kernel's time. The engines have no fused multiply-add outside a GpSimd program."""
+    y = _call(graph, aten.mul.Tensor, deviation, rstd)
+    if weight is None and bias is None:
+        return _call(graph, aten.add.Scalar, y, 0.0)
+    out = y
+    if weight is not None:
+        out = _call(graph, aten.mul.Tensor, out, _cast(graph, weight, torch.float32))
+    if bias is not None:
+        out = _call(graph, aten.add.Tensor, out, _cast(graph, bias, torch.float32))
+    return out
 
 
 def _signed_trunc(graph: torch.fx.Graph, x: torch.fx.Node) -> torch.fx.Node:
