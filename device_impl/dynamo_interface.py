@@ -153,10 +153,54 @@ def adapt_torch_functions(module: Any) -> None:
                          (neuron.synchronize, torch.accelerator.synchronize)):
             if fn not in handlers and like in handlers:
                 handlers[fn] = handlers[like]
+        for fn in WHOLE_FUNCTIONS:
+            if fn in handlers and not getattr(handlers[fn], "_neuron", False):
+                handlers[fn] = _whole_on_neuron(handlers[fn])
         return handlers
 
     get_handlers._neuron = True  # type: ignore[attr-defined]
     cls._get_handlers = staticmethod(get_handlers)
+
+
+# Calls Dynamo rewrites into other ops while it traces, with Inductor's numerics rather than CPU's: ``torch.addcdiv(x,
+# t1, t2, value=v)`` becomes ``x + (t1 / t2) * v`` and ``x.addcdiv_(t1, t2, value=v)`` ``fma(t1 / t2, v, x)``, where
+# CPU computes ``x + v * t1 / t2``, the product first (float32 ``3.5 * 0.001 / 1e-38`` is 3.5e35; ``3.5 / 1e-38``
+# overflows: op suite addcdiv float32 denormal, "infinities differ"). On neuron tensors they reach the graph whole,
+# where no decomposition table replaces aten.addcdiv and torch-mlir lowers it as CPU computes it (the product
+# first; float16/bfloat16 in float32, rounded once: tests/compiler/test_compile_cpu_numerics.py). Dynamo's own switch for
+# this, ``config.enable_dynamo_decompositions``, is not read by the functional handler in torch 2.13, and a backend
+# cannot set it for its traces (torch.compile wraps the backend, so its ``backend_ctx_ctor`` is never entered).
+WHOLE_FUNCTIONS = (torch.addcdiv,)
+WHOLE_METHODS = ("method_addcdiv_",)
+
+
+def _on_neuron(*variables: Any) -> bool:
+    """Whether a traced tensor among ``variables`` (Dynamo's TensorVariables) lives on neuron."""
+    return any(getattr(getattr(v, "device", None), "type", None) == DEVICE for v in variables)
+
+
+def _whole_on_neuron(handler: Any) -> Any:
+    """Dynamo's handler of a function (``TorchInGraphFunctionVariable``, arguments ``self, tx, *args``) or of a
+    tensor method (``TensorVariable``, ``self`` the tensor), skipped where a tensor is on neuron: returning None
+    lets Dynamo put the call in the graph as it is."""
+    def handle(self: Any, tx: Any, *args: Any, **kwargs: Any) -> Any:
+        if _on_neuron(self, *args, *kwargs.values()):
+            return None
+        return handler(self, tx, *args, **kwargs)
+
+    handle._neuron = True  # type: ignore[attr-defined]
+    return handle
+
+
+def adapt_tensor_methods(module: Any) -> None:
+    """TensorVariable's rewriting method handlers (WHOLE_METHODS) skipped for neuron tensors."""
+    cls = getattr(module, "TensorVariable", None)
+    for name in WHOLE_METHODS:
+        original = getattr(cls, name, None)
+        if original is None:
+            continue  # this torch does not rewrite the method: it reaches the graph whole anyway
+        if not getattr(original, "_neuron", False):
+            setattr(cls, name, _whole_on_neuron(original))
 
 
 def allow_in_graph(module: Any) -> None:

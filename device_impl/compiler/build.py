@@ -1,7 +1,9 @@
 """The compiler passes, in order: StableHLO (as ``ir.Graph``) -> ``Program``.
 
 1. ``fold``: constant folding; ``dynamic_iota`` with constant lengths -> ``iota``;
-2. ``check_static``: any ``?`` dimension left is a shape-contract violation;
+2. ``check_static``: any ``?`` dimension left is a shape-contract violation; ``expansions.fold_expansions``:
+   torch-mlir's expansion of erf (a rational approximation, ~40 ops) becomes the one ``erf`` op the eager
+   kernel evaluates;
 3. ``concat.reversed_blocks``: a concatenation of a value's blocks in reverse order (rotate_half) becomes
    layout ops, so it does not cut the chain around it into groups;
    dead-code elimination, then ``schedule.order_ops`` (heavy ops early, chains kept whole);
@@ -15,7 +17,7 @@
 
 from __future__ import annotations
 
-from device_impl.compiler import concat, fold, fusion, memory, schedule
+from device_impl.compiler import concat, expansions, fold, fusion, memory, schedule
 from device_impl.compiler.ir import Graph
 from device_impl.compiler.program import Program
 
@@ -154,6 +156,7 @@ def share_lhs(steps: list[dict]) -> list[dict]:
 def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Program:
     graph = fold.fold_constants(graph)
     fold.check_static(graph, input_names)
+    expansions.fold_expansions(graph)
     concat.reversed_blocks(graph)
     eliminate_dead_code(graph)
     schedule.order_ops(graph)

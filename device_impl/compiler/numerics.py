@@ -42,7 +42,8 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
   it becomes ATen's ``where(x > 0, x * scale, alpha * scale * expm1(x * input_scale))``;
 * ``native_layer_norm`` lowers with the variance as E[x^2] - E[x]^2 (cancellation: 1e-4 relative
   error for rows with a large mean) and weight folded into the scale (inf - inf with an infinite
-  weight): it becomes ATen's two-pass form, ``(x - mean) * rstd * w + b``, in float32;
+  weight): it becomes ATen's two-pass form, ``(x - mean) * rstd * w + b``, in float32 (``_layer_norm_affine``:
+  ``+ 0.0`` without gamma and beta, as CPU's loop adds its zero beta);
 * ``sinh``/``cosh`` lower to ``exp(x + log(0.5))`` (XLA's expansion): rounding ``x + log(0.5)`` costs
   up to ~20 float32 ULP at |x| ~ 60-90; they become ``h = exp(|x| / 2)`` forms (``_hyperbolic``);
 * ``mul``/``div`` of a float16/bfloat16 tensor by a Python float round the scalar to the tensor's dtype;
@@ -61,7 +62,9 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
   computed in float32 and converted back (``opmath``), as ATen's ``opmath_type`` does; so are
   ``mean`` (a float16 sum rounded before the division overflows), ``avg_pool2d``
   (CPU's ``cpu_avg_pool`` sums each window in float32: a float16 window of values near 60000 overflowed)
-  and ``native_group_norm`` (several outputs).
+  and ``native_group_norm`` (several outputs);
+* ``_log_softmax`` of float16/bfloat16 lowers op by op in the dtype; CPU computes in float32 and rounds at its
+  kernel's points (``_log_softmax``).
 """
 
 from __future__ import annotations
@@ -420,11 +423,7 @@ def _layer_norm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | N
     deviation = _call(graph, aten.sub.Tensor, wide, mean)
     var = _call(graph, aten.mean.dim, _call(graph, aten.mul.Tensor, deviation, deviation), dims, True)
     rstd = _call(graph, aten.rsqrt.default, _call(graph, aten.add.Scalar, var, eps))
-    out = _call(graph, aten.mul.Tensor, deviation, rstd)
-    if weight is not None:
-        out = _call(graph, aten.mul.Tensor, out, _cast(graph, weight, torch.float32))
-    if bias is not None:
-        out = _call(graph, aten.add.Tensor, out, _cast(graph, bias, torch.float32))
+    out = _layer_norm_affine(graph, deviation, rstd, weight, bias)
     results = {0: out, 1: mean, 2: rstd}
     for user in list(node.users):
         if user.target is not operator.getitem:
@@ -435,6 +434,32 @@ def _layer_norm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | N
         user.replace_all_uses_with(replacement)
         graph.erase_node(user)
     return _call(graph, aten.clone.default, out)  # stands for the tuple, which has no users left
+
+
+def _layer_norm_affine(graph: torch.fx.Graph, deviation: torch.fx.Node, rstd: torch.fx.Node,
+                       weight, bias) -> torch.fx.Node:
+    """``(x - mean) * rstd * w + b``. Without gamma and beta CPU's kernel still computes ``y * 1 + 0`` (its
+    scalar loop with gamma 1 and beta 0), so y = -0.0 (x = -0.0 in a row whose mean is +0.0) is +0.0 there: the
+    result gets ``+ 0.0``, one operation per element only where there is no affine step.
+
+    Not modelled: CPU's affine step is one fused multiply-add where the host's kernels fuse, so a product
+    ``y * gamma`` that underflows keeps its sign (``-3e-46 + 0.0`` is -0.0 fused, +0.0 rounded twice), and a
+    rounded product that cancels beta exactly leaves the sign of the exact residue (``-1.03 * 1.4e-45 +
+    1.4e-45`` is -0.0 fused, +0.0 here): zero signs in rows with denormal gammas and betas (op suite
+    layer_norm float32 denormal offset). The exact zero sign costs five operations per element (the product
+    rescaled by 2^100 and a select), which more than doubled the single-op program's device time (27.2 us
+    against 11.9 us; the eager kernel's 12.1 us, tests/compiler/test_compile_fusion.py); even the per-column
+    part of it (a zero beta added as -0.0 in the columns of a tiny gamma) cost 0.65 us, past the eager
+    kernel's time. The engines have no fused multiply-add outside a GpSimd program."""
+    y = _call(graph, aten.mul.Tensor, deviation, rstd)
+    if weight is None and bias is None:
+        return _call(graph, aten.add.Scalar, y, 0.0)
+    out = y
+    if weight is not None:
+        out = _call(graph, aten.mul.Tensor, out, _cast(graph, weight, torch.float32))
+    if bias is not None:
+        out = _call(graph, aten.add.Tensor, out, _cast(graph, bias, torch.float32))
+    return out
 
 
 def _signed_trunc(graph: torch.fx.Graph, x: torch.fx.Node) -> torch.fx.Node:
@@ -606,6 +631,30 @@ def opmath(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
         user.replace_all_uses_with(replacement)
         graph.erase_node(user)
     return wide
+
+
+def _log_softmax(x: torch.Tensor, dim: int, half_to_float: bool) -> torch.Tensor:
+    """log_softmax of float16/bfloat16 as CPU's kernels round it (the eager kernel's rule,
+    kernels/reduction/softmax.py): ``(x - max) - log(sum(exp(x - max)))`` in float32, rounded once, where the
+    dim is not the last (``_vec_log_softmax``); along the last dim ``_vec_log_softmax_lastdim`` holds the sum
+    and its log in the dtype, so both are rounded to it first. torch-mlir's lowering computed in the dtype
+    op by op: the log of the sum rounded to float16 before the subtraction put 30% of a float16 log_softmax
+    over a middle dim 1 ULP off, and its gradient, which reads the saved output, 3 ULP off where
+    ``g - exp(y) * sum(g)`` cancels (op suite log_softmax float16 positive expanded; the backward's own
+    formula, float32 with one rounding, is CPU's)."""
+    if x.dtype not in NARROW or half_to_float or x.numel() == 0:
+        return NotImplemented
+    d = dim % max(x.dim(), 1)
+    last = x.dim() == 0 or d == x.dim() - 1
+    wide = x.contiguous().float()
+    shifted = wide - wide.amax(d, keepdim=True)
+    total = torch.exp(shifted).sum(d, keepdim=True)
+    if last:
+        total = total.to(x.dtype).float()
+    log_total = torch.log(total)
+    if last:
+        log_total = log_total.to(x.dtype).float()
+    return (shifted - log_total).to(x.dtype)
 
 
 def _elu_backward(grad: torch.Tensor, alpha, scale, input_scale, is_result: bool, self_or_result: torch.Tensor):
@@ -1041,6 +1090,7 @@ def traced_forms() -> Iterator[None]:
 # as REWRITES: PyTorch's formula differs from what CPU computes; and the fused attention backward where
 # a bias needs its gradient (elsewhere both attention ops stay whole: compiler/opaque.py).
 DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
+                  aten._log_softmax.default: _log_softmax,
                   aten._softmax_backward_data.default: _softmax_backward_data,
                   aten.index_add.default: _index_add,
                   aten.native_dropout.default: _native_dropout,

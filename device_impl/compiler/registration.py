@@ -61,6 +61,7 @@ DEVICE_INTERFACE_MODULE = "torch._dynamo.device_interface"
 
 USER_DEFINED_MODULE = "torch._dynamo.variables.user_defined"
 TORCH_VARIABLES_MODULE = "torch._dynamo.variables.torch"
+TENSOR_VARIABLES_MODULE = "torch._dynamo.variables.tensor"
 DECORATORS_MODULE = "torch._dynamo.decorators"
 
 
@@ -81,6 +82,12 @@ def _adapt_torch_functions(module) -> None:
     from device_impl import dynamo_interface
 
     dynamo_interface.adapt_torch_functions(module)
+
+
+def _adapt_tensor_methods(module) -> None:
+    from device_impl import dynamo_interface
+
+    dynamo_interface.adapt_tensor_methods(module)
 
 
 def _allow_in_graph(module) -> None:
@@ -117,7 +124,8 @@ def _skip_dispatched_code(trace_rules) -> None:
 # other, so one can be in sys.modules half-executed)
 _ON_LOAD = {REGISTRY_MODULE: _register, TRACE_RULES_MODULE: _skip_dispatched_code,
             DEVICE_INTERFACE_MODULE: _register_device_interface, USER_DEFINED_MODULE: _adapt_user_defined,
-            TORCH_VARIABLES_MODULE: _adapt_torch_functions, DECORATORS_MODULE: _allow_in_graph}
+            TORCH_VARIABLES_MODULE: _adapt_torch_functions, TENSOR_VARIABLES_MODULE: _adapt_tensor_methods,
+            DECORATORS_MODULE: _allow_in_graph}
 
 
 class _ActWhenLoaded(importlib.abc.MetaPathFinder):

@@ -247,3 +247,86 @@ def _grad_of(fn, x, cotangent, device):
     leaf = x.detach().to(device).requires_grad_()
     (grad,) = torch.autograd.grad(fn(leaf), leaf, cotangent.to(device))
     return grad.cpu()
+
+
+def _addcdiv_in_place(x, t1, t2):
+    out = x.clone()
+    out.addcdiv_(t1, t2, value=0.001)
+    return out
+
+
+@pytest.mark.parametrize("fn", [lambda x, t1, t2: torch.addcdiv(x, t1, t2, value=0.001), _addcdiv_in_place],
+                         ids=["functional", "in_place"])
+def test_addcdiv_scales_before_it_divides_as_cpu(fn):
+    """CPU's addcdiv is ``self + value * t1 / t2``: the product first, so 3.5 * 0.001 / 1e-38 is 3.5e35. Dynamo
+    rewrote torch.addcdiv into ``self + (t1 / t2) * value`` (addcdiv_ into an fma of t1 / t2) while it traced:
+    3.5 / 1e-38 overflowed to inf (op suite addcdiv float32 denormal). float16/bfloat16 compute in float32."""
+    x = torch.tensor([0.0, 1.0, -2.0, 5e-39] * 9)
+    t1 = torch.tensor([3.5, -3.0, 1e-40, -3.4] * 9)
+    _same_bits(fn, x, t1, torch.tensor(1e-38))
+    _same_bits(fn, x, t1, torch.full((36,), -1e-38))
+    for dtype, big, small in ((torch.float16, 60000.0, 1e-4), (torch.bfloat16, 3e38, 1e-36)):
+        narrow = [t.to(dtype) for t in (torch.tensor([1.0, -0.0] * 18), torch.tensor([big, -big / 3] * 18),
+                                        torch.tensor([small, 3 * small] * 18))]
+        _same_bits(fn, *narrow)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_compiled_erf_is_the_eager_kernels_erf(dtype):
+    """torch-mlir expands erf into a rational approximation rounded op by op (56% of the float32 values of
+    [-5, 5] came out other bits than the eager kernel's, ScalarE's erf); the compiled program evaluates the
+    eager kernel's function (compiler/expansions.py). ndtr's cancellation near erf = -1 made one ULP of erf
+    1% of its result: the compiled ndtr out= float16 was not the eager result cast (op suite contract
+    special.ndtr out_dtype)."""
+    x = torch.linspace(-5, 5, 20001).to(dtype)
+    eager = torch.erf(x.to("neuron")).cpu()
+    got = _compiled(torch.erf, x).cpu()
+    assert torch.equal(got.view(torch.int16 if dtype == torch.bfloat16 else torch.int32),
+                       eager.view(torch.int16 if dtype == torch.bfloat16 else torch.int32))
+    tail = torch.tensor([-4.3228, -3.9730, -4.7024, 0.5, -1.0])
+    out = torch.empty(5, dtype=torch.float16, device="neuron")
+    torch._dynamo.reset()
+    torch.compile(lambda a, o: torch.special.ndtr(a, out=o), backend="neuron", dynamic=False)(tail.to("neuron"), out)
+    assert torch.equal(out.cpu(), torch.special.ndtr(tail.to("neuron")).cpu().half())
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("dim", [-2, -1])
+def test_reduced_float_log_softmax_rounds_at_cpus_points(dtype, dim):
+    """CPU's log_softmax of float16/bfloat16 computes in float32 and rounds once (a middle dim) or rounds the
+    sum of exps and its log to the dtype first (the last dim); torch-mlir's lowering rounded op by op in the
+    dtype. The gradient reads the saved output: one ULP there was 3 in ``g - exp(y) * sum(g)`` (op suite
+    log_softmax float16 positive expanded: these inputs and cotangent)."""
+    x = torch.tensor([0.88720703125, 0.53369140625, 1.025390625, 1.2001953125, 0.779296875, 0.93359375,
+                      0.70361328125, 0.86474609375, 0.7314453125, 0.1546630859375]).reshape(5, 2, 1)
+    x = (x + torch.linspace(-3, 3, 24)).to(dtype)  # (5, 2, 24)
+    cotangent = torch.randn(5, 2, 24, generator=torch.Generator().manual_seed(46643)).to(dtype)
+
+    def run(fn, device):
+        leaf = x.to(device).requires_grad_()
+        out = fn(leaf)
+        (grad,) = torch.autograd.grad(out, leaf, cotangent.to(device))
+        return out.detach().cpu(), grad.cpu()
+
+    fn = lambda t: torch.log_softmax(t, dim)  # noqa: E731
+    want = run(fn, "cpu")
+    torch._dynamo.reset()
+    got = run(torch.compile(fn, backend="neuron", dynamic=False), "neuron")
+    for g, w in zip(got, want):
+        assert torch.equal(g.view(torch.int16), w.view(torch.int16))
+
+
+def _zero_signs_and_values(fn, *args):
+    """Compiled on neuron vs eager CPU: values within float32's tolerance, NaN positions and zero signs exact."""
+    got, want = _compiled(fn, *args).cpu(), fn(*args)
+    torch.testing.assert_close(got, want, equal_nan=True)
+    zeros = (want == 0) & (got == 0)
+    assert int(zeros.sum()) > 0
+    assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros]))
+
+
+def test_layer_norm_without_affine_adds_cpus_zero_beta():
+    """CPU's layer norm without gamma and beta still computes ``y * 1 + 0``, so y = -0.0 (x = -0.0 in a row whose
+    mean is +0.0) is +0.0; the compiled normalisation returned y itself, -0.0."""
+    rows = torch.tensor([[-0.0] * 8, [0.0, -0.0] * 4, [1.0, 2.0] * 4])
+    _zero_signs_and_values(lambda t: torch.nn.functional.layer_norm(t, (8,)), rows)
