@@ -593,6 +593,9 @@ class TileOperand:
     def __init__(self, program: Program, vid: int, order: tuple[int, ...], shape: tuple[int, int, int],
                  kt: int, xt: int, stationary: bool) -> None:
         self.vid, self.order, self.shape, self.kt, self.xt, self.stationary = vid, order, shape, kt, xt, stationary
+        # an execution's packings are shared by the products that read one value the same way (q, k and v of
+        # one activation); the same value read as another product's other operand, or tiled otherwise, is not
+        self.key = ("tiles", vid, order, shape, kt, xt, stationary)
         base = program.base(vid)
         buffer = program.buffers.get(base)
         self.base = base
@@ -624,7 +627,7 @@ class TileOperand:
             self.misses += 1
             if self.misses >= self.MISSES:
                 self.keepable = False
-        key = ("tiles", self.vid, self.order)
+        key = self.key
         tiles = env.shared.get(key)
         if tiles is not None:
             return tiles
