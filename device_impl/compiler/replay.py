@@ -489,11 +489,13 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     epilogue = step.get("epilogue")
     tail_group = GroupRunner(epilogue) if epilogue is not None else None
 
-    # Where every tile has one shape (each of K, M, N is one tile or a whole number of them: the decoder
-    # block's and Llama's projections), the operands are packed once into their TensorE tiles and all blocks
-    # of one K slice are multiplied by one np.matmul (``_tiled``); other shapes go block by block.
+    # Where every tile has one shape (each of K, M, N is one tile or a whole number of them: a decoder
+    # block's projections) and the operands are large enough (TILED_ELEMENTS), they are packed once into
+    # their TensorE tiles and all blocks of one K slice are multiplied by one np.matmul (``_tiled``); other
+    # shapes go block by block.
     kt, mt, nt = min(k, K_TILE), min(m, M_TILE), min(n, N_TILE)
-    tiled = k > 0 and m > 0 and n > 0 and k % kt == 0 and m % mt == 0 and n % nt == 0
+    tiled = (k > 0 and m > 0 and n > 0 and k % kt == 0 and m % mt == 0 and n % nt == 0
+             and batch * k * (m + n) >= TILED_ELEMENTS)
     if tiled:
         stationary = TileOperand(program, lhs, lhs_order, (batch, m, k), kt, mt, stationary=True)
         moving = TileOperand(program, rhs, rhs_order, (batch, k, n), kt, nt, stationary=False)
@@ -558,6 +560,11 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
 
 
 # -- product operands packed into their TensorE tiles ---------------------------------------------------
+
+# Operand elements (both operands, every batch) from which a product runs tiled: below, the packing's and the
+# weight comparison's fixed cost (a few numpy calls each) outweighs what it saves (a tiny Llama's 64 x 64
+# projections ran ~20% slower tiled); the decoder block's smallest projection has 256 x (256 + 128).
+TILED_ELEMENTS = 1 << 16
 
 _SLAB = 32  # columns per slab of a transposing pack (as fp32_contiguous)
 

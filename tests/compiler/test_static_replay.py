@@ -446,9 +446,12 @@ EDGES = {  # tile edges (1, 127, 129, 513) where a wide runner's one tile differ
     "mm_256x256x1_t": (lambda g: (torch.randn(256, 256, generator=g), torch.randn(1, 256, generator=g)),
                        lambda a, b: a @ b.t()),
     # one value the stationary operand of a product and the moving one of the next (tiled otherwise)
-    "mm_operand_both_sides": (lambda g: (torch.randn(102, 128, generator=g), torch.randn(128, 3, generator=g),
-                                         torch.randn(3, 102, generator=g)),
+    "mm_operand_both_sides": (lambda g: (torch.randn(256, 256, generator=g), torch.randn(256, 3, generator=g),
+                                         torch.randn(3, 256, generator=g)),
                               lambda a, b, c: torch.cat([(a @ b).flatten(), (c @ a).flatten()])),
+    # tiled, batched (one np.matmul over every batch and block); mm_1x1x1 and bmm_8x32x16x32 are whole tiles
+    # too small to pack (replay.TILED_ELEMENTS): block by block
+    "bmm_8x128x64x64": _mm((8, 128, 64), (8, 64, 64)),
     "sum_dim0": (lambda g: (torch.randn(129, 3, generator=g),), lambda x: x.sum(0) * 3),
     "mean_long_rows": (lambda g: (torch.randn(2, 1, 5000, generator=g),), lambda x: x.mean(-1, keepdim=True) - x),
     "amax_middle": (lambda g: (torch.randn(5, 300, 7, generator=g),), lambda x: x.amax(1) + x.sum(1)),
@@ -474,8 +477,8 @@ def test_tile_edges_match_the_instruction_level_run(case, fresh, monkeypatch):
     assert bool(_tile_operands()) == (case in TILED_EDGES)
 
 
-TILED_EDGES = {"mm_1x1x1", "mm_127x1x2", "bmm_8x32x16x32", "mm_256x384x1024", "mm_256x384x1024_bf16", "bmm_3x1x256x1024",
-               "mm_256x256x1_t", "mm_operand_both_sides"}
+TILED_EDGES = {"mm_256x384x1024", "mm_256x384x1024_bf16", "bmm_3x1x256x1024", "mm_256x256x1_t",
+               "mm_operand_both_sides", "bmm_8x128x64x64"}
 
 
 def test_a_group_dividing_integers_is_not_planned():
