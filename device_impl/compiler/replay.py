@@ -475,6 +475,7 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     k_ranges = [(k0, min(k, k0 + K_TILE)) for k0 in range(0, k, K_TILE)]
     blocks = [(m0, min(m, m0 + M_TILE), n0, min(n, n0 + N_TILE)) for m0 in range(0, m, M_TILE)
               for n0 in range(0, n, N_TILE)]
+    lhs_order, rhs_order = tuple(lb + lf + lc), tuple(rb + rc + rf)
 
     # Every block is computed alone, on contiguous operands as the SBUF tiles are: BLAS's summation order is
     # its kernels' (numpy calls gemv for a one-row or one-column block, and OpenBLAS's AVX-512 gemm gave
@@ -488,19 +489,50 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     epilogue = step.get("epilogue")
     tail_group = GroupRunner(epilogue) if epilogue is not None else None
 
+    # Where every tile has one shape (each of K, M, N is one tile or a whole number of them: a decoder
+    # block's projections) and the operands are large enough (TILED_ELEMENTS), they are packed once into
+    # their TensorE tiles and all blocks of one K slice are multiplied by one np.matmul (``_tiled``); other
+    # shapes go block by block.
+    kt, mt, nt = min(k, K_TILE), min(m, M_TILE), min(n, N_TILE)
+    tiled = (k > 0 and m > 0 and n > 0 and k % kt == 0 and m % mt == 0 and n % nt == 0
+             and batch * k * (m + n) >= TILED_ELEMENTS)
+    if tiled:
+        stationary = TileOperand(program, lhs, lhs_order, (batch, m, k), kt, mt, stationary=True)
+        moving = TileOperand(program, rhs, rhs_order, (batch, k, n), kt, nt, stationary=False)
+
     def run(wide, env) -> None:
         if epilogue is None:
             out = env.access(result).reshape(batch, m, n)
-        else:
-            out = np.empty((batch, m, n), dtype=program.dtype(result))
+            tile = None
+        else:  # the product is computed straight into the tile the epilogue reads
+            core = wide()
+            tile = core.sbuf_tile((batch * m, n), program.dtype(result))
+            out = tile.write_target().reshape(batch, m, n)
         if out.size == 0:
             return
-        _product(env, out)
-        if epilogue is not None:
-            core = wide()
-            tile = core.sbuf_tile((batch * m, n), out.dtype)
-            np.copyto(tile.write_target(), out.reshape(batch * m, n))
+        if tiled:
+            _tiled(env, out)
+        else:
+            _product(env, out)
+        if tile is not None:
             tail_group.epilogue(env, batch * m, n, epilogue["product_slot"])(core, tile, 0, batch * m, 0, n)
+
+    def _tiled(env, out: np.ndarray) -> None:
+        nk, nm, nl = k // kt, m // mt, n // nt
+        a = stationary.tiles(env)[:, :, :, None].swapaxes(-1, -2)  # [batch, nk, nm, 1, mt, kt]: tiles' .T
+        b = moving.tiles(env)[:, :, None]  # [batch, nk, 1, nl, kt, nt]
+        # the accumulator: [batch, nm, nl, mt, nt], each block contiguous as its PSUM bank is; the output
+        # itself where it is fp32 and one block wide (its blocks are then its row ranges)
+        direct = nl == 1 and out.dtype == FP32 and out.flags.c_contiguous
+        acc = out.reshape(batch, nm, 1, mt, nt) if direct else np.empty((batch, nm, nl, mt, nt), FP32)
+        np.matmul(a[:, 0], b[:, 0], out=acc)
+        if nk > 1:
+            part = np.empty_like(acc)
+            for j in range(1, nk):  # PSUM accumulates the K slices in order
+                np.matmul(a[:, j], b[:, j], out=part)
+                np.add(acc, part, out=acc)
+        if not direct:  # evacuation: rounded once to the output dtype
+            out.reshape(batch, nm, mt, nl, nt)[...] = acc.transpose(0, 1, 3, 2, 4)
 
     def _product(env, out: np.ndarray) -> None:
         if k == 0:
@@ -508,22 +540,122 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
             return
         # stationary tiles are [K, M] blocks of A^T, moving tiles [K, N] blocks of B, both read as fp32
         a_t = fp32_contiguous(env.access(lhs).transpose(lb + lc + lf).reshape(batch, k, m))
-        b = fp32_contiguous(env.access(rhs).transpose(rb + rc + rf).reshape(batch, k, n))
+        b = fp32_contiguous(env.access(rhs).transpose(rhs_order).reshape(batch, k, n))
         # Every batch at once: np.matmul of stacked operands runs its 2-D loop (the BLAS call a 2-D product
         # makes: gemm, or gemv for a one-row or one-column block) once per batch on that batch's slices, and
         # each slice of a contiguous [batch, K slice, block] copy is laid out as the block's own tile is.
         for m0, m1, n0, n1 in blocks:
             acc = None
             for k0, k1 in k_ranges:
-                stationary = np.ascontiguousarray(a_t[:, k0:k1, m0:m1])
-                product = np.matmul(stationary.transpose(0, 2, 1), np.ascontiguousarray(b[:, k0:k1, n0:n1]))
+                stationary_ = np.ascontiguousarray(a_t[:, k0:k1, m0:m1])
+                product = np.matmul(stationary_.transpose(0, 2, 1), np.ascontiguousarray(b[:, k0:k1, n0:n1]))
                 if acc is None:
                     acc = product
                 else:
                     acc += product
             out[:, m0:m1, n0:n1] = acc
 
+    run.operands = (stationary, moving) if tiled else ()  # type: ignore[attr-defined]  (tests read them)
     return run
+
+
+# -- product operands packed into their TensorE tiles ---------------------------------------------------
+
+# Operand elements (both operands, every batch) from which a product runs tiled: below, the packing's and the
+# weight comparison's fixed cost (a few numpy calls each) outweighs what it saves (a tiny Llama's 64 x 64
+# projections ran ~20% slower tiled); the decoder block's smallest projection has 256 x (256 + 128).
+TILED_ELEMENTS = 1 << 16
+
+_SLAB = 32  # columns per slab of a transposing pack (as fp32_contiguous)
+
+
+def pack_tiles(view: np.ndarray) -> np.ndarray:
+    """``view`` (any layout, any float dtype) copied into a C-contiguous fp32 array, in slabs of ``_SLAB``
+    last-axis columns when that axis is strided (a transposing copy: see fp32_contiguous)."""
+    out = np.empty(view.shape, FP32)
+    if view.strides[-1] == view.itemsize or view.shape[-1] <= _SLAB:
+        np.copyto(out, view, casting="unsafe")
+    else:
+        for c0 in range(0, view.shape[-1], _SLAB):
+            np.copyto(out[..., c0:c0 + _SLAB], view[..., c0:c0 + _SLAB], casting="unsafe")
+    return out
+
+
+class TileOperand:
+    """One operand of a tiled product as TensorE reads it: [batch, K tiles, X tiles, kt, xt] fp32, tile
+    (j, i) of batch b the block K slice j x X block i of A^T (``stationary``, X = M) or of B (X = N), each
+    C-contiguous as its SBUF tile is.
+
+    An operand whose tiles are its HBM bytes as they lie (a contiguous fp32 B of one N block) is read in
+    place. Otherwise it is packed: once per execution (products of one activation share it: q, k and v);
+    and where the operand lies in a program input or constant (a weight) the packing is kept for later
+    executions while that buffer's bytes stay the same, compared bit for bit with a copy taken when it was
+    packed. A weight updated in place, by ``load_state_dict``, an optimizer step or a write through ``.data``
+    (which no version counter sees), is packed again and kept anew; an input whose bytes differ at
+    ``MISSES`` executions in a row (an activation, or a weight trained at every step) is not kept from then
+    on: keeping it would cost a compare and a copy per execution and save nothing."""
+
+    MISSES = 2
+
+    def __init__(self, program: Program, vid: int, order: tuple[int, ...], shape: tuple[int, int, int],
+                 kt: int, xt: int, stationary: bool) -> None:
+        self.vid, self.order, self.shape, self.kt, self.xt, self.stationary = vid, order, shape, kt, xt, stationary
+        # an execution's packings are shared by the products that read one value the same way (q, k and v of
+        # one activation); the same value read as another product's other operand, or tiled otherwise, is not
+        self.key = ("tiles", vid, order, shape, kt, xt, stationary)
+        base = program.base(vid)
+        buffer = program.buffers.get(base)
+        self.base = base
+        # a weight: read from a graph input or a constant, the same bytes at every execution until updated
+        self.keepable = base in program.constants or (buffer is not None and buffer["kind"] in ("input", "constant"))
+        self.kept: tuple[np.ndarray, np.ndarray] | None = None  # (the base's bytes when packed, the tiles)
+        self.misses = 0  # executions in a row that found the kept bytes changed
+        self.packs = 0  # packings (tests count them)
+
+    def view(self, env) -> np.ndarray:
+        """The tiles as a view of the operand's HBM array (copied only where a layout op must)."""
+        batch, rows, cols = self.shape
+        matrix = env.access(self.vid).transpose(self.order).reshape(batch, rows, cols)
+        kt, xt = self.kt, self.xt
+        if self.stationary:  # A [batch, M, K] -> A^T tiles [batch, K/kt, M/mt, kt, mt]
+            return matrix.reshape(batch, rows // xt, xt, cols // kt, kt).transpose(0, 3, 1, 4, 2)
+        return matrix.reshape(batch, rows // kt, kt, cols // xt, xt).transpose(0, 1, 3, 2, 4)
+
+    def tiles(self, env) -> np.ndarray:
+        kept = self.kept
+        if kept is not None:
+            source = env.arrays.get(self.base)
+            saved, tiles = kept
+            if (source is not None and source.shape == saved.shape and source.dtype == saved.dtype
+                    and source.flags.c_contiguous and np.array_equal(_raw(source), _raw(saved))):
+                self.misses = 0
+                return tiles
+            self.kept = None
+            self.misses += 1
+            if self.misses >= self.MISSES:
+                self.keepable = False
+        key = self.key
+        tiles = env.shared.get(key)
+        if tiles is not None:
+            return tiles
+        view = self.view(env)
+        if view.dtype == FP32 and view.strides[-1] == 4 and view.strides[-2] == 4 * view.shape[-1]:
+            tiles = view  # each tile contiguous where it lies: read in place (never kept: nothing copied)
+        else:
+            tiles = pack_tiles(view)
+            self.packs += 1
+            source = env.arrays.get(self.base)
+            if self.keepable and source is not None and source.flags.c_contiguous:
+                self.kept = (source.copy(), tiles)
+        env.shared[key] = tiles
+        return tiles
+
+
+def _raw(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous array's bytes as unsigned integers: equal exactly where the bits are (-0.0 is not 0.0,
+    a NaN equals itself)."""
+    size = array.dtype.itemsize
+    return array.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(size, np.uint8))
 
 
 def _wide_attention(step: dict, program: Program, runner) -> WideRunner:

@@ -50,7 +50,7 @@ import torch
 from device_impl.dispatch.table import TABLE, resolve
 from device_impl.engine import launch
 from device_impl.engine.core import release_live_to
-from device_impl.engine.dtypes import FLOAT_DTYPES, FP32, numpy_dtype
+from device_impl.engine.dtypes import FLOAT_DTYPES, FP32
 from device_impl.kernels.common import hbm, scalar_of
 from device_impl.kernels.registry import Binder
 from device_impl.runtime.random import reserve
@@ -359,7 +359,8 @@ def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray) -> None:
                 else:
                     s = np.where(mk.astype(bool), s, neg_inf)
             if pb.causal and s1 - 1 > l0:  # affine_select: -inf where (l0 + p) - (s0 + f) < 0
-                s[:, (l0 - s0) + np.arange(lq)[:, None] - np.arange(sk)[None, :] < 0] = neg_inf
+                # one masked copy over every head (a boolean index of [n, lq, sk] was 6x its time)
+                np.copyto(s, neg_inf, where=(l0 - s0) + np.arange(lq)[:, None] - np.arange(sk)[None, :] < 0)
             block_max = np.maximum.reduce(s, axis=2, keepdims=True)
             m_new = block_max if m is None else np.maximum(m, block_max)
             neg_m = np.multiply(np.maximum(m_new, floor), minus_one)

@@ -437,6 +437,21 @@ EDGES = {  # tile edges (1, 127, 129, 513) where a wide runner's one tile differ
     "bmm_5x1x300x513": _mm((5, 1, 300), (5, 300, 513)),
     "bmm_3x129x7x1": _mm((3, 129, 7), (3, 7, 1)),
     "bmm_8x32x16x32": _mm((8, 32, 16), (8, 16, 32)),
+    # whole tiles (replay.TileOperand: packed operands, one np.matmul per K slice): several K slices and N
+    # blocks (accumulated apart from the output), a bf16 output, one-row and one-column (gemv) tiles
+    "mm_256x384x1024": _mm((256, 384), (384, 1024)),
+    "mm_256x384x1024_bf16": (lambda g: (torch.randn(256, 384, generator=g).bfloat16(),
+                                        torch.randn(384, 1024, generator=g).bfloat16()), torch.matmul),
+    "bmm_3x1x256x1024": _mm((3, 1, 256), (3, 256, 1024)),
+    "mm_256x256x1_t": (lambda g: (torch.randn(256, 256, generator=g), torch.randn(1, 256, generator=g)),
+                       lambda a, b: a @ b.t()),
+    # one value the stationary operand of a product and the moving one of the next (tiled otherwise)
+    "mm_operand_both_sides": (lambda g: (torch.randn(256, 256, generator=g), torch.randn(256, 3, generator=g),
+                                         torch.randn(3, 256, generator=g)),
+                              lambda a, b, c: torch.cat([(a @ b).flatten(), (c @ a).flatten()])),
+    # tiled, batched (one np.matmul over every batch and block); mm_1x1x1 and bmm_8x32x16x32 are whole tiles
+    # too small to pack (replay.TILED_ELEMENTS): block by block
+    "bmm_8x128x64x64": _mm((8, 128, 64), (8, 64, 64)),
     "sum_dim0": (lambda g: (torch.randn(129, 3, generator=g),), lambda x: x.sum(0) * 3),
     "mean_long_rows": (lambda g: (torch.randn(2, 1, 5000, generator=g),), lambda x: x.mean(-1, keepdim=True) - x),
     "amax_middle": (lambda g: (torch.randn(5, 300, 7, generator=g),), lambda x: x.amax(1) + x.sum(1)),
@@ -459,6 +474,11 @@ def test_tile_edges_match_the_instruction_level_run(case, fresh, monkeypatch):
                        _bits(fast[0]) if fast[0].is_floating_point() else fast[0].cpu())
     assert slow[1:] == fast[1:]
     _assert_replays_match(compiled, [x.to("neuron") for x in make(torch.Generator().manual_seed(8))], monkeypatch)
+    assert bool(_tile_operands()) == (case in TILED_EDGES)
+
+
+TILED_EDGES = {"mm_256x384x1024", "mm_256x384x1024_bf16", "bmm_3x1x256x1024", "mm_256x256x1_t",
+               "mm_operand_both_sides", "bmm_8x128x64x64"}
 
 
 def test_a_group_dividing_integers_is_not_planned():
@@ -521,3 +541,54 @@ def test_a_plan_recorded_on_aliasing_inputs_reads_each_input_later(fresh, monkey
     for _ in range(2):
         out, *_ = _run(compiled, [y, z], monkeypatch, fast=True)
         assert torch.equal(out.cpu(), y.cpu() * 2 + z.cpu() * 3)
+
+
+def _tile_operands() -> list[replay.TileOperand]:
+    """The packed operands (stationary, moving) of every tiled product of the compiled programs in memory."""
+    return [operand for exe in compiler.cache._MEMORY.values() for _, runner in (exe._fast or ())
+            for operand in getattr(runner, "operands", ())]
+
+
+def test_a_kept_weight_is_packed_again_after_every_update(fresh, monkeypatch):
+    """A product's weight is packed into its TensorE tiles once and kept while its bytes are unchanged
+    (replay.TileOperand): each update in place, through the parameter under no_grad (its version counter
+    moves), through ``.data`` (it does not), or from 0.0 to -0.0 (equal as floats, not as bits), is packed
+    again and read by the next execution, whose bits are still the instruction-level run's."""
+    model = nn.Linear(256, 512, bias=False).to("neuron")
+    x = torch.randn(2, 128, 256).to("neuron")
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    with torch.no_grad():
+        compiled(x)
+
+    def check(xs) -> None:
+        slow = _run(compiled, xs, monkeypatch, fast=False)
+        fast = _run(compiled, xs, monkeypatch, fast=True)
+        assert torch.equal(_bits(slow[0]), _bits(fast[0]))
+        assert slow[1:] == fast[1:]
+        with torch.no_grad():
+            expected = nn.functional.linear(xs[0].cpu(), model.weight.cpu())
+        torch.testing.assert_close(fast[0].cpu(), expected)
+
+    check([x])
+    (stationary, moving), = [_tile_operands()]
+    assert moving.keepable and moving.kept is not None and moving.packs == 1
+    check([x])
+    assert moving.packs == 1  # the same bytes: the kept tiles
+    updates = [lambda w: w.mul_(-0.5), lambda w: w.data.add_(0.25),
+               lambda w: w.data[3, 7].fill_(0.0), lambda w: w.data[3, 7].fill_(-0.0)]
+    for packs, update in enumerate(updates, start=2):
+        version = model.weight._version
+        with torch.no_grad():
+            update(model.weight)
+        assert (model.weight._version != version) == (packs == 2)  # only the first update is versioned
+        check([x])
+        check([x])
+        assert moving.packs == packs and moving.kept is not None
+    # the activation: kept while its bytes are the same; not kept once they differ at two executions in a row
+    assert stationary.kept is not None and stationary.packs == 1
+    check([torch.randn(2, 128, 256).to("neuron")])
+    assert stationary.kept is not None and stationary.packs == 2
+    check([x])
+    assert stationary.kept is None and not stationary.keepable and stationary.packs == 3
+    check([x])
+    assert stationary.kept is None and stationary.packs == 4 and moving.packs == len(updates) + 1
