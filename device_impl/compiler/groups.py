@@ -137,6 +137,12 @@ def _select(ops: list[_Op], loads: set[int], stores: set[int], slot_dtype: list[
                 op.scalar_form = "square"
             else:
                 op.scalar_form = "affine"
+        elif (op.name == "power" and op.dtype == FP32 and all(t.np_dtype == FP32 for t in op.in_types)
+              and op.args[0][0] == "slot" and op.args[1][0] == "imm" and float(op.args[1][1]) == 2.0):
+            # x ** 2 (an RMS norm's mean of squares): x * x, exactly (x * x in fp32 is correctly rounded, and
+            # so is the power: the square of a float32 is exact in the float64 pow computes in), so it may
+            # run on ScalarE as ``square`` and its row sum come from the same pass (``accumulate``)
+            op.scalar_form = "square"
         if op.name == "divide" and is_float(op.dtype) and [k for k, _ in op.args] == ["slot", "slot"]:
             total = producer.get(op.args[1][1])
             if total is not None and total.name == "reduce" and total.alu == "add" and total.args == op.args[:1]:
