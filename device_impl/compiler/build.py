@@ -11,7 +11,8 @@
    fused groups, heavy ops steps (an op without a lowering raises
    UnsupportedOpError here, before anything runs);
 5. ``memory.group_plan``: tile sizes of each fused group within SBUF; ``attach_epilogues`` (groups run on a
-   product's evacuation), ``share_lhs`` (consecutive products of one operand keep its SBUF tiles);
+   product's evacuation), ``share_lhs`` (consecutive products of one operand keep its SBUF tiles),
+   ``prepare_weights`` (a later product's weight tiles loaded and transposed by an earlier product step);
 6. ``schedule.finish``: buffers, output materialisation, HBM arena, waits.
 """
 
@@ -153,6 +154,67 @@ def share_lhs(steps: list[dict]) -> list[dict]:
     return steps
 
 
+PREPARE_SBUF_BYTES = 24 * 1024  # per partition: weight tiles made ahead and held for later products, at once
+
+
+def prepare_weights(steps: list[dict], views: dict, inputs: set[int], shapes: dict, dtypes: dict) -> list[dict]:
+    """Make a later product's weight tiles early, where TensorE idles (issue 21: "prefetch weights while the
+    previous matmul runs"): a dot_general whose B is a graph input (a linear layer's weight, ``W.t()``) is
+    loaded and transposed on TensorE by the first product of the run of consecutive dot_general steps it is in
+    (``prepare`` lists the later products' results; ``steps._dot_general`` runs ``matmul.prepare_rhs`` after its
+    own product) and kept in SBUF until its product takes it.
+
+    TensorE runs in program order: the MLP's gate, up and down weights, transposed by their own steps, waited
+    behind the gate product, which waits for the o projection's norm epilogue; made by the o projection's step,
+    they are transposed while that epilogue runs (decoder block 53.3 -> 52.5 us). Made any earlier (before the
+    rotary and attention steps, where TensorE idles longer), their loads went ahead of those steps' in the DMA
+    queues and cost more than they saved (58.8 us). At most ``PREPARE_SBUF_BYTES`` a partition of prepared tiles
+    are alive at once (estimated from the shapes as ``prepare_rhs`` allocates them; it makes nothing for a
+    product whose operands are not resident)."""
+    from device_impl.kernels.common import P
+    from device_impl.kernels.matmul import B_CACHE_BYTES, RESIDENT_BYTES
+
+    def base(vid: int) -> int:
+        while vid in views:
+            vid = views[vid]["src"]
+        return vid
+
+    live: list[tuple[int, int, int]] = []  # (preparer, target, bytes per partition)
+    for j, step in enumerate(steps):
+        if step["kind"] != "dot_general" or base(step["operands"][1]) not in inputs:
+            continue
+        dn = step["attrs"]["dot_dimension_numbers"]
+        if dn.get("lhs_batching_dimensions") or dn.get("rhs_batching_dimensions"):
+            continue
+        preparer = j
+        while preparer > 0 and steps[preparer - 1]["kind"] == "dot_general":
+            preparer -= 1
+        if preparer == j:
+            continue
+        lhs, rhs = step["operands"]
+        rc = dn.get("rhs_contracting_dimensions", [])
+        k = 1
+        for d in rc:
+            k *= shapes[rhs][d]
+        n = 1
+        for d in range(len(shapes[rhs])):
+            if d not in rc:
+                n *= shapes[rhs][d]
+        m = 1
+        for d in shapes[lhs]:
+            m *= d
+        m //= max(k, 1)
+        k_tiles = -(-k // P)
+        b_bytes = k_tiles * n * dtypes[rhs].itemsize
+        if b_bytes > B_CACHE_BYTES or k_tiles * m * dtypes[lhs].itemsize + b_bytes > RESIDENT_BYTES:
+            continue
+        if sum(b for f, t, b in live if not (t < preparer or j < f)) + b_bytes > PREPARE_SBUF_BYTES:
+            continue
+        live.append((preparer, j, b_bytes))
+        steps[preparer].setdefault("prepare", []).append(step["results"][0])
+    return steps
+
+
 def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Program:
     graph = fold.fold_constants(graph)
     fold.check_static(graph, input_names)
@@ -166,6 +228,8 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Prog
         steps.append(_group_step(step["group"], used) if step["kind"] == "fused" else step)
     steps = attach_epilogues(steps, views, set(graph.outputs), {vid: t.shape for vid, t in graph.types.items()})
     steps = share_lhs(steps)
+    steps = prepare_weights(steps, views, set(graph.inputs), {vid: t.shape for vid, t in graph.types.items()},
+                            {vid: t.np_dtype for vid, t in graph.types.items()})
     referenced = set(graph.inputs) | set(graph.outputs) | set(views) | {v["src"] for v in views.values()}
     referenced.update(vid for step in steps if "epilogue" in step for vid in step["results"])
     for step in steps:
