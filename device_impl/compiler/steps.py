@@ -175,7 +175,7 @@ def _pad(step: dict, program: Program) -> Runner:
     operand, value_vid = step["operands"]
     result = step["results"][0]
     value = _splat_operand(program, value_vid, "pad")
-    lo, hi = step["attrs"]["edge_padding_low"], step["attrs"]["edge_padding_high"]
+    lo = step["attrs"]["edge_padding_low"]  # the high padding follows from the result shape
     interior = step["attrs"].get("interior_padding", [0] * len(lo))
     out_shape = program.shape(result)
     src_index, dst_index = [], []

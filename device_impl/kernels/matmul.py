@@ -32,7 +32,7 @@ import torch
 
 from device_impl.engine import launch
 from device_impl.engine.dtypes import FP32
-from device_impl.kernels.common import FLOAT_DTYPES, check_out, hbm, promote, scalar_of
+from device_impl.kernels.common import FLOAT_DTYPES, hbm, promote, scalar_of
 from device_impl.kernels.registry import register_family
 
 M_TILE = 128
@@ -367,9 +367,9 @@ def _cname(dtype: torch.dtype) -> str:
 
 def _mm_shapes(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
     if a.dim() != 2:
-        raise RuntimeError(f"self must be a matrix")
+        raise RuntimeError("self must be a matrix")
     if b.dim() != 2:
-        raise RuntimeError(f"mat2 must be a matrix")
+        raise RuntimeError("mat2 must be a matrix")
     if a.shape[1] != b.shape[0]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a.shape[0]}x{a.shape[1]} and "
                            f"{b.shape[0]}x{b.shape[1]})")
@@ -456,9 +456,9 @@ register_family("addmm", _addmm_compute, _addmm_meta, dtypes=FLOAT_DTYPES)
 
 def _bmm_shapes(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int, int]:
     if a.dim() != 3:
-        raise RuntimeError(f"batch1 must be a 3D tensor")
+        raise RuntimeError("batch1 must be a 3D tensor")
     if b.dim() != 3:
-        raise RuntimeError(f"batch2 must be a 3D tensor")
+        raise RuntimeError("batch2 must be a 3D tensor")
     if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
         raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{a.shape[0]}, "
                            f"{a.shape[2]}] but got: [{b.shape[0]}, {b.shape[1]}].")
