@@ -47,15 +47,50 @@ _ILLEGAL = re.compile(r"failed to legalize operation '([\w.]+)'")
 _OPERATOR = re.compile(r'name = "([\w.]+)"')
 
 
-def to_stablehlo(gm: torch.fx.GraphModule):
-    """Import ``gm`` with torch-mlir; returns the MLIR module."""
+def _context():
+    """A torch-mlir context that loads a dialect when the import or a pass first needs it.
+
+    torch-mlir's ``ir.Context()`` loads every dialect its MLIR build registers (LLVM, GPU, the sparse tensor
+    and transform dialects ...) and their LLVM translations: about 5 ms of the ~13 ms an import of an op
+    suite graph costs, paid by every compile since each import gets a new context. The FX importer and the
+    lowering pipelines load the few they use on demand (each pass declares its dependent dialects), so the
+    module they print is the same text (checked on 212 op-suite graphs, their import errors included)."""
+    from torch_mlir import ir
+    from torch_mlir.dialects import torch as torch_d
+
+    try:
+        context = ir.Context(load_on_create_dialects=[])
+    except TypeError:  # a torch-mlir without the argument: its default context
+        context = ir.Context()
+    torch_d.register_dialect(context)
+    return context
+
+
+def _import(gm: torch.fx.GraphModule):
+    """torch-mlir's ``stateless_fx_import(gm, output_type="stablehlo")`` in a ``_context()``. That function
+    makes a full context itself before it looks at an importer passed to it, so its two steps (the FX import,
+    then the lowering pipelines) are called here; a torch-mlir without the lowering helper gets the function."""
     from torch_mlir import fx as torch_mlir_fx
 
+    lowering = getattr(torch_mlir_fx, "_module_lowering", None)
+    if lowering is None:
+        return torch_mlir_fx.stateless_fx_import(gm, output_type="stablehlo")
+    from torch_mlir.compiler_utils import BackendLoweringOptions, OutputType
+    from torch_mlir.extras.fx_importer import FxImporter
+
+    fx_importer = FxImporter(context=_context())
+    fx_importer.import_stateless_graph(gm.graph, func_name="main")
+    return lowering(False, False, OutputType.STABLEHLO, fx_importer.module,
+                    fx_import_options=torch_mlir_fx.FxImportOptions(), backend_options=BackendLoweringOptions())
+
+
+def to_stablehlo(gm: torch.fx.GraphModule):
+    """Import ``gm`` with torch-mlir; returns the MLIR module."""
     from device_impl.compiler.parity import _real_tensors
 
     with _captured_stderr() as diagnostics, _real_tensors():  # a graph constant is a real tensor: read its values
         try:
-            return torch_mlir_fx.stateless_fx_import(gm, output_type="stablehlo")
+            return _import(gm)
         except Exception as e:  # torch-mlir raises its own error types (and AssertionError) here
             error = e
     lines = [line for line in diagnostics + str(error).strip().splitlines() if line.strip()]
@@ -171,16 +206,28 @@ def _parse_numbers(tokens: list[str], dtype: np.dtype) -> np.ndarray:
     return np.asarray(values).astype(dtype)
 
 
-def _body(block) -> list[dict[str, Any]]:
+def _asm_state(function):
+    """One printing state of ``function`` for naming its values (None: a binding without ``AsmState``)."""
+    from torch_mlir import ir
+
+    make = getattr(ir, "AsmState", None)
+    return make(function.operation) if make is not None else None
+
+
+def _body(block, state=None) -> list[dict[str, Any]]:
     """A reduction/comparator region as data: ops with operands "a<i>" (block argument i) or
-    "v<j>" (result of body op j), names and attributes."""
-    refs = {arg.get_name(): f"a{i}" for i, arg in enumerate(block.arguments)}
+    "v<j>" (result of body op j), names and attributes. ``state``: the function's printing state
+    (``_asm_state``), which names the region's values too."""
+    def name(value) -> str:
+        return value.get_name(state) if state is not None else value.get_name()
+
+    refs = {name(arg): f"a{i}" for i, arg in enumerate(block.arguments)}
     ops: list[dict[str, Any]] = []
     for j, inner in enumerate(block.operations):
         o = inner.operation
-        operands = [refs.get(v.get_name(), "?") for v in o.operands]
+        operands = [refs.get(name(v), "?") for v in o.operands]
         for r in o.results:
-            refs[r.get_name()] = f"v{j}"
+            refs[name(r)] = f"v{j}"
         attrs = {o.attributes[i].name: _attr(o.attributes[i].attr) for i in range(len(o.attributes))}
         ops.append({"name": o.name.split(".", 1)[-1], "operands": operands, "attrs": attrs})
     return ops
@@ -194,9 +241,13 @@ def read_module(module) -> Graph:
     block = funcs[0].regions[0].blocks[0]
     ids: dict[str, int] = {}
     types: dict[int, TensorType] = {}
+    # A value's name from one printing state of the function: ``Value.get_name()`` without one numbers the
+    # whole function again at every call (quadratic: 4 ms of a small graph's import, more than the rest of
+    # reading it)
+    state = _asm_state(funcs[0])
 
     def value_id(value) -> int:
-        name = value.get_name()
+        name = value.get_name(state) if state is not None else value.get_name()
         if name not in ids:
             ids[name] = len(ids)
             types[ids[name]] = _tensor_type(value.type)
@@ -217,7 +268,7 @@ def read_module(module) -> Graph:
         attrs = {} if is_constant else {o.attributes[i].name: _attr(o.attributes[i].attr)
                                          for i in range(len(o.attributes))}
         if o.regions and len(o.regions[0].blocks):
-            attrs["body"] = _body(o.regions[0].blocks[0])
+            attrs["body"] = _body(o.regions[0].blocks[0], state)
         short = name.split(".", 1)[1] if name.startswith(("stablehlo.", "chlo.")) else name
         op = Op(short if not name.startswith("arith.constant") else "constant", operands, results,
                 tuple(types[r] for r in results), attrs)
