@@ -8,6 +8,13 @@ compile in a new process skips the torch-mlir import (about half its compile sec
 decoder block) and reads the NEFF straight away. The index only ever points at a NEFF written
 by a full compile; an unreadable index entry is a miss.
 
+Behind both, the import memo (``import_key``): the StableHLO text torch-mlir printed for a legalized graph
+(or its refusal of it), keyed by the graph and the torch, torch-mlir and importer.py versions but not by the
+compiler version, under ``stablehlo/`` in the cache directory. A compile after a change to the compiler's
+sources (a new NEFF directory: every graph compiles again) parses that text instead of importing the graph,
+and a graph torch-mlir refuses is not imported again to be refused. An entry carries a sha256 of itself;
+one that does not match, or does not parse, is a miss and is rewritten.
+
 Two levels: linked programs in memory (this process) and NEFF files on disk
 (``TORCH_NEURONX_NEFF_CACHE_DIR``, default ``~/.cache/neuronsim/neff``;
 ``TORCH_NEURONX_DISABLE_NEFF_CACHE=1`` turns the disk level off), so a second
@@ -89,9 +96,10 @@ def _attr_digest(value: Any) -> str:
     return repr(value)
 
 
-def fx_key(gm: torch.fx.GraphModule, flags: dict[str, Any]) -> str | None:
-    """The FX-level key of a legalized graph (see the module docstring), or None when an input lacks the
-    example value the key needs (the caller then keys on StableHLO only)."""
+def graph_material(gm: torch.fx.GraphModule) -> dict[str, Any] | None:
+    """What a legalized graph hands torch-mlir: its code, its inputs' shapes, strides and dtypes, its constants'
+    digests. None when an input lacks the example value it needs (the caller then keys on StableHLO only).
+    Computed once per compile for both keys below (``fx_key``, ``import_key``)."""
     inputs = []
     for node in gm.graph.nodes:
         if node.op == "placeholder":
@@ -99,9 +107,80 @@ def fx_key(gm: torch.fx.GraphModule, flags: dict[str, Any]) -> str | None:
             if not isinstance(value, torch.Tensor):
                 return None
             inputs.append([list(value.shape), list(value.stride()), str(value.dtype)])
-    material = json.dumps({"code": gm.code, "inputs": inputs, "attrs": _attrs_of(gm), "flags": flags,
-                           "versions": _versions(), "format": neff.FORMAT_VERSION}, sort_keys=True)
-    return hashlib.sha256(material.encode()).hexdigest()
+    return {"code": gm.code, "inputs": inputs, "attrs": _attrs_of(gm)}
+
+
+def fx_key(gm: torch.fx.GraphModule, flags: dict[str, Any], material: dict[str, Any] | None = None) -> str | None:
+    """The FX-level key of a legalized graph (see the module docstring), or None when an input lacks the
+    example value the key needs (the caller then keys on StableHLO only). ``material``: ``graph_material(gm)``
+    when the caller has it."""
+    material = graph_material(gm) if material is None else material
+    if material is None:
+        return None
+    text = json.dumps({**material, "flags": flags, "versions": _versions(), "format": neff.FORMAT_VERSION},
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# The import memo: a legalized graph's StableHLO text (or torch-mlir's refusal of it), keyed by what decides
+# it: the graph (``graph_material``), the torch and torch-mlir versions, and importer.py, which is how the
+# compiler calls torch-mlir. Not the compiler version: a change to the passes, the kernels or the engine
+# (every such change names a new NEFF directory, so every graph compiles again) reuses the import, about half a
+# cold compile of an op-suite graph, and still runs every pass. Kept beside the NEFF directories.
+_MEMO_FORMAT = 1
+
+
+def _importer_digest() -> str:
+    global _IMPORTER
+    if _IMPORTER is None:
+        import pathlib
+
+        _IMPORTER = hashlib.sha256(pathlib.Path(__file__).with_name("importer.py").read_bytes()).hexdigest()
+    return _IMPORTER
+
+
+_IMPORTER: str | None = None
+
+
+def import_key(material: dict[str, Any]) -> str:
+    """The import memo's key of a graph with this ``graph_material``."""
+    text = json.dumps({**material, "versions": _versions(), "importer": _importer_digest(), "memo": _MEMO_FORMAT},
+                      sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _import_path(directory: str, key_of_import: str) -> str:
+    return os.path.join(directory, "stablehlo", key_of_import[:2], f"{key_of_import}.json")
+
+
+def _sealed(entry: dict[str, str]) -> str:
+    return hashlib.sha256(json.dumps(entry, sort_keys=True).encode()).hexdigest()
+
+
+def lookup_import(directory: str, key_of_import: str) -> dict[str, str] | None:
+    """The memo entry: ``{"stablehlo": text}`` or ``{"failure": message, "op": op}`` (torch-mlir refused the
+    graph: ``importer.ImportFailure``'s arguments); None for a miss or an entry whose checksum, a sha256 of the
+    entry, does not match (damaged: the import runs again and rewrites it)."""
+    try:
+        with open(_import_path(directory, key_of_import), encoding="utf-8") as handle:
+            stored = json.load(handle)
+        entry, seal = stored["entry"], stored["sha256"]
+    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+        return None
+    if not isinstance(entry, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in entry.items()) \
+            or seal != _sealed(entry) or not ("stablehlo" in entry or {"failure", "op"} <= set(entry)):
+        return None
+    return entry
+
+
+def memo_import(directory: str, key_of_import: str, entry: dict[str, str]) -> None:
+    """Record an import's outcome (``lookup_import``'s entry), atomically; a cache directory that cannot be
+    written only loses the memo."""
+    try:
+        neff.write(_import_path(directory, key_of_import),
+                   json.dumps({"entry": entry, "sha256": _sealed(entry)}).encode("utf-8"))
+    except OSError as e:
+        log.warning("neuron compile cache: cannot write the import memo (%s)", e)
 
 
 def _index_path(directory: str, key_of_fx: str) -> str:

@@ -6,6 +6,8 @@ Counted per process since the last ``reset_stats()``:
 * ``compiles``: AOT graphs (forward, backward, inference) compiled from scratch;
 * ``cache_hits``: AOT graphs served from the compile cache, by source (``memory``, ``disk``),
   and ``cache_corrupt``: cache entries found damaged and rebuilt;
+* ``import_memo_hits``: graphs compiled from the StableHLO an earlier import printed (``cache.import_key``:
+  the torch-mlir import skipped; every pass still runs);
 * ``recompiles``: graphs compiled for a new input signature of a function already compiled, with
   ``recompiles_by_cause``: cause -> records naming the graph, the input and both shapes
   (``shape``: an input's size changed; ``dtype``; ``other``: a guard on something else);
@@ -32,7 +34,7 @@ _lock = threading.Lock()
 def _fresh() -> dict[str, Any]:
     return {
         "graphs": 0, "compiles": 0, "cache_hits": 0, "cache_hits_by_source": {"memory": 0, "disk": 0},
-        "cache_corrupt": 0, "recompiles": 0, "recompiles_by_cause": {}, "compile_seconds": 0.0,
+        "cache_corrupt": 0, "import_memo_hits": 0, "recompiles": 0, "recompiles_by_cause": {}, "compile_seconds": 0.0,
         "fallbacks": 0, "fallbacks_by_op": {}, "executions": 0,
     }
 

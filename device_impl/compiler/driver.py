@@ -122,11 +122,32 @@ def _empty_program(specs: list, device_index: int) -> Callable[[list], list]:
     return run
 
 
-def _imported(work: torch.fx.GraphModule, cuts: list) -> tuple[Any, str]:
+# Failures of the import that say nothing about the graph: never memoized
+_TRANSIENT = (MemoryError, OSError, RecursionError)
+
+
+def _imported(work: torch.fx.GraphModule, cuts: list, memo: tuple[str, str] | None = None) -> tuple[Any, str]:
     """torch-mlir's module of ``work`` and the text that keys it: the StableHLO, and the options of the
-    ops ``opaque.cut`` took out (they are not in the StableHLO)."""
-    module = importer.to_stablehlo(work)
-    text = str(module)
+    ops ``opaque.cut`` took out (they are not in the StableHLO). ``memo``: (cache directory, ``cache.import_key``)
+    of the import memo, which gives the module parsed from the text an earlier import printed (any compiler
+    version), or raises the ImportFailure it met; None: always import."""
+    entry = cache.lookup_import(*memo) if memo is not None else None
+    if entry is not None and "failure" in entry:
+        raise ImportFailure(entry["failure"], entry["op"])
+    module = importer.from_text(entry["stablehlo"]) if entry is not None else None
+    if module is not None:
+        counters.count("import_memo_hits")
+        text = entry["stablehlo"]
+    else:
+        try:
+            module = importer.to_stablehlo(work)
+        except ImportFailure as failure:
+            if memo is not None and not isinstance(failure.__cause__, _TRANSIENT):
+                cache.memo_import(*memo, {"failure": str(failure), "op": failure.op})
+            raise
+        text = str(module)
+        if memo is not None:
+            cache.memo_import(*memo, {"stablehlo": text})
     if cuts:
         text += "\n// cuts: " + json.dumps([c.key() for c in cuts], sort_keys=True)
     return module, text
@@ -163,11 +184,15 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
         # skips torch-mlir. Preserved artifacts need the StableHLO text, so they always import. The cut
         # ops' options are in neither the legalized code nor the StableHLO text: both keys take them.
         indexed = config.neff_cache and not config.preserve_artifacts
-        key_of_fx = cache.fx_key(work, {**flags(), "cuts": [c.key() for c in cuts]}) if indexed else None
+        material = cache.graph_material(work) if config.neff_cache else None
+        key_of_fx = cache.fx_key(work, {**flags(), "cuts": [c.key() for c in cuts]}, material) \
+            if indexed and material is not None else None
         key = cache.lookup_fx(config.neff_cache_dir, key_of_fx) if key_of_fx is not None else None
+        # the import memo (cache.import_key): a graph imported before, under any compiler version
+        memo = (config.neff_cache_dir, cache.import_key(material)) if material is not None else None
         module = text = None
         if key is None:
-            module, text = _imported(work, cuts)
+            module, text = _imported(work, cuts, memo)
             key = cache.key(text, flags())
         executable = cache.from_memory(key)
         neff_bytes = None
@@ -176,7 +201,7 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
         else:
             loaded = cache.from_disk(config.neff_cache_dir, key) if config.neff_cache else None
             if loaded is None and module is None:  # indexed, but that NEFF is unusable: import and rebuild
-                module, text = _imported(work, cuts)
+                module, text = _imported(work, cuts, memo)
                 indexed_key, key = key, cache.key(text, flags())
                 if key != indexed_key:
                     loaded = cache.from_disk(config.neff_cache_dir, key)

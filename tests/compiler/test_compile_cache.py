@@ -201,13 +201,116 @@ def test_damaged_entry_is_reported_once_and_rebuilt(fresh, damage):
     neff.read(path)  # the entry on disk is valid again
 
 
+def _memo_entries(fresh) -> list[str]:
+    return glob.glob(str(fresh / "cache" / "stablehlo" / "**" / "*.json"), recursive=True)
+
+
+def _another_compiler(monkeypatch):
+    """What a change to the compiler's sources does to the cache: a new compiler version, so a new NEFF
+    directory and new FX and Dynamo indexes (nothing compiled before is found)."""
+    monkeypatch.setattr(neff, "COMPILER_VERSION", neff.COMPILER_VERSION + "-changed")
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    compiler.reset_stats()
+
+
+def _no_import(monkeypatch):
+    """Make the torch-mlir import raise: a compile that still succeeds took its StableHLO from the memo."""
+    from device_impl.compiler import importer
+
+    def refuse(gm):
+        raise AssertionError("torch-mlir imported the graph")
+
+    monkeypatch.setattr(importer, "to_stablehlo", refuse)
+
+
+def test_a_compiler_change_reuses_the_import_and_recompiles(fresh, monkeypatch):
+    x = torch.randn(8, 64)
+    cold = _run_once(x)
+    assert len(_memo_entries(fresh)) == 1
+    _another_compiler(monkeypatch)
+    _no_import(monkeypatch)
+    again = _run_once(x)
+    s = compiler.stats()
+    assert torch.equal(again, cold)
+    # every pass ran again (a compile, no cache hit), from the memo's StableHLO
+    assert (s["compiles"], s["cache_hits"], s["import_memo_hits"]) == (1, 0, 1)
+    assert len(glob.glob(str(fresh / "cache" / "**" / "*.neff"), recursive=True)) == 2
+
+
+def test_the_import_memo_is_keyed_by_the_graph_and_the_versions(fresh, monkeypatch):
+    """Another graph, or the same one under another torch-mlir, is imported anew."""
+    from device_impl.compiler import cache
+
+    _run_once(torch.randn(8, 64))
+    _another_compiler(monkeypatch)
+    _run_once(torch.randn(8, 32))  # another input shape: another graph
+    assert compiler.stats()["import_memo_hits"] == 0 and len(_memo_entries(fresh)) == 2
+    monkeypatch.setattr(cache, "_VERSIONS", {**cache._versions(), "torch-mlir": "another"})
+    _another_compiler(monkeypatch)
+    _run_once(torch.randn(8, 64))
+    assert compiler.stats()["import_memo_hits"] == 0 and len(_memo_entries(fresh)) == 3
+
+
+def _stable_sort(x):
+    return torch.sort(x, stable=True).values * 2
+
+
+def test_a_refused_import_is_remembered(fresh, monkeypatch):
+    """torch-mlir's refusal of a graph is memoized too: the graph runs eagerly with the same reason, and neither
+    a warm compile nor one after a compiler change imports it again."""
+    from device_impl.compiler import fallback
+
+    x = torch.randn(16)
+
+    def run():
+        monkeypatch.setattr(fallback, "_WARNED", set())  # warned once per op and process: each run warns
+        torch._dynamo.reset()
+        compiler.clear_cache()
+        compiler.reset_stats()
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            out = torch.compile(_stable_sort, backend="neuron")(x.to("neuron")).cpu()
+        return out, compiler.stats()["fallbacks_by_op"], [str(w.message) for w in caught]
+
+    first, ops, messages = run()
+    (entry,) = _memo_entries(fresh)
+    assert "failure" in json.load(open(entry))["entry"]
+    _another_compiler(monkeypatch)
+    _no_import(monkeypatch)
+    again, ops_again, messages_again = run()
+    torch.testing.assert_close(again, _stable_sort(x))
+    assert torch.equal(again, first) and ops_again == ops and ops
+    assert messages_again == messages and any("sort.stable" in m for m in messages)  # the same reason, in words
+
+
+@pytest.mark.parametrize("damage", ["garbage", "flip"])
+def test_a_damaged_import_memo_entry_is_a_miss(fresh, monkeypatch, damage):
+    """A memo entry that is not JSON, or whose text no longer matches its checksum, costs an import, never a
+    wrong program; the import rewrites it."""
+    x = torch.randn(8, 64)
+    cold = _run_once(x)
+    (entry,) = _memo_entries(fresh)
+    good = open(entry).read()
+    if damage == "garbage":
+        open(entry, "w").write("{not json")
+    else:
+        stored = json.loads(good)
+        stored["entry"]["stablehlo"] = stored["entry"]["stablehlo"].replace("stablehlo.multiply", "stablehlo.add")
+        assert stored["entry"]["stablehlo"] != json.loads(good)["entry"]["stablehlo"]
+        open(entry, "w").write(json.dumps(stored))
+    _another_compiler(monkeypatch)
+    assert torch.equal(_run_once(x), cold)
+    assert compiler.stats()["import_memo_hits"] == 0 and open(entry).read() == good
+
+
 def test_disabling_the_cache_writes_nothing(fresh, monkeypatch):
     monkeypatch.setenv("TORCH_NEURONX_DISABLE_NEFF_CACHE", "1")
     backend.reload_settings()
     x = torch.randn(4, 16)
     _run_once(x)
     _run_once(x)
-    assert not glob.glob(str(fresh / "cache" / "**" / "*.neff"), recursive=True)
+    assert not glob.glob(str(fresh / "cache" / "**" / "*.neff"), recursive=True) and not _memo_entries(fresh)
     assert compiler.stats()["compiles"] == 2 and compiler.stats()["cache_hits"] == 0
 
 
