@@ -288,18 +288,102 @@ def cases(name: str, mode: str = "eager", device: str = "neuron") -> tuple[Desig
 
 def all_cases(specs: Iterable[OpSpec] | None = None, mode: str = "eager", device: str = "neuron"
               ) -> list[Designed]:
-    """Every spec's designed cases (``specs``: those specs'). Drawing all of them costs about 30 s (Hypothesis's
-    choice machinery, 15k cases), which every op-suite process paid at collection, four side by side in ``make
-    report``; the whole table is kept on disk (``_stored``), keyed by what the draws read."""
+    """Every spec's designed cases (``specs``: those specs'). Drawing all of them costs about 15 s of CPU
+    (Hypothesis's choice machinery, 12.5k cases), which every op-suite process paid at collection, four side by
+    side in ``make report``; the whole table is kept on disk (``_stored``), keyed by what the draws read, and
+    processes that find none draw it together (``_drawn_together``)."""
     if specs is not None:
         return [d for s in specs for d in cases(s.name, mode, device)]
-    stored = _stored()
-    if stored is not None:
-        return [Designed(name, Cell(**cell), dataclasses.replace(Case.from_json(case), mode=mode, device=device))
-                for name, rows in stored.items() for cell, case in rows]
-    out = [d for s in SPECS.values() for d in cases(s.name, mode, device)]
-    _store(out)
-    return out
+    table = _stored()
+    if table is None:
+        table = _drawn_together()
+        _store(table)
+    return [Designed(name, Cell(**cell), dataclasses.replace(Case.from_json(case), mode=mode, device=device))
+            for name, rows in table.items() for cell, case in rows]
+
+
+def _rows(name: str) -> list:
+    """Spec ``name``'s designed cases as the table on disk holds them, JSON's types included: [cell, case] (the
+    case as drawn for eager on neuron; ``all_cases`` sets the mode and device)."""
+    return json.loads(json.dumps([[d.target.to_dict(), d.case.to_json()] for d in cases(name)]))
+
+
+# A claim on a spec older than this with no part written: its drawer died (drawing one spec takes well under a
+# second); the spec is drawn again by whoever waits for it.
+_STALE_CLAIM_S = 120.0
+
+
+def _drawn_together() -> dict[str, list]:
+    """The whole designed table, drawn by every op-suite process that found none on disk, each spec once.
+
+    ``make report`` starts the eager, adaptive and compiled runs (two xdist workers) at once: with an empty
+    cache (a fresh clone, a changed harness) each drew all 12.5k cases itself, 4 x 15 CPU seconds on 2 cores.
+    Instead each process claims the specs nobody has claimed yet (an exclusive create of ``<spec>.claim``),
+    draws those, and writes each spec's rows (``<spec>.json``, atomically) beside the claims; then it reads the
+    parts the others drew, waiting for those still being drawn. The draws are seeded per cell (``seed_of``), so
+    which process draws a spec does not change its cases. A directory that cannot be written: this process draws
+    everything itself."""
+    import time
+
+    parts = _cache_file().with_suffix(".parts")
+    try:
+        parts.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return {name: _rows(name) for name in SPECS}
+    table: dict[str, list] = {}
+    for name in SPECS:
+        rows = _read_part(parts / f"{name}.json")
+        if rows is None and _claim(parts / f"{name}.claim"):
+            rows = _rows(name)
+            _write_part(parts / f"{name}.json", rows)
+        if rows is not None:
+            table[name] = rows
+    for name in SPECS:
+        while name not in table:
+            rows = _read_part(parts / f"{name}.json")
+            if rows is not None:
+                table[name] = rows
+                continue
+            whole = _stored()  # a process that finished stored the table (and removed the parts)
+            if whole is not None:
+                return whole
+            try:
+                stale = time.time() - (parts / f"{name}.claim").stat().st_mtime > _STALE_CLAIM_S
+            except OSError:
+                stale = True  # no claim: nobody is drawing it
+            if stale:
+                table[name] = _rows(name)
+            else:
+                time.sleep(0.05)
+    return {name: table[name] for name in SPECS}
+
+
+def _claim(path: Path) -> bool:
+    """Whether this process claimed the spec (created ``path``); False when another process did."""
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        return False
+    except OSError:
+        return not path.parent.exists()  # a claim that cannot be written: draw it (unless the parts are gone)
+    return True
+
+
+def _read_part(path: Path) -> list | None:
+    try:
+        rows = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return rows if isinstance(rows, list) else None
+
+
+def _write_part(path: Path, rows: list) -> None:
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(rows))
+        os.replace(tmp, path)  # atomic: a reader sees a whole part or none
+    except OSError:
+        pass  # the others draw it themselves once the claim is stale
 
 
 def _design_key() -> str:
@@ -333,18 +417,20 @@ def _stored() -> dict[str, list] | None:
     return table if isinstance(table, dict) and list(table) == [s.name for s in SPECS.values()] else None
 
 
-def _store(designed: list[Designed]) -> None:
-    table: dict[str, list] = {s.name: [] for s in SPECS.values()}
-    for d in designed:
-        table[d.spec].append([d.target.to_dict(), dataclasses.replace(d.case, mode="eager", device="neuron").to_json()])
+def _store(table: dict[str, list]) -> None:
+    """Write the whole table (atomically: processes side by side read a whole table or none), then remove the
+    parts it was drawn in (``_drawn_together``; a process still waiting on one reads this table instead)."""
+    import shutil
+
     path = _cache_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(f".{os.getpid()}.tmp")
         tmp.write_text(json.dumps(table))
-        os.replace(tmp, path)  # atomic: processes side by side read a whole table or none
+        os.replace(tmp, path)
     except OSError:
-        pass  # a read-only cache: draw every time
+        return  # a read-only cache: draw every time
+    shutil.rmtree(path.with_suffix(".parts"), ignore_errors=True)
 
 
 def required_cells(spec: OpSpec) -> set[tuple[str, str]]:

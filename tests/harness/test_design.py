@@ -106,3 +106,54 @@ def test_the_designed_table_on_disk_is_the_one_drawn(tmp_path, monkeypatch):
     assert {d.case.mode for d in loaded} == {"compiled"}
     design._cache_file().write_text("{not json")
     assert [d.id for d in design.all_cases()] == [d.id for d in drawn]  # unreadable: drawn again
+
+
+_DRAW_TOGETHER = """
+import hashlib, json, sys
+from harness import design
+design.SPECS = dict(list(design.SPECS.items())[::12])  # every 12th spec: the protocol, at a 12th of the cost
+drawn = []
+rows = design._rows
+design._rows = lambda name: (drawn.append(name), rows(name))[1]
+table = [(d.id, d.case.to_json()) for d in design.all_cases(mode="compiled")]
+print(json.dumps({"drew": drawn, "specs": list(design.SPECS),
+                  "digest": hashlib.sha256(json.dumps(table).encode()).hexdigest()}))
+"""
+
+
+def test_processes_side_by_side_draw_the_table_together(tmp_path):
+    """Op-suite processes started at once with no table on disk draw each spec once between them (``make
+    report``'s four), and every one gets the table a single process draws, case for case."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "NEURONSIM_CACHE": str(tmp_path / "together"), "PYTHONPATH": os.getcwd()}
+    procs = [subprocess.Popen([sys.executable, "-c", _DRAW_TOGETHER], stdout=subprocess.PIPE, text=True, env=env)
+             for _ in range(3)]
+    results = [json.loads(p.communicate(timeout=600)[0].strip().splitlines()[-1]) for p in procs]
+    drew = [name for r in results for name in r["drew"]]
+    assert sorted(drew) == sorted(results[0]["specs"]) and len(drew) > 20  # each spec drawn once, by one of them
+    alone = subprocess.run([sys.executable, "-c", _DRAW_TOGETHER], capture_output=True, text=True, timeout=600,
+                           env={**env, "NEURONSIM_CACHE": str(tmp_path / "alone")})
+    single = json.loads(alone.stdout.strip().splitlines()[-1])
+    assert sorted(single["drew"]) == sorted(single["specs"])
+    assert {r["digest"] for r in results} == {single["digest"]}
+    assert not list((tmp_path / "together" / "design").glob("*.parts"))  # the parts are gone, the table stays
+    assert len(list((tmp_path / "together" / "design").glob("*.json"))) == 1
+
+
+def test_a_spec_claimed_by_a_process_that_died_is_drawn_by_another(tmp_path, monkeypatch):
+    import os
+
+    monkeypatch.setenv("NEURONSIM_CACHE", str(tmp_path))
+    parts = design._cache_file().with_suffix(".parts")
+    parts.mkdir(parents=True)
+    name = next(iter(SPECS))
+    claim = parts / f"{name}.claim"
+    claim.touch()
+    os.utime(claim, (0, 0))  # claimed long ago, never drawn
+    loaded = design.all_cases()
+    assert {d.spec for d in loaded} == set(SPECS)
+    assert [d.id for d in loaded if d.spec == name] == [d.id for d in design.cases(name)]
