@@ -124,6 +124,45 @@ def needs_bias_gradient(bias: Any, grad_input_mask: Any) -> bool:
     return dtype is not None and dtype != torch.bool and len(grad_input_mask) > 3 and bool(grad_input_mask[3])
 
 
+def _layer_norm(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """``native_layer_norm``: operands (input[, weight][, bias]), results {0: out, 1: mean, 2: rstd}. Cut whole
+    so the step runs the eager kernel's tile program (``kernels.reduction.layer_norm.forward_program``): CPU's
+    affine step is one fused multiply-add where the host's kernels fuse, which StableHLO cannot say (its
+    zero signs: numerics._layer_norm_affine), and the eager kernel computes it on GpSimd. ``fused`` (asked of
+    this process's CPU kernels when the graph is cut) is an option, so a compile cache entry is never shared
+    between hosts whose kernels differ. Refused for what the eager kernel refuses (non-float dtypes, shapes
+    that do not match): the graph then takes numerics' rewrite, or the fallback raises as the eager op."""
+    from device_impl.kernels import cpu_host
+
+    a = _bound(node)
+    x, weight, bias = a["input"], a["weight"], a["bias"]
+    operands = [x] + [t for t in (weight, bias) if t is not None]
+    if any(not isinstance(t, torch.fx.Node) for t in operands):
+        return None
+    metas = [t.meta.get("val") for t in operands]
+    if any(not isinstance(m, torch.Tensor) or m.dtype not in _FLOATS for m in metas):
+        return None
+    normalized = [int(s) for s in a["normalized_shape"]]
+    axis = metas[0].dim() - len(normalized)
+    if not normalized or axis < 0 or list(metas[0].shape[axis:]) != normalized \
+            or any(list(m.shape) != normalized for m in metas[1:]):
+        return None
+    fused = cpu_host.fused_multiply_add() or weight is None or bias is None
+    return operands, {0: 0, 1: 1, 2: 2}, {"axis": axis, "eps": float(a["eps"]), "weight": weight is not None,
+                                          "bias": bias is not None, "fused": bool(fused)}
+
+
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def cuttable(node: torch.fx.Node) -> bool:
+    """Whether ``cut`` takes ``node`` whole (rewrites that would otherwise decompose it, numerics._layer_norm,
+    leave it alone)."""
+    entry = CUTTERS.get(node.target) if node.op == "call_function" else None
+    return entry is not None and entry[1](node) is not None and all(
+        u.target is operator.getitem for u in node.users)
+
+
 # Results of the forward that the backward op reads but the compiled step does not make: its dropout
 # seed and offset (the compiler compiles attention without dropout: zeros, as the eager kernel returns then)
 _ZERO_RESULTS = {aten._scaled_dot_product_fused_attention_overrideable.default: (6, 7)}
@@ -133,6 +172,7 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten._scaled_dot_product_fused_attention_overrideable.default: ("attention", _attention),
     aten._scaled_dot_product_fused_attention_overrideable_backward.default: ("attention_backward",
                                                                              _attention_backward),
+    aten.native_layer_norm.default: ("layer_norm", _layer_norm),
 }
 
 

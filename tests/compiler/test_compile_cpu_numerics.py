@@ -330,3 +330,44 @@ def test_layer_norm_without_affine_adds_cpus_zero_beta():
     mean is +0.0) is +0.0; the compiled normalisation returned y itself, -0.0."""
     rows = torch.tensor([[-0.0] * 8, [0.0, -0.0] * 4, [1.0, 2.0] * 4])
     _zero_signs_and_values(lambda t: torch.nn.functional.layer_norm(t, (8,)), rows)
+
+
+def _denormal_affine_operands():
+    """x [4, 2, 6] normalised over its last two dimensions, gamma and beta with denormals: products
+    ``y * gamma`` that underflow to -0.0 (beta +0.0) and rounded products that cancel beta exactly."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn((4, 2, 6), generator=g)
+    x[0] = torch.tensor([-0.3, 0.3] * 6).view(2, 6)
+    gamma = torch.tensor([1.4e-45, -1.4e-45, 1e-40, 1.0, -3e-39, 1.4e-45] * 2).view(2, 6)
+    beta = torch.tensor([0.0, 0.0, -0.0, 1.4e-45, 0.0, -1.4e-45] * 2).view(2, 6)
+    return x, gamma, beta
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "offset"])
+def test_layer_norm_affine_step_rounds_once_where_cpus_kernel_fuses(layout):
+    """CPU's affine step ``y * gamma + beta`` is one fused multiply-add where the host's kernels fuse, so a
+    product that underflows keeps its sign: StableHLO has no fma and the compiled program rounded twice (op
+    suite layer_norm float32 denormal offset: 59 zeros of the wrong sign). native_layer_norm is now cut whole
+    (compiler/opaque.py) and runs the eager kernel's tile program: CPU's zero signs (its values within float32's
+    tolerance: the moments are summed in another order) and the eager kernel's bits."""
+    x, gamma, beta = _denormal_affine_operands()
+
+    def fn(t, w, b):
+        return torch.nn.functional.layer_norm(t, (2, 6), w, b)
+
+    def on_device(t):  # the offset layout: a view 3 elements into a larger buffer, as the op suite makes it
+        if layout == "contiguous":
+            return t.to("neuron")
+        return torch.cat([torch.ones(3), t.flatten()]).to("neuron")[3:].view(t.shape)
+
+    want = fn(x, gamma, beta)
+    zeros = want == 0
+    assert int(zeros.sum()) > 0
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="neuron", dynamic=False)(*[on_device(t) for t in (x, gamma, beta)]).cpu()
+    eager = fn(*[on_device(t) for t in (x, gamma, beta)]).cpu()
+    torch.testing.assert_close(got, want)
+    both = zeros & (got == 0)
+    assert torch.equal(both, zeros)
+    assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros]))
+    assert torch.equal(got.view(torch.int32), eager.view(torch.int32))
