@@ -43,7 +43,8 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
 * ``native_layer_norm`` lowers with the variance as E[x^2] - E[x]^2 (cancellation: 1e-4 relative
   error for rows with a large mean) and weight folded into the scale (inf - inf with an infinite
   weight): it becomes ATen's two-pass form, ``(x - mean) * rstd * w + b``, in float32 (``_layer_norm_affine``:
-  ``+ 0.0`` without gamma and beta, as CPU's loop adds its zero beta);
+  ``+ 0.0`` without gamma and beta, as CPU's loop adds its zero beta), only where ``compiler/opaque.py`` does
+  not cut it whole (it cuts every floating layer norm, which then runs the eager kernel as a step);
 * ``sinh``/``cosh`` lower to ``exp(x + log(0.5))`` (XLA's expansion): rounding ``x + log(0.5)`` costs
   up to ~20 float32 ULP at |x| ~ 60-90; they become ``h = exp(|x| / 2)`` forms (``_hyperbolic``);
 * ``mul``/``div`` of a float16/bfloat16 tensor by a Python float round the scalar to the tensor's dtype;
@@ -454,7 +455,9 @@ def _layer_norm_affine(graph: torch.fx.Graph, deviation: torch.fx.Node, rstd: to
     rescaled by 2^100 and a select), which more than doubled the single-op program's device time (27.2 us
     against 11.9 us; the eager kernel's 12.1 us, tests/compiler/test_compile_fusion.py); even the per-column
     part of it (a zero beta added as -0.0 in the columns of a tiny gamma) cost 0.65 us, past the eager
-    kernel's time. The engines have no fused multiply-add outside a GpSimd program."""
+    kernel's time. The engines have no fused multiply-add outside a GpSimd program. So every layer norm this
+    would take is cut whole instead (compiler/opaque.py ``_layer_norm``) and runs the eager kernel's tile
+    program, whose affine step is that GpSimd program: this form is left for what the cut refuses."""
     y = _call(graph, aten.mul.Tensor, deviation, rstd)
     if weight is None and bias is None:
         return _call(graph, aten.add.Scalar, y, 0.0)
