@@ -697,11 +697,27 @@ def _elu_backward(grad: torch.Tensor, alpha, scale, input_scale, is_result: bool
 def _softmax_backward_data(grad_output: torch.Tensor, output: torch.Tensor, dim: int, input_dtype: torch.dtype):
     """softmax's gradient as CPU's kernels form it, ``y * (g - sum(g * y))`` (PyTorch's decomposition forms
     ``g * y - y * sum(g * y)``: where y is 0, an underflowed or -inf input, that gives -0.0 for a negative g
-    where CPU's product gives the sign of ``g - sum``). Narrow floats compute in float32, as CPU does."""
+    where CPU's product gives the sign of ``g - sum``). Narrow floats compute in float32, as CPU does.
+
+    Only for the calls compiler/opaque.py does not cut whole (``opaque.softmax_backward_whole``): those stay
+    in the graph (NotImplemented: AOTAutograd traces the op itself) and run the eager kernel's tile program,
+    whose sum of g * y along a dim that is not the last is CPU's chain of fused multiply-adds."""
+    if opaque.softmax_backward_whole(grad_output, output, dim, input_dtype):
+        return NotImplemented
     wide = output.dtype in (torch.bfloat16, torch.float16)
     g, y = (grad_output.float(), output.float()) if wide else (grad_output, output)
     result = y * (g - (g * y).sum(dim, keepdim=True))
     return result.to(grad_output.dtype).to(input_dtype).contiguous()  # the dtype PyTorch's meta gives
+
+
+def _log_softmax_backward_data(grad_output: torch.Tensor, output: torch.Tensor, dim: int,
+                               input_dtype: torch.dtype):
+    """PyTorch's decomposition, except for the calls compiler/opaque.py cuts whole (NotImplemented keeps the op
+    in the traced graph): CPU forms ``g - exp(y) * sum(g)`` with one rounding, which StableHLO cannot say."""
+    if opaque.softmax_backward_whole(grad_output, output, dim, input_dtype):
+        return NotImplemented
+    return torch._decomp.decomposition_table[aten._log_softmax_backward_data.default](grad_output, output, dim,
+                                                                                      input_dtype)
 
 
 def _attention_operands(query, key, value, attn_bias, is_causal: bool, scale):
@@ -1099,6 +1115,7 @@ def traced_forms() -> Iterator[None]:
 DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
                   aten._log_softmax.default: _log_softmax,
                   aten._softmax_backward_data.default: _softmax_backward_data,
+                  aten._log_softmax_backward_data.default: _log_softmax_backward_data,
                   aten.index_add.default: _index_add,
                   aten.native_dropout.default: _native_dropout,
                   aten.mse_loss_backward.default: _mse_loss_backward,

@@ -155,12 +155,47 @@ def _layer_norm(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 
 
+def softmax_backward_whole(grad: Any, output: Any, dim: int, input_dtype: Any) -> bool:
+    """Whether ``_softmax_backward_data``/``_log_softmax_backward_data`` of these operands (fake tensors or FX
+    metas) is cut whole: floating operands of one dtype and shape, the gradient in the input's dtype (the mixed
+    float16/float32 call and the calls CPU refuses keep numerics' decomposition). numerics.DECOMPOSITIONS
+    leaves exactly these calls undecomposed."""
+    return (isinstance(grad, torch.Tensor) and isinstance(output, torch.Tensor) and grad.dtype in _FLOATS
+            and output.dtype == grad.dtype and input_dtype == grad.dtype and tuple(grad.shape) == tuple(output.shape))
+
+
+def _softmax_backward(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """``_softmax_backward_data`` and ``_log_softmax_backward_data``: operands (grad_output, output), the one
+    result. Cut whole so the step runs the eager kernels' tile program (``kernels.reduction.softmax.
+    backward_program``): CPU sums g * y along a dim that is not the last as a chain of fused multiply-adds, and
+    log_softmax's g - exp(y) * sum(g) rounds once; StableHLO has no fma (the op suite's NaN positions and zero
+    signs)."""
+    a = _bound(node)
+    grad, output = a["grad_output"], a["output"]
+    if not isinstance(grad, torch.fx.Node) or not isinstance(output, torch.fx.Node):
+        return None
+    gm, om = grad.meta.get("val"), output.meta.get("val")
+    if not softmax_backward_whole(gm, om, a["dim"], a["input_dtype"]):
+        return None
+    nd = gm.dim()
+    dim = int(a["dim"]) + (max(nd, 1) if int(a["dim"]) < 0 else 0)
+    if not 0 <= dim < max(nd, 1):
+        return None
+    log = node.target is aten._log_softmax_backward_data.default
+    return [grad, output], {0: 0}, {"dim": dim, "log": log}
+
+
 def cuttable(node: torch.fx.Node) -> bool:
     """Whether ``cut`` takes ``node`` whole (rewrites that would otherwise decompose it, numerics._layer_norm,
     leave it alone)."""
     entry = CUTTERS.get(node.target) if node.op == "call_function" else None
-    return entry is not None and entry[1](node) is not None and all(
-        u.target is operator.getitem for u in node.users)
+    return entry is not None and entry[1](node) is not None and (
+        _single(node) or all(u.target is operator.getitem for u in node.users))
+
+
+def _single(node: torch.fx.Node) -> bool:
+    """Whether ``node`` returns one tensor (its users read it directly, not through getitem)."""
+    return isinstance(node.meta.get("val"), torch.Tensor)
 
 
 # Results of the forward that the backward op reads but the compiled step does not make: its dropout
@@ -173,6 +208,8 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten._scaled_dot_product_fused_attention_overrideable_backward.default: ("attention_backward",
                                                                              _attention_backward),
     aten.native_layer_norm.default: ("layer_norm", _layer_norm),
+    aten._softmax_backward_data.default: ("softmax_backward", _softmax_backward),
+    aten._log_softmax_backward_data.default: ("softmax_backward", _softmax_backward),
 }
 
 
@@ -198,7 +235,8 @@ def cut(gm: torch.fx.GraphModule) -> list[Cut]:
             continue
         operands, result_items, attrs = described
         zeros = _ZERO_RESULTS.get(node.target, ())
-        users = list(node.users)
+        single = _single(node)
+        users = [] if single else list(node.users)
         if any(u.target is not operator.getitem or u.args[1] not in (*result_items, *zeros) for u in users):
             continue
         for user in [u for u in users if u.args[1] in zeros]:
@@ -208,14 +246,15 @@ def cut(gm: torch.fx.GraphModule) -> list[Cut]:
             user.replace_all_uses_with(zero)
             graph.erase_node(user)
             users.remove(user)
-        metas = node.meta["val"]
+        metas = (node.meta["val"],) if single else node.meta["val"]
         results: list[int | None] = [None] * len(result_items)
         types = []
         for item, position in sorted(result_items.items(), key=lambda kv: kv[1]):
             meta = metas[item]
             types.append(([int(s) for s in meta.shape], _DTYPES.get(meta.dtype, str(meta.dtype))))
-        for user in users:
-            position = result_items[user.args[1]]
+        # each read result: (its position, the node standing for it: a getitem, or a single-result op itself)
+        reads = [(result_items[0], node)] if single and node.users else [(result_items[u.args[1]], u) for u in users]
+        for position, user in reads:
             if results[position] is not None:  # a second getitem of the same result
                 user.replace_all_uses_with(_placeholder_of(graph, results[position]))
                 graph.erase_node(user)
@@ -228,7 +267,8 @@ def cut(gm: torch.fx.GraphModule) -> list[Cut]:
             results[position] = n_inputs
             n_inputs += 1
             user.replace_all_uses_with(new)
-            graph.erase_node(user)
+            if user is not node:
+                graph.erase_node(user)
         positions = list(range(n_outputs + len(extra), n_outputs + len(extra) + len(operands)))
         extra.extend(operands)
         graph.erase_node(node)

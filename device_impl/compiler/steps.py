@@ -538,10 +538,29 @@ def _layer_norm(step: dict, program: Program) -> Runner:
     return run
 
 
+def _softmax_backward(step: dict, program: Program) -> Runner:
+    """``_softmax_backward_data`` / ``_log_softmax_backward_data`` (compiler/opaque.py cuts them whole): the
+    eager kernels' tile program (``kernels.reduction.softmax.backward_program``), CPU's fused multiply-adds on
+    GpSimd, so the step's gradient is the eager kernel's bit for bit and costs what its launch does."""
+    from device_impl.kernels.reduction.softmax import backward_program
+
+    attrs = step["attrs"]
+    (result,) = step["results"]
+
+    def run(nc, env) -> None:
+        grad, y = (_operand_array(env, program, vid) for vid in step["operands"])
+        out = env.access(result)
+        if out.size:
+            backward_program(nc, grad, y, out, attrs["dim"], attrs["log"])
+
+    return run
+
+
 RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
     "attention": _attention,
     "attention_backward": _attention_backward,
     "layer_norm": _layer_norm,
+    "softmax_backward": _softmax_backward,
     "dot_general": _dot_general,
     "concatenate": _concatenate,
     "iota": _iota,

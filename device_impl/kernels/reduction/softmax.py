@@ -242,45 +242,57 @@ def _softmax_backward(name: str, log: bool, a: dict, out_name: str) -> torch.Ten
     check_out(out, tuple(grad.shape), grad.dtype, [grad, y], exact_dtype=True)
     if out.numel() == 0:
         return out
-    g = _along(grad, dim, [grad, y, out])
+    with launch(name, out.device.index) as nc:
+        backward_program(nc, hbm(grad), hbm(y), hbm(out), dim, log)
+    return out
+
+
+def backward_program(nc, grad: np.ndarray, y: np.ndarray, out: np.ndarray, dim: int, log: bool) -> None:
+    """softmax's (``log``: log_softmax's) backward tile program on HBM arrays of one shape, inside a launch: the
+    eager kernels and the compiler's ``softmax_backward`` step (compiler/opaque.py cuts _softmax_backward_data
+    and _log_softmax_backward_data whole) both run it, so the compiled gradient keeps CPU's fused multiply-adds
+    (which StableHLO cannot say) and is the eager kernel's, bit for bit and instruction for instruction."""
+    nd = grad.ndim
+    kdims = [d for d in range(nd) if d != dim]
+    order = kdims + ([dim] if nd else [])
+    g = _Grid([grad.shape[d] for d in kdims], [grad.shape[dim]] if nd else [],
+              kr=[a.transpose(order) for a in (grad, y, out)])
     G, Y, O = g.kr
     # ATen's softmax_backward_cpu_out: the last dim (a 0-dim tensor is viewed as [1]) takes the lastdim kernel,
     # whose sum of g * y is a vector reduction; any other dim _vec_softmax_backward's column-by-column fma chain
-    chained = not log and dim != max(grad.dim(), 1) - 1
-    with launch(name, out.device.index) as nc:
-        for blk in _blocks(nc, g, [G, Y]):
-            p = blk.p
-            total = _row_scalar(nc, p)  # softmax: sum(g * y); log_softmax: sum(g)
-            for j, (_, (tg, ty)) in enumerate(blk.each(0, 1)):
-                mark = nc.mark()
-                if chained:
-                    _fma_chain(nc, total, tg, ty, first=j == 0)
-                    nc.release_to(mark)
-                    continue
-                part = total if j == 0 else _row_scalar(nc, p)
-                if log:
-                    nc.vector.tensor_reduce(part, tg, "add", dtype=FP32)
-                else:
-                    prod = nc.sbuf_tile(tg.shape, FP32)
-                    nc.vector.tensor_tensor(prod, tg, ty, "multiply", dtype=FP32)
-                    nc.vector.tensor_reduce(part, prod, "add", dtype=FP32)
-                if j:
-                    _combine(nc, total, part, "add", FP32)
+    chained = not log and dim != max(nd, 1) - 1
+    for blk in _blocks(nc, g, [G, Y]):
+        p = blk.p
+        total = _row_scalar(nc, p)  # softmax: sum(g * y); log_softmax: sum(g)
+        for j, (_, (tg, ty)) in enumerate(blk.each(0, 1)):
+            mark = nc.mark()
+            if chained:
+                _fma_chain(nc, total, tg, ty, first=j == 0)
                 nc.release_to(mark)
-            for ch, (tg, ty) in blk.each(0, 1):
-                mark = nc.mark()
-                res = nc.sbuf_tile(tg.shape, O.dtype)
-                tmp = nc.sbuf_tile(tg.shape, FP32)
-                if log:  # g - exp(y) * sum, one fused rounding as CPU's vectorized loop
-                    nc.scalar.activation(tmp, ty, "exp")
-                    _fnma_rows(nc, res, tmp, total, tg)
-                else:  # y * (g - sum(g * y))
-                    nc.vector.tensor_tensor(tmp, tg, total, "subtract", dtype=FP32)
-                    nc.vector.tensor_tensor(res, ty, tmp, "multiply", dtype=FP32)
-                blk.store(O, ch, res)
-                nc.release_to(mark)
-            nc.release(total)
-    return out
+                continue
+            part = total if j == 0 else _row_scalar(nc, p)
+            if log:
+                nc.vector.tensor_reduce(part, tg, "add", dtype=FP32)
+            else:
+                prod = nc.sbuf_tile(tg.shape, FP32)
+                nc.vector.tensor_tensor(prod, tg, ty, "multiply", dtype=FP32)
+                nc.vector.tensor_reduce(part, prod, "add", dtype=FP32)
+            if j:
+                _combine(nc, total, part, "add", FP32)
+            nc.release_to(mark)
+        for ch, (tg, ty) in blk.each(0, 1):
+            mark = nc.mark()
+            res = nc.sbuf_tile(tg.shape, O.dtype)
+            tmp = nc.sbuf_tile(tg.shape, FP32)
+            if log:  # g - exp(y) * sum, one fused rounding as CPU's vectorized loop
+                nc.scalar.activation(tmp, ty, "exp")
+                _fnma_rows(nc, res, tmp, total, tg)
+            else:  # y * (g - sum(g * y))
+                nc.vector.tensor_tensor(tmp, tg, total, "subtract", dtype=FP32)
+                nc.vector.tensor_tensor(res, ty, tmp, "multiply", dtype=FP32)
+            blk.store(O, ch, res)
+            nc.release_to(mark)
+        nc.release(total)
 
 
 def _fma_chain(nc, total: Tile, tg: Tile, ty: Tile, first: bool) -> None:
