@@ -20,7 +20,8 @@ The NEFF cache lives in a temporary directory, so "cold" is cold.
 
 ``--breakdown`` prints instead, per case, where the compiled program's HBM bytes and device time go: one row
 per step, reads by buffer class (weights, inputs, constants, scratch, outputs) and writes (scratch, outputs),
-with the device-clock advance over the step (device_impl/compiler/breakdown.py), and the compulsory bytes.
+with the device-clock advance over the step (device_impl/compiler/breakdown.py), and the compulsory bytes; then per
+step its instructions' span, each engine's busy time and the engine bounding it, and each engine's idle time.
 """
 
 from __future__ import annotations
@@ -139,6 +140,7 @@ def breakdown(case: Case, name: str) -> None:
         rows = steps_of.step_figures(executable, args, weights)
         print(f"program {executable.name}: {len(rows)} steps, scratch arena {executable.scratch_bytes:,d} B")
         print(steps_of.table(rows))
+        print(steps_of.engine_table(rows))
     print(f"compulsory HBM bytes {compulsory_bytes(case.build('cpu', torch.float32)):,d}\n")
 
 

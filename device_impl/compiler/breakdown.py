@@ -31,6 +31,7 @@ from numpy.lib.array_utils import byte_bounds
 
 from device_impl.compiler import executor
 from device_impl.engine import launch
+from device_impl.engine.timeline import ENGINES
 
 READ_CLASSES = ("weight", "input", "const", "scratch", "output", "sbuf")
 WRITE_CLASSES = ("scratch", "output", "sbuf")
@@ -48,6 +49,15 @@ class StepFigures:
     writes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(WRITE_CLASSES, 0))
     ns: float = 0.0
     flops: int = 0
+    # the step's instructions on the launch's timeline: first start and last end (ns), and each engine's busy ns
+    start: float = 0.0
+    end: float = 0.0
+    busy: dict[str, float] = field(default_factory=lambda: dict.fromkeys(ENGINES, 0.0))
+
+    @property
+    def bound(self) -> str:
+        """The engine busiest over the step's span (the one its instructions keep longest)."""
+        return max(ENGINES, key=lambda e: self.busy[e]) if any(self.busy.values()) else ""
 
     @property
     def read_bytes(self) -> int:
@@ -172,18 +182,28 @@ def step_figures(executable, args: list, weights: set[int] = frozenset()) -> lis
         def observed(j):
             def run(nc_, env_):
                 current[:] = [rows[j]]
-                before, flops = timeline.end, timeline.flops
+                before, flops, busy, first = timeline.end, timeline.flops, dict(timeline.busy), len(timeline.events)
                 runners[j](nc_, env_)
                 rows[j].ns = max(0.0, timeline.end - before)
                 rows[j].flops = timeline.flops - flops
+                rows[j].busy = {e: timeline.busy[e] - busy[e] for e in ENGINES}
+                events = timeline.events[first:]
+                if events:
+                    rows[j].start = min(start for _, _, start, _ in events)
+                    rows[j].end = max(start + cost for _, _, start, cost in events)
                 current.clear()
             return run
 
+        recording = timeline.record
+        timeline.record = True  # every instruction's (engine, start, cost): each step's span
         try:
             executable.runners = [observed(j) for j in range(len(runners))]
             executable.run_steps(nc, env)
         finally:
             executable.runners = runners
+            timeline.record = recording
+            if not recording:
+                timeline.events.clear()
             for name in _DMA_READS + _DMA_WRITES + ("hbm_copy",):
                 dma.__dict__.pop(name, None)
     return rows
@@ -207,4 +227,23 @@ def table(rows: list[StepFigures]) -> str:
     hbm_w = sum(v for c, v in total_w.items() if c != ONCHIP)
     lines.append(f"HBM bytes {hbm_r + hbm_w:,d} (read {hbm_r:,d}, written {hbm_w:,d}); on-chip (SBUF arena) DMA "
                  f"bytes {total_r[ONCHIP] + total_w[ONCHIP]:,d}")
+    return "\n".join(lines)
+
+
+def engine_table(rows: list[StepFigures], device_ns: float | None = None) -> str:
+    """Per step: its instructions' span on the launch's timeline, each engine's busy time in it and the engine
+    that bounds it (the busiest); then each engine's busy total and its idle time over the launch (where DMA is
+    not overlapped with compute, or the vector engines serialise the softmax and norm passes, shows here)."""
+    head = (f"{'#':>3s} {'step':12s} {'what':44s} {'start us':>9s} {'end us':>9s} "
+            + " ".join(f"{e + ' us':>9s}" for e in ENGINES) + f" {'bound':>7s}")
+    lines = [head]
+    for r in rows:
+        lines.append(f"{r.index:3d} {r.kind:12s} {r.what[:44]:44s} {r.start / 1e3:9.2f} {r.end / 1e3:9.2f} "
+                     + " ".join(f"{r.busy[e] / 1e3:9.2f}" for e in ENGINES) + f" {r.bound:>7s}")
+    total = {e: sum(r.busy[e] for r in rows) for e in ENGINES}
+    span = device_ns if device_ns is not None else max((r.end for r in rows), default=0.0)
+    lines.append(f"{'':3s} {'busy':12s} {'':44s} {'':9s} {span / 1e3:9.2f} "
+                 + " ".join(f"{total[e] / 1e3:9.2f}" for e in ENGINES))
+    lines.append(f"{'':3s} {'idle':12s} {'':44s} {'':9s} {'':9s} "
+                 + " ".join(f"{max(0.0, span - total[e]) / 1e3:9.2f}" for e in ENGINES))
     return "\n".join(lines)

@@ -11,11 +11,15 @@
    fused groups, heavy ops steps (an op without a lowering raises
    UnsupportedOpError here, before anything runs);
 5. ``memory.group_plan``: tile sizes of each fused group within SBUF; ``attach_epilogues`` (groups run on a
-   product's evacuation), ``share_lhs`` (consecutive products of one operand keep its SBUF tiles);
+   product's evacuation), ``share_lhs`` (consecutive products of one operand keep its SBUF tiles),
+   ``rotations`` (a flat group's rotate_half as one GpSimd permutation of its source's tile),
+   ``prepare_weights`` (a later product's weight tiles loaded and transposed by an earlier product step);
 6. ``schedule.finish``: buffers, output materialisation, HBM arena, waits.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from device_impl.compiler import concat, expansions, fold, fusion, memory, schedule
 from device_impl.compiler.ir import Graph
@@ -153,6 +157,123 @@ def share_lhs(steps: list[dict]) -> list[dict]:
     return steps
 
 
+PREPARE_SBUF_BYTES = 24 * 1024  # per partition: weight tiles made ahead and held for later products, at once
+
+
+def prepare_weights(steps: list[dict], views: dict, inputs: set[int], shapes: dict, dtypes: dict) -> list[dict]:
+    """Make a later product's weight tiles early, where TensorE idles (issue 21: "prefetch weights while the
+    previous matmul runs"): a dot_general whose B is a graph input (a linear layer's weight, ``W.t()``) is
+    loaded and transposed on TensorE by the first product of the run of consecutive dot_general steps it is in
+    (``prepare`` lists the later products' results; ``steps._dot_general`` runs ``matmul.prepare_rhs`` after its
+    own product) and kept in SBUF until its product takes it.
+
+    TensorE runs in program order: the MLP's gate, up and down weights, transposed by their own steps, waited
+    behind the gate product, which waits for the o projection's norm epilogue; made by the o projection's step,
+    they are transposed while that epilogue runs (decoder block 53.3 -> 52.5 us). Made any earlier (before the
+    rotary and attention steps, where TensorE idles longer), their loads went ahead of those steps' in the DMA
+    queues and cost more than they saved (58.8 us). At most ``PREPARE_SBUF_BYTES`` a partition of prepared tiles
+    are alive at once (estimated from the shapes as ``prepare_rhs`` allocates them; it makes nothing for a
+    product whose operands are not resident)."""
+    from device_impl.kernels.common import P
+    from device_impl.kernels.matmul import B_CACHE_BYTES, RESIDENT_BYTES
+
+    def base(vid: int) -> int:
+        while vid in views:
+            vid = views[vid]["src"]
+        return vid
+
+    live: list[tuple[int, int, int]] = []  # (preparer, target, bytes per partition)
+    for j, step in enumerate(steps):
+        if step["kind"] != "dot_general" or base(step["operands"][1]) not in inputs:
+            continue
+        dn = step["attrs"]["dot_dimension_numbers"]
+        if dn.get("lhs_batching_dimensions") or dn.get("rhs_batching_dimensions"):
+            continue
+        preparer = j
+        while preparer > 0 and steps[preparer - 1]["kind"] == "dot_general":
+            preparer -= 1
+        if preparer == j:
+            continue
+        lhs, rhs = step["operands"]
+        rc = dn.get("rhs_contracting_dimensions", [])
+        k = 1
+        for d in rc:
+            k *= shapes[rhs][d]
+        n = 1
+        for d in range(len(shapes[rhs])):
+            if d not in rc:
+                n *= shapes[rhs][d]
+        m = 1
+        for d in shapes[lhs]:
+            m *= d
+        m //= max(k, 1)
+        k_tiles = -(-k // P)
+        b_bytes = k_tiles * n * dtypes[rhs].itemsize
+        if b_bytes > B_CACHE_BYTES or k_tiles * m * dtypes[lhs].itemsize + b_bytes > RESIDENT_BYTES:
+            continue
+        if sum(b for f, t, b in live if not (t < preparer or j < f)) + b_bytes > PREPARE_SBUF_BYTES:
+            continue
+        live.append((preparer, j, b_bytes))
+        steps[preparer].setdefault("prepare", []).append(step["results"][0])
+    return steps
+
+
+def rotations(step: dict, views: dict, constants: dict, shapes: dict) -> list[dict]:
+    """A flat group's rotate_half (``concat.reversed_blocks``: ``select(mask, -r, r)`` where ``r`` is a value the
+    group also loads, read through a reshape and a reverse of its block axis, and ``mask`` a constant over the
+    blocks), as one GpSimd permutation of the loaded value's tile (``groups._emit_rotate``): the value is read
+    from HBM once, not twice, the mask not at all, and VectorE's negate and select passes go (the decoder's
+    rotary was DMA- and VectorE-bound). Each entry names the select's slot and the source slot, the blocks and
+    which are negated, and the rotation unit (elements of a whole concatenated row); ``groups.GroupRunner`` uses
+    it for every call whose tiles hold whole units. The same bits: a negation and copies."""
+    if step["kind"] != "fused" or step["reduce_dims"] is not None:
+        return []
+    ops, loads = step["ops"], dict(step["loads"])
+    slot_of_load = {vid: slot for slot, vid in step["loads"]}
+    producer = {op["slot"]: op for op in ops}
+    uses: dict[int, int] = {}
+    for op in ops:
+        for kind, x in op["args"]:
+            if kind == "slot":
+                uses[x] = uses.get(x, 0) + 1
+    found = []
+    for op in ops:
+        if op["op"] != "select" or [k for k, _ in op["args"]] != ["slot"] * 3:
+            continue
+        (_, m), (_, neg), (_, r) = op["args"]
+        negate = producer.get(neg)
+        if negate is None or negate["op"] != "negate" or [tuple(a) for a in negate["args"]] != [("slot", r)]:
+            continue
+        if m not in loads or r not in loads or uses.get(m) != 1 or uses.get(neg) != 1 or uses.get(r) != 2:
+            continue
+        flipped = views.get(loads[r])
+        if flipped is None or flipped["op"] != "reverse" or len(flipped.get("dimensions", [])) != 1:
+            continue
+        split = views.get(flipped["src"])
+        if split is None or split["op"] != "reshape" or split["src"] not in slot_of_load:
+            continue
+        source = split["src"]
+        wide = views.get(loads[m])
+        if wide is None or wide["op"] != "broadcast_in_dim" or wide["src"] not in constants:
+            continue
+        (d,) = flipped["dimensions"]
+        xs, ss = tuple(shapes[source]), tuple(shapes[flipped["src"]])
+        if tuple(step["shape"]) != xs or len(ss) != len(xs) + 1 or ss[:d] != xs[:d] or ss[d + 2:] != xs[d + 1:]:
+            continue
+        n, w = ss[d], ss[d + 1]
+        mask = np.asarray(constants[wide["src"]])
+        if mask.shape != (n, w) or wide["broadcast_dimensions"] != [d, d + 1]:
+            continue
+        if not all(mask[k].all() or not mask[k].any() for k in range(n)):
+            continue
+        inner = 1
+        for extent in xs[d + 1:]:
+            inner *= extent
+        found.append({"slot": op["slot"], "source": slot_of_load[source], "blocks": n, "unit": n * w * inner,
+                      "negated": [bool(mask[k, 0]) for k in range(n)], "drop": [m, r, neg]})
+    return found
+
+
 def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Program:
     graph = fold.fold_constants(graph)
     fold.check_static(graph, input_names)
@@ -166,6 +287,13 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Prog
         steps.append(_group_step(step["group"], used) if step["kind"] == "fused" else step)
     steps = attach_epilogues(steps, views, set(graph.outputs), {vid: t.shape for vid, t in graph.types.items()})
     steps = share_lhs(steps)
+    shapes = {vid: t.shape for vid, t in graph.types.items()}
+    for step in steps:
+        found = rotations(step, views, graph.constants, shapes)
+        if found:
+            step["rotations"] = found
+    steps = prepare_weights(steps, views, set(graph.inputs), {vid: t.shape for vid, t in graph.types.items()},
+                            {vid: t.np_dtype for vid, t in graph.types.items()})
     referenced = set(graph.inputs) | set(graph.outputs) | set(views) | {v["src"] for v in views.values()}
     referenced.update(vid for step in steps if "epilogue" in step for vid in step["results"])
     for step in steps:

@@ -10,7 +10,8 @@ Cutting ``x`` along the concatenated dim into n equal blocks, a concatenation of
 the reading DMA applies as an access pattern (a negative stride). Negated blocks become ``select(mask, -v, v)``
 with a constant mask over the blocks, so every element is the same bits as before (the negation is the
 same op on the same value). The chain then stays one fused group, which reads ``x`` (twice: two access
-patterns) and writes once.
+patterns) and writes once; in a flat group whose tiles hold whole concatenated rows, ``build.rotations`` turns
+the select of the negated reversed view into one GpSimd permutation of ``x``'s tile, so ``x`` is read once.
 """
 
 from __future__ import annotations

@@ -72,7 +72,26 @@ class _Op:
             self.init_combine = not _is_identity(self.alu, self.init, self.dtype)
             self.emit = None
         else:
-            self.emit = lowering.ELEMENTWISE[self.name]
+            self.emit = _emit_rotate if self.name == "rotate" else lowering.ELEMENTWISE[self.name]
+
+
+def _emit_rotate(nc, out: Tile, args: list, op: Op, in_types: list) -> None:
+    """A rotate_half (build.rotations) of a tile holding whole rotation units along its free axis: each unit's
+    blocks in reverse order, the marked ones negated, as one GpSimd program over the tile (a permutation within
+    each partition, which no VectorE pass expresses); GpSimd's cost rule over the elements it reads and writes."""
+    n, unit, negated = op.attrs["blocks"], op.attrs["unit"], op.attrs["negated"]
+
+    def program(dst: np.ndarray, src: np.ndarray) -> None:
+        p, f = src.shape
+        a = src.reshape(p, f // unit, n, unit // n)
+        b = dst.reshape(p, f // unit, n, unit // n)
+        for k in range(n):
+            if negated[k]:
+                np.negative(a[:, :, n - 1 - k], out=b[:, :, k])
+            else:
+                b[:, :, k] = a[:, :, n - 1 - k]
+
+    nc.gpsimd.run("rotate_blocks", program, (out,), (args[0],))
 
 
 _NARROW = frozenset({BF16, np.dtype(np.float16)})
@@ -137,6 +156,12 @@ def _select(ops: list[_Op], loads: set[int], stores: set[int], slot_dtype: list[
                 op.scalar_form = "square"
             else:
                 op.scalar_form = "affine"
+        elif (op.name == "power" and op.dtype == FP32 and all(t.np_dtype == FP32 for t in op.in_types)
+              and op.args[0][0] == "slot" and op.args[1][0] == "imm" and float(op.args[1][1]) == 2.0):
+            # x ** 2 (an RMS norm's mean of squares): x * x, exactly (x * x in fp32 is correctly rounded, and
+            # so is the power: the square of a float32 is exact in the float64 pow computes in), so it may
+            # run on ScalarE as ``square`` and its row sum come from the same pass (``accumulate``)
+            op.scalar_form = "square"
         if op.name == "divide" and is_float(op.dtype) and [k for k, _ in op.args] == ["slot", "slot"]:
             total = producer.get(op.args[1][1])
             if total is not None and total.name == "reduce" and total.alu == "add" and total.args == op.args[:1]:
@@ -255,23 +280,46 @@ class GroupRunner:
         self.chunk = tiles.get("chunk", self.cols)
         self.hoist_bytes = GROUP_SBUF_BYTES - tiles.get("sbuf_bytes", GROUP_SBUF_BYTES)
         self.block_bytes = tiles.get("sbuf_bytes", GROUP_SBUF_BYTES)  # one row block's planned peak
+        self.loads_at, self.release_at = self._schedule_of(self.ops)
+        self.numel = int(np.prod(self.shape, dtype=np.int64))
+        # the same ops with each rotate_half one GpSimd permutation of its source's tile (build.rotations), for the
+        # calls whose tiles all hold whole rotation units (``_flat``); None where the group has none
+        self.rotated: tuple | None = None
+        rotations = step.get("rotations") or []
+        if rotations and self.reduce_dims is None:
+            negates = {r["drop"][2] for r in rotations}
+            entries = []
+            for e in step["ops"]:
+                spin = next((r for r in rotations if r["slot"] == e["slot"] and e["op"] == "select"), None)
+                if e["op"] == "negate" and e["slot"] in negates:
+                    continue
+                if spin is not None:
+                    e = dict(e, op="rotate", args=[["slot", spin["source"]]], in_types=[e["dtype"]],
+                             attrs={"blocks": spin["blocks"], "unit": spin["unit"], "negated": spin["negated"]})
+                entries.append(e)
+            ops = _select([_Op(i, e, slots[e["slot"]][1]) for i, e in enumerate(entries)], set(self.loads),
+                          set(self.stores), self.slot_dtype)
+            self.rotated = (ops, *self._schedule_of(ops), math.lcm(*(r["unit"] for r in rotations)))
+
+    def _schedule_of(self, ops: list[_Op]) -> tuple[dict, dict]:
+        """(loads_at, release_at) of an op list: the loads each op uses first, the slots freed after each op."""
         last: dict[int, int] = {}
         first: dict[int, int] = {}
-        for op in self.ops:
+        for op in ops:
             for kind, x in op.args + (op.pre.args if op.pre is not None else []):
                 if kind == "slot":
                     last[x] = op.index
                     if x in self.loads:
                         first.setdefault(x, op.index)
-        self.loads_at: dict[int, list[int]] = {}
+        loads_at: dict[int, list[int]] = {}
         for slot, i in first.items():
-            self.loads_at.setdefault(i, []).append(slot)
-        self.release_at: dict[int, list[int]] = {}
-        for op in self.ops:
-            self.release_at.setdefault(last.get(op.slot, op.index), []).append(op.slot)
+            loads_at.setdefault(i, []).append(slot)
+        release_at: dict[int, list[int]] = {}
+        for op in ops:
+            release_at.setdefault(last.get(op.slot, op.index), []).append(op.slot)
         for slot in first:
-            self.release_at.setdefault(last[slot], []).append(slot)
-        self.numel = int(np.prod(self.shape, dtype=np.int64))
+            release_at.setdefault(last[slot], []).append(slot)
+        return loads_at, release_at
 
     def __call__(self, nc, env) -> None:
         if self.numel == 0:
@@ -298,12 +346,18 @@ class GroupRunner:
 
     # -- flat groups --------------------------------------------------------------------------
     def _flat(self, nc, loads: dict, stores: dict, ranges=None) -> None:
-        for start, stop, p, f in ranges or flat_tiles(self.numel, self.free):
+        ranges = list(ranges or flat_tiles(self.numel, self.free))
+        ops, loads_at, release_at = self.ops, self.loads_at, self.release_at
+        if self.rotated is not None:
+            unit = self.rotated[3]
+            if all(start % unit == 0 and f % unit == 0 and (stop - start) % unit == 0 for start, stop, _, f in ranges):
+                ops, loads_at, release_at = self.rotated[:3]
+        for start, stop, p, f in ranges:
             mark = nc.mark()
             tiles: dict[int, Any] = {}
             pending: dict = {}
-            for op in self.ops:
-                for slot in self.loads_at.get(op.index, ()):
+            for op in ops:
+                for slot in loads_at.get(op.index, ()):
                     view = loads[slot]
                     t = nc.sbuf_tile((p, f), view.dtype)
                     nc.dma.load_flat(t, view, start, stop)
@@ -314,7 +368,7 @@ class GroupRunner:
                 tiles[op.slot] = out
                 if op.slot in stores:
                     nc.dma.store_flat(stores[op.slot], start, stop, out)
-                for slot in self.release_at.get(op.index, ()):
+                for slot in release_at.get(op.index, ()):
                     if slot in tiles:
                         nc.release(tiles.pop(slot))
             nc.release_to(mark)

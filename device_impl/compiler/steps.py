@@ -71,6 +71,9 @@ def _dot_general(step: dict, program: Program) -> Runner:
     share = step.get("share_lhs")  # products of the same lhs in a row keep its SBUF tiles (build.share_lhs)
     layout = tuple(lb + lf + lc)
     counters.matmul_linked(program.name, program.dtype(lhs) == np.float32 or program.dtype(rhs) == np.float32)
+    # later products whose weight tiles this step makes (build.prepare_weights), and their dims
+    prepare = [dot_dims(s, program) for s in program.steps
+               if s["kind"] == "dot_general" and s["results"][0] in step.get("prepare", ())]
 
     def run(nc, env) -> None:
         if epilogue is None:
@@ -83,19 +86,37 @@ def _dot_general(step: dict, program: Program) -> Runner:
             return
         a = env.access(lhs).transpose(lb + lf + lc).reshape(batch, m, k)
         b = env.access(rhs).transpose(rb + rc + rf).reshape(batch, k, n)
+        made = env.shared.pop(("rhs", result), None)  # this product's weight tiles, made by an earlier step
         for i in range(batch):
             with nc.scope():
                 block = None if tail is None else (
                     lambda nc_, t, m0, m1, n0, n1, i=i: tail(nc_, t, i * m + m0, i * m + m1, n0, n1))
                 kept = None if share is None else env.shared.setdefault((lhs, layout, i), ({}, []))
-                matmul.matmul_into(nc, out[i], a[i], b[i], epilogue=block, lhs_tiles=kept)
+                matmul.matmul_into(nc, out[i], a[i], b[i], epilogue=block, lhs_tiles=kept,
+                                   rhs_tiles=made if batch == 1 else None)
         if share is not None and share["last"]:
             for i in range(batch):
                 _, live = env.shared.pop((lhs, layout, i), ({}, []))
                 with nc.stream(live):
                     nc.release_to(0)
+        if made is not None:
+            with nc.stream(made[1]):
+                nc.release_to(0)
+        for later in prepare:
+            _prepare_rhs(nc, env, program, later)
 
     return run
+
+
+def _prepare_rhs(nc, env, program: Program, d: DotDims) -> None:
+    """Load and transpose a later product's weight tiles now (build.prepare_weights), kept in SBUF for it."""
+    if d.batch != 1 or d.m == 0 or d.n == 0 or d.k == 0:
+        return
+    b2d = env.access(d.rhs).transpose(d.rb + d.rc + d.rf).reshape(d.k, d.n)
+    live: list = []
+    cache = matmul.prepare_rhs(nc, d.m, program.dtype(d.lhs).itemsize, b2d, live)
+    if cache is not None:
+        env.shared[("rhs", d.result)] = (cache, live)
 
 
 def _concatenate(step: dict, program: Program) -> Runner:
@@ -154,7 +175,7 @@ def _pad(step: dict, program: Program) -> Runner:
     operand, value_vid = step["operands"]
     result = step["results"][0]
     value = _splat_operand(program, value_vid, "pad")
-    lo, hi = step["attrs"]["edge_padding_low"], step["attrs"]["edge_padding_high"]
+    lo = step["attrs"]["edge_padding_low"]  # the high padding follows from the result shape
     interior = step["attrs"].get("interior_padding", [0] * len(lo))
     out_shape = program.shape(result)
     src_index, dst_index = [], []

@@ -32,7 +32,7 @@ import torch
 
 from device_impl.engine import launch
 from device_impl.engine.dtypes import FP32
-from device_impl.kernels.common import FLOAT_DTYPES, check_out, hbm, promote, scalar_of
+from device_impl.kernels.common import FLOAT_DTYPES, hbm, promote, scalar_of
 from device_impl.kernels.registry import register_family
 
 M_TILE = 128
@@ -148,14 +148,15 @@ Epilogue = Callable[..., None]
 
 def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha: float = 1.0,
                  beta: float = 0.0, bias2d: np.ndarray | None = None, epilogue: Epilogue | None = None,
-                 lhs_tiles: tuple[dict, list] | None = None) -> None:
+                 lhs_tiles: tuple[dict, list] | None = None, rhs_tiles: tuple[dict, list] | None = None) -> None:
     """out2d = alpha * (a2d @ b2d) + beta * bias2d, tile by tile (bias2d already broadcast to out2d's shape).
 
     ``lhs_tiles``: (cache, scope) the caller keeps across products of the same ``a2d`` (the compiler's
     q/k/v or gate/up projections of one activation): when the operands are resident (loaded up front),
     the stationary tiles of A^T are taken from ``cache`` where an earlier product left them (loaded and
     transposed once), and the ones loaded here are allocated in ``scope``, which the caller frees after
-    the last product."""
+    the last product. ``rhs_tiles``: the same for B's moving tiles, made ahead by ``prepare_rhs`` (a weight's
+    loads and transposes run where TensorE is idle, before the product's turn)."""
     m, k = a2d.shape
     n = b2d.shape[1]
     if m == 0 or n == 0:
@@ -193,6 +194,8 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
     resident = b_cache and k_tiles * m * a2d.itemsize + k_tiles * n * b2d.itemsize <= RESIDENT_BYTES
     if resident and lhs_tiles is not None:
         lhs.cache, lhs.live = lhs_tiles
+    if resident and rhs_tiles is not None:
+        rhs.cache, rhs.live = rhs_tiles
     if resident:
         # Order of work: the first half of the K steps of the first few blocks (one PSUM bank
         # each), so TensorE has ready work while the rest of B streams in; then each block to
@@ -283,6 +286,30 @@ def _run_resident(nc, order, keys, lhs: _Operand, rhs: _Operand, blocks, k_range
 matmul_into = _matmul_into
 
 
+def prepare_rhs(nc, m: int, a2d_itemsize: int, b2d: np.ndarray, live: list) -> dict | None:
+    """B's moving tiles of a product ``matmul_into`` will run later with ``rhs_tiles=(cache, live)``: loaded, and
+    (a row-major B, a linear layer's ``W.t()``) transposed on TensorE, now, into SBUF tiles allocated in ``live``
+    (a scope the caller frees after the product). The tiles are the ones the product would make itself, keyed
+    as it asks for them; None (nothing made) unless B is transposed and the product's operands are resident
+    (``matmul_into`` takes cached tiles only then). ``m``: rows of the product's A, for that test."""
+    k, n = b2d.shape
+    k_tiles = math.ceil(k / K_TILE)
+    if m == 0 or n == 0 or k == 0 or not _Operand.needs_transpose(b2d):
+        return None
+    if not (k_tiles * n * b2d.itemsize <= B_CACHE_BYTES
+            and k_tiles * m * a2d_itemsize + k_tiles * n * b2d.itemsize <= RESIDENT_BYTES):
+        return None
+    rhs = _Operand(nc, b2d, True, cache=True)
+    rhs.live = live
+    keys = [(k0, min(k, k0 + K_TILE), n0, min(n, n0 + N_TILE)) for n0 in range(0, n, N_TILE)
+            for k0 in range(0, k, K_TILE)]
+    for key in keys:  # every load first (DMA streams them back to back), then the transposes as they land
+        rhs.prefetch(*key)
+    for key in keys:
+        rhs.tile(*key)
+    return rhs.cache
+
+
 def psum_to_sbuf(nc, dst, src, scale: float = 1.0) -> None:
     """dst = scale * src out of PSUM, on whichever of the two PSUM readers (ScalarE, VectorE)
     frees up first, as a compiler's scheduler would balance them."""
@@ -340,9 +367,9 @@ def _cname(dtype: torch.dtype) -> str:
 
 def _mm_shapes(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int]:
     if a.dim() != 2:
-        raise RuntimeError(f"self must be a matrix")
+        raise RuntimeError("self must be a matrix")
     if b.dim() != 2:
-        raise RuntimeError(f"mat2 must be a matrix")
+        raise RuntimeError("mat2 must be a matrix")
     if a.shape[1] != b.shape[0]:
         raise RuntimeError(f"mat1 and mat2 shapes cannot be multiplied ({a.shape[0]}x{a.shape[1]} and "
                            f"{b.shape[0]}x{b.shape[1]})")
@@ -429,9 +456,9 @@ register_family("addmm", _addmm_compute, _addmm_meta, dtypes=FLOAT_DTYPES)
 
 def _bmm_shapes(a: torch.Tensor, b: torch.Tensor) -> tuple[int, int, int, int]:
     if a.dim() != 3:
-        raise RuntimeError(f"batch1 must be a 3D tensor")
+        raise RuntimeError("batch1 must be a 3D tensor")
     if b.dim() != 3:
-        raise RuntimeError(f"batch2 must be a 3D tensor")
+        raise RuntimeError("batch2 must be a 3D tensor")
     if a.shape[0] != b.shape[0] or a.shape[2] != b.shape[1]:
         raise RuntimeError(f"Expected size for first two dimensions of batch2 tensor to be: [{a.shape[0]}, "
                            f"{a.shape[2]}] but got: [{b.shape[0]}, {b.shape[1]}].")

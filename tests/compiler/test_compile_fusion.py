@@ -349,15 +349,19 @@ def test_a_concatenation_of_reversed_blocks_is_a_view_with_the_same_bits(name, f
     torch.testing.assert_close(out, fn(x, c, s), equal_nan=True)
 
 
-def test_rotary_is_one_group_reading_its_input_twice():
-    """q * cos + rotate_half(q) * sin: one fused step, q read through two access patterns, written once."""
+def test_rotary_is_one_group_reading_its_input_once():
+    """q * cos + rotate_half(q) * sin: one fused step; q read once, its rotate_half one GpSimd permutation of
+    q's tile (build.rotations: no second access pattern, no select mask), written once."""
     x, c, s = _inputs(torch.float32, (2, 4, 128, 64), (128, 64), (128, 64))
     fn = ROTATIONS[0][1]
     out, stats = compiled_call(fn, x, c, s)
     run = compile_fn(fn, x, c, s)
-    assert [step["kind"] for step in run.executable.program.steps] == ["fused"]
-    mask = 2 * 32  # the [2, 32] bool select mask, broadcast over the rows
-    assert stats["hbm_bytes"] == 2 * x.nbytes + 2 * x.nbytes + mask * (x.numel() // 64) + out.nbytes
+    steps = run.executable.program.steps
+    assert [step["kind"] for step in steps] == ["fused"]
+    assert [r["negated"] for r in steps[0]["rotations"]] == [[True, False]]
+    assert stats["hbm_bytes"] == x.nbytes + 2 * x.nbytes + out.nbytes  # q once; cos and sin broadcast over heads
+    assert stats["gpsimd_busy_ns"] > 0
+    torch.testing.assert_close(out, fn(x, c, s))
 
 
 def test_products_of_one_operand_share_its_sbuf_tiles(monkeypatch):
