@@ -702,7 +702,7 @@ def _softmax_backward_data(grad_output: torch.Tensor, output: torch.Tensor, dim:
     Only for the calls compiler/opaque.py does not cut whole (``opaque.softmax_backward_whole``): those stay
     in the graph (NotImplemented: AOTAutograd traces the op itself) and run the eager kernel's tile program,
     whose sum of g * y along a dim that is not the last is CPU's chain of fused multiply-adds."""
-    if opaque.softmax_backward_whole(grad_output, output, dim, input_dtype):
+    if opaque.softmax_backward_whole(grad_output, output, dim, input_dtype, log=False):
         return NotImplemented
     wide = output.dtype in (torch.bfloat16, torch.float16)
     g, y = (grad_output.float(), output.float()) if wide else (grad_output, output)
@@ -714,7 +714,7 @@ def _log_softmax_backward_data(grad_output: torch.Tensor, output: torch.Tensor, 
                                input_dtype: torch.dtype):
     """PyTorch's decomposition, except for the calls compiler/opaque.py cuts whole (NotImplemented keeps the op
     in the traced graph): CPU forms ``g - exp(y) * sum(g)`` with one rounding, which StableHLO cannot say."""
-    if opaque.softmax_backward_whole(grad_output, output, dim, input_dtype):
+    if opaque.softmax_backward_whole(grad_output, output, dim, input_dtype, log=True):
         return NotImplemented
     return torch._decomp.decomposition_table[aten._log_softmax_backward_data.default](grad_output, output, dim,
                                                                                       input_dtype)

@@ -155,33 +155,38 @@ def _layer_norm(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 
 
-def softmax_backward_whole(grad: Any, output: Any, dim: int, input_dtype: Any) -> bool:
-    """Whether ``_softmax_backward_data``/``_log_softmax_backward_data`` of these operands (fake tensors or FX
-    metas) is cut whole: floating operands of one dtype and shape, the gradient in the input's dtype (the mixed
-    float16/float32 call and the calls CPU refuses keep numerics' decomposition). numerics.DECOMPOSITIONS
-    leaves exactly these calls undecomposed."""
-    return (isinstance(grad, torch.Tensor) and isinstance(output, torch.Tensor) and grad.dtype in _FLOATS
-            and output.dtype == grad.dtype and input_dtype == grad.dtype and tuple(grad.shape) == tuple(output.shape))
+def softmax_backward_whole(grad: Any, output: Any, dim: int, input_dtype: Any, log: bool) -> bool:
+    """Whether ``_softmax_backward_data`` (``log``: ``_log_softmax_backward_data``) of these operands (fake
+    tensors or FX metas) is cut whole: floating operands of one dtype and shape, the gradient in the input's
+    dtype (the mixed float16/float32 call and the calls CPU refuses keep numerics' decomposition), and only
+    where CPU fuses a multiply-add: always for log_softmax (g - exp(y) * sum(g)), for softmax along a dim that
+    is not the last (its fma chain; along the last CPU's kernel rounds each step, which the decomposition,
+    fused with its neighbours, already computes: cutting it there cost up to 1.3 us a 256x512 call).
+    numerics.DECOMPOSITIONS leaves exactly these calls undecomposed."""
+    if not (isinstance(grad, torch.Tensor) and isinstance(output, torch.Tensor) and grad.dtype in _FLOATS
+            and output.dtype == grad.dtype and input_dtype == grad.dtype
+            and tuple(grad.shape) == tuple(output.shape)):
+        return False
+    rank = max(grad.dim(), 1)
+    wrapped = int(dim) + (rank if int(dim) < 0 else 0)
+    return 0 <= wrapped < rank and (log or wrapped != rank - 1)
 
 
 def _softmax_backward(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
     """``_softmax_backward_data`` and ``_log_softmax_backward_data``: operands (grad_output, output), the one
-    result. Cut whole so the step runs the eager kernels' tile program (``kernels.reduction.softmax.
-    backward_program``): CPU sums g * y along a dim that is not the last as a chain of fused multiply-adds, and
-    log_softmax's g - exp(y) * sum(g) rounds once; StableHLO has no fma (the op suite's NaN positions and zero
-    signs)."""
+    result; only the calls ``softmax_backward_whole`` names. Cut whole so the step runs the eager kernels' tile
+    program (``kernels.reduction.softmax.backward_program``): CPU sums g * y along a dim that is not the last as
+    a chain of fused multiply-adds, and log_softmax's g - exp(y) * sum(g) rounds once; StableHLO has no fma
+    (the op suite's NaN positions and zero signs)."""
     a = _bound(node)
     grad, output = a["grad_output"], a["output"]
     if not isinstance(grad, torch.fx.Node) or not isinstance(output, torch.fx.Node):
         return None
     gm, om = grad.meta.get("val"), output.meta.get("val")
-    if not softmax_backward_whole(gm, om, a["dim"], a["input_dtype"]):
-        return None
-    nd = gm.dim()
-    dim = int(a["dim"]) + (max(nd, 1) if int(a["dim"]) < 0 else 0)
-    if not 0 <= dim < max(nd, 1):
-        return None
     log = node.target is aten._log_softmax_backward_data.default
+    if not softmax_backward_whole(gm, om, a["dim"], a["input_dtype"], log):
+        return None
+    dim = int(a["dim"]) + (max(gm.dim(), 1) if int(a["dim"]) < 0 else 0)
     return [grad, output], {0: 0}, {"dim": dim, "log": log}
 
 
