@@ -186,8 +186,11 @@ def _softmax_backward(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[in
     log = node.target is aten._log_softmax_backward_data.default
     if not softmax_backward_whole(gm, om, a["dim"], a["input_dtype"], log):
         return None
+    from device_impl.kernels import cpu_host
+
     dim = int(a["dim"]) + (max(gm.dim(), 1) if int(a["dim"]) < 0 else 0)
-    return [grad, output], {0: 0}, {"dim": dim, "log": log}
+    # whether CPU's loops fuse the multiply-adds: asked when the graph is cut, so it keys the compile cache
+    return [grad, output], {0: 0}, {"dim": dim, "log": log, "fused": cpu_host.fused_multiply_add()}
 
 
 def cuttable(node: torch.fx.Node) -> bool:

@@ -572,7 +572,7 @@ def _softmax_backward(step: dict, program: Program) -> Runner:
         grad, y = (_operand_array(env, program, vid) for vid in step["operands"])
         out = env.access(result)
         if out.size:
-            backward_program(nc, grad, y, out, attrs["dim"], attrs["log"])
+            backward_program(nc, grad, y, out, attrs["dim"], attrs["log"], attrs["fused"])
 
     return run
 
