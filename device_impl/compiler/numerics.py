@@ -43,7 +43,8 @@ Measured with torch 2.13 (each item was a compiled-vs-CPU mismatch in the op sui
 * ``native_layer_norm`` lowers with the variance as E[x^2] - E[x]^2 (cancellation: 1e-4 relative
   error for rows with a large mean) and weight folded into the scale (inf - inf with an infinite
   weight): it becomes ATen's two-pass form, ``(x - mean) * rstd * w + b``, in float32 (``_layer_norm_affine``:
-  ``+ 0.0`` without gamma and beta, as CPU's loop adds its zero beta);
+  ``+ 0.0`` without gamma and beta, as CPU's loop adds its zero beta), only where ``compiler/opaque.py`` does
+  not cut it whole (it cuts every floating layer norm, which then runs the eager kernel as a step);
 * ``sinh``/``cosh`` lower to ``exp(x + log(0.5))`` (XLA's expansion): rounding ``x + log(0.5)`` costs
   up to ~20 float32 ULP at |x| ~ 60-90; they become ``h = exp(|x| / 2)`` forms (``_hyperbolic``);
 * ``mul``/``div`` of a float16/bfloat16 tensor by a Python float round the scalar to the tensor's dtype;
@@ -78,6 +79,8 @@ from typing import Iterator
 import torch
 import torch._decomp
 import torch.fx
+
+from device_impl.compiler import opaque
 
 aten = torch.ops.aten
 prims_convert = torch.ops.prims.convert_element_type.default
@@ -411,6 +414,8 @@ def _elu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
 
 
 def _layer_norm(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    if opaque.cuttable(node):  # carried whole as a step running the eager kernel (compiler/opaque.py)
+        return None
     x, normalized, weight, bias, eps = node.args[:5]
     dtype = x.meta["val"].dtype
     if not dtype.is_floating_point:
@@ -450,7 +455,9 @@ def _layer_norm_affine(graph: torch.fx.Graph, deviation: torch.fx.Node, rstd: to
     rescaled by 2^100 and a select), which more than doubled the single-op program's device time (27.2 us
     against 11.9 us; the eager kernel's 12.1 us, tests/compiler/test_compile_fusion.py); even the per-column
     part of it (a zero beta added as -0.0 in the columns of a tiny gamma) cost 0.65 us, past the eager
-    kernel's time. The engines have no fused multiply-add outside a GpSimd program."""
+    kernel's time. The engines have no fused multiply-add outside a GpSimd program. So every layer norm this
+    would take is cut whole instead (compiler/opaque.py ``_layer_norm``) and runs the eager kernel's tile
+    program, whose affine step is that GpSimd program: this form is left for what the cut refuses."""
     y = _call(graph, aten.mul.Tensor, deviation, rstd)
     if weight is None and bias is None:
         return _call(graph, aten.add.Scalar, y, 0.0)
@@ -690,11 +697,27 @@ def _elu_backward(grad: torch.Tensor, alpha, scale, input_scale, is_result: bool
 def _softmax_backward_data(grad_output: torch.Tensor, output: torch.Tensor, dim: int, input_dtype: torch.dtype):
     """softmax's gradient as CPU's kernels form it, ``y * (g - sum(g * y))`` (PyTorch's decomposition forms
     ``g * y - y * sum(g * y)``: where y is 0, an underflowed or -inf input, that gives -0.0 for a negative g
-    where CPU's product gives the sign of ``g - sum``). Narrow floats compute in float32, as CPU does."""
+    where CPU's product gives the sign of ``g - sum``). Narrow floats compute in float32, as CPU does.
+
+    Only for the calls compiler/opaque.py does not cut whole (``opaque.softmax_backward_whole``): those stay
+    in the graph (NotImplemented: AOTAutograd traces the op itself) and run the eager kernel's tile program,
+    whose sum of g * y along a dim that is not the last is CPU's chain of fused multiply-adds."""
+    if opaque.softmax_backward_whole(grad_output, output, dim, input_dtype, log=False):
+        return NotImplemented
     wide = output.dtype in (torch.bfloat16, torch.float16)
     g, y = (grad_output.float(), output.float()) if wide else (grad_output, output)
     result = y * (g - (g * y).sum(dim, keepdim=True))
     return result.to(grad_output.dtype).to(input_dtype).contiguous()  # the dtype PyTorch's meta gives
+
+
+def _log_softmax_backward_data(grad_output: torch.Tensor, output: torch.Tensor, dim: int,
+                               input_dtype: torch.dtype):
+    """PyTorch's decomposition, except for the calls compiler/opaque.py cuts whole (NotImplemented keeps the op
+    in the traced graph): CPU forms ``g - exp(y) * sum(g)`` with one rounding, which StableHLO cannot say."""
+    if opaque.softmax_backward_whole(grad_output, output, dim, input_dtype, log=True):
+        return NotImplemented
+    return torch._decomp.decomposition_table[aten._log_softmax_backward_data.default](grad_output, output, dim,
+                                                                                      input_dtype)
 
 
 def _attention_operands(query, key, value, attn_bias, is_causal: bool, scale):
@@ -1092,6 +1115,7 @@ def traced_forms() -> Iterator[None]:
 DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
                   aten._log_softmax.default: _log_softmax,
                   aten._softmax_backward_data.default: _softmax_backward_data,
+                  aten._log_softmax_backward_data.default: _log_softmax_backward_data,
                   aten.index_add.default: _index_add,
                   aten.native_dropout.default: _native_dropout,
                   aten.mse_loss_backward.default: _mse_loss_backward,

@@ -124,6 +124,88 @@ def needs_bias_gradient(bias: Any, grad_input_mask: Any) -> bool:
     return dtype is not None and dtype != torch.bool and len(grad_input_mask) > 3 and bool(grad_input_mask[3])
 
 
+def _layer_norm(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """``native_layer_norm``: operands (input[, weight][, bias]), results {0: out, 1: mean, 2: rstd}. Cut whole
+    so the step runs the eager kernel's tile program (``kernels.reduction.layer_norm.forward_program``): CPU's
+    affine step is one fused multiply-add where the host's kernels fuse, which StableHLO cannot say (its
+    zero signs: numerics._layer_norm_affine), and the eager kernel computes it on GpSimd. ``fused`` (asked of
+    this process's CPU kernels when the graph is cut) is an option, so a compile cache entry is never shared
+    between hosts whose kernels differ. Refused for what the eager kernel refuses (non-float dtypes, shapes
+    that do not match): the graph then takes numerics' rewrite, or the fallback raises as the eager op."""
+    from device_impl.kernels import cpu_host
+
+    a = _bound(node)
+    x, weight, bias = a["input"], a["weight"], a["bias"]
+    operands = [x] + [t for t in (weight, bias) if t is not None]
+    if any(not isinstance(t, torch.fx.Node) for t in operands):
+        return None
+    metas = [t.meta.get("val") for t in operands]
+    if any(not isinstance(m, torch.Tensor) or m.dtype not in _FLOATS for m in metas):
+        return None
+    normalized = [int(s) for s in a["normalized_shape"]]
+    axis = metas[0].dim() - len(normalized)
+    if not normalized or axis < 0 or list(metas[0].shape[axis:]) != normalized \
+            or any(list(m.shape) != normalized for m in metas[1:]):
+        return None
+    fused = cpu_host.fused_multiply_add() or weight is None or bias is None
+    return operands, {0: 0, 1: 1, 2: 2}, {"axis": axis, "eps": float(a["eps"]), "weight": weight is not None,
+                                          "bias": bias is not None, "fused": bool(fused)}
+
+
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+
+
+def softmax_backward_whole(grad: Any, output: Any, dim: int, input_dtype: Any, log: bool) -> bool:
+    """Whether ``_softmax_backward_data`` (``log``: ``_log_softmax_backward_data``) of these operands (fake
+    tensors or FX metas) is cut whole: floating operands of one dtype and shape, the gradient in the input's
+    dtype (the mixed float16/float32 call and the calls CPU refuses keep numerics' decomposition), and only
+    where CPU fuses a multiply-add: always for log_softmax (g - exp(y) * sum(g)), for softmax along a dim that
+    is not the last (its fma chain; along the last CPU's kernel rounds each step, which the decomposition,
+    fused with its neighbours, already computes: cutting it there cost up to 1.3 us a 256x512 call).
+    numerics.DECOMPOSITIONS leaves exactly these calls undecomposed."""
+    if not (isinstance(grad, torch.Tensor) and isinstance(output, torch.Tensor) and grad.dtype in _FLOATS
+            and output.dtype == grad.dtype and input_dtype == grad.dtype
+            and tuple(grad.shape) == tuple(output.shape)):
+        return False
+    rank = max(grad.dim(), 1)
+    wrapped = int(dim) + (rank if int(dim) < 0 else 0)
+    return 0 <= wrapped < rank and (log or wrapped != rank - 1)
+
+
+def _softmax_backward(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """``_softmax_backward_data`` and ``_log_softmax_backward_data``: operands (grad_output, output), the one
+    result; only the calls ``softmax_backward_whole`` names. Cut whole so the step runs the eager kernels' tile
+    program (``kernels.reduction.softmax.backward_program``): CPU sums g * y along a dim that is not the last as
+    a chain of fused multiply-adds, and log_softmax's g - exp(y) * sum(g) rounds once; StableHLO has no fma
+    (the op suite's NaN positions and zero signs)."""
+    a = _bound(node)
+    grad, output = a["grad_output"], a["output"]
+    if not isinstance(grad, torch.fx.Node) or not isinstance(output, torch.fx.Node):
+        return None
+    gm, om = grad.meta.get("val"), output.meta.get("val")
+    log = node.target is aten._log_softmax_backward_data.default
+    if not softmax_backward_whole(gm, om, a["dim"], a["input_dtype"], log):
+        return None
+    from device_impl.kernels import cpu_host
+
+    dim = int(a["dim"]) + (max(gm.dim(), 1) if int(a["dim"]) < 0 else 0)
+    # whether CPU's loops fuse the multiply-adds: asked when the graph is cut, so it keys the compile cache
+    return [grad, output], {0: 0}, {"dim": dim, "log": log, "fused": cpu_host.fused_multiply_add()}
+
+
+def cuttable(node: torch.fx.Node) -> bool:
+    """Whether ``cut`` takes ``node`` whole (rewrites that would otherwise decompose it, numerics._layer_norm,
+    leave it alone)."""
+    entry = CUTTERS.get(node.target) if node.op == "call_function" else None
+    return entry is not None and entry[1](node) is not None and (
+        _single(node) or all(u.target is operator.getitem for u in node.users))
+
+
+def _single(node: torch.fx.Node) -> bool:
+    """Whether ``node`` returns one tensor (its users read it directly, not through getitem)."""
+    return isinstance(node.meta.get("val"), torch.Tensor)
+
+
 # Results of the forward that the backward op reads but the compiled step does not make: its dropout
 # seed and offset (the compiler compiles attention without dropout: zeros, as the eager kernel returns then)
 _ZERO_RESULTS = {aten._scaled_dot_product_fused_attention_overrideable.default: (6, 7)}
@@ -133,6 +215,9 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten._scaled_dot_product_fused_attention_overrideable.default: ("attention", _attention),
     aten._scaled_dot_product_fused_attention_overrideable_backward.default: ("attention_backward",
                                                                              _attention_backward),
+    aten.native_layer_norm.default: ("layer_norm", _layer_norm),
+    aten._softmax_backward_data.default: ("softmax_backward", _softmax_backward),
+    aten._log_softmax_backward_data.default: ("softmax_backward", _softmax_backward),
 }
 
 
@@ -158,7 +243,8 @@ def cut(gm: torch.fx.GraphModule) -> list[Cut]:
             continue
         operands, result_items, attrs = described
         zeros = _ZERO_RESULTS.get(node.target, ())
-        users = list(node.users)
+        single = _single(node)
+        users = [] if single else list(node.users)
         if any(u.target is not operator.getitem or u.args[1] not in (*result_items, *zeros) for u in users):
             continue
         for user in [u for u in users if u.args[1] in zeros]:
@@ -168,14 +254,15 @@ def cut(gm: torch.fx.GraphModule) -> list[Cut]:
             user.replace_all_uses_with(zero)
             graph.erase_node(user)
             users.remove(user)
-        metas = node.meta["val"]
+        metas = (node.meta["val"],) if single else node.meta["val"]
         results: list[int | None] = [None] * len(result_items)
         types = []
         for item, position in sorted(result_items.items(), key=lambda kv: kv[1]):
             meta = metas[item]
             types.append(([int(s) for s in meta.shape], _DTYPES.get(meta.dtype, str(meta.dtype))))
-        for user in users:
-            position = result_items[user.args[1]]
+        # each read result: (its position, the node standing for it: a getitem, or a single-result op itself)
+        reads = [(result_items[0], node)] if single and node.users else [(result_items[u.args[1]], u) for u in users]
+        for position, user in reads:
             if results[position] is not None:  # a second getitem of the same result
                 user.replace_all_uses_with(_placeholder_of(graph, results[position]))
                 graph.erase_node(user)
@@ -188,7 +275,8 @@ def cut(gm: torch.fx.GraphModule) -> list[Cut]:
             results[position] = n_inputs
             n_inputs += 1
             user.replace_all_uses_with(new)
-            graph.erase_node(user)
+            if user is not node:
+                graph.erase_node(user)
         positions = list(range(n_outputs + len(extra), n_outputs + len(extra) + len(operands)))
         extra.extend(operands)
         graph.erase_node(node)

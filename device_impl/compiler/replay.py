@@ -56,6 +56,11 @@ STEP_KINDS: dict[str, str] = {
     # its wide runner (kernels.attention.forward_wide) takes every head at once
     "attention": "wide",
     "attention_backward": "tile",
+    # native_layer_norm, the eager kernel's tile program (compiler/opaque.py): its instructions follow from the
+    # shapes (moments, rstd, affine step on fixed engines; the fma choice is the step's option, not a value)
+    "layer_norm": "tile",
+    # the softmax/log_softmax backward kernels' tile program (compiler/opaque.py): fixed engines, shape-only
+    "softmax_backward": "tile",
     "iota": "plan",
     "concatenate": "plan",
     "pad": "plan",

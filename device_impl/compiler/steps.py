@@ -537,9 +537,51 @@ def _attention_backward(step: dict, program: Program) -> Runner:
     return run
 
 
+def _layer_norm(step: dict, program: Program) -> Runner:
+    """``native_layer_norm`` (compiler/opaque.py cuts it whole): the eager kernel's tile program
+    (``kernels.reduction.layer_norm.forward_program``) on the step's HBM arrays, so its results are the eager
+    kernel's bit for bit (the affine step one multiply-add on GpSimd where CPU's kernels fuse) and the step
+    costs what the eager launch does."""
+    from device_impl.kernels.reduction.layer_norm import forward_program
+
+    attrs = step["attrs"]
+    out, mean, rstd = step["results"]
+
+    def run(nc, env) -> None:
+        x, *params = (_operand_array(env, program, vid) for vid in step["operands"])
+        w = params.pop(0) if attrs["weight"] else None
+        b = params.pop(0) if attrs["bias"] else None
+        o, m, r = env.access(out), env.access(mean), env.access(rstd)
+        if o.size == 0 and m.size == 0:
+            return
+        forward_program(nc, x, o, m, r, w, b, attrs["axis"], attrs["eps"], attrs["fused"])
+
+    return run
+
+
+def _softmax_backward(step: dict, program: Program) -> Runner:
+    """``_softmax_backward_data`` / ``_log_softmax_backward_data`` (compiler/opaque.py cuts them whole): the
+    eager kernels' tile program (``kernels.reduction.softmax.backward_program``), CPU's fused multiply-adds on
+    GpSimd, so the step's gradient is the eager kernel's bit for bit and costs what its launch does."""
+    from device_impl.kernels.reduction.softmax import backward_program
+
+    attrs = step["attrs"]
+    (result,) = step["results"]
+
+    def run(nc, env) -> None:
+        grad, y = (_operand_array(env, program, vid) for vid in step["operands"])
+        out = env.access(result)
+        if out.size:
+            backward_program(nc, grad, y, out, attrs["dim"], attrs["log"], attrs["fused"])
+
+    return run
+
+
 RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
     "attention": _attention,
     "attention_backward": _attention_backward,
+    "layer_norm": _layer_norm,
+    "softmax_backward": _softmax_backward,
     "dot_general": _dot_general,
     "concatenate": _concatenate,
     "iota": _iota,

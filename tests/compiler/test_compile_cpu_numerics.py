@@ -5,6 +5,8 @@ Each test failed before its rewrite or decomposition (device_impl/compiler/numer
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -330,3 +332,93 @@ def test_layer_norm_without_affine_adds_cpus_zero_beta():
     mean is +0.0) is +0.0; the compiled normalisation returned y itself, -0.0."""
     rows = torch.tensor([[-0.0] * 8, [0.0, -0.0] * 4, [1.0, 2.0] * 4])
     _zero_signs_and_values(lambda t: torch.nn.functional.layer_norm(t, (8,)), rows)
+
+
+def _denormal_affine_operands():
+    """x [4, 2, 6] normalised over its last two dimensions, gamma and beta with denormals: products
+    ``y * gamma`` that underflow to -0.0 (beta +0.0) and rounded products that cancel beta exactly."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn((4, 2, 6), generator=g)
+    x[0] = torch.tensor([-0.3, 0.3] * 6).view(2, 6)
+    gamma = torch.tensor([1.4e-45, -1.4e-45, 1e-40, 1.0, -3e-39, 1.4e-45] * 2).view(2, 6)
+    beta = torch.tensor([0.0, 0.0, -0.0, 1.4e-45, 0.0, -1.4e-45] * 2).view(2, 6)
+    return x, gamma, beta
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "offset"])
+def test_layer_norm_affine_step_rounds_once_where_cpus_kernel_fuses(layout):
+    """CPU's affine step ``y * gamma + beta`` is one fused multiply-add where the host's kernels fuse, so a
+    product that underflows keeps its sign: StableHLO has no fma and the compiled program rounded twice (op
+    suite layer_norm float32 denormal offset: 59 zeros of the wrong sign). native_layer_norm is now cut whole
+    (compiler/opaque.py) and runs the eager kernel's tile program: CPU's zero signs (its values within float32's
+    tolerance: the moments are summed in another order) and the eager kernel's bits."""
+    x, gamma, beta = _denormal_affine_operands()
+
+    def fn(t, w, b):
+        return torch.nn.functional.layer_norm(t, (2, 6), w, b)
+
+    def on_device(t):  # the offset layout: a view 3 elements into a larger buffer, as the op suite makes it
+        if layout == "contiguous":
+            return t.to("neuron")
+        return torch.cat([torch.ones(3), t.flatten()]).to("neuron")[3:].view(t.shape)
+
+    want = fn(x, gamma, beta)
+    zeros = want == 0
+    assert int(zeros.sum()) > 0
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="neuron", dynamic=False)(*[on_device(t) for t in (x, gamma, beta)]).cpu()
+    eager = fn(*[on_device(t) for t in (x, gamma, beta)]).cpu()
+    torch.testing.assert_close(got, want)
+    both = zeros & (got == 0)
+    assert torch.equal(both, zeros)
+    assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros]))
+    assert torch.equal(got.view(torch.int32), eager.view(torch.int32))
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.view({torch.float32: torch.int32, torch.bfloat16: torch.int16}[t.dtype])
+
+
+def _compiled_and_eager_on_device(fn, *args):
+    torch._dynamo.reset()
+    got = torch.compile(fn, backend="neuron", dynamic=False)(*[a.to("neuron") for a in args]).cpu()
+    return got, fn(*[a.to("neuron") for a in args]).cpu()
+
+
+def test_softmax_backward_sums_g_times_y_as_cpus_fused_chain():
+    """Along a dim that is not the last, CPU sums g * y as a chain of fused multiply-adds: -3e38 * 1 + 2e38 * 3
+    is 3e38 there, each product exact inside its fma; rounded first, 2e38 * 3 is inf and the gradient NaN/inf
+    (op suite softmax_backward_data compiled: NaN at different positions). The op is now cut whole
+    (compiler/opaque.py) and runs the eager kernel's tile program."""
+    g = torch.tensor([[-3e38, 1.0, 0.5], [2e38, -2.0, 0.25]])
+    y = torch.tensor([[1.0, 0.25, 0.5], [3.0, 0.75, 0.5]])
+
+    def fn(a, b):
+        return torch.ops.aten._softmax_backward_data(a, b, 0, torch.float32)
+
+    want = fn(g, y)
+    got, eager = _compiled_and_eager_on_device(fn, g, y)
+    torch.testing.assert_close(got, want, equal_nan=True)
+    assert torch.equal(_bits(got), _bits(eager))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_log_softmax_backward_rounds_g_minus_exp_y_sum_once(dtype):
+    """CPU forms g - exp(y) * sum(g) with one rounding where its kernels fuse: d - 1.2 * d (d the smallest
+    denormal) is -0.2 d, -0.0; the product rounded first is d and the difference +0.0 (op suite
+    log_softmax_backward_data compiled denormal: wrong sign). Zero signs and values are CPU's, bits the
+    eager kernel's."""
+    d = torch.finfo(torch.float32).smallest_normal * 2.0 ** -23
+    g = torch.tensor([[d, 0.0, 0.0], [1.0, -2.0, 0.5], [0.0, -0.0, 0.0]]).to(dtype)
+    y = torch.tensor([[math.log(1.2), -30.0, -30.0], [-1.0, -0.5, -2.0], [-1.0, -1.0, -1.0]]).to(dtype)
+
+    def fn(a, b):
+        return torch.ops.aten._log_softmax_backward_data(a, b, 1, dtype)
+
+    want = fn(g, y)
+    got, eager = _compiled_and_eager_on_device(fn, g, y)
+    torch.testing.assert_close(got, want)
+    zeros = want == 0
+    assert int(zeros.sum()) > 0 and torch.equal(got == 0, zeros)
+    assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros]))
+    assert torch.equal(_bits(got), _bits(eager))

@@ -92,13 +92,6 @@ def _layer_norm(a: dict):
 
 def _layer_norm_launch(k: RowKernel, source: Source | None = None) -> None:
     x, (out, mean, rstd), axis, (eps,), (w, b) = k.x, k.outs, k.axis, k.params, k.inputs
-    kdims, rdims = list(range(axis)), list(range(axis, x.dim()))
-    g = _Grid([x.shape[d] for d in kdims], [x.shape[d] for d in rdims],
-              kr=[hbm(x).transpose(kdims + rdims), hbm(out).transpose(kdims + rdims)],
-              k=[_kept_view(mean, rdims, x.dim()), _kept_view(rstd, rdims, x.dim())],
-              r=[hbm(t) for t in (w, b) if t is not None])
-    X, O = g.kr
-    n = g.cols
     # CPU's layer norm computes y = (x * rstd + (-mean * rstd)) * gamma + beta (gamma 1, beta 0 when absent)
     # with multiply-adds that round once where this process's kernels fuse (vec::fmadd; the scalar loop
     # for a missing gamma/beta is contracted too): a product that underflows to -0.0 plus beta = 0.0 is
@@ -107,43 +100,67 @@ def _layer_norm_launch(k: RowKernel, source: Source | None = None) -> None:
     # ScalarE/VectorE round each step as CPU's DEFAULT kernels do.
     fused = cpu_host.fused_multiply_add() or w is None or b is None
     with launch("layer_norm", x.device.index) as nc:
-        if n == 0:  # nothing to normalise: CPU gives mean 0 and rstd nan (0 / 0 variance)
-            _fill(nc, g.k[0], 0.0, FP32)
-            _fill(nc, g.k[1], np.nan, FP32)
-            return
-        chunks = list(_boxes(g.rshape, CHUNK))
-        keep = g.cols <= PARAM_COLS
-        params = iter(g.r)
-        wv = _ColVec(nc, next(params), chunks, keep) if w is not None else None
-        bv = _ColVec(nc, next(params), chunks, keep) if b is not None else None
-        for blk in _blocks(nc, g, [X], source=source):
-            m, m2 = _moments(nc, blk, n)
-            r = _rstd(nc, m2, n, eps)
-            _store_scalars(nc, _at(g.k[0], blk.rsl), m)
-            _store_scalars(nc, _at(g.k[1], blk.rsl), r)
-            shift = _row_scalar(nc, blk.p)  # -mean * rstd
-            nc.vector.tensor_tensor(shift, m, r, "multiply", dtype=FP32)
-            nc.vector.tensor_scalar(shift, shift, "multiply", -1.0, dtype=FP32)
-            for j, (ch, (t,)) in enumerate(blk.each(0)):
-                mark = nc.mark()
-                res = nc.sbuf_tile(t.shape, O.dtype)
-                if fused:
-                    _ln_affine_fma(nc, res, t, r, shift, [(vec, vec.get(j)) for vec in (wv, bv) if vec is not None],
-                                   wv is not None, bv is not None, blk.p)
-                    blk.store(O, ch, res)
-                    nc.release_to(mark)
-                    continue
-                steps = [(vec, op) for vec, op in ((wv, "multiply"), (bv, "add")) if vec is not None]
-                y = nc.sbuf_tile(t.shape, FP32) if steps else res
-                nc.scalar.activation(y, t, "identity", scale=r, bias=shift)  # (x - mean) * rstd
-                for k, (vec, op) in enumerate(steps):
-                    col = vec.get(j)
-                    nc.vector.tensor_tensor(res if k == len(steps) - 1 else y, y, col[:blk.p], op, dtype=FP32)
-                    vec.done(col)
+        forward_program(nc, hbm(x), hbm(out), hbm(mean), hbm(rstd), None if w is None else hbm(w),
+                        None if b is None else hbm(b), axis, eps, fused, source)
+
+
+def forward_program(nc, x: np.ndarray, out: np.ndarray, mean: np.ndarray, rstd: np.ndarray, w: np.ndarray | None,
+                    b: np.ndarray | None, axis: int, eps: float, fused: bool, source: Source | None = None) -> None:
+    """The layer norm's tile program on HBM arrays, inside a launch: ``x``/``out`` of x's shape, ``mean``/``rstd``
+    of x's leading ``axis`` dimensions followed by ones (CPU's stat shape), ``w``/``b`` of the normalised shape or
+    None; ``fused``: the affine step as one multiply-add (see _layer_norm_launch). The eager kernel and the
+    compiler's ``layer_norm`` step (compiler/opaque.py cuts native_layer_norm whole) both run it, so a compiled
+    layer norm is the eager one, bit for bit and instruction for instruction."""
+    ndim = x.ndim
+    kdims, rdims = list(range(axis)), list(range(axis, ndim))
+
+    def kept(v: np.ndarray) -> np.ndarray:  # the stat view with keepdim's ones indexed away (tiles._kept_view)
+        if v.ndim != ndim or not rdims:
+            return v
+        return v[tuple(0 if d in rdims else slice(None) for d in range(ndim)) + (Ellipsis,)]
+
+    g = _Grid([x.shape[d] for d in kdims], [x.shape[d] for d in rdims],
+              kr=[x.transpose(kdims + rdims), out.transpose(kdims + rdims)],
+              k=[kept(mean), kept(rstd)], r=[t for t in (w, b) if t is not None])
+    X, O = g.kr
+    n = g.cols
+    if n == 0:  # nothing to normalise: CPU gives mean 0 and rstd nan (0 / 0 variance)
+        _fill(nc, g.k[0], 0.0, FP32)
+        _fill(nc, g.k[1], np.nan, FP32)
+        return
+    chunks = list(_boxes(g.rshape, CHUNK))
+    keep = g.cols <= PARAM_COLS
+    params = iter(g.r)
+    wv = _ColVec(nc, next(params), chunks, keep) if w is not None else None
+    bv = _ColVec(nc, next(params), chunks, keep) if b is not None else None
+    for blk in _blocks(nc, g, [X], source=source):
+        m, m2 = _moments(nc, blk, n)
+        r = _rstd(nc, m2, n, eps)
+        _store_scalars(nc, _at(g.k[0], blk.rsl), m)
+        _store_scalars(nc, _at(g.k[1], blk.rsl), r)
+        shift = _row_scalar(nc, blk.p)  # -mean * rstd
+        nc.vector.tensor_tensor(shift, m, r, "multiply", dtype=FP32)
+        nc.vector.tensor_scalar(shift, shift, "multiply", -1.0, dtype=FP32)
+        for j, (ch, (t,)) in enumerate(blk.each(0)):
+            mark = nc.mark()
+            res = nc.sbuf_tile(t.shape, O.dtype)
+            if fused:
+                _ln_affine_fma(nc, res, t, r, shift, [(vec, vec.get(j)) for vec in (wv, bv) if vec is not None],
+                               wv is not None, bv is not None, blk.p)
                 blk.store(O, ch, res)
                 nc.release_to(mark)
-            for t in (shift, r, m2, m):
-                nc.release(t)
+                continue
+            steps = [(vec, op) for vec, op in ((wv, "multiply"), (bv, "add")) if vec is not None]
+            y = nc.sbuf_tile(t.shape, FP32) if steps else res
+            nc.scalar.activation(y, t, "identity", scale=r, bias=shift)  # (x - mean) * rstd
+            for k, (vec, op) in enumerate(steps):
+                col = vec.get(j)
+                nc.vector.tensor_tensor(res if k == len(steps) - 1 else y, y, col[:blk.p], op, dtype=FP32)
+                vec.done(col)
+            blk.store(O, ch, res)
+            nc.release_to(mark)
+        for t in (shift, r, m2, m):
+            nc.release(t)
 
 
 def _ln_affine_fma(nc, res: Tile, t: Tile, r: Tile, shift: Tile, cols: list, has_w: bool, has_b: bool,

@@ -27,6 +27,7 @@ import torch
 from device_impl.dispatch.table import HOOKS
 from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import FP32, numpy_dtype
+from device_impl.kernels import cpu_host
 from device_impl.kernels.common import SCALAR_TYPE_NAMES, check_out, fma32, hbm, new_output
 from device_impl.kernels.reduction.tiles import (
     BOOL, RowKernel, Source, _Block, _FLOATS, _FMA_STEPS, _Grid, _QueuedRowKernel, _blocks, _combine, _kernel,
@@ -242,55 +243,78 @@ def _softmax_backward(name: str, log: bool, a: dict, out_name: str) -> torch.Ten
     check_out(out, tuple(grad.shape), grad.dtype, [grad, y], exact_dtype=True)
     if out.numel() == 0:
         return out
-    g = _along(grad, dim, [grad, y, out])
-    G, Y, O = g.kr
-    # ATen's softmax_backward_cpu_out: the last dim (a 0-dim tensor is viewed as [1]) takes the lastdim kernel,
-    # whose sum of g * y is a vector reduction; any other dim _vec_softmax_backward's column-by-column fma chain
-    chained = not log and dim != max(grad.dim(), 1) - 1
     with launch(name, out.device.index) as nc:
-        for blk in _blocks(nc, g, [G, Y]):
-            p = blk.p
-            total = _row_scalar(nc, p)  # softmax: sum(g * y); log_softmax: sum(g)
-            for j, (_, (tg, ty)) in enumerate(blk.each(0, 1)):
-                mark = nc.mark()
-                if chained:
-                    _fma_chain(nc, total, tg, ty, first=j == 0)
-                    nc.release_to(mark)
-                    continue
-                part = total if j == 0 else _row_scalar(nc, p)
-                if log:
-                    nc.vector.tensor_reduce(part, tg, "add", dtype=FP32)
-                else:
-                    prod = nc.sbuf_tile(tg.shape, FP32)
-                    nc.vector.tensor_tensor(prod, tg, ty, "multiply", dtype=FP32)
-                    nc.vector.tensor_reduce(part, prod, "add", dtype=FP32)
-                if j:
-                    _combine(nc, total, part, "add", FP32)
-                nc.release_to(mark)
-            for ch, (tg, ty) in blk.each(0, 1):
-                mark = nc.mark()
-                res = nc.sbuf_tile(tg.shape, O.dtype)
-                tmp = nc.sbuf_tile(tg.shape, FP32)
-                if log:  # g - exp(y) * sum, one fused rounding as CPU's vectorized loop
-                    nc.scalar.activation(tmp, ty, "exp")
-                    _fnma_rows(nc, res, tmp, total, tg)
-                else:  # y * (g - sum(g * y))
-                    nc.vector.tensor_tensor(tmp, tg, total, "subtract", dtype=FP32)
-                    nc.vector.tensor_tensor(res, ty, tmp, "multiply", dtype=FP32)
-                blk.store(O, ch, res)
-                nc.release_to(mark)
-            nc.release(total)
+        backward_program(nc, hbm(grad), hbm(y), hbm(out), dim, log, cpu_host.fused_multiply_add())
     return out
 
 
-def _fma_chain(nc, total: Tile, tg: Tile, ty: Tile, first: bool) -> None:
+def backward_program(nc, grad: np.ndarray, y: np.ndarray, out: np.ndarray, dim: int, log: bool,
+                     fused: bool) -> None:
+    """softmax's (``log``: log_softmax's) backward tile program on HBM arrays of one shape, inside a launch: the
+    eager kernels and the compiler's ``softmax_backward`` step (compiler/opaque.py cuts _softmax_backward_data
+    and _log_softmax_backward_data whole) both run it, so the compiled gradient keeps CPU's fused multiply-adds
+    (which StableHLO cannot say) and is the eager kernel's, bit for bit and instruction for instruction. ``fused``:
+    whether CPU's vectorized loops fuse those multiply-adds (``cpu_host.fused_multiply_add``; not under the
+    DEFAULT kernels, where each product is rounded first)."""
+    nd = grad.ndim
+    kdims = [d for d in range(nd) if d != dim]
+    order = kdims + ([dim] if nd else [])
+    g = _Grid([grad.shape[d] for d in kdims], [grad.shape[dim]] if nd else [],
+              kr=[a.transpose(order) for a in (grad, y, out)])
+    G, Y, O = g.kr
+    # ATen's softmax_backward_cpu_out: the last dim (a 0-dim tensor is viewed as [1]) takes the lastdim kernel,
+    # whose sum of g * y is a vector reduction; any other dim _vec_softmax_backward's column-by-column fma chain
+    chained = not log and dim != max(nd, 1) - 1
+    for blk in _blocks(nc, g, [G, Y]):
+        p = blk.p
+        total = _row_scalar(nc, p)  # softmax: sum(g * y); log_softmax: sum(g)
+        for j, (_, (tg, ty)) in enumerate(blk.each(0, 1)):
+            mark = nc.mark()
+            if chained:
+                _fma_chain(nc, total, tg, ty, first=j == 0, fused=fused)
+                nc.release_to(mark)
+                continue
+            part = total if j == 0 else _row_scalar(nc, p)
+            if log:
+                nc.vector.tensor_reduce(part, tg, "add", dtype=FP32)
+            else:
+                prod = nc.sbuf_tile(tg.shape, FP32)
+                nc.vector.tensor_tensor(prod, tg, ty, "multiply", dtype=FP32)
+                nc.vector.tensor_reduce(part, prod, "add", dtype=FP32)
+            if j:
+                _combine(nc, total, part, "add", FP32)
+            nc.release_to(mark)
+        for ch, (tg, ty) in blk.each(0, 1):
+            mark = nc.mark()
+            res = nc.sbuf_tile(tg.shape, O.dtype)
+            tmp = nc.sbuf_tile(tg.shape, FP32)
+            if log and fused:  # g - exp(y) * sum, one fused rounding as CPU's vectorized loop
+                nc.scalar.activation(tmp, ty, "exp")
+                _fnma_rows(nc, res, tmp, total, tg)
+            elif log:  # the DEFAULT kernels: the product rounded, then the difference
+                nc.scalar.activation(tmp, ty, "exp")
+                nc.vector.tensor_tensor(tmp, tmp, total, "multiply", dtype=FP32)
+                nc.vector.tensor_tensor(res, tg, tmp, "subtract", dtype=FP32)
+            else:  # y * (g - sum(g * y))
+                nc.vector.tensor_tensor(tmp, tg, total, "subtract", dtype=FP32)
+                nc.vector.tensor_tensor(res, ty, tmp, "multiply", dtype=FP32)
+            blk.store(O, ch, res)
+            nc.release_to(mark)
+        nc.release(total)
+
+
+def _fma_chain(nc, total: Tile, tg: Tile, ty: Tile, first: bool, fused: bool) -> None:
     """total = fma(g[:, c], y[:, c], total) for each column c in order (from 0 when ``first``), on GpSimd: the
-    sum of g * y as _vec_softmax_backward accumulates it, each product exact inside its multiply-add."""
+    sum of g * y as _vec_softmax_backward accumulates it, each product exact inside its multiply-add (``fused``;
+    else, as CPU's DEFAULT kernels, each product rounded to float32 before it is added)."""
 
     def program(acc, g_, y_, *prev):
         s = np.zeros((g_.shape[0], 1), np.float32) if first else prev[0].astype(np.float32)
         for c in range(g_.shape[1]):
-            s = fma32(g_[:, c:c + 1], y_[:, c:c + 1], s)
+            if fused:
+                s = fma32(g_[:, c:c + 1], y_[:, c:c + 1], s)
+            else:
+                s = s + g_[:, c:c + 1].astype(np.float32) * y_[:, c:c + 1].astype(np.float32)
         acc[...] = s
 
     nc.gpsimd.run("softmax_backward_fma", program, (total,), (tg, ty) + (() if first else (total,)),
