@@ -153,6 +153,16 @@ def _import_path(directory: str, key_of_import: str) -> str:
     return os.path.join(directory, "stablehlo", key_of_import[:2], f"{key_of_import}.json")
 
 
+def _read_json(path: str, encoding: str) -> Any:
+    """The JSON document at ``path``, or None where it cannot be read or parsed (a cache entry that is missing,
+    damaged or half-written reads as a miss)."""
+    try:
+        with open(path, encoding=encoding) as handle:
+            return json.load(handle)
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+
+
 def _sealed(entry: dict[str, str]) -> str:
     return hashlib.sha256(json.dumps(entry, sort_keys=True).encode()).hexdigest()
 
@@ -161,11 +171,10 @@ def lookup_import(directory: str, key_of_import: str) -> dict[str, str] | None:
     """The memo entry: ``{"stablehlo": text}`` or ``{"failure": message, "op": op}`` (torch-mlir refused the
     graph: ``importer.ImportFailure``'s arguments); None for a miss or an entry whose checksum, a sha256 of the
     entry, does not match (damaged: the import runs again and rewrites it)."""
+    stored = _read_json(_import_path(directory, key_of_import), "utf-8")
     try:
-        with open(_import_path(directory, key_of_import), encoding="utf-8") as handle:
-            stored = json.load(handle)
         entry, seal = stored["entry"], stored["sha256"]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return None
     if not isinstance(entry, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in entry.items()) \
             or seal != _sealed(entry) or not ("stablehlo" in entry or {"failure", "op"} <= set(entry)):
@@ -237,11 +246,10 @@ def _dynamo_index_path(directory: str, key_of_graph: str) -> str:
 def lookup_dynamo(directory: str, key_of_graph: str) -> tuple[str, list[bool]] | None:
     """(NEFF key, which outputs are not None) of a plain inference graph with this Dynamo key, when its NEFF
     is on disk; None for a miss or an unreadable entry (the full compile below rewrites it)."""
+    entry = _read_json(_dynamo_index_path(directory, key_of_graph), "ascii")
     try:
-        with open(_dynamo_index_path(directory, key_of_graph), encoding="ascii") as handle:
-            entry = json.load(handle)
         found, kept = entry["neff"], entry["kept"]
-    except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+    except (KeyError, TypeError):
         return None
     if not (isinstance(found, str) and len(found) == 64 and all(c in "0123456789abcdef" for c in found)
             and isinstance(kept, list) and all(isinstance(k, bool) for k in kept)):
