@@ -26,10 +26,12 @@ half-written NEFF under a valid name.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
 import os
+import pathlib
 import warnings
 from typing import Any
 
@@ -130,16 +132,9 @@ def fx_key(gm: torch.fx.GraphModule, flags: dict[str, Any], material: dict[str, 
 _MEMO_FORMAT = 1
 
 
+@functools.cache
 def _importer_digest() -> str:
-    global _IMPORTER
-    if _IMPORTER is None:
-        import pathlib
-
-        _IMPORTER = hashlib.sha256(pathlib.Path(__file__).with_name("importer.py").read_bytes()).hexdigest()
-    return _IMPORTER
-
-
-_IMPORTER: str | None = None
+    return hashlib.sha256(pathlib.Path(__file__).with_name("importer.py").read_bytes()).hexdigest()
 
 
 def import_key(material: dict[str, Any]) -> str:

@@ -55,15 +55,21 @@ def _context():
     suite graph costs, paid by every compile since each import gets a new context. The FX importer and the
     lowering pipelines load the few they use on demand (each pass declares its dependent dialects), so the
     module they print is the same text (checked on 212 op-suite graphs, their import errors included)."""
-    from torch_mlir import ir
     from torch_mlir.dialects import torch as torch_d
 
-    try:
-        context = ir.Context(load_on_create_dialects=[])
-    except TypeError:  # a torch-mlir without the argument: its default context
-        context = ir.Context()
+    context = _bare_context()
     torch_d.register_dialect(context)
     return context
+
+
+def _bare_context():
+    """A torch-mlir context that loads no dialect until one is needed (see ``_context``)."""
+    from torch_mlir import ir
+
+    try:
+        return ir.Context(load_on_create_dialects=[])
+    except TypeError:  # a torch-mlir without the argument: its default context
+        return ir.Context()
 
 
 def _import(gm: torch.fx.GraphModule):
@@ -95,10 +101,7 @@ def from_text(text: str):
         from torch_mlir._mlir_libs import _stablehlo
     except ImportError:
         return None
-    try:
-        context = ir.Context(load_on_create_dialects=[])
-    except TypeError:
-        context = ir.Context()
+    context = _bare_context()
     _stablehlo.register_dialect(context)
     with _captured_stderr():
         try:
@@ -237,20 +240,22 @@ def _asm_state(function):
     return make(function.operation) if make is not None else None
 
 
+def _name(value, state) -> str:
+    """``value``'s name, from ``state`` (``_asm_state``) where the bindings have one."""
+    return value.get_name(state) if state is not None else value.get_name()
+
+
 def _body(block, state=None) -> list[dict[str, Any]]:
     """A reduction/comparator region as data: ops with operands "a<i>" (block argument i) or
     "v<j>" (result of body op j), names and attributes. ``state``: the function's printing state
     (``_asm_state``), which names the region's values too."""
-    def name(value) -> str:
-        return value.get_name(state) if state is not None else value.get_name()
-
-    refs = {name(arg): f"a{i}" for i, arg in enumerate(block.arguments)}
+    refs = {_name(arg, state): f"a{i}" for i, arg in enumerate(block.arguments)}
     ops: list[dict[str, Any]] = []
     for j, inner in enumerate(block.operations):
         o = inner.operation
-        operands = [refs.get(name(v), "?") for v in o.operands]
+        operands = [refs.get(_name(v, state), "?") for v in o.operands]
         for r in o.results:
-            refs[name(r)] = f"v{j}"
+            refs[_name(r, state)] = f"v{j}"
         attrs = {o.attributes[i].name: _attr(o.attributes[i].attr) for i in range(len(o.attributes))}
         ops.append({"name": o.name.split(".", 1)[-1], "operands": operands, "attrs": attrs})
     return ops
@@ -270,7 +275,7 @@ def read_module(module) -> Graph:
     state = _asm_state(funcs[0])
 
     def value_id(value) -> int:
-        name = value.get_name(state) if state is not None else value.get_name()
+        name = _name(value, state)
         if name not in ids:
             ids[name] = len(ids)
             types[ids[name]] = _tensor_type(value.type)

@@ -236,14 +236,15 @@ _COPY_COLUMNS = 32  # columns per slab of a transposing copy (fp32_contiguous)
 _ONE_COPY_ELEMENTS = 128 * 128  # up to here one copy is faster than slabs: its source stays in cache (a Llama's 64 x 128)
 
 
-def fp32_contiguous(view: np.ndarray) -> np.ndarray:
+def fp32_contiguous(view: np.ndarray, copy: bool = False) -> np.ndarray:
     """``np.ascontiguousarray(view, dtype=float32)``: the same values, copied in slabs of ``_COPY_COLUMNS`` columns
     when ``view``'s last axis is strided (a transposed operand, x^T or a Linear's W^T): numpy walks such a copy
     with one stride across the whole source and misses the cache on every element; slabs of 32 columns read
-    32 adjacent source elements per row, about twice as fast for the products of a decoder block."""
+    32 adjacent source elements per row, about twice as fast for the products of a decoder block. ``copy``: a
+    new array even where ``view`` already is one (a packing kept beyond the execution whose array it read)."""
     if (view.ndim < 2 or view.strides[-1] == view.itemsize or view.shape[-1] <= _COPY_COLUMNS
             or view.size <= _ONE_COPY_ELEMENTS):
-        return np.ascontiguousarray(view, dtype=FP32)
+        return np.array(view, dtype=FP32, order="C", copy=True) if copy else np.ascontiguousarray(view, dtype=FP32)
     out = np.empty(view.shape, dtype=FP32)
     for c0 in range(0, view.shape[-1], _COPY_COLUMNS):
         out[..., c0:c0 + _COPY_COLUMNS] = view[..., c0:c0 + _COPY_COLUMNS]
@@ -571,20 +572,6 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
 # projections ran ~20% slower tiled); the decoder block's smallest projection has 256 x (256 + 128).
 TILED_ELEMENTS = 1 << 16
 
-_SLAB = 32  # columns per slab of a transposing pack (as fp32_contiguous)
-
-
-def pack_tiles(view: np.ndarray) -> np.ndarray:
-    """``view`` (any layout, any float dtype) copied into a C-contiguous fp32 array, in slabs of ``_SLAB``
-    last-axis columns when that axis is strided (a transposing copy: see fp32_contiguous)."""
-    out = np.empty(view.shape, FP32)
-    if view.strides[-1] == view.itemsize or view.shape[-1] <= _SLAB:
-        np.copyto(out, view, casting="unsafe")
-    else:
-        for c0 in range(0, view.shape[-1], _SLAB):
-            np.copyto(out[..., c0:c0 + _SLAB], view[..., c0:c0 + _SLAB], casting="unsafe")
-    return out
-
 
 class TileOperand:
     """One operand of a tiled product as TensorE reads it: [batch, K tiles, X tiles, kt, xt] fp32, tile
@@ -647,7 +634,7 @@ class TileOperand:
         if view.dtype == FP32 and view.strides[-1] == 4 and view.strides[-2] == 4 * view.shape[-1]:
             tiles = view  # each tile contiguous where it lies: read in place (never kept: nothing copied)
         else:
-            tiles = pack_tiles(view)
+            tiles = fp32_contiguous(view, copy=True)
             self.packs += 1
             source = env.arrays.get(self.base)
             if self.keepable and source is not None and source.flags.c_contiguous:
