@@ -335,7 +335,7 @@ def _drawn_together() -> dict[str, list]:
         rows = _read_part(parts / f"{name}.json")
         if rows is None and _claim(parts / f"{name}.claim"):
             rows = _rows(name)
-            _write_part(parts / f"{name}.json", rows)
+            _write_atomically(parts / f"{name}.json", rows)  # unwritten: the others draw it once the claim is stale
         if rows is not None:
             table[name] = rows
     for name in SPECS:
@@ -377,13 +377,16 @@ def _read_part(path: Path) -> list | None:
     return rows if isinstance(rows, list) else None
 
 
-def _write_part(path: Path, rows: list) -> None:
+def _write_atomically(path: Path, document: Any) -> bool:
+    """``document`` as JSON at ``path``, written beside it and renamed (a reader sees a whole file or none);
+    False where the directory cannot be written."""
     tmp = path.with_suffix(f".{os.getpid()}.tmp")
     try:
-        tmp.write_text(json.dumps(rows))
-        os.replace(tmp, path)  # atomic: a reader sees a whole part or none
+        tmp.write_text(json.dumps(document))
+        os.replace(tmp, path)
     except OSError:
-        pass  # the others draw it themselves once the claim is stale
+        return False
+    return True
 
 
 def _design_key() -> str:
@@ -425,12 +428,10 @@ def _store(table: dict[str, list]) -> None:
     path = _cache_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(table))
-        os.replace(tmp, path)
     except OSError:
         return  # a read-only cache: draw every time
-    shutil.rmtree(path.with_suffix(".parts"), ignore_errors=True)
+    if _write_atomically(path, table):
+        shutil.rmtree(path.with_suffix(".parts"), ignore_errors=True)
 
 
 def required_cells(spec: OpSpec) -> set[tuple[str, str]]:

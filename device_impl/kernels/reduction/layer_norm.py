@@ -114,14 +114,9 @@ def forward_program(nc, x: np.ndarray, out: np.ndarray, mean: np.ndarray, rstd: 
     ndim = x.ndim
     kdims, rdims = list(range(axis)), list(range(axis, ndim))
 
-    def kept(v: np.ndarray) -> np.ndarray:  # the stat view with keepdim's ones indexed away (tiles._kept_view)
-        if v.ndim != ndim or not rdims:
-            return v
-        return v[tuple(0 if d in rdims else slice(None) for d in range(ndim)) + (Ellipsis,)]
-
     g = _Grid([x.shape[d] for d in kdims], [x.shape[d] for d in rdims],
               kr=[x.transpose(kdims + rdims), out.transpose(kdims + rdims)],
-              k=[kept(mean), kept(rstd)], r=[t for t in (w, b) if t is not None])
+              k=[_kept_view(mean, rdims, ndim), _kept_view(rstd, rdims, ndim)], r=[t for t in (w, b) if t is not None])
     X, O = g.kr
     n = g.cols
     if n == 0:  # nothing to normalise: CPU gives mean 0 and rstd nan (0 / 0 variance)

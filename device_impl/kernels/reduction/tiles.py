@@ -115,10 +115,11 @@ def _count(x: torch.Tensor, dims: Sequence[int]) -> int:
     return math.prod(x.shape[d] for d in dims)
 
 
-def _kept_view(out: torch.Tensor, dims: Sequence[int], ndim: int) -> np.ndarray:
-    """HBM view of a reduction output with only the kept dimensions (keepdim's 1s indexed away)."""
-    v = hbm(out)
-    if out.dim() == ndim and ndim and dims:
+def _kept_view(out: torch.Tensor | np.ndarray, dims: Sequence[int], ndim: int) -> np.ndarray:
+    """HBM view of a reduction output (a tensor, or already its HBM array) with only the kept dimensions
+    (keepdim's 1s indexed away)."""
+    v = out if isinstance(out, np.ndarray) else hbm(out)
+    if v.ndim == ndim and ndim and dims:
         v = v[tuple(0 if d in dims else slice(None) for d in range(ndim)) + (Ellipsis,)]
     return v
 
