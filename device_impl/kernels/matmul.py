@@ -146,6 +146,17 @@ class _Operand:
 Epilogue = Callable[..., None]
 
 
+def _b_cached(k_tiles: int, n: int, b_itemsize: int) -> bool:
+    """Whether all of B's tiles are kept: they use ceil(K / 128) * N elements of each partition."""
+    return k_tiles * n * b_itemsize <= B_CACHE_BYTES
+
+
+def _resident(k_tiles: int, m: int, n: int, a_itemsize: int, b_itemsize: int) -> bool:
+    """Whether both operands stay in SBUF for the whole product (every load issued before any compute; cached
+    tiles are taken only then: ``lhs_tiles``, ``rhs_tiles``, ``prepare_rhs``)."""
+    return _b_cached(k_tiles, n, b_itemsize) and k_tiles * m * a_itemsize + k_tiles * n * b_itemsize <= RESIDENT_BYTES
+
+
 def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha: float = 1.0,
                  beta: float = 0.0, bias2d: np.ndarray | None = None, epilogue: Epilogue | None = None,
                  lhs_tiles: tuple[dict, list] | None = None, rhs_tiles: tuple[dict, list] | None = None) -> None:
@@ -175,8 +186,7 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
     a_t = a2d.T  # [K, M]
     k_tiles = math.ceil(k / K_TILE)
     k_ranges = [(k0, min(k, k0 + K_TILE)) for k0 in range(0, k, K_TILE)]
-    # B tiles use ceil(K / 128) * N elements of each partition: keep them all when that fits.
-    b_cache = k_tiles * n * b2d.itemsize <= B_CACHE_BYTES
+    b_cache = _b_cached(k_tiles, n, b2d.itemsize)
     lhs = _Operand(nc, a_t, _Operand.needs_transpose(a_t), cache=True)
     rhs = _Operand(nc, b2d, _Operand.needs_transpose(b2d), cache=b_cache)
     blocks = [(m0, min(m, m0 + M_TILE), n0, min(n, n0 + N_TILE)) for m0 in range(0, m, M_TILE)
@@ -191,7 +201,7 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
     # compute, in order of first use: DMA streams the inputs back to back while TensorE
     # follows them, and the stores fill in after. Otherwise the loads of block i+1 are
     # issued before block i is evacuated and stored (double buffering).
-    resident = b_cache and k_tiles * m * a2d.itemsize + k_tiles * n * b2d.itemsize <= RESIDENT_BYTES
+    resident = _resident(k_tiles, m, n, a2d.itemsize, b2d.itemsize)
     if resident and lhs_tiles is not None:
         lhs.cache, lhs.live = lhs_tiles
     if resident and rhs_tiles is not None:
@@ -296,8 +306,7 @@ def prepare_rhs(nc, m: int, a2d_itemsize: int, b2d: np.ndarray, live: list) -> d
     k_tiles = math.ceil(k / K_TILE)
     if m == 0 or n == 0 or k == 0 or not _Operand.needs_transpose(b2d):
         return None
-    if not (k_tiles * n * b2d.itemsize <= B_CACHE_BYTES
-            and k_tiles * m * a2d_itemsize + k_tiles * n * b2d.itemsize <= RESIDENT_BYTES):
+    if not _resident(k_tiles, m, n, a2d_itemsize, b2d.itemsize):
         return None
     rhs = _Operand(nc, b2d, True, cache=True)
     rhs.live = live
