@@ -19,6 +19,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from device_impl.compiler import concat, expansions, fold, fusion, memory, schedule
@@ -51,6 +53,13 @@ def _group_step(group: "fusion._Group", used: set[int]) -> dict:
 EPILOGUE_SBUF_BYTES = 32 * 1024  # per partition, for one evacuated block's epilogue tiles
 
 
+def _view_base(vid: int, views: dict) -> int:
+    """The value ``vid`` is a view (chain) of, or ``vid`` itself."""
+    while vid in views:
+        vid = views[vid]["src"]
+    return vid
+
+
 def _reshapes_of(vid: int, base: int, views: dict) -> bool:
     """Is ``vid`` the value ``base`` itself or a chain of reshapes of it (the same row-major order)?"""
     while vid != base:
@@ -78,9 +87,7 @@ def attach_epilogues(steps: list[dict], views: dict, outputs: set[int], shapes: 
     from device_impl.kernels.matmul import EVACUATION_CHUNK
 
     def base(vid: int) -> int:
-        while vid in views:
-            vid = views[vid]["src"]
-        return vid
+        return _view_base(vid, views)
 
     producer = {}
     readers: dict[int, list[int]] = {}
@@ -174,17 +181,11 @@ def prepare_weights(steps: list[dict], views: dict, inputs: set[int], shapes: di
     queues and cost more than they saved (58.8 us). At most ``PREPARE_SBUF_BYTES`` a partition of prepared tiles
     are alive at once (estimated from the shapes as ``prepare_rhs`` allocates them; it makes nothing for a
     product whose operands are not resident)."""
-    from device_impl.kernels.common import P
-    from device_impl.kernels.matmul import B_CACHE_BYTES, RESIDENT_BYTES
-
-    def base(vid: int) -> int:
-        while vid in views:
-            vid = views[vid]["src"]
-        return vid
+    from device_impl.kernels.matmul import K_TILE, operands_resident
 
     live: list[tuple[int, int, int]] = []  # (preparer, target, bytes per partition)
     for j, step in enumerate(steps):
-        if step["kind"] != "dot_general" or base(step["operands"][1]) not in inputs:
+        if step["kind"] != "dot_general" or _view_base(step["operands"][1], views) not in inputs:
             continue
         dn = step["attrs"]["dot_dimension_numbers"]
         if dn.get("lhs_batching_dimensions") or dn.get("rhs_batching_dimensions"):
@@ -196,21 +197,13 @@ def prepare_weights(steps: list[dict], views: dict, inputs: set[int], shapes: di
             continue
         lhs, rhs = step["operands"]
         rc = dn.get("rhs_contracting_dimensions", [])
-        k = 1
-        for d in rc:
-            k *= shapes[rhs][d]
-        n = 1
-        for d in range(len(shapes[rhs])):
-            if d not in rc:
-                n *= shapes[rhs][d]
-        m = 1
-        for d in shapes[lhs]:
-            m *= d
-        m //= max(k, 1)
-        k_tiles = -(-k // P)
+        k = math.prod(shapes[rhs][d] for d in rc)
+        n = math.prod(extent for d, extent in enumerate(shapes[rhs]) if d not in rc)
+        m = math.prod(shapes[lhs]) // max(k, 1)
+        k_tiles = -(-k // K_TILE)
+        if not operands_resident(k_tiles, m, n, dtypes[lhs].itemsize, dtypes[rhs].itemsize):
+            continue  # prepare_rhs makes nothing for it
         b_bytes = k_tiles * n * dtypes[rhs].itemsize
-        if b_bytes > B_CACHE_BYTES or k_tiles * m * dtypes[lhs].itemsize + b_bytes > RESIDENT_BYTES:
-            continue
         if sum(b for f, t, b in live if not (t < preparer or j < f)) + b_bytes > PREPARE_SBUF_BYTES:
             continue
         live.append((preparer, j, b_bytes))
@@ -292,7 +285,7 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Prog
         found = rotations(step, views, graph.constants, shapes)
         if found:
             step["rotations"] = found
-    steps = prepare_weights(steps, views, set(graph.inputs), {vid: t.shape for vid, t in graph.types.items()},
+    steps = prepare_weights(steps, views, set(graph.inputs), shapes,
                             {vid: t.np_dtype for vid, t in graph.types.items()})
     referenced = set(graph.inputs) | set(graph.outputs) | set(views) | {v["src"] for v in views.values()}
     referenced.update(vid for step in steps if "epilogue" in step for vid in step["results"])

@@ -151,9 +151,10 @@ def _b_cached(k_tiles: int, n: int, b_itemsize: int) -> bool:
     return k_tiles * n * b_itemsize <= B_CACHE_BYTES
 
 
-def _resident(k_tiles: int, m: int, n: int, a_itemsize: int, b_itemsize: int) -> bool:
+def operands_resident(k_tiles: int, m: int, n: int, a_itemsize: int, b_itemsize: int) -> bool:
     """Whether both operands stay in SBUF for the whole product (every load issued before any compute; cached
-    tiles are taken only then: ``lhs_tiles``, ``rhs_tiles``, ``prepare_rhs``)."""
+    tiles are taken only then: ``lhs_tiles``, ``rhs_tiles``, ``prepare_rhs``; the compiler's
+    ``build.prepare_weights`` asks it of a product's shapes)."""
     return _b_cached(k_tiles, n, b_itemsize) and k_tiles * m * a_itemsize + k_tiles * n * b_itemsize <= RESIDENT_BYTES
 
 
@@ -201,7 +202,7 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
     # compute, in order of first use: DMA streams the inputs back to back while TensorE
     # follows them, and the stores fill in after. Otherwise the loads of block i+1 are
     # issued before block i is evacuated and stored (double buffering).
-    resident = _resident(k_tiles, m, n, a2d.itemsize, b2d.itemsize)
+    resident = operands_resident(k_tiles, m, n, a2d.itemsize, b2d.itemsize)
     if resident and lhs_tiles is not None:
         lhs.cache, lhs.live = lhs_tiles
     if resident and rhs_tiles is not None:
@@ -306,7 +307,7 @@ def prepare_rhs(nc, m: int, a2d_itemsize: int, b2d: np.ndarray, live: list) -> d
     k_tiles = math.ceil(k / K_TILE)
     if m == 0 or n == 0 or k == 0 or not _Operand.needs_transpose(b2d):
         return None
-    if not _resident(k_tiles, m, n, a2d_itemsize, b2d.itemsize):
+    if not operands_resident(k_tiles, m, n, a2d_itemsize, b2d.itemsize):
         return None
     rhs = _Operand(nc, b2d, True, cache=True)
     rhs.live = live
