@@ -76,8 +76,8 @@ def _workers(count: int) -> ThreadPoolExecutor:
 
 
 def split(extent: int, work: Callable[[int, int], None], threads: int) -> None:
-    """``work(start, stop)`` over ``[0, extent)`` in ``min(threads, extent)`` contiguous shares, the first on
-    the calling thread, the others on the pool, each under the caller's context (numpy's errstate is a context
+    """``work(start, stop)`` over ``[0, extent)`` in ``min(threads, extent)`` contiguous shares, the first (the
+    one whose start is 0) on the calling thread, the others on the pool, each under the caller's context (numpy's errstate is a context
     variable); returns when every share is done, raising the first share's error."""
     shares = min(threads, extent)
     if shares <= 1:
