@@ -521,9 +521,10 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
         if tile is not None:
             group = tail_group.epilogue(env, batch * m, n, epilogue["product_slot"])
 
-            def finish(nc, r0: int, r1: int) -> None:  # the epilogue over rows [r0, r1) of the product
+            def rows(nc, r0: int, r1: int) -> None:  # the epilogue over rows [r0, r1) of the product
                 group(nc, tile if (r0, r1) == (0, batch * m) else tile[r0:r1], r0, r1, 0, n)
 
+            finish = rows
         if tiled:
             _tiled(env, out, finish, wide, core if tile is not None else None)
         else:

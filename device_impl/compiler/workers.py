@@ -4,15 +4,15 @@ A simulated launch's wall time is mostly numpy: the products' BLAS calls and the
 arithmetic. Their blocks are independent (a product's output tiles, each summing its K slices in order; an
 attention step's batches), numpy releases the GIL inside each call, and a block computed on another thread
 is the same calls on the same operands, so its bits are the serial run's. ``split`` runs such blocks on
-``width()`` threads: the caller takes one share, a small pool the others.
+``width()`` threads: the caller takes one share, worker threads the others.
 
 How many threads (``width``): ``NEURON_HOST_THREADS`` where set (runtime.config.host_threads), else
 ``torch.get_num_threads()`` at the call, so a process that pins torch (the benchmarks' one thread, a
 pytest-xdist worker set to one) gets no extra thread; and one thread, whatever was asked, while numpy's BLAS
 runs more than one thread per call (it then spreads each product over the cores itself, and its threaded
 kernels give other last bits than its one-thread ones, so products must stay serial to match the
-instruction-level run), or where its thread count cannot be read (threadpoolctl missing). The pool is made
-again in a forked child (its threads do not survive a fork) and when more threads are asked for.
+instruction-level run), or where its thread count cannot be read (threadpoolctl missing). The workers are
+started again in a forked child (threads do not survive a fork); one thread's split at a time uses them.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from __future__ import annotations
 import contextvars
 import os
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Callable
 
 import torch
@@ -29,10 +28,44 @@ from device_impl.runtime.config import host_threads
 
 THREADS = host_threads()  # None: follow torch.get_num_threads()
 
-_lock = threading.Lock()
-_pool: ThreadPoolExecutor | None = None
-_pool_owner = (0, 0)  # (pid, workers) the pool was made for
+_lock = threading.Lock()  # held by the one split that uses the workers (another thread's split runs serially)
+_workers: list["_Worker"] = []
+_owner = 0  # the pid the workers were started in (threads do not survive a fork)
 _blas: list | None = None  # threadpoolctl's controllers of the BLAS libraries loaded (numpy's), [] if unknown
+
+
+class _Worker:
+    """One host thread that runs a share when handed one: two locks pass the share and its completion (a
+    ThreadPoolExecutor's queue and futures cost about twice as much per share, several times a launch)."""
+
+    def __init__(self) -> None:
+        self._go = threading.Lock()
+        self._go.acquire()
+        self._done = threading.Lock()
+        self._done.acquire()
+        self._share: tuple | None = None
+        self._error: BaseException | None = None
+        threading.Thread(target=self._loop, name="neuron-host", daemon=True).start()
+
+    def _loop(self) -> None:
+        while True:
+            self._go.acquire()
+            context, work, start, stop = self._share
+            try:
+                context.run(work, start, stop)
+            except BaseException as error:  # noqa: BLE001 - handed to the caller (wait)
+                self._error = error
+            self._share = None
+            self._done.release()
+
+    def submit(self, work: Callable[[int, int], None], start: int, stop: int) -> None:
+        self._share = (contextvars.copy_context(), work, start, stop)
+        self._go.release()
+
+    def wait(self) -> BaseException | None:
+        self._done.acquire()
+        error, self._error = self._error, None
+        return error
 
 
 def _blas_controllers() -> list:
@@ -63,34 +96,36 @@ def width() -> int:
     return asked
 
 
-def _workers(count: int) -> ThreadPoolExecutor:
-    global _pool, _pool_owner
-    pid = os.getpid()
-    with _lock:
-        if _pool is None or _pool_owner[0] != pid or _pool_owner[1] < count:
-            if _pool is not None and _pool_owner[0] == pid:
-                _pool.shutdown(wait=False)
-            _pool = ThreadPoolExecutor(max_workers=count, thread_name_prefix="neuron-host")
-            _pool_owner = (pid, count)
-        return _pool
+def _started(count: int) -> list[_Worker]:
+    """``count`` workers of this process (call with ``_lock`` held)."""
+    global _workers, _owner
+    if _owner != os.getpid():
+        _workers, _owner = [], os.getpid()
+    while len(_workers) < count:
+        _workers.append(_Worker())
+    return _workers[:count]
 
 
 def split(extent: int, work: Callable[[int, int], None], threads: int) -> None:
     """``work(start, stop)`` over ``[0, extent)`` in ``min(threads, extent)`` contiguous shares, the first (the
-    one whose start is 0) on the calling thread, the others on the pool, each under the caller's context (numpy's errstate is a context
-    variable); returns when every share is done, raising the first share's error."""
+    one whose start is 0) on the calling thread, the others on the workers, each under a copy of the caller's
+    context (numpy's errstate is a context variable); returns when every share is done, raising the first
+    error a share raised. While another thread's split holds the workers, this one runs on its own thread."""
     shares = min(threads, extent)
-    if shares <= 1:
+    if shares <= 1 or not _lock.acquire(blocking=False):
         work(0, extent)
         return
-    bounds = [extent * i // shares for i in range(shares + 1)]
-    pool = _workers(shares - 1)
-    futures: list[Future] = [pool.submit(contextvars.copy_context().run, work, bounds[i], bounds[i + 1])
-                             for i in range(1, shares)]
     try:
-        work(bounds[0], bounds[1])
+        bounds = [extent * i // shares for i in range(shares + 1)]
+        workers = _started(shares - 1)
+        for i, worker in enumerate(workers, start=1):
+            worker.submit(work, bounds[i], bounds[i + 1])
+        try:
+            work(bounds[0], bounds[1])
+        finally:
+            errors = [worker.wait() for worker in workers]  # every share is done before the split returns
     finally:
-        errors = [f.exception() for f in futures]  # waits for every share: none outlives the call
+        _lock.release()
     for error in errors:
         if error is not None:
             raise error

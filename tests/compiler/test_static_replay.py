@@ -703,3 +703,26 @@ def test_a_share_runs_under_the_callers_errstate_and_its_error_reaches_the_calle
     done = []
     workers.split(5, lambda a, b: done.append((a, b)), 3)
     assert sorted(done) == [(0, 1), (1, 3), (3, 5)]
+
+
+def test_splits_from_two_threads_at_once_each_cover_their_range():
+    """One split holds the workers at a time; another thread's split meanwhile runs on that thread, and both
+    cover their whole range exactly once."""
+    import threading
+
+    from device_impl.compiler import workers
+
+    covered = {name: [] for name in ("a", "b")}
+
+    def caller(name):
+        for _ in range(200):
+            got = []
+            workers.split(7, lambda start, stop: got.extend(range(start, stop)), 2)
+            covered[name].append(sorted(got))
+
+    threads = [threading.Thread(target=caller, args=(name,)) for name in covered]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(runs == [list(range(7))] * 200 for runs in covered.values())
