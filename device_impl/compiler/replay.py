@@ -517,22 +517,14 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
             out = tile.write_target().reshape(batch, m, n)
         if out.size == 0:
             return
-        finish = None
-        if tile is not None:
-            group = tail_group.epilogue(env, batch * m, n, epilogue["product_slot"])
-
-            def rows(nc, r0: int, r1: int) -> None:  # the epilogue over rows [r0, r1) of the product
-                group(nc, tile if (r0, r1) == (0, batch * m) else tile[r0:r1], r0, r1, 0, n)
-
-            finish = rows
         if tiled:
-            _tiled(env, out, finish, wide, core if tile is not None else None)
+            _tiled(env, out)
         else:
             _product(env, out)
-            if finish is not None:
-                finish(core, 0, batch * m)
+        if tile is not None:
+            tail_group.epilogue(env, batch * m, n, epilogue["product_slot"])(core, tile, 0, batch * m, 0, n)
 
-    def _tiled(env, out: np.ndarray, finish, wide, core) -> None:
+    def _tiled(env, out: np.ndarray) -> None:
         nk, nm, nl = k // kt, m // mt, n // nt
         a = stationary.tiles(env)[:, :, :, None].swapaxes(-1, -2)  # [batch, nk, nm, 1, mt, kt]: tiles' .T
         b = moving.tiles(env)[:, :, None]  # [batch, nk, 1, nl, kt, nt]
@@ -542,14 +534,12 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
         acc = out.reshape(batch, nm, 1, mt, nt) if direct else np.empty((batch, nm, nl, mt, nt), FP32)
         blocked = None if direct else out.reshape(batch, nm, mt, nl, nt)
         # the blocks are independent: shares of the block axis with the most blocks go to host threads
-        # (workers.split), each block's calls the same as on one thread
+        # (workers.split), each block's calls the same as on one thread. The epilogue stays on the caller, after
+        # them: run in the shares as well, its many small numpy calls and the caller's fought for the GIL (a
+        # decoder block's forward took ~1.5 ms more CPU on two threads, and no less on the calling one)
         extents = (batch, nm, nl)
         axis = max(range(3), key=extents.__getitem__)
         threads = min(workers.width(), max(1, 2 * batch * m * k * n // SHARE_FLOPS))
-        # a share of whole batches, or of M blocks of one batch, is a range of the product's rows: it runs the
-        # epilogue on them too, while they are in its cache (the calling thread's share on the step's core, the
-        # others on their thread's wide core); a share of N blocks leaves the epilogue to the caller
-        rows = {0: m, 1: mt if batch == 1 else 0}.get(axis, 0) if finish is not None else 0
 
         def share(start: int, stop: int) -> None:
             a_, b_, acc_, blocked_ = (_cut(x, axes[axis], start, stop)
@@ -562,12 +552,8 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
                     np.add(acc_, part, out=acc_)
             if blocked_ is not None:  # evacuation: rounded once to the output dtype
                 blocked_[...] = acc_.transpose(0, 1, 3, 2, 4)
-            if rows:
-                finish(core if start == 0 else wide(), start * rows, stop * rows)
 
         workers.split(extents[axis], share, threads)
-        if finish is not None and not rows:
-            finish(core, 0, batch * m)
 
     def _product(env, out: np.ndarray) -> None:
         if k == 0:
