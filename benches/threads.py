@@ -5,6 +5,11 @@ CPU eager, as ``benches/modes.py`` does for asv and pytest-benchmark.
 The simulator computes on one thread; on two shared cores, two busy-waiting OpenBLAS threads made one
 compiled decoder-block forward swing between 20 and 370 ms from run to run (issue 21), and a two-thread
 CPU kernel swings with the load too. ``NEURONSIM_BENCH_THREADS`` overrides both.
+
+A compiled program's static replay shares its product blocks and attention batches among host threads of its
+own (device_impl/compiler/workers.py: they block, never spin), as many as ``torch.get_num_threads()``, so one
+here. ``NEURON_HOST_THREADS=2`` gives the simulator two while CPU eager and BLAS keep one each (with
+``NEURONSIM_BENCH_THREADS=2`` BLAS runs two threads per call, and the simulator then adds none).
 """
 
 from __future__ import annotations

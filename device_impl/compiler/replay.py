@@ -33,6 +33,7 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
+from device_impl.compiler import workers
 from device_impl.compiler.groups import GroupRunner
 from device_impl.compiler.program import Program
 from device_impl.engine.core import NeuronCore
@@ -531,14 +532,28 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
         # itself where it is fp32 and one block wide (its blocks are then its row ranges)
         direct = nl == 1 and out.dtype == FP32 and out.flags.c_contiguous
         acc = out.reshape(batch, nm, 1, mt, nt) if direct else np.empty((batch, nm, nl, mt, nt), FP32)
-        np.matmul(a[:, 0], b[:, 0], out=acc)
-        if nk > 1:
-            part = np.empty_like(acc)
-            for j in range(1, nk):  # PSUM accumulates the K slices in order
-                np.matmul(a[:, j], b[:, j], out=part)
-                np.add(acc, part, out=acc)
-        if not direct:  # evacuation: rounded once to the output dtype
-            out.reshape(batch, nm, mt, nl, nt)[...] = acc.transpose(0, 1, 3, 2, 4)
+        blocked = None if direct else out.reshape(batch, nm, mt, nl, nt)
+        # the blocks are independent: shares of the block axis with the most blocks go to host threads
+        # (workers.split), each block's calls the same as on one thread. The epilogue stays on the caller, after
+        # them: run in the shares as well, its many small numpy calls and the caller's fought for the GIL (a
+        # decoder block's forward took ~1.5 ms more CPU on two threads, and no less on the calling one)
+        extents = (batch, nm, nl)
+        axis = max(range(3), key=extents.__getitem__)
+        threads = min(workers.width(), max(1, 2 * batch * m * k * n // SHARE_FLOPS))
+
+        def share(start: int, stop: int) -> None:
+            a_, b_, acc_, blocked_ = (_cut(x, axes[axis], start, stop)
+                                      for x, axes in zip((a, b, acc, blocked), _BLOCK_AXES))
+            np.matmul(a_[:, 0], b_[:, 0], out=acc_)
+            if nk > 1:
+                part = np.empty_like(acc_)
+                for j in range(1, nk):  # PSUM accumulates the K slices in order
+                    np.matmul(a_[:, j], b_[:, j], out=part)
+                    np.add(acc_, part, out=acc_)
+            if blocked_ is not None:  # evacuation: rounded once to the output dtype
+                blocked_[...] = acc_.transpose(0, 1, 3, 2, 4)
+
+        workers.split(extents[axis], share, threads)
 
     def _product(env, out: np.ndarray) -> None:
         if k == 0:
@@ -565,12 +580,27 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     return run
 
 
+# where the block axes (batch, M blocks, N blocks) of ``_tiled``'s arrays lie: the stationary tiles (no N
+# axis: broadcast), the moving tiles (no M axis), the accumulator, the output seen as blocks
+_BLOCK_AXES = ((0, 2, None), (0, None, 3), (0, 1, 2), (0, 1, 3))
+
+
+def _cut(array: np.ndarray | None, axis: int | None, start: int, stop: int) -> np.ndarray | None:
+    """``array``'s blocks [start, stop) along ``axis`` (all of it where the array has no such axis)."""
+    if array is None or axis is None or (start == 0 and stop == array.shape[axis]):
+        return array
+    return array[(slice(None),) * axis + (slice(start, stop),)]
+
+
 # -- product operands packed into their TensorE tiles ---------------------------------------------------
 
 # Operand elements (both operands, every batch) from which a product runs tiled: below, the packing's and the
 # weight comparison's fixed cost (a few numpy calls each) outweighs what it saves (a tiny Llama's 64 x 64
 # projections ran ~20% slower tiled); the decoder block's smallest projection has 256 x (256 + 128).
 TILED_ELEMENTS = 1 << 16
+# flops from which a share of a product's blocks is worth a host thread (workers.split): handing a share over
+# and waking its thread costs some tens of microseconds, a share of 4 MFLOP takes ~40 us at one core's rate
+SHARE_FLOPS = 1 << 22
 
 
 class TileOperand:
@@ -658,8 +688,15 @@ def _wide_attention(step: dict, program: Program, runner) -> WideRunner:
 
     def run(wide, env) -> None:
         call = attention_call(step, program, env)
-        if call is not None:
-            forward_wide(*call)
+        if call is None:
+            return
+        pb, o4, lse3 = call
+        # batches are independent: shares of them go to host threads (workers.split)
+        flops = 2 * pb.B * pb.Hq * pb.L * pb.S * (pb.E + pb.Ev)
+        threads = min(workers.width(), max(1, flops // SHARE_FLOPS))
+        if threads <= 1 or pb.B <= 1:
+            return forward_wide(pb, o4, lse3)
+        workers.split(pb.B, lambda b0, b1: forward_wide(pb.batches(b0, b1), o4[b0:b1], lse3[b0:b1]), threads)
 
     return run
 

@@ -41,6 +41,7 @@ CPU's SDPA). The dropout mask is this device's own stream: ``return_debug_mask=T
 
 from __future__ import annotations
 
+import copy
 import math
 from typing import Any
 
@@ -111,6 +112,15 @@ class _Problem:
 
     def _four(self, a: np.ndarray) -> np.ndarray:
         return a[None] if self.three_d else a
+
+    def batches(self, b0: int, b1: int) -> "_Problem":
+        """The same call restricted to batches [b0, b1) (views, nothing copied): batches share nothing, so a
+        wide forward over a part computes that part's values as over the whole (compiler/workers.py)."""
+        part = copy.copy(self)
+        part.q, part.k, part.v = self.q[b0:b1], self.k[b0:b1], self.v[b0:b1]
+        part.mask = None if self.mask is None else self.mask[b0:b1]
+        part.B = b1 - b0
+        return part
 
     def heads(self):
         for b in range(self.B):

@@ -120,6 +120,24 @@ def static_replay(environ: dict[str, str] | None = None) -> bool:
     return "NEURON_STATIC_REPLAY" not in env or parse_flag(env, "NEURON_STATIC_REPLAY")
 
 
+def host_threads(environ: dict[str, str] | None = None) -> int | None:
+    """NEURON_HOST_THREADS (default: unset): how many host threads a compiled program's static replay may use
+    for its independent arithmetic (product blocks, attention batches: device_impl.compiler.workers). Unset,
+    it follows ``torch.get_num_threads()`` at each execution, the process's statement of how many cores
+    PyTorch may keep busy, so a process that pins torch to one thread (the benchmarks, a pytest-xdist worker
+    told so) is not oversubscribed. Either way no thread is added while numpy's BLAS runs more than one
+    thread per call (it already spreads each product, and a concurrent multi-threaded call could change its
+    bits). A positive integer; 1 runs everything on the calling thread. Read once, when the executor loads."""
+    env = os.environ if environ is None else environ
+    text = env.get("NEURON_HOST_THREADS", "").strip()
+    if not text:
+        return None
+    if not text.isdigit() or not 0 < int(text) <= 256:
+        raise ValueError(f"NEURON_HOST_THREADS={env['NEURON_HOST_THREADS']!r} must be an integer in 1..256 "
+                         "(unset: follow torch.get_num_threads()).")
+    return int(text)
+
+
 def default_neff_cache_dir(env) -> str:
     base = env.get("XDG_CACHE_HOME", "").strip() or os.path.join(os.path.expanduser("~"), ".cache")
     return os.path.join(base, "neuronsim", "neff")

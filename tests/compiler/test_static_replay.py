@@ -592,3 +592,137 @@ def test_a_kept_weight_is_packed_again_after_every_update(fresh, monkeypatch):
     assert stationary.kept is None and not stationary.keepable and stationary.packs == 3
     check([x])
     assert stationary.kept is None and stationary.packs == 4 and moving.packs == len(updates) + 1
+
+
+class Products(nn.Module):
+    """Tiled products whose blocks split along each block axis (compiler/workers.py): a projection of one M
+    block and two N blocks (its output evacuated block by block), and a batched product of four."""
+
+    def __init__(self):
+        super().__init__()
+        self.wide = nn.Linear(256, 1024, bias=False)
+
+    def forward(self, x, y):
+        return self.wide(x[0, :128]).sum() + torch.bmm(x, y)
+
+
+THREADED = {
+    "decoder_block_fp32": CASES["decoder_block_fp32"],
+    "decoder_block_bf16": CASES["decoder_block_bf16"],
+    "attention_fp32": CASES["attention_fp32"],
+    "attention_wide_heads_fp32": CASES["attention_wide_heads_fp32"],
+    "products_fp32": (Products, None, torch.float32),
+}
+
+
+@pytest.mark.parametrize("case", sorted(THREADED))
+def test_threaded_blocks_give_the_bits_of_one_thread(case, fresh, monkeypatch):
+    """Product blocks and attention batches shared among two host threads (workers.split) compute the bits
+    of one thread and of the instruction-level run, with the same recorded figures; the shares did run apart."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from device_impl.compiler import workers
+
+    factory, shape, dtype, *inputs = THREADED[case]
+    torch.manual_seed(0)
+    model = factory().to(dtype).to("neuron")
+    if shape is None:
+        g = torch.Generator().manual_seed(2)
+        xs = [torch.randn(4, 256, 256, generator=g).to("neuron"), torch.randn(4, 256, 512, generator=g).to("neuron")]
+    else:
+        xs = [x.to("neuron") for x in _inputs(inputs[0] if inputs else "", shape, dtype)]
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    shares = []
+    split = workers.split
+
+    def counting(extent, work, threads):
+        shares.append(min(threads, extent))
+        return split(extent, work, threads)
+
+    monkeypatch.setattr(workers, "split", counting)
+    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"), torch.no_grad():
+        compiled(*xs)
+        monkeypatch.setattr(workers, "THREADS", 1)
+        shares.clear()
+        one = _run(compiled, xs, monkeypatch, fast=True)
+        assert max(shares, default=1) == 1
+        shares.clear()
+        monkeypatch.setattr(workers, "THREADS", 2)
+        assert workers.width() == 2
+        two = _run(compiled, xs, monkeypatch, fast=True)
+        assert shares and max(shares) == 2
+        slow = _run(compiled, xs, monkeypatch, fast=False)
+    assert torch.equal(_bits(one[0]), _bits(two[0])), "threads changed the numerics"
+    assert torch.equal(_bits(slow[0]), _bits(two[0]))
+    assert one[1:] == two[1:] == slow[1:]
+
+
+def test_threads_follow_torch_and_stay_off_beside_a_threaded_blas(monkeypatch):
+    """workers.width: NEURON_HOST_THREADS where set, else torch's thread count; one thread while numpy's BLAS
+    runs several per call (its threaded kernels give other bits, and it spreads each product itself)."""
+    threadpoolctl = pytest.importorskip("threadpoolctl")
+    from device_impl.compiler import workers
+
+    monkeypatch.setattr(workers, "THREADS", None)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+            assert workers.blas_threads() == 1
+            assert workers.width() == 2
+            torch.set_num_threads(1)
+            assert workers.width() == 1
+            monkeypatch.setattr(workers, "THREADS", 3)
+            assert workers.width() == 3
+        with threadpoolctl.threadpool_limits(limits=2, user_api="blas"):
+            assert workers.width() == 1
+    finally:
+        torch.set_num_threads(threads)
+    assert config.host_threads({}) is None and config.host_threads({"NEURON_HOST_THREADS": " 2 "}) == 2
+    for bad in ("0", "-1", "two", "1.5"):
+        with pytest.raises(ValueError, match="NEURON_HOST_THREADS"):
+            config.host_threads({"NEURON_HOST_THREADS": bad})
+
+
+def test_a_share_runs_under_the_callers_errstate_and_its_error_reaches_the_caller():
+    """Each share runs in a copy of the caller's context (numpy's errstate is a context variable), every share
+    finishes before split returns, and a share's error is raised to the caller."""
+    import numpy as np
+
+    from device_impl.compiler import workers
+
+    seen = {}
+
+    def work(start, stop):
+        seen[start] = np.geterr()["over"]
+        if start:
+            raise ZeroDivisionError("share")
+
+    with np.errstate(over="ignore"), pytest.raises(ZeroDivisionError, match="share"):
+        workers.split(4, work, 2)
+    assert seen == {0: "ignore", 2: "ignore"}
+    done = []
+    workers.split(5, lambda a, b: done.append((a, b)), 3)
+    assert sorted(done) == [(0, 1), (1, 3), (3, 5)]
+
+
+def test_splits_from_two_threads_at_once_each_cover_their_range():
+    """One split holds the workers at a time; another thread's split meanwhile runs on that thread, and both
+    cover their whole range exactly once."""
+    import threading
+
+    from device_impl.compiler import workers
+
+    covered = {name: [] for name in ("a", "b")}
+
+    def caller(name):
+        for _ in range(200):
+            got = []
+            workers.split(7, lambda start, stop: got.extend(range(start, stop)), 2)
+            covered[name].append(sorted(got))
+
+    threads = [threading.Thread(target=caller, args=(name,)) for name in covered]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(runs == [list(range(7))] * 200 for runs in covered.values())
