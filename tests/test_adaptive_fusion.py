@@ -233,6 +233,41 @@ def test_epilogue_reading_the_product_transposed_is_not_fused(adaptive):
     assert stats["epilogue_ops"] == 0
 
 
+# --- products of one operand in one launch ------------------------------------------------------------
+
+@pytest.mark.parametrize("m, k", [(64, 96), (130, 260)])
+def test_projections_of_one_activation_share_a_launch(adaptive, m, k):
+    """q, k, v of one activation (and gate/up with their epilogues): one launch, A^T's tiles made once."""
+    def program(h, wq, wk, wv, wg, wu):
+        q, kk, v = F.linear(h, wq), F.linear(h, wk), F.linear(h, wv)
+        return q, kk, v, F.silu(F.linear(h, wg)) * F.linear(h, wu)
+
+    weights = [_host((n, k), seed=s, scale=0.1) for s, n in enumerate((64, 32, 32, 80, 80), start=1)]
+    stats = _identical(program, _host((m, k)), *weights)
+    assert stats["lhs_shared"] == 4 and stats["launches"] == 1, stats
+    assert stats["epilogue_ops"] == 2  # silu on the gate product, the multiply on the up product
+
+
+def test_a_product_after_a_write_of_its_operand_loads_it_again(adaptive):
+    """A write of A between two of its products (its own launch: no epilogue writes what its product reads)
+    ends the run: the next product reads A's new values from HBM, not the first one's tiles."""
+    def program(a, w1, w2):
+        y = a @ w1
+        a.mul_(y)
+        return y, a @ w2, a
+
+    stats = _identical(program, _host((48, 48)), _host((48, 48), seed=1), _host((48, 48), seed=2))
+    assert stats["lhs_shared"] == 0
+
+
+def test_products_of_one_operand_with_other_layouts_do_not_share(adaptive):
+    def program(a, w1, w2):
+        return a @ w1, a[:, :32] @ w2, a.t() @ w1  # three views of one storage: three launches
+
+    stats = _identical(program, _host((48, 48)), _host((48, 48), seed=1), _host((32, 48), seed=2))
+    assert stats["lhs_shared"] == 0 and stats["launches"] == 3
+
+
 # --- real models ------------------------------------------------------------------------------------
 
 def test_decoder_block_forward_is_bit_identical(adaptive):

@@ -21,6 +21,7 @@ every tensor, which storages coincide, dtypes and promotion arguments. The emits
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -353,6 +354,14 @@ def _run_row_kernel(program: Program, steps: Sequence[Any], prepared, store) -> 
 
 
 def _run_matmul(program: Program, steps: Sequence[Any], prepared, store_product: bool, store) -> None:
+    with launch(program.name, steps[0].plan.out.device.index) as nc:
+        _matmul_body(nc, program, steps, prepared, store_product, store)
+
+
+def _matmul_body(nc, program: Program, steps: Sequence[Any], prepared, store_product: bool, store,
+                 lhs_tiles: tuple[dict, list] | None = None) -> None:
+    """A matmul group's product with its epilogue, inside a launch the caller owns (``lhs_tiles``: see
+    ``run_shared``)."""
     product, epilogue = steps[0], steps[1:]
     plan = product.plan
     boxes = chains.as_boxes(prepared, _product_shape(product))
@@ -369,13 +378,86 @@ def _run_matmul(program: Program, steps: Sequence[Any], prepared, store_product:
                           box=(b, m0, m1, n0, n1), boxes=boxes)
         nc.release_to(mark)  # the product's tile, if still live, is _finish_block's to free
 
-    with launch(program.name, plan.out.device.index) as nc:
-        try:
-            plan.run(nc, finish)
-        except chains.StepError:
-            raise
-        except Exception as error:
-            raise chains.StepError(product) from error
+    try:
+        plan.run(nc, finish, lhs_tiles)
+    except chains.StepError:
+        raise
+    except Exception as error:
+        raise chains.StepError(product) from error
+
+
+# --- products of one operand in one launch ---------------------------------------------------------
+# A decoder's q, k and v projections (and the MLP's gate and up) multiply one activation A by three (two)
+# weights: consecutive matmul groups of the queue whose products read the same A. Eager runs each in its own
+# launch, which loads A's stationary tiles and transposes them on TensorE; adaptive eager runs such a run of
+# groups in one launch, in their order, the first product loading and transposing each tile of A^T and the
+# later ones taking it from SBUF (``matmul.matmul_into``'s ``lhs_tiles``, as the compiler's ``share_lhs``).
+# The tiles are the same bits, so the products are too; an earlier group that writes where A lies ends the
+# run (its tiles would be stale).
+
+SHARED_LHS_BYTES = 32 * 1024  # per partition: A^T's tiles kept across the run's products
+
+
+def _product_of(item: Ready) -> MatmulStep | None:
+    """The matmul step of a matmul group (a lone product or one with its epilogue), else None."""
+    steps = item.group.steps
+    product = steps[0]
+    if not isinstance(product, MatmulStep) or (item.program is None) != (len(steps) == 1):
+        return None
+    return None if product.plan.batched else product
+
+
+def _lhs_key(product: MatmulStep) -> tuple:
+    a = product.plan.a
+    return (view_of(a).storage, a.storage_offset(), tuple(a.shape), a.stride(), a.dtype, a.device)
+
+
+def shared_lhs_end(ready: Sequence[Ready], i: int) -> int:
+    """One past the last group of the run starting at ``ready[i]`` whose products read the same A (see above);
+    ``i + 1`` when ``ready[i]`` shares with nothing."""
+    first = _product_of(ready[i])
+    if first is None:
+        return i + 1
+    a = first.plan.a
+    k, m = a.shape[1], a.shape[0]
+    if math.ceil(k / mm.K_TILE) * m * a.element_size() > SHARED_LHS_BYTES:
+        return i + 1
+    key, a_view = _lhs_key(first), view_of(a)
+    j = i + 1
+    while j < len(ready):
+        product = _product_of(ready[j])
+        if product is None or _lhs_key(product) != key:
+            break
+        if any(view_of(step.out).overlaps(a_view) for step in ready[j - 1].group.steps):
+            break  # it writes A (a product's out=; epilogues never do: fusion pins A): the tiles went stale
+        j += 1
+    return j
+
+
+def run_shared(items: Sequence[Ready], stored: Sequence[Sequence[bool]]) -> None:
+    """Run matmul groups whose products read one A (``shared_lhs_end``) in one launch, A^T's tiles loaded once."""
+    STATS.lhs_shared += len(items) - 1
+    products = [item.group.steps[0] for item in items]
+    kept: tuple[dict, list] = ({}, [])
+    name = "shared_lhs[" + "+".join(p.plan.name for p in products) + "]"
+    with launch(name, products[0].plan.out.device.index) as nc:
+        for item, item_stored in zip(items, stored):
+            with nc.scope():  # the product's own tiles; A^T's are in ``kept``
+                if item.program is None:
+                    try:
+                        item.group.steps[0].plan.run(nc, lhs_tiles=kept)
+                    except Exception as error:
+                        raise chains.StepError(item.group.steps[0]) from error
+                    continue
+                steps = item.group.steps
+                STATS.fused_groups += 1
+                STATS.fused_ops += len(steps)
+                STATS.epilogue_ops += len(steps) - 1
+                STATS.stores_elided += not item_stored[0]
+                _matmul_body(nc, item.program, steps, item.prepared, item_stored[0],
+                             chains.stores(steps[1:], item_stored[1:]), kept)
+        with nc.stream(kept[1]):
+            nc.release_to(0)
 
 
 # --- whole flushes ---------------------------------------------------------------------------------

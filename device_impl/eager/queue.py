@@ -214,15 +214,21 @@ class Queue:
         if head is not None:
             _learn(head, ready[0].program is None and len(ready[0].group.steps) == 1)
         failure: tuple[str, BaseException] | None = None
-        for item, item_stored in zip(ready, stored):
+        i = 0
+        while i < len(ready):
+            end = programs.shared_lhs_end(ready, i)  # products of one A run in one launch
             STATS.groups += 1
             try:
-                programs.run(item, item_stored)
+                if end - i > 1:
+                    programs.run_shared(ready[i:end], stored[i:end])
+                else:
+                    programs.run(ready[i], stored[i])
             except StepError as failed:
                 STATS.errors += 1
                 failure = (failed.step.op, failed.__cause__)
                 traceback.clear_frames(failed.__traceback__)
                 break
+            i = end
         if failure is None:
             return
         # Raised outside the handler, with the frames' tensors dropped: the error may live long (a user's
@@ -232,7 +238,6 @@ class Queue:
         steps.clear()
         ready.clear()
         stored.clear()
-        item = item_stored = None  # noqa: F841
         raise _named(cause, op, reason) from cause
 
     def _observable(self, ready: list[programs.Ready], refs: Counter[int]) -> list[list[bool]]:

@@ -407,13 +407,16 @@ class MatmulPlan(NamedTuple):
     bias: torch.Tensor | None = None
     batched: bool = False
 
-    def run(self, nc, epilogue: Callable[..., None] | None = None) -> None:
-        """The launch body; ``epilogue(nc, tile, batch, m0, m1, n0, n1)`` replaces each output store."""
+    def run(self, nc, epilogue: Callable[..., None] | None = None,
+            lhs_tiles: tuple[dict, list] | None = None) -> None:
+        """The launch body; ``epilogue(nc, tile, batch, m0, m1, n0, n1)`` replaces each output store.
+        ``lhs_tiles``: ``_matmul_into``'s, for a product that is not batched (adaptive eager runs consecutive
+        products of one A in one launch, its stationary tiles loaded and transposed once)."""
         out_view, a_view, b_view = hbm(self.out), hbm(self.a), hbm(self.b)
         bias_view = None if self.bias is None else np.broadcast_to(hbm(self.bias), tuple(self.out.shape))
         if not self.batched:
             tail = None if epilogue is None else (lambda nc_, t, *box: epilogue(nc_, t, 0, *box))
-            _matmul_into(nc, out_view, a_view, b_view, self.alpha, self.beta, bias_view, tail)
+            _matmul_into(nc, out_view, a_view, b_view, self.alpha, self.beta, bias_view, tail, lhs_tiles)
             return
         for i in range(self.out.shape[0]):
             tail = None if epilogue is None else (lambda nc_, t, *box, i=i: epilogue(nc_, t, i, *box))
