@@ -336,13 +336,21 @@ def _run_row_kernel(program: Program, steps: Sequence[Any], prepared, store) -> 
     boxes = chains.as_boxes(prepared, (1, rows, cols))
     chain = program.chain
 
+    # The producer of the kernel's input computes straight into the kernel's tile when the dtypes agree and
+    # it is an instruction's result (a same-dtype copy's result is its operand's tile: copied as before).
+    x_slot = program.x_slot
+    made = [j for j, slot in enumerate(chain.results) if slot == x_slot and not chain.aliases[j]]
+    direct = prepared[made[-1]].out_view.dtype if made else None
+
     def source(nc, tile, rsl: tuple, csl: tuple) -> None:
         (r0, r1, _), (c0, c1, _) = rsl[0].indices(rows), csl[0].indices(cols)
         mark = nc.mark()
         slots: list[Any] = [None] * chain.slots
+        into = (x_slot, tile) if tile.dtype == direct else None
         chains.run_region(nc, chain, producers, prepared, store, slots, r1 - r0, c1 - c0,
-                          box=(0, r0, r1, c0, c1), boxes=boxes)
-        nc.vector.tensor_copy(tile, slots[program.x_slot])
+                          box=(0, r0, r1, c0, c1), boxes=boxes, into=into)
+        if into is None:
+            nc.vector.tensor_copy(tile, slots[x_slot])
         nc.release_to(mark)
 
     try:
