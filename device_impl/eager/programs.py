@@ -35,7 +35,7 @@ from device_impl.eager.fusion import Group, split, view_of
 from device_impl.eager.stats import STATS
 from device_impl.engine import launch
 from device_impl.engine.core import _recording  # open record_trace() blocks: no replay while any is
-from device_impl.engine.replay import measured, replayed
+from device_impl.engine.replay import ScriptEnded, measured, replayed
 from device_impl.engine.constants import PLATFORM
 from device_impl.kernels import matmul as mm
 from device_impl.kernels import reduction as red
@@ -148,6 +148,7 @@ def program_for(group: Group, prepared: Sequence[Any]) -> Program:
 
 def clear_cache() -> None:
     _CACHE.clear()
+    _LAUNCHES.clear()
     _FLUSHES.clear()
     _FIGURES.clear()
     _REFUSED.clear()
@@ -194,6 +195,11 @@ def run(item: Ready, stored: Sequence[bool]) -> None:
     group, program = item.group, item.program
     if program is None:
         step = group.steps[0]
+        if isinstance(step, MatmulStep):
+            plan = step.plan
+            _run_recorded(plan.name, plan.out.device.index, _product_key(plan), [step],
+                          lambda nc: _run_product(nc, step))
+            return
         try:
             step.run()
         except Exception as error:
@@ -251,18 +257,23 @@ FIGURES_LIMIT = 4096
 
 def _replay_key(program: Program, steps: Sequence[Step], prepared, store) -> tuple | None:
     """What decides a fused elementwise launch's instructions (see above), or None without a safe key."""
-    value_key = kernel_replay._value_key
     parts: list[Any] = [program, tuple(store)]
     try:
-        for step, pw in zip(steps, prepared):
-            out = pw.out_view
-            parts.append((kernel_replay.emit_key(step.emit), out.dtype, out.shape, out.strides, pw.target))
-            for v, s, c in zip(pw.views, pw.scalars, pw.convert):
-                parts.append(value_key(s, 0) if v is None else (v.dtype, v.shape, v.strides, c))
+        _chain_parts(steps, prepared, parts)
     except kernel_replay._NoKey:
         return None
     key = tuple(parts)
     return None if key in _REFUSED else key
+
+
+def _chain_parts(steps: Sequence[Step], prepared, parts: list) -> None:
+    """What decides a chain's instructions, step by step, appended to ``parts`` (raise _NoKey if unsafe)."""
+    value_key = kernel_replay._value_key
+    for step, pw in zip(steps, prepared):
+        out = pw.out_view
+        parts.append((kernel_replay.emit_key(step.emit), out.dtype, out.shape, out.strides, pw.target))
+        for v, s, c in zip(pw.views, pw.scalars, pw.convert):
+            parts.append(value_key(s, 0) if v is None else (v.dtype, v.shape, v.strides, c))
 
 
 def _replay_elementwise(key: tuple, figures, program: Program, steps: Sequence[Step], prepared, store,
@@ -362,8 +373,9 @@ def _run_row_kernel(program: Program, steps: Sequence[Any], prepared, store) -> 
 
 
 def _run_matmul(program: Program, steps: Sequence[Any], prepared, store_product: bool, store) -> None:
-    with launch(program.name, steps[0].plan.out.device.index) as nc:
-        _matmul_body(nc, program, steps, prepared, store_product, store)
+    _run_recorded(program.name, steps[0].plan.out.device.index,
+                  _group_key(program, steps, prepared, store_product, store), steps,
+                  lambda nc: _matmul_body(nc, program, steps, prepared, store_product, store))
 
 
 def _matmul_body(nc, program: Program, steps: Sequence[Any], prepared, store_product: bool, store,
@@ -442,30 +454,151 @@ def shared_lhs_end(ready: Sequence[Ready], i: int) -> int:
     return j
 
 
+def runs_as_eager(ready: Sequence[Ready], i: int) -> bool:
+    """Whether ``ready[i]`` runs as eager mode would run its one step: no fused program, no launch shared with
+    the next group, not a product (a recurring one replays its recorded launch here, which eager does not)."""
+    item = ready[i]
+    return (item.program is None and len(item.group.steps) == 1 and not isinstance(item.group.steps[0], MatmulStep)
+            and shared_lhs_end(ready, i) == i + 1)
+
+
 def run_shared(items: Sequence[Ready], stored: Sequence[Sequence[bool]]) -> None:
     """Run matmul groups whose products read one A (``shared_lhs_end``) in one launch, A^T's tiles loaded once."""
     STATS.lhs_shared += len(items) - 1
     products = [item.group.steps[0] for item in items]
-    kept: tuple[dict, list] = ({}, [])
     name = "shared_lhs[" + "+".join(p.plan.name for p in products) + "]"
-    with launch(name, products[0].plan.out.device.index) as nc:
-        for item, item_stored in zip(items, stored):
+    parts: list[tuple] = []  # per item: (the group's Ready or None for a lone product, steps, product stored, stores)
+    for item, item_stored in zip(items, stored):
+        steps = item.group.steps
+        if item.program is None:
+            parts.append((None, steps, True, ()))
+            continue
+        STATS.fused_groups += 1
+        STATS.fused_ops += len(steps)
+        STATS.epilogue_ops += len(steps) - 1
+        STATS.stores_elided += not item_stored[0]
+        parts.append((item, steps, item_stored[0], chains.stores(steps[1:], item_stored[1:])))
+
+    def body(nc) -> None:
+        kept: tuple[dict, list] = ({}, [])
+        for item, steps, store_product, store in parts:
             with nc.scope():  # the product's own tiles; A^T's are in ``kept``
-                if item.program is None:
-                    try:
-                        item.group.steps[0].plan.run(nc, lhs_tiles=kept)
-                    except Exception as error:
-                        raise chains.StepError(item.group.steps[0]) from error
-                    continue
-                steps = item.group.steps
-                STATS.fused_groups += 1
-                STATS.fused_ops += len(steps)
-                STATS.epilogue_ops += len(steps) - 1
-                STATS.stores_elided += not item_stored[0]
-                _matmul_body(nc, item.program, steps, item.prepared, item_stored[0],
-                             chains.stores(steps[1:], item_stored[1:]), kept)
+                if item is None:
+                    _run_product(nc, steps[0], kept)
+                else:
+                    _matmul_body(nc, item.program, steps, item.prepared, store_product, store, kept)
         with nc.stream(kept[1]):
             nc.release_to(0)
+
+    keys = [_product_key(steps[0].plan) if item is None else
+            _group_key(item.program, steps, item.prepared, store_product, store)
+            for item, steps, store_product, store in parts]
+    key = None if any(k is None for k in keys) else ("shared", tuple(keys))
+    _run_recorded(name, products[0].plan.out.device.index, key, [s for _, steps, _, _ in parts for s in steps], body)
+
+
+def _run_product(nc, step: MatmulStep, lhs_tiles: tuple[dict, list] | None = None) -> None:
+    try:
+        step.plan.run(nc, lhs_tiles=lhs_tiles)
+    except Exception as error:
+        raise chains.StepError(step) from error
+
+
+# --- recurring matmul launches: their recorded figures and choices ----------------------------------------
+# A matmul's instructions follow from its operands' shapes, strides and dtypes, its scalars and (with an
+# epilogue) the chain's key as a fused elementwise launch's (``_replay_key``), except for the scheduling
+# choices the kernel makes from the timeline (``nc.choose``: which transpose goes next, which engine
+# evacuates PSUM). The first run of such a launch is instruction-level and records its figures and those
+# choices; a later one runs on engine.replay's core, which takes the recorded choices in order and tallies
+# the instructions, and reports the recorded figures. A tally that differs (or a choice asked past the
+# recorded ones) reports nothing and the launch runs again at the instruction level, unless it wrote what it
+# reads. Not while tracing (``record_trace``), nor under ``NEURON_STATIC_REPLAY=0``.
+
+_LAUNCHES: dict[tuple, tuple] = {}  # key -> (Figures, the recorded choices)
+
+
+def _layout(t: torch.Tensor | None) -> tuple | None:
+    return None if t is None else (tuple(t.shape), t.stride(), t.dtype)
+
+
+def _product_key(plan: Any) -> tuple | None:
+    """What decides a lone product's instructions (None: no replay now)."""
+    if not kernel_replay._enabled[0] or _recording:
+        return None
+    try:
+        alpha, beta = kernel_replay._value_key(plan.alpha, 0), kernel_replay._value_key(plan.beta, 0)
+    except kernel_replay._NoKey:
+        return None
+    key = ("product", plan.name, _layout(plan.out), _layout(plan.a), _layout(plan.b), _layout(plan.bias), alpha,
+           beta, plan.batched)
+    return None if key in _REFUSED else key
+
+
+def _group_key(program: Program, steps: Sequence[Any], prepared, store_product: bool, store) -> tuple | None:
+    """What decides a matmul group's instructions: its product's and its epilogue chain's (None: no replay)."""
+    product = _product_key(steps[0].plan)
+    if product is None:
+        return None
+    parts: list[Any] = [program, product, store_product, tuple(store)]
+    try:
+        _chain_parts(steps[1:], prepared, parts)
+    except kernel_replay._NoKey:
+        return None
+    key = tuple(parts)
+    return None if key in _REFUSED else key
+
+
+def _run_recorded(name: str, device: int, key: tuple | None, steps: Sequence[Any], body) -> None:
+    """``body(nc)`` in a launch: replayed from its recording under ``key`` when there is one, else at the
+    instruction level (recorded under ``key``, unless None). See above."""
+    if key is not None:
+        entry = _LAUNCHES.get(key)
+        if entry is not None:
+            figures, script = entry
+            try:
+                with replayed(name, device, figures) as nc:
+                    nc.script = script
+                    body(nc)
+                    if not nc.matches(figures):
+                        raise _Rerun
+            except (_Rerun, ScriptEnded):
+                pass
+            except chains.StepError as error:
+                if not isinstance(error.__cause__, ScriptEnded):
+                    raise
+            else:
+                STATS.programs_replayed += 1
+                return
+            _refuse(key, name, steps)
+            key = None
+    with launch(name, device) as nc:
+        if key is not None:
+            nc.choices = []
+        body(nc)
+    if key is not None:
+        if len(_LAUNCHES) >= FIGURES_LIMIT:
+            del _LAUNCHES[next(iter(_LAUNCHES))]
+        _LAUNCHES[key] = (measured(nc, 0), tuple(nc.choices))
+
+
+def _refuse(key: tuple, name: str, steps: Sequence[Any]) -> None:
+    """A replay differed from its recording: never replay ``key`` again; raise if the launch cannot be rerun
+    (it wrote a tensor it reads)."""
+    _LAUNCHES.pop(key, None)
+    if len(_REFUSED) >= FIGURES_LIMIT:
+        del _REFUSED[next(iter(_REFUSED))]
+    _REFUSED[key] = None
+    written: list = []
+    read: list = []  # what the launch reads from before it (a read of an earlier step's result is recomputed)
+    for step in steps:
+        keys = {w.key for w in written}
+        read.extend(v for v in map(view_of, step.reads()) if v.key not in keys)
+        written.append(view_of(step.out))
+    if any(w.overlaps(r) for w in written for r in read):
+        raise RuntimeError(
+            f"neuron: the launch {name} issued other instructions than its recording, and it wrote a tensor it "
+            f"reads, so it cannot be rerun; set NEURON_STATIC_REPLAY=0 to run every launch instruction by "
+            f"instruction, and report this")
 
 
 # --- whole flushes ---------------------------------------------------------------------------------

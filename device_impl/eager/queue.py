@@ -212,7 +212,7 @@ class Queue:
             ready = programs.plan_flush(steps)
             stored = self._observable(ready, refs)
         if head is not None:
-            _learn(head, ready[0].program is None and len(ready[0].group.steps) == 1)
+            _learn(head, programs.runs_as_eager(ready, 0))
         failure: tuple[str, BaseException] | None = None
         i = 0
         while i < len(ready):
@@ -270,8 +270,9 @@ class Queue:
 
 
 # Whether the launch of a call that headed a flush ran alone there, by ``_head_key`` (the call: op, layouts,
-# static arguments; not where its tensors are): True while every flush it headed ran it alone, False for
-# good once one fused it with what followed. Such a call is run at once when nothing is queued before it
+# static arguments; not where its tensors are): True while every flush it headed ran it alone, as eager mode
+# runs it (``programs.runs_as_eager``: not fused, not sharing a launch, not a product, whose recurring launch a
+# flush replays), False for good once one did not. Such a call is run at once when nothing is queued before it
 # (``submit``): the flush would run it the same way, after the queue's bookkeeping (capture, flush plan,
 # observability), and its checks and errors are then eager's, at the call. A call whose launch could have
 # fused with what followed only loses that fusion if it ran alone every time before; the bits are eager's.

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch.autograd.profiler as _torch_profiler
@@ -26,6 +26,10 @@ from device_impl.engine.timeline import ENGINES, LaunchReport, Timeline, chrome_
 
 class NeuronCore:
     """The state one kernel launch works in. Reused across launches on a thread (cheap to reset)."""
+
+    # The values of this launch's ``choose`` calls, in order, while a caller records them (a list it sets after
+    # entering the launch; None otherwise): a replay of the launch (engine.replay) makes the same choices.
+    choices: list | None = None
 
     def __init__(self, platform: Platform = PLATFORM):
         self.platform = platform
@@ -51,6 +55,16 @@ class NeuronCore:
         self.psum.reset()
         self.tensor.loaded = None
         self.tensor.last_moving = 0
+        self.choices = None
+
+    def choose(self, decide: Callable[[], Any]) -> Any:
+        """``decide()``: a scheduling choice a kernel makes from the timeline (which engine frees up first,
+        which transpose to place next). The instructions it issues then depend on the timeline, which a
+        replayed launch does not keep: the value is recorded (``choices``) for the replay to take instead."""
+        value = decide()
+        if self.choices is not None:
+            self.choices.append(value)
+        return value
 
     def _allocate(self, pool: MemoryPool, shape, dtype, name: str) -> Tile:
         tile = pool.allocate(tuple(shape), dtype, name)
