@@ -18,8 +18,9 @@ copy that no fusion takes runs as eager's C++ copy (``capture.EAGER_RUNNERS``),
 a one-step flush skips grouping, a flush whose steps repeat an earlier
 flush's (a model's next forward) reuses its grouping and programs
 (``programs.plan_flush``), a recurring fused elementwise launch reports the
-figures its first run recorded (``programs._replay_elementwise``; a recurring matmul
-launch, with its recorded scheduling choices too: ``programs._run_recorded``), and a call
+figures its first run recorded (``programs._replay_elementwise``; a recurring matmul,
+fused reduction or row-kernel launch, with its recorded scheduling choices too:
+``programs._run_recorded``), and a call
 whose launch ran alone in every flush it headed runs at the call when nothing
 is queued (``queue._ALONE``).
 

@@ -33,6 +33,7 @@ from device_impl.eager import fusion
 from device_impl.eager.capture import EAGER_RUNNERS, MatmulStep, ReduceStep, RowKernelStep, Step, row_shape
 from device_impl.eager.fusion import Group, split, view_of
 from device_impl.eager.stats import STATS
+from device_impl.engine import core as _core
 from device_impl.engine import launch
 from device_impl.engine.core import _recording  # open record_trace() blocks: no replay while any is
 from device_impl.engine.replay import ScriptEnded, measured, replayed
@@ -200,6 +201,9 @@ def run(item: Ready, stored: Sequence[bool]) -> None:
             _run_recorded(plan.name, plan.out.device.index, _product_key(plan), [step],
                           lambda nc: _run_product(nc, step))
             return
+        if isinstance(step, RowKernelStep):
+            _run_row_kernel(None, [step], [], ())
+            return
         try:
             step.run()
         except Exception as error:
@@ -319,9 +323,10 @@ def _run_reduce(program: Program, steps: Sequence[Any], prepared, store) -> None
     x_slot = program.x_slot
     boxes = chains.as_boxes(prepared, (1, plan.rows, plan.cols))
     out_rows = plan.out_rows()
-    slots: list[Any] = [None] * program.chain.slots
     chunks = plan.column_chunks()
-    with launch(program.name, plan.out.device.index) as nc:
+
+    def body(nc) -> None:
+        slots: list[Any] = [None] * program.chain.slots
         for r0, r1 in plan.row_blocks():
             p = r1 - r0
             acc = nc.sbuf_tile((p, 1), spec.cd)
@@ -340,9 +345,43 @@ def _run_reduce(program: Program, steps: Sequence[Any], prepared, store) -> None
             nc.release(res)
             nc.release(acc)
 
+    _run_recorded(program.name, plan.out.device.index, _reduce_key(program, steps, prepared, store), steps, body)
 
-def _run_row_kernel(program: Program, steps: Sequence[Any], prepared, store) -> None:
+
+def _reduce_key(program: Program, steps: Sequence[Any], prepared, store) -> tuple | None:
+    """What decides a fused reduction's instructions: its spec, layouts and its producers' chain (None: no
+    replay now)."""
+    if not kernel_replay._enabled[0] or _recording:
+        return None
+    plan = steps[-1].plan
+    spec = plan.spec
+    parts: list[Any] = [program, plan.name, _layout(plan.x), _layout(plan.out), plan.rows, plan.cols, tuple(store)]
+    try:
+        parts.append(tuple(kernel_replay._value_key(getattr(spec, f), 0)
+                           for f in ("op", "cd", "elem", "pre", "post", "empty")))
+        _chain_parts(steps[:-1], prepared, parts)
+    except kernel_replay._NoKey:
+        return None
+    key = tuple(parts)
+    return None if key in _REFUSED else key
+
+
+def _run_row_kernel(program: Program | None, steps: Sequence[Any], prepared, store) -> None:
+    """A row kernel's launch, its input computed by its producers (``program``; None: a lone kernel reading
+    its input from HBM)."""
     producers, consumer = steps[:-1], steps[-1]
+    if program is None:
+        def alone(stand_in) -> None:
+            _core._divert[0] = stand_in
+            try:
+                consumer.plan.run()
+            except Exception as error:
+                raise chains.StepError(consumer) from error
+            finally:
+                _core._divert[0] = None
+
+        _run_diverted(consumer.plan.name, _row_key(None, steps, [], ()), steps, alone)
+        return
     rows, cols = row_shape(consumer)
     boxes = chains.as_boxes(prepared, (1, rows, cols))
     chain = program.chain
@@ -364,12 +403,19 @@ def _run_row_kernel(program: Program, steps: Sequence[Any], prepared, store) -> 
             nc.vector.tensor_copy(tile, slots[x_slot])
         nc.release_to(mark)
 
-    try:
-        consumer.plan.run(source)
-    except chains.StepError:
-        raise
-    except Exception as error:
-        raise chains.StepError(consumer) from error
+    def body(stand_in) -> None:
+        _core._divert[0] = stand_in  # the kernel opens its launch itself: recorded or replayed as ours
+        try:
+            consumer.plan.run(source)
+        except chains.StepError:
+            raise
+        except Exception as error:
+            raise chains.StepError(consumer) from error
+        finally:
+            _core._divert[0] = None
+
+    key = _row_key(program, steps, prepared, store)
+    _run_diverted(program.name, key, steps, body)
 
 
 def _run_matmul(program: Program, steps: Sequence[Any], prepared, store_product: bool, store) -> None:
@@ -456,10 +502,11 @@ def shared_lhs_end(ready: Sequence[Ready], i: int) -> int:
 
 def runs_as_eager(ready: Sequence[Ready], i: int) -> bool:
     """Whether ``ready[i]`` runs as eager mode would run its one step: no fused program, no launch shared with
-    the next group, not a product (a recurring one replays its recorded launch here, which eager does not)."""
+    the next group, not a product or a row kernel (a recurring one replays its recorded launch here, which eager
+    does not)."""
     item = ready[i]
-    return (item.program is None and len(item.group.steps) == 1 and not isinstance(item.group.steps[0], MatmulStep)
-            and shared_lhs_end(ready, i) == i + 1)
+    return (item.program is None and len(item.group.steps) == 1
+            and not isinstance(item.group.steps[0], (MatmulStep, RowKernelStep)) and shared_lhs_end(ready, i) == i + 1)
 
 
 def run_shared(items: Sequence[Ready], stored: Sequence[Sequence[bool]]) -> None:
@@ -579,6 +626,83 @@ def _run_recorded(name: str, device: int, key: tuple | None, steps: Sequence[Any
         if len(_LAUNCHES) >= FIGURES_LIMIT:
             del _LAUNCHES[next(iter(_LAUNCHES))]
         _LAUNCHES[key] = (measured(nc, 0), tuple(nc.choices))
+
+
+def _row_key(program: Program, steps: Sequence[Any], prepared, store) -> tuple | None:
+    """What decides a row-kernel group's instructions: the kernel (its name, parameters, tensors' layouts)
+    and its producers' chain (None: no replay now)."""
+    if not kernel_replay._enabled[0] or _recording:
+        return None
+    plan = steps[-1].plan
+    try:
+        params = kernel_replay._value_key(plan.params, 0)
+    except kernel_replay._NoKey:
+        return None
+    parts: list[Any] = [program, plan.name, plan.launch, params, plan.axis, _layout(plan.x),
+                        tuple(_layout(t) for t in plan.outs), tuple(_layout(t) for t in plan.inputs), tuple(store)]
+    try:
+        _chain_parts(steps[:-1], prepared, parts)
+    except kernel_replay._NoKey:
+        return None
+    key = tuple(parts)
+    return None if key in _REFUSED else key
+
+
+class _StandIn:
+    """The launch a row kernel opens itself (``engine.core._divert``): instruction-level with its choices
+    recorded (``figures`` None), or replayed from ``figures`` and ``script``; ``differed`` when a replay's
+    tally was not the recording's (it then reported nothing)."""
+
+    def __init__(self, figures=None, script: tuple = ()):
+        self.figures, self.script = figures, script
+        self.inner: Any = None
+        self.core: Any = None
+        self.differed = False
+
+    def enter(self, kernel: str, device: int):
+        if self.figures is None:
+            self.inner = launch(kernel, device)
+            self.core = self.inner.__enter__()
+            self.core.choices = []
+        else:
+            self.inner = replayed(kernel, device, self.figures)
+            self.core = self.inner.__enter__()
+            self.core.script = self.script
+        return self.core
+
+    def exit(self, exc_type, exc, tb) -> bool:
+        if exc_type is None and self.figures is not None and not self.core.matches(self.figures):
+            self.differed = True
+            return self.inner.__exit__(_Rerun, _Rerun(), None)  # reports nothing
+        return self.inner.__exit__(exc_type, exc, tb)
+
+
+def _run_diverted(name: str, key: tuple | None, steps: Sequence[Any], body) -> None:
+    """``_run_recorded`` for a launch the kernel opens itself: ``body(stand_in)`` diverts it (``_StandIn``)."""
+    if key is not None:
+        entry = _LAUNCHES.get(key)
+        if entry is not None:
+            stand_in = _StandIn(*entry)
+            try:
+                body(stand_in)
+            except chains.StepError as error:
+                if not isinstance(error.__cause__, ScriptEnded):
+                    raise
+                stand_in.differed = True
+            if not stand_in.differed and stand_in.core is not None:
+                STATS.programs_replayed += 1
+                return
+            _refuse(key, name, steps)
+            key = None
+    if key is None:
+        body(None)
+        return
+    stand_in = _StandIn()
+    body(stand_in)
+    if stand_in.core is not None:
+        if len(_LAUNCHES) >= FIGURES_LIMIT:
+            del _LAUNCHES[next(iter(_LAUNCHES))]
+        _LAUNCHES[key] = (measured(stand_in.core, 0), tuple(stand_in.core.choices))
 
 
 def _refuse(key: tuple, name: str, steps: Sequence[Any]) -> None:

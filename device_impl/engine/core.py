@@ -177,6 +177,12 @@ def set_launch_observer(observer: Callable[[str, int], Callable[[bool], None]] |
     _observer[0] = observer
 
 
+# A caller's stand-in for the next launch a kernel opens itself: ``enter(kernel, device)`` returns the core the
+# kernel runs on, ``exit(exc_type)`` ends it. Adaptive eager records or replays a recurring row-kernel launch
+# this way (eager/programs.py); the launch takes the stand-in and clears it.
+_divert: list = [None]
+
+
 class launch:
     """``with launch("add", device) as nc:`` runs one kernel on neuron:``device`` (see module docstring).
 
@@ -184,13 +190,17 @@ class launch:
     count launches that completed.
     """
 
-    __slots__ = ("kernel", "device", "errors", "observed")
+    __slots__ = ("kernel", "device", "errors", "observed", "stand_in")
 
     def __init__(self, kernel: str, device: int):
         self.kernel = kernel
         self.device = device
 
     def __enter__(self) -> NeuronCore:
+        stand_in = self.stand_in = _divert[0]
+        if stand_in is not None:
+            _divert[0] = None
+            return stand_in.enter(self.kernel, self.device)
         if _state.depth:
             raise RuntimeError(f"kernel {self.kernel} launched from inside another kernel; launches do not nest")
         core = _state.core
@@ -206,6 +216,8 @@ class launch:
         return core
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        if self.stand_in is not None:
+            return self.stand_in.exit(exc_type, exc, tb)
         _state.depth = 0
         _restore_fp_errors(self.errors)
         if exc_type is None:
