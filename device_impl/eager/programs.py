@@ -372,13 +372,13 @@ def _run_row_kernel(program: Program | None, steps: Sequence[Any], prepared, sto
     producers, consumer = steps[:-1], steps[-1]
     if program is None:
         def alone(stand_in) -> None:
-            _core._divert[0] = stand_in
+            _core.divert(stand_in)
             try:
                 consumer.plan.run()
             except Exception as error:
                 raise chains.StepError(consumer) from error
             finally:
-                _core._divert[0] = None
+                _core.divert(None)
 
         _run_diverted(consumer.plan.name, _row_key(None, steps, [], ()), steps, alone)
         return
@@ -404,7 +404,7 @@ def _run_row_kernel(program: Program | None, steps: Sequence[Any], prepared, sto
         nc.release_to(mark)
 
     def body(stand_in) -> None:
-        _core._divert[0] = stand_in  # the kernel opens its launch itself: recorded or replayed as ours
+        _core.divert(stand_in)  # the kernel opens its launch itself: recorded or replayed as ours
         try:
             consumer.plan.run(source)
         except chains.StepError:
@@ -412,7 +412,7 @@ def _run_row_kernel(program: Program | None, steps: Sequence[Any], prepared, sto
         except Exception as error:
             raise chains.StepError(consumer) from error
         finally:
-            _core._divert[0] = None
+            _core.divert(None)
 
     key = _row_key(program, steps, prepared, store)
     _run_diverted(program.name, key, steps, body)
@@ -649,7 +649,7 @@ def _row_key(program: Program, steps: Sequence[Any], prepared, store) -> tuple |
 
 
 class _StandIn:
-    """The launch a row kernel opens itself (``engine.core._divert``): instruction-level with its choices
+    """The launch a row kernel opens itself (``engine.core.divert``): instruction-level with its choices
     recorded (``figures`` None), or replayed from ``figures`` and ``script``; ``differed`` when a replay's
     tally was not the recording's (it then reported nothing)."""
 

@@ -142,9 +142,19 @@ class _State(threading.local):
     def __init__(self) -> None:
         self.core: NeuronCore | None = None
         self.depth = 0
+        # A caller's stand-in for the next launch a kernel opens itself on this thread (``divert``).
+        self.divert: Any = None
 
 
 _state = _State()
+
+
+def divert(stand_in: Any) -> None:
+    """Hand this thread's next launch a caller's stand-in (None: none): ``stand_in.enter(kernel, device)`` returns
+    the core the kernel runs on and ``stand_in.exit(exc_type, exc, tb)`` ends it, in place of the launch's own.
+    Adaptive eager records or replays a recurring row-kernel launch, which its kernel opens itself, this way
+    (eager/programs.py); the launch takes the stand-in and clears it."""
+    _state.divert = stand_in
 
 try:  # numpy >= 2: the error state is a context variable; setting it is ~20x cheaper than np.seterr
     from numpy._core.umath import _extobj_contextvar, _make_extobj
@@ -177,12 +187,6 @@ def set_launch_observer(observer: Callable[[str, int], Callable[[bool], None]] |
     _observer[0] = observer
 
 
-# A caller's stand-in for the next launch a kernel opens itself: ``enter(kernel, device)`` returns the core the
-# kernel runs on, ``exit(exc_type)`` ends it. Adaptive eager records or replays a recurring row-kernel launch
-# this way (eager/programs.py); the launch takes the stand-in and clears it.
-_divert: list = [None]
-
-
 class launch:
     """``with launch("add", device) as nc:`` runs one kernel on neuron:``device`` (see module docstring).
 
@@ -197,9 +201,9 @@ class launch:
         self.device = device
 
     def __enter__(self) -> NeuronCore:
-        stand_in = self.stand_in = _divert[0]
+        stand_in = self.stand_in = _state.divert
         if stand_in is not None:
-            _divert[0] = None
+            _state.divert = None
             return stand_in.enter(self.kernel, self.device)
         if _state.depth:
             raise RuntimeError(f"kernel {self.kernel} launched from inside another kernel; launches do not nest")
