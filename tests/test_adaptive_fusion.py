@@ -233,6 +233,41 @@ def test_epilogue_reading_the_product_transposed_is_not_fused(adaptive):
     assert stats["epilogue_ops"] == 0
 
 
+# --- products of one operand in one launch ------------------------------------------------------------
+
+@pytest.mark.parametrize("m, k", [(64, 96), (130, 260)])
+def test_projections_of_one_activation_share_a_launch(adaptive, m, k):
+    """q, k, v of one activation (and gate/up with their epilogues): one launch, A^T's tiles made once."""
+    def program(h, wq, wk, wv, wg, wu):
+        q, kk, v = F.linear(h, wq), F.linear(h, wk), F.linear(h, wv)
+        return q, kk, v, F.silu(F.linear(h, wg)) * F.linear(h, wu)
+
+    weights = [_host((n, k), seed=s, scale=0.1) for s, n in enumerate((64, 32, 32, 80, 80), start=1)]
+    stats = _identical(program, _host((m, k)), *weights)
+    assert stats["lhs_shared"] == 4 and stats["launches"] == 1, stats
+    assert stats["epilogue_ops"] == 2  # silu on the gate product, the multiply on the up product
+
+
+def test_a_product_after_a_write_of_its_operand_loads_it_again(adaptive):
+    """A write of A between two of its products (its own launch: no epilogue writes what its product reads)
+    ends the run: the next product reads A's new values from HBM, not the first one's tiles."""
+    def program(a, w1, w2):
+        y = a @ w1
+        a.mul_(y)
+        return y, a @ w2, a
+
+    stats = _identical(program, _host((48, 48)), _host((48, 48), seed=1), _host((48, 48), seed=2))
+    assert stats["lhs_shared"] == 0
+
+
+def test_products_of_one_operand_with_other_layouts_do_not_share(adaptive):
+    def program(a, w1, w2):
+        return a @ w1, a[:, :32] @ w2, a.t() @ w1  # three views of one storage: three launches
+
+    stats = _identical(program, _host((48, 48)), _host((48, 48), seed=1), _host((32, 48), seed=2))
+    assert stats["lhs_shared"] == 0 and stats["launches"] == 3
+
+
 # --- real models ------------------------------------------------------------------------------------
 
 def test_decoder_block_forward_is_bit_identical(adaptive):
@@ -357,6 +392,67 @@ def test_the_flush_plan_key_sees_aliasing(adaptive):
     eager.flush()
 
 
+def _block(x, w1, w2):
+    """An RMS norm, two projections of it (one launch), a softmax fed from an epilogue-free product."""
+    h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    a, b = F.linear(h, w1), F.linear(h, w2)
+    return torch.softmax(a * 0.5, dim=-1) + b
+
+
+def _in_place(x, w1, w2):  # the same ops, with an in-place write of a pending product
+    h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    a, b = F.linear(h, w1), F.linear(h, w2)
+    a.mul_(2)
+    return torch.softmax(a * 0.5, dim=-1) + b
+
+
+def _synced(x, w1, w2):  # the same ops, synchronized in the middle
+    h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6)
+    torch.neuron.synchronize()
+    a, b = F.linear(h, w1), F.linear(h, w2)
+    return torch.softmax(a * 0.5, dim=-1) + b
+
+
+_DIVERGENT = {  # how a recurring sequence diverges: (program, input shapes, dtype)
+    "shape": (_block, [(48, 96), (80, 96), (80, 96)], torch.float32),
+    "dtype": (_block, [(64, 96), (80, 96), (80, 96)], torch.bfloat16),
+    "in_place": (_in_place, [(64, 96), (80, 96), (80, 96)], torch.float32),
+    "synchronize": (_synced, [(64, 96), (80, 96), (80, 96)], torch.float32),
+}
+
+
+@pytest.mark.parametrize("how", sorted(_DIVERGENT))
+def test_a_divergent_sequence_is_planned_again_and_computes_the_same(adaptive, monkeypatch, how):
+    """A recurring sequence's flush plan and recorded launches are keyed by every step's op, layouts, dtypes and
+    aliasing: a sequence that diverges from it (another shape, another dtype, an in-place write of a pending
+    tensor, a synchronize in the middle) misses them, is planned and recorded again, and computes eager's bits;
+    the recurring sequence, run again after it, still reuses its own plan and computes its bits."""
+    from device_impl.eager import fusion
+
+    def inputs(shapes, dtype):
+        return [_host(shape, seed=s, scale=0.1 if s else 1.0, dtype=dtype).to("neuron")
+                for s, shape in enumerate(shapes)]
+
+    base = inputs([(64, 96), (80, 96), (80, 96)], torch.float32)
+    program, shapes, dtype = _DIVERGENT[how]
+    other = inputs(shapes, dtype)
+    with torch.neuron.eager_mode("eager"):
+        expected = _bits(_block(*base))
+        expected_other = _bits(program(*other))
+    for _ in range(2):  # planned and recorded, then replayed
+        assert torch.equal(_bits(_block(*base)), expected)
+    partitions = []
+    partition = fusion.partition
+    monkeypatch.setattr(fusion, "partition", lambda steps: partitions.append(len(steps)) or partition(steps))
+    replayed = eager.stats()["programs_replayed"]
+    assert torch.equal(_bits(program(*other)), expected_other)
+    assert partitions, "the divergent sequence reused the recurring sequence's flush plan"
+    assert torch.equal(_bits(program(*other)), expected_other)  # now itself recurring
+    partitions.clear()
+    assert torch.equal(_bits(_block(*base)), expected)
+    assert partitions == [] and eager.stats()["programs_replayed"] > replayed
+
+
 # --- a recurring fused launch: its recorded figures, its arithmetic ----------------------------------
 
 def _launch_figures(report) -> tuple:
@@ -407,6 +503,114 @@ def test_a_fused_replay_is_keyed_by_its_scalars(adaptive):
             expected = (x * 0.5).pow(exponent) + 1
         assert torch.equal(_bits(out), _bits(expected)), exponent
     assert eager.stats()["programs_replayed"] == 2
+
+
+def _products(x, w1, w2, r, w3, w4):
+    """Three launches: a lone product of a transposed weight (TensorE transposes: the schedule's choices), one
+    with an epilogue, and two products of one activation sharing a launch (programs.run_shared)."""
+    lone = x @ w1.t()
+    fused = torch.relu(F.linear(lone, w2) + r)
+    return lone, fused, F.linear(fused, w3), F.linear(fused, w4)
+
+
+def _product_inputs():
+    shapes = [(130, 200), (96, 200), (64, 96), (130, 64), (48, 64), (32, 64)]
+    return [_host(shape, seed=s).to("neuron") for s, shape in enumerate(shapes)]
+
+
+def _rows(s, mask, x, w, r):
+    """Three row launches: a softmax fed from its producers (a masked fill; its scale goes to whichever engine
+    frees first: a choice), a fused reduction (an RMS norm's mean of squares) and a lone softmax."""
+    scores = torch.softmax((s * 0.125).masked_fill(~mask, float("-inf")), dim=-1)
+    h = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+    return scores, h, torch.softmax(r, dim=-1)
+
+
+def _row_inputs():
+    mask = torch.ones(96, 96, dtype=torch.bool).tril().to("neuron")
+    return [_host((2, 3, 96, 96)).to("neuron"), mask, _host((130, 200), seed=1).to("neuron"),
+            _host((200,), seed=2).to("neuron"), _host((140, 300), seed=3).to("neuron")]
+
+
+# program, inputs, recurring launches the flush replays per call
+_RECORDED = {"matmul": (_products, _product_inputs, 3), "rows": (_rows, _row_inputs, 5)}
+
+
+@pytest.mark.parametrize("kind", sorted(_RECORDED))
+def test_a_recurring_launch_replays_its_figures_and_choices(adaptive, kind):
+    """The first run of a product (alone, with its epilogue, or sharing A with the next), of a row kernel (alone
+    or fed from its producers) or of a fused reduction is instruction-level and keeps its figures and its
+    scheduling choices; later runs take those choices on the replay core and report the figures: the same
+    launches, bit for bit, as the first and as NEURON_STATIC_REPLAY=0's."""
+    from device_impl.eager import programs
+    from device_impl.kernels import replay
+
+    program, make, launches = _RECORDED[kind]
+    inputs = make()
+    with torch.neuron.eager_mode("eager"):
+        expected = [_bits(t) for t in program(*inputs)]
+    figures = []
+    for run in range(3):
+        core.reset_stats()
+        eager.reset_stats()
+        outs = program(*inputs)
+        torch.neuron.synchronize()
+        assert all(torch.equal(_bits(o), e) for o, e in zip(outs, expected)), f"run {run}"
+        figures.append(core.stats())
+        if run:
+            assert eager.stats()["programs_replayed"] >= launches, eager.stats()
+    assert figures[1] == figures[0] and figures[2] == figures[0]
+    if kind == "matmul":
+        assert eager.stats()["lhs_shared"] == 1 and eager.stats()["epilogue_ops"] == 2
+        assert eager.stats()["ops_run_alone"] == 0  # a lone product waits for the flush, which replays it
+    assert any(script for _, script in programs._LAUNCHES.values())  # the schedule made choices
+    previous = replay.set_enabled(False)
+    try:
+        core.reset_stats()
+        eager.reset_stats()
+        outs = program(*inputs)
+        torch.neuron.synchronize()
+    finally:
+        replay.set_enabled(previous)
+    assert core.stats() == figures[0] and all(torch.equal(_bits(o), e) for o, e in zip(outs, expected))
+    assert eager.stats()["programs_replayed"] == 0
+
+
+@pytest.mark.parametrize("kind", sorted(_RECORDED))
+def test_a_replay_whose_choices_differ_runs_again(adaptive, kind):
+    """A replay that asks for other choices than its recording made (here: one more than was recorded) issued
+    other instructions: nothing is reported for it, it runs again at the instruction level with the
+    recording's bits and figures, and that key is never replayed again."""
+    from device_impl.eager import programs
+
+    program, make, launches = _RECORDED[kind]
+    inputs = make()
+    with torch.neuron.eager_mode("eager"):
+        expected = [_bits(t) for t in program(*inputs)]
+    outs = program(*inputs)
+    torch.neuron.synchronize()
+    core.reset_stats()
+    outs = program(*inputs)  # recorded and replayed by now (outputs held: the same stores as below)
+    torch.neuron.synchronize()
+    first = core.stats()
+    recorded = {key: entry for key, entry in programs._LAUNCHES.items() if entry[1]}
+    assert recorded
+    for key, (figures, script) in recorded.items():
+        programs._LAUNCHES[key] = (figures, script[:-1])
+    core.reset_stats()
+    eager.reset_stats()
+    outs = program(*inputs)
+    torch.neuron.synchronize()
+    assert all(torch.equal(_bits(o), e) for o, e in zip(outs, expected))
+    replayed = eager.stats()["programs_replayed"]
+    assert replayed <= launches - len(recorded)
+    assert all(key in programs._REFUSED and key not in programs._LAUNCHES for key in recorded)
+    assert core.stats() == first  # the instruction-level reruns: each launch reported once, as recorded
+    eager.reset_stats()
+    outs = program(*inputs)
+    torch.neuron.synchronize()
+    assert eager.stats()["programs_replayed"] == replayed
+    assert all(torch.equal(_bits(o), e) for o, e in zip(outs, expected))
 
 
 def test_a_copy_inside_a_fused_chain_issues_no_instruction(adaptive):

@@ -10,14 +10,17 @@ switch, an event or stream wait, an op that cannot be queued or the CPU fallback
 touching queued memory, or the queue's op/byte limit. Then the queue runs in
 order: consecutive elementwise steps fused into one launch, a reduction (or a
 softmax/layer_norm) fed from the launch producing its input, elementwise ops on
-a matmul's result fused into its PSUM evacuation; bit-identical to eager.
+a matmul's result fused into its PSUM evacuation, consecutive products of one
+operand in one launch that loads it once; bit-identical to eager.
 
 Where fusion gains nothing the queue should cost nothing: a same-dtype device
 copy that no fusion takes runs as eager's C++ copy (``capture.EAGER_RUNNERS``),
 a one-step flush skips grouping, a flush whose steps repeat an earlier
 flush's (a model's next forward) reuses its grouping and programs
 (``programs.plan_flush``), a recurring fused elementwise launch reports the
-figures its first run recorded (``programs._replay_elementwise``), and a call
+figures its first run recorded (``programs._replay_elementwise``; a recurring matmul,
+fused reduction or row-kernel launch, with its recorded scheduling choices too:
+``programs._run_recorded``), and a call
 whose launch ran alone in every flush it headed runs at the call when nothing
 is queued (``queue._ALONE``).
 
@@ -68,8 +71,8 @@ def set_limits(max_ops: int | None = None, max_bytes: int | None = None) -> None
 
 def stats() -> dict[str, Any]:
     """Since the last reset: ops_queued, ops_run_eagerly, ops_run_alone, steps, groups, fused_groups, fused_ops,
-    reductions_fused, epilogue_ops, splits, programs_cached, cache_hits, programs_replayed, stores_elided, errors,
-    flushes (by reason), flushes_total (see stats.py)."""
+    reductions_fused, epilogue_ops, lhs_shared, splits, programs_cached, cache_hits, programs_replayed,
+    stores_elided, errors, flushes (by reason), flushes_total (see stats.py)."""
     return STATS.snapshot()
 
 

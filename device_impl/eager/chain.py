@@ -204,13 +204,18 @@ class StepError(Exception):
 
 def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Pointwise], store: Sequence[bool],
                slots: list, p: int, f: int, flat: tuple[int, int] | None = None, box: tuple | None = None,
-               boxes: Sequence[tuple[np.ndarray, list]] | None = None, moves: bool = False) -> None:
+               boxes: Sequence[tuple[np.ndarray, list]] | None = None, moves: bool = False,
+               into: tuple[int, Any] | None = None) -> None:
     """Run every step on one region: ``flat=(start, stop)`` of each output's flat elements, or
     ``box=(batch, r0, r1, c0, c1)`` of the views in ``boxes``. ``slots`` holds the live tiles by
     slot (provided ones filled in by the caller) and is updated in place. ``moves`` (flat regions of a
     replayed launch, programs.py): the loads and stores move their bytes without being issued as DMA
     instructions (``flat_in``/``flat_out``, what ``DMA.load_flat``/``store_flat`` move), as a replayed
-    eager launch does; the recording's figures account for them."""
+    eager launch does; the recording's figures account for them. ``into=(slot, tile)``: the step whose result
+    goes to ``slot`` writes it into the caller's ``tile`` (a row kernel's input tile, of that step's dtype)
+    instead of a tile of its own that the caller would copy; the chain must keep that slot (``plan_chain``'s
+    ``keep``), so it is never released here."""
+    into_slot, into_tile = into if into is not None else (-1, None)
     if box is not None:
         b, r0, r1, c0, c1 = box
     aliases = chain.aliases
@@ -243,7 +248,8 @@ def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Point
         if aliases[j]:  # a same-dtype copy: its result is the operand's tile (is_identity)
             result = tiles[0]
         else:
-            result = slots[chain.results[j]] = nc.sbuf_tile((p, f), pw.out_view.dtype)
+            slot = chain.results[j]
+            result = slots[slot] = into_tile if slot == into_slot else nc.sbuf_tile((p, f), pw.out_view.dtype)
             emit_mark = nc.mark()
             try:
                 step.emit(nc, result, *tiles)

@@ -21,6 +21,7 @@ every tensor, which storages coincide, dtypes and promotion arguments. The emits
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
@@ -32,9 +33,10 @@ from device_impl.eager import fusion
 from device_impl.eager.capture import EAGER_RUNNERS, MatmulStep, ReduceStep, RowKernelStep, Step, row_shape
 from device_impl.eager.fusion import Group, split, view_of
 from device_impl.eager.stats import STATS
+from device_impl.engine import core as _core
 from device_impl.engine import launch
 from device_impl.engine.core import _recording  # open record_trace() blocks: no replay while any is
-from device_impl.engine.replay import measured, replayed
+from device_impl.engine.replay import ScriptEnded, measured, replayed
 from device_impl.engine.constants import PLATFORM
 from device_impl.kernels import matmul as mm
 from device_impl.kernels import reduction as red
@@ -147,6 +149,7 @@ def program_for(group: Group, prepared: Sequence[Any]) -> Program:
 
 def clear_cache() -> None:
     _CACHE.clear()
+    _LAUNCHES.clear()
     _FLUSHES.clear()
     _FIGURES.clear()
     _REFUSED.clear()
@@ -193,6 +196,14 @@ def run(item: Ready, stored: Sequence[bool]) -> None:
     group, program = item.group, item.program
     if program is None:
         step = group.steps[0]
+        if isinstance(step, MatmulStep):
+            plan = step.plan
+            _run_recorded(plan.name, plan.out.device.index, _product_key(plan), [step],
+                          lambda nc: _run_product(nc, step))
+            return
+        if isinstance(step, RowKernelStep):
+            _run_row_kernel(None, [step], [], ())
+            return
         try:
             step.run()
         except Exception as error:
@@ -250,18 +261,23 @@ FIGURES_LIMIT = 4096
 
 def _replay_key(program: Program, steps: Sequence[Step], prepared, store) -> tuple | None:
     """What decides a fused elementwise launch's instructions (see above), or None without a safe key."""
-    value_key = kernel_replay._value_key
     parts: list[Any] = [program, tuple(store)]
     try:
-        for step, pw in zip(steps, prepared):
-            out = pw.out_view
-            parts.append((kernel_replay.emit_key(step.emit), out.dtype, out.shape, out.strides, pw.target))
-            for v, s, c in zip(pw.views, pw.scalars, pw.convert):
-                parts.append(value_key(s, 0) if v is None else (v.dtype, v.shape, v.strides, c))
+        _chain_parts(steps, prepared, parts)
     except kernel_replay._NoKey:
         return None
     key = tuple(parts)
     return None if key in _REFUSED else key
+
+
+def _chain_parts(steps: Sequence[Step], prepared, parts: list) -> None:
+    """What decides a chain's instructions, step by step, appended to ``parts`` (raise _NoKey if unsafe)."""
+    value_key = kernel_replay._value_key
+    for step, pw in zip(steps, prepared):
+        out = pw.out_view
+        parts.append((kernel_replay.emit_key(step.emit), out.dtype, out.shape, out.strides, pw.target))
+        for v, s, c in zip(pw.views, pw.scalars, pw.convert):
+            parts.append(value_key(s, 0) if v is None else (v.dtype, v.shape, v.strides, c))
 
 
 def _replay_elementwise(key: tuple, figures, program: Program, steps: Sequence[Step], prepared, store,
@@ -307,9 +323,10 @@ def _run_reduce(program: Program, steps: Sequence[Any], prepared, store) -> None
     x_slot = program.x_slot
     boxes = chains.as_boxes(prepared, (1, plan.rows, plan.cols))
     out_rows = plan.out_rows()
-    slots: list[Any] = [None] * program.chain.slots
     chunks = plan.column_chunks()
-    with launch(program.name, plan.out.device.index) as nc:
+
+    def body(nc) -> None:
+        slots: list[Any] = [None] * program.chain.slots
         for r0, r1 in plan.row_blocks():
             p = r1 - r0
             acc = nc.sbuf_tile((p, 1), spec.cd)
@@ -328,31 +345,89 @@ def _run_reduce(program: Program, steps: Sequence[Any], prepared, store) -> None
             nc.release(res)
             nc.release(acc)
 
+    _run_recorded(program.name, plan.out.device.index, _reduce_key(program, steps, prepared, store), steps, body)
 
-def _run_row_kernel(program: Program, steps: Sequence[Any], prepared, store) -> None:
+
+def _reduce_key(program: Program, steps: Sequence[Any], prepared, store) -> tuple | None:
+    """What decides a fused reduction's instructions: its spec, layouts and its producers' chain (None: no
+    replay now)."""
+    if not kernel_replay._enabled[0] or _recording:
+        return None
+    plan = steps[-1].plan
+    spec = plan.spec
+    parts: list[Any] = [program, plan.name, _layout(plan.x), _layout(plan.out), plan.rows, plan.cols, tuple(store)]
+    try:
+        parts.append(tuple(kernel_replay._value_key(getattr(spec, f), 0)
+                           for f in ("op", "cd", "elem", "pre", "post", "empty")))
+        _chain_parts(steps[:-1], prepared, parts)
+    except kernel_replay._NoKey:
+        return None
+    key = tuple(parts)
+    return None if key in _REFUSED else key
+
+
+def _run_row_kernel(program: Program | None, steps: Sequence[Any], prepared, store) -> None:
+    """A row kernel's launch, its input computed by its producers (``program``; None: a lone kernel reading
+    its input from HBM)."""
     producers, consumer = steps[:-1], steps[-1]
+    if program is None:
+        def alone(stand_in) -> None:
+            _core.divert(stand_in)
+            try:
+                consumer.plan.run()
+            except Exception as error:
+                raise chains.StepError(consumer) from error
+            finally:
+                _core.divert(None)
+
+        _run_diverted(consumer.plan.name, _row_key(None, steps, [], ()), steps, alone)
+        return
     rows, cols = row_shape(consumer)
     boxes = chains.as_boxes(prepared, (1, rows, cols))
     chain = program.chain
+
+    # The producer of the kernel's input computes straight into the kernel's tile when the dtypes agree and
+    # it is an instruction's result (a same-dtype copy's result is its operand's tile: copied as before).
+    x_slot = program.x_slot
+    made = [j for j, slot in enumerate(chain.results) if slot == x_slot and not chain.aliases[j]]
+    direct = prepared[made[-1]].out_view.dtype if made else None
 
     def source(nc, tile, rsl: tuple, csl: tuple) -> None:
         (r0, r1, _), (c0, c1, _) = rsl[0].indices(rows), csl[0].indices(cols)
         mark = nc.mark()
         slots: list[Any] = [None] * chain.slots
+        into = (x_slot, tile) if tile.dtype == direct else None
         chains.run_region(nc, chain, producers, prepared, store, slots, r1 - r0, c1 - c0,
-                          box=(0, r0, r1, c0, c1), boxes=boxes)
-        nc.vector.tensor_copy(tile, slots[program.x_slot])
+                          box=(0, r0, r1, c0, c1), boxes=boxes, into=into)
+        if into is None:
+            nc.vector.tensor_copy(tile, slots[x_slot])
         nc.release_to(mark)
 
-    try:
-        consumer.plan.run(source)
-    except chains.StepError:
-        raise
-    except Exception as error:
-        raise chains.StepError(consumer) from error
+    def body(stand_in) -> None:
+        _core.divert(stand_in)  # the kernel opens its launch itself: recorded or replayed as ours
+        try:
+            consumer.plan.run(source)
+        except chains.StepError:
+            raise
+        except Exception as error:
+            raise chains.StepError(consumer) from error
+        finally:
+            _core.divert(None)
+
+    key = _row_key(program, steps, prepared, store)
+    _run_diverted(program.name, key, steps, body)
 
 
 def _run_matmul(program: Program, steps: Sequence[Any], prepared, store_product: bool, store) -> None:
+    _run_recorded(program.name, steps[0].plan.out.device.index,
+                  _group_key(program, steps, prepared, store_product, store), steps,
+                  lambda nc: _matmul_body(nc, program, steps, prepared, store_product, store))
+
+
+def _matmul_body(nc, program: Program, steps: Sequence[Any], prepared, store_product: bool, store,
+                 lhs_tiles: tuple[dict, list] | None = None) -> None:
+    """A matmul group's product with its epilogue, inside a launch the caller owns (``lhs_tiles``: see
+    ``run_shared``)."""
     product, epilogue = steps[0], steps[1:]
     plan = product.plan
     boxes = chains.as_boxes(prepared, _product_shape(product))
@@ -369,13 +444,285 @@ def _run_matmul(program: Program, steps: Sequence[Any], prepared, store_product:
                           box=(b, m0, m1, n0, n1), boxes=boxes)
         nc.release_to(mark)  # the product's tile, if still live, is _finish_block's to free
 
-    with launch(program.name, plan.out.device.index) as nc:
-        try:
-            plan.run(nc, finish)
-        except chains.StepError:
-            raise
-        except Exception as error:
-            raise chains.StepError(product) from error
+    try:
+        plan.run(nc, finish, lhs_tiles)
+    except chains.StepError:
+        raise
+    except Exception as error:
+        raise chains.StepError(product) from error
+
+
+# --- products of one operand in one launch ---------------------------------------------------------
+# A decoder's q, k and v projections (and the MLP's gate and up) multiply one activation A by three (two)
+# weights: consecutive matmul groups of the queue whose products read the same A. Eager runs each in its own
+# launch, which loads A's stationary tiles and transposes them on TensorE; adaptive eager runs such a run of
+# groups in one launch, in their order, the first product loading and transposing each tile of A^T and the
+# later ones taking it from SBUF (``matmul.matmul_into``'s ``lhs_tiles``, as the compiler's ``share_lhs``).
+# The tiles are the same bits, so the products are too; an earlier group that writes where A lies ends the
+# run (its tiles would be stale).
+
+SHARED_LHS_BYTES = 32 * 1024  # per partition: A^T's tiles kept across the run's products
+
+
+def _product_of(item: Ready) -> MatmulStep | None:
+    """The matmul step of a matmul group (a lone product or one with its epilogue), else None."""
+    steps = item.group.steps
+    product = steps[0]
+    if not isinstance(product, MatmulStep) or (item.program is None) != (len(steps) == 1):
+        return None
+    return None if product.plan.batched else product
+
+
+def _lhs_key(product: MatmulStep) -> tuple:
+    a = product.plan.a
+    return (view_of(a).storage, a.storage_offset(), tuple(a.shape), a.stride(), a.dtype, a.device)
+
+
+def shared_lhs_end(ready: Sequence[Ready], i: int) -> int:
+    """One past the last group of the run starting at ``ready[i]`` whose products read the same A (see above);
+    ``i + 1`` when ``ready[i]`` shares with nothing."""
+    first = _product_of(ready[i])
+    if first is None:
+        return i + 1
+    a = first.plan.a
+    k, m = a.shape[1], a.shape[0]
+    if math.ceil(k / mm.K_TILE) * m * a.element_size() > SHARED_LHS_BYTES:
+        return i + 1
+    key, a_view = _lhs_key(first), view_of(a)
+    j = i + 1
+    while j < len(ready):
+        product = _product_of(ready[j])
+        if product is None or _lhs_key(product) != key:
+            break
+        if any(view_of(step.out).overlaps(a_view) for step in ready[j - 1].group.steps):
+            break  # it writes A (a product's out=; epilogues never do: fusion pins A): the tiles went stale
+        j += 1
+    return j
+
+
+def runs_as_eager(ready: Sequence[Ready], i: int) -> bool:
+    """Whether ``ready[i]`` runs as eager mode would run its one step: no fused program, no launch shared with
+    the next group, not a product or a row kernel (a recurring one replays its recorded launch here, which eager
+    does not)."""
+    item = ready[i]
+    return (item.program is None and len(item.group.steps) == 1
+            and not isinstance(item.group.steps[0], (MatmulStep, RowKernelStep)) and shared_lhs_end(ready, i) == i + 1)
+
+
+def run_shared(items: Sequence[Ready], stored: Sequence[Sequence[bool]]) -> None:
+    """Run matmul groups whose products read one A (``shared_lhs_end``) in one launch, A^T's tiles loaded once."""
+    STATS.lhs_shared += len(items) - 1
+    products = [item.group.steps[0] for item in items]
+    name = "shared_lhs[" + "+".join(p.plan.name for p in products) + "]"
+    parts: list[tuple] = []  # per item: (the group's Ready or None for a lone product, steps, product stored, stores)
+    for item, item_stored in zip(items, stored):
+        steps = item.group.steps
+        if item.program is None:
+            parts.append((None, steps, True, ()))
+            continue
+        STATS.fused_groups += 1
+        STATS.fused_ops += len(steps)
+        STATS.epilogue_ops += len(steps) - 1
+        STATS.stores_elided += not item_stored[0]
+        parts.append((item, steps, item_stored[0], chains.stores(steps[1:], item_stored[1:])))
+
+    def body(nc) -> None:
+        kept: tuple[dict, list] = ({}, [])
+        for item, steps, store_product, store in parts:
+            with nc.scope():  # the product's own tiles; A^T's are in ``kept``
+                if item is None:
+                    _run_product(nc, steps[0], kept)
+                else:
+                    _matmul_body(nc, item.program, steps, item.prepared, store_product, store, kept)
+        with nc.stream(kept[1]):
+            nc.release_to(0)
+
+    keys = [_product_key(steps[0].plan) if item is None else
+            _group_key(item.program, steps, item.prepared, store_product, store)
+            for item, steps, store_product, store in parts]
+    key = None if any(k is None for k in keys) else ("shared", tuple(keys))
+    _run_recorded(name, products[0].plan.out.device.index, key, [s for _, steps, _, _ in parts for s in steps], body)
+
+
+def _run_product(nc, step: MatmulStep, lhs_tiles: tuple[dict, list] | None = None) -> None:
+    try:
+        step.plan.run(nc, lhs_tiles=lhs_tiles)
+    except Exception as error:
+        raise chains.StepError(step) from error
+
+
+# --- recurring matmul launches: their recorded figures and choices ----------------------------------------
+# A matmul's instructions follow from its operands' shapes, strides and dtypes, its scalars and (with an
+# epilogue) the chain's key as a fused elementwise launch's (``_replay_key``), except for the scheduling
+# choices the kernel makes from the timeline (``nc.choose``: which transpose goes next, which engine
+# evacuates PSUM). The first run of such a launch is instruction-level and records its figures and those
+# choices; a later one runs on engine.replay's core, which takes the recorded choices in order and tallies
+# the instructions, and reports the recorded figures. A tally that differs (or a choice asked past the
+# recorded ones) reports nothing and the launch runs again at the instruction level, unless it wrote what it
+# reads. Not while tracing (``record_trace``), nor under ``NEURON_STATIC_REPLAY=0``.
+
+_LAUNCHES: dict[tuple, tuple] = {}  # key -> (Figures, the recorded choices)
+
+
+def _layout(t: torch.Tensor | None) -> tuple | None:
+    return None if t is None else (tuple(t.shape), t.stride(), t.dtype)
+
+
+def _product_key(plan: Any) -> tuple | None:
+    """What decides a lone product's instructions (None: no replay now)."""
+    if not kernel_replay._enabled[0] or _recording:
+        return None
+    try:
+        alpha, beta = kernel_replay._value_key(plan.alpha, 0), kernel_replay._value_key(plan.beta, 0)
+    except kernel_replay._NoKey:
+        return None
+    key = ("product", plan.name, _layout(plan.out), _layout(plan.a), _layout(plan.b), _layout(plan.bias), alpha,
+           beta, plan.batched)
+    return None if key in _REFUSED else key
+
+
+def _group_key(program: Program, steps: Sequence[Any], prepared, store_product: bool, store) -> tuple | None:
+    """What decides a matmul group's instructions: its product's and its epilogue chain's (None: no replay)."""
+    product = _product_key(steps[0].plan)
+    if product is None:
+        return None
+    parts: list[Any] = [program, product, store_product, tuple(store)]
+    try:
+        _chain_parts(steps[1:], prepared, parts)
+    except kernel_replay._NoKey:
+        return None
+    key = tuple(parts)
+    return None if key in _REFUSED else key
+
+
+def _run_recorded(name: str, device: int, key: tuple | None, steps: Sequence[Any], body) -> None:
+    """``body(nc)`` in a launch: replayed from its recording under ``key`` when there is one, else at the
+    instruction level (recorded under ``key``, unless None). See above."""
+    if key is not None:
+        entry = _LAUNCHES.get(key)
+        if entry is not None:
+            figures, script = entry
+            try:
+                with replayed(name, device, figures) as nc:
+                    nc.script = script
+                    body(nc)
+                    if not nc.matches(figures):
+                        raise _Rerun
+            except (_Rerun, ScriptEnded):
+                pass
+            except chains.StepError as error:
+                if not isinstance(error.__cause__, ScriptEnded):
+                    raise
+            else:
+                STATS.programs_replayed += 1
+                return
+            _refuse(key, name, steps)
+            key = None
+    with launch(name, device) as nc:
+        if key is not None:
+            nc.choices = []
+        body(nc)
+    if key is not None:
+        if len(_LAUNCHES) >= FIGURES_LIMIT:
+            del _LAUNCHES[next(iter(_LAUNCHES))]
+        _LAUNCHES[key] = (measured(nc, 0), tuple(nc.choices))
+
+
+def _row_key(program: Program, steps: Sequence[Any], prepared, store) -> tuple | None:
+    """What decides a row-kernel group's instructions: the kernel (its name, parameters, tensors' layouts)
+    and its producers' chain (None: no replay now)."""
+    if not kernel_replay._enabled[0] or _recording:
+        return None
+    plan = steps[-1].plan
+    try:
+        params = kernel_replay._value_key(plan.params, 0)
+    except kernel_replay._NoKey:
+        return None
+    parts: list[Any] = [program, plan.name, plan.launch, params, plan.axis, _layout(plan.x),
+                        tuple(_layout(t) for t in plan.outs), tuple(_layout(t) for t in plan.inputs), tuple(store)]
+    try:
+        _chain_parts(steps[:-1], prepared, parts)
+    except kernel_replay._NoKey:
+        return None
+    key = tuple(parts)
+    return None if key in _REFUSED else key
+
+
+class _StandIn:
+    """The launch a row kernel opens itself (``engine.core.divert``): instruction-level with its choices
+    recorded (``figures`` None), or replayed from ``figures`` and ``script``; ``differed`` when a replay's
+    tally was not the recording's (it then reported nothing)."""
+
+    def __init__(self, figures=None, script: tuple = ()):
+        self.figures, self.script = figures, script
+        self.inner: Any = None
+        self.core: Any = None
+        self.differed = False
+
+    def enter(self, kernel: str, device: int):
+        if self.figures is None:
+            self.inner = launch(kernel, device)
+            self.core = self.inner.__enter__()
+            self.core.choices = []
+        else:
+            self.inner = replayed(kernel, device, self.figures)
+            self.core = self.inner.__enter__()
+            self.core.script = self.script
+        return self.core
+
+    def exit(self, exc_type, exc, tb) -> bool:
+        if exc_type is None and self.figures is not None and not self.core.matches(self.figures):
+            self.differed = True
+            return self.inner.__exit__(_Rerun, _Rerun(), None)  # reports nothing
+        return self.inner.__exit__(exc_type, exc, tb)
+
+
+def _run_diverted(name: str, key: tuple | None, steps: Sequence[Any], body) -> None:
+    """``_run_recorded`` for a launch the kernel opens itself: ``body(stand_in)`` diverts it (``_StandIn``)."""
+    if key is not None:
+        entry = _LAUNCHES.get(key)
+        if entry is not None:
+            stand_in = _StandIn(*entry)
+            try:
+                body(stand_in)
+            except chains.StepError as error:
+                if not isinstance(error.__cause__, ScriptEnded):
+                    raise
+                stand_in.differed = True
+            if not stand_in.differed and stand_in.core is not None:
+                STATS.programs_replayed += 1
+                return
+            _refuse(key, name, steps)
+            key = None
+    if key is None:
+        body(None)
+        return
+    stand_in = _StandIn()
+    body(stand_in)
+    if stand_in.core is not None:
+        if len(_LAUNCHES) >= FIGURES_LIMIT:
+            del _LAUNCHES[next(iter(_LAUNCHES))]
+        _LAUNCHES[key] = (measured(stand_in.core, 0), tuple(stand_in.core.choices))
+
+
+def _refuse(key: tuple, name: str, steps: Sequence[Any]) -> None:
+    """A replay differed from its recording: never replay ``key`` again; raise if the launch cannot be rerun
+    (it wrote a tensor it reads)."""
+    _LAUNCHES.pop(key, None)
+    if len(_REFUSED) >= FIGURES_LIMIT:
+        del _REFUSED[next(iter(_REFUSED))]
+    _REFUSED[key] = None
+    written: list = []
+    read: list = []  # what the launch reads from before it (a read of an earlier step's result is recomputed)
+    for step in steps:
+        keys = {w.key for w in written}
+        read.extend(v for v in map(view_of, step.reads()) if v.key not in keys)
+        written.append(view_of(step.out))
+    if any(w.overlaps(r) for w in written for r in read):
+        raise RuntimeError(
+            f"neuron: the launch {name} issued other instructions than its recording, and it wrote a tensor it "
+            f"reads, so it cannot be rerun; set NEURON_STATIC_REPLAY=0 to run every launch instruction by "
+            f"instruction, and report this")
 
 
 # --- whole flushes ---------------------------------------------------------------------------------

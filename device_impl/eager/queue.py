@@ -212,17 +212,23 @@ class Queue:
             ready = programs.plan_flush(steps)
             stored = self._observable(ready, refs)
         if head is not None:
-            _learn(head, ready[0].program is None and len(ready[0].group.steps) == 1)
+            _learn(head, programs.runs_as_eager(ready, 0))
         failure: tuple[str, BaseException] | None = None
-        for item, item_stored in zip(ready, stored):
+        i = 0
+        while i < len(ready):
+            end = programs.shared_lhs_end(ready, i)  # products of one A run in one launch
             STATS.groups += 1
             try:
-                programs.run(item, item_stored)
+                if end - i > 1:
+                    programs.run_shared(ready[i:end], stored[i:end])
+                else:
+                    programs.run(ready[i], stored[i])
             except StepError as failed:
                 STATS.errors += 1
                 failure = (failed.step.op, failed.__cause__)
                 traceback.clear_frames(failed.__traceback__)
                 break
+            i = end
         if failure is None:
             return
         # Raised outside the handler, with the frames' tensors dropped: the error may live long (a user's
@@ -232,7 +238,6 @@ class Queue:
         steps.clear()
         ready.clear()
         stored.clear()
-        item = item_stored = None  # noqa: F841
         raise _named(cause, op, reason) from cause
 
     def _observable(self, ready: list[programs.Ready], refs: Counter[int]) -> list[list[bool]]:
@@ -265,8 +270,9 @@ class Queue:
 
 
 # Whether the launch of a call that headed a flush ran alone there, by ``_head_key`` (the call: op, layouts,
-# static arguments; not where its tensors are): True while every flush it headed ran it alone, False for
-# good once one fused it with what followed. Such a call is run at once when nothing is queued before it
+# static arguments; not where its tensors are): True while every flush it headed ran it alone, as eager mode
+# runs it (``programs.runs_as_eager``: not fused, not sharing a launch, not a product, whose recurring launch a
+# flush replays), False for good once one did not. Such a call is run at once when nothing is queued before it
 # (``submit``): the flush would run it the same way, after the queue's bookkeeping (capture, flush plan,
 # observability), and its checks and errors are then eager's, at the call. A call whose launch could have
 # fused with what followed only loses that fusion if it ran alone every time before; the bits are eager's.

@@ -18,6 +18,7 @@ _FIELDS = (
     "fused_ops",  # steps run inside fused launches
     "reductions_fused",  # reductions run on their producers' tiles
     "epilogue_ops",  # elementwise steps run on a matmul's output blocks
+    "lhs_shared",  # products that took an earlier product's A^T tiles in one launch (programs.run_shared)
     "splits",  # groups whose fused form could not be built (SBUF, views), run unfused
     "programs_cached",  # fused programs planned (cache misses)
     "cache_hits",  # fused programs reused from the cache

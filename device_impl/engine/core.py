@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import torch.autograd.profiler as _torch_profiler
@@ -26,6 +26,10 @@ from device_impl.engine.timeline import ENGINES, LaunchReport, Timeline, chrome_
 
 class NeuronCore:
     """The state one kernel launch works in. Reused across launches on a thread (cheap to reset)."""
+
+    # The values of this launch's ``choose`` calls, in order, while a caller records them (a list it sets after
+    # entering the launch; None otherwise): a replay of the launch (engine.replay) makes the same choices.
+    choices: list | None = None
 
     def __init__(self, platform: Platform = PLATFORM):
         self.platform = platform
@@ -51,6 +55,16 @@ class NeuronCore:
         self.psum.reset()
         self.tensor.loaded = None
         self.tensor.last_moving = 0
+        self.choices = None
+
+    def choose(self, decide: Callable[[], Any]) -> Any:
+        """``decide()``: a scheduling choice a kernel makes from the timeline (which engine frees up first,
+        which transpose to place next). The instructions it issues then depend on the timeline, which a
+        replayed launch does not keep: the value is recorded (``choices``) for the replay to take instead."""
+        value = decide()
+        if self.choices is not None:
+            self.choices.append(value)
+        return value
 
     def _allocate(self, pool: MemoryPool, shape, dtype, name: str) -> Tile:
         tile = pool.allocate(tuple(shape), dtype, name)
@@ -128,9 +142,19 @@ class _State(threading.local):
     def __init__(self) -> None:
         self.core: NeuronCore | None = None
         self.depth = 0
+        # A caller's stand-in for the next launch a kernel opens itself on this thread (``divert``).
+        self.divert: Any = None
 
 
 _state = _State()
+
+
+def divert(stand_in: Any) -> None:
+    """Hand this thread's next launch a caller's stand-in (None: none): ``stand_in.enter(kernel, device)`` returns
+    the core the kernel runs on and ``stand_in.exit(exc_type, exc, tb)`` ends it, in place of the launch's own.
+    Adaptive eager records or replays a recurring row-kernel launch, which its kernel opens itself, this way
+    (eager/programs.py); the launch takes the stand-in and clears it."""
+    _state.divert = stand_in
 
 try:  # numpy >= 2: the error state is a context variable; setting it is ~20x cheaper than np.seterr
     from numpy._core.umath import _extobj_contextvar, _make_extobj
@@ -170,13 +194,17 @@ class launch:
     count launches that completed.
     """
 
-    __slots__ = ("kernel", "device", "errors", "observed")
+    __slots__ = ("kernel", "device", "errors", "observed", "stand_in")
 
     def __init__(self, kernel: str, device: int):
         self.kernel = kernel
         self.device = device
 
     def __enter__(self) -> NeuronCore:
+        stand_in = self.stand_in = _state.divert
+        if stand_in is not None:
+            _state.divert = None
+            return stand_in.enter(self.kernel, self.device)
         if _state.depth:
             raise RuntimeError(f"kernel {self.kernel} launched from inside another kernel; launches do not nest")
         core = _state.core
@@ -192,6 +220,8 @@ class launch:
         return core
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        if self.stand_in is not None:
+            return self.stand_in.exit(exc_type, exc, tb)
         _state.depth = 0
         _restore_fp_errors(self.errors)
         if exc_type is None:

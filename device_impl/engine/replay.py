@@ -14,11 +14,18 @@ put the instruction-level ones (``core._close``).
 The tally is the check that the instructions were the same: ``ReplayCore.matches(figures)`` compares its
 instruction count and per-engine busy time (summed in program order: the same floats) with the recorded
 ones, so a kernel whose instructions depend on the data is caught rather than given wrong figures.
+
+A kernel that schedules from the timeline (which transpose a matmul places next, which engine evacuates PSUM:
+``NeuronCore.choose``) makes its choices at the instruction level, where the caller records them
+(``NeuronCore.choices``); its replay takes them in order (``ReplayCore.script``), since the tally keeps no
+timeline, and a replay asking for more than were recorded (``ScriptEnded``), or leaving some, did not issue the
+recorded instructions.
 """
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+import contextlib
+from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import torch.autograd.profiler as _torch_profiler
@@ -63,7 +70,7 @@ class _Tally:
     """A timeline that only adds up: per-engine busy time and the instruction count (see module docstring)."""
 
     __slots__ = ("busy", "instructions", "hbm_read", "hbm_write", "flops", "record", "floor", "hbm_floors",
-                 "hbm_targets", "events", "end")
+                 "hbm_targets", "events", "end", "onchip")
 
     def __init__(self) -> None:
         self.record = False
@@ -73,6 +80,7 @@ class _Tally:
         self.floor = 0.0
         self.hbm_floors = ()
         self.hbm_targets = ()
+        self.onchip = ()  # no on-chip HBM ranges: a replayed launch's DMA moves HBM bytes (they are not tallied)
         self.events: list = []
         self.end = 0.0
         self.reset()
@@ -142,6 +150,9 @@ class ReplayCore:
         # Every tile of the launch, its own ``root``: that cycle would leave each tile and its array to the
         # garbage collector (a small op's memory churn cost more than its arithmetic); ``retire`` breaks it.
         self.made: list[Tile] = []
+        # The recorded launch's ``choose`` values (``NeuronCore.choices``), taken in order (``taken``).
+        self.script: Sequence[Any] = ()
+        self.taken = 0
 
     def retire(self) -> None:
         """The launch is over: its tiles let go of themselves (see ``made``)."""
@@ -169,6 +180,33 @@ class ReplayCore:
         self.made.append(tile)
         return tile
 
+    def choose(self, decide) -> Any:
+        """The recorded launch's next choice (``NeuronCore.choose``); ``ScriptEnded`` past the last one."""
+        taken = self.taken
+        if taken >= len(self.script):
+            raise ScriptEnded
+        self.taken = taken + 1
+        return self.script[taken]
+
+    @contextlib.contextmanager
+    def stream(self, live: list) -> Iterator[None]:
+        """``NeuronCore.stream``: allocations, marks and releases inside work on ``live``."""
+        outer = self._live
+        self._live = live
+        try:
+            yield
+        finally:
+            self._live = outer
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """``NeuronCore.scope``: tiles allocated inside are freed at exit."""
+        mark = self.mark()
+        try:
+            yield
+        finally:
+            self.release_to(mark)
+
     def mark(self) -> int:
         return len(self._live)
 
@@ -179,12 +217,19 @@ class ReplayCore:
         _core.release_live(self._live, tile)
 
     def matches(self, figures: Figures) -> bool:
-        """Whether the instructions issued so far are the recorded launch's (count and busy time per engine)."""
+        """Whether the instructions issued so far are the recorded launch's (count and busy time per engine;
+        every recorded choice taken)."""
+        if self.taken != len(self.script):
+            return False
         timeline = self.timeline
         busy = timeline.busy
         tensor, vector, scalar, gpsimd = figures.compute_busy  # _COMPUTE's order
         return (timeline.instructions == figures.compute_instructions and busy["vector"] == vector
                 and busy["scalar"] == scalar and busy["tensor"] == tensor and busy["gpsimd"] == gpsimd)
+
+
+class ScriptEnded(Exception):
+    """A replayed launch asked for more choices than its recording made (it issued other instructions)."""
 
 
 class replayed:
@@ -225,6 +270,8 @@ def _begin(kernel: str, device: int) -> tuple[ReplayCore, Any, Any]:
     tensor.loaded = None
     tensor.last_moving = 0
     core._live.clear()
+    core.script = ()
+    core.taken = 0
     state.depth = 1
     errors = _core._ignore_fp_errors()
     observer = _core._observer[0]

@@ -275,14 +275,14 @@ def _run_resident(nc, order, keys, lhs: _Operand, rhs: _Operand, blocks, k_range
             while first < len(pending) and not pending[first][0].waiting(pending[first][1]):
                 first += 1
             window = [(op, key) for op, key in pending[first:first + TRANSPOSE_WINDOW] if op.waiting(key)]
-            tensor_free = nc.timeline.free["tensor"]
-            blocked = lhs.waiting(lkey) or rhs.waiting(rkey)
-            matmul_start = None if blocked else max(tensor_free, lhs.ready_at(lkey), rhs.ready_at(rkey))
-            best = min(window, key=lambda item: item[0].loaded_at(item[1]), default=None)
-            if best is None or (matmul_start is not None
-                                and max(tensor_free, best[0].loaded_at(best[1])) > matmul_start):
+            if not window:
                 break
-            best[0].tile(*best[1])
+            # the timeline's answer goes through nc.choose, so that a replayed launch places them alike
+            pick = nc.choose(lambda: _next_transpose(nc, window, lhs, rhs, lkey, rkey))
+            if pick < 0:
+                break
+            operand, key = window[pick]
+            operand.tile(*key)
         m0, m1, n0, n1 = blocks[b]
         if j == 0:
             accs[b] = nc.psum_tile((m1 - m0, n1 - n0), FP32)
@@ -290,6 +290,19 @@ def _run_resident(nc, order, keys, lhs: _Operand, rhs: _Operand, blocks, k_range
         if j == len(k_ranges) - 1:
             _finish_block(nc, out2d[m0:m1, n0:n1], accs[b], alpha, beta, bias2d, m0, m1, n0, n1, epilogue)
             nc.release(accs.pop(b))
+
+
+def _next_transpose(nc, window: list, lhs: _Operand, rhs: _Operand, lkey: tuple, rkey: tuple) -> int:
+    """Which transpose of ``window`` to place before the next matmul (its index), or -1 for the matmul: the
+    one whose loads land first, unless the matmul can start before it could (see ``_run_resident``)."""
+    tensor_free = nc.timeline.free["tensor"]
+    blocked = lhs.waiting(lkey) or rhs.waiting(rkey)
+    matmul_start = None if blocked else max(tensor_free, lhs.ready_at(lkey), rhs.ready_at(rkey))
+    best = min(range(len(window)), key=lambda i: window[i][0].loaded_at(window[i][1]))
+    operand, key = window[best]
+    if matmul_start is not None and max(tensor_free, operand.loaded_at(key)) > matmul_start:
+        return -1
+    return best
 
 
 # Shared with the compiler (device_impl.compiler.steps runs stablehlo.dot_general with it): the TensorE
@@ -323,7 +336,7 @@ def prepare_rhs(nc, m: int, a2d_itemsize: int, b2d: np.ndarray, live: list) -> d
 def psum_to_sbuf(nc, dst, src, scale: float = 1.0) -> None:
     """dst = scale * src out of PSUM, on whichever of the two PSUM readers (ScalarE, VectorE)
     frees up first, as a compiler's scheduler would balance them."""
-    if nc.timeline.free["scalar"] <= nc.timeline.free["vector"]:
+    if nc.choose(lambda: nc.timeline.free["scalar"] <= nc.timeline.free["vector"]):
         nc.scalar.activation(dst, src, "identity", scale=float(scale))
     elif scale == 1:
         nc.vector.tensor_copy(dst, src)
@@ -407,13 +420,16 @@ class MatmulPlan(NamedTuple):
     bias: torch.Tensor | None = None
     batched: bool = False
 
-    def run(self, nc, epilogue: Callable[..., None] | None = None) -> None:
-        """The launch body; ``epilogue(nc, tile, batch, m0, m1, n0, n1)`` replaces each output store."""
+    def run(self, nc, epilogue: Callable[..., None] | None = None,
+            lhs_tiles: tuple[dict, list] | None = None) -> None:
+        """The launch body; ``epilogue(nc, tile, batch, m0, m1, n0, n1)`` replaces each output store.
+        ``lhs_tiles``: ``_matmul_into``'s, for a product that is not batched (adaptive eager runs consecutive
+        products of one A in one launch, its stationary tiles loaded and transposed once)."""
         out_view, a_view, b_view = hbm(self.out), hbm(self.a), hbm(self.b)
         bias_view = None if self.bias is None else np.broadcast_to(hbm(self.bias), tuple(self.out.shape))
         if not self.batched:
             tail = None if epilogue is None else (lambda nc_, t, *box: epilogue(nc_, t, 0, *box))
-            _matmul_into(nc, out_view, a_view, b_view, self.alpha, self.beta, bias_view, tail)
+            _matmul_into(nc, out_view, a_view, b_view, self.alpha, self.beta, bias_view, tail, lhs_tiles)
             return
         for i in range(self.out.shape[0]):
             tail = None if epilogue is None else (lambda nc_, t, *box, i=i: epilogue(nc_, t, i, *box))

@@ -134,7 +134,7 @@ def _softmax_rows(name: str, x: torch.Tensor, out: torch.Tensor, dim: int, log: 
                         e = nc.sbuf_tile(t.shape, FP32)
                         nc.scalar.activation(e, cast(t), "exp", bias=neg)
                     # exp(x - max) * (1 / sum) on whichever engine frees up first
-                    if nc.timeline.free["scalar"] <= nc.timeline.free["vector"]:
+                    if nc.choose(lambda: nc.timeline.free["scalar"] <= nc.timeline.free["vector"]):
                         nc.scalar.activation(res, e, "identity", scale=scale)
                     else:
                         nc.vector.tensor_tensor(res, e, scale, "multiply", dtype=FP32)
