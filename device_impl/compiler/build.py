@@ -10,7 +10,9 @@
 4. ``fusion.plan``: layout ops become views, elementwise chains and reductions
    fused groups, heavy ops steps (an op without a lowering raises
    UnsupportedOpError here, before anything runs);
-5. ``memory.group_plan``: tile sizes of each fused group within SBUF; ``attach_epilogues`` (groups run on a
+5. ``layout.plan``: a product's B that is a static input (a parameter) read against TensorE's layout is read
+   from a layout buffer, kept on the device in that layout by the runtime (``layout.Layouts``);
+   ``memory.group_plan``: tile sizes of each fused group within SBUF; ``attach_epilogues`` (groups run on a
    product's evacuation), ``share_lhs`` (consecutive products of one operand keep its SBUF tiles),
    ``rotations`` (a flat group's rotate_half as one GpSimd permutation of its source's tile),
    ``prepare_weights`` (a later product's weight tiles loaded and transposed by an earlier product step);
@@ -23,7 +25,7 @@ import math
 
 import numpy as np
 
-from device_impl.compiler import concat, expansions, fold, fusion, memory, schedule
+from device_impl.compiler import concat, expansions, fold, fusion, layout, memory, schedule
 from device_impl.compiler.ir import Graph
 from device_impl.compiler.program import Program
 
@@ -267,7 +269,10 @@ def rotations(step: dict, views: dict, constants: dict, shapes: dict) -> list[di
     return found
 
 
-def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Program:
+def build(graph: Graph, name: str, input_names: list[str] | None = None, weights: frozenset[int] = frozenset()
+          ) -> Program:
+    """``weights``: positions of the graph inputs that hold still between executions (parameters and buffers:
+    AOTAutograd's static inputs), which ``layout.plan`` may keep on the device in TensorE's layout."""
     graph = fold.fold_constants(graph)
     fold.check_static(graph, input_names)
     expansions.fold_expansions(graph)
@@ -278,6 +283,7 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Prog
     steps = []
     for step in planned:
         steps.append(_group_step(step["group"], used) if step["kind"] == "fused" else step)
+    layouts = layout.plan(steps, views, list(graph.inputs), weights, graph.types) if weights else {}
     steps = attach_epilogues(steps, views, set(graph.outputs), {vid: t.shape for vid, t in graph.types.items()})
     steps = share_lhs(steps)
     shapes = {vid: t.shape for vid, t in graph.types.items()}
@@ -298,4 +304,6 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Prog
     program = Program(name=name, inputs=list(graph.inputs), outputs=list(graph.outputs), types=types,
                       views={v: views[v] for v in views if v in referenced}, splats=splats, buffers={},
                       steps=steps, constants=constants)
-    return schedule.finish(program)
+    program = schedule.finish(program)
+    program.buffers.update(layouts)  # read by steps, made before the launch (layout.Layouts), never written
+    return program

@@ -320,6 +320,31 @@ def prepare_rhs(nc, m: int, a2d_itemsize: int, b2d: np.ndarray, live: list) -> d
     return rhs.cache
 
 
+needs_transpose = _Operand.needs_transpose  # compiler.layout asks it of a weight's B at build time
+
+LAYOUT_WINDOW = 4  # [K, N] blocks whose loads run ahead of the block being transposed and stored
+
+
+def layout_into(nc, dst2d: np.ndarray, src2d: np.ndarray) -> None:
+    """dst2d[K, N] (contiguous HBM) = src2d[K, N] (a row-major matrix read transposed: a linear layer's
+    ``W.t()``) in TensorE's moving-operand layout, each [K <= 128, N <= 512] block loaded as its K-contiguous
+    rows, transposed on TensorE into PSUM, evacuated and stored: the device program behind the compiler's
+    weight layout (``compiler.layout``), the same loads and transposes a product makes of such a B, once."""
+    k, n = src2d.shape
+    operand = _Operand(nc, src2d, needs_transpose(src2d), cache=False)
+    keys = [(k0, min(k, k0 + K_TILE), n0, min(n, n0 + N_TILE)) for k0 in range(0, k, K_TILE)
+            for n0 in range(0, n, N_TILE)]
+    for key in keys[:LAYOUT_WINDOW]:
+        operand.prefetch(*key)
+    for i, key in enumerate(keys):
+        if i + LAYOUT_WINDOW < len(keys):
+            operand.prefetch(*keys[i + LAYOUT_WINDOW])
+        tile = operand.tile(*key)
+        k0, k1, n0, n1 = key
+        nc.dma.store(dst2d[k0:k1, n0:n1], tile)
+        nc.release(tile)
+
+
 def psum_to_sbuf(nc, dst, src, scale: float = 1.0) -> None:
     """dst = scale * src out of PSUM, on whichever of the two PSUM readers (ScalarE, VectorE)
     frees up first, as a compiler's scheduler would balance them."""
