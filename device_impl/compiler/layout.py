@@ -115,18 +115,28 @@ def _raw(array: np.ndarray) -> np.ndarray:
     return array.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[array.dtype.itemsize])
 
 
+SMALL_BYTES = 64 * 1024
+
+
 class _Kept:
     """One layout buffer's device copy and what it was made from."""
 
-    __slots__ = ("ptr", "version", "saved", "packed")
+    __slots__ = ("ptr", "version", "saved", "packed", "array")
 
-    def __init__(self, ptr: int, version: int, saved: np.ndarray, packed: Any) -> None:
-        self.ptr, self.version, self.saved, self.packed = ptr, version, saved, packed
+    def __init__(self, ptr: int, version: int, source: np.ndarray, packed: Any, array: np.ndarray) -> None:
+        self.ptr, self.version = ptr, version
+        # the source's bytes when it was laid out: as bytes below SMALL_BYTES (one copy and a memcmp compare them
+        # fastest), else as an array (numpy's comparison, no copy)
+        self.saved = source.tobytes() if source.nbytes < SMALL_BYTES else _raw(source.copy())
+        self.packed, self.array = packed, array  # the device copy (held) and its HBM array
 
     def fresh(self, arg: Any, source: np.ndarray) -> bool:
         if arg.data_ptr() != self.ptr or arg._version != self.version:
             return False  # written through the tensor (its version counter) or another buffer
-        return source.shape == self.saved.shape and np.array_equal(_raw(source), _raw(self.saved))
+        saved = self.saved
+        if isinstance(saved, bytes):
+            return source.tobytes() == saved
+        return source.shape == saved.shape and np.array_equal(_raw(source), saved)
 
 
 class Layouts:
@@ -157,7 +167,7 @@ class Layouts:
             arg, source = args[entry["index"]], in_arrays[entry["index"]]
             kept = self.kept.get((index, vid))
             if kept is not None and kept.fresh(arg, source):
-                result[vid] = hbm(kept.packed)
+                result[vid] = kept.array
             else:
                 stale.append((vid, entry, arg, source))
         if not stale:
@@ -168,7 +178,7 @@ class Layouts:
                 packed = torch.empty(entry["shape"], dtype=arg.dtype, device=device)
                 target = hbm(packed)
                 layout_into(nc, target, _operand(source, entry))
-                self.kept[(index, vid)] = _Kept(arg.data_ptr(), arg._version, source.copy(), packed)
+                self.kept[(index, vid)] = _Kept(arg.data_ptr(), arg._version, source, packed, target)
                 result[vid] = target
         return result
 
