@@ -63,6 +63,8 @@ class _Operand:
         # where cached tiles are allocated when they outlive the call (``matmul_into``'s ``lhs_tiles``): a
         # scope the caller holds, so the next product of the same operand finds them in ``cache``
         self.live: list | None = None
+        # pieces another step left in SBUF (``matmul_into``'s ``lhs_pieces``): transposed here, freed by their owner
+        self.borrowed: set[int] = set()
 
     def _cached_tile(self, shape: tuple[int, int], dtype):
         if self.live is None:
@@ -134,7 +136,8 @@ class _Operand:
         psum_to_sbuf(nc, t, flipped)
         nc.release(flipped)
         for _, _, rows in pieces:
-            nc.release(rows)
+            if id(rows) not in self.borrowed:
+                nc.release(rows)
         if self.cache is not None:
             self.cache[key] = t
         return t
@@ -160,7 +163,8 @@ def operands_resident(k_tiles: int, m: int, n: int, a_itemsize: int, b_itemsize:
 
 def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha: float = 1.0,
                  beta: float = 0.0, bias2d: np.ndarray | None = None, epilogue: Epilogue | None = None,
-                 lhs_tiles: tuple[dict, list] | None = None, rhs_tiles: tuple[dict, list] | None = None) -> None:
+                 lhs_tiles: tuple[dict, list] | None = None, rhs_tiles: tuple[dict, list] | None = None,
+                 lhs_pieces: dict | None = None) -> None:
     """out2d = alpha * (a2d @ b2d) + beta * bias2d, tile by tile (bias2d already broadcast to out2d's shape).
 
     ``lhs_tiles``: (cache, scope) the caller keeps across products of the same ``a2d`` (the compiler's
@@ -168,7 +172,10 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
     the stationary tiles of A^T are taken from ``cache`` where an earlier product left them (loaded and
     transposed once), and the ones loaded here are allocated in ``scope``, which the caller frees after
     the last product. ``rhs_tiles``: the same for B's moving tiles, made ahead by ``prepare_rhs`` (a weight's
-    loads and transposes run where TensorE is idle, before the product's turn)."""
+    loads and transposes run where TensorE is idle, before the product's turn). ``lhs_pieces``: a row-major A's
+    blocks already in SBUF (an earlier epilogue's results, the compiler's ``handoffs``), per stationary tile key
+    the [(c0, c1, tile)] pieces its load would have made: transposed here among the matmuls as they land, never
+    loaded, and left for their owner to free (resident operands only)."""
     m, k = a2d.shape
     n = b2d.shape[1]
     if m == 0 or n == 0:
@@ -205,6 +212,9 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
     resident = operands_resident(k_tiles, m, n, a2d.itemsize, b2d.itemsize)
     if resident and lhs_tiles is not None:
         lhs.cache, lhs.live = lhs_tiles
+    if resident and lhs_pieces and lhs.transpose:
+        lhs.raw.update({key: list(pieces) for key, pieces in lhs_pieces.items() if key not in lhs.cache})
+        lhs.borrowed = {id(rows) for pieces in lhs_pieces.values() for _, _, rows in pieces}
     if resident and rhs_tiles is not None:
         rhs.cache, rhs.live = rhs_tiles
     if resident:
