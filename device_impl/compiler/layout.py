@@ -3,8 +3,9 @@
 TensorE multiplies ``stationary[K, M].T @ moving[K, N]``: both operands need the contraction dim on SBUF
 partitions. A linear layer's ``x @ W.t()`` reads its weight ``W [N, K]`` as ``B = W.t()``, whose rows are not
 contiguous, so every product would load W row-major and transpose each [128, 128] block on TensorE (an identity
-matmul, 512 fp32 cycles a block: the decoder block's 36 weight transposes were 6.6 us of TensorE). The Neuron
-compiler and runtime lay weights out once instead, when the model is loaded ("weight layout optimisation"); here:
+matmul, 512 fp32 cycles a block: the decoder block's 36 weight transposes were 6.6 us of TensorE). A compiler for
+such a device lays a constant weight out once instead (weight layout optimisation; TVM, for one, folds a
+constant weight's layout_transform into the weight: discuss.tvm.apache.org/t/11523); here:
 
 * ``plan`` (a build pass): a dot_general whose B is, through layout ops only, a graph input AOTAutograd marks
   static (a parameter or buffer: ``static_input_indices``, the inputs cudagraphs also treat as fixed) and
