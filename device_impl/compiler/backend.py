@@ -238,7 +238,9 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_inde
     inference = not torch.is_grad_enabled() or not any(
         isinstance(x, torch.Tensor) and x.requires_grad for x in example_inputs)
     indexed = inference and config.neff_cache and not config.preserve_artifacts and not _has_state(gm)
-    key_of_graph = cache.dynamo_key(gm, example_inputs, driver.flags()) if indexed else None
+    parameters = [isinstance(x, torch.nn.Parameter) for x in example_inputs]  # the programs' weight layout
+    key_of_graph = cache.dynamo_key(gm, example_inputs, {**driver.flags(), "parameters": parameters}) \
+        if indexed else None
     if key_of_graph is not None:
         entry = cache.lookup_dynamo(config.neff_cache_dir, key_of_graph)
         run = driver.linked(*entry, f"{graph}_inference", device_index, config) if entry is not None else None
@@ -249,7 +251,8 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_inde
         def compile_aot(aot_gm: torch.fx.GraphModule, aot_inputs: list):
             begun = time.perf_counter()
             try:
-                run = driver.compile_graph(aot_gm, f"{graph}_{kind}", device_index, config)
+                weights = _static_inputs(aot_gm) if kind != "backward" else frozenset()
+                run = driver.compile_graph(aot_gm, f"{graph}_{kind}", device_index, config, weights)
                 if kind == "backward":
                     run = _as_traced(aot_gm, run)
                 strided = _traced_strides(aot_gm) if kind != "backward" else {}
@@ -271,6 +274,21 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_inde
 
     with traced_forms():  # CPU's arithmetic in decompositions bound to an op's Autograd key (numerics.py)
         return backend(gm, example_inputs)
+
+
+def _static_inputs(aot_gm: torch.fx.GraphModule) -> frozenset[int]:
+    """The positions of a forward or inference graph's inputs AOTAutograd marks static (parameters and buffers,
+    the inputs cudagraphs keeps at fixed addresses): the ones a program may keep in TensorE's layout
+    (``layout``). Empty where the graph's inputs are not AOTAutograd's flat arguments one for one."""
+    from torch._guards import TracingContext
+
+    context = TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None) if context is not None else None
+    indices = getattr(meta, "static_input_indices", None)
+    placeholders = sum(1 for n in aot_gm.graph.nodes if n.op == "placeholder")
+    if not indices or len(getattr(meta, "input_info", ())) != placeholders:
+        return frozenset()
+    return frozenset(int(i) for i in indices)
 
 
 def _traced_strides(aot_gm: torch.fx.GraphModule) -> dict[int, tuple[int, ...]]:

@@ -117,6 +117,10 @@ def step_figures(executable, args: list, weights: set[int] = frozenset()) -> lis
     in_arrays = [hbm(a) for a in args]
     constants = {vid: hbm(t) for vid, t in executable.constants(device).items()}
     ranges: list[tuple[int, int, str]] = []
+    if executable.layouts:  # weights kept in TensorE's layout (compiler.layout): read as weights
+        kept = executable.layouts.arrays(args, in_arrays, device)
+        ranges.extend((*byte_bounds(array), "weight") for array in kept.values())
+        constants.update(kept)
     for vid, index in executable.input_buffers:
         ranges.append((*byte_bounds(in_arrays[index]), "weight" if index in weights else "input"))
     for vid, index in executable.output_buffers:

@@ -10,10 +10,13 @@
 4. ``fusion.plan``: layout ops become views, elementwise chains and reductions
    fused groups, heavy ops steps (an op without a lowering raises
    UnsupportedOpError here, before anything runs);
-5. ``memory.group_plan``: tile sizes of each fused group within SBUF; ``attach_epilogues`` (groups run on a
+5. ``layout.plan``: a product's B that is a static input (a parameter) read against TensorE's layout is read
+   from a layout buffer, kept on the device in that layout by the runtime (``layout.Layouts``);
+   ``memory.group_plan``: tile sizes of each fused group within SBUF; ``attach_epilogues`` (groups run on a
    product's evacuation), ``share_lhs`` (consecutive products of one operand keep its SBUF tiles),
    ``rotations`` (a flat group's rotate_half as one GpSimd permutation of its source's tile),
-   ``prepare_weights`` (a later product's weight tiles loaded and transposed by an earlier product step);
+   ``prepare_weights`` (a later product's weight tiles loaded and transposed by an earlier product step),
+   ``handoffs`` (an epilogue's result blocks kept in SBUF as the next product's A);
 6. ``schedule.finish``: buffers, output materialisation, HBM arena, waits.
 """
 
@@ -23,7 +26,7 @@ import math
 
 import numpy as np
 
-from device_impl.compiler import concat, expansions, fold, fusion, memory, schedule
+from device_impl.compiler import concat, expansions, fold, fusion, layout, memory, schedule
 from device_impl.compiler.ir import Graph
 from device_impl.compiler.program import Program
 
@@ -164,6 +167,61 @@ def share_lhs(steps: list[dict]) -> list[dict]:
     return steps
 
 
+def handoffs(steps: list[dict], views: dict, shapes: dict, dtypes: dict) -> list[dict]:
+    """A product whose epilogue stores a value the next product reads as its A (the o projection's norm result,
+    read by the gate and up projections; the gated MLP's ``silu(g) * u``, read by the down projection) hands
+    that product the value's blocks on chip: the epilogue computes each block into a tile that outlives it
+    (``GroupRunner.epilogue``'s ``taps``), and the product takes them as its row-major pieces of A^T
+    (``matmul_into``'s ``lhs_pieces``, ``steps._handed_pieces``), transposed by its own list scheduler among its
+    matmuls as each block lands, instead of waiting for the stores, loading the blocks back and only then
+    transposing them. Issue 21: "activations in the consumer's layout", as far as a row-major product goes
+    (decoder block 49.4 -> 47.0 us). The value is still stored (the fast path reads it, and so may other steps).
+
+    Only where the tiles line up: the producer's product has no batch dims and at least 128 rows, the value is
+    a full (not per-row) result of the group that is the product itself in row-major order (reshapes only) and
+    is the consumer's A as [M, K] (contracting its last dim, no batch dims), the consumer's operands are
+    resident (it takes the pieces only then) and every step between the two is a product (no group's tiles
+    beside the kept ones)."""
+    from device_impl.kernels.matmul import K_TILE, M_TILE, operands_resident
+
+    for i, step in enumerate(steps):
+        epilogue = step.get("epilogue")
+        if step["kind"] != "dot_general" or epilogue is None:
+            continue
+        dn = step["attrs"]["dot_dimension_numbers"]
+        if dn.get("lhs_batching_dimensions"):
+            continue
+        (product,) = step["results"]
+        rows = math.prod(shapes[product][:-1])
+        cols = shapes[product][-1]
+        if rows < M_TILE:
+            continue
+        stored = {vid: slot for slot, vid in epilogue["stores"]}
+        full = {slot for slot, (_, cls, _) in enumerate(epilogue["slots"]) if cls == "full"}
+        for j in range(i + 1, len(steps)):
+            consumer = steps[j]
+            if consumer["kind"] != "dot_general":
+                break
+            cdn = consumer["attrs"]["dot_dimension_numbers"]
+            lhs = consumer["operands"][0]
+            value = _view_base(lhs, views)
+            if value not in stored:
+                continue
+            rank = len(shapes[lhs])
+            if (cdn.get("lhs_batching_dimensions") or list(cdn.get("lhs_contracting_dimensions", [])) != [rank - 1]
+                    or shapes[lhs][-1] != cols or math.prod(shapes[lhs]) != rows * cols
+                    or math.prod(shapes[value]) != rows * cols or shapes[value][-1] != cols
+                    or not _reshapes_of(lhs, value, views) or stored[value] not in full):
+                break
+            rc = cdn.get("rhs_contracting_dimensions", [])
+            rhs = consumer["operands"][1]
+            n = math.prod(extent for d, extent in enumerate(shapes[rhs]) if d not in rc)
+            if operands_resident(-(-cols // K_TILE), rows, n, dtypes[lhs].itemsize, dtypes[rhs].itemsize):
+                step["handoff"] = {"slot": stored[value], "lhs": lhs, "layout": list(range(rank))}
+            break
+    return steps
+
+
 PREPARE_SBUF_BYTES = 24 * 1024  # per partition: weight tiles made ahead and held for later products, at once
 
 
@@ -267,7 +325,10 @@ def rotations(step: dict, views: dict, constants: dict, shapes: dict) -> list[di
     return found
 
 
-def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Program:
+def build(graph: Graph, name: str, input_names: list[str] | None = None, weights: frozenset[int] = frozenset()
+          ) -> Program:
+    """``weights``: positions of the graph inputs that hold still between executions (parameters and buffers:
+    AOTAutograd's static inputs), which ``layout.plan`` may keep on the device in TensorE's layout."""
     graph = fold.fold_constants(graph)
     fold.check_static(graph, input_names)
     expansions.fold_expansions(graph)
@@ -278,6 +339,7 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Prog
     steps = []
     for step in planned:
         steps.append(_group_step(step["group"], used) if step["kind"] == "fused" else step)
+    layouts = layout.plan(steps, views, list(graph.inputs), weights, graph.types) if weights else {}
     steps = attach_epilogues(steps, views, set(graph.outputs), {vid: t.shape for vid, t in graph.types.items()})
     steps = share_lhs(steps)
     shapes = {vid: t.shape for vid, t in graph.types.items()}
@@ -285,8 +347,9 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Prog
         found = rotations(step, views, graph.constants, shapes)
         if found:
             step["rotations"] = found
-    steps = prepare_weights(steps, views, set(graph.inputs), shapes,
-                            {vid: t.np_dtype for vid, t in graph.types.items()})
+    dtypes = {vid: t.np_dtype for vid, t in graph.types.items()}
+    steps = prepare_weights(steps, views, set(graph.inputs), shapes, dtypes)
+    steps = handoffs(steps, views, shapes, dtypes)
     referenced = set(graph.inputs) | set(graph.outputs) | set(views) | {v["src"] for v in views.values()}
     referenced.update(vid for step in steps if "epilogue" in step for vid in step["results"])
     for step in steps:
@@ -298,4 +361,6 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None) -> Prog
     program = Program(name=name, inputs=list(graph.inputs), outputs=list(graph.outputs), types=types,
                       views={v: views[v] for v in views if v in referenced}, splats=splats, buffers={},
                       steps=steps, constants=constants)
-    return schedule.finish(program)
+    program = schedule.finish(program)
+    program.buffers.update(layouts)  # read by steps, made before the launch (layout.Layouts), never written
+    return program

@@ -153,9 +153,12 @@ def _imported(work: torch.fx.GraphModule, cuts: list, memo: tuple[str, str] | No
     return module, text
 
 
-def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, config: CompilerConfig
-                  ) -> Callable[[list], list]:
+def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, config: CompilerConfig,
+                  weights: frozenset[int] = frozenset()) -> Callable[[list], list]:
+    """``weights``: positions of the inputs that hold still between executions (parameters, buffers), whose
+    products' operands the program may keep in TensorE's layout (``layout``); part of the cache keys."""
     started = time.perf_counter()
+    build_flags = {**flags(), "weights": sorted(weights)}
     original = gm
     index_error = index_error_class(gm)
     refused = parity.refusal(gm)
@@ -185,7 +188,7 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
         # ops' options are in neither the legalized code nor the StableHLO text: both keys take them.
         indexed = config.neff_cache and not config.preserve_artifacts
         material = cache.graph_material(work) if config.neff_cache else None
-        key_of_fx = cache.fx_key(work, {**flags(), "cuts": [c.key() for c in cuts]}, material) \
+        key_of_fx = cache.fx_key(work, {**build_flags, "cuts": [c.key() for c in cuts]}, material) \
             if indexed and material is not None else None
         key = cache.lookup_fx(config.neff_cache_dir, key_of_fx) if key_of_fx is not None else None
         # the import memo (cache.import_key): a graph imported before, under any compiler version
@@ -193,7 +196,7 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
         module = text = None
         if key is None:
             module, text = _imported(work, cuts, memo)
-            key = cache.key(text, flags())
+            key = cache.key(text, build_flags)
         executable = cache.from_memory(key)
         neff_bytes = None
         if executable is not None:
@@ -202,7 +205,7 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
             loaded = cache.from_disk(config.neff_cache_dir, key) if config.neff_cache else None
             if loaded is None and module is None:  # indexed, but that NEFF is unusable: import and rebuild
                 module, text = _imported(work, cuts, memo)
-                indexed_key, key = key, cache.key(text, flags())
+                indexed_key, key = key, cache.key(text, build_flags)
                 if key != indexed_key:
                     loaded = cache.from_disk(config.neff_cache_dir, key)
             if loaded is not None:
@@ -213,9 +216,9 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
                 program.name = graph
             else:
                 imported = opaque.splice(importer.read_module(module), cuts, n_inputs, n_outputs)
-                program = build.build(imported, graph)
+                program = build.build(imported, graph, weights=weights)
                 record_schedule(program)  # the launch's figures, known from the shapes: stored in the NEFF
-                neff_bytes = neff.dumps(program, flags(), hashlib.sha256(text.encode()).hexdigest())
+                neff_bytes = neff.dumps(program, build_flags, hashlib.sha256(text.encode()).hexdigest())
                 if config.neff_cache and cache.store(config.neff_cache_dir, key, neff_bytes) and key_of_fx:
                     cache.index_fx(config.neff_cache_dir, key_of_fx, key)
                 counters.count("compiles")
@@ -223,7 +226,7 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
             cache.remember(key, executable)
         if config.preserve_artifacts:
             if neff_bytes is None:
-                neff_bytes = neff.dumps(executable.program, flags(), hashlib.sha256(text.encode()).hexdigest())
+                neff_bytes = neff.dumps(executable.program, build_flags, hashlib.sha256(text.encode()).hexdigest())
             artifacts.write(config, graph, stablehlo=text, neff_bytes=neff_bytes)
     except (UnsupportedOpError, ImportFailure) as error:
         log.info("graph %s falls back to eager: %s", graph, error)

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from numpy.lib.array_utils import byte_bounds
 
-from device_impl.compiler import replay, schedule, steps as step_runners
+from device_impl.compiler import layout, replay, schedule, steps as step_runners
 from device_impl.compiler.program import Program, apply_view
 from device_impl.engine import launch
 from device_impl.engine.core import NeuronCore
@@ -170,6 +170,7 @@ class Executable:
         self._constants: dict[int, dict[int, torch.Tensor]] = {}
         self._fast: list | None = None  # replay.fast_runners, built at the first fast execution
         self._view_recipes: dict[int, tuple | None] = {}  # Env.access: views rebuilt from their base in one step
+        self.layouts = layout.Layouts(program)  # weights kept in TensorE's layout, made before the launch
 
     def _device(self, args: list) -> torch.device:
         for a in args:
@@ -232,7 +233,8 @@ class Executable:
         ends: list[float] = []
         timeline = nc.timeline
         timeline.onchip = env.onchip
-        vids = [vid for vid, _ in self.input_buffers] + list(self.program.constants)
+        vids = [vid for vid, _ in self.input_buffers] + list(self.program.constants) + \
+            [vid for vid, _ in self.layouts.entries]
         settled = tuple((*byte_bounds(env.arrays[vid]), 0.0, None) for vid in vids if env.arrays[vid].size)
         written = {vid: (*byte_bounds(array), []) for vid, array in env.arrays.items()
                    if array.size and self.program.buffers.get(vid, {}).get("kind") in ("scratch", "output")}
@@ -275,6 +277,8 @@ class Executable:
         out_arrays = [hbm(t) for t in outputs]
         in_arrays = [hbm(a) for a in args]
         constants = {vid: hbm(tensor) for vid, tensor in self.constants(device).items()}
+        if self.layouts:  # read like constants; a stale one is made first, in a launch of its own
+            constants.update(self.layouts.arrays(args, in_arrays, device))
         fast = STATIC_REPLAY and replay.usable(self.program.schedule, in_arrays)
         with launch(f"neff:{self.name}", device.index or 0) as nc:
             env = self.environment(nc, device, in_arrays, out_arrays, constants)
@@ -317,6 +321,7 @@ def record_schedule(program: Program) -> dict[str, Any] | None:
         inputs = [np.zeros(shape, dtype=TORCH_TO_NUMPY[dtype]) for shape, dtype in executable.input_specs]
         outputs = [np.zeros(shape, dtype=TORCH_TO_NUMPY[dtype]) for shape, dtype in executable.output_specs]
         constants = {vid: np.ascontiguousarray(array) for vid, array in program.constants.items()}
+        constants.update(executable.layouts.zeros(program.types))
         core = NeuronCore()
         core.reset(False)
         try:

@@ -19,7 +19,7 @@ nearest-even after each op exactly as the eager kernels store them.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -262,6 +262,19 @@ def _scalar_first(nc, free: int, vector_reads: int, reads: list) -> bool:
 EPILOGUE_HOIST_BYTES = 16 * 1024
 
 
+class _Tapped:
+    """A result's access pattern whose stored blocks are also handed to ``tap`` (``GroupRunner.epilogue``)."""
+
+    __slots__ = ("access", "tap", "live")
+
+    def __init__(self, access: "Access2D", tap: Callable, live: list) -> None:
+        # ``live``: the scope the result's tiles are allocated in, so they outlive the block (the caller frees)
+        self.access, self.tap, self.live = access, tap, live
+
+    def pieces(self, r0: int, r1: int, c0: int, c1: int):
+        return self.access.pieces(r0, r1, c0, c1)
+
+
 class GroupRunner:
     def __init__(self, step: dict):
         self.step = step
@@ -386,7 +399,8 @@ class GroupRunner:
             self._pipelined(nc, access, out_access, shared, block)
         nc.release_to(group_mark)
 
-    def epilogue(self, env, rows: int, cols: int, product_slot: int, nc=None, block: int = P):
+    def epilogue(self, env, rows: int, cols: int, product_slot: int, nc=None, block: int = P,
+                 taps: dict[int, tuple[Callable, list]] | None = None):
         """This group as a matmul epilogue (compiler/build.py ``attach_epilogues``): a function
         ``(nc, tile, r0, r1, c0, c1)`` that takes over the store of rows [r0, r1) and columns [c0, c1)
         of the [rows, cols] product (``tile``, the product's slot) and runs the group's ops on that
@@ -396,7 +410,12 @@ class GroupRunner:
         Given ``nc`` (the matmul step's core, in the scope the step's blocks run in), a row group's
         loads that are the same in every row (the weight of a layer norm fused after a projection) are
         read once for the whole product and copied to the partitions of a ``block``-row tile on GpSimdE
-        (``_hoist``), instead of a [P, C] broadcast DMA for every product block."""
+        (``_hoist``), instead of a [P, C] broadcast DMA for every product block.
+
+        ``taps``: slot -> (``tap(nc, tile, r0, r1, c0, c1)``, ``live``): each block of that result is computed
+        into a tile allocated in ``live`` (a scope the caller keeps and frees) and handed to ``tap`` as it is
+        stored (compiler/build.py ``handoffs``: a later product's A^T made from it on chip, once TensorE has
+        issued the product's matmuls)."""
         loads = {slot: env.access(vid) for slot, vid in self.loads.items() if slot != product_slot}
         stores = {slot: env.access(vid) for slot, vid in self.stores.items()}
         shared: dict[int, Tile] = {}
@@ -408,6 +427,8 @@ class GroupRunner:
             access, out_access, keep = self._row_access(loads, stores)
             if nc is not None:
                 shared = self._hoist(nc, loads, access, keep, block, min(self.hoist_bytes, EPILOGUE_HOIST_BYTES))
+        for slot, (tap, live) in (taps or {}).items():
+            out_access[slot] = _Tapped(out_access[slot], tap, live)
 
         def run(nc, tile, r0: int, r1: int, c0: int, c1: int) -> None:
             tiles = {product_slot: tile}
@@ -555,6 +576,9 @@ class GroupRunner:
         p, c = tile.shape
         for a0, a1, b0, b1, view in out_access[slot].pieces(r0, r1, c0, c1):
             nc.dma.store(view, tile if (a0, a1, b0, b1) == (0, p, 0, c) else tile[a0:a1, b0:b1])
+        tap = getattr(out_access[slot], "tap", None)
+        if tap is not None:
+            tap(nc, tile, r0, r1, c0, c1)
 
     def _pass(self, nc, ops: list[_Op], r0: int, r1: int, c0: int, c1: int, access: dict, out_access: dict,
               tiles: dict, first_chunk: bool | None) -> None:
@@ -616,7 +640,14 @@ class GroupRunner:
                     nc.release(src)
             else:
                 shape = (p, c) if op.cls == "full" else (p, 1)
-                out = self._compute(nc, op, local, pending, summed if first_chunk is None else None, shape)
+                pin = getattr(out_access.get(op.slot), "live", None)
+                if pin is None:
+                    out = self._compute(nc, op, local, pending, summed if first_chunk is None else None, shape)
+                else:  # a tapped result (``epilogue``): its tile outlives the block, freed by the caller
+                    with nc.stream(pin):
+                        out = self._compute(nc, op, local, pending, summed if first_chunk is None else None, shape)
+                    if out is not None:
+                        tiles[op.slot] = out
                 if out is not None:
                     local[op.slot] = out
                     if op.slot in out_access:

@@ -629,7 +629,7 @@ class TileOperand:
         buffer = program.buffers.get(base)
         self.base = base
         # a weight: read from a graph input or a constant, the same bytes at every execution until updated
-        self.keepable = base in program.constants or (buffer is not None and buffer["kind"] in ("input", "constant"))
+        self.keepable = base in program.constants or (buffer is not None and buffer["kind"] in ("input", "constant", "layout"))
         self.kept: tuple[np.ndarray, np.ndarray] | None = None  # (the base's bytes when packed, the tiles)
         self.misses = 0  # executions in a row that found the kept bytes changed
         self.packs = 0  # packings (tests count them)

@@ -75,37 +75,66 @@ def _dot_general(step: dict, program: Program) -> Runner:
     prepare = [dot_dims(s, program) for s in program.steps
                if s["kind"] == "dot_general" and s["results"][0] in step.get("prepare", ())]
 
+    handoff = step.get("handoff")  # a later product's A^T made from this epilogue's result (build.handoffs)
+
     def run(nc, env) -> None:
         if epilogue is None:
             out = env.access(result).reshape(batch, m, n)
             tail = None
         else:  # the product never reaches HBM: a stand-in that only gives matmul_into its shape and dtype
             out = np.lib.stride_tricks.as_strided(np.zeros(1, program.dtype(result)), (batch, m, n), (0, 0, 0))
-            tail = tail_group.epilogue(env, batch * m, n, epilogue["product_slot"], nc, min(m, matmul.M_TILE))
+            taps = None
+            if handoff is not None:
+                pinned: list = []  # the value's result tiles, kept until they are transposed below
+                blocks: list[tuple] = []
+                taps = {handoff["slot"]: (lambda nc_, t, *box: blocks.append((t, *box)), pinned)}
+            tail = tail_group.epilogue(env, batch * m, n, epilogue["product_slot"], nc, min(m, matmul.M_TILE), taps)
         if out.size == 0:
             return
         a = env.access(lhs).transpose(lb + lf + lc).reshape(batch, m, k)
         b = env.access(rhs).transpose(rb + rc + rf).reshape(batch, k, n)
         made = env.shared.pop(("rhs", result), None)  # this product's weight tiles, made by an earlier step
+        # A's row-major blocks an earlier product's epilogue left in SBUF (build.handoffs), and their tiles
+        given = env.shared.pop(("raw", lhs, layout), None) if batch == 1 else None
         for i in range(batch):
             with nc.scope():
                 block = None if tail is None else (
                     lambda nc_, t, m0, m1, n0, n1, i=i: tail(nc_, t, i * m + m0, i * m + m1, n0, n1))
                 kept = None if share is None else env.shared.setdefault((lhs, layout, i), ({}, []))
                 matmul.matmul_into(nc, out[i], a[i], b[i], epilogue=block, lhs_tiles=kept,
-                                   rhs_tiles=made if batch == 1 else None)
+                                   rhs_tiles=made if batch == 1 else None,
+                                   lhs_pieces=None if given is None else given[0])
         if share is not None and share["last"]:
             for i in range(batch):
                 _, live = env.shared.pop((lhs, layout, i), ({}, []))
                 with nc.stream(live):
                     nc.release_to(0)
-        if made is not None:
-            with nc.stream(made[1]):
-                nc.release_to(0)
+        if epilogue is not None and handoff is not None:
+            # the value's blocks, as the later product's row-major pieces of A awaiting their transposes, which
+            # its own list scheduler places among its matmuls as the blocks land (a transpose issued here, on a
+            # block's evacuation, would hold this product's later matmuls behind that block's epilogue: TensorE
+            # runs in program order); that product frees the tiles (``pinned``) once it has transposed them
+            env.shared[("raw", handoff["lhs"], tuple(handoff["layout"]))] = (_handed_pieces(blocks), pinned)
+        for kept_tiles in (made, given):
+            if kept_tiles is not None:
+                with nc.stream(kept_tiles[1]):
+                    nc.release_to(0)
         for later in prepare:
             _prepare_rhs(nc, env, program, later)
 
     return run
+
+
+def _handed_pieces(blocks: list[tuple]) -> dict:
+    """An epilogue's result blocks (tile, rows [r0, r1), columns [c0, c1)) of a value a later product reads as
+    its A ([M, K], K the columns) as that product's row-major pieces of A^T awaiting their transposes: per
+    stationary tile key (k0, k1, m0, m1), 128 columns each, as ``matmul_into``'s ``lhs_pieces`` takes them."""
+    pieces = {}
+    for tile, r0, r1, c0, c1 in blocks:
+        for k0 in range(c0, c1, matmul.K_TILE):
+            k1 = min(c1, k0 + matmul.K_TILE)
+            pieces[(k0, k1, r0, r1)] = [(0, r1 - r0, tile[:, k0 - c0:k1 - c0])]
+    return pieces
 
 
 def _prepare_rhs(nc, env, program: Program, d: DotDims) -> None:

@@ -63,6 +63,8 @@ class _Operand:
         # where cached tiles are allocated when they outlive the call (``matmul_into``'s ``lhs_tiles``): a
         # scope the caller holds, so the next product of the same operand finds them in ``cache``
         self.live: list | None = None
+        # pieces another step left in SBUF (``matmul_into``'s ``lhs_pieces``): transposed here, freed by their owner
+        self.borrowed: set[int] = set()
 
     def _cached_tile(self, shape: tuple[int, int], dtype):
         if self.live is None:
@@ -134,7 +136,8 @@ class _Operand:
         psum_to_sbuf(nc, t, flipped)
         nc.release(flipped)
         for _, _, rows in pieces:
-            nc.release(rows)
+            if id(rows) not in self.borrowed:
+                nc.release(rows)
         if self.cache is not None:
             self.cache[key] = t
         return t
@@ -160,7 +163,8 @@ def operands_resident(k_tiles: int, m: int, n: int, a_itemsize: int, b_itemsize:
 
 def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha: float = 1.0,
                  beta: float = 0.0, bias2d: np.ndarray | None = None, epilogue: Epilogue | None = None,
-                 lhs_tiles: tuple[dict, list] | None = None, rhs_tiles: tuple[dict, list] | None = None) -> None:
+                 lhs_tiles: tuple[dict, list] | None = None, rhs_tiles: tuple[dict, list] | None = None,
+                 lhs_pieces: dict | None = None) -> None:
     """out2d = alpha * (a2d @ b2d) + beta * bias2d, tile by tile (bias2d already broadcast to out2d's shape).
 
     ``lhs_tiles``: (cache, scope) the caller keeps across products of the same ``a2d`` (the compiler's
@@ -168,7 +172,10 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
     the stationary tiles of A^T are taken from ``cache`` where an earlier product left them (loaded and
     transposed once), and the ones loaded here are allocated in ``scope``, which the caller frees after
     the last product. ``rhs_tiles``: the same for B's moving tiles, made ahead by ``prepare_rhs`` (a weight's
-    loads and transposes run where TensorE is idle, before the product's turn)."""
+    loads and transposes run where TensorE is idle, before the product's turn). ``lhs_pieces``: a row-major A's
+    blocks already in SBUF (an earlier epilogue's results, the compiler's ``handoffs``), per stationary tile key
+    the [(c0, c1, tile)] pieces its load would have made: transposed here among the matmuls as they land, never
+    loaded, and left for their owner to free (resident operands only)."""
     m, k = a2d.shape
     n = b2d.shape[1]
     if m == 0 or n == 0:
@@ -205,6 +212,9 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
     resident = operands_resident(k_tiles, m, n, a2d.itemsize, b2d.itemsize)
     if resident and lhs_tiles is not None:
         lhs.cache, lhs.live = lhs_tiles
+    if resident and lhs_pieces and lhs.transpose:
+        lhs.raw.update({key: list(pieces) for key, pieces in lhs_pieces.items() if key not in lhs.cache})
+        lhs.borrowed = {id(rows) for pieces in lhs_pieces.values() for _, _, rows in pieces}
     if resident and rhs_tiles is not None:
         rhs.cache, rhs.live = rhs_tiles
     if resident:
@@ -331,6 +341,31 @@ def prepare_rhs(nc, m: int, a2d_itemsize: int, b2d: np.ndarray, live: list) -> d
     for key in keys:
         rhs.tile(*key)
     return rhs.cache
+
+
+needs_transpose = _Operand.needs_transpose  # compiler.layout asks it of a weight's B at build time
+
+LAYOUT_WINDOW = 4  # [K, N] blocks whose loads run ahead of the block being transposed and stored
+
+
+def layout_into(nc, dst2d: np.ndarray, src2d: np.ndarray) -> None:
+    """dst2d[K, N] (contiguous HBM) = src2d[K, N] (a row-major matrix read transposed: a linear layer's
+    ``W.t()``) in TensorE's moving-operand layout, each [K <= 128, N <= 512] block loaded as its K-contiguous
+    rows, transposed on TensorE into PSUM, evacuated and stored: the device program behind the compiler's
+    weight layout (``compiler.layout``), the same loads and transposes a product makes of such a B, once."""
+    k, n = src2d.shape
+    operand = _Operand(nc, src2d, needs_transpose(src2d), cache=False)
+    keys = [(k0, min(k, k0 + K_TILE), n0, min(n, n0 + N_TILE)) for k0 in range(0, k, K_TILE)
+            for n0 in range(0, n, N_TILE)]
+    for key in keys[:LAYOUT_WINDOW]:
+        operand.prefetch(*key)
+    for i, key in enumerate(keys):
+        if i + LAYOUT_WINDOW < len(keys):
+            operand.prefetch(*keys[i + LAYOUT_WINDOW])
+        tile = operand.tile(*key)
+        k0, k1, n0, n1 = key
+        nc.dma.store(dst2d[k0:k1, n0:n1], tile)
+        nc.release(tile)
 
 
 def psum_to_sbuf(nc, dst, src, scale: float = 1.0) -> None:

@@ -395,6 +395,45 @@ def test_products_of_one_operand_share_its_sbuf_tiles(monkeypatch):
     assert stats["tensor_busy_ns"] < plain_stats["tensor_busy_ns"]  # its transposes done once
 
 
+def test_an_epilogue_hands_the_next_product_its_operand_on_chip(monkeypatch):
+    """A gated MLP (build.handoffs): the up product's epilogue, silu(g) * u, keeps its result blocks in SBUF for
+    the down product, which transposes them as they land instead of loading them back after their stores; the
+    same bits, the value still stored but not read back (HBM bytes, with the arena in HBM), and the program no
+    slower; without the pass the down product loads it."""
+    from device_impl.compiler import build, memory
+
+    monkeypatch.setattr(memory, "arena_space", lambda nbytes: "hbm")  # every product's HBM bytes counted
+    x, wg, wu, wd = _inputs(torch.float32, (256, 256), (256, 512), (256, 512), (512, 256))
+    wg, wu, wd = wg / 16, wu / 16, wd / 16  # a linear layer's scale: values of order one throughout
+
+    def mlp(x, wg, wu, wd):
+        return (torch.nn.functional.silu(x @ wg) * (x @ wu)) @ wd
+
+    def run_once(run):
+        engine.reset_stats()
+        (out,) = [o.cpu() for o in run([t.to("neuron") for t in (x, wg, wu, wd)])]
+        (stats,) = [s for k, s in engine.stats().items() if k.startswith("neff:")]
+        return out, stats
+
+    run = compile_fn(mlp, x, wg, wu, wd)
+    steps = run.executable.program.steps
+    handing = [s for s in steps if "handoff" in s]
+    assert len(handing) == 1 and "epilogue" in handing[0]
+    (down,) = [s for s in steps if s["kind"] == "dot_general" and s["operands"][0] == handing[0]["handoff"]["lhs"]]
+    out, stats = run_once(run)
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    monkeypatch.setattr(build, "handoffs", lambda steps, *rest: steps)
+    plain = compile_fn(mlp, x, wg, wu, wd)
+    assert not [s for s in plain.executable.program.steps if "handoff" in s]
+    expected, plain_stats = run_once(plain)
+    np.testing.assert_array_equal(bits(out), bits(expected))
+    assert plain_stats["hbm_bytes"] - stats["hbm_bytes"] == 256 * 512 * 4  # silu(g) * u not read back
+    assert stats["tensor_busy_ns"] == plain_stats["tensor_busy_ns"]  # the same transposes, placed earlier
+    assert stats["device_ns"] < plain_stats["device_ns"]
+    torch.testing.assert_close(out, mlp(x, wg, wu, wd))
+
+
 def test_a_dma_bound_group_runs_in_two_tiles_a_compute_bound_one_in_one():
     """memory.group_plan: the rotary (5 ops, 5 loads and a store) over [128, 512] elements per partition runs
     as two [128, 256] tiles, so loads, compute and stores overlap, and is faster so; the 10-op chain keeps

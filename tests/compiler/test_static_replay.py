@@ -389,6 +389,8 @@ def test_a_training_step_replays_forward_and_backward(fresh, monkeypatch, case):
         grads = [_bits(p.grad).clone() for p in model.parameters()]
         return grads, {k: v for k, v in engine.stats().items() if k.startswith("neff:")}
 
+    _, first = step(False)  # compiles, and lays the forward's weights out once (compiler.layout), in a launch
+    assert any(name.endswith(":layout") for name in first)
     slow_grads, slow_stats = step(False)
     assert not calls
     fast_grads, fast_stats = step(True)
@@ -551,22 +553,23 @@ def _tile_operands() -> list[replay.TileOperand]:
 
 def test_a_kept_weight_is_packed_again_after_every_update(fresh, monkeypatch):
     """A product's weight is packed into its TensorE tiles once and kept while its bytes are unchanged
-    (replay.TileOperand): each update in place, through the parameter under no_grad (its version counter
+    (replay.TileOperand): each update in place, through the tensor under no_grad (its version counter
     moves), through ``.data`` (it does not), or from 0.0 to -0.0 (equal as floats, not as bits), is packed
-    again and read by the next execution, whose bits are still the instruction-level run's."""
-    model = nn.Linear(256, 512, bias=False).to("neuron")
+    again and read by the next execution, whose bits are still the instruction-level run's. The weight is a
+    plain input here: a parameter is kept in TensorE's layout on the device instead (compiler.layout, tested
+    below), which the product reads in place."""
+    weight = (torch.rand(512, 256) * 2 - 1).div(16).to("neuron")  # nn.Linear(256, 512)'s initial range
     x = torch.randn(2, 128, 256).to("neuron")
-    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    compiled = torch.compile(lambda x, w: nn.functional.linear(x, w), backend="neuron", fullgraph=True)
     with torch.no_grad():
-        compiled(x)
+        compiled(x, weight)
 
     def check(xs) -> None:
-        slow = _run(compiled, xs, monkeypatch, fast=False)
-        fast = _run(compiled, xs, monkeypatch, fast=True)
+        slow = _run(compiled, [*xs, weight], monkeypatch, fast=False)
+        fast = _run(compiled, [*xs, weight], monkeypatch, fast=True)
         assert torch.equal(_bits(slow[0]), _bits(fast[0]))
         assert slow[1:] == fast[1:]
-        with torch.no_grad():
-            expected = nn.functional.linear(xs[0].cpu(), model.weight.cpu())
+        expected = nn.functional.linear(xs[0].cpu(), weight.cpu())
         torch.testing.assert_close(fast[0].cpu(), expected)
 
     check([x])
@@ -577,10 +580,10 @@ def test_a_kept_weight_is_packed_again_after_every_update(fresh, monkeypatch):
     updates = [lambda w: w.mul_(-0.5), lambda w: w.data.add_(0.25),
                lambda w: w.data[3, 7].fill_(0.0), lambda w: w.data[3, 7].fill_(-0.0)]
     for packs, update in enumerate(updates, start=2):
-        version = model.weight._version
+        version = weight._version
         with torch.no_grad():
-            update(model.weight)
-        assert (model.weight._version != version) == (packs == 2)  # only the first update is versioned
+            update(weight)
+        assert (weight._version != version) == (packs == 2)  # only the first update is versioned
         check([x])
         check([x])
         assert moving.packs == packs and moving.kept is not None
@@ -726,3 +729,50 @@ def test_splits_from_two_threads_at_once_each_cover_their_range():
     for thread in threads:
         thread.join()
     assert all(runs == [list(range(7))] * 200 for runs in covered.values())
+
+
+def test_a_parameter_is_laid_out_on_the_device_once_and_again_after_every_update(fresh, monkeypatch):
+    """A linear layer's weight, read by its product as ``W.t()``, is kept on the device in TensorE's layout
+    (compiler.layout): made by a launch of its own, ``neff:<program>:layout``, whose device time, loads and
+    stores are counted when it runs, at the first execution and after each update of the weight (through the
+    parameter under no_grad, through ``.data``, 0.0 to -0.0), and at no other; every execution reads the
+    current weight, and the static replay and the instruction-level run agree to the bit and the nanosecond."""
+    torch.manual_seed(0)
+    model = nn.Linear(256, 512, bias=False).to("neuron")
+    x = torch.randn(2, 128, 256).to("neuron")
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    nbytes = model.weight.numel() * 4
+
+    def layout_launches(fast: bool) -> tuple[torch.Tensor, dict]:
+        monkeypatch.setattr(executor, "STATIC_REPLAY", fast)
+        engine.reset_stats()
+        with torch.no_grad():
+            out = compiled(x)
+        torch.neuron.synchronize()
+        expected = nn.functional.linear(x.cpu(), model.weight.detach().cpu())
+        torch.testing.assert_close(out.cpu(), expected)
+        return out, {k: v for k, v in engine.stats().items() if k.endswith(":layout")}
+
+    _, made = layout_launches(False)
+    (name, first), = made.items()
+    assert first["launches"] == 1 and first["device_ns"] > 0 and first["flops"] == 0
+    assert first["hbm_bytes"] == 2 * nbytes  # the weight read once, its laid-out copy written once
+    (exe,) = compiler.cache._MEMORY.values()
+    (vid, buffer), = [(v, b) for v, b in exe.program.buffers.items() if b["kind"] == "layout"]
+    assert buffer["shape"] == [256, 512]
+    assert [s["operands"][1] for s in exe.program.steps if s["kind"] == "dot_general"] == [vid]
+    updates = [None, lambda w: w.mul_(-0.5), lambda w: w.data.add_(0.25),
+               lambda w: w.data[3, 7].fill_(0.0), lambda w: w.data[3, 7].fill_(-0.0)]
+    for made_before, update in enumerate(updates, start=1):
+        if update is not None:
+            with torch.no_grad():
+                update(model.weight)
+            _, made = layout_launches(False)  # the weight changed: laid out again, counted once
+            assert made == {name: first}
+        assert exe.layouts.repacks == made_before
+        slow = _run(compiled, [x], monkeypatch, fast=False)
+        fast = _run(compiled, [x], monkeypatch, fast=True)
+        assert not any(k.endswith(":layout") for k in {**slow[1], **fast[1]})  # kept: no launch
+        assert torch.equal(_bits(slow[0]), _bits(fast[0])) and slow[1:] == fast[1:]
+        with torch.no_grad():
+            torch.testing.assert_close(fast[0].cpu(), nn.functional.linear(x.cpu(), model.weight.cpu()))
