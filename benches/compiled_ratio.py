@@ -15,6 +15,10 @@ batch 2, seq 128, hidden 256; and the tiny LlamaForCausalLM forward; benches/cas
   * the roofline (benches/roofline.py): compulsory HBM bytes (external inputs read once, outputs
     written once, found on a CPU run), max(TensorE flops / peak, compulsory bytes / DMA bandwidth),
     and MFU / MBU of eager and compiled;
+  * the host floor of the wall-time target: the compiled program's TensorE flops at this host's numpy float32
+    matmul rate, measured in this run on one product tile (stationary 128x128, moving 128x512: the replay's
+    BLAS call), as a fraction of neuron eager's wall; the simulator cannot run the program faster than its
+    products alone, so a floor above the 0.2 target says the target is out of this host's reach;
   * issue 21's targets, each with the figure it is judged by and whether this run met it.
 The NEFF cache lives in a temporary directory, so "cold" is cold.
 
@@ -83,6 +87,24 @@ def _traffic(fn) -> tuple[float, float, int]:
     clock = device_seconds(fn)
     launches = engine.stats().values()
     return sum(s["device_ns"] for s in launches) / 1e9, clock, int(sum(s["hbm_bytes"] for s in launches))
+
+
+def sgemm_seconds_per_flop(repeats: int = 200) -> float:
+    """This host's numpy float32 matmul time per flop on one product tile ([128, 128] @ [128, 512], the
+    shape of one TensorE matmul the static replay issues as one BLAS call), best of three batches."""
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((128, 128), dtype=np.float32)
+    b = rng.standard_normal((128, 512), dtype=np.float32)
+    out = np.empty((128, 512), np.float32)
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        for _ in range(repeats):
+            np.matmul(a, b, out=out)
+        best = min(best, (time.perf_counter() - started) / repeats)
+    return best / (2 * 128 * 128 * 512)
 
 
 def _output(result) -> torch.Tensor:
@@ -198,6 +220,12 @@ def report(case: Case, name: str, repeats: int) -> bool:
     for mode, r in roof.items():
         print(f"{mode:9s} device {r.device_seconds * 1e6:9.1f}us = {r.device_seconds / r.seconds:5.2f}x roofline; "
               f"HBM {r.hbm_bytes / compulsory:5.2f}x compulsory; MFU {r.mfu:6.1%}  MBU {r.mbu:6.1%}")
+
+    per_flop = sgemm_seconds_per_flop()
+    floor = bound.tensore_flops * per_flop
+    print(f"host floor of the wall target: {bound.tensore_flops:,d} TensorE flop at this host's numpy sgemm rate "
+          f"({1 / per_flop / 1e9:.0f} GFLOP/s) = {floor * 1e3:.2f}ms = {floor / eager_wall:.3f}x neuron eager wall "
+          "(the products alone)")
 
     targets = [
         ("compiled >= 5x faster than neuron eager (wall)", compiled_wall / eager_wall, 0.2),
