@@ -24,7 +24,21 @@ from device_impl.engine.memory import MemoryPool, Tile
 from device_impl.engine.timeline import ENGINES, LaunchReport, Timeline, chrome_trace
 
 
-class NeuronCore:
+class Scoped:
+    """``scope()`` over a core's ``mark``/``release_to``: the one definition ``NeuronCore`` and the replay core
+    (engine/replay.py) share."""
+
+    @contextlib.contextmanager
+    def scope(self) -> Iterator[None]:
+        """Tiles allocated inside are freed at exit (their memory reusable by later tiles)."""
+        mark = self.mark()  # type: ignore[attr-defined]
+        try:
+            yield
+        finally:
+            self.release_to(mark)  # type: ignore[attr-defined]
+
+
+class NeuronCore(Scoped):
     """The state one kernel launch works in. Reused across launches on a thread (cheap to reset)."""
 
     # The values of this launch's ``choose`` calls, in order, while a caller records them (a list it sets after
@@ -104,15 +118,6 @@ class NeuronCore:
             yield
         finally:
             self._scopes.pop()
-
-    @contextlib.contextmanager
-    def scope(self) -> Iterator[None]:
-        """Tiles allocated inside are freed at exit (their memory reusable by later tiles)."""
-        mark = self.mark()
-        try:
-            yield
-        finally:
-            self.release_to(mark)
 
 
 def _retire_live(scopes: list[list[tuple[MemoryPool, Tile]]]) -> None:

@@ -133,7 +133,7 @@ class _Pool:
             self.spare_bytes += nbytes
 
 
-class ReplayCore:
+class ReplayCore(_core.Scoped):
     """The core a replayed launch runs on: real engines over a ``_Tally`` and plain pools."""
 
     def __init__(self, platform: Platform = PLATFORM) -> None:
@@ -197,15 +197,6 @@ class ReplayCore:
             yield
         finally:
             self._live = outer
-
-    @contextlib.contextmanager
-    def scope(self) -> Iterator[None]:
-        """``NeuronCore.scope``: tiles allocated inside are freed at exit."""
-        mark = self.mark()
-        try:
-            yield
-        finally:
-            self.release_to(mark)
 
     def mark(self) -> int:
         return len(self._live)
