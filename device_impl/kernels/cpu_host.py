@@ -23,7 +23,7 @@ runs on, not only on PyTorch's version:
 
 * **Which float32 exp a loop calls** (``vector_exp``, ``scalar_exp``, ``softmax_backward_vector``): SLEEF's
   ``expf_u10`` in the AVX2/AVX-512 ``Vectorized<float>::exp``, libm's ``expf`` under ``DEFAULT`` and in every
-  scalar loop (a vector loop's tail); they part ways in the last place (``cpu_math``). Asked of the running
+  scalar loop (a vector loop's tail); they part ways in the last place (``engine.expf``). Asked of the running
   torch by computing exps with ``_log_softmax_backward_data``, whose loop reads ``g - exp(y) * sum(g)``: with
   ``g = [1, 0]`` along its dim the second row is exactly ``-exp(y)``.
 
@@ -47,7 +47,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
 
-from device_impl.kernels import cpu_math
+from device_impl.engine import expf
 
 
 @functools.cache
@@ -201,16 +201,16 @@ def _log_softmax_backward_exp(y: np.ndarray, scalar: bool) -> np.ndarray:
 
 
 def _closest_exp(observed: np.ndarray, y: np.ndarray) -> str:
-    """The ``cpu_math.EXPF`` entry whose bits differ from ``observed`` at the fewest inputs (0 when it is the
-    function CPU calls; tests/kernels/test_cpu_math.py holds the chosen one to that)."""
+    """The ``expf.EXPF`` entry whose bits differ from ``observed`` at the fewest inputs (0 when it is the
+    function CPU calls; tests/kernels/test_cpu_exp.py holds the chosen one to that)."""
     bits = observed.view(np.int32)
-    misses = {name: int(np.count_nonzero(fn(y).view(np.int32) != bits)) for name, fn in cpu_math.EXPF.items()}
+    misses = {name: int(np.count_nonzero(fn(y).view(np.int32) != bits)) for name, fn in expf.EXPF.items()}
     return min(misses, key=misses.__getitem__)
 
 
 @functools.cache
 def vector_exp() -> str:
-    """The float32 exp of ATen's vector loops (``Vectorized<float>::exp``) on this host, as a ``cpu_math.EXPF``
+    """The float32 exp of ATen's vector loops (``Vectorized<float>::exp``) on this host, as a ``expf.EXPF``
     name: ``sleef_u10`` on the AVX2/AVX-512 kernels, ``libm`` under ``DEFAULT`` (measured in torch 2.13).
     Asked of log_softmax's backward, whose vector loop calls it on every element but a dimension's tail."""
     y = _exp_probe_inputs()
@@ -220,7 +220,7 @@ def vector_exp() -> str:
 @functools.cache
 def scalar_exp() -> str:
     """The float32 exp of ATen's scalar loops (``std::exp``, libm's ``expf``) on this host, as a
-    ``cpu_math.EXPF`` name; asked of log_softmax's backward along a dim whose inner size is 1 (all tail)."""
+    ``expf.EXPF`` name; asked of log_softmax's backward along a dim whose inner size is 1 (all tail)."""
     y = _exp_probe_inputs()
     return _closest_exp(_log_softmax_backward_exp(y, scalar=True), y)
 
@@ -235,7 +235,7 @@ def softmax_backward_vector(dtype: torch.dtype) -> int | None:
     that show the scalar exp's bits, ``255 % size`` of them, ``size`` being a power of two."""
     if vector_exp() == scalar_exp():
         return None
-    vec, sca = cpu_math.EXPF[vector_exp()], cpu_math.EXPF[scalar_exp()]
+    vec, sca = expf.EXPF[vector_exp()], expf.EXPF[scalar_exp()]
     bits = {2: torch.int16, 4: torch.int32}[dtype.itemsize]
 
     def rounded(a: np.ndarray) -> np.ndarray:  # float32 values rounded to dtype, as bit patterns

@@ -517,9 +517,9 @@ def test_log_softmax_backward_is_one_fused_step(shape, dim):
     check(lambda a, b: A._log_softmax_backward_data(a, b, dim, torch.float32), g, y)
 
 
-# y values where the float32 exps part ways (cpu_math): exp(+-2^-24) is 1 + 2^-23 / 1 - 2^-24 by libm's expf
+# y values where the float32 exps part ways (engine/expf.py): exp(+-2^-24) is 1 + 2^-23 / 1 - 2^-24 by libm's expf
 # and 1.0 / 1 - 2^-24 by SLEEF's expf_u10 and numpy's float32 exp; numpy's is one ULP below both at -2.03e-6;
-# libm and SLEEF part at 0.00363, 0.1462, -0.1006, 8.71, -67.25 (ULP figures: cpu_math's docstring)
+# libm and SLEEF part at 0.00363, 0.1462, -0.1006, 8.71, -67.25 (ULP figures: engine/expf.py's docstring)
 _EXP_PARTS = (2.0 ** -24, -(2.0 ** -24), -2.0265579223632812e-06, 0.003635406494140625, 0.146240234375,
               -0.1005859375, 8.7109375, -67.25, 0.0)
 

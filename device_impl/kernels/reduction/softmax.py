@@ -12,9 +12,9 @@ host's rule): softmax along a dim that is not the last sums g * y one column aft
 ``_vec_softmax_backward`` does, ``sum = fma(g, y, sum)`` (so a product beyond float's range cannot make an
 inf - inf NaN there); log_softmax forms ``g - exp(y) * sum`` as one fused step (its zero signs are the
 exact result's: -0.0 where it is a negative below half the smallest denormal), with the exp CPU's loop calls
-on this host (``cpu_math``: SLEEF's expf_u10 in the AVX2/AVX-512 vector loops, libm's expf under DEFAULT and
+on this host (``engine.expf``, ScalarE's ``exp_sleef_u10``/``exp_libm``: SLEEF's expf_u10 in the AVX2/AVX-512 vector loops, libm's expf under DEFAULT and
 in a loop's scalar tail; ``cpu_host.vector_exp``/``scalar_exp`` ask the running torch), since an exp one ULP
-off makes CPU's exact zero a tiny difference. Both run on GpSimd.
+off makes CPU's exact zero a tiny difference. The sums and multiply-adds run on GpSimd.
 
 Under adaptive eager softmax and log_softmax are queued as a ``tiles.RowKernel``, whose input
 tiles device_impl.eager may compute from the launches producing them.
@@ -30,7 +30,8 @@ import torch
 from device_impl.dispatch.table import HOOKS
 from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import FP32, numpy_dtype
-from device_impl.kernels import cpu_host, cpu_math
+from device_impl.engine import expf
+from device_impl.kernels import cpu_host
 from device_impl.kernels.common import SCALAR_TYPE_NAMES, check_out, fma32, hbm, new_output
 from device_impl.kernels.reduction.tiles import (
     BOOL, RowKernel, Source, _Block, _FLOATS, _FMA_STEPS, _Grid, _QueuedRowKernel, _blocks, _combine, _kernel,
@@ -322,31 +323,40 @@ def _scalar_tail(row0: int, p: int, shape: Sequence[int], dim: int, dtype: np.dt
 
 def _log_softmax_gradient(nc, out: Tile, ty: Tile, total: Tile, tg: Tile, tail: np.ndarray | None,
                           fused: bool) -> None:
-    """out = g - exp(y) * total ([p, 1] per-row total) as CPU's loop computes it, on GpSimd: exp is the
-    function the loop calls on this host (cpu_host.vector_exp; cpu_host.scalar_exp on the ``tail`` rows),
-    numpy's float32 exp on ScalarE being neither (an exp one ULP off turns CPU's exact zero into a tiny
-    difference, a -0.0 in float16); the multiply-add rounds once where CPU's kernels fuse (``fused``), else
-    the product is rounded first (the DEFAULT kernels)."""
-    vector, scalar = cpu_math.EXPF[cpu_host.vector_exp()], cpu_math.EXPF[cpu_host.scalar_exp()]
+    """out = g - exp(y) * total ([p, 1] per-row total) as CPU's loop computes it. exp is the function that loop
+    calls on this host (cpu_host.vector_exp: ScalarE's ``exp_sleef_u10`` or ``exp_libm``; ScalarE's plain exp,
+    numpy's float32 loop, is neither, and an exp one ULP off turns CPU's exact zero into a tiny difference, a
+    -0.0 in float16); the ``tail`` rows, which CPU runs in its scalar loop, take cpu_host.scalar_exp instead, on
+    GpSimd. The multiply-add rounds once where CPU's kernels fuse (``fused``), else the product first."""
+    e = nc.sbuf_tile(ty.shape, FP32)
+    nc.scalar.activation(e, ty, "exp_" + cpu_host.vector_exp())
+    if tail is not None and cpu_host.scalar_exp() != cpu_host.vector_exp():
+        scalar = expf.EXPF[cpu_host.scalar_exp()]
 
-    def program(o, y_, s_, g_):
-        y32 = y_.astype(np.float32)
-        e = vector(y32)
-        if tail is not None:
-            e = np.where(tail, scalar(y32), e)
-        s = np.broadcast_to(s_.astype(np.float32), e.shape)
-        if fused:
-            o[...] = cpu_math.fma32_fused(-e, s, g_)
-        else:
-            with np.errstate(all="ignore"):
-                o[...] = g_.astype(np.float32) - e * s
+        def program(o, y_, e_):
+            o[...] = np.where(tail, scalar(y_.astype(np.float32)), e_)
 
-    nc.gpsimd.run("log_softmax_backward", program, (out,), (ty, total, tg), elements=ty.data.size,
-                  factor=_EXPF_STEPS + _FMA_STEPS)
+        nc.gpsimd.run("log_softmax_backward_tail_exp", program, (e,), (ty, e),
+                      elements=int(np.count_nonzero(tail)) * ty.shape[1], factor=_EXPF_STEPS)
+    if fused:  # g - exp(y) * sum, one fused rounding as CPU's vectorized loop
+        _fnma_rows(nc, out, e, total, tg)
+    else:  # the DEFAULT kernels: the product rounded, then the difference
+        nc.vector.tensor_tensor(e, e, total, "multiply", dtype=FP32)
+        nc.vector.tensor_tensor(out, tg, e, "subtract", dtype=FP32)
 
 
-# GpSimd element-steps per CPU float32 exp: SLEEF's expf_u10 is about 16 fp32 vector operations (range
-# reduction, a six-term polynomial, the power-of-two scaling, the range selects); glibc's expf fewer, in double.
+def _fnma_rows(nc, out: Tile, e: Tile, total: Tile, tg: Tile) -> None:
+    """out = g - e * total ([p, 1] per-row total) rounded once, on GpSimd (no fixed-function engine fuses)."""
+
+    def program(o, e_, s_, g_):
+        o[...] = fma32(-e_, np.broadcast_to(s_, e_.shape), g_)
+
+    nc.gpsimd.run("log_softmax_backward_fma", program, (out,), (e, total, tg), elements=e.data.size,
+                  factor=_FMA_STEPS)
+
+
+# GpSimd element-steps per float32 exp of CPU's libm or SLEEF (about 16 fp32 operations: range reduction,
+# polynomial, power-of-two scaling, range selects)
 _EXPF_STEPS = 16
 
 _TORCH_FLOATS = {np.dtype(numpy_dtype(t)): t for t in _FLOATS}

@@ -1,4 +1,5 @@
-"""CPU's float32 exp, in numpy: the functions ATen's kernels call, so a GpSimd program can compute the bits CPU does.
+"""The float32 exps of CPU's math libraries, in numpy: ScalarE's ``exp_sleef_u10`` and ``exp_libm`` (isa.ACTIVATIONS),
+so a kernel can compute the bits CPU's loop does where an exp's last place shows.
 
 ATen's loops call one of two float32 exps, and which one depends on the host and on the loop:
 
@@ -9,13 +10,13 @@ ATen's loops call one of two float32 exps, and which one depends on the host and
   2^(k/32) * p(r) in double, with a table of 32 powers of two and a degree-3 polynomial, and rounds once.
 
 The two part ways in the last place on about 3% of inputs (measured in torch 2.13 over every finite float16
-and bfloat16 value: 2144 of 63488 float16 ones), and both differ from numpy's float32 exp, which follows the
-host's numpy SIMD loop: an exp one ULP off turns CPU's exact zero ``g - exp(y) * sum(g)`` (log_softmax's
-gradient) into a tiny difference whose float16 rounding is -0.0. Which function a loop calls is not decided
-here: ``cpu_host`` asks the running torch (``vector_exp``, ``scalar_exp``) and names an entry of ``EXPF``.
-
-Both models reproduce the running torch bit for bit over those probe sets (``tests/kernels/test_cpu_math.py``
-checks whichever the probes chose). Not a fixed-function engine's arithmetic: for GpSimd programs only.
+and bfloat16 value: 2144 of 63488 float16 ones), and both differ from ScalarE's plain ``exp``, numpy's float32
+loop, which follows the host's numpy SIMD dispatch (17384 of those 63488 inputs): an exp one ULP off turns
+CPU's exact zero ``g - exp(y) * sum(g)`` (log_softmax's gradient) into a tiny difference whose float16
+rounding is -0.0. Which function a loop calls is not decided here: ``kernels.cpu_host`` asks the running
+torch (``vector_exp``, ``scalar_exp``) and names an entry of ``EXPF``; ``tests/kernels/test_cpu_exp.py`` holds
+the named models to CPU's bits (exact over every finite float16/bfloat16 value and 64k uniform float32 inputs
+under DEFAULT, AVX2 and AVX-512).
 """
 
 from __future__ import annotations
@@ -29,21 +30,33 @@ F32 = np.float32
 
 
 def fma32_fused(a, b, c) -> np.ndarray:
-    """RN32(a * b + c), one rounding, whatever the host (an FMA instruction; ``common.fma32`` is the host's
-    multiply-add, which is this only where CPU's kernels fuse). The product of two fp32 values is exact in
-    double; the double sum is rounded to odd (two-sum error, then nudging an inexact even result one ulp
-    towards the exact value), so rounding it to fp32 is correct: 53 >= 24 + 2 bits."""
+    """RN32(a * b + c), one rounding, whatever the host (an FMA instruction; ``kernels.common.fma32`` is the
+    host's multiply-add, which is this only where CPU's kernels fuse). The product of two fp32 values is exact
+    in double, so ``s = RN64(p + c)`` is the only rounding before the final one, and rounding ``s`` to fp32 is
+    correct unless ``s`` is itself an fp32 rounding boundary (a midpoint, or in fp32's denormal range, where
+    midpoints have fewer bits): every boundary is a double, so an exact sum on one side of it rounds to ``s``
+    on the same side or onto it. Only those few positions get the two-sum error and round to odd (nudging an
+    inexact ``s`` one double ULP towards the exact sum), which is then correct: 53 >= 24 + 2 bits."""
     f64 = np.float64
     with np.errstate(all="ignore"):
         p = np.asarray(a, dtype=F32).astype(f64) * np.asarray(b, dtype=F32).astype(f64)
-        c = np.asarray(c, dtype=F32).astype(f64)
+        p, c = np.broadcast_arrays(p, np.asarray(c, dtype=F32).astype(f64))
         s = p + c
-        bb = s - p
-        err = (p - (s - bb)) + (c - bb)
-        inexact = np.isfinite(s) & (err != 0) & ((s.view(np.int64) & 1) == 0)
-        if inexact.any():
-            s = np.where(inexact, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
+        low = s.view(np.int64) & _BELOW_FP32
+        boundary = (low == _FP32_MIDPOINT) | (np.abs(s) < _FP32_NORMAL)
+        if boundary.any():
+            at = np.nonzero(boundary)
+            ps, cs, ss = p[at], c[at], s[at]
+            bb = ss - ps
+            err = (ps - (ss - bb)) + (cs - bb)
+            odd = np.isfinite(ss) & (err != 0) & ((ss.view(np.int64) & 1) == 0)
+            s[at] = np.where(odd, np.nextafter(ss, np.where(err > 0, np.inf, -np.inf)), ss)
         return s.astype(F32)
+
+
+_BELOW_FP32 = (1 << 29) - 1  # a double's significand bits below fp32's 24
+_FP32_MIDPOINT = 1 << 28  # ... of a double halfway between two adjacent normal fp32 values
+_FP32_NORMAL = 2.0 ** -126
 
 
 # SLEEF's expf_u10 (xexpf): q = rint(x / ln 2); s = x - q * ln 2 in two fused steps (ln 2 split into L2U + L2L);
@@ -121,7 +134,7 @@ def expf_libm(x) -> np.ndarray:
         return np.where(np.isnan(xf), xf, out).astype(F32)
 
 
-# The float32 exps CPU's loops may call, by the name cpu_host's probes give.
+# The float32 exps CPU's loops may call, by the name cpu_host's probes give (ScalarE's ``exp_<name>``).
 EXPF: dict[str, Callable[[np.ndarray], np.ndarray]] = {
     "sleef_u10": expf_sleef_u10,
     "libm": expf_libm,
