@@ -95,7 +95,8 @@ def expf_sleef_u10(x) -> np.ndarray:
 _GLIBC_N = 32
 _GLIBC_INVLN2N = float.fromhex("0x1.71547652b82fep+0") * _GLIBC_N
 _GLIBC_SHIFT = float.fromhex("0x1.8p+52")
-_GLIBC_C = (float.fromhex("0x1.c6af84b912394p-5") / _GLIBC_N ** 3, float.fromhex("0x1.ebfce50fac4f3p-3") / _GLIBC_N ** 2,
+_GLIBC_C = (float.fromhex("0x1.c6af84b912394p-5") / _GLIBC_N ** 3,
+            float.fromhex("0x1.ebfce50fac4f3p-3") / _GLIBC_N ** 2,
             float.fromhex("0x1.62e42ff0c52d6p-1") / _GLIBC_N)
 _GLIBC_OVERFLOW = F32(float.fromhex("0x1.62e42ep6"))  # above: inf
 _GLIBC_UNDERFLOW = F32(float.fromhex("-0x1.9fe368p6"))  # below: 0

@@ -12,9 +12,10 @@ host's rule): softmax along a dim that is not the last sums g * y one column aft
 ``_vec_softmax_backward`` does, ``sum = fma(g, y, sum)`` (so a product beyond float's range cannot make an
 inf - inf NaN there); log_softmax forms ``g - exp(y) * sum`` as one fused step (its zero signs are the
 exact result's: -0.0 where it is a negative below half the smallest denormal), with the exp CPU's loop calls
-on this host (``engine.expf``, ScalarE's ``exp_sleef_u10``/``exp_libm``: SLEEF's expf_u10 in the AVX2/AVX-512 vector loops, libm's expf under DEFAULT and
-in a loop's scalar tail; ``cpu_host.vector_exp``/``scalar_exp`` ask the running torch), since an exp one ULP
-off makes CPU's exact zero a tiny difference. The sums and multiply-adds run on GpSimd.
+on this host (``engine.expf``, ScalarE's ``exp_sleef_u10``/``exp_libm``: SLEEF's expf_u10 in the AVX2/AVX-512
+vector loops, libm's expf under DEFAULT and in a loop's scalar tail; ``cpu_host.vector_exp``/``scalar_exp``
+ask the running torch), since an exp one ULP off makes CPU's exact zero a tiny difference. The sums and
+multiply-adds run on GpSimd.
 
 Under adaptive eager softmax and log_softmax are queued as a ``tiles.RowKernel``, whose input
 tiles device_impl.eager may compute from the launches producing them.
@@ -28,9 +29,8 @@ import numpy as np
 import torch
 
 from device_impl.dispatch.table import HOOKS
-from device_impl.engine import Tile, launch
+from device_impl.engine import Tile, expf, launch
 from device_impl.engine.dtypes import FP32, numpy_dtype
-from device_impl.engine import expf
 from device_impl.kernels import cpu_host
 from device_impl.kernels.common import SCALAR_TYPE_NAMES, check_out, fma32, hbm, new_output
 from device_impl.kernels.reduction.tiles import (
