@@ -30,6 +30,7 @@ import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
 from device_impl.engine.constants import Platform
+from device_impl.engine import expf
 from device_impl.engine.dtypes import FP32, compute_dtype, is_float
 from device_impl.engine.memory import EngineError, Tile
 from device_impl.engine.timeline import Timeline
@@ -215,6 +216,9 @@ ACTIVATIONS: dict[str, Callable] = {
     "sin": np.sin, "cos": np.cos, "tan": np.tan, "asin": np.arcsin, "acos": np.arccos, "atan": np.arctan,
     "sinh": np.sinh, "cosh": np.cosh, "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
     "erf": _erf, "erfc": _erfc, "erfinv": _erfinv, "abs": np.abs, "square": np.square,
+    # CPU's own float32 exps (engine/expf.py), for kernels whose result shows an exp's last place: the one a
+    # CPU loop calls on this host is named by kernels.cpu_host (vector_exp, scalar_exp)
+    **{f"exp_{name}": fn for name, fn in expf.EXPF.items()},
 }
 
 # Functions ScalarE evaluates directly in fp32 with numpy's vectorised float32 kernels: each stays
@@ -231,6 +235,7 @@ FP32_NATIVE: dict[str, Callable] = {
     "log1p": np.log1p, "sqrt": np.sqrt, "identity": lambda x: x, "abs": np.abs, "square": np.square,
     "relu": lambda x: np.where(x < 0, np.float32(0), x),
     "sigmoid": _sigmoid, "silu": _silu,
+    **{f"exp_{name}": fn for name, fn in expf.EXPF.items()},  # float32 in, float32 out: CPU's bits
 }
 
 

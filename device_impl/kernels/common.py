@@ -15,7 +15,7 @@ import numpy as np
 import torch
 
 from device_impl.dispatch.written import resize_output  # noqa: F401  (at::native::resize_output)
-from device_impl.engine import Tile, launch
+from device_impl.engine import Tile, expf, launch
 from device_impl.engine.core import _recording  # open record_trace() blocks: no replay while any is
 from device_impl.engine.dtypes import COMPUTE_DTYPES, FLOAT_DTYPES, SCALAR_TYPE_NAMES, TORCH_TO_NUMPY, numpy_dtype  # noqa: F401,E501
 from device_impl.engine.hbm import view as hbm
@@ -428,29 +428,14 @@ TYPE_META_NAMES = {**scalars.CPP_NAMES, torch.complex64: "c10::complex<float>",
 
 def fma32(a, b, c) -> np.ndarray:
     """a * b + c in fp32 as CPU's multiply-add rounds it on this host: RN32(a * b + c), one rounding, where
-    its kernels fuse (vec::fmadd and compiler-contracted scalar loops on AVX2/AVX-512), and
-    RN32(RN32(a * b) + c) under the DEFAULT kernels (cpu_host.fused_multiply_add). No fixed-function
-    engine computes a fused multiply-add.
-
-    For GpSimd programs only (general-purpose cores). The product of two fp32 values is exact in
-    double (48 significant bits); the double sum is rounded to odd (two-sum error, then nudging an
-    inexact even result one ulp towards the exact value), and rounding that to fp32 is then correct:
-    53 >= 24 + 2 bits, so the double rounding cannot go wrong.
-    """
-    f64 = np.float64
-    with np.errstate(all="ignore"):
-        if not cpu_host.fused_multiply_add():
-            f32 = np.float32
+    its kernels fuse (vec::fmadd and compiler-contracted scalar loops on AVX2/AVX-512: ``expf.fma32_fused``),
+    and RN32(RN32(a * b) + c) under the DEFAULT kernels (cpu_host.fused_multiply_add). No fixed-function
+    engine computes a fused multiply-add: for GpSimd programs only."""
+    if not cpu_host.fused_multiply_add():
+        f32 = np.float32
+        with np.errstate(all="ignore"):
             return (np.asarray(a, dtype=f32) * np.asarray(b, dtype=f32)) + np.asarray(c, dtype=f32)
-        p = np.asarray(a, dtype=np.float32).astype(f64) * np.asarray(b, dtype=np.float32).astype(f64)
-        c = np.asarray(c, dtype=np.float32).astype(f64)
-        s = p + c
-        bb = s - p
-        err = (p - (s - bb)) + (c - bb)
-        inexact = np.isfinite(s) & (err != 0) & ((s.view(np.int64) & 1) == 0)
-        if inexact.any():
-            s = np.where(inexact, np.nextafter(s, np.where(err > 0, np.inf, -np.inf)), s)
-        return s.astype(np.float32)
+    return expf.fma32_fused(a, b, c)
 
 
 def _two_sum(a, b):

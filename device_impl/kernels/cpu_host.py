@@ -21,12 +21,19 @@ runs on, not only on PyTorch's version:
   the reduced floats convert to fp32; under ``DEFAULT`` the vector loop rounds as the scalar lambda, which
   for some ops (rsqrt) rounds an intermediate to the dtype.
 
+* **Which float32 exp a loop calls** (``vector_exp``, ``scalar_exp``, ``softmax_backward_vector``): SLEEF's
+  ``expf_u10`` in the AVX2/AVX-512 ``Vectorized<float>::exp``, libm's ``expf`` under ``DEFAULT`` and in every
+  scalar loop (a vector loop's tail); they part ways in the last place (``engine.expf``). Asked of the running
+  torch by computing exps with ``_log_softmax_backward_data``, whose loop reads ``g - exp(y) * sum(g)``: with
+  ``g = [1, 0]`` along its dim the second row is exactly ``-exp(y)``.
+
 * **Whether CPU's FFT rejects an empty batch** (``fft_rejects_empty_batch``): with MKL (the x86 builds) a
   transform over a batch of 0 signals raises "MKL FFT error: ... Inconsistent configuration parameters";
   pocketfft builds return the empty result. Asked of the running torch with a (0, 2) tensor: nothing to compute.
 
 The answers are read from torch at the call (the capability is fixed once torch has loaded, so it is read
-once). Nothing here computes a result: proxies are allocated, never written or read; the selection runs
+once). Nothing here computes a device result: proxies are allocated, never written or read (the probes that
+run a CPU kernel do so once, on inputs of their own, and keep only the answer); the selection runs
 outside any active dispatch mode (the host-compute guard of ``NEURONSIM_ASSERT_NO_CPU`` would otherwise
 see the views ``_select_conv_backend`` takes of a 1-d problem).
 """
@@ -36,8 +43,11 @@ from __future__ import annotations
 import functools
 from typing import Sequence
 
+import numpy as np
 import torch
 from torch.utils._python_dispatch import _disable_current_modes
+
+from device_impl.engine import expf
 
 
 @functools.cache
@@ -159,3 +169,92 @@ def fft_rejects_empty_batch() -> bool:
         except RuntimeError:
             return True
     return False
+
+
+def _exp_probe_inputs() -> np.ndarray:
+    """Every finite float16 and bfloat16 value as float32 (129 024 values, both formats' whole range: exps
+    that overflow, underflow to denormals and zero, and the ones near 1 where log_softmax's gradient cancels),
+    padded with zeros to a multiple of 256 so no vector loop has a tail."""
+    h = np.arange(1 << 16, dtype=np.uint16)
+    x = np.concatenate([h.view(np.float16).astype(np.float32), (h.astype(np.uint32) << 16).view(np.float32)])
+    x = x[np.isfinite(x)]
+    return np.concatenate([x, np.zeros(-x.size % 256, np.float32)])
+
+
+def _log_softmax_backward_exp(y: np.ndarray, scalar: bool) -> np.ndarray:
+    """exp(y) as CPU's ``_log_softmax_backward_data`` (float32) computes it: in its vector loop (``y`` along the
+    inner dimension of a (2, n) problem reduced over dim 0, n a multiple of every vector width) or in its scalar
+    tail (an (n, 2, 1) problem reduced over dim 1: an inner size of 1 is all tail). ``g = [1, 0]`` along the dim
+    makes the sum 1 and the second row ``0 - exp(y) * 1``, exact however the multiply-add rounds."""
+    n = y.size
+    zeros = np.zeros(n, np.float32)
+    with _disable_current_modes():
+        if scalar:
+            g = torch.from_numpy(np.stack([zeros + 1, zeros], 1)[:, :, None].copy())
+            yy = torch.from_numpy(np.stack([zeros, y], 1)[:, :, None].copy())
+            out = torch.ops.aten._log_softmax_backward_data(g, yy, 1, torch.float32)[:, 1, 0]
+        else:
+            g = torch.from_numpy(np.stack([zeros + 1, zeros]))
+            out = torch.ops.aten._log_softmax_backward_data(g, torch.from_numpy(np.stack([zeros, y])), 0,
+                                                            torch.float32)[1]
+        return np.float32(0) - out.numpy()  # 0 - (0 - e): e, with +0.0 for an exp that underflowed
+
+
+def _closest_exp(observed: np.ndarray, y: np.ndarray) -> str:
+    """The ``expf.EXPF`` entry whose bits differ from ``observed`` at the fewest inputs (0 when it is the
+    function CPU calls; tests/kernels/test_cpu_exp.py holds the chosen one to that)."""
+    bits = observed.view(np.int32)
+    misses = {name: int(np.count_nonzero(fn(y).view(np.int32) != bits)) for name, fn in expf.EXPF.items()}
+    return min(misses, key=misses.__getitem__)
+
+
+@functools.cache
+def vector_exp() -> str:
+    """The float32 exp of ATen's vector loops (``Vectorized<float>::exp``) on this host, as a ``expf.EXPF``
+    name: ``sleef_u10`` on the AVX2/AVX-512 kernels, ``libm`` under ``DEFAULT`` (measured in torch 2.13).
+    Asked of log_softmax's backward, whose vector loop calls it on every element but a dimension's tail."""
+    y = _exp_probe_inputs()
+    return _closest_exp(_log_softmax_backward_exp(y, scalar=False), y)
+
+
+@functools.cache
+def scalar_exp() -> str:
+    """The float32 exp of ATen's scalar loops (``std::exp``, libm's ``expf``) on this host, as a
+    ``expf.EXPF`` name; asked of log_softmax's backward along a dim whose inner size is 1 (all tail)."""
+    y = _exp_probe_inputs()
+    return _closest_exp(_log_softmax_backward_exp(y, scalar=True), y)
+
+
+@functools.cache
+def softmax_backward_vector(dtype: torch.dtype) -> int | None:
+    """Elements per vector of ``_vec_log_softmax_backward`` in ``dtype`` (``Vectorized<scalar_t>::size()``): along a
+    dim that is not the last, the last ``inner_size % size`` positions of the inner dimensions run its scalar
+    tail, with ``scalar_exp`` instead of ``vector_exp``; None where the two exps are one function (nothing to
+    tell apart, as under ``DEFAULT``). Asked of the running torch: an input (representable in ``dtype``) where
+    the two exps' gradients differ in ``dtype``, along a row of 255 positions; the tail is the run of positions
+    that show the scalar exp's bits, ``255 % size`` of them, ``size`` being a power of two."""
+    if vector_exp() == scalar_exp():
+        return None
+    vec, sca = expf.EXPF[vector_exp()], expf.EXPF[scalar_exp()]
+    bits = {2: torch.int16, 4: torch.int32}[dtype.itemsize]
+
+    def rounded(a: np.ndarray) -> np.ndarray:  # float32 values rounded to dtype, as bit patterns
+        return torch.from_numpy(np.asarray(a, np.float32)).to(dtype).view(bits).numpy()
+
+    with _disable_current_modes():
+        y = torch.from_numpy(_exp_probe_inputs()).to(dtype).float().numpy()
+        y = y[np.isfinite(y)]
+        # row 0 of a (2, n) problem over dim 0 with g = [1, 0]: 1 - exp(y) * 1 (exact in float32), rounded
+        apart = rounded(1 - vec(y)) != rounded(1 - sca(y))
+        if not apart.any():
+            return None
+        x = float(y[np.argmax(apart)])
+        length = 255
+        g = torch.stack([torch.ones(length), torch.zeros(length)]).to(dtype)
+        yy = torch.stack([torch.full((length,), x), torch.zeros(length)]).to(dtype)
+        row = torch.ops.aten._log_softmax_backward_data(g, yy, 0, dtype)[0].view(bits).numpy()
+        scalar_row = rounded(1 - sca(np.full(length, x, np.float32)))
+    tail = 0
+    while tail < length and row[length - 1 - tail] == scalar_row[length - 1 - tail]:
+        tail += 1
+    return tail + 1

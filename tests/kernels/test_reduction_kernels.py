@@ -517,6 +517,43 @@ def test_log_softmax_backward_is_one_fused_step(shape, dim):
     check(lambda a, b: A._log_softmax_backward_data(a, b, dim, torch.float32), g, y)
 
 
+# y values where the float32 exps part ways (engine/expf.py): exp(+-2^-24) is 1 + 2^-23 / 1 - 2^-24 by libm's expf
+# and 1.0 / 1 - 2^-24 by SLEEF's expf_u10 and numpy's float32 exp; numpy's is one ULP below both at -2.03e-6;
+# libm and SLEEF part at 0.00363, 0.1462, -0.1006, 8.71, -67.25 (ULP figures: engine/expf.py's docstring)
+_EXP_PARTS = (2.0 ** -24, -(2.0 ** -24), -2.0265579223632812e-06, 0.003635406494140625, 0.146240234375,
+              -0.1005859375, 8.7109375, -67.25, 0.0)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("shape, dim", [((2, 511), 0), ((2, 3, 511), 1), ((2, 64), 0), ((7, 2, 1), 1), ((9, 2), 1)],
+                         ids=str)
+def test_log_softmax_backward_calls_cpus_exp(shape, dim, dtype):
+    """CPU's log_softmax backward is ``g - exp(y) * sum(g)`` with the exp its loop calls on this host: SLEEF's
+    expf_u10 in the AVX2/AVX-512 vector loop, libm's expf under DEFAULT and in the scalar tail of a dim that is
+    not the last (the last ``inner % Vec::size()`` inner positions: cpu_host.vector_exp, scalar_exp,
+    softmax_backward_vector). With g = 1 at index 0 of ``dim`` and 0 elsewhere the sum is 1, so the gradient
+    is ``1 - exp(y)`` and ``-exp(y)``, exact in float32: the bits (tol 0, zero signs too) are the exp's. Drawn
+    case log_softmax_backward_data-float16-denormal-overlapping-511 under ATEN_CPU_CAPABILITY=default: 2 zeros of
+    the wrong sign, the device's numpy exp giving exp(2^-24) = 1.0 where CPU's libm gives 1 + 2^-23."""
+    y = torch.tensor(_EXP_PARTS)[torch.arange(math.prod(shape)) % len(_EXP_PARTS)].reshape(shape).to(dtype)
+    g = torch.zeros(shape)
+    g.select(dim, 0).fill_(1.0)
+    check(lambda a, b: A._log_softmax_backward_data(a, b, dim, dtype), g.to(dtype), y, tol=(0.0, 0.0))
+
+
+def test_log_softmax_backward_exp_over_every_float16():
+    """As test_log_softmax_backward_calls_cpus_exp, over every finite float16 value and a tail of 7 (the
+    gradient's second row is -exp(y) bit for bit; on the device's former ScalarE exp, numpy's float32 loop,
+    17384 of the 63488 values differed natively, 17314 under ATEN_CPU_CAPABILITY=default)."""
+    h = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32).to(torch.int16).view(torch.float16).float()
+    y = h[torch.isfinite(h)]
+    y = torch.cat([y, y[:7]])  # 63488 + 7 positions: a scalar tail of 7 for a vector of any 2^k >= 8 floats
+    g = torch.zeros(2, y.numel())
+    g[0] = 1
+    y = torch.stack([torch.zeros_like(y), y])
+    check(lambda a, b: A._log_softmax_backward_data(a, b, 0, torch.float32), g, y, tol=(0.0, 0.0))
+
+
 def test_softmax_long_rows_stream():
     # rows too long to stay in SBUF take the one-pass running max/sum; whole chunks of -inf first must not
     # turn the running sum into nan

@@ -11,7 +11,11 @@ log_softmax: sum(g)) and one for the result. Their multiply-adds round as CPU's 
 host's rule): softmax along a dim that is not the last sums g * y one column after another as ATen's
 ``_vec_softmax_backward`` does, ``sum = fma(g, y, sum)`` (so a product beyond float's range cannot make an
 inf - inf NaN there); log_softmax forms ``g - exp(y) * sum`` as one fused step (its zero signs are the
-exact result's: -0.0 where it is a negative below half the smallest denormal). Both run on GpSimd.
+exact result's: -0.0 where it is a negative below half the smallest denormal), with the exp CPU's loop calls
+on this host (``engine.expf``, ScalarE's ``exp_sleef_u10``/``exp_libm``: SLEEF's expf_u10 in the AVX2/AVX-512
+vector loops, libm's expf under DEFAULT and in a loop's scalar tail; ``cpu_host.vector_exp``/``scalar_exp``
+ask the running torch), since an exp one ULP off makes CPU's exact zero a tiny difference. The sums and
+multiply-adds run on GpSimd.
 
 Under adaptive eager softmax and log_softmax are queued as a ``tiles.RowKernel``, whose input
 tiles device_impl.eager may compute from the launches producing them.
@@ -25,7 +29,7 @@ import numpy as np
 import torch
 
 from device_impl.dispatch.table import HOOKS
-from device_impl.engine import Tile, launch
+from device_impl.engine import Tile, expf, launch
 from device_impl.engine.dtypes import FP32, numpy_dtype
 from device_impl.kernels import cpu_host
 from device_impl.kernels.common import SCALAR_TYPE_NAMES, check_out, fma32, hbm, new_output
@@ -284,23 +288,78 @@ def backward_program(nc, grad: np.ndarray, y: np.ndarray, out: np.ndarray, dim: 
             if j:
                 _combine(nc, total, part, "add", FP32)
             nc.release_to(mark)
+        tail = _scalar_tail(blk.row0, blk.p, grad.shape, dim, grad.dtype) if log else None
         for ch, (tg, ty) in blk.each(0, 1):
             mark = nc.mark()
             res = nc.sbuf_tile(tg.shape, O.dtype)
-            tmp = nc.sbuf_tile(tg.shape, FP32)
-            if log and fused:  # g - exp(y) * sum, one fused rounding as CPU's vectorized loop
-                nc.scalar.activation(tmp, ty, "exp")
-                _fnma_rows(nc, res, tmp, total, tg)
-            elif log:  # the DEFAULT kernels: the product rounded, then the difference
-                nc.scalar.activation(tmp, ty, "exp")
-                nc.vector.tensor_tensor(tmp, tmp, total, "multiply", dtype=FP32)
-                nc.vector.tensor_tensor(res, tg, tmp, "subtract", dtype=FP32)
+            if log:  # g - exp(y) * sum with CPU's exp and CPU's multiply-add
+                _log_softmax_gradient(nc, res, ty, total, tg, tail, fused)
             else:  # y * (g - sum(g * y))
+                tmp = nc.sbuf_tile(tg.shape, FP32)
                 nc.vector.tensor_tensor(tmp, tg, total, "subtract", dtype=FP32)
                 nc.vector.tensor_tensor(res, ty, tmp, "multiply", dtype=FP32)
             blk.store(O, ch, res)
             nc.release_to(mark)
         nc.release(total)
+
+
+def _scalar_tail(row0: int, p: int, shape: Sequence[int], dim: int, dtype: np.dtype) -> np.ndarray | None:
+    """Which of the rows ``row0 .. row0 + p`` (every dim but ``dim``, row-major) CPU's log_softmax backward
+    computes in its scalar tail, with libm's exp rather than its vector loop's: along a dim that is not the
+    last, ``_vec_log_softmax_backward`` runs the inner dimensions (those after ``dim``) in chunks of a multiple
+    of ``Vectorized<scalar_t>::size()`` (cpu_host.softmax_backward_vector), so the last ``inner % size``
+    positions of each inner run are the tail. None where no row is (or the two exps agree on this host);
+    along the last dim vec::map2 runs every element through the vector lambda."""
+    nd = len(shape)
+    if nd < 2 or dim == nd - 1:
+        return None
+    size = cpu_host.softmax_backward_vector(_TORCH_FLOATS[np.dtype(dtype)])
+    inner = int(np.prod(shape[dim + 1:]))
+    if size is None or inner % size == 0:
+        return None
+    rows = (np.arange(row0, row0 + p) % inner) >= inner - inner % size
+    return rows[:, None] if rows.any() else None
+
+
+def _log_softmax_gradient(nc, out: Tile, ty: Tile, total: Tile, tg: Tile, tail: np.ndarray | None,
+                          fused: bool) -> None:
+    """out = g - exp(y) * total ([p, 1] per-row total) as CPU's loop computes it. exp is the function that loop
+    calls on this host (cpu_host.vector_exp: ScalarE's ``exp_sleef_u10`` or ``exp_libm``; ScalarE's plain exp,
+    numpy's float32 loop, is neither, and an exp one ULP off turns CPU's exact zero into a tiny difference, a
+    -0.0 in float16); the ``tail`` rows, which CPU runs in its scalar loop, take cpu_host.scalar_exp instead, on
+    GpSimd. The multiply-add rounds once where CPU's kernels fuse (``fused``), else the product first."""
+    e = nc.sbuf_tile(ty.shape, FP32)
+    nc.scalar.activation(e, ty, "exp_" + cpu_host.vector_exp())
+    if tail is not None and cpu_host.scalar_exp() != cpu_host.vector_exp():
+        scalar = expf.EXPF[cpu_host.scalar_exp()]
+
+        def program(o, y_, e_):
+            o[...] = np.where(tail, scalar(y_.astype(np.float32)), e_)
+
+        nc.gpsimd.run("log_softmax_backward_tail_exp", program, (e,), (ty, e),
+                      elements=int(np.count_nonzero(tail)) * ty.shape[1], factor=_EXPF_STEPS)
+    if fused:  # g - exp(y) * sum, one fused rounding as CPU's vectorized loop
+        _fnma_rows(nc, out, e, total, tg)
+    else:  # the DEFAULT kernels: the product rounded, then the difference
+        nc.vector.tensor_tensor(e, e, total, "multiply", dtype=FP32)
+        nc.vector.tensor_tensor(out, tg, e, "subtract", dtype=FP32)
+
+
+def _fnma_rows(nc, out: Tile, e: Tile, total: Tile, tg: Tile) -> None:
+    """out = g - e * total ([p, 1] per-row total) rounded once, on GpSimd (no fixed-function engine fuses)."""
+
+    def program(o, e_, s_, g_):
+        o[...] = fma32(-e_, np.broadcast_to(s_, e_.shape), g_)
+
+    nc.gpsimd.run("log_softmax_backward_fma", program, (out,), (e, total, tg), elements=e.data.size,
+                  factor=_FMA_STEPS)
+
+
+# GpSimd element-steps per float32 exp of CPU's libm or SLEEF (about 16 fp32 operations: range reduction,
+# polynomial, power-of-two scaling, range selects)
+_EXPF_STEPS = 16
+
+_TORCH_FLOATS = {np.dtype(numpy_dtype(t)): t for t in _FLOATS}
 
 
 def _fma_chain(nc, total: Tile, tg: Tile, ty: Tile, first: bool, fused: bool) -> None:
@@ -319,16 +378,6 @@ def _fma_chain(nc, total: Tile, tg: Tile, ty: Tile, first: bool, fused: bool) ->
 
     nc.gpsimd.run("softmax_backward_fma", program, (total,), (tg, ty) + (() if first else (total,)),
                   elements=tg.data.size, factor=_FMA_STEPS)
-
-
-def _fnma_rows(nc, out: Tile, e: Tile, total: Tile, tg: Tile) -> None:
-    """out = g - e * total ([p, 1] per-row total) rounded once, on GpSimd (no fixed-function engine fuses)."""
-
-    def program(o, e_, s_, g_):
-        o[...] = fma32(-e_, np.broadcast_to(s_, e_.shape), g_)
-
-    nc.gpsimd.run("log_softmax_backward_fma", program, (out,), (e, total, tg), elements=e.data.size,
-                  factor=_FMA_STEPS)
 
 
 @_kernel("aten::_softmax_backward_data.out", serves=("aten::_softmax_backward_data",))

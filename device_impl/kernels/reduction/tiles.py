@@ -259,8 +259,9 @@ class _Block:
     ``resident`` (see _blocks), otherwise streamed again on every pass."""
 
     def __init__(self, nc, arrays: Sequence[np.ndarray], rsl: tuple, p: int, chunks: list, resident: bool,
-                 source: Source | None = None):
+                 source: Source | None = None, row0: int = 0):
         self.nc, self.arrays, self.rsl, self.p, self.chunks = nc, list(arrays), rsl, p, chunks
+        self.row0 = row0  # the block's first row in the grid's row-major order of its (coalesced) row dims
         self.resident = resident
         self.source = source
         self.cache: list[list[Tile]] | None = None
@@ -308,12 +309,12 @@ def _blocks(nc, grid: _Grid, arrays: Sequence[np.ndarray], extra: int = 0, sourc
     resident = bool(arrays) and 2 * row_bytes + grid.cols * extra <= RESIDENT_BYTES
     boxes = list(_boxes(grid.kshape, P))
     ahead: _Block | None = None
-    for i, (_, p, rsl) in enumerate(boxes):
-        blk = ahead if ahead is not None else _Block(nc, arrays, rsl, p, chunks, resident, source)
+    for i, (row0, p, rsl) in enumerate(boxes):
+        blk = ahead if ahead is not None else _Block(nc, arrays, rsl, p, chunks, resident, source, row0)
         ahead = None
         if resident and i + 1 < len(boxes):
-            _, p2, rsl2 = boxes[i + 1]
-            ahead = _Block(nc, arrays, rsl2, p2, chunks, resident, source)
+            row2, p2, rsl2 = boxes[i + 1]
+            ahead = _Block(nc, arrays, rsl2, p2, chunks, resident, source, row2)
         yield blk
         blk.release()
 
