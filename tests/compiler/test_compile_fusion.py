@@ -359,9 +359,37 @@ def test_rotary_is_one_group_reading_its_input_once():
     steps = run.executable.program.steps
     assert [step["kind"] for step in steps] == ["fused"]
     assert [r["negated"] for r in steps[0]["rotations"]] == [[True, False]]
-    assert stats["hbm_bytes"] == x.nbytes + 2 * x.nbytes + out.nbytes  # q once; cos and sin broadcast over heads
+    # q once; cos and sin, broadcast over batch and heads, once each for both [128, 256] tiles of q (a tile of
+    # them holds four heads' copies: 4 * c.nbytes), kept for the second tile (groups._repeated_loads)
+    assert steps[0]["tiles"]["free"] == 256
+    assert stats["hbm_bytes"] == x.nbytes + 2 * 4 * c.nbytes + out.nbytes
     assert stats["gpsimd_busy_ns"] > 0
     torch.testing.assert_close(out, fn(x, c, s))
+
+
+def test_a_flat_group_keeps_a_broadcast_operand_tile_its_tiles_repeat(monkeypatch):
+    """groups._repeated_loads: the rotary's cos/sin tiles, the same elements for both tiles of q, are loaded once
+    (HBM bytes less by one tile of each), the same bits and a shorter program than a load per tile; an operand
+    whose tiles differ (a [2, 1, 128, 64] cos, broadcast over heads only within each batch) loads per tile."""
+    from device_impl.compiler import groups
+
+    fn = ROTATIONS[0][1]
+    x, c, s = _inputs(torch.float32, (2, 4, 128, 64), (128, 64), (128, 64))
+    out, stats = compiled_call(fn, x, c, s)
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    monkeypatch.setattr(groups, "_repeated_loads", lambda loads, ranges, written: {})
+    expected, plain = compiled_call(fn, x, c, s)
+    np.testing.assert_array_equal(bits(out), bits(expected))
+    assert plain["hbm_bytes"] - stats["hbm_bytes"] == 2 * 4 * c.nbytes
+    assert stats["device_ns"] < plain["device_ns"]
+    monkeypatch.undo()
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    cb, sb = _inputs(torch.float32, (2, 1, 128, 64), (2, 1, 128, 64))
+    out, per_batch = compiled_call(fn, x, cb, sb)
+    assert per_batch["hbm_bytes"] == x.nbytes + 2 * 4 * cb.nbytes + out.nbytes  # each tile's own cos/sin
+    torch.testing.assert_close(out, fn(x, cb, sb))
 
 
 def test_products_of_one_operand_share_its_sbuf_tiles(monkeypatch):
