@@ -459,9 +459,16 @@ def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: in
     qT = _transposed(nc, _load(nc, pb.q[b, h, l0:l1, :]), pb.dtype, evacuate="either")
     m = nc.sbuf_tile((lq, 1), FP32)  # running row max, row sum and output: set by the first key block
     row_sum = nc.sbuf_tile((lq, 1), FP32)
-    acc = nc.sbuf_tile((lq, pb.Ev), FP32)
+    key_blocks = list(pb.key_blocks(l0, l1))
+    # one key block (a short sequence, or the first query block of a causal one): its row sums are final after
+    # its exp, so O = (0 + P V) / max(l, 1e-30) is one VectorE pass out of PSUM (tensor_scalar's add and
+    # divide, the intermediate in fp32: the bits the accumulator and the divide give) with no accumulator
+    alone = len(key_blocks) == 1
+    acc = None if alone else nc.sbuf_tile((lq, pb.Ev), FP32)
+    safe = nc.sbuf_tile((lq, 1), FP32) if alone else None
+    o = nc.sbuf_tile((lq, pb.Ev), pb.dtype) if alone else None
     yield
-    for j, s0, s1 in pb.key_blocks(l0, l1):
+    for j, s0, s1 in key_blocks:
         first = j == 0
         sk = s1 - s0
         step = nc.mark()
@@ -504,10 +511,16 @@ def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: in
             nc.vector.tensor_copy(p_low, p)
         yield
         (pT,) = _transposed(nc, p_low, pb.dtype, evacuate="either")
+        if alone:
+            # l is 0 (every key masked) or >= 1 (the row max contributes exp(0)): 0/tiny = 0
+            nc.vector.tensor_scalar(safe, row_sum, "maximum", 1e-30)
         for c0, vt in zip(range(0, pb.Ev, N_TILE), vts):
             c1 = min(c0 + N_TILE, pb.Ev)
             pv = nc.psum_tile((lq, c1 - c0), FP32)
             nc.tensor.matmul(pv, pT, vt)
+            if alone:
+                nc.vector.tensor_scalar(o[:, c0:c1], pv, "add", 0.0, op1="divide", scalar1=safe, dtype=FP32)
+                continue
             part = acc[:, c0:c1]
             if first:  # 0 + P V: adding +0.0 keeps the bits the rescaled sum had (a -0.0 becomes +0.0)
                 nc.vector.tensor_scalar(part, pv, "add", 0.0)
@@ -516,11 +529,11 @@ def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: in
                 nc.vector.tensor_tensor(part, part, pv, "add")
         nc.release_to(step)
         yield
-    # l is 0 (every key masked) or >= 1 (the row max contributes exp(0)): 0/tiny = 0
-    safe = nc.sbuf_tile((lq, 1), FP32)
-    nc.vector.tensor_scalar(safe, row_sum, "maximum", 1e-30)
-    o = nc.sbuf_tile((lq, pb.Ev), pb.dtype)
-    nc.vector.tensor_tensor(o, acc, safe, "divide", dtype=FP32)
+    if not alone:  # l is 0 (every key masked) or >= 1 (the row max contributes exp(0)): 0/tiny = 0
+        safe = nc.sbuf_tile((lq, 1), FP32)
+        nc.vector.tensor_scalar(safe, row_sum, "maximum", 1e-30)
+        o = nc.sbuf_tile((lq, pb.Ev), pb.dtype)
+        nc.vector.tensor_tensor(o, acc, safe, "divide", dtype=FP32)
     nc.dma.store(o4[b, h, l0:l1, :], o)
     log_l = nc.sbuf_tile((lq, 1), FP32)
     nc.scalar.activation(log_l, row_sum, "log")
