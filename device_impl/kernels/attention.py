@@ -268,10 +268,11 @@ def _host_long(value: int) -> torch.Tensor:
 # --- forward ---------------------------------------------------------------------------------------
 
 
-def forward_program(nc, pb: _Problem, o4: np.ndarray, lse3: np.ndarray, seed: int = 0, offset: int = 0,
+def forward_program(nc, pb: _Problem, o4: np.ndarray, lse3: np.ndarray | None, seed: int = 0, offset: int = 0,
                     dm4: np.ndarray | None = None) -> None:
     """The forward tile program (module docstring) on core ``nc``: O into ``o4`` [B, H, L, Ev] and logsumexp
-    into ``lse3`` [B, H, L]; ``dm4`` takes the dropout mask when asked. The eager kernel runs it as its own
+    into ``lse3`` [B, H, L] (None: nothing reads it, a compiled inference graph's, and it is not computed);
+    ``dm4`` takes the dropout mask when asked. The eager kernel runs it as its own
     launch, a compiled program as one of its steps.
 
     Query blocks are independent, and each engine runs its instructions in order: block after block,
@@ -338,7 +339,7 @@ class _KeyValues:
             del self.heads[(b, hk)]
 
 
-def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray) -> None:
+def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray | None) -> None:
     """``forward_program``'s arithmetic without dropout, over every (batch, query head) at once: a compiled
     program's attention step on the static replay's fast path (compiler/replay.py), whose device time is the
     one the tile program recorded at compile time.
@@ -422,9 +423,10 @@ def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray) -> None:
         safe = np.maximum(row_sum, tiny)
         out = np.true_divide(acc, safe)
         o4[:, :, l0:l1, :] = out.reshape(pb.B, pb.Hq, lq, pb.Ev)  # rounded to the output's dtype, as the tile
-        log_l = np.log(row_sum)
-        np.add(log_l, m, out=log_l)
-        lse3[:, :, l0:l1] = log_l.reshape(pb.B, pb.Hq, lq)
+        if lse3 is not None:
+            log_l = np.log(row_sum)
+            np.add(log_l, m, out=log_l)
+            lse3[:, :, l0:l1] = log_l.reshape(pb.B, pb.Hq, lq)
 
 
 def _interleave(nc, streams, width: int) -> None:
@@ -535,10 +537,11 @@ def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: in
         o = nc.sbuf_tile((lq, pb.Ev), pb.dtype)
         nc.vector.tensor_tensor(o, acc, safe, "divide", dtype=FP32)
     nc.dma.store(o4[b, h, l0:l1, :], o)
-    log_l = nc.sbuf_tile((lq, 1), FP32)
-    nc.scalar.activation(log_l, row_sum, "log")
-    nc.vector.tensor_tensor(log_l, log_l, m, "add")
-    nc.dma.store(lse3[b, h, l0:l1, None], log_l)
+    if lse3 is not None:
+        log_l = nc.sbuf_tile((lq, 1), FP32)
+        nc.scalar.activation(log_l, row_sum, "log")
+        nc.vector.tensor_tensor(log_l, log_l, m, "add")
+        nc.dma.store(lse3[b, h, l0:l1, None], log_l)
     nc.release_to(block)
     kv.done(b, hk)
 
