@@ -484,6 +484,8 @@ class GroupRunner:
             with nc.scope():
                 self._pass(nc, self.ops, r0, r1, c0, c1, access, out_access, tiles, None)
 
+        # the product is read by the ops, never stored from this tile: it may stay in PSUM (matmul._finish_block)
+        run.reads_psum = product_slot not in stores and product_slot not in (taps or {})
         return run
 
     def _row_access(self, loads: dict, stores: dict) -> tuple[dict, dict, list[int]]:

@@ -100,6 +100,8 @@ def _dot_general(step: dict, program: Program) -> Runner:
             with nc.scope():
                 block = None if tail is None else (
                     lambda nc_, t, m0, m1, n0, n1, i=i: tail(nc_, t, i * m + m0, i * m + m1, n0, n1))
+                if block is not None:
+                    block.reads_psum = tail.reads_psum
                 kept = None if share is None else env.shared.setdefault((lhs, layout, i), ({}, []))
                 matmul.matmul_into(nc, out[i], a[i], b[i], epilogue=block, lhs_tiles=kept,
                                    rhs_tiles=made if batch == 1 else None,
