@@ -370,9 +370,19 @@ def layout_into(nc, dst2d: np.ndarray, src2d: np.ndarray) -> None:
 
 
 def psum_to_sbuf(nc, dst, src, scale: float = 1.0) -> None:
-    """dst = scale * src out of PSUM, on whichever of the two PSUM readers (ScalarE, VectorE)
-    frees up first, as a compiler's scheduler would balance them."""
-    if nc.choose(lambda: nc.timeline.free["scalar"] <= nc.timeline.free["vector"]):
+    """dst = scale * src out of PSUM, on whichever of the two PSUM readers (ScalarE, VectorE) would finish it
+    first (each engine's cost rule, from when the PSUM tile is ready and the engine is next free), as a
+    compiler's scheduler would balance them. (Whichever engine frees up first was the rule before: ScalarE's
+    larger fixed cost then held a chain of transposes' evacuations while VectorE idled, the decoder's down
+    projection's A^T among them.)"""
+    def scalar_first() -> bool:
+        p, free = nc.vector.platform, nc.timeline.free
+        ready = src.root.ready
+        vector = max(ready, free["vector"]) + (p.instruction_overhead_cycles + dst.free) / p.vector_hz * 1e9
+        scalar = max(ready, free["scalar"]) + (p.scalar_overhead_cycles + dst.free) / p.scalar_hz * 1e9
+        return scalar <= vector
+
+    if nc.choose(scalar_first):
         nc.scalar.activation(dst, src, "identity", scale=float(scale))
     elif scale == 1:
         nc.vector.tensor_copy(dst, src)
