@@ -297,6 +297,31 @@ def test_tensor_scalar_with_two_operations_is_the_two_instructions_in_one_pass()
                                                      / p.vector_hz * 1e9)
 
 
+def test_tensor_scalar_takes_a_per_partition_scalar_tile():
+    """A [P, 1] tile as either scalar (attention's (0 + P V) / l out of PSUM): each partition's own value, the bits
+    of tensor_tensor with that column, one pass; a wider tile is refused."""
+    rng = np.random.default_rng(0)
+    values = rng.standard_normal((4, 8)).astype(np.float32)
+    values[0, :2] = [-0.0, 0.0]
+    column = np.array([[3.0], [0.5], [1e-30], [-7.0]], dtype=np.float32)
+    with launch("per_partition", 0) as nc:
+        x = nc.sbuf_tile(values.shape, FP32)
+        x.data[...] = values
+        x.initialized = True
+        c = nc.sbuf_tile(column.shape, FP32)
+        c.data[...] = column
+        c.initialized = True
+        one = nc.sbuf_tile(values.shape, FP32)
+        nc.vector.tensor_scalar(one, x, "add", 0.0, op1="divide", scalar1=c, dtype=FP32)
+        two = nc.sbuf_tile(values.shape, FP32)
+        nc.vector.tensor_scalar(two, x, "add", 0.0)
+        nc.vector.tensor_tensor(two, two, c, "divide", dtype=FP32)
+        assert one.read().tobytes() == two.read().tobytes()
+        assert not np.signbit(one.read()[0, 0])  # -0.0 + 0.0 is +0.0 before the divide
+        with pytest.raises(EngineError):
+            nc.vector.tensor_scalar(one, x, "multiply", x)
+
+
 def test_affine_select_keeps_where_the_affine_position_is_non_negative():
     """Causal attention's mask without a mask tile: keep a[p, f] where base + p - f >= 0, on GpSimd."""
     a = np.arange(12, dtype=np.float32).reshape(3, 4)

@@ -28,6 +28,7 @@ from device_impl.compiler.ir import Op, TensorType, numpy_dtype
 from device_impl.compiler.memory import GROUP_SBUF_BYTES, ROW_TILE_RESERVE
 from device_impl.engine.constants import PLATFORM
 from device_impl.engine.dtypes import BF16, FP32, compute_dtype, is_float
+from device_impl.engine.core import release_live_to
 from device_impl.engine.memory import Tile
 from device_impl.kernels.common import P, flat_tiles
 
@@ -257,6 +258,35 @@ def _scalar_first(nc, free: int, vector_reads: int, reads: list) -> bool:
     return scalar <= vector
 
 
+def _period(view: np.ndarray) -> int:
+    """The period of ``view``'s row-major elements: the size of the block after its leading broadcast dims
+    (stride 0 or size 1), which every index of the outer dims repeats (rotary's cos/sin [S, D] read as
+    [B, H, S, D]): element i is element i % period. The element count where no leading dim broadcasts."""
+    k = 0
+    while k < view.ndim and (view.strides[k] == 0 or view.shape[k] == 1):
+        k += 1
+    return int(np.prod(view.shape[k:], dtype=np.int64))
+
+
+def _repeated_loads(loads: dict, ranges: list, written: set[int]) -> dict[int, int]:
+    """slot -> period of the flat group's loads that hold the same elements in two or more of ``ranges``
+    (tiles whose starts agree modulo the load's period and that have the same shape): such a tile is loaded
+    once and kept for the later tiles, instead of a DMA of the same bytes per tile (the decoder's rotary:
+    cos and sin, broadcast over batch and heads, were read again for every [128, 256] tile of q). A slot an
+    op also writes holds other values later in the tile (slots are registers), so it is never kept."""
+    out: dict[int, int] = {}
+    for slot, view in loads.items():
+        if slot in written:
+            continue
+        period = _period(view)
+        if period >= view.size:
+            continue
+        keys = [(start % period, stop - start, p, f) for start, stop, p, f in ranges]
+        if len(set(keys)) < len(keys):
+            out[slot] = period
+    return out
+
+
 # per partition: rows an epilogue may hoist (the matmul's operand tiles share SBUF with it; a layer norm's
 # weight row of 4096 fp32 columns is 16 KiB)
 EPILOGUE_HOIST_BYTES = 16 * 1024
@@ -365,6 +395,9 @@ class GroupRunner:
             unit = self.rotated[3]
             if all(start % unit == 0 and f % unit == 0 and (stop - start) % unit == 0 for start, stop, _, f in ranges):
                 ops, loads_at, release_at = self.rotated[:3]
+        repeats = _repeated_loads(loads, ranges, {op.slot for op in ops})
+        kept: list = []  # the scope of the tiles ``repeats`` keeps across tiles, freed after the last
+        held: dict[tuple, Tile] = {}
         for start, stop, p, f in ranges:
             mark = nc.mark()
             tiles: dict[int, Any] = {}
@@ -372,6 +405,16 @@ class GroupRunner:
             for op in ops:
                 for slot in loads_at.get(op.index, ()):
                     view = loads[slot]
+                    key = repeats.get(slot)
+                    if key is not None:
+                        key = (slot, start % key, stop - start, p, f)
+                        t = held.get(key)
+                        if t is None:
+                            with nc.stream(kept):
+                                t = held[key] = nc.sbuf_tile((p, f), view.dtype)
+                                nc.dma.load_flat(t, view, start, stop)
+                        tiles[slot] = t
+                        continue
                     t = nc.sbuf_tile((p, f), view.dtype)
                     nc.dma.load_flat(t, view, start, stop)
                     tiles[slot] = t
@@ -383,8 +426,11 @@ class GroupRunner:
                     nc.dma.store_flat(stores[op.slot], start, stop, out)
                 for slot in release_at.get(op.index, ()):
                     if slot in tiles:
-                        nc.release(tiles.pop(slot))
+                        t = tiles.pop(slot)
+                        if slot not in repeats:
+                            nc.release(t)
             nc.release_to(mark)
+        release_live_to(kept, 0)
 
     # -- reduce groups ------------------------------------------------------------------------
     def _rows(self, nc, loads: dict, stores: dict, block: int = P) -> None:
@@ -438,6 +484,8 @@ class GroupRunner:
             with nc.scope():
                 self._pass(nc, self.ops, r0, r1, c0, c1, access, out_access, tiles, None)
 
+        # the product is read by the ops, never stored from this tile: it may stay in PSUM (matmul._finish_block)
+        run.reads_psum = product_slot not in stores and product_slot not in (taps or {})
         return run
 
     def _row_access(self, loads: dict, stores: dict) -> tuple[dict, dict, list[int]]:

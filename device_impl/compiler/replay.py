@@ -683,11 +683,13 @@ def _raw(array: np.ndarray) -> np.ndarray:
 def _wide_attention(step: dict, program: Program, runner) -> WideRunner:
     """SDPA's forward (no dropout in a compiled program) as ``kernels.attention.forward_wide`` computes it:
     the flash tile program's instructions per element, every (batch, head) at once."""
-    from device_impl.compiler.steps import attention_call
+    from device_impl.compiler.steps import attention_call, lse_read
     from device_impl.kernels.attention import forward_wide
 
+    read = lse_read(step, program)
+
     def run(wide, env) -> None:
-        call = attention_call(step, program, env)
+        call = attention_call(step, program, env, read)
         if call is None:
             return
         pb, o4, lse3 = call
@@ -696,7 +698,8 @@ def _wide_attention(step: dict, program: Program, runner) -> WideRunner:
         threads = min(workers.width(), max(1, flops // SHARE_FLOPS))
         if threads <= 1 or pb.B <= 1:
             return forward_wide(pb, o4, lse3)
-        workers.split(pb.B, lambda b0, b1: forward_wide(pb.batches(b0, b1), o4[b0:b1], lse3[b0:b1]), threads)
+        workers.split(pb.B, lambda b0, b1: forward_wide(pb.batches(b0, b1), o4[b0:b1],
+                                                        None if lse3 is None else lse3[b0:b1]), threads)
 
     return run
 

@@ -100,6 +100,8 @@ def _dot_general(step: dict, program: Program) -> Runner:
             with nc.scope():
                 block = None if tail is None else (
                     lambda nc_, t, m0, m1, n0, n1, i=i: tail(nc_, t, i * m + m0, i * m + m1, n0, n1))
+                if block is not None:
+                    block.reads_psum = tail.reads_psum
                 kept = None if share is None else env.shared.setdefault((lhs, layout, i), ({}, []))
                 matmul.matmul_into(nc, out[i], a[i], b[i], epilogue=block, lhs_tiles=kept,
                                    rhs_tiles=made if batch == 1 else None,
@@ -523,24 +525,37 @@ def _attention(step: dict, program: Program) -> Runner:
     so scores and probabilities stay in PSUM/SBUF and the step costs what the eager kernel's launch does."""
     from device_impl.kernels import attention
 
+    read = lse_read(step, program)
+
     def run(nc, env) -> None:
-        call = attention_call(step, program, env)
+        call = attention_call(step, program, env, read)
         if call is not None:
             attention.forward_program(nc, *call)
 
     return run
 
 
-def attention_call(step: dict, program: Program, env) -> tuple | None:
+def lse_read(step: dict, program: Program) -> bool:
+    """Whether any step or the program's outputs read an attention step's logsumexp (or a view of it)."""
+    from device_impl.compiler.schedule import step_reads
+
+    base = program.base(step["results"][1])
+    return (any(program.base(o) == base for o in program.outputs)
+            or any(program.base(r) == base for s in program.steps for r in step_reads(s)))
+
+
+def attention_call(step: dict, program: Program, env, lse_read: bool = True) -> tuple | None:
     """(problem, O, logsumexp) of an attention step's execution in ``env``, or None when it computes nothing:
-    what the tile program (``_attention``) and the static replay's wide runner (compiler/replay.py) take."""
+    what the tile program (``_attention``) and the static replay's wide runner (compiler/replay.py) take.
+    The logsumexp is None where ``lse_read`` (``lse_read(step, program)``) is False, nothing reading it (an
+    inference graph's: only the backward does), so neither path computes or stores it."""
     from device_impl.kernels import attention
 
     attrs = step["attrs"]
     out, lse = step["results"]
     q, k, v, *mask = (_operand_array(env, program, vid) for vid in step["operands"])
     pb = attention._Problem(q, k, v, mask[0] if mask else None, 0.0, attrs["causal"], attrs.get("scale"))
-    o4, lse3 = env.access(out), env.access(lse)
+    o4, lse3 = env.access(out), (env.access(lse) if lse_read else None)
     return (pb, o4, lse3) if o4.size and pb.L and pb.S else None
 
 

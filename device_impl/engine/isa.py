@@ -688,18 +688,31 @@ class VectorE(_Engine):
 
         With ``op1``, a second immediate operation in the same pass, as VectorE's tensor_scalar takes two
         (NKI's ``op0``/``op1``): out = (a <op> scalar) <op1> scalar1, the intermediate kept in the compute
-        dtype (the bits two instructions give when the first writes a tile of that dtype), one pass's cost."""
+        dtype (the bits two instructions give when the first writes a tile of that dtype), one pass's cost.
+
+        Either scalar may be a [P, 1] tile instead of an immediate: a per-partition scalar (NKI's tensor_scalar
+        takes a vector operand of one value per partition), read by the same pass."""
         fn = ALU_BINARY[op]
         compute = np.dtype(dtype) if dtype is not None else compute_dtype(a.dtype)
         x = _operand(a, compute)
-        s = np.asarray(scalar).astype(compute)
+        reads = [a]
+
+        def scalar_of(value) -> np.ndarray:
+            if isinstance(value, Tile):
+                if value.shape != (a.partitions, 1):
+                    raise EngineError(f"tensor_scalar's per-partition scalar {value.shape} for a tile {a.shape}")
+                reads.append(value)
+                return _operand(value, compute)
+            return np.asarray(value).astype(compute)
+
+        s = scalar_of(scalar)
         target = out.write_target()
         if op1 is not None:
             x = fn(s, x) if reverse else fn(x, s)
             if x.dtype != compute:
                 x = x.astype(compute)
             fn = ALU_BINARY[op1]
-            s = np.asarray(scalar1).astype(compute)
+            s = scalar_of(scalar1)
             reverse = False
         if target.shape == x.shape and _ufunc_result(fn, compute, 2) == target.dtype:
             if reverse:
@@ -708,7 +721,7 @@ class VectorE(_Engine):
                 fn(x, s, out=target)
         else:
             target[...] = fn(s, x) if reverse else fn(x, s)
-        self._schedule(op if op1 is None else f"{op}_{op1}", out.free, 1, (a,), (out,))
+        self._schedule(op if op1 is None else f"{op}_{op1}", out.free, 1, reads, (out,))
 
     def tensor_unary(self, out: Tile, a: Tile, op: str, dtype: np.dtype | None = None) -> None:
         fn = ALU_UNARY[op]

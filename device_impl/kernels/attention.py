@@ -268,10 +268,11 @@ def _host_long(value: int) -> torch.Tensor:
 # --- forward ---------------------------------------------------------------------------------------
 
 
-def forward_program(nc, pb: _Problem, o4: np.ndarray, lse3: np.ndarray, seed: int = 0, offset: int = 0,
+def forward_program(nc, pb: _Problem, o4: np.ndarray, lse3: np.ndarray | None, seed: int = 0, offset: int = 0,
                     dm4: np.ndarray | None = None) -> None:
     """The forward tile program (module docstring) on core ``nc``: O into ``o4`` [B, H, L, Ev] and logsumexp
-    into ``lse3`` [B, H, L]; ``dm4`` takes the dropout mask when asked. The eager kernel runs it as its own
+    into ``lse3`` [B, H, L] (None: nothing reads it, a compiled inference graph's, and it is not computed);
+    ``dm4`` takes the dropout mask when asked. The eager kernel runs it as its own
     launch, a compiled program as one of its steps.
 
     Query blocks are independent, and each engine runs its instructions in order: block after block,
@@ -338,7 +339,7 @@ class _KeyValues:
             del self.heads[(b, hk)]
 
 
-def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray) -> None:
+def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray | None) -> None:
     """``forward_program``'s arithmetic without dropout, over every (batch, query head) at once: a compiled
     program's attention step on the static replay's fast path (compiler/replay.py), whose device time is the
     one the tile program recorded at compile time.
@@ -422,9 +423,10 @@ def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray) -> None:
         safe = np.maximum(row_sum, tiny)
         out = np.true_divide(acc, safe)
         o4[:, :, l0:l1, :] = out.reshape(pb.B, pb.Hq, lq, pb.Ev)  # rounded to the output's dtype, as the tile
-        log_l = np.log(row_sum)
-        np.add(log_l, m, out=log_l)
-        lse3[:, :, l0:l1] = log_l.reshape(pb.B, pb.Hq, lq)
+        if lse3 is not None:
+            log_l = np.log(row_sum)
+            np.add(log_l, m, out=log_l)
+            lse3[:, :, l0:l1] = log_l.reshape(pb.B, pb.Hq, lq)
 
 
 def _interleave(nc, streams, width: int) -> None:
@@ -459,9 +461,16 @@ def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: in
     qT = _transposed(nc, _load(nc, pb.q[b, h, l0:l1, :]), pb.dtype, evacuate="either")
     m = nc.sbuf_tile((lq, 1), FP32)  # running row max, row sum and output: set by the first key block
     row_sum = nc.sbuf_tile((lq, 1), FP32)
-    acc = nc.sbuf_tile((lq, pb.Ev), FP32)
+    key_blocks = list(pb.key_blocks(l0, l1))
+    # one key block (a short sequence, or the first query block of a causal one): its row sums are final after
+    # its exp, so O = (0 + P V) / max(l, 1e-30) is one VectorE pass out of PSUM (tensor_scalar's add and
+    # divide, the intermediate in fp32: the bits the accumulator and the divide give) with no accumulator
+    alone = len(key_blocks) == 1
+    acc = None if alone else nc.sbuf_tile((lq, pb.Ev), FP32)
+    safe = nc.sbuf_tile((lq, 1), FP32) if alone else None
+    o = nc.sbuf_tile((lq, pb.Ev), pb.dtype) if alone else None
     yield
-    for j, s0, s1 in pb.key_blocks(l0, l1):
+    for j, s0, s1 in key_blocks:
         first = j == 0
         sk = s1 - s0
         step = nc.mark()
@@ -504,10 +513,16 @@ def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: in
             nc.vector.tensor_copy(p_low, p)
         yield
         (pT,) = _transposed(nc, p_low, pb.dtype, evacuate="either")
+        if alone:
+            # l is 0 (every key masked) or >= 1 (the row max contributes exp(0)): 0/tiny = 0
+            nc.vector.tensor_scalar(safe, row_sum, "maximum", 1e-30)
         for c0, vt in zip(range(0, pb.Ev, N_TILE), vts):
             c1 = min(c0 + N_TILE, pb.Ev)
             pv = nc.psum_tile((lq, c1 - c0), FP32)
             nc.tensor.matmul(pv, pT, vt)
+            if alone:
+                nc.vector.tensor_scalar(o[:, c0:c1], pv, "add", 0.0, op1="divide", scalar1=safe, dtype=FP32)
+                continue
             part = acc[:, c0:c1]
             if first:  # 0 + P V: adding +0.0 keeps the bits the rescaled sum had (a -0.0 becomes +0.0)
                 nc.vector.tensor_scalar(part, pv, "add", 0.0)
@@ -516,16 +531,17 @@ def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: in
                 nc.vector.tensor_tensor(part, part, pv, "add")
         nc.release_to(step)
         yield
-    # l is 0 (every key masked) or >= 1 (the row max contributes exp(0)): 0/tiny = 0
-    safe = nc.sbuf_tile((lq, 1), FP32)
-    nc.vector.tensor_scalar(safe, row_sum, "maximum", 1e-30)
-    o = nc.sbuf_tile((lq, pb.Ev), pb.dtype)
-    nc.vector.tensor_tensor(o, acc, safe, "divide", dtype=FP32)
+    if not alone:  # l is 0 (every key masked) or >= 1 (the row max contributes exp(0)): 0/tiny = 0
+        safe = nc.sbuf_tile((lq, 1), FP32)
+        nc.vector.tensor_scalar(safe, row_sum, "maximum", 1e-30)
+        o = nc.sbuf_tile((lq, pb.Ev), pb.dtype)
+        nc.vector.tensor_tensor(o, acc, safe, "divide", dtype=FP32)
     nc.dma.store(o4[b, h, l0:l1, :], o)
-    log_l = nc.sbuf_tile((lq, 1), FP32)
-    nc.scalar.activation(log_l, row_sum, "log")
-    nc.vector.tensor_tensor(log_l, log_l, m, "add")
-    nc.dma.store(lse3[b, h, l0:l1, None], log_l)
+    if lse3 is not None:
+        log_l = nc.sbuf_tile((lq, 1), FP32)
+        nc.scalar.activation(log_l, row_sum, "log")
+        nc.vector.tensor_tensor(log_l, log_l, m, "add")
+        nc.dma.store(lse3[b, h, l0:l1, None], log_l)
     nc.release_to(block)
     kv.done(b, hk)
 

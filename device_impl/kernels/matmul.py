@@ -144,7 +144,8 @@ class _Operand:
 
 
 # epilogue(nc, tile, m0, m1, n0, n1): takes over from the store of out2d[m0:m1, n0:n1] (``tile``, in out's
-# dtype, is what would be stored). Adaptive eager (device_impl.eager) fuses elementwise ops on the
+# dtype, is what would be stored; the PSUM block itself where the epilogue has ``reads_psum`` set true: its ops
+# read the product but never store or keep that tile, see ``_finish_block``). Adaptive eager (device_impl.eager) fuses elementwise ops on the
 # product into its PSUM evacuation this way instead of an HBM round trip.
 Epilogue = Callable[..., None]
 
@@ -369,9 +370,19 @@ def layout_into(nc, dst2d: np.ndarray, src2d: np.ndarray) -> None:
 
 
 def psum_to_sbuf(nc, dst, src, scale: float = 1.0) -> None:
-    """dst = scale * src out of PSUM, on whichever of the two PSUM readers (ScalarE, VectorE)
-    frees up first, as a compiler's scheduler would balance them."""
-    if nc.choose(lambda: nc.timeline.free["scalar"] <= nc.timeline.free["vector"]):
+    """dst = scale * src out of PSUM, on whichever of the two PSUM readers (ScalarE, VectorE) would finish it
+    first (each engine's cost rule, from when the PSUM tile is ready and the engine is next free), as a
+    compiler's scheduler would balance them. (Whichever engine frees up first was the rule before: ScalarE's
+    larger fixed cost then held a chain of transposes' evacuations while VectorE idled, the decoder's down
+    projection's A^T among them.)"""
+    def scalar_first() -> bool:
+        p, free = nc.vector.platform, nc.timeline.free
+        ready = src.root.ready
+        vector = max(ready, free["vector"]) + (p.instruction_overhead_cycles + dst.free) / p.vector_hz * 1e9
+        scalar = max(ready, free["scalar"]) + (p.scalar_overhead_cycles + dst.free) / p.scalar_hz * 1e9
+        return scalar <= vector
+
+    if nc.choose(scalar_first):
         nc.scalar.activation(dst, src, "identity", scale=float(scale))
     elif scale == 1:
         nc.vector.tensor_copy(dst, src)
@@ -387,9 +398,17 @@ def _finish_block(nc, out_block: np.ndarray, acc, alpha: float, beta: float, bia
     mark = nc.mark()
     rows, cols = acc.shape
     with_bias = bias2d is not None and beta != 0
+    # an epilogue whose ops only read the product (``reads_psum``) reads an fp32 product in PSUM itself, as
+    # VectorE and ScalarE can: the evacuation would copy it exactly (alpha 1, no bias, fp32 to fp32), an
+    # instruction on the chain before the epilogue's first op
+    direct = (epilogue is not None and getattr(epilogue, "reads_psum", False) and not with_bias and alpha == 1
+              and out_block.dtype == FP32)
     for c0 in range(0, cols, EVACUATION_CHUNK):
         c1 = min(cols, c0 + EVACUATION_CHUNK)
         part = acc[:, c0:c1]
+        if direct:
+            epilogue(nc, part, m0, m1, n0 + c0, n0 + c1)
+            continue
         result = nc.sbuf_tile((rows, c1 - c0), FP32 if with_bias else out_block.dtype)
         psum_to_sbuf(nc, result, part, alpha)
         if with_bias:

@@ -308,6 +308,45 @@ def test_a_norm_weight_in_an_epilogue_is_read_from_hbm_once():
     assert stats["gpsimd_busy_ns"] > 0  # the weight row was broadcast on chip
 
 
+@pytest.mark.parametrize("name", ["residual", "swiglu", "rmsnorm"])
+def test_an_fp32_epilogue_reads_its_product_in_psum(name, monkeypatch):
+    """matmul._finish_block: an epilogue whose ops only read the fp32 product (``reads_psum``) takes the PSUM
+    block itself, no evacuation copy before its first op: the same bits, less ScalarE + VectorE time and no
+    longer a program than with the copy; a bf16 product is still evacuated (the copy rounds)."""
+    from device_impl.compiler import groups
+
+    _, fn, shapes, _ = next(c for c in EPILOGUES if c[0] == name)
+    inputs = _inputs(torch.float32, *shapes)
+    out, stats = compiled_call(fn, *inputs)
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    plain_epilogue = groups.GroupRunner.epilogue
+
+    def copied(self, *args, **kwargs):
+        run = plain_epilogue(self, *args, **kwargs)
+        run.reads_psum = False
+        return run
+
+    monkeypatch.setattr(groups.GroupRunner, "epilogue", copied)
+    expected, plain = compiled_call(fn, *inputs)
+    np.testing.assert_array_equal(bits(out), bits(expected))
+    assert stats["scalar_busy_ns"] + stats["vector_busy_ns"] < plain["scalar_busy_ns"] + plain["vector_busy_ns"]
+    assert stats["device_ns"] <= plain["device_ns"]
+    assert stats["hbm_bytes"] == plain["hbm_bytes"]
+    monkeypatch.undo()
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    low = _inputs(torch.bfloat16, *shapes)
+    lo_out, lo = compiled_call(fn, *low)
+    monkeypatch.setattr(groups.GroupRunner, "epilogue", copied)
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    lo_expected, lo_plain = compiled_call(fn, *low)
+    np.testing.assert_array_equal(bits(lo_out), bits(lo_expected))
+    assert lo["device_ns"] == lo_plain["device_ns"]
+    assert lo["scalar_busy_ns"] + lo["vector_busy_ns"] == lo_plain["scalar_busy_ns"] + lo_plain["vector_busy_ns"]
+
+
 def _rotate_half(x):
     x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
     return torch.cat((-x2, x1), dim=-1)
@@ -359,9 +398,37 @@ def test_rotary_is_one_group_reading_its_input_once():
     steps = run.executable.program.steps
     assert [step["kind"] for step in steps] == ["fused"]
     assert [r["negated"] for r in steps[0]["rotations"]] == [[True, False]]
-    assert stats["hbm_bytes"] == x.nbytes + 2 * x.nbytes + out.nbytes  # q once; cos and sin broadcast over heads
+    # q once; cos and sin, broadcast over batch and heads, once each for both [128, 256] tiles of q (a tile of
+    # them holds four heads' copies: 4 * c.nbytes), kept for the second tile (groups._repeated_loads)
+    assert steps[0]["tiles"]["free"] == 256
+    assert stats["hbm_bytes"] == x.nbytes + 2 * 4 * c.nbytes + out.nbytes
     assert stats["gpsimd_busy_ns"] > 0
     torch.testing.assert_close(out, fn(x, c, s))
+
+
+def test_a_flat_group_keeps_a_broadcast_operand_tile_its_tiles_repeat(monkeypatch):
+    """groups._repeated_loads: the rotary's cos/sin tiles, the same elements for both tiles of q, are loaded once
+    (HBM bytes less by one tile of each), the same bits and a shorter program than a load per tile; an operand
+    whose tiles differ (a [2, 1, 128, 64] cos, broadcast over heads only within each batch) loads per tile."""
+    from device_impl.compiler import groups
+
+    fn = ROTATIONS[0][1]
+    x, c, s = _inputs(torch.float32, (2, 4, 128, 64), (128, 64), (128, 64))
+    out, stats = compiled_call(fn, x, c, s)
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    monkeypatch.setattr(groups, "_repeated_loads", lambda loads, ranges, written: {})
+    expected, plain = compiled_call(fn, x, c, s)
+    np.testing.assert_array_equal(bits(out), bits(expected))
+    assert plain["hbm_bytes"] - stats["hbm_bytes"] == 2 * 4 * c.nbytes
+    assert stats["device_ns"] < plain["device_ns"]
+    monkeypatch.undo()
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    cb, sb = _inputs(torch.float32, (2, 1, 128, 64), (2, 1, 128, 64))
+    out, per_batch = compiled_call(fn, x, cb, sb)
+    assert per_batch["hbm_bytes"] == x.nbytes + 2 * 4 * cb.nbytes + out.nbytes  # each tile's own cos/sin
+    torch.testing.assert_close(out, fn(x, cb, sb))
 
 
 def test_products_of_one_operand_share_its_sbuf_tiles(monkeypatch):
