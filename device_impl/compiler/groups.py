@@ -19,6 +19,7 @@ nearest-even after each op exactly as the eager kernels store them.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from typing import Any, Callable
 
 import numpy as np
@@ -268,22 +269,34 @@ def _period(view: np.ndarray) -> int:
     return int(np.prod(view.shape[k:], dtype=np.int64))
 
 
-def _repeated_loads(loads: dict, ranges: list, written: set[int]) -> dict[int, int]:
-    """slot -> period of the flat group's loads that hold the same elements in two or more of ``ranges``
-    (tiles whose starts agree modulo the load's period and that have the same shape): such a tile is loaded
-    once and kept for the later tiles, instead of a DMA of the same bytes per tile (the decoder's rotary:
-    cos and sin, broadcast over batch and heads, were read again for every [128, 256] tile of q). A slot an
-    op also writes holds other values later in the tile (slots are registers), so it is never kept."""
-    out: dict[int, int] = {}
+# per partition: the most a flat group keeps of its repeated loads across tiles (``_repeated_loads``), a quarter
+# of one iteration's budget, so the kept tiles and an iteration's own fit SBUF together
+KEPT_LOAD_BYTES = GROUP_SBUF_BYTES // 4
+
+
+def _repeated_loads(loads: dict, ranges: list, written: set[int]) -> dict[int, tuple[int, frozenset]]:
+    """slot -> (period, keys) of the flat group's loads that hold the same elements in two or more of ``ranges``
+    (tiles whose starts agree modulo the load's period and that have the same shape: ``keys`` lists those
+    tiles' (start % period, size, p, f)): such a tile is loaded once and kept for the later tiles, instead of a
+    DMA of the same bytes per tile (the decoder's rotary: cos and sin, broadcast over batch and heads, were
+    read again for every [128, 256] tile of q). A slot an op also writes holds other values later in the tile
+    (slots are registers), so it is never kept. The kept tiles stay in SBUF for the whole group, so a slot is
+    kept only while all of them fit ``KEPT_LOAD_BYTES`` per partition (a bias over a long row, broadcast over
+    a few rows, repeats once per row but would need the whole row in SBUF): the others load per tile."""
+    out: dict[int, tuple[int, frozenset]] = {}
+    budget = KEPT_LOAD_BYTES
     for slot, view in loads.items():
         if slot in written:
             continue
         period = _period(view)
         if period >= view.size:
             continue
-        keys = [(start % period, stop - start, p, f) for start, stop, p, f in ranges]
-        if len(set(keys)) < len(keys):
-            out[slot] = period
+        counts = Counter((start % period, stop - start, p, f) for start, stop, p, f in ranges)
+        repeated = frozenset(key for key, n in counts.items() if n > 1)
+        held = sum(f for _, _, _, f in repeated) * view.dtype.itemsize
+        if repeated and held <= budget:
+            out[slot] = (period, repeated)
+            budget -= held
     return out
 
 
@@ -398,6 +411,7 @@ class GroupRunner:
         repeats = _repeated_loads(loads, ranges, {op.slot for op in ops})
         kept: list = []  # the scope of the tiles ``repeats`` keeps across tiles, freed after the last
         held: dict[tuple, Tile] = {}
+        kept_ids: set[int] = set()  # the held tiles (never released with an iteration's)
         for start, stop, p, f in ranges:
             mark = nc.mark()
             tiles: dict[int, Any] = {}
@@ -405,14 +419,15 @@ class GroupRunner:
             for op in ops:
                 for slot in loads_at.get(op.index, ()):
                     view = loads[slot]
-                    key = repeats.get(slot)
-                    if key is not None:
-                        key = (slot, start % key, stop - start, p, f)
-                        t = held.get(key)
+                    repeat = repeats.get(slot)
+                    key = None if repeat is None else (start % repeat[0], stop - start, p, f)
+                    if key is not None and key in repeat[1]:
+                        t = held.get((slot, key))
                         if t is None:
                             with nc.stream(kept):
-                                t = held[key] = nc.sbuf_tile((p, f), view.dtype)
+                                t = held[slot, key] = nc.sbuf_tile((p, f), view.dtype)
                                 nc.dma.load_flat(t, view, start, stop)
+                            kept_ids.add(id(t))
                         tiles[slot] = t
                         continue
                     t = nc.sbuf_tile((p, f), view.dtype)
@@ -427,7 +442,7 @@ class GroupRunner:
                 for slot in release_at.get(op.index, ()):
                     if slot in tiles:
                         t = tiles.pop(slot)
-                        if slot not in repeats:
+                        if id(t) not in kept_ids:
                             nc.release(t)
             nc.release_to(mark)
         release_live_to(kept, 0)

@@ -431,6 +431,22 @@ def test_a_flat_group_keeps_a_broadcast_operand_tile_its_tiles_repeat(monkeypatc
     torch.testing.assert_close(out, fn(x, cb, sb))
 
 
+def test_a_broadcast_operand_too_long_to_keep_loads_per_tile():
+    """groups._repeated_loads keeps repeated tiles only within KEPT_LOAD_BYTES per partition: a bias over a row of
+    8M elements, broadcast over two rows, repeats once per row, but keeping it would hold the whole row in SBUF
+    (32 KiB a partition, beside an iteration's own tiles: an SBUF overflow before the budget). It loads per tile:
+    right bits, and each row's bias read once per row."""
+    from device_impl.compiler import groups
+
+    n = 1 << 23
+    fn = lambda x, b: (x + b) * 2  # noqa: E731
+    x, b = _inputs(torch.float32, (2, n), (n,))
+    assert n * 4 // 128 > groups.KEPT_LOAD_BYTES
+    out, stats = compiled_call(fn, x, b)
+    assert torch.equal(out, fn(x, b))
+    assert stats["hbm_bytes"] == x.nbytes + 2 * b.nbytes + out.nbytes
+
+
 def test_products_of_one_operand_share_its_sbuf_tiles(monkeypatch):
     """q, k and v projections of one activation (build.share_lhs): its stationary tiles are loaded and
     transposed once, kept in SBUF for the next product, freed after the last; the same bits, x read once."""
