@@ -208,3 +208,34 @@ def test_compiled_matches_cpu(dtype, form):
     stats = compiler.stats()
     assert stats["fallbacks"] == 0, stats["fallbacks_by_op"]
     assert stats["executions"] >= 2  # forward and backward programs
+
+
+@pytest.mark.parametrize("gqa", [False, True])
+def test_compiled_attention_recompiles_statically_for_a_new_sequence_length(gqa):
+    """torch.compile(backend="neuron") called with a second, then a third sequence length: Dynamo's automatic
+    dynamic shapes retrace with symbolic sizes, and asks csrc/attention.cpp's backend choice with fake tensors
+    of those sizes (size()/numel() threw there: "Cannot call numel() on tensor with symbolic sizes", a
+    TorchRuntimeError on the second length). Every length runs, compiled (no eager fallback), matching CPU, and
+    the compiler recompiles for each new static shape. dynamic=True still gets the shape contract's error."""
+    from device_impl import compiler
+    from device_impl.compiler.errors import ShapeContractError
+
+    hq, hk = (4, 2) if gqa else (2, 2)
+
+    def fn(q, k, v):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+
+    torch._dynamo.reset()
+    compiler.reset_stats()
+    compiled = torch.compile(fn, backend="neuron")
+    for seq in (16, 7, 129):
+        args = _inputs((2, hq, seq, 16), (2, hk, seq, 16), (2, hk, seq, 16), torch.float32, seed=seq)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", RuntimeWarning)  # a graph the compiler cannot lower would run eagerly
+            actual = compiled(*_on_device(args, grad=False))
+        torch.testing.assert_close(actual.cpu(), fn(*args), **TOL[torch.float32])
+    stats = compiler.stats()
+    assert stats["fallbacks"] == 0 and stats["recompiles"] == 2, stats
+    torch._dynamo.reset()
+    with pytest.raises(ShapeContractError, match="static shapes only"):
+        torch.compile(fn, backend="neuron", dynamic=True)(*_on_device(args, grad=False))

@@ -33,12 +33,15 @@ bool overrideable_serves(const at::Tensor& q, const at::Tensor& k, const at::Ten
   if (dim != 4 || k.dim() != dim || v.dim() != dim) return false;
   if (!fused_dtype(q.scalar_type()) || k.scalar_type() != q.scalar_type() || v.scalar_type() != q.scalar_type())
     return false;
-  if (q.size(-1) != k.size(-1) || k.size(-2) != v.size(-2)) return false;
-  if (dim == 4 && (k.size(0) != q.size(0) || v.size(0) != q.size(0))) return false;
-  const auto hq = q.size(-3), hk = k.size(-3);
-  if (v.size(-3) != hk || hk == 0) return false;
+  // Sizes through sym_size/sym_numel: Dynamo asks this choice while tracing with fake tensors, whose sizes are
+  // symbolic after an automatic-dynamic recompile (a second sequence length); size() and numel() throw there.
+  // A SymInt comparison answers for the traced sizes and guards on it.
+  if (q.sym_size(-1) != k.sym_size(-1) || k.sym_size(-2) != v.sym_size(-2)) return false;
+  if (k.sym_size(0) != q.sym_size(0) || v.sym_size(0) != q.sym_size(0)) return false;
+  const c10::SymInt hq = q.sym_size(-3), hk = k.sym_size(-3);
+  if (v.sym_size(-3) != hk || hk == 0) return false;
   if (hq != hk && (!enable_gqa || hq % hk != 0)) return false;
-  if (q.numel() == 0 || k.numel() == 0) return false;
+  if (q.sym_numel() == 0 || k.sym_numel() == 0) return false;
   if (mask.has_value() && mask->defined()) {
     const auto m = mask->scalar_type();
     if (m != c10::ScalarType::Bool && m != q.scalar_type()) return false;
