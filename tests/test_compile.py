@@ -11,6 +11,7 @@ import warnings
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 import device_impl.compiler as compiler
 from device_impl import engine
@@ -91,6 +92,39 @@ def test_recompiles_once_per_static_shape_and_counts_the_shapes(stats):
     assert [r["shape"] for r in records] == [[8, 32], [16, 32]]
     assert all(r["previous"][1] == 32 for r in records)
     assert s["fallbacks"] == 0
+
+
+# op families called at three sizes under torch.compile's default (dynamic=None): after the second size Dynamo's
+# automatic dynamic shapes retrace with symbolic sizes, running the device's own C++ and Python that Dynamo
+# traces through (csrc/attention.cpp's SDPA backend choice once threw there); the backend then compiles each
+# size statically. {name: (function, inputs at size n)}
+SIZE_SWEEP = {
+    "sdpa": (lambda q: F.scaled_dot_product_attention(q, q, q, is_causal=True), lambda n: [torch.randn(1, 2, n, 8)]),
+    "matmul": (lambda x: x @ x.transpose(-1, -2), lambda n: [torch.randn(2, n, 8)]),
+    "layer_norm": (lambda x: F.layer_norm(x, x.shape[-1:]), lambda n: [torch.randn(3, n)]),
+    "conv2d": (lambda x, w: F.conv2d(x, w, padding=1), lambda n: [torch.randn(1, 2, n, n), torch.randn(3, 2, 3, 3)]),
+    "embedding": (lambda i, w: F.embedding(i, w), lambda n: [torch.randint(0, 10, (n,)), torch.randn(10, 4)]),
+    "cross_entropy": (lambda x, t: F.cross_entropy(x, t), lambda n: [torch.randn(n, 5), torch.randint(0, 5, (n,))]),
+    "cat_index_select": (lambda x, i: torch.cat([x, x * 2]).index_select(0, i),
+                         lambda n: [torch.randn(n, 3), torch.arange(n) % 3]),
+    "topk_sort": (lambda x: x.topk(2, -1).values + x.sort(-1).values[..., :2], lambda n: [torch.randn(3, n + 2)]),
+    "interpolate_pool": (lambda x: F.max_pool2d(F.interpolate(x, scale_factor=2, mode="bilinear"), 2),
+                         lambda n: [torch.randn(1, 1, n, n)]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SIZE_SWEEP))
+def test_a_new_size_under_automatic_dynamic_shapes_recompiles_statically(stats, name):
+    fn, make = SIZE_SWEEP[name]
+    compiled = torch.compile(fn, backend="neuron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # a graph the compiler cannot lower would run eagerly
+        for n in (4, 6, 9):
+            args = make(n)
+            torch.testing.assert_close(compiled(*[a.to("neuron") for a in args]).cpu(), fn(*args),
+                                       rtol=1e-4, atol=1e-5)
+    s = stats.stats()
+    assert s["fallbacks"] == 0 and s["recompiles"] >= 2, s
 
 
 def test_dynamic_true_raises_shape_contract_error_naming_input_and_dimension(stats):
