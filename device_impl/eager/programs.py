@@ -242,9 +242,7 @@ def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store) -
         # the loads and stores run_region issued: a replay moves those bytes without issuing them
         chain = program.chain
         transfers = len(tiles) * (sum(sum(loads) for loads in chain.loads) + sum(store))
-        if len(_FIGURES) >= FIGURES_LIMIT:
-            del _FIGURES[next(iter(_FIGURES))]
-        _FIGURES[key] = measured(nc, transfers)
+        _keep(_FIGURES, key, measured(nc, transfers))
 
 
 # --- replayed fused launches -------------------------------------------------------------------------
@@ -257,6 +255,14 @@ def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store) -
 _FIGURES: dict[tuple, Any] = {}
 _REFUSED: dict[tuple, None] = {}
 FIGURES_LIMIT = 4096
+
+
+def _keep(store: dict, key: tuple, value: Any) -> None:
+    """``store[key] = value``, the oldest entry dropped first once ``store`` holds FIGURES_LIMIT (the kept
+    recordings and refusals of every replay below are bounded alike)."""
+    if len(store) >= FIGURES_LIMIT:
+        del store[next(iter(store))]
+    store[key] = value
 
 
 def _replay_key(program: Program, steps: Sequence[Step], prepared, store) -> tuple | None:
@@ -300,9 +306,7 @@ def _replay_elementwise(key: tuple, figures, program: Program, steps: Sequence[S
         STATS.programs_replayed += 1
         return True
     _FIGURES.pop(key, None)
-    if len(_REFUSED) >= FIGURES_LIMIT:
-        del _REFUSED[next(iter(_REFUSED))]
-    _REFUSED[key] = None
+    _keep(_REFUSED, key, None)
     outs = [pw.out_view for pw in prepared]
     if any(v is not None and np.may_share_memory(o, v) for o in outs for pw in prepared for v in pw.views):
         raise RuntimeError(
@@ -623,9 +627,7 @@ def _run_recorded(name: str, device: int, key: tuple | None, steps: Sequence[Any
             nc.choices = []
         body(nc)
     if key is not None:
-        if len(_LAUNCHES) >= FIGURES_LIMIT:
-            del _LAUNCHES[next(iter(_LAUNCHES))]
-        _LAUNCHES[key] = (measured(nc, 0), tuple(nc.choices))
+        _keep(_LAUNCHES, key, (measured(nc, 0), tuple(nc.choices)))
 
 
 def _row_key(program: Program, steps: Sequence[Any], prepared, store) -> tuple | None:
@@ -700,18 +702,14 @@ def _run_diverted(name: str, key: tuple | None, steps: Sequence[Any], body) -> N
     stand_in = _StandIn()
     body(stand_in)
     if stand_in.core is not None:
-        if len(_LAUNCHES) >= FIGURES_LIMIT:
-            del _LAUNCHES[next(iter(_LAUNCHES))]
-        _LAUNCHES[key] = (measured(stand_in.core, 0), tuple(stand_in.core.choices))
+        _keep(_LAUNCHES, key, (measured(stand_in.core, 0), tuple(stand_in.core.choices)))
 
 
 def _refuse(key: tuple, name: str, steps: Sequence[Any]) -> None:
     """A replay differed from its recording: never replay ``key`` again; raise if the launch cannot be rerun
     (it wrote a tensor it reads)."""
     _LAUNCHES.pop(key, None)
-    if len(_REFUSED) >= FIGURES_LIMIT:
-        del _REFUSED[next(iter(_REFUSED))]
-    _REFUSED[key] = None
+    _keep(_REFUSED, key, None)
     written: list = []
     read: list = []  # what the launch reads from before it (a read of an earlier step's result is recomputed)
     for step in steps:
