@@ -29,7 +29,7 @@ from device_impl.compiler.ir import Op, TensorType, numpy_dtype
 from device_impl.compiler.memory import GROUP_SBUF_BYTES, ROW_TILE_RESERVE
 from device_impl.engine.constants import PLATFORM
 from device_impl.engine.dtypes import BF16, FP32, compute_dtype, is_float
-from device_impl.engine.core import release_live_to
+from device_impl.engine.core import release_live_to, scalar_finishes_first
 from device_impl.engine.memory import Tile
 from device_impl.kernels.common import P, flat_tiles
 
@@ -252,11 +252,8 @@ def _scalar_first(nc, free: int, vector_reads: int, reads: list) -> bool:
     """Would ScalarE finish an op over ``free`` columns no later than VectorE (reading ``vector_reads`` tiles)?
     (Both engines' cost rules, from when the operands ``reads`` are ready and each engine is next free:
     the eager kernels balance the same way.)"""
-    p, free_at = nc.vector.platform, nc.timeline.free
     ready = max((t.root.ready for t in reads if isinstance(t, Tile)), default=0.0)
-    vector = max(ready, free_at["vector"]) + (p.instruction_overhead_cycles + free * vector_reads) / p.vector_hz * 1e9
-    scalar = max(ready, free_at["scalar"]) + (p.scalar_overhead_cycles + free) / p.scalar_hz * 1e9
-    return scalar <= vector
+    return scalar_finishes_first(nc, free, ready, vector_reads)
 
 
 def _period(view: np.ndarray) -> int:

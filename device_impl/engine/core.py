@@ -24,6 +24,17 @@ from device_impl.engine.memory import MemoryPool, Tile
 from device_impl.engine.timeline import ENGINES, LaunchReport, Timeline, chrome_trace
 
 
+def scalar_finishes_first(nc, free: int, ready: float, vector_reads: int = 1) -> bool:
+    """Would ScalarE finish an instruction over ``free`` columns no later than VectorE (reading ``vector_reads``
+    tiles), both starting when its operands are ready (``ready``, ns) and the engine is next free? Each engine's
+    cost rule (isa: ScalarE's larger fixed cost, VectorE's per-tile reads): how the kernels place a PSUM
+    evacuation and the compiler an elementwise op between the two engines that can do it."""
+    p, free_at = nc.vector.platform, nc.timeline.free
+    vector = max(ready, free_at["vector"]) + (p.instruction_overhead_cycles + free * vector_reads) / p.vector_hz * 1e9
+    scalar = max(ready, free_at["scalar"]) + (p.scalar_overhead_cycles + free) / p.scalar_hz * 1e9
+    return scalar <= vector
+
+
 class Scoped:
     """``scope()`` over a core's ``mark``/``release_to``: the one definition ``NeuronCore`` and the replay core
     (engine/replay.py) share."""

@@ -53,6 +53,7 @@ from device_impl.engine import launch
 from device_impl.engine.core import release_live_to
 from device_impl.engine.dtypes import FLOAT_DTYPES, FP32
 from device_impl.kernels.common import hbm, scalar_of
+from device_impl.kernels.matmul import psum_to_sbuf
 from device_impl.kernels.registry import Binder
 from device_impl.runtime.random import reserve
 
@@ -195,20 +196,11 @@ def _transposed(nc, tile, dtype, evacuate: str = "vector") -> list:
 
 
 def _evacuate(nc, out, acc, scale: float = 1.0) -> None:
-    """out = scale * acc out of PSUM on whichever of ScalarE and VectorE would finish it first (each engine's
-    cost rule, from when the PSUM tile is ready and the engine is next free), as a compiler's scheduler places
-    an evacuation: the same bits either way (an fp32 multiply by the fp32 scale, rounded once to out's dtype;
-    ScalarE's identity activation computes exactly that)."""
-    p, free = nc.vector.platform, nc.timeline.free
-    ready = acc.root.ready
-    vector = max(ready, free["vector"]) + (p.instruction_overhead_cycles + out.free) / p.vector_hz * 1e9
-    scalar = max(ready, free["scalar"]) + (p.scalar_overhead_cycles + out.free) / p.scalar_hz * 1e9
-    if scalar <= vector:
-        nc.scalar.activation(out, acc, "identity", scale=scale)
-    elif scale == 1.0:
-        nc.vector.tensor_copy(out, acc)
-    else:
-        nc.vector.tensor_scalar(out, acc, "multiply", scale, dtype=FP32)
+    """out = scale * acc out of PSUM on whichever of ScalarE and VectorE would finish it first, as a compiler's
+    scheduler places an evacuation (``matmul.psum_to_sbuf``, the products' own): the same bits either way (an
+    fp32 multiply by the fp32 scale, rounded once to out's dtype; ScalarE's identity activation computes
+    exactly that)."""
+    psum_to_sbuf(nc, out, acc, scale)
 
 
 def _scores(nc, pb: _Problem, qT: list, kT: list, b: int, h: int, l0: int, l1: int, s0: int, s1: int, consts):

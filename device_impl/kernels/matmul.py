@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from device_impl.engine import launch
+from device_impl.engine.core import scalar_finishes_first
 from device_impl.engine.dtypes import FP32
 from device_impl.kernels.common import FLOAT_DTYPES, hbm, promote, scalar_of
 from device_impl.kernels.registry import register_family
@@ -375,14 +376,7 @@ def psum_to_sbuf(nc, dst, src, scale: float = 1.0) -> None:
     compiler's scheduler would balance them. (Whichever engine frees up first was the rule before: ScalarE's
     larger fixed cost then held a chain of transposes' evacuations while VectorE idled, the decoder's down
     projection's A^T among them.)"""
-    def scalar_first() -> bool:
-        p, free = nc.vector.platform, nc.timeline.free
-        ready = src.root.ready
-        vector = max(ready, free["vector"]) + (p.instruction_overhead_cycles + dst.free) / p.vector_hz * 1e9
-        scalar = max(ready, free["scalar"]) + (p.scalar_overhead_cycles + dst.free) / p.scalar_hz * 1e9
-        return scalar <= vector
-
-    if nc.choose(scalar_first):
+    if nc.choose(lambda: scalar_finishes_first(nc, dst.free, src.root.ready)):
         nc.scalar.activation(dst, src, "identity", scale=float(scale))
     elif scale == 1:
         nc.vector.tensor_copy(dst, src)
