@@ -127,6 +127,33 @@ def test_a_new_size_under_automatic_dynamic_shapes_recompiles_statically(stats, 
     assert s["fallbacks"] == 0 and s["recompiles"] >= 2, s
 
 
+def _size_and_tensor(x):
+    return x.sin(), x.shape[-1] * 2  # a size Dynamo computes in the graph once the size is symbolic
+
+
+def _size_after_a_graph_break(x):
+    n = x.shape[-1]
+    torch._dynamo.graph_break()
+    return x.cos(), n * 3 // 2  # the continuation's graph: a symbolic int input, arithmetic on it, no tensor op
+
+
+@pytest.mark.parametrize("fn", [_size_and_tensor, _size_after_a_graph_break])
+def test_a_size_the_symbolic_graph_returns_is_a_python_int_at_every_size(stats, fn):
+    """harness.dynamic's set_ sequence: specialized per call, such a graph returned a Python int the StableHLO
+    import could not type (torch-mlir's ValueError 'Cannot cast type to RankedTensorType (from Type(i64))') from
+    the second size on."""
+    compiled = torch.compile(fn, backend="neuron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no graph may fall back to eager
+        for n in (4, 6, 9):
+            x = torch.randn(2, n)
+            tensor, size = compiled(x.to("neuron"))
+            expected = fn(x)
+            assert type(size) is int and size == expected[1]
+            torch.testing.assert_close(tensor.cpu(), expected[0])
+    assert stats.stats()["fallbacks"] == 0
+
+
 def test_dynamic_true_raises_shape_contract_error_naming_input_and_dimension(stats):
     compiled = torch.compile(lambda x: x + 1, backend="neuron", dynamic=True)
     with pytest.raises(compiler.ShapeContractError) as info:
