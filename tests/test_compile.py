@@ -154,6 +154,30 @@ def test_a_size_the_symbolic_graph_returns_is_a_python_int_at_every_size(stats, 
     assert stats.stats()["fallbacks"] == 0
 
 
+def test_a_specialized_graph_keeps_a_transposed_clones_strides_at_every_size(stats):
+    """harness.dynamic (transposed): specialized outside Dynamo's tracing context, the symbolic graph's outputs
+    came back contiguous from the second size on, where eager's clone keeps x's strides."""
+    compiled = torch.compile(lambda x: x.clone(), backend="neuron")
+    for n in (4, 6, 9):
+        x = torch.randn(n, 5).t()
+        out = compiled(x.to("neuron"))
+        assert out.stride() == x.clone().stride() == (1, 5)
+        torch.testing.assert_close(out.cpu(), x, rtol=0, atol=0)
+
+
+def test_an_in_place_random_fill_of_a_transposed_tensor_matches_eager_at_every_size(stats):
+    """harness.dynamic (transposed): the symbolic graph skipped the strided-random-fill rule (run as Dynamo traced
+    it), so from the second size on bernoulli_ filled the transposed clone in logical order, not eager's."""
+    fn = lambda x: x.clone().bernoulli_(0.3)  # noqa: E731
+    compiled = torch.compile(fn, backend="neuron")
+    for n in (4, 6, 9):
+        x = torch.rand(n, 5, device="neuron").t()
+        torch.neuron.manual_seed(n)
+        got = compiled(x)
+        torch.neuron.manual_seed(n)
+        assert torch.equal(got.cpu(), fn(x).cpu())
+
+
 def test_dynamic_true_raises_shape_contract_error_naming_input_and_dimension(stats):
     compiled = torch.compile(lambda x: x + 1, backend="neuron", dynamic=True)
     with pytest.raises(compiler.ShapeContractError) as info:

@@ -493,6 +493,18 @@ class _Spliced:
                 for i in range(len(self.scalars) + self.tensor_count)]
 
 
+def _tracing_context() -> Any:
+    """A tracing context for a specialization's compile. Dynamo compiles a static graph inside its own, where
+    AOTAutograd leaves the forward's metadata that ``_traced_strides`` and ``_static_inputs`` read; a symbolic
+    graph is specialized when Dynamo's runtime calls it, outside any, so its outputs came back contiguous where
+    eager's ``x.clone()`` of a transposed x keeps x's strides (harness.dynamic: a transposed clone's ``random_``,
+    run eagerly after the graph, filled memory in another order than eager's at every size after the first)."""
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return tracing(TracingContext(FakeTensorMode(allow_non_fake_inputs=True)))
+
+
 class PerShape:
     """What Dynamo's automatic dynamic shapes hand the backend (a graph with symbolic sizes that the
     user did not ask for) compiled the way the neuron backend compiles everything: statically, once
@@ -512,14 +524,17 @@ class PerShape:
             scalars = _split_scalar_outputs(static, kept)
             name = f"{self.graph}_s{len(self.compiled)}"
             counters.graph_received(self.frame, name, _signature(self.gm, list(args)))
+            overlapping = overlapping_written(static, kept)  # this call's tensors: is a written one expanded?
+            count = len(next(n for n in static.graph.nodes if n.op == "output").args[0])
             try:
-                if not scalars:
-                    entry = _aot(static, kept, name, self.device_index, self.config)
+                if overlapping is not None:  # as compile_dynamo_graph: AOTAutograd's copy-back would refuse it
+                    program = fallback.dynamo_graph(static, overlapping, name, self.config)
+                elif kept or count or not scalars:
+                    with _tracing_context():
+                        program = _aot(static, kept, name, self.device_index, self.config)
                 else:
-                    count = len(next(n for n in static.graph.nodes if n.op == "output").args[0])
-                    program = _aot(static, kept, name, self.device_index, self.config) if kept or count else None
-                    entry = _Spliced(program, scalars, count)
-                self.compiled[key] = entry
+                    program = None  # only sizes computed: nothing to run
+                entry = self.compiled[key] = _Spliced(program, scalars, count) if scalars else program
             finally:
                 counters.count("compile_seconds", time.perf_counter() - started)
         return entry(*[a for a in args if isinstance(a, torch.Tensor)])
@@ -541,6 +556,10 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: list, **kwarg
     device_index = check_devices(gm, example_inputs)
     frame, graph = _identity(gm)
     if symbolic is not None:  # automatic dynamic: compile per concrete shape when called
+        strided = strided_random_fill(gm)  # the traced layouts are the symbolic graph's, for every size
+        if strided is not None:
+            counters.graph_received(frame, graph, _signature(gm, example_inputs))
+            return fallback.dynamo_graph(gm, strided, graph, config)
         return PerShape(gm, frame, graph, device_index, config)
     counters.graph_received(frame, graph, _signature(gm, example_inputs))
     overlapping = overlapping_written(gm, example_inputs) or strided_random_fill(gm)
