@@ -43,6 +43,14 @@ def test_sequence_is_one_call_at_three_sizes(name, how):
     assert seq == dynamic.sequence(spec, "float32")  # deterministic: the same draws every run
 
 
+def test_a_transposed_sequence_makes_its_tensors_transposed_or_says_why_not():
+    seq = dynamic.sequence(SPECS["sin"], "float32", layout="transposed")
+    assert seq.layout == "transposed" and all(c.tensors[0].layout == "transposed" for c in seq.cases)
+    # view_as_complex takes contiguous inputs only (its last dim must have stride 1)
+    assert "no tensor takes the transposed layout" in dynamic.sequence(SPECS["view_as_complex"], "float32",
+                                                                       layout="transposed")
+
+
 def test_a_call_without_tensors_has_no_sequence():
     assert "no tensor inputs" in dynamic.sequence(SPECS["full"], "float32")
 
@@ -126,8 +134,8 @@ def test_the_default_run_samples_and_the_compiled_mode_runs_every_spec():
     assert len(every) == len(SPECS) and 0 < len(sample) < len(every) / 3
     assert {s.name for s in sample} >= set(dynamic.ALWAYS)
     assert dynamic.specs_for("adaptive") == []
-    assert dynamic.dtypes_for(SPECS["sin"], "compiled") == ["float32", "bfloat16"]
-    assert dynamic.dtypes_for(SPECS["sin"], "eager") == ["float32"]
+    assert dynamic.variants_for(SPECS["sin"], "compiled") == [("float32", "contiguous"), ("float32", "transposed")]
+    assert dynamic.variants_for(SPECS["sin"], "eager") == [("float32", "contiguous")]
 
 
 def test_symbolic_inputs_are_recognised():
