@@ -75,14 +75,15 @@ def _signature(spec: OpSpec, case: Case) -> tuple:
 
 
 def _varying_dims_fit(cases: Sequence[Case]) -> bool:
-    """Whether ``cases`` take Dynamo's automatic-dynamic path: each call's shapes differ from every earlier call's;
+    """Whether ``cases`` take Dynamo's automatic-dynamic path, with something to compute: no tensor is empty; each
+    call's shapes differ from every earlier call's;
     every dim that changes along the sequence changes at call 2 (automatic dynamic marks dynamic the dims that
     changed then; one changing only at call 3 would recompile) and is at least 2 in every call (Dynamo specializes
     0 and 1); and from call 2 on, the changing dims that are equal stay equal (duck sizing gives equal sizes one
     symbol)."""
     shapes = [tuple(c.shapes) for c in cases]
-    if len(set(shapes)) != len(shapes):
-        return False
+    if len(set(shapes)) != len(shapes) or any(0 in t.shape for c in cases for t in c.tensors):
+        return False  # an empty tensor (index_select's index of 0 elements) makes every size's result empty
     varying = []
     for position, tensor in enumerate(cases[0].tensors):
         for dim in range(len(tensor.shape)):

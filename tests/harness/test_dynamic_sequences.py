@@ -27,6 +27,7 @@ def _case(*shapes: tuple[int, ...]) -> Case:
     ([[(2, 6)], [(2, 1)], [(2, 11)]], False),  # a changing dim at 1: specialized by Dynamo
     ([[(6,), (6,)], [(11,), (11,)], [(13,), (17,)]], False),  # equal at call 2, not at 3: one duck-sized symbol
     ([[(6,), (7,)], [(11,), (11,)], [(13,), (13,)]], True),
+    ([[(6,), (0,)], [(11,), (0,)], [(13,), (0,)]], False),  # an empty tensor: every call's result is empty
 ])
 def test_a_sequence_takes_the_automatic_dynamic_path_only_where_dynamo_would(shapes, fits):
     assert dynamic._varying_dims_fit([_case(*call) for call in shapes]) is fits
