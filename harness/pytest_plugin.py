@@ -137,6 +137,8 @@ def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "opsuite_coverage: checks what the session's cases reached; runs last")
     config.addinivalue_line("markers", "opsuite_design: a designed case (harness.design); runs after the "
                                        "random exploration, before the OpInfo sweep")
+    config.addinivalue_line("markers", "opsuite_dynamic: harness.dynamic's check (one function compiled with the "
+                                       "default dynamic=None, called at three sizes); runs with the designed cases")
     _PROFILE = config.getoption("--hypothesis-profile", default=None) or _PROFILE
 
 
@@ -178,12 +180,14 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
 def _order(item: pytest.Item) -> int:
     """Random exploration of every spec first (a short per-mode budget still reaches every op), then
-    the designed cases, then PyTorch's OpInfo sweep, and the coverage checks last."""
+    the designed cases and the automatic-dynamic-shape sequences (harness.dynamic), then PyTorch's OpInfo sweep,
+    and the coverage checks last."""
     if item.get_closest_marker("opsuite_coverage") is not None:
         return 3
     if item.module is not None and item.module.__name__.endswith("test_opinfo"):
         return 2
-    return 1 if item.get_closest_marker("opsuite_design") is not None else 0
+    later = ("opsuite_design", "opsuite_dynamic")
+    return 1 if any(item.get_closest_marker(m) is not None for m in later) else 0
 
 
 def table_coverage(session: Session) -> coverage.Coverage:

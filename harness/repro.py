@@ -13,6 +13,7 @@ gradients). Its assertion messages are worded as the harness's, so
 from __future__ import annotations
 
 import inspect
+from typing import Sequence
 from harness.cases import Case
 from harness.compare import DEFAULT_TOLERANCE, FP64_MULTIPLIER, Comparison
 from harness.specs import OpSpec
@@ -297,6 +298,14 @@ def run_in_mode(fn):
             return out
         finally:
             module.set_eager_mode(previous)
+    if MODE == "dynamic":
+        # harness.dynamic: `call` compiled once with torch.compile's default dynamic=None, called on the sequence's
+        # earlier inputs first (the second call recompiles it with symbolic sizes), then on this case's
+        compiled = torch.compile(call, backend=torch.device(DEVICE).type)
+        for earlier in EARLIER:
+            compiled(DEVICE, *earlier(DEVICE))
+        torch.manual_seed(SEED)
+        return compiled(DEVICE, *dev_in)
     return torch.compile(fn, backend=torch.device(DEVICE).type, dynamic=False)()
 '''
 
@@ -312,8 +321,11 @@ def mode_runner_source() -> str:
     return _MODE_RUNNER.rstrip("\n")
 
 
-def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | None = None) -> str:
-    """The reproducer of ``case`` (``expression`` is the rendered call; ``comparison`` the verdict)."""
+def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | None = None,
+           earlier: Sequence[Case] = ()) -> str:
+    """The reproducer of ``case`` (``expression`` is the rendered call; ``comparison`` the verdict). ``earlier``:
+    the cases of a ``harness.dynamic`` sequence called before this one (mode ``dynamic``), whose inputs the script
+    passes to the same compiled function first."""
     seed = sum(t.seed for t in case.tensors) % (2**31)
     names = [f"x{i}" for i in range(len(case.tensors))]
     verdict = (comparison.message if comparison else "").replace("\n", " ")
@@ -359,6 +371,19 @@ def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | N
         f"    return [{', '.join(names)}]",
         "",
         "",
+    ]
+    for k, before in enumerate(earlier):
+        lines.append(f"def earlier_inputs_{k}(device):  # call {k + 1} of the sequence")
+        for i, t in enumerate(before.tensors):
+            lines.append(f"    b{i} = {literal(t)}.to(device)")
+            view = LAYOUT_CODE[t.layout].format(b=f"b{i}", shape=tuple(t.shape))
+            suffix = ".detach().requires_grad_()" if t.requires_grad else ""
+            lines.append(f"    x{i} = {view}{suffix}")
+        lines += [f"    return [{', '.join(names)}]", "", ""]
+    if earlier:
+        lines += [f"EARLIER = [{', '.join(f'earlier_inputs_{k}' for k in range(len(earlier)))}]"
+                  "  # harness.dynamic: the sequence's earlier calls", "", ""]
+    lines += [
         f"def call(device, {', '.join(names + [''])}):".replace(", )", ")"),
         f"    return {expression}",
         "",

@@ -22,7 +22,7 @@ from harness.env import ROOT
 
 DEFAULT_PATH = ROOT / "opsuite" / "xfails.toml"
 CATEGORIES = ("numerics", "unsupported", "semantics", "upstream")
-SOURCES = ("spec", "opinfo", "contract", "module")
+SOURCES = ("spec", "opinfo", "contract", "module", "dynamic")  # dynamic: harness.dynamic's check
 _KEYS = {"op", "reason", "category", "source", "dtype", "mode", "domain", "layout", "message", "link"}
 
 

@@ -199,20 +199,38 @@ def mutation(conn) -> dict[str, Any] | None:
 
 
 CONTRACT_SOURCES = ("contract", "module")
+# harness.dynamic's sequences (one function compiled with torch.compile's default dynamic=None, called at three
+# sizes): every op-suite mode's run may hold some (``make test``'s eager run a sample), the compiled mode's run all
+DYNAMIC_SOURCES = ("dynamic",)
+
+
+def _latest_run(conn, sources: tuple[str, ...], most: bool = False) -> int | None:
+    """The latest finished run holding results of ``sources``; with ``most``, of the finished runs holding any,
+    the one holding the most (the compiled mode's full sweep over a later run's sample), the latest among equals."""
+    marks = ",".join("?" * len(sources))
+    found = data._table(conn, f"""
+        SELECT res.run_id AS id, COUNT(*) AS n FROM results res JOIN runs r ON r.id = res.run_id
+        WHERE r.finished IS NOT NULL AND res.source IN ({marks}) GROUP BY res.run_id
+        ORDER BY {'n DESC, ' if most else ''}res.run_id DESC LIMIT 1""", tuple(sources))
+    return None if found.empty else int(found["id"].iloc[0])
 
 
 def contract(conn) -> dict[str, Any] | None:
-    """The device-contract checks (harness.contract, harness.modules) of the latest finished run holding
-    any: one row per (source, check, mode) with its verdict counts, and the failures (op, check, message)."""
-    found = data._table(conn, """
-        SELECT r.id FROM runs r WHERE r.finished IS NOT NULL
-        AND EXISTS (SELECT 1 FROM results res WHERE res.run_id = r.id AND res.source IN ('contract', 'module'))
-        ORDER BY r.id DESC LIMIT 1""")
-    if found.empty:
+    """The device-contract checks (harness.contract, harness.modules) of the latest finished run holding any, and
+    harness.dynamic's sequences of the finished run holding the most: one row per (source, check, mode) with its
+    verdict counts, and the failures (op, check, message)."""
+    parts = []
+    runs = []
+    for sources, most in ((CONTRACT_SOURCES, False), (DYNAMIC_SOURCES, True)):
+        run_id = _latest_run(conn, sources, most)
+        if run_id is None:
+            continue
+        runs.append(run_id)
+        frame = data.results(conn, [run_id])
+        parts.append(frame[frame["source"].isin(sources)])
+    if not parts:
         return None
-    run_id = int(found["id"].iloc[0])
-    frame = data.results(conn, [run_id])
-    frame = frame[frame["source"].isin(CONTRACT_SOURCES)]
+    frame = pd.concat(parts)
     if "check_name" not in frame:
         return None
     rows = []
@@ -223,7 +241,8 @@ def contract(conn) -> dict[str, Any] | None:
     failed = frame[frame["verdict"].isin(["fail", "xpass"])]
     listed = [{"op": r.op, "check": r.check_name, "dtype": r.dtype, "mode": r.mode, "message": r.message or ""}
               for r in failed.itertuples()][:FAILURE_LIMIT]
-    return {"run": run_id, "rows": rows, "failures": listed, "failure_count": len(failed)}
+    return {"run": ", ".join(str(r) for r in dict.fromkeys(runs)), "rows": rows, "failures": listed,
+            "failure_count": len(failed)}
 
 
 def build(conn, coverage_path: Path, junit_dir: Path | None = None) -> dict[str, Any]:

@@ -127,6 +127,57 @@ def test_a_new_size_under_automatic_dynamic_shapes_recompiles_statically(stats, 
     assert s["fallbacks"] == 0 and s["recompiles"] >= 2, s
 
 
+def _size_and_tensor(x):
+    return x.sin(), x.shape[-1] * 2  # a size Dynamo computes in the graph once the size is symbolic
+
+
+def _size_after_a_graph_break(x):
+    n = x.shape[-1]
+    torch._dynamo.graph_break()
+    return x.cos(), n * 3 // 2  # the continuation's graph: a symbolic int input, arithmetic on it, no tensor op
+
+
+@pytest.mark.parametrize("fn", [_size_and_tensor, _size_after_a_graph_break])
+def test_a_size_the_symbolic_graph_returns_is_a_python_int_at_every_size(stats, fn):
+    """harness.dynamic's set_ sequence: specialized per call, such a graph returned a Python int the StableHLO
+    import could not type (torch-mlir's ValueError 'Cannot cast type to RankedTensorType (from Type(i64))') from
+    the second size on."""
+    compiled = torch.compile(fn, backend="neuron")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no graph may fall back to eager
+        for n in (4, 6, 9):
+            x = torch.randn(2, n)
+            tensor, size = compiled(x.to("neuron"))
+            expected = fn(x)
+            assert type(size) is int and size == expected[1]
+            torch.testing.assert_close(tensor.cpu(), expected[0])
+    assert stats.stats()["fallbacks"] == 0
+
+
+def test_a_specialized_graph_keeps_a_transposed_clones_strides_at_every_size(stats):
+    """harness.dynamic (transposed): specialized outside Dynamo's tracing context, the symbolic graph's outputs
+    came back contiguous from the second size on, where eager's clone keeps x's strides."""
+    compiled = torch.compile(lambda x: x.clone(), backend="neuron")
+    for n in (4, 6, 9):
+        x = torch.randn(n, 5).t()
+        out = compiled(x.to("neuron"))
+        assert out.stride() == x.clone().stride() == (1, 5)
+        torch.testing.assert_close(out.cpu(), x, rtol=0, atol=0)
+
+
+def test_an_in_place_random_fill_of_a_transposed_tensor_matches_eager_at_every_size(stats):
+    """harness.dynamic (transposed): the symbolic graph skipped the strided-random-fill rule (run as Dynamo traced
+    it), so from the second size on bernoulli_ filled the transposed clone in logical order, not eager's."""
+    fn = lambda x: x.clone().bernoulli_(0.3)  # noqa: E731
+    compiled = torch.compile(fn, backend="neuron")
+    for n in (4, 6, 9):
+        x = torch.rand(n, 5, device="neuron").t()
+        torch.neuron.manual_seed(n)
+        got = compiled(x)
+        torch.neuron.manual_seed(n)
+        assert torch.equal(got.cpu(), fn(x).cpu())
+
+
 def test_dynamic_true_raises_shape_contract_error_naming_input_and_dimension(stats):
     compiled = torch.compile(lambda x: x + 1, backend="neuron", dynamic=True)
     with pytest.raises(compiler.ShapeContractError) as info:

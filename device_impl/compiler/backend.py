@@ -439,6 +439,72 @@ def _specialize(gm: torch.fx.GraphModule, args: tuple) -> tuple[torch.fx.GraphMo
     return static, kept
 
 
+def _split_scalar_outputs(static: torch.fx.GraphModule, kept: list) -> dict[int, Any]:
+    """Take a specialized graph's non-tensor outputs out of it: returns {output position: value}, and leaves
+    ``static`` returning only its tensor outputs.
+
+    A graph Dynamo traced with symbolic sizes may return a size it computed (``return y, x.shape[-1] * 2``, or,
+    after a graph break, ``n // 4`` of a size it was handed); specialized to one call's sizes that output is a
+    Python number, which the StableHLO import cannot type (it raised torch-mlir's ValueError "Cannot cast type to
+    RankedTensorType (from Type(i64))" on every call from the second size on, where a static compile never has
+    such an output: Dynamo folds a static size into the code). Such an output depends only on sizes and the
+    substituted values (Dynamo breaks the graph at ``.item()``), so it is evaluated here, once per specialization,
+    by the graph's own nodes that compute it, reading the call's tensors' metadata only, and spliced back into
+    the program's results (``_Spliced``)."""
+    import copy
+
+    output = next(n for n in static.graph.nodes if n.op == "output")
+    results = output.args[0]
+    if not isinstance(results, (tuple, list)):
+        return {}
+    scalars: dict[int, Any] = {}
+    computed: list[int] = []
+    for i, arg in enumerate(results):
+        if not isinstance(arg, torch.fx.Node):
+            scalars[i] = arg  # a substituted input returned as it is
+        elif not isinstance(arg.meta.get("example_value"), (torch.Tensor, type(None))):
+            computed.append(i)
+    if computed:
+        probe = torch.fx.GraphModule(static, copy.deepcopy(static.graph))
+        probe_output = next(n for n in probe.graph.nodes if n.op == "output")
+        probe_results = probe_output.args[0]
+        probe_output.args = (tuple(probe_results[i] for i in computed),)
+        probe.graph.eliminate_dead_code()
+        probe.recompile()
+        with torch.no_grad():
+            values = probe(*kept)
+        scalars.update(zip(computed, values))
+    if scalars:
+        output.args = (tuple(arg for i, arg in enumerate(results) if i not in scalars),)
+        static.recompile()
+    return scalars
+
+
+class _Spliced:
+    """A specialized program's tensor results with its non-tensor outputs (``_split_scalar_outputs``) put back in
+    their places; ``program`` None where the graph reads no tensor and returns none (nothing to run)."""
+
+    def __init__(self, program: Callable | None, scalars: dict[int, Any], tensor_count: int) -> None:
+        self.program, self.scalars, self.tensor_count = program, scalars, tensor_count
+
+    def __call__(self, *args: Any) -> list:
+        tensors = iter(self.program(*args) if self.program is not None else ())
+        return [self.scalars[i] if i in self.scalars else next(tensors)
+                for i in range(len(self.scalars) + self.tensor_count)]
+
+
+def _tracing_context() -> Any:
+    """A tracing context for a specialization's compile. Dynamo compiles a static graph inside its own, where
+    AOTAutograd leaves the forward's metadata that ``_traced_strides`` and ``_static_inputs`` read; a symbolic
+    graph is specialized when Dynamo's runtime calls it, outside any, so its outputs came back contiguous where
+    eager's ``x.clone()`` of a transposed x keeps x's strides (harness.dynamic: a transposed clone's ``random_``,
+    run eagerly after the graph, filled memory in another order than eager's at every size after the first)."""
+    from torch._guards import TracingContext, tracing
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    return tracing(TracingContext(FakeTensorMode(allow_non_fake_inputs=True)))
+
+
 class PerShape:
     """What Dynamo's automatic dynamic shapes hand the backend (a graph with symbolic sizes that the
     user did not ask for) compiled the way the neuron backend compiles everything: statically, once
@@ -455,10 +521,20 @@ class PerShape:
         if entry is None:
             started = time.perf_counter()
             static, kept = _specialize(self.gm, args)
+            scalars = _split_scalar_outputs(static, kept)
             name = f"{self.graph}_s{len(self.compiled)}"
             counters.graph_received(self.frame, name, _signature(self.gm, list(args)))
+            overlapping = overlapping_written(static, kept)  # this call's tensors: is a written one expanded?
+            count = len(next(n for n in static.graph.nodes if n.op == "output").args[0])
             try:
-                entry = self.compiled[key] = _aot(static, kept, name, self.device_index, self.config)
+                if overlapping is not None:  # as compile_dynamo_graph: AOTAutograd's copy-back would refuse it
+                    program = fallback.dynamo_graph(static, overlapping, name, self.config)
+                elif kept or count or not scalars:
+                    with _tracing_context():
+                        program = _aot(static, kept, name, self.device_index, self.config)
+                else:
+                    program = None  # only sizes computed: nothing to run
+                entry = self.compiled[key] = _Spliced(program, scalars, count) if scalars else program
             finally:
                 counters.count("compile_seconds", time.perf_counter() - started)
         return entry(*[a for a in args if isinstance(a, torch.Tensor)])
@@ -480,6 +556,10 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: list, **kwarg
     device_index = check_devices(gm, example_inputs)
     frame, graph = _identity(gm)
     if symbolic is not None:  # automatic dynamic: compile per concrete shape when called
+        strided = strided_random_fill(gm)  # the traced layouts are the symbolic graph's, for every size
+        if strided is not None:
+            counters.graph_received(frame, graph, _signature(gm, example_inputs))
+            return fallback.dynamo_graph(gm, strided, graph, config)
         return PerShape(gm, frame, graph, device_index, config)
     counters.graph_received(frame, graph, _signature(gm, example_inputs))
     overlapping = overlapping_written(gm, example_inputs) or strided_random_fill(gm)

@@ -27,3 +27,24 @@ def test_no_contract_run_gives_no_section(tmp_path):
     store.finish_run(store.start_run("opsuite", {}))
     store.close()
     assert conformance.contract(data.connect(path)) is None
+
+
+def test_dynamic_sequences_come_from_the_run_holding_the_most(tmp_path):
+    """make report's compiled run holds every spec's sequences, a later eager run a sample: the full sweep is shown
+    beside the latest run's contract checks."""
+    path = tmp_path / "results.sqlite"
+    store = Store(path)
+    for ops in (["add", "neg", "sin"], ["add"]):  # the compiled run's full sweep, then an eager run's sample
+        run = store.start_run("opsuite", {})
+        store.add_row(run, source="contract", op="add", mode="eager", verdict="pass", check_name="variants",
+                      dtypes='["float32"]')
+        for op in ops:
+            store.add_row(run, source="dynamic", op=op, mode="compiled", verdict="fail" if op == "sin" else "pass",
+                          check_name="dynamic_sizes", dtypes='["float32"]')
+        store.finish_run(run)
+    store.close()
+    section = conformance.contract(data.connect(path))
+    rows = {(r["source"], r["check"]): r for r in section["rows"]}
+    assert rows[("dynamic", "dynamic_sizes")]["ops"] == 3 and rows[("contract", "variants")]["pass"] == 1
+    assert section["run"] == "2, 1"
+    assert [(f["op"], f["check"]) for f in section["failures"]] == [("sin", "dynamic_sizes")]
