@@ -16,7 +16,8 @@
    product's evacuation), ``share_lhs`` (consecutive products of one operand keep its SBUF tiles),
    ``rotations`` (a flat group's rotate_half as one GpSimd permutation of its source's tile),
    ``prepare_weights`` (a later product's weight tiles loaded and transposed by an earlier product step),
-   ``handoffs`` (an epilogue's result blocks kept in SBUF as the next product's A);
+   ``handoffs`` (an epilogue's result blocks kept in SBUF as the next product's A), ``keep_products`` (a
+   product's blocks kept in SBUF for a later product's epilogue);
 6. ``schedule.finish``: buffers, output materialisation, HBM arena, waits.
 """
 
@@ -167,7 +168,8 @@ def share_lhs(steps: list[dict]) -> list[dict]:
     return steps
 
 
-def handoffs(steps: list[dict], views: dict, shapes: dict, dtypes: dict) -> list[dict]:
+def handoffs(steps: list[dict], views: dict, shapes: dict, dtypes: dict, outputs: set[int] = frozenset()
+             ) -> list[dict]:
     """A product whose epilogue stores a value the next product reads as its A (the o projection's norm result,
     read by the gate and up projections; the gated MLP's ``silu(g) * u``, read by the down projection) hands
     that product the value's blocks on chip: the epilogue computes each block into a tile that outlives it
@@ -175,7 +177,8 @@ def handoffs(steps: list[dict], views: dict, shapes: dict, dtypes: dict) -> list
     (``matmul_into``'s ``lhs_pieces``, ``steps._handed_pieces``), transposed by its own list scheduler among its
     matmuls as each block lands, instead of waiting for the stores, loading the blocks back and only then
     transposing them. Issue 21: "activations in the consumer's layout", as far as a row-major product goes
-    (decoder block 49.4 -> 47.0 us). The value is still stored (the fast path reads it, and so may other steps).
+    (decoder block 49.4 -> 47.0 us). The value is still stored where another step or an output reads it
+    (``_read_elsewhere``); the fast path computes it into its buffer either way.
 
     Only where the tiles line up: the producer's product has no batch dims and at least 128 rows, the value is
     a full (not per-row) result of the group that is the product itself in row-major order (reshapes only) and
@@ -217,8 +220,108 @@ def handoffs(steps: list[dict], views: dict, shapes: dict, dtypes: dict) -> list
             rhs = consumer["operands"][1]
             n = math.prod(extent for d, extent in enumerate(shapes[rhs]) if d not in rc)
             if operands_resident(-(-cols // K_TILE), rows, n, dtypes[lhs].itemsize, dtypes[rhs].itemsize):
-                step["handoff"] = {"slot": stored[value], "lhs": lhs, "layout": list(range(rank))}
+                step["handoff"] = {"slot": stored[value], "lhs": lhs, "layout": list(range(rank)),
+                                   "store": _read_elsewhere(steps, j, value, views, outputs, shapes, dtypes)}
             break
+    return steps
+
+
+def _read_elsewhere(steps: list[dict], j: int, value: int, views: dict, outputs: set[int], shapes: dict,
+                    dtypes: dict) -> bool:
+    """Must a handed-off ``value`` still be stored? Not where the handoff's consumer ``steps[j]`` and the products
+    of its ``share_lhs`` run after it (which take the consumer's transposed tiles: their operands resident) are
+    its only readers and it is no output: no instruction would read the stored bytes (the fast path computes its
+    own; the stores were 786 KB of the decoder block's on-chip DMA)."""
+    from device_impl.kernels.matmul import K_TILE, operands_resident
+
+    if value in {_view_base(vid, views) for vid in outputs}:
+        return True
+    lhs = steps[j]["operands"][0]
+    takers = {j}
+    if steps[j].get("share_lhs") is not None and not steps[j]["share_lhs"]["last"]:
+        for t in range(j + 1, len(steps)):
+            step = steps[t]
+            if step.get("share_lhs") is None or step["operands"][0] != lhs or \
+                    step["attrs"]["dot_dimension_numbers"] != steps[j]["attrs"]["dot_dimension_numbers"]:
+                return True
+            rhs = step["operands"][1]
+            rc = step["attrs"]["dot_dimension_numbers"].get("rhs_contracting_dimensions", [])
+            k = math.prod(shapes[rhs][d] for d in rc)
+            n = math.prod(extent for d, extent in enumerate(shapes[rhs]) if d not in rc)
+            if not operands_resident(-(-k // K_TILE), math.prod(shapes[lhs]) // max(k, 1), n,
+                                     dtypes[lhs].itemsize, dtypes[rhs].itemsize):
+                return True
+            takers.add(t)
+            if step["share_lhs"]["last"]:
+                break
+    return any(_view_base(vid, views) == value for t, step in enumerate(steps) if t not in takers
+               for vid in schedule.step_reads(step))
+
+
+# per partition: a product's evacuated blocks kept in SBUF for a later product's epilogue (``keep_products``); with
+# the arena (32 KiB), resident operands (96), an epilogue block (32) and prepared weights (24) within 192 KiB
+KEPT_PRODUCT_BYTES = 8 * 1024
+
+
+def keep_products(steps: list[dict], views: dict, outputs: set[int], shapes: dict, dtypes: dict) -> list[dict]:
+    """A product that only a later product's epilogue reads (the gated MLP's gate, read by the silu * mul epilogue
+    of the up product) keeps its evacuated blocks in SBUF, in the partition layout its evacuation wrote, and that
+    epilogue reads them in place (``GroupRunner.epilogue``'s ``kept``) instead of the product being stored to the
+    arena and loaded back: 1 MB of the decoder block's on-chip DMA, on its critical path. Issue 21: "activations
+    in the consumer's layout".
+
+    Only where the blocks line up: both products have the same batch, rows and columns (so ``matmul_into`` cuts
+    them into the same [<= 128, <= EVACUATION_CHUNK] blocks), the consumer's epilogue is a flat group reading the
+    value through reshapes only (row-major, as the product) in a slot no op writes and nothing else loads, the
+    value has no other reader and is no output, every step between the two is a product (no group's tiles beside
+    the kept ones) and the kept blocks fit ``KEPT_PRODUCT_BYTES`` a partition."""
+    from device_impl.kernels.common import P
+
+    returned = {_view_base(vid, views) for vid in outputs}
+    readers: dict[int, list[int]] = {}
+    for j, step in enumerate(steps):
+        for vid in schedule.step_reads(step):
+            readers.setdefault(_view_base(vid, views), []).append(j)
+
+    def dims(step: dict) -> tuple[int, int, int] | None:
+        lhs, rhs = step["operands"]
+        dn = step["attrs"]["dot_dimension_numbers"]
+        lb, lc = dn.get("lhs_batching_dimensions", []), dn.get("lhs_contracting_dimensions", [])
+        rb, rc = dn.get("rhs_batching_dimensions", []), dn.get("rhs_contracting_dimensions", [])
+        ls, rs = shapes[lhs], shapes[rhs]
+        return (math.prod(ls[d] for d in lb), math.prod(e for d, e in enumerate(ls) if d not in lb + lc),
+                math.prod(e for d, e in enumerate(rs) if d not in rb + rc))
+
+    for i, step in enumerate(steps):
+        if step["kind"] != "dot_general" or "epilogue" in step:
+            continue
+        (value,) = step["results"]
+        users = readers.get(value, [])
+        if value in returned or len(users) != 1 or users[0] <= i:
+            continue
+        (j,) = users
+        consumer = steps[j]
+        if consumer["kind"] != "dot_general" or "epilogue" not in consumer or dims(consumer) != dims(step):
+            continue
+        if any(steps[t]["kind"] != "dot_general" for t in range(i + 1, j)):
+            continue
+        tail = consumer["epilogue"]
+        if tail["reduce_dims"] is not None:
+            continue
+        slots = [slot for slot, vid in tail["loads"] if _view_base(vid, views) == value]
+        if len(slots) != 1 or slots[0] == tail["product_slot"]:
+            continue
+        (slot,) = slots
+        if not _reshapes_of(dict(tail["loads"])[slot], value, views) or \
+                any(op["slot"] == slot for op in tail["ops"]):
+            continue
+        batch, m, n = dims(step)
+        if batch * m * n == 0 or batch * m * n != math.prod(shapes[value]):
+            continue
+        if batch * -(-m // P) * n * dtypes[value].itemsize > KEPT_PRODUCT_BYTES:  # a row block's n columns each
+            continue
+        step["keep"] = {"value": value}
+        consumer["kept"] = {"value": value, "slot": slot}
     return steps
 
 
@@ -349,7 +452,8 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None, weights
             step["rotations"] = found
     dtypes = {vid: t.np_dtype for vid, t in graph.types.items()}
     steps = prepare_weights(steps, views, set(graph.inputs), shapes, dtypes)
-    steps = handoffs(steps, views, shapes, dtypes)
+    steps = handoffs(steps, views, shapes, dtypes, set(graph.outputs))
+    steps = keep_products(steps, views, set(graph.outputs), shapes, dtypes)
     referenced = set(graph.inputs) | set(graph.outputs) | set(views) | {v["src"] for v in views.values()}
     referenced.update(vid for step in steps if "epilogue" in step for vid in step["results"])
     for step in steps:

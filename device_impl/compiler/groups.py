@@ -305,11 +305,12 @@ EPILOGUE_HOIST_BYTES = 16 * 1024
 class _Tapped:
     """A result's access pattern whose stored blocks are also handed to ``tap`` (``GroupRunner.epilogue``)."""
 
-    __slots__ = ("access", "tap", "live")
+    __slots__ = ("access", "tap", "live", "store")
 
-    def __init__(self, access: "Access2D", tap: Callable, live: list) -> None:
-        # ``live``: the scope the result's tiles are allocated in, so they outlive the block (the caller frees)
-        self.access, self.tap, self.live = access, tap, live
+    def __init__(self, access: "Access2D", tap: Callable, live: list, store: bool = True) -> None:
+        # ``live``: the scope the result's tiles are allocated in, so they outlive the block (the caller frees);
+        # ``store``: False where no instruction reads the stored bytes (build.handoffs: only the tap's taker)
+        self.access, self.tap, self.live, self.store = access, tap, live, store
 
     def pieces(self, r0: int, r1: int, c0: int, c1: int):
         return self.access.pieces(r0, r1, c0, c1)
@@ -458,7 +459,7 @@ class GroupRunner:
         nc.release_to(group_mark)
 
     def epilogue(self, env, rows: int, cols: int, product_slot: int, nc=None, block: int = P,
-                 taps: dict[int, tuple[Callable, list]] | None = None):
+                 taps: dict[int, tuple[Callable, list]] | None = None, kept: dict[int, dict] | None = None):
         """This group as a matmul epilogue (compiler/build.py ``attach_epilogues``): a function
         ``(nc, tile, r0, r1, c0, c1)`` that takes over the store of rows [r0, r1) and columns [c0, c1)
         of the [rows, cols] product (``tile``, the product's slot) and runs the group's ops on that
@@ -470,10 +471,14 @@ class GroupRunner:
         read once for the whole product and copied to the partitions of a ``block``-row tile on GpSimdE
         (``_hoist``), instead of a [P, C] broadcast DMA for every product block.
 
-        ``taps``: slot -> (``tap(nc, tile, r0, r1, c0, c1)``, ``live``): each block of that result is computed
+        ``taps``: slot -> (``tap(nc, tile, r0, r1, c0, c1)``, ``live``[, ``store``]): each block of that result is computed
         into a tile allocated in ``live`` (a scope the caller keeps and frees) and handed to ``tap`` as it is
         stored (compiler/build.py ``handoffs``: a later product's A^T made from it on chip, once TensorE has
-        issued the product's matmuls)."""
+        issued the product's matmuls); ``store`` False: handed over only, no DMA store (no instruction reads it).
+
+        ``kept``: slot -> {(r0, r1, c0, c1): tile}: that load's blocks already in SBUF, in this product's block
+        layout (an earlier product's evacuated blocks, compiler/build.py ``keep_products``), read in place instead
+        of loaded; their owner frees them."""
         loads = {slot: env.access(vid) for slot, vid in self.loads.items() if slot != product_slot}
         stores = {slot: env.access(vid) for slot, vid in self.stores.items()}
         shared: dict[int, Tile] = {}
@@ -485,11 +490,13 @@ class GroupRunner:
             access, out_access, keep = self._row_access(loads, stores)
             if nc is not None:
                 shared = self._hoist(nc, loads, access, keep, block, min(self.hoist_bytes, EPILOGUE_HOIST_BYTES))
-        for slot, (tap, live) in (taps or {}).items():
-            out_access[slot] = _Tapped(out_access[slot], tap, live)
+        for slot, (tap, live, *store) in (taps or {}).items():
+            out_access[slot] = _Tapped(out_access[slot], tap, live, *store)
 
         def run(nc, tile, r0: int, r1: int, c0: int, c1: int) -> None:
             tiles = {product_slot: tile}
+            for slot, boxes in (kept or {}).items():
+                tiles[slot] = boxes[(r0, r1, c0, c1)]
             for slot, t in shared.items():
                 if r1 - r0 <= t.partitions:
                     tiles[slot] = t if r1 - r0 == t.partitions else t[0:r1 - r0, :]
@@ -634,8 +641,9 @@ class GroupRunner:
 
     def _store(self, nc, tile, slot: int, out_access: dict, r0: int, r1: int, c0: int, c1: int) -> None:
         p, c = tile.shape
-        for a0, a1, b0, b1, view in out_access[slot].pieces(r0, r1, c0, c1):
-            nc.dma.store(view, tile if (a0, a1, b0, b1) == (0, p, 0, c) else tile[a0:a1, b0:b1])
+        if getattr(out_access[slot], "store", True):
+            for a0, a1, b0, b1, view in out_access[slot].pieces(r0, r1, c0, c1):
+                nc.dma.store(view, tile if (a0, a1, b0, b1) == (0, p, 0, c) else tile[a0:a1, b0:b1])
         tap = getattr(out_access[slot], "tap", None)
         if tap is not None:
             tap(nc, tile, r0, r1, c0, c1)

@@ -76,9 +76,18 @@ def _dot_general(step: dict, program: Program) -> Runner:
                if s["kind"] == "dot_general" and s["results"][0] in step.get("prepare", ())]
 
     handoff = step.get("handoff")  # a later product's A^T made from this epilogue's result (build.handoffs)
+    keep = step.get("keep")  # this product's blocks kept in SBUF for a later epilogue (build.keep_products)
+    reads_kept = step.get("kept")  # an earlier product's kept blocks, read in place by this step's epilogue
 
     def run(nc, env) -> None:
-        if epilogue is None:
+        boxes: dict = {}
+        keeping: list = []  # the scope of the kept blocks (``keep``), handed to their reader, which frees it
+        from_product = None  # (blocks, scope) an earlier product kept for this epilogue (``reads_kept``)
+        if epilogue is None and keep is not None:  # never stored: the consumer's epilogue reads the blocks
+            out = np.lib.stride_tricks.as_strided(np.zeros(1, program.dtype(result)), (batch, m, n), (0, 0, 0))
+            tail = lambda nc_, t, r0, r1, c0, c1: boxes.__setitem__((r0, r1, c0, c1), t)  # noqa: E731
+            tail.keeps, tail.reads_psum = keeping, False
+        elif epilogue is None:
             out = env.access(result).reshape(batch, m, n)
             tail = None
         else:  # the product never reaches HBM: a stand-in that only gives matmul_into its shape and dtype
@@ -87,8 +96,15 @@ def _dot_general(step: dict, program: Program) -> Runner:
             if handoff is not None:
                 pinned: list = []  # the value's result tiles, kept until they are transposed below
                 blocks: list[tuple] = []
-                taps = {handoff["slot"]: (lambda nc_, t, *box: blocks.append((t, *box)), pinned)}
-            tail = tail_group.epilogue(env, batch * m, n, epilogue["product_slot"], nc, min(m, matmul.M_TILE), taps)
+                taps = {handoff["slot"]: (lambda nc_, t, *box: blocks.append((t, *box)), pinned,
+                                          handoff.get("store", True))}
+            if reads_kept is not None:
+                from_product = env.shared.pop(("kept", reads_kept["value"]), None)
+                if from_product is None:
+                    raise RuntimeError(f"compiled program {program.name}: the product kept in SBUF for a later "
+                                       "epilogue was not made (a compiler bug: build.keep_products)")
+            tail = tail_group.epilogue(env, batch * m, n, epilogue["product_slot"], nc, min(m, matmul.M_TILE), taps,
+                                       None if from_product is None else {reads_kept["slot"]: from_product[0]})
         if out.size == 0:
             return
         a = env.access(lhs).transpose(lb + lf + lc).reshape(batch, m, k)
@@ -102,6 +118,7 @@ def _dot_general(step: dict, program: Program) -> Runner:
                     lambda nc_, t, m0, m1, n0, n1, i=i: tail(nc_, t, i * m + m0, i * m + m1, n0, n1))
                 if block is not None:
                     block.reads_psum = tail.reads_psum
+                    block.keeps = getattr(tail, "keeps", None)
                 kept = None if share is None else env.shared.setdefault((lhs, layout, i), ({}, []))
                 matmul.matmul_into(nc, out[i], a[i], b[i], epilogue=block, lhs_tiles=kept,
                                    rhs_tiles=made if batch == 1 else None,
@@ -117,7 +134,9 @@ def _dot_general(step: dict, program: Program) -> Runner:
             # block's evacuation, would hold this product's later matmuls behind that block's epilogue: TensorE
             # runs in program order); that product frees the tiles (``pinned``) once it has transposed them
             env.shared[("raw", handoff["lhs"], tuple(handoff["layout"]))] = (_handed_pieces(blocks), pinned)
-        for kept_tiles in (made, given):
+        if keep is not None and epilogue is None:
+            env.shared[("kept", result)] = (boxes, keeping)
+        for kept_tiles in (made, given, from_product):
             if kept_tiles is not None:
                 with nc.stream(kept_tiles[1]):
                     nc.release_to(0)

@@ -397,13 +397,20 @@ def _finish_block(nc, out_block: np.ndarray, acc, alpha: float, beta: float, bia
     # instruction on the chain before the epilogue's first op
     direct = (epilogue is not None and getattr(epilogue, "reads_psum", False) and not with_bias and alpha == 1
               and out_block.dtype == FP32)
+    # an epilogue that keeps the evacuated blocks (``keeps``: a scope its caller holds and frees; the compiler's
+    # ``build.keep_products``) gets each one allocated there, so it outlives this block
+    keeps = None if epilogue is None or with_bias else getattr(epilogue, "keeps", None)
     for c0 in range(0, cols, EVACUATION_CHUNK):
         c1 = min(cols, c0 + EVACUATION_CHUNK)
         part = acc[:, c0:c1]
         if direct:
             epilogue(nc, part, m0, m1, n0 + c0, n0 + c1)
             continue
-        result = nc.sbuf_tile((rows, c1 - c0), FP32 if with_bias else out_block.dtype)
+        if keeps is not None:
+            with nc.stream(keeps):
+                result = nc.sbuf_tile((rows, c1 - c0), out_block.dtype)
+        else:
+            result = nc.sbuf_tile((rows, c1 - c0), FP32 if with_bias else out_block.dtype)
         psum_to_sbuf(nc, result, part, alpha)
         if with_bias:
             bias = nc.sbuf_tile(result.shape, bias2d.dtype)
