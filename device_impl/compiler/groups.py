@@ -302,6 +302,27 @@ def _repeated_loads(loads: dict, ranges: list, written: set[int]) -> dict[int, t
 EPILOGUE_HOIST_BYTES = 16 * 1024
 
 
+def _interleave(blocks: list) -> None:
+    """Run row blocks' op generators (``GroupRunner._steps``, which yield (start, duration) estimates before each
+    op) to the end, the oldest block's op first unless a newer block's next op would finish before it could start
+    (``GroupRunner._pipelined``'s rule, for blocks all in flight at once)."""
+    running = []
+    for gen in blocks:
+        estimate = next(gen, None)
+        if estimate is not None:
+            running.append([gen, estimate])
+    while running:
+        entry = running[0]
+        for other in running[1:]:
+            if sum(other[1]) <= entry[1][0]:
+                entry = other
+        estimate = next(entry[0], None)
+        if estimate is None:
+            running.remove(entry)
+        else:
+            entry[1] = estimate
+
+
 class _Tapped:
     """A result's access pattern whose stored blocks are also handed to ``tap`` (``GroupRunner.epilogue``)."""
 
@@ -459,7 +480,8 @@ class GroupRunner:
         nc.release_to(group_mark)
 
     def epilogue(self, env, rows: int, cols: int, product_slot: int, nc=None, block: int = P,
-                 taps: dict[int, tuple[Callable, list]] | None = None, kept: dict[int, dict] | None = None):
+                 taps: dict[int, tuple[Callable, list]] | None = None, kept: dict[int, dict] | None = None,
+                 in_flight: int = 1):
         """This group as a matmul epilogue (compiler/build.py ``attach_epilogues``): a function
         ``(nc, tile, r0, r1, c0, c1)`` that takes over the store of rows [r0, r1) and columns [c0, c1)
         of the [rows, cols] product (``tile``, the product's slot) and runs the group's ops on that
@@ -478,7 +500,14 @@ class GroupRunner:
 
         ``kept``: slot -> {(r0, r1, c0, c1): tile}: that load's blocks already in SBUF, in this product's block
         layout (an earlier product's evacuated blocks, compiler/build.py ``keep_products``), read in place instead
-        of loaded; their owner frees them."""
+        of loaded; their owner frees them.
+
+        ``in_flight`` > 1 (a row group): the blocks of product tiles the matmul hands over (``holds``: it appends
+        each PSUM tile before its blocks reach ``run``, and leaves it to this epilogue to free) are run
+        ``in_flight`` at a time, their ops interleaved as ``_pipelined`` interleaves a row group's blocks: the
+        engines run in order, and block i + 1's first ops, ready when its product is, went in behind block i's
+        chain of row statistics (the decoder's o projection's norm). ``run.flush(nc)`` runs the blocks still
+        pending (the caller's, after the product)."""
         loads = {slot: env.access(vid) for slot, vid in self.loads.items() if slot != product_slot}
         stores = {slot: env.access(vid) for slot, vid in self.stores.items()}
         shared: dict[int, Tile] = {}
@@ -493,18 +522,41 @@ class GroupRunner:
         for slot, (tap, live, *store) in (taps or {}).items():
             out_access[slot] = _Tapped(out_access[slot], tap, live, *store)
 
-        def run(nc, tile, r0: int, r1: int, c0: int, c1: int) -> None:
+        held: list = []  # product tiles the matmul left to this epilogue (``in_flight``)
+        pending: list[tuple] = []  # their blocks, not yet run
+
+        def tiles_of(tile, r0: int, r1: int, c0: int, c1: int) -> dict:
             tiles = {product_slot: tile}
             for slot, boxes in (kept or {}).items():
                 tiles[slot] = boxes[(r0, r1, c0, c1)]
             for slot, t in shared.items():
                 if r1 - r0 <= t.partitions:
                     tiles[slot] = t if r1 - r0 == t.partitions else t[0:r1 - r0, :]
+            return tiles
+
+        def flush(nc) -> None:
+            blocks = [self._steps(nc, self.ops, r0, r1, c0, c1, access, out_access, tiles_of(tile, r0, r1, c0, c1),
+                                  None) for tile, r0, r1, c0, c1 in pending]
+            pending.clear()
+            _interleave(blocks)
+            for t in held:
+                nc.release(t)
+            held.clear()
+
+        def run(nc, tile, r0: int, r1: int, c0: int, c1: int) -> None:
+            if any(tile.root is t for t in held):
+                pending.append((tile, r0, r1, c0, c1))
+                if len(pending) >= in_flight:
+                    flush(nc)
+                return
             with nc.scope():
-                self._pass(nc, self.ops, r0, r1, c0, c1, access, out_access, tiles, None)
+                self._pass(nc, self.ops, r0, r1, c0, c1, access, out_access, tiles_of(tile, r0, r1, c0, c1), None)
 
         # the product is read by the ops, never stored from this tile: it may stay in PSUM (matmul._finish_block)
         run.reads_psum = product_slot not in stores and product_slot not in (taps or {})
+        if in_flight > 1 and self.reduce_dims is not None and run.reads_psum:
+            run.holds = held
+        run.flush = flush
         return run
 
     def _row_access(self, loads: dict, stores: dict) -> tuple[dict, dict, list[int]]:

@@ -78,6 +78,7 @@ def _dot_general(step: dict, program: Program) -> Runner:
     handoff = step.get("handoff")  # a later product's A^T made from this epilogue's result (build.handoffs)
     keep = step.get("keep")  # this product's blocks kept in SBUF for a later epilogue (build.keep_products)
     reads_kept = step.get("kept")  # an earlier product's kept blocks, read in place by this step's epilogue
+    in_flight = _epilogue_in_flight(epilogue, n, k, program.dtype(result))
 
     def run(nc, env) -> None:
         boxes: dict = {}
@@ -104,7 +105,8 @@ def _dot_general(step: dict, program: Program) -> Runner:
                     raise RuntimeError(f"compiled program {program.name}: the product kept in SBUF for a later "
                                        "epilogue was not made (a compiler bug: build.keep_products)")
             tail = tail_group.epilogue(env, batch * m, n, epilogue["product_slot"], nc, min(m, matmul.M_TILE), taps,
-                                       None if from_product is None else {reads_kept["slot"]: from_product[0]})
+                                       None if from_product is None else {reads_kept["slot"]: from_product[0]},
+                                       in_flight)
         if out.size == 0:
             return
         a = env.access(lhs).transpose(lb + lf + lc).reshape(batch, m, k)
@@ -119,10 +121,13 @@ def _dot_general(step: dict, program: Program) -> Runner:
                 if block is not None:
                     block.reads_psum = tail.reads_psum
                     block.keeps = getattr(tail, "keeps", None)
+                    block.holds = getattr(tail, "holds", None)
                 kept = None if share is None else env.shared.setdefault((lhs, layout, i), ({}, []))
                 matmul.matmul_into(nc, out[i], a[i], b[i], epilogue=block, lhs_tiles=kept,
                                    rhs_tiles=made if batch == 1 else None,
                                    lhs_pieces=None if given is None else given[0])
+                if epilogue is not None:
+                    tail.flush(nc)  # the blocks it holds (``in_flight``), in this scope, where their PSUM tiles are
         if share is not None and share["last"]:
             for i in range(batch):
                 _, live = env.shared.pop((lhs, layout, i), ({}, []))
@@ -144,6 +149,20 @@ def _dot_general(step: dict, program: Program) -> Runner:
             _prepare_rhs(nc, env, program, later)
 
     return run
+
+
+def _epilogue_in_flight(epilogue: dict | None, n: int, k: int, dtype) -> int:
+    """How many of a product's row blocks its row-group epilogue runs at once (``GroupRunner.epilogue``'s
+    ``in_flight``): two where two blocks' planned tiles fit the epilogue's SBUF budget (build.EPILOGUE_SBUF_BYTES)
+    and the product stays in PSUM for it (fp32, a contraction to run: ``matmul._finish_block``'s ``direct``),
+    else one (each block's ops as it is evacuated)."""
+    from device_impl.compiler.build import EPILOGUE_SBUF_BYTES
+
+    if epilogue is None or epilogue["reduce_dims"] is None or k == 0 or np.dtype(dtype) != np.float32:
+        return 1
+    tiles = epilogue["tiles"]
+    block = tiles["bytes_per_column"] * min(n, matmul.EVACUATION_CHUNK) + tiles["row_bytes"]
+    return 2 if 2 * block <= EPILOGUE_SBUF_BYTES else 1
 
 
 def _handed_pieces(blocks: list[tuple]) -> dict:

@@ -347,6 +347,32 @@ def test_an_fp32_epilogue_reads_its_product_in_psum(name, monkeypatch):
     assert lo["scalar_busy_ns"] + lo["vector_busy_ns"] == lo_plain["scalar_busy_ns"] + lo_plain["vector_busy_ns"]
 
 
+def test_a_row_epilogue_interleaves_its_row_blocks(monkeypatch):
+    """A norm fused after a projection of 256 rows (two row blocks: the decoder's o projection) runs both blocks'
+    ops interleaved once both products are in PSUM (``GroupRunner.epilogue``'s ``in_flight``, the PSUM tiles held
+    for it: matmul._finish_block's ``holds``), the second block's first ops no longer behind the first block's
+    chain of row statistics on the in-order engines: the same bits, the same DMA, TensorE and GpSimd work, a
+    shorter program."""
+    from device_impl.compiler import steps
+
+    _, fn, shapes, _ = next(c for c in EPILOGUES if c[0] == "rmsnorm")
+    inputs = _inputs(torch.float32, *shapes)
+    run = compile_fn(fn, *inputs)
+    (step,) = [s for s in run.executable.program.steps if "epilogue" in s]
+    assert steps._epilogue_in_flight(step["epilogue"], 256, 256, np.float32) == 2
+    engine.reset_stats()
+    (out,) = [o.cpu() for o in run([t.to("neuron") for t in inputs])]
+    (stats,) = [s for k, s in engine.stats().items() if k.startswith("neff:")]
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    monkeypatch.setattr(steps, "_epilogue_in_flight", lambda *args: 1)
+    expected, plain = compiled_call(fn, *inputs)
+    np.testing.assert_array_equal(bits(out), bits(expected))
+    for engine_name in ("dma", "tensor", "gpsimd"):  # ScalarE or VectorE: each op where it finishes first
+        assert stats[f"{engine_name}_busy_ns"] == plain[f"{engine_name}_busy_ns"]
+    assert stats["device_ns"] < plain["device_ns"]
+
+
 def _rotate_half(x):
     x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
     return torch.cat((-x2, x1), dim=-1)
