@@ -17,7 +17,8 @@
    ``rotations`` (a flat group's rotate_half as one GpSimd permutation of its source's tile),
    ``prepare_weights`` (a later product's weight tiles loaded and transposed by an earlier product step),
    ``handoffs`` (an epilogue's result blocks kept in SBUF as the next product's A), ``keep_products`` (a
-   product's blocks kept in SBUF for a later product's epilogue);
+   product's blocks kept in SBUF for a later product's epilogue), ``producer_layouts`` (an attention output kept
+   in the arena in the order its product reads it);
 6. ``schedule.finish``: buffers, output materialisation, HBM arena, waits.
 """
 
@@ -325,6 +326,40 @@ def keep_products(steps: list[dict], views: dict, outputs: set[int], shapes: dic
     return steps
 
 
+def producer_layouts(steps: list[dict], views: dict, outputs: set[int]) -> dict[int, list[int]]:
+    """value -> permutation: an attention step's output whose one reader is a product reading it through a
+    transpose first (the decoder's o projection: O [B, H, S, D] read as [B, S, H, D] -> [B*S, H*D]) is kept in
+    the arena in that transposed order (``executor.Executable``: the buffer a view of its bytes laid out
+    permuted), so the product's A is a plain view of the arena and its tiles' loads read the attention's stores
+    in place, each waiting for the stores of the bytes it reads, instead of the reshape copying the value off the
+    device (read as HBM bytes, all at once after the whole attention step). The attention stores each
+    (batch, head) block as rows of D elements (strided DMA). Issue 21: "activations in the consumer's layout"."""
+    returned = {_view_base(vid, views) for vid in outputs}
+    readers: dict[int, list[tuple[int, int]]] = {}
+    for j, step in enumerate(steps):
+        for vid in schedule.step_reads(step):
+            readers.setdefault(_view_base(vid, views), []).append((j, vid))
+    found: dict[int, list[int]] = {}
+    for step in steps:
+        if step["kind"] != "attention":
+            continue
+        out = step["results"][0]
+        users = readers.get(out, [])
+        if out in returned or not users or len({j for j, _ in users}) != 1 or \
+                steps[users[0][0]]["kind"] != "dot_general":
+            continue
+        perms = set()
+        for _, vid in users:
+            while vid in views and views[vid]["src"] != out:
+                vid = views[vid]["src"]
+            view = views.get(vid)
+            perms.add(tuple(view["permutation"]) if view is not None and view["op"] == "transpose" else None)
+        (perm,) = perms if len(perms) == 1 else (None,)
+        if perm is not None and list(perm) != sorted(perm):
+            found[out] = list(perm)
+    return found
+
+
 PREPARE_SBUF_BYTES = 24 * 1024  # per partition: weight tiles made ahead and held for later products, at once
 
 
@@ -466,5 +501,8 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None, weights
                       views={v: views[v] for v in views if v in referenced}, splats=splats, buffers={},
                       steps=steps, constants=constants)
     program = schedule.finish(program)
+    for vid, perm in producer_layouts(steps, views, set(graph.outputs)).items():
+        if program.buffers.get(vid, {}).get("kind") == "scratch":
+            program.buffers[vid]["perm"] = perm  # its bytes in this order (executor.Executable.arrays)
     program.buffers.update(layouts)  # read by steps, made before the launch (layout.Layouts), never written
     return program
