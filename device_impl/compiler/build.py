@@ -185,23 +185,35 @@ def handoffs(steps: list[dict], views: dict, shapes: dict, dtypes: dict, outputs
     a full (not per-row) result of the group that is the product itself in row-major order (reshapes only) and
     is the consumer's A as [M, K] (contracting its last dim, no batch dims), the consumer's operands are
     resident (it takes the pieces only then) and every step between the two is a product (no group's tiles
-    beside the kept ones)."""
+    beside the kept ones). A standalone row group hands its blocks over the same way (the attention norm's result,
+    the q, k and v projections' A: ``GroupRunner.__call__``), where it holds whole rows of its trailing dims."""
     from device_impl.kernels.matmul import K_TILE, M_TILE, operands_resident
 
     for i, step in enumerate(steps):
         epilogue = step.get("epilogue")
-        if step["kind"] != "dot_general" or epilogue is None:
+        if step["kind"] == "fused":
+            # a standalone row group (the attention norm before the q, k and v projections): its blocks are whole
+            # rows of P rows, like a product's evacuated blocks, where it reduces over its trailing dims and holds
+            # whole rows (``_pipelined``, not ``_phased``)
+            trailing = list(range(len(step["shape"]) - len(step["reduce_dims"] or []), len(step["shape"])))
+            if step["reduce_dims"] is None or sorted(step["reduce_dims"]) != trailing or \
+                    step["tiles"]["chunk"] < step["cols"] or step["rows"] < M_TILE:
+                continue
+            rows, cols, group = step["rows"], step["cols"], step
+        elif step["kind"] != "dot_general" or epilogue is None:
             continue
-        dn = step["attrs"]["dot_dimension_numbers"]
-        if dn.get("lhs_batching_dimensions"):
-            continue
-        (product,) = step["results"]
-        rows = math.prod(shapes[product][:-1])
-        cols = shapes[product][-1]
-        if rows < M_TILE:
-            continue
-        stored = {vid: slot for slot, vid in epilogue["stores"]}
-        full = {slot for slot, (_, cls, _) in enumerate(epilogue["slots"]) if cls == "full"}
+        else:
+            dn = step["attrs"]["dot_dimension_numbers"]
+            if dn.get("lhs_batching_dimensions"):
+                continue
+            (product,) = step["results"]
+            rows = math.prod(shapes[product][:-1])
+            cols = shapes[product][-1]
+            if rows < M_TILE:
+                continue
+            group = epilogue
+        stored = {vid: slot for slot, vid in group["stores"]}
+        full = {slot for slot, (_, cls, _) in enumerate(group["slots"]) if cls == "full"}
         for j in range(i + 1, len(steps)):
             consumer = steps[j]
             if consumer["kind"] != "dot_general":

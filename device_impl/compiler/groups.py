@@ -323,6 +323,21 @@ def _interleave(blocks: list) -> None:
             entry[1] = estimate
 
 
+def handed_pieces(blocks: list[tuple]) -> dict:
+    """Result blocks (tile, rows [r0, r1), columns [c0, c1)) of a value a later product reads as its A ([M, K], K
+    the columns; compiler/build.py ``handoffs``) as that product's row-major pieces of A^T awaiting their
+    transposes: per stationary tile key (k0, k1, m0, m1), 128 columns each, as ``matmul_into``'s ``lhs_pieces``
+    takes them."""
+    from device_impl.kernels.matmul import K_TILE
+
+    pieces = {}
+    for tile, r0, r1, c0, c1 in blocks:
+        for k0 in range(c0, c1, K_TILE):
+            k1 = min(c1, k0 + K_TILE)
+            pieces[(k0, k1, r0, r1)] = [(0, r1 - r0, tile[:, k0 - c0:k1 - c0])]
+    return pieces
+
+
 class _Tapped:
     """A result's access pattern whose stored blocks are also handed to ``tap`` (``GroupRunner.epilogue``)."""
 
@@ -403,8 +418,16 @@ class GroupRunner:
         stores = {slot: env.access(vid) for slot, vid in self.stores.items()}
         if self.reduce_dims is None:
             self._flat(nc, loads, stores)
-        else:
+            return
+        handoff = self.step.get("handoff")  # a later product's A made from this group's result (build.handoffs)
+        if handoff is None:
             self._rows(nc, loads, stores)
+            return
+        pinned: list = []  # the result's tiles, kept until that product has transposed them
+        blocks: list[tuple] = []
+        self._rows(nc, loads, stores, taps={handoff["slot"]: (lambda nc_, t, *box: blocks.append((t, *box)), pinned,
+                                                             handoff.get("store", True))})
+        env.shared[("raw", handoff["lhs"], tuple(handoff["layout"]))] = (handed_pieces(blocks), pinned)
 
     def run_wide(self, nc, env) -> None:
         """The same ops on one tile per group (compiler.replay's wide core, which has no tile limits):
@@ -467,9 +490,11 @@ class GroupRunner:
         release_live_to(kept, 0)
 
     # -- reduce groups ------------------------------------------------------------------------
-    def _rows(self, nc, loads: dict, stores: dict, block: int = P) -> None:
-        """``block``: rows per block (P; all of them on compiler.replay's wide core)."""
+    def _rows(self, nc, loads: dict, stores: dict, block: int = P, taps: dict | None = None) -> None:
+        """``block``: rows per block (P; all of them on compiler.replay's wide core); ``taps`` as ``epilogue``'s."""
         access, out_access, keep = self._row_access(loads, stores)
+        for slot, (tap, live, *store) in (taps or {}).items():
+            out_access[slot] = _Tapped(out_access[slot], tap, live, *store)
         phased = self.chunk < self.cols
         group_mark = nc.mark()
         shared = {} if phased else self._hoist(nc, loads, access, keep, block)

@@ -19,7 +19,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from device_impl.compiler import counters, gather, lowering
-from device_impl.compiler.groups import Access2D, GroupRunner
+from device_impl.compiler.groups import Access2D, GroupRunner, handed_pieces
 from device_impl.compiler.program import Program
 from device_impl.engine.dtypes import compute_dtype
 from device_impl.kernels import indexing, matmul
@@ -138,7 +138,7 @@ def _dot_general(step: dict, program: Program) -> Runner:
             # its own list scheduler places among its matmuls as the blocks land (a transpose issued here, on a
             # block's evacuation, would hold this product's later matmuls behind that block's epilogue: TensorE
             # runs in program order); that product frees the tiles (``pinned``) once it has transposed them
-            env.shared[("raw", handoff["lhs"], tuple(handoff["layout"]))] = (_handed_pieces(blocks), pinned)
+            env.shared[("raw", handoff["lhs"], tuple(handoff["layout"]))] = (handed_pieces(blocks), pinned)
         if keep is not None and epilogue is None:
             env.shared[("kept", result)] = (boxes, keeping)
         for kept_tiles in (made, given, from_product):
@@ -163,18 +163,6 @@ def _epilogue_in_flight(epilogue: dict | None, n: int, k: int, dtype) -> int:
     tiles = epilogue["tiles"]
     block = tiles["bytes_per_column"] * min(n, matmul.EVACUATION_CHUNK) + tiles["row_bytes"]
     return 2 if 2 * block <= EPILOGUE_SBUF_BYTES else 1
-
-
-def _handed_pieces(blocks: list[tuple]) -> dict:
-    """An epilogue's result blocks (tile, rows [r0, r1), columns [c0, c1)) of a value a later product reads as
-    its A ([M, K], K the columns) as that product's row-major pieces of A^T awaiting their transposes: per
-    stationary tile key (k0, k1, m0, m1), 128 columns each, as ``matmul_into``'s ``lhs_pieces`` takes them."""
-    pieces = {}
-    for tile, r0, r1, c0, c1 in blocks:
-        for k0 in range(c0, c1, matmul.K_TILE):
-            k1 = min(c1, k0 + matmul.K_TILE)
-            pieces[(k0, k1, r0, r1)] = [(0, r1 - r0, tile[:, k0 - c0:k1 - c0])]
-    return pieces
 
 
 def _prepare_rhs(nc, env, program: Program, d: DotDims) -> None:

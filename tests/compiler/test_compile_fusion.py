@@ -544,6 +544,40 @@ def test_an_epilogue_hands_the_next_product_its_operand_on_chip(monkeypatch):
     torch.testing.assert_close(out, mlp(x, wg, wu, wd))
 
 
+def test_a_row_group_hands_the_next_products_their_operand_on_chip(monkeypatch):
+    """A norm whose result only the next products read as their A (the decoder's attention norm before the q, k
+    and v projections; build.handoffs, ``GroupRunner.__call__``) keeps its result blocks in SBUF for them, never
+    stored: the same bits, the value neither stored nor loaded (HBM bytes, the arena in HBM), a shorter program."""
+    from device_impl.compiler import build, memory
+
+    monkeypatch.setattr(memory, "arena_space", lambda nbytes: "hbm")
+    x, s, wq, wk = _inputs(torch.float32, (2, 128, 256), (256,), (256, 256), (256, 128))
+    wq, wk = wq / 16, wk / 16
+
+    def proj(x, s, wq, wk):
+        h = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * s).view(256, 256)
+        return (h @ wq).sum(0), (h @ wk).sum(0)
+
+    def run_once(run):
+        engine.reset_stats()
+        outs = [o.cpu() for o in run([t.to("neuron") for t in (x, s, wq, wk)])]
+        (stats,) = [v for k, v in engine.stats().items() if k.startswith("neff:")]
+        return outs, stats
+
+    run = compile_fn(proj, x, s, wq, wk)
+    (group,) = [st for st in run.executable.program.steps if st["kind"] == "fused" and "handoff" in st]
+    assert group["handoff"]["store"] is False
+    outs, stats = run_once(run)
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    monkeypatch.setattr(build, "handoffs", lambda steps, *rest: steps)
+    expected, plain = run_once(compile_fn(proj, x, s, wq, wk))
+    for out, e in zip(outs, expected):
+        np.testing.assert_array_equal(bits(out), bits(e))
+    assert plain["hbm_bytes"] - stats["hbm_bytes"] == 2 * 256 * 256 * 4  # h neither stored nor loaded
+    assert stats["device_ns"] < plain["device_ns"]
+
+
 def test_a_dma_bound_group_runs_in_two_tiles_a_compute_bound_one_in_one():
     """memory.group_plan: the rotary (5 ops, 5 loads and a store) over [128, 512] elements per partition runs
     as two [128, 256] tiles, so loads, compute and stores overlap, and is faster so; the 10-op chain keeps
