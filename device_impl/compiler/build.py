@@ -25,6 +25,7 @@
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -288,7 +289,6 @@ def keep_products(steps: list[dict], views: dict, outputs: set[int], shapes: dic
     value through reshapes only (row-major, as the product) in a slot no op writes and nothing else loads, the
     value has no other reader and is no output, every step between the two is a product (no group's tiles beside
     the kept ones) and the kept blocks fit ``KEPT_PRODUCT_BYTES`` a partition."""
-    from device_impl.kernels.common import P
 
     returned = {_view_base(vid, views) for vid in outputs}
     readers: dict[int, list[int]] = {}
@@ -306,36 +306,59 @@ def keep_products(steps: list[dict], views: dict, outputs: set[int], shapes: dic
                 math.prod(e for d, e in enumerate(rs) if d not in rb + rc))
 
     for i, step in enumerate(steps):
-        if step["kind"] != "dot_general" or "epilogue" in step:
+        if step["kind"] != "dot_general":
             continue
-        (value,) = step["results"]
-        users = readers.get(value, [])
-        if value in returned or len(users) != 1 or users[0] <= i:
-            continue
-        (j,) = users
-        consumer = steps[j]
-        if consumer["kind"] != "dot_general" or "epilogue" not in consumer or dims(consumer) != dims(step):
-            continue
-        if any(steps[t]["kind"] != "dot_general" for t in range(i + 1, j)):
-            continue
-        tail = consumer["epilogue"]
-        if tail["reduce_dims"] is not None:
-            continue
-        slots = [slot for slot, vid in tail["loads"] if _view_base(vid, views) == value]
-        if len(slots) != 1 or slots[0] == tail["product_slot"]:
-            continue
-        (slot,) = slots
-        if not _reshapes_of(dict(tail["loads"])[slot], value, views) or \
-                any(op["slot"] == slot for op in tail["ops"]):
-            continue
-        batch, m, n = dims(step)
-        if batch * m * n == 0 or batch * m * n != math.prod(shapes[value]):
-            continue
-        if batch * -(-m // P) * n * dtypes[value].itemsize > KEPT_PRODUCT_BYTES:  # a row block's n columns each
-            continue
-        step["keep"] = {"value": value}
-        consumer["kept"] = {"value": value, "slot": slot}
+        if "epilogue" in step:  # a value its epilogue stores, whole (not per row), in the product's row-major order
+            tail = step["epilogue"]
+            handed = step.get("handoff", {}).get("slot")
+            candidates = [(vid, slot) for slot, vid in tail["stores"]
+                          if tail["slots"][slot][1] == "full" and slot != handed]
+        else:
+            candidates = [(step["results"][0], None)]
+        for value, source in candidates:
+            if _keep(steps, i, value, source, readers, returned, views, shapes, dtypes, dims):
+                break
     return steps
+
+
+def _keep(steps: list[dict], i: int, value: int, source: int | None, readers: dict, returned: set, views: dict,
+          shapes: dict, dtypes: dict, dims: Callable) -> bool:
+    """``keep_products`` for one value of ``steps[i]`` (its product, ``source`` None, or its epilogue's result in
+    slot ``source``): marks the producer and the consumer, True where it keeps it."""
+    from device_impl.kernels.common import P
+    from device_impl.kernels.matmul import EVACUATION_CHUNK
+
+    step = steps[i]
+    users = readers.get(value, [])
+    if value in returned or len(users) != 1 or users[0] <= i:
+        return False
+    (j,) = users
+    consumer = steps[j]
+    if consumer["kind"] != "dot_general" or "epilogue" not in consumer or dims(consumer) != dims(step) or \
+            "kept" in consumer:
+        return False
+    if any(steps[t]["kind"] != "dot_general" for t in range(i + 1, j)):
+        return False
+    tail = consumer["epilogue"]
+    if tail["reduce_dims"] is not None:
+        return False
+    slots = [slot for slot, vid in tail["loads"] if _view_base(vid, views) == value]
+    if len(slots) != 1 or slots[0] == tail["product_slot"]:
+        return False
+    (slot,) = slots
+    if not _reshapes_of(dict(tail["loads"])[slot], value, views) or \
+            any(op["slot"] == slot for op in tail["ops"]):
+        return False
+    batch, m, n = dims(step)
+    if batch * m * n == 0 or batch * m * n != math.prod(shapes[value]):
+        return False
+    if source is not None and steps[i]["epilogue"]["reduce_dims"] is not None and n > EVACUATION_CHUNK:
+        return False  # a row epilogue's blocks are whole rows: the consumer's are EVACUATION_CHUNK columns
+    if batch * -(-m // P) * n * dtypes[value].itemsize > KEPT_PRODUCT_BYTES:  # a row block's n columns each
+        return False
+    step["keep"] = {"value": value, "slot": source}
+    consumer["kept"] = {"value": value, "slot": slot}
+    return True
 
 
 def producer_layouts(steps: list[dict], views: dict, outputs: set[int]) -> dict[int, list[int]]:

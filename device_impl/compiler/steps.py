@@ -99,6 +99,10 @@ def _dot_general(step: dict, program: Program) -> Runner:
                 blocks: list[tuple] = []
                 taps = {handoff["slot"]: (lambda nc_, t, *box: blocks.append((t, *box)), pinned,
                                           handoff.get("store", True))}
+            if keep is not None:  # a result of the epilogue kept in SBUF for a later epilogue, never stored
+                taps = dict(taps or {})
+                taps[keep["slot"]] = (lambda nc_, t, r0, r1, c0, c1: boxes.__setitem__((r0, r1, c0, c1), t),
+                                      keeping, False)
             if reads_kept is not None:
                 from_product = env.shared.pop(("kept", reads_kept["value"]), None)
                 if from_product is None:
@@ -139,8 +143,8 @@ def _dot_general(step: dict, program: Program) -> Runner:
             # block's evacuation, would hold this product's later matmuls behind that block's epilogue: TensorE
             # runs in program order); that product frees the tiles (``pinned``) once it has transposed them
             env.shared[("raw", handoff["lhs"], tuple(handoff["layout"]))] = (handed_pieces(blocks), pinned)
-        if keep is not None and epilogue is None:
-            env.shared[("kept", result)] = (boxes, keeping)
+        if keep is not None:
+            env.shared[("kept", keep["value"])] = (boxes, keeping)
         for kept_tiles in (made, given, from_product):
             if kept_tiles is not None:
                 with nc.stream(kept_tiles[1]):

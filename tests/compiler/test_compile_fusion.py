@@ -578,6 +578,41 @@ def test_a_row_group_hands_the_next_products_their_operand_on_chip(monkeypatch):
     assert stats["device_ns"] < plain["device_ns"]
 
 
+def test_an_epilogue_result_read_by_a_later_epilogue_stays_in_sbuf(monkeypatch):
+    """build.keep_products for an epilogue's result (the decoder's residual h = x + attention projection, normed
+    in the same epilogue and read again by a later product's residual add): its blocks stay in SBUF, never stored,
+    and the later epilogue reads them in place: the same bits, neither stored nor loaded (HBM bytes, the arena in
+    HBM), no slower."""
+    from device_impl.compiler import build, memory
+
+    monkeypatch.setattr(memory, "arena_space", lambda nbytes: "hbm")
+    x, w1, r, w2 = _inputs(torch.float32, (256, 256), (256, 256), (256, 256), (256, 256))
+    w1, w2 = w1 / 16, w2 / 16
+
+    def run_once(run):
+        engine.reset_stats()
+        outs = [o.cpu() for o in run([t.to("neuron") for t in (x, w1, r, w2)])]
+        (stats,) = [v for k, v in engine.stats().items() if k.startswith("neff:")]
+        return outs, stats
+
+    def f(x, w1, r, w2):
+        h = x @ w1 + r
+        return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)) @ w2 + h
+
+    run = compile_fn(f, x, w1, r, w2)
+    keeps = [st["keep"] for st in run.executable.program.steps if "keep" in st]
+    assert len(keeps) == 1 and keeps[0]["slot"] is not None  # an epilogue's result, not a bare product
+    outs, stats = run_once(run)
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    monkeypatch.setattr(build, "keep_products", lambda steps, *rest: steps)
+    expected, plain = run_once(compile_fn(f, x, w1, r, w2))
+    for out, e in zip(outs, expected):
+        np.testing.assert_array_equal(bits(out), bits(e))
+    assert plain["hbm_bytes"] - stats["hbm_bytes"] == 2 * 256 * 256 * 4  # h neither stored nor loaded
+    assert stats["device_ns"] <= plain["device_ns"]
+
+
 def test_a_dma_bound_group_runs_in_two_tiles_a_compute_bound_one_in_one():
     """memory.group_plan: the rotary (5 ops, 5 loads and a store) over [128, 512] elements per partition runs
     as two [128, 256] tiles, so loads, compute and stores overlap, and is faster so; the 10-op chain keeps
