@@ -16,13 +16,16 @@
    product's evacuation), ``share_lhs`` (consecutive products of one operand keep its SBUF tiles),
    ``rotations`` (a flat group's rotate_half as one GpSimd permutation of its source's tile),
    ``prepare_weights`` (a later product's weight tiles loaded and transposed by an earlier product step),
-   ``handoffs`` (an epilogue's result blocks kept in SBUF as the next product's A);
+   ``handoffs`` (an epilogue's result blocks kept in SBUF as the next product's A), ``keep_products`` (a
+   product's blocks kept in SBUF for a later product's epilogue), ``producer_layouts`` (an attention output kept
+   in the arena in the order its product reads it);
 6. ``schedule.finish``: buffers, output materialisation, HBM arena, waits.
 """
 
 from __future__ import annotations
 
 import math
+from typing import Callable
 
 import numpy as np
 
@@ -167,7 +170,8 @@ def share_lhs(steps: list[dict]) -> list[dict]:
     return steps
 
 
-def handoffs(steps: list[dict], views: dict, shapes: dict, dtypes: dict) -> list[dict]:
+def handoffs(steps: list[dict], views: dict, shapes: dict, dtypes: dict, outputs: set[int] = frozenset()
+             ) -> list[dict]:
     """A product whose epilogue stores a value the next product reads as its A (the o projection's norm result,
     read by the gate and up projections; the gated MLP's ``silu(g) * u``, read by the down projection) hands
     that product the value's blocks on chip: the epilogue computes each block into a tile that outlives it
@@ -175,29 +179,42 @@ def handoffs(steps: list[dict], views: dict, shapes: dict, dtypes: dict) -> list
     (``matmul_into``'s ``lhs_pieces``, ``steps._handed_pieces``), transposed by its own list scheduler among its
     matmuls as each block lands, instead of waiting for the stores, loading the blocks back and only then
     transposing them. Issue 21: "activations in the consumer's layout", as far as a row-major product goes
-    (decoder block 49.4 -> 47.0 us). The value is still stored (the fast path reads it, and so may other steps).
+    (decoder block 49.4 -> 47.0 us). The value is still stored where another step or an output reads it
+    (``_read_elsewhere``); the fast path computes it into its buffer either way.
 
     Only where the tiles line up: the producer's product has no batch dims and at least 128 rows, the value is
     a full (not per-row) result of the group that is the product itself in row-major order (reshapes only) and
     is the consumer's A as [M, K] (contracting its last dim, no batch dims), the consumer's operands are
     resident (it takes the pieces only then) and every step between the two is a product (no group's tiles
-    beside the kept ones)."""
+    beside the kept ones). A standalone row group hands its blocks over the same way (the attention norm's result,
+    the q, k and v projections' A: ``GroupRunner.__call__``), where it holds whole rows of its trailing dims."""
     from device_impl.kernels.matmul import K_TILE, M_TILE, operands_resident
 
     for i, step in enumerate(steps):
         epilogue = step.get("epilogue")
-        if step["kind"] != "dot_general" or epilogue is None:
+        if step["kind"] == "fused":
+            # a standalone row group (the attention norm before the q, k and v projections): its blocks are whole
+            # rows of P rows, like a product's evacuated blocks, where it reduces over its trailing dims and holds
+            # whole rows (``_pipelined``, not ``_phased``)
+            trailing = list(range(len(step["shape"]) - len(step["reduce_dims"] or []), len(step["shape"])))
+            if step["reduce_dims"] is None or sorted(step["reduce_dims"]) != trailing or \
+                    step["tiles"]["chunk"] < step["cols"] or step["rows"] < M_TILE:
+                continue
+            rows, cols, group = step["rows"], step["cols"], step
+        elif step["kind"] != "dot_general" or epilogue is None:
             continue
-        dn = step["attrs"]["dot_dimension_numbers"]
-        if dn.get("lhs_batching_dimensions"):
-            continue
-        (product,) = step["results"]
-        rows = math.prod(shapes[product][:-1])
-        cols = shapes[product][-1]
-        if rows < M_TILE:
-            continue
-        stored = {vid: slot for slot, vid in epilogue["stores"]}
-        full = {slot for slot, (_, cls, _) in enumerate(epilogue["slots"]) if cls == "full"}
+        else:
+            dn = step["attrs"]["dot_dimension_numbers"]
+            if dn.get("lhs_batching_dimensions"):
+                continue
+            (product,) = step["results"]
+            rows = math.prod(shapes[product][:-1])
+            cols = shapes[product][-1]
+            if rows < M_TILE:
+                continue
+            group = epilogue
+        stored = {vid: slot for slot, vid in group["stores"]}
+        full = {slot for slot, (_, cls, _) in enumerate(group["slots"]) if cls == "full"}
         for j in range(i + 1, len(steps)):
             consumer = steps[j]
             if consumer["kind"] != "dot_general":
@@ -217,9 +234,165 @@ def handoffs(steps: list[dict], views: dict, shapes: dict, dtypes: dict) -> list
             rhs = consumer["operands"][1]
             n = math.prod(extent for d, extent in enumerate(shapes[rhs]) if d not in rc)
             if operands_resident(-(-cols // K_TILE), rows, n, dtypes[lhs].itemsize, dtypes[rhs].itemsize):
-                step["handoff"] = {"slot": stored[value], "lhs": lhs, "layout": list(range(rank))}
+                step["handoff"] = {"slot": stored[value], "lhs": lhs, "layout": list(range(rank)),
+                                   "store": _read_elsewhere(steps, j, value, views, outputs, shapes, dtypes)}
             break
     return steps
+
+
+def _read_elsewhere(steps: list[dict], j: int, value: int, views: dict, outputs: set[int], shapes: dict,
+                    dtypes: dict) -> bool:
+    """Must a handed-off ``value`` still be stored? Not where the handoff's consumer ``steps[j]`` and the products
+    of its ``share_lhs`` run after it (which take the consumer's transposed tiles: their operands resident) are
+    its only readers and it is no output: no instruction would read the stored bytes (the fast path computes its
+    own; the stores were 786 KB of the decoder block's on-chip DMA)."""
+    from device_impl.kernels.matmul import K_TILE, operands_resident
+
+    if value in {_view_base(vid, views) for vid in outputs}:
+        return True
+    lhs = steps[j]["operands"][0]
+    takers = {j}
+    if steps[j].get("share_lhs") is not None and not steps[j]["share_lhs"]["last"]:
+        for t in range(j + 1, len(steps)):
+            step = steps[t]
+            if step.get("share_lhs") is None or step["operands"][0] != lhs or \
+                    step["attrs"]["dot_dimension_numbers"] != steps[j]["attrs"]["dot_dimension_numbers"]:
+                return True
+            rhs = step["operands"][1]
+            rc = step["attrs"]["dot_dimension_numbers"].get("rhs_contracting_dimensions", [])
+            k = math.prod(shapes[rhs][d] for d in rc)
+            n = math.prod(extent for d, extent in enumerate(shapes[rhs]) if d not in rc)
+            if not operands_resident(-(-k // K_TILE), math.prod(shapes[lhs]) // max(k, 1), n,
+                                     dtypes[lhs].itemsize, dtypes[rhs].itemsize):
+                return True
+            takers.add(t)
+            if step["share_lhs"]["last"]:
+                break
+    return any(_view_base(vid, views) == value for t, step in enumerate(steps) if t not in takers
+               for vid in schedule.step_reads(step))
+
+
+# per partition: a product's evacuated blocks kept in SBUF for a later product's epilogue (``keep_products``); with
+# the arena (32 KiB), resident operands (96), an epilogue block (32) and prepared weights (24) within 192 KiB
+KEPT_PRODUCT_BYTES = 8 * 1024
+
+
+def keep_products(steps: list[dict], views: dict, outputs: set[int], shapes: dict, dtypes: dict) -> list[dict]:
+    """A product that only a later product's epilogue reads (the gated MLP's gate, read by the silu * mul epilogue
+    of the up product) keeps its evacuated blocks in SBUF, in the partition layout its evacuation wrote, and that
+    epilogue reads them in place (``GroupRunner.epilogue``'s ``kept``) instead of the product being stored to the
+    arena and loaded back: 1 MB of the decoder block's on-chip DMA, on its critical path. Issue 21: "activations
+    in the consumer's layout".
+
+    Only where the blocks line up: both products have the same batch, rows and columns (so ``matmul_into`` cuts
+    them into the same [<= 128, <= EVACUATION_CHUNK] blocks), the consumer's epilogue is a flat group reading the
+    value through reshapes only (row-major, as the product) in a slot no op writes and nothing else loads, the
+    value has no other reader and is no output, every step between the two is a product (no group's tiles beside
+    the kept ones) and the kept blocks fit ``KEPT_PRODUCT_BYTES`` a partition."""
+
+    returned = {_view_base(vid, views) for vid in outputs}
+    readers: dict[int, list[int]] = {}
+    for j, step in enumerate(steps):
+        for vid in schedule.step_reads(step):
+            readers.setdefault(_view_base(vid, views), []).append(j)
+
+    def dims(step: dict) -> tuple[int, int, int] | None:
+        lhs, rhs = step["operands"]
+        dn = step["attrs"]["dot_dimension_numbers"]
+        lb, lc = dn.get("lhs_batching_dimensions", []), dn.get("lhs_contracting_dimensions", [])
+        rb, rc = dn.get("rhs_batching_dimensions", []), dn.get("rhs_contracting_dimensions", [])
+        ls, rs = shapes[lhs], shapes[rhs]
+        return (math.prod(ls[d] for d in lb), math.prod(e for d, e in enumerate(ls) if d not in lb + lc),
+                math.prod(e for d, e in enumerate(rs) if d not in rb + rc))
+
+    for i, step in enumerate(steps):
+        if step["kind"] != "dot_general":
+            continue
+        if "epilogue" in step:  # a value its epilogue stores, whole (not per row), in the product's row-major order
+            tail = step["epilogue"]
+            handed = step.get("handoff", {}).get("slot")
+            candidates = [(vid, slot) for slot, vid in tail["stores"]
+                          if tail["slots"][slot][1] == "full" and slot != handed]
+        else:
+            candidates = [(step["results"][0], None)]
+        for value, source in candidates:
+            if _keep(steps, i, value, source, readers, returned, views, shapes, dtypes, dims):
+                break
+    return steps
+
+
+def _keep(steps: list[dict], i: int, value: int, source: int | None, readers: dict, returned: set, views: dict,
+          shapes: dict, dtypes: dict, dims: Callable) -> bool:
+    """``keep_products`` for one value of ``steps[i]`` (its product, ``source`` None, or its epilogue's result in
+    slot ``source``): marks the producer and the consumer, True where it keeps it."""
+    from device_impl.kernels.common import P
+    from device_impl.kernels.matmul import EVACUATION_CHUNK
+
+    step = steps[i]
+    users = readers.get(value, [])
+    if value in returned or len(users) != 1 or users[0] <= i:
+        return False
+    (j,) = users
+    consumer = steps[j]
+    if consumer["kind"] != "dot_general" or "epilogue" not in consumer or dims(consumer) != dims(step) or \
+            "kept" in consumer:
+        return False
+    if any(steps[t]["kind"] != "dot_general" for t in range(i + 1, j)):
+        return False
+    tail = consumer["epilogue"]
+    if tail["reduce_dims"] is not None:
+        return False
+    slots = [slot for slot, vid in tail["loads"] if _view_base(vid, views) == value]
+    if len(slots) != 1 or slots[0] == tail["product_slot"]:
+        return False
+    (slot,) = slots
+    if not _reshapes_of(dict(tail["loads"])[slot], value, views) or \
+            any(op["slot"] == slot for op in tail["ops"]):
+        return False
+    batch, m, n = dims(step)
+    if batch * m * n == 0 or batch * m * n != math.prod(shapes[value]):
+        return False
+    if source is not None and steps[i]["epilogue"]["reduce_dims"] is not None and n > EVACUATION_CHUNK:
+        return False  # a row epilogue's blocks are whole rows: the consumer's are EVACUATION_CHUNK columns
+    if batch * -(-m // P) * n * dtypes[value].itemsize > KEPT_PRODUCT_BYTES:  # a row block's n columns each
+        return False
+    step["keep"] = {"value": value, "slot": source}
+    consumer["kept"] = {"value": value, "slot": slot}
+    return True
+
+
+def producer_layouts(steps: list[dict], views: dict, outputs: set[int]) -> dict[int, list[int]]:
+    """value -> permutation: an attention step's output whose one reader is a product reading it through a
+    transpose first (the decoder's o projection: O [B, H, S, D] read as [B, S, H, D] -> [B*S, H*D]) is kept in
+    the arena in that transposed order (``executor.Executable``: the buffer a view of its bytes laid out
+    permuted), so the product's A is a plain view of the arena and its tiles' loads read the attention's stores
+    in place, each waiting for the stores of the bytes it reads, instead of the reshape copying the value off the
+    device (read as HBM bytes, all at once after the whole attention step). The attention stores each
+    (batch, head) block as rows of D elements (strided DMA). Issue 21: "activations in the consumer's layout"."""
+    returned = {_view_base(vid, views) for vid in outputs}
+    readers: dict[int, list[tuple[int, int]]] = {}
+    for j, step in enumerate(steps):
+        for vid in schedule.step_reads(step):
+            readers.setdefault(_view_base(vid, views), []).append((j, vid))
+    found: dict[int, list[int]] = {}
+    for step in steps:
+        if step["kind"] != "attention":
+            continue
+        out = step["results"][0]
+        users = readers.get(out, [])
+        if out in returned or not users or len({j for j, _ in users}) != 1 or \
+                steps[users[0][0]]["kind"] != "dot_general":
+            continue
+        perms = set()
+        for _, vid in users:
+            while vid in views and views[vid]["src"] != out:
+                vid = views[vid]["src"]
+            view = views.get(vid)
+            perms.add(tuple(view["permutation"]) if view is not None and view["op"] == "transpose" else None)
+        (perm,) = perms if len(perms) == 1 else (None,)
+        if perm is not None and list(perm) != sorted(perm):
+            found[out] = list(perm)
+    return found
 
 
 PREPARE_SBUF_BYTES = 24 * 1024  # per partition: weight tiles made ahead and held for later products, at once
@@ -349,7 +522,8 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None, weights
             step["rotations"] = found
     dtypes = {vid: t.np_dtype for vid, t in graph.types.items()}
     steps = prepare_weights(steps, views, set(graph.inputs), shapes, dtypes)
-    steps = handoffs(steps, views, shapes, dtypes)
+    steps = handoffs(steps, views, shapes, dtypes, set(graph.outputs))
+    steps = keep_products(steps, views, set(graph.outputs), shapes, dtypes)
     referenced = set(graph.inputs) | set(graph.outputs) | set(views) | {v["src"] for v in views.values()}
     referenced.update(vid for step in steps if "epilogue" in step for vid in step["results"])
     for step in steps:
@@ -362,5 +536,8 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None, weights
                       views={v: views[v] for v in views if v in referenced}, splats=splats, buffers={},
                       steps=steps, constants=constants)
     program = schedule.finish(program)
+    for vid, perm in producer_layouts(steps, views, set(graph.outputs)).items():
+        if program.buffers.get(vid, {}).get("kind") == "scratch":
+            program.buffers[vid]["perm"] = perm  # its bytes in this order (executor.Executable.arrays)
     program.buffers.update(layouts)  # read by steps, made before the launch (layout.Layouts), never written
     return program

@@ -163,7 +163,9 @@ class Executable:
         self.output_specs = [(program.shape(v), torch_dtype(program.types[v][1])) for v in program.outputs]
         self.scratch_bytes = int(program.memory.get("scratch_bytes", 0))
         self.arena_onchip = bool(self.scratch_bytes) and program.memory.get("arena") == "sbuf"
-        self.scratch_views = [(vid, b["offset"], tuple(program.shape(vid)), program.dtype(vid))
+        # (vid, offset, shape, dtype, permutation or None): a buffer with a permutation (build.producer_layouts)
+        # holds its value's elements in that order, its array the view that puts them back in the value's
+        self.scratch_views = [(vid, b["offset"], tuple(program.shape(vid)), program.dtype(vid), b.get("perm"))
                               for vid, b in program.buffers.items() if b["kind"] == "scratch"]
         self.output_buffers = [(vid, b["index"]) for vid, b in program.buffers.items() if b["kind"] == "output"]
         self.input_buffers = [(vid, b["index"]) for vid, b in program.buffers.items() if b["kind"] == "input"]
@@ -216,8 +218,12 @@ class Executable:
         arrays.update(constants)
         if arena is not None:
             # one constructor a buffer (slice, view and reshape were three numpy calls each, for ~50 buffers)
-            for vid, offset, shape, dtype in self.scratch_views:
-                arrays[vid] = np.ndarray(shape, dtype, buffer=arena, offset=offset)
+            for vid, offset, shape, dtype, perm in self.scratch_views:
+                if perm is None:
+                    arrays[vid] = np.ndarray(shape, dtype, buffer=arena, offset=offset)
+                else:
+                    laid = np.ndarray(tuple(shape[d] for d in perm), dtype, buffer=arena, offset=offset)
+                    arrays[vid] = laid.transpose(np.argsort(perm))
         return arrays
 
     def arena_tile(self, nc) -> tuple[Tile, np.ndarray]:

@@ -302,14 +302,51 @@ def _repeated_loads(loads: dict, ranges: list, written: set[int]) -> dict[int, t
 EPILOGUE_HOIST_BYTES = 16 * 1024
 
 
+def _interleave(blocks: list) -> None:
+    """Run row blocks' op generators (``GroupRunner._steps``, which yield (start, duration) estimates before each
+    op) to the end, the oldest block's op first unless a newer block's next op would finish before it could start
+    (``GroupRunner._pipelined``'s rule, for blocks all in flight at once)."""
+    running = []
+    for gen in blocks:
+        estimate = next(gen, None)
+        if estimate is not None:
+            running.append([gen, estimate])
+    while running:
+        entry = running[0]
+        for other in running[1:]:
+            if sum(other[1]) <= entry[1][0]:
+                entry = other
+        estimate = next(entry[0], None)
+        if estimate is None:
+            running.remove(entry)
+        else:
+            entry[1] = estimate
+
+
+def handed_pieces(blocks: list[tuple]) -> dict:
+    """Result blocks (tile, rows [r0, r1), columns [c0, c1)) of a value a later product reads as its A ([M, K], K
+    the columns; compiler/build.py ``handoffs``) as that product's row-major pieces of A^T awaiting their
+    transposes: per stationary tile key (k0, k1, m0, m1), 128 columns each, as ``matmul_into``'s ``lhs_pieces``
+    takes them."""
+    from device_impl.kernels.matmul import K_TILE
+
+    pieces = {}
+    for tile, r0, r1, c0, c1 in blocks:
+        for k0 in range(c0, c1, K_TILE):
+            k1 = min(c1, k0 + K_TILE)
+            pieces[(k0, k1, r0, r1)] = [(0, r1 - r0, tile[:, k0 - c0:k1 - c0])]
+    return pieces
+
+
 class _Tapped:
     """A result's access pattern whose stored blocks are also handed to ``tap`` (``GroupRunner.epilogue``)."""
 
-    __slots__ = ("access", "tap", "live")
+    __slots__ = ("access", "tap", "live", "store")
 
-    def __init__(self, access: "Access2D", tap: Callable, live: list) -> None:
-        # ``live``: the scope the result's tiles are allocated in, so they outlive the block (the caller frees)
-        self.access, self.tap, self.live = access, tap, live
+    def __init__(self, access: "Access2D", tap: Callable, live: list, store: bool = True) -> None:
+        # ``live``: the scope the result's tiles are allocated in, so they outlive the block (the caller frees);
+        # ``store``: False where no instruction reads the stored bytes (build.handoffs: only the tap's taker)
+        self.access, self.tap, self.live, self.store = access, tap, live, store
 
     def pieces(self, r0: int, r1: int, c0: int, c1: int):
         return self.access.pieces(r0, r1, c0, c1)
@@ -381,8 +418,16 @@ class GroupRunner:
         stores = {slot: env.access(vid) for slot, vid in self.stores.items()}
         if self.reduce_dims is None:
             self._flat(nc, loads, stores)
-        else:
+            return
+        handoff = self.step.get("handoff")  # a later product's A made from this group's result (build.handoffs)
+        if handoff is None:
             self._rows(nc, loads, stores)
+            return
+        pinned: list = []  # the result's tiles, kept until that product has transposed them
+        blocks: list[tuple] = []
+        self._rows(nc, loads, stores, taps={handoff["slot"]: (lambda nc_, t, *box: blocks.append((t, *box)), pinned,
+                                                             handoff.get("store", True))})
+        env.shared[("raw", handoff["lhs"], tuple(handoff["layout"]))] = (handed_pieces(blocks), pinned)
 
     def run_wide(self, nc, env) -> None:
         """The same ops on one tile per group (compiler.replay's wide core, which has no tile limits):
@@ -445,9 +490,11 @@ class GroupRunner:
         release_live_to(kept, 0)
 
     # -- reduce groups ------------------------------------------------------------------------
-    def _rows(self, nc, loads: dict, stores: dict, block: int = P) -> None:
-        """``block``: rows per block (P; all of them on compiler.replay's wide core)."""
+    def _rows(self, nc, loads: dict, stores: dict, block: int = P, taps: dict | None = None) -> None:
+        """``block``: rows per block (P; all of them on compiler.replay's wide core); ``taps`` as ``epilogue``'s."""
         access, out_access, keep = self._row_access(loads, stores)
+        for slot, (tap, live, *store) in (taps or {}).items():
+            out_access[slot] = _Tapped(out_access[slot], tap, live, *store)
         phased = self.chunk < self.cols
         group_mark = nc.mark()
         shared = {} if phased else self._hoist(nc, loads, access, keep, block)
@@ -458,7 +505,8 @@ class GroupRunner:
         nc.release_to(group_mark)
 
     def epilogue(self, env, rows: int, cols: int, product_slot: int, nc=None, block: int = P,
-                 taps: dict[int, tuple[Callable, list]] | None = None):
+                 taps: dict[int, tuple[Callable, list]] | None = None, kept: dict[int, dict] | None = None,
+                 in_flight: int = 1):
         """This group as a matmul epilogue (compiler/build.py ``attach_epilogues``): a function
         ``(nc, tile, r0, r1, c0, c1)`` that takes over the store of rows [r0, r1) and columns [c0, c1)
         of the [rows, cols] product (``tile``, the product's slot) and runs the group's ops on that
@@ -470,10 +518,21 @@ class GroupRunner:
         read once for the whole product and copied to the partitions of a ``block``-row tile on GpSimdE
         (``_hoist``), instead of a [P, C] broadcast DMA for every product block.
 
-        ``taps``: slot -> (``tap(nc, tile, r0, r1, c0, c1)``, ``live``): each block of that result is computed
+        ``taps``: slot -> (``tap(nc, tile, r0, r1, c0, c1)``, ``live``[, ``store``]): each block of that result is computed
         into a tile allocated in ``live`` (a scope the caller keeps and frees) and handed to ``tap`` as it is
         stored (compiler/build.py ``handoffs``: a later product's A^T made from it on chip, once TensorE has
-        issued the product's matmuls)."""
+        issued the product's matmuls); ``store`` False: handed over only, no DMA store (no instruction reads it).
+
+        ``kept``: slot -> {(r0, r1, c0, c1): tile}: that load's blocks already in SBUF, in this product's block
+        layout (an earlier product's evacuated blocks, compiler/build.py ``keep_products``), read in place instead
+        of loaded; their owner frees them.
+
+        ``in_flight`` > 1 (a row group): the blocks of product tiles the matmul hands over (``holds``: it appends
+        each PSUM tile before its blocks reach ``run``, and leaves it to this epilogue to free) are run
+        ``in_flight`` at a time, their ops interleaved as ``_pipelined`` interleaves a row group's blocks: the
+        engines run in order, and block i + 1's first ops, ready when its product is, went in behind block i's
+        chain of row statistics (the decoder's o projection's norm). ``run.flush(nc)`` runs the blocks still
+        pending (the caller's, after the product)."""
         loads = {slot: env.access(vid) for slot, vid in self.loads.items() if slot != product_slot}
         stores = {slot: env.access(vid) for slot, vid in self.stores.items()}
         shared: dict[int, Tile] = {}
@@ -485,19 +544,44 @@ class GroupRunner:
             access, out_access, keep = self._row_access(loads, stores)
             if nc is not None:
                 shared = self._hoist(nc, loads, access, keep, block, min(self.hoist_bytes, EPILOGUE_HOIST_BYTES))
-        for slot, (tap, live) in (taps or {}).items():
-            out_access[slot] = _Tapped(out_access[slot], tap, live)
+        for slot, (tap, live, *store) in (taps or {}).items():
+            out_access[slot] = _Tapped(out_access[slot], tap, live, *store)
 
-        def run(nc, tile, r0: int, r1: int, c0: int, c1: int) -> None:
+        held: list = []  # product tiles the matmul left to this epilogue (``in_flight``)
+        pending: list[tuple] = []  # their blocks, not yet run
+
+        def tiles_of(tile, r0: int, r1: int, c0: int, c1: int) -> dict:
             tiles = {product_slot: tile}
+            for slot, boxes in (kept or {}).items():
+                tiles[slot] = boxes[(r0, r1, c0, c1)]
             for slot, t in shared.items():
                 if r1 - r0 <= t.partitions:
                     tiles[slot] = t if r1 - r0 == t.partitions else t[0:r1 - r0, :]
+            return tiles
+
+        def flush(nc) -> None:
+            blocks = [self._steps(nc, self.ops, r0, r1, c0, c1, access, out_access, tiles_of(tile, r0, r1, c0, c1),
+                                  None) for tile, r0, r1, c0, c1 in pending]
+            pending.clear()
+            _interleave(blocks)
+            for t in held:
+                nc.release(t)
+            held.clear()
+
+        def run(nc, tile, r0: int, r1: int, c0: int, c1: int) -> None:
+            if any(tile.root is t for t in held):
+                pending.append((tile, r0, r1, c0, c1))
+                if len(pending) >= in_flight:
+                    flush(nc)
+                return
             with nc.scope():
-                self._pass(nc, self.ops, r0, r1, c0, c1, access, out_access, tiles, None)
+                self._pass(nc, self.ops, r0, r1, c0, c1, access, out_access, tiles_of(tile, r0, r1, c0, c1), None)
 
         # the product is read by the ops, never stored from this tile: it may stay in PSUM (matmul._finish_block)
         run.reads_psum = product_slot not in stores and product_slot not in (taps or {})
+        if in_flight > 1 and self.reduce_dims is not None and run.reads_psum:
+            run.holds = held
+        run.flush = flush
         return run
 
     def _row_access(self, loads: dict, stores: dict) -> tuple[dict, dict, list[int]]:
@@ -634,8 +718,9 @@ class GroupRunner:
 
     def _store(self, nc, tile, slot: int, out_access: dict, r0: int, r1: int, c0: int, c1: int) -> None:
         p, c = tile.shape
-        for a0, a1, b0, b1, view in out_access[slot].pieces(r0, r1, c0, c1):
-            nc.dma.store(view, tile if (a0, a1, b0, b1) == (0, p, 0, c) else tile[a0:a1, b0:b1])
+        if getattr(out_access[slot], "store", True):
+            for a0, a1, b0, b1, view in out_access[slot].pieces(r0, r1, c0, c1):
+                nc.dma.store(view, tile if (a0, a1, b0, b1) == (0, p, 0, c) else tile[a0:a1, b0:b1])
         tap = getattr(out_access[slot], "tap", None)
         if tap is not None:
             tap(nc, tile, r0, r1, c0, c1)

@@ -19,7 +19,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from device_impl.compiler import counters, gather, lowering
-from device_impl.compiler.groups import Access2D, GroupRunner
+from device_impl.compiler.groups import Access2D, GroupRunner, handed_pieces
 from device_impl.compiler.program import Program
 from device_impl.engine.dtypes import compute_dtype
 from device_impl.kernels import indexing, matmul
@@ -76,9 +76,19 @@ def _dot_general(step: dict, program: Program) -> Runner:
                if s["kind"] == "dot_general" and s["results"][0] in step.get("prepare", ())]
 
     handoff = step.get("handoff")  # a later product's A^T made from this epilogue's result (build.handoffs)
+    keep = step.get("keep")  # this product's blocks kept in SBUF for a later epilogue (build.keep_products)
+    reads_kept = step.get("kept")  # an earlier product's kept blocks, read in place by this step's epilogue
+    in_flight = _epilogue_in_flight(epilogue, n, k, program.dtype(result))
 
     def run(nc, env) -> None:
-        if epilogue is None:
+        boxes: dict = {}
+        keeping: list = []  # the scope of the kept blocks (``keep``), handed to their reader, which frees it
+        from_product = None  # (blocks, scope) an earlier product kept for this epilogue (``reads_kept``)
+        if epilogue is None and keep is not None:  # never stored: the consumer's epilogue reads the blocks
+            out = np.lib.stride_tricks.as_strided(np.zeros(1, program.dtype(result)), (batch, m, n), (0, 0, 0))
+            tail = lambda nc_, t, r0, r1, c0, c1: boxes.__setitem__((r0, r1, c0, c1), t)  # noqa: E731
+            tail.keeps, tail.reads_psum = keeping, False
+        elif epilogue is None:
             out = env.access(result).reshape(batch, m, n)
             tail = None
         else:  # the product never reaches HBM: a stand-in that only gives matmul_into its shape and dtype
@@ -87,8 +97,20 @@ def _dot_general(step: dict, program: Program) -> Runner:
             if handoff is not None:
                 pinned: list = []  # the value's result tiles, kept until they are transposed below
                 blocks: list[tuple] = []
-                taps = {handoff["slot"]: (lambda nc_, t, *box: blocks.append((t, *box)), pinned)}
-            tail = tail_group.epilogue(env, batch * m, n, epilogue["product_slot"], nc, min(m, matmul.M_TILE), taps)
+                taps = {handoff["slot"]: (lambda nc_, t, *box: blocks.append((t, *box)), pinned,
+                                          handoff.get("store", True))}
+            if keep is not None:  # a result of the epilogue kept in SBUF for a later epilogue, never stored
+                taps = dict(taps or {})
+                taps[keep["slot"]] = (lambda nc_, t, r0, r1, c0, c1: boxes.__setitem__((r0, r1, c0, c1), t),
+                                      keeping, False)
+            if reads_kept is not None:
+                from_product = env.shared.pop(("kept", reads_kept["value"]), None)
+                if from_product is None:
+                    raise RuntimeError(f"compiled program {program.name}: the product kept in SBUF for a later "
+                                       "epilogue was not made (a compiler bug: build.keep_products)")
+            tail = tail_group.epilogue(env, batch * m, n, epilogue["product_slot"], nc, min(m, matmul.M_TILE), taps,
+                                       None if from_product is None else {reads_kept["slot"]: from_product[0]},
+                                       in_flight)
         if out.size == 0:
             return
         a = env.access(lhs).transpose(lb + lf + lc).reshape(batch, m, k)
@@ -102,10 +124,14 @@ def _dot_general(step: dict, program: Program) -> Runner:
                     lambda nc_, t, m0, m1, n0, n1, i=i: tail(nc_, t, i * m + m0, i * m + m1, n0, n1))
                 if block is not None:
                     block.reads_psum = tail.reads_psum
+                    block.keeps = getattr(tail, "keeps", None)
+                    block.holds = getattr(tail, "holds", None)
                 kept = None if share is None else env.shared.setdefault((lhs, layout, i), ({}, []))
                 matmul.matmul_into(nc, out[i], a[i], b[i], epilogue=block, lhs_tiles=kept,
                                    rhs_tiles=made if batch == 1 else None,
                                    lhs_pieces=None if given is None else given[0])
+                if epilogue is not None:
+                    tail.flush(nc)  # the blocks it holds (``in_flight``), in this scope, where their PSUM tiles are
         if share is not None and share["last"]:
             for i in range(batch):
                 _, live = env.shared.pop((lhs, layout, i), ({}, []))
@@ -116,8 +142,10 @@ def _dot_general(step: dict, program: Program) -> Runner:
             # its own list scheduler places among its matmuls as the blocks land (a transpose issued here, on a
             # block's evacuation, would hold this product's later matmuls behind that block's epilogue: TensorE
             # runs in program order); that product frees the tiles (``pinned``) once it has transposed them
-            env.shared[("raw", handoff["lhs"], tuple(handoff["layout"]))] = (_handed_pieces(blocks), pinned)
-        for kept_tiles in (made, given):
+            env.shared[("raw", handoff["lhs"], tuple(handoff["layout"]))] = (handed_pieces(blocks), pinned)
+        if keep is not None:
+            env.shared[("kept", keep["value"])] = (boxes, keeping)
+        for kept_tiles in (made, given, from_product):
             if kept_tiles is not None:
                 with nc.stream(kept_tiles[1]):
                     nc.release_to(0)
@@ -127,16 +155,18 @@ def _dot_general(step: dict, program: Program) -> Runner:
     return run
 
 
-def _handed_pieces(blocks: list[tuple]) -> dict:
-    """An epilogue's result blocks (tile, rows [r0, r1), columns [c0, c1)) of a value a later product reads as
-    its A ([M, K], K the columns) as that product's row-major pieces of A^T awaiting their transposes: per
-    stationary tile key (k0, k1, m0, m1), 128 columns each, as ``matmul_into``'s ``lhs_pieces`` takes them."""
-    pieces = {}
-    for tile, r0, r1, c0, c1 in blocks:
-        for k0 in range(c0, c1, matmul.K_TILE):
-            k1 = min(c1, k0 + matmul.K_TILE)
-            pieces[(k0, k1, r0, r1)] = [(0, r1 - r0, tile[:, k0 - c0:k1 - c0])]
-    return pieces
+def _epilogue_in_flight(epilogue: dict | None, n: int, k: int, dtype) -> int:
+    """How many of a product's row blocks its row-group epilogue runs at once (``GroupRunner.epilogue``'s
+    ``in_flight``): two where two blocks' planned tiles fit the epilogue's SBUF budget (build.EPILOGUE_SBUF_BYTES)
+    and the product stays in PSUM for it (fp32, a contraction to run: ``matmul._finish_block``'s ``direct``),
+    else one (each block's ops as it is evacuated)."""
+    from device_impl.compiler.build import EPILOGUE_SBUF_BYTES
+
+    if epilogue is None or epilogue["reduce_dims"] is None or k == 0 or np.dtype(dtype) != np.float32:
+        return 1
+    tiles = epilogue["tiles"]
+    block = tiles["bytes_per_column"] * min(n, matmul.EVACUATION_CHUNK) + tiles["row_bytes"]
+    return 2 if 2 * block <= EPILOGUE_SBUF_BYTES else 1
 
 
 def _prepare_rhs(nc, env, program: Program, d: DotDims) -> None:

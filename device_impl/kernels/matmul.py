@@ -254,8 +254,8 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
         acc = nc.psum_tile((m1 - m0, n1 - n0), FP32)
         for j, (stationary, moving) in enumerate(current):
             nc.tensor.matmul(acc, stationary, moving, accumulate=j > 0)
-        _finish_block(nc, out2d[m0:m1, n0:n1], acc, alpha, beta, bias2d, m0, m1, n0, n1, epilogue)
-        nc.release(acc)
+        if not _finish_block(nc, out2d[m0:m1, n0:n1], acc, alpha, beta, bias2d, m0, m1, n0, n1, epilogue, True):
+            nc.release(acc)
         if upcoming is None:
             break
         if following[0] != m0:
@@ -300,8 +300,10 @@ def _run_resident(nc, order, keys, lhs: _Operand, rhs: _Operand, blocks, k_range
             accs[b] = nc.psum_tile((m1 - m0, n1 - n0), FP32)
         nc.tensor.matmul(accs[b], lhs.tile(*lkey), rhs.tile(*rkey), accumulate=j > 0)
         if j == len(k_ranges) - 1:
-            _finish_block(nc, out2d[m0:m1, n0:n1], accs[b], alpha, beta, bias2d, m0, m1, n0, n1, epilogue)
-            nc.release(accs.pop(b))
+            if not _finish_block(nc, out2d[m0:m1, n0:n1], accs[b], alpha, beta, bias2d, m0, m1, n0, n1, epilogue,
+                                 True):
+                nc.release(accs[b])
+            del accs[b]
 
 
 def _next_transpose(nc, window: list, lhs: _Operand, rhs: _Operand, lkey: tuple, rkey: tuple) -> int:
@@ -385,10 +387,14 @@ def psum_to_sbuf(nc, dst, src, scale: float = 1.0) -> None:
 
 
 def _finish_block(nc, out_block: np.ndarray, acc, alpha: float, beta: float, bias2d, m0, m1, n0, n1,
-                  epilogue: Epilogue | None = None) -> None:
+                  epilogue: Epilogue | None = None, may_hold: bool = False) -> bool:
     """PSUM -> SBUF (x alpha), + beta * bias, -> HBM, in 256-column chunks shared between ScalarE
     and VectorE: chunks evacuate in parallel and each is stored as soon as it is ready, which
-    shortens the tail after the last matmul."""
+    shortens the tail after the last matmul.
+
+    True when the epilogue took ``acc`` itself (``holds``: an epilogue that reads the product in PSUM and runs
+    later, interleaved with the next blocks' epilogues, frees it; only where the caller's ``acc`` is its own
+    allocation, ``may_hold``): the caller must then not release it."""
     mark = nc.mark()
     rows, cols = acc.shape
     with_bias = bias2d is not None and beta != 0
@@ -397,13 +403,23 @@ def _finish_block(nc, out_block: np.ndarray, acc, alpha: float, beta: float, bia
     # instruction on the chain before the epilogue's first op
     direct = (epilogue is not None and getattr(epilogue, "reads_psum", False) and not with_bias and alpha == 1
               and out_block.dtype == FP32)
+    # an epilogue that keeps the evacuated blocks (``keeps``: a scope its caller holds and frees; the compiler's
+    # ``build.keep_products``) gets each one allocated there, so it outlives this block
+    keeps = None if epilogue is None or with_bias else getattr(epilogue, "keeps", None)
+    holds = getattr(epilogue, "holds", None) if direct and may_hold else None
+    if holds is not None:
+        holds.append(acc)  # before the epilogue sees its blocks: it defers only the blocks of tiles it holds
     for c0 in range(0, cols, EVACUATION_CHUNK):
         c1 = min(cols, c0 + EVACUATION_CHUNK)
         part = acc[:, c0:c1]
         if direct:
             epilogue(nc, part, m0, m1, n0 + c0, n0 + c1)
             continue
-        result = nc.sbuf_tile((rows, c1 - c0), FP32 if with_bias else out_block.dtype)
+        if keeps is not None:
+            with nc.stream(keeps):
+                result = nc.sbuf_tile((rows, c1 - c0), out_block.dtype)
+        else:
+            result = nc.sbuf_tile((rows, c1 - c0), FP32 if with_bias else out_block.dtype)
         psum_to_sbuf(nc, result, part, alpha)
         if with_bias:
             bias = nc.sbuf_tile(result.shape, bias2d.dtype)
@@ -420,6 +436,7 @@ def _finish_block(nc, out_block: np.ndarray, acc, alpha: float, beta: float, bia
         else:
             epilogue(nc, result, m0, m1, n0 + c0, n0 + c1)
     nc.release_to(mark)
+    return holds is not None
 
 
 def _check_float(name: str, *tensors: torch.Tensor) -> None:

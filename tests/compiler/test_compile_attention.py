@@ -302,3 +302,46 @@ def test_the_compiler_version_covers_the_kernels_compiled_steps_run():
     names = {name for name, _ in neff.digested_sources()}
     assert {"compiler/steps.py", "kernels/attention.py", "kernels/matmul.py", "engine/isa.py",
             "engine/timeline.py"} <= names
+
+
+def test_attention_output_is_kept_in_the_order_its_projection_reads(fresh, monkeypatch):
+    """build.producer_layouts: O [B, H, S, D], read only by the output projection as [B*S, H*D] (a transpose
+    first), is kept in the arena as [B, S, H, D], so the product's A is a view of the arena, not a copy made off
+    the device: the same bits, O's bytes no longer read as HBM bytes, and no slower (the projection's loads wait
+    for the stores of the rows they read, not for the whole attention step)."""
+    import numpy as np
+
+    from device_impl.compiler import backend, build, executor
+
+    monkeypatch.setattr(executor, "STATIC_REPLAY", False)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 128, 32, generator=g) for _ in range(3))
+    w = torch.randn(128, 128, generator=g) / 128 ** 0.5
+
+    def f(q, k, v, w):
+        return SDPA(q, k, v, is_causal=True).transpose(1, 2).reshape(256, 128) @ w
+
+    def run_once():
+        engine.reset_stats()
+        out = torch.compile(f, backend="neuron", fullgraph=True)(*_neuron(q, k, v, w))
+        assert compiler.stats()["fallbacks"] == 0
+        (stats,) = [s for key, s in engine.stats().items() if key.startswith("neff:")]
+        (program,) = _programs()
+        return out.cpu(), stats, program
+
+    out, stats, program = run_once()
+    (step,) = [s for s in program.steps if s["kind"] == "attention"]
+    assert program.buffers[step["results"][0]].get("perm") == [0, 2, 1, 3]
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(fresh / "plain"))
+    backend.reload_settings()
+    monkeypatch.setattr(build, "producer_layouts", lambda *args: {})
+    expected, plain, plain_program = run_once()
+    (plain_step,) = [s for s in plain_program.steps if s["kind"] == "attention"]
+    assert "perm" not in plain_program.buffers[plain_step["results"][0]]
+    np.testing.assert_array_equal(out.view(torch.int32).numpy(), expected.view(torch.int32).numpy())
+    assert program.memory["arena"] == "sbuf"  # O read from the arena on chip: its bytes leave the HBM count
+    assert plain["hbm_bytes"] - stats["hbm_bytes"] == 2 * 4 * 128 * 32 * 4
+    assert stats["device_ns"] <= plain["device_ns"]
+    torch.testing.assert_close(out, f(q, k, v, w), rtol=1e-4, atol=1e-5)

@@ -347,6 +347,32 @@ def test_an_fp32_epilogue_reads_its_product_in_psum(name, monkeypatch):
     assert lo["scalar_busy_ns"] + lo["vector_busy_ns"] == lo_plain["scalar_busy_ns"] + lo_plain["vector_busy_ns"]
 
 
+def test_a_row_epilogue_interleaves_its_row_blocks(monkeypatch):
+    """A norm fused after a projection of 256 rows (two row blocks: the decoder's o projection) runs both blocks'
+    ops interleaved once both products are in PSUM (``GroupRunner.epilogue``'s ``in_flight``, the PSUM tiles held
+    for it: matmul._finish_block's ``holds``), the second block's first ops no longer behind the first block's
+    chain of row statistics on the in-order engines: the same bits, the same DMA, TensorE and GpSimd work, a
+    shorter program."""
+    from device_impl.compiler import steps
+
+    _, fn, shapes, _ = next(c for c in EPILOGUES if c[0] == "rmsnorm")
+    inputs = _inputs(torch.float32, *shapes)
+    run = compile_fn(fn, *inputs)
+    (step,) = [s for s in run.executable.program.steps if "epilogue" in s]
+    assert steps._epilogue_in_flight(step["epilogue"], 256, 256, np.float32) == 2
+    engine.reset_stats()
+    (out,) = [o.cpu() for o in run([t.to("neuron") for t in inputs])]
+    (stats,) = [s for k, s in engine.stats().items() if k.startswith("neff:")]
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    monkeypatch.setattr(steps, "_epilogue_in_flight", lambda *args: 1)
+    expected, plain = compiled_call(fn, *inputs)
+    np.testing.assert_array_equal(bits(out), bits(expected))
+    for engine_name in ("dma", "tensor", "gpsimd"):  # ScalarE or VectorE: each op where it finishes first
+        assert stats[f"{engine_name}_busy_ns"] == plain[f"{engine_name}_busy_ns"]
+    assert stats["device_ns"] < plain["device_ns"]
+
+
 def _rotate_half(x):
     x1, x2 = x[..., : x.shape[-1] // 2], x[..., x.shape[-1] // 2:]
     return torch.cat((-x2, x1), dim=-1)
@@ -481,7 +507,7 @@ def test_products_of_one_operand_share_its_sbuf_tiles(monkeypatch):
 def test_an_epilogue_hands_the_next_product_its_operand_on_chip(monkeypatch):
     """A gated MLP (build.handoffs): the up product's epilogue, silu(g) * u, keeps its result blocks in SBUF for
     the down product, which transposes them as they land instead of loading them back after their stores; the
-    same bits, the value still stored but not read back (HBM bytes, with the arena in HBM), and the program no
+    same bits, the value neither stored nor read back (HBM bytes, with the arena in HBM), and the program no
     slower; without the pass the down product loads it."""
     from device_impl.compiler import build, memory
 
@@ -511,10 +537,80 @@ def test_an_epilogue_hands_the_next_product_its_operand_on_chip(monkeypatch):
     assert not [s for s in plain.executable.program.steps if "handoff" in s]
     expected, plain_stats = run_once(plain)
     np.testing.assert_array_equal(bits(out), bits(expected))
-    assert plain_stats["hbm_bytes"] - stats["hbm_bytes"] == 256 * 512 * 4  # silu(g) * u not read back
+    # silu(g) * u neither read back nor stored: the down product is its only reader (handoff "store" False)
+    assert plain_stats["hbm_bytes"] - stats["hbm_bytes"] == 2 * 256 * 512 * 4
     assert stats["tensor_busy_ns"] == plain_stats["tensor_busy_ns"]  # the same transposes, placed earlier
     assert stats["device_ns"] < plain_stats["device_ns"]
     torch.testing.assert_close(out, mlp(x, wg, wu, wd))
+
+
+def test_a_row_group_hands_the_next_products_their_operand_on_chip(monkeypatch):
+    """A norm whose result only the next products read as their A (the decoder's attention norm before the q, k
+    and v projections; build.handoffs, ``GroupRunner.__call__``) keeps its result blocks in SBUF for them, never
+    stored: the same bits, the value neither stored nor loaded (HBM bytes, the arena in HBM), a shorter program."""
+    from device_impl.compiler import build, memory
+
+    monkeypatch.setattr(memory, "arena_space", lambda nbytes: "hbm")
+    x, s, wq, wk = _inputs(torch.float32, (2, 128, 256), (256,), (256, 256), (256, 128))
+    wq, wk = wq / 16, wk / 16
+
+    def proj(x, s, wq, wk):
+        h = (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * s).view(256, 256)
+        return (h @ wq).sum(0), (h @ wk).sum(0)
+
+    def run_once(run):
+        engine.reset_stats()
+        outs = [o.cpu() for o in run([t.to("neuron") for t in (x, s, wq, wk)])]
+        (stats,) = [v for k, v in engine.stats().items() if k.startswith("neff:")]
+        return outs, stats
+
+    run = compile_fn(proj, x, s, wq, wk)
+    (group,) = [st for st in run.executable.program.steps if st["kind"] == "fused" and "handoff" in st]
+    assert group["handoff"]["store"] is False
+    outs, stats = run_once(run)
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    monkeypatch.setattr(build, "handoffs", lambda steps, *rest: steps)
+    expected, plain = run_once(compile_fn(proj, x, s, wq, wk))
+    for out, e in zip(outs, expected):
+        np.testing.assert_array_equal(bits(out), bits(e))
+    assert plain["hbm_bytes"] - stats["hbm_bytes"] == 2 * 256 * 256 * 4  # h neither stored nor loaded
+    assert stats["device_ns"] < plain["device_ns"]
+
+
+def test_an_epilogue_result_read_by_a_later_epilogue_stays_in_sbuf(monkeypatch):
+    """build.keep_products for an epilogue's result (the decoder's residual h = x + attention projection, normed
+    in the same epilogue and read again by a later product's residual add): its blocks stay in SBUF, never stored,
+    and the later epilogue reads them in place: the same bits, neither stored nor loaded (HBM bytes, the arena in
+    HBM), no slower."""
+    from device_impl.compiler import build, memory
+
+    monkeypatch.setattr(memory, "arena_space", lambda nbytes: "hbm")
+    x, w1, r, w2 = _inputs(torch.float32, (256, 256), (256, 256), (256, 256), (256, 256))
+    w1, w2 = w1 / 16, w2 / 16
+
+    def run_once(run):
+        engine.reset_stats()
+        outs = [o.cpu() for o in run([t.to("neuron") for t in (x, w1, r, w2)])]
+        (stats,) = [v for k, v in engine.stats().items() if k.startswith("neff:")]
+        return outs, stats
+
+    def f(x, w1, r, w2):
+        h = x @ w1 + r
+        return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6)) @ w2 + h
+
+    run = compile_fn(f, x, w1, r, w2)
+    keeps = [st["keep"] for st in run.executable.program.steps if "keep" in st]
+    assert len(keeps) == 1 and keeps[0]["slot"] is not None  # an epilogue's result, not a bare product
+    outs, stats = run_once(run)
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    monkeypatch.setattr(build, "keep_products", lambda steps, *rest: steps)
+    expected, plain = run_once(compile_fn(f, x, w1, r, w2))
+    for out, e in zip(outs, expected):
+        np.testing.assert_array_equal(bits(out), bits(e))
+    assert plain["hbm_bytes"] - stats["hbm_bytes"] == 2 * 256 * 256 * 4  # h neither stored nor loaded
+    assert stats["device_ns"] <= plain["device_ns"]
 
 
 def test_a_dma_bound_group_runs_in_two_tiles_a_compute_bound_one_in_one():

@@ -21,7 +21,16 @@ def settings(monkeypatch, no_neff_cache):
 
 
 def mlp(x, w1, w2, w3):
-    """A SwiGLU MLP: the gate and up products and their product cross step boundaries."""
+    """A SwiGLU MLP whose gate is also read by the down product's epilogue (a residual-like add): the gate crosses
+    step boundaries through the arena (a plain gated MLP keeps all its values in SBUF: build.keep_products,
+    build.handoffs; ``test_a_gated_mlp_keeps_its_values_in_sbuf``)."""
+    g = x @ w1
+    return (torch.nn.functional.silu(g) * (x @ w2)) @ w3 + g[:, :128]
+
+
+def gated(x, w1, w2, w3):
+    """A plain SwiGLU MLP: the gate, read only by the up product's silu * mul epilogue, and that epilogue's result,
+    read only by the down product as its A."""
     return (torch.nn.functional.silu(x @ w1) * (x @ w2)) @ w3
 
 
@@ -32,18 +41,18 @@ def _inputs():
             for i, s in enumerate(((256, 128), (128, 384), (128, 384), (384, 128)))]
 
 
-def _run(inputs):
-    run, program = compile_traced(mlp, *inputs)
+def _run(inputs, fn=mlp):
+    run, program = compile_traced(fn, *inputs)
     engine.reset_stats()
     (out,) = run([t.to("neuron") for t in inputs])
     (stats,) = [s for k, s in engine.stats().items() if k.startswith("neff:")]
     return out.cpu(), stats, run.executable, program
 
 
-def _close_to_cpu(out, inputs):
+def _close_to_cpu(out, inputs, fn=mlp):
     """A sanity bound against CPU eager (TensorE sums K in 128-deep tiles, CPU's GEMM in its own blocking, so
     not bit-equal); the bits are pinned by the comparison with the arena in HBM."""
-    torch.testing.assert_close(out, mlp(*inputs), rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(out, fn(*inputs), rtol=1e-4, atol=1e-5)
 
 
 def test_a_small_arena_is_an_sbuf_tile_and_moves_no_hbm_bytes(monkeypatch):
@@ -95,3 +104,31 @@ def test_steps_that_overflow_sbuf_beside_the_arena_move_it_to_hbm(monkeypatch):
     assert program.memory["arena"] == "hbm" and program.schedule is not None
     assert stats["hbm_bytes"] > sum(t.nbytes for t in inputs) + out.nbytes
     _close_to_cpu(out, inputs)
+
+
+def test_a_gated_mlp_keeps_its_values_in_sbuf(monkeypatch):
+    """The gate's evacuated blocks stay in SBUF for the up product's epilogue, which reads them in place
+    (build.keep_products), and that epilogue's result is handed to the down product without a store
+    (build.handoffs, ``store`` False): no byte crosses a step boundary by DMA. The same instructions compute
+    every value, so the bits are those of the program that stores and reloads them."""
+    from device_impl.compiler import build
+
+    inputs = _inputs()
+    out, stats, exe, program = _run(inputs, gated)
+    kinds = [(s.get("keep"), s.get("kept"), s.get("handoff", {}).get("store")) for s in program.steps]
+    assert any(k for k, _, _ in kinds) and any(k for _, k, _ in kinds) and any(h is False for _, _, h in kinds)
+    assert stats["hbm_bytes"] == sum(t.nbytes for t in inputs) + out.nbytes
+    rows = breakdown.step_figures(exe, [t.to("neuron") for t in inputs], weights={1, 2, 3})
+    assert sum(r.reads["sbuf"] + r.writes["sbuf"] + r.reads["scratch"] + r.writes["scratch"] for r in rows) == 0
+
+    compiler.clear_cache()
+    monkeypatch.setattr(build, "keep_products", lambda steps, *args: steps)
+    monkeypatch.setattr(build, "_read_elsewhere", lambda *args: True)
+    stored, stored_stats, stored_exe, _ = _run(inputs, gated)
+    assert torch.equal(out.view(torch.int32), stored.view(torch.int32))  # the same bits
+    rows = breakdown.step_figures(stored_exe, [t.to("neuron") for t in inputs], weights={1, 2, 3})
+    gate = 256 * 384 * 4
+    # the gate stored and loaded back, silu(g) * u stored: what the kept program no longer moves
+    assert sum(r.reads["sbuf"] + r.writes["sbuf"] for r in rows) == 3 * gate
+    assert stats["device_ns"] < stored_stats["device_ns"]
+    _close_to_cpu(out, inputs, gated)
