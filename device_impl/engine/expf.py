@@ -22,6 +22,7 @@ under DEFAULT, AVX2 and AVX-512).
 from __future__ import annotations
 
 import decimal
+import math
 from typing import Callable
 
 import numpy as np
@@ -38,17 +39,17 @@ def fma32_fused(a, b, c) -> np.ndarray:
     on the same side or onto it. Only those few positions get the two-sum error and round to odd (nudging an
     inexact ``s`` one double ULP towards the exact sum), which is then correct: 53 >= 24 + 2 bits.
 
-    Computed in blocks of rows (about _BLOCK elements) through preallocated double buffers, the boundary
+    Computed in blocks of rows (about _FMA_BLOCK elements) through preallocated double buffers, the boundary
     test as two reductions a block (a midpoint's low 29 bits shifted to the top are int64's minimum; a
     denormal-range sum has a float32 rounding of magnitude at most 2^-126, fmin passing over NaNs); a block where either shows takes
     ``_fma32_fused_reference``'s exact fix-up at the positions it tests as boundaries."""
     a, b, c = (np.asarray(v, dtype=F32) for v in (a, b, c))
     shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
-    n = int(np.prod(shape))
+    n = math.prod(shape)
     if len(shape) == 0 or n <= 8192:  # below, the blocks' set-up costs more than they save
         return _fma32_fused_reference(a, b, c)
     nd, inner = len(shape), n // shape[0]
-    rows = max(1, _BLOCK // max(inner, 1))
+    rows = max(1, _FMA_BLOCK // max(inner, 1))
     out = np.empty(shape, F32)
     size = (min(rows, shape[0]),) + tuple(shape[1:])
     s_buf, i_buf, f_buf = np.empty(size, np.float64), np.empty(size, np.int64), np.empty(size, F32)
@@ -102,7 +103,7 @@ _BELOW_FP32 = (1 << 29) - 1  # a double's significand bits below fp32's 24
 _FP32_MIDPOINT = 1 << 28  # ... of a double halfway between two adjacent normal fp32 values
 _FP32_NORMAL = 2.0 ** -126
 _INT64_MIN = np.iinfo(np.int64).min
-_BLOCK = 1 << 14  # elements a block: its few double buffers stay in L2 through a dozen passes
+_FMA_BLOCK = 1 << 16  # elements a block: its few buffers stay in L2 through the passes
 
 
 # SLEEF's expf_u10 (xexpf): q = rint(x / ln 2); s = x - q * ln 2 in two fused steps (ln 2 split into L2U + L2L);
@@ -183,35 +184,32 @@ def _libm_reference(x) -> np.ndarray:
         return np.where(np.isnan(xf), xf, out).astype(F32)
 
 
-# The fast forms. Both run over the input in blocks of _BLOCK elements through preallocated buffers (a few
+# The fast forms. Both run over the input in blocks of _EXP_BLOCK elements through preallocated buffers (a few
 # float64 blocks stay in L2 for the dozen passes of a block); every pass is an IEEE float32/float64 or
 # integer numpy operation, so the bits are the host's no more than the references' are. Each step below
 # says why it gives the reference's bits; tests/kernels/test_cpu_exp.py compares the two over every finite
 # float16/bfloat16 value, uniform float32 and the special inputs, and benches/expf_exhaustive.py over all
-# 2^32 float32 bit patterns.
+# 2^32 float32 bit patterns. A block of 32K: fewer calls' overhead, its buffers (1.1 MB for SLEEF) still in
+# L2 (measured 8K-64K on an EPYC with 1 MB L2 a core: 32K fastest, 16K 10% slower).
+_EXP_BLOCK = 1 << 15
 
 
 def _blocked(x, block: Callable[[np.ndarray, np.ndarray, dict], None], buffers: dict) -> np.ndarray:
-    """``block(d, out, bufs)`` over the float32 input in blocks of _BLOCK elements, into a new float32 array of
+    """``block(d, out, bufs)`` over the float32 input in blocks of _EXP_BLOCK elements, into a new float32 array of
     the input's shape; ``buffers`` maps a name to the dtype of a scratch block (each sliced to the block's
     length)."""
     d = np.asarray(x, dtype=F32)
     flat = d.reshape(-1)
     out = np.empty(flat.shape, F32)
     n = flat.size
-    size = min(n, _BLOCK)
+    size = min(n, _EXP_BLOCK)
     bufs = {name: np.empty(size, dtype) for name, dtype in buffers.items()}
     with np.errstate(all="ignore"):
-        for lo in range(0, n, _BLOCK):
-            hi = min(n, lo + _BLOCK)
+        for lo in range(0, n, _EXP_BLOCK):
+            hi = min(n, lo + _EXP_BLOCK)
             m = hi - lo
             block(flat[lo:hi], out[lo:hi], bufs if m == size else {k: v[:m] for k, v in bufs.items()})
     return out.reshape(d.shape)
-
-
-def _in_range(d: np.ndarray, lo: F32, hi: F32) -> bool:
-    """Whether every element of ``d`` lies in [lo, hi] (False for a NaN: the reductions return it)."""
-    return bool(d.min() >= lo) and bool(d.max() <= hi)
 
 
 # glibc: s = 2^(k/32) for the k = rint(x * 32 / ln 2) of x in [_GLIBC_UNDERFLOW, _GLIBC_OVERFLOW] (k in
@@ -230,13 +228,20 @@ _GLIBC_SCALES = _glibc_scales()
 
 
 def _libm_block(d: np.ndarray, out: np.ndarray, b: dict) -> None:
-    """``_libm_reference`` on one block: the same double operations in the same order (the clip only moves
-    inputs the final selects replace; the scale comes from a table of the reference's own values)."""
+    """``_libm_reference`` on one block: the same double operations in the same order, the scale from a table
+    of the reference's own values. Its selects cost nothing where a block has no input beyond the thresholds
+    (most): elsewhere the input is clipped to the floats just beyond them, where the formula itself gives inf
+    and 0 (exp(88.72284) > FLT_MAX + ulp / 2, exp(-103.97208) < 2^-150), and NaNs are put back."""
     z, k, t, s, i = b["z"], b["k"], b["t"], b["s"], b["i"]
-    np.multiply(d, _GLIBC_INVLN2N, out=z, dtype=np.float64)  # z = InvLn2N * (double) x
+    lo, hi = d.min(), d.max()  # NaN where the block has one
+    if not (lo >= _GLIBC_UNDERFLOW and hi <= _GLIBC_OVERFLOW):
+        x = np.clip(d, _GLIBC_CLIP[0], _GLIBC_CLIP[1], out=b["x"])
+    else:
+        x = d
+    np.multiply(x, _GLIBC_INVLN2N, out=z, dtype=np.float64)  # z = InvLn2N * (double) x
     np.add(z, _GLIBC_SHIFT, out=k)  # kd, k in its low bits
     np.subtract(k.view(np.int64), _GLIBC_KBASE, out=i)
-    np.take(_GLIBC_SCALES, i, out=s, mode="clip")  # s; out-of-range k only for inputs replaced below
+    np.take(_GLIBC_SCALES, i, out=s, mode="clip")  # s (a NaN's k: its result is put back below)
     np.subtract(k, _GLIBC_SHIFT, out=k)
     np.subtract(z, k, out=z)  # r
     np.multiply(z, _GLIBC_C[0], out=k)  # y = (C0 * r + C1) * (r * r) + (C2 * r + 1)
@@ -248,14 +253,12 @@ def _libm_block(d: np.ndarray, out: np.ndarray, b: dict) -> None:
     np.add(k, t, out=k)
     np.multiply(k, s, out=k)
     np.copyto(out, k, casting="unsafe")  # the one rounding to float
-    if not _in_range(d, _GLIBC_UNDERFLOW, _GLIBC_OVERFLOW):
-        out[d > _GLIBC_OVERFLOW] = np.inf
-        out[d < _GLIBC_UNDERFLOW] = 0
-        nan = np.isnan(d)
-        out[nan] = d[nan]
+    if lo != lo:
+        np.copyto(out, d, where=np.isnan(d))
 
 
-_LIBM_BUFFERS = {"z": np.float64, "k": np.float64, "t": np.float64, "s": np.float64, "i": np.int64}
+_GLIBC_CLIP = (np.nextafter(_GLIBC_UNDERFLOW, F32(-np.inf)), np.nextafter(_GLIBC_OVERFLOW, F32(np.inf)))
+_LIBM_BUFFERS = {"x": F32, "z": np.float64, "k": np.float64, "t": np.float64, "s": np.float64, "i": np.int64}
 
 
 def expf_libm(x) -> np.ndarray:
@@ -266,10 +269,14 @@ def expf_libm(x) -> np.ndarray:
 
 
 # SLEEF: where every result is a normal float (q = rint(x / ln 2) in [-125, 127]), scaling by 2^q adds q to
-# the exponent bits; the rest (results that are denormal, overflow, or zero, inf and NaN) is the reference's
-# on those elements alone.
+# the exponent bits. A block with other inputs scales in double and rounds once (as the reference's two
+# float32 scalings do: the first is exact), its input clipped to the floats just beyond the reference's
+# selects, where the formula gives 0 and inf itself; NaNs are put back.
 _SLEEF_FAST_LO, _SLEEF_FAST_HI = F32(-86.5), F32(88.0)
+_SLEEF_CLIP = (np.nextafter(F32(-104), F32(-np.inf)), np.nextafter(F32(100), F32(np.inf)))
 _SLEEF_SHIFT = F32(1.5 * 2 ** 23)  # y + shift rounds y (|y| < 2^22) to an integer as rint: ties to even
+_SLEEF_LN2 = float(_SLEEF_L2U) + float(_SLEEF_L2L)  # exact: L2U's lowest bit is 2^-15, L2L's 2^-43
+_SLEEF_SHIFT_BITS = int(_SLEEF_SHIFT.view(np.int32))  # ... whose bits are these plus the integer
 # The polynomial's first four fused multiply-adds, u' = RN32(u * s + c), have their result in c's binade for
 # every |s| <= ln 2 / 2 (|u * s| < c / 8, and for c = 0.00833 (2^-7 * 1.0667): |u * s| <= 5.1e-4 < c - 2^-7),
 # so RN32 there is rounding to a multiple of ulp(c): (u * s + (M + c)) - M with M = 1.5 * 2^52 ulp(c) rounds
@@ -280,21 +287,23 @@ _SLEEF_MAGIC = tuple((m + float(c), m) for (m, _), c in zip(_SLEEF_MAGIC, _SLEEF
 
 
 def _sleef_block(d: np.ndarray, out: np.ndarray, b: dict) -> None:
-    """``_sleef_u10_reference`` on one block. Where the reference's fused multiply-adds are exact in float32
-    or in double they are plain operations: qf * L2U (15 bits times q's 8) is a float32 and d - qf * L2U is
-    exact by Sterbenz (qf * L2U within [d / 2, 2 d]); s1 - qf * L2L is a multiple of 2^-43 below 1, exact in
-    double, so its one rounding is the conversion to float32. The polynomial's first four steps round as
+    """``_sleef_u10_reference`` on one block. The reduction's two fused multiply-adds are one double
+    expression rounded once: the first, s1 = d - q L2U, is exact in float32 (q L2U, 8 bits times 15, is a
+    float32 within [d / 2, 2 d]: Sterbenz) and the second, s1 - q L2L, is a multiple of 2^-43 below 1, exact
+    in double; so is d - q (L2U + L2L) (the sum's 44 bits times q's 8 fit a double), the same number, and its
+    conversion to float32 is the second step's one rounding. The polynomial's first four steps round as
     _SLEEF_MAGIC says; its last step and s + s^2 u round the double sum to float32, which is the fused result
-    unless that sum is a float32 midpoint: no input in the fast range gives one (benches/expf_exhaustive.py:
-    every float32 input against the reference). Other inputs take the reference."""
+    unless that sum is a float32 midpoint: no input gives one (benches/expf_exhaustive.py: every float32
+    input against the reference)."""
     y, qf, s32, w, s, t = b["y"], b["qf"], b["s32"], b["w"], b["s"], b["t"]
-    np.multiply(d, _SLEEF_R_LN2, out=y)  # float32 d * R_LN2
+    lo, hi = d.min(), d.max()  # NaN where the block has one
+    fast = bool(lo >= _SLEEF_FAST_LO and hi <= _SLEEF_FAST_HI)
+    x = d if fast else np.clip(d, _SLEEF_CLIP[0], _SLEEF_CLIP[1], out=b["x"])
+    np.multiply(x, _SLEEF_R_LN2, out=y)  # float32 d * R_LN2
     np.add(y, _SLEEF_SHIFT, out=y)  # q in the low bits
     np.subtract(y, _SLEEF_SHIFT, out=qf)  # rint
-    np.multiply(qf, -_SLEEF_L2U, out=s32)  # exact
-    np.add(s32, d, out=s32)  # s1 = d - q L2U, exact
-    np.multiply(qf, -_SLEEF_L2L, out=t, dtype=np.float64)  # exact
-    np.add(t, s32, out=t, dtype=np.float64)  # exact
+    np.multiply(qf, -_SLEEF_LN2, out=t, dtype=np.float64)  # exact
+    np.add(t, x, out=t, dtype=np.float64)  # d - q (L2U + L2L) = s1 - q L2L, exact
     np.copyto(s32, t, casting="unsafe")  # s = RN32(s1 - q L2L)
     np.copyto(s, s32)
     np.multiply(s, float(_SLEEF_POLY[0]), out=t)
@@ -312,14 +321,20 @@ def _sleef_block(d: np.ndarray, out: np.ndarray, b: dict) -> None:
     np.copyto(w, t, casting="unsafe")  # RN32(s^2 u + s)
     np.add(w, F32(1), out=w)
     yi = y.view(np.int32)
-    np.left_shift(yi, 23, out=yi)  # q << 23 (the shift's bits fall off the top)
-    np.add(w.view(np.int32), yi, out=out.view(np.int32))  # u * 2^q: a normal float here
-    if not _in_range(d, _SLEEF_FAST_LO, _SLEEF_FAST_HI):
-        slow = np.flatnonzero(~((d >= _SLEEF_FAST_LO) & (d <= _SLEEF_FAST_HI)))
-        out[slow] = _sleef_u10_reference(d[slow])
+    if fast:
+        np.left_shift(yi, 23, out=yi)  # q << 23 (the shift's bits fall off the top)
+        np.add(w.view(np.int32), yi, out=out.view(np.int32))  # u * 2^q: a normal float here
+        return
+    np.subtract(yi, _SLEEF_SHIFT_BITS - 1023, out=yi)  # q + 1023
+    bits = s.view(np.int64)
+    np.left_shift(yi, 52, out=bits, dtype=np.int64)  # 2^q in double
+    np.multiply(w, s, out=t, dtype=np.float64)  # exact
+    np.copyto(out, t, casting="unsafe")  # RN32(u 2^q): denormal, or inf
+    if lo != lo:
+        np.copyto(out, d, where=np.isnan(d))
 
 
-_SLEEF_BUFFERS = {"y": F32, "qf": F32, "s32": F32, "w": F32, "s": np.float64, "t": np.float64}
+_SLEEF_BUFFERS = {"x": F32, "y": F32, "qf": F32, "s32": F32, "w": F32, "s": np.float64, "t": np.float64}
 
 
 def expf_sleef_u10(x) -> np.ndarray:
