@@ -41,8 +41,9 @@ def fma32_fused(a, b, c) -> np.ndarray:
 
     Computed in blocks of rows (about _FMA_BLOCK elements) through preallocated double buffers, the boundary
     test as two reductions a block (a midpoint's low 29 bits shifted to the top are int64's minimum; a
-    denormal-range sum has a float32 rounding of magnitude at most 2^-126, fmin passing over NaNs); a block where either shows takes
-    ``_fma32_fused_reference``'s exact fix-up at the positions it tests as boundaries."""
+    denormal-range sum has a float32 rounding of magnitude at most 2^-126, fmin passing over NaNs); a block
+    where either shows takes ``_fma32_fused_reference``'s exact fix-up at the positions it tests as
+    boundaries."""
     a, b, c = (np.asarray(v, dtype=F32) for v in (a, b, c))
     shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
     n = math.prod(shape)
@@ -103,7 +104,7 @@ _BELOW_FP32 = (1 << 29) - 1  # a double's significand bits below fp32's 24
 _FP32_MIDPOINT = 1 << 28  # ... of a double halfway between two adjacent normal fp32 values
 _FP32_NORMAL = 2.0 ** -126
 _INT64_MIN = np.iinfo(np.int64).min
-_FMA_BLOCK = 1 << 16  # elements a block: its few buffers stay in L2 through the passes
+_FMA_BLOCK = 1 << 15  # elements a block: its few buffers stay in L2 through the passes (16K-64K within 10%)
 
 
 # SLEEF's expf_u10 (xexpf): q = rint(x / ln 2); s = x - q * ln 2 in two fused steps (ln 2 split into L2U + L2L);
@@ -195,9 +196,9 @@ _EXP_BLOCK = 1 << 15
 
 
 def _blocked(x, block: Callable[[np.ndarray, np.ndarray, dict], None], buffers: dict) -> np.ndarray:
-    """``block(d, out, bufs)`` over the float32 input in blocks of _EXP_BLOCK elements, into a new float32 array of
-    the input's shape; ``buffers`` maps a name to the dtype of a scratch block (each sliced to the block's
-    length)."""
+    """``block(d, out, bufs)`` over the float32 input in blocks of _EXP_BLOCK elements, into a new float32
+    array of the input's shape; ``buffers`` maps a name to the dtype of a scratch block (each sliced to the
+    block's length)."""
     d = np.asarray(x, dtype=F32)
     flat = d.reshape(-1)
     out = np.empty(flat.shape, F32)
@@ -282,8 +283,8 @@ _SLEEF_SHIFT_BITS = int(_SLEEF_SHIFT.view(np.int32))  # ... whose bits are these
 # so RN32 there is rounding to a multiple of ulp(c): (u * s + (M + c)) - M with M = 1.5 * 2^52 ulp(c) rounds
 # the exact product (48 bits, exact in double) plus c once, to even as RN32 (M / ulp(c) is even), and the
 # subtraction is exact. No midpoint test, no conversion to float32 and back.
-_SLEEF_MAGIC = tuple((float(np.ldexp(1.5, int(np.frexp(c)[1]) - 24 + 52)),) * 2 for c in _SLEEF_POLY[1:5])
-_SLEEF_MAGIC = tuple((m + float(c), m) for (m, _), c in zip(_SLEEF_MAGIC, _SLEEF_POLY[1:5]))
+_SLEEF_MAGIC = tuple((m + float(c), m) for c in _SLEEF_POLY[1:5]  # (M + c, M); ulp(c) = 2^(frexp exponent - 24)
+                     for m in (math.ldexp(1.5, math.frexp(c)[1] - 24 + 52),))
 
 
 def _sleef_block(d: np.ndarray, out: np.ndarray, b: dict) -> None:

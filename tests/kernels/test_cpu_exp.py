@@ -69,8 +69,8 @@ def test_fast_exps_keep_the_references_bits(name):
     """expf_sleef_u10/expf_libm compute their step-by-step references' bits by other operations (blocks, a
     table, exact steps as plain operations, a magic-constant rounding, a fast range and a clipped one):
     every float16/bfloat16 value, uniform and random-bit float32 inputs, the special inputs, and blocks that
-    mix fast inputs with NaNs and out-of-range ones or hold the fast range's ends alone (the exhaustive scan over all 2^32 inputs is
-    benches/expf_exhaustive.py)."""
+    mix fast inputs with NaNs and out-of-range ones or hold the fast range's ends alone (the exhaustive scan
+    over all 2^32 inputs is benches/expf_exhaustive.py)."""
     fast, reference = {"sleef_u10": (expf.expf_sleef_u10, expf._sleef_u10_reference),
                        "libm": (expf.expf_libm, expf._libm_reference)}[name]
     rng = np.random.default_rng(1)
