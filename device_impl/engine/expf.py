@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import decimal
 import math
+import threading
 from typing import Callable
 
 import numpy as np
@@ -53,7 +54,8 @@ def fma32_fused(a, b, c) -> np.ndarray:
     rows = max(1, _FMA_BLOCK // max(inner, 1))
     out = np.empty(shape, F32)
     size = (min(rows, shape[0]),) + tuple(shape[1:])
-    s_buf, i_buf, f_buf = np.empty(size, np.float64), np.empty(size, np.int64), np.empty(size, F32)
+    m = math.prod(size)
+    s_buf, i_buf, f_buf = (v[:m].reshape(size) for v in _scratch(_FMA_BUFFERS, m, _FMA_BLOCK).values())
 
     def block(v: np.ndarray, lo: int, hi: int) -> np.ndarray:  # v's rows lo..hi, or v itself where it broadcasts
         return v[lo:hi] if v.ndim == nd and v.shape[0] != 1 else v
@@ -105,6 +107,22 @@ _FP32_MIDPOINT = 1 << 28  # ... of a double halfway between two adjacent normal 
 _FP32_NORMAL = 2.0 ** -126
 _INT64_MIN = np.iinfo(np.int64).min
 _FMA_BLOCK = 1 << 15  # elements a block: its few buffers stay in L2 through the passes (16K-64K within 10%)
+_FMA_BUFFERS = {"s": np.float64, "bits": np.int64, "mag": F32}
+_SCRATCH = threading.local()
+
+
+def _scratch(buffers: dict, size: int, block: int) -> dict:
+    """Scratch arrays for ``buffers`` (name -> dtype) of at least ``size`` elements: this thread's, of ``block``
+    elements, made once and kept where ``size`` fits (a megabyte or two allocated afresh on every call goes
+    back to the OS on every free, glibc's trim threshold, and is page-faulted in again: measured as slow as
+    the arithmetic); new ones where it does not."""
+    if size > block:
+        return {name: np.empty(size, dtype) for name, dtype in buffers.items()}
+    blocks = _SCRATCH.__dict__.setdefault("blocks", {})
+    have = blocks.get((id(buffers), block))
+    if have is None:
+        have = blocks[id(buffers), block] = {name: np.empty(block, dtype) for name, dtype in buffers.items()}
+    return have
 
 
 # SLEEF's expf_u10 (xexpf): q = rint(x / ln 2); s = x - q * ln 2 in two fused steps (ln 2 split into L2U + L2L);
@@ -197,14 +215,14 @@ _EXP_BLOCK = 1 << 15
 
 def _blocked(x, block: Callable[[np.ndarray, np.ndarray, dict], None], buffers: dict) -> np.ndarray:
     """``block(d, out, bufs)`` over the float32 input in blocks of _EXP_BLOCK elements, into a new float32
-    array of the input's shape; ``buffers`` maps a name to the dtype of a scratch block (each sliced to the
-    block's length)."""
+    array of the input's shape; ``buffers`` maps a name to the dtype of a scratch block (this thread's, each
+    sliced to the block's length)."""
     d = np.asarray(x, dtype=F32)
     flat = d.reshape(-1)
     out = np.empty(flat.shape, F32)
     n = flat.size
     size = min(n, _EXP_BLOCK)
-    bufs = {name: np.empty(size, dtype) for name, dtype in buffers.items()}
+    bufs = {name: v[:size] for name, v in _scratch(buffers, size, _EXP_BLOCK).items()}
     with np.errstate(all="ignore"):
         for lo in range(0, n, _EXP_BLOCK):
             hi = min(n, lo + _EXP_BLOCK)
@@ -296,7 +314,7 @@ def _sleef_block(d: np.ndarray, out: np.ndarray, b: dict) -> None:
     _SLEEF_MAGIC says; its last step and s + s^2 u round the double sum to float32, which is the fused result
     unless that sum is a float32 midpoint: no input gives one (benches/expf_exhaustive.py: every float32
     input against the reference)."""
-    y, qf, s32, w, s, t = b["y"], b["qf"], b["s32"], b["w"], b["s"], b["t"]
+    y, qf, s32, s, t = b["y"], b["qf"], b["s32"], b["s"], b["t"]
     lo, hi = d.min(), d.max()  # NaN where the block has one
     fast = bool(lo >= _SLEEF_FAST_LO and hi <= _SLEEF_FAST_HI)
     x = d if fast else np.clip(d, _SLEEF_CLIP[0], _SLEEF_CLIP[1], out=b["x"])
@@ -316,7 +334,7 @@ def _sleef_block(d: np.ndarray, out: np.ndarray, b: dict) -> None:
     np.multiply(t, s, out=t)
     np.add(t, float(_SLEEF_POLY[5]), out=t)
     np.copyto(qf, t, casting="unsafe")  # u = RN32(u * s + 0.5)
-    np.multiply(s32, s32, out=w)  # float32 s * s
+    w = np.multiply(s32, s32, out=s32)  # float32 s * s (s32's last use)
     np.multiply(w, qf, out=t, dtype=np.float64)
     np.add(t, s, out=t)
     np.copyto(w, t, casting="unsafe")  # RN32(s^2 u + s)
@@ -335,7 +353,7 @@ def _sleef_block(d: np.ndarray, out: np.ndarray, b: dict) -> None:
         np.copyto(out, d, where=np.isnan(d))
 
 
-_SLEEF_BUFFERS = {"x": F32, "y": F32, "qf": F32, "s32": F32, "w": F32, "s": np.float64, "t": np.float64}
+_SLEEF_BUFFERS = {"x": F32, "y": F32, "qf": F32, "s32": F32, "s": np.float64, "t": np.float64}
 
 
 def expf_sleef_u10(x) -> np.ndarray:
