@@ -45,17 +45,19 @@ def fma32_fused(a, b, c) -> np.ndarray:
     denormal-range sum has a float32 rounding of magnitude at most 2^-126, fmin passing over NaNs); a block
     where either shows takes ``_fma32_fused_reference``'s exact fix-up at the positions it tests as
     boundaries."""
-    a, b, c = (np.asarray(v, dtype=F32) for v in (a, b, c))
+    a, b, c = np.asarray(a, dtype=F32), np.asarray(b, dtype=F32), np.asarray(c, dtype=F32)
+    if a.size <= 8192 and b.size <= 8192 and c.size <= 8192:  # the blocks' set-up would cost more than they save
+        return _fma32_whole(a, b, c)
     shape = np.broadcast_shapes(a.shape, b.shape, c.shape)
-    n = math.prod(shape)
-    if len(shape) == 0 or n <= 8192:  # below, the blocks' set-up costs more than they save
-        return _fma32_fused_reference(a, b, c)
-    nd, inner = len(shape), n // shape[0]
-    rows = max(1, _FMA_BLOCK // max(inner, 1))
+    nd, n = len(shape), math.prod(shape)
+    if nd == 0 or n == 0:
+        return _fma32_whole(a, b, c)
+    rows = max(1, _FMA_BLOCK // max(n // shape[0], 1))
     out = np.empty(shape, F32)
     size = (min(rows, shape[0]),) + tuple(shape[1:])
     m = math.prod(size)
     s_buf, i_buf, f_buf = (v[:m].reshape(size) for v in _scratch(_FMA_BUFFERS, m, _FMA_BLOCK).values())
+    a, b, c = _fma_operand(a, shape), _fma_operand(b, shape), _fma_operand(c, shape)
 
     def block(v: np.ndarray, lo: int, hi: int) -> np.ndarray:  # v's rows lo..hi, or v itself where it broadcasts
         return v[lo:hi] if v.ndim == nd and v.shape[0] != 1 else v
@@ -65,8 +67,9 @@ def fma32_fused(a, b, c) -> np.ndarray:
             hi = min(shape[0], lo + rows)
             s, bits, mag, o = s_buf[:hi - lo], i_buf[:hi - lo], f_buf[:hi - lo], out[lo:hi]
             ab, bb, cb = block(a, lo, hi), block(b, lo, hi), block(c, lo, hi)
-            np.multiply(ab, bb, out=s, dtype=np.float64)  # exact
-            np.add(s, cb, out=s, dtype=np.float64)
+            np.copyto(s, ab)
+            np.multiply(s, bb, out=s)  # exact
+            np.add(s, cb, out=s)
             np.copyto(o, s, casting="unsafe")
             np.left_shift(s.view(np.int64), 64 - 29, out=bits)
             if bits.min() == _INT64_MIN or np.fmin.reduce(np.abs(o, out=mag), axis=None) <= _FP32_NORMAL:
@@ -75,6 +78,16 @@ def fma32_fused(a, b, c) -> np.ndarray:
                 p = np.broadcast_to(ab, o.shape)[at].astype(np.float64) * np.broadcast_to(bb, o.shape)[at]
                 o[at] = _round_to_odd(p, np.broadcast_to(cb, o.shape)[at].astype(np.float64), s[at])
     return out
+
+
+def _fma_operand(v: np.ndarray, shape: tuple) -> np.ndarray:
+    """An fma32_fused operand as its blocks read it: a float32 array of the result's shape as it is; one that
+    broadcasts (fewer axes, or axes of 1 or of stride 0, as np.broadcast_to makes) cut to its distinct values
+    and widened to double once, exactly (numpy's mixed-type loops over a broadcast operand measured 4x slower
+    than a double one)."""
+    if v.shape == tuple(shape) and all(st or k == 1 for st, k in zip(v.strides, v.shape)):
+        return v
+    return v[tuple(slice(0, 1) if st == 0 else slice(None) for st in v.strides)].astype(np.float64)
 
 
 def _round_to_odd(p: np.ndarray, c: np.ndarray, s: np.ndarray) -> np.ndarray:
@@ -88,10 +101,15 @@ def _round_to_odd(p: np.ndarray, c: np.ndarray, s: np.ndarray) -> np.ndarray:
 
 def _fma32_fused_reference(a, b, c) -> np.ndarray:
     """``fma32_fused`` over whole arrays: the boundary test on every element, the fix-up where it holds."""
+    return _fma32_whole(np.asarray(a, dtype=F32), np.asarray(b, dtype=F32), np.asarray(c, dtype=F32))
+
+
+def _fma32_whole(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``_fma32_fused_reference`` of float32 arrays."""
     f64 = np.float64
     with np.errstate(all="ignore"):
-        p = np.asarray(a, dtype=F32).astype(f64) * np.asarray(b, dtype=F32).astype(f64)
-        p, c = np.broadcast_arrays(p, np.asarray(c, dtype=F32).astype(f64))
+        p = a.astype(f64) * b.astype(f64)
+        p, c = np.broadcast_arrays(p, c.astype(f64))
         s = p + c
         low = s.view(np.int64) & _BELOW_FP32
         boundary = (low == _FP32_MIDPOINT) | (np.abs(s) < _FP32_NORMAL)

@@ -119,7 +119,11 @@ def test_fma32_fused_keeps_the_references_bits():
     grid = [np.tile(g.ravel(), 10) for g in np.meshgrid(sp, sp, sp, indexing="ij")]
     e = rng.standard_normal((128, 512)).astype(np.float32)
     t = rng.standard_normal((128, 1)).astype(np.float32)
+    rows = (1 << 17) // 2048  # the same cases with an operand broadcast along a row (double in the blocks)
     cases = [(a, b, c), (tiny, tiny_b, tiny_c), (with_nan, tiny_b, tiny_c), tuple(grid),
+             (a.reshape(rows, 2048), b.reshape(rows, 2048), np.float32([[1.0]] * rows)),
+             (tiny.reshape(rows, 2048), tiny_b[:rows, None], tiny_c.reshape(rows, 2048)),
+             (with_nan.reshape(rows, 2048), np.broadcast_to(tiny_b[:rows, None], (rows, 2048)), tiny_c[:2048]),
              (rng.standard_normal(n).astype(np.float32),) * 3, (-e, np.broadcast_to(t, e.shape), e), (-e, t, e),
              (rng.standard_normal((3, 40000)).astype(np.float32), np.float32(2), rng.standard_normal(40000)),
              (np.float32(1.5), np.float32(2), np.float32(3)), (a[:0], b[:0], c[:0])]
