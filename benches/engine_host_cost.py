@@ -1,5 +1,6 @@
-"""Host CPU time of the engine on a warm 1k add, 1M add, softmax and layer_norm 4096x1024 (neuron vs CPU
-eager) and the 25-op 1M elementwise chain (eager vs adaptive), best of N in time.thread_time.
+"""Host CPU time of the engine on a warm 1k add, 1M add, softmax, log_softmax's backward and layer_norm
+4096x1024 (neuron vs CPU eager) and the 25-op 1M elementwise chain (eager vs adaptive), best of N in
+time.thread_time.
 
 Why thread CPU time: on a shared, loaded machine wall time swings by several x between runs (CPU eager in
 benches/ratios.py especially); a thread's CPU time counts only this thread's work, page faults included.
@@ -32,11 +33,15 @@ def main() -> None:
         a = torch.rand(1024, device=dev); b = torch.rand(1024, device=dev)
         A = torch.rand(1 << 20, device=dev); B = torch.rand(1 << 20, device=dev)
         X = torch.randn(4096, 1024, device=dev)
+        G, Y = torch.randn(4096, 1024, device=dev), torch.log_softmax(X, -1)
         res[dev] = (best(lambda: torch.add(a, b), 2000, 7), best(lambda: torch.add(A, B), 20, 7),
-                    best(lambda: torch.softmax(X, -1), 3, 5), best(lambda: torch.nn.functional.layer_norm(X, (1024,)), 3, 5))
-    for i, name in enumerate(("add_1k", "add_1m", "softmax_4096x1024", "layer_norm_4096x1024")):
+                    best(lambda: torch.softmax(X, -1), 3, 5),
+                    best(lambda: torch.ops.aten._log_softmax_backward_data(G, Y, -1, torch.float32), 3, 5),
+                    best(lambda: torch.nn.functional.layer_norm(X, (1024,)), 3, 5))
+    for i, name in enumerate(("add_1k", "add_1m", "softmax_4096x1024", "log_softmax_bwd_4096x1024",
+                              "layer_norm_4096x1024")):
         c, n = res["cpu"][i], res["neuron"][i]
-        print(f"{name:22s} cpu {c*1e6:10.2f}us neuron {n*1e6:10.2f}us ratio {n/c:6.1f}x")
+        print(f"{name:26s} cpu {c*1e6:10.2f}us neuron {n*1e6:10.2f}us ratio {n/c:6.1f}x")
     x = torch.rand(1 << 20, device="neuron")
     def chain() -> torch.Tensor:
         """The elementwise_chain_1m case of benches/cases.py, synchronized (adaptive runs its queue)."""
