@@ -38,10 +38,16 @@ DTYPES = ("float32",)  # float16/bfloat16 erf computes in float32 (numerics.OPMA
 # and trunc (``where(x < 0, ceil(x), floor(x))``); VectorE's ALU evaluates each formula as one op with the same
 # steps (engine/isa.py ``ALU_BINARY``/``ALU_UNARY``), as the eager kernels do. The template is the graph
 # numerics' rewrite imports as, so only that formula, as written there, is folded.
-REWRITTEN = {  # function -> (aten op and overload, keyword arguments, tensor arguments)
-    "floor_divide": ("div.Tensor_mode", {"rounding_mode": "floor"}, 2),
-    "python_remainder": ("remainder.Tensor", {}, 2),
-    "trunc": ("trunc.default", {}, 1),
+REWRITTEN = {  # template -> (function, aten op and overload, keyword arguments, tensor arguments, scalar)
+    "floor_divide": ("floor_divide", "div.Tensor_mode", {"rounding_mode": "floor"}, 2, None),
+    "python_remainder": ("python_remainder", "remainder.Tensor", {}, 2, None),
+    "trunc": ("trunc", "trunc.default", {}, 1, None),
+    # a Python scalar divisor: numerics' formula takes its sign as a constant, so one template per sign, traced
+    # with a stand-in value (``SCALAR``) that matches whatever splat the graph has in its place
+    "floor_divide_scalar+": ("floor_divide", "div.Scalar_mode", {"rounding_mode": "floor"}, 1, 1234.5),
+    "floor_divide_scalar-": ("floor_divide", "div.Scalar_mode", {"rounding_mode": "floor"}, 1, -1234.5),
+    "python_remainder_scalar+": ("python_remainder", "remainder.Scalar", {}, 1, 1234.5),
+    "python_remainder_scalar-": ("python_remainder", "remainder.Scalar", {}, 1, -1234.5),
 }
 
 
@@ -55,15 +61,16 @@ def template(function: str, dtype: str) -> Graph | None:
 
     from device_impl.compiler import fold, importer, legalize
 
+    scalar = None
     if function in REWRITTEN:
-        name, kwargs, arity = REWRITTEN[function]
+        _, name, kwargs, arity, scalar = REWRITTEN[function]
         packet, overload = name.split(".")
         op = getattr(getattr(torch.ops.aten, packet), overload)
     else:
         op, kwargs, arity = getattr(torch.ops.aten, EXPANDED[function]).default, {}, 1
 
     def call(*args):
-        return op(*args, **kwargs)
+        return op(*args, *([] if scalar is None else [scalar]), **kwargs)
 
     try:
         # traced on fake tensors: numerics' rewrites compute their nodes' types on the inputs' fake values
@@ -95,9 +102,10 @@ def _through(vid: int, producers: dict, looking: bool) -> int:
 
 
 def _matches(t: Graph, t_vid: int, g: Graph, g_vid: int, t_producers: dict, g_producers: dict,
-             bound: dict, broadcasts: bool = False) -> bool:
+             bound: dict, broadcasts: bool = False, scalar: float | None = None) -> bool:
     """Whether the graph's value ``g_vid`` is computed as the template's ``t_vid`` (same ops, attributes,
-    constants and element types; any shapes), binding each template input to one graph value. With
+    constants and element types; any shapes), binding each template input to one graph value (and the
+    ``scalar`` stand-in, a splat, to one splat value of the graph, at position ``len(t.inputs)``). With
     ``broadcasts`` (an elementwise formula), broadcast_in_dim is looked through on both sides: torch-mlir
     broadcasts an operand of another shape at each op that reads it, which computes the same elements."""
     t_vid, g_vid = _through(t_vid, t_producers, broadcasts), _through(g_vid, g_producers, broadcasts)
@@ -106,6 +114,11 @@ def _matches(t: Graph, t_vid: int, g: Graph, g_vid: int, t_producers: dict, g_pr
         bound.setdefault(position, g_vid)
         return bound[position] == g_vid and g.types[g_vid].dtype == t.types[t_vid].dtype
     if t_vid in t.splats:
+        if scalar is not None and t.splats[t_vid] == scalar:  # the template's stand-in for the call's scalar
+            position = len(t.inputs)
+            bound.setdefault(position, g_vid)
+            return g_vid in g.splats and g.splats[g_vid] == g.splats[bound[position]] \
+                and g.types[g_vid].dtype == t.types[t_vid].dtype
         return g_vid in g.splats and _same_scalar(g.splats[g_vid], t.splats[t_vid]) \
             and g.types[g_vid].dtype == t.types[t_vid].dtype
     t_op, g_op = t_producers.get(t_vid), g_producers.get(g_vid)
@@ -113,7 +126,7 @@ def _matches(t: Graph, t_vid: int, g: Graph, g_vid: int, t_producers: dict, g_pr
             or len(t_op.operands) != len(g_op.operands) or t_op.attrs != g_op.attrs \
             or [x.dtype for x in t_op.types] != [x.dtype for x in g_op.types]:
         return False
-    return all(_matches(t, a, g, b, t_producers, g_producers, bound, broadcasts)
+    return all(_matches(t, a, g, b, t_producers, g_producers, bound, broadcasts, scalar)
                for a, b in zip(t_op.operands, g_op.operands))
 
 
@@ -147,12 +160,17 @@ def fold_expansions(graph: Graph) -> Graph:
                 if op.name != last.name or len(op.results) != 1 or op.type.dtype != dtype:
                     continue
                 bound: dict = {}
+                scalar = REWRITTEN[function][4] if function in REWRITTEN else None
+                arity = len(t.inputs) + (scalar is not None)
                 if not _matches(t, t.outputs[0], graph, op.result, t_producers, g_producers, bound,
-                                function in REWRITTEN) or len(bound) != len(t.inputs):
+                                function in REWRITTEN, scalar) or len(bound) != arity:
                     continue
                 operands = tuple(_full(graph, bound[k], op.type.shape) for k in range(len(t.inputs)))
+                if scalar is not None:
+                    operands += (bound[len(t.inputs)],)  # the splat: an immediate operand
                 if all(vid is not None for vid in operands):
-                    graph.ops[i] = Op(function, operands, op.results, op.types, {})
+                    name = REWRITTEN[function][0] if function in REWRITTEN else function
+                    graph.ops[i] = Op(name, operands, op.results, op.types, {})
                     g_producers[op.result] = graph.ops[i]
     if g_producers is not None:
         _zero_guards(graph, g_producers)

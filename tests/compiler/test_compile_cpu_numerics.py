@@ -307,13 +307,17 @@ def test_compiled_inverse_functions_are_the_eager_kernels(fn, low, high):
 
 
 @pytest.mark.parametrize("fn", [torch.floor_divide, lambda a, b: torch.div(a, b, rounding_mode="floor"),
-                                torch.remainder, lambda a, b: torch.trunc(a)],
-                         ids=["floor_divide", "div_floor", "remainder", "trunc"])
+                                torch.remainder, lambda a, b: torch.trunc(a),
+                                lambda a, b: torch.floor_divide(a, 0.06572719663381577),
+                                lambda a, b: torch.div(a, -3.7891721725463867, rounding_mode="floor"),
+                                lambda a, b: torch.remainder(a, -2), lambda a, b: torch.remainder(a, 1e-3)],
+                         ids=["floor_divide", "div_floor", "remainder", "trunc", "floor_divide_scalar",
+                              "div_floor_negative_scalar", "remainder_negative_int", "remainder_scalar"])
 def test_rounding_divisions_fold_into_one_alu_op_with_cpus_bits(fn):
     """numerics writes floor division, remainder and trunc out as CPU's c10 formulas (floor division ~16 ops, 3x
     the eager kernel's device time); the compiled program folds each back into VectorE's one ALU op, whose steps
     are the same formula (compiler/expansions.py REWRITTEN): CPU's bits, signed zeros, division by zero,
-    infinities and NaN included, and a program of one op."""
+    infinities and NaN included, and a program of one op; a Python scalar divisor of either sign too."""
     from device_impl.compiler import cache
 
     a = torch.tensor([5.0, -5.0, 5.0, -5.0, 0.0, -0.0, float("inf"), -float("inf"), float("nan"), 7.5, -1e30, 3.0,
