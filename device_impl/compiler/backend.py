@@ -12,9 +12,11 @@ friends have no StableHLO lowering in torch-mlir; core ATen ops do) and calls
 
 from __future__ import annotations
 
+import copy
 import functools
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
@@ -252,14 +254,20 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_inde
             begun = time.perf_counter()
             try:
                 weights = _static_inputs(aot_gm) if kind != "backward" else frozenset()
-                run = driver.compile_graph(aot_gm, f"{graph}_{kind}", device_index, config, weights)
+                plan = _output_plan(aot_gm) if kind != "backward" else None
+                strided = _traced_strides(aot_gm) if kind != "backward" else {}
+                if plan is None:
+                    run = driver.compile_graph(aot_gm, f"{graph}_{kind}", device_index, config, weights)
+                else:
+                    run = driver.compile_graph(plan.graph, f"{graph}_{kind}", device_index, config, weights,
+                                               plan.into)
+                    run = _reassembled(run, plan)
                 if kind == "backward":
                     run = _as_traced(aot_gm, run)
-                strided = _traced_strides(aot_gm) if kind != "backward" else {}
                 if strided:
                     run = _restrided(run, strided)
                 if kind == "inference" and key_of_graph is not None and getattr(run, "cache_key", None) \
-                        and not strided and getattr(run, "index_error", IndexError) is IndexError \
+                        and not strided and plan is None and getattr(run, "index_error", IndexError) is IndexError \
                         and _plain_inference(aot_gm, len(example_inputs)):  # the index links IndexError programs
                     cache.index_dynamo(config.neff_cache_dir, key_of_graph, run.cache_key, run.kept)
                 return run
@@ -326,6 +334,141 @@ def _traced_strides(aot_gm: torch.fx.GraphModule) -> dict[int, tuple[int, ...]]:
         if not value.is_contiguous() and non_overlapping_and_dense(value):
             found[index] = tuple(int(s) for s in value.stride())
     return found
+
+
+@dataclass
+class OutputPlan:
+    """Which of a forward or inference graph's outputs its program computes (``_output_plan``).
+
+    ``graph``: the AOT graph returning only those (``computed``: their positions in the original outputs, in
+    order); ``others``: {position: ("same", p) the tensor at computed position p | ("input", k) the call's
+    input k itself | ("shape", size, stride, dtype) a tensor of that layout whose values nothing reads};
+    ``into``: {position in ``graph``'s outputs: input index} for an in-place op's result, which the program may
+    write into that input (``Executable.writable_into``)."""
+
+    graph: torch.fx.GraphModule
+    computed: list[int]
+    others: dict[int, tuple]
+    into: dict[int, int]
+
+
+# AOTAutograd's output kinds that its runtime wrapper rebuilds from an input or another output: the graph's own
+# tensor only gives the shape its view replay checks (``gen_alias_from_base``), or nothing (``is_input``)
+_REPLAYED = ("alias_of_input", "alias_of_intermediate", "alias_of_intermediate_save_as_output",
+             "alias_of_intermediate_base_is_user_output")
+
+
+def _output_plan(aot_gm: torch.fx.GraphModule) -> OutputPlan | None:
+    """The outputs of a forward or inference graph its program need not compute, read from AOTAutograd's traced
+    metadata (``TracingContext.fw_metadata``); None where there are none or the metadata is not the expected.
+
+    Issue 21 asks every single op's compiled device time to be at most its eager kernel's; a program that
+    writes what nobody reads lost on each of these:
+
+    * a user output AOTAutograd regenerates as a view of an input or of another output (``x.view(n)``,
+      ``x.select(0, 1)``, ``x.t()``, dropout with p=0): its wrapper replays the traced views on the base and
+      reads only the graph tensor's shape; eager launches nothing, the program copied the view (1.1 us);
+    * a saved-for-backward output that is an input (``x * w`` saves x and w): the input itself, as eager
+      autograd saves it, not a device copy;
+    * a saved-for-backward output that is also an earlier output, or an ``alias`` of one (``exp`` saves its
+      result): the same tensor, not the same bytes written twice (the forward of ``torch.exp`` moved twice eager's HBM bytes);
+    * an in-place op's result (``x.add_(y)``, ``x.zero_()``): AOTAutograd copies it into the input after the
+      call, a second launch; written into the input's memory (``into``), that copy moves nothing.
+
+    An input that is mutated is never returned as a saved tensor (the program may write it), and a mutated
+    input that requires grad or is saved keeps a fresh output."""
+    from torch._functorch import config as functorch_config
+
+    context = torch._guards.TracingContext.try_get()
+    meta = getattr(context, "fw_metadata", None)
+    try:
+        if meta.tokens or meta.num_outputs_rng_offset or getattr(meta, "num_graphsafe_rng_states", 0):
+            return None
+        mutated = list(meta.mutated_inp_runtime_indices)
+        infos = list(meta.output_info)
+        saved_from = meta.num_forward
+        replay = bool(functorch_config.view_replay_for_aliased_outputs)
+        inputs = list(meta.input_info)
+    except AttributeError:
+        return None
+    placeholders = [n for n in aot_gm.graph.nodes if n.op == "placeholder"]
+    output = aot_gm.graph.output_node()
+    values = list(output.args[0]) if isinstance(output.args[0], (tuple, list)) else None
+    if values is None or len(placeholders) != len(inputs) or saved_from > len(values):
+        return None
+    index_of = {node: k for k, node in enumerate(placeholders)}
+    written = {mutated[i] for i in range(len(mutated))}
+    first_user = len(mutated)
+    computed: list[int] = []
+    at: dict[Any, int] = {}  # node -> its first computed position
+    others: dict[int, tuple] = {}
+    for p, node in enumerate(values):
+        value = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+        if isinstance(value, torch.Tensor) and first_user <= p < first_user + len(infos):
+            info = infos[p - first_user]
+            kind = info.output_type.name
+            if kind == "is_input" or (kind in _REPLAYED and replay and info.view_meta_sequence is not None
+                                      and not any(vm.has_symbolic_inputs for vm in info.view_meta_sequence.sequence)):
+                others[p] = ("shape", tuple(value.shape), tuple(value.stride()), value.dtype)
+                continue
+        if isinstance(value, torch.Tensor) and p >= saved_from:
+            while node.target is torch.ops.aten.alias.default and isinstance(node.args[0], torch.fx.Node):
+                node = node.args[0]  # a saved alias of a value (``exp`` saves its result so): the value itself
+            if node in index_of and index_of[node] not in written:
+                others[p] = ("input", index_of[node])
+                continue
+            if node in at:
+                others[p] = ("same", at[node])
+                continue
+        if isinstance(node, torch.fx.Node) and node not in at:
+            at[node] = p
+        computed.append(p)
+    returned = {node for node in values if isinstance(node, torch.fx.Node)}
+    into: dict[int, int] = {}
+    for i, k in enumerate(mutated):
+        info = inputs[k]
+        if info.mutates_data and not info.mutates_metadata and not info.mutates_storage_metadata \
+                and not info.requires_grad and placeholders[k] not in returned and i in computed:
+            into[computed.index(i)] = k
+    if not others and not into:
+        return None
+    graph = copy.deepcopy(aot_gm.graph)
+    out = graph.output_node()
+    out.args = (tuple(out.args[0][p] for p in computed),)
+    trimmed = torch.fx.GraphModule(aot_gm, graph)
+    trimmed.graph.eliminate_dead_code()
+    trimmed.recompile()
+    return OutputPlan(trimmed, computed, others, into)
+
+
+def _reassembled(run: Callable[[list], list], plan: OutputPlan) -> Callable[[list], list]:
+    """``run`` of ``plan.graph`` returning the original graph's outputs: the computed ones, and in the other
+    positions the tensor each names (``OutputPlan.others``)."""
+    total = len(plan.computed) + len(plan.others)
+
+    def run_all(args: list) -> list:
+        results = list(run(args))
+        outputs: list[Any] = [None] * total
+        for p, value in zip(plan.computed, results):
+            outputs[p] = value
+        device = next((r.device for r in results if isinstance(r, torch.Tensor)), None) or next(
+            (a.device for a in args if isinstance(a, torch.Tensor) and a.device.type == "neuron"), None)
+        for p, (how, *what) in plan.others.items():
+            if how == "input":
+                outputs[p] = args[what[0]]
+            elif how == "shape":
+                size, stride, dtype = what
+                outputs[p] = torch.empty_strided(size, stride, dtype=dtype, device=device)
+        for p, (how, *what) in plan.others.items():
+            if how == "same":
+                outputs[p] = outputs[what[0]]
+        return outputs
+
+    run_all._boxed_call = True  # type: ignore[attr-defined]
+    for name in ("executable", "kept", "index_error", "cache_key"):
+        if hasattr(run, name):
+            setattr(run_all, name, getattr(run, name))
+    return run_all
 
 
 def _restrided(run: Callable[[list], list], strided: dict[int, tuple[int, ...]]) -> Callable[[list], list]:

@@ -154,9 +154,13 @@ def _imported(work: torch.fx.GraphModule, cuts: list, memo: tuple[str, str] | No
 
 
 def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, config: CompilerConfig,
-                  weights: frozenset[int] = frozenset()) -> Callable[[list], list]:
+                  weights: frozenset[int] = frozenset(), into: dict[int, int] | None = None
+                  ) -> Callable[[list], list]:
     """``weights``: positions of the inputs that hold still between executions (parameters, buffers), whose
-    products' operands the program may keep in TensorE's layout (``layout``); part of the cache keys."""
+    products' operands the program may keep in TensorE's layout (``layout``); part of the cache keys.
+    ``into``: {output position: input position} for outputs that are an input's new value, which AOTAutograd
+    copies into that input after the call (an in-place op): the program writes them into the input's memory
+    where ``Executable.writable_into`` finds it safe, so that copy is a tensor copied onto itself."""
     started = time.perf_counter()
     build_flags = {**flags(), "weights": sorted(weights)}
     original = gm
@@ -232,18 +236,22 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
         log.info("graph %s falls back to eager: %s", graph, error)
         return fallback.eager(original, error, graph, config)
     log.info("compiled %s in %.3f s", graph, time.perf_counter() - started)
-    run = _linked(executable, kept, index_error)
+    positions = [p for p, k in enumerate(kept) if k]  # program output index -> graph output position
+    writes = {positions.index(o): k for o, k in (into or {}).items()
+              if o in positions and executable.writable_into(positions.index(o), k)}
+    run = _linked(executable, kept, index_error, writes)
     run.cache_key = key  # type: ignore[attr-defined]  (backend.py indexes plain inference graphs by it)
     return run
 
 
-def _linked(executable: Executable, kept: list[bool], index_error: type[Exception] = IndexError
-            ) -> Callable[[list], list]:
+def _linked(executable: Executable, kept: list[bool], index_error: type[Exception] = IndexError,
+            into: dict[int, int] | None = None) -> Callable[[list], list]:
     """The boxed callable AOTAutograd (or the Dynamo-level index, ``linked``) runs a program through; an
-    out-of-range index raises ``index_error`` (``index_error_class``)."""
+    out-of-range index raises ``index_error`` (``index_error_class``); ``into``: the program's outputs written
+    into an input's memory (``compile_graph``)."""
     def run(args: list) -> list:
         try:
-            outputs = executable(args)
+            outputs = executable(args, into)
         except IndexError as error:
             if index_error is IndexError:
                 raise

@@ -273,13 +273,46 @@ class Executable:
                     runner(nc, env)
         replay.apply(nc, self.program.schedule)
 
-    def __call__(self, args: list) -> list[torch.Tensor]:
+    def writable_into(self, output: int, input: int) -> bool:
+        """Whether output ``output`` may be written straight into input ``input``'s memory (an in-place op's
+        result, which AOTAutograd then copies into that input: ``x.add_(y)``, ``x.zero_()``), read from the
+        program: the output is a value one step writes, the input has its shape and dtype, and no step but that
+        one reads the input, which reads it, if at all, as a flat fused group loading it whole, element for
+        element (each tile loaded before the same tile is stored, no other tile reading it). Anything else (a
+        gather, a view of the input, a reduction, another step reading it) keeps a fresh output."""
+        program = self.program
+        if not (0 <= output < len(program.outputs) and 0 <= input < len(program.inputs)):
+            return False
+        vid, source = program.outputs[output], program.inputs[input]
+        if program.outputs.count(vid) != 1 or program.types[vid] != program.types[source] \
+                or program.inputs.count(source) != 1:
+            return False
+        writer = None
+        for i, step in enumerate(program.steps):
+            if step.get("output") == output or vid in schedule.step_writes(step):
+                writer = i
+        if writer is None:
+            return False
+        for i, step in enumerate(program.steps):
+            reads = [v for v in schedule.step_reads(step) if program.base(v) == source]
+            if not reads:
+                continue
+            if i != writer or step["kind"] != "fused" or step["reduce_dims"] is not None or step.get("rotations") \
+                    or any(v != source for v in reads) or tuple(step["shape"]) != tuple(program.shape(source)):
+                return False
+        return True
+
+    def __call__(self, args: list, into: dict[int, int] | None = None) -> list[torch.Tensor]:
+        """``into``: {output index: input index} for outputs ``writable_into`` that input, written into the
+        input tensor's own memory where it is contiguous and shares no memory with another input; the output
+        returned is then that tensor."""
         device = self._device(args)
         args = self._check(list(args), device)
         eager = sys.modules.get("device_impl.eager")
         if eager is not None and eager.pending():
             eager.flush("compiled program")  # queued adaptive-eager ops may write our inputs
-        outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.output_specs]
+        outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.output_specs] \
+            if not into else [self._into(i, args, into, device) for i in range(len(self.output_specs))]
         out_arrays = [hbm(t) for t in outputs]
         in_arrays = [hbm(a) for a in args]
         constants = {vid: hbm(tensor) for vid, tensor in self.constants(device).items()}
@@ -294,6 +327,20 @@ class Executable:
                 self.run_steps(nc, env)
         del env
         return outputs
+
+    def _into(self, index: int, args: list[torch.Tensor], into: dict[int, int], device: torch.device
+              ) -> torch.Tensor:
+        """Output ``index``'s tensor: the input ``into`` names for it where its memory can take the result
+        (contiguous, no other input in the same storage), else a fresh one."""
+        shape, dtype = self.output_specs[index]
+        k = into.get(index)
+        if k is not None:
+            target = args[k]
+            storage = target.untyped_storage().data_ptr()
+            if target.is_contiguous() and target.device == device and not any(
+                    j != k and a.untyped_storage().data_ptr() == storage for j, a in enumerate(args)):
+                return target
+        return torch.empty(shape, dtype=dtype, device=device)
 
     def environment(self, nc, device, in_arrays: list[np.ndarray], out_arrays: list[np.ndarray],
                     constants: dict[int, np.ndarray]) -> Env:

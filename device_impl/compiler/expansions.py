@@ -1,4 +1,5 @@
-"""Functions torch-mlir expands into a formula, folded back into the one op the device evaluates.
+"""Functions torch-mlir expands into a formula, folded back into the one op the device evaluates (erf; asinh, acosh,
+atanh, asin and acos: ``EXPANDED``).
 
 torch-mlir lowers ``aten.erf`` to ``chlo.erf`` and legalizes that to StableHLO as XLA's rational
 approximation (float32: the input clamped to [-4, 4], a degree-13 odd polynomial over a degree-8 even one,
@@ -22,48 +23,121 @@ import functools
 
 from device_impl.compiler.ir import Graph, Op
 
-# function (the ScalarE activation's StableHLO name) -> the aten op torch-mlir expands; dtypes asked for
-EXPANDED = {"erf": "erf"}
+# function (the ScalarE activation's StableHLO name) -> the aten op torch-mlir expands; dtypes asked for.
+# The inverse and hyperbolic functions expand too (chlo's legalization: asinh as a sign, abs, log, sqrt and
+# log1p select over 14 ops, acosh 11, atanh 8, asin and acos through atan2): each op a pass over the tiles and
+# a rounding, where the eager kernel is one ScalarE activation rounded once (float64 value): compiled asinh took
+# 2.4x, acosh 3x the eager kernel's device time (benches/compiled_vs_eager_specs.py). Not sinh/cosh: numerics'
+# ``_hyperbolic`` rewrites them before the import, for CPU's float32 overflow, so no expansion reaches the graph.
+EXPANDED = {"erf": "erf", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "asin": "asin", "acos": "acos"}
 DTYPES = ("float32",)  # float16/bfloat16 erf computes in float32 (numerics.OPMATH); float64 stays as it was
+
+# function (the engine op's name in the IR: ``lowering.ELEMENTWISE``) -> (aten call, arity): PyTorch's rounding
+# divisions and remainder, which compiler/numerics.py writes out op by op as CPU's c10 formulas (div_floor_floating:
+# fmod, a corrected quotient, floor, a rounding fix and a signed zero; ~16 ops, 3x the eager kernel's device time)
+# and trunc (``where(x < 0, ceil(x), floor(x))``); VectorE's ALU evaluates each formula as one op with the same
+# steps (engine/isa.py ``ALU_BINARY``/``ALU_UNARY``), as the eager kernels do. The template is the graph
+# numerics' rewrite imports as, so only that formula, as written there, is folded.
+REWRITTEN = {  # template -> (function, aten op and overload, keyword arguments, tensor arguments, scalar)
+    "floor_divide": ("floor_divide", "div.Tensor_mode", {"rounding_mode": "floor"}, 2, None),
+    "python_remainder": ("python_remainder", "remainder.Tensor", {}, 2, None),
+    "trunc": ("trunc", "trunc.default", {}, 1, None),
+    # a Python scalar divisor: numerics' formula takes its sign as a constant, so one template per sign, traced
+    # with a stand-in value (``SCALAR``) that matches whatever splat the graph has in its place
+    "floor_divide_scalar+": ("floor_divide", "div.Scalar_mode", {"rounding_mode": "floor"}, 1, 1234.5),
+    "floor_divide_scalar-": ("floor_divide", "div.Scalar_mode", {"rounding_mode": "floor"}, 1, -1234.5),
+    "python_remainder_scalar+": ("python_remainder", "remainder.Scalar", {}, 1, 1234.5),
+    "python_remainder_scalar-": ("python_remainder", "remainder.Scalar", {}, 1, -1234.5),
+}
 
 
 @functools.lru_cache(maxsize=None)
 def template(function: str, dtype: str) -> Graph | None:
-    """The graph torch-mlir imports for ``aten.<function>`` of a 1-D ``dtype`` tensor (folded as build folds),
-    or None where that import fails or is a single op already."""
+    """The graph torch-mlir imports for ``aten.<function>`` of 1-D ``dtype`` tensors (folded as build folds),
+    after compiler/legalize.py's rewrites for the ``REWRITTEN`` ones, or None where that import fails or is a
+    single op already."""
     import torch
     from torch.fx.experimental.proxy_tensor import make_fx
 
-    from device_impl.compiler import fold, importer
+    from device_impl.compiler import fold, importer, legalize
 
-    op = getattr(torch.ops.aten, EXPANDED[function]).default
+    scalar = None
+    if function in REWRITTEN:
+        _, name, kwargs, arity, scalar = REWRITTEN[function]
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet), overload)
+    else:
+        op, kwargs, arity = getattr(torch.ops.aten, EXPANDED[function]).default, {}, 1
+
+    def call(*args):
+        return op(*args, *([] if scalar is None else [scalar]), **kwargs)
+
     try:
-        gm = make_fx(lambda x: op(x))(torch.zeros(2, dtype=getattr(torch, dtype)))
+        # traced on fake tensors: numerics' rewrites compute their nodes' types on the inputs' fake values
+        gm = make_fx(call, tracing_mode="fake")(*[torch.zeros(2, dtype=getattr(torch, dtype)) for _ in range(arity)])
+        if function in REWRITTEN:
+            legalize.legalize(gm)
         graph = fold.fold_constants(importer.read_module(importer.to_stablehlo(gm)))
     except Exception:  # noqa: BLE001  (no template: graphs keep their expansion, as before this pass)
         return None
     computing = [o for o in graph.ops if o.name != "constant"]
-    if len(graph.inputs) != 1 or len(graph.outputs) != 1 or len(computing) <= 1:
+    if len(graph.inputs) != arity or len(graph.outputs) != 1 or len(computing) <= 1:
         return None
     return graph
 
 
+def _same_scalar(a, b) -> bool:
+    """Equal splat values, NaN equal to NaN (atanh's expansion selects a NaN outside [-1, 1])."""
+    return a == b or (a != a and b != b)
+
+
+def _through(vid: int, producers: dict, looking: bool) -> int:
+    """``vid``, or where ``looking``, the value it broadcasts (through any chain of broadcast_in_dim)."""
+    while looking:
+        op = producers.get(vid)
+        if op is None or op.name != "broadcast_in_dim":
+            break
+        vid = op.operands[0]
+    return vid
+
+
 def _matches(t: Graph, t_vid: int, g: Graph, g_vid: int, t_producers: dict, g_producers: dict,
-             bound: dict) -> bool:
+             bound: dict, broadcasts: bool = False, scalar: float | None = None) -> bool:
     """Whether the graph's value ``g_vid`` is computed as the template's ``t_vid`` (same ops, attributes,
-    constants and element types; any shapes), binding the template's input to one graph value."""
-    if t_vid == t.inputs[0]:
-        bound.setdefault("input", g_vid)
-        return bound["input"] == g_vid and g.types[g_vid].dtype == t.types[t_vid].dtype
+    constants and element types; any shapes), binding each template input to one graph value (and the
+    ``scalar`` stand-in, a splat, to one splat value of the graph, at position ``len(t.inputs)``). With
+    ``broadcasts`` (an elementwise formula), broadcast_in_dim is looked through on both sides: torch-mlir
+    broadcasts an operand of another shape at each op that reads it, which computes the same elements."""
+    t_vid, g_vid = _through(t_vid, t_producers, broadcasts), _through(g_vid, g_producers, broadcasts)
+    if t_vid in t.inputs:
+        position = t.inputs.index(t_vid)
+        bound.setdefault(position, g_vid)
+        return bound[position] == g_vid and g.types[g_vid].dtype == t.types[t_vid].dtype
     if t_vid in t.splats:
-        return g_vid in g.splats and g.splats[g_vid] == t.splats[t_vid] \
+        if scalar is not None and t.splats[t_vid] == scalar:  # the template's stand-in for the call's scalar
+            position = len(t.inputs)
+            bound.setdefault(position, g_vid)
+            return g_vid in g.splats and g.splats[g_vid] == g.splats[bound[position]] \
+                and g.types[g_vid].dtype == t.types[t_vid].dtype
+        return g_vid in g.splats and _same_scalar(g.splats[g_vid], t.splats[t_vid]) \
             and g.types[g_vid].dtype == t.types[t_vid].dtype
     t_op, g_op = t_producers.get(t_vid), g_producers.get(g_vid)
     if t_op is None or g_op is None or t_op.name != g_op.name or t_op.name == "constant" \
             or len(t_op.operands) != len(g_op.operands) or t_op.attrs != g_op.attrs \
             or [x.dtype for x in t_op.types] != [x.dtype for x in g_op.types]:
         return False
-    return all(_matches(t, a, g, b, t_producers, g_producers, bound) for a, b in zip(t_op.operands, g_op.operands))
+    return all(_matches(t, a, g, b, t_producers, g_producers, bound, broadcasts, scalar)
+               for a, b in zip(t_op.operands, g_op.operands))
+
+
+def _full(graph: Graph, vid: int, shape: tuple[int, ...]) -> int | None:
+    """``vid`` if it has ``shape``, else a value of the graph that broadcasts it to ``shape`` (None: none does)."""
+    if graph.types[vid].shape == shape:
+        return vid
+    for op in graph.ops:
+        if op.name == "broadcast_in_dim" and op.operands[0] == vid and op.type.shape == shape:
+            return op.result
+    return None
 
 
 def fold_expansions(graph: Graph) -> Graph:
@@ -71,7 +145,7 @@ def fold_expansions(graph: Graph) -> Graph:
     names = graph.op_names()
     dtypes = {t.dtype for t in graph.types.values()} & set(DTYPES)
     g_producers = None
-    for function in EXPANDED:
+    for function in (*EXPANDED, *REWRITTEN):
         for dtype in sorted(dtypes):
             t = template(function, dtype) if names else None
             if t is None:
@@ -86,8 +160,41 @@ def fold_expansions(graph: Graph) -> Graph:
                 if op.name != last.name or len(op.results) != 1 or op.type.dtype != dtype:
                     continue
                 bound: dict = {}
-                if _matches(t, t.outputs[0], graph, op.result, t_producers, g_producers, bound) \
-                        and graph.types[bound["input"]].shape == op.type.shape:
-                    graph.ops[i] = Op(function, (bound["input"],), op.results, op.types, {})
+                scalar = REWRITTEN[function][4] if function in REWRITTEN else None
+                arity = len(t.inputs) + (scalar is not None)
+                if not _matches(t, t.outputs[0], graph, op.result, t_producers, g_producers, bound,
+                                function in REWRITTEN, scalar) or len(bound) != arity:
+                    continue
+                operands = tuple(_full(graph, bound[k], op.type.shape) for k in range(len(t.inputs)))
+                if scalar is not None:
+                    operands += (bound[len(t.inputs)],)  # the splat: an immediate operand
+                if all(vid is not None for vid in operands):
+                    name = REWRITTEN[function][0] if function in REWRITTEN else function
+                    graph.ops[i] = Op(name, operands, op.results, op.types, {})
                     g_producers[op.result] = graph.ops[i]
+    if g_producers is not None:
+        _zero_guards(graph, g_producers)
     return graph
+
+
+# functions ScalarE evaluates with f(+-0) = +-0 (float64's, rounded once): numerics' ``_asinh`` guards torch-mlir's
+# formula, which turned -0.0 into +0.0, as ``where(x == 0, x, asinh(x))``; on the folded op the guard selects
+# what the function gives anyway, and costs a compare and a select pass (asinh 1.55 us against eager's 1.48)
+ZERO_KEEPING = frozenset({"asinh"})
+
+
+def _zero_guards(graph: Graph, producers: dict) -> None:
+    """``select(x == 0, x, f(x))`` of a folded ``f`` in ``ZERO_KEEPING`` becomes ``f(x)`` (the same bits)."""
+    for i, op in enumerate(graph.ops):
+        if op.name != "select" or len(op.operands) != 3:
+            continue
+        cond, x, y = (_through(v, producers, True) for v in op.operands)
+        test, value = producers.get(cond), producers.get(y)
+        if test is None or value is None or value.name not in ZERO_KEEPING or test.name != "compare" \
+                or test.attrs.get("comparison_direction") != "EQ" or len(test.operands) != 2 \
+                or _through(test.operands[0], producers, True) != x or value.operands[0] != x \
+                or graph.splats.get(_through(test.operands[1], producers, True)) != 0 \
+                or value.type.shape != op.type.shape or value.type.dtype != op.type.dtype:
+            continue
+        graph.ops[i] = Op(value.name, value.operands, op.results, op.types, {})
+        producers[op.result] = graph.ops[i]

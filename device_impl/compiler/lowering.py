@@ -54,7 +54,9 @@ def _binary_name(op: Op, dtype: np.dtype) -> str:
 
 _BINARY = {"add": "add", "subtract": "subtract", "multiply": "multiply", "maximum": "maximum",
            "minimum": "minimum", "power": "power", "remainder": "fmod", "atan2": "atan2",
-           "shift_left": "left_shift", "shift_right_arithmetic": "right_shift", "divide": "divide"}
+           "shift_left": "left_shift", "shift_right_arithmetic": "right_shift", "divide": "divide",
+           # folded from numerics' formulas (compiler/expansions.py REWRITTEN): PyTorch's, not StableHLO's ops
+           "floor_divide": "floor_divide", "python_remainder": "remainder"}
 # StableHLO semantics the engines' ALU gives directly: remainder is C's fmod (the sign of the dividend),
 # integer divide truncates, shift_right_arithmetic keeps the sign.
 _COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum", "logical_and", "logical_or", "logical_xor",
@@ -63,7 +65,7 @@ _MIRROR = {"less": "greater", "greater": "less", "less_equal": "greater_equal", 
 _COMPARE = {"EQ": "equal", "NE": "not_equal", "LT": "less", "LE": "less_equal", "GT": "greater",
             "GE": "greater_equal"}
 _UNARY = {"negate": "negative", "abs": "abs", "sign": "sign", "floor": "floor", "ceil": "ceil",
-          "round_nearest_even": "round", "is_finite": "isfinite"}
+          "round_nearest_even": "round", "is_finite": "isfinite", "trunc": "trunc"}
 _ACTIVATION = {"exponential": "exp", "log": "log", "log_plus_one": "log1p", "exponential_minus_one": "expm1",
                "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "logistic": "sigmoid", "sine": "sin",
                "cosine": "cos", "tan": "tan", "erf": "erf", "atan": "atan", "sinh": "sinh", "cosh": "cosh",

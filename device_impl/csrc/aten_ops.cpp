@@ -168,7 +168,9 @@ bool needs_cast(const at::Tensor& dst, const at::Tensor& src) {
 // at::native::copy_, whose redispatch to _copy_from would send conjugate views
 // through the Conjugate fallback: clone -> copy_ -> _copy_from, forever.)
 at::Tensor& copy_(at::Tensor& self, const at::Tensor& src, bool non_blocking) {
-  if (self.numel() == 0) return self;
+  // a tensor copied onto itself moves nothing, as at::native::copy_ returns early (AOTAutograd's copy of an
+  // in-place op's result into its input, where the compiled program wrote the result there already)
+  if (self.numel() == 0 || self.is_same(src)) return self;
   if (!needs_cast(self, src)) {
     copy_from(src, self, non_blocking);
     return self;

@@ -74,6 +74,8 @@ def install() -> None:
                 for op in ("copy_", "_copy_from", "_copy_from_and_resize", "_local_scalar_dense")}
 
     def copy_(keys, dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+        if dst is src:  # a tensor onto itself: nothing to move (the C++ kernel's is_same rule)
+            return dst
         if dst.numel() and not OUTSIDE.depth and _queueable_copy(dst, src):
             compute = _cast_compute if dst.dtype != src.dtype else _copy_compute
             QUEUE.submit("aten::copy_", compute, dst, {"src": src})

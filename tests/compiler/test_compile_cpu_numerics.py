@@ -292,6 +292,44 @@ def test_compiled_erf_is_the_eager_kernels_erf(dtype):
     assert torch.equal(out.cpu(), torch.special.ndtr(tail.to("neuron")).cpu().half())
 
 
+@pytest.mark.parametrize("fn, low, high", [(torch.asinh, -30, 30), (torch.acosh, 1, 30), (torch.atanh, -1, 1),
+                                           (torch.asin, -1, 1), (torch.acos, -1, 1)],
+                         ids=["asinh", "acosh", "atanh", "asin", "acos"])
+def test_compiled_inverse_functions_are_the_eager_kernels(fn, low, high):
+    """chlo's formulas for asinh (14 ops), acosh, atanh, asin and acos (through atan2) rounded op by op and cost a
+    pass over the tiles each (compiled acosh took 3x the eager kernel's device time); the compiled program
+    evaluates the eager kernel's one ScalarE function (compiler/expansions.py): the same bits, signed zeros and
+    the domain's ends included."""
+    x = torch.cat([torch.linspace(low, high, 4001), torch.tensor([0.0, -0.0, low, high, 1e-30, -1e-30])])
+    eager = fn(x.to("neuron")).cpu()
+    got = _compiled(fn, x).cpu()
+    assert torch.equal(got.view(torch.int32), eager.view(torch.int32))
+
+
+@pytest.mark.parametrize("fn", [torch.floor_divide, lambda a, b: torch.div(a, b, rounding_mode="floor"),
+                                torch.remainder, lambda a, b: torch.trunc(a),
+                                lambda a, b: torch.floor_divide(a, 0.06572719663381577),
+                                lambda a, b: torch.div(a, -3.7891721725463867, rounding_mode="floor"),
+                                lambda a, b: torch.remainder(a, -2), lambda a, b: torch.remainder(a, 1e-3)],
+                         ids=["floor_divide", "div_floor", "remainder", "trunc", "floor_divide_scalar",
+                              "div_floor_negative_scalar", "remainder_negative_int", "remainder_scalar"])
+def test_rounding_divisions_fold_into_one_alu_op_with_cpus_bits(fn):
+    """numerics writes floor division, remainder and trunc out as CPU's c10 formulas (floor division ~16 ops, 3x
+    the eager kernel's device time); the compiled program folds each back into VectorE's one ALU op, whose steps
+    are the same formula (compiler/expansions.py REWRITTEN): CPU's bits, signed zeros, division by zero,
+    infinities and NaN included, and a program of one op; a Python scalar divisor of either sign too."""
+    from device_impl.compiler import cache
+
+    a = torch.tensor([5.0, -5.0, 5.0, -5.0, 0.0, -0.0, float("inf"), -float("inf"), float("nan"), 7.5, -1e30, 3.0,
+                      0.5, -0.5, 1e-38, 6.0] * 9)
+    b = torch.tensor([3.0, 3.0, -3.0, -3.0, 2.0, 2.0, 1.0, -1.0, 1.0, 0.0, -0.0, float("inf"),
+                      -float("inf"), 0.25, 3e-39, -2.0] * 9)
+    _same_bits(fn, a, b)
+    (executable,) = [e for e in cache._MEMORY.values() if e.program.name.startswith(("g", "graph"))][-1:]
+    (step,) = executable.program.steps
+    assert [op["op"] for op in step["ops"]] in (["floor_divide"], ["python_remainder"], ["trunc"])
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("dim", [-2, -1])
 def test_reduced_float_log_softmax_rounds_at_cpus_points(dtype, dim):
