@@ -32,6 +32,7 @@ from device_impl.engine.dtypes import BF16, FP32, compute_dtype, is_float
 from device_impl.engine.core import release_live_to, scalar_finishes_first
 from device_impl.engine.memory import Tile
 from device_impl.kernels.common import P, flat_tiles
+from device_impl.kernels.reduction.tiles import _flat_pieces, _identity
 
 IDENTITY = {"add": 0, "multiply": 1, "logical_or": False, "logical_and": True}
 
@@ -495,6 +496,10 @@ class GroupRunner:
         access, out_access, keep = self._row_access(loads, stores)
         for slot, (tap, live, *store) in (taps or {}).items():
             out_access[slot] = _Tapped(out_access[slot], tap, live, *store)
+        folded = None if taps else self._fold_views(loads, stores, access)
+        if folded is not None:
+            self._folded(nc, *folded, access, out_access)
+            return
         phased = self.chunk < self.cols
         group_mark = nc.mark()
         shared = {} if phased else self._hoist(nc, loads, access, keep, block)
@@ -605,6 +610,81 @@ class GroupRunner:
             else:
                 out_access[slot] = Access2D(array.transpose(perm), na)
         return access, out_access, keep
+
+    def _fold_views(self, loads: dict, stores: dict, access: dict) -> tuple[dict, dict] | None:
+        """A full reduction's group (one row of ``cols`` columns) laid out on the partitions, as the eager
+        kernel's flat tiling does (``kernels.reduction.sums._reduce_flat``): each load the full ops and
+        reductions read, and each full result stored, as one strided run of ``cols`` elements (slot -> 1-D
+        view), so a piece of it is a [p, f] tile of consecutive elements. None where the row stays one
+        partition: more than one row, a full op reading a per-row value (std's x - mean), a view whose
+        columns are not one strided run, or too few columns for the fold to pay (each op's instruction
+        overhead is paid once per piece, plus the per-partition combine and the cross-partition finish)."""
+        if self.reduce_dims is None or self.rows != 1:
+            return None
+        first = [op for op in self.ops if op.cls == "full" or op.name == "reduce"]
+        if not any(op.name == "reduce" for op in first):
+            return None
+        vector = PLATFORM.instruction_overhead_cycles
+        pieces = list(_flat_pieces(self.cols, min(self.chunk, math.ceil(self.cols / P))))
+        before = len(first) * (vector + self.cols)
+        after = sum(len(first) * (vector + f) for _, _, _, f in pieces) + 4 * vector + P
+        if after >= before:
+            return None
+        perm = list(self.reduce_dims)
+        keep = [d for d in range(len(self.shape)) if d not in perm]
+        perm = keep + perm
+        read: set[int] = set()
+        for op in first:
+            for kind, x in op.args + (op.pre.args if op.pre is not None else []):
+                if kind == "slot":
+                    read.add(x)
+        for slot in read:
+            if slot in loads and access[slot][1]:
+                return None  # constant along the columns: a [1, 1] value the partitions would need broadcast
+            if slot not in loads and self.slot_cls[slot] != "full":
+                return None
+        views: dict[int, np.ndarray] = {}
+        outs: dict[int, np.ndarray] = {}
+        for table, slots, source in ((views, [s for s in read if s in loads], loads),
+                                     (outs, [s for s in stores if self.slot_cls[s] == "full"], stores)):
+            for slot in slots:
+                try:
+                    table[slot] = np.reshape(source[slot].transpose(perm), (-1,), copy=False)
+                except ValueError:
+                    return None  # the columns are not one strided run
+        return views, outs
+
+    def _folded(self, nc, views: dict, outs: dict, access: dict, out_access: dict) -> None:
+        """A full reduction on the partitions: the full ops and reductions over [p, f] pieces of consecutive
+        columns (``_flat_pieces``, the eager flat tiling's), each piece's per-partition partials combined into a
+        [P, 1] accumulator that starts at the reduction's identity, one GpSimd reduction across the partitions,
+        then the per-row ops on the [1, 1] results: the eager kernel's order of combination, instead of every
+        op over one partition's ``cols`` elements."""
+        first = [op for op in self.ops if op.cls == "full" or op.name == "reduce"]
+        reduces = [op for op in first if op.name == "reduce"]
+        mark = nc.mark()
+        accs = {}
+        for op in reduces:
+            accs[op.slot] = nc.sbuf_tile((P, 1), op.reduce_dtype)
+            nc.vector.memset(accs[op.slot], _identity(op.alu, op.reduce_dtype))
+        for start, stop, p, f in _flat_pieces(self.cols, min(self.chunk, math.ceil(self.cols / P))):
+            inner = nc.mark()
+            piece = {slot: (Access2D(np.reshape(v[start:stop], (p, f)), 1), False) for slot, v in views.items()}
+            piece_out = {slot: Access2D(np.reshape(v[start:stop], (p, f)), 1) for slot, v in outs.items()}
+            parts = {op.slot: nc.sbuf_tile((p, 1), op.reduce_dtype) for op in reduces}
+            self._pass(nc, first, 0, p, 0, f, piece, piece_out, parts, True)
+            for op in reduces:
+                acc = accs[op.slot] if p == P else accs[op.slot][0:p, :]
+                nc.vector.tensor_tensor(acc, acc, parts[op.slot], op.alu, dtype=op.reduce_dtype)
+            nc.release_to(inner)
+        tiles = {}
+        for op in reduces:
+            total = nc.sbuf_tile((1, 1), op.reduce_dtype)
+            nc.gpsimd.partition_reduce(total, accs[op.slot], op.alu, dtype=op.reduce_dtype)
+            tiles[op.slot] = self._finish_reduce(nc, total, op, out_access, 0, 1)
+        self._pass(nc, [op for op in self.ops if op.cls == "row" and op.name != "reduce"], 0, 1, 0, 1,
+                   access, out_access, tiles, None)
+        nc.release_to(mark)
 
     def _phased(self, nc, access: dict, out_access: dict, block: int = P) -> None:
         """Rows longer than SBUF holds: full ops and reductions over column chunks (reductions accumulate),
