@@ -80,7 +80,7 @@ import torch
 import torch._decomp
 import torch.fx
 
-from device_impl.compiler import opaque
+from device_impl.compiler import moves, opaque
 
 aten = torch.ops.aten
 prims_convert = torch.ops.prims.convert_element_type.default
@@ -1129,4 +1129,5 @@ DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
                   aten.nll_loss_backward.default: _nll_loss_backward_of(aten.nll_loss_backward.default),
                   aten.nll_loss2d_backward.default: _nll_loss_backward_of(aten.nll_loss2d_backward.default),
                   aten.embedding_dense_backward.default: _embedding_dense_backward,
-                  aten._scaled_dot_product_fused_attention_overrideable_backward.default: _fused_attention_backward}
+                  aten._scaled_dot_product_fused_attention_overrideable_backward.default: _fused_attention_backward,
+                  **moves.DECOMPOSITIONS}
