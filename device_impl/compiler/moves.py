@@ -16,9 +16,11 @@ happened already in the fake-tensor pass that traced the graph (the ops' meta fu
 
 from __future__ import annotations
 
+import itertools
 from typing import Sequence
 
 import torch
+import torch._decomp
 
 aten = torch.ops.aten
 
@@ -65,11 +67,105 @@ def _pad_of(dims: int, reflect: bool):
     return decomposition
 
 
-DECOMPOSITIONS = {
+def _reflection_pad_backward_of(dims: int):
+    """reflection_pad{1,2,3}d_backward as CPU's kernel sums: grad_input starts at +0 and each grad_output element is
+    added to its source in row-major order of grad_output. Along a padded dim the output's left edge, centre
+    and right edge come in that order, and each input element receives at most one element of each block of the
+    product of those regions (left/centre/right per dim), so adding the blocks (reversed along their edge
+    dims, zero-padded to the input's shape) in row-major order of the regions adds each element's terms in
+    CPU's order: ((+0 + a) + b) + ..., a missing term a +0 that leaves the sum as it is (the first
+    addition's +0 already turned a -0 into +0). Elementwise adds of copies, where PyTorch's decomposition
+    builds index tensors for an accumulating scatter."""
+    def decomposition(grad_output: torch.Tensor, x: torch.Tensor, padding: Sequence[int]) -> torch.Tensor:
+        if len(padding) != 2 * dims or x.dim() < dims or not grad_output.is_floating_point():
+            return NotImplemented
+        nd = x.dim()
+        regions = []  # per padded dim, outermost first: (dim, [(out start, length, in start, reversed)])
+        for i in reversed(range(dims)):
+            left, right = int(padding[2 * i]), int(padding[2 * i + 1])
+            d = nd - 1 - i
+            n = x.shape[d]
+            if left < 0 or right < 0 or n == 0 or max(left, right) >= n \
+                    or grad_output.shape[d] != n + left + right:
+                return NotImplemented
+            here = [(left, n, 0, False)]
+            if left:
+                here.insert(0, (0, left, 1, True))  # out k < left is in left - k
+            if right:
+                here.append((left + n, right, n - 1 - right, True))  # out left + n + k is in n - 2 - k
+            regions.append((d, here))
+        total = None
+        for combo in itertools.product(*(here for _, here in regions)):
+            block, flips, pad = grad_output, [], [0] * (2 * nd)
+            for (d, _), (start, length, into, rev) in zip(regions, combo):
+                block = block.narrow(d, start, length)
+                if rev:
+                    flips.append(d)
+                k = 2 * (nd - 1 - d)
+                pad[k], pad[k + 1] = into, x.shape[d] - into - length
+            if flips:
+                block = block.flip(flips)
+            if any(pad):
+                block = aten.constant_pad_nd(block, pad, 0)
+            total = block + 0.0 if total is None else total + block
+        return total
+    return decomposition
+
+
+MAX_WINDOW = 256  # kernel offsets im2col copies one by one (each a strided view); larger: PyTorch's gather
+
+
+def _im2col(x: torch.Tensor, kernel_size: Sequence[int], dilation: Sequence[int], padding: Sequence[int],
+            stride: Sequence[int]) -> torch.Tensor:
+    """im2col as its copies: the (zero-padded) input's strided window view for each kernel offset, stacked
+    into [N, C, kh * kw, oh, ow] and read as [N, C * kh * kw, L] (CPU's column order: channel, then kernel
+    row, then kernel column), instead of PyTorch's index tensors and gather. Pure copies (a padded position
+    is CPU's +0): the same bits."""
+    if x.dim() not in (3, 4) or len(kernel_size) != 2 or x.numel() == 0:
+        return NotImplemented
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel_size, dilation, padding, stride
+    if kh * kw > MAX_WINDOW or min(kh, kw, dh, dw, sh, sw) <= 0 or min(ph, pw) < 0:
+        return NotImplemented
+    batched = x.dim() == 4
+    x4 = x if batched else x.unsqueeze(0)
+    n, c, h, w = x4.shape
+    oh = (h + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
+    ow = (w + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
+    if oh <= 0 or ow <= 0:
+        return NotImplemented
+    xp = aten.constant_pad_nd(x4, [pw, pw, ph, ph], 0) if ph or pw else x4
+    blocks = [xp[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+              for i in range(kh) for j in range(kw)]
+    out = torch.stack(blocks, 2).reshape(n, c * kh * kw, oh * ow)
+    return out if batched else out.squeeze(0)
+
+
+def or_else(first, then):
+    """``first``, and where it declines (NotImplemented) ``then``: a call these decompositions do not cover keeps the
+    decomposition it had before."""
+    def decomposition(*args, **kwargs):
+        result = first(*args, **kwargs)
+        return then(*args, **kwargs) if result is NotImplemented else result
+    return decomposition
+
+
+def _pytorchs(overload):
+    return torch._decomp.decomposition_table[overload]
+
+
+# the backward of reflection padding goes through numerics (its fallback there adds CPU's +0: numerics._accumulated_of)
+REFLECTION_PAD_BACKWARD = {
+    aten.reflection_pad1d_backward.default: _reflection_pad_backward_of(1),
+    aten.reflection_pad2d_backward.default: _reflection_pad_backward_of(2),
+    aten.reflection_pad3d_backward.default: _reflection_pad_backward_of(3),
+}
+
+DECOMPOSITIONS = {op: or_else(fn, _pytorchs(op)) for op, fn in {
+    aten.im2col.default: _im2col,
     aten.reflection_pad1d.default: _pad_of(1, True),
     aten.reflection_pad2d.default: _pad_of(2, True),
     aten.reflection_pad3d.default: _pad_of(3, True),
     aten.replication_pad1d.default: _pad_of(1, False),
     aten.replication_pad2d.default: _pad_of(2, False),
     aten.replication_pad3d.default: _pad_of(3, False),
-}
+}.items()}

@@ -103,3 +103,68 @@ def test_reflect_and_replicate_pads_compile_to_copies_of_views(name, pad, mode, 
     # copies it two or three times, where the eager kernel writes each output element once
     padded = sum(1 for i in range(0, len(pad), 2) if pad[i] or pad[i + 1])
     assert launch["device_ns"] <= eager_ns * (1.0 + 0.1 * (padded - 1)) * 1.01, (name, launch["device_ns"], eager_ns)
+
+
+IM2COL = [
+    ("padded", (1, 1, 2, 513), dict(kernel_size=(2, 2), dilation=(1, 1), padding=(1, 1), stride=(1, 1))),
+    ("strided_dilated", (2, 3, 9, 11), dict(kernel_size=(3, 2), dilation=(2, 1), padding=(1, 0), stride=(2, 3))),
+    ("unbatched", (3, 7, 8), dict(kernel_size=(4, 4), dilation=(1, 1), padding=(0, 0), stride=(1, 1))),
+]
+
+
+@pytest.mark.parametrize("name,shape,args", IM2COL, ids=[c[0] for c in IM2COL])
+def test_im2col_compiles_to_window_copies(name, shape, args):
+    """compiler.moves: im2col is each kernel offset's strided window of the (zero-padded) input, stacked, not index
+    tensors and a gather (the sweep's 2x2 padded case: 9.9 us against the eager kernel's 1.2 us); CPU's bits."""
+    x = _randn(*shape)
+    x.view(-1)[::5] = -0.0
+    x.view(-1)[2::13] = float("nan")
+
+    def fn(t):
+        return torch.ops.aten.im2col(t, args["kernel_size"], args["dilation"], args["padding"], args["stride"])
+
+    compiled = torch.compile(fn, backend="neuron", dynamic=False)
+    device = x.to("neuron")
+    compiled(device)
+    with breakdown.capture() as calls:
+        out = compiled(device)
+        torch.neuron.synchronize()
+    kinds = {step["kind"] for executable, _ in calls for step in executable.program.steps}
+    assert not kinds & {"gather", "iota"}, kinds
+    assert np.array_equal(_bits(out.cpu()), _bits(fn(x)))
+
+
+REFLECTION_BACKWARD = [
+    (1, (3, 5, 9), (2, 3)),
+    (2, (2, 3, 5, 6), (4, 4, 4, 4)),
+    (3, (4, 5, 2, 3), (1, 1, 0, 1, 1, 1)),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("dims,shape,pad", REFLECTION_BACKWARD, ids=[f"{c[0]}d" for c in REFLECTION_BACKWARD])
+def test_reflection_pad_backward_adds_edge_blocks_in_cpus_order(dims, shape, pad, dtype):
+    """compiler.moves: reflection_pad{1,2,3}d_backward as the row-major sum of its reversed edge blocks, zero-padded
+    (no index tensors, no scatter; the 3-d case: 15.1 us before against the eager kernel's 2.2 us), bit for bit
+    CPU's sum from +0 in grad_output's order: -0.0 and NaN included, pads as long as the dim less one."""
+    x = _randn(*shape).to(dtype)
+    forward = getattr(torch.ops.aten, f"reflection_pad{dims}d")
+    g = torch.randn(forward(x, pad).shape, generator=torch.Generator().manual_seed(1)).to(dtype)
+    g.view(-1)[::3] = -0.0
+    g.view(-1)[::17] = float("nan")
+    backward = getattr(torch.ops.aten, f"reflection_pad{dims}d_backward")
+
+    def fn(go, t):
+        return backward(go, t, pad)
+
+    compiled = torch.compile(fn, backend="neuron", dynamic=False)
+    args = (g.to("neuron"), x.to("neuron"))
+    compiled(*args)
+    with breakdown.capture() as calls:
+        out = compiled(*args)
+        torch.neuron.synchronize()
+    kinds = {step["kind"] for executable, _ in calls for step in executable.program.steps}
+    assert not kinds & {"gather", "scatter", "iota"}, kinds
+    expected = fn(g, x)
+    view = torch.int32 if dtype == torch.float32 else torch.int16
+    assert np.array_equal(out.cpu().view(view).numpy(), expected.view(view).numpy())
