@@ -140,6 +140,27 @@ def _im2col(x: torch.Tensor, kernel_size: Sequence[int], dilation: Sequence[int]
     return out if batched else out.squeeze(0)
 
 
+def _roll(x: torch.Tensor, shifts: Sequence[int], dims: Sequence[int] = ()) -> torch.Tensor:
+    """roll as one concatenation per rolled dim of the input's two pieces (its last ``shift`` elements, then the
+    rest), strided copies, where PyTorch's decomposition gathers through computed indices. No dims: the
+    flattened tensor rolled and viewed back, as CPU."""
+    if not dims:
+        if len(shifts) != 1:
+            return NotImplemented
+        out = _roll(x.flatten(), shifts, (0,))
+        return NotImplemented if out is NotImplemented else out.view(x.shape)
+    if len(shifts) != len(dims) or x.numel() == 0:
+        return NotImplemented
+    out = x
+    for shift, dim in zip(shifts, dims):
+        d = dim % x.dim()
+        n = x.shape[d]
+        k = int(shift) % n
+        if k:
+            out = torch.cat([out.narrow(d, n - k, k), out.narrow(d, 0, n - k)], d)
+    return out.clone() if out is x else out
+
+
 def or_else(first, then):
     """``first``, and where it declines (NotImplemented) ``then``: a call these decompositions do not cover keeps the
     decomposition it had before."""
@@ -162,6 +183,7 @@ REFLECTION_PAD_BACKWARD = {
 
 DECOMPOSITIONS = {op: or_else(fn, _pytorchs(op)) for op, fn in {
     aten.im2col.default: _im2col,
+    aten.roll.default: _roll,
     aten.reflection_pad1d.default: _pad_of(1, True),
     aten.reflection_pad2d.default: _pad_of(2, True),
     aten.reflection_pad3d.default: _pad_of(3, True),

@@ -168,3 +168,27 @@ def test_reflection_pad_backward_adds_edge_blocks_in_cpus_order(dims, shape, pad
     expected = fn(g, x)
     view = torch.int32 if dtype == torch.float32 else torch.int16
     assert np.array_equal(out.cpu().view(view).numpy(), expected.view(view).numpy())
+
+
+ROLLS = [((2, 1, 513), 3, 0), ((4, 5, 6), (2, -7), (0, 2)), ((4, 5, 6), 5, ()), ((3, 4), (1, 1), (1, 1))]
+
+
+@pytest.mark.parametrize("shape,shifts,dims", ROLLS, ids=["one_dim", "two_dims", "flat", "same_dim_twice"])
+def test_roll_compiles_to_copies(shape, shifts, dims):
+    """compiler.moves: roll is a concatenation of the input's two pieces per rolled dim, not computed indices and a
+    gather (the sweep's case: 2.0 us against the eager kernel's 1.1 us); CPU's bits."""
+    x = _randn(*shape)
+    x.view(-1)[::3] = -0.0
+
+    def fn(t):
+        return torch.roll(t, shifts, dims)
+
+    compiled = torch.compile(fn, backend="neuron", dynamic=False)
+    device = x.to("neuron")
+    compiled(device)
+    with breakdown.capture() as calls:
+        out = compiled(device)
+        torch.neuron.synchronize()
+    kinds = {step["kind"] for executable, _ in calls for step in executable.program.steps}
+    assert not kinds & {"gather", "iota"}, kinds
+    assert np.array_equal(_bits(out.cpu()), _bits(fn(x)))
