@@ -161,6 +161,60 @@ def _roll(x: torch.Tensor, shifts: Sequence[int], dims: Sequence[int] = ()) -> t
     return out.clone() if out is x else out
 
 
+def _select_scatter(x: torch.Tensor, src: torch.Tensor, dim: int, index: int) -> torch.Tensor:
+    """select_scatter as the concatenation of x before the index, src, and x after it: copies, where PyTorch's
+    decomposition compares an iota with the index and selects over the whole tensor."""
+    if x.dim() == 0 or src.dtype != x.dtype or x.numel() == 0:
+        return NotImplemented
+    d = dim % x.dim()
+    n = x.shape[d]
+    i = index + n if index < 0 else index
+    if not 0 <= i < n or tuple(src.shape) != tuple(x.shape[:d] + x.shape[d + 1:]):
+        return NotImplemented
+    pieces = [x.narrow(d, 0, i)] if i else []
+    pieces.append(src.unsqueeze(d))
+    if i + 1 < n:
+        pieces.append(x.narrow(d, i + 1, n - i - 1))
+    return torch.cat(pieces, d) if len(pieces) > 1 else pieces[0].clone()
+
+
+def _col2im(cols: torch.Tensor, output_size: Sequence[int], kernel_size: Sequence[int], dilation: Sequence[int],
+            padding: Sequence[int], stride: Sequence[int]) -> torch.Tensor:
+    """col2im (F.fold) as CPU's kernel sums: the image starts at +0 and each column element is added to its pixel,
+    kernel offsets in order (CPU's loop over the column rows c * kh * kw + i * kw + j), one offset never
+    reaching a pixel twice. So each offset's block, spread to its strided pixel positions (zeros between:
+    a +0 that leaves a sum as it is once the first addition made any -0 +0) and placed at its offset in the
+    padded image, is added in that order, and the padding cropped: adds of copies, where PyTorch's
+    decomposition builds index tensors for an accumulating scatter."""
+    if cols.dim() not in (2, 3) or len(kernel_size) != 2 or not cols.is_floating_point() or cols.numel() == 0:
+        return NotImplemented
+    (h, w), (kh, kw), (dh, dw), (ph, pw), (sh, sw) = output_size, kernel_size, dilation, padding, stride
+    if kh * kw > MAX_WINDOW or min(kh, kw, dh, dw, sh, sw) <= 0 or min(ph, pw) < 0:
+        return NotImplemented
+    batched = cols.dim() == 3
+    c3 = cols if batched else cols.unsqueeze(0)
+    oh = (h + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
+    ow = (w + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
+    n, ckk, length = c3.shape
+    if oh <= 0 or ow <= 0 or ckk % (kh * kw) or length != oh * ow:
+        return NotImplemented
+    c = ckk // (kh * kw)
+    blocks = c3.reshape(n, c, kh * kw, oh, ow)
+    hp, wp = h + 2 * ph, w + 2 * pw
+    total = None
+    for i in range(kh):
+        for j in range(kw):
+            block = blocks[:, :, i * kw + j]
+            if sh > 1 or sw > 1:  # a block element every stride pixels: zeros between
+                block = aten.constant_pad_nd(block.reshape(n, c, oh, 1, ow, 1), [0, sw - 1, 0, 0, 0, sh - 1], 0)
+                block = block.reshape(n, c, oh * sh, ow * sw)
+            top, left = i * dh, j * dw
+            placed = aten.constant_pad_nd(block, [left, wp - left - block.shape[3], top, hp - top - block.shape[2]], 0)
+            total = placed + 0.0 if total is None else total + placed
+    image = total[:, :, ph:ph + h, pw:pw + w]
+    return image if batched else image.squeeze(0)
+
+
 def or_else(first, then):
     """``first``, and where it declines (NotImplemented) ``then``: a call these decompositions do not cover keeps the
     decomposition it had before."""
@@ -183,7 +237,9 @@ REFLECTION_PAD_BACKWARD = {
 
 DECOMPOSITIONS = {op: or_else(fn, _pytorchs(op)) for op, fn in {
     aten.im2col.default: _im2col,
+    aten.col2im.default: _col2im,
     aten.roll.default: _roll,
+    aten.select_scatter.default: _select_scatter,
     aten.reflection_pad1d.default: _pad_of(1, True),
     aten.reflection_pad2d.default: _pad_of(2, True),
     aten.reflection_pad3d.default: _pad_of(3, True),
