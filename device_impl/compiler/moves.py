@@ -209,7 +209,8 @@ def _col2im(cols: torch.Tensor, output_size: Sequence[int], kernel_size: Sequenc
                 block = aten.constant_pad_nd(block.reshape(n, c, oh, 1, ow, 1), [0, sw - 1, 0, 0, 0, sh - 1], 0)
                 block = block.reshape(n, c, oh * sh, ow * sw)
             top, left = i * dh, j * dw
-            placed = aten.constant_pad_nd(block, [left, wp - left - block.shape[3], top, hp - top - block.shape[2]], 0)
+            edges = [left, wp - left - block.shape[3], top, hp - top - block.shape[2]]
+            placed = aten.constant_pad_nd(block, edges, 0) if any(edges) else block
             total = placed + 0.0 if total is None else total + placed
     image = total[:, :, ph:ph + h, pw:pw + w]
     return image if batched else image.squeeze(0)
