@@ -353,16 +353,29 @@ class _Tapped:
         return self.access.pieces(r0, r1, c0, c1)
 
 
-def _fold_pieces(cols: int, chunk: int) -> list[tuple[int, int, int, int]]:
-    """The [p, f] pieces of consecutive columns a folded full reduction (``GroupRunner._folded``) runs on: one
-    piece of p * f = cols where such an f exists up to twice the fewest columns a partition can take (every op
-    is then one instruction, not one per piece: the flat tiling's [p, f] + [1, rest] issues each op twice),
-    else the eager flat tiling's pieces (``_flat_pieces``)."""
-    least = math.ceil(cols / P)
+def _fold_pieces(cols: int, chunk: int, parts: int = P) -> list[tuple[int, int, int, int]]:
+    """The [p, f] pieces of consecutive columns a folded reduction (``GroupRunner._folded``) runs a row on, p at
+    most ``parts``: one piece of p * f = cols where such an f exists up to twice the fewest columns a partition
+    can take (every op is then one instruction, not one per piece: the flat tiling's [p, f] + [1, rest] issues
+    each op twice), else the eager flat tiling's pieces (``_flat_pieces``)."""
+    least = math.ceil(cols / parts)
     for f in range(least, min(2 * least, chunk) + 1):
         if cols % f == 0:
             return [(0, cols, cols // f, f)]
     return list(_flat_pieces(cols, min(chunk, least)))
+
+
+class _Segments:
+    """A [rows * q, f] tile's access pattern for a folded reduction of several rows: row i's piece, a [q, f] view
+    of its consecutive columns, on partitions [i * q, (i + 1) * q) (one DMA per row)."""
+
+    def __init__(self, views: list[np.ndarray]) -> None:
+        self.views = views
+
+    def pieces(self, r0: int, r1: int, c0: int, c1: int):
+        q = self.views[0].shape[0]
+        for i, view in enumerate(self.views):
+            yield i * q, (i + 1) * q, 0, c1 - c0, view
 
 
 class GroupRunner:
@@ -633,7 +646,7 @@ class GroupRunner:
         slot written twice, or loaded and written), a view whose columns are not one strided run, or too few
         columns for the fold to pay (each op's instruction overhead is paid once per piece, plus the
         per-partition combine and the cross-partition finish of each phase)."""
-        if self.reduce_dims is None or self.rows != 1 or not any(op.name == "reduce" for op in self.ops):
+        if self.reduce_dims is None or not 1 <= self.rows <= P // 2 or not any(op.name == "reduce" for op in self.ops):
             return None
         written = [op.slot for op in self.ops]
         if len(set(written)) != len(written) or set(written) & set(loads):
@@ -642,11 +655,13 @@ class GroupRunner:
         if phases is None:
             return None
         vector = PLATFORM.instruction_overhead_cycles
-        pieces = _fold_pieces(self.cols, self.chunk)
+        pieces = _fold_pieces(self.cols, self.chunk, P // self.rows)
+        if self.rows > 1 and (len(pieces) != 1 or self.rows * pieces[0][2] > P):
+            return None  # several rows: each row's columns as one [q, f] piece on its own q partitions
         full = [op for op in self.ops if op.cls == "full" or op.name == "reduce"]
         before = len(full) * (vector + self.cols)
-        after = sum(len(run) * sum(vector + f for _, _, _, f in pieces) + (4 + len(wide)) * vector + P
-                    for run, _, wide, _ in phases)
+        after = sum(len(run) * sum(vector + f for _, _, _, f in pieces)
+                    + (2 + (2 + len(wide)) * self.rows) * vector + P for run, _, wide, _ in phases)
         if after >= before:
             return None
         perm = list(self.reduce_dims)
@@ -658,7 +673,7 @@ class GroupRunner:
                                      (outs, [s for s in stores if self.slot_cls[s] == "full"], stores)):
             for slot in slots:
                 try:
-                    table[slot] = np.reshape(source[slot].transpose(perm), (-1,), copy=False)
+                    table[slot] = np.reshape(source[slot].transpose(perm), (self.rows, self.cols), copy=False)
                 except ValueError:
                     return None  # the columns are not one strided run
         return views, outs, phases
@@ -723,24 +738,33 @@ class GroupRunner:
         return phases
 
     def _folded(self, nc, views: dict, outs: dict, phases: list, access: dict, out_access: dict) -> None:
-        """A full reduction on the partitions, phase by phase: the full ops and reductions over [p, f] pieces of
-        consecutive columns (``_flat_pieces``, the eager flat tiling's), each piece's per-partition partials
-        combined into a [P, 1] accumulator that starts at the reduction's identity, one GpSimd reduction across
-        the partitions, then the phase's per-row ops on [1, 1] tiles, whose values a later phase reads
-        broadcast to the partitions: the eager kernel's order of combination, instead of every op over one
-        partition's ``cols`` elements."""
+        """A reduction of few rows on the partitions, phase by phase: the full ops and reductions over [p, f]
+        pieces of each row's consecutive columns (``_fold_pieces``; one row: the eager flat tiling's
+        [128, f] + [1, rest] where no exact piece exists; several rows: one piece each, row i on partitions
+        [i * p, (i + 1) * p)), each piece's per-partition partials combined into an accumulator that starts at
+        the reduction's identity, one GpSimd reduction across each row's partitions, then the phase's per-row
+        ops on [rows, 1] tiles, whose values a later phase reads broadcast to the row's partitions, instead of
+        every op over one partition's ``cols`` elements."""
+        rows = self.rows
         mark = nc.mark()
-        live: list = []  # the per-row values' [1, 1] tiles, kept across phases
+        live: list = []  # the per-row values' [rows, 1] tiles, kept across phases
         values: dict[int, Tile] = {}
         for slot, (_, column) in access.items():
             if column:
-                values[slot] = self._load(nc, slot, access, 0, 1, 0, 1)
+                values[slot] = self._load(nc, slot, access, 0, rows, 0, 1)
         keep = {op.slot: _Tapped(out_access.get(op.slot), lambda *args: None, live, op.slot in out_access)
                 for _, _, _, row_ops in phases for op in row_ops}
         row_out = {**out_access, **keep}
         stored = {op.slot for run, _, _, _ in phases for op in run if op.slot in outs}
         done: set[int] = set()
-        pieces = _fold_pieces(self.cols, self.chunk)
+        pieces = _fold_pieces(self.cols, self.chunk, P // rows)
+        span = P if rows == 1 else rows * pieces[0][2]  # the accumulators' partitions
+
+        def pattern(v: np.ndarray, start: int, stop: int, p: int, f: int):
+            if rows == 1:
+                return Access2D(np.reshape(v[0, start:stop], (p, f)), 1)
+            return _Segments([np.reshape(v[i, start:stop], (p, f)) for i in range(rows)])
+
         # a load that several phases read stays in SBUF for the later ones while its pieces fit KEPT_LOAD_BYTES
         # per partition (std reads x in three phases), instead of a reload per phase
         uses = Counter(x for run, _, _, _ in phases for x in {x for op in run for kind, x in self._deps(op)
@@ -756,38 +780,50 @@ class GroupRunner:
             scope = nc.mark()
             accs = {}
             for op in reduces:
-                accs[op.slot] = nc.sbuf_tile((P, 1), op.reduce_dtype)
+                accs[op.slot] = nc.sbuf_tile((span, 1), op.reduce_dtype)
                 nc.vector.memset(accs[op.slot], _identity(op.alu, op.reduce_dtype))
             spread = {}
             for slot in wide:
-                spread[slot] = nc.sbuf_tile((P, 1), values[slot].dtype)
-                nc.gpsimd.partition_broadcast(spread[slot], values[slot])
+                spread[slot] = nc.sbuf_tile((span, 1), values[slot].dtype)
+                if rows == 1:
+                    nc.gpsimd.partition_broadcast(spread[slot], values[slot])
+                else:
+                    q = span // rows
+                    for i in range(rows):
+                        nc.gpsimd.partition_broadcast(spread[slot][i * q:(i + 1) * q, :], values[slot][i:i + 1, :])
             mine = {op.slot for op in run if op.slot in stored and op.slot not in done}
             done |= mine
             for start, stop, p, f in pieces if run else ():
                 inner = nc.mark()
-                piece = {slot: (Access2D(np.reshape(v[start:stop], (p, f)), 1), False) for slot, v in views.items()}
-                piece_out = {slot: Access2D(np.reshape(outs[slot][start:stop], (p, f)), 1) for slot in mine}
-                tiles = {op.slot: nc.sbuf_tile((p, 1), op.reduce_dtype) for op in reduces}
+                n = rows * p
+                piece = {slot: (pattern(v, start, stop, p, f), False) for slot, v in views.items()}
+                piece_out = {slot: pattern(outs[slot], start, stop, p, f) for slot in mine}
+                tiles = {op.slot: nc.sbuf_tile((n, 1), op.reduce_dtype) for op in reduces}
                 for slot in kept_slots & {x for op in run for kind, x in self._deps(op) if kind == "slot"}:
                     if (slot, start) not in held:
                         with nc.stream(live):
-                            held[slot, start] = self._load(nc, slot, piece, 0, p, 0, f)
+                            held[slot, start] = self._load(nc, slot, piece, 0, n, 0, f)
                     tiles[slot] = held[slot, start]
                 for slot, t in spread.items():
-                    tiles[slot] = t if p == P else t[0:p, :]
-                self._pass(nc, run, 0, p, 0, f, piece, piece_out, tiles, True)
+                    tiles[slot] = t if n == span else t[0:n, :]
+                self._pass(nc, run, 0, n, 0, f, piece, piece_out, tiles, True)
                 for op in reduces:
-                    acc = accs[op.slot] if p == P else accs[op.slot][0:p, :]
+                    acc = accs[op.slot] if n == span else accs[op.slot][0:n, :]
                     nc.vector.tensor_tensor(acc, acc, tiles[op.slot], op.alu, dtype=op.reduce_dtype)
                 nc.release_to(inner)
             for op in reduces:
-                total = nc.sbuf_tile((1, 1), op.reduce_dtype)
-                nc.gpsimd.partition_reduce(total, accs[op.slot], op.alu, dtype=op.reduce_dtype)
+                total = nc.sbuf_tile((rows, 1), op.reduce_dtype)
+                if rows == 1:
+                    nc.gpsimd.partition_reduce(total, accs[op.slot], op.alu, dtype=op.reduce_dtype)
+                else:
+                    q = span // rows
+                    for i in range(rows):
+                        nc.gpsimd.partition_reduce(total[i:i + 1, :], accs[op.slot][i * q:(i + 1) * q, :], op.alu,
+                                                   dtype=op.reduce_dtype)
                 with nc.stream(live):
-                    values[op.slot] = self._finish_reduce(nc, total, op, out_access, 0, 1)
+                    values[op.slot] = self._finish_reduce(nc, total, op, out_access, 0, rows)
             if row_ops:
-                self._pass(nc, row_ops, 0, 1, 0, 1, access, row_out, values, None)
+                self._pass(nc, row_ops, 0, rows, 0, 1, access, row_out, values, None)
             nc.release_to(scope)
         release_live_to(live, 0)
         nc.release_to(mark)

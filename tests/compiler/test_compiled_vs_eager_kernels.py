@@ -42,6 +42,9 @@ FULL_REDUCTIONS = [
     # three phases: the largest magnitude (numerics' scaling), the mean, the squared deviations from it
     ("std", lambda x: torch.std(x, dim=None, keepdim=True), [(513,)]),
     ("std_prime", lambda x: torch.std(x), [(4099,)]),
+    # few rows: each row's 513 columns as [27, 19] on 27 partitions of its own
+    ("all_rows", lambda x: torch.all(x > -3.0, dim=-1, keepdim=True), [(3, 513)]),
+    ("softmax_rows", lambda x: torch.softmax(x, -1), [(2, 1024)]),
 ]
 
 
@@ -253,3 +256,16 @@ def test_fold_adds_kernel_offsets_in_cpus_order(name, shape, size, kernel, dilat
     assert not kinds & {"gather", "scatter", "iota"}, kinds
     view = torch.int32 if dtype == torch.float32 else torch.int16
     assert np.array_equal(out.cpu().view(view).numpy(), fn(x).view(view).numpy())
+
+
+def test_a_few_row_reduction_without_an_exact_piece_stays_on_its_rows():
+    """Two rows of 127 (a prime) columns have no [q, f] piece of at most 64 partitions each: the flat tiling's
+    [127, 1] piece for each would need 254 partitions, so the group keeps its rows (the layer_norm backward
+    of the op suite's bf16 'tails' case raised EngineError before)."""
+    x = _randn(2, 127)
+    def fn(t):
+        return torch.sum(torch.abs(t * 1.5 + t) - t * t, -1)
+
+    run = compile_traced(fn, x)[0]
+    (out,) = run([x.to("neuron")])
+    torch.testing.assert_close(out.cpu(), fn(x))
