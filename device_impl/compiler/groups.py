@@ -32,6 +32,7 @@ from device_impl.engine.dtypes import BF16, FP32, compute_dtype, is_float
 from device_impl.engine.core import release_live_to, scalar_finishes_first
 from device_impl.engine.memory import Tile
 from device_impl.kernels.common import P, flat_tiles
+from device_impl.kernels.reduction.tiles import _flat_pieces, _identity
 
 IDENTITY = {"add": 0, "multiply": 1, "logical_or": False, "logical_and": True}
 
@@ -352,6 +353,31 @@ class _Tapped:
         return self.access.pieces(r0, r1, c0, c1)
 
 
+def _fold_pieces(cols: int, chunk: int, parts: int = P) -> list[tuple[int, int, int, int]]:
+    """The [p, f] pieces of consecutive columns a folded reduction (``GroupRunner._folded``) runs a row on, p at
+    most ``parts``: one piece of p * f = cols where such an f exists up to twice the fewest columns a partition
+    can take (every op is then one instruction, not one per piece: the flat tiling's [p, f] + [1, rest] issues
+    each op twice), else the eager flat tiling's pieces (``_flat_pieces``)."""
+    least = math.ceil(cols / parts)
+    for f in range(least, min(2 * least, chunk) + 1):
+        if cols % f == 0:
+            return [(0, cols, cols // f, f)]
+    return list(_flat_pieces(cols, min(chunk, least)))
+
+
+class _Segments:
+    """A [rows * q, f] tile's access pattern for a folded reduction of several rows: row i's piece, a [q, f] view
+    of its consecutive columns, on partitions [i * q, (i + 1) * q) (one DMA per row)."""
+
+    def __init__(self, views: list[np.ndarray]) -> None:
+        self.views = views
+
+    def pieces(self, r0: int, r1: int, c0: int, c1: int):
+        q = self.views[0].shape[0]
+        for i, view in enumerate(self.views):
+            yield i * q, (i + 1) * q, 0, c1 - c0, view
+
+
 class GroupRunner:
     def __init__(self, step: dict):
         self.step = step
@@ -495,6 +521,10 @@ class GroupRunner:
         access, out_access, keep = self._row_access(loads, stores)
         for slot, (tap, live, *store) in (taps or {}).items():
             out_access[slot] = _Tapped(out_access[slot], tap, live, *store)
+        folded = None if taps else self._fold_views(loads, stores, access)
+        if folded is not None:
+            self._folded(nc, *folded, access, out_access)
+            return
         phased = self.chunk < self.cols
         group_mark = nc.mark()
         shared = {} if phased else self._hoist(nc, loads, access, keep, block)
@@ -605,6 +635,198 @@ class GroupRunner:
             else:
                 out_access[slot] = Access2D(array.transpose(perm), na)
         return access, out_access, keep
+
+    def _fold_views(self, loads: dict, stores: dict, access: dict) -> tuple | None:
+        """A full reduction's group (one row of ``cols`` columns) laid out on the partitions, as the eager
+        kernel's flat tiling does (``kernels.reduction.sums._reduce_flat``): (views, outs, phases) with each load
+        the full ops read and each full result stored as one strided run of ``cols`` elements (slot -> 1-D view),
+        so a piece of it is a [p, f] tile of consecutive elements, and the group cut into phases
+        (``_fold_phases``): a full op that reads a per-row value (std's x - mean) runs in the phase after the
+        one that computes it. None where the row stays one partition: more than one row, registers reused (a
+        slot written twice, or loaded and written), a view whose columns are not one strided run, or too few
+        columns for the fold to pay (each op's instruction overhead is paid once per piece, plus the
+        per-partition combine and the cross-partition finish of each phase)."""
+        if self.reduce_dims is None or not 1 <= self.rows <= P // 2 or not any(op.name == "reduce" for op in self.ops):
+            return None
+        written = [op.slot for op in self.ops]
+        if len(set(written)) != len(written) or set(written) & set(loads):
+            return None
+        phases = self._fold_phases({slot for slot in loads if access[slot][1]})
+        if phases is None:
+            return None
+        vector = PLATFORM.instruction_overhead_cycles
+        pieces = _fold_pieces(self.cols, self.chunk, P // self.rows)
+        if self.rows > 1 and (len(pieces) != 1 or self.rows * pieces[0][2] > P):
+            return None  # several rows: each row's columns as one [q, f] piece on its own q partitions
+        full = [op for op in self.ops if op.cls == "full" or op.name == "reduce"]
+        before = len(full) * (vector + self.cols)
+        after = sum(len(run) * sum(vector + f for _, _, _, f in pieces)
+                    + (2 + (2 + len(wide)) * self.rows) * vector + P for run, _, wide, _ in phases)
+        if after >= before:
+            return None
+        perm = list(self.reduce_dims)
+        perm = [d for d in range(len(self.shape)) if d not in perm] + perm
+        read = {x for run, _, _, _ in phases for op in run for kind, x in self._deps(op) if kind == "slot"}
+        views: dict[int, np.ndarray] = {}
+        outs: dict[int, np.ndarray] = {}
+        for table, slots, source in ((views, [s for s in read if s in loads and not access[s][1]], loads),
+                                     (outs, [s for s in stores if self.slot_cls[s] == "full"], stores)):
+            for slot in slots:
+                try:
+                    table[slot] = np.reshape(source[slot].transpose(perm), (self.rows, self.cols), copy=False)
+                except ValueError:
+                    return None  # the columns are not one strided run
+        return views, outs, phases
+
+    @staticmethod
+    def _deps(op: _Op) -> list:
+        return op.args + (op.pre.args if op.pre is not None else [])
+
+    def _fold_phases(self, columns: set[int]) -> list | None:
+        """The folded group's phases, in order: (full ops and reductions run over the pieces, the reductions among
+        them, the per-row values they read (broadcast to the partitions), the per-row ops run after the
+        phase's cross-partition finish). A reduction runs in the phase after the latest per-row value its
+        full operand tree reads; the full ops of that tree run again in each phase that needs them (pure
+        elementwise ops, so the same bits), a stored full result in the first phase it can. None where a
+        per-row op reads a full value."""
+        by_slot = {op.slot: op for op in self.ops}
+        avail: dict[int, int] = dict.fromkeys(columns, -1)  # per-row value -> the phase whose finish computes it
+
+        def is_row(slot: int) -> bool:
+            return slot in avail or (slot in by_slot and by_slot[slot].cls == "row")
+
+        def tree(op: _Op) -> list[_Op]:
+            seen: dict[int, _Op] = {}
+            stack = [op]
+            while stack:
+                for kind, x in self._deps(stack.pop()):
+                    if kind == "slot" and x in by_slot and not is_row(x) and x not in seen:
+                        seen[x] = by_slot[x]
+                        stack.append(by_slot[x])
+            return sorted(seen.values(), key=lambda o: o.index)
+
+        roots: dict[int, list[_Op]] = {}
+        rows: dict[int, list[_Op]] = {}
+        for op in self.ops:
+            if op.name == "reduce" or (op.cls == "full" and op.slot in self.stores):
+                ops = tree(op) + [op]
+                needs = [avail[x] for o in ops for kind, x in self._deps(o) if kind == "slot" and is_row(x)]
+                if any(kind == "slot" and is_row(x) and x not in avail for o in ops for kind, x in self._deps(o)):
+                    return None  # reads a per-row value not computed yet (never, in program order)
+                phase = max(needs, default=-1) + 1
+                roots.setdefault(phase, []).append(op)
+                if op.name == "reduce":
+                    avail[op.slot] = phase
+            elif op.cls == "row":
+                needs = []
+                for kind, x in self._deps(op):
+                    if kind == "slot":
+                        if x not in avail:
+                            return None
+                        needs.append(avail[x])
+                avail[op.slot] = max(max(needs, default=0), 0)
+                rows.setdefault(avail[op.slot], []).append(op)
+        phases = []
+        for k in range(max([*roots, *rows], default=-1) + 1):
+            run: dict[int, _Op] = {}
+            for root in roots.get(k, []):
+                for o in tree(root) + [root]:
+                    run[o.index] = o
+            ops = [run[i] for i in sorted(run)]
+            wide = sorted({x for o in ops for kind, x in self._deps(o) if kind == "slot" and is_row(x)})
+            phases.append((ops, [o for o in ops if o.name == "reduce"], wide, rows.get(k, [])))
+        return phases
+
+    def _folded(self, nc, views: dict, outs: dict, phases: list, access: dict, out_access: dict) -> None:
+        """A reduction of few rows on the partitions, phase by phase: the full ops and reductions over [p, f]
+        pieces of each row's consecutive columns (``_fold_pieces``; one row: the eager flat tiling's
+        [128, f] + [1, rest] where no exact piece exists; several rows: one piece each, row i on partitions
+        [i * p, (i + 1) * p)), each piece's per-partition partials combined into an accumulator that starts at
+        the reduction's identity, one GpSimd reduction across each row's partitions, then the phase's per-row
+        ops on [rows, 1] tiles, whose values a later phase reads broadcast to the row's partitions, instead of
+        every op over one partition's ``cols`` elements."""
+        rows = self.rows
+        mark = nc.mark()
+        live: list = []  # the per-row values' [rows, 1] tiles, kept across phases
+        values: dict[int, Tile] = {}
+        for slot, (_, column) in access.items():
+            if column:
+                values[slot] = self._load(nc, slot, access, 0, rows, 0, 1)
+        keep = {op.slot: _Tapped(out_access.get(op.slot), lambda *args: None, live, op.slot in out_access)
+                for _, _, _, row_ops in phases for op in row_ops}
+        row_out = {**out_access, **keep}
+        stored = {op.slot for run, _, _, _ in phases for op in run if op.slot in outs}
+        done: set[int] = set()
+        pieces = _fold_pieces(self.cols, self.chunk, P // rows)
+        span = P if rows == 1 else rows * pieces[0][2]  # the accumulators' partitions
+
+        def pattern(v: np.ndarray, start: int, stop: int, p: int, f: int):
+            if rows == 1:
+                return Access2D(np.reshape(v[0, start:stop], (p, f)), 1)
+            return _Segments([np.reshape(v[i, start:stop], (p, f)) for i in range(rows)])
+
+        # a load that several phases read stays in SBUF for the later ones while its pieces fit KEPT_LOAD_BYTES
+        # per partition (std reads x in three phases), instead of a reload per phase
+        uses = Counter(x for run, _, _, _ in phases for x in {x for op in run for kind, x in self._deps(op)
+                                                               if kind == "slot" and x in views})
+        per_slot = {slot: sum(f for _, _, _, f in pieces) * views[slot].dtype.itemsize for slot in views}
+        kept_slots, budget = set(), KEPT_LOAD_BYTES
+        for slot in sorted(views):
+            if uses[slot] > 1 and per_slot[slot] <= budget:
+                kept_slots.add(slot)
+                budget -= per_slot[slot]
+        held: dict[tuple[int, int], Tile] = {}
+        for run, reduces, wide, row_ops in phases:
+            scope = nc.mark()
+            accs = {}
+            for op in reduces:
+                accs[op.slot] = nc.sbuf_tile((span, 1), op.reduce_dtype)
+                nc.vector.memset(accs[op.slot], _identity(op.alu, op.reduce_dtype))
+            spread = {}
+            for slot in wide:
+                spread[slot] = nc.sbuf_tile((span, 1), values[slot].dtype)
+                if rows == 1:
+                    nc.gpsimd.partition_broadcast(spread[slot], values[slot])
+                else:
+                    q = span // rows
+                    for i in range(rows):
+                        nc.gpsimd.partition_broadcast(spread[slot][i * q:(i + 1) * q, :], values[slot][i:i + 1, :])
+            mine = {op.slot for op in run if op.slot in stored and op.slot not in done}
+            done |= mine
+            for start, stop, p, f in pieces if run else ():
+                inner = nc.mark()
+                n = rows * p
+                piece = {slot: (pattern(v, start, stop, p, f), False) for slot, v in views.items()}
+                piece_out = {slot: pattern(outs[slot], start, stop, p, f) for slot in mine}
+                tiles = {op.slot: nc.sbuf_tile((n, 1), op.reduce_dtype) for op in reduces}
+                for slot in kept_slots & {x for op in run for kind, x in self._deps(op) if kind == "slot"}:
+                    if (slot, start) not in held:
+                        with nc.stream(live):
+                            held[slot, start] = self._load(nc, slot, piece, 0, n, 0, f)
+                    tiles[slot] = held[slot, start]
+                for slot, t in spread.items():
+                    tiles[slot] = t if n == span else t[0:n, :]
+                self._pass(nc, run, 0, n, 0, f, piece, piece_out, tiles, True)
+                for op in reduces:
+                    acc = accs[op.slot] if n == span else accs[op.slot][0:n, :]
+                    nc.vector.tensor_tensor(acc, acc, tiles[op.slot], op.alu, dtype=op.reduce_dtype)
+                nc.release_to(inner)
+            for op in reduces:
+                total = nc.sbuf_tile((rows, 1), op.reduce_dtype)
+                if rows == 1:
+                    nc.gpsimd.partition_reduce(total, accs[op.slot], op.alu, dtype=op.reduce_dtype)
+                else:
+                    q = span // rows
+                    for i in range(rows):
+                        nc.gpsimd.partition_reduce(total[i:i + 1, :], accs[op.slot][i * q:(i + 1) * q, :], op.alu,
+                                                   dtype=op.reduce_dtype)
+                with nc.stream(live):
+                    values[op.slot] = self._finish_reduce(nc, total, op, out_access, 0, rows)
+            if row_ops:
+                self._pass(nc, row_ops, 0, rows, 0, 1, access, row_out, values, None)
+            nc.release_to(scope)
+        release_live_to(live, 0)
+        nc.release_to(mark)
 
     def _phased(self, nc, access: dict, out_access: dict, block: int = P) -> None:
         """Rows longer than SBUF holds: full ops and reductions over column chunks (reductions accumulate),
@@ -747,6 +969,9 @@ class GroupRunner:
         for op in ops:
             for slot in self.loads_at.get(op.index, ()):
                 if slot not in local:
+                    local[slot] = self._load(nc, slot, access, r0, r1, c0, c1)
+            for kind, slot in self._deps(op):  # a later phase of ``_folded`` reads a load again (never written)
+                if kind == "slot" and slot not in local and slot in access:
                     local[slot] = self._load(nc, slot, access, r0, r1, c0, c1)
             yield self._estimate(nc, op, local, c) if estimates else None
             if op.name == "reduce" and op.slot in summed:

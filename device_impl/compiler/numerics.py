@@ -80,7 +80,7 @@ import torch
 import torch._decomp
 import torch.fx
 
-from device_impl.compiler import opaque
+from device_impl.compiler import moves, opaque
 
 aten = torch.ops.aten
 prims_convert = torch.ops.prims.convert_element_type.default
@@ -1119,9 +1119,7 @@ DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
                   aten.index_add.default: _index_add,
                   aten.native_dropout.default: _native_dropout,
                   aten.mse_loss_backward.default: _mse_loss_backward,
-                  **{op: _accumulated_of(op) for op in (aten.reflection_pad1d_backward.default,
-                                                        aten.reflection_pad2d_backward.default,
-                                                        aten.reflection_pad3d_backward.default)},
+                  **{op: moves.or_else(fn, _accumulated_of(op)) for op, fn in moves.REFLECTION_PAD_BACKWARD.items()},
                   aten.unfold_backward.default: _unfold_backward,
                   aten.std.correction: _moments_of(root=True, with_mean=False),
                   aten.var_mean.correction: _moments_of(root=False, with_mean=True),
@@ -1129,4 +1127,5 @@ DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
                   aten.nll_loss_backward.default: _nll_loss_backward_of(aten.nll_loss_backward.default),
                   aten.nll_loss2d_backward.default: _nll_loss_backward_of(aten.nll_loss2d_backward.default),
                   aten.embedding_dense_backward.default: _embedding_dense_backward,
-                  aten._scaled_dot_product_fused_attention_overrideable_backward.default: _fused_attention_backward}
+                  aten._scaled_dot_product_fused_attention_overrideable_backward.default: _fused_attention_backward,
+                  **moves.DECOMPOSITIONS}
