@@ -74,9 +74,9 @@ def capture() -> Iterator[list[tuple[Any, list]]]:
     calls: list[tuple[Any, list]] = []
     original = executor.Executable.__call__
 
-    def recording(self, args):
+    def recording(self, args, *rest, **kwargs):
         calls.append((self, list(args)))
-        return original(self, args)
+        return original(self, args, *rest, **kwargs)
 
     executor.Executable.__call__ = recording
     try:
