@@ -464,11 +464,7 @@ def _reassembled(run: Callable[[list], list], plan: OutputPlan) -> Callable[[lis
                 outputs[p] = outputs[what[0]]
         return outputs
 
-    run_all._boxed_call = True  # type: ignore[attr-defined]
-    for name in ("executable", "kept", "index_error", "cache_key"):
-        if hasattr(run, name):
-            setattr(run_all, name, getattr(run, name))
-    return run_all
+    return _wrapping(run_all, run)
 
 
 def _restrided(run: Callable[[list], list], strided: dict[int, tuple[int, ...]]) -> Callable[[list], list]:
@@ -483,11 +479,17 @@ def _restrided(run: Callable[[list], list], strided: dict[int, tuple[int, ...]])
                 outputs[index] = target.copy_(value)
         return outputs
 
-    run_strided._boxed_call = True  # type: ignore[attr-defined]
+    return _wrapping(run_strided, run)
+
+
+def _wrapping(wrapper: Callable[[list], list], run: Callable[[list], list]) -> Callable[[list], list]:
+    """``wrapper`` (a boxed call around ``run``) carrying what callers read off a compiled run: its executable,
+    kept buffers, index-error class and cache key."""
+    wrapper._boxed_call = True  # type: ignore[attr-defined]
     for name in ("executable", "kept", "index_error", "cache_key"):
         if hasattr(run, name):
-            setattr(run_strided, name, getattr(run, name))
-    return run_strided
+            setattr(wrapper, name, getattr(run, name))
+    return wrapper
 
 
 def _as_traced(aot_gm: torch.fx.GraphModule, run: Callable[[list], list]) -> Callable[[list], list]:

@@ -313,15 +313,22 @@ def _interleave(blocks: list) -> None:
         if estimate is not None:
             running.append([gen, estimate])
     while running:
-        entry = running[0]
-        for other in running[1:]:
-            if sum(other[1]) <= entry[1][0]:
-                entry = other
-        estimate = next(entry[0], None)
-        if estimate is None:
-            running.remove(entry)
-        else:
-            entry[1] = estimate
+        _advance_one(running)
+
+
+def _advance_one(running: list[list]) -> None:
+    """Run one op of the in-flight row blocks ``running`` ([generator, (start, duration) of its next op], oldest
+    block first): the oldest block's, unless a newer block's op would finish before it could start; a block
+    whose generator ends leaves ``running``."""
+    entry = running[0]
+    for other in running[1:]:
+        if sum(other[1]) <= entry[1][0]:
+            entry = other
+    estimate = next(entry[0], None)
+    if estimate is None:
+        running.remove(entry)
+    else:
+        entry[1] = estimate
 
 
 def handed_pieces(blocks: list[tuple]) -> dict:
@@ -872,16 +879,7 @@ class GroupRunner:
                 estimate = next(gen, None)
                 if estimate is not None:
                     running.append([gen, estimate])
-            # the oldest block's op goes first, unless a newer block's op finishes before it could start
-            entry = running[0]
-            for other in running[1:]:
-                if sum(other[1]) <= entry[1][0]:
-                    entry = other
-            estimate = next(entry[0], None)
-            if estimate is None:
-                running.remove(entry)
-            else:
-                entry[1] = estimate
+            _advance_one(running)
 
     def _hoist(self, nc, loads: dict, access: dict, keep: list[int], block: int = P,
                budget: int | None = None) -> dict:
