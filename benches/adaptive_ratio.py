@@ -80,9 +80,12 @@ def chain_floor_seconds(numel: int, repeats: int) -> float:
     tanh, sigmoid = isa._FP32_INTO["tanh"], isa._FP32_INTO["sigmoid"]
     shift, scale, bias = (np.float32(v) for v in (cases.CHAIN_SHIFT, cases.CHAIN_SCALE, cases.CHAIN_BIAS))
 
+    tile = np.empty(max(stop - start for start, stop, _, _ in flat_tiles(numel)), np.float32)  # kept, as SBUF is
+
     def chain() -> None:
         for start, stop, _, _ in flat_tiles(numel):
-            t = x[start:stop].copy()  # the tile's load
+            t = tile[:stop - start]
+            np.copyto(t, x[start:stop])  # the tile's load
             with np.errstate(all="ignore"):
                 for i in range(cases.CHAIN_ROUNDS):
                     if i % 2:
