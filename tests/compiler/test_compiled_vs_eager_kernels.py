@@ -33,6 +33,21 @@ def _randn(*shape: int) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(0))
 
 
+def _compiled_steps(fn, *inputs: torch.Tensor) -> tuple[torch.Tensor, set[str]]:
+    """``fn`` compiled (static shapes) and called on ``inputs`` moved to the device: a warm call, then one call
+    whose engine statistics start afresh, recorded by ``breakdown.capture``. Returns that call's output (on the
+    device) and the kinds of its programs' steps."""
+    compiled = torch.compile(fn, backend="neuron", dynamic=False)
+    device = [t.to("neuron") for t in inputs]
+    compiled(*device)
+    torch.neuron.synchronize()
+    with breakdown.capture() as calls:
+        engine.reset_stats()
+        out = compiled(*device)
+        torch.neuron.synchronize()
+    return out, {step["kind"] for executable, _ in calls for step in executable.program.steps}
+
+
 # one row of 7695 (or 5130) columns: the shapes of the sweep's designed cases
 FULL_REDUCTIONS = [
     ("min", torch.min, [(3, 1, 5, 513)]),
@@ -92,16 +107,8 @@ def test_reflect_and_replicate_pads_compile_to_copies_of_views(name, pad, mode, 
     def fn(t):
         return F.pad(t, pad, mode=mode)
 
-    compiled = torch.compile(fn, backend="neuron", dynamic=False)
-    device = x.to("neuron")
-    compiled(device)
-    torch.neuron.synchronize()
-    with breakdown.capture() as calls:
-        engine.reset_stats()
-        out = compiled(device)
-        torch.neuron.synchronize()
+    out, kinds = _compiled_steps(fn, x)
     (launch,) = [v for k, v in engine.stats().items() if k.startswith("neff:")]
-    kinds = {step["kind"] for executable, _ in calls for step in executable.program.steps}
     assert kinds == {"concatenate"}, kinds
     assert np.array_equal(_bits(out.cpu()), _bits(fn(x)))
     _, eager_ns = _eager(fn, x)
@@ -129,13 +136,7 @@ def test_im2col_compiles_to_window_copies(name, shape, args):
     def fn(t):
         return torch.ops.aten.im2col(t, args["kernel_size"], args["dilation"], args["padding"], args["stride"])
 
-    compiled = torch.compile(fn, backend="neuron", dynamic=False)
-    device = x.to("neuron")
-    compiled(device)
-    with breakdown.capture() as calls:
-        out = compiled(device)
-        torch.neuron.synchronize()
-    kinds = {step["kind"] for executable, _ in calls for step in executable.program.steps}
+    out, kinds = _compiled_steps(fn, x)
     assert not kinds & {"gather", "iota"}, kinds
     assert np.array_equal(_bits(out.cpu()), _bits(fn(x)))
 
@@ -163,13 +164,7 @@ def test_reflection_pad_backward_adds_edge_blocks_in_cpus_order(dims, shape, pad
     def fn(go, t):
         return backward(go, t, pad)
 
-    compiled = torch.compile(fn, backend="neuron", dynamic=False)
-    args = (g.to("neuron"), x.to("neuron"))
-    compiled(*args)
-    with breakdown.capture() as calls:
-        out = compiled(*args)
-        torch.neuron.synchronize()
-    kinds = {step["kind"] for executable, _ in calls for step in executable.program.steps}
+    out, kinds = _compiled_steps(fn, g, x)
     assert not kinds & {"gather", "scatter", "iota"}, kinds
     expected = fn(g, x)
     view = torch.int32 if dtype == torch.float32 else torch.int16
@@ -189,13 +184,7 @@ def test_roll_compiles_to_copies(shape, shifts, dims):
     def fn(t):
         return torch.roll(t, shifts, dims)
 
-    compiled = torch.compile(fn, backend="neuron", dynamic=False)
-    device = x.to("neuron")
-    compiled(device)
-    with breakdown.capture() as calls:
-        out = compiled(device)
-        torch.neuron.synchronize()
-    kinds = {step["kind"] for executable, _ in calls for step in executable.program.steps}
+    out, kinds = _compiled_steps(fn, x)
     assert not kinds & {"gather", "iota"}, kinds
     assert np.array_equal(_bits(out.cpu()), _bits(fn(x)))
 
@@ -214,13 +203,7 @@ def test_select_scatter_compiles_to_a_concatenation(shape, dim, index):
     def fn(a, b):
         return torch.select_scatter(a, b, dim, index)
 
-    compiled = torch.compile(fn, backend="neuron", dynamic=False)
-    args = (x.to("neuron"), src.to("neuron"))
-    compiled(*args)
-    with breakdown.capture() as calls:
-        out = compiled(*args)
-        torch.neuron.synchronize()
-    kinds = {step["kind"] for executable, _ in calls for step in executable.program.steps}
+    out, kinds = _compiled_steps(fn, x, src)
     assert not kinds & {"iota", "fused"}, kinds
     assert np.array_equal(_bits(out.cpu()), _bits(fn(x, src)))
 
@@ -246,13 +229,7 @@ def test_fold_adds_kernel_offsets_in_cpus_order(name, shape, size, kernel, dilat
     def fn(t):
         return F.fold(t, size, kernel, dilation=dilation, padding=padding, stride=stride)
 
-    compiled = torch.compile(fn, backend="neuron", dynamic=False)
-    device = x.to("neuron")
-    compiled(device)
-    with breakdown.capture() as calls:
-        out = compiled(device)
-        torch.neuron.synchronize()
-    kinds = {step["kind"] for executable, _ in calls for step in executable.program.steps}
+    out, kinds = _compiled_steps(fn, x)
     assert not kinds & {"gather", "scatter", "iota"}, kinds
     view = torch.int32 if dtype == torch.float32 else torch.int16
     assert np.array_equal(out.cpu().view(view).numpy(), fn(x).view(view).numpy())
