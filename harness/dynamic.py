@@ -38,7 +38,7 @@ import torch
 from harness import modes, repro
 from harness import strategies as hs
 from harness.cases import Case
-from harness.runner import (F, Result, _check, _evaluate, _reset_stats, _stats, called_ops, manual_seed)
+from harness.runner import (F, Result, _check, _evaluate, _reset_stats, _stats, called_ops, cpu_side, manual_seed)
 from harness.specs import SPECS, OpSpec
 from harness.values import materialize
 
@@ -269,16 +269,8 @@ def _xfail(xfails, case: Case, failed: bool, message: str):
 def _call(spec: OpSpec, case: Case, expression: str, compiled: Callable, spy: _Spy, graphs: list[list[bool]],
           errors: list[bool]) -> Result:
     result = Result(case, "pass", expression=expression, check=CHECK)
-    cpu_inputs = [materialize(t, "cpu") for t in case.tensors]
-    device_inputs = [materialize(t, case.device) for t in case.tensors]
-    seed = sum(t.seed for t in case.tensors) % (2**31)
-    cpu_error = device_error = None
-    expected = actual = None
-    try:
-        manual_seed(seed, "cpu")
-        expected, result.cpu_ms = _evaluate(expression, cpu_inputs, None, "cpu")
-    except Exception as e:  # noqa: BLE001 - error parity is a check
-        cpu_error = e
+    cpu_inputs, device_inputs, seed, expected, cpu_error = cpu_side(case, expression, result)
+    device_error = actual = None
     _reset_stats(case.device)
     before = len(spy.graphs)
     try:

@@ -179,6 +179,21 @@ def _fp64_reference(spec: OpSpec, case: Case, expression: str) -> Any:
     return value
 
 
+def cpu_side(case: Case, expression: str, result: Result) -> tuple[list, list, int, Any, Exception | None]:
+    """A case's inputs on CPU and on its device, its seed, and CPU's answer: (cpu_inputs, device_inputs, seed,
+    expected, cpu_error), CPU's exception kept as the error parity check's side (``result.cpu_ms`` is set)."""
+    cpu_inputs = [materialize(t, "cpu") for t in case.tensors]
+    device_inputs = [materialize(t, case.device) for t in case.tensors]
+    seed = sum(t.seed for t in case.tensors) % (2**31)
+    expected = cpu_error = None
+    try:
+        manual_seed(seed, "cpu")
+        expected, result.cpu_ms = _evaluate(expression, cpu_inputs, None, "cpu")
+    except Exception as e:  # noqa: BLE001 - error parity is a check
+        cpu_error = e
+    return cpu_inputs, device_inputs, seed, expected, cpu_error
+
+
 def run_case(case: Case, xfails=None) -> Result:
     spec = SPECS[case.spec]
     mode = modes.get(case.mode)
@@ -189,16 +204,8 @@ def run_case(case: Case, xfails=None) -> Result:
     if unavailable:
         result.verdict, result.message = "skip", unavailable
         return result
-    cpu_inputs = [materialize(t, "cpu") for t in case.tensors]
-    device_inputs = [materialize(t, case.device) for t in case.tensors]
-    cpu_error = device_error = None
-    expected = actual = None
-    seed = sum(t.seed for t in case.tensors) % (2**31)
-    try:
-        manual_seed(seed, "cpu")
-        expected, result.cpu_ms = _evaluate(expression, cpu_inputs, None, "cpu")
-    except Exception as e:  # noqa: BLE001 - error parity is a check
-        cpu_error = e
+    cpu_inputs, device_inputs, seed, expected, cpu_error = cpu_side(case, expression, result)
+    device_error = actual = None
     _reset_stats(case.device)
     try:
         manual_seed(seed, case.device)
