@@ -562,8 +562,13 @@ def _decomposition_table() -> dict:
     from device_impl.compiler import loops
     from device_impl.compiler.numerics import DECOMPOSITIONS
 
+    from device_impl.compiler.opaque import WHOLE
+
     core = getattr(decomp, "_core_aten_decompositions_post_autograd", None) or decomp.core_aten_decompositions
-    return {**core(), **DECOMPOSITIONS, **loops.DECOMPOSITIONS}
+    table = {**core(), **DECOMPOSITIONS, **loops.DECOMPOSITIONS}
+    for op in WHOLE:  # cut whole (compiler/opaque.py): their steps run the eager kernels' programs
+        table.pop(op, None)
+    return table
 
 
 def _specialize(gm: torch.fx.GraphModule, args: tuple) -> tuple[torch.fx.GraphModule, list]:

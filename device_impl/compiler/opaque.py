@@ -193,6 +193,37 @@ def _softmax_backward(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[in
     return [grad, output], {0: 0}, {"dim": dim, "log": log, "fused": cpu_host.fused_multiply_add()}
 
 
+# -- ops whose eager kernels are hand-written tile programs the compiled step runs as is (issue 21: "every op's
+# compiled device time <= its eager kernel's"); PyTorch's decompositions of them (isin's sort + searchsorted)
+# import nowhere or cost several times the kernel. backend._decomposition_table leaves the ops of ``WHOLE`` whole.
+
+def _isin(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """``isin.Tensor_Tensor`` (operands elements, test_elements) and ``isin.Scalar_Tensor`` (operand
+    test_elements; the element an option): the eager kernel's program (``kernels.membership``: VectorE compares
+    against few test values, else a GpSimd sort and binary search), in the dtype CPU compares in
+    (``membership.common_dtype``, asked at the cut). Refused for the dtypes CPU refuses (bool, complex): the
+    graph then runs eagerly and raises CPU's error."""
+    from device_impl.kernels import membership
+
+    a = _bound(node)
+    elements, tests = (a["elements"] if "elements" in a else a["element"]), a["test_elements"]
+    tensors = [t for t in (elements, tests) if isinstance(t, torch.fx.Node)]
+    metas = [t.meta.get("val") for t in tensors]
+    if not isinstance(tests, torch.fx.Node) or any(not isinstance(m, torch.Tensor) for m in metas) \
+            or any(m.dtype == torch.bool or m.dtype.is_complex for m in metas):
+        return None
+    scalar = None if isinstance(elements, torch.fx.Node) else elements
+    if isinstance(scalar, bool) or (scalar is not None and not isinstance(scalar, (int, float))):
+        return None
+    values = [m if isinstance(t, torch.fx.Node) else t for t, m in ((elements, metas[0]), (tests, metas[-1]))]
+    common = membership.common_dtype(*values)
+    return tensors, {0: 0}, {"invert": bool(a["invert"]), "scalar": scalar, "common": str(common).split(".")[-1]}
+
+
+# ops the compiled step runs whole, which AOTAutograd must therefore not decompose
+WHOLE = (aten.isin.Tensor_Tensor, aten.isin.Scalar_Tensor)
+
+
 def cuttable(node: torch.fx.Node) -> bool:
     """Whether ``cut`` takes ``node`` whole (rewrites that would otherwise decompose it, numerics._layer_norm,
     leave it alone)."""
@@ -218,6 +249,9 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.native_layer_norm.default: ("layer_norm", _layer_norm),
     aten._softmax_backward_data.default: ("softmax_backward", _softmax_backward),
     aten._log_softmax_backward_data.default: ("softmax_backward", _softmax_backward),
+    # eager kernels' programs (ccovb)
+    aten.isin.Tensor_Tensor: ("isin", _isin),
+    aten.isin.Scalar_Tensor: ("isin", _isin),
 }
 
 

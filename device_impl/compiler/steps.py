@@ -651,7 +651,39 @@ def _softmax_backward(step: dict, program: Program) -> Runner:
     return run
 
 
+def _isin(step: dict, program: Program) -> Runner:
+    """``isin`` (compiler/opaque.py cuts it whole): the eager kernel's tile program (``kernels.membership``),
+    so the step's bits and device time are the eager launch's; several sorted chunks of test values wait in
+    the program's scratch, as the eager kernel's in a device tensor."""
+    import torch
+
+    from device_impl.kernels import membership
+    from device_impl.kernels.common import numpy_dtype
+
+    attrs = step["attrs"]
+    (result,) = step["results"]
+    common = getattr(torch, attrs["common"])
+    scalar = attrs.get("scalar")  # a None option is not stored
+
+    def run(nc, env) -> None:
+        out = env.access(result)
+        if scalar is not None:
+            (tests,) = (_operand_array(env, program, vid) for vid in step["operands"])
+            membership.scalar_among_program(nc, scalar, tests, out, common, attrs["invert"])
+            return
+        x, tests = (_operand_array(env, program, vid) for vid in step["operands"])
+        if out.size == 0:
+            return
+        chunks = membership.test_chunks(tests.size, common)
+        scratch = env.scratch_array(membership.scratch_shape(chunks, common), numpy_dtype(common)) \
+            if len(chunks) > 1 else None
+        membership.among_program(nc, np.broadcast_to(x, out.shape), tests, out, common, attrs["invert"], scratch)
+
+    return run
+
+
 RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
+    "isin": _isin,
     "attention": _attention,
     "attention_backward": _attention_backward,
     "layer_norm": _layer_norm,

@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from device_impl.engine import Tile, launch
-from device_impl.engine.dtypes import is_float
+from device_impl.engine.dtypes import COMPUTE_DTYPES, is_float
 from device_impl.kernels.common import (
     SCALAR_TYPE_NAMES,
     P,
@@ -89,21 +89,27 @@ def _meta(a: dict) -> tuple:
 def _compute(out: torch.Tensor, a: dict) -> None:
     elements, tests = _operands(a)
     invert = bool(a.get("invert", False))
-    common = result_type(elements, tests)
+    common = common_dtype(elements, tests)
     if not isinstance(tests, torch.Tensor) or (not is_device_tensor(tests) and tests.dim() == 0):
         _against_scalar(out, elements, tests, common, invert)
     elif not isinstance(elements, torch.Tensor):
-        if tests.numel() >= _SORTING_MIN:
-            # CPU's sorting path cats the scalar's tensor (no longer a wrapped number once flattened) with the test
-            # values: they compare in promote_types(the scalar's own dtype, tests'): isin(2.2e-16, a float16 tensor
-            # with a 0 and 10 or more elements) is False there, True below (the 2.2e-16 rounds to 0 in float16)
-            common = torch.promote_types(_SCALAR_DTYPES[_scalar_type_name(scalar_of(elements))], tests.dtype)
         _scalar_among(out, scalar_of(elements), tests, common, invert)
     elif not is_device_tensor(tests):
         raise RuntimeError(f"Expected all tensors to be on the same device, but found at least two devices, "
                            f"{elements.device} and {tests.device}! (test_elements of isin on neuron)")
     else:
         _among(out, elements, tests, common, invert)
+
+
+def common_dtype(elements: Any, tests: Any) -> torch.dtype:
+    """The dtype CPU compares in: ``result_type(elements, tests)``, except for isin(scalar, tensor) with
+    ``_SORTING_MIN`` or more test values: CPU's sorting path cats the scalar's tensor (no longer a wrapped number
+    once flattened) with the test values, so they compare in promote_types(the scalar's own dtype, tests'):
+    isin(2.2e-16, a float16 tensor with a 0 and 10 or more elements) is False there, True below (the 2.2e-16
+    rounds to 0 in float16)."""
+    if not isinstance(elements, torch.Tensor) and isinstance(tests, torch.Tensor) and tests.numel() >= _SORTING_MIN:
+        return torch.promote_types(_SCALAR_DTYPES[_scalar_type_name(scalar_of(elements))], tests.dtype)
+    return result_type(elements, tests)
 
 
 def _against_scalar(out: torch.Tensor, elements: torch.Tensor, test: Any, common: torch.dtype, invert: bool) -> None:
@@ -115,27 +121,34 @@ def _against_scalar(out: torch.Tensor, elements: torch.Tensor, test: Any, common
 
 def _scalar_among(out: torch.Tensor, element: Any, tests: torch.Tensor, common: torch.dtype, invert: bool) -> None:
     """isin(scalar, tensor): any(tests == element), a 0-dim result."""
+    with launch("isin", out.device.index) as nc:
+        scalar_among_program(nc, element, hbm(tests), hbm(out), common, invert)
+
+
+def scalar_among_program(nc, element: Any, tests: np.ndarray, out: np.ndarray, common: torch.dtype,
+                         invert: bool) -> None:
+    """``_scalar_among``'s tile program on HBM arrays (the compiler's ``isin`` step runs it too, compiler/opaque.py):
+    ``out`` a one-element array, ``common`` the dtype the comparison is made in."""
     cd = numpy_compute(common)
     value = cast_scalar(element, common)
-    view = hbm(tests)
-    with launch("isin", out.device.index) as nc:
-        found = nc.sbuf_tile((1, 1), BOOL)
-        nc.vector.memset(found, False)
-        for start, stop, p, f in flat_tiles(tests.numel()):
-            mark = nc.mark()
-            raw = nc.sbuf_tile((p, f), view.dtype)
-            nc.dma.load_flat(raw, view, start, stop)
-            hit = nc.sbuf_tile((p, f), BOOL)
-            nc.vector.tensor_scalar(hit, raw, "equal", value, dtype=cd)
-            rows = nc.sbuf_tile((p, 1), BOOL)
-            nc.vector.tensor_reduce(rows, hit, "logical_or")
-            tile_found = nc.sbuf_tile((1, 1), BOOL)
-            nc.gpsimd.partition_reduce(tile_found, rows, "logical_or")
-            nc.vector.tensor_tensor(found, found, tile_found, "logical_or")
-            nc.release_to(mark)
-        if invert:
-            nc.vector.tensor_unary(found, found, "logical_not")
-        nc.dma.store(hbm(out).reshape(1, 1), found)
+    view = tests
+    found = nc.sbuf_tile((1, 1), BOOL)
+    nc.vector.memset(found, False)
+    for start, stop, p, f in flat_tiles(view.size):
+        mark = nc.mark()
+        raw = nc.sbuf_tile((p, f), view.dtype)
+        nc.dma.load_flat(raw, view, start, stop)
+        hit = nc.sbuf_tile((p, f), BOOL)
+        nc.vector.tensor_scalar(hit, raw, "equal", value, dtype=cd)
+        rows = nc.sbuf_tile((p, 1), BOOL)
+        nc.vector.tensor_reduce(rows, hit, "logical_or")
+        tile_found = nc.sbuf_tile((1, 1), BOOL)
+        nc.gpsimd.partition_reduce(tile_found, rows, "logical_or")
+        nc.vector.tensor_tensor(found, found, tile_found, "logical_or")
+        nc.release_to(mark)
+    if invert:
+        nc.vector.tensor_unary(found, found, "logical_not")
+    nc.dma.store(out.reshape(1, 1), found)
 
 
 def _load_flat(nc, view: np.ndarray, start: int, stop: int, dtype: np.dtype) -> list[Tile]:
@@ -183,41 +196,63 @@ def _among(out: torch.Tensor, elements: torch.Tensor, tests: torch.Tensor, commo
     """isin(tensor, tensor) over flat tiles of the output (in its memory order)."""
     if out.numel() == 0:
         return
-    cd = numpy_compute(common)  # engines compare in this (fp32 for floats) ...
-    target = numpy_dtype(common)  # ... values first rounded to the common dtype, as CPU's .to(common)
-    m = tests.numel()
     pw = prepare_elementwise(out, (elements,), common_dtype=common)
-    x_view, out_view = pw.views[0], pw.out_view
-    per_partition = max(1, CHUNK_BYTES // cd.itemsize)
-    chunks = [(c0, min(m, c0 + P * per_partition)) for c0 in range(0, m, P * per_partition)]
+    chunks = test_chunks(tests.numel(), common)
     # Sorted chunks that do not all fit in SBUF wait in a device scratch tensor, one [P, k] block each.
     scratch = None
-    if m > COMPARE_MAX and len(chunks) > 1:
-        scratch = torch.empty((len(chunks), P, per_partition), dtype=common, device=out.device)
+    if len(chunks) > 1:
+        scratch = hbm(torch.empty(scratch_shape(chunks, common), dtype=common, device=out.device))
     with launch("isin", out.device.index) as nc:
-        tables = _prepare_tests(nc, hbm(tests), m, chunks, target, scratch)
-        for start, stop, p, f in flat_tiles(out.numel()):
-            mark = nc.mark()
-            x = nc.sbuf_tile((p, f), x_view.dtype)
-            nc.dma.load_flat(x, x_view, start, stop)
-            if pw.convert[0]:
-                converted = nc.sbuf_tile((p, f), target)
-                nc.vector.tensor_copy(converted, x)
-                x = converted
-            found = nc.sbuf_tile((p, f), BOOL)
-            if m == 0:
-                nc.vector.memset(found, False)
-            elif m <= COMPARE_MAX:
-                _compare_each(nc, found, x, tables[0], m, cd)
-            else:
-                _search_chunks(nc, found, x, tables, scratch, chunks)
-            if invert:
-                nc.vector.tensor_unary(found, found, "logical_not")
-            nc.dma.store_flat(out_view, start, stop, found)
-            nc.release_to(mark)
+        among_program(nc, pw.views[0], hbm(tests), pw.out_view, common, invert, scratch)
 
 
-def _prepare_tests(nc, view: np.ndarray, m: int, chunks, dtype: np.dtype, scratch: torch.Tensor | None
+def test_chunks(m: int, common: torch.dtype) -> list[tuple[int, int]]:
+    """The chunks [c0, c1) of ``m`` test values sorted one at a time (each fits SBUF); none where they are
+    compared one by one (``COMPARE_MAX``)."""
+    if m <= COMPARE_MAX:
+        return [(0, m)] if m else []
+    per_partition = max(1, CHUNK_BYTES // numpy_compute(common).itemsize)
+    return [(c0, min(m, c0 + P * per_partition)) for c0 in range(0, m, P * per_partition)]
+
+
+def scratch_shape(chunks: list[tuple[int, int]], common: torch.dtype) -> tuple[int, int, int]:
+    """The HBM scratch several sorted chunks wait in: one [P, per_partition] block each."""
+    return (len(chunks), P, max(1, CHUNK_BYTES // numpy_compute(common).itemsize))
+
+
+def among_program(nc, x_view: np.ndarray, tests: np.ndarray, out_view: np.ndarray, common: torch.dtype,
+                  invert: bool, scratch: np.ndarray | None) -> None:
+    """``_among``'s tile program on HBM arrays (the compiler's ``isin`` step runs it too, compiler/opaque.py):
+    ``x_view`` the elements in ``out_view``'s shape and order, ``scratch`` (``scratch_shape``) where
+    ``test_chunks`` gives more than one chunk."""
+    cd = numpy_compute(common)  # engines compare in this (fp32 for floats) ...
+    target = numpy_dtype(common)  # ... values first rounded to the common dtype, as CPU's .to(common)
+    m = tests.size
+    chunks = test_chunks(m, common)
+    tables = _prepare_tests(nc, tests, m, chunks, target, scratch)
+    convert = common in COMPUTE_DTYPES and x_view.dtype != target  # as prepare_elementwise's convert
+    for start, stop, p, f in flat_tiles(out_view.size):
+        mark = nc.mark()
+        x = nc.sbuf_tile((p, f), x_view.dtype)
+        nc.dma.load_flat(x, x_view, start, stop)
+        if convert:
+            converted = nc.sbuf_tile((p, f), target)
+            nc.vector.tensor_copy(converted, x)
+            x = converted
+        found = nc.sbuf_tile((p, f), BOOL)
+        if m == 0:
+            nc.vector.memset(found, False)
+        elif m <= COMPARE_MAX:
+            _compare_each(nc, found, x, tables[0], m, cd)
+        else:
+            _search_chunks(nc, found, x, tables, scratch, chunks)
+        if invert:
+            nc.vector.tensor_unary(found, found, "logical_not")
+        nc.dma.store_flat(out_view, start, stop, found)
+        nc.release_to(mark)
+
+
+def _prepare_tests(nc, view: np.ndarray, m: int, chunks, dtype: np.dtype, scratch: np.ndarray | None
                    ) -> list[Tile]:
     """Test values rounded to the common ``dtype``. Few: one [P, m] tile, every partition holding all
     of them. More: each chunk sorted on GpSimd into a [P, k] tile, kept in SBUF (one chunk) or stored
@@ -243,7 +278,7 @@ def _prepare_tests(nc, view: np.ndarray, m: int, chunks, dtype: np.dtype, scratc
         nc.gpsimd.run("isin_sort", _sort_program(n), (table,), tuple(pieces), elements=n,
                       factor=max(1.0, math.log2(n)))
         if scratch is not None:
-            nc.dma.store(hbm(scratch)[i][:, :table.free], table)
+            nc.dma.store(scratch[i][:, :table.free], table)
             nc.release_to(mark)
             continue
         for piece in pieces:
@@ -263,7 +298,7 @@ def _compare_each(nc, found: Tile, x: Tile, table: Tile, m: int, cd: np.dtype) -
             nc.vector.tensor_tensor(found, found, hit, "logical_or")
 
 
-def _search_chunks(nc, found: Tile, x: Tile, tables: list[Tile], scratch: torch.Tensor | None, chunks) -> None:
+def _search_chunks(nc, found: Tile, x: Tile, tables: list[Tile], scratch: np.ndarray | None, chunks) -> None:
     """found = x is in any sorted chunk (resident tables, or reloaded from ``scratch``)."""
     steps = max(1.0, math.log2(max(c1 - c0 for c0, c1 in chunks)))
     if scratch is None:
@@ -272,7 +307,7 @@ def _search_chunks(nc, found: Tile, x: Tile, tables: list[Tile], scratch: torch.
     hit = nc.sbuf_tile(x.shape, BOOL)
     for i, (c0, c1) in enumerate(chunks):
         mark = nc.mark()
-        block = hbm(scratch)[i][:, :math.ceil((c1 - c0) / P)]
+        block = scratch[i][:, :math.ceil((c1 - c0) / P)]
         table = nc.sbuf_tile(block.shape, block.dtype)
         nc.dma.load(table, block)
         nc.gpsimd.run("isin_search", _search, (hit if i else found,), (x, table), elements=x.data.size,
