@@ -28,7 +28,7 @@ from device_impl.engine.memory import Tile
 from device_impl.compiler.ir import Op, TensorType
 
 VIEWS = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice", "reverse"})
-STEP_OPS = frozenset({"attention", "attention_backward", "layer_norm", "softmax_backward", "dot_general", "isin",
+STEP_OPS = frozenset({"attention", "attention_backward", "layer_norm", "softmax_backward", "dot_general", "isin", "sort_whole",
                       "concatenate", "gather", "scatter", "iota", "pad", "sort", "reduce_window", "convolution"})
 STORAGE_ONLY = ("float64", "complex64", "complex128")
 

@@ -220,6 +220,25 @@ def _isin(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dic
     return tensors, {0: 0}, {"invert": bool(a["invert"]), "scalar": scalar, "common": str(common).split(".")[-1]}
 
 
+def _sort(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """``sort.stable`` (torch.sort with ``stable``, argsort; torch-mlir converts only ``sort``) and ``sort``
+    (whose stablehlo.sort knew nothing of CPU's tie rule along an expanded dim): operand self, results {0: values,
+    1: indices}. The step runs the eager kernel's GpSimd sort (``indexing.sort_rows``) with the eager kernel's
+    choice of stable order (``indexing.sort.stable_order``, asked of the traced input's meta: an expanded dim,
+    fbgemm's radix sort), so ties come out where CPU's do. A 0-dim input or a dim out of range stays in the graph (eager)."""
+    from device_impl.kernels.indexing.sort import stable_order
+
+    a = _bound(node)
+    x = a["self"]
+    meta = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if not isinstance(meta, torch.Tensor) or not -meta.dim() <= int(a["dim"]) < meta.dim():
+        return None  # an out-of-range dim (the meta function accepts it) raises CPU's IndexError eagerly
+    dim = int(a["dim"]) % meta.dim()
+    descending = bool(a["descending"])
+    return [x], {0: 0, 1: 1}, {"dim": dim, "descending": descending,
+                               "stable": stable_order(meta, dim, descending, bool(a.get("stable")))}
+
+
 # ops the compiled step runs whole, which AOTAutograd must therefore not decompose
 WHOLE = (aten.isin.Tensor_Tensor, aten.isin.Scalar_Tensor)
 
@@ -252,6 +271,8 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     # eager kernels' programs (ccovb)
     aten.isin.Tensor_Tensor: ("isin", _isin),
     aten.isin.Scalar_Tensor: ("isin", _isin),
+    aten.sort.stable: ("sort_whole", _sort),
+    aten.sort.default: ("sort_whole", _sort),
 }
 
 
@@ -293,7 +314,7 @@ def cut(gm: torch.fx.GraphModule) -> list[Cut]:
         types = []
         for item, position in sorted(result_items.items(), key=lambda kv: kv[1]):
             meta = metas[item]
-            types.append(([int(s) for s in meta.shape], _DTYPES.get(meta.dtype, str(meta.dtype))))
+            types.append(([int(s) for s in meta.shape], _DTYPES.get(meta.dtype, str(meta.dtype).split(".")[-1])))
         # each read result: (its position, the node standing for it: a getitem, or a single-result op itself)
         reads = [(result_items[0], node)] if single and node.users else [(result_items[u.args[1]], u) for u in users]
         for position, user in reads:

@@ -79,6 +79,7 @@ STEP_KINDS: dict[str, str] = {
     "sort": "data",
     # the eager kernels' programs cut whole (compiler/opaque.py, ccovb): isin sorts its test values on GpSimd
     "isin": "data",
+    "sort_whole": "data",
 }
 
 SCHEDULE_VERSION = 1

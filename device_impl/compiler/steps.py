@@ -314,10 +314,21 @@ def _arg_reduce(step: dict, program: Program) -> Runner:
 def _sort(step: dict, program: Program) -> Runner:
     """stablehlo.sort of (keys[, iota]) along one dimension: GpSimd's per-partition sort with
     PyTorch's order (NaN largest; ties as CPU's std::sort when not stable)."""
-    dim = step["attrs"]["dimension"]
     compare = lowering.body_ops(step)[0]
     ascending = (compare["attrs"]["comparison_direction"] == "LT") == (compare["operands"] == ["a0", "a1"])
-    stable = bool(step["attrs"].get("is_stable", False))
+    return _sort_rows_runner(step, program, step["attrs"]["dimension"], ascending,
+                             bool(step["attrs"].get("is_stable", False)))
+
+
+def _sort_whole(step: dict, program: Program) -> Runner:
+    """``sort.stable`` cut whole (compiler/opaque.py): the eager kernel's sort, its order and tie rule the cut's
+    options (``kernels.indexing.sort.stable_order``)."""
+    attrs = step["attrs"]
+    return _sort_rows_runner(step, program, attrs["dim"], not attrs["descending"], attrs["stable"])
+
+
+def _sort_rows_runner(step: dict, program: Program, dim: int, ascending: bool, stable: bool) -> Runner:
+    """Values[, indices] of keys sorted along ``dim``, row by row on GpSimd (``indexing.sort_rows``)."""
     keys = step["operands"][0]
     results = step["results"]
     shape = program.shape(keys)
@@ -327,7 +338,7 @@ def _sort(step: dict, program: Program) -> Runner:
     def run(nc, env) -> None:
         if rows == 0 or n == 0:
             return
-        x = np.moveaxis(env.access(keys), dim, -1).reshape(rows, n)
+        x = np.moveaxis(_operand_array(env, program, keys), dim, -1).reshape(rows, n)
         values = np.moveaxis(env.access(results[0]), dim, -1)
         v2d = _rows_or_scratch(env, values, rows, n)
         if len(results) > 1:
@@ -697,6 +708,7 @@ RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
     "argmax": _arg_reduce,
     "argmin": _arg_reduce,
     "sort": _sort,
+    "sort_whole": _sort_whole,
     "reduce_window": _reduce_window,
     "convolution": _convolution,
     "gather": gather.gather_runner,

@@ -74,3 +74,38 @@ def test_isin_compiles_to_the_eager_kernels_program(name, fn, make):
     """isin is cut whole (compiler/opaque.py) and its step runs kernels.membership's program."""
     compiled_ns, eager_ns = _check_compiles(fn, *make())
     assert compiled_ns <= eager_ns
+
+
+def _ties() -> torch.Tensor:
+    return torch.randint(0, 5, (7, 513), generator=_gen()).float()
+
+
+# (name, call, whether its device time is compared: a sort of a transposed input writes its results in the eager
+# kernel's layout of them, the input's, while the compiled program's outputs are contiguous, its rows strided)
+SORTS = [
+    # sort.stable: torch-mlir converts only sort.default, so these graphs ran eagerly
+    ("stable", lambda a: torch.sort(a, dim=1, stable=True), True),
+    ("argsort_stable", lambda a: torch.argsort(a, dim=1, stable=True), True),
+    ("descending_dim0", lambda a: torch.sort(a, dim=0, descending=True, stable=False), True),
+    ("transposed", lambda a: torch.sort(a.t(), dim=0, stable=True), False),
+    # sort.default along an expanded dim: CPU sorts stably there (indices stay arange); stablehlo.sort's step
+    # left the ties in std::sort's order
+    ("expanded", lambda a: torch.sort(a[:, :1].expand(7, 40), dim=1), True),
+]
+
+
+@pytest.mark.parametrize("name,fn,timed", SORTS, ids=[c[0] for c in SORTS])
+def test_sort_compiles_to_the_eager_kernels_sort(name, fn, timed):
+    """sort.stable and sort are cut whole (compiler/opaque.py); the step sorts with the eager kernel's tie rule
+    (kernels.indexing.sort.stable_order)."""
+    compiled_ns, eager_ns = _check_compiles(fn, _ties())
+    assert compiled_ns <= eager_ns or not timed
+
+
+def test_sort_with_a_dim_out_of_range_raises_as_cpu():
+    """The meta function accepts the dim; the cut refuses it, so the graph runs eagerly and raises CPU's class."""
+    with pytest.raises(IndexError):
+        torch.sort(torch.ones(3), dim=2, stable=True)
+    with pytest.raises(IndexError):
+        torch.compile(lambda a: torch.sort(a, dim=2, stable=True), backend="neuron", dynamic=False)(
+            torch.ones(3).to("neuron"))

@@ -351,6 +351,15 @@ def _sort_into(nc, x: torch.Tensor, values: torch.Tensor, indices: torch.Tensor,
             nc.dma.hbm_copy(final, hbm(temp))
 
 
+def stable_order(self: torch.Tensor, dim: int, descending: bool, stable: bool) -> bool:
+    """Whether CPU's sort of ``self`` along ``dim`` leaves ties in their order (the compiler's ``sort_whole`` step
+    asks it of a traced meta): when asked, along an expanded dim (indices stay arange), and for long 1-D integer
+    ascending sorts (fbgemm's radix sort); otherwise ties come out in std::sort's order."""
+    radix = (self.dim() == 1 and not descending and not self.dtype.is_floating_point and self.dtype != torch.bool
+             and self.numel() >= 32768)
+    return stable or radix or self.dim() == 0 or self.stride(dim) == 0
+
+
 @_native("aten::sort.values_stable", serves=("aten::sort.stable", "aten::sort", "aten::sort.values",
                                               "aten::argsort", "aten::argsort.stable", "aten::msort"))
 def _sort_values_stable(a: dict):
@@ -363,11 +372,7 @@ def _sort_values_stable(a: dict):
     for o in (values, indices):
         if tuple(o.shape) != shape:
             resize_output(o, shape)
-    # CPU sorts stably when asked, along an expanded dim (indices stay arange), and for long 1-D
-    # integer ascending sorts (fbgemm's radix sort); otherwise ties come out in std::sort's order.
-    radix = (self.dim() == 1 and not descending and not self.dtype.is_floating_point and self.dtype != torch.bool
-             and self.numel() >= 32768)
-    stable = bool(a.get("stable")) or radix or self.dim() == 0 or self.stride(dim) == 0
+    stable = stable_order(self, dim, descending, bool(a.get("stable")))
     with launch("sort", self.device.index) as nc:
         _sort_into(nc, self, values, indices, dim, descending, self, stable=stable)
     return values, indices
