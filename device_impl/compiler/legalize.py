@@ -168,6 +168,23 @@ def _zero_dim_keepdim(node: torch.fx.Node) -> bool:
     return False
 
 
+def _every_dim(node: torch.fx.Node) -> bool:
+    """``any.dims``/``all.dims`` with no dims (reduce every dim: PyTorch's decomposition of ``torch.all(x)`` is
+    ``not any.dims(not x)``) name every dim: torch-mlir converts the op only with a list (ccovb). ``dims=[]``
+    reduces nothing and a 0-d input has no dim to name: both stay as they are."""
+    if node.target not in (aten.any.dims, aten.all.dims) or not isinstance(node.args[0], torch.fx.Node):
+        return False
+    dims = node.args[1] if len(node.args) > 1 else node.kwargs.get("dim")
+    value = node.args[0].meta.get("val")
+    if dims is not None or not isinstance(value, torch.Tensor) or value.dim() == 0:
+        return False
+    every = list(range(value.dim()))
+    keepdim = node.args[2] if len(node.args) > 2 else node.kwargs.get("keepdim", False)
+    node.args = (node.args[0], every, bool(keepdim))
+    node.kwargs = {}
+    return True
+
+
 def legalize(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
     """Rewrite in place the node forms torch-mlir cannot import (see module docstring)."""
     graph = gm.graph
@@ -178,6 +195,8 @@ def legalize(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         if node.op == "call_function" and _drop_device(node):
             changed = True
         if node.op == "call_function" and _zero_dim_keepdim(node):
+            changed = True
+        if node.op == "call_function" and _every_dim(node):
             changed = True
         rewrite = _REWRITES.get(node.target) if node.op == "call_function" else None
         if rewrite is None and node.op == "call_function" and numerics.needs_opmath(node):

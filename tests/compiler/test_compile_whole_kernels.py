@@ -109,3 +109,21 @@ def test_sort_with_a_dim_out_of_range_raises_as_cpu():
     with pytest.raises(IndexError):
         torch.compile(lambda a: torch.sort(a, dim=2, stable=True), backend="neuron", dynamic=False)(
             torch.ones(3).to("neuron"))
+
+
+ALL_ANY = [
+    # torch.all(x) decomposes to not(any.dims(not x)) with no dims, which torch-mlir refused
+    ("all", lambda a: torch.all(a), False),
+    ("all_of_bool", lambda a: torch.all(a != 0), False),
+    ("any_dims_none_keepdim", lambda a: torch.ops.aten.any.dims(a > 0, None, True), False),
+    ("all_uint8", lambda a: torch.all(a), True),
+]
+
+
+@pytest.mark.parametrize("name,fn,uint8", ALL_ANY, ids=[c[0] for c in ALL_ANY])
+def test_all_of_every_element_compiles(name, fn, uint8):
+    """legalize._every_dim: any.dims/all.dims with no dims name every dim, which torch-mlir converts."""
+    x = torch.randint(0, 3, (4, 9), generator=_gen()).to(torch.uint8) if uint8 else \
+        torch.randn((3, 5, 513), generator=_gen())
+    compiled_ns, eager_ns = _check_compiles(fn, x)
+    assert compiled_ns <= eager_ns
