@@ -27,7 +27,7 @@ import numpy as np
 import torch
 from numpy.lib.array_utils import byte_bounds
 
-from device_impl.compiler import layout, replay, schedule, steps as step_runners
+from device_impl.compiler import layout, opaque, replay, schedule, steps as step_runners
 from device_impl.compiler.program import Program, apply_view
 from device_impl.engine import launch
 from device_impl.engine.core import NeuronCore
@@ -296,6 +296,12 @@ class Executable:
         for i, step in enumerate(program.steps):
             reads = [v for v in schedule.step_reads(step) if program.base(v) == source]
             if not reads:
+                continue
+            if i == writer and step["kind"] in opaque.IN_PLACE_KINDS:
+                # its operand k read element for element before its result k is written (compiler/opaque.py)
+                if any(v != source for v in reads) or [k for k, v in enumerate(step["operands"]) if v == source] \
+                        != [k for k, r in enumerate(step["results"]) if r == vid] or vid not in step["results"]:
+                    return False
                 continue
             if i != writer or step["kind"] != "fused" or step["reduce_dims"] is not None or step.get("rotations") \
                     or any(v != source for v in reads) or tuple(step["shape"]) != tuple(program.shape(source)):

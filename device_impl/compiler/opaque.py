@@ -239,6 +239,73 @@ def _sort(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dic
                                "stable": stable_order(meta, dim, descending, bool(a.get("stable")))}
 
 
+def _one_element(node: Any, dtype: torch.dtype) -> bool:
+    meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return isinstance(meta, torch.Tensor) and meta.dtype == dtype and meta.numel() == 1
+
+
+def _amp_update_scale(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """``_amp_update_scale`` (GradScaler.update's functional form): operands (scale, growth_tracker, found_inf),
+    results {0: new scale, 1: new tracker}; the eager kernel's program (``amp.scaler.update_scale_program``).
+    Refused where the eager kernel raises (not one-element tensors of its dtypes): the graph runs eagerly."""
+    a = _bound(node)
+    operands = [a["self"], a["growth_tracker"], a["found_inf"]]
+    if not all(_one_element(t, d) for t, d in zip(operands, (torch.float32, torch.int32, torch.float32))):
+        return None
+    return operands, {0: 0, 1: 1}, {"growth": float(a["scale_growth_factor"]), "backoff": float(a["scale_backoff_factor"]),
+                                    "interval": int(a["growth_interval"])}
+
+
+def _amp_unscale(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """``_amp_foreach_non_finite_check_and_unscale`` (GradScaler.unscale_'s functional form): operands (*grads,
+    found_inf, inv_scale), results {i: grad i unscaled, n: found_inf} (``cut`` flattens its (list, tensor) result
+    first, ``_LIST_RESULTS``); the eager kernel's program (``amp.scaler.unscale_program``). Refused where the eager
+    kernel raises (a gradient that is not floating or whose elements share memory, state tensors that are not one
+    float32 element each): the graph runs eagerly."""
+    a = _bound(node)
+    grads = list(a["self"])
+    found, inv = a["found_inf"], a["inv_scale"]
+    if not grads or not all(isinstance(g, torch.fx.Node) for g in grads) \
+            or not (_one_element(found, torch.float32) and _one_element(inv, torch.float32)):
+        return None
+    metas = [g.meta.get("val") for g in grads]
+    if any(not isinstance(m, torch.Tensor) or m.dtype not in _FLOATS
+           or any(st == 0 and sz > 1 for st, sz in zip(m.stride(), m.shape)) for m in metas):
+        return None
+    return grads + [found, inv], {i: i for i in range(len(grads) + 1)}, {"grads": len(grads)}
+
+
+def _flatten_list_result(node: torch.fx.Node) -> None:
+    """A (Tensor[], Tensor) result read as ``r[0][i]`` and ``r[1]`` becomes a flat tuple read as ``r[i]`` and
+    ``r[n]`` (in place), the form ``cut`` takes."""
+    val = node.meta.get("val")
+    if not (isinstance(val, tuple) and len(val) == 2 and isinstance(val[0], (list, tuple))):
+        return
+    n = len(val[0])
+    for user in list(node.users):
+        if user.target is not operator.getitem:
+            return
+    for user in list(node.users):
+        if user.args[1] == 0:
+            for inner in list(user.users):
+                if inner.target is not operator.getitem:
+                    return
+            for inner in list(user.users):
+                inner.args = (node, inner.args[1])
+            node.graph.erase_node(user)
+        else:
+            user.args = (node, n)
+    node.meta["val"] = (*val[0], val[1])
+
+
+# ops with a (Tensor[], Tensor) result, flattened before their cut
+_LIST_RESULTS = (aten._amp_foreach_non_finite_check_and_unscale.default,)
+
+# step kinds whose runner reads its operand k element for element before writing its result k, tile by tile, and
+# reads it nowhere else: the result may be written into that operand's memory (executor.Executable.writable_into)
+IN_PLACE_KINDS = frozenset({"amp_unscale", "amp_update_scale"})
+
+
 # ops the compiled step runs whole, which AOTAutograd must therefore not decompose
 WHOLE = (aten.isin.Tensor_Tensor, aten.isin.Scalar_Tensor)
 
@@ -273,6 +340,8 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.isin.Scalar_Tensor: ("isin", _isin),
     aten.sort.stable: ("sort_whole", _sort),
     aten.sort.default: ("sort_whole", _sort),
+    aten._amp_update_scale.default: ("amp_update_scale", _amp_update_scale),
+    aten._amp_foreach_non_finite_check_and_unscale.default: ("amp_unscale", _amp_unscale),
 }
 
 
@@ -293,6 +362,8 @@ def cut(gm: torch.fx.GraphModule) -> list[Cut]:
         if entry is None:
             continue
         kind, describe = entry
+        if node.target in _LIST_RESULTS:
+            _flatten_list_result(node)
         described = describe(node)
         if described is None:
             continue

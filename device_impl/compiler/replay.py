@@ -80,6 +80,10 @@ STEP_KINDS: dict[str, str] = {
     # the eager kernels' programs cut whole (compiler/opaque.py, ccovb): isin sorts its test values on GpSimd
     "isin": "data",
     "sort_whole": "data",
+    # GradScaler's kernels: fixed engines, every tile's instructions from the shapes (the flags are data, not
+    # control flow)
+    "amp_unscale": "tile",
+    "amp_update_scale": "tile",
 }
 
 SCHEDULE_VERSION = 1

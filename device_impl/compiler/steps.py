@@ -693,7 +693,41 @@ def _isin(step: dict, program: Program) -> Runner:
     return run
 
 
+def _amp_unscale(step: dict, program: Program) -> Runner:
+    """``_amp_foreach_non_finite_check_and_unscale`` cut whole (compiler/opaque.py): the eager kernel's program
+    (``amp.scaler.unscale_program``), each gradient's result written tile by tile after its tile is read."""
+    from device_impl.amp.scaler import unscale_program
+
+    n = step["attrs"]["grads"]
+
+    def run(nc, env) -> None:
+        arrays = [_operand_array(env, program, vid) for vid in step["operands"]]
+        outs = [env.access(vid) for vid in step["results"]]
+        unscale_program(nc, arrays[:n], outs[:n], arrays[n].reshape(1, 1), outs[n].reshape(1, 1),
+                        arrays[n + 1].reshape(1, 1))
+
+    return run
+
+
+def _amp_update_scale(step: dict, program: Program) -> Runner:
+    """``_amp_update_scale`` cut whole (compiler/opaque.py): the eager kernel's program
+    (``amp.scaler.update_scale_program``) on the one-element scale, tracker and found_inf."""
+    from device_impl.amp.scaler import update_scale_program
+
+    attrs = step["attrs"]
+
+    def run(nc, env) -> None:
+        scale, tracker, found = (_operand_array(env, program, vid).reshape(1, 1) for vid in step["operands"])
+        scale_out, tracker_out = (env.access(vid).reshape(1, 1) for vid in step["results"])
+        update_scale_program(nc, scale, tracker, found, scale_out, tracker_out, attrs["growth"], attrs["backoff"],
+                             attrs["interval"])
+
+    return run
+
+
 RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
+    "amp_unscale": _amp_unscale,
+    "amp_update_scale": _amp_update_scale,
     "isin": _isin,
     "attention": _attention,
     "attention_backward": _attention_backward,

@@ -127,3 +127,50 @@ def test_all_of_every_element_compiles(name, fn, uint8):
         torch.randn((3, 5, 513), generator=_gen())
     compiled_ns, eager_ns = _check_compiles(fn, x)
     assert compiled_ns <= eager_ns
+
+
+def _unscale(a, b):
+    found = torch.zeros(1, device=a.device)
+    torch._amp_foreach_non_finite_check_and_unscale_([a, b], found, torch.full((1,), 0.5, device=a.device))
+    return found
+
+
+def _update(s, t, fi):
+    return [torch._amp_update_scale_(q, t, fi.float(), 2.0, 0.5, 2) for q in s.reshape(-1)[:8].split(1)]
+
+
+@pytest.mark.parametrize("overflow", [False, True])
+def test_grad_scaler_unscale_compiles_in_place(overflow):
+    """_amp_foreach_non_finite_check_and_unscale is cut whole (its (list, tensor) result flattened) and its step
+    runs amp.scaler.unscale_program, writing each gradient into its input's memory
+    (opaque.IN_PLACE_KINDS, executor.Executable.writable_into): no copy back after the program."""
+    import device_impl.compiler as compiler
+
+    x, y = torch.randn((3, 513), generator=_gen()), torch.randn((5,), generator=_gen())
+    if overflow:
+        y[2] = float("inf")
+    a, b = x.to("neuron"), y.to("neuron")
+    compiled = torch.compile(_unscale, backend="neuron", dynamic=False)
+    found = compiled(a, b)
+    assert compiler.stats()["fallbacks_by_op"] == {}
+    want = _unscale(x, y)
+    assert torch.equal(found.cpu(), want) and torch.equal(a.cpu(), x) and torch.equal(b.cpu(), y)
+    a2, b2 = x.to("neuron"), y.to("neuron")
+    assert _device_ns(lambda: compiled(a, b)) <= _device_ns(lambda: _unscale(a2, b2))
+
+
+def test_grad_scaler_update_compiles():
+    """_amp_update_scale is cut whole: eight updates (one scale overflowing to inf when grown) in one program."""
+    import device_impl.compiler as compiler
+
+    s = torch.randn((8,), generator=_gen()) * 1e38
+    t, fi = torch.zeros(1, dtype=torch.int32), torch.tensor([False])
+    sd, td, fd = s.to("neuron"), t.to("neuron"), fi.to("neuron")
+    compiled = torch.compile(_update, backend="neuron", dynamic=False)
+    got = compiled(sd, td, fd)
+    assert compiler.stats()["fallbacks_by_op"] == {}
+    want = _update(s, t, fi)
+    assert torch.equal(sd.cpu(), s) and torch.equal(td.cpu(), t)
+    assert all(torch.equal(g.cpu(), w) for g, w in zip(got, want, strict=True))
+    s2, t2 = s.to("neuron"), t.to("neuron")
+    assert _device_ns(lambda: compiled(sd, td, fd)) <= _device_ns(lambda: _update(s2, t2, fd))
