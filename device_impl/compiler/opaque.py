@@ -298,6 +298,18 @@ def _flatten_list_result(node: torch.fx.Node) -> None:
     node.meta["val"] = (*val[0], val[1])
 
 
+def _activation(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """``erfc``/``erfinv`` of a float32 tensor (torch-mlir converts neither): cut and spliced back as the
+    elementwise op itself (``lowering.ELEMENTWISE``: ScalarE's activation, the eager kernel's one rounding of the
+    float64 value), which fuses with its neighbours as any elementwise op. float16/bfloat16 stay in the graph
+    (a fused group computes in float32 and would round twice; the graph runs eagerly, as before)."""
+    x = node.args[0]
+    meta = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if not isinstance(meta, torch.Tensor) or meta.dtype != torch.float32 or node.meta["val"].dtype != torch.float32:
+        return None
+    return [x], {0: 0}, {}
+
+
 # ops with a (Tensor[], Tensor) result, flattened before their cut
 _LIST_RESULTS = (aten._amp_foreach_non_finite_check_and_unscale.default,)
 
@@ -342,6 +354,9 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.sort.default: ("sort_whole", _sort),
     aten._amp_update_scale.default: ("amp_update_scale", _amp_update_scale),
     aten._amp_foreach_non_finite_check_and_unscale.default: ("amp_unscale", _amp_unscale),
+    # spliced back as elementwise ops (their names are lowering.ELEMENTWISE's), not steps
+    aten.erfc.default: ("erfc", _activation),
+    aten.erfinv.default: ("erf_inv", _activation),
 }
 
 

@@ -174,3 +174,30 @@ def test_grad_scaler_update_compiles():
     assert all(torch.equal(g.cpu(), w) for g, w in zip(got, want, strict=True))
     s2, t2 = s.to("neuron"), t.to("neuron")
     assert _device_ns(lambda: compiled(sd, td, fd)) <= _device_ns(lambda: _update(s2, t2, fd))
+
+
+def _bits_of(t: torch.Tensor) -> torch.Tensor:
+    return t.float().view(torch.int32)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("name,fn,make", [
+    ("erfc", lambda a: torch.erfc(a), lambda: torch.randn((7, 513), generator=_gen()) * 3),
+    ("erfc_fused", lambda a: torch.erfc(a * 2) + 1, lambda: torch.randn((7, 513), generator=_gen()) * 3),
+    ("erfinv", lambda a: torch.erfinv(a),
+     lambda: torch.cat([torch.tensor([-0.0, 1.0, -1.0, float("nan")]), torch.rand((509,), generator=_gen()) * 2 - 1])),
+], ids=lambda v: v if isinstance(v, str) else None)
+def test_erfc_erfinv_compile_to_scalar_engine_activations(name, fn, make, dtype):
+    """erfc/erfinv (torch-mlir converts neither) are spliced back as ScalarE's activations (compiler/opaque.py
+    _activation): compiled bits are the eager kernel's (one rounding of the float64 value; float16/bfloat16 in
+    float32 first, as CPU's opmath), within CPU's tolerance, at no more device time."""
+    import device_impl.compiler as compiler
+
+    x = make().to(dtype)
+    d = x.to("neuron")
+    compiled = torch.compile(fn, backend="neuron", dynamic=False)
+    got = compiled(d).cpu()
+    assert compiler.stats()["fallbacks_by_op"] == {}
+    assert torch.equal(_bits_of(got), _bits_of(fn(d).cpu()))
+    torch.testing.assert_close(got, fn(x), equal_nan=True)
+    assert _device_ns(lambda: compiled(d)) <= _device_ns(lambda: fn(d))
