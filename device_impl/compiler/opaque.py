@@ -299,7 +299,9 @@ def _flatten_list_result(node: torch.fx.Node) -> None:
 
 
 def _activation(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
-    """``erfc``/``erfinv`` of a float32 tensor (torch-mlir converts neither): cut and spliced back as the
+    """``erfc``/``erfinv`` of a float32 tensor (torch-mlir converts neither), and ``sinh``/``cosh`` (torch-mlir's expansion
+    rounds ``x + log(0.5)``; numerics' exact form needs copysign, which imports as a bitcast nothing lowers): cut
+    and spliced back as the
     elementwise op itself (``lowering.ELEMENTWISE``: ScalarE's activation, the eager kernel's one rounding of the
     float64 value), which fuses with its neighbours as any elementwise op. float16/bfloat16 stay in the graph
     (a fused group computes in float32 and would round twice; the graph runs eagerly, as before)."""
@@ -357,6 +359,8 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     # spliced back as elementwise ops (their names are lowering.ELEMENTWISE's), not steps
     aten.erfc.default: ("erfc", _activation),
     aten.erfinv.default: ("erf_inv", _activation),
+    aten.sinh.default: ("sinh", _activation),
+    aten.cosh.default: ("cosh", _activation),
 }
 
 
