@@ -312,6 +312,25 @@ def _activation(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int
     return [x], {0: 0}, {}
 
 
+def _cumprod(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """``cumprod`` (torch-mlir converts cumsum, as a reduce_window, but not cumprod): the eager kernel's scan
+    program (``kernels.reduction.scans.scan_program``: float32 carried in double on GpSimd, as CPU's acc_type;
+    an integer input's int64 result in int64). Only for the dtypes the engines compute and a dim in range; other
+    calls run eagerly."""
+    a = _bound(node)
+    x = a["self"]
+    meta = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    out = node.meta.get("val")
+    if not isinstance(meta, torch.Tensor) or not isinstance(out, torch.Tensor) or meta.dim() == 0 \
+            or any(t.dtype not in _SCANNED for t in (meta, out)) or not -meta.dim() <= int(a["dim"]) < meta.dim():
+        return None
+    return [x], {0: 0}, {"dim": int(a["dim"]) % meta.dim(), "input": str(meta.dtype).split(".")[-1],
+                         "result": str(out.dtype).split(".")[-1]}
+
+
+_SCANNED = (*_FLOATS, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
+
+
 # ops with a (Tensor[], Tensor) result, flattened before their cut
 _LIST_RESULTS = (aten._amp_foreach_non_finite_check_and_unscale.default,)
 
@@ -354,6 +373,7 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.isin.Scalar_Tensor: ("isin", _isin),
     aten.sort.stable: ("sort_whole", _sort),
     aten.sort.default: ("sort_whole", _sort),
+    aten.cumprod.default: ("cumprod", _cumprod),
     aten._amp_update_scale.default: ("amp_update_scale", _amp_update_scale),
     aten._amp_foreach_non_finite_check_and_unscale.default: ("amp_unscale", _amp_unscale),
     # spliced back as elementwise ops (their names are lowering.ELEMENTWISE's), not steps

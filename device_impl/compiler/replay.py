@@ -84,6 +84,7 @@ STEP_KINDS: dict[str, str] = {
     # control flow)
     "amp_unscale": "tile",
     "amp_update_scale": "tile",
+    "cumprod": "tile",  # as reduce_window's scans: fixed engines, shape-only
 }
 
 SCHEDULE_VERSION = 1

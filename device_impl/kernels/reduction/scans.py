@@ -27,14 +27,21 @@ def _scan(name: str, op: str, a: dict) -> torch.Tensor:
     check_out(out, tuple(x.shape), rdtype, [x], exact_dtype=dtype is not None)
     if out.numel() == 0:
         return out
-    rd = out.dtype
+    with launch(name, out.device.index) as nc:
+        scan_program(nc, hbm(x), hbm(out), dim, op, out.dtype, _elem_for(x, out.dtype))
+    return out
+
+
+def scan_program(nc, xv: np.ndarray, ov: np.ndarray, dim: int, op: str, rd: torch.dtype, elem) -> None:
+    """The scan kernel's tile program on HBM arrays (``ov`` the result, of torch dtype ``rd``; ``elem``: the dtype
+    each loaded tile is converted to first, ``sums._elem_for``): the eager cumsum/cumprod, and the compiler's
+    ``cumprod`` step (compiler/opaque.py)."""
     cd = FP32 if rd.is_floating_point else I64
-    elem = _elem_for(x, rd)
-    nd = x.dim()
+    nd = xv.ndim
     kdims = [d for d in range(nd) if d != dim]
     rdims = [dim] if nd else []
-    g = _Grid([x.shape[d] for d in kdims], [x.shape[d] for d in rdims],
-              kr=[hbm(x).transpose(kdims + rdims), hbm(out).transpose(kdims + rdims)])
+    g = _Grid([xv.shape[d] for d in kdims], [xv.shape[d] for d in rdims],
+              kr=[xv.transpose(kdims + rdims), ov.transpose(kdims + rdims)])
     X, O = g.kr
     chunks = list(_boxes(g.rshape, CHUNK))
     # CPU's cumsum/cumprod carry the running value in at::acc_type<scalar_t, /*is_cuda=*/false>: double for a
@@ -45,55 +52,53 @@ def _scan(name: str, op: str, a: dict) -> torch.Tensor:
     # GpSimd program over double (``scan64``), so it matches CPU's acc_type, and charges it as emulated
     # double arithmetic (_SCAN64_STEPS element-steps per element).
     wide = rd == torch.float32
-    with launch(name, out.device.index) as nc:
-        for blk in _blocks(nc, g, [X]):
-            if wide:
-                carry = nc.sbuf_tile((blk.p, 1), F64)  # the double running value, read/written by GpSimd only
-                for j, (ch, (t,)) in enumerate(blk.each(0)):
-                    mark = nc.mark()
-                    src = t
-                    if elem is not None:
-                        src = nc.sbuf_tile(t.shape, elem)
-                        nc.vector.tensor_copy(src, t)
-                    res = nc.sbuf_tile(t.shape, O.dtype)
-                    scan64(nc, res, carry, src, op, first=not j)
-                    blk.store(O, ch, res)
-                    nc.release_to(mark)
-                nc.release(carry)
-                continue
-            carry = _row_scalar(nc, blk.p, cd)  # the running total at the end of the previous chunk
+    for blk in _blocks(nc, g, [X]):
+        if wide:
+            carry = nc.sbuf_tile((blk.p, 1), F64)  # the double running value, read/written by GpSimd only
             for j, (ch, (t,)) in enumerate(blk.each(0)):
                 mark = nc.mark()
                 src = t
                 if elem is not None:
                     src = nc.sbuf_tile(t.shape, elem)
                     nc.vector.tensor_copy(src, t)
-                run = nc.sbuf_tile(t.shape, cd)
-                nc.vector.tensor_scan(run, src, op, dtype=cd)
-                res = run if O.dtype == cd else nc.sbuf_tile(t.shape, O.dtype)
-                if cd == FP32:
-                    # carry in and round to the output on ScalarE (VectorE is busy with the scans)
-                    if j or res is not run:
-                        if op == "add":
-                            nc.scalar.activation(res, run, "identity", bias=carry if j else 0.0)
-                        else:
-                            nc.scalar.activation(res, run, "identity", scale=carry if j else 1.0)
-                    if j + 1 < len(chunks):  # the running total the next chunk starts from, in fp32
-                        if res is run or not j:
-                            nc.vector.tensor_copy(carry, (res if res is run else run)[:, t.free - 1:t.free])
-                        else:
-                            nc.vector.tensor_tensor(carry, run[:, t.free - 1:t.free], carry, op, dtype=cd)
-                else:  # integers: exact int64 arithmetic on VectorE
-                    if j:
-                        nc.vector.tensor_tensor(run, run, carry, op, dtype=cd)
-                    if res is not run:
-                        nc.vector.tensor_copy(res, run)
-                    if j + 1 < len(chunks):
-                        nc.vector.tensor_copy(carry, run[:, t.free - 1:t.free])
+                res = nc.sbuf_tile(t.shape, O.dtype)
+                scan64(nc, res, carry, src, op, first=not j)
                 blk.store(O, ch, res)
                 nc.release_to(mark)
             nc.release(carry)
-    return out
+            continue
+        carry = _row_scalar(nc, blk.p, cd)  # the running total at the end of the previous chunk
+        for j, (ch, (t,)) in enumerate(blk.each(0)):
+            mark = nc.mark()
+            src = t
+            if elem is not None:
+                src = nc.sbuf_tile(t.shape, elem)
+                nc.vector.tensor_copy(src, t)
+            run = nc.sbuf_tile(t.shape, cd)
+            nc.vector.tensor_scan(run, src, op, dtype=cd)
+            res = run if O.dtype == cd else nc.sbuf_tile(t.shape, O.dtype)
+            if cd == FP32:
+                # carry in and round to the output on ScalarE (VectorE is busy with the scans)
+                if j or res is not run:
+                    if op == "add":
+                        nc.scalar.activation(res, run, "identity", bias=carry if j else 0.0)
+                    else:
+                        nc.scalar.activation(res, run, "identity", scale=carry if j else 1.0)
+                if j + 1 < len(chunks):  # the running total the next chunk starts from, in fp32
+                    if res is run or not j:
+                        nc.vector.tensor_copy(carry, (res if res is run else run)[:, t.free - 1:t.free])
+                    else:
+                        nc.vector.tensor_tensor(carry, run[:, t.free - 1:t.free], carry, op, dtype=cd)
+            else:  # integers: exact int64 arithmetic on VectorE
+                if j:
+                    nc.vector.tensor_tensor(run, run, carry, op, dtype=cd)
+                if res is not run:
+                    nc.vector.tensor_copy(res, run)
+                if j + 1 < len(chunks):
+                    nc.vector.tensor_copy(carry, run[:, t.free - 1:t.free])
+            blk.store(O, ch, res)
+            nc.release_to(mark)
+        nc.release(carry)
 
 
 _SCAN64_STEPS = 4  # GpSimd element-steps per element of a double scan: widen, emulated double op, round
