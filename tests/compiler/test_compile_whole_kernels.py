@@ -223,3 +223,31 @@ def test_cumprod_compiles_to_the_scan_step(name, fn, make):
     carried in double, as CPU's acc_type): CPU's bits at no more device time than the eager kernel."""
     compiled_ns, eager_ns = _check_compiles(fn, make())
     assert compiled_ns <= eager_ns
+
+
+IMPORTABLE = [
+    ("remainder_scalar_float", lambda a: torch.remainder(2.5, a), lambda: torch.randn((7, 513), generator=_gen())),
+    ("remainder_scalar_negative", lambda a: torch.remainder(-3, a), lambda: torch.randn((7, 513), generator=_gen())),
+    ("narrow_copy", lambda a: torch.narrow_copy(a, 1, 3, 100), lambda: torch.randn((7, 513), generator=_gen())),
+    ("narrow_copy_negative_start", lambda a: torch.narrow_copy(a, 0, -3, 2),
+     lambda: torch.randn((7, 513), generator=_gen())),
+]
+
+
+@pytest.mark.parametrize("name,fn,make", IMPORTABLE, ids=[c[0] for c in IMPORTABLE])
+def test_ops_torch_mlir_lacks_compile_as_ops_it_converts(name, fn, make):
+    """remainder.Scalar_Tensor and narrow_copy decompose into remainder.Tensor of a 0-d tensor and a sliced clone
+    (backend._IMPORTABLE): CPU's bits at no more device time than the eager kernel."""
+    compiled_ns, eager_ns = _check_compiles(fn, make())
+    assert compiled_ns <= eager_ns
+
+
+def test_remainder_scalar_tensor_of_integers_runs_eagerly():
+    """Only float32 remainder.Scalar_Tensor is decomposed: an integer one would compile op by op, slower than the
+    eager kernel, so its graph still runs eagerly (counted), with CPU's result."""
+    import device_impl.compiler as compiler
+
+    x = torch.randint(1, 9, (5, 40), generator=_gen())
+    got = torch.compile(lambda a: torch.remainder(-3, a), backend="neuron", dynamic=False)(x.to("neuron"))
+    assert torch.equal(got.cpu(), torch.remainder(-3, x))
+    assert sum(compiler.stats()["fallbacks_by_op"].values()) == 1
