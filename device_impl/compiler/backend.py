@@ -591,8 +591,27 @@ def _narrow_copy(self: torch.Tensor, dim: int, start: int, length: int) -> torch
     return torch.narrow(self, dim, start, length).clone()
 
 
+def _diagonal(self: torch.Tensor, offset: int = 0, dim1: int = 0, dim2: int = 1) -> torch.Tensor:
+    """diagonal as a strided slice: dim1 and dim2 moved last and flattened, the diagonal every (m + 1)-th element
+    from its first (torch-mlir converts no diagonal; a slice with a step is a strided access, no gather). CPU's
+    checks first: IndexError for a dim out of range, RuntimeError for identical dims."""
+    from torch._prims_common import canonicalize_dim
+
+    d1, d2 = canonicalize_dim(self.dim(), dim1), canonicalize_dim(self.dim(), dim2)
+    if d1 == d2:
+        raise RuntimeError(f"diagonal dimensions cannot be identical {dim1}, {dim2}")
+    n, m = self.shape[d1], self.shape[d2]
+    rest = [d for d in range(self.dim()) if d not in (d1, d2)]
+    flat = self.permute(*rest, d1, d2).reshape(*[self.shape[d] for d in rest], n * m)
+    start, length = (offset, max(0, min(n, m - offset))) if offset >= 0 else (-offset * m, max(0, min(n + offset, m)))
+    if length == 0:
+        return flat[..., :0]
+    return flat[..., start:start + (length - 1) * (m + 1) + 1:m + 1]
+
+
 # ccovb: ops torch-mlir converts none of, said as ops it converts
 _IMPORTABLE = {
+    torch.ops.aten.diagonal.default: _diagonal,
     torch.ops.aten.remainder.Scalar_Tensor: _remainder_scalar_tensor,
     torch.ops.aten.narrow_copy.default: _narrow_copy,
 }
