@@ -331,6 +331,24 @@ def _cumprod(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], 
 _SCANNED = (*_FLOATS, torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8)
 
 
+def _unfold_backward(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """``unfold_backward`` (operand grad_in; PyTorch's decomposition, an index_add over an arange, imports as
+    nothing torch-mlir converts and ran eagerly at 4.4x the kernel): the eager kernel's program
+    (``kernels.shape.views.unfold_backward_program``: a zero fill, then each window offset's gradient slice added,
+    or copied where windows do not overlap). Only for the dtypes the kernel computes and a non-empty result."""
+    from device_impl.engine.dtypes import COMPUTE_DTYPES
+
+    a = _bound(node)
+    grad = a["grad_in"]
+    meta = grad.meta.get("val") if isinstance(grad, torch.fx.Node) else None
+    sizes = [int(s) for s in a["input_sizes"]]
+    if not isinstance(meta, torch.Tensor) or meta.dtype not in COMPUTE_DTYPES or 0 in sizes \
+            or not (-max(len(sizes), 1) <= int(a["dim"]) < max(len(sizes), 1)):
+        return None
+    return [grad], {0: 0}, {"dim": int(a["dim"]) % max(len(sizes), 1), "size": int(a["size"]),
+                            "step": int(a["step"])}
+
+
 # ops with a (Tensor[], Tensor) result, flattened before their cut
 _LIST_RESULTS = (aten._amp_foreach_non_finite_check_and_unscale.default,)
 
@@ -340,7 +358,7 @@ IN_PLACE_KINDS = frozenset({"amp_unscale", "amp_update_scale"})
 
 
 # ops the compiled step runs whole, which AOTAutograd must therefore not decompose
-WHOLE = (aten.isin.Tensor_Tensor, aten.isin.Scalar_Tensor)
+WHOLE = (aten.isin.Tensor_Tensor, aten.isin.Scalar_Tensor, aten.unfold_backward.default)
 
 
 def cuttable(node: torch.fx.Node) -> bool:
@@ -374,6 +392,7 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.sort.stable: ("sort_whole", _sort),
     aten.sort.default: ("sort_whole", _sort),
     aten.cumprod.default: ("cumprod", _cumprod),
+    aten.unfold_backward.default: ("unfold_backward", _unfold_backward),
     aten._amp_update_scale.default: ("amp_update_scale", _amp_update_scale),
     aten._amp_foreach_non_finite_check_and_unscale.default: ("amp_unscale", _amp_unscale),
     # spliced back as elementwise ops (their names are lowering.ELEMENTWISE's), not steps

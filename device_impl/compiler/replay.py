@@ -85,6 +85,7 @@ STEP_KINDS: dict[str, str] = {
     "amp_unscale": "tile",
     "amp_update_scale": "tile",
     "cumprod": "tile",  # as reduce_window's scans: fixed engines, shape-only
+    "unfold_backward": "tile",  # a fill and VectorE adds or DMA moves of fixed slices: shape-only
 }
 
 SCHEDULE_VERSION = 1

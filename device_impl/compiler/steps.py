@@ -748,7 +748,27 @@ def _cumprod(step: dict, program: Program) -> Runner:
     return run
 
 
+def _unfold_backward(step: dict, program: Program) -> Runner:
+    """``unfold_backward`` cut whole (compiler/opaque.py): the eager kernel's program
+    (``kernels.shape.views.unfold_backward_program``), its fp32 accumulator for bfloat16/float16 in scratch."""
+    from device_impl.engine.dtypes import FP32
+    from device_impl.kernels.shape.views import unfold_backward_program
+
+    attrs = step["attrs"]
+    (operand,) = step["operands"]
+    (result,) = step["results"]
+
+    def run(nc, env) -> None:
+        out = env.access(result)
+        scratch = None if out.dtype.kind in "iub" or out.dtype == FP32 else env.scratch_array(out.shape, FP32)
+        unfold_backward_program(nc, _operand_array(env, program, operand), out, scratch, attrs["dim"],
+                                attrs["size"], attrs["step"])
+
+    return run
+
+
 RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
+    "unfold_backward": _unfold_backward,
     "cumprod": _cumprod,
     "amp_unscale": _amp_unscale,
     "amp_update_scale": _amp_update_scale,

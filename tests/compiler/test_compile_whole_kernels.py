@@ -280,3 +280,31 @@ def test_diagonal_arguments_cpu_refuses_raise_as_cpu(dims, error):
     with pytest.raises(error):
         torch.compile(lambda a: torch.diagonal(a, 0, *dims).clone(), backend="neuron", dynamic=False)(
             torch.ones(3, 3).to("neuron"))
+
+
+UNFOLD_BACKWARDS = [  # (input sizes, dim, size, step, dtype)
+    ((7, 513), 1, 4, 2, torch.float32),  # overlapping windows: summed from +0.0
+    ((7, 513), 0, 3, 1, torch.float32),
+    ((7, 513), 1, 2, 3, torch.bfloat16),  # disjoint windows, copied; bfloat16 accumulates in an fp32 scratch
+    ((5, 6, 7), -1, 7, 1, torch.float16),
+    ((9,), 0, 4, 2, torch.int64),
+]
+
+
+@pytest.mark.parametrize("sizes,dim,size,step,dtype", UNFOLD_BACKWARDS)
+def test_unfold_backward_compiles_to_the_eager_kernels_program(sizes, dim, size, step, dtype):
+    """unfold_backward is cut whole (kept from PyTorch's decomposition, which ran eagerly at 4.4x): the eager
+    kernel's bits (its order of summing overlapping windows) at its device time, within CPU's tolerance."""
+    import device_impl.compiler as compiler
+
+    shape = torch.empty(sizes).unfold(dim, size, step).shape
+    g = torch.randn(shape, generator=_gen()).to(dtype) if dtype.is_floating_point else \
+        torch.randint(-5, 5, shape, generator=_gen())
+    fn = lambda a: torch.ops.aten.unfold_backward(a, list(sizes), dim, size, step)  # noqa: E731
+    d = g.to("neuron")
+    compiled = torch.compile(fn, backend="neuron", dynamic=False)
+    got = compiled(d).cpu()
+    assert compiler.stats()["fallbacks_by_op"] == {}
+    assert torch.equal(got, fn(d).cpu())
+    torch.testing.assert_close(got, fn(g))
+    assert _device_ns(lambda: compiled(d)) <= _device_ns(lambda: fn(d))

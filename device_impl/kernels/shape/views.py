@@ -13,6 +13,7 @@ fp16, which a last VectorE cast stores.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from device_impl.dispatch.table import TABLE
@@ -60,30 +61,38 @@ def unfold_backward(grad_in, input_sizes, dim, size, step):
     out = torch.empty(input_sizes, dtype=grad_in.dtype, device=grad_in.device)
     if out.numel() == 0:
         return out
-    windows = (input_sizes[d] - size) // step + 1 if input_sizes else 1
-    g = hbm(grad_in)
-    if not input_sizes:  # 0-dim input: grad_in is [size] over the one element
-        g = g.reshape(-1)
     acc_dtype = torch.float32 if grad_in.dtype in _FLOATS else grad_in.dtype
     scratch = None if acc_dtype == grad_in.dtype else torch.empty(input_sizes, dtype=acc_dtype, device=out.device)
     with launch("unfold_backward", out.device.index) as nc:
-        acc = hbm(out) if scratch is None else hbm(scratch)
-        const = _const_tile(nc, acc.dtype, 0, [acc])
-        _fill(nc, acc, const)
-        # Windows that do not overlap (step >= size) give each input element at most one gradient, which CPU
-        # copies (a -0.0 stays -0.0); overlapping ones are summed from +0.0, as CPU sums them.
-        put = _accumulate if step < size else _move
-        if input_sizes:
-            lead = (slice(None),) * d
-            for t in range(size):
-                hit = slice(t, t + (windows - 1) * step + 1, step)
-                put(nc, acc[lead + (hit,)], g[..., t])
-        else:
-            for t in range(size):
-                put(nc, acc, g[t])
-        if scratch is not None:
-            _move(nc, hbm(out), acc)
+        unfold_backward_program(nc, hbm(grad_in), hbm(out), None if scratch is None else hbm(scratch), d, size, step)
     return out
+
+
+def unfold_backward_program(nc, g: np.ndarray, out: np.ndarray, scratch: np.ndarray | None, d: int, size: int,
+                            step: int) -> None:
+    """unfold_backward's tile program on HBM arrays (``out`` the input-sized result; ``scratch`` an fp32 array of
+    its shape for a bfloat16/float16 result, else None): the eager kernel, and the compiler's ``unfold_backward``
+    step (compiler/opaque.py)."""
+    input_sizes = list(out.shape)
+    windows = (input_sizes[d] - size) // step + 1 if input_sizes else 1
+    if not input_sizes:  # 0-dim input: grad_in is [size] over the one element
+        g = g.reshape(-1)
+    acc = out if scratch is None else scratch
+    const = _const_tile(nc, acc.dtype, 0, [acc])
+    _fill(nc, acc, const)
+    # Windows that do not overlap (step >= size) give each input element at most one gradient, which CPU
+    # copies (a -0.0 stays -0.0); overlapping ones are summed from +0.0, as CPU sums them.
+    put = _accumulate if step < size else _move
+    if input_sizes:
+        lead = (slice(None),) * d
+        for t in range(size):
+            hit = slice(t, t + (windows - 1) * step + 1, step)
+            put(nc, acc[lead + (hit,)], g[..., t])
+    else:
+        for t in range(size):
+            put(nc, acc, g[t])
+    if scratch is not None:
+        _move(nc, out, acc)
 
 
 def _narrow_meta(self, dim, start, length):
