@@ -29,7 +29,7 @@ from device_impl.compiler.ir import Op, TensorType
 
 VIEWS = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice", "reverse"})
 STEP_OPS = frozenset({"attention", "attention_backward", "layer_norm", "softmax_backward", "dot_general", "isin", "sort_whole",
-                      "amp_unscale", "amp_update_scale", "cumprod", "unfold_backward",
+                      "amp_unscale", "amp_update_scale", "cumprod", "unfold_backward", "view_scatter",
                       "concatenate", "gather", "scatter", "iota", "pad", "sort", "reduce_window", "convolution"})
 STORAGE_ONLY = ("float64", "complex64", "complex128")
 

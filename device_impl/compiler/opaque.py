@@ -349,6 +349,31 @@ def _unfold_backward(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int
                             "step": int(a["step"])}
 
 
+def _view_scatter(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """``slice_scatter`` with a step (legalize turns the rest into a concatenation) and ``diagonal_scatter``
+    (torch-mlir converts neither): operands (self, src), the eager kernels' program
+    (``indexing.gather_scatter.view_scatter_program``: self moved into the result, src into its region). The
+    region (``VIEW_REGIONS``) is asked of the traced meta at the cut, so arguments CPU refuses and a src of the
+    wrong size stay in the graph (eager: CPU's error)."""
+    from device_impl.kernels.indexing.gather_scatter import VIEW_REGIONS
+
+    a = _bound(node)
+    name = node.target._schema.name.split("::")[-1]
+    x, src = a["self"], a["src"]
+    if not all(isinstance(t, torch.fx.Node) and isinstance(t.meta.get("val"), torch.Tensor) for t in (x, src)):
+        return None
+    args = [a[arg.name] for arg in node.target._schema.arguments[2:]]
+    if any(not (v is None or isinstance(v, int)) for v in args):
+        return None
+    try:
+        _, shape = VIEW_REGIONS[name](torch.empty(x.meta["val"].shape, device="meta"), *args)
+    except (RuntimeError, IndexError):
+        return None
+    if tuple(shape) != tuple(src.meta["val"].shape) or src.meta["val"].dtype != x.meta["val"].dtype:
+        return None
+    return [x, src], {0: 0}, {"op": name, "args": args}
+
+
 # ops with a (Tensor[], Tensor) result, flattened before their cut
 _LIST_RESULTS = (aten._amp_foreach_non_finite_check_and_unscale.default,)
 
@@ -392,6 +417,8 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.sort.stable: ("sort_whole", _sort),
     aten.sort.default: ("sort_whole", _sort),
     aten.cumprod.default: ("cumprod", _cumprod),
+    aten.slice_scatter.default: ("view_scatter", _view_scatter),
+    aten.diagonal_scatter.default: ("view_scatter", _view_scatter),
     aten.unfold_backward.default: ("unfold_backward", _unfold_backward),
     aten._amp_update_scale.default: ("amp_update_scale", _amp_update_scale),
     aten._amp_foreach_non_finite_check_and_unscale.default: ("amp_unscale", _amp_unscale),

@@ -86,6 +86,7 @@ STEP_KINDS: dict[str, str] = {
     "amp_update_scale": "tile",
     "cumprod": "tile",  # as reduce_window's scans: fixed engines, shape-only
     "unfold_backward": "tile",  # a fill and VectorE adds or DMA moves of fixed slices: shape-only
+    "view_scatter": "plan",  # two DMA moves of fixed regions
 }
 
 SCHEDULE_VERSION = 1

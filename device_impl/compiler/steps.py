@@ -767,7 +767,28 @@ def _unfold_backward(step: dict, program: Program) -> Runner:
     return run
 
 
+def _view_scatter(step: dict, program: Program) -> Runner:
+    """``slice_scatter``/``diagonal_scatter`` cut whole (compiler/opaque.py): the eager kernels' program
+    (``kernels.indexing.gather_scatter.view_scatter_program``)."""
+    import torch
+
+    from device_impl.kernels.indexing.gather_scatter import VIEW_REGIONS, view_scatter_program
+
+    attrs = step["attrs"]
+    x, src = step["operands"]
+    (result,) = step["results"]
+    region, _ = VIEW_REGIONS[attrs["op"]](torch.empty(program.shape(x), device="meta"), *attrs["args"])
+
+    def run(nc, env) -> None:
+        out = env.access(result)
+        if out.size:
+            view_scatter_program(nc, out, _operand_array(env, program, x), _operand_array(env, program, src), region)
+
+    return run
+
+
 RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
+    "view_scatter": _view_scatter,
     "unfold_backward": _unfold_backward,
     "cumprod": _cumprod,
     "amp_unscale": _amp_unscale,

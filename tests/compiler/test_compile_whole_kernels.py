@@ -308,3 +308,28 @@ def test_unfold_backward_compiles_to_the_eager_kernels_program(sizes, dim, size,
     assert torch.equal(got, fn(d).cpu())
     torch.testing.assert_close(got, fn(g))
     assert _device_ns(lambda: compiled(d)) <= _device_ns(lambda: fn(d))
+
+
+VIEW_SCATTERS = [
+    ("slice_step_2", lambda a, b: torch.slice_scatter(a, b, 1, 3, None, 2), (7, 513), (7, 255)),
+    ("slice_dim0_step_3", lambda a, b: torch.slice_scatter(a, b, 0, 0, 7, 3), (7, 513), (3, 513)),
+    ("diagonal_offset", lambda a, b: torch.diagonal_scatter(a, b, 1), (7, 513), (7,)),
+    ("diagonal_last_dims", lambda a, b: torch.diagonal_scatter(a, b, -1, -2, -1), (3, 5, 6), (3, 4)),
+]
+
+
+@pytest.mark.parametrize("name,fn,shape,src", VIEW_SCATTERS, ids=[c[0] for c in VIEW_SCATTERS])
+def test_view_scatters_compile_to_the_eager_kernels_moves(name, fn, shape, src):
+    """slice_scatter with a step and diagonal_scatter (torch-mlir converts neither) are cut whole: self moved
+    into the result, src into its region (indexing.gather_scatter.view_scatter_program)."""
+    compiled_ns, eager_ns = _check_compiles(fn, torch.randn(shape, generator=_gen()), torch.randn(src, generator=_gen()))
+    assert compiled_ns <= eager_ns
+
+
+def test_view_scatter_with_a_src_of_the_wrong_size_raises_as_cpu():
+    """The cut asks the region of the traced meta and refuses a src that does not fit: eager raises CPU's error."""
+    with pytest.raises(RuntimeError):
+        torch.diagonal_scatter(torch.ones(4, 4), torch.ones(3))
+    with pytest.raises(RuntimeError):
+        torch.compile(lambda a, b: torch.diagonal_scatter(a, b), backend="neuron", dynamic=False)(
+            torch.ones(4, 4).to("neuron"), torch.ones(3).to("neuron"))

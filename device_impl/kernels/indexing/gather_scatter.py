@@ -318,11 +318,18 @@ def _scatter_view_op(self: torch.Tensor, src: torch.Tensor, region: Callable[[np
         # ATen's generated out= wrappers of the view scatters: out must have self's dtype exactly.
         check_out(out, tuple(self.shape), self.dtype, (self, src), exact_dtype=True)
     with launch(name, self.device.index) as nc:
-        ov = hbm(out)
-        if not overlap.same_view(out, self):
-            _copy_into(nc, ov, hbm(self))
-        _copy_into(nc, region(ov), hbm(src))
+        view_scatter_program(nc, hbm(out), None if overlap.same_view(out, self) else hbm(self), hbm(src), region)
     return out
+
+
+def view_scatter_program(nc, out: np.ndarray, self: np.ndarray | None, src: np.ndarray,
+                         region: Callable[[np.ndarray], np.ndarray]) -> None:
+    """The view scatters' tile program on HBM arrays: ``self`` copied into ``out`` (None: ``out`` is self), then
+    ``src`` into ``region(out)``. The eager kernels, and the compiler's ``view_scatter`` step (compiler/opaque.py);
+    ``VIEW_REGIONS`` names the regions by op."""
+    if self is not None:
+        _copy_into(nc, out, self)
+    _copy_into(nc, region(out), src)
 
 
 def _select_region(self: torch.Tensor, dim: int, index: int):
@@ -409,6 +416,12 @@ def _diagonal_scatter_fn(a: dict, out=None):
     region, shape = _diagonal_region(a["self"], a.get("offset", 0), a.get("dim1", 0), a.get("dim2", 1))
     return _scatter_view_op(a["self"], a["src"], region, shape, out, "diagonal_scatter")
 
+
+# op -> its region (a function of self, then the op's arguments after src): what view_scatter_program writes src into
+VIEW_REGIONS: dict[str, Callable] = {
+    "slice_scatter": lambda self, dim=0, start=None, end=None, step=1: _slice_region(self, dim, start, end, step or 1),
+    "diagonal_scatter": lambda self, offset=0, dim1=0, dim2=1: _diagonal_region(self, offset, dim1, dim2),
+}
 
 _native("aten::diagonal_scatter")(lambda a: _diagonal_scatter_fn(a))
 _native("aten::diagonal_scatter.out")(lambda a: _diagonal_scatter_fn(a, a["out"]))
