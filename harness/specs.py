@@ -427,6 +427,11 @@ _DECIDED = {"bool": ("sparse", "dense"), "float32": ("sparse", "dense")}
 for _name in ("any", "all"):
     spec(_name, "reduction", f"torch.{_name}({{x0}}, dim={{dim}}, keepdim={{keepdim}})"
          , reduction(allow_none=False, allow_tuple=False), EVERY, extra_domains=_DECIDED)
+# torch.equal, a Python bool: a tensor against its copy (equal unless it holds a NaN: NaN equals nothing), against
+# x + 0 (each -0.0 now +0.0, which equals -0.0; an integer or bool x promoted to int64), against another draw (other
+# sizes or values: not equal). A kernel comparing bytes, or NaN as equal to itself, answers one of the three wrongly.
+spec("equal", "reduction", "(torch.equal({x0}, {x0}.clone()), torch.equal({x0}, {x0} + 0), torch.equal({x0}, {x1}))",
+     binary(), EVERY)
 for _name in ("argmax", "argmin"):
     spec(_name, "reduction", f"torch.{_name}({{x0}}, dim={{dim}}, keepdim={{keepdim}})",
          reduction(allow_tuple=False), NUMERIC)
