@@ -194,6 +194,54 @@ def as_boxes(prepared: Sequence[Pointwise], shape: tuple[int, int, int]) -> list
 _reshaped = reshaped_view
 
 
+def in_place(chain: Chain, prepared: Sequence[Pointwise], single: Sequence[bool]) -> tuple:
+    """Per step, the operand (its index) whose tile the step's result may be written over in a replayed
+    launch, or None: the host-side form of a liveness pass, so a chain's intermediates reuse the arrays of
+    values that just died instead of each taking a fresh one (a fresh array per step streamed 25 1 MB tiles
+    through the cache where two suffice: the 25-op chain's numpy arithmetic 8.5 against 6.2 ms in place).
+
+    An operand qualifies where this step is its slot's last use (``releases``: no later step and no store
+    reads the tile; a slot the caller keeps is never released), it reaches the emit as its tile (not
+    converted first: the emit reads the converted copy, not the tile), its tile has the result's dtype (every
+    chain tile is [p, f]: the shapes agree), and the step's emit issued exactly one VectorE or ScalarE
+    instruction (``single``, from the launch's instruction-level run: ``run_region``'s ``single``). Such an
+    instruction reads its operands as if copied before it writes: a numpy ufunc with ``out=`` reads each
+    element before it writes it where the output is an input, and copies an input that overlaps it any other
+    way; every other form computes the whole result before storing it (``isa.VectorE``, ``isa.ScalarE``:
+    ``_silu_into`` copies its input itself). An emit of several instructions could write the result before
+    reading the operand again (``rsqrt``'s scalar lambda, ``sign``), so it always gets a tile of its own.
+    A same-dtype copy (``aliases``) issues nothing and is never a candidate.
+
+    Only the replayed launch (``run_region``'s ``moves``) uses this: its tiles are plain arrays whose reuse
+    the recorded figures do not see, while an instruction-level launch models each SBUF tile it allocates
+    (placement, dependencies, peak), so it keeps the tiles it had."""
+    dtypes: list = [None] * chain.slots
+    picks = []
+    for j, route in enumerate(chain.routes):
+        pw = prepared[j]
+        for i, slot in enumerate(route):
+            if slot is not None and chain.loads[j][i]:
+                dtypes[slot] = pw.views[i].dtype
+        pick = None
+        if single[j] and not chain.aliases[j]:
+            dying = chain.releases[j]
+            out_dtype = pw.out_view.dtype
+            for i, slot in enumerate(route):
+                if slot is not None and slot in dying and not pw.convert[i] and dtypes[slot] == out_dtype:
+                    pick = i
+                    break
+        if not chain.aliases[j]:
+            dtypes[chain.results[j]] = pw.out_view.dtype
+        picks.append(pick)
+    return tuple(picks)
+
+
+class Diverged(Exception):
+    """A replayed step written over its operand's tile (``in_place``) issued other than one instruction: its
+    emit's instructions depend on the data, so the replay is abandoned (it reports nothing) and the launch
+    runs again at the instruction level, as when the replay's tally differs."""
+
+
 class StepError(Exception):
     """Carries which step of a group raised (its original exception is ``__cause__``)."""
 
@@ -205,7 +253,8 @@ class StepError(Exception):
 def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Pointwise], store: Sequence[bool],
                slots: list, p: int, f: int, flat: tuple[int, int] | None = None, box: tuple | None = None,
                boxes: Sequence[tuple[np.ndarray, list]] | None = None, moves: bool = False,
-               into: tuple[int, Any] | None = None) -> None:
+               into: tuple[int, Any] | None = None, over: Sequence[int | None] | None = None,
+               single: list[bool] | None = None) -> None:
     """Run every step on one region: ``flat=(start, stop)`` of each output's flat elements, or
     ``box=(batch, r0, r1, c0, c1)`` of the views in ``boxes``. ``slots`` holds the live tiles by
     slot (provided ones filled in by the caller) and is updated in place. ``moves`` (flat regions of a
@@ -214,7 +263,10 @@ def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Point
     eager launch does; the recording's figures account for them. ``into=(slot, tile)``: the step whose result
     goes to ``slot`` writes it into the caller's ``tile`` (a row kernel's input tile, of that step's dtype)
     instead of a tile of its own that the caller would copy; the chain must keep that slot (``plan_chain``'s
-    ``keep``), so it is never released here."""
+    ``keep``), so it is never released here. ``over`` (replayed launches only: ``in_place``): per step, the
+    operand whose tile the result is written over, or None; the step must issue one instruction (else
+    ``Diverged``). ``single`` (an instruction-level run): per step, set False unless every region's emit
+    issued exactly one VectorE or ScalarE instruction (``in_place``'s condition)."""
     into_slot, into_tile = into if into is not None else (-1, None)
     if box is not None:
         b, r0, r1, c0, c1 = box
@@ -247,15 +299,35 @@ def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Point
             tiles.append(tile)
         if aliases[j]:  # a same-dtype copy: its result is the operand's tile (is_identity)
             result = tiles[0]
-        else:
-            slot = chain.results[j]
-            result = slots[slot] = into_tile if slot == into_slot else nc.sbuf_tile((p, f), pw.out_view.dtype)
+        elif over is not None and over[j] is not None:  # the result over a dying operand's tile (in_place)
+            result = slots[chain.results[j]] = tiles[over[j]]
+            slots[chain.routes[j][over[j]]] = None  # the tile now belongs to the result's slot
+            timeline = nc.timeline
+            issued = timeline.instructions
             emit_mark = nc.mark()
             try:
                 step.emit(nc, result, *tiles)
             except Exception as error:
                 raise StepError(step) from error
             nc.release_to(emit_mark)
+            if timeline.instructions != issued + 1:
+                raise Diverged(step.op)
+        else:
+            slot = chain.results[j]
+            result = slots[slot] = into_tile if slot == into_slot else nc.sbuf_tile((p, f), pw.out_view.dtype)
+            if single is not None:
+                timeline = nc.timeline
+                issued, busy = timeline.instructions, timeline.busy
+                computing = busy["vector"] + busy["scalar"]
+            emit_mark = nc.mark()
+            try:
+                step.emit(nc, result, *tiles)
+            except Exception as error:
+                raise StepError(step) from error
+            nc.release_to(emit_mark)
+            if single is not None and (timeline.instructions != issued + 1
+                                       or busy["vector"] + busy["scalar"] == computing):
+                single[j] = False
         if store[j]:
             if moves:
                 flat_out(pw.out_view, flat[0], flat[1], result.read())
@@ -266,5 +338,7 @@ def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Point
         for tile in scratch:
             nc.release(tile)
         for slot in chain.releases[j]:
-            nc.release(slots[slot])
-            slots[slot] = None
+            tile = slots[slot]
+            if tile is not None:  # None: written over by this step's result (``over``), released with it
+                nc.release(tile)
+                slots[slot] = None

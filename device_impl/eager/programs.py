@@ -229,20 +229,23 @@ def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store) -
     tiles = tuple(flat_tiles(numel, program.free_max))
     key = _replay_key(program, steps, prepared, store) if kernel_replay._enabled[0] and not _recording else None
     if key is not None:
-        figures = _FIGURES.get(key)
-        if figures is not None and _replay_elementwise(key, figures, program, steps, prepared, store, device, tiles):
+        recorded = _FIGURES.get(key)
+        if recorded is not None and _replay_elementwise(key, recorded, program, steps, prepared, store, device,
+                                                        tiles):
             return
     slots: list[Any] = [None] * program.chain.slots
+    single = [True] * len(steps) if key is not None else None  # which steps issue one instruction (in_place)
     with launch(program.name, device) as nc:
         for start, stop, p, f in tiles:
             mark = nc.mark()
-            chains.run_region(nc, program.chain, steps, prepared, store, slots, p, f, flat=(start, stop))
+            chains.run_region(nc, program.chain, steps, prepared, store, slots, p, f, flat=(start, stop),
+                              single=single)
             nc.release_to(mark)
     if key is not None and key not in _REFUSED:
         # the loads and stores run_region issued: a replay moves those bytes without issuing them
         chain = program.chain
         transfers = len(tiles) * (sum(sum(loads) for loads in chain.loads) + sum(store))
-        _keep(_FIGURES, key, measured(nc, transfers))
+        _keep(_FIGURES, key, (measured(nc, transfers), chains.in_place(chain, prepared, single)))
 
 
 # --- replayed fused launches -------------------------------------------------------------------------
@@ -251,6 +254,8 @@ def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store) -
 # and strides and the stored outputs are the same (the eager replay's argument, kernels/replay.py, for a
 # chain of launches): the first run is instruction-level and its figures are kept; later runs go through
 # the same tile loop on engine.replay's core, with the recorded figures reported, and the tally checked.
+# A replay also writes each step that issued one instruction over a tile that dies there (chain.in_place,
+# kept with the figures): the same arithmetic on the same values, fewer host arrays.
 
 _FIGURES: dict[tuple, Any] = {}
 _REFUSED: dict[tuple, None] = {}
@@ -286,29 +291,35 @@ def _chain_parts(steps: Sequence[Step], prepared, parts: list) -> None:
             parts.append(value_key(s, 0) if v is None else (v.dtype, v.shape, v.strides, c))
 
 
-def _replay_elementwise(key: tuple, figures, program: Program, steps: Sequence[Step], prepared, store,
+def _replay_elementwise(key: tuple, recorded: tuple, program: Program, steps: Sequence[Step], prepared, store,
                         device: int, tiles) -> bool:
-    """Run a recorded fused launch from its recording; False (nothing reported) when its instructions were
-    not the recorded ones and it can be run again at the instruction level (it wrote nothing it reads)."""
+    """Run a recorded fused launch from its recording (its figures and ``chains.in_place``'s choices); False
+    (nothing reported) when its instructions were not the recorded ones and it can be run again at the
+    instruction level (it wrote nothing it reads)."""
+    figures, over = recorded
     chain = program.chain
     slots: list[Any] = [None] * chain.slots
     try:
         with replayed(program.name, device, figures) as nc:  # an exception out of the block reports nothing
             for start, stop, p, f in tiles:
                 mark = nc.mark()
-                chains.run_region(nc, chain, steps, prepared, store, slots, p, f, flat=(start, stop), moves=True)
+                chains.run_region(nc, chain, steps, prepared, store, slots, p, f, flat=(start, stop), moves=True,
+                                  over=over)
                 nc.release_to(mark)
             if not nc.matches(figures):
                 raise _Rerun
-    except _Rerun:
+    except (_Rerun, chains.Diverged):
         pass
     else:
         STATS.programs_replayed += 1
         return True
     _FIGURES.pop(key, None)
     _keep(_REFUSED, key, None)
-    outs = [pw.out_view for pw in prepared]
-    if any(v is not None and np.may_share_memory(o, v) for o in outs for pw in prepared for v in pw.views):
+    # What the replay wrote (its stored outputs) against what a rerun reads from HBM (the loaded operands; an
+    # earlier step's result is read from its tile, which the rerun computes again before it is read)
+    written = [pw.out_view for pw, kept in zip(prepared, store) if kept]
+    loaded = [pw.views[i] for pw, loads in zip(prepared, chain.loads) for i, load in enumerate(loads) if load]
+    if any(np.may_share_memory(o, v) for o in written for v in loaded):
         raise RuntimeError(
             f"neuron: the fused launch {program.name} issued other instructions than its recording (they "
             f"depend on the data), and it wrote a tensor it reads, so it cannot be rerun; set "
