@@ -117,16 +117,19 @@ def is_identity(step: Step) -> bool:
     return isinstance(src, torch.Tensor) and src.dtype == step.out.dtype
 
 
-def stores(steps: Sequence[Step], stored: Sequence[bool]) -> list[bool]:
-    """Per step, whether its result goes to HBM: observable (``stored``), and not overwritten later
-    in the chain (a layout written twice needs only its last value)."""
+def last_writes(steps: Sequence[Step]) -> tuple[bool, ...]:
+    """Per step, whether no later step of ``steps`` writes its output's layout (a layout written twice needs
+    only its last value). The layouts and which storages coincide are the program's signature
+    (``programs.signature``), so a program computes this once (``Program.last``), not every flush."""
     last_write = {view_of(step.out).key: j for j, step in enumerate(steps)}
-    result = []
-    for j, step in enumerate(steps):
-        keep = stored[j] and last_write[view_of(step.out).key] == j
-        if not keep:
-            STATS.stores_elided += 1
-        result.append(keep)
+    return tuple(last_write[view_of(step.out).key] == j for j, step in enumerate(steps))
+
+
+def stores(last: Sequence[bool], stored: Sequence[bool]) -> list[bool]:
+    """Per step, whether its result goes to HBM: observable (``stored``), and not overwritten later
+    in the chain (``last``: ``last_writes``)."""
+    result = [keep and final for keep, final in zip(stored, last)]
+    STATS.stores_elided += len(result) - sum(result)
     return result
 
 

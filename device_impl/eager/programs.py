@@ -57,6 +57,7 @@ class Program:
     fits: bool  # the fused form fits SBUF and every view lines up (else: split)
     free_max: int = 0  # elementwise: elements per partition per tile
     x_slot: int = 0  # reduce: the chain slot holding the reduction's input (matmul: the product is slot 0)
+    last: tuple = ()  # per chain step: no later chain step writes its output's layout (chains.last_writes)
 
 
 def _name(kind: str, steps: Sequence[Any]) -> str:
@@ -99,7 +100,7 @@ def _plan(group: Group, prepared: Sequence[Any]) -> Program:
     if kind == "elementwise":
         chain, _ = chains.plan_chain(steps)
         free_max = max(1, min(steps[0].free_max, SBUF_BUDGET // chain.bytes_per_element))
-        return Program(_name(kind, steps), kind, chain, True, free_max)
+        return Program(_name(kind, steps), kind, chain, True, free_max, last=chains.last_writes(steps))
     if kind == "reduce":
         consumer = steps[-1]
         rows, cols = row_shape(consumer)
@@ -115,14 +116,15 @@ def _plan(group: Group, prepared: Sequence[Any]) -> Program:
                       - ROW_KERNEL_RESERVE)
             per_element = chain.bytes_per_element + 4  # the copy of the tile into the kernel's buffer
         fits = chains.as_boxes(prepared, (1, rows, cols)) is not None and per_element * f <= budget
-        return Program(_name(kind, steps), kind, chain, fits, x_slot=slot_of[x_key])
+        return Program(_name(kind, steps), kind, chain, fits, x_slot=slot_of[x_key],
+                       last=chains.last_writes(steps[:-1]))
     product: MatmulStep = steps[0]
     out = product.out
     preset = {view_of(out).key: (0, out.element_size())}
     chain, _ = chains.plan_chain(steps[1:], preset=preset)
     fits = (chains.as_boxes(prepared, _product_shape(product)) is not None
             and chain.bytes_per_element * mm.EVACUATION_CHUNK <= EPILOGUE_BUDGET)
-    return Program(_name(kind, steps), kind, chain, fits)
+    return Program(_name(kind, steps), kind, chain, fits, last=chains.last_writes(steps[1:]))
 
 
 def _product_shape(step: MatmulStep) -> tuple[int, int, int]:
@@ -212,15 +214,15 @@ def run(item: Ready, stored: Sequence[bool]) -> None:
     STATS.fused_groups += 1
     STATS.fused_ops += len(group.steps)
     if program.kind == "elementwise":
-        _run_elementwise(program, group.steps, item.prepared, chains.stores(group.steps, stored))
+        _run_elementwise(program, group.steps, item.prepared, chains.stores(program.last, stored))
     elif program.kind == "reduce":
         STATS.reductions_fused += 1
         run_consumer = _run_reduce if isinstance(group.steps[-1], ReduceStep) else _run_row_kernel
-        run_consumer(program, group.steps, item.prepared, chains.stores(group.steps[:-1], stored[:-1]))
+        run_consumer(program, group.steps, item.prepared, chains.stores(program.last, stored[:-1]))
     else:
         STATS.epilogue_ops += len(group.steps) - 1
         STATS.stores_elided += not stored[0]
-        _run_matmul(program, group.steps, item.prepared, stored[0], chains.stores(group.steps[1:], stored[1:]))
+        _run_matmul(program, group.steps, item.prepared, stored[0], chains.stores(program.last, stored[1:]))
 
 
 def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store) -> None:
@@ -539,7 +541,7 @@ def run_shared(items: Sequence[Ready], stored: Sequence[Sequence[bool]]) -> None
         STATS.fused_ops += len(steps)
         STATS.epilogue_ops += len(steps) - 1
         STATS.stores_elided += not item_stored[0]
-        parts.append((item, steps, item_stored[0], chains.stores(steps[1:], item_stored[1:])))
+        parts.append((item, steps, item_stored[0], chains.stores(item.program.last, item_stored[1:])))
 
     def body(nc) -> None:
         kept: tuple[dict, list] = ({}, [])
