@@ -256,8 +256,9 @@ def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store) -
 # and strides and the stored outputs are the same (the eager replay's argument, kernels/replay.py, for a
 # chain of launches): the first run is instruction-level and its figures are kept; later runs go through
 # the same tile loop on engine.replay's core, with the recorded figures reported, and the tally checked.
-# A replay also writes each step that issued one instruction over a tile that dies there (chain.in_place,
-# kept with the figures): the same arithmetic on the same values, fewer host arrays.
+# A replay also writes each step that issued one instruction over a tile that dies there, and reads an input
+# that dies there from its HBM view instead of a copy (chain.in_place, kept with the figures): the same
+# arithmetic on the same values, fewer host arrays and copies.
 
 _FIGURES: dict[tuple, Any] = {}
 _REFUSED: dict[tuple, None] = {}
@@ -298,7 +299,7 @@ def _replay_elementwise(key: tuple, recorded: tuple, program: Program, steps: Se
     """Run a recorded fused launch from its recording (its figures and ``chains.in_place``'s choices); False
     (nothing reported) when its instructions were not the recorded ones and it can be run again at the
     instruction level (it wrote nothing it reads)."""
-    figures, over = recorded
+    figures, reuse = recorded
     chain = program.chain
     slots: list[Any] = [None] * chain.slots
     try:
@@ -306,7 +307,7 @@ def _replay_elementwise(key: tuple, recorded: tuple, program: Program, steps: Se
             for start, stop, p, f in tiles:
                 mark = nc.mark()
                 chains.run_region(nc, chain, steps, prepared, store, slots, p, f, flat=(start, stop), moves=True,
-                                  over=over)
+                                  reuse=reuse)
                 nc.release_to(mark)
             if not nc.matches(figures):
                 raise _Rerun
