@@ -91,14 +91,24 @@ def _same_scalar(a, b) -> bool:
     return a == b or (a != a and b != b)
 
 
-def _through(vid: int, producers: dict, looking: bool) -> int:
-    """``vid``, or where ``looking``, the value it broadcasts (through any chain of broadcast_in_dim)."""
+def _through(vid: int, producers: dict, looking: bool, types: dict | None = None) -> int:
+    """``vid``, or where ``looking``, the value it broadcasts (through any chain of broadcast_in_dim, and of
+    reshapes that only prepend unit dims: torch-mlir says ``where(b == 0, ...)`` of a [513] divisor in a
+    [2, 3, 513] result as a reshape to [1, 1, 513] and a broadcast, the same elements as the broadcast alone)."""
     while looking:
         op = producers.get(vid)
-        if op is None or op.name != "broadcast_in_dim":
+        if op is None or not (op.name == "broadcast_in_dim"
+                              or op.name == "reshape" and types is not None and _prepends_units(op, types)):
             break
         vid = op.operands[0]
     return vid
+
+
+def _prepends_units(op: Op, types: dict) -> bool:
+    """A reshape whose result is its operand's shape with unit dims in front (a right-aligned broadcast's no-op)."""
+    shape, source = op.type.shape, types[op.operands[0]].shape
+    extra = len(shape) - len(source)
+    return extra >= 0 and tuple(shape[extra:]) == tuple(source) and all(d == 1 for d in shape[:extra])
 
 
 def _matches(t: Graph, t_vid: int, g: Graph, g_vid: int, t_producers: dict, g_producers: dict,
@@ -108,7 +118,8 @@ def _matches(t: Graph, t_vid: int, g: Graph, g_vid: int, t_producers: dict, g_pr
     ``scalar`` stand-in, a splat, to one splat value of the graph, at position ``len(t.inputs)``). With
     ``broadcasts`` (an elementwise formula), broadcast_in_dim is looked through on both sides: torch-mlir
     broadcasts an operand of another shape at each op that reads it, which computes the same elements."""
-    t_vid, g_vid = _through(t_vid, t_producers, broadcasts), _through(g_vid, g_producers, broadcasts)
+    t_vid = _through(t_vid, t_producers, broadcasts, t.types)
+    g_vid = _through(g_vid, g_producers, broadcasts, g.types)
     if t_vid in t.inputs:
         position = t.inputs.index(t_vid)
         bound.setdefault(position, g_vid)
@@ -188,12 +199,12 @@ def _zero_guards(graph: Graph, producers: dict) -> None:
     for i, op in enumerate(graph.ops):
         if op.name != "select" or len(op.operands) != 3:
             continue
-        cond, x, y = (_through(v, producers, True) for v in op.operands)
+        cond, x, y = (_through(v, producers, True, graph.types) for v in op.operands)
         test, value = producers.get(cond), producers.get(y)
         if test is None or value is None or value.name not in ZERO_KEEPING or test.name != "compare" \
                 or test.attrs.get("comparison_direction") != "EQ" or len(test.operands) != 2 \
-                or _through(test.operands[0], producers, True) != x or value.operands[0] != x \
-                or graph.splats.get(_through(test.operands[1], producers, True)) != 0 \
+                or _through(test.operands[0], producers, True, graph.types) != x or value.operands[0] != x \
+                or graph.splats.get(_through(test.operands[1], producers, True, graph.types)) != 0 \
                 or value.type.shape != op.type.shape or value.type.dtype != op.type.dtype:
             continue
         graph.ops[i] = Op(value.name, value.operands, op.results, op.types, {})

@@ -129,7 +129,9 @@ def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
     nonzero = _call(graph, aten.ne.Scalar, r, 0)
     r_negative = _call(graph, aten.lt.Scalar, r, 0)
     if isinstance(b, torch.fx.Node):
-        differ = _call(graph, aten.ne.Tensor, r_negative, _call(graph, aten.lt.Scalar, b, 0))
+        # b's sign read after its conversion to the result's dtype (which holds its sign: the promoted dtype), the
+        # value the formula divides by, so an int16 divisor of a float tensor is the one formula expansions folds
+        differ = _call(graph, aten.ne.Tensor, r_negative, _call(graph, aten.lt.Scalar, _cast(graph, b, dtype), 0))
     else:
         differ = _call(graph, aten.ne.Scalar, r_negative, bool(b < 0))
     fix = _call(graph, aten.logical_and.default, nonzero, differ)
