@@ -109,3 +109,37 @@ def test_a_compare_read_by_a_convert_and_another_op_keeps_its_bool():
     got = torch.compile(fn, backend="neuron", dynamic=False)(*device)
     for g, w in zip(got, fn(x, y)):
         _same(g.cpu(), w)
+
+
+@pytest.mark.parametrize("weight", [0.7, 0.25, -3.5, 1.0], ids=str)
+def test_lerp_with_a_python_weight_is_one_pass(weight):
+    """loops._lerp: CPU's two lambdas differ only where ``w - 1`` is zero, so a Python weight other than 1
+    computes one multiply-add over the tiles, with no index mask (compiled lerp had computed both lambdas and an
+    iota mask: 1.82x the eager kernel's device time); w = 1 keeps the split (a tail of 6 after 3072)."""
+    start, end = _operands((2, 3, 513), (2, 3, 513))
+    end.view(-1)[-6:] = -0.0  # the tail's zero signs: lerp_vec's +0.0, the scalar lambda's -0.0 at w = 1
+    start.view(-1)[-6:] = -0.0
+    fn = lambda s, e: torch.lerp(s, e, weight)  # noqa: E731
+    device = [start.to("neuron"), end.to("neuron")]
+    got, ns, steps = _compiled(fn, *device)
+    _same(got, fn(start, end), exact=False)  # loops._multiply_add: CPU's fma, the product rounded first
+    _, eager_ns = _eager(fn, *device)
+    kinds = [kind for kind, _ in steps]
+    if weight != 1.0:
+        assert kinds == ["fused"], steps
+        assert ns <= eager_ns, (ns, eager_ns)
+    else:
+        assert "iota" in kinds
+
+
+def test_lerp_with_a_tensor_weight_takes_one_multiply_add():
+    """A tensor weight: one multiply-add whose coefficient is w - 1 or -(1 - w) where CPU's loop splits, the mask
+    one iota of the whole contiguous run (was three iotas, offsets and a remainder beside both lambdas)."""
+    start, end, weight = _operands((2, 3, 513), (2, 3, 513), (2, 3, 513))
+    weight.view(-1)[-8:] = 1.0
+    end.view(-1)[-8:] = -0.0
+    start.view(-1)[-8:] = -0.0
+    device = [t.to("neuron") for t in (start, end, weight)]
+    got, ns, steps = _compiled(torch.lerp, *device)
+    _same(got, torch.lerp(start, end, weight), exact=False)
+    assert [kind for kind, _ in steps].count("iota") == 1, steps
