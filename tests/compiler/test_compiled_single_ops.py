@@ -163,3 +163,94 @@ def test_a_one_dimensional_iota_is_one_gpsimd_instruction_per_tile(make):
     rows = [row for executable, args in calls for row in breakdown.step_figures(executable, args)]
     iotas = [row for row in rows if row.kind == "iota"]
     assert iotas and all(row.busy["vector"] == 0 and row.busy["gpsimd"] > 0 for row in iotas), rows
+
+
+def _clock_ns(call) -> int:
+    """A warm call's device-clock advance (every launch and copy it makes: AOTAutograd's copy back included)."""
+    from device_impl._core import C
+
+    call()
+    torch.neuron.synchronize()
+    before = C.device_time_ns(0)
+    call()
+    torch.neuron.synchronize()
+    return C.device_time_ns(0) - before
+
+
+INPLACE = [
+    ("index_put_", lambda x, i, v: x.index_put_((i,), v), (3, 1, 513), [1], (1, 1, 513)),
+    ("index_put_accumulate", lambda x, i, v: x.index_put_((i,), v, accumulate=True), (3, 1, 513), [2, 0],
+     (2, 1, 513)),
+    ("_index_put_impl_", lambda x, i, v: torch.ops.aten._index_put_impl_(x, (i,), v, False, False), (4, 513), [3],
+     (1, 513)),
+    ("index_fill_", lambda x, i, v: x.index_fill_(-1, i, 2), (1, 2, 513), [0, 5, 512], None),
+]
+
+
+@pytest.mark.parametrize("name,fn,shape,index,values", INPLACE, ids=[c[0] for c in INPLACE])
+def test_an_in_place_scatter_writes_into_its_input(name, fn, shape, index, values):
+    """executor.writable_into: a scatter whose operand is the input it updates writes the input's memory, its
+    operand copy a copy onto itself (skipped, gather.scatter_runner) and AOTAutograd's copy back too; compiled
+    ``x.index_put_`` had been the program plus that copy, 2.2x the eager kernel's device time. CPU's values
+    (added rows read before they are written), no more device time than eager."""
+    x = torch.randn(shape, generator=torch.Generator().manual_seed(3))
+    i = torch.tensor(index)
+    v = None if values is None else torch.randn(values, generator=torch.Generator().manual_seed(4))
+    args = [x, i] + ([v] if v is not None else [None])
+    want = x.clone()
+    fn(want, i, v)
+    device = [a.to("neuron") if a is not None else None for a in args]
+    torch._dynamo.reset()
+    compiled = torch.compile(fn, backend="neuron", dynamic=False)
+    target = device[0].clone()
+    compiled(target, *device[1:])
+    _same(target.cpu(), want)
+    eager_x, compiled_x = device[0].clone(), device[0].clone()
+    eager_ns = _clock_ns(lambda: fn(eager_x, *device[1:]))
+    ns = _clock_ns(lambda: compiled(compiled_x, *device[1:]))
+    _same(compiled_x.cpu(), eager_x.cpu())
+    assert ns <= eager_ns, (ns, eager_ns)
+
+
+def test_an_in_place_scatter_of_a_strided_input_keeps_its_copy():
+    """A transposed input's memory cannot take the contiguous result: a fresh output and the copy back, the
+    same values."""
+    x = torch.randn(513, 4, generator=torch.Generator().manual_seed(5)).t()
+    v = torch.randn(1, 513)
+    want = x.clone()
+    want.index_put_((torch.tensor([2]),), v)
+    target = x.to("neuron")
+    torch._dynamo.reset()
+    torch.compile(lambda a, i, b: a.index_put_((i,), b), backend="neuron", dynamic=False)(
+        target, torch.tensor([2]).to("neuron"), v.to("neuron"))
+    _same(target.cpu(), want)
+
+
+def test_integer_identities_are_their_operand_and_float_ones_are_not():
+    """fold._integer_identities: ``x * 1 + 0`` of integers is x (arange's step and start for an index, two
+    passes over a value that is already the result); of floats it is not (-0.0 + 0 is +0.0)."""
+    ints = torch.arange(-600, 600, dtype=torch.int32).reshape(2, 600)
+    floats = torch.tensor([-0.0, 0.0, 1.5, -2.0] * 129)
+    fn = lambda t: t * 1 + 0  # noqa: E731
+    got, _, steps = _compiled(fn, ints.to("neuron"))
+    assert torch.equal(got, fn(ints))
+    assert not any(kind == "fused" for kind, _ in steps), steps
+    got, _, steps = _compiled(fn, floats.to("neuron"))
+    _same(got, fn(floats))
+    assert any(kind == "fused" for kind, _ in steps), steps
+
+
+def test_breakdown_reruns_a_program_with_a_scatter():
+    """breakdown.step_figures wraps the DMA queue's stores: store_rows' keyword arguments (a scatter's accumulate,
+    in_order) reach the queue, where the wrapper had refused them (a TypeError for any program with a scatter)."""
+    x, v = torch.randn(3, 1, 513), torch.randn(1, 1, 513)
+    compiled = torch.compile(lambda a, i, b: a.index_put((i,), b, accumulate=True), backend="neuron", dynamic=False)
+    device = [x.to("neuron"), torch.tensor([1]).to("neuron"), v.to("neuron")]
+    torch._dynamo.reset()
+    compiled(*device)
+    with breakdown.capture() as calls:
+        compiled(*device)
+    torch.neuron.synchronize()
+    rows = [row for executable, args in calls for row in breakdown.step_figures(executable, args)]
+    (scatter,) = [row for row in rows if row.kind == "scatter"]
+    assert scatter.writes["output"] > 0
