@@ -1096,19 +1096,46 @@ def _upsample_linear(input: torch.Tensor, output_size: list, align_corners: bool
 TRACED_FORMS = {"_upsample_linear": _upsample_linear}
 
 
+def _dropout_of(original):
+    """ATen's ``dropout``: where nothing is dropped (p == 0, not training, no elements) it returns its input itself
+    (``_dropout_impl``), as CPU and the eager device do (no launch); PyTorch's Python form, bound to the op's
+    Autograd key, returned ``input.clone()``, a copy of every element (compiled dropout(p=0) took 1.08 us where
+    eager takes none). The input itself lets AOTAutograd return the call's tensor, as eager's alias."""
+    def dropout(input, p, train):
+        if not train or p == 0 or input.numel() == 0:
+            return input
+        return original(input, p, train)
+    return dropout
+
+
+# Python kernels PyTorch binds to an op's dispatch keys, swapped while the neuron backend traces (the op, the keys,
+# the replacement made from PyTorch's own kernel)
+TRACED_KERNELS = {aten.dropout.default: _dropout_of}
+
+
 @contextlib.contextmanager
 def traced_forms() -> Iterator[None]:
-    """TRACED_FORMS in place of PyTorch's own, for the duration of one AOTAutograd trace."""
+    """TRACED_FORMS (and TRACED_KERNELS) in place of PyTorch's own, for the duration of one AOTAutograd trace."""
     import torch._decomp.decompositions as decompositions
 
     saved = {name: getattr(decompositions, name) for name in TRACED_FORMS if hasattr(decompositions, name)}
+    kernels = {op: dict(op.py_kernels) for op in TRACED_KERNELS}
     try:
         for name in saved:
             setattr(decompositions, name, TRACED_FORMS[name])
+        for op, make in TRACED_KERNELS.items():
+            for key, kernel in kernels[op].items():
+                if key != torch._C.DispatchKey.Meta:
+                    op.py_kernels[key] = make(kernel)
+            op._dispatch_cache.clear()
         yield
     finally:
         for name, original in saved.items():
             setattr(decompositions, name, original)
+        for op, original_kernels in kernels.items():
+            op.py_kernels.clear()
+            op.py_kernels.update(original_kernels)
+            op._dispatch_cache.clear()
 
 
 # Decompositions that replace PyTorch's own for AOTAutograd (backend._decompositions), for the same reason

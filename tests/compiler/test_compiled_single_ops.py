@@ -254,3 +254,29 @@ def test_breakdown_reruns_a_program_with_a_scatter():
     rows = [row for executable, args in calls for row in breakdown.step_figures(executable, args)]
     (scatter,) = [row for row in rows if row.kind == "scatter"]
     assert scatter.writes["output"] > 0
+
+
+def test_dropout_that_drops_nothing_returns_its_input():
+    """numerics.TRACED_KERNELS: ATen's dropout returns its input itself where nothing is dropped (p = 0, as CPU's
+    and the eager device's: no launch); PyTorch's Python form at the op's Autograd key traced a clone, a copy
+    launch (1.08 us). Compiled, the call's own tensor comes back, and its gradient flows; p = 0.3 still drops."""
+    x = torch.randn(4, 513, generator=torch.Generator().manual_seed(6)).to("neuron")
+    torch._dynamo.reset()
+    same = torch.compile(lambda t: torch.nn.functional.dropout(t, p=0.0, training=True), backend="neuron",
+                         dynamic=False)
+    same(x)
+    torch.neuron.synchronize()
+    engine.reset_stats()
+    y = same(x)
+    torch.neuron.synchronize()
+    assert y.data_ptr() == x.data_ptr() and torch.equal(y.cpu(), x.cpu())
+    assert not engine.stats(), engine.stats()
+    w = x.detach().clone().requires_grad_()
+    (same(w) * 3).sum().backward()
+    assert torch.equal(w.grad.cpu(), torch.full((4, 513), 3.0))
+    torch._dynamo.reset()
+    ones = torch.ones(4, 513).to("neuron")
+    dropped = torch.compile(lambda t: torch.nn.functional.dropout(t, p=0.3, training=True), backend="neuron",
+                            dynamic=False)(ones).cpu()
+    assert 0.2 < (dropped == 0).float().mean().item() < 0.4
+    assert set(dropped.unique().tolist()) <= {0.0, 1 / 0.7, float(torch.tensor(1 / 0.7))}
