@@ -45,8 +45,9 @@ def _is_tile(x: Any) -> bool:
 
 def _binary_name(op: Op, dtype: np.dtype) -> str:
     name = op.name
-    if name in ("and", "or", "xor"):
-        return ("logical_" if dtype == np.bool_ else "bitwise_") + name
+    if name in ("and", "or", "xor"):  # logical where the result is bool (its operands may be any dtype's truth:
+        # expansions.fold_conversions)
+        return ("logical_" if dtype == np.bool_ or op.type.dtype == "bool" else "bitwise_") + name
     if name == "divide":
         return "trunc_divide" if dtype.kind in "iu" else "divide"
     return _BINARY[name]
@@ -134,7 +135,8 @@ def _emit_binary(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) 
     alu = _binary_name(op, dtype)
     if alu in _BOUND and _is_tile(a) != _is_tile(b):
         alu, a, b = _BOUND[alu], *((a, b) if _is_tile(a) else (b, a))
-    _binary(alu, nc, out, a, b, _compute(dtype))
+    # a logical op reads each operand's truth, whatever its dtype (operands of two dtypes: fold_conversions)
+    _binary(alu, nc, out, a, b, np.dtype(np.bool_) if alu.startswith("logical_") else _compute(dtype))
 
 
 def _emit_compare(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
@@ -145,7 +147,7 @@ def _emit_compare(nc, out: Tile, args: list, op: Op, in_types: list[TensorType])
 def _emit_unary(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
     dtype = in_types[0].np_dtype
     if op.name == "not":
-        name = "logical_not" if dtype == np.bool_ else "bitwise_not"
+        name = "logical_not" if dtype == np.bool_ or op.type.dtype == "bool" else "bitwise_not"
     else:
         name = _UNARY[op.name]
     nc.vector.tensor_unary(out, args[0], name, dtype=_compute(dtype))

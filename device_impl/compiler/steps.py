@@ -204,16 +204,30 @@ def _iota(step: dict, program: Program) -> Runner:
     d = step["attrs"]["iota_dimension"]
     inner = math.prod(shape[d + 1:])
     size = shape[d]
+    # the coordinate is the flat index // inner % size; a division by 1, and a remainder of an index already
+    # below size (no dim before d holds more than one), are the index itself, and then GpSimd's iota writes
+    # the coordinate in the result's dtype (the same conversion as VectorE's copy): arange's one instruction
+    divides, wraps = inner > 1, math.prod(shape[:d]) > 1
 
     def run(nc, env) -> None:
         out = env.access(result)
         for start, stop, p, f in flat_tiles(out.size):
             with nc.scope():
+                if not divides and not wraps:
+                    coord = nc.sbuf_tile((p, f), out.dtype)
+                    nc.gpsimd.iota(coord, base=start, partition_step=f, free_step=1)
+                    nc.dma.store_flat(out, start, stop, coord)
+                    continue
                 flat = nc.sbuf_tile((p, f), I64)
                 nc.gpsimd.iota(flat, base=start, partition_step=f, free_step=1)
-                coord = nc.sbuf_tile((p, f), I64)
-                nc.vector.tensor_scalar(coord, flat, "floor_divide", inner)
-                nc.vector.tensor_scalar(coord, coord, "remainder", size)
+                coord = flat
+                if divides:
+                    coord = nc.sbuf_tile((p, f), I64)
+                    nc.vector.tensor_scalar(coord, flat, "floor_divide", inner)
+                if wraps:
+                    wrapped = nc.sbuf_tile((p, f), I64)
+                    nc.vector.tensor_scalar(wrapped, coord, "remainder", size)
+                    coord = wrapped
                 if out.dtype != I64:
                     cast = nc.sbuf_tile((p, f), out.dtype)
                     nc.vector.tensor_copy(cast, coord)
