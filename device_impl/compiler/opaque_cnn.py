@@ -1,0 +1,228 @@
+"""CNN ops cut whole (compiler/opaque.py's mechanism): pooling with indices and batch norm.
+
+torch-mlir refuses these ops or their decompositions (issue 21: "every op's compiled device time <= its eager
+kernel's"): max pooling imports as a ``stablehlo.reduce_window`` of two operands (values and indices) the
+compiler does not lower, its backward as ops torch-mlir leaves unconverted ('torch.constant.int'), and
+``_native_batch_norm_legit_functional`` (every training graph's batch norm) not at all, so a CNN's compiled
+graph ran eagerly, op by op, after AOTAutograd had decomposed what it could: slower than eager itself
+(batch_norm 1.67x). Each op here has a hand-written eager kernel whose tile program takes HBM arrays; the op is
+cut out of the FX graph (``CUTTERS``, merged into ``opaque.CUTTERS``) and spliced back as one step whose runner
+(``RUNNERS``, merged into ``steps.RUNNERS``) runs that program inside the compiled launch: what a Neuron
+compiler does with an NKI kernel. The step fuses nothing with its neighbours, but its results are the eager
+kernel's bit for bit and it costs what the eager launch does, less the launch overhead.
+
+A describer returns (operands, {result item: position}, options) or None to refuse the call (it then stays
+in the graph: torch-mlir refuses it and the graph runs eagerly, which raises where the eager op raises).
+Options are part of the compile-cache keys; a describer asks what depends on the host (CPU's fused
+multiply-add) when the graph is cut, as ``opaque._layer_norm`` does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+aten = torch.ops.aten
+
+_FLOATS = (torch.float32, torch.bfloat16, torch.float16)
+_REDUCED = (torch.bfloat16, torch.float16)
+
+def _meta(node: Any) -> torch.Tensor | None:
+    meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return meta if isinstance(meta, torch.Tensor) else None
+
+
+def _ints(value: Any) -> list[int] | None:
+    """An int list argument (a bare int stands for all dims), None when it is not static."""
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, (list, tuple)) and all(isinstance(v, int) for v in value):
+        return [int(v) for v in value]
+    return None
+
+
+# -- max pooling with indices -------------------------------------------------------------------------------
+
+def _pool_options(a: dict[str, Any], nsp: int, x: torch.Tensor) -> dict[str, Any] | None:
+    """The eager kernel's [D, H, W] kernel/stride/padding/dilation (``pool._pool_args``) of a call, or None."""
+    from device_impl.kernels.spatial.pool import _pool_args
+
+    args = [_ints(a[k]) for k in ("kernel_size", "stride", "padding", "dilation")]
+    if any(v is None for v in args) or x.dim() not in (nsp + 1, nsp + 2):
+        return None
+    k3, s3, p3, d3 = _pool_args(args[0], args[1] or args[0], args[2], args[3], nsp)
+    return {"nsp": nsp, "kernel": k3, "stride": s3, "padding": p3, "dilation": d3}
+
+
+def _max_pool(nsp: int) -> Callable:
+    def describe(node: torch.fx.Node) -> Any:
+        """``max_pool{nsp}d_with_indices``: operand (self), results {0: out, 1: indices}; floating inputs
+        (the eager kernel's dtypes the compiler carries; others keep the graph's eager run)."""
+        from device_impl.compiler.opaque import _bound
+
+        a = _bound(node)
+        x = _meta(a["self"])
+        if x is None or x.dtype not in _FLOATS or x.numel() == 0:
+            return None
+        options = _pool_options(a, nsp, x)
+        return None if options is None else ([a["self"]], {0: 0, 1: 1}, options)
+
+    return describe
+
+
+def _max_pool_backward(nsp: int) -> Callable:
+    def describe(node: torch.fx.Node) -> Any:
+        """``max_pool{nsp}d_with_indices_backward``: operands (grad_output, indices), result grad_input (the
+        eager kernel scatters by the saved indices; self is read for its shape only)."""
+        from device_impl.compiler.opaque import _bound
+
+        a = _bound(node)
+        g, x, idx = _meta(a["grad_output"]), _meta(a["self"]), _meta(a["indices"])
+        if g is None or x is None or idx is None or g.dtype not in _FLOATS or x.dtype != g.dtype \
+                or idx.dtype != torch.int64 or x.numel() == 0:
+            return None
+        options = _pool_options(a, nsp, x)
+        return None if options is None else ([a["grad_output"], a["indices"]], {0: 0}, options)
+
+    return describe
+
+
+def _run_max_pool(step: dict, program: Any) -> Callable:
+    """The eager kernel's pooling program (``kernels.spatial.pool._pool_forward``) on the step's arrays."""
+    from device_impl.compiler.steps import _operand_array
+    from device_impl.kernels.spatial.pool import _batched5, _pool_forward
+
+    o = step["attrs"]
+    nsp = o["nsp"]
+
+    def run(nc, env) -> None:
+        x = _operand_array(env, program, step["operands"][0])
+        out, idx = (env.access(v) for v in step["results"])
+        _pool_forward(nc, env.scratch, _batched5(out, nsp), _batched5(idx, nsp), _batched5(x, nsp), o["kernel"],
+                      o["stride"], o["padding"], o["dilation"], "max")
+
+    return run
+
+
+def _run_max_pool_backward(step: dict, program: Any) -> Callable:
+    """The eager kernel's pooling backward (``kernels.spatial.pool._pool_backward``): by the saved indices."""
+    from device_impl.compiler.steps import _operand_array
+    from device_impl.kernels.spatial.pool import _batched5, _pool_backward
+
+    o = step["attrs"]
+    nsp = o["nsp"]
+
+    def run(nc, env) -> None:
+        g, idx = (_operand_array(env, program, v) for v in step["operands"])
+        gi = env.access(step["results"][0])
+        if gi.size:
+            _pool_backward(nc, env.scratch, _batched5(gi, nsp), _batched5(g, nsp), _batched5(idx, nsp),
+                           o["kernel"], o["stride"], o["padding"], o["dilation"], "max")
+
+    return run
+
+
+# -- batch norm ---------------------------------------------------------------------------------------------
+
+_BN_PARAMS = ("weight", "bias", "running_mean", "running_var")
+
+
+def _batch_norm(training: bool | None, stats: bool) -> Callable:
+    """A describer of one batch-norm forward overload: ``training`` None reads the op's own flag;
+    ``stats``: whether the overload takes running statistics. Results {0: out, 1: save_mean, 2: save_invstd
+    [, 3: running_mean_out, 4: running_var_out]} (the functional op's updated running statistics)."""
+
+    def describe(node: torch.fx.Node) -> Any:
+        from device_impl.compiler.opaque import _bound
+        from device_impl.kernels import cpu_host
+        from device_impl.kernels.reduction.batch_norm import _bn_layout
+
+        a = _bound(node)
+        train = bool(a["training"]) if training is None else training
+        functional = node.target is aten._native_batch_norm_legit_functional.default
+        if functional and not train:  # its eval form copies the running statistics: not the eager kernel's
+            return None
+        x = _meta(a["input"])
+        if x is None or x.dtype not in _FLOATS or x.dim() < 2 or x.numel() == 0:
+            return None
+        names = [n for n in _BN_PARAMS if stats or n in ("weight", "bias")]
+        given = {n: a[n] for n in names if a[n] is not None}
+        metas = {n: _meta(v) for n, v in given.items()}
+        c = x.shape[1]
+        if any(m is None or m.numel() != c or m.dim() != 1 or m.dtype not in _FLOATS for m in metas.values()):
+            return None
+        dtypes = {m.dtype for m in metas.values()}
+        if x.dtype in _REDUCED and torch.float32 in dtypes and len(dtypes) > 1:  # CPU's mixed-dtype refusal
+            return None
+        if x.dtype == torch.float32 and dtypes - {torch.float32}:
+            return None
+        if not train and not ("running_mean" in given and "running_var" in given):
+            return None
+        if not isinstance(a["momentum"], (int, float)) or not isinstance(a["eps"], (int, float)):
+            return None
+        mixed = x.dtype in _REDUCED and dtypes == {torch.float32}
+        if train:
+            # PyTorch's decomposition (the trace) saves float32 statistics of a bfloat16/float16 input, CPU and
+            # the eager kernel the input's dtype: the step could not give CPU's dtype, so such a call stays out
+            saved = node.meta["val"][1]
+            if saved.dtype != (torch.float32 if mixed else x.dtype):
+                return None
+            results = {0: 0, 1: 1, 2: 2, 3: 3, 4: 4} if functional else {0: 0, 1: 1, 2: 2}
+        else:
+            # in evaluation CPU returns empty saved statistics, the meta function (CUDA's rule) the running mean
+            # and invstd of shape [C]: only calls whose statistics nobody reads are cut (``cut`` leaves the rest)
+            results = {0: 0}
+        return [a["input"], *given.values()], results, {
+            "params": list(given), "training": train, "momentum": float(a["momentum"]), "eps": float(a["eps"]),
+            "layout": _bn_layout(x), "mixed": mixed,
+            "functional": functional, "fused": bool(cpu_host.fused_multiply_add())}
+
+    return describe
+
+
+_BN_ARRAYS = {"weight": "w", "bias": "b", "running_mean": "rm", "running_var": "rv"}
+
+
+def _run_batch_norm(step: dict, program: Any) -> Callable:
+    """The eager kernel's batch-norm program (``kernels.reduction.batch_norm.forward_program``): the functional
+    op's running statistics read from its operands and written to its own results."""
+    from device_impl.compiler.steps import _operand_array
+    from device_impl.kernels.reduction.batch_norm import forward_program
+
+    o = step["attrs"]
+
+    def run(nc, env) -> None:
+        x, *params = (_operand_array(env, program, v) for v in step["operands"])
+        arrays = {_BN_ARRAYS[n]: p for n, p in zip(o["params"], params)}
+        out, *saved = (env.access(v) for v in step["results"])
+        if o["training"]:  # (mean, invstd[, running_mean_out, running_var_out])
+            arrays.update(zip(("mean", "invstd", "rm_out", "rv_out"), saved))
+        forward_program(nc, x, out, arrays, o["training"], o["momentum"], o["eps"], o["layout"], o["mixed"],
+                        o["fused"])
+
+    return run
+
+
+# FX target -> (step kind, describer): merged into opaque.CUTTERS
+CUTTERS: dict[Any, tuple[str, Callable]] = {
+    aten.max_pool2d_with_indices.default: ("max_pool", _max_pool(2)),
+    aten.max_pool3d_with_indices.default: ("max_pool", _max_pool(3)),
+    aten.max_pool2d_with_indices_backward.default: ("max_pool_backward", _max_pool_backward(2)),
+    aten.max_pool3d_with_indices_backward.default: ("max_pool_backward", _max_pool_backward(3)),
+    aten._native_batch_norm_legit_functional.default: ("batch_norm", _batch_norm(None, True)),
+    aten._native_batch_norm_legit.no_stats: ("batch_norm", _batch_norm(None, False)),
+    aten._native_batch_norm_legit_no_training.default: ("batch_norm", _batch_norm(False, True)),
+}
+
+# step kind -> runner: merged into steps.RUNNERS
+RUNNERS: dict[str, Callable] = {
+    "max_pool": _run_max_pool,
+    "max_pool_backward": _run_max_pool_backward,
+    "batch_norm": _run_batch_norm,
+}
+
+# step kind -> how the static replay runs it (replay.STEP_KINDS): the eager tile programs' instructions follow
+# from the shapes and the step's options (pool windows by position; batch norm's engines fixed per layout)
+STEP_KINDS: dict[str, str] = {kind: "tile" for kind in RUNNERS}
