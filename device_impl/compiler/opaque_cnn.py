@@ -205,6 +205,241 @@ def _run_batch_norm(step: dict, program: Any) -> Callable:
     return run
 
 
+# -- average pooling backward, adaptive pooling -----------------------------------------------------------
+
+def _avg_pool_backward(nsp: int) -> Callable:
+    def describe(node: torch.fx.Node) -> Any:
+        """``avg_pool{nsp}d_backward``: operand (grad_output), result grad_input (self read for its shape)."""
+        from device_impl.compiler.opaque import _bound
+
+        a = _bound(node)
+        g, x = _meta(a["grad_output"]), _meta(a["self"])
+        if g is None or x is None or g.dtype not in _FLOATS or x.dtype != g.dtype or x.numel() == 0 \
+                or (nsp == 3 and x.dtype != torch.float32):  # CPU's avg_pool3d backward: float32 only here
+            return None
+        divisor = a["divisor_override"]
+        if divisor is not None and not isinstance(divisor, int):
+            return None
+        options = _pool_options({**a, "dilation": 1}, nsp, x)
+        if options is None:
+            return None
+        options.update(include=bool(a["count_include_pad"]), divisor=divisor)
+        return [a["grad_output"]], {0: 0}, options
+
+    return describe
+
+
+def _run_avg_pool_backward(step: dict, program: Any) -> Callable:
+    """The eager kernel's average-pooling backward (``_pool_backward`` in "avg" mode)."""
+    from device_impl.compiler.steps import _operand_array
+    from device_impl.kernels.spatial.pool import _batched5, _pool_backward
+
+    o = step["attrs"]
+    nsp = o["nsp"]
+
+    def run(nc, env) -> None:
+        g = _operand_array(env, program, step["operands"][0])
+        gi = env.access(step["results"][0])
+        if gi.size:
+            _pool_backward(nc, env.scratch, _batched5(gi, nsp), _batched5(g, nsp), None, o["kernel"], o["stride"],
+                           o["padding"], o["dilation"], "avg", o["include"], o.get("divisor"))
+
+    return run
+
+
+def _channels_last(meta: torch.Tensor, nsp: int) -> bool:
+    """The eager adaptive-average kernel's layout flag for a tensor of these metadata."""
+    from device_impl.kernels.spatial.adaptive_pool import _memory_format
+
+    return nsp == 2 and meta.dim() == 4 and _memory_format(meta) == torch.channels_last
+
+
+def _adaptive_avg(nsp: int) -> Callable:
+    def describe(node: torch.fx.Node) -> Any:
+        """``_adaptive_avg_pool{nsp}d``: operand (self), result out."""
+        from device_impl.compiler.opaque import _bound
+
+        a = _bound(node)
+        x = _meta(a["self"])
+        if x is None or x.dtype not in _FLOATS or x.numel() == 0 or _meta(node) is None or _meta(node).numel() == 0:
+            return None
+        return [a["self"]], {0: 0}, {"nsp": nsp, "channels_last": _channels_last(x, nsp)}
+
+    return describe
+
+
+def _adaptive_avg_backward(nsp: int) -> Callable:
+    def describe(node: torch.fx.Node) -> Any:
+        """``_adaptive_avg_pool{nsp}d_backward``: operand (grad_output), result grad_input."""
+        from device_impl.compiler.opaque import _bound
+
+        a = _bound(node)
+        g, x = _meta(a["grad_output"]), _meta(a["self"])
+        if g is None or x is None or g.dtype not in _FLOATS or x.dtype != g.dtype or x.numel() == 0 \
+                or g.dim() != x.dim() or tuple(g.shape[:-nsp]) != tuple(x.shape[:-nsp]):
+            return None
+        return [a["grad_output"]], {0: 0}, {"nsp": nsp, "channels_last": _channels_last(g, nsp)}
+
+    return describe
+
+
+def _run_adaptive_avg(step: dict, program: Any) -> Callable:
+    """The eager kernel's adaptive average pooling (``_adaptive_avg_forward``: CPU's roundings on GpSimd)."""
+    from device_impl.compiler.steps import _operand_array
+    from device_impl.kernels.spatial.adaptive_pool import _adaptive_avg_forward
+    from device_impl.kernels.spatial.tiles import _batched5
+
+    o = step["attrs"]
+    nsp = o["nsp"]
+
+    def run(nc, env) -> None:
+        x = _operand_array(env, program, step["operands"][0])
+        out = env.access(step["results"][0])
+        _adaptive_avg_forward(nc, _batched5(out, nsp), _batched5(x, nsp), nsp, o["channels_last"])
+
+    return run
+
+
+def _run_adaptive_avg_backward(step: dict, program: Any) -> Callable:
+    """The eager kernel's adaptive average pooling backward (``_adaptive_avg_backward``)."""
+    from device_impl.compiler.steps import _operand_array
+    from device_impl.kernels.spatial.adaptive_pool import _adaptive_avg_backward
+    from device_impl.kernels.spatial.tiles import _batched5
+
+    o = step["attrs"]
+    nsp = o["nsp"]
+
+    def run(nc, env) -> None:
+        g = _operand_array(env, program, step["operands"][0])
+        gi = env.access(step["results"][0])
+        if gi.size:
+            _adaptive_avg_backward(nc, _batched5(gi, nsp), _batched5(g, nsp), nsp, o["channels_last"])
+
+    return run
+
+
+def _adaptive_max(nsp: int) -> Callable:
+    def describe(node: torch.fx.Node) -> Any:
+        """``adaptive_max_pool{nsp}d``: operand (self), results {0: out, 1: indices}."""
+        from device_impl.compiler.opaque import _bound
+
+        a = _bound(node)
+        x = _meta(a["self"])
+        if x is None or x.dtype not in _FLOATS or x.numel() == 0 or node.meta["val"][0].numel() == 0:
+            return None
+        return [a["self"]], {0: 0, 1: 1}, {"nsp": nsp}
+
+    return describe
+
+
+def _adaptive_max_backward(nsp: int) -> Callable:
+    def describe(node: torch.fx.Node) -> Any:
+        """``adaptive_max_pool{nsp}d_backward``: operands (grad_output, indices), result grad_input."""
+        from device_impl.compiler.opaque import _bound
+
+        a = _bound(node)
+        g, x, idx = _meta(a["grad_output"]), _meta(a["self"]), _meta(a["indices"])
+        if g is None or x is None or idx is None or g.dtype not in _FLOATS or x.dtype != g.dtype \
+                or idx.dtype != torch.int64 or tuple(idx.shape) != tuple(g.shape) or x.numel() == 0:
+            return None
+        return [a["grad_output"], a["indices"]], {0: 0}, {"nsp": nsp}
+
+    return describe
+
+
+def _run_adaptive_max(step: dict, program: Any) -> Callable:
+    """The eager kernel's adaptive max pooling (``_adaptive_forward``: separable VectorE window stages)."""
+    from device_impl.compiler.steps import _operand_array
+    from device_impl.kernels.spatial.adaptive_pool import _adaptive_forward
+    from device_impl.kernels.spatial.tiles import _batched5
+
+    nsp = step["attrs"]["nsp"]
+
+    def run(nc, env) -> None:
+        x = _operand_array(env, program, step["operands"][0])
+        out, idx = (env.access(v) for v in step["results"])
+        _adaptive_forward(nc, _batched5(out, nsp), _batched5(idx, nsp), _batched5(x, nsp), "max")
+
+    return run
+
+
+def _run_adaptive_max_backward(step: dict, program: Any) -> Callable:
+    """The eager kernel's adaptive max pooling backward (``_adaptive_max_backward``: by the saved indices)."""
+    from device_impl.compiler.steps import _operand_array
+    from device_impl.kernels.spatial.adaptive_pool import _adaptive_max_backward
+    from device_impl.kernels.spatial.tiles import _batched5
+
+    nsp = step["attrs"]["nsp"]
+
+    def run(nc, env) -> None:
+        g, idx = (_operand_array(env, program, v) for v in step["operands"])
+        gi = env.access(step["results"][0])
+        if gi.size:
+            _adaptive_max_backward(nc, _batched5(gi, nsp), _batched5(g, nsp), _batched5(idx, nsp))
+
+    return run
+
+
+# -- upsampling backward ------------------------------------------------------------------------------------
+
+def _upsample_backward(kind: str, nsp: int) -> Callable:
+    aligned = kind in ("linear", "cubic")
+
+    def describe(node: torch.fx.Node) -> Any:
+        """``<upsample>_backward``: operand (grad_output), result grad_input; static sizes and scales."""
+        from device_impl.compiler.opaque import _bound
+
+        a = _bound(node)
+        g = _meta(a["grad_output"])
+        out_size, in_size = _ints(a["output_size"]), _ints(a["input_size"])
+        if g is None or g.dtype not in _FLOATS or out_size is None or in_size is None or g.numel() == 0 \
+                or any(v <= 0 for v in in_size):
+            return None
+        names = ["scales"] if nsp == 1 else [f"scales_{d}" for d in "dhw"[3 - nsp:]]
+        scales = [a[n] for n in names]
+        if any(v is not None and not isinstance(v, (int, float)) for v in scales):
+            return None
+        return [a["grad_output"]], {0: 0}, {
+            "kind": kind, "nsp": nsp, "output_size": out_size, "input_size": in_size,
+            "align_corners": bool(a["align_corners"]) if aligned else False,
+            "scales": [None if v is None else float(v) for v in scales]}
+
+    return describe
+
+
+def _run_upsample_backward(step: dict, program: Any) -> Callable:
+    """The eager kernel's upsampling backward (``kernels.spatial.resample._resample_backward``: each axis's
+    adjoint stage scattering into a zeroed fp32 table); its axes (taps and weights) built once, at link time."""
+    from device_impl.compiler.steps import _operand_array
+    from device_impl.kernels.spatial.resample import _Axis, _resample_backward
+    from device_impl.kernels.spatial.tiles import _to5d
+
+    o = step["attrs"]
+    nsp, kind = o["nsp"], o["kind"]
+    # resample._axes_for's backward axes (no tensor at hand here: they depend on sizes and options only; the
+    # weights are fp32 and nearest takes CPU's nearest_idx special cases, as in every backward kernel)
+    axes = {}
+    for i, (isize, osize) in enumerate(zip(list(o["input_size"])[2:], o["output_size"])):
+        scale = o["scales"][i] if i < len(o["scales"]) else None
+        axes[5 - nsp + i] = _Axis(isize, osize, kind, scale, o["align_corners"], None) \
+            if kind in ("linear", "cubic") else _Axis(isize, osize, kind, scale, special=True)
+
+    def run(nc, env) -> None:
+        g = _operand_array(env, program, step["operands"][0])
+        gi = env.access(step["results"][0])
+        if gi.size:
+            _resample_backward(nc, env.scratch, _to5d(gi, nsp), _to5d(g, nsp), axes)
+
+    return run
+
+
+def _upsample_cutters() -> dict[Any, tuple[str, Callable]]:
+    from device_impl.kernels.spatial.resample import _UPSAMPLE_NAMES
+
+    return {getattr(aten, f"{name}_backward").default: ("upsample_backward", _upsample_backward(kind, nsp))
+            for kind, dims in _UPSAMPLE_NAMES.items() for nsp, name in dims.items()}
+
+
 # FX target -> (step kind, describer): merged into opaque.CUTTERS
 CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.max_pool2d_with_indices.default: ("max_pool", _max_pool(2)),
@@ -214,6 +449,16 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten._native_batch_norm_legit_functional.default: ("batch_norm", _batch_norm(None, True)),
     aten._native_batch_norm_legit.no_stats: ("batch_norm", _batch_norm(None, False)),
     aten._native_batch_norm_legit_no_training.default: ("batch_norm", _batch_norm(False, True)),
+    aten.avg_pool2d_backward.default: ("avg_pool_backward", _avg_pool_backward(2)),
+    aten.avg_pool3d_backward.default: ("avg_pool_backward", _avg_pool_backward(3)),
+    aten._adaptive_avg_pool3d.default: ("adaptive_avg_pool", _adaptive_avg(3)),
+    aten._adaptive_avg_pool2d_backward.default: ("adaptive_avg_pool_backward", _adaptive_avg_backward(2)),
+    aten._adaptive_avg_pool3d_backward.default: ("adaptive_avg_pool_backward", _adaptive_avg_backward(3)),
+    aten.adaptive_max_pool2d.default: ("adaptive_max_pool", _adaptive_max(2)),
+    aten.adaptive_max_pool3d.default: ("adaptive_max_pool", _adaptive_max(3)),
+    aten.adaptive_max_pool2d_backward.default: ("adaptive_max_pool_backward", _adaptive_max_backward(2)),
+    aten.adaptive_max_pool3d_backward.default: ("adaptive_max_pool_backward", _adaptive_max_backward(3)),
+    **_upsample_cutters(),
 }
 
 # step kind -> runner: merged into steps.RUNNERS
@@ -221,6 +466,12 @@ RUNNERS: dict[str, Callable] = {
     "max_pool": _run_max_pool,
     "max_pool_backward": _run_max_pool_backward,
     "batch_norm": _run_batch_norm,
+    "avg_pool_backward": _run_avg_pool_backward,
+    "adaptive_avg_pool": _run_adaptive_avg,
+    "adaptive_avg_pool_backward": _run_adaptive_avg_backward,
+    "adaptive_max_pool": _run_adaptive_max,
+    "adaptive_max_pool_backward": _run_adaptive_max_backward,
+    "upsample_backward": _run_upsample_backward,
 }
 
 # step kind -> how the static replay runs it (replay.STEP_KINDS): the eager tile programs' instructions follow

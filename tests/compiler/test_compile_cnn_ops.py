@@ -53,6 +53,21 @@ CASES = [
      [(4, 8, 9, 9), (8,), (8,), (8,), (8,)], "batch_norm"),
     ("batch_norm_no_stats", lambda x, w, b: F.batch_norm(x, None, None, w, b, True), [(3, 5, 33), (5,), (5,)],
      "batch_norm"),
+    ("avg_pool2d_backward", lambda g, x: torch.ops.aten.avg_pool2d_backward(g, x, [3, 3], [2, 2], [1, 1], False,
+                                                                            False, None),
+     [(2, 4, 8, 8), (2, 4, 16, 16)], "avg_pool_backward"),
+    ("adaptive_avg_pool3d", lambda x: F.adaptive_avg_pool3d(x, (2, 3, 5)), [(2, 3, 5, 7, 11)], "adaptive_avg_pool"),
+    ("adaptive_avg_pool2d_backward", lambda g, x: torch.ops.aten._adaptive_avg_pool2d_backward(g, x),
+     [(2, 4, 3, 5), (2, 4, 10, 13)], "adaptive_avg_pool_backward"),
+    ("adaptive_max_pool2d", lambda x: F.adaptive_max_pool2d(x, (3, 5), return_indices=True), [(2, 4, 10, 13)],
+     "adaptive_max_pool"),
+    ("adaptive_max_pool2d_backward", lambda g, x: torch.ops.aten.adaptive_max_pool2d_backward(
+        g, x, F.adaptive_max_pool2d(x, (3, 5), return_indices=True)[1]), [(2, 4, 3, 5), (2, 4, 10, 13)],
+     "adaptive_max_pool_backward"),
+    ("upsample_nearest2d_backward", lambda g: torch.ops.aten.upsample_nearest2d_backward(g, [14, 10], [2, 3, 7, 4]),
+     [(2, 3, 14, 10)], "upsample_backward"),
+    ("upsample_bilinear2d_backward", lambda g: torch.ops.aten.upsample_bilinear2d_backward(
+        g, [14, 10], [2, 3, 7, 4], False), [(2, 3, 14, 10)], "upsample_backward"),
 ]
 
 
