@@ -205,6 +205,61 @@ def _run_batch_norm(step: dict, program: Any) -> Callable:
     return run
 
 
+# -- group norm ---------------------------------------------------------------------------------------------
+
+def _group_norm(node: torch.fx.Node) -> Any:
+    """``native_group_norm``: operands (input[, weight][, bias]), results {0: out, 1: mean, 2: rstd}. Refused for
+    what the eager kernel refuses (sizes that do not match, an input not dense, mixed parameter dtypes) and where
+    the traced statistics' dtype is not CPU's (the fallback then raises or computes as the eager op)."""
+    from device_impl.compiler.opaque import _bound
+
+    a = _bound(node)
+    x = _meta(a["input"])
+    given = {n: a[n] for n in ("weight", "bias") if a[n] is not None}
+    metas = [_meta(v) for v in given.values()]
+    if x is None or x.dtype not in _FLOATS or x.dim() < 2 or x.numel() == 0 or not x.is_contiguous() \
+            or any(m is None or m.dtype not in _FLOATS or m.dim() != 1 or m.numel() != x.shape[1] for m in metas):
+        return None
+    sizes = [a[k] for k in ("N", "C", "HxW", "group")]
+    if not all(isinstance(v, int) for v in sizes) or not isinstance(a["eps"], (int, float)):
+        return None
+    n, c, hw, groups = sizes
+    if groups <= 0 or c % groups or (n, c) != tuple(x.shape[:2]) or n * c * hw != x.numel():
+        return None
+    dtypes = {m.dtype for m in metas}
+    if x.dtype in _REDUCED and torch.float32 in dtypes and len(dtypes) > 1:
+        return None
+    if x.dtype == torch.float32 and dtypes - {torch.float32}:
+        return None
+    stats = torch.float32 if x.dtype in _REDUCED and dtypes == {torch.float32} else x.dtype
+    if node.meta["val"][1].dtype != stats:
+        return None
+    return [a["input"], *given.values()], {0: 0, 1: 1, 2: 2}, {
+        "weight": "weight" in given, "bias": "bias" in given, "groups": groups, "eps": float(a["eps"])}
+
+
+def _run_group_norm(step: dict, program: Any) -> Callable:
+    """The eager kernel's group-norm program (``kernels.reduction.group_norm.forward_program``)."""
+    from device_impl.compiler.steps import _operand_array
+    from device_impl.engine.dtypes import FP32
+    from device_impl.kernels.reduction.group_norm import forward_program
+
+    o = step["attrs"]
+
+    def run(nc, env) -> None:
+        x, *params = (_operand_array(env, program, v) for v in step["operands"])
+        w = params.pop(0) if o["weight"] else None
+        b = params.pop(0) if o["bias"] else None
+        out, mean, rstd = (env.access(v) for v in step["results"])
+        if mean.size == 0:
+            return
+        fp32 = None if mean.dtype == FP32 else (env.scratch_array(mean.shape, FP32),
+                                                 env.scratch_array(mean.shape, FP32))
+        forward_program(nc, x, out, mean, rstd, w, b, o["groups"], o["eps"], fp32)
+
+    return run
+
+
 # -- average pooling backward, adaptive pooling -----------------------------------------------------------
 
 def _avg_pool_backward(nsp: int) -> Callable:
@@ -449,6 +504,7 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten._native_batch_norm_legit_functional.default: ("batch_norm", _batch_norm(None, True)),
     aten._native_batch_norm_legit.no_stats: ("batch_norm", _batch_norm(None, False)),
     aten._native_batch_norm_legit_no_training.default: ("batch_norm", _batch_norm(False, True)),
+    aten.native_group_norm.default: ("group_norm", _group_norm),
     aten.avg_pool2d_backward.default: ("avg_pool_backward", _avg_pool_backward(2)),
     aten.avg_pool3d_backward.default: ("avg_pool_backward", _avg_pool_backward(3)),
     aten._adaptive_avg_pool3d.default: ("adaptive_avg_pool", _adaptive_avg(3)),
@@ -466,6 +522,7 @@ RUNNERS: dict[str, Callable] = {
     "max_pool": _run_max_pool,
     "max_pool_backward": _run_max_pool_backward,
     "batch_norm": _run_batch_norm,
+    "group_norm": _run_group_norm,
     "avg_pool_backward": _run_avg_pool_backward,
     "adaptive_avg_pool": _run_adaptive_avg,
     "adaptive_avg_pool_backward": _run_adaptive_avg_backward,
