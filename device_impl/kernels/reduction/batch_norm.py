@@ -462,94 +462,108 @@ def _batch_norm_backward(a: dict):
     dx = new_output(tuple(x.shape), x.dtype, x) if mask[0] else None
     dw = new_output((c,), pdtype, x) if mask[1] else None
     db = new_output((c,), pdtype, x) if mask[2] else None
-    count = x.numel() // c
+    arrays = {name: None if t is None else hbm(t) for name, t in
+              (("mean", sm if train else rm), ("stat", si if train else rv), ("w", w), ("dw", dw), ("db", db))}
+    with launch("batch_norm_backward", x.device.index) as nc:
+        backward_program(nc, hbm(dy), hbm(x), None if dx is None else hbm(dx), arrays, train, eps)
+    return dx, dw, db
+
+
+def backward_program(nc, dy: np.ndarray, x: np.ndarray, dx: np.ndarray | None, arrays: dict, train: bool,
+                     eps: float) -> None:
+    """native_batch_norm_backward's tile program on HBM arrays, inside a launch: ``dy``/``x``/``dx`` (N, C,
+    *spatial; ``dx`` None where not asked for); ``arrays``: the [C] arrays by name ("mean"/"stat": the saved mean
+    and invstd in training, the running mean and var in evaluation; "w"; "dw"/"db": the parameter gradients
+    asked for), None or missing where absent. The eager kernel and the compiler's ``batch_norm_backward`` step
+    (compiler/opaque_cnn.py) both run it."""
+    c = x.shape[1]
+    count = x.size // c
     spatial = list(x.shape[2:])
     ks = {}
-    for name, t in (("mean", sm if train else rm), ("stat", si if train else rv), ("w", w), ("dw", dw), ("db", db)):
-        if t is not None:
-            ks[name] = len(ks), hbm(t)
-    kr = [_channels_first(dy), _channels_first(x)] + ([_channels_first(dx)] if dx is not None else [])
+    for name in ("mean", "stat", "w", "dw", "db"):
+        if arrays.get(name) is not None:
+            ks[name] = len(ks), arrays[name]
+    cf = [1, 0] + list(range(2, x.ndim))
+    kr = [dy.transpose(cf), x.transpose(cf)] + ([dx.transpose(cf)] if dx is not None else [])
     g = _Grid([c], [x.shape[0]] + spatial, kr=kr, k=[v for _, v in ks.values()])
     DY, X = g.kr[0], g.kr[1]
 
     def view(name, blk):
         return _at(g.k[ks[name][0]], blk.rsl)
 
-    with launch("batch_norm_backward", x.device.index) as nc:
-        for blk in _blocks(nc, g, [DY, X]):
-            p = blk.p
-            mark = nc.mark()
-            m = _load_scalars(nc, view("mean", blk), p)
-            inv = _load_scalars(nc, view("stat", blk), p)
-            if not train:  # CPU: invstd = 1 / std::sqrt(running_var + eps) in double (eps is a double), then float
-                var, inv = inv, _row_scalar(nc, p)
+    for blk in _blocks(nc, g, [DY, X]):
+        p = blk.p
+        mark = nc.mark()
+        m = _load_scalars(nc, view("mean", blk), p)
+        inv = _load_scalars(nc, view("stat", blk), p)
+        if not train:  # CPU: invstd = 1 / std::sqrt(running_var + eps) in double (eps is a double), then float
+            var, inv = inv, _row_scalar(nc, p)
 
-                def invstd64(o_inv, v):
-                    o_inv[...] = 1.0 / np.sqrt(v.astype(np.float64) + eps)
+            def invstd64(o_inv, v):
+                o_inv[...] = 1.0 / np.sqrt(v.astype(np.float64) + eps)
 
-                with np.errstate(all="ignore"):
-                    nc.gpsimd.run("bn_eval_invstd", invstd64, (inv,), (var,), elements=p, factor=4.0)
-            nm = _row_scalar(nc, p)
-            nc.vector.tensor_scalar(nm, m, "multiply", -1.0, dtype=FP32)
-            gsum, dotp = _row_scalar(nc, p), _row_scalar(nc, p)  # sum(dy), sum((x - mean) * dy)
-            for j, (_, (tdy, tx)) in enumerate(blk.each(0, 1)):
+            with np.errstate(all="ignore"):
+                nc.gpsimd.run("bn_eval_invstd", invstd64, (inv,), (var,), elements=p, factor=4.0)
+        nm = _row_scalar(nc, p)
+        nc.vector.tensor_scalar(nm, m, "multiply", -1.0, dtype=FP32)
+        gsum, dotp = _row_scalar(nc, p), _row_scalar(nc, p)  # sum(dy), sum((x - mean) * dy)
+        for j, (_, (tdy, tx)) in enumerate(blk.each(0, 1)):
+            inner = nc.mark()
+            cen = nc.sbuf_tile(tdy.shape, FP32)
+            nc.scalar.activation(cen, tx, "identity", bias=nm)
+            nc.vector.tensor_tensor(cen, cen, tdy, "multiply", dtype=FP32)
+            a1 = gsum if j == 0 else _row_scalar(nc, p)
+            a2 = dotp if j == 0 else _row_scalar(nc, p)
+            nc.vector.tensor_reduce(a1, tdy, "add", dtype=FP32)
+            nc.vector.tensor_reduce(a2, cen, "add", dtype=FP32)
+            if j:
+                _combine(nc, gsum, a1, "add", FP32)
+                _combine(nc, dotp, a2, "add", FP32)
+            nc.release_to(inner)
+        if "dw" in ks:
+            t = _row_scalar(nc, p)
+            nc.vector.tensor_tensor(t, dotp, inv, "multiply", dtype=FP32)
+            _store_scalars(nc, view("dw", blk), t)
+        if "db" in ks:
+            _store_scalars(nc, view("db", blk), gsum)
+        if dx is not None:
+            iw = _row_scalar(nc, p)  # invstd * w
+            if "w" in ks:
+                wt = _load_scalars(nc, view("w", blk), p)
+                nc.vector.tensor_tensor(iw, inv, wt, "multiply", dtype=FP32)
+            else:
+                nc.vector.tensor_copy(iw, inv)
+            DX = g.kr[2]
+            if train:  # dx = (dy - gsum / n - (x - mean) * dotp * invstd^2 / n) * invstd * w
+                k = _row_scalar(nc, p)
+                nc.vector.tensor_tensor(k, dotp, inv, "multiply", dtype=FP32)
+                nc.vector.tensor_tensor(k, k, inv, "multiply", dtype=FP32)
+                nc.vector.tensor_scalar(k, k, "divide", float(count), dtype=FP32)
+                km = _row_scalar(nc, p)
+                nc.vector.tensor_tensor(km, nm, k, "multiply", dtype=FP32)  # -mean * k
+                gm = _row_scalar(nc, p)
+                nc.vector.tensor_scalar(gm, gsum, "divide", float(count), dtype=FP32)
+                ngm = _row_scalar(nc, p)  # -grad_mean * invstd * w
+                nc.vector.tensor_tensor(ngm, gm, iw, "multiply", dtype=FP32)
+                nc.vector.tensor_scalar(ngm, ngm, "multiply", -1.0, dtype=FP32)
+            for ch, (tdy, tx) in blk.each(0, 1):
                 inner = nc.mark()
-                cen = nc.sbuf_tile(tdy.shape, FP32)
-                nc.scalar.activation(cen, tx, "identity", bias=nm)
-                nc.vector.tensor_tensor(cen, cen, tdy, "multiply", dtype=FP32)
-                a1 = gsum if j == 0 else _row_scalar(nc, p)
-                a2 = dotp if j == 0 else _row_scalar(nc, p)
-                nc.vector.tensor_reduce(a1, tdy, "add", dtype=FP32)
-                nc.vector.tensor_reduce(a2, cen, "add", dtype=FP32)
-                if j:
-                    _combine(nc, gsum, a1, "add", FP32)
-                    _combine(nc, dotp, a2, "add", FP32)
-                nc.release_to(inner)
-            if "dw" in ks:
-                t = _row_scalar(nc, p)
-                nc.vector.tensor_tensor(t, dotp, inv, "multiply", dtype=FP32)
-                _store_scalars(nc, view("dw", blk), t)
-            if "db" in ks:
-                _store_scalars(nc, view("db", blk), gsum)
-            if dx is not None:
-                iw = _row_scalar(nc, p)  # invstd * w
-                if "w" in ks:
-                    wt = _load_scalars(nc, view("w", blk), p)
-                    nc.vector.tensor_tensor(iw, inv, wt, "multiply", dtype=FP32)
+                res = nc.sbuf_tile(tdy.shape, DX.dtype)
+                if train:
+                    proj = nc.sbuf_tile(tdy.shape, FP32)
+                    nc.scalar.activation(proj, tx, "identity", scale=k, bias=km)
+                    diff = nc.sbuf_tile(tdy.shape, FP32)
+                    nc.vector.tensor_tensor(diff, tdy, proj, "subtract", dtype=FP32)
+                    nc.scalar.activation(res, diff, "identity", scale=iw, bias=ngm)
+                elif "w" in ks:  # CPU's eval kernel: (dy * invstd) * w, each product rounded to fp32
+                    scaled = nc.sbuf_tile(tdy.shape, FP32)
+                    nc.scalar.activation(scaled, tdy, "identity", scale=inv)
+                    nc.scalar.activation(res, scaled, "identity", scale=wt)
                 else:
-                    nc.vector.tensor_copy(iw, inv)
-                DX = g.kr[2]
-                if train:  # dx = (dy - gsum / n - (x - mean) * dotp * invstd^2 / n) * invstd * w
-                    k = _row_scalar(nc, p)
-                    nc.vector.tensor_tensor(k, dotp, inv, "multiply", dtype=FP32)
-                    nc.vector.tensor_tensor(k, k, inv, "multiply", dtype=FP32)
-                    nc.vector.tensor_scalar(k, k, "divide", float(count), dtype=FP32)
-                    km = _row_scalar(nc, p)
-                    nc.vector.tensor_tensor(km, nm, k, "multiply", dtype=FP32)  # -mean * k
-                    gm = _row_scalar(nc, p)
-                    nc.vector.tensor_scalar(gm, gsum, "divide", float(count), dtype=FP32)
-                    ngm = _row_scalar(nc, p)  # -grad_mean * invstd * w
-                    nc.vector.tensor_tensor(ngm, gm, iw, "multiply", dtype=FP32)
-                    nc.vector.tensor_scalar(ngm, ngm, "multiply", -1.0, dtype=FP32)
-                for ch, (tdy, tx) in blk.each(0, 1):
-                    inner = nc.mark()
-                    res = nc.sbuf_tile(tdy.shape, DX.dtype)
-                    if train:
-                        proj = nc.sbuf_tile(tdy.shape, FP32)
-                        nc.scalar.activation(proj, tx, "identity", scale=k, bias=km)
-                        diff = nc.sbuf_tile(tdy.shape, FP32)
-                        nc.vector.tensor_tensor(diff, tdy, proj, "subtract", dtype=FP32)
-                        nc.scalar.activation(res, diff, "identity", scale=iw, bias=ngm)
-                    elif "w" in ks:  # CPU's eval kernel: (dy * invstd) * w, each product rounded to fp32
-                        scaled = nc.sbuf_tile(tdy.shape, FP32)
-                        nc.scalar.activation(scaled, tdy, "identity", scale=inv)
-                        nc.scalar.activation(res, scaled, "identity", scale=wt)
-                    else:
-                        nc.scalar.activation(res, tdy, "identity", scale=inv)
-                    blk.store(DX, ch, res)
-                    nc.release_to(inner)
-            nc.release_to(mark)
-    return dx, dw, db
+                    nc.scalar.activation(res, tdy, "identity", scale=inv)
+                blk.store(DX, ch, res)
+                nc.release_to(inner)
+        nc.release_to(mark)
 
 
 # Generated out= wrappers (CompositeExplicitAutograd) that call the functional kernels above and copy.
