@@ -507,6 +507,47 @@ def _run_adaptive_max_backward(step: dict, program: Any) -> Callable:
     return run
 
 
+# -- replication padding backward ---------------------------------------------------------------------------
+
+def _replication_pad_backward(n: int) -> Callable:
+    def describe(node: torch.fx.Node) -> Any:
+        """``replication_pad{n}d_backward``: operand (grad_output), result grad_input (self read for its shape);
+        the gradients of CPU's edge positions summed in its order (``kernels.shape.pad``'s folds)."""
+        from device_impl.compiler.opaque import _bound
+
+        a = _bound(node)
+        g, x, padding = _meta(a["grad_output"]), _meta(a["self"]), _ints(a["padding"])
+        if g is None or x is None or padding is None or len(padding) != 2 * n or g.dtype not in _FLOATS \
+                or x.dtype != g.dtype or g.dim() != x.dim() or x.dim() not in (n + 1, n + 2) or x.numel() == 0:
+            return None
+        expected = [x.shape[d] + padding[2 * (x.dim() - 1 - d)] + padding[2 * (x.dim() - 1 - d) + 1]
+                    if d >= x.dim() - n else x.shape[d] for d in range(x.dim())]
+        if list(g.shape) != expected:
+            return None
+        return [a["grad_output"]], {0: 0}, {"n": n, "padding": padding}
+
+    return describe
+
+
+def _run_replication_pad_backward(step: dict, program: Any) -> Callable:
+    """The eager kernel's replication-padding backward (``kernels.shape.pad._Pad.backward_program``)."""
+    from device_impl.compiler.steps import _operand_array
+    from device_impl.engine.dtypes import FP32
+    from device_impl.kernels.shape.pad import _Pad
+
+    o = step["attrs"]
+    pad = _Pad("replicate", o["n"])
+    pads = pad.pads(o["padding"])
+
+    def run(nc, env) -> None:
+        g = _operand_array(env, program, step["operands"][0])
+        gi = env.access(step["results"][0])
+        if gi.size:
+            pad.backward_program(nc, gi, g, pads, lambda shape: env.scratch_array(shape, FP32))
+
+    return run
+
+
 # -- upsampling backward ------------------------------------------------------------------------------------
 
 def _upsample_backward(kind: str, nsp: int) -> Callable:
@@ -588,6 +629,8 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.adaptive_max_pool2d_backward.default: ("adaptive_max_pool_backward", _adaptive_max_backward(2)),
     aten.adaptive_max_pool3d_backward.default: ("adaptive_max_pool_backward", _adaptive_max_backward(3)),
     **_upsample_cutters(),
+    **{getattr(aten, f"replication_pad{n}d_backward").default: ("replication_pad_backward",
+                                                                _replication_pad_backward(n)) for n in (1, 2, 3)},
 }
 
 # step kind -> runner: merged into steps.RUNNERS
@@ -603,6 +646,7 @@ RUNNERS: dict[str, Callable] = {
     "adaptive_max_pool": _run_adaptive_max,
     "adaptive_max_pool_backward": _run_adaptive_max_backward,
     "upsample_backward": _run_upsample_backward,
+    "replication_pad_backward": _run_replication_pad_backward,
 }
 
 # step kind -> how the static replay runs it (replay.STEP_KINDS): the eager tile programs' instructions follow

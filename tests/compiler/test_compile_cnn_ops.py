@@ -73,6 +73,8 @@ CASES = [
     ("adaptive_max_pool2d_backward", lambda g, x: torch.ops.aten.adaptive_max_pool2d_backward(
         g, x, F.adaptive_max_pool2d(x, (3, 5), return_indices=True)[1]), [(2, 4, 3, 5), (2, 4, 10, 13)],
      "adaptive_max_pool_backward"),
+    ("replication_pad2d_backward", lambda g, x: torch.ops.aten.replication_pad2d_backward(g, x, [1, 2, 3, 0]),
+     [(2, 3, 10, 8), (2, 3, 7, 5)], "replication_pad_backward"),
     ("upsample_nearest2d_backward", lambda g: torch.ops.aten.upsample_nearest2d_backward(g, [14, 10], [2, 3, 7, 4]),
      [(2, 3, 14, 10)], "upsample_backward"),
     ("upsample_bilinear2d_backward", lambda g: torch.ops.aten.upsample_bilinear2d_backward(
