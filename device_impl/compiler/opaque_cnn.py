@@ -548,6 +548,84 @@ def _run_replication_pad_backward(step: dict, program: Any) -> Callable:
     return run
 
 
+# -- grid sampling ------------------------------------------------------------------------------------------
+
+def _grid_ok(x: torch.Tensor | None, grid: torch.Tensor | None, interpolation: Any) -> bool:
+    """Whether the eager kernel's checks (``grid_sample._grid_check``) pass: a refused call stays uncut."""
+    from device_impl.kernels.spatial.grid_sample import _grid_check
+
+    if x is None or grid is None or x.dtype not in _FLOATS or not isinstance(interpolation, int):
+        return False
+    try:
+        _grid_check(x, grid, interpolation)
+    except (RuntimeError, NotImplementedError):
+        return False
+    return x.numel() > 0 and grid.numel() > 0
+
+
+def _grid_sample(node: torch.fx.Node) -> Any:
+    """``grid_sampler_2d``: operands (input, grid), result out."""
+    from device_impl.compiler.opaque import _bound
+
+    a = _bound(node)
+    if not _grid_ok(_meta(a["input"]), _meta(a["grid"]), a["interpolation_mode"]) \
+            or not isinstance(a["padding_mode"], int):
+        return None
+    return [a["input"], a["grid"]], {0: 0}, {"interpolation": a["interpolation_mode"],
+                                             "padding": a["padding_mode"], "align_corners": bool(a["align_corners"])}
+
+
+def _grid_sample_backward(node: torch.fx.Node) -> Any:
+    """``grid_sampler_2d_backward``: operands (grad_output, input, grid), results {0: grad_input (where
+    ``output_mask`` asks for it), 1: grad_grid}."""
+    from device_impl.compiler.opaque import _bound
+
+    a = _bound(node)
+    g, x, grid = _meta(a["grad_output"]), _meta(a["input"]), _meta(a["grid"])
+    if not _grid_ok(x, grid, a["interpolation_mode"]) or not isinstance(a["padding_mode"], int) or g is None \
+            or g.dtype != x.dtype or tuple(g.shape) != (x.shape[0], x.shape[1], grid.shape[1], grid.shape[2]):
+        return None
+    mask = [bool(m) for m in a["output_mask"]]
+    results = {0: 0, 1: 1} if mask[0] else {1: 0}
+    return [a["grad_output"], a["input"], a["grid"]], results, {
+        "interpolation": a["interpolation_mode"], "padding": a["padding_mode"],
+        "align_corners": bool(a["align_corners"]), "input_grad": mask[0]}
+
+
+def _run_grid_sample(step: dict, program: Any) -> Callable:
+    """The eager kernel's grid sampling program (``kernels.spatial.grid_sample.forward_program``)."""
+    from device_impl.compiler.steps import _operand_array
+    from device_impl.kernels.spatial.grid_sample import forward_program
+
+    o = step["attrs"]
+
+    def run(nc, env) -> None:
+        x, grid = (_operand_array(env, program, v) for v in step["operands"])
+        out = env.access(step["results"][0])
+        if out.size:
+            forward_program(nc, env.scratch, x, grid, out, o["interpolation"], o["padding"], o["align_corners"])
+
+    return run
+
+
+def _run_grid_sample_backward(step: dict, program: Any) -> Callable:
+    """The eager kernel's grid sampling backward (``kernels.spatial.grid_sample.backward_program``)."""
+    from device_impl.compiler.steps import _operand_array
+    from device_impl.kernels.spatial.grid_sample import backward_program
+
+    o = step["attrs"]
+
+    def run(nc, env) -> None:
+        go, x, grid = (_operand_array(env, program, v) for v in step["operands"])
+        results = [env.access(v) for v in step["results"]]
+        gi, gg = results if o["input_grad"] else (None, results[0])
+        if gg.size or (gi is not None and gi.size):
+            backward_program(nc, env.scratch, x, grid, go, gi, gg, o["interpolation"], o["padding"],
+                             o["align_corners"])
+
+    return run
+
+
 # -- upsampling backward ------------------------------------------------------------------------------------
 
 def _upsample_backward(kind: str, nsp: int) -> Callable:
@@ -628,6 +706,8 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.adaptive_max_pool3d.default: ("adaptive_max_pool", _adaptive_max(3)),
     aten.adaptive_max_pool2d_backward.default: ("adaptive_max_pool_backward", _adaptive_max_backward(2)),
     aten.adaptive_max_pool3d_backward.default: ("adaptive_max_pool_backward", _adaptive_max_backward(3)),
+    aten.grid_sampler_2d.default: ("grid_sample", _grid_sample),
+    aten.grid_sampler_2d_backward.default: ("grid_sample_backward", _grid_sample_backward),
     **_upsample_cutters(),
     **{getattr(aten, f"replication_pad{n}d_backward").default: ("replication_pad_backward",
                                                                 _replication_pad_backward(n)) for n in (1, 2, 3)},
@@ -645,6 +725,8 @@ RUNNERS: dict[str, Callable] = {
     "adaptive_avg_pool_backward": _run_adaptive_avg_backward,
     "adaptive_max_pool": _run_adaptive_max,
     "adaptive_max_pool_backward": _run_adaptive_max_backward,
+    "grid_sample": _run_grid_sample,
+    "grid_sample_backward": _run_grid_sample_backward,
     "upsample_backward": _run_upsample_backward,
     "replication_pad_backward": _run_replication_pad_backward,
 }
@@ -652,6 +734,9 @@ RUNNERS: dict[str, Callable] = {
 # step kind -> how the static replay runs it (replay.STEP_KINDS): the eager tile programs' instructions follow
 # from the shapes and the step's options (pool windows by position; batch norm's engines fixed per layout)
 STEP_KINDS: dict[str, str] = {kind: "tile" for kind in RUNNERS}
+# grid sampling reads its input's rows by indirect DMA at positions the grid's values give: not audited as
+# shape-only, so a program holding it is never replayed (replay.STEP_KINDS "data")
+STEP_KINDS.update(grid_sample="data", grid_sample_backward="data")
 
 # AOTAutograd decompositions (merged into backend's table after the core ones): ops whose cut calls must reach
 # the traced graph whole

@@ -75,6 +75,11 @@ CASES = [
      "adaptive_max_pool_backward"),
     ("replication_pad2d_backward", lambda g, x: torch.ops.aten.replication_pad2d_backward(g, x, [1, 2, 3, 0]),
      [(2, 3, 10, 8), (2, 3, 7, 5)], "replication_pad_backward"),
+    ("grid_sample", lambda x, g: F.grid_sample(x, g.tanh() * 1.1, align_corners=False), [(2, 3, 9, 11), (2, 5, 7, 2)],
+     "grid_sample"),
+    ("grid_sampler_2d_backward", lambda go, x, g: torch.ops.aten.grid_sampler_2d_backward(
+        go, x, g.tanh(), 0, 1, True, [True, True]), [(2, 3, 5, 7), (2, 3, 9, 11), (2, 5, 7, 2)],
+     "grid_sample_backward"),
     ("upsample_nearest2d_backward", lambda g: torch.ops.aten.upsample_nearest2d_backward(g, [14, 10], [2, 3, 7, 4]),
      [(2, 3, 14, 10)], "upsample_backward"),
     ("upsample_bilinear2d_backward", lambda g: torch.ops.aten.upsample_bilinear2d_backward(
