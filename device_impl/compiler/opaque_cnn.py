@@ -626,6 +626,70 @@ def _run_grid_sample_backward(step: dict, program: Any) -> Callable:
     return run
 
 
+# -- distances ----------------------------------------------------------------------------------------------
+
+def _cdist(node: torch.fx.Node) -> Any:
+    """``_cdist_forward``: operands (x1, x2), result out; the eager kernel's path (CPU's matrix-product form for
+    p = 2 where ``compute_mode`` or the sizes ask for it, else the direct one, float32 only) fixed when cut."""
+    from device_impl.compiler.opaque import _bound
+    from device_impl.kernels.spatial.distance import _cdist_check
+
+    a = _bound(node)
+    x1, x2, out, p = _meta(a["x1"]), _meta(a["x2"]), _meta(node), a["p"]
+    if x1 is None or x2 is None or out is None or out.numel() == 0 or not isinstance(p, (int, float)) \
+            or x1.dtype not in _FLOATS or x2.dtype != x1.dtype:
+        return None
+    try:
+        mode = _cdist_check(x1, x2, p, a["compute_mode"])
+    except RuntimeError:
+        return None
+    r1, r2 = x1.shape[-2], x2.shape[-2]
+    use_mm = p == 2 and (mode == 1 or (mode == 0 and (r1 > 25 or r2 > 25)))
+    if not use_mm and x1.dtype != torch.float32:
+        return None
+    return [a["x1"], a["x2"]], {0: 0}, {"p": float(p), "use_mm": bool(use_mm)}
+
+
+def _pdist(node: torch.fx.Node) -> Any:
+    """``_pdist_forward``: operand (self), result out; float32, 2-D, contiguous (the eager kernel's checks)."""
+    from device_impl.compiler.opaque import _bound
+
+    a = _bound(node)
+    x, out, p = _meta(a["self"]), _meta(node), a["p"]
+    if x is None or out is None or out.numel() == 0 or x.dtype != torch.float32 or x.dim() != 2 \
+            or not x.is_contiguous() or not isinstance(p, (int, float)) or p < 0:
+        return None
+    return [a["self"]], {0: 0}, {"p": float(p)}
+
+
+def _run_cdist(step: dict, program: Any) -> Callable:
+    """The eager kernel's distance program (``kernels.spatial.distance.cdist_program``)."""
+    from device_impl.compiler.steps import _operand_array
+    from device_impl.kernels.spatial.distance import cdist_program
+
+    o = step["attrs"]
+
+    def run(nc, env) -> None:
+        x1, x2 = (_operand_array(env, program, v) for v in step["operands"])
+        cdist_program(nc, env.scratch, x1, x2, env.access(step["results"][0]), o["p"], o["use_mm"])
+
+    return run
+
+
+def _run_pdist(step: dict, program: Any) -> Callable:
+    """The eager kernel's pairwise-distance program (``kernels.spatial.distance.pdist_program``)."""
+    from device_impl.compiler.steps import _operand_array
+    from device_impl.kernels.spatial.distance import pdist_program
+
+    o = step["attrs"]
+
+    def run(nc, env) -> None:
+        pdist_program(nc, _operand_array(env, program, step["operands"][0]), env.access(step["results"][0]),
+                      o["p"])
+
+    return run
+
+
 # -- upsampling backward ------------------------------------------------------------------------------------
 
 def _upsample_backward(kind: str, nsp: int) -> Callable:
@@ -708,6 +772,8 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.adaptive_max_pool3d_backward.default: ("adaptive_max_pool_backward", _adaptive_max_backward(3)),
     aten.grid_sampler_2d.default: ("grid_sample", _grid_sample),
     aten.grid_sampler_2d_backward.default: ("grid_sample_backward", _grid_sample_backward),
+    aten._cdist_forward.default: ("cdist", _cdist),
+    aten._pdist_forward.default: ("pdist", _pdist),
     **_upsample_cutters(),
     **{getattr(aten, f"replication_pad{n}d_backward").default: ("replication_pad_backward",
                                                                 _replication_pad_backward(n)) for n in (1, 2, 3)},
@@ -727,6 +793,8 @@ RUNNERS: dict[str, Callable] = {
     "adaptive_max_pool_backward": _run_adaptive_max_backward,
     "grid_sample": _run_grid_sample,
     "grid_sample_backward": _run_grid_sample_backward,
+    "cdist": _run_cdist,
+    "pdist": _run_pdist,
     "upsample_backward": _run_upsample_backward,
     "replication_pad_backward": _run_replication_pad_backward,
 }

@@ -80,6 +80,8 @@ CASES = [
     ("grid_sampler_2d_backward", lambda go, x, g: torch.ops.aten.grid_sampler_2d_backward(
         go, x, g.tanh(), 0, 1, True, [True, True]), [(2, 3, 5, 7), (2, 3, 9, 11), (2, 5, 7, 2)],
      "grid_sample_backward"),
+    ("cdist", lambda a, b: torch.cdist(a, b, p=1.5), [(2, 7, 5), (2, 9, 5)], "cdist"),
+    ("pdist", lambda x: F.pdist(x, p=3.0), [(9, 4)], "pdist"),
     ("upsample_nearest2d_backward", lambda g: torch.ops.aten.upsample_nearest2d_backward(g, [14, 10], [2, 3, 7, 4]),
      [(2, 3, 14, 10)], "upsample_backward"),
     ("upsample_bilinear2d_backward", lambda g: torch.ops.aten.upsample_bilinear2d_backward(
