@@ -82,6 +82,9 @@ CASES = [
      "grid_sample_backward"),
     ("cdist", lambda a, b: torch.cdist(a, b, p=1.5), [(2, 7, 5), (2, 9, 5)], "cdist"),
     ("pdist", lambda x: F.pdist(x, p=3.0), [(9, 4)], "pdist"),
+    ("convolution_overrideable", lambda x, w, b: torch.ops.aten.convolution_overrideable(
+        x, w, b, [1, 2], [1, 0], [1, 1], False, [0, 0], 2), [(2, 4, 9, 8), (6, 2, 3, 3), (6,)],
+     "convolution_overrideable"),
     ("upsample_nearest2d_backward", lambda g: torch.ops.aten.upsample_nearest2d_backward(g, [14, 10], [2, 3, 7, 4]),
      [(2, 3, 14, 10)], "upsample_backward"),
     ("upsample_bilinear2d_backward", lambda g: torch.ops.aten.upsample_bilinear2d_backward(
