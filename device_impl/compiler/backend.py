@@ -559,11 +559,12 @@ def _decompositions() -> dict:
 def _decomposition_table() -> dict:
     import torch._decomp as decomp
 
-    from device_impl.compiler import loops
+    from device_impl.compiler import loops, opaque_cnn
     from device_impl.compiler.numerics import DECOMPOSITIONS
 
     core = getattr(decomp, "_core_aten_decompositions_post_autograd", None) or decomp.core_aten_decompositions
-    return {**core(), **DECOMPOSITIONS, **loops.DECOMPOSITIONS}
+    # opaque_cnn: CNN ops whose cut calls stay whole (native_batch_norm_backward)
+    return {**core(), **DECOMPOSITIONS, **loops.DECOMPOSITIONS, **opaque_cnn.DECOMPOSITIONS}
 
 
 def _specialize(gm: torch.fx.GraphModule, args: tuple) -> tuple[torch.fx.GraphModule, list]:

@@ -25,11 +25,13 @@ import numpy as np
 from device_impl.engine.dtypes import FP32
 from device_impl.engine.isa import ACTIVATIONS, ALU_BINARY, ALU_UNARY
 from device_impl.engine.memory import Tile
+from device_impl.compiler import opaque_cnn
 from device_impl.compiler.ir import Op, TensorType
 
 VIEWS = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice", "reverse"})
 STEP_OPS = frozenset({"attention", "attention_backward", "layer_norm", "softmax_backward", "dot_general",
-                      "concatenate", "gather", "scatter", "iota", "pad", "sort", "reduce_window", "convolution"})
+                      "concatenate", "gather", "scatter", "iota", "pad", "sort", "reduce_window", "convolution"}
+                     ) | frozenset(opaque_cnn.RUNNERS)  # CNN ops cut whole
 STORAGE_ONLY = ("float64", "complex64", "complex128")
 
 _INT_KINDS = "iub"

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
-from device_impl.compiler import workers
+from device_impl.compiler import opaque_cnn, workers
 from device_impl.compiler.groups import GroupRunner
 from device_impl.compiler.program import Program
 from device_impl.engine.core import NeuronCore
@@ -78,6 +78,7 @@ STEP_KINDS: dict[str, str] = {
     # issue 21 names sorts data-dependent; GpSimd's sort programs (ties, top-k) are not audited as shape-only
     "sort": "data",
 }
+STEP_KINDS.update(opaque_cnn.STEP_KINDS)  # CNN ops cut whole: the eager kernels' shape-only tile programs
 
 SCHEDULE_VERSION = 1
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from device_impl.compiler import counters, gather, lowering
+from device_impl.compiler import counters, gather, lowering, opaque_cnn
 from device_impl.compiler.groups import Access2D, GroupRunner, handed_pieces
 from device_impl.compiler.program import Program
 from device_impl.engine.dtypes import compute_dtype
@@ -684,6 +684,7 @@ RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
     "gather": gather.gather_runner,
     "scatter": gather.scatter_runner,
 }
+RUNNERS.update(opaque_cnn.RUNNERS)  # CNN ops cut whole (pooling with indices, batch norm)
 
 
 def make_runner(step: dict, program: Program) -> Runner:
