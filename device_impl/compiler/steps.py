@@ -570,11 +570,16 @@ def _attention(step: dict, program: Program) -> Runner:
     from device_impl.kernels import attention
 
     read = lse_read(step, program)
+    handoff = step.get("handoff")  # O's blocks left in SBUF for the product reading it next (build.attention_handoffs)
 
     def run(nc, env) -> None:
         call = attention_call(step, program, env, read)
-        if call is not None:
-            attention.forward_program(nc, *call)
+        if call is None:
+            return
+        hand = None if handoff is None else attention.Handoff(call[0])
+        attention.forward_program(nc, *call, hand=hand)
+        if hand is not None:  # the product takes them as its row-major pieces of A and frees them (``pinned``)
+            env.shared[("raw", handoff["lhs"], tuple(handoff["layout"]))] = (hand.pieces, hand.pinned)
 
     return run
 
