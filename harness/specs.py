@@ -238,6 +238,15 @@ for _name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "
 for _name in ("abs", "neg", "sign", "floor", "ceil", "trunc", "round", "isnan", "isinf", "logical_not",
               "bitwise_not"):
     spec(_name, "pointwise", f"torch.{_name}({{x0}})", unary(), EVERY)
+# nan_to_num: each replacement cast to the dtype (1e39 beyond float32's range is an infinity; -0.0 keeps its sign),
+# each class's mask taken of the input (nan=1e39 must not then become posinf); integers and bools are copied. Three
+# fixed calls reach every rule in each case (the defaults, a -0.0 and an overflowing replacement); a fourth draws them
+_REPLACEMENTS = (None, 0.0, -0.0, 7.0, 1e39, -1e39, -2.5)
+spec("nan_to_num", "pointwise", "(torch.nan_to_num({x0}), torch.nan_to_num({x0}, nan=-0.0, posinf=1e39, neginf=7.0), "
+     "torch.nan_to_num({x0}, nan=1e39, posinf=-0.0, neginf=-1e39), "
+     "torch.nan_to_num({x0}, nan={nan}, posinf={posinf}, neginf={neginf}))",
+     with_params(unary(), nan=st.sampled_from(_REPLACEMENTS), posinf=st.sampled_from(_REPLACEMENTS),
+                 neginf=st.sampled_from(_REPLACEMENTS)), EVERY)
 spec("relu", "pointwise", "torch.relu({x0})", unary(grad=True), EVERY, grad=True)  # bool: CPU's RuntimeError
 spec("gelu", "pointwise", "F.gelu({x0}, approximate={approximate})",
      with_params(unary(grad=True), approximate=st.sampled_from(["none", "tanh"])), grad=True)
@@ -427,6 +436,11 @@ _DECIDED = {"bool": ("sparse", "dense"), "float32": ("sparse", "dense")}
 for _name in ("any", "all"):
     spec(_name, "reduction", f"torch.{_name}({{x0}}, dim={{dim}}, keepdim={{keepdim}})"
          , reduction(allow_none=False, allow_tuple=False), EVERY, extra_domains=_DECIDED)
+# torch.equal, a Python bool: a tensor against its copy (equal unless it holds a NaN: NaN equals nothing), against
+# x + 0 (each -0.0 now +0.0, which equals -0.0; an integer or bool x promoted to int64), against another draw (other
+# sizes or values: not equal). A kernel comparing bytes, or NaN as equal to itself, answers one of the three wrongly.
+spec("equal", "reduction", "(torch.equal({x0}, {x0}.clone()), torch.equal({x0}, {x0} + 0), torch.equal({x0}, {x1}))",
+     binary(), EVERY)
 for _name in ("argmax", "argmin"):
     spec(_name, "reduction", f"torch.{_name}({{x0}}, dim={{dim}}, keepdim={{keepdim}})",
          reduction(allow_tuple=False), NUMERIC)

@@ -559,13 +559,14 @@ def _decompositions() -> dict:
 def _decomposition_table() -> dict:
     import torch._decomp as decomp
 
-    from device_impl.compiler import loops
+    from device_impl.compiler import loops, opaque_cnn
     from device_impl.compiler.numerics import DECOMPOSITIONS
 
     from device_impl.compiler.opaque import WHOLE
 
     core = getattr(decomp, "_core_aten_decompositions_post_autograd", None) or decomp.core_aten_decompositions
-    table = {**core(), **DECOMPOSITIONS, **loops.DECOMPOSITIONS}
+    # opaque_cnn: CNN ops whose cut calls stay whole (native_batch_norm_backward)
+    table = {**core(), **DECOMPOSITIONS, **loops.DECOMPOSITIONS, **opaque_cnn.DECOMPOSITIONS}
     for op in WHOLE:  # cut whole (compiler/opaque.py): their steps run the eager kernels' programs
         table.pop(op, None)
     for op in _CONVERTED:

@@ -148,24 +148,24 @@ def step_figures(executable, args: list, weights: set[int] = frozenset()) -> lis
         def reading(name):
             method = getattr(type(dma), name)
 
-            def wrapped(dst, src, *rest):
+            def wrapped(dst, src, *rest, **options):
                 if current:
                     current[0].reads[classify(src)] += int(dst.data.nbytes if name != "load_flat" else
                                                            (rest[1] - rest[0]) * src.itemsize)
-                return method(dma, dst, src, *rest)
+                return method(dma, dst, src, *rest, **options)
             return wrapped
 
         def writing(name):
             method = getattr(type(dma), name)
 
-            def wrapped(dst, *rest):
+            def wrapped(dst, *rest, **options):  # options: store_rows' accumulate, in_order (a scatter)
                 if current:
                     n = rest[-1].data.nbytes if name != "store_flat" else (rest[1] - rest[0]) * dst.itemsize
                     if name == "store_rows":
                         n = rest[1].data.nbytes
                     cls = classify(dst)
                     current[0].writes[cls if cls in WRITE_CLASSES else "scratch"] += int(n)
-                return method(dma, dst, *rest)
+                return method(dma, dst, *rest, **options)
             return wrapped
 
         def copying(dst, src):

@@ -241,6 +241,62 @@ def handoffs(steps: list[dict], views: dict, shapes: dict, dtypes: dict, outputs
     return steps
 
 
+# per partition: an attention output held in SBUF for the next product (all of it), in place of the A tiles that
+# product would load itself (within its resident operands' 96 KiB: ``operands_resident``)
+HANDED_OUTPUT_BYTES = 16 * 1024
+
+
+def attention_handoffs(steps: list[dict], views: dict, shapes: dict, dtypes: dict, outputs: set[int]) -> list[dict]:
+    """An attention step whose output O [B, H, L, Ev] is read only by the next step, a product reading it as its
+    A = O.transpose(1, 2).reshape(B * L, H * Ev) (the decoder's o projection), hands that product O's blocks on
+    chip (``kernels.attention.Handoff``): each query block's heads compute their outputs side by side into SBUF
+    tiles the product takes as its row-major pieces of A^T (``matmul_into``'s ``lhs_pieces``), transposed by its
+    list scheduler as they land, instead of loading O back after the attention's stores (the stores, and the
+    producer layout that lets the loads read them in place, stay: the fast path and any reader take O from its
+    buffer). Only where the pieces line up with the product's tiles: a query block in one M tile (B = 1 or L a
+    multiple of 128), heads that tile its K tiles (Ev divides 128 or 128 divides Ev), resident operands, and
+    all of O within ``HANDED_OUTPUT_BYTES`` a partition. The same bits: the product reads the same values."""
+    from device_impl.kernels.matmul import K_TILE, M_TILE, operands_resident
+
+    returned = {_view_base(vid, views) for vid in outputs}
+    for i, step in enumerate(steps[:-1]):
+        if step["kind"] != "attention":
+            continue
+        out = step["results"][0]
+        consumer = steps[i + 1]
+        if out in returned or consumer["kind"] != "dot_general" or len(shapes[out]) != 4:
+            continue
+        if any(_view_base(vid, views) == out for t, other in enumerate(steps) if t != i + 1
+               for vid in schedule.step_reads(other)):
+            continue
+        b, h, length, ev = shapes[out]
+        lhs = consumer["operands"][0]
+        vid = lhs
+        while vid in views and views[vid]["op"] == "reshape":
+            vid = views[vid]["src"]
+        view = views.get(vid)
+        if view is None or view["op"] != "transpose" or view["src"] != out or \
+                list(view["permutation"]) != [0, 2, 1, 3]:
+            continue
+        dn = consumer["attrs"]["dot_dimension_numbers"]
+        rank = len(shapes[lhs])
+        if dn.get("lhs_batching_dimensions") or list(dn.get("lhs_contracting_dimensions", [])) != [rank - 1] \
+                or shapes[lhs][-1] != h * ev or (b > 1 and length % M_TILE):
+            continue
+        if K_TILE % ev and ev % K_TILE:
+            continue
+        rc = dn.get("rhs_contracting_dimensions", [])
+        rhs = consumer["operands"][1]
+        n = math.prod(extent for d, extent in enumerate(shapes[rhs]) if d not in rc)
+        itemsize = dtypes[out].itemsize
+        if b * -(-length // M_TILE) * h * ev * itemsize > HANDED_OUTPUT_BYTES or \
+                not operands_resident(-(-(h * ev) // K_TILE), b * length, n, dtypes[lhs].itemsize,
+                                      dtypes[rhs].itemsize):
+            continue
+        step["handoff"] = {"lhs": lhs, "layout": list(range(rank))}
+    return steps
+
+
 def _read_elsewhere(steps: list[dict], j: int, value: int, views: dict, outputs: set[int], shapes: dict,
                     dtypes: dict) -> bool:
     """Must a handed-off ``value`` still be stored? Not where the handoff's consumer ``steps[j]`` and the products
@@ -525,6 +581,7 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None, weights
     steps = prepare_weights(steps, views, set(graph.inputs), shapes, dtypes)
     steps = handoffs(steps, views, shapes, dtypes, set(graph.outputs))
     steps = keep_products(steps, views, set(graph.outputs), shapes, dtypes)
+    steps = attention_handoffs(steps, views, shapes, dtypes, set(graph.outputs))
     referenced = set(graph.inputs) | set(graph.outputs) | set(views) | {v["src"] for v in views.values()}
     referenced.update(vid for step in steps if "epilogue" in step for vid in step["results"])
     for step in steps:

@@ -44,6 +44,29 @@ from device_impl.compiler.errors import NeffFormatError
 log = logging.getLogger("torch_neuronx.cache")
 _MEMORY: dict[str, Any] = {}  # key -> Executable
 _REPORTED: set[str] = set()  # corrupt entries already warned about
+_STALE_REPORTED: list[bool] = []  # the changed-sources warning, once per process
+
+
+def _write(path: str, data: bytes, what: str) -> bool:
+    """Write one cache entry atomically; False (and nothing written) where the cache directory cannot be
+    written (a read-only or full cache must not fail the compile: only the entry is lost) or where the
+    compiler's sources changed since this process computed the version that names the entry's directory
+    (``neff.changed_sources``: the entry might come from other code than its name says)."""
+    changed = neff.changed_sources()
+    if changed:
+        if not _STALE_REPORTED:
+            _STALE_REPORTED.append(True)
+            log.warning("neuron compile cache: not writing %s or any later entry in this process: the compiler's "
+                        "sources changed since it started (%s%s), so its programs may not be what the version "
+                        "%s names; restart the process to cache again", what, ", ".join(changed[:3]),
+                        ", ..." if len(changed) > 3 else "", neff.COMPILER_VERSION)
+        return False
+    try:
+        neff.write(path, data)
+    except OSError as e:
+        log.warning("neuron compile cache: cannot write %s %s (%s)", what, path, e)
+        return False
+    return True
 
 
 def key(stablehlo: str, flags: dict[str, Any]) -> str:
@@ -180,11 +203,8 @@ def lookup_import(directory: str, key_of_import: str) -> dict[str, str] | None:
 def memo_import(directory: str, key_of_import: str, entry: dict[str, str]) -> None:
     """Record an import's outcome (``lookup_import``'s entry), atomically; a cache directory that cannot be
     written only loses the memo."""
-    try:
-        neff.write(_import_path(directory, key_of_import),
-                   json.dumps({"entry": entry, "sha256": _sealed(entry)}).encode("utf-8"))
-    except OSError as e:
-        log.warning("neuron compile cache: cannot write the import memo (%s)", e)
+    sealed = json.dumps({"entry": entry, "sha256": _sealed(entry)}).encode("utf-8")
+    _write(_import_path(directory, key_of_import), sealed, "the import memo")
 
 
 def _index_path(directory: str, key_of_fx: str) -> str:
@@ -205,10 +225,7 @@ def lookup_fx(directory: str, key_of_fx: str) -> str | None:
 
 def index_fx(directory: str, key_of_fx: str, cache_key: str) -> None:
     """Record that the graph with this FX key compiles under ``cache_key`` (atomically, like a NEFF)."""
-    try:
-        neff.write(_index_path(directory, key_of_fx), cache_key.encode("ascii"))
-    except OSError as e:
-        log.warning("neuron compile cache: cannot write the FX index (%s)", e)
+    _write(_index_path(directory, key_of_fx), cache_key.encode("ascii"), "the FX index")
 
 
 def dynamo_key(gm: torch.fx.GraphModule, example_inputs: list, flags: dict[str, Any]) -> str | None:
@@ -254,11 +271,8 @@ def lookup_dynamo(directory: str, key_of_graph: str) -> tuple[str, list[bool]] |
 
 def index_dynamo(directory: str, key_of_graph: str, cache_key: str, kept: list[bool]) -> None:
     """Record that the plain inference graph with this Dynamo key runs the NEFF ``cache_key`` (atomically)."""
-    try:
-        neff.write(_dynamo_index_path(directory, key_of_graph),
-                   json.dumps({"neff": cache_key, "kept": kept}).encode("ascii"))
-    except OSError as e:
-        log.warning("neuron compile cache: cannot write the Dynamo index (%s)", e)
+    _write(_dynamo_index_path(directory, key_of_graph), json.dumps({"neff": cache_key, "kept": kept}).encode("ascii"),
+           "the Dynamo index")
 
 
 def path_of(directory: str, cache_key: str) -> str:
@@ -300,9 +314,4 @@ def from_disk(directory: str, cache_key: str, quiet: bool = False) -> neff.Neff 
 
 def store(directory: str, cache_key: str, data: bytes) -> str | None:
     path = path_of(directory, cache_key)
-    try:
-        neff.write(path, data)
-    except OSError as e:  # a read-only or full cache directory must not fail the compile
-        log.warning("neuron compile cache: cannot write %s (%s)", path, e)
-        return None
-    return path
+    return path if _write(path, data, "the NEFF") else None

@@ -297,6 +297,8 @@ class Executable:
             reads = [v for v in schedule.step_reads(step) if program.base(v) == source]
             if not reads:
                 continue
+            if i == writer and self._scatters_into(step, source):
+                continue
             if i == writer and step["kind"] in opaque.IN_PLACE_KINDS:
                 # its operand k read element for element before its result k is written (compiler/opaque.py)
                 if any(v != source for v in reads) or [k for k, v in enumerate(step["operands"]) if v == source] \
@@ -307,6 +309,26 @@ class Executable:
                     or any(v != source for v in reads) or tuple(step["shape"]) != tuple(program.shape(source)):
                 return False
         return True
+
+    @staticmethod
+    def _scatters_into(step: dict, source: int) -> bool:
+        """A scatter whose operand is ``source`` itself, read nowhere else in the step (not as its indices or
+        updates): its result is the operand with rows overwritten (or added to), so written into the operand's
+        memory the operand's copy is a copy onto itself (``gather.scatter_runner`` skips it, as ATen's copy_
+        does) and each row is read, if added to, before it is written (``x.index_put_``, ``x.index_fill_``)."""
+        return step["kind"] == "scatter" and step["operands"][0] == source and source not in step["operands"][1:]
+
+    def _copies_skipped(self, outputs: list[torch.Tensor], args: list[torch.Tensor], into: dict[int, int]) -> bool:
+        """Whether an output a scatter writes is its operand's own memory (its copy skipped): the launch then runs
+        at the instruction level, whose timeline has no copy; the recorded schedule (``record_schedule``, on
+        fresh outputs) has one."""
+        program = self.program
+        for index, k in into.items():
+            if outputs[index] is args[k] and any(
+                    self._scatters_into(step, program.inputs[k]) and program.outputs[index] in step["results"]
+                    for step in program.steps):
+                return True
+        return False
 
     def __call__(self, args: list, into: dict[int, int] | None = None) -> list[torch.Tensor]:
         """``into``: {output index: input index} for outputs ``writable_into`` that input, written into the
@@ -324,7 +346,8 @@ class Executable:
         constants = {vid: hbm(tensor) for vid, tensor in self.constants(device).items()}
         if self.layouts:  # read like constants; a stale one is made first, in a launch of its own
             constants.update(self.layouts.arrays(args, in_arrays, device))
-        fast = STATIC_REPLAY and replay.usable(self.program.schedule, in_arrays)
+        fast = STATIC_REPLAY and replay.usable(self.program.schedule, in_arrays) \
+            and not (into and self._copies_skipped(outputs, args, into))
         with launch(f"neff:{self.name}", device.index or 0) as nc:
             env = self.environment(nc, device, in_arrays, out_arrays, constants)
             if fast and not nc.timeline.record:  # a trace records every instruction: run them

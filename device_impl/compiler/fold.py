@@ -113,4 +113,34 @@ def fold_constants(graph: Graph) -> Graph:
                 continue
         kept.append(op)
     graph.ops = kept
+    return _integer_identities(graph)
+
+
+# (op, the splat operand that leaves an integer value unchanged, whether it may be the first operand)
+_IDENTITIES = {"multiply": (1, True), "add": (0, True), "subtract": (0, False)}
+
+
+def _integer_identities(graph: Graph) -> Graph:
+    """``x * 1``, ``x + 0``, ``x - 0`` of integers are ``x`` (exactly; not of floats, where ``-0.0 + 0`` is
+    +0.0): PyTorch's arange decomposition multiplies its iota by the step and adds the start, 1 and 0 for an
+    index (index_fill's, eye's), two passes over a value that is already the result. Their readers read ``x``."""
+    renamed: dict[int, int] = {}
+    kept: list[Op] = []
+    for op in graph.ops:
+        if renamed:
+            op.operands = tuple(renamed.get(v, v) for v in op.operands)
+        rule = _IDENTITIES.get(op.name)
+        if rule is not None and len(op.operands) == 2 and op.type.np_dtype.kind in "iu":
+            value, either = rule
+            for k in ((0, 1) if either else (1,)):
+                other = op.operands[1 - k]
+                if graph.splats.get(op.operands[k]) == value and op.operands[k] in graph.splats \
+                        and graph.types[other] == op.type:
+                    renamed[op.result] = other
+                    break
+            if op.result in renamed:
+                continue
+        kept.append(op)
+    graph.ops = kept
+    graph.outputs = [renamed.get(v, v) for v in graph.outputs]
     return graph

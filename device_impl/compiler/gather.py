@@ -53,6 +53,12 @@ def _table(v: np.ndarray, run_stride: int, length: int) -> np.ndarray:
                       writeable=v.flags.writeable)
 
 
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same elements at the same addresses (a copy from one to the other moves nothing)."""
+    return a.shape == b.shape and a.dtype == b.dtype and a.strides == b.strides \
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+
+
 def _plain(nc, env, v: np.ndarray) -> np.ndarray:
     """``v`` itself when its strides are non-negative, else a contiguous copy in scratch."""
     if all(s >= 0 for s in v.strides):
@@ -184,7 +190,9 @@ def scatter_runner(step: dict, program: Program) -> Callable[[Any, Any], None]:
         out = env.access(result)
         if out.size == 0:
             return
-        indexing.copy_into(nc, out, env.access(operand))
+        source = env.access(operand)
+        if not _same_memory(out, source):  # written into its operand (executor.writable_into): nothing to copy
+            indexing.copy_into(nc, out, source)
         if rows.rows == 0 or rows.length == 0:
             return
         strides = _estrides(out)

@@ -25,12 +25,16 @@ import numpy as np
 from device_impl.engine.dtypes import FP32
 from device_impl.engine.isa import ACTIVATIONS, ALU_BINARY, ALU_UNARY
 from device_impl.engine.memory import Tile
+from device_impl.compiler import opaque_cnn
 from device_impl.compiler.ir import Op, TensorType
 
 VIEWS = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice", "reverse"})
-STEP_OPS = frozenset({"attention", "attention_backward", "layer_norm", "softmax_backward", "dot_general", "isin", "sort_whole",
-                      "amp_unscale", "amp_update_scale", "cumprod", "unfold_backward", "view_scatter",
-                      "concatenate", "gather", "scatter", "iota", "pad", "sort", "reduce_window", "convolution"})
+STEP_OPS = frozenset({"attention", "attention_backward", "layer_norm", "softmax_backward", "dot_general",
+                      "concatenate", "gather", "scatter", "iota", "pad", "sort", "reduce_window", "convolution",
+                      # the eager kernels' programs compiler/opaque.py cuts whole (ccovb)
+                      "isin", "sort_whole", "amp_unscale", "amp_update_scale", "cumprod", "unfold_backward",
+                      "view_scatter"}
+                     ) | frozenset(opaque_cnn.RUNNERS)  # CNN ops cut whole
 STORAGE_ONLY = ("float64", "complex64", "complex128")
 
 _INT_KINDS = "iub"
@@ -46,8 +50,9 @@ def _is_tile(x: Any) -> bool:
 
 def _binary_name(op: Op, dtype: np.dtype) -> str:
     name = op.name
-    if name in ("and", "or", "xor"):
-        return ("logical_" if dtype == np.bool_ else "bitwise_") + name
+    if name in ("and", "or", "xor"):  # logical where the result is bool (its operands may be any dtype's truth:
+        # expansions.fold_conversions)
+        return ("logical_" if dtype == np.bool_ or op.type.dtype == "bool" else "bitwise_") + name
     if name == "divide":
         return "trunc_divide" if dtype.kind in "iu" else "divide"
     return _BINARY[name]
@@ -136,7 +141,8 @@ def _emit_binary(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) 
     alu = _binary_name(op, dtype)
     if alu in _BOUND and _is_tile(a) != _is_tile(b):
         alu, a, b = _BOUND[alu], *((a, b) if _is_tile(a) else (b, a))
-    _binary(alu, nc, out, a, b, _compute(dtype))
+    # a logical op reads each operand's truth, whatever its dtype (operands of two dtypes: fold_conversions)
+    _binary(alu, nc, out, a, b, np.dtype(np.bool_) if alu.startswith("logical_") else _compute(dtype))
 
 
 def _emit_compare(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
@@ -147,7 +153,7 @@ def _emit_compare(nc, out: Tile, args: list, op: Op, in_types: list[TensorType])
 def _emit_unary(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
     dtype = in_types[0].np_dtype
     if op.name == "not":
-        name = "logical_not" if dtype == np.bool_ else "bitwise_not"
+        name = "logical_not" if dtype == np.bool_ or op.type.dtype == "bool" else "bitwise_not"
     else:
         name = _UNARY[op.name]
     nc.vector.tensor_unary(out, args[0], name, dtype=_compute(dtype))

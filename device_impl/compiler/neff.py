@@ -58,6 +58,35 @@ def digested_sources() -> list:
     return sorted((path.relative_to(package).as_posix(), path) for path in paths)
 
 
+def _snapshot(sources: list) -> dict[str, tuple[int, int]]:
+    """name -> (modification time in ns, size) of each digested file: what ``changed_sources`` compares."""
+    snapshot = {}
+    for name, path in sources:
+        try:
+            stat = path.stat()
+        except OSError:
+            continue  # removed: absent from the snapshot, so it reads as changed
+        snapshot[name] = (stat.st_mtime_ns, stat.st_size)
+    return snapshot
+
+
+def changed_sources() -> list[str]:
+    """The digested files (relative to device_impl) that changed, appeared or disappeared since this process
+    computed ``COMPILER_VERSION``.
+
+    The version is a digest of the sources read when this module is imported, but the compiler's other modules
+    (and the kernels a step runs) are imported later, lazily. A process whose checkout changes while it runs (a
+    branch switch, an edit during a long sweep) can then produce programs with the new code under the old
+    version, or with old code under a version a fresh process would compute for the new sources: either way a
+    later process would be served a program its own code did not produce (seen twice: an acosh program without a
+    fold that the current sources make). The cache asks this before it writes anything and writes nothing for
+    such a process (``cache._write``). A few hundred ``stat`` calls: run only when something is about to be
+    stored, after a compile."""
+    now = _snapshot(digested_sources())
+    return sorted(name for name in now.keys() | _SNAPSHOT.keys() if now.get(name) != _SNAPSHOT.get(name))
+
+
+_SNAPSHOT = _snapshot(digested_sources())  # before the digest reads them: a change during the read shows too
 COMPILER_VERSION = f"neuronsim-cc 0.1.0+{_source_digest()}"
 _ALIGN = 64
 _PREFIX = struct.Struct("<8sII")

@@ -129,7 +129,9 @@ def _remainder(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | No
     nonzero = _call(graph, aten.ne.Scalar, r, 0)
     r_negative = _call(graph, aten.lt.Scalar, r, 0)
     if isinstance(b, torch.fx.Node):
-        differ = _call(graph, aten.ne.Tensor, r_negative, _call(graph, aten.lt.Scalar, b, 0))
+        # b's sign read after its conversion to the result's dtype (which holds its sign: the promoted dtype), the
+        # value the formula divides by, so an int16 divisor of a float tensor is the one formula expansions folds
+        differ = _call(graph, aten.ne.Tensor, r_negative, _call(graph, aten.lt.Scalar, _cast(graph, b, dtype), 0))
     else:
         differ = _call(graph, aten.ne.Scalar, r_negative, bool(b < 0))
     fix = _call(graph, aten.logical_and.default, nonzero, differ)
@@ -1102,19 +1104,46 @@ def _upsample_linear(input: torch.Tensor, output_size: list, align_corners: bool
 TRACED_FORMS = {"_upsample_linear": _upsample_linear}
 
 
+def _dropout_of(original):
+    """ATen's ``dropout``: where nothing is dropped (p == 0, not training, no elements) it returns its input itself
+    (``_dropout_impl``), as CPU and the eager device do (no launch); PyTorch's Python form, bound to the op's
+    Autograd key, returned ``input.clone()``, a copy of every element (compiled dropout(p=0) took 1.08 us where
+    eager takes none). The input itself lets AOTAutograd return the call's tensor, as eager's alias."""
+    def dropout(input, p, train):
+        if not train or p == 0 or input.numel() == 0:
+            return input
+        return original(input, p, train)
+    return dropout
+
+
+# Python kernels PyTorch binds to an op's dispatch keys, swapped while the neuron backend traces (the op, the keys,
+# the replacement made from PyTorch's own kernel)
+TRACED_KERNELS = {aten.dropout.default: _dropout_of}
+
+
 @contextlib.contextmanager
 def traced_forms() -> Iterator[None]:
-    """TRACED_FORMS in place of PyTorch's own, for the duration of one AOTAutograd trace."""
+    """TRACED_FORMS (and TRACED_KERNELS) in place of PyTorch's own, for the duration of one AOTAutograd trace."""
     import torch._decomp.decompositions as decompositions
 
     saved = {name: getattr(decompositions, name) for name in TRACED_FORMS if hasattr(decompositions, name)}
+    kernels = {op: dict(op.py_kernels) for op in TRACED_KERNELS}
     try:
         for name in saved:
             setattr(decompositions, name, TRACED_FORMS[name])
+        for op, make in TRACED_KERNELS.items():
+            for key, kernel in kernels[op].items():
+                if key != torch._C.DispatchKey.Meta:
+                    op.py_kernels[key] = make(kernel)
+            op._dispatch_cache.clear()
         yield
     finally:
         for name, original in saved.items():
             setattr(decompositions, name, original)
+        for op, original_kernels in kernels.items():
+            op.py_kernels.clear()
+            op.py_kernels.update(original_kernels)
+            op._dispatch_cache.clear()
 
 
 # Decompositions that replace PyTorch's own for AOTAutograd (backend._decompositions), for the same reason

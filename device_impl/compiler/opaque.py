@@ -32,6 +32,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
+from device_impl.compiler import opaque_cnn
 from device_impl.compiler.ir import Graph, Op, TensorType
 
 aten = torch.ops.aten
@@ -67,7 +68,8 @@ def _bound(node: torch.fx.Node) -> dict[str, Any]:
     return values
 
 
-_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16", torch.bool: "bool"}
+_DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16", torch.bool: "bool",
+           torch.int64: "int64"}
 
 
 def _attention(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
@@ -428,6 +430,8 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.sinh.default: ("sinh", _activation),
     aten.cosh.default: ("cosh", _activation),
 }
+# CNN ops with eager tile programs (pooling with indices, batch norm): compiler/opaque_cnn.py
+CUTTERS.update(opaque_cnn.CUTTERS)
 
 
 def cut(gm: torch.fx.GraphModule) -> list[Cut]:

@@ -18,7 +18,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from device_impl.compiler import counters, gather, lowering
+from device_impl.compiler import counters, gather, lowering, opaque_cnn
 from device_impl.compiler.groups import Access2D, GroupRunner, handed_pieces
 from device_impl.compiler.program import Program
 from device_impl.engine.dtypes import compute_dtype
@@ -204,16 +204,30 @@ def _iota(step: dict, program: Program) -> Runner:
     d = step["attrs"]["iota_dimension"]
     inner = math.prod(shape[d + 1:])
     size = shape[d]
+    # the coordinate is the flat index // inner % size; a division by 1, and a remainder of an index already
+    # below size (no dim before d holds more than one), are the index itself, and then GpSimd's iota writes
+    # the coordinate in the result's dtype (the same conversion as VectorE's copy): arange's one instruction
+    divides, wraps = inner > 1, math.prod(shape[:d]) > 1
 
     def run(nc, env) -> None:
         out = env.access(result)
         for start, stop, p, f in flat_tiles(out.size):
             with nc.scope():
+                if not divides and not wraps:
+                    coord = nc.sbuf_tile((p, f), out.dtype)
+                    nc.gpsimd.iota(coord, base=start, partition_step=f, free_step=1)
+                    nc.dma.store_flat(out, start, stop, coord)
+                    continue
                 flat = nc.sbuf_tile((p, f), I64)
                 nc.gpsimd.iota(flat, base=start, partition_step=f, free_step=1)
-                coord = nc.sbuf_tile((p, f), I64)
-                nc.vector.tensor_scalar(coord, flat, "floor_divide", inner)
-                nc.vector.tensor_scalar(coord, coord, "remainder", size)
+                coord = flat
+                if divides:
+                    coord = nc.sbuf_tile((p, f), I64)
+                    nc.vector.tensor_scalar(coord, flat, "floor_divide", inner)
+                if wraps:
+                    wrapped = nc.sbuf_tile((p, f), I64)
+                    nc.vector.tensor_scalar(wrapped, coord, "remainder", size)
+                    coord = wrapped
                 if out.dtype != I64:
                     cast = nc.sbuf_tile((p, f), out.dtype)
                     nc.vector.tensor_copy(cast, coord)
@@ -567,11 +581,16 @@ def _attention(step: dict, program: Program) -> Runner:
     from device_impl.kernels import attention
 
     read = lse_read(step, program)
+    handoff = step.get("handoff")  # O's blocks left in SBUF for the product reading it next (build.attention_handoffs)
 
     def run(nc, env) -> None:
         call = attention_call(step, program, env, read)
-        if call is not None:
-            attention.forward_program(nc, *call)
+        if call is None:
+            return
+        hand = None if handoff is None else attention.Handoff(call[0])
+        attention.forward_program(nc, *call, hand=hand)
+        if hand is not None:  # the product takes them as its row-major pieces of A and frees them (``pinned``)
+            env.shared[("raw", handoff["lhs"], tuple(handoff["layout"]))] = (hand.pieces, hand.pinned)
 
     return run
 
@@ -813,6 +832,7 @@ RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
     "gather": gather.gather_runner,
     "scatter": gather.scatter_runner,
 }
+RUNNERS.update(opaque_cnn.RUNNERS)  # CNN ops cut whole (pooling with indices, batch norm)
 
 
 def make_runner(step: dict, program: Program) -> Runner:

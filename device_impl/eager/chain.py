@@ -19,7 +19,7 @@ tiles of a reduction or of a matmul's output blocks).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -28,6 +28,7 @@ from device_impl.eager.capture import Step
 from device_impl.eager.fusion import view_of
 from device_impl.eager.stats import STATS
 from device_impl.engine.isa import flat_in, flat_out
+from device_impl.engine.memory import Tile
 from device_impl.kernels.common import Pointwise, copy_emit, prepare_elementwise, reshaped_view
 
 SCRATCH_BYTES = 6 * 4  # per element: fp32 scratch tiles an emit may allocate (gelu_backward uses 3 + masks)
@@ -117,16 +118,19 @@ def is_identity(step: Step) -> bool:
     return isinstance(src, torch.Tensor) and src.dtype == step.out.dtype
 
 
-def stores(steps: Sequence[Step], stored: Sequence[bool]) -> list[bool]:
-    """Per step, whether its result goes to HBM: observable (``stored``), and not overwritten later
-    in the chain (a layout written twice needs only its last value)."""
+def last_writes(steps: Sequence[Step]) -> tuple[bool, ...]:
+    """Per step, whether no later step of ``steps`` writes its output's layout (a layout written twice needs
+    only its last value). The layouts and which storages coincide are the program's signature
+    (``programs.signature``), so a program computes this once (``Program.last``), not every flush."""
     last_write = {view_of(step.out).key: j for j, step in enumerate(steps)}
-    result = []
-    for j, step in enumerate(steps):
-        keep = stored[j] and last_write[view_of(step.out).key] == j
-        if not keep:
-            STATS.stores_elided += 1
-        result.append(keep)
+    return tuple(last_write[view_of(step.out).key] == j for j, step in enumerate(steps))
+
+
+def stores(last: Sequence[bool], stored: Sequence[bool]) -> list[bool]:
+    """Per step, whether its result goes to HBM: observable (``stored``), and not overwritten later
+    in the chain (``last``: ``last_writes``)."""
+    result = [keep and final for keep, final in zip(stored, last)]
+    STATS.stores_elided += len(result) - sum(result)
     return result
 
 
@@ -194,6 +198,89 @@ def as_boxes(prepared: Sequence[Pointwise], shape: tuple[int, int, int]) -> list
 _reshaped = reshaped_view
 
 
+class Reuse(NamedTuple):
+    """How a replayed launch spares host arrays (``in_place``), per step: ``over``, the operand whose tile the
+    result is written over, or None; ``direct``, per operand, whether it is read straight from its HBM view
+    instead of a loaded copy."""
+
+    over: tuple
+    direct: tuple
+
+
+def in_place(chain: Chain, prepared: Sequence[Pointwise], single: Sequence[bool]) -> Reuse:
+    """Which steps of a replayed launch write their result over a tile that dies there, and which operands
+    they read from HBM without a copy: the host-side form of a liveness pass, so a chain's intermediates reuse
+    the arrays of values that just died instead of each taking a fresh one (a fresh array per step streamed 25
+    1 MB tiles through the cache where one suffices), and an input read once is not copied first.
+
+    A step qualifies when its emit issued exactly one VectorE or ScalarE instruction (``single``, from the
+    launch's instruction-level run: ``run_region``'s ``single``), and is not a same-dtype copy (``aliases``:
+    it issues nothing; its result *is* its operand's tile). Such an instruction writes its ``out`` tile only,
+    and reads its operands as if copied before it writes: a numpy ufunc with ``out=`` reads each element before
+    it writes it where the output is an input, and copies an input that overlaps it any other way; every other
+    form computes the whole result before storing it (``isa.VectorE``, ``isa.ScalarE``: ``_silu_into`` copies
+    its input itself). An emit of several instructions could write the result before reading the operand
+    again (``rsqrt``'s scalar lambda, ``sign``), so it gets tiles of its own.
+
+    Of such a step, an operand whose slot dies there (``releases``: no later step and no store reads it; a
+    slot the caller keeps is never released):
+    * loaded there from a C-contiguous view is read from that view (``direct``): the tile would hold the same
+      elements (``flat_in``'s copy), read by this instruction alone; the view is made read-only, so no
+      instruction can write the user's memory through it;
+    * otherwise, of the result's dtype and reaching the emit as its tile (not converted first: the emit reads
+      the converted copy, a scratch tile), it may take the result (``over``; the first such operand). Every
+      chain tile is [p, f]: the shapes agree.
+
+    Only the replayed launch (``run_region``'s ``moves``) uses this: its tiles are plain arrays whose reuse
+    the recorded figures do not see, while an instruction-level launch models each SBUF tile it allocates
+    (placement, dependencies, peak) and each DMA transfer, so it runs as it did."""
+    dtypes: list = [None] * chain.slots
+    over, direct = [], []
+    for j, route in enumerate(chain.routes):
+        pw = prepared[j]
+        loads = chain.loads[j]
+        for i, slot in enumerate(route):
+            if slot is not None and loads[i]:
+                dtypes[slot] = pw.views[i].dtype
+        pick, reads = None, [False] * len(route)
+        if single[j] and not chain.aliases[j]:
+            dying = chain.releases[j]
+            out_dtype = pw.out_view.dtype
+            for i, slot in enumerate(route):
+                if slot is None or slot not in dying:
+                    continue
+                if loads[i] and pw.views[i].flags.c_contiguous:
+                    reads[i] = True
+                elif pick is None and not pw.convert[i] and dtypes[slot] == out_dtype:
+                    pick = i
+            # an operand read from HBM at one position is that slot at every position it takes in this step
+            taken = {route[i] for i, read in enumerate(reads) if read}
+            reads = [slot in taken for slot in route]
+            if pick is not None and reads[pick]:
+                pick = None
+        if not chain.aliases[j]:
+            dtypes[chain.results[j]] = pw.out_view.dtype
+        over.append(pick)
+        direct.append(tuple(reads))
+    return Reuse(tuple(over), tuple(direct))
+
+
+def _borrowed(view: np.ndarray, start: int, stop: int, p: int, f: int) -> Tile:
+    """Elements [start, stop) of the C-contiguous ``view`` as a read-only [p, f] tile over the same memory: what
+    ``flat_in`` would copy into a loaded tile (``in_place``'s ``direct``)."""
+    data = view.reshape(-1)[start:stop].reshape(p, f)
+    data.flags.writeable = False
+    tile = Tile(data, "sbuf", "hbm")
+    tile.initialized = True
+    return tile
+
+
+class Diverged(Exception):
+    """A replayed step given ``in_place``'s choices issued other than one instruction: its
+    emit's instructions depend on the data, so the replay is abandoned (it reports nothing) and the launch
+    runs again at the instruction level, as when the replay's tally differs."""
+
+
 class StepError(Exception):
     """Carries which step of a group raised (its original exception is ``__cause__``)."""
 
@@ -205,7 +292,8 @@ class StepError(Exception):
 def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Pointwise], store: Sequence[bool],
                slots: list, p: int, f: int, flat: tuple[int, int] | None = None, box: tuple | None = None,
                boxes: Sequence[tuple[np.ndarray, list]] | None = None, moves: bool = False,
-               into: tuple[int, Any] | None = None) -> None:
+               into: tuple[int, Any] | None = None, reuse: Reuse | None = None,
+               single: list[bool] | None = None) -> None:
     """Run every step on one region: ``flat=(start, stop)`` of each output's flat elements, or
     ``box=(batch, r0, r1, c0, c1)`` of the views in ``boxes``. ``slots`` holds the live tiles by
     slot (provided ones filled in by the caller) and is updated in place. ``moves`` (flat regions of a
@@ -214,11 +302,15 @@ def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Point
     eager launch does; the recording's figures account for them. ``into=(slot, tile)``: the step whose result
     goes to ``slot`` writes it into the caller's ``tile`` (a row kernel's input tile, of that step's dtype)
     instead of a tile of its own that the caller would copy; the chain must keep that slot (``plan_chain``'s
-    ``keep``), so it is never released here."""
+    ``keep``), so it is never released here. ``reuse`` (replayed launches only: ``in_place``): per step, the
+    operand whose tile the result is written over and the operands read from their HBM views; such a step must
+    issue one instruction (else ``Diverged``). ``single`` (an instruction-level run): per step, set False
+    unless every region's emit issued exactly one VectorE or ScalarE instruction (``in_place``'s condition)."""
     into_slot, into_tile = into if into is not None else (-1, None)
     if box is not None:
         b, r0, r1, c0, c1 = box
     aliases = chain.aliases
+    over, direct = reuse if reuse is not None else (None, None)
     for j, step in enumerate(steps):
         pw = prepared[j]
         tiles: list[Any] = []
@@ -228,16 +320,19 @@ def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Point
                 tiles.append(pw.scalars[i])
                 continue
             if chain.loads[j][i]:
-                tile = slots[slot] = nc.sbuf_tile((p, f), pw.views[i].dtype)
-                if moves:
-                    flat_in(tile.data, pw.views[i], flat[0], flat[1])
-                    tile.initialized = True
-                elif flat is not None:
-                    nc.dma.load_flat(tile, pw.views[i], flat[0], flat[1])
-                elif isinstance(boxes[j][1][i], Segmented):
-                    boxes[j][1][i].load(nc, tile, r0, r1, c0, c1)
+                if direct is not None and direct[j][i]:  # read from HBM: a tile over the view (in_place)
+                    slots[slot] = _borrowed(pw.views[i], flat[0], flat[1], p, f)
                 else:
-                    nc.dma.load(tile, boxes[j][1][i][b, r0:r1, c0:c1])
+                    tile = slots[slot] = nc.sbuf_tile((p, f), pw.views[i].dtype)
+                    if moves:
+                        flat_in(tile.data, pw.views[i], flat[0], flat[1])
+                        tile.initialized = True
+                    elif flat is not None:
+                        nc.dma.load_flat(tile, pw.views[i], flat[0], flat[1])
+                    elif isinstance(boxes[j][1][i], Segmented):
+                        boxes[j][1][i].load(nc, tile, r0, r1, c0, c1)
+                    else:
+                        nc.dma.load(tile, boxes[j][1][i][b, r0:r1, c0:c1])
             tile = slots[slot]
             if pw.convert[i]:
                 converted = nc.sbuf_tile((p, f), pw.target)
@@ -247,15 +342,41 @@ def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Point
             tiles.append(tile)
         if aliases[j]:  # a same-dtype copy: its result is the operand's tile (is_identity)
             result = tiles[0]
-        else:
-            slot = chain.results[j]
-            result = slots[slot] = into_tile if slot == into_slot else nc.sbuf_tile((p, f), pw.out_view.dtype)
+        elif over is not None and (over[j] is not None or any(direct[j])):  # in_place's choices
+            if over[j] is not None:  # the result over a dying operand's tile
+                result = slots[chain.results[j]] = tiles[over[j]]
+                slots[chain.routes[j][over[j]]] = None  # the tile now belongs to the result's slot
+            else:
+                result = slots[chain.results[j]] = nc.sbuf_tile((p, f), pw.out_view.dtype)
+            for i, read in enumerate(direct[j]):
+                if read:
+                    slots[chain.routes[j][i]] = None  # a view of HBM: nothing to release
+            timeline = nc.timeline
+            issued = timeline.instructions
             emit_mark = nc.mark()
             try:
                 step.emit(nc, result, *tiles)
             except Exception as error:
                 raise StepError(step) from error
             nc.release_to(emit_mark)
+            if timeline.instructions != issued + 1:
+                raise Diverged(step.op)
+        else:
+            slot = chain.results[j]
+            result = slots[slot] = into_tile if slot == into_slot else nc.sbuf_tile((p, f), pw.out_view.dtype)
+            if single is not None:
+                timeline = nc.timeline
+                issued, busy = timeline.instructions, timeline.busy
+                computing = busy["vector"] + busy["scalar"]
+            emit_mark = nc.mark()
+            try:
+                step.emit(nc, result, *tiles)
+            except Exception as error:
+                raise StepError(step) from error
+            nc.release_to(emit_mark)
+            if single is not None and (timeline.instructions != issued + 1
+                                       or busy["vector"] + busy["scalar"] == computing):
+                single[j] = False
         if store[j]:
             if moves:
                 flat_out(pw.out_view, flat[0], flat[1], result.read())
@@ -266,5 +387,7 @@ def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Point
         for tile in scratch:
             nc.release(tile)
         for slot in chain.releases[j]:
-            nc.release(slots[slot])
-            slots[slot] = None
+            tile = slots[slot]
+            if tile is not None:  # None: written over by this step's result (``over``), released with it
+                nc.release(tile)
+                slots[slot] = None

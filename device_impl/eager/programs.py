@@ -57,6 +57,7 @@ class Program:
     fits: bool  # the fused form fits SBUF and every view lines up (else: split)
     free_max: int = 0  # elementwise: elements per partition per tile
     x_slot: int = 0  # reduce: the chain slot holding the reduction's input (matmul: the product is slot 0)
+    last: tuple = ()  # per chain step: no later chain step writes its output's layout (chains.last_writes)
 
 
 def _name(kind: str, steps: Sequence[Any]) -> str:
@@ -99,7 +100,7 @@ def _plan(group: Group, prepared: Sequence[Any]) -> Program:
     if kind == "elementwise":
         chain, _ = chains.plan_chain(steps)
         free_max = max(1, min(steps[0].free_max, SBUF_BUDGET // chain.bytes_per_element))
-        return Program(_name(kind, steps), kind, chain, True, free_max)
+        return Program(_name(kind, steps), kind, chain, True, free_max, last=chains.last_writes(steps))
     if kind == "reduce":
         consumer = steps[-1]
         rows, cols = row_shape(consumer)
@@ -115,14 +116,15 @@ def _plan(group: Group, prepared: Sequence[Any]) -> Program:
                       - ROW_KERNEL_RESERVE)
             per_element = chain.bytes_per_element + 4  # the copy of the tile into the kernel's buffer
         fits = chains.as_boxes(prepared, (1, rows, cols)) is not None and per_element * f <= budget
-        return Program(_name(kind, steps), kind, chain, fits, x_slot=slot_of[x_key])
+        return Program(_name(kind, steps), kind, chain, fits, x_slot=slot_of[x_key],
+                       last=chains.last_writes(steps[:-1]))
     product: MatmulStep = steps[0]
     out = product.out
     preset = {view_of(out).key: (0, out.element_size())}
     chain, _ = chains.plan_chain(steps[1:], preset=preset)
     fits = (chains.as_boxes(prepared, _product_shape(product)) is not None
             and chain.bytes_per_element * mm.EVACUATION_CHUNK <= EPILOGUE_BUDGET)
-    return Program(_name(kind, steps), kind, chain, fits)
+    return Program(_name(kind, steps), kind, chain, fits, last=chains.last_writes(steps[1:]))
 
 
 def _product_shape(step: MatmulStep) -> tuple[int, int, int]:
@@ -212,15 +214,15 @@ def run(item: Ready, stored: Sequence[bool]) -> None:
     STATS.fused_groups += 1
     STATS.fused_ops += len(group.steps)
     if program.kind == "elementwise":
-        _run_elementwise(program, group.steps, item.prepared, chains.stores(group.steps, stored))
+        _run_elementwise(program, group.steps, item.prepared, chains.stores(program.last, stored))
     elif program.kind == "reduce":
         STATS.reductions_fused += 1
         run_consumer = _run_reduce if isinstance(group.steps[-1], ReduceStep) else _run_row_kernel
-        run_consumer(program, group.steps, item.prepared, chains.stores(group.steps[:-1], stored[:-1]))
+        run_consumer(program, group.steps, item.prepared, chains.stores(program.last, stored[:-1]))
     else:
         STATS.epilogue_ops += len(group.steps) - 1
         STATS.stores_elided += not stored[0]
-        _run_matmul(program, group.steps, item.prepared, stored[0], chains.stores(group.steps[1:], stored[1:]))
+        _run_matmul(program, group.steps, item.prepared, stored[0], chains.stores(program.last, stored[1:]))
 
 
 def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store) -> None:
@@ -229,20 +231,23 @@ def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store) -
     tiles = tuple(flat_tiles(numel, program.free_max))
     key = _replay_key(program, steps, prepared, store) if kernel_replay._enabled[0] and not _recording else None
     if key is not None:
-        figures = _FIGURES.get(key)
-        if figures is not None and _replay_elementwise(key, figures, program, steps, prepared, store, device, tiles):
+        recorded = _FIGURES.get(key)
+        if recorded is not None and _replay_elementwise(key, recorded, program, steps, prepared, store, device,
+                                                        tiles):
             return
     slots: list[Any] = [None] * program.chain.slots
+    single = [True] * len(steps) if key is not None else None  # which steps issue one instruction (in_place)
     with launch(program.name, device) as nc:
         for start, stop, p, f in tiles:
             mark = nc.mark()
-            chains.run_region(nc, program.chain, steps, prepared, store, slots, p, f, flat=(start, stop))
+            chains.run_region(nc, program.chain, steps, prepared, store, slots, p, f, flat=(start, stop),
+                              single=single)
             nc.release_to(mark)
     if key is not None and key not in _REFUSED:
         # the loads and stores run_region issued: a replay moves those bytes without issuing them
         chain = program.chain
         transfers = len(tiles) * (sum(sum(loads) for loads in chain.loads) + sum(store))
-        _keep(_FIGURES, key, measured(nc, transfers))
+        _keep(_FIGURES, key, (measured(nc, transfers), chains.in_place(chain, prepared, single)))
 
 
 # --- replayed fused launches -------------------------------------------------------------------------
@@ -251,6 +256,9 @@ def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store) -
 # and strides and the stored outputs are the same (the eager replay's argument, kernels/replay.py, for a
 # chain of launches): the first run is instruction-level and its figures are kept; later runs go through
 # the same tile loop on engine.replay's core, with the recorded figures reported, and the tally checked.
+# A replay also writes each step that issued one instruction over a tile that dies there, and reads an input
+# that dies there from its HBM view instead of a copy (chain.in_place, kept with the figures): the same
+# arithmetic on the same values, fewer host arrays and copies.
 
 _FIGURES: dict[tuple, Any] = {}
 _REFUSED: dict[tuple, None] = {}
@@ -286,29 +294,35 @@ def _chain_parts(steps: Sequence[Step], prepared, parts: list) -> None:
             parts.append(value_key(s, 0) if v is None else (v.dtype, v.shape, v.strides, c))
 
 
-def _replay_elementwise(key: tuple, figures, program: Program, steps: Sequence[Step], prepared, store,
+def _replay_elementwise(key: tuple, recorded: tuple, program: Program, steps: Sequence[Step], prepared, store,
                         device: int, tiles) -> bool:
-    """Run a recorded fused launch from its recording; False (nothing reported) when its instructions were
-    not the recorded ones and it can be run again at the instruction level (it wrote nothing it reads)."""
+    """Run a recorded fused launch from its recording (its figures and ``chains.in_place``'s choices); False
+    (nothing reported) when its instructions were not the recorded ones and it can be run again at the
+    instruction level (it wrote nothing it reads)."""
+    figures, reuse = recorded
     chain = program.chain
     slots: list[Any] = [None] * chain.slots
     try:
         with replayed(program.name, device, figures) as nc:  # an exception out of the block reports nothing
             for start, stop, p, f in tiles:
                 mark = nc.mark()
-                chains.run_region(nc, chain, steps, prepared, store, slots, p, f, flat=(start, stop), moves=True)
+                chains.run_region(nc, chain, steps, prepared, store, slots, p, f, flat=(start, stop), moves=True,
+                                  reuse=reuse)
                 nc.release_to(mark)
             if not nc.matches(figures):
                 raise _Rerun
-    except _Rerun:
+    except (_Rerun, chains.Diverged):
         pass
     else:
         STATS.programs_replayed += 1
         return True
     _FIGURES.pop(key, None)
     _keep(_REFUSED, key, None)
-    outs = [pw.out_view for pw in prepared]
-    if any(v is not None and np.may_share_memory(o, v) for o in outs for pw in prepared for v in pw.views):
+    # What the replay wrote (its stored outputs) against what a rerun reads from HBM (the loaded operands; an
+    # earlier step's result is read from its tile, which the rerun computes again before it is read)
+    written = [pw.out_view for pw, kept in zip(prepared, store) if kept]
+    loaded = [pw.views[i] for pw, loads in zip(prepared, chain.loads) for i, load in enumerate(loads) if load]
+    if any(np.may_share_memory(o, v) for o in written for v in loaded):
         raise RuntimeError(
             f"neuron: the fused launch {program.name} issued other instructions than its recording (they "
             f"depend on the data), and it wrote a tensor it reads, so it cannot be rerun; set "
@@ -528,7 +542,7 @@ def run_shared(items: Sequence[Ready], stored: Sequence[Sequence[bool]]) -> None
         STATS.fused_ops += len(steps)
         STATS.epilogue_ops += len(steps) - 1
         STATS.stores_elided += not item_stored[0]
-        parts.append((item, steps, item_stored[0], chains.stores(steps[1:], item_stored[1:])))
+        parts.append((item, steps, item_stored[0], chains.stores(item.program.last, item_stored[1:])))
 
     def body(nc) -> None:
         kept: tuple[dict, list] = ({}, [])

@@ -223,7 +223,11 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
         # Order of work: the first half of the K steps of the first few blocks (one PSUM bank
         # each), so TensorE has ready work while the rest of B streams in; then each block to
         # completion in turn, so blocks finish (and are stored) while later loads still run.
-        head = range(min(len(blocks), PIPELINE_BANKS))
+        # A product with an epilogue runs each block to completion from the start: its first block's
+        # epilogue (VectorE/ScalarE: a norm's chain, silu(g) * u) then starts a block's K steps earlier and
+        # runs under the later blocks' matmuls, instead of every block finishing in the last K steps with
+        # the epilogues queued behind them (the compiled decoder block: 36.99 -> 35.65 us)
+        head = range(0 if epilogue is not None else min(len(blocks), PIPELINE_BANKS))
         head_steps = max(1, len(k_ranges) // 2)
         order = [(b, j) for j in range(head_steps) for b in head]
         for b in range(len(blocks)):

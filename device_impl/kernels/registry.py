@@ -92,7 +92,8 @@ Meta = Callable[[dict[str, Any]], tuple[tuple[int, ...], torch.dtype, Sequence[A
 OUT_DTYPE_RULES: dict[str, str] = {
     **dict.fromkeys(("abs", "neg", "bitwise_not", "ceil", "floor", "round", "trunc", "sign", "hardtanh", "elu",
                      "gelu", "leaky_relu", "silu"), "same"),
-    **dict.fromkeys(("isnan", "isinf", "relu", "zero", "isin", "mm", "addmm", "bmm", "baddbmm", "where"), "exact"),
+    **dict.fromkeys(("isnan", "isinf", "relu", "zero", "isin", "mm", "addmm", "bmm", "baddbmm", "where",
+                     "nan_to_num"), "exact"),
 }
 
 

@@ -294,6 +294,56 @@ def test_the_decoder_block_compiles_its_attention_to_one_step(fresh, dtype):
     torch.testing.assert_close(out.cpu().float(), expected.float(), **tol)
 
 
+@pytest.mark.parametrize("batch, heads, seq, dim, handed", [
+    (2, 4, 128, 32, True),  # two heads per K tile of the projection
+    (1, 2, 100, 128, True),  # one head per K tile; one batch, so a partial query block still fills one M tile
+    (2, 2, 100, 64, False),  # a query block would straddle two M tiles (batch 2, 100 rows)
+    (2, 4, 128, 48, False),  # heads do not tile the K tiles (48 columns)
+])
+def test_attention_output_is_handed_to_its_projection_on_chip(batch, heads, seq, dim, handed, fresh, monkeypatch):
+    """build.attention_handoffs: O read only by the next step, a product taking O.transpose(1, 2) as its A, is
+    handed over in SBUF (kernels.attention.Handoff): the product transposes the attention's own output tiles
+    instead of loading O back after its stores. The same bits as without the handoff, and, where it applies,
+    less device time (the loads are gone); where the pieces would not line up with the product's tiles it is
+    not taken."""
+    import numpy as np
+
+    from device_impl.compiler import backend, build, executor
+
+    monkeypatch.setattr(executor, "STATIC_REPLAY", False)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(batch, heads, seq, dim, generator=g) for _ in range(3))
+    w = torch.randn(heads * dim, 96, generator=g) / (heads * dim) ** 0.5
+
+    def f(q, k, v, w):
+        return SDPA(q, k, v, is_causal=True).transpose(1, 2).reshape(batch * seq, heads * dim) @ w
+
+    def run_once():
+        engine.reset_stats()
+        out = torch.compile(f, backend="neuron", fullgraph=True)(*_neuron(q, k, v, w))
+        assert compiler.stats()["fallbacks"] == 0
+        (stats,) = [s for key, s in engine.stats().items() if key.startswith("neff:")]
+        (program,) = _programs()
+        (step,) = [s for s in program.steps if s["kind"] == "attention"]
+        return out.cpu(), stats, step
+
+    out, stats, step = run_once()
+    assert ("handoff" in step) == handed
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(fresh / "plain"))
+    backend.reload_settings()
+    monkeypatch.setattr(build, "attention_handoffs", lambda steps, *args: steps)
+    expected, plain, plain_step = run_once()
+    assert "handoff" not in plain_step
+    np.testing.assert_array_equal(out.view(torch.int32).numpy(), expected.view(torch.int32).numpy())
+    if handed:
+        assert stats["device_ns"] < plain["device_ns"]
+    else:
+        assert stats["device_ns"] == plain["device_ns"]
+    torch.testing.assert_close(out, f(q, k, v, w), rtol=1e-4, atol=1e-5)
+
+
 def test_the_compiler_version_covers_the_kernels_compiled_steps_run():
     """A NEFF stores the device time its steps measured; the attention step runs kernels/attention.py, so
     a kernel change must change the compiler version (the cache key), or a cache serves a stale schedule."""
@@ -314,6 +364,9 @@ def test_attention_output_is_kept_in_the_order_its_projection_reads(fresh, monke
     from device_impl.compiler import backend, build, executor
 
     monkeypatch.setattr(executor, "STATIC_REPLAY", False)
+    # the layout alone: the projection takes O's blocks on chip where build.attention_handoffs applies (tested
+    # below), and never loads the stores this test measures
+    monkeypatch.setattr(build, "attention_handoffs", lambda steps, *args: steps)
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 4, 128, 32, generator=g) for _ in range(3))
     w = torch.randn(128, 128, generator=g) / 128 ** 0.5
@@ -331,6 +384,7 @@ def test_attention_output_is_kept_in_the_order_its_projection_reads(fresh, monke
 
     out, stats, program = run_once()
     (step,) = [s for s in program.steps if s["kind"] == "attention"]
+    assert "handoff" not in step
     assert program.buffers[step["results"][0]].get("perm") == [0, 2, 1, 3]
     torch._dynamo.reset()
     compiler.clear_cache()

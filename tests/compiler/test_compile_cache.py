@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import device_impl.compiler as compiler
-from device_impl.compiler import backend, neff
+from device_impl.compiler import backend, cache, neff
 from support import run_python
 
 BLOCK = """
@@ -315,6 +315,40 @@ def test_disabling_the_cache_writes_nothing(fresh, monkeypatch):
     _run_once(x)
     assert not glob.glob(str(fresh / "cache" / "**" / "*.neff"), recursive=True) and not _memo_entries(fresh)
     assert compiler.stats()["compiles"] == 2 and compiler.stats()["cache_hits"] == 0
+
+
+def test_changed_sources_names_edited_added_and_removed_files(tmp_path, monkeypatch):
+    files = {name: tmp_path / name for name in ("a.py", "b.py", "c.py")}
+    for path in files.values():
+        path.write_text("x = 1\n")
+    monkeypatch.setattr(neff, "digested_sources", lambda: sorted((n, p) for n, p in files.items() if p.exists()))
+    monkeypatch.setattr(neff, "_SNAPSHOT", neff._snapshot(neff.digested_sources()))
+    assert neff.changed_sources() == []
+    files["a.py"].write_text("x = 22\n")  # another size: changed even within the clock's resolution
+    files["b.py"].unlink()
+    files["d.py"] = tmp_path / "d.py"
+    files["d.py"].write_text("y = 2\n")
+    assert neff.changed_sources() == ["a.py", "b.py", "d.py"]
+
+
+def test_a_process_whose_compiler_sources_changed_caches_nothing(fresh, monkeypatch, caplog):
+    """A checkout edited under a running process: its programs may come from code the version does not name,
+    so it keeps them in memory only (they still run) and writes no NEFF, index or import memo."""
+    name = sorted(neff._SNAPSHOT)[0]
+    monkeypatch.setattr(cache, "_STALE_REPORTED", [])
+    x = torch.randn(8, 64)
+    with monkeypatch.context() as edited, caplog.at_level("WARNING", logger="torch_neuronx.cache"):
+        edited.setitem(neff._SNAPSHOT, name, (0, -1))  # as if the file had been edited since the import
+        first = _run_once(x)
+        second = _run_once(x)
+    torch.testing.assert_close(first, _f(x))
+    assert torch.equal(second, first)
+    assert not glob.glob(str(fresh / "cache" / "**" / "*.*"), recursive=True)
+    assert compiler.stats()["compiles"] == 2
+    warned = [r.getMessage() for r in caplog.records if "sources changed" in r.getMessage()]
+    assert len(warned) == 1 and name in warned[0] and "restart the process" in warned[0]
+    assert torch.equal(_run_once(x), first)  # the sources as imported again: the same graph is cached
+    assert len(glob.glob(str(fresh / "cache" / "**" / "*.neff"), recursive=True)) == 1
 
 
 def test_preserved_artifacts_hold_fx_stablehlo_and_neff(fresh, monkeypatch):

@@ -1,6 +1,7 @@
 """Unary elementwise ops: transcendentals on ScalarE (exp, exp2, expm1, log, log2, log10, log1p, sqrt,
 rsqrt, trigonometric and hyperbolic functions and their inverses, sigmoid, erf, erfc, erfinv, reciprocal)
-and ALU ops on VectorE (abs, neg, floor, ceil, trunc, round, bitwise_not, logical_not, isnan, isinf, sign).
+and ALU ops on VectorE (abs, neg, floor, ceil, trunc, round, bitwise_not, logical_not, isnan, isinf, sign,
+nan_to_num).
 
 Tiling: ``common.elementwise``'s flat tiles of the output (``[p <= 128, f <= FREE_MAX]``, consecutive
 elements along the free axis): DMA in, one ScalarE ``activation`` or VectorE instruction per tile, DMA out.
@@ -13,6 +14,7 @@ numpy reference of each op: the ACTIVATIONS and ALU tables of engine/isa.py.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from device_impl.kernels import cpu_host
@@ -117,6 +119,52 @@ _register_alu_unary("bitwise_not", "bitwise_not", refuse_float="bitwise_not_cpu"
 _register_alu_unary("logical_not", "logical_not", rule="bool")
 _register_alu_unary("isnan", "isnan", rule="bool")
 _register_alu_unary("isinf", "isinf", rule="bool")
+
+
+def _nan_to_num_compute(out: torch.Tensor, a: dict) -> None:
+    """CPU's kernel: ``a == a ? (a == inf ? posinf : (a == -inf ? neginf : a)) : nan``, each replacement the
+    Python float cast to the dtype (through float32 for bfloat16/float16, as c10's constructors take a float;
+    default posinf/neginf the dtype's largest and lowest finite values), so a replacement beyond the dtype's
+    range is an infinity as on CPU. Each class's mask is taken of the input, never of an earlier replacement
+    (``nan=inf`` must not then become posinf). Integer and bool tensors are copied: nothing to replace."""
+    x = a["self"]
+    if not x.dtype.is_floating_point:
+        elementwise("nan_to_num", out, (x,), lambda nc, o, t: nc.vector.tensor_copy(o, t))
+        return
+    cd = numpy_compute(x.dtype)
+    info = torch.finfo(x.dtype)
+
+    def cast(value: float | None, default: float) -> np.ndarray:
+        wide = np.float64(default if value is None else value)
+        with np.errstate(over="ignore"):  # beyond the dtype's range: an infinity, as C's cast gives
+            as_float = wide.astype(np.float32) if x.dtype != torch.float64 else wide
+            return as_float.astype(numpy_dtype(x.dtype)).astype(cd)
+
+    classes = (("isnan", None, cast(a.get("nan"), 0.0)), ("equal", np.inf, cast(a.get("posinf"), info.max)),
+               ("equal", -np.inf, cast(a.get("neginf"), info.min)))
+
+    def emit(nc, o, t):
+        mask = nc.sbuf_tile(t.shape, BOOL)
+        value = nc.sbuf_tile(t.shape, cd)
+        current = t
+        for i, (test, infinity, replacement) in enumerate(classes):
+            if test == "isnan":
+                nc.vector.tensor_unary(mask, t, "isnan")
+            else:
+                nc.vector.tensor_scalar(mask, t, "equal", infinity, dtype=cd)
+            nc.vector.memset(value, replacement)
+            step = o if i == len(classes) - 1 else nc.sbuf_tile(t.shape, cd)
+            nc.vector.select(step, mask, value, current)
+            current = step
+
+    elementwise("nan_to_num", out, (x,), emit)
+
+
+def _nan_to_num_meta(a: dict) -> tuple:
+    return tuple(a["self"].shape), a["self"].dtype, (a["self"],)
+
+
+register_family("nan_to_num", _nan_to_num_compute, _nan_to_num_meta)
 
 
 def _sign_compute(out: torch.Tensor, a: dict) -> None:

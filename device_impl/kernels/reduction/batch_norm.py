@@ -135,88 +135,111 @@ def _batch_norm(x, w, b, rm, rv, training: bool, momentum: float, eps: float, ou
         if training:  # in evaluation CPU's out= kernel leaves save_mean/save_invstd as they were given
             check_out(save_mean, stat_shape, sdtype, [x], exact_dtype=True)
             check_out(save_invstd, stat_shape, sdtype, [x], exact_dtype=True)
-    count = x.numel() // c
+    arrays = {"mean": hbm(save_mean) if training else None, "invstd": hbm(save_invstd) if training else None,
+              "rm": None if rm is None else hbm(rm), "rv": None if rv is None else hbm(rv),
+              "w": None if w is None else hbm(w), "b": None if b is None else hbm(b)}
+    layout = _bn_layout(x)
+    with launch("batch_norm", x.device.index) as nc:
+        forward_program(nc, hbm(x), hbm(out), arrays, training, float(momentum), float(eps), layout,
+                        sdtype == torch.float32, cpu_host.fused_multiply_add())
+    return out, save_mean, save_invstd
+
+
+# where a training step's new running statistics go: the functional op's own results where given
+_STORED = {"rm": "rm_out", "rv": "rv_out"}
+
+
+def _stored(name: str, ks: dict) -> str:
+    return _STORED[name] if _STORED[name] in ks else name
+
+
+def forward_program(nc, x: np.ndarray, out: np.ndarray, arrays: dict, training: bool, momentum: float, eps: float,
+                    layout: str, mixed: bool, fused_host: bool) -> None:
+    """The batch norm's tile program on HBM arrays, inside a launch: ``x``/``out`` (N, C, *spatial);
+    ``arrays``: the [C] arrays by name ("mean"/"invstd": the saved statistics, training only; "rm"/"rv": the
+    running statistics read; "rm_out"/"rv_out": where the updated ones go, the running arrays themselves when
+    absent (the in-place op); "w", "b"), None or missing where absent. ``layout``: CPU's statistics path for the
+    input's layout (``_bn_layout``), ``mixed``: a reduced-precision input with float32 statistics,
+    ``fused_host``: whether CPU's kernels fuse the affine multiply-add (``cpu_host.fused_multiply_add``). The
+    eager kernel and the compiler's ``batch_norm`` step (compiler/opaque_cnn.py) both run it."""
+    c = x.shape[1]
+    count = x.size // c
     spatial = list(x.shape[2:])
     ks = {}
-    for name, t in (("mean", save_mean if training else None), ("invstd", save_invstd if training else None),
-                    ("rm", rm), ("rv", rv), ("w", w), ("b", b)):
-        if t is not None:
-            ks[name] = len(ks), hbm(t)
-    g = _Grid([c], [x.shape[0]] + spatial, kr=[_channels_first(x), _channels_first(out)], k=[v for _, v in ks.values()])
+    for name in ("mean", "invstd", "rm", "rv", "w", "b", "rm_out", "rv_out"):
+        if arrays.get(name) is not None:
+            ks[name] = len(ks), arrays[name]
+    cf = [1, 0] + list(range(2, x.ndim))
+    g = _Grid([c], [x.shape[0]] + spatial, kr=[x.transpose(cf), out.transpose(cf)], k=[v for _, v in ks.values()])
     X, O = g.kr
 
     def view(name, blk):
         return _at(g.k[ks[name][0]], blk.rsl)
 
-    layout = _bn_layout(x)
-    if x.dtype != torch.float32:
-        mixed = sdtype == torch.float32
-        with launch("batch_norm", x.device.index) as nc:
-            for blk in _blocks(nc, g, [X]):
-                mark = nc.mark()
-                _bn_reduced_block(nc, blk, O, ks, view, training, count, float(momentum), float(eps), layout, mixed)
-                nc.release_to(mark)
-        return out, save_mean, save_invstd
+    if x.dtype != FP32:
+        for blk in _blocks(nc, g, [X]):
+            mark = nc.mark()
+            _bn_reduced_block(nc, blk, O, ks, view, training, count, momentum, eps, layout, mixed, fused_host)
+            nc.release_to(mark)
+        return
     # CPU's contiguous and channels-last float32 kernels apply out = x * alpha + beta with vec::fmadd, one
     # rounding where this process's ATen kernels fuse (so x * alpha beyond float's range still gives beta's
     # infinity, not inf - inf = NaN); ScalarE rounds the product first, so those layouts take GpSimd's fma.
-    fused = x.dtype == torch.float32 and layout != "strided" and cpu_host.fused_multiply_add()
+    fused = layout != "strided" and fused_host
     # CPU's strided path (batch_norm_cpu_transform_input_template) applies ((x - mean) * invstd) * w + b
     # elementwise in float, each step rounded (so x * invstd * w beyond float's range where (x - mean) * invstd
     # is not keeps CPU's finite value, and no alpha/beta fold makes an inf - inf NaN)
-    stepwise = x.dtype == torch.float32 and layout == "strided"
-    with launch("batch_norm", x.device.index) as nc:
-        for blk in _blocks(nc, g, [X]):
-            p = blk.p
-            mark = nc.mark()
-            if training:
-                m, m2, inv = _bn_stats(nc, blk, count, eps, layout)
-                _store_scalars(nc, view("mean", blk), m)
-                _store_scalars(nc, view("invstd", blk), inv)
-                if rm is not None:  # running = momentum * batch + (1 - momentum) * running (unbiased var)
-                    for name, batch in (("rm", m), ("rv", m2)):
-                        if name not in ks:
-                            continue
-                        stat = batch
-                        if name == "rv":
-                            stat = _row_scalar(nc, p)
-                            nc.vector.tensor_scalar(stat, m2, "divide", float(count - 1), dtype=FP32)
-                        old = _load_scalars(nc, view(name, blk), p)
-                        new = _row_scalar(nc, p)
-                        nc.vector.tensor_scalar(new, stat, "multiply", float(momentum), dtype=FP32)
-                        nc.vector.tensor_scalar(old, old, "multiply", 1.0 - float(momentum), dtype=FP32)
-                        nc.vector.tensor_tensor(new, new, old, "add", dtype=FP32)
-                        _store_scalars(nc, view(name, blk), new)
+    stepwise = layout == "strided"
+    for blk in _blocks(nc, g, [X]):
+        p = blk.p
+        mark = nc.mark()
+        if training:
+            m, m2, inv = _bn_stats(nc, blk, count, eps, layout)
+            _store_scalars(nc, view("mean", blk), m)
+            _store_scalars(nc, view("invstd", blk), inv)
+            if "rm" in ks:  # running = momentum * batch + (1 - momentum) * running (unbiased var)
+                for name, batch in (("rm", m), ("rv", m2)):
+                    if name not in ks:
+                        continue
+                    stat = batch
+                    if name == "rv":
+                        stat = _row_scalar(nc, p)
+                        nc.vector.tensor_scalar(stat, m2, "divide", float(count - 1), dtype=FP32)
+                    old = _load_scalars(nc, view(name, blk), p)
+                    new = _row_scalar(nc, p)
+                    nc.vector.tensor_scalar(new, stat, "multiply", float(momentum), dtype=FP32)
+                    nc.vector.tensor_scalar(old, old, "multiply", 1.0 - float(momentum), dtype=FP32)
+                    nc.vector.tensor_tensor(new, new, old, "add", dtype=FP32)
+                    _store_scalars(nc, view(_stored(name, ks), blk), new)
+        else:
+            m = _load_scalars(nc, view("rm", blk), p)
+            var = _load_scalars(nc, view("rv", blk), p)
+            inv = _row_scalar(nc, p)
+            if stepwise:  # tensor ops in float: 1 / sqrt(running_var + eps), each step rounded
+                nc.vector.tensor_scalar(inv, var, "add", float(eps), dtype=FP32)
+                nc.scalar.activation(inv, inv, "sqrt")
+                nc.scalar.activation(inv, inv, "reciprocal")
             else:
-                m = _load_scalars(nc, view("rm", blk), p)
-                var = _load_scalars(nc, view("rv", blk), p)
-                inv = _row_scalar(nc, p)
-                if stepwise:  # tensor ops in float: 1 / sqrt(running_var + eps), each step rounded
-                    nc.vector.tensor_scalar(inv, var, "add", float(eps), dtype=FP32)
-                    nc.scalar.activation(inv, inv, "sqrt")
-                    nc.scalar.activation(inv, inv, "reciprocal")
-                else:
-                    nc.scalar.activation(inv, var, "rsqrt", bias=float(eps))
-            if stepwise:
-                _bn_stepwise(nc, blk, O, m, inv, view("w", blk) if "w" in ks else None,
-                             view("b", blk) if "b" in ks else None)
-                nc.release_to(mark)
-                continue
-            scale = _row_scalar(nc, p)
-            if "w" in ks:
-                wt = _load_scalars(nc, view("w", blk), p)
-                nc.vector.tensor_tensor(scale, inv, wt, "multiply", dtype=FP32)
-            else:
-                nc.vector.tensor_copy(scale, inv)
-            shift = _row_scalar(nc, p)  # b - mean * scale
-            nc.vector.tensor_tensor(shift, m, scale, "multiply", dtype=FP32)
-            nc.vector.tensor_scalar(shift, shift, "multiply", -1.0, dtype=FP32)
-            if "b" in ks:
-                bt = _load_scalars(nc, view("b", blk), p)
-                nc.vector.tensor_tensor(shift, shift, bt, "add", dtype=FP32)
-            _store_affine(nc, blk, O, O.dtype, scale, shift, fused)
+                nc.scalar.activation(inv, var, "rsqrt", bias=float(eps))
+        if stepwise:
+            _bn_stepwise(nc, blk, O, m, inv, view("w", blk) if "w" in ks else None,
+                         view("b", blk) if "b" in ks else None)
             nc.release_to(mark)
-    return out, save_mean, save_invstd
+            continue
+        scale = _row_scalar(nc, p)
+        if "w" in ks:
+            wt = _load_scalars(nc, view("w", blk), p)
+            nc.vector.tensor_tensor(scale, inv, wt, "multiply", dtype=FP32)
+        else:
+            nc.vector.tensor_copy(scale, inv)
+        shift = _row_scalar(nc, p)  # b - mean * scale
+        nc.vector.tensor_tensor(shift, m, scale, "multiply", dtype=FP32)
+        nc.vector.tensor_scalar(shift, shift, "multiply", -1.0, dtype=FP32)
+        if "b" in ks:
+            bt = _load_scalars(nc, view("b", blk), p)
+            nc.vector.tensor_tensor(shift, shift, bt, "add", dtype=FP32)
+        _store_affine(nc, blk, O, O.dtype, scale, shift, fused)
+        nc.release_to(mark)
 
 
 def _bn_stepwise(nc, blk: _Block, O, m: Tile, inv: Tile, wview, bview, step_dtype=FP32) -> None:
@@ -245,7 +268,7 @@ def _bn_stepwise(nc, blk: _Block, O, m: Tile, inv: Tile, wview, bview, step_dtyp
 
 
 def _bn_reduced_block(nc, blk: _Block, O, ks: dict, view, training: bool, count: int, momentum: float,
-                      eps: float, layout: str, mixed: bool) -> None:
+                      eps: float, layout: str, mixed: bool, fused_host: bool) -> None:
     """One block of channels of a bfloat16/float16 input (``mixed``: fp32 weight, bias and statistics).
 
     The moments come from the engines (``_moments``: fp32 mean and sum of squared deviations); CPU's
@@ -279,12 +302,12 @@ def _bn_reduced_block(nc, blk: _Block, O, ks: dict, view, training: bool, count:
         _store_scalars(nc, view("invstd", blk), sinv)
         for name, t in (("rm", rm_new), ("rv", rv_new)):
             if name in ks:
-                _store_scalars(nc, view(name, blk), t)
+                _store_scalars(nc, view(_stored(name, ks), blk), t)
     if layout == "strided":
         _bn_stepwise(nc, blk, O, mo, io, view("w", blk) if "w" in ks else None,
                      view("b", blk) if "b" in ks else None, step_dtype=FP32 if mixed else dt)
         return
-    _store_affine(nc, blk, O, dt, alpha, beta, cpu_host.fused_multiply_add())
+    _store_affine(nc, blk, O, dt, alpha, beta, fused_host)
 
 
 def _bn_reduced_params(dt: np.dtype, mixed: bool, layout: str, training: bool, n: int, momentum: float, eps: float,
@@ -439,94 +462,108 @@ def _batch_norm_backward(a: dict):
     dx = new_output(tuple(x.shape), x.dtype, x) if mask[0] else None
     dw = new_output((c,), pdtype, x) if mask[1] else None
     db = new_output((c,), pdtype, x) if mask[2] else None
-    count = x.numel() // c
+    arrays = {name: None if t is None else hbm(t) for name, t in
+              (("mean", sm if train else rm), ("stat", si if train else rv), ("w", w), ("dw", dw), ("db", db))}
+    with launch("batch_norm_backward", x.device.index) as nc:
+        backward_program(nc, hbm(dy), hbm(x), None if dx is None else hbm(dx), arrays, train, eps)
+    return dx, dw, db
+
+
+def backward_program(nc, dy: np.ndarray, x: np.ndarray, dx: np.ndarray | None, arrays: dict, train: bool,
+                     eps: float) -> None:
+    """native_batch_norm_backward's tile program on HBM arrays, inside a launch: ``dy``/``x``/``dx`` (N, C,
+    *spatial; ``dx`` None where not asked for); ``arrays``: the [C] arrays by name ("mean"/"stat": the saved mean
+    and invstd in training, the running mean and var in evaluation; "w"; "dw"/"db": the parameter gradients
+    asked for), None or missing where absent. The eager kernel and the compiler's ``batch_norm_backward`` step
+    (compiler/opaque_cnn.py) both run it."""
+    c = x.shape[1]
+    count = x.size // c
     spatial = list(x.shape[2:])
     ks = {}
-    for name, t in (("mean", sm if train else rm), ("stat", si if train else rv), ("w", w), ("dw", dw), ("db", db)):
-        if t is not None:
-            ks[name] = len(ks), hbm(t)
-    kr = [_channels_first(dy), _channels_first(x)] + ([_channels_first(dx)] if dx is not None else [])
+    for name in ("mean", "stat", "w", "dw", "db"):
+        if arrays.get(name) is not None:
+            ks[name] = len(ks), arrays[name]
+    cf = [1, 0] + list(range(2, x.ndim))
+    kr = [dy.transpose(cf), x.transpose(cf)] + ([dx.transpose(cf)] if dx is not None else [])
     g = _Grid([c], [x.shape[0]] + spatial, kr=kr, k=[v for _, v in ks.values()])
     DY, X = g.kr[0], g.kr[1]
 
     def view(name, blk):
         return _at(g.k[ks[name][0]], blk.rsl)
 
-    with launch("batch_norm_backward", x.device.index) as nc:
-        for blk in _blocks(nc, g, [DY, X]):
-            p = blk.p
-            mark = nc.mark()
-            m = _load_scalars(nc, view("mean", blk), p)
-            inv = _load_scalars(nc, view("stat", blk), p)
-            if not train:  # CPU: invstd = 1 / std::sqrt(running_var + eps) in double (eps is a double), then float
-                var, inv = inv, _row_scalar(nc, p)
+    for blk in _blocks(nc, g, [DY, X]):
+        p = blk.p
+        mark = nc.mark()
+        m = _load_scalars(nc, view("mean", blk), p)
+        inv = _load_scalars(nc, view("stat", blk), p)
+        if not train:  # CPU: invstd = 1 / std::sqrt(running_var + eps) in double (eps is a double), then float
+            var, inv = inv, _row_scalar(nc, p)
 
-                def invstd64(o_inv, v):
-                    o_inv[...] = 1.0 / np.sqrt(v.astype(np.float64) + eps)
+            def invstd64(o_inv, v):
+                o_inv[...] = 1.0 / np.sqrt(v.astype(np.float64) + eps)
 
-                with np.errstate(all="ignore"):
-                    nc.gpsimd.run("bn_eval_invstd", invstd64, (inv,), (var,), elements=p, factor=4.0)
-            nm = _row_scalar(nc, p)
-            nc.vector.tensor_scalar(nm, m, "multiply", -1.0, dtype=FP32)
-            gsum, dotp = _row_scalar(nc, p), _row_scalar(nc, p)  # sum(dy), sum((x - mean) * dy)
-            for j, (_, (tdy, tx)) in enumerate(blk.each(0, 1)):
+            with np.errstate(all="ignore"):
+                nc.gpsimd.run("bn_eval_invstd", invstd64, (inv,), (var,), elements=p, factor=4.0)
+        nm = _row_scalar(nc, p)
+        nc.vector.tensor_scalar(nm, m, "multiply", -1.0, dtype=FP32)
+        gsum, dotp = _row_scalar(nc, p), _row_scalar(nc, p)  # sum(dy), sum((x - mean) * dy)
+        for j, (_, (tdy, tx)) in enumerate(blk.each(0, 1)):
+            inner = nc.mark()
+            cen = nc.sbuf_tile(tdy.shape, FP32)
+            nc.scalar.activation(cen, tx, "identity", bias=nm)
+            nc.vector.tensor_tensor(cen, cen, tdy, "multiply", dtype=FP32)
+            a1 = gsum if j == 0 else _row_scalar(nc, p)
+            a2 = dotp if j == 0 else _row_scalar(nc, p)
+            nc.vector.tensor_reduce(a1, tdy, "add", dtype=FP32)
+            nc.vector.tensor_reduce(a2, cen, "add", dtype=FP32)
+            if j:
+                _combine(nc, gsum, a1, "add", FP32)
+                _combine(nc, dotp, a2, "add", FP32)
+            nc.release_to(inner)
+        if "dw" in ks:
+            t = _row_scalar(nc, p)
+            nc.vector.tensor_tensor(t, dotp, inv, "multiply", dtype=FP32)
+            _store_scalars(nc, view("dw", blk), t)
+        if "db" in ks:
+            _store_scalars(nc, view("db", blk), gsum)
+        if dx is not None:
+            iw = _row_scalar(nc, p)  # invstd * w
+            if "w" in ks:
+                wt = _load_scalars(nc, view("w", blk), p)
+                nc.vector.tensor_tensor(iw, inv, wt, "multiply", dtype=FP32)
+            else:
+                nc.vector.tensor_copy(iw, inv)
+            DX = g.kr[2]
+            if train:  # dx = (dy - gsum / n - (x - mean) * dotp * invstd^2 / n) * invstd * w
+                k = _row_scalar(nc, p)
+                nc.vector.tensor_tensor(k, dotp, inv, "multiply", dtype=FP32)
+                nc.vector.tensor_tensor(k, k, inv, "multiply", dtype=FP32)
+                nc.vector.tensor_scalar(k, k, "divide", float(count), dtype=FP32)
+                km = _row_scalar(nc, p)
+                nc.vector.tensor_tensor(km, nm, k, "multiply", dtype=FP32)  # -mean * k
+                gm = _row_scalar(nc, p)
+                nc.vector.tensor_scalar(gm, gsum, "divide", float(count), dtype=FP32)
+                ngm = _row_scalar(nc, p)  # -grad_mean * invstd * w
+                nc.vector.tensor_tensor(ngm, gm, iw, "multiply", dtype=FP32)
+                nc.vector.tensor_scalar(ngm, ngm, "multiply", -1.0, dtype=FP32)
+            for ch, (tdy, tx) in blk.each(0, 1):
                 inner = nc.mark()
-                cen = nc.sbuf_tile(tdy.shape, FP32)
-                nc.scalar.activation(cen, tx, "identity", bias=nm)
-                nc.vector.tensor_tensor(cen, cen, tdy, "multiply", dtype=FP32)
-                a1 = gsum if j == 0 else _row_scalar(nc, p)
-                a2 = dotp if j == 0 else _row_scalar(nc, p)
-                nc.vector.tensor_reduce(a1, tdy, "add", dtype=FP32)
-                nc.vector.tensor_reduce(a2, cen, "add", dtype=FP32)
-                if j:
-                    _combine(nc, gsum, a1, "add", FP32)
-                    _combine(nc, dotp, a2, "add", FP32)
-                nc.release_to(inner)
-            if "dw" in ks:
-                t = _row_scalar(nc, p)
-                nc.vector.tensor_tensor(t, dotp, inv, "multiply", dtype=FP32)
-                _store_scalars(nc, view("dw", blk), t)
-            if "db" in ks:
-                _store_scalars(nc, view("db", blk), gsum)
-            if dx is not None:
-                iw = _row_scalar(nc, p)  # invstd * w
-                if "w" in ks:
-                    wt = _load_scalars(nc, view("w", blk), p)
-                    nc.vector.tensor_tensor(iw, inv, wt, "multiply", dtype=FP32)
+                res = nc.sbuf_tile(tdy.shape, DX.dtype)
+                if train:
+                    proj = nc.sbuf_tile(tdy.shape, FP32)
+                    nc.scalar.activation(proj, tx, "identity", scale=k, bias=km)
+                    diff = nc.sbuf_tile(tdy.shape, FP32)
+                    nc.vector.tensor_tensor(diff, tdy, proj, "subtract", dtype=FP32)
+                    nc.scalar.activation(res, diff, "identity", scale=iw, bias=ngm)
+                elif "w" in ks:  # CPU's eval kernel: (dy * invstd) * w, each product rounded to fp32
+                    scaled = nc.sbuf_tile(tdy.shape, FP32)
+                    nc.scalar.activation(scaled, tdy, "identity", scale=inv)
+                    nc.scalar.activation(res, scaled, "identity", scale=wt)
                 else:
-                    nc.vector.tensor_copy(iw, inv)
-                DX = g.kr[2]
-                if train:  # dx = (dy - gsum / n - (x - mean) * dotp * invstd^2 / n) * invstd * w
-                    k = _row_scalar(nc, p)
-                    nc.vector.tensor_tensor(k, dotp, inv, "multiply", dtype=FP32)
-                    nc.vector.tensor_tensor(k, k, inv, "multiply", dtype=FP32)
-                    nc.vector.tensor_scalar(k, k, "divide", float(count), dtype=FP32)
-                    km = _row_scalar(nc, p)
-                    nc.vector.tensor_tensor(km, nm, k, "multiply", dtype=FP32)  # -mean * k
-                    gm = _row_scalar(nc, p)
-                    nc.vector.tensor_scalar(gm, gsum, "divide", float(count), dtype=FP32)
-                    ngm = _row_scalar(nc, p)  # -grad_mean * invstd * w
-                    nc.vector.tensor_tensor(ngm, gm, iw, "multiply", dtype=FP32)
-                    nc.vector.tensor_scalar(ngm, ngm, "multiply", -1.0, dtype=FP32)
-                for ch, (tdy, tx) in blk.each(0, 1):
-                    inner = nc.mark()
-                    res = nc.sbuf_tile(tdy.shape, DX.dtype)
-                    if train:
-                        proj = nc.sbuf_tile(tdy.shape, FP32)
-                        nc.scalar.activation(proj, tx, "identity", scale=k, bias=km)
-                        diff = nc.sbuf_tile(tdy.shape, FP32)
-                        nc.vector.tensor_tensor(diff, tdy, proj, "subtract", dtype=FP32)
-                        nc.scalar.activation(res, diff, "identity", scale=iw, bias=ngm)
-                    elif "w" in ks:  # CPU's eval kernel: (dy * invstd) * w, each product rounded to fp32
-                        scaled = nc.sbuf_tile(tdy.shape, FP32)
-                        nc.scalar.activation(scaled, tdy, "identity", scale=inv)
-                        nc.scalar.activation(res, scaled, "identity", scale=wt)
-                    else:
-                        nc.scalar.activation(res, tdy, "identity", scale=inv)
-                    blk.store(DX, ch, res)
-                    nc.release_to(inner)
-            nc.release_to(mark)
-    return dx, dw, db
+                    nc.scalar.activation(res, tdy, "identity", scale=inv)
+                blk.store(DX, ch, res)
+                nc.release_to(inner)
+        nc.release_to(mark)
 
 
 # Generated out= wrappers (CompositeExplicitAutograd) that call the functional kernels above and copy.

@@ -11,6 +11,7 @@ the weight and bias gradients; pass B applies the coefficients row by row.
 
 from __future__ import annotations
 
+import math
 
 import numpy as np
 import torch
@@ -90,53 +91,75 @@ def _group_norm(a: dict):
     mean, rstd = new_output((n, groups), sdtype, x), new_output((n, groups), sdtype, x)
     if mean.numel() == 0:
         return out, mean, rstd
-    d = c // groups
-    count = d * hw
-    spatial = list(x.shape[2:])
-    xg, og = _grouped(x, groups), _grouped(out, groups)
     # fp32 copies of the statistics for the normalisation pass (the outputs may be bf16/fp16)
-    fmean = mean if sdtype == torch.float32 else _scratch((n, groups), x)
-    frstd = rstd if sdtype == torch.float32 else _scratch((n, groups), x)
+    fmean = None if sdtype == torch.float32 else _scratch((n, groups), x)
+    frstd = None if sdtype == torch.float32 else _scratch((n, groups), x)
     with launch("group_norm", x.device.index) as nc:
-        if count == 0:
-            _fill(nc, hbm(mean), 0.0, FP32)
-            _fill(nc, hbm(rstd), np.nan, FP32)
-            return out, mean, rstd
-        stats = _Grid([n, groups], [d] + spatial, kr=[xg],
-                      k=[hbm(mean), hbm(rstd)] + ([hbm(fmean), hbm(frstd)] if fmean is not mean else []))
-        for blk in _blocks(nc, stats, stats.kr):
-            m, m2 = _moments(nc, blk, count)
-            r = _rstd(nc, m2, count, eps)
-            for view, t in zip(stats.k, (m, r, m, r)):
-                _store_scalars(nc, _at(view, blk.rsl), t)
-            for t in (r, m2, m):
-                nc.release(t)
-        params = [_channel_param(hbm(p), n, groups) for p in (w, b) if p is not None]
-        norm = _Grid([n, groups, d], spatial, kr=[xg, og],
-                     k=[_per_channel(hbm(fmean), d), _per_channel(hbm(frstd), d)] + params)
-        X, O = norm.kr
-        for blk in _blocks(nc, norm, [X]):
-            p = blk.p
-            mark = nc.mark()
-            m = _load_scalars(nc, _at(norm.k[0], blk.rsl), p)
-            scale = _load_scalars(nc, _at(norm.k[1], blk.rsl), p)
-            ks = iter(norm.k[2:])
-            if w is not None:
-                wt = _load_scalars(nc, _at(next(ks), blk.rsl), p)
-                nc.vector.tensor_tensor(scale, scale, wt, "multiply", dtype=FP32)
-            shift = _row_scalar(nc, p)  # b - mean * scale
-            nc.vector.tensor_tensor(shift, m, scale, "multiply", dtype=FP32)
-            nc.vector.tensor_scalar(shift, shift, "multiply", -1.0, dtype=FP32)
-            if b is not None:
-                bt = _load_scalars(nc, _at(next(ks), blk.rsl), p)
-                nc.vector.tensor_tensor(shift, shift, bt, "add", dtype=FP32)
-            for ch, (t,) in blk.each(0):
-                res = nc.sbuf_tile(t.shape, O.dtype)
-                nc.scalar.activation(res, t, "identity", scale=scale, bias=shift)
-                blk.store(O, ch, res)
-                nc.release(res)
-            nc.release_to(mark)
+        forward_program(nc, hbm(x), hbm(out), hbm(mean), hbm(rstd), None if w is None else hbm(w),
+                        None if b is None else hbm(b), groups, eps,
+                        None if fmean is None else (hbm(fmean), hbm(frstd)))
     return out, mean, rstd
+
+
+def _grouped_array(v: np.ndarray, groups: int) -> np.ndarray:
+    """(N, C, *spatial) array -> view (N, G, C/G, *spatial)."""
+    n, c = v.shape[0], v.shape[1]
+    d = c // groups
+    s = v.strides
+    return as_strided(v, (n, groups, d) + v.shape[2:], (s[0], d * s[1], s[1]) + s[2:])
+
+
+def forward_program(nc, x: np.ndarray, out: np.ndarray, mean: np.ndarray, rstd: np.ndarray, w: np.ndarray | None,
+                    b: np.ndarray | None, groups: int, eps: float,
+                    fp32_stats: tuple[np.ndarray, np.ndarray] | None) -> None:
+    """The group norm's tile program on HBM arrays, inside a launch: ``x``/``out`` (N, C, *spatial), ``mean``/
+    ``rstd`` (N, G), ``w``/``b`` (C,) or None; ``fp32_stats``: (N, G) float32 scratch for the normalisation pass
+    where the statistics are stored in bfloat16/float16, else None. The eager kernel and the compiler's
+    ``group_norm`` step (compiler/opaque_cnn.py) both run it."""
+    n, c = x.shape[0], x.shape[1]
+    d = c // groups
+    spatial = list(x.shape[2:])
+    count = d * math.prod(spatial)
+    xg, og = _grouped_array(x, groups), _grouped_array(out, groups)
+    fmean, frstd = fp32_stats if fp32_stats is not None else (mean, rstd)
+    if count == 0:
+        _fill(nc, mean, 0.0, FP32)
+        _fill(nc, rstd, np.nan, FP32)
+        return
+    stats = _Grid([n, groups], [d] + spatial, kr=[xg],
+                  k=[mean, rstd] + ([fmean, frstd] if fp32_stats is not None else []))
+    for blk in _blocks(nc, stats, stats.kr):
+        m, m2 = _moments(nc, blk, count)
+        r = _rstd(nc, m2, count, eps)
+        for view, t in zip(stats.k, (m, r, m, r)):
+            _store_scalars(nc, _at(view, blk.rsl), t)
+        for t in (r, m2, m):
+            nc.release(t)
+    params = [_channel_param(p, n, groups) for p in (w, b) if p is not None]
+    norm = _Grid([n, groups, d], spatial, kr=[xg, og],
+                 k=[_per_channel(fmean, d), _per_channel(frstd, d)] + params)
+    X, O = norm.kr
+    for blk in _blocks(nc, norm, [X]):
+        p = blk.p
+        mark = nc.mark()
+        m = _load_scalars(nc, _at(norm.k[0], blk.rsl), p)
+        scale = _load_scalars(nc, _at(norm.k[1], blk.rsl), p)
+        ks = iter(norm.k[2:])
+        if w is not None:
+            wt = _load_scalars(nc, _at(next(ks), blk.rsl), p)
+            nc.vector.tensor_tensor(scale, scale, wt, "multiply", dtype=FP32)
+        shift = _row_scalar(nc, p)  # b - mean * scale
+        nc.vector.tensor_tensor(shift, m, scale, "multiply", dtype=FP32)
+        nc.vector.tensor_scalar(shift, shift, "multiply", -1.0, dtype=FP32)
+        if b is not None:
+            bt = _load_scalars(nc, _at(next(ks), blk.rsl), p)
+            nc.vector.tensor_tensor(shift, shift, bt, "add", dtype=FP32)
+        for ch, (t,) in blk.each(0):
+            res = nc.sbuf_tile(t.shape, O.dtype)
+            nc.scalar.activation(res, t, "identity", scale=scale, bias=shift)
+            blk.store(O, ch, res)
+            nc.release(res)
+        nc.release_to(mark)
 
 
 TABLE.serves("aten::native_group_norm.out", "aten::native_group_norm")

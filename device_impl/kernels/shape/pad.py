@@ -258,24 +258,30 @@ class _Pad:
     def backward_compute(self, gi: torch.Tensor, g: torch.Tensor, x: torch.Tensor, padding) -> None:
         if gi.numel() == 0:
             return
-        pads = self.pads(padding)
-        dims = list(range(x.dim() - self.n, x.dim()))
         keep: list[torch.Tensor] = []
+
+        def scratch(shape) -> np.ndarray:
+            keep.append(torch.empty(shape, dtype=torch.float32, device=gi.device))
+            return hbm(keep[-1])
+
         with launch(self.name + "_backward", gi.device.index) as nc:
-            cur = hbm(g)
-            for step, (d, (pl, pr)) in enumerate(zip(reversed(dims), reversed(pads))):
-                shape = list(cur.shape)
-                shape[d] = x.shape[d]
-                last = step == len(dims) - 1
-                if last and gi.dtype == torch.float32:
-                    dst = hbm(gi)
-                else:
-                    keep.append(torch.empty(shape, dtype=torch.float32, device=gi.device))
-                    dst = hbm(keep[-1])
-                self._fold(nc, dst, cur, d, x.shape[d], pl, pr)
-                cur = dst
-            if gi.dtype != torch.float32:
-                _move(nc, hbm(gi), cur)
+            self.backward_program(nc, hbm(gi), hbm(g), self.pads(padding), scratch)
+
+    def backward_program(self, nc, gi: np.ndarray, g: np.ndarray, pads: list[tuple[int, int]], scratch) -> None:
+        """The backward's tile program on HBM arrays, inside a launch: ``gi`` (the input's shape) from ``g`` (the
+        output's), one fold per padded dim, innermost first, through float32 buffers ``scratch(shape)`` gives.
+        The eager kernel and the compiler's ``pad_backward`` step (compiler/opaque_cnn.py) both run it."""
+        dims = list(range(gi.ndim - self.n, gi.ndim))
+        cur = g
+        for step, (d, (pl, pr)) in enumerate(zip(reversed(dims), reversed(pads))):
+            shape = list(cur.shape)
+            shape[d] = gi.shape[d]
+            last = step == len(dims) - 1
+            dst = gi if last and gi.dtype == np.float32 else scratch(shape)
+            self._fold(nc, dst, cur, d, gi.shape[d], pl, pr)
+            cur = dst
+        if gi.dtype != np.float32:
+            _move(nc, gi, cur)
 
     def _fold(self, nc, dst: np.ndarray, src: np.ndarray, d: int, w: int, pl: int, pr: int) -> None:
         """dst (input size along d, fp32) = the adjoint of padding dim d applied to src, as CPU's backward

@@ -159,7 +159,7 @@ def _batch_views(x1v, x2v, out_v):
 def cdist_forward(x1, x2, p, compute_mode):
     mode = _cdist_check(x1, x2, p, compute_mode)
     batch = torch.broadcast_shapes(tuple(x1.shape[:-2]), tuple(x2.shape[:-2]))
-    r1, r2, m = x1.shape[-2], x2.shape[-2], x1.shape[-1]
+    r1, r2 = x1.shape[-2], x2.shape[-2]
     out = torch.empty(tuple(batch) + (r1, r2), dtype=x1.dtype, device=x1.device)
     use_mm = p == 2 and (mode == 1 or (mode == 0 and (r1 > 25 or r2 > 25)))
     if out.numel() == 0:
@@ -170,19 +170,24 @@ def cdist_forward(x1, x2, p, compute_mode):
     if not use_mm and x1.dtype != torch.float32:
         raise NotImplementedError(f'"cdist" not implemented for \'{SCALAR_TYPE_NAMES[x1.dtype]}\'')
     with launch("cdist", x1.device.index) as nc:
-        scratch = _Scratch(x1.device)
-        if m == 0:
-            _fill(nc, hbm(out), 0.0)
-            return out
-        for a, b, o in _batch_views(hbm(x1), hbm(x2), hbm(out)):
-            if use_mm:
-                _euclidean_into(nc, scratch, o, a, b)
-            else:
-                def store(i0, i1, j0, j1, tile, o=o):
-                    nc.dma.store(o[i0:i1, j0:j1], tile)
-
-                _dist_blocks(nc, o, a, b, float(p), store)
+        cdist_program(nc, _Scratch(x1.device), hbm(x1), hbm(x2), hbm(out), float(p), use_mm)
     return out
+
+
+def cdist_program(nc, scratch, x1v: np.ndarray, x2v: np.ndarray, out_v: np.ndarray, p: float, use_mm: bool) -> None:
+    """_cdist_forward's tile program on HBM arrays, inside a launch (``use_mm``: CPU's matrix-product path for
+    p = 2). The eager kernel and the compiler's ``cdist`` step (compiler/opaque_cnn.py) both run it."""
+    if x1v.shape[-1] == 0:
+        _fill(nc, out_v, 0.0)
+        return
+    for a, b, o in _batch_views(x1v, x2v, out_v):
+        if use_mm:
+            _euclidean_into(nc, scratch, o, a, b)
+        else:
+            def store(i0, i1, j0, j1, tile, o=o):
+                nc.dma.store(o[i0:i1, j0:j1], tile)
+
+            _dist_blocks(nc, o, a, b, p, store)
 
 
 TABLE.serves("aten::_cdist_forward.out", "aten::_cdist_forward")
@@ -222,25 +227,30 @@ def pdist_forward(input, p=2.0):
     out = torch.empty((n * (n - 1) // 2,), dtype=input.dtype, device=input.device)
     if out.numel() == 0:
         return out
-    x = hbm(input)
-    o = hbm(out)
     with launch("pdist", input.device.index) as nc:
-        if m == 0:
-            _fill(nc, o, 0.0)
-            return out
-
-        def store(i0, i1, j0, j1, tile):
-            nj = j1 - j0
-            for i in range(i0, i1):
-                lo = max(j0, i + 1)
-                if lo >= j1:
-                    continue
-                base = i * n - i * (i + 1) // 2 - i - 1  # offset of pair (i, j) is base + j
-                col = (i - i0) * nj + (lo - j0)
-                nc.dma.store(o[base + lo:base + j1].reshape(1, j1 - lo), tile[:, col:col + j1 - lo])
-
-        _dist_blocks(nc, o, x, x, float(p), store)
+        pdist_program(nc, hbm(input), hbm(out), float(p))
     return out
+
+
+def pdist_program(nc, x: np.ndarray, o: np.ndarray, p: float) -> None:
+    """_pdist_forward's tile program on HBM arrays, inside a launch: ``x`` (N, M), ``o`` (N * (N - 1) / 2,). The
+    eager kernel and the compiler's ``pdist`` step (compiler/opaque_cnn.py) both run it."""
+    n, m = x.shape
+    if m == 0:
+        _fill(nc, o, 0.0)
+        return
+
+    def store(i0, i1, j0, j1, tile):
+        nj = j1 - j0
+        for i in range(i0, i1):
+            lo = max(j0, i + 1)
+            if lo >= j1:
+                continue
+            base = i * n - i * (i + 1) // 2 - i - 1  # offset of pair (i, j) is base + j
+            col = (i - i0) * nj + (lo - j0)
+            nc.dma.store(o[base + lo:base + j1].reshape(1, j1 - lo), tile[:, col:col + j1 - lo])
+
+    _dist_blocks(nc, o, x, x, p, store)
 
 
 TABLE.serves("aten::_pdist_forward.out", "aten::_pdist_forward")

@@ -233,49 +233,57 @@ def grid_sampler_2d(input, grid, interpolation_mode, padding_mode, align_corners
     out = torch.empty((n_batch, c, oh, ow), dtype=input.dtype, device=input.device)
     if out.numel() == 0:
         return out
-    dt = hbm(input).dtype
+    with launch("grid_sampler_2d", input.device.index) as nc:
+        forward_program(nc, _Scratch(input.device), hbm(input), hbm(grid), hbm(out), interpolation_mode,
+                        padding_mode, align_corners)
+    return out
+
+
+def forward_program(nc, scratch, x_v: np.ndarray, g_v: np.ndarray, out_v: np.ndarray, interpolation_mode: int,
+                    padding_mode: int, align_corners: bool) -> None:
+    """grid_sampler_2d's tile program on HBM arrays, inside a launch: ``x_v`` (N, C, H, W), ``g_v`` (N, OH, OW, 2),
+    ``out_v`` (N, C, OH, OW); ``scratch`` gives HBM buffers (the channels-last tables). The eager kernel and the
+    compiler's ``grid_sample`` step (compiler/opaque_cnn.py) both run it."""
+    n_batch, c, h, w = x_v.shape
+    oh, ow = g_v.shape[1], g_v.shape[2]
+    dt = x_v.dtype
     gx = _GridAxis(w, align_corners, padding_mode, dt)
     gy = _GridAxis(h, align_corners, padding_mode, dt)
     must = padding_mode != 0
-    with launch("grid_sampler_2d", input.device.index) as nc:
-        scratch = _Scratch(input.device)
-        table = _grid_tables(nc, scratch, hbm(input))
-        g_v = hbm(grid)
-        out_v = hbm(out)
-        for n in range(n_batch):
-            g2 = g_v[n]  # [OH, OW, 2]
-            out_rows = out_v[n].transpose(1, 2, 0)  # [OH, OW, C]
-            for pos in _boxes((oh, ow), P):
-                (h0, h1), (w0, w1) = pos
-                p = (h1 - h0) * (w1 - w0)
-                mark = nc.mark()
-                gt = nc.sbuf_tile((p, 2), dt)
-                nc.dma.load(gt, g2[h0:h1, w0:w1, :])
-                x = _grid_coords(nc, gt[:, 0:1], gx, dt, p)
-                y = _grid_coords(nc, gt[:, 1:2], gy, dt, p)
-                taps = _grid_corners(nc, x, y, gx, gy, interpolation_mode, dt, p, must)
-                for c0 in range(0, c, FREE):
-                    c1 = min(c, c0 + FREE)
-                    m = nc.mark()
-                    acc = None
-                    for rows, wt in taps:
-                        if rows is None:
-                            continue
-                        v = nc.sbuf_tile((p, c1 - c0), dt)
-                        nc.dma.load_rows(v, table[n][:, c0:c1], rows)
-                        if wt is None:
-                            acc = v
-                            continue
-                        t = nc.sbuf_tile((p, c1 - c0), dt)
-                        nc.vector.tensor_tensor(t, v, wt, "multiply", dtype=FP32)
-                        if acc is None:
-                            acc = t
-                        else:
-                            nc.vector.tensor_tensor(acc, acc, t, "add", dtype=FP32)
-                    nc.dma.store(out_rows[h0:h1, w0:w1, c0:c1], acc)
-                    nc.release_to(m)
-                nc.release_to(mark)
-    return out
+    table = _grid_tables(nc, scratch, x_v)
+    for n in range(n_batch):
+        g2 = g_v[n]  # [OH, OW, 2]
+        out_rows = out_v[n].transpose(1, 2, 0)  # [OH, OW, C]
+        for pos in _boxes((oh, ow), P):
+            (h0, h1), (w0, w1) = pos
+            p = (h1 - h0) * (w1 - w0)
+            mark = nc.mark()
+            gt = nc.sbuf_tile((p, 2), dt)
+            nc.dma.load(gt, g2[h0:h1, w0:w1, :])
+            x = _grid_coords(nc, gt[:, 0:1], gx, dt, p)
+            y = _grid_coords(nc, gt[:, 1:2], gy, dt, p)
+            taps = _grid_corners(nc, x, y, gx, gy, interpolation_mode, dt, p, must)
+            for c0 in range(0, c, FREE):
+                c1 = min(c, c0 + FREE)
+                m = nc.mark()
+                acc = None
+                for rows, wt in taps:
+                    if rows is None:
+                        continue
+                    v = nc.sbuf_tile((p, c1 - c0), dt)
+                    nc.dma.load_rows(v, table[n][:, c0:c1], rows)
+                    if wt is None:
+                        acc = v
+                        continue
+                    t = nc.sbuf_tile((p, c1 - c0), dt)
+                    nc.vector.tensor_tensor(t, v, wt, "multiply", dtype=FP32)
+                    if acc is None:
+                        acc = t
+                    else:
+                        nc.vector.tensor_tensor(acc, acc, t, "add", dtype=FP32)
+                nc.dma.store(out_rows[h0:h1, w0:w1, c0:c1], acc)
+                nc.release_to(m)
+            nc.release_to(mark)
 
 
 TABLE.serves("aten::grid_sampler_2d.out", "aten::grid_sampler_2d")
@@ -299,90 +307,98 @@ def grid_sampler_2d_backward(grad_output, input, grid, interpolation_mode, paddi
     gg = torch.empty(tuple(grid.shape), dtype=grid.dtype, device=grid.device)
     if gg.numel() == 0 and (gi is None or gi.numel() == 0):
         return gi, gg
-    dt = hbm(input).dtype
+    with launch("grid_sampler_2d_backward", input.device.index) as nc:
+        backward_program(nc, _Scratch(input.device), hbm(input), hbm(grid), hbm(grad_output),
+                         None if gi is None else hbm(gi), hbm(gg), interpolation_mode, padding_mode, align_corners)
+    return gi, gg
+
+
+def backward_program(nc, scratch, x_v: np.ndarray, g_v: np.ndarray, go_v: np.ndarray, gi_v: np.ndarray | None,
+                     gg_v: np.ndarray, interpolation_mode: int, padding_mode: int, align_corners: bool) -> None:
+    """grid_sampler_2d_backward's tile program on HBM arrays, inside a launch: ``gi_v`` (the input's gradient,
+    None where not asked for) and ``gg_v`` (the grid's) from ``go_v``. The eager kernel and the compiler's
+    ``grid_sample_backward`` step (compiler/opaque_cnn.py) both run it."""
+    n_batch, c, h, w = x_v.shape
+    oh, ow = g_v.shape[1], g_v.shape[2]
+    dt = x_v.dtype
     gx_ax = _GridAxis(w, align_corners, padding_mode, dt)
     gy_ax = _GridAxis(h, align_corners, padding_mode, dt)
     must = padding_mode != 0
-    with launch("grid_sampler_2d_backward", input.device.index) as nc:
-        scratch = _Scratch(input.device)
-        table = _grid_tables(nc, scratch, hbm(input))
-        acc = None
-        if gi is not None:
-            acc = scratch.new((n_batch, h * w + 1, c), FP32)
-            _fill(nc, acc, 0.0)
-        g_v, go_v, gg_v = hbm(grid), hbm(grad_output), hbm(gg)
-        for n in range(n_batch):
-            go_rows = go_v[n].transpose(1, 2, 0)  # [OH, OW, C]
-            for pos in _boxes((oh, ow), P):
-                (h0, h1), (w0, w1) = pos
-                p = (h1 - h0) * (w1 - w0)
-                mark = nc.mark()
-                gt = nc.sbuf_tile((p, 2), dt)
-                nc.dma.load(gt, g_v[n][h0:h1, w0:w1, :])
-                mx = nc.sbuf_tile((p, 1), dt)
-                my = nc.sbuf_tile((p, 1), dt)
-                x = _grid_coords(nc, gt[:, 0:1], gx_ax, dt, p, mult=mx)
-                y = _grid_coords(nc, gt[:, 1:2], gy_ax, dt, p, mult=my)
-                taps = _grid_corners(nc, x, y, gx_ax, gy_ax, interpolation_mode, dt, p, must)
-                gsum = [nc.sbuf_tile((p, 1), dt), nc.sbuf_tile((p, 1), dt)]
-                for t in gsum:
-                    nc.vector.memset(t, 0.0)
-                for c0 in range(0, max(c, 1), FREE):
-                    c1 = min(c, c0 + FREE)
-                    if c1 <= c0:
-                        break
-                    m = nc.mark()
-                    go = nc.sbuf_tile((p, c1 - c0), dt)
-                    nc.dma.load(go, go_rows[h0:h1, w0:w1, c0:c1])
-                    corners = [(rows, wt) for rows, wt in taps if rows is not None]
-                    if acc is not None:
-                        for rows, wt in corners:
-                            contrib = nc.sbuf_tile((p, c1 - c0), FP32)
-                            if wt is None:
-                                nc.vector.tensor_copy(contrib, go)
-                            else:
-                                r = nc.sbuf_tile((p, c1 - c0), dt)  # (weight * gOut) rounded like CPU's store
-                                nc.vector.tensor_tensor(r, go, wt, "multiply", dtype=FP32)
-                                nc.vector.tensor_copy(contrib, r)
-                            nc.dma.store_rows(acc[n][:, c0:c1], rows, contrib, accumulate=True)
-                    if interpolation_mode == 0:
-                        dist_w, dist_e, dist_n, dist_s = taps[-1][1]
-                        vals = []
-                        for rows, _ in corners:
-                            v = nc.sbuf_tile((p, c1 - c0), dt)
-                            nc.dma.load_rows(v, table[n][:, c0:c1], rows)
-                            vals.append(v)
-                        nw, ne, sw, se = vals
-                        for k, (a1, a2, b1, b2, wa, wb) in enumerate(((ne, nw, se, sw, dist_s, dist_n),
-                                                                      (sw, nw, se, ne, dist_e, dist_w))):
-                            d1 = nc.sbuf_tile((p, c1 - c0), dt)
-                            nc.vector.tensor_tensor(d1, a1, a2, "subtract", dtype=FP32)
-                            nc.vector.tensor_tensor(d1, d1, wa, "multiply", dtype=FP32)
-                            d2 = nc.sbuf_tile((p, c1 - c0), dt)
-                            nc.vector.tensor_tensor(d2, b1, b2, "subtract", dtype=FP32)
-                            nc.vector.tensor_tensor(d2, d2, wb, "multiply", dtype=FP32)
-                            nc.vector.tensor_tensor(d1, d1, d2, "add", dtype=FP32)
-                            nc.vector.tensor_tensor(d1, d1, go, "multiply", dtype=FP32)
-                            if dt == FP32:
-                                part = nc.sbuf_tile((p, 1), FP32)
-                                nc.vector.tensor_reduce(part, d1, "add", dtype=FP32)
-                                nc.vector.tensor_tensor(gsum[k], gsum[k], part, "add", dtype=FP32)
-                            else:  # CPU accumulates channel by channel in the input dtype
-                                for j in range(c1 - c0):
-                                    nc.vector.tensor_tensor(gsum[k], gsum[k], d1[:, j:j + 1], "add", dtype=FP32)
-                    nc.release_to(m)
-                res = nc.sbuf_tile((p, 2), dt)
+    table = _grid_tables(nc, scratch, x_v)
+    acc = None
+    if gi_v is not None:
+        acc = scratch.new((n_batch, h * w + 1, c), FP32)
+        _fill(nc, acc, 0.0)
+    for n in range(n_batch):
+        go_rows = go_v[n].transpose(1, 2, 0)  # [OH, OW, C]
+        for pos in _boxes((oh, ow), P):
+            (h0, h1), (w0, w1) = pos
+            p = (h1 - h0) * (w1 - w0)
+            mark = nc.mark()
+            gt = nc.sbuf_tile((p, 2), dt)
+            nc.dma.load(gt, g_v[n][h0:h1, w0:w1, :])
+            mx = nc.sbuf_tile((p, 1), dt)
+            my = nc.sbuf_tile((p, 1), dt)
+            x = _grid_coords(nc, gt[:, 0:1], gx_ax, dt, p, mult=mx)
+            y = _grid_coords(nc, gt[:, 1:2], gy_ax, dt, p, mult=my)
+            taps = _grid_corners(nc, x, y, gx_ax, gy_ax, interpolation_mode, dt, p, must)
+            gsum = [nc.sbuf_tile((p, 1), dt), nc.sbuf_tile((p, 1), dt)]
+            for t in gsum:
+                nc.vector.memset(t, 0.0)
+            for c0 in range(0, max(c, 1), FREE):
+                c1 = min(c, c0 + FREE)
+                if c1 <= c0:
+                    break
+                m = nc.mark()
+                go = nc.sbuf_tile((p, c1 - c0), dt)
+                nc.dma.load(go, go_rows[h0:h1, w0:w1, c0:c1])
+                corners = [(rows, wt) for rows, wt in taps if rows is not None]
+                if acc is not None:
+                    for rows, wt in corners:
+                        contrib = nc.sbuf_tile((p, c1 - c0), FP32)
+                        if wt is None:
+                            nc.vector.tensor_copy(contrib, go)
+                        else:
+                            r = nc.sbuf_tile((p, c1 - c0), dt)  # (weight * gOut) rounded like CPU's store
+                            nc.vector.tensor_tensor(r, go, wt, "multiply", dtype=FP32)
+                            nc.vector.tensor_copy(contrib, r)
+                        nc.dma.store_rows(acc[n][:, c0:c1], rows, contrib, accumulate=True)
                 if interpolation_mode == 0:
-                    nc.vector.tensor_tensor(res[:, 0:1], gsum[0], mx, "multiply", dtype=FP32)
-                    nc.vector.tensor_tensor(res[:, 1:2], gsum[1], my, "multiply", dtype=FP32)
-                else:
-                    nc.vector.memset(res, 0.0)
-                nc.dma.store(gg_v[n][h0:h1, w0:w1, :], res)
-                nc.release_to(mark)
-        if gi is not None and gi.numel():
-            gi_v = hbm(gi)
-            _copy_cast(nc, gi_v.transpose(0, 2, 3, 1), _split(acc[:, :h * w, :], 1, (h, w)))
-    return gi, gg
+                    dist_w, dist_e, dist_n, dist_s = taps[-1][1]
+                    vals = []
+                    for rows, _ in corners:
+                        v = nc.sbuf_tile((p, c1 - c0), dt)
+                        nc.dma.load_rows(v, table[n][:, c0:c1], rows)
+                        vals.append(v)
+                    nw, ne, sw, se = vals
+                    for k, (a1, a2, b1, b2, wa, wb) in enumerate(((ne, nw, se, sw, dist_s, dist_n),
+                                                                  (sw, nw, se, ne, dist_e, dist_w))):
+                        d1 = nc.sbuf_tile((p, c1 - c0), dt)
+                        nc.vector.tensor_tensor(d1, a1, a2, "subtract", dtype=FP32)
+                        nc.vector.tensor_tensor(d1, d1, wa, "multiply", dtype=FP32)
+                        d2 = nc.sbuf_tile((p, c1 - c0), dt)
+                        nc.vector.tensor_tensor(d2, b1, b2, "subtract", dtype=FP32)
+                        nc.vector.tensor_tensor(d2, d2, wb, "multiply", dtype=FP32)
+                        nc.vector.tensor_tensor(d1, d1, d2, "add", dtype=FP32)
+                        nc.vector.tensor_tensor(d1, d1, go, "multiply", dtype=FP32)
+                        if dt == FP32:
+                            part = nc.sbuf_tile((p, 1), FP32)
+                            nc.vector.tensor_reduce(part, d1, "add", dtype=FP32)
+                            nc.vector.tensor_tensor(gsum[k], gsum[k], part, "add", dtype=FP32)
+                        else:  # CPU accumulates channel by channel in the input dtype
+                            for j in range(c1 - c0):
+                                nc.vector.tensor_tensor(gsum[k], gsum[k], d1[:, j:j + 1], "add", dtype=FP32)
+                nc.release_to(m)
+            res = nc.sbuf_tile((p, 2), dt)
+            if interpolation_mode == 0:
+                nc.vector.tensor_tensor(res[:, 0:1], gsum[0], mx, "multiply", dtype=FP32)
+                nc.vector.tensor_tensor(res[:, 1:2], gsum[1], my, "multiply", dtype=FP32)
+            else:
+                nc.vector.memset(res, 0.0)
+            nc.dma.store(gg_v[n][h0:h1, w0:w1, :], res)
+            nc.release_to(mark)
+    if gi_v is not None and gi_v.size:
+        _copy_cast(nc, gi_v.transpose(0, 2, 3, 1), _split(acc[:, :h * w, :], 1, (h, w)))
 
 
 TABLE.serves("aten::grid_sampler_2d_backward.out", "aten::grid_sampler_2d_backward")
