@@ -211,6 +211,38 @@ def strided_random_fill(gm: torch.fx.GraphModule) -> UnsupportedOpError | None:
     return None
 
 
+def resized_out(gm: torch.fx.GraphModule) -> UnsupportedOpError | None:
+    """Why the graph must run as Dynamo traced it: a call whose out= tensor has another shape than its result, so
+    the call resizes it (CPU resizes with a UserWarning). Dynamo breaks the graph there the first time it traces the
+    call ("Shape mismatch with out= tensor variant"), but after ``torch._dynamo.reset()`` it traced the same code
+    into a graph whose traced result keeps the out tensor's old shape, and AOTAutograd's copy back of the
+    functionalised result into the out tensor then failed at run time ("The size of tensor a (21) must match the
+    size of tensor b (20)"; CPU's ``aot_eager`` fails too, at compile time). The result's shape is asked of the
+    functional call on meta tensors of the traced values. Run eagerly, the device's out= kernel resizes as CPU's does."""
+    def meta(value: Any) -> Any:  # a traced value as a meta tensor: no fake mode (a graph's values may mix two)
+        if isinstance(value, torch.Tensor):
+            return torch.empty_strided(value.shape, value.stride(), dtype=value.dtype, device="meta")
+        return value
+
+    for node in gm.graph.nodes:
+        out = node.kwargs.get("out") if node.op == "call_function" else None
+        if out is None:
+            continue
+        values = lambda a: torch.fx.map_arg(a, lambda n: meta(n.meta.get("example_value")))  # noqa: E731
+        args, kwargs = values(node.args), {k: values(v) for k, v in node.kwargs.items() if k != "out"}
+        outs = values(out if isinstance(out, (list, tuple)) else (out,))
+        try:
+            results = node.target(*args, **kwargs)
+        except Exception:  # noqa: BLE001 - no meta kernel, or the call's own refusal, raised where it runs
+            continue
+        results = results if isinstance(results, (list, tuple)) else (results,)
+        for value, result in zip(outs, results):
+            if isinstance(value, torch.Tensor) and isinstance(result, torch.Tensor) and value.shape != result.shape:
+                return UnsupportedOpError("out= of another shape than the result",
+                                          f"out= of shape {list(value.shape)} is resized to {list(result.shape)}")
+    return None
+
+
 def _identity(gm: torch.fx.GraphModule) -> tuple[Any, str]:
     compile_id = gm.meta.get("dynamo_compile_id") if hasattr(gm, "meta") else None
     if compile_id is None:
@@ -759,13 +791,13 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: list, **kwarg
     device_index = check_devices(gm, example_inputs)
     frame, graph = _identity(gm)
     if symbolic is not None:  # automatic dynamic: compile per concrete shape when called
-        strided = strided_random_fill(gm)  # the traced layouts are the symbolic graph's, for every size
+        strided = strided_random_fill(gm) or resized_out(gm)  # the traced layouts: the symbolic graph's
         if strided is not None:
             counters.graph_received(frame, graph, _signature(gm, example_inputs))
             return fallback.dynamo_graph(gm, strided, graph, config)
         return PerShape(gm, frame, graph, device_index, config)
     counters.graph_received(frame, graph, _signature(gm, example_inputs))
-    overlapping = overlapping_written(gm, example_inputs) or strided_random_fill(gm)
+    overlapping = overlapping_written(gm, example_inputs) or strided_random_fill(gm) or resized_out(gm)
     if overlapping is not None:  # AOTAutograd's copy-back would refuse what the eager op accepts
         return fallback.dynamo_graph(gm, overlapping, graph, config)
     try:
