@@ -33,6 +33,7 @@ import torch
 import torch.fx
 
 from device_impl.compiler import opaque_cnn
+from device_impl.compiler.fxargs import bound as _bound
 from device_impl.compiler.ir import Graph, Op, TensorType
 
 aten = torch.ops.aten
@@ -52,20 +53,6 @@ class Cut:
 
     def key(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def _bound(node: torch.fx.Node) -> dict[str, Any]:
-    """The node's arguments by schema name, defaults filled in."""
-    schema = node.target._schema
-    values: dict[str, Any] = {}
-    for i, arg in enumerate(schema.arguments):
-        if i < len(node.args):
-            values[arg.name] = node.args[i]
-        elif arg.name in node.kwargs:
-            values[arg.name] = node.kwargs[arg.name]
-        else:
-            values[arg.name] = arg.default_value if arg.has_default_value() else None
-    return values
 
 
 _DTYPES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16", torch.bool: "bool",

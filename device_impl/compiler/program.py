@@ -127,3 +127,13 @@ def broadcast_in_dim(x: np.ndarray, dims: list[int], shape: tuple[int, ...]) -> 
     for i, d in enumerate(dims):
         expanded[d] = x.shape[i]
     return np.broadcast_to(x.reshape(expanded), shape)
+
+
+def operand_array(env: Any, program: Program, vid: int) -> np.ndarray:
+    """The HBM view of ``vid`` in an execution's environment (``executor``'s ``env.access``); a splat (an
+    immediate, never in HBM) as a broadcast array of its shape. Here, beside the program it reads, so that the step
+    runners of ``steps`` and of ``opaque_cnn`` share it without importing each other."""
+    base = program.base(vid)
+    if base in program.splats:
+        return np.broadcast_to(np.asarray(program.splats[base], dtype=program.dtype(vid)), program.shape(vid))
+    return env.access(vid)

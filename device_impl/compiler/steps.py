@@ -21,6 +21,7 @@ import numpy as np
 from device_impl.compiler import counters, gather, lowering, opaque_cnn
 from device_impl.compiler.groups import Access2D, GroupRunner, handed_pieces
 from device_impl.compiler.program import Program
+from device_impl.compiler.program import operand_array as _operand_array
 from device_impl.engine.dtypes import compute_dtype
 from device_impl.kernels import indexing, matmul
 from device_impl.kernels.common import P, flat_tiles
@@ -564,14 +565,6 @@ def _transposed(attrs: dict, nsp: int) -> bool:
     (K - 1) * dilation - padding below, plus output_padding above, around a flipped weight."""
     return ("lhs_dilation" in attrs and list(attrs.get("window_strides", [1] * nsp)) == [1] * nsp
             and not any(attrs.get("window_reversal", [False] * nsp)) and attrs.get("batch_group_count", 1) == 1)
-
-
-def _operand_array(env, program: Program, vid: int) -> np.ndarray:
-    """The HBM view of ``vid``; a splat (an immediate, never in HBM) as a broadcast array of its shape."""
-    base = program.base(vid)
-    if base in program.splats:
-        return np.broadcast_to(np.asarray(program.splats[base], dtype=program.dtype(vid)), program.shape(vid))
-    return env.access(vid)
 
 
 def _attention(step: dict, program: Program) -> Runner:
