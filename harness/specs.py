@@ -2165,6 +2165,8 @@ spec("log_sigmoid_backward", "pointwise", "(torch.ops.aten.log_sigmoid_backward(
      custom(_three), hs.FLOAT_DTYPES + ("int32",))
 
 
+# mish: x * tanh(log1p(exp(x))), CPU's SLEEF/libm functions against ScalarE's, an ULP or so apart (dtype tolerances)
+spec("mish", "pointwise", "torch.ops.aten.mish({x0})", unary(), hs.FLOAT_DTYPES + ("int32",))
 # threshold over every dtype (bool: CPU's NotImplementedError): a threshold and a value that are not integers (an
 # integer tensor truncates them), -0.0 as the value; the shrinks with lambda 0 (every nonzero kept), a third (not a
 # bfloat16/float16 value: read in the dtype or in float, as CPU's kernel reads it) and 0.5. bad_arg: softshrink's
@@ -2184,6 +2186,17 @@ for _name, _grad_arg in (("hardshrink_backward", "grad_out"), ("softshrink_backw
     spec(_name, "pointwise", f"torch.ops.aten.{_name}({{x0}}, {{x1}}, {{lambd}})",
          with_params(custom(lambda data, dtype: (_grad_pair(data, dtype), {})), lambd=_LAMBDAS),
          hs.FLOAT_DTYPES + ("int32",), max_ulp=_EXACT, tolerance_reason=_EXACT_REASON)
+
+
+# signs, classes and NaN-ignoring extrema: exact (comparisons, trunc, one subtraction, copysign, selects), so
+# bit-identical; every dtype (frac: CPU's NotImplementedError for integers and bool). fmax/fmin's zero ties are
+# the host's (kernels.cpu_host asks which operand CPU returns) and compared too; heaviside of two dtypes is CPU's
+# RuntimeError (binary()'s second operand is sometimes of another dtype)
+for _name in ("sgn", "signbit", "isposinf", "isneginf", "frac"):
+    spec(_name, "pointwise", f"torch.{_name}({{x0}})", unary(), EVERY, max_ulp=_EXACT, tolerance_reason=_EXACT_REASON)
+for _name in ("heaviside", "copysign", "fmax", "fmin"):
+    spec(_name, "pointwise", f"torch.{_name}({{x0}}, {{x1}})", binary(), EVERY, max_ulp=_EXACT,
+         tolerance_reason=_EXACT_REASON)
 
 
 SPECS: dict[str, OpSpec] = {}

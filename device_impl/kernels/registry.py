@@ -91,9 +91,9 @@ Meta = Callable[[dict[str, Any]], tuple[tuple[int, ...], torch.dtype, Sequence[A
 # tensor to have dtype ..."). tests/kernels/test_out_dtype.py checks this table against the live CPU.
 OUT_DTYPE_RULES: dict[str, str] = {
     **dict.fromkeys(("abs", "neg", "bitwise_not", "ceil", "floor", "round", "trunc", "sign", "hardtanh", "elu",
-                     "gelu", "leaky_relu", "silu", "softplus", "hardshrink"), "same"),
+                     "gelu", "leaky_relu", "silu", "softplus", "hardshrink", "frac", "sgn", "mish"), "same"),
     **dict.fromkeys(("isnan", "isinf", "relu", "zero", "isin", "mm", "addmm", "bmm", "baddbmm", "where",
-                     "nan_to_num"), "exact"),
+                     "nan_to_num", "isposinf", "isneginf", "signbit", "heaviside"), "exact"),
 }
 
 

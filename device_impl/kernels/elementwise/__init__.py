@@ -30,8 +30,9 @@ Where each op is lowered (``TABLE.lookup(op).source`` names the module):
 ``activations``  relu, gelu, silu, clamp, clamp_min, clamp_max, hardtanh, leaky_relu, elu; threshold_backward,
                  sigmoid_backward, tanh_backward, gelu_backward, silu_backward, hardtanh_backward,
                  leaky_relu_backward, elu_backward
-``softplus``     softplus, softplus_backward, log_sigmoid_forward (output and buffer), log_sigmoid_backward
+``softplus``     softplus, softplus_backward, log_sigmoid_forward (output and buffer), log_sigmoid_backward, mish
 ``shrinks``      threshold, hardshrink, softshrink, hardshrink_backward, softshrink_backward
+``signs``        sgn, signbit, isposinf, isneginf, frac, heaviside, copysign, fmax, fmin
 ``ternary``      where, masked_fill; addcmul, addcdiv, lerp
 ===============  ==========================================================================================
 
@@ -47,5 +48,6 @@ from device_impl.kernels.elementwise import (  # noqa: F401
     activations,
     softplus,
     shrinks,
+    signs,
     ternary,
 )

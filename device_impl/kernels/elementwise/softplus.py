@@ -1,5 +1,5 @@
 """The softplus family of activations and their gradients: softplus, softplus_backward, log_sigmoid_forward
-(output and buffer), log_sigmoid_backward.
+(output and buffer), log_sigmoid_backward, mish.
 
 Tiling: ``common.elementwise``'s flat tiles of the output (``[p <= 128, f <= FREE_MAX]``); a backward op's operands
 stream through the same tiles. The exp runs on ScalarE as the float32 exp CPU's vector loop calls on this host
@@ -15,6 +15,7 @@ CPU's formulas (ATen's native/cpu/Activation.cpp), each product and quotient rou
   whole tensor runs its vector loop (a tail is a partial vector), on a contiguous copy of the input
 * log_sigmoid_backward: ``(max_deriv - sign * (buffer / (1 + buffer))) * g`` with ``max_deriv, sign = 1, 1``
   where ``x < 0``, else ``0, -1``
+* mish: ``x * tanh(log1p(exp(x)))`` (ScalarE's tanh)
 
 CPU's scalar lambdas call libm's exp and log1p, its vector lambdas SLEEF's: their last places differ from each
 other and from ScalarE's log1p by an ULP or so, which the dtype tolerances hold (harness/specs.py says so).
@@ -207,3 +208,21 @@ def _log_sigmoid_backward_compute(out: torch.Tensor, a: dict) -> None:
 
 
 register_family("log_sigmoid_backward", _log_sigmoid_backward_compute, _meta_log_sigmoid_backward)
+
+
+def _mish_compute(out: torch.Tensor, a: dict) -> None:
+    x = a["self"]
+    _float_only("mish_cpu", x)
+    exp = _exp()
+
+    def emit(nc, o, t):
+        e = nc.sbuf_tile(t.shape, FP32)
+        nc.scalar.activation(e, t, exp)
+        nc.scalar.activation(e, e, "log1p")
+        nc.scalar.activation(e, e, "tanh")
+        nc.vector.tensor_tensor(o, t, e, "multiply", dtype=FP32)
+
+    elementwise("mish", out, (x,), emit)
+
+
+register_family("mish", _mish_compute, _meta_same)
