@@ -2199,6 +2199,13 @@ for _name in ("heaviside", "copysign", "fmax", "fmin"):
          tolerance_reason=_EXACT_REASON)
 
 
+# logaddexp(2), xlogy, hypot: CPU's formulas with CPU's vector exp, ScalarE's exp2/log1p/log and the ALU's hypot, an ULP
+# or so from SLEEF's/libm's (dtype tolerances; near logaddexp's cancellation, m + d of opposite signs, the atol);
+# integer and bool inputs are CPU's NotImplementedError (xlogy promotes them to float)
+for _name in ("logaddexp", "logaddexp2", "xlogy", "hypot"):
+    spec(_name, "pointwise", f"torch.{_name}({{x0}}, {{x1}})", binary(), EVERY)
+
+
 SPECS: dict[str, OpSpec] = {}
 for _spec in _SPECS:
     assert _spec.name not in SPECS, f"duplicate spec {_spec.name}"

@@ -33,6 +33,7 @@ Where each op is lowered (``TABLE.lookup(op).source`` names the module):
 ``softplus``     softplus, softplus_backward, log_sigmoid_forward (output and buffer), log_sigmoid_backward, mish
 ``shrinks``      threshold, hardshrink, softshrink, hardshrink_backward, softshrink_backward
 ``signs``        sgn, signbit, isposinf, isneginf, frac, heaviside, copysign, fmax, fmin
+``logs``         logaddexp, logaddexp2, xlogy, hypot
 ``ternary``      where, masked_fill; addcmul, addcdiv, lerp
 ===============  ==========================================================================================
 
@@ -49,5 +50,6 @@ from device_impl.kernels.elementwise import (  # noqa: F401
     softplus,
     shrinks,
     signs,
+    logs,
     ternary,
 )
