@@ -2204,6 +2204,10 @@ for _name in ("heaviside", "copysign", "fmax", "fmin"):
 # integer and bool inputs are CPU's NotImplementedError (xlogy promotes them to float)
 for _name in ("logaddexp", "logaddexp2", "xlogy", "hypot"):
     spec(_name, "pointwise", f"torch.{_name}({{x0}}, {{x1}})", binary(), EVERY)
+# logit with and without its clamp (eps None, 0, tiny, a quarter: NaN kept through the clamp), ScalarE's log an ULP or
+# so from CPU's in float32; bfloat16/float16 round every step as CPU does (bit-identical there)
+spec("logit", "pointwise", "torch.logit({x0}, {eps})",
+     with_params(unary(), eps=st.sampled_from([None, 0.0, 1e-6, 0.25])), EVERY)
 
 
 SPECS: dict[str, OpSpec] = {}

@@ -33,7 +33,7 @@ Where each op is lowered (``TABLE.lookup(op).source`` names the module):
 ``softplus``     softplus, softplus_backward, log_sigmoid_forward (output and buffer), log_sigmoid_backward, mish
 ``shrinks``      threshold, hardshrink, softshrink, hardshrink_backward, softshrink_backward
 ``signs``        sgn, signbit, isposinf, isneginf, frac, heaviside, copysign, fmax, fmin
-``logs``         logaddexp, logaddexp2, xlogy, hypot
+``logs``         logaddexp, logaddexp2, xlogy, hypot, logit
 ``ternary``      where, masked_fill; addcmul, addcdiv, lerp
 ===============  ==========================================================================================
 

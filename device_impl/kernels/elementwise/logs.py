@@ -1,4 +1,4 @@
-"""Binary transcendentals of NN losses and normalisations: logaddexp, logaddexp2, xlogy, hypot.
+"""Transcendentals of NN losses and normalisations: logaddexp, logaddexp2, xlogy, hypot, logit.
 
 Tiling: ``common.elementwise``'s flat tiles of the output (``[p <= 128, f <= FREE_MAX]``); both operands (broadcast,
 or a host scalar as an immediate) stream through the same tiles. exp/exp2/log1p/log on ScalarE (the exp is the
@@ -13,6 +13,10 @@ CPU's formulas (ATen's BinaryOpsKernel.cpp):
 * xlogy: ``isnan(y) ? NaN : x == 0 ? 0 : x * log(y)`` (integers and bools promoted to float; for bfloat16/float16
   log(y) rounded to the dtype before the product, as c10's log of those types returns the dtype)
 * hypot: ``hypot(a, b)``
+* logit: ``log(x / (1 - x))``, x first clamped to ``[eps, 1 - eps]`` (NaN kept) when eps >= 0, eps read in the
+  dtype and ``1 - eps`` rounded to it (integers and bools promoted to float); for bfloat16/float16 every step
+  (``1 - x``, the quotient, the log) rounded to the dtype, as CPU's kernel gives in torch 2.13 (measured: log of a
+  quotient computed in float would differ by up to 2 ULP of bfloat16)
 
 CPU's log1p, log and hypot are SLEEF's in its vector loops and libm's in its scalar ones, ScalarE's and VectorE's
 an ULP or so from either: the dtype tolerances hold that (harness/specs.py).
@@ -130,3 +134,36 @@ def _hypot_compute(out: torch.Tensor, a: dict) -> None:
 
 
 register_family("hypot", _hypot_compute, _meta("self", "other"))
+
+
+def _logit_compute(out: torch.Tensor, a: dict) -> None:
+    x, eps = a["self"], a.get("eps")
+    common = promote(x, int_to_float=True)
+    narrow = numpy_dtype(common)
+    eps_v = -1.0 if eps is None else float(np.float32(eps).astype(narrow))  # eps.to<scalar_t>()
+    bounds = None
+    if eps_v >= 0:
+        bounds = (eps_v, float(np.float32(np.float32(1) - np.float32(eps_v)).astype(narrow)))  # scalar_t(1) - eps
+
+    step = narrow if common in (torch.bfloat16, torch.float16) else FP32  # each step rounded to the dtype there
+
+    def emit(nc, o, t):
+        v = nc.sbuf_tile(o.shape, step)
+        d = nc.sbuf_tile(o.shape, step)
+        nc.vector.tensor_copy(v, t)
+        if bounds is not None:
+            nc.vector.tensor_scalar(v, v, "maximum", bounds[0], dtype=FP32)  # NaN-propagating, as vec::clamp
+            nc.vector.tensor_scalar(v, v, "minimum", bounds[1], dtype=FP32)
+        nc.vector.tensor_scalar(d, v, "subtract", 1.0, reverse=True, dtype=FP32)
+        nc.vector.tensor_tensor(d, v, d, "divide", dtype=FP32)
+        nc.scalar.activation(o, d, "log")
+
+    elementwise("logit", out, (x,), emit, common_dtype=common)
+
+
+def _logit_meta(a: dict) -> tuple:
+    x = a["self"]
+    return tuple(x.shape), promote(x, int_to_float=True), (x,)
+
+
+register_family("logit", _logit_compute, _logit_meta)
