@@ -2114,6 +2114,102 @@ spec("pdist_forward", "spatial", "torch.ops.aten._pdist_forward({x0}, {p})",
      ("float32",), fp64_reference=True, tolerance={"float32": (1e-4, 1e-4)},
      tolerance_reason="distances accumulate over the feature dim in a different order than CPU")
 
+# --- NN activations' own kernels, called directly (nnops) --------------------------------------------------------
+# Autograd's cotangent is drawn finite and an input layout made contiguous by the functional op, so these call the
+# aten op itself: a designed gradient and input (NaN, infinities, -0.0, every layout, tile edges), int32 for CPU's
+# NotImplementedError, and a bad_arg error input where the op has one.
+def _grad_pair(data, dtype: str) -> list[TensorSpec]:
+    """A gradient and an input of one shape (each with its own designed layout)."""
+    shape = data.draw(hs.shapes())
+    return [_t(data, shape, dtype), _t(data, shape, dtype)]
+
+
+def _three(data, dtype: str) -> tuple[list[TensorSpec], dict[str, Any]]:
+    """A gradient, an input and a buffer of one shape."""
+    shape = data.draw(hs.shapes())
+    return [_t(data, shape, dtype), _t(data, shape, dtype), _t(data, shape, dtype)], {}
+
+
+def _elu_backward_draw(data, dtype):
+    """elu_backward's gradient and input; ELU/SELU/CELU's coefficients, is_result as an in-place forward calls it.
+    bad_arg: is_result with a negative alpha, which ATen's meta function refuses (RuntimeError)."""
+    alpha, scale, input_scale = data.draw(st.sampled_from([(1.0, 1.0, 1.0), (1.6732632423543772, 1.0507009873554805,
+                                                                              1.0), (0.5, 1.0, 2.0)]))
+    is_result = data.draw(st.booleans())
+    if _erring("bad_arg"):
+        alpha, is_result = -1.0, True
+    return _grad_pair(data, dtype), {"alpha": alpha, "scale": scale, "input_scale": input_scale,
+                                     "is_result": is_result}
+
+
+# CPU's vector lambda gives a NaN input a NaN gradient, its scalar tail the gradient times scale: the device
+# follows each element's lambda (bit-identical, with CPU's own exp on this host)
+# (eager is bit-identical: tests/kernels/test_elementwise_kernels.py; the dtype tolerances here hold compiled mode's
+# decomposition, whose exp is not CPU's)
+spec("elu_backward", "pointwise", "torch.ops.aten.elu_backward({x0}, {alpha}, {scale}, {input_scale}, {is_result}, "
+     "{x1})", custom(_elu_backward_draw), hs.FLOAT_DTYPES + ("int32",))
+# softplus and its backward: beta and threshold drawn so both branches (x * beta above and below the threshold) are
+# taken; CPU's exp/log1p are SLEEF's in its vector loop and libm's in its tail, ScalarE's an ULP or so from either:
+# the dtype tolerances hold that
+_SOFTPLUS = {"beta": st.sampled_from([1.0, 2.0, 0.5]), "threshold": st.sampled_from([20.0, 1.0, 0.0])}
+spec("softplus", "pointwise", "torch.ops.aten.softplus({x0}, {beta}, {threshold})",
+     with_params(unary(), **_SOFTPLUS), hs.FLOAT_DTYPES + ("int32",))
+spec("softplus_backward", "pointwise", "torch.ops.aten.softplus_backward({x0}, {x1}, {beta}, {threshold})",
+     with_params(custom(lambda data, dtype: (_grad_pair(data, dtype), {})), **_SOFTPLUS), hs.FLOAT_DTYPES + ("int32",))
+# log_sigmoid_forward's two results (output, and the buffer exp(-|x|) its backward reads); the backward with a drawn
+# buffer (NaN, infinities, -0.0 in it too) and with the forward's own
+spec("log_sigmoid_forward", "pointwise", "torch.ops.aten.log_sigmoid_forward({x0})", unary(),
+     hs.FLOAT_DTYPES + ("int32",))
+spec("log_sigmoid_backward", "pointwise", "(torch.ops.aten.log_sigmoid_backward({x0}, {x1}, {x2}), "
+     "torch.ops.aten.log_sigmoid_backward({x0}, {x1}, torch.ops.aten.log_sigmoid_forward({x1})[1]))",
+     custom(_three), hs.FLOAT_DTYPES + ("int32",))
+
+
+# mish: x * tanh(log1p(exp(x))), CPU's SLEEF/libm functions against ScalarE's, an ULP or so apart (dtype tolerances)
+spec("mish", "pointwise", "torch.ops.aten.mish({x0})", unary(), hs.FLOAT_DTYPES + ("int32",))
+# threshold over every dtype (bool: CPU's NotImplementedError): a threshold and a value that are not integers (an
+# integer tensor truncates them), -0.0 as the value; the shrinks with lambda 0 (every nonzero kept), a third (not a
+# bfloat16/float16 value: read in the dtype or in float, as CPU's kernel reads it) and 0.5. bad_arg: softshrink's
+# negative lambda (CPU's RuntimeError). All exact: comparisons, one subtraction or addition, selects.
+spec("threshold", "pointwise", "torch.ops.aten.threshold({x0}, {threshold}, {value})",
+     with_params(unary(), threshold=st.sampled_from([0.0, 0.5, -1.0, 1.0 / 3]), value=st.sampled_from([0.0, -0.0,
+                                                                                                        20.0, -1.5])),
+     EVERY, max_ulp=_EXACT, tolerance_reason=_EXACT_REASON)
+_LAMBDAS = st.sampled_from([0.5, 0.0, 1.0 / 3])
+spec("hardshrink", "pointwise", "torch.ops.aten.hardshrink({x0}, {lambd})", with_params(unary(), lambd=_LAMBDAS),
+     hs.FLOAT_DTYPES + ("int32",), max_ulp=_EXACT, tolerance_reason=_EXACT_REASON)
+spec("softshrink", "pointwise", "torch.ops.aten.softshrink({x0}, {lambd})",
+     custom(lambda data, dtype: (unary()(data, dtype)[0], {"lambd": -0.5 if _erring("bad_arg") else
+                                                          data.draw(_LAMBDAS)})),
+     hs.FLOAT_DTYPES + ("int32",), max_ulp=_EXACT, tolerance_reason=_EXACT_REASON)
+for _name, _grad_arg in (("hardshrink_backward", "grad_out"), ("softshrink_backward", "grad_output")):
+    spec(_name, "pointwise", f"torch.ops.aten.{_name}({{x0}}, {{x1}}, {{lambd}})",
+         with_params(custom(lambda data, dtype: (_grad_pair(data, dtype), {})), lambd=_LAMBDAS),
+         hs.FLOAT_DTYPES + ("int32",), max_ulp=_EXACT, tolerance_reason=_EXACT_REASON)
+
+
+# signs, classes and NaN-ignoring extrema: exact (comparisons, trunc, one subtraction, copysign, selects), so
+# bit-identical; every dtype (frac: CPU's NotImplementedError for integers and bool). fmax/fmin's zero ties are
+# the host's (kernels.cpu_host asks which operand CPU returns) and compared too; heaviside of two dtypes is CPU's
+# RuntimeError (binary()'s second operand is sometimes of another dtype)
+for _name in ("sgn", "signbit", "isposinf", "isneginf", "frac"):
+    spec(_name, "pointwise", f"torch.{_name}({{x0}})", unary(), EVERY, max_ulp=_EXACT, tolerance_reason=_EXACT_REASON)
+for _name in ("heaviside", "copysign", "fmax", "fmin"):
+    spec(_name, "pointwise", f"torch.{_name}({{x0}}, {{x1}})", binary(), EVERY, max_ulp=_EXACT,
+         tolerance_reason=_EXACT_REASON)
+
+
+# logaddexp(2), xlogy, hypot: CPU's formulas with CPU's vector exp, ScalarE's exp2/log1p/log and the ALU's hypot, an ULP
+# or so from SLEEF's/libm's (dtype tolerances; near logaddexp's cancellation, m + d of opposite signs, the atol);
+# integer and bool inputs are CPU's NotImplementedError (xlogy promotes them to float)
+for _name in ("logaddexp", "logaddexp2", "xlogy", "hypot"):
+    spec(_name, "pointwise", f"torch.{_name}({{x0}}, {{x1}})", binary(), EVERY)
+# logit with and without its clamp (eps None, 0, tiny, a quarter: NaN kept through the clamp), ScalarE's log an ULP or
+# so from CPU's in float32; bfloat16/float16 round every step as CPU does (bit-identical there)
+spec("logit", "pointwise", "torch.logit({x0}, {eps})",
+     with_params(unary(), eps=st.sampled_from([None, 0.0, 1e-6, 0.25])), EVERY)
+
+
 SPECS: dict[str, OpSpec] = {}
 for _spec in _SPECS:
     assert _spec.name not in SPECS, f"duplicate spec {_spec.name}"

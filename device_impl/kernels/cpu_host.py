@@ -41,7 +41,7 @@ see the views ``_select_conv_backend`` takes of a 1-d problem).
 from __future__ import annotations
 
 import functools
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -114,6 +114,44 @@ def elu_backward_block(dtype: torch.dtype) -> int:
             if torch.isnan(torch.ops.aten.elu_backward(torch.ones_like(x), 1.0, 1.0, 1.0, False, x)[0]):
                 return n
     return 1 << 62
+
+
+# Kernels whose vector and scalar lambdas part ways at one input: (a call on n such inputs, whether its first result
+# is the vector lambda's). hardshrink_backward/softshrink_backward (ATen's shrink_backward_kernel): the vector lambda
+# masks the gradient with ``(x < -l) | (x > l)``, 0 for a NaN x, the scalar one passes it on; softshrink: the
+# vector lambda gives +0.0 inside [-l, l], the scalar one ``x * 0`` (-0.0 for a negative x).
+_LAMBDA_PROBES: dict[str, Callable[[int, torch.dtype], bool]] = {
+    "shrink_backward": lambda n, dtype: torch.ops.aten.hardshrink_backward(
+        torch.ones(n, dtype=dtype), torch.full((n,), float("nan"), dtype=dtype), 0.5)[0].item() == 0,
+    "softshrink": lambda n, dtype: not torch.signbit(torch.ops.aten.softshrink(
+        torch.full((n,), -0.25, dtype=dtype), 0.5)[0]).item(),
+}
+
+
+@functools.cache
+def lambda_block(kernel: str, dtype: torch.dtype) -> int:
+    """Elements one step of ``kernel``'s vectorized loop covers (``_LAMBDA_PROBES``), asked of the running torch: the
+    shortest input whose first result is the vector lambda's (a value larger than any tensor where none is).
+    Measured in torch 2.13: ``vector_block``'s 16 float32 / 32 bfloat16 and float16 under AVX-512, AVX2 and DEFAULT
+    for both (elu_backward's differs: ``elu_backward_block``)."""
+    probe = _LAMBDA_PROBES[kernel]
+    with _disable_current_modes():
+        for n in (2 ** k for k in range(1, 10)):
+            if probe(n, dtype):
+                return n
+    return 1 << 62
+
+
+@functools.cache
+def extremum_tie_first(op: str, dtype: torch.dtype) -> bool:
+    """Whether CPU's ``fmax``/``fmin`` (``op``) of a zero and a zero of the other sign returns its first operand
+    (else its second), asked of the running torch on 64 elements (the vector loop and, measured in torch 2.13, its
+    scalar tail alike). Measured: float32 the first under AVX-512, AVX2 and DEFAULT; bfloat16 the second in all
+    three; float16 the first under AVX-512/AVX2 and the second under DEFAULT."""
+    fn = getattr(torch, op)
+    with _disable_current_modes():
+        got = fn(torch.zeros(64, dtype=dtype), -torch.zeros(64, dtype=dtype))
+        return not bool(torch.signbit(got[0]))
 
 
 def _proxy(t: torch.Tensor) -> torch.Tensor:

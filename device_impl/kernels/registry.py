@@ -91,10 +91,30 @@ Meta = Callable[[dict[str, Any]], tuple[tuple[int, ...], torch.dtype, Sequence[A
 # tensor to have dtype ..."). tests/kernels/test_out_dtype.py checks this table against the live CPU.
 OUT_DTYPE_RULES: dict[str, str] = {
     **dict.fromkeys(("abs", "neg", "bitwise_not", "ceil", "floor", "round", "trunc", "sign", "hardtanh", "elu",
-                     "gelu", "leaky_relu", "silu"), "same"),
+                     "gelu", "leaky_relu", "silu", "softplus", "hardshrink", "frac", "sgn", "mish"), "same"),
     **dict.fromkeys(("isnan", "isinf", "relu", "zero", "isin", "mm", "addmm", "bmm", "baddbmm", "where",
-                     "nan_to_num"), "exact"),
+                     "nan_to_num", "isposinf", "isneginf", "signbit", "heaviside"), "exact"),
 }
+
+
+# Packets whose out= tensor, when the call resizes it, takes the strides TensorIterator computes from the inputs
+# (channels_last inputs give a channels_last out), as CPU's structured out= kernels do (``set_output_raw_strided``);
+# elsewhere a resized out is contiguous. Where it matters: a kernel that follows CPU's loop over the out
+# (``elementwise.loop._vector_split``: which elements CPU's vector lambda computes) sees the loop CPU runs.
+TI_OUT_STRIDES: frozenset[str] = frozenset({"elu_backward", "softshrink", "hardshrink_backward", "softshrink_backward",
+                                            "hardtanh_backward"})
+
+
+def _ti_restride(out: torch.Tensor, operands: Sequence[Any]) -> None:
+    """Give a just-resized, contiguous ``out`` TensorIterator's output strides for ``operands`` (metadata only)."""
+    from torch._prims_common import compute_elementwise_output_strides
+
+    tensors = [t for t in operands if isinstance(t, torch.Tensor) and t.shape == out.shape]
+    if not tensors or out.dim() < 2:
+        return
+    strides = tuple(compute_elementwise_output_strides(*tensors))
+    if strides != tuple(out.stride()):
+        out.as_strided_(tuple(out.shape), strides)
 
 
 def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset = COMPUTE_DTYPES,
@@ -120,7 +140,8 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
         binder = Binder.of(overload)
         if binder.out_names:
             make = _generated_out_kernel if cpu_out_is_generated(op) else _out_kernel
-            TABLE.native(op, dtypes=dtypes)(_sourced(make(op, binder, compute, meta, rule), compute))
+            TABLE.native(op, dtypes=dtypes)(_sourced(make(op, binder, compute, meta, rule,
+                                                          restride=packet in TI_OUT_STRIDES), compute))
             registered.append(op)
             out_ops.append(op)
         elif routed_by_composite(op):
@@ -176,7 +197,7 @@ def _submits(kernel):
     return kernel
 
 
-def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str = "cast"):
+def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str = "cast", restride: bool = False):
     out_name = binder.out_names[0]
     exact, same = rule == "exact", rule == "same"
 
@@ -186,7 +207,10 @@ def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str
         if same:  # before the op's own dtype refusals, as CPU's meta function
             check_same_dtype(out, bound["self"].dtype)
         shape, dtype, operands = meta(bound)
+        resized = restride and tuple(out.shape) != tuple(shape)
         check_out(out, shape, dtype, operands, exact_dtype=exact)
+        if resized:
+            _ti_restride(out, operands)
         submit = HOOKS.submit  # _run, inlined: every out= call
         if submit is None:
             compute(out, bound)
@@ -209,7 +233,8 @@ def cpu_out_is_generated(op: str) -> bool:
             and torch._C._dispatch_has_kernel_for_dispatch_key(op, "CompositeExplicitAutograd"))
 
 
-def _generated_out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str = "cast"):
+def _generated_out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str = "cast",
+                          restride: bool = False):
     """An out= overload as torchgen's generated wrapper computes it: the functional result first (so its
     errors come first: an unsupported dtype is NotImplementedError before any out= check), then out resized
     and required to have exactly the result's dtype (``copy_arg``: "Expected out tensor to have dtype ..."),

@@ -363,3 +363,45 @@ def test_out_overload_refuses_a_host_tensor_with_dimensions(call):
         call(host, dev, out)
     torch.add(dev, torch.tensor(2.0), out=out)  # a 0-dim host tensor is a scalar, and the device stays usable
     assert torch.equal(out.cpu(), dev.cpu() + 2.0)
+
+
+def _same_bits(got: torch.Tensor, want: torch.Tensor) -> bool:
+    """Bit-identical results (NaN at the same positions, whatever its payload)."""
+    ints = {4: torch.int32, 2: torch.int16}[want.element_size()]
+    nan = want.isnan()
+    return torch.equal(got.isnan(), nan) and torch.equal(got[~nan].contiguous().view(ints),
+                                                         want[~nan].contiguous().view(ints))
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("is_result", [False, True])
+def test_elu_backward_is_cpus_bits(dtype, is_result):
+    """elu_backward's two lambdas (a NaN input: NaN gradient in CPU's vector loop, the gradient times scale in its
+    scalar tail) with CPU's own float32 exp in each: bit-identical over a run with a tail and a strided one (scalar
+    everywhere), NaN, infinities and -0.0 included. Under the dtype tolerances an exp an ULP off would pass."""
+    n = 3 * 64 + 7
+    x = torch.linspace(-12, 4, n, dtype=torch.float32).to(dtype)
+    x[::9], x[1::13], x[2::17] = float("nan"), -0.0, float("-inf")
+    g = torch.linspace(-3, 3, n, dtype=torch.float32).to(dtype)
+    for alpha, scale, input_scale in ((1.0, 1.0, 1.0), (1.6732632423543772, 1.0507009873554805, 1.0), (0.5, 1.0, 2.0)):
+        for step in (1, 2):
+            want = torch.ops.aten.elu_backward(g[::step], alpha, scale, input_scale, is_result, x[::step])
+            got = torch.ops.aten.elu_backward(g.to("neuron")[::step], alpha, scale, input_scale, is_result,
+                                              x.to("neuron")[::step]).cpu()
+            assert _same_bits(got, want), (alpha, step)
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_shrinks_follow_cpus_vector_and_scalar_lambdas(dtype):
+    """softshrink inside [-l, l] is +0.0 in CPU's vector loop and x * 0 (-0.0 for a negative x) in its scalar tail;
+    the shrinks' gradient of a NaN input is 0 in the vector loop, the gradient in the tail: bit-identical in a
+    40-element run (body and tail) and a strided one (all tail)."""
+    x = torch.linspace(-1, 1, 40, dtype=torch.float32).to(dtype)
+    x[::7] = float("nan")
+    x[3::11] = -0.0
+    g = torch.linspace(-2, 2, 40, dtype=torch.float32).to(dtype)
+    for step in (1, 2):
+        xs, gs, xd, gd = x[::step], g[::step], x.to("neuron")[::step], g.to("neuron")[::step]
+        assert _same_bits(torch.ops.aten.softshrink(xd, 0.5).cpu(), torch.ops.aten.softshrink(xs, 0.5)), step
+        for op in (torch.ops.aten.hardshrink_backward, torch.ops.aten.softshrink_backward):
+            assert _same_bits(op(gd, xd, 0.5).cpu(), op(gs, xs, 0.5)), (op, step)

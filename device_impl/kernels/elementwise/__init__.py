@@ -29,7 +29,11 @@ Where each op is lowered (``TABLE.lookup(op).source`` names the module):
                  abs, neg, floor, ceil, trunc, round, bitwise_not, logical_not, isnan, isinf, sign (VectorE)
 ``activations``  relu, gelu, silu, clamp, clamp_min, clamp_max, hardtanh, leaky_relu, elu; threshold_backward,
                  sigmoid_backward, tanh_backward, gelu_backward, silu_backward, hardtanh_backward,
-                 leaky_relu_backward
+                 leaky_relu_backward, elu_backward
+``softplus``     softplus, softplus_backward, log_sigmoid_forward (output and buffer), log_sigmoid_backward, mish
+``shrinks``      threshold, hardshrink, softshrink, hardshrink_backward, softshrink_backward
+``signs``        sgn, signbit, isposinf, isneginf, frac, heaviside, copysign, fmax, fmin
+``logs``         logaddexp, logaddexp2, xlogy, hypot, logit
 ``ternary``      where, masked_fill; addcmul, addcdiv, lerp
 ===============  ==========================================================================================
 
@@ -43,5 +47,9 @@ from device_impl.kernels.elementwise import (  # noqa: F401
     binary,
     unary,
     activations,
+    softplus,
+    shrinks,
+    signs,
+    logs,
     ternary,
 )

@@ -1,6 +1,6 @@
 """Activations and their gradients: relu, gelu, silu, clamp (clamp_min, clamp_max), hardtanh, leaky_relu,
 elu; threshold_backward, sigmoid_backward, tanh_backward, gelu_backward, silu_backward, hardtanh_backward,
-leaky_relu_backward.
+leaky_relu_backward, elu_backward.
 
 Tiling: ``common.elementwise``'s flat tiles of the output (``[p <= 128, f <= FREE_MAX]``, consecutive
 elements along the free axis); a backward op's two operands (the gradient and the forward's input or
@@ -341,3 +341,59 @@ _register_grad("gelu_backward", "self", _gelu_backward)
 _register_grad("silu_backward", "self", _silu_backward)
 register_family("hardtanh_backward", _hardtanh_backward_compute, _meta_grad("grad_output", "self"))
 _register_grad("leaky_relu_backward", "self", _leaky_relu_backward)
+
+
+def _elu_backward_emit(negcoef: float, poscoef: float, negiptcoef: float, is_result: bool, vector: bool, exp: str):
+    """CPU's elu_backward lambdas (ATen's Activation.cpp), in fp32 (the bfloat16/float16 kernel converts to float
+    and rounds once): the negative branch ``g * negiptcoef * negcoef * exp(x * negiptcoef)`` (``g * negiptcoef *
+    (x + negcoef)`` from the forward's result), left to right, each product rounded; the positive one ``g *
+    poscoef``. Its vector lambda blends on ``x > 0`` (a NaN input takes the negative branch: a NaN gradient), its
+    scalar lambda tests ``x <= 0`` (a NaN input passes ``g * poscoef`` on); ``vector`` picks which, ``exp`` the
+    float32 exp that lambda calls on this host (cpu_host.vector_exp / scalar_exp)."""
+    def emit(nc, o, g, x):
+        negative = nc.sbuf_tile(x.shape, FP32)
+        positive = nc.sbuf_tile(x.shape, FP32)
+        mask = nc.sbuf_tile(x.shape, BOOL)
+        nc.vector.tensor_scalar(positive, g, "multiply", negiptcoef, dtype=FP32)  # a scratch here: g * negiptcoef
+        if is_result:
+            nc.vector.tensor_scalar(negative, x, "add", negcoef, dtype=FP32)
+        else:
+            nc.vector.tensor_scalar(positive, positive, "multiply", negcoef, dtype=FP32)
+            nc.scalar.activation(negative, x, exp, scale=negiptcoef)
+        nc.vector.tensor_tensor(negative, positive, negative, "multiply", dtype=FP32)
+        nc.vector.tensor_scalar(positive, g, "multiply", poscoef, dtype=FP32)
+        if vector:
+            nc.vector.tensor_scalar(mask, x, "greater", 0, dtype=FP32)
+            nc.vector.select(o, mask, positive, negative)
+        else:
+            nc.vector.tensor_scalar(mask, x, "less_equal", 0, dtype=FP32)
+            nc.vector.select(o, mask, negative, positive)
+
+    return emit
+
+
+def _elu_backward_compute(out: torch.Tensor, a: dict) -> None:
+    """elu_backward: the elements CPU's loop runs with its vector lambda and those its scalar lambda runs
+    (``loop._vector_split`` with elu_backward's own block, ``cpu_host.elu_backward_block``), each with that
+    lambda's NaN test and exp. The coefficients are the kernel's: float32 (``alpha.to<float>() *
+    scale.to<float>()``, rounded once)."""
+    g, x, is_result = a["grad_output"], a["self_or_result"], bool(a["is_result"])
+    alpha, scale, input_scale = a["alpha"], a["scale"], a["input_scale"]
+    if is_result and float(alpha) < 0:  # ATen's meta check, before any dtype refusal
+        raise RuntimeError("In-place elu backward calculation is triggered with a negative slope which is not "
+                           "supported. This is caused by calling in-place forward function with a negative slope, "
+                           "please call out-of-place version instead.")
+    _float_only("elu_backward_cpu", g, x)
+    negcoef = float(np.float32(alpha) * np.float32(scale))
+    poscoef, negiptcoef = float(np.float32(scale)), float(np.float32(input_scale))
+    common = result_type(g, x)
+    exps = (f"exp_{cpu_host.vector_exp()}", f"exp_{cpu_host.scalar_exp()}")
+    parts = _vector_split(out, (g, x), cpu_host.elu_backward_block(common))
+    for part, vector, exp in zip(parts, (True, False), exps):
+        if part is not None:
+            elementwise("elu_backward", part[0], part[1:],
+                        _elu_backward_emit(negcoef, poscoef, negiptcoef, is_result, vector, exp),
+                        common_dtype=common)
+
+
+register_family("elu_backward", _elu_backward_compute, _meta_grad("grad_output", "self_or_result"))
