@@ -322,6 +322,23 @@ def test_an_out_of_another_shape_is_resized_as_in_eager_on_every_compile(stats, 
     assert (stats.stats()["fallbacks_by_op"].get("out= of another shape than the result", 0) == 1) == eager_graph
 
 
+def test_calls_whose_decomposition_differs_from_cpu_run_eagerly(stats):
+    """backend.EAGER_CALLS: softshrink's decomposition gives x * 0 inside the band where CPU's vector loop gives +0.0,
+    and hardshrink's computes integer inputs CPU refuses; such graphs run as Dynamo traced them, counted, with the
+    device's kernels, which follow CPU. A float hardshrink still compiles."""
+    x = torch.linspace(-1, 1, 37)
+    soft = torch.compile(lambda t: F.softshrink(t, 0.5), backend="neuron", dynamic=False)(x.to("neuron")).cpu()
+    expected = F.softshrink(x, 0.5)
+    assert torch.equal(soft, expected) and torch.equal(soft.signbit(), expected.signbit())
+    with pytest.raises(NotImplementedError, match="hardshrink"):
+        torch.compile(lambda t: torch.ops.aten.hardshrink(t, 0.5), backend="neuron",
+                      dynamic=False)(torch.arange(-3, 4, dtype=torch.int32, device="neuron"))
+    fallbacks = stats.stats()["fallbacks_by_op"]
+    assert fallbacks.get("softshrink of torch.float32") == 1 and fallbacks.get("hardshrink of torch.int32") == 1
+    torch.compile(lambda t: F.hardshrink(t, 0.5), backend="neuron", dynamic=False)(x.to("neuron"))
+    assert stats.stats()["fallbacks"] == 2
+
+
 def test_strict_mode_raises_naming_the_op(stats, monkeypatch):
     from device_impl.compiler import backend
 

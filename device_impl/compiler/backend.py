@@ -243,6 +243,62 @@ def resized_out(gm: torch.fx.GraphModule) -> UnsupportedOpError | None:
     return None
 
 
+_INTEGERS = frozenset({torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64})
+_REDUCED = frozenset({torch.float16, torch.bfloat16})
+_ANY = None  # every dtype
+# Calls whose compiled form (PyTorch's decomposition and its lowering) differs from CPU's kernel for inputs of some
+# dtypes, found by the op suite's specs for them: a Dynamo graph holding one runs as traced, eagerly (counted), where
+# the device's kernel follows CPU. Keyed by the op's name (torch.logit, x.logit(), torch.ops.aten.logit.default).
+EAGER_CALLS: dict[str, tuple[frozenset | None, str]] = {
+    "softshrink": (_ANY, "CPU's vector lambda gives +0.0 (and 0 for NaN) inside the band on full vector blocks, its "
+                         "scalar lambda x * 0 elsewhere; the decomposition gives x * 0 everywhere"),
+    "hardshrink": (_INTEGERS, "CPU refuses integer inputs (NotImplementedError); the decomposition computes them"),
+    "log_sigmoid_forward": (_INTEGERS, "CPU refuses integer inputs; the decomposition computes them"),
+    "log_sigmoid_backward": (_INTEGERS, "CPU refuses integer inputs; the decomposition computes them"),
+    "softplus_backward": (_INTEGERS, "CPU refuses integer inputs; the decomposition computes them"),
+    "copysign": (_INTEGERS, "CPU converts integer inputs to float first: a zero result's sign follows the operand"),
+    "fmax": (frozenset({torch.float16}), "CPU's float16 tie of zeros of both signs returns its vector loop's pick"),
+    "fmin": (frozenset({torch.float16}), "CPU's float16 tie of zeros of both signs returns its vector loop's pick"),
+    "logaddexp2": (_REDUCED, "CPU's reduced-float logaddexp2 rounds each step to the dtype"),
+    "logit": (_REDUCED, "CPU's reduced-float logit rounds each step to the dtype"),
+    "threshold": (_INTEGERS, "CPU compares and replaces in the integer dtype"),
+    "elu_backward": (_INTEGERS | _REDUCED, "CPU refuses integer inputs, and its reduced-float elu_backward keeps NaN "
+                                          "where its vector and scalar loops differ"),
+}
+
+
+def _elu_backward_in_place_negative(node: torch.fx.Node) -> bool:
+    """elu_backward(..., is_result=True) with a negative alpha: CPU's RuntimeError ("In-place elu backward calculation
+    is triggered with a negative slope"), which the decomposition never raises."""
+    args = [*node.args, *node.kwargs.values()]
+    return len(args) >= 5 and args[4] is True and isinstance(args[1], (int, float)) and args[1] < 0
+
+
+# a call of EAGER_CALLS also runs eagerly, whatever its dtypes, where its predicate here holds
+EAGER_WHEN = {"elu_backward": _elu_backward_in_place_negative}
+
+
+def eager_calls(gm: torch.fx.GraphModule) -> UnsupportedOpError | None:
+    """Why the graph must run as Dynamo traced it: a call of ``EAGER_CALLS`` with an input of a dtype it names."""
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        target = node.target
+        name = target if isinstance(target, str) else getattr(target, "__name__", "")
+        entry = EAGER_CALLS.get(name.split(".")[0])
+        if entry is None:
+            continue
+        dtypes, why = entry
+        when = EAGER_WHEN.get(name.split(".")[0])
+        if when is not None and when(node):
+            return UnsupportedOpError(name.split(".")[0], why)
+        for arg in [*node.args, *node.kwargs.values()]:
+            value = arg.meta.get("example_value") if isinstance(arg, torch.fx.Node) else None
+            if isinstance(value, torch.Tensor) and (dtypes is None or value.dtype in dtypes):
+                return UnsupportedOpError(f"{name.split('.')[0]} of {value.dtype}", why)
+    return None
+
+
 def _identity(gm: torch.fx.GraphModule) -> tuple[Any, str]:
     compile_id = gm.meta.get("dynamo_compile_id") if hasattr(gm, "meta") else None
     if compile_id is None:
@@ -791,13 +847,14 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: list, **kwarg
     device_index = check_devices(gm, example_inputs)
     frame, graph = _identity(gm)
     if symbolic is not None:  # automatic dynamic: compile per concrete shape when called
-        strided = strided_random_fill(gm) or resized_out(gm)  # the traced layouts: the symbolic graph's
+        strided = strided_random_fill(gm) or resized_out(gm) or eager_calls(gm)  # the symbolic graph's layouts
         if strided is not None:
             counters.graph_received(frame, graph, _signature(gm, example_inputs))
             return fallback.dynamo_graph(gm, strided, graph, config)
         return PerShape(gm, frame, graph, device_index, config)
     counters.graph_received(frame, graph, _signature(gm, example_inputs))
-    overlapping = overlapping_written(gm, example_inputs) or strided_random_fill(gm) or resized_out(gm)
+    overlapping = (overlapping_written(gm, example_inputs) or strided_random_fill(gm) or resized_out(gm)
+                   or eager_calls(gm))
     if overlapping is not None:  # AOTAutograd's copy-back would refuse what the eager op accepts
         return fallback.dynamo_graph(gm, overlapping, graph, config)
     try:

@@ -258,6 +258,11 @@ FAKE_CHECKED = frozenset({
     aten._fft_c2r.default,  # last_dim_size 0 or a dim list CPU refuses: the meta function returns a result
     aten.narrow_copy.default,  # a dim out of range: CPU's RuntimeError (a TORCH_CHECK), the meta's IndexError
     aten.scatter.value,  # a value the tensor's dtype cannot hold (-0.5 into uint8): CPU's RuntimeError
+    # dtypes CPU's kernel refuses (NotImplementedError "..._cpu" not implemented for 'Int'), which the decompositions
+    # compute, and heaviside's mixed dtypes (RuntimeError). Ops with a Python meta never reach this rule (elu_backward,
+    # hardshrink, log_sigmoid_*, softplus_backward): backend.EAGER_CALLS runs such calls eagerly
+    aten.softplus.default, aten.mish.default, aten.threshold.default, aten.frac.default, aten.heaviside.default,
+    aten.logaddexp.default, aten.logaddexp2.default,
 })
 _INSTALLED: list[bool] = []
 
