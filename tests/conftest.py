@@ -22,3 +22,18 @@ def fresh_stats():
     dispatch.reset_stats()
 
 
+@pytest.fixture
+def adaptive():
+    """Adaptive eager mode for one test, its queue, statistics and program cache cleared first and nothing left
+    queued after (the adaptive test files' shared setup)."""
+    from device_impl import eager
+
+    eager.flush()
+    eager.reset_stats()
+    eager.clear_cache()
+    torch.neuron.set_eager_mode("adaptive")
+    try:
+        yield eager
+    finally:
+        torch.neuron.set_eager_mode("eager")
+    assert eager.pending() == 0

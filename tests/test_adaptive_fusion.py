@@ -12,19 +12,6 @@ from device_impl import eager
 from device_impl.engine import core
 
 
-@pytest.fixture
-def adaptive():
-    eager.flush()
-    eager.reset_stats()
-    eager.clear_cache()
-    torch.neuron.set_eager_mode("adaptive")
-    try:
-        yield eager
-    finally:
-        torch.neuron.set_eager_mode("eager")
-    assert eager.pending() == 0
-
-
 def _host(shape, seed: int = 0, dtype=torch.float32, scale: float = 1.0) -> torch.Tensor:
     return (torch.randn(shape, generator=torch.Generator().manual_seed(seed)) * scale).to(dtype)
 

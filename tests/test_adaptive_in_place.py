@@ -21,19 +21,6 @@ from device_impl.engine import core
 NUMEL = 300_000  # several flat tiles of the widest width
 
 
-@pytest.fixture
-def adaptive():
-    eager.flush()
-    eager.reset_stats()
-    eager.clear_cache()
-    torch.neuron.set_eager_mode("adaptive")
-    try:
-        yield eager
-    finally:
-        torch.neuron.set_eager_mode("eager")
-    assert eager.pending() == 0
-
-
 def _host(shape, seed: int = 0, dtype=torch.float32) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(seed)).to(dtype)
 
