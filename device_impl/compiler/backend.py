@@ -284,18 +284,18 @@ def eager_calls(gm: torch.fx.GraphModule) -> UnsupportedOpError | None:
         if node.op not in ("call_function", "call_method"):
             continue
         target = node.target
-        name = target if isinstance(target, str) else getattr(target, "__name__", "")
-        entry = EAGER_CALLS.get(name.split(".")[0])
+        name = (target if isinstance(target, str) else getattr(target, "__name__", "")).split(".")[0]
+        entry = EAGER_CALLS.get(name)
         if entry is None:
             continue
         dtypes, why = entry
-        when = EAGER_WHEN.get(name.split(".")[0])
+        when = EAGER_WHEN.get(name)
         if when is not None and when(node):
-            return UnsupportedOpError(name.split(".")[0], why)
+            return UnsupportedOpError(name, why)
         for arg in [*node.args, *node.kwargs.values()]:
             value = arg.meta.get("example_value") if isinstance(arg, torch.fx.Node) else None
             if isinstance(value, torch.Tensor) and (dtypes is None or value.dtype in dtypes):
-                return UnsupportedOpError(f"{name.split('.')[0]} of {value.dtype}", why)
+                return UnsupportedOpError(f"{name} of {value.dtype}", why)
     return None
 
 

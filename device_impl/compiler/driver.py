@@ -40,9 +40,6 @@ def flags() -> dict[str, Any]:
 _EAGER_ONLY = {
     torch.ops.aten.logcumsumexp.default: "torch-mlir lowers it as log(cumsum(exp(x))), which overflows where CPU's "
                                           "running log-add-exp stays finite (x = 1e4 gives inf)",
-    torch.ops.aten.softshrink.default: "CPU's result depends on the element's position: its vector lambda gives +0.0 "
-                                       "(and 0 for NaN) inside the band on full vector blocks, its scalar lambda x * 0 "
-                                       "(-0.0, NaN) elsewhere; the device's eager kernel makes the same split",
 }
 
 

@@ -289,6 +289,16 @@ class StepError(Exception):
         self.step = step
 
 
+def _emit(nc, step: Step, result: Tile, tiles: list) -> None:
+    """One step's emit over its tiles, its scratch tiles released after; an error is the step's (``StepError``)."""
+    mark = nc.mark()
+    try:
+        step.emit(nc, result, *tiles)
+    except Exception as error:
+        raise StepError(step) from error
+    nc.release_to(mark)
+
+
 def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Pointwise], store: Sequence[bool],
                slots: list, p: int, f: int, flat: tuple[int, int] | None = None, box: tuple | None = None,
                boxes: Sequence[tuple[np.ndarray, list]] | None = None, moves: bool = False,
@@ -353,12 +363,7 @@ def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Point
                     slots[chain.routes[j][i]] = None  # a view of HBM: nothing to release
             timeline = nc.timeline
             issued = timeline.instructions
-            emit_mark = nc.mark()
-            try:
-                step.emit(nc, result, *tiles)
-            except Exception as error:
-                raise StepError(step) from error
-            nc.release_to(emit_mark)
+            _emit(nc, step, result, tiles)
             if timeline.instructions != issued + 1:
                 raise Diverged(step.op)
         else:
@@ -368,12 +373,7 @@ def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Point
                 timeline = nc.timeline
                 issued, busy = timeline.instructions, timeline.busy
                 computing = busy["vector"] + busy["scalar"]
-            emit_mark = nc.mark()
-            try:
-                step.emit(nc, result, *tiles)
-            except Exception as error:
-                raise StepError(step) from error
-            nc.release_to(emit_mark)
+            _emit(nc, step, result, tiles)
             if single is not None and (timeline.instructions != issued + 1
                                        or busy["vector"] + busy["scalar"] == computing):
                 single[j] = False
