@@ -24,6 +24,9 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
+from device_impl.compiler.fxargs import bound as _bound
+from device_impl.compiler.program import operand_array as _operand_array
+
 aten = torch.ops.aten
 
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
@@ -60,7 +63,6 @@ def _max_pool(nsp: int) -> Callable:
     def describe(node: torch.fx.Node) -> Any:
         """``max_pool{nsp}d_with_indices``: operand (self), results {0: out, 1: indices}; floating inputs
         (the eager kernel's dtypes the compiler carries; others keep the graph's eager run)."""
-        from device_impl.compiler.fxargs import bound as _bound
 
         a = _bound(node)
         x = _meta(a["self"])
@@ -76,7 +78,6 @@ def _max_pool_backward(nsp: int) -> Callable:
     def describe(node: torch.fx.Node) -> Any:
         """``max_pool{nsp}d_with_indices_backward``: operands (grad_output, indices), result grad_input (the
         eager kernel scatters by the saved indices; self is read for its shape only)."""
-        from device_impl.compiler.fxargs import bound as _bound
 
         a = _bound(node)
         g, x, idx = _meta(a["grad_output"]), _meta(a["self"]), _meta(a["indices"])
@@ -91,7 +92,6 @@ def _max_pool_backward(nsp: int) -> Callable:
 
 def _run_max_pool(step: dict, program: Any) -> Callable:
     """The eager kernel's pooling program (``kernels.spatial.pool._pool_forward``) on the step's arrays."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.kernels.spatial.pool import _batched5, _pool_forward
 
     o = step["attrs"]
@@ -108,7 +108,6 @@ def _run_max_pool(step: dict, program: Any) -> Callable:
 
 def _run_max_pool_backward(step: dict, program: Any) -> Callable:
     """The eager kernel's pooling backward (``kernels.spatial.pool._pool_backward``): by the saved indices."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.kernels.spatial.pool import _batched5, _pool_backward
 
     o = step["attrs"]
@@ -135,7 +134,6 @@ def _batch_norm(training: bool | None, stats: bool) -> Callable:
     [, 3: running_mean_out, 4: running_var_out]} (the functional op's updated running statistics)."""
 
     def describe(node: torch.fx.Node) -> Any:
-        from device_impl.compiler.fxargs import bound as _bound
         from device_impl.kernels import cpu_host
         from device_impl.kernels.reduction.batch_norm import _bn_layout
 
@@ -188,7 +186,6 @@ _BN_ARRAYS = {"weight": "w", "bias": "b", "running_mean": "rm", "running_var": "
 def _run_batch_norm(step: dict, program: Any) -> Callable:
     """The eager kernel's batch-norm program (``kernels.reduction.batch_norm.forward_program``): the functional
     op's running statistics read from its operands and written to its own results."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.kernels.reduction.batch_norm import forward_program
 
     o = step["attrs"]
@@ -230,7 +227,6 @@ def _batch_norm_backward(node: torch.fx.Node) -> Any:
     results: the gradients ``output_mask`` asks for, in order (dx, dw, db). Cut whole so the step runs the eager
     kernel's program (two passes over the channel's elements; PyTorch's decomposition, fused by the compiler,
     cost 1.12x the eager kernel on 8x16x8x8 and differed in dx's last bit)."""
-    from device_impl.compiler.fxargs import bound as _bound
 
     a = _bound(node)
     train, mask = bool(a["train"]), [bool(m) for m in a["output_mask"]]
@@ -251,7 +247,6 @@ def _batch_norm_backward(node: torch.fx.Node) -> Any:
 
 def _run_batch_norm_backward(step: dict, program: Any) -> Callable:
     """The eager kernel's batch-norm backward program (``kernels.reduction.batch_norm.backward_program``)."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.kernels.reduction.batch_norm import backward_program
 
     o = step["attrs"]
@@ -283,7 +278,6 @@ def _group_norm(node: torch.fx.Node) -> Any:
     """``native_group_norm``: operands (input[, weight][, bias]), results {0: out, 1: mean, 2: rstd}. Refused for
     what the eager kernel refuses (sizes that do not match, an input not dense, mixed parameter dtypes) and where
     the traced statistics' dtype is not CPU's (the fallback then raises or computes as the eager op)."""
-    from device_impl.compiler.fxargs import bound as _bound
 
     a = _bound(node)
     x = _meta(a["input"])
@@ -312,7 +306,6 @@ def _group_norm(node: torch.fx.Node) -> Any:
 
 def _run_group_norm(step: dict, program: Any) -> Callable:
     """The eager kernel's group-norm program (``kernels.reduction.group_norm.forward_program``)."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.engine.dtypes import FP32
     from device_impl.kernels.reduction.group_norm import forward_program
 
@@ -337,7 +330,6 @@ def _run_group_norm(step: dict, program: Any) -> Callable:
 def _avg_pool_backward(nsp: int) -> Callable:
     def describe(node: torch.fx.Node) -> Any:
         """``avg_pool{nsp}d_backward``: operand (grad_output), result grad_input (self read for its shape)."""
-        from device_impl.compiler.fxargs import bound as _bound
 
         a = _bound(node)
         g, x = _meta(a["grad_output"]), _meta(a["self"])
@@ -358,7 +350,6 @@ def _avg_pool_backward(nsp: int) -> Callable:
 
 def _run_avg_pool_backward(step: dict, program: Any) -> Callable:
     """The eager kernel's average-pooling backward (``_pool_backward`` in "avg" mode)."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.kernels.spatial.pool import _batched5, _pool_backward
 
     o = step["attrs"]
@@ -384,7 +375,6 @@ def _channels_last(meta: torch.Tensor, nsp: int) -> bool:
 def _adaptive_avg(nsp: int) -> Callable:
     def describe(node: torch.fx.Node) -> Any:
         """``_adaptive_avg_pool{nsp}d``: operand (self), result out."""
-        from device_impl.compiler.fxargs import bound as _bound
 
         a = _bound(node)
         x = _meta(a["self"])
@@ -398,7 +388,6 @@ def _adaptive_avg(nsp: int) -> Callable:
 def _adaptive_avg_backward(nsp: int) -> Callable:
     def describe(node: torch.fx.Node) -> Any:
         """``_adaptive_avg_pool{nsp}d_backward``: operand (grad_output), result grad_input."""
-        from device_impl.compiler.fxargs import bound as _bound
 
         a = _bound(node)
         g, x = _meta(a["grad_output"]), _meta(a["self"])
@@ -412,7 +401,6 @@ def _adaptive_avg_backward(nsp: int) -> Callable:
 
 def _run_adaptive_avg(step: dict, program: Any) -> Callable:
     """The eager kernel's adaptive average pooling (``_adaptive_avg_forward``: CPU's roundings on GpSimd)."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.kernels.spatial.adaptive_pool import _adaptive_avg_forward
     from device_impl.kernels.spatial.tiles import _batched5
 
@@ -429,7 +417,6 @@ def _run_adaptive_avg(step: dict, program: Any) -> Callable:
 
 def _run_adaptive_avg_backward(step: dict, program: Any) -> Callable:
     """The eager kernel's adaptive average pooling backward (``_adaptive_avg_backward``)."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.kernels.spatial.adaptive_pool import _adaptive_avg_backward
     from device_impl.kernels.spatial.tiles import _batched5
 
@@ -448,7 +435,6 @@ def _run_adaptive_avg_backward(step: dict, program: Any) -> Callable:
 def _adaptive_max(nsp: int) -> Callable:
     def describe(node: torch.fx.Node) -> Any:
         """``adaptive_max_pool{nsp}d``: operand (self), results {0: out, 1: indices}."""
-        from device_impl.compiler.fxargs import bound as _bound
 
         a = _bound(node)
         x = _meta(a["self"])
@@ -462,7 +448,6 @@ def _adaptive_max(nsp: int) -> Callable:
 def _adaptive_max_backward(nsp: int) -> Callable:
     def describe(node: torch.fx.Node) -> Any:
         """``adaptive_max_pool{nsp}d_backward``: operands (grad_output, indices), result grad_input."""
-        from device_impl.compiler.fxargs import bound as _bound
 
         a = _bound(node)
         g, x, idx = _meta(a["grad_output"]), _meta(a["self"]), _meta(a["indices"])
@@ -476,7 +461,6 @@ def _adaptive_max_backward(nsp: int) -> Callable:
 
 def _run_adaptive_max(step: dict, program: Any) -> Callable:
     """The eager kernel's adaptive max pooling (``_adaptive_forward``: separable VectorE window stages)."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.kernels.spatial.adaptive_pool import _adaptive_forward
     from device_impl.kernels.spatial.tiles import _batched5
 
@@ -492,7 +476,6 @@ def _run_adaptive_max(step: dict, program: Any) -> Callable:
 
 def _run_adaptive_max_backward(step: dict, program: Any) -> Callable:
     """The eager kernel's adaptive max pooling backward (``_adaptive_max_backward``: by the saved indices)."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.kernels.spatial.adaptive_pool import _adaptive_max_backward
     from device_impl.kernels.spatial.tiles import _batched5
 
@@ -513,7 +496,6 @@ def _replication_pad_backward(n: int) -> Callable:
     def describe(node: torch.fx.Node) -> Any:
         """``replication_pad{n}d_backward``: operand (grad_output), result grad_input (self read for its shape);
         the gradients of CPU's edge positions summed in its order (``kernels.shape.pad``'s folds)."""
-        from device_impl.compiler.fxargs import bound as _bound
 
         a = _bound(node)
         g, x, padding = _meta(a["grad_output"]), _meta(a["self"]), _ints(a["padding"])
@@ -531,7 +513,6 @@ def _replication_pad_backward(n: int) -> Callable:
 
 def _run_replication_pad_backward(step: dict, program: Any) -> Callable:
     """The eager kernel's replication-padding backward (``kernels.shape.pad._Pad.backward_program``)."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.engine.dtypes import FP32
     from device_impl.kernels.shape.pad import _Pad
 
@@ -565,7 +546,6 @@ def _grid_ok(x: torch.Tensor | None, grid: torch.Tensor | None, interpolation: A
 
 def _grid_sample(node: torch.fx.Node) -> Any:
     """``grid_sampler_2d``: operands (input, grid), result out."""
-    from device_impl.compiler.fxargs import bound as _bound
 
     a = _bound(node)
     if not _grid_ok(_meta(a["input"]), _meta(a["grid"]), a["interpolation_mode"]) \
@@ -578,7 +558,6 @@ def _grid_sample(node: torch.fx.Node) -> Any:
 def _grid_sample_backward(node: torch.fx.Node) -> Any:
     """``grid_sampler_2d_backward``: operands (grad_output, input, grid), results {0: grad_input (where
     ``output_mask`` asks for it), 1: grad_grid}."""
-    from device_impl.compiler.fxargs import bound as _bound
 
     a = _bound(node)
     g, x, grid = _meta(a["grad_output"]), _meta(a["input"]), _meta(a["grid"])
@@ -594,7 +573,6 @@ def _grid_sample_backward(node: torch.fx.Node) -> Any:
 
 def _run_grid_sample(step: dict, program: Any) -> Callable:
     """The eager kernel's grid sampling program (``kernels.spatial.grid_sample.forward_program``)."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.kernels.spatial.grid_sample import forward_program
 
     o = step["attrs"]
@@ -610,7 +588,6 @@ def _run_grid_sample(step: dict, program: Any) -> Callable:
 
 def _run_grid_sample_backward(step: dict, program: Any) -> Callable:
     """The eager kernel's grid sampling backward (``kernels.spatial.grid_sample.backward_program``)."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.kernels.spatial.grid_sample import backward_program
 
     o = step["attrs"]
@@ -631,7 +608,6 @@ def _run_grid_sample_backward(step: dict, program: Any) -> Callable:
 def _cdist(node: torch.fx.Node) -> Any:
     """``_cdist_forward``: operands (x1, x2), result out; the eager kernel's path (CPU's matrix-product form for
     p = 2 where ``compute_mode`` or the sizes ask for it, else the direct one, float32 only) fixed when cut."""
-    from device_impl.compiler.fxargs import bound as _bound
     from device_impl.kernels.spatial.distance import _cdist_check
 
     a = _bound(node)
@@ -652,7 +628,6 @@ def _cdist(node: torch.fx.Node) -> Any:
 
 def _pdist(node: torch.fx.Node) -> Any:
     """``_pdist_forward``: operand (self), result out; float32, 2-D, contiguous (the eager kernel's checks)."""
-    from device_impl.compiler.fxargs import bound as _bound
 
     a = _bound(node)
     x, out, p = _meta(a["self"]), _meta(node), a["p"]
@@ -664,7 +639,6 @@ def _pdist(node: torch.fx.Node) -> Any:
 
 def _run_cdist(step: dict, program: Any) -> Callable:
     """The eager kernel's distance program (``kernels.spatial.distance.cdist_program``)."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.kernels.spatial.distance import cdist_program
 
     o = step["attrs"]
@@ -678,7 +652,6 @@ def _run_cdist(step: dict, program: Any) -> Callable:
 
 def _run_pdist(step: dict, program: Any) -> Callable:
     """The eager kernel's pairwise-distance program (``kernels.spatial.distance.pdist_program``)."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.kernels.spatial.distance import pdist_program
 
     o = step["attrs"]
@@ -697,7 +670,6 @@ def _convolution_overrideable(node: torch.fx.Node) -> Any:
     weight[, bias]), result out, run as the eager kernel's ``conv._conv_run`` with the parameters it normalises
     (``conv._conv_output``, which also refuses what the eager op refuses). Said as ``aten.convolution`` instead
     it compiles, but the compiled grouped convolution cost 1.02x the eager kernel (2.31 against 2.26 us)."""
-    from device_impl.compiler.fxargs import bound as _bound
     from device_impl.kernels.spatial.conv import _conv_output
 
     a = _bound(node)
@@ -725,7 +697,6 @@ def _convolution_overrideable(node: torch.fx.Node) -> Any:
 
 def _run_convolution(step: dict, program: Any) -> Callable:
     """The eager convolution kernel's program (``kernels.spatial.conv._conv_run``)."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.kernels.spatial.conv import _conv_run
 
     o = step["attrs"]
@@ -747,7 +718,6 @@ def _upsample_backward(kind: str, nsp: int) -> Callable:
 
     def describe(node: torch.fx.Node) -> Any:
         """``<upsample>_backward``: operand (grad_output), result grad_input; static sizes and scales."""
-        from device_impl.compiler.fxargs import bound as _bound
 
         a = _bound(node)
         g = _meta(a["grad_output"])
@@ -770,7 +740,6 @@ def _upsample_backward(kind: str, nsp: int) -> Callable:
 def _run_upsample_backward(step: dict, program: Any) -> Callable:
     """The eager kernel's upsampling backward (``kernels.spatial.resample._resample_backward``: each axis's
     adjoint stage scattering into a zeroed fp32 table); its axes (taps and weights) built once, at link time."""
-    from device_impl.compiler.program import operand_array as _operand_array
     from device_impl.kernels.spatial.resample import _Axis, _resample_backward
     from device_impl.kernels.spatial.tiles import _to5d
 
