@@ -264,7 +264,8 @@ def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store, l
 # chain of launches): the first run is instruction-level and its figures are kept; later runs go through
 # the same tile loop on engine.replay's core, with the recorded figures reported, and the tally checked.
 # A replay also writes each step that issued one instruction over a tile that dies there, and reads an input
-# that dies there from its HBM view instead of a copy (chain.in_place, kept with the figures): the same
+# that dies there from its HBM view instead of a copy (chain.in_place, kept with the figures), and writes such a
+# step's result that only its store reads straight into its output's HBM view (chain.run_region): the same
 # arithmetic on the same values, fewer host arrays and copies.
 
 _FIGURES: dict[tuple, Any] = {}
