@@ -78,6 +78,60 @@ def test_each_step_of_a_chain_writes_over_the_tile_that_dies(adaptive):
     assert _replayed(program, _host((NUMEL,))) == ((None, 0, 0, 0, 0), ((0,), (), (), (), ()))
 
 
+def _stores_copied(monkeypatch, program, *inputs: torch.Tensor) -> list[tuple[int, int]]:
+    """Per adaptive run of ``_replayed(program, *inputs)``: how many result tiles its launch copied to HBM
+    (``flat_out``, a replay's stores) and over how many tile regions (``run_region`` calls)."""
+    from device_impl.eager import chain as chains
+
+    copied, regions = [0], [0]
+    real_out, real_region = chains.flat_out, chains.run_region
+
+    def counting_out(*args):
+        copied[0] += 1
+        return real_out(*args)
+
+    def counting_region(*args, **kwargs):
+        regions[0] += 1
+        return real_region(*args, **kwargs)
+
+    monkeypatch.setattr(chains, "flat_out", counting_out)
+    monkeypatch.setattr(chains, "run_region", counting_region)
+    counts = []
+    module = __import__(__name__)
+    original = module._outs
+
+    def outs(value):  # called once per run by _replayed, after the program queued its launch
+        torch.neuron.synchronize()
+        counts.append((copied[0], regions[0]))
+        copied[0] = regions[0] = 0
+        return original(value)
+
+    monkeypatch.setattr(module, "_outs", outs)
+    _replayed(program, *inputs)
+    return counts[1:]  # the first call is eager mode's
+
+
+def test_a_stored_result_read_by_nothing_else_is_written_by_its_instruction(adaptive, monkeypatch):
+    """The chain's last result is only stored: in a replay its one instruction writes it straight into the
+    output's HBM view, so no result tile is copied (the recording, at the instruction level, stores by DMA); a
+    result also read later by the chain keeps its tile and is copied out, once per region. Bits, inputs and
+    figures are checked by _replayed."""
+    def last_only(x):
+        return torch.sigmoid(torch.tanh(x * 1.5 - 0.25))
+
+    (_, recorded), *replays = _stores_copied(monkeypatch, last_only, _host((NUMEL,)))
+    assert recorded > 1 and replays == [(0, recorded)] * 2
+
+    def kept(x):
+        y = torch.tanh(x * 2)  # returned, and read again by the last step
+        return y, torch.sigmoid(y + 1)
+
+    eager.reset_stats()
+    programs.clear_cache()
+    (_, recorded), *replays = _stores_copied(monkeypatch, kept, _host((NUMEL,)))
+    assert recorded > 1 and replays == [(recorded, recorded)] * 2
+
+
 def test_an_intermediate_read_again_later_keeps_its_tile(adaptive):
     """y is read by the add and again by the last multiply: the add gets a tile of its own."""
     def program(x):

@@ -265,11 +265,13 @@ def in_place(chain: Chain, prepared: Sequence[Pointwise], single: Sequence[bool]
     return Reuse(tuple(over), tuple(direct))
 
 
-def _borrowed(view: np.ndarray, start: int, stop: int, p: int, f: int) -> Tile:
-    """Elements [start, stop) of the C-contiguous ``view`` as a read-only [p, f] tile over the same memory: what
-    ``flat_in`` would copy into a loaded tile (``in_place``'s ``direct``)."""
+def _borrowed(view: np.ndarray, start: int, stop: int, p: int, f: int, writeable: bool = False) -> Tile:
+    """Elements [start, stop) of the C-contiguous ``view`` as a [p, f] tile over the same memory: read-only, what
+    ``flat_in`` would copy into a loaded tile (``in_place``'s ``direct``); ``writeable``, the elements ``flat_out``
+    would store a result tile into (``run_region``'s stored-in-place results)."""
     data = view.reshape(-1)[start:stop].reshape(p, f)
-    data.flags.writeable = False
+    if not writeable:
+        data.flags.writeable = False
     tile = Tile(data, "sbuf", "hbm")
     tile.initialized = True
     return tile
@@ -315,7 +317,12 @@ def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Point
     ``keep``), so it is never released here. ``reuse`` (replayed launches only: ``in_place``): per step, the
     operand whose tile the result is written over and the operands read from their HBM views; such a step must
     issue one instruction (else ``Diverged``). ``single`` (an instruction-level run): per step, set False
-    unless every region's emit issued exactly one VectorE or ScalarE instruction (``in_place``'s condition)."""
+    unless every region's emit issued exactly one VectorE or ScalarE instruction (``in_place``'s condition).
+
+    A step given ``reuse``'s choices whose result is stored and read by nothing else (its slot dies there)
+    writes it straight into its output's C-contiguous HBM view, the elements its store would copy it to: its one
+    instruction's result is those bytes, so the store is the instruction itself (no tile, no copy), at the point
+    where the store would have run."""
     into_slot, into_tile = into if into is not None else (-1, None)
     if box is not None:
         b, r0, r1, c0, c1 = box
@@ -350,14 +357,21 @@ def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Point
                 scratch.append(converted)
                 tile = converted
             tiles.append(tile)
+        stored = False  # the result was written into its HBM view by the instruction itself
         if aliases[j]:  # a same-dtype copy: its result is the operand's tile (is_identity)
             result = tiles[0]
         elif over is not None and (over[j] is not None or any(direct[j])):  # in_place's choices
-            if over[j] is not None:  # the result over a dying operand's tile
-                result = slots[chain.results[j]] = tiles[over[j]]
+            slot = chain.results[j]
+            if store[j] and slot in chain.releases[j] and pw.out_view.flags.c_contiguous:
+                # stored, read by nothing else: the instruction writes the store's bytes itself (the slot stays
+                # empty; an operand that dies here is released as it would be)
+                result = _borrowed(pw.out_view, flat[0], flat[1], p, f, writeable=True)
+                stored = True
+            elif over[j] is not None:  # the result over a dying operand's tile
+                result = slots[slot] = tiles[over[j]]
                 slots[chain.routes[j][over[j]]] = None  # the tile now belongs to the result's slot
             else:
-                result = slots[chain.results[j]] = nc.sbuf_tile((p, f), pw.out_view.dtype)
+                result = slots[slot] = nc.sbuf_tile((p, f), pw.out_view.dtype)
             for i, read in enumerate(direct[j]):
                 if read:
                     slots[chain.routes[j][i]] = None  # a view of HBM: nothing to release
@@ -377,7 +391,7 @@ def run_region(nc, chain: Chain, steps: Sequence[Step], prepared: Sequence[Point
             if single is not None and (timeline.instructions != issued + 1
                                        or busy["vector"] + busy["scalar"] == computing):
                 single[j] = False
-        if store[j]:
+        if store[j] and not stored:
             if moves:
                 flat_out(pw.out_view, flat[0], flat[1], result.read())
             elif flat is not None:

@@ -155,6 +155,7 @@ def clear_cache() -> None:
     _FLUSHES.clear()
     _FIGURES.clear()
     _REFUSED.clear()
+    _LAYOUTS.clear()
 
 
 @dataclass
@@ -167,6 +168,9 @@ class Ready:
     # per step: whether another group of its flush touches its output's storage (it must be stored then);
     # set by plan_flush, from its cache for a recurring flush (the storages' coincidences are in its key)
     shared: tuple | None = None
+    # a fused elementwise group's layout token (``_layout_token``), set by plan_flush: its flush plan fixes every
+    # view the group's steps resolve to, so the launch's replay key names them by it instead of listing them
+    layout: Any = None
 
 
 def finalize(groups: Sequence[Group]) -> list[Ready]:
@@ -214,7 +218,7 @@ def run(item: Ready, stored: Sequence[bool]) -> None:
     STATS.fused_groups += 1
     STATS.fused_ops += len(group.steps)
     if program.kind == "elementwise":
-        _run_elementwise(program, group.steps, item.prepared, chains.stores(program.last, stored))
+        _run_elementwise(program, group.steps, item.prepared, chains.stores(program.last, stored), item.layout)
     elif program.kind == "reduce":
         STATS.reductions_fused += 1
         run_consumer = _run_reduce if isinstance(group.steps[-1], ReduceStep) else _run_row_kernel
@@ -225,16 +229,19 @@ def run(item: Ready, stored: Sequence[bool]) -> None:
         _run_matmul(program, group.steps, item.prepared, stored[0], chains.stores(program.last, stored[1:]))
 
 
-def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store) -> None:
+def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store, layout: Any = None) -> None:
     numel = steps[0].out.numel()
     device = steps[0].out.device.index
     tiles = tuple(flat_tiles(numel, program.free_max))
-    key = _replay_key(program, steps, prepared, store) if kernel_replay._enabled[0] and not _recording else None
+    key = _replay_key(program, steps, prepared, store, layout) if kernel_replay._enabled[0] and not _recording \
+        else None
     if key is not None:
         recorded = _FIGURES.get(key)
         if recorded is not None and _replay_elementwise(key, recorded, program, steps, prepared, store, device,
                                                         tiles):
             return
+        if key in _REFUSED:
+            key = None
     slots: list[Any] = [None] * program.chain.slots
     single = [True] * len(steps) if key is not None else None  # which steps issue one instruction (in_place)
     with launch(program.name, device) as nc:
@@ -257,7 +264,8 @@ def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store) -
 # chain of launches): the first run is instruction-level and its figures are kept; later runs go through
 # the same tile loop on engine.replay's core, with the recorded figures reported, and the tally checked.
 # A replay also writes each step that issued one instruction over a tile that dies there, and reads an input
-# that dies there from its HBM view instead of a copy (chain.in_place, kept with the figures): the same
+# that dies there from its HBM view instead of a copy (chain.in_place, kept with the figures), and writes such a
+# step's result that only its store reads straight into its output's HBM view (chain.run_region): the same
 # arithmetic on the same values, fewer host arrays and copies.
 
 _FIGURES: dict[tuple, Any] = {}
@@ -273,15 +281,55 @@ def _keep(store: dict, key: tuple, value: Any) -> None:
     store[key] = value
 
 
-def _replay_key(program: Program, steps: Sequence[Step], prepared, store) -> tuple | None:
-    """What decides a fused elementwise launch's instructions (see above), or None without a safe key."""
-    parts: list[Any] = [program, tuple(store)]
+def _replay_key(program: Program, steps: Sequence[Step], prepared, store, layout: Any = None) -> tuple | None:
+    """What decides a fused elementwise launch's instructions (see above), or None without a safe key (the caller
+    asks ``_REFUSED`` only when no recording is kept: one hash of the key where it replays). With ``layout``
+    (``Ready.layout``: ``_layout_token`` of the program and its views) the key holds that token, the stores,
+    each step's emit and its scalars: the same decision, without listing and hashing every view per flush."""
+    if layout is None:
+        parts: list[Any] = [program, tuple(store)]
+        try:
+            _chain_parts(steps, prepared, parts)
+        except kernel_replay._NoKey:
+            return None
+        return tuple(parts)
+    parts = [layout, tuple(store)]
+    emit_key, value_key = kernel_replay.emit_key, kernel_replay._value_key
     try:
-        _chain_parts(steps, prepared, parts)
+        for step, pw in zip(steps, prepared):
+            parts.append(emit_key(step.emit))
+            parts.extend([value_key(s, 0) for s in pw.scalars if s is not None])
     except kernel_replay._NoKey:
         return None
+    return tuple(parts)
+
+
+class _LayoutToken:
+    """Stands for one fused elementwise program and the layouts of its views in replay keys (``_layout_token``):
+    hashed by identity, held by ``_LAYOUTS``, by the flush plans naming it and by every key holding it."""
+
+    __slots__ = ()
+
+
+_LAYOUTS: dict[tuple, _LayoutToken] = {}
+
+
+def _layout_token(program: Program, prepared) -> _LayoutToken:
+    """One token per program and views' layouts (dtype, shape, strides of the output and of each tensor operand,
+    which operands are scalars, conversions): what ``_chain_parts`` lists of them besides emits and scalars. A
+    flush plan (``plan_flush``) asks once, when it is made; every flush it plans after uses the token, and
+    plans of other flushes that hold the same group get the same one (so the group replays across them)."""
+    parts: list[Any] = [program]
+    for pw in prepared:
+        out = pw.out_view
+        parts.append((out.dtype, out.shape, out.strides, pw.target))
+        parts.extend([None if v is None else (v.dtype, v.shape, v.strides, c) for v, c in zip(pw.views, pw.convert)])
     key = tuple(parts)
-    return None if key in _REFUSED else key
+    token = _LAYOUTS.get(key)
+    if token is None:
+        token = _LayoutToken()
+        _keep(_LAYOUTS, key, token)
+    return token
 
 
 def _chain_parts(steps: Sequence[Step], prepared, parts: list) -> None:
@@ -783,17 +831,20 @@ def plan_flush(steps: Sequence[Any]) -> list[Ready]:
         STATS.cache_hits += lookups
         STATS.splits += splits
         ready = []
-        for kind, indices, group_key, program, shared in template:
+        for kind, indices, group_key, program, shared, layout in template:
             group = Group(kind, [steps[i] for i in indices], group_key)
             prepared = chains.prepare([s for s in group.steps if isinstance(s, Step)]) if program else []
-            ready.append(Ready(group, program, prepared, shared))
+            ready.append(Ready(group, program, prepared, shared, layout))
         return ready
     before = (STATS.cache_hits, STATS.programs_cached, STATS.splits)
     ready = finalize(fusion.partition(steps))
     _mark_shared(ready)
     index = {id(step): i for i, step in enumerate(steps)}
+    for item in ready:
+        if item.program is not None and item.program.kind == "elementwise":
+            item.layout = _layout_token(item.program, item.prepared)
     template = [(item.group.kind, tuple(index[id(s)] for s in item.group.steps), item.group.key, item.program,
-                 item.shared) for item in ready]
+                 item.shared, item.layout) for item in ready]
     lookups = STATS.cache_hits - before[0] + STATS.programs_cached - before[1]
     if len(_FLUSHES) >= FLUSH_CACHE_LIMIT:
         del _FLUSHES[next(iter(_FLUSHES))]
