@@ -4,8 +4,8 @@
 2. ``check_static``: any ``?`` dimension left is a shape-contract violation; ``expansions.fold_expansions``:
    torch-mlir's expansion of erf (a rational approximation, ~40 ops), asinh, acosh, atanh, asin or acos
    becomes the one ScalarE op the eager kernel evaluates, numerics' floor division, remainder and trunc
-   VectorE's one ALU op; ``fold.sink_small_ops``: a small operand's elementwise op (a convert) read only
-   through views moves onto the views, into its readers' group;
+   VectorE's one ALU op; ``fold.sink_small_ops``: a small input's convert read only through views moves
+   onto the views, into its readers' group;
 3. ``concat.reversed_blocks``: a concatenation of a value's blocks in reverse order (rotate_half) becomes
    layout ops, so it does not cut the chain around it into groups;
    dead-code elimination, then ``schedule.order_ops`` (heavy ops early, chains kept whole);

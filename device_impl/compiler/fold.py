@@ -189,67 +189,59 @@ def _negated_addends(graph: Graph) -> Graph:
     return graph
 
 
-SINK_SOURCE = 1 << 12  # elements: an op at most this large may move past the views that spread it
-SINK_LIMIT = 1 << 16  # elements: ... onto values at most this large, where it runs once per element
+SINK_SOURCE = 1 << 12  # elements: a convert at most this large may move past the views that spread it
+SINK_LIMIT = 1 << 12  # elements: ... onto values at most this large, where it runs once per element (and its
+# broadcast operand is loaded per element: lt of a [3, 3, 3, 513] tensor and a 0-d int64 tensor lost 0.14 us by it)
 
 
 def sink_small_ops(graph: Graph) -> Graph:
-    """An elementwise op on a small value computed from graph inputs and constants alone, read only through
-    views (a broadcast) by elementwise ops or as an output, is computed on the views instead: ``f(x)``
-    broadcast becomes ``f(x broadcast)`` (each view op is a pure relocation of elements, so both are the same
-    elements, bit for bit). Kept where it was, such an op (a 0-d divisor's or a scalar tensor's convert, an
-    index dtype's) is a fused group of its own: a step, its store and the reload of its result before the
-    group that reads it, ~0.2 us a program, where the eager kernel converts the broadcast tile in its loop
-    (issue 21: compiled gt, floor division and remainder of a tensor of another dtype, copy of one, losing to
-    eager by that step). Moved, the op joins its readers' group, run per element as the eager kernel runs it;
-    limited to small values (``SINK_SOURCE``) spread onto values of at most ``SINK_LIMIT`` elements, so a
-    bias converted once does not become a pass over a large activation."""
+    """A convert of a small graph input or constant (through views), read only through views (a broadcast) by
+    elementwise ops or as an output, is computed on the views instead: ``convert(x)`` broadcast becomes
+    ``convert(x broadcast)`` (a view op only relocates elements, so both are the same elements, bit for bit).
+    Kept where it was, such a convert (a 0-d or row operand of another dtype, an index's) is a fused group of
+    its own: a step, its store and the reload of its result before the group that reads it, ~0.2 us a program,
+    where the eager kernel converts the broadcast tile in its loop (issue 21: compiled gt, floor division and
+    remainder by a tensor of another dtype, copy from one, losing to eager by that step). Moved, it joins its
+    readers' group, run per element as the eager kernel runs it; limited to small values (``SINK_SOURCE``)
+    spread onto at most ``SINK_LIMIT`` elements, where the step it saves outweighs the per-element convert and
+    broadcast load. Other ops are not moved: moved into a large group whose other inputs come from other steps
+    (nll_loss's selects) they saved no step and cost a pass (nll_loss 4.16 -> 4.51 us)."""
     views = lowering.VIEWS
-    for _ in range(8):  # a chain of small ops moves one op per round, the last first
-        producers, users = graph.producers(), graph.users()
-        outputs = set(graph.outputs)
-        leaf: dict[int, bool] = {}
+    producers, users = graph.producers(), graph.users()
+    outputs = set(graph.outputs)
 
-        def from_inputs(vid: int) -> bool:
-            """Whether ``vid`` is a small value made from graph inputs and constants by views and elementwise
-            ops alone (never a reduction's or another step's result)."""
-            if vid not in leaf:
-                op = producers.get(vid)
-                if op is None:
-                    leaf[vid] = True  # an input, a constant or a splat
-                elif op.name in views:
-                    leaf[vid] = from_inputs(op.operands[0])
-                else:
-                    leaf[vid] = (op.name in lowering.ELEMENTWISE and len(op.results) == 1
-                                 and op.type.numel <= SINK_SOURCE and all(from_inputs(v) for v in op.operands))
-            return leaf[vid]
+    def from_inputs(vid: int) -> bool:
+        """Whether ``vid`` is a graph input, constant or splat, or views of one."""
+        op = producers.get(vid)
+        while op is not None and op.name in views:
+            op = producers.get(op.operands[0])
+        return op is None
 
-        def reaches(vid: int) -> bool:
-            """Whether every reader of view ``vid`` is an elementwise op of at most SINK_LIMIT elements, an
-            output, or another such view."""
-            if graph.types[vid].numel > SINK_LIMIT:
-                return False
-            for user in users.get(vid, ()):
-                if user.name in views:
-                    if not reaches(user.result):
-                        return False
-                elif user.name not in lowering.ELEMENTWISE:
+    def reaches(vid: int) -> bool:
+        """Whether every reader of view ``vid`` is an elementwise op of at most SINK_LIMIT elements, an
+        output, or another such view."""
+        if graph.types[vid].numel > SINK_LIMIT:
+            return False
+        for user in users.get(vid, ()):
+            if user.name in views:
+                if not reaches(user.result):
                     return False
-            return bool(users.get(vid)) or vid in outputs
+            elif user.name not in lowering.ELEMENTWISE:
+                return False
+        return bool(users.get(vid)) or vid in outputs
 
-        moved: dict[int, list[Op]] = {}  # position of a view op -> the ops that replace it
-        for op in graph.ops:
-            if op.name not in lowering.ELEMENTWISE or len(op.results) != 1 or op.result in outputs:
-                continue
-            readers = users.get(op.result, [])
-            if not readers or any(u.name not in views or u.operands[0] != op.result for u in readers) \
-                    or any(graph.types[v].shape != op.type.shape for v in op.operands) \
-                    or not from_inputs(op.result) or not all(reaches(u.result) for u in readers):
-                continue
-            for view in readers:
-                moved[id(view)] = _sunk(graph, op, view)
-        if not moved:
-            break
+    moved: dict[int, list[Op]] = {}  # position of a view op -> the ops that replace it
+    for op in graph.ops:
+        if op.name != "convert" or op.type.numel > SINK_SOURCE or op.result in outputs \
+                or not all(from_inputs(v) for v in op.operands):
+            continue
+        readers = users.get(op.result, [])
+        if not readers or any(u.name not in views or u.operands[0] != op.result for u in readers) \
+                or not all(reaches(u.result) for u in readers):
+            continue
+        for view in readers:
+            moved[id(view)] = _sunk(graph, op, view)
+    if moved:
         graph.ops = [new for op in graph.ops for new in moved.get(id(op), [op])]
     return graph
 
