@@ -123,7 +123,7 @@ def step_figures(executable, args: list, weights: set[int] = frozenset()) -> lis
         constants.update(kept)
     for vid, index in executable.input_buffers:
         ranges.append((*byte_bounds(in_arrays[index]), "weight" if index in weights else "input"))
-    for vid, index in executable.output_buffers:
+    for vid, index, _ in executable.output_buffers:
         ranges.append((*byte_bounds(out_arrays[index]), "output"))
     for vid, array in constants.items():
         ranges.append((*byte_bounds(array), "const"))

@@ -4,7 +4,8 @@
 2. ``check_static``: any ``?`` dimension left is a shape-contract violation; ``expansions.fold_expansions``:
    torch-mlir's expansion of erf (a rational approximation, ~40 ops), asinh, acosh, atanh, asin or acos
    becomes the one ScalarE op the eager kernel evaluates, numerics' floor division, remainder and trunc
-   VectorE's one ALU op;
+   VectorE's one ALU op; ``fold.sink_small_ops``: a small input's convert read only through views moves
+   onto the views, into its readers' group;
 3. ``concat.reversed_blocks``: a concatenation of a value's blocks in reverse order (rotate_half) becomes
    layout ops, so it does not cut the chain around it into groups;
    dead-code elimination, then ``schedule.order_ops`` (heavy ops early, chains kept whole);
@@ -562,6 +563,7 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None, weights
     graph = fold.fold_constants(graph)
     fold.check_static(graph, input_names)
     expansions.fold_expansions(graph)
+    fold.sink_small_ops(eliminate_dead_code(graph))  # the expansions' replaced ops no longer read the values
     concat.reversed_blocks(graph)
     eliminate_dead_code(graph)
     schedule.order_ops(graph)
@@ -586,6 +588,7 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None, weights
     referenced.update(vid for step in steps if "epilogue" in step for vid in step["results"])
     for step in steps:
         referenced.update(schedule.step_reads(step))
+        referenced.update(step.get("operands", ()))  # also those a runner takes as immediates (schedule.UNREAD)
         referenced.update(schedule.step_writes(step))
     constants = {vid: payload for vid, payload in graph.constants.items() if vid in referenced}
     splats = {vid: x for vid, x in graph.splats.items() if vid in referenced}

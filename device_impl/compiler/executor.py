@@ -167,7 +167,8 @@ class Executable:
         # holds its value's elements in that order, its array the view that puts them back in the value's
         self.scratch_views = [(vid, b["offset"], tuple(program.shape(vid)), program.dtype(vid), b.get("perm"))
                               for vid, b in program.buffers.items() if b["kind"] == "scratch"]
-        self.output_buffers = [(vid, b["index"]) for vid, b in program.buffers.items() if b["kind"] == "output"]
+        self.output_buffers = [(vid, b["index"], tuple(program.shape(vid))) for vid, b in program.buffers.items()
+                               if b["kind"] == "output"]
         self.input_buffers = [(vid, b["index"]) for vid, b in program.buffers.items() if b["kind"] == "input"]
         self._constants: dict[int, dict[int, torch.Tensor]] = {}
         self._fast: list | None = None  # replay.fast_runners, built at the first fast execution
@@ -213,8 +214,10 @@ class Executable:
         arrays: dict[int, np.ndarray] = {}
         for vid, index in self.input_buffers:
             arrays[vid] = inputs[index]
-        for vid, index in self.output_buffers:
-            arrays[vid] = outputs[index]
+        for vid, index, shape in self.output_buffers:
+            array = outputs[index]
+            # a value whose output is a reshape of it (schedule.finish): the output's bytes in the value's shape
+            arrays[vid] = array if array.shape == shape else array.reshape(shape)
         arrays.update(constants)
         if arena is not None:
             # one constructor a buffer (slice, view and reshape were three numpy calls each, for ~50 buffers)

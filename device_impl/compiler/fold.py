@@ -10,11 +10,13 @@ on the constants only), so splats reach the lowering as immediates and every
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from device_impl.compiler import lowering
 from device_impl.compiler.errors import ShapeContractError
-from device_impl.compiler.ir import Graph, Op
+from device_impl.compiler.ir import Graph, Op, TensorType
 
 FOLD_LIMIT = 1 << 16  # elements: larger constant results stay as device work
 _NOT_FOLDED = frozenset({"reduce", "reduce_window", "dot_general", "gather", "scatter", "sort", "concatenate",
@@ -113,28 +115,45 @@ def fold_constants(graph: Graph) -> Graph:
                 continue
         kept.append(op)
     graph.ops = kept
-    return _integer_identities(graph)
+    return _negated_addends(_integer_identities(graph))
 
 
-# (op, the splat operand that leaves an integer value unchanged, whether it may be the first operand)
-_IDENTITIES = {"multiply": (1, True), "add": (0, True), "subtract": (0, False)}
+def _same(value, splat) -> bool:
+    """``splat`` is ``value`` (a float's sign too: -0.0 is not 0.0)."""
+    if isinstance(splat, bool) or not isinstance(splat, (int, float)):
+        return False
+    return splat == value and math.copysign(1.0, splat) == math.copysign(1.0, value)
+
+
+# (op, the splat operand that leaves a value unchanged, whether it may be the first operand), per dtype kind.
+# Integers: x * 1, x + 0, x - 0. Floats (IEEE, round to nearest; exactly, -0.0 and NaN included): x * 1,
+# x / 1, x + -0.0, x - +0.0, but not x + 0.0 (-0.0 + 0.0 is +0.0) nor x - -0.0.
+_FLOATS = ("float32", "bfloat16", "float16")
+_IDENTITIES = {
+    "iu": {"multiply": (1, True), "add": (0, True), "subtract": (0, False)},
+    "f": {"multiply": (1.0, True), "divide": (1.0, False), "add": (-0.0, True), "subtract": (0.0, False)},
+}
 
 
 def _integer_identities(graph: Graph) -> Graph:
-    """``x * 1``, ``x + 0``, ``x - 0`` of integers are ``x`` (exactly; not of floats, where ``-0.0 + 0`` is
-    +0.0): PyTorch's arange decomposition multiplies its iota by the step and adds the start, 1 and 0 for an
-    index (index_fill's, eye's), two passes over a value that is already the result. Their readers read ``x``."""
+    """Ops that return an operand unchanged are that operand; their readers read it. Integers: PyTorch's
+    arange decomposition multiplies its iota by the step and adds the start, 1 and 0 for an index (index_fill's,
+    eye's), two passes over a value that is already the result. Floats: decompositions scale by a Python 1.0
+    (linear's and addmm's beta, addcmul's value, elu's scales), a VectorE pass each, and on a small operand
+    (a bias) a step of its own before the group that reads it broadcast (issue 21: compiled ops losing to
+    eager by that step)."""
     renamed: dict[int, int] = {}
     kept: list[Op] = []
     for op in graph.ops:
         if renamed:
             op.operands = tuple(renamed.get(v, v) for v in op.operands)
-        rule = _IDENTITIES.get(op.name)
-        if rule is not None and len(op.operands) == 2 and op.type.np_dtype.kind in "iu":
+        kind = "f" if op.type.dtype in _FLOATS else "iu" if op.type.np_dtype.kind in "iu" else None
+        rule = _IDENTITIES[kind].get(op.name) if kind else None
+        if rule is not None and len(op.operands) == 2:
             value, either = rule
             for k in ((0, 1) if either else (1,)):
                 other = op.operands[1 - k]
-                if graph.splats.get(op.operands[k]) == value and op.operands[k] in graph.splats \
+                if op.operands[k] in graph.splats and _same(value, graph.splats[op.operands[k]]) \
                         and graph.types[other] == op.type:
                     renamed[op.result] = other
                     break
@@ -144,3 +163,102 @@ def _integer_identities(graph: Graph) -> Graph:
     graph.ops = kept
     graph.outputs = [renamed.get(v, v) for v in graph.outputs]
     return graph
+
+
+def _negated_addends(graph: Graph) -> Graph:
+    """``x + y * -1`` is ``x - y`` (exactly: y * -1 is -y, and IEEE defines x - y as x + (-y); integers wrap
+    alike): PyTorch's decomposition of ``add(x, y, alpha=-1)`` (and ``sub``'s of alpha) scales y by -1 first,
+    a VectorE pass more than the eager kernel's one instruction. The product, read by nothing else, is then
+    dead."""
+    producers = graph.producers()
+    for op in graph.ops:
+        if op.name != "add" or len(op.operands) != 2:
+            continue
+        for k in (1, 0):
+            scaled = producers.get(op.operands[k])
+            if scaled is None or scaled.name != "multiply" or scaled.type != op.type:
+                continue
+            y, c = scaled.operands
+            if c not in graph.splats:
+                y, c = c, y
+            other = op.operands[1 - k]
+            if c in graph.splats and _same(-1.0, graph.splats[c]) and graph.types[y] == op.type \
+                    and graph.types[other] == op.type:
+                op.name, op.operands = "subtract", (other, y)
+                break
+    return graph
+
+
+SINK_SOURCE = 1 << 12  # elements: a convert at most this large may move past the views that spread it
+SINK_LIMIT = 1 << 12  # elements: ... onto values at most this large, where it runs once per element (and its
+# broadcast operand is loaded per element: lt of a [3, 3, 3, 513] tensor and a 0-d int64 tensor lost 0.14 us by it)
+
+
+def sink_small_ops(graph: Graph) -> Graph:
+    """A convert of a small graph input or constant (through views), read only through views (a broadcast) by
+    elementwise ops or as an output, is computed on the views instead: ``convert(x)`` broadcast becomes
+    ``convert(x broadcast)`` (a view op only relocates elements, so both are the same elements, bit for bit).
+    Kept where it was, such a convert (a 0-d or row operand of another dtype, an index's) is a fused group of
+    its own: a step, its store and the reload of its result before the group that reads it, ~0.2 us a program,
+    where the eager kernel converts the broadcast tile in its loop (issue 21: compiled gt, floor division and
+    remainder by a tensor of another dtype, copy from one, losing to eager by that step). Moved, it joins its
+    readers' group, run per element as the eager kernel runs it; limited to small values (``SINK_SOURCE``)
+    spread onto at most ``SINK_LIMIT`` elements, where the step it saves outweighs the per-element convert and
+    broadcast load. Other ops are not moved: moved into a large group whose other inputs come from other steps
+    (nll_loss's selects) they saved no step and cost a pass (nll_loss 4.16 -> 4.51 us)."""
+    views = lowering.VIEWS
+    producers, users = graph.producers(), graph.users()
+    outputs = set(graph.outputs)
+
+    def from_inputs(vid: int) -> bool:
+        """Whether ``vid`` is a graph input, constant or splat, or views of one."""
+        op = producers.get(vid)
+        while op is not None and op.name in views:
+            op = producers.get(op.operands[0])
+        return op is None
+
+    def reaches(vid: int) -> bool:
+        """Whether every reader of view ``vid`` is an elementwise op of at most SINK_LIMIT elements, an
+        output, or another such view."""
+        if graph.types[vid].numel > SINK_LIMIT:
+            return False
+        for user in users.get(vid, ()):
+            if user.name in views:
+                if not reaches(user.result):
+                    return False
+            elif user.name not in lowering.ELEMENTWISE:
+                return False
+        return bool(users.get(vid)) or vid in outputs
+
+    moved: dict[int, list[Op]] = {}  # position of a view op -> the ops that replace it
+    for op in graph.ops:
+        if op.name != "convert" or op.type.numel > SINK_SOURCE or op.result in outputs \
+                or not all(from_inputs(v) for v in op.operands):
+            continue
+        readers = users.get(op.result, [])
+        if not readers or any(u.name not in views or u.operands[0] != op.result for u in readers) \
+                or not all(reaches(u.result) for u in readers):
+            continue
+        for view in readers:
+            moved[id(view)] = _sunk(graph, op, view)
+    if moved:
+        graph.ops = [new for op in graph.ops for new in moved.get(id(op), [op])]
+    return graph
+
+
+def _sunk(graph: Graph, op: Op, view: Op) -> list[Op]:
+    """``view(op(x, ...))`` as ``op(view(x), ...)``: the view applied to each operand (a splat becomes a splat
+    of the view's shape), then the op, writing the view's result."""
+    shape = view.type.shape
+    ops, operands = [], []
+    for v in op.operands:
+        t = graph.types[v]
+        new = max(graph.types) + 1
+        graph.types[new] = TensorType(shape, t.dtype)
+        if v in graph.splats:
+            graph.splats[new] = graph.splats[v]
+        else:
+            ops.append(Op(view.name, (v,), (new,), (graph.types[new],), dict(view.attrs)))
+        operands.append(new)
+    ops.append(Op(op.name, tuple(operands), view.results, view.types, dict(op.attrs)))
+    return ops

@@ -147,6 +147,11 @@ def _emit_binary(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) 
 
 def _emit_compare(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
     dtype = in_types[0].np_dtype
+    if args[0] is args[1] and _is_tile(args[0]) and op.attrs["comparison_direction"] == "NE" \
+            and dtype.kind not in _INT_KINDS:
+        # x != x is isnan(x) (PyTorch's decomposition of isnan): VectorE's one-operand test, as the eager kernel
+        nc.vector.tensor_unary(out, args[0], "isnan", dtype=FP32)
+        return
     _binary(_COMPARE[op.attrs["comparison_direction"]], nc, out, args[0], args[1], _compute(dtype))
 
 
@@ -194,6 +199,14 @@ def _emit_clamp(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -
     low, x, high = args
     compute = _compute(in_types[1].np_dtype)
     # min(max(x, low), high): NaN in x propagates, as torch.clamp; an immediate bound loses ties
+    # an immediate bound of -inf below or +inf above leaves every value (NaN too) as it is: that pass is skipped
+    # (clamp_min(x, v) reaches the device as clamp(v, x, +inf): one VectorE pass, as the eager kernel)
+    if not _is_tile(high) and compute.kind == "f" and high == np.inf and _is_tile(x):
+        _binary("maximum" if _is_tile(low) else "clamp_min", nc, out, x, low, compute)
+        return
+    if not _is_tile(low) and compute.kind == "f" and low == -np.inf and _is_tile(x):
+        _binary("minimum" if _is_tile(high) else "clamp_max", nc, out, x, high, compute)
+        return
     if _is_tile(x):
         _binary("maximum" if _is_tile(low) else "clamp_min", nc, out, x, low, compute)
     else:

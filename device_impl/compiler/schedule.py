@@ -92,6 +92,14 @@ def order_ops(graph: Graph) -> Graph:
     return graph
 
 
+# Operand positions a step's runner never reads from HBM: a padding or initial value, a constant that the
+# runner takes from the program as an immediate (steps._splat_operand), and argmax/argmin's iota and initial
+# values (VectorE's arg_reduce makes the indices itself, steps._arg_reduce). No fill step writes them and no iota
+# step makes them (``finish``): that was a step, and its wait, before the one step the op is (issue 21: compiled
+# constant_pad and argmax losing to the eager kernel by it).
+UNREAD = {"pad": (1,), "reduce_window": (1,), "argmax": (1, 2, 3), "argmin": (1, 2, 3)}
+
+
 def step_reads(step: dict[str, Any]) -> list[int]:
     kind = step["kind"]
     if kind == "fused":
@@ -103,6 +111,9 @@ def step_reads(step: dict[str, Any]) -> list[int]:
         return [step["src"]]
     if kind == "fill":
         return []
+    unread = UNREAD.get(kind)
+    if unread:
+        return [v for k, v in enumerate(step["operands"]) if k not in unread]
     return list(step["operands"])
 
 
@@ -117,8 +128,23 @@ def step_writes(step: dict[str, Any]) -> list[int]:
     return list(step["results"])
 
 
+def _reshapes_only(program: Program, vid: int) -> bool:
+    """Whether ``vid`` is its base value through reshapes alone (row-major order kept, no element moved)."""
+    while vid in program.views:
+        view = program.views[vid]
+        if view["op"] != "reshape":
+            return False
+        vid = view["src"]
+    return True
+
+
 def finish(program: Program) -> Program:
     """Assign buffers, add output materialisation, plan the arena, compute waits (in place)."""
+    read = {program.base(vid) for step in program.steps for vid in step_reads(step)}
+    read.update(program.base(vid) for vid in program.outputs)
+    # an iota only an unread operand names (argmax's): nothing reads it, so it is not made
+    program.steps[:] = [step for step in program.steps
+                        if step["kind"] != "iota" or any(vid in read for vid in step["results"])]
     steps = program.steps
     producer: dict[int, int] = {}
     for i, step in enumerate(steps):
@@ -149,6 +175,11 @@ def finish(program: Program) -> Program:
         base = program.base(vid)
         if vid == base and vid in producer and vid not in buffers:
             buffers[vid] = {"kind": "output", "index": i}
+        elif base in producer and base not in buffers and _reshapes_only(program, vid):
+            # an output that is a reshape of a value (unfold's [N, C*k, L] of its stacked windows, a pooling's
+            # squeezed dim): the same bytes in the same order, so the step writing the value writes the output,
+            # whose array is viewed in the value's shape (executor.Executable.arrays), and no copy step runs
+            buffers[base] = {"kind": "output", "index": i}
         elif base in program.splats and base not in producer:
             steps.append({"kind": "fill", "output": i, "value": program.splats[base]})
         else:

@@ -24,7 +24,8 @@ from device_impl.compiler.program import Program
 from device_impl.compiler.program import operand_array as _operand_array
 from device_impl.engine.dtypes import compute_dtype
 from device_impl.kernels import indexing, matmul
-from device_impl.kernels.common import P, flat_tiles
+from device_impl.kernels.shape import moves as shape_moves
+from device_impl.kernels.common import FREE_MAX, P, flat_tiles
 from device_impl.kernels.reduction.scans import scan64
 from device_impl.kernels.spatial.conv import conv_run, conv_transposed_run
 from device_impl.kernels.spatial.tiles import _split, pad_view
@@ -247,6 +248,12 @@ def _splat_operand(program: Program, vid: int, what: str):
     return program.splats[base]
 
 
+def _box_free(regions: list[np.ndarray]) -> int:
+    """The free size of the memset tile ``kernels.shape.moves._const_tile`` makes for ``regions``."""
+    return max((piece.shape[1] for r in regions if r.size
+                for piece in shape_moves._pieces2d(shape_moves._in_order(r)[0], FREE_MAX)), default=0)
+
+
 def _pad(step: dict, program: Program) -> Runner:
     operand, value_vid = step["operands"]
     result = step["results"][0]
@@ -263,11 +270,29 @@ def _pad(step: dict, program: Program) -> Runner:
         j0 = a + i0 * step_
         dst_index.append(slice(j0, j0 + (i1 - i0 - 1) * step_ + 1 if i1 > i0 else j0, step_))
 
+    # Without interior padding only the boxes around the copied interior are filled, from one tile memset to
+    # the value, as the eager constant_pad_nd kernel does (kernels/shape/pad.py), not the whole result first
+    boxes = None
+    if not any(interior):
+        boxes, inner = [], []
+        for d, (n, a, o) in enumerate(zip(program.shape(operand), lo, out_shape)):
+            start, stop = max(a, 0), o - max(o - n - a, 0)
+            boxes += [tuple(inner) + (box,) for box in (slice(0, start), slice(stop, o)) if box.stop > box.start]
+            inner.append(slice(start, stop))
+
     def run(nc, env) -> None:
         out = env.access(result)
         if out.size == 0:
             return
-        indexing.fill(nc, out, value)
+        regions = [out[box] for box in boxes] if boxes is not None else None
+        # boxes whose pieces are wider than the whole result's flat tiles take a longer memset (VectorE's
+        # cost follows the free size): the whole result is filled then (reflection_pad3d_backward's pads)
+        if regions is None or _box_free(regions) > next(iter(flat_tiles(out.size)))[3]:
+            indexing.fill(nc, out, value)
+        else:
+            const = shape_moves._const_tile(nc, out.dtype, value, regions)
+            for region in regions:
+                shape_moves._fill(nc, region, const)
         src = env.access(operand)[tuple(src_index)]
         if src.size:
             nc.dma.hbm_copy(out[tuple(dst_index)], src)
