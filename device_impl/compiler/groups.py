@@ -75,7 +75,7 @@ class _Op:
             self.init_combine = not _is_identity(self.alu, self.init, self.dtype)
             self.emit = None
         else:
-            self.emit = _emit_rotate if self.name == "rotate" else lowering.ELEMENTWISE[self.name]
+            self.emit = _GPSIMD_EMITS[self.name] if self.name in _GPSIMD_EMITS else lowering.ELEMENTWISE[self.name]
 
 
 def _emit_rotate(nc, out: Tile, args: list, op: Op, in_types: list) -> None:
@@ -85,16 +85,68 @@ def _emit_rotate(nc, out: Tile, args: list, op: Op, in_types: list) -> None:
     n, unit, negated = op.attrs["blocks"], op.attrs["unit"], op.attrs["negated"]
 
     def program(dst: np.ndarray, src: np.ndarray) -> None:
-        p, f = src.shape
-        a = src.reshape(p, f // unit, n, unit // n)
-        b = dst.reshape(p, f // unit, n, unit // n)
-        for k in range(n):
-            if negated[k]:
-                np.negative(a[:, :, n - 1 - k], out=b[:, :, k])
-            else:
-                b[:, :, k] = a[:, :, n - 1 - k]
+        _rotate_into(dst, src, n, unit, negated)
 
     nc.gpsimd.run("rotate_blocks", program, (out,), (args[0],))
+
+
+def _rotate_into(dst: np.ndarray, src: np.ndarray, n: int, unit: int, negated: list) -> None:
+    """dst = rotate_half(src) along the free axis (whole units of ``unit`` columns, ``n`` blocks each)."""
+    p, f = src.shape
+    a = src.reshape(p, f // unit, n, unit // n)
+    b = dst.reshape(p, f // unit, n, unit // n)
+    for k in range(n):
+        if negated[k]:
+            np.negative(a[:, :, n - 1 - k], out=b[:, :, k])
+        else:
+            b[:, :, k] = a[:, :, n - 1 - k]
+
+
+def _emit_rotate_multiply(nc, out: Tile, args: list, op: Op, in_types: list) -> None:
+    """rotate_half(x) * y for an fp32 rotate whose one reader is an fp32 multiply by a full tile (rotary's
+    rotate_half(q) * sin, ``GroupRunner``'s ``rotated`` ops): one GpSimd program that permutes each partition's
+    elements and multiplies, instead of the permutation on GpSimd and the multiply on VectorE, which carries the
+    rest of the rotary (q * cos, the sum), where that finishes no later than the two instructions would, both
+    judged by the engines' cost rules from when the operands are ready and each engine is next free (as
+    ``scalar_finishes_first`` places an op between VectorE and ScalarE). The same bits either way: the permutation
+    and negation are exact, and the product is the fp32 multiply VectorE's tensor_tensor computes. GpSimd's cost
+    rule over the elements it reads (both tiles) and writes."""
+    n, unit, negated = op.attrs["blocks"], op.attrs["unit"], op.attrs["negated"]
+    x, y = args
+    if not (isinstance(y, Tile) and y.shape == x.shape == out.shape) or not _gpsimd_multiplies_first(nc, x, y):
+        rot = nc.sbuf_tile(x.shape, x.dtype)
+        _emit_rotate(nc, rot, [x], op, in_types[:1])
+        nc.vector.tensor_tensor(out, rot, y, "multiply", dtype=FP32)
+        return
+
+    def program(dst: np.ndarray, src: np.ndarray, factor: np.ndarray) -> None:
+        _rotate_into(dst, src, n, unit, negated)
+        np.multiply(dst, factor, out=dst)
+
+    nc.gpsimd.run("rotate_multiply", program, (out,), (x, y))
+
+
+def _gpsimd_multiplies_first(nc, x: Tile, y: Tile) -> bool:
+    """Would one GpSimd program computing rotate_half(x) * y end no later than the rotation on GpSimd followed by
+    the multiply on VectorE? Each engine's cost rule (isa: GpSimd's elements read and written, VectorE's columns
+    per tile read), from when x and y are ready and each engine is next free."""
+    p, free_at = nc.vector.platform, nc.timeline.free
+    gpsimd_ns = 1e9 / p.gpsimd_hz
+
+    def gpsimd(elements: int) -> float:
+        return (p.instruction_overhead_cycles + math.ceil(elements / p.gpsimd_elements_per_cycle)) * gpsimd_ns
+
+    size = x.data.size
+    start = max(x.root.ready, free_at["gpsimd"])
+    fused = max(start, y.root.ready) + gpsimd(3 * size)
+    rotated = start + gpsimd(2 * size)
+    multiplied = max(rotated, y.root.ready, free_at["vector"]) + \
+        (p.instruction_overhead_cycles + 2 * x.free) / p.vector_hz * 1e9
+    return fused <= multiplied
+
+
+# ops GpSimd runs as programs of its own (build.rotations' rotate_half, and that rotate fused with its multiply)
+_GPSIMD_EMITS = {"rotate": _emit_rotate, "rotate_multiply": _emit_rotate_multiply}
 
 
 _NARROW = frozenset({BF16, np.dtype(np.float16)})
@@ -188,6 +240,33 @@ def _select(ops: list[_Op], loads: set[int], stores: set[int], slot_dtype: list[
     for i, op in enumerate(ops):
         op.index = i
     return ops
+
+
+def _fuse_rotate_multiply(entries: list[dict], stores: set[int]) -> list[dict]:
+    """The op entries with each fp32 rotate whose only reader is an fp32 multiply by another slot (rotary's
+    rotate_half(q) * sin) made one ``rotate_multiply`` entry in that multiply's place (``_emit_rotate_multiply``),
+    so GpSimd takes the multiply off VectorE; a rotate that is stored or read elsewhere stays as it is."""
+    readers: dict[int, list[int]] = {}
+    for i, e in enumerate(entries):
+        for kind, x in e["args"]:
+            if kind == "slot":
+                readers.setdefault(x, []).append(i)
+    fused: dict[int, dict] = {}
+    dropped: set[int] = set()
+    for i, e in enumerate(entries):
+        if e["op"] != "rotate" or e["dtype"] != "float32" or e["slot"] in stores:
+            continue
+        users = readers.get(e["slot"], [])
+        if len(users) != 1:
+            continue
+        m = entries[users[0]]
+        if (m["op"] != "multiply" or m["dtype"] != "float32" or any(t != "float32" for t in m["in_types"])
+                or [k for k, _ in m["args"]] != ["slot", "slot"] or m["args"][0][1] == m["args"][1][1]):
+            continue
+        other = m["args"][1] if m["args"][0][1] == e["slot"] else m["args"][0]
+        fused[users[0]] = dict(m, op="rotate_multiply", args=[list(e["args"][0]), list(other)], attrs=e["attrs"])
+        dropped.add(i)
+    return [fused.get(i, e) for i, e in enumerate(entries) if i not in dropped]
 
 
 class Access2D:
@@ -420,6 +499,7 @@ class GroupRunner:
                     e = dict(e, op="rotate", args=[["slot", spin["source"]]], in_types=[e["dtype"]],
                              attrs={"blocks": spin["blocks"], "unit": spin["unit"], "negated": spin["negated"]})
                 entries.append(e)
+            entries = _fuse_rotate_multiply(entries, set(self.stores))
             ops = _select([_Op(i, e, slots[e["slot"]][1]) for i, e in enumerate(entries)], set(self.loads),
                           set(self.stores), self.slot_dtype)
             self.rotated = (ops, *self._schedule_of(ops), math.lcm(*(r["unit"] for r in rotations)))

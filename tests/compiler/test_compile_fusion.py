@@ -432,6 +432,39 @@ def test_rotary_is_one_group_reading_its_input_once():
     torch.testing.assert_close(out, fn(x, c, s))
 
 
+@pytest.mark.parametrize("shape, table, fused", [((2, 4, 128, 64), (128, 64), True),
+                                                 ((1, 3, 100, 48), (100, 48), None),
+                                                 ((3, 2, 128, 32), (3, 1, 128, 32), None)],
+                         ids=["llama", "odd", "per_batch"])
+def test_rotary_rotate_half_times_sin_is_one_gpsimd_program(shape, table, fused, monkeypatch):
+    """groups._fuse_rotate_multiply: rotate_half(q) * sin, the rotate's only reader an fp32 multiply, is one
+    GpSimd program (permute and multiply) instead of the permutation on GpSimd and the multiply on VectorE: the same
+    bits (NaN and zero signs included) as the two instructions, VectorE's busy time less by that multiply, and the
+    program no longer (each such op is placed where it finishes first, ``groups._gpsimd_multiplies_first``: the
+    decoder's q is fused; odd head dims and sequence lengths, and a per-batch table, are checked for the bits and the
+    device time whichever way they go)."""
+    from device_impl.compiler import groups
+
+    fn = ROTATIONS[0][1]
+    x, c, s = _inputs(torch.float32, shape, table, table)
+    half = shape[-1] // 2
+    x[0, 0, 0, :4] = torch.tensor([float("nan"), -float("nan"), 0.0, -0.0])
+    x[0, 0, 0, half:half + 4] = torch.tensor([-float("nan"), float("nan"), -0.0, 0.0])
+    s[..., 0, :2] = torch.tensor([-0.0, float("inf")])
+    out, stats = compiled_call(fn, x, c, s)
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    monkeypatch.setattr(groups, "_fuse_rotate_multiply", lambda entries, stores: entries)
+    expected, plain = compiled_call(fn, x, c, s)
+    np.testing.assert_array_equal(bits(out), bits(expected))
+    torch.testing.assert_close(out, fn(x, c, s), equal_nan=True)
+    if fused:
+        assert stats["vector_busy_ns"] < plain["vector_busy_ns"]
+        assert stats["gpsimd_busy_ns"] > plain["gpsimd_busy_ns"]
+    assert stats["device_ns"] <= plain["device_ns"]
+    assert stats["hbm_bytes"] == plain["hbm_bytes"]
+
+
 def test_a_flat_group_keeps_a_broadcast_operand_tile_its_tiles_repeat(monkeypatch):
     """groups._repeated_loads: the rotary's cos/sin tiles, the same elements for both tiles of q, are loaded once
     (HBM bytes less by one tile of each), the same bits and a shorter program than a load per tile; an operand
