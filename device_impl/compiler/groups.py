@@ -52,6 +52,21 @@ class _Op:
     __slots__ = ("index", "name", "slot", "args", "op", "in_types", "dtype", "cls", "emit", "alu", "init_combine",
                  "reduce_dtype", "init", "scalar_form", "pre", "merged", "accumulate", "accumulated")
 
+    def fuse_after(self, first: "_Op", full: int, second_first: bool) -> None:
+        """Become ``(x <first> s) <self> t`` in one VectorE scalar_tensor_tensor (``_merge_scalar_tensor_tensor``):
+        ``first``'s args are x (a full tile, at position ``full``) and s (a per-row value or an immediate); this
+        op's other operand is t, ``second_first`` when first's result was this op's first operand."""
+        x, scalar = first.args[full], first.args[1 - full]
+        t = self.args[1] if second_first else self.args[0]
+        attrs = {"op0": first.name, "op1": self.name, "reverse0": full == 1, "reverse1": not second_first,
+                 "first": first.op, "first_types": first.in_types, "second": self.op, "second_types": self.in_types}
+        self.op = Op("scalar_tensor_tensor", (), (), self.op.results, attrs)
+        self.name = "scalar_tensor_tensor"
+        self.args = [x, scalar, t]
+        self.in_types = [first.in_types[full], first.in_types[1 - full], self.in_types[1 if second_first else 0]]
+        self.emit = _emit_scalar_tensor_tensor
+        self.scalar_form = None
+
     def __init__(self, index: int, entry: dict, cls: str):
         self.index = index
         self.name = entry["op"]
@@ -75,7 +90,26 @@ class _Op:
             self.init_combine = not _is_identity(self.alu, self.init, self.dtype)
             self.emit = None
         else:
-            self.emit = _emit_rotate if self.name == "rotate" else lowering.ELEMENTWISE[self.name]
+            self.emit = _GPSIMD_EMITS[self.name] if self.name in _GPSIMD_EMITS else lowering.ELEMENTWISE[self.name]
+
+
+def _emit_scalar_tensor_tensor(nc, out: Tile, args: list, op: Op, in_types: list) -> None:
+    """(x op0 s) op1 t as VectorE's one scalar_tensor_tensor where x and t are tiles of out's shape and s a [P, 1]
+    tile or an immediate (an RMS norm's (h * rstd) * weight: ScalarE's or VectorE's pass for h * rstd, then
+    VectorE's multiply, made one VectorE pass reading two tiles); else the two ops as they were. The same bits
+    either way: the intermediate is rounded to fp32 as the first op's fp32 tile was."""
+    x, scalar, t = args
+    at = op.attrs
+    if (isinstance(x, Tile) and isinstance(t, Tile) and x.shape == t.shape == out.shape
+            and (not isinstance(scalar, Tile) or scalar.shape == (x.partitions, 1))):
+        nc.vector.scalar_tensor_tensor(out, x, at["op0"], scalar, at["op1"], t, reverse0=at["reverse0"],
+                                       reverse1=at["reverse1"], dtype=FP32)
+        return
+    mid = nc.sbuf_tile(x.shape, FP32)
+    lowering.ELEMENTWISE[at["op0"]](nc, mid, [scalar, x] if at["reverse0"] else [x, scalar], at["first"],
+                                    at["first_types"])
+    lowering.ELEMENTWISE[at["op1"]](nc, out, [t, mid] if at["reverse1"] else [mid, t], at["second"],
+                                    at["second_types"])
 
 
 def _emit_rotate(nc, out: Tile, args: list, op: Op, in_types: list) -> None:
@@ -85,16 +119,68 @@ def _emit_rotate(nc, out: Tile, args: list, op: Op, in_types: list) -> None:
     n, unit, negated = op.attrs["blocks"], op.attrs["unit"], op.attrs["negated"]
 
     def program(dst: np.ndarray, src: np.ndarray) -> None:
-        p, f = src.shape
-        a = src.reshape(p, f // unit, n, unit // n)
-        b = dst.reshape(p, f // unit, n, unit // n)
-        for k in range(n):
-            if negated[k]:
-                np.negative(a[:, :, n - 1 - k], out=b[:, :, k])
-            else:
-                b[:, :, k] = a[:, :, n - 1 - k]
+        _rotate_into(dst, src, n, unit, negated)
 
     nc.gpsimd.run("rotate_blocks", program, (out,), (args[0],))
+
+
+def _rotate_into(dst: np.ndarray, src: np.ndarray, n: int, unit: int, negated: list) -> None:
+    """dst = rotate_half(src) along the free axis (whole units of ``unit`` columns, ``n`` blocks each)."""
+    p, f = src.shape
+    a = src.reshape(p, f // unit, n, unit // n)
+    b = dst.reshape(p, f // unit, n, unit // n)
+    for k in range(n):
+        if negated[k]:
+            np.negative(a[:, :, n - 1 - k], out=b[:, :, k])
+        else:
+            b[:, :, k] = a[:, :, n - 1 - k]
+
+
+def _emit_rotate_multiply(nc, out: Tile, args: list, op: Op, in_types: list) -> None:
+    """rotate_half(x) * y for an fp32 rotate whose one reader is an fp32 multiply by a full tile (rotary's
+    rotate_half(q) * sin, ``GroupRunner``'s ``rotated`` ops): one GpSimd program that permutes each partition's
+    elements and multiplies, instead of the permutation on GpSimd and the multiply on VectorE, which carries the
+    rest of the rotary (q * cos, the sum), where that finishes no later than the two instructions would, both
+    judged by the engines' cost rules from when the operands are ready and each engine is next free (as
+    ``scalar_finishes_first`` places an op between VectorE and ScalarE). The same bits either way: the permutation
+    and negation are exact, and the product is the fp32 multiply VectorE's tensor_tensor computes. GpSimd's cost
+    rule over the elements it reads (both tiles) and writes."""
+    n, unit, negated = op.attrs["blocks"], op.attrs["unit"], op.attrs["negated"]
+    x, y = args
+    if not (isinstance(y, Tile) and y.shape == x.shape == out.shape) or not _gpsimd_multiplies_first(nc, x, y):
+        rot = nc.sbuf_tile(x.shape, x.dtype)
+        _emit_rotate(nc, rot, [x], op, in_types[:1])
+        nc.vector.tensor_tensor(out, rot, y, "multiply", dtype=FP32)
+        return
+
+    def program(dst: np.ndarray, src: np.ndarray, factor: np.ndarray) -> None:
+        _rotate_into(dst, src, n, unit, negated)
+        np.multiply(dst, factor, out=dst)
+
+    nc.gpsimd.run("rotate_multiply", program, (out,), (x, y))
+
+
+def _gpsimd_multiplies_first(nc, x: Tile, y: Tile) -> bool:
+    """Would one GpSimd program computing rotate_half(x) * y end no later than the rotation on GpSimd followed by
+    the multiply on VectorE? Each engine's cost rule (isa: GpSimd's elements read and written, VectorE's columns
+    per tile read), from when x and y are ready and each engine is next free."""
+    p, free_at = nc.vector.platform, nc.timeline.free
+    gpsimd_ns = 1e9 / p.gpsimd_hz
+
+    def gpsimd(elements: int) -> float:
+        return (p.instruction_overhead_cycles + math.ceil(elements / p.gpsimd_elements_per_cycle)) * gpsimd_ns
+
+    size = x.data.size
+    start = max(x.root.ready, free_at["gpsimd"])
+    fused = max(start, y.root.ready) + gpsimd(3 * size)
+    rotated = start + gpsimd(2 * size)
+    multiplied = max(rotated, y.root.ready, free_at["vector"]) + \
+        (p.instruction_overhead_cycles + 2 * x.free) / p.vector_hz * 1e9
+    return fused <= multiplied
+
+
+# ops GpSimd runs as programs of its own (build.rotations' rotate_half, and that rotate fused with its multiply)
+_GPSIMD_EMITS = {"rotate": _emit_rotate, "rotate_multiply": _emit_rotate_multiply}
 
 
 _NARROW = frozenset({BF16, np.dtype(np.float16)})
@@ -106,7 +192,8 @@ SBUF_MARGIN = 2048  # bytes per partition kept free when deciding how many block
 AFFINE = frozenset({"add", "subtract", "multiply"})
 
 
-def _select(ops: list[_Op], loads: set[int], stores: set[int], slot_dtype: list[np.dtype]) -> list[_Op]:
+def _select(ops: list[_Op], loads: set[int], stores: set[int], slot_dtype: list[np.dtype],
+            slot_cls: list[str] | None = None) -> list[_Op]:
     """Instruction selection over a group's ops, each rewrite keeping every result bit-identical.
 
     The planner lists StableHLO ops one to one; the eager kernels do better in four ways, and so
@@ -185,9 +272,90 @@ def _select(ops: list[_Op], loads: set[int], stores: set[int], slot_dtype: list[
             if p is not None and p.dtype == FP32 and p.accumulate is None and not p.merged \
                     and (p.scalar_form is not None or p.name in lowering.ACTIVATION_OPS):
                 p.accumulate, op.accumulated = op, True
+    if slot_cls is not None:
+        ops = _merge_scalar_tensor_tensor(ops, stores, slot_cls)
     for i, op in enumerate(ops):
         op.index = i
     return ops
+
+
+# (x <op0> s) <op1> t as one VectorE scalar_tensor_tensor: op0 an fp32 add/multiply of a full tile by a per-row
+# value or an immediate, op1 an fp32 add/multiply/subtract of that result and another full tile (the ALU's names)
+_STT_FIRST = frozenset({"add", "multiply"})
+_STT_SECOND = frozenset({"add", "multiply", "subtract"})
+
+
+def _merge_scalar_tensor_tensor(ops: list[_Op], stores: set[int], slot_cls: list[str]) -> list[_Op]:
+    """Instruction selection: an fp32 op of a full tile by a per-row value or an immediate (``scalar_form``
+    "affine": an RMS norm's h * rstd) whose only reader is an fp32 op of its result and another full tile (that
+    result times the norm's weight) becomes the reader's one VectorE scalar_tensor_tensor (NKI's: (x op0 s) op1 t,
+    the intermediate rounded to fp32: the same bits), instead of a ScalarE or VectorE pass and a VectorE pass in
+    a chain: the norm's tail is one instruction shorter."""
+    readers: dict[int, list[_Op]] = {}
+    for op in ops:
+        for kind, x in op.args + (op.pre.args if op.pre is not None else []):
+            if kind == "slot":
+                readers.setdefault(x, []).append(op)
+
+    def plain(op: _Op) -> bool:
+        return (op.dtype == FP32 and all(t.np_dtype == FP32 for t in op.in_types) and op.pre is None
+                and op.accumulate is None and not op.merged and not op.accumulated and len(op.args) == 2)
+
+    def full(arg) -> bool:
+        return arg[0] == "slot" and slot_cls[arg[1]] == "full"
+
+    dropped: set[int] = set()
+    for first in ops:
+        if first.name not in _STT_FIRST or first.scalar_form != "affine" or not plain(first) \
+                or first.slot in stores or first.cls != "full":
+            continue
+        fulls = [i for i, arg in enumerate(first.args) if full(arg)]
+        if len(fulls) != 1:
+            continue
+        other = first.args[1 - fulls[0]]
+        if other[0] == "slot" and slot_cls[other[1]] != "row":
+            continue
+        users = readers.get(first.slot, [])
+        if len(users) != 1 or users[0].name not in _STT_SECOND or not plain(users[0]) or users[0].cls != "full":
+            continue
+        second = users[0]
+        a, b = second.args
+        if a == ("slot", first.slot) and full(b) and b[1] != first.slot:
+            second_first = True
+        elif b == ("slot", first.slot) and full(a) and a[1] != first.slot:
+            second_first = False
+        else:
+            continue
+        second.fuse_after(first, fulls[0], second_first)
+        dropped.add(id(first))
+    return [op for op in ops if id(op) not in dropped]
+
+
+def _fuse_rotate_multiply(entries: list[dict], stores: set[int]) -> list[dict]:
+    """The op entries with each fp32 rotate whose only reader is an fp32 multiply by another slot (rotary's
+    rotate_half(q) * sin) made one ``rotate_multiply`` entry in that multiply's place (``_emit_rotate_multiply``),
+    so GpSimd takes the multiply off VectorE; a rotate that is stored or read elsewhere stays as it is."""
+    readers: dict[int, list[int]] = {}
+    for i, e in enumerate(entries):
+        for kind, x in e["args"]:
+            if kind == "slot":
+                readers.setdefault(x, []).append(i)
+    fused: dict[int, dict] = {}
+    dropped: set[int] = set()
+    for i, e in enumerate(entries):
+        if e["op"] != "rotate" or e["dtype"] != "float32" or e["slot"] in stores:
+            continue
+        users = readers.get(e["slot"], [])
+        if len(users) != 1:
+            continue
+        m = entries[users[0]]
+        if (m["op"] != "multiply" or m["dtype"] != "float32" or any(t != "float32" for t in m["in_types"])
+                or [k for k, _ in m["args"]] != ["slot", "slot"] or m["args"][0][1] == m["args"][1][1]):
+            continue
+        other = m["args"][1] if m["args"][0][1] == e["slot"] else m["args"][0]
+        fused[users[0]] = dict(m, op="rotate_multiply", args=[list(e["args"][0]), list(other)], attrs=e["attrs"])
+        dropped.add(i)
+    return [fused.get(i, e) for i, e in enumerate(entries) if i not in dropped]
 
 
 class Access2D:
@@ -396,7 +564,7 @@ class GroupRunner:
         self.loads = {slot: vid for slot, vid in step["loads"]}
         self.stores = {slot: vid for slot, vid in step["stores"]}
         ops = [_Op(i, e, slots[e["slot"]][1]) for i, e in enumerate(step["ops"])]
-        self.ops = _select(ops, set(self.loads), set(self.stores), self.slot_dtype)
+        self.ops = _select(ops, set(self.loads), set(self.stores), self.slot_dtype, self.slot_cls)
         self.rows, self.cols = step["rows"], step["cols"]
         tiles = step["tiles"]
         self.free = tiles.get("free", 1)
@@ -420,8 +588,9 @@ class GroupRunner:
                     e = dict(e, op="rotate", args=[["slot", spin["source"]]], in_types=[e["dtype"]],
                              attrs={"blocks": spin["blocks"], "unit": spin["unit"], "negated": spin["negated"]})
                 entries.append(e)
+            entries = _fuse_rotate_multiply(entries, set(self.stores))
             ops = _select([_Op(i, e, slots[e["slot"]][1]) for i, e in enumerate(entries)], set(self.loads),
-                          set(self.stores), self.slot_dtype)
+                          set(self.stores), self.slot_dtype, self.slot_cls)
             self.rotated = (ops, *self._schedule_of(ops), math.lcm(*(r["unit"] for r in rotations)))
 
     def _schedule_of(self, ops: list[_Op]) -> tuple[dict, dict]:

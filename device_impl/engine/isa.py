@@ -648,6 +648,42 @@ def _ufunc_result(fn: Callable, compute: np.dtype, nin: int) -> np.dtype:
     return result
 
 
+def _tensor_scalar(out: Tile, a: Tile, op: str, scalar, reverse: bool, dtype: np.dtype | None, op1: str | None,
+                   scalar1) -> list[Tile]:
+    """tensor_scalar's arithmetic (``VectorE.tensor_scalar``), written into ``out``; the tiles it reads. One
+    definition for the engines that run it (VectorE, GpSimd), so either gives the same bits."""
+    fn = ALU_BINARY[op]
+    compute = np.dtype(dtype) if dtype is not None else compute_dtype(a.dtype)
+    x = _operand(a, compute)
+    reads = [a]
+
+    def scalar_of(value) -> np.ndarray:
+        if isinstance(value, Tile):
+            if value.shape != (a.partitions, 1):
+                raise EngineError(f"tensor_scalar's per-partition scalar {value.shape} for a tile {a.shape}")
+            reads.append(value)
+            return _operand(value, compute)
+        return np.asarray(value).astype(compute)
+
+    s = scalar_of(scalar)
+    target = out.write_target()
+    if op1 is not None:
+        x = fn(s, x) if reverse else fn(x, s)
+        if x.dtype != compute:
+            x = x.astype(compute)
+        fn = ALU_BINARY[op1]
+        s = scalar_of(scalar1)
+        reverse = False
+    if target.shape == x.shape and _ufunc_result(fn, compute, 2) == target.dtype:
+        if reverse:
+            fn(s, x, out=target)
+        else:
+            fn(x, s, out=target)
+    else:
+        target[...] = fn(s, x) if reverse else fn(x, s)
+    return reads
+
+
 class VectorE(_Engine):
     name = "vector"
 
@@ -692,36 +728,42 @@ class VectorE(_Engine):
 
         Either scalar may be a [P, 1] tile instead of an immediate: a per-partition scalar (NKI's tensor_scalar
         takes a vector operand of one value per partition), read by the same pass."""
-        fn = ALU_BINARY[op]
-        compute = np.dtype(dtype) if dtype is not None else compute_dtype(a.dtype)
-        x = _operand(a, compute)
-        reads = [a]
-
-        def scalar_of(value) -> np.ndarray:
-            if isinstance(value, Tile):
-                if value.shape != (a.partitions, 1):
-                    raise EngineError(f"tensor_scalar's per-partition scalar {value.shape} for a tile {a.shape}")
-                reads.append(value)
-                return _operand(value, compute)
-            return np.asarray(value).astype(compute)
-
-        s = scalar_of(scalar)
-        target = out.write_target()
-        if op1 is not None:
-            x = fn(s, x) if reverse else fn(x, s)
-            if x.dtype != compute:
-                x = x.astype(compute)
-            fn = ALU_BINARY[op1]
-            s = scalar_of(scalar1)
-            reverse = False
-        if target.shape == x.shape and _ufunc_result(fn, compute, 2) == target.dtype:
-            if reverse:
-                fn(s, x, out=target)
-            else:
-                fn(x, s, out=target)
-        else:
-            target[...] = fn(s, x) if reverse else fn(x, s)
+        reads = _tensor_scalar(out, a, op, scalar, reverse, dtype, op1, scalar1)
         self._schedule(op if op1 is None else f"{op}_{op1}", out.free, 1, reads, (out,))
+
+    def scalar_tensor_tensor(self, out: Tile, a: Tile, op0: str, scalar, op1: str, b: Tile, reverse0: bool = False,
+                             reverse1: bool = False, dtype: np.dtype | None = None) -> None:
+        """out = (a <op0> scalar) <op1> b in one pass (NKI's scalar_tensor_tensor): ``scalar`` an immediate or a
+        [P, 1] per-partition tile, ``b`` a tile of out's shape; ``reverse0``: scalar <op0> a, ``reverse1``:
+        b <op1> (...). The intermediate is rounded to the compute dtype, so the bits are those of a tensor_scalar
+        writing a tile of that dtype followed by a tensor_tensor; one pass reading two tiles (tensor_tensor's
+        cost)."""
+        compute = np.dtype(dtype) if dtype is not None else _common_compute(a, b)
+        x = _operand(a, compute)
+        reads = [a, b]
+        if isinstance(scalar, Tile):
+            if scalar.shape != (a.partitions, 1):
+                raise EngineError(f"scalar_tensor_tensor's per-partition scalar {scalar.shape} for a tile {a.shape}")
+            reads.append(scalar)
+            s = _operand(scalar, compute)
+        else:
+            s = np.asarray(scalar).astype(compute)
+        if b.shape != out.shape or a.shape != out.shape:
+            raise EngineError(f"scalar_tensor_tensor shapes: {a.shape} and {b.shape} into {out.shape}")
+        fn0, fn1 = ALU_BINARY[op0], ALU_BINARY[op1]
+        x = fn0(s, x) if reverse0 else fn0(x, s)
+        if x.dtype != compute:
+            x = x.astype(compute)
+        y = _operand(b, compute)
+        target = out.write_target()
+        if _ufunc_result(fn1, compute, 2) == target.dtype:
+            if reverse1:
+                fn1(y, x, out=target)
+            else:
+                fn1(x, y, out=target)
+        else:
+            target[...] = fn1(y, x) if reverse1 else fn1(x, y)
+        self._schedule(f"{op0}_{op1}", out.free, 2, reads, (out,))
 
     def tensor_unary(self, out: Tile, a: Tile, op: str, dtype: np.dtype | None = None) -> None:
         fn = ALU_UNARY[op]
@@ -874,6 +916,14 @@ class GpSimdE(_Engine):
         p = self.platform
         cycles = p.instruction_overhead_cycles + math.ceil(elements * factor / p.gpsimd_elements_per_cycle)
         self.timeline.schedule("gpsimd", what, cycles / p.gpsimd_hz * 1e9, reads, writes)
+
+    def tensor_scalar(self, out: Tile, a: Tile, op: str, scalar, reverse: bool = False,
+                      dtype: np.dtype | None = None, op1: str | None = None, scalar1=None) -> None:
+        """VectorE's tensor_scalar (the same arithmetic, the same bits) on GpSimd, which NKI's tensor_scalar may
+        also be issued to (its ``engine`` argument); GpSimd's cost rule over the elements it reads and writes."""
+        reads = _tensor_scalar(out, a, op, scalar, reverse, dtype, op1, scalar1)
+        self._schedule(op if op1 is None else f"{op}_{op1}", sum(t.data.size for t in reads) + out.data.size,
+                       reads, (out,))
 
     def iota(self, out: Tile, base: int = 0, partition_step: int = 0, free_step: int = 1) -> None:
         """out[p, f] = base + p * partition_step + f * free_step."""

@@ -210,6 +210,20 @@ def _evacuate(nc, out, acc, scale: float = 1.0) -> None:
     psum_to_sbuf(nc, out, acc, scale)
 
 
+def _per_row(nc, out, a, op: str, scalar, op1: str | None = None, scalar1=None) -> None:
+    """tensor_scalar over a [P, 1] per-row value (the softmax's -max, the safe row sum) on whichever of VectorE and
+    GpSimd would finish it first (NKI's tensor_scalar may be issued to either; the same arithmetic, the same
+    bits), each engine's cost rule from when ``a`` is ready and the engine is next free: VectorE carries the
+    softmax's full-tile passes, GpSimd only the causal blocks' ``affine_select``."""
+    p, free_at = nc.vector.platform, nc.timeline.free
+    ready = a.root.ready
+    vector = max(ready, free_at["vector"]) + (p.instruction_overhead_cycles + a.free) / p.vector_hz * 1e9
+    gpsimd = max(ready, free_at["gpsimd"]) + (p.instruction_overhead_cycles + math.ceil(
+        2 * a.data.size / p.gpsimd_elements_per_cycle)) / p.gpsimd_hz * 1e9
+    engine = nc.gpsimd if nc.choose(lambda: gpsimd < vector) else nc.vector
+    engine.tensor_scalar(out, a, op, scalar, op1=op1, scalar1=scalar1)
+
+
 def _scores(nc, pb: _Problem, qT: list, kT: list, b: int, h: int, l0: int, l1: int, s0: int, s1: int, consts):
     """S = (Q K^T) * scale (+ mask, causal) for one block, fp32 in SBUF."""
     lq, sk = l1 - l0, s1 - s0
@@ -528,7 +542,7 @@ def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: in
             nc.vector.tensor_tensor(m_new, m, block_max, "maximum")
         # -FLT_MAX in place of -inf: rows with no key yet give exp(-inf) = 0, not NaN
         neg_m = nc.sbuf_tile((lq, 1), FP32)
-        nc.vector.tensor_scalar(neg_m, m_new, "maximum", -FLT_MAX, op1="multiply", scalar1=-1.0)
+        _per_row(nc, neg_m, m_new, "maximum", -FLT_MAX, op1="multiply", scalar1=-1.0)
         p = nc.sbuf_tile((lq, sk), FP32)
         block_sum = row_sum if first else nc.sbuf_tile((lq, 1), FP32)
         nc.scalar.activation(p, s, "exp", bias=neg_m, accumulate=block_sum)
@@ -556,7 +570,7 @@ def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: in
         (pT,) = _transposed(nc, p_low, pb.dtype, evacuate="either")
         if alone:
             # l is 0 (every key masked) or >= 1 (the row max contributes exp(0)): 0/tiny = 0
-            nc.vector.tensor_scalar(safe, row_sum, "maximum", 1e-30)
+            _per_row(nc, safe, row_sum, "maximum", 1e-30)
         yield
         for c0, vt in zip(range(0, pb.Ev, N_TILE), vts):
             c1 = min(c0 + N_TILE, pb.Ev)
@@ -575,7 +589,7 @@ def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: in
         yield
     if not alone:  # l is 0 (every key masked) or >= 1 (the row max contributes exp(0)): 0/tiny = 0
         safe = nc.sbuf_tile((lq, 1), FP32)
-        nc.vector.tensor_scalar(safe, row_sum, "maximum", 1e-30)
+        _per_row(nc, safe, row_sum, "maximum", 1e-30)
         o = out_tile()
         nc.vector.tensor_tensor(o, acc, safe, "divide", dtype=FP32)
     nc.dma.store(o4[b, h, l0:l1, :], o)

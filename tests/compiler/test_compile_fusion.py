@@ -140,7 +140,7 @@ def test_instruction_selection_never_changes_a_result(name, fn, shapes, dtype, m
     torch._dynamo.reset()
     compiler.clear_cache()
 
-    def op_by_op(ops, loads, stores, slot_dtype):
+    def op_by_op(ops, loads, stores, slot_dtype, slot_cls=None):
         for i, op in enumerate(ops):
             op.index = i
         return ops
@@ -430,6 +430,75 @@ def test_rotary_is_one_group_reading_its_input_once():
     assert stats["hbm_bytes"] == x.nbytes + 2 * 4 * c.nbytes + out.nbytes
     assert stats["gpsimd_busy_ns"] > 0
     torch.testing.assert_close(out, fn(x, c, s))
+
+
+@pytest.mark.parametrize("shape, table, fused", [((2, 4, 128, 64), (128, 64), True),
+                                                 ((1, 3, 100, 48), (100, 48), None),
+                                                 ((3, 2, 128, 32), (3, 1, 128, 32), None)],
+                         ids=["llama", "odd", "per_batch"])
+def test_rotary_rotate_half_times_sin_is_one_gpsimd_program(shape, table, fused, monkeypatch):
+    """groups._fuse_rotate_multiply: rotate_half(q) * sin, the rotate's only reader an fp32 multiply, is one
+    GpSimd program (permute and multiply) instead of the permutation on GpSimd and the multiply on VectorE: the same
+    bits (NaN and zero signs included) as the two instructions, VectorE's busy time less by that multiply, and the
+    program no longer (each such op is placed where it finishes first, ``groups._gpsimd_multiplies_first``: the
+    decoder's q is fused; odd head dims and sequence lengths, and a per-batch table, are checked for the bits and the
+    device time whichever way they go)."""
+    from device_impl.compiler import groups
+
+    fn = ROTATIONS[0][1]
+    x, c, s = _inputs(torch.float32, shape, table, table)
+    half = shape[-1] // 2
+    x[0, 0, 0, :4] = torch.tensor([float("nan"), -float("nan"), 0.0, -0.0])
+    x[0, 0, 0, half:half + 4] = torch.tensor([-float("nan"), float("nan"), -0.0, 0.0])
+    s[..., 0, :2] = torch.tensor([-0.0, float("inf")])
+    out, stats = compiled_call(fn, x, c, s)
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    monkeypatch.setattr(groups, "_fuse_rotate_multiply", lambda entries, stores: entries)
+    expected, plain = compiled_call(fn, x, c, s)
+    np.testing.assert_array_equal(bits(out), bits(expected))
+    torch.testing.assert_close(out, fn(x, c, s), equal_nan=True)
+    if fused:
+        assert stats["vector_busy_ns"] < plain["vector_busy_ns"]
+        assert stats["gpsimd_busy_ns"] > plain["gpsimd_busy_ns"]
+    assert stats["device_ns"] <= plain["device_ns"]
+    assert stats["hbm_bytes"] == plain["hbm_bytes"]
+
+
+def _rms_norm(x, w):
+    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * w
+
+
+# (x op0 s) op1 t chains groups._merge_scalar_tensor_tensor makes one VectorE instruction: an RMS norm's tail (a
+# per-row rstd, then the weight), and flat ones with an immediate, t on either side, subtract as the second op
+SCALAR_TENSOR_TENSOR = [
+    ("rms_norm", _rms_norm, [(256, 256), (256,)]),
+    ("rms_norm_odd", _rms_norm, [(3, 100, 192), (192,)]),
+    ("flat_subtract_reversed", lambda x, y: y - x * 0.5, [(2, 128, 256), (2, 128, 256)]),
+    ("flat_add", lambda x, y: (x + 1.5) * y, [(4, 100, 48), (4, 100, 48)]),
+]
+
+
+@pytest.mark.parametrize("name, fn, shapes", SCALAR_TENSOR_TENSOR, ids=[c[0] for c in SCALAR_TENSOR_TENSOR])
+def test_a_per_row_op_read_by_one_tensor_op_is_one_scalar_tensor_tensor(name, fn, shapes, monkeypatch):
+    """groups._merge_scalar_tensor_tensor: an fp32 op of a full tile by a per-row value or an immediate whose only
+    reader combines it with another full tile is that reader's one VectorE scalar_tensor_tensor: the same bits
+    (NaN, infinities and zero signs included) as the two instructions, VectorE's and ScalarE's busy time less by
+    the first one's pass, the program no longer."""
+    from device_impl.compiler import groups
+
+    inputs = _inputs(torch.float32, *shapes)
+    inputs[0].view(-1)[:5] = torch.tensor([float("nan"), -0.0, float("inf"), -float("inf"), 0.0])
+    out, stats = compiled_call(fn, *inputs)
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    monkeypatch.setattr(groups, "_merge_scalar_tensor_tensor", lambda ops, stores, slot_cls: ops)
+    expected, plain = compiled_call(fn, *inputs)
+    np.testing.assert_array_equal(bits(out), bits(expected))
+    torch.testing.assert_close(out, fn(*inputs), equal_nan=True)
+    assert stats["vector_busy_ns"] + stats["scalar_busy_ns"] < plain["vector_busy_ns"] + plain["scalar_busy_ns"]
+    assert stats["device_ns"] <= plain["device_ns"]
+    assert stats["hbm_bytes"] == plain["hbm_bytes"]
 
 
 def test_a_flat_group_keeps_a_broadcast_operand_tile_its_tiles_repeat(monkeypatch):
