@@ -575,6 +575,52 @@ spec("baddbmm", "matmul", "torch.baddbmm({x0}, {x1}, {x2}, beta={beta}, alpha={a
      sum_of_products=True)
 
 
+def _vectors(data, dtype):
+    """Two vectors of one length (the K sizes straddle TensorE's 128-row K tile); the error input (shape_mismatch)
+    a second vector one longer, CPU's RuntimeError "inconsistent tensor size"."""
+    k = data.draw(st.sampled_from((0, 1, 2, 5, 127, 128, 129, 257)))
+    bad = 1 if _erring("shape_mismatch") else 0
+    return [_t(data, (k,), dtype, domains=("unit", "normal"), requires_grad=_grad(dtype)),
+            _t(data, (k + bad,), dtype, domains=("unit", "normal"), requires_grad=_grad(dtype))], {}
+
+
+def _matrix_vector(data, dtype):
+    """addmv's self [M] (or [1], broadcast), mat [M, K], vec [K] with beta/alpha (beta 0: self, even NaN, is
+    ignored); the error input (shape_mismatch) a vec one longer than mat's K, CPU's "size mismatch"."""
+    size = st.sampled_from((1, 2, 5, 127, 128, 129, 257))
+    m, k = data.draw(size), data.draw(size)
+    bad = 1 if _erring("shape_mismatch") else 0
+    bias = data.draw(st.sampled_from([(m,), (1,)]))
+    return [_t(data, bias, dtype), _t(data, (m, k), dtype, domains=("unit", "normal")),
+            _t(data, (k + bad,), dtype, domains=("unit", "normal"))], \
+        {"beta": data.draw(st.sampled_from([1, 0.5, 0])), "alpha": data.draw(st.sampled_from([1, 2.0]))}
+
+
+def _batch_products(data, dtype):
+    """addbmm's self ([M, N], [N] or [1, N], broadcast), batch1 [B, M, K], batch2 [B, K, N]; B may be 0 (the
+    result is beta * self); the error input (shape_mismatch) batch2 with one batch more, CPU's RuntimeError."""
+    size = st.sampled_from((1, 2, 5, 127, 128, 129))
+    m, k, n, b = data.draw(size), data.draw(size), data.draw(size), data.draw(st.integers(0, 3))
+    bad = 1 if _erring("shape_mismatch") else 0
+    bias = data.draw(st.sampled_from([(m, n), (n,), (1, n)]))
+    return [_t(data, bias, dtype), _t(data, (b, m, k), dtype, domains=("unit", "normal")),
+            _t(data, (b + bad, k, n), dtype, domains=("unit", "normal"))], \
+        {"beta": data.draw(st.sampled_from([1, 0.5, 0])), "alpha": data.draw(st.sampled_from([1, 2.0]))}
+
+
+_VEC_REASON = _MM_REASON + "; dot/vdot/mv sum K products in TensorE's K-tile order, CPU's BLAS (sdot/sgemv) in its own"
+spec("dot", "matmul", "torch.dot({x0}, {x1})", custom(_vectors), grad=True, tolerance=_MM_TOL,
+     tolerance_reason=_VEC_REASON + _ORDER_REASON, fp64_reference=True, sum_of_products=True)
+spec("vdot", "matmul", "torch.vdot({x0}, {x1})", custom(_vectors), grad=True, tolerance=_MM_TOL,
+     tolerance_reason=_VEC_REASON + _ORDER_REASON, fp64_reference=True, sum_of_products=True)
+spec("addmv", "matmul", "torch.addmv({x0}, {x1}, {x2}, beta={beta}, alpha={alpha})", custom(_matrix_vector),
+     tolerance=_MM_TOL, tolerance_reason=_VEC_REASON + _ORDER_REASON, fp64_reference=True, sum_of_products=True)
+spec("mv", "matmul", "torch.mv({x1}, {x2})", custom(_matrix_vector), tolerance=_MM_TOL,
+     tolerance_reason=_VEC_REASON + _ORDER_REASON, fp64_reference=True, sum_of_products=True)
+spec("addbmm", "matmul", "torch.addbmm({x0}, {x1}, {x2}, beta={beta}, alpha={alpha})", custom(_batch_products),
+     tolerance=_MM_TOL, tolerance_reason=_MM_REASON + "; addbmm rounds after each batch as CPU's addmm_ loop does"
+     + _ORDER_REASON, fp64_reference=True, sum_of_products=True)
+
 def _linear(data, dtype):
     size = st.sampled_from((1, 3, 17, 128, 129))
     n, k, m = data.draw(size), data.draw(size), data.draw(size)
