@@ -419,6 +419,22 @@ for _name, _dtypes in (("sum", EVERY), ("mean", hs.FLOAT_DTYPES), ("amax", NUMER
          extra_domains={d: ("zero_below" if _name == "amax" else "zero_above",) for d in hs.FLOAT_DTYPES} if _tie
          else {},
          tolerance_reason=f"{_REDUCE_REASON}; {_AMAX_SIGN}" if _tie else _REDUCE_REASON)
+# nansum/nanmean: NaN counts as 0 (nanmean divides by the count of non-NaN elements); the special domain puts NaN,
+# infinities and both zeros in one slice (inf + -inf stays NaN), signed_zero slices of -0.0 alone (CPU: +0.0)
+_NAN_REASON = (_REDUCE_REASON + "; near_overflow: which slices of an overflowing sum end +inf, -inf or NaN is the "
+               "summation order's (sum_of_products; CPU's bfloat16 nansum of 7 values whose float64 sum is 5.1e38 "
+               "gave -inf, a left-to-right float32 sum +inf)")
+# Three calls per case: as drawn; infinities made 0 (special slices otherwise hold inf and -inf, NaN whatever NaN
+# does); -|x| with NaN kept (a signed_zero slice becomes all -0.0 and NaN: CPU's nansum/nanmean give +0.0 there)
+_NAN_CALLS = ("(torch.{op}({{x0}}, dim={{dim}}, keepdim={{keepdim}}), "
+              "torch.{op}(torch.where({{x0}}.isinf(), 0, {{x0}}), dim={{dim}}, keepdim={{keepdim}}), "
+              "torch.{op}(torch.where({{x0}} != {{x0}}, {{x0}}, -{{x0}}.abs()), dim={{dim}}, keepdim={{keepdim}}))")
+spec("nansum", "reduction", _NAN_CALLS.format(op="nansum"), reduction(grad=True), NUMERIC,
+     grad=True, tolerance=_REDUCE_TOL, fp64_reference=True, sum_of_products=True, tolerance_reason=_NAN_REASON)
+spec("nanmean", "reduction", _NAN_CALLS.format(op="nanmean"), reduction(grad=True),
+     hs.FLOAT_DTYPES, grad=True, tolerance=_REDUCE_TOL, fp64_reference=True, sum_of_products=True,
+     magnitude=_NAN_CALLS.format(op="nansum"),  # the sum overflows, not the mean
+     tolerance_reason=_NAN_REASON)
 # mean (all elements: mean.dtype_out) into an out= of a narrower float: CPU sums the float32 input in float32 and casts the mean once
 # (mean_out: a float16/bfloat16 result is computed in float); a kernel that casts the input to the out's dtype
 # first overflows a float32 value beyond float16's range to inf (the extremes domain, |x| up to 1e30, added: the
