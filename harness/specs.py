@@ -238,6 +238,18 @@ for _name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "
 for _name in ("abs", "neg", "sign", "floor", "ceil", "trunc", "round", "isnan", "isinf", "logical_not",
               "bitwise_not"):
     spec(_name, "pointwise", f"torch.{_name}({{x0}})", unary(), EVERY)
+# round with decimals: CPU's nearbyint(x * 10^d) / 10^d in the opmath dtype (d < 0: divide, round, multiply), so the
+# rounding points are of x * 10^d (round(0.125, 1) = 0.1, 1.005 -> 1.0 in float32); 10^39 and beyond are inf in
+# float32 (every element NaN or +-inf). Fixed calls per case: ties of the scaled value, both signs of d, d past
+# float32's range, and a tensor of tie values in the case's dtype; integers: CPU's NotImplementedError
+_ROUND_TIES = "[0.125, 0.375, -0.625, 2.5, -2.5, 1.005, 0.15, -0.05, 1234.5678, 25.0, -35.0, 1e38, 3e-39, -0.0]"
+spec("round_decimals", "pointwise",
+     "(torch.round({x0}, decimals={decimals}), torch.round({x0}, decimals=1), torch.round({x0}, decimals=-1), "
+     "torch.round({x0}, decimals=3), torch.round({x0}, decimals=39), torch.round({x0}, decimals=-39), "
+     f"torch.round({{x0}}.new_tensor({_ROUND_TIES}), decimals=2), "
+     f"torch.round({{x0}}.new_tensor({_ROUND_TIES}), decimals=-1))",
+     with_params(unary(), decimals=st.sampled_from([-3, -2, -1, 0, 1, 2, 4, 8, 38, 40, -40])),
+     hs.FLOAT_DTYPES + ("int32",))
 # nan_to_num: each replacement cast to the dtype (1e39 beyond float32's range is an infinity; -0.0 keeps its sign),
 # each class's mask taken of the input (nan=1e39 must not then become posinf); integers and bools are copied. Three
 # fixed calls reach every rule in each case (the defaults, a -0.0 and an overflowing replacement); a fourth draws them
