@@ -248,8 +248,9 @@ spec("round_decimals", "pointwise",
      "torch.round({x0}, decimals=3), torch.round({x0}, decimals=39), torch.round({x0}, decimals=-39), "
      f"torch.round({{x0}}.new_tensor({_ROUND_TIES}), decimals=2), "
      f"torch.round({{x0}}.new_tensor({_ROUND_TIES}), decimals=-1))",
-     with_params(unary(), decimals=st.sampled_from([-3, -2, -1, 0, 1, 2, 4, 8, 38, 40, -40])),
-     hs.FLOAT_DTYPES + ("int32",))
+     with_params(unary(), decimals=st.sampled_from([-3, -2, -1, 0, 1, 2, 4, 8, 38, 40, -40])))
+spec("round_decimals_int", "pointwise", "torch.round({x0}, decimals={decimals})",
+     with_params(unary(), decimals=st.sampled_from([-2, -1, 1, 3])), ("int32", "int64"))
 # nan_to_num: each replacement cast to the dtype (1e39 beyond float32's range is an infinity; -0.0 keeps its sign),
 # each class's mask taken of the input (nan=1e39 must not then become posinf); integers and bools are copied. Three
 # fixed calls reach every rule in each case (the defaults, a -0.0 and an overflowing replacement); a fourth draws them
@@ -483,6 +484,12 @@ spec("std", "reduction", "torch.std({x0}, dim={dim}, keepdim={keepdim})", reduct
 # cumprod (served by cumprod.out) on the designed layouts
 spec("cumprod", "reduction", "torch.cumprod({x0}, {dim})", dim_op(), ("float32", "int64"), tolerance=_REDUCE_TOL,
      tolerance_reason=_REDUCE_REASON, fp64_reference=True)
+# cummax/cummin: values and indices compared exactly (the later index on a tie, -0.0 replaced by a later 0.0, every
+# NaN taking the index, nothing after a NaN); a second call on the flattened input twice over and reversed makes
+# every value tie with itself (the special and signed_zero domains: NaN, inf and both zeros repeated)
+for _name in ("cummax", "cummin"):
+    spec(_name, "reduction", f"(torch.{_name}({{x0}}, {{dim}}), torch.{_name}(torch.cat([{{x0}}.flatten(), "
+         f"{{x0}}.flatten().flip(0), {{x0}}.flatten()]), 0))", dim_op(grad=True), NUMERIC + ("bool",), grad=True)
 spec("cumsum", "reduction", "torch.cumsum({x0}, {dim})", dim_op(grad=True), NUMERIC, grad=True,
      tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON, fp64_reference=True)
 spec("logsumexp", "reduction", "torch.logsumexp({x0}, {dim})", dim_op(), fp64_reference=True, tolerance=_REDUCE_TOL,
