@@ -490,6 +490,26 @@ spec("cumprod", "reduction", "torch.cumprod({x0}, {dim})", dim_op(), ("float32",
 for _name in ("cummax", "cummin"):
     spec(_name, "reduction", f"(torch.{_name}({{x0}}, {{dim}}), torch.{_name}(torch.cat([{{x0}}.flatten(), "
          f"{{x0}}.flatten().flip(0), {{x0}}.flatten()]), 0))", dim_op(grad=True), NUMERIC + ("bool",), grad=True)
+def _kth(data, dtype):
+    """A tensor, a dim of nonzero size and k in [1, size]; the error input (bad_arg) k one past the size, CPU's
+    RuntimeError "selected number k out of range"."""
+    shape = data.draw(hs.shapes(min_dims=0, allow_empty=False))
+    x0 = data.draw(hs.tensor(shape, dtype, requires_grad=_grad(dtype)))
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1)) if shape else 0
+    size = shape[dim] if shape else 1
+    k = size + 1 if _erring("bad_arg") else data.draw(st.integers(1, size))
+    return [x0], {"dim": _bad_dim(shape, dim), "k": k, "keepdim": data.draw(st.booleans())}
+
+
+# kthvalue/mode: the index among equal values is CPU's algorithm's (quickselect; std::sort, then the last of the
+# longest run), compared exactly; a second call over the flattened input three times over (reversed in the middle)
+# makes every value tie, the special and signed_zero domains repeating NaN, inf and both zeros
+spec("kthvalue", "reduction", "(torch.kthvalue({x0}, {k}, {dim}, keepdim={keepdim}), "
+     "torch.kthvalue(torch.cat([{x0}.flatten(), {x0}.flatten().flip(0), {x0}.flatten()]), 2 * {k}))",
+     custom(_kth), NUMERIC, grad=True)
+spec("mode", "reduction", "(torch.mode({x0}, {dim}, keepdim={keepdim}), "
+     "torch.mode(torch.cat([{x0}.flatten(), {x0}.flatten().flip(0), {x0}.flatten()]), 0))",
+     custom(_kth), NUMERIC + ("bool",), grad=True)
 spec("cumsum", "reduction", "torch.cumsum({x0}, {dim})", dim_op(grad=True), NUMERIC, grad=True,
      tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON, fp64_reference=True)
 spec("logsumexp", "reduction", "torch.logsumexp({x0}, {dim})", dim_op(), fp64_reference=True, tolerance=_REDUCE_TOL,
