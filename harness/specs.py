@@ -251,6 +251,23 @@ spec("round_decimals", "pointwise",
      with_params(unary(), decimals=st.sampled_from([-3, -2, -1, 0, 1, 2, 4, 8, 38, 40, -40])))
 spec("round_decimals_int", "pointwise", "torch.round({x0}, decimals={decimals})",
      with_params(unary(), decimals=st.sampled_from([-2, -1, 1, 3])), ("int32", "int64"))
+def _cross_pair(data, dtype):
+    """Two tensors with a dim of length 3 (the second broadcast along a leading dim of 1 at times); the error input
+    (shape_mismatch) a second tensor whose crossed dim has length 2, CPU's RuntimeError."""
+    lead = data.draw(hs.shapes(min_dims=0, max_dims=2, allow_empty=False))
+    pos = data.draw(st.integers(0, len(lead)))
+    shape = lead[:pos] + (3,) + lead[pos:]
+    other = tuple(1 if i == 0 and i != pos and data.draw(st.booleans()) else n for i, n in enumerate(shape))
+    if _erring("shape_mismatch"):
+        other = other[:pos] + (2,) + other[pos + 1:]
+    dim = pos - len(shape) if data.draw(st.booleans()) else pos
+    return [_t(data, shape, dtype, requires_grad=_grad(dtype)), _t(data, other, dtype, requires_grad=_grad(dtype))], \
+        {"dim": dim}
+
+
+# linalg.cross: CPU's scalar loop a1 * b2 - a2 * b1, one fused multiply-add on AVX2/AVX-512 builds, two roundings under
+# DEFAULT, each step rounded to the dtype for bfloat16/float16: compared exactly (default tolerances)
+spec("linalg_cross", "pointwise", "torch.linalg.cross({x0}, {x1}, dim={dim})", custom(_cross_pair), grad=True)
 # nan_to_num: each replacement cast to the dtype (1e39 beyond float32's range is an infinity; -0.0 keeps its sign),
 # each class's mask taken of the input (nan=1e39 must not then become posinf); integers and bools are copied. Three
 # fixed calls reach every rule in each case (the defaults, a -0.0 and an overflowing replacement); a fourth draws them
