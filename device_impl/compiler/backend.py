@@ -264,6 +264,9 @@ EAGER_CALLS: dict[str, tuple[frozenset | None, str]] = {
     "threshold": (_INTEGERS, "CPU compares and replaces in the integer dtype"),
     "elu_backward": (_INTEGERS | _REDUCED, "CPU refuses integer inputs, and its reduced-float elu_backward keeps NaN "
                                           "where its vector and scalar loops differ"),
+    **dict.fromkeys(("linalg_cross", "cross"), (_ANY, "CPU's scalar loop fuses a1 * b2 - a2 * b1 into one multiply-add "
+                                                      "on AVX2/AVX-512 and rounds each step of a reduced float; the "
+                                                      "decomposition does neither")),
     "round": (frozenset(), "with decimals: CPU computes nearbyint(x * 10^d) / 10^d in float32, PyTorch's decomposition "
                            "multiplies by 10^-d (other rounding points; 0 * inf is not NaN for d <= -39)"),
 }
