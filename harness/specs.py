@@ -268,6 +268,8 @@ def _cross_pair(data, dtype):
 # linalg.cross: CPU's scalar loop a1 * b2 - a2 * b1, one fused multiply-add on AVX2/AVX-512 builds, two roundings under
 # DEFAULT, each step rounded to the dtype for bfloat16/float16: compared exactly (default tolerances)
 spec("linalg_cross", "pointwise", "torch.linalg.cross({x0}, {x1}, dim={dim})", custom(_cross_pair), grad=True)
+# angle of real tensors: 0 or pi (pi in the result dtype), -0.0 -> +0.0, NaN kept; integers and bools give float32
+spec("angle", "pointwise", "torch.angle({x0})", unary(grad=True), NUMERIC + ("bool",), grad=True)
 # nan_to_num: each replacement cast to the dtype (1e39 beyond float32's range is an infinity; -0.0 keeps its sign),
 # each class's mask taken of the input (nan=1e39 must not then become posinf); integers and bools are copied. Three
 # fixed calls reach every rule in each case (the defaults, a -0.0 and an overflowing replacement); a fourth draws them
