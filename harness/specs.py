@@ -238,6 +238,38 @@ for _name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "
 for _name in ("abs", "neg", "sign", "floor", "ceil", "trunc", "round", "isnan", "isinf", "logical_not",
               "bitwise_not"):
     spec(_name, "pointwise", f"torch.{_name}({{x0}})", unary(), EVERY)
+# round with decimals: CPU's nearbyint(x * 10^d) / 10^d in the opmath dtype (d < 0: divide, round, multiply), so the
+# rounding points are of x * 10^d (round(0.125, 1) = 0.1, 1.005 -> 1.0 in float32); 10^39 and beyond are inf in
+# float32 (every element NaN or +-inf). Fixed calls per case: ties of the scaled value, both signs of d, d past
+# float32's range, and a tensor of tie values in the case's dtype; integers: CPU's NotImplementedError
+_ROUND_TIES = "[0.125, 0.375, -0.625, 2.5, -2.5, 1.005, 0.15, -0.05, 1234.5678, 25.0, -35.0, 1e38, 3e-39, -0.0]"
+spec("round_decimals", "pointwise",
+     "(torch.round({x0}, decimals={decimals}), torch.round({x0}, decimals=1), torch.round({x0}, decimals=-1), "
+     "torch.round({x0}, decimals=3), torch.round({x0}, decimals=39), torch.round({x0}, decimals=-39), "
+     f"torch.round({{x0}}.new_tensor({_ROUND_TIES}), decimals=2), "
+     f"torch.round({{x0}}.new_tensor({_ROUND_TIES}), decimals=-1))",
+     with_params(unary(), decimals=st.sampled_from([-3, -2, -1, 0, 1, 2, 4, 8, 38, 40, -40])))
+spec("round_decimals_int", "pointwise", "torch.round({x0}, decimals={decimals})",
+     with_params(unary(), decimals=st.sampled_from([-2, -1, 1, 3])), ("int32", "int64"))
+def _cross_pair(data, dtype):
+    """Two tensors with a dim of length 3 (the second broadcast along a leading dim of 1 at times); the error input
+    (shape_mismatch) a second tensor whose crossed dim has length 2, CPU's RuntimeError."""
+    lead = data.draw(hs.shapes(min_dims=0, max_dims=2, allow_empty=False))
+    pos = data.draw(st.integers(0, len(lead)))
+    shape = lead[:pos] + (3,) + lead[pos:]
+    other = tuple(1 if i == 0 and i != pos and data.draw(st.booleans()) else n for i, n in enumerate(shape))
+    if _erring("shape_mismatch"):
+        other = other[:pos] + (2,) + other[pos + 1:]
+    dim = pos - len(shape) if data.draw(st.booleans()) else pos
+    return [_t(data, shape, dtype, requires_grad=_grad(dtype)), _t(data, other, dtype, requires_grad=_grad(dtype))], \
+        {"dim": dim}
+
+
+# linalg.cross: CPU's scalar loop a1 * b2 - a2 * b1, one fused multiply-add on AVX2/AVX-512 builds, two roundings under
+# DEFAULT, each step rounded to the dtype for bfloat16/float16: compared exactly (default tolerances)
+spec("linalg_cross", "pointwise", "torch.linalg.cross({x0}, {x1}, dim={dim})", custom(_cross_pair), grad=True)
+# angle of real tensors: 0 or pi (pi in the result dtype), -0.0 -> +0.0, NaN kept; integers and bools give float32
+spec("angle", "pointwise", "torch.angle({x0})", unary(grad=True), NUMERIC + ("bool",), grad=True)
 # nan_to_num: each replacement cast to the dtype (1e39 beyond float32's range is an infinity; -0.0 keeps its sign),
 # each class's mask taken of the input (nan=1e39 must not then become posinf); integers and bools are copied. Three
 # fixed calls reach every rule in each case (the defaults, a -0.0 and an overflowing replacement); a fourth draws them
@@ -419,6 +451,22 @@ for _name, _dtypes in (("sum", EVERY), ("mean", hs.FLOAT_DTYPES), ("amax", NUMER
          extra_domains={d: ("zero_below" if _name == "amax" else "zero_above",) for d in hs.FLOAT_DTYPES} if _tie
          else {},
          tolerance_reason=f"{_REDUCE_REASON}; {_AMAX_SIGN}" if _tie else _REDUCE_REASON)
+# nansum/nanmean: NaN counts as 0 (nanmean divides by the count of non-NaN elements); the special domain puts NaN,
+# infinities and both zeros in one slice (inf + -inf stays NaN), signed_zero slices of -0.0 alone (CPU: +0.0)
+_NAN_REASON = (_REDUCE_REASON + "; near_overflow: which slices of an overflowing sum end +inf, -inf or NaN is the "
+               "summation order's (sum_of_products; CPU's bfloat16 nansum of 7 values whose float64 sum is 5.1e38 "
+               "gave -inf, a left-to-right float32 sum +inf)")
+# Three calls per case: as drawn; infinities made 0 (special slices otherwise hold inf and -inf, NaN whatever NaN
+# does); -|x| with NaN kept (a signed_zero slice becomes all -0.0 and NaN: CPU's nansum/nanmean give +0.0 there)
+_NAN_CALLS = ("(torch.{op}({{x0}}, dim={{dim}}, keepdim={{keepdim}}), "
+              "torch.{op}(torch.where({{x0}}.isinf(), 0, {{x0}}), dim={{dim}}, keepdim={{keepdim}}), "
+              "torch.{op}(torch.where({{x0}} != {{x0}}, {{x0}}, -{{x0}}.abs()), dim={{dim}}, keepdim={{keepdim}}))")
+spec("nansum", "reduction", _NAN_CALLS.format(op="nansum"), reduction(grad=True), NUMERIC,
+     grad=True, tolerance=_REDUCE_TOL, fp64_reference=True, sum_of_products=True, tolerance_reason=_NAN_REASON)
+spec("nanmean", "reduction", _NAN_CALLS.format(op="nanmean"), reduction(grad=True),
+     hs.FLOAT_DTYPES, grad=True, tolerance=_REDUCE_TOL, fp64_reference=True, sum_of_products=True,
+     magnitude=_NAN_CALLS.format(op="nansum"),  # the sum overflows, not the mean
+     tolerance_reason=_NAN_REASON)
 # mean (all elements: mean.dtype_out) into an out= of a narrower float: CPU sums the float32 input in float32 and casts the mean once
 # (mean_out: a float16/bfloat16 result is computed in float); a kernel that casts the input to the out's dtype
 # first overflows a float32 value beyond float16's range to inf (the extremes domain, |x| up to 1e30, added: the
@@ -455,6 +503,32 @@ spec("std", "reduction", "torch.std({x0}, dim={dim}, keepdim={keepdim})", reduct
 # cumprod (served by cumprod.out) on the designed layouts
 spec("cumprod", "reduction", "torch.cumprod({x0}, {dim})", dim_op(), ("float32", "int64"), tolerance=_REDUCE_TOL,
      tolerance_reason=_REDUCE_REASON, fp64_reference=True)
+# cummax/cummin: values and indices compared exactly (the later index on a tie, -0.0 replaced by a later 0.0, every
+# NaN taking the index, nothing after a NaN); a second call on the flattened input twice over and reversed makes
+# every value tie with itself (the special and signed_zero domains: NaN, inf and both zeros repeated)
+for _name in ("cummax", "cummin"):
+    spec(_name, "reduction", f"(torch.{_name}({{x0}}, {{dim}}), torch.{_name}(torch.cat([{{x0}}.flatten(), "
+         f"{{x0}}.flatten().flip(0), {{x0}}.flatten()]), 0))", dim_op(grad=True), NUMERIC + ("bool",), grad=True)
+def _kth(data, dtype):
+    """A tensor, a dim of nonzero size and k in [1, size]; the error input (bad_arg) k one past the size, CPU's
+    RuntimeError "selected number k out of range"."""
+    shape = data.draw(hs.shapes(min_dims=0, allow_empty=False))
+    x0 = data.draw(hs.tensor(shape, dtype, requires_grad=_grad(dtype)))
+    dim = data.draw(st.integers(-len(shape), len(shape) - 1)) if shape else 0
+    size = shape[dim] if shape else 1
+    k = size + 1 if _erring("bad_arg") else data.draw(st.integers(1, size))
+    return [x0], {"dim": _bad_dim(shape, dim), "k": k, "keepdim": data.draw(st.booleans())}
+
+
+# kthvalue/mode: the index among equal values is CPU's algorithm's (quickselect; std::sort, then the last of the
+# longest run), compared exactly; a second call over the flattened input three times over (reversed in the middle)
+# makes every value tie, the special and signed_zero domains repeating NaN, inf and both zeros
+spec("kthvalue", "reduction", "(torch.kthvalue({x0}, {k}, {dim}, keepdim={keepdim}), "
+     "torch.kthvalue(torch.cat([{x0}.flatten(), {x0}.flatten().flip(0), {x0}.flatten()]), 2 * {k}))",
+     custom(_kth), NUMERIC, grad=True)
+spec("mode", "reduction", "(torch.mode({x0}, {dim}, keepdim={keepdim}), "
+     "torch.mode(torch.cat([{x0}.flatten(), {x0}.flatten().flip(0), {x0}.flatten()]), 0))",
+     custom(_kth), NUMERIC + ("bool",), grad=True)
 spec("cumsum", "reduction", "torch.cumsum({x0}, {dim})", dim_op(grad=True), NUMERIC, grad=True,
      tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON, fp64_reference=True)
 spec("logsumexp", "reduction", "torch.logsumexp({x0}, {dim})", dim_op(), fp64_reference=True, tolerance=_REDUCE_TOL,
@@ -574,6 +648,52 @@ spec("baddbmm", "matmul", "torch.baddbmm({x0}, {x1}, {x2}, beta={beta}, alpha={a
      matrices(batch=True, bias=True), tolerance=_MM_TOL, tolerance_reason=_MM_REASON + _ORDER_REASON, fp64_reference=True,
      sum_of_products=True)
 
+
+def _vectors(data, dtype):
+    """Two vectors of one length (the K sizes straddle TensorE's 128-row K tile); the error input (shape_mismatch)
+    a second vector one longer, CPU's RuntimeError "inconsistent tensor size"."""
+    k = data.draw(st.sampled_from((0, 1, 2, 5, 127, 128, 129, 257)))
+    bad = 1 if _erring("shape_mismatch") else 0
+    return [_t(data, (k,), dtype, domains=("unit", "normal"), requires_grad=_grad(dtype)),
+            _t(data, (k + bad,), dtype, domains=("unit", "normal"), requires_grad=_grad(dtype))], {}
+
+
+def _matrix_vector(data, dtype):
+    """addmv's self [M] (or [1], broadcast), mat [M, K], vec [K] with beta/alpha (beta 0: self, even NaN, is
+    ignored); the error input (shape_mismatch) a vec one longer than mat's K, CPU's "size mismatch"."""
+    size = st.sampled_from((1, 2, 5, 127, 128, 129, 257))
+    m, k = data.draw(size), data.draw(size)
+    bad = 1 if _erring("shape_mismatch") else 0
+    bias = data.draw(st.sampled_from([(m,), (1,)]))
+    return [_t(data, bias, dtype), _t(data, (m, k), dtype, domains=("unit", "normal")),
+            _t(data, (k + bad,), dtype, domains=("unit", "normal"))], \
+        {"beta": data.draw(st.sampled_from([1, 0.5, 0])), "alpha": data.draw(st.sampled_from([1, 2.0]))}
+
+
+def _batch_products(data, dtype):
+    """addbmm's self ([M, N], [N] or [1, N], broadcast), batch1 [B, M, K], batch2 [B, K, N]; B may be 0 (the
+    result is beta * self); the error input (shape_mismatch) batch2 with one batch more, CPU's RuntimeError."""
+    size = st.sampled_from((1, 2, 5, 127, 128, 129))
+    m, k, n, b = data.draw(size), data.draw(size), data.draw(size), data.draw(st.integers(0, 3))
+    bad = 1 if _erring("shape_mismatch") else 0
+    bias = data.draw(st.sampled_from([(m, n), (n,), (1, n)]))
+    return [_t(data, bias, dtype), _t(data, (b, m, k), dtype, domains=("unit", "normal")),
+            _t(data, (b + bad, k, n), dtype, domains=("unit", "normal"))], \
+        {"beta": data.draw(st.sampled_from([1, 0.5, 0])), "alpha": data.draw(st.sampled_from([1, 2.0]))}
+
+
+_VEC_REASON = _MM_REASON + "; dot/vdot/mv sum K products in TensorE's K-tile order, CPU's BLAS (sdot/sgemv) in its own"
+spec("dot", "matmul", "torch.dot({x0}, {x1})", custom(_vectors), grad=True, tolerance=_MM_TOL,
+     tolerance_reason=_VEC_REASON + _ORDER_REASON, fp64_reference=True, sum_of_products=True)
+spec("vdot", "matmul", "torch.vdot({x0}, {x1})", custom(_vectors), grad=True, tolerance=_MM_TOL,
+     tolerance_reason=_VEC_REASON + _ORDER_REASON, fp64_reference=True, sum_of_products=True)
+spec("addmv", "matmul", "torch.addmv({x0}, {x1}, {x2}, beta={beta}, alpha={alpha})", custom(_matrix_vector),
+     tolerance=_MM_TOL, tolerance_reason=_VEC_REASON + _ORDER_REASON, fp64_reference=True, sum_of_products=True)
+spec("mv", "matmul", "torch.mv({x1}, {x2})", custom(_matrix_vector), tolerance=_MM_TOL,
+     tolerance_reason=_VEC_REASON + _ORDER_REASON, fp64_reference=True, sum_of_products=True)
+spec("addbmm", "matmul", "torch.addbmm({x0}, {x1}, {x2}, beta={beta}, alpha={alpha})", custom(_batch_products),
+     tolerance=_MM_TOL, tolerance_reason=_MM_REASON + "; addbmm rounds after each batch as CPU's addmm_ loop does"
+     + _ORDER_REASON, fp64_reference=True, sum_of_products=True)
 
 def _linear(data, dtype):
     size = st.sampled_from((1, 3, 17, 128, 129))

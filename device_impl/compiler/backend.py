@@ -264,6 +264,11 @@ EAGER_CALLS: dict[str, tuple[frozenset | None, str]] = {
     "threshold": (_INTEGERS, "CPU compares and replaces in the integer dtype"),
     "elu_backward": (_INTEGERS | _REDUCED, "CPU refuses integer inputs, and its reduced-float elu_backward keeps NaN "
                                           "where its vector and scalar loops differ"),
+    **dict.fromkeys(("linalg_cross", "cross"), (_ANY, "CPU's scalar loop fuses a1 * b2 - a2 * b1 into one multiply-add "
+                                                      "on AVX2/AVX-512 and rounds each step of a reduced float; the "
+                                                      "decomposition does neither")),
+    "round": (frozenset(), "with decimals: CPU computes nearbyint(x * 10^d) / 10^d in float32, PyTorch's decomposition "
+                           "multiplies by 10^-d (other rounding points; 0 * inf is not NaN for d <= -39)"),
 }
 
 
@@ -275,7 +280,8 @@ def _elu_backward_in_place_negative(node: torch.fx.Node) -> bool:
 
 
 # a call of EAGER_CALLS also runs eagerly, whatever its dtypes, where its predicate here holds
-EAGER_WHEN = {"elu_backward": _elu_backward_in_place_negative}
+EAGER_WHEN = {"elu_backward": _elu_backward_in_place_negative,
+              "round": lambda node: node.kwargs.get("decimals", node.args[1] if len(node.args) > 1 else 0) != 0}
 
 
 def eager_calls(gm: torch.fx.GraphModule) -> UnsupportedOpError | None:

@@ -11,6 +11,7 @@ from device_impl.kernels import (  # noqa: F401
     indexing,
     matmul,
     membership,
+    products,
     random,
     reduction,
     rnn,

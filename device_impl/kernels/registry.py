@@ -93,6 +93,7 @@ OUT_DTYPE_RULES: dict[str, str] = {
     **dict.fromkeys(("abs", "neg", "bitwise_not", "ceil", "floor", "round", "trunc", "sign", "hardtanh", "elu",
                      "gelu", "leaky_relu", "silu", "softplus", "hardshrink", "frac", "sgn", "mish"), "same"),
     **dict.fromkeys(("isnan", "isinf", "relu", "zero", "isin", "mm", "addmm", "bmm", "baddbmm", "where",
+                     "dot", "vdot", "addmv", "addbmm", "linalg_cross",
                      "nan_to_num", "isposinf", "isneginf", "signbit", "heaviside"), "exact"),
 }
 

@@ -35,6 +35,9 @@ Where each op is lowered (``TABLE.lookup(op).source`` names the module):
 ``signs``        sgn, signbit, isposinf, isneginf, frac, heaviside, copysign, fmax, fmin
 ``logs``         logaddexp, logaddexp2, xlogy, hypot, logit
 ``ternary``      where, masked_fill; addcmul, addcdiv, lerp
+``angle``        angle of real tensors (0, pi in the dtype, NaN kept)
+``cross``        linalg_cross (CPU's scalar loop: fused multiply-add where the host's build contracts it)
+``rounding``     round with decimals (round.decimals: CPU's x * 10^d rounded, / 10^d, in the opmath dtype)
 ===============  ==========================================================================================
 
 Gathers, scatters and masked_select/masked_scatter are row accesses: ``kernels.indexing``. Scalar ->
@@ -52,4 +55,7 @@ from device_impl.kernels.elementwise import (  # noqa: F401
     signs,
     logs,
     ternary,
+    rounding,
+    cross,
+    angle,
 )

@@ -37,6 +37,8 @@ Where each op is lowered (``TABLE.lookup(op).source`` names the module):
 ``moments``     var, std, var_mean, std_mean (.correction), logsumexp; the row moments
                 (``_moments``, ``_rstd``) of the normalisation layers
 ``scans``       cumsum, cumprod (functional, out=, in-place)
+``selection``   kthvalue, mode (CPU's quickselect and std::sort walks, so its index among ties)
+``cum_extrema`` cummax, cummin (their helpers: the running extremum and its index, CPU's tie and NaN rules)
 ``softmax``     _softmax, _log_softmax, _safe_softmax, _softmax_backward_data,
                 _log_softmax_backward_data
 ``layer_norm``  native_layer_norm, native_layer_norm_backward
@@ -53,12 +55,14 @@ the names it uses are re-exported here.
 
 from device_impl.kernels.reduction import (  # noqa: F401  (importing registers the kernels)
     batch_norm,
+    cum_extrema,
     extrema,
     group_norm,
     layer_norm,
     losses,
     moments,
     scans,
+    selection,
     softmax,
     sums,
     tiles,

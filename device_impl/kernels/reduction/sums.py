@@ -52,7 +52,7 @@ class _Spec:
         self.op = op  # VectorE/GpSimdE reduce op
         self.cd = np.dtype(cd)  # accumulation dtype
         self.elem = elem  # cast input elements to this dtype first (sum(dtype=...))
-        self.pre = pre  # None | 'abs' | 'square' | 'ne0' | ('pow', p) | 'nonzero'
+        self.pre = pre  # None | 'abs' | 'square' | 'ne0' | ('pow', p) | 'nonzero' | 'nan0' (floats only)
         self.post = post  # post(nc, out_tile, acc_tile): finish into the output dtype
         self.identity = _identity(op, self.cd)
         self.empty = self.identity if empty is None else empty  # value of an empty reduction
@@ -83,6 +83,13 @@ class _Spec:
             nc.vector.tensor_scalar(out, t, "not_equal", 0)
             return out
         out = nc.sbuf_tile(t.shape, FP32)
+        if pre == "nan0":  # nansum: NaN counts as 0 (an all-(-0.0) slice sums to +0.0 from the +0.0 identity, as CPU's)
+            nan = nc.sbuf_tile(t.shape, BOOL)
+            nc.vector.tensor_unary(nan, t, "isnan")
+            zero = nc.sbuf_tile(t.shape, FP32)
+            nc.vector.memset(zero, 0.0)
+            nc.vector.select(out, nan, zero, t)
+            return out
         if pre == "abs":
             nc.vector.tensor_unary(out, t, "abs", dtype=FP32)
         elif pre == "square":
@@ -400,6 +407,36 @@ def _sum_prod(name: str, op: str, a: dict, dims: tuple[int, ...], out: torch.Ten
 @_kernel("aten::sum.IntList_out", serves=("aten::sum.dim_IntList", "aten::sum", "aten::sum.out"), submits=True)
 def _sum_out(a: dict) -> torch.Tensor:
     return _sum_prod("sum", "add", a, _dims(a["self"], a["dim"]), a["out"], queue=True)
+
+
+def _nansum(a: dict, out: torch.Tensor | None) -> torch.Tensor:
+    """nansum: sum with NaN read as 0 (CPU's nansum kernel adds ``isnan(x) ? 0 : x`` from +0.0, so an all-(-0.0)
+    or all-NaN slice gives +0.0); an integer or bool input has no NaN and is CPU's plain sum (at::sum_out)."""
+    x, dtype, keepdim = a["self"], a.get("dtype"), bool(a.get("keepdim", False))
+    dims = _dims(x, a.get("dim"))
+    rdtype = _integral_default(x, dtype, out)
+    if x.is_floating_point() and dtype is None and not rdtype.is_floating_point:
+        # a float input summed into an integer out= with no dtype: CPU's float-only nansum kernel refuses it
+        raise NotImplementedError(f'"nansum_cpu" not implemented for \'{SCALAR_TYPE_NAMES[rdtype]}\'')
+    if out is None:
+        out = new_output(_out_shape(x, dims, keepdim), rdtype, x)
+    else:
+        check_out(out, _out_shape(x, dims, keepdim), rdtype, [x], exact_dtype=dtype is not None)
+    spec = _sum_like_spec("add", x, out.dtype)
+    if x.dtype in _FLOATS and out.dtype.is_floating_point:
+        spec = _Spec("add", FP32, pre="nan0")
+    _reduce("nansum", x, out, dims, spec, queue=True)
+    return out
+
+
+@_kernel("aten::nansum", submits=True)
+def _nansum_functional(a: dict) -> torch.Tensor:
+    return _nansum(a, None)
+
+
+@_kernel("aten::nansum.out", submits=True)
+def _nansum_out(a: dict) -> torch.Tensor:
+    return _nansum(a, a["out"])
 
 
 @_kernel("aten::prod.int_out", serves=("aten::prod.dim_int",))
