@@ -152,9 +152,35 @@ CASES = {
 
 
 def _plans() -> list[replay.StepPlan]:
-    """The group plans of every compiled program in memory (the fused steps' wide runners)."""
-    return [runner.__self__ for exe in compiler.cache._MEMORY.values() for _, runner in (exe._fast or ())
-            if isinstance(getattr(runner, "__self__", None), replay.StepPlan)]
+    """The group plans of every compiled program in memory: the fused steps' wide runners and the products'
+    epilogues (``epilogue_plan``)."""
+    plans = []
+    for exe in compiler.cache._MEMORY.values():
+        for _, runner in exe._fast or ():
+            if isinstance(getattr(runner, "__self__", None), replay.StepPlan):
+                plans.append(runner.__self__)
+            if getattr(runner, "epilogue_plan", None) is not None:
+                plans.append(runner.epilogue_plan)
+    return plans
+
+
+def test_a_products_epilogue_is_planned_and_replayed(fresh, monkeypatch):
+    """The decoder block's o, up and down products carry epilogues (the residual add and norm, silu * up, the
+    residual add): each is recorded at the first fast execution and replayed after, with the bits and
+    figures of the instruction-level run (``_assert_replays_match``)."""
+    torch.manual_seed(0)
+    model = DecoderBlock(hidden=256, heads=4, kv_heads=2, seq=128).to("neuron")
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    xs = [torch.randn(2, 128, 256).to("neuron")]
+    with torch.no_grad():
+        compiled(*xs)
+    _run(compiled, xs, monkeypatch, fast=True)  # the plans are recorded by the first fast execution at the latest
+    epilogues = [runner.epilogue_plan for exe in compiler.cache._MEMORY.values() for _, runner in exe._fast or ()
+                 if getattr(runner, "epilogue_plan", None) is not None]
+    assert len(epilogues) == 3 and all(plan.instructions for plan in epilogues), epilogues
+    before = [plan.replays for plan in epilogues]
+    _assert_replays_match(compiled, [torch.randn(2, 128, 256).to("neuron")], monkeypatch)
+    assert [plan.replays - b for plan, b in zip(epilogues, before)] == [2, 2, 2]
 
 
 def _assert_replays_match(fn, xs, monkeypatch) -> None:
