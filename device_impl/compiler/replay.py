@@ -494,6 +494,7 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     blocks = [(m0, min(m, m0 + M_TILE), n0, min(n, n0 + N_TILE)) for m0 in range(0, m, M_TILE)
               for n0 in range(0, n, N_TILE)]
     lhs_order, rhs_order = tuple(lb + lf + lc), tuple(rb + rc + rf)
+    single = len(blocks) == 1 and len(k_ranges) == 1  # one [M, N] block, one K slice (a small Llama's products)
 
     # Every block is computed alone, on contiguous operands as the SBUF tiles are: BLAS's summation order is
     # its kernels' (numpy calls gemv for a one-row or one-column block, and OpenBLAS's AVX-512 gemm gave
@@ -593,6 +594,9 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
         # stationary tiles are [K, M] blocks of A^T, moving tiles [K, N] blocks of B, both read as fp32
         a_t = fp32_contiguous(env.access(lhs).transpose(lb + lc + lf).reshape(batch, k, m))
         b = fp32_contiguous(env.access(rhs).transpose(rhs_order).reshape(batch, k, n))
+        if single:  # the whole operands are the one block's tiles (the loop below would slice and copy nothing)
+            out[...] = np.matmul(a_t.transpose(0, 2, 1), b)
+            return
         # Every batch at once: np.matmul of stacked operands runs its 2-D loop (the BLAS call a 2-D product
         # makes: gemm, or gemv for a one-row or one-column block) once per batch on that batch's slices, and
         # each slice of a contiguous [batch, K slice, block] copy is laid out as the block's own tile is.
