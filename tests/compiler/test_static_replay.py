@@ -802,3 +802,40 @@ def test_a_parameter_is_laid_out_on_the_device_once_and_again_after_every_update
         assert torch.equal(_bits(slow[0]), _bits(fast[0])) and slow[1:] == fast[1:]
         with torch.no_grad():
             torch.testing.assert_close(fast[0].cpu(), nn.functional.linear(x.cpu(), model.weight.cpu()))
+
+
+class _SoftmaxMLP(nn.Module):
+    """Two products around a softmax and a row sum: scratch values between steps, an arena small enough for SBUF."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(64, 128), nn.Linear(128, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.softmax(self.a(x), -1)
+        return self.b(h * h.sum(-1, keepdim=True))
+
+
+def test_an_on_chip_arena_is_kept_across_fast_executions(fresh, monkeypatch):
+    """A program whose steps all run wide and whose arena lies on chip keeps one host arena and its buffers'
+    views across fast executions (``Executable.kept_scratch``): the same bits and figures as the instruction
+    level, execution after execution, on other inputs too; an execution that finds the arena taken (another
+    thread's) builds its own, as before."""
+    torch.manual_seed(0)
+    compiled = torch.compile(_SoftmaxMLP().to("neuron"), backend="neuron", fullgraph=True)
+    xs = [torch.randn(32, 64).to("neuron")]
+    with torch.no_grad():
+        compiled(*xs)
+    _run(compiled, xs, monkeypatch, fast=True)
+    (exe,) = compiler.cache._MEMORY.values()
+    assert exe.scratch_bytes and exe.arena_onchip and exe.kept_scratch()
+    arena = exe._kept_arena
+    assert arena is not None
+    for seed in (1, 2):
+        _assert_replays_match(compiled, [torch.randn(32, 64, generator=torch.Generator().manual_seed(seed))
+                                         .to("neuron")], monkeypatch)
+    assert exe._kept_arena is arena
+    slow = _run(compiled, xs, monkeypatch, fast=False)
+    with exe._scratch_lock:  # taken: this execution makes its own arena
+        fast = _run(compiled, xs, monkeypatch, fast=True)
+    assert torch.equal(_bits(slow[0]), _bits(fast[0])) and slow[1:] == fast[1:]
