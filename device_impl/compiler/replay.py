@@ -494,6 +494,7 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     blocks = [(m0, min(m, m0 + M_TILE), n0, min(n, n0 + N_TILE)) for m0 in range(0, m, M_TILE)
               for n0 in range(0, n, N_TILE)]
     lhs_order, rhs_order = tuple(lb + lf + lc), tuple(rb + rc + rf)
+    single = len(blocks) == 1 and len(k_ranges) == 1  # one [M, N] block, one K slice (a small Llama's products)
 
     # Every block is computed alone, on contiguous operands as the SBUF tiles are: BLAS's summation order is
     # its kernels' (numpy calls gemv for a one-row or one-column block, and OpenBLAS's AVX-512 gemm gave
@@ -506,6 +507,18 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     # on the whole rounded product, on the wide core, computes the same values.
     epilogue = step.get("epilogue")
     tail_group = GroupRunner(epilogue) if epilogue is not None else None
+    # The epilogue's instructions are the same at every execution (a fused group's, on tiles of fixed shapes):
+    # where the group allows (``plannable``) they are recorded once and issued as recorded (``StepPlan``, as a
+    # fused step's), the product computed into one tile kept for that plan, whose instructions name it. Working
+    # the sequence out again (access patterns, instruction selection, tile bookkeeping) was ~100 us of Python
+    # per epilogue in a decoder block's forward. One execution at a time uses the kept tile (``tail_lock``); a
+    # concurrent one takes the way it took before, a fresh tile and the group run anew.
+    tail_plan = tail_tile = None
+    tail_lock = threading.Lock()
+    if epilogue is not None and plannable(epilogue) and batch * m * n * program.dtype(result).itemsize <= PLAN_BYTES:
+        tail_tile = Tile(np.empty((batch * m, n), program.dtype(result)), "sbuf", "product")
+        tail_plan = StepPlan(lambda core, env: tail_group.epilogue(env, batch * m, n, epilogue["product_slot"])(
+            core, tail_tile, 0, batch * m, 0, n))
 
     # Where every tile has one shape (each of K, M, N is one tile or a whole number of them: a decoder
     # block's projections) and the operands are large enough (TILED_ELEMENTS), they are packed once into
@@ -520,20 +533,28 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
 
     def run(wide, env) -> None:
         if epilogue is None:
-            out = env.access(result).reshape(batch, m, n)
-            tile = None
-        else:  # the product is computed straight into the tile the epilogue reads
+            product(env, env.access(result).reshape(batch, m, n))
+        elif tail_plan is not None and tail_lock.acquire(blocking=False):
+            try:  # the product into the plan's kept tile, then the recorded epilogue
+                if product(env, tail_tile.write_target().reshape(batch, m, n)):
+                    tail_plan.run(wide, env)
+            finally:
+                tail_lock.release()
+        else:  # the product computed straight into a fresh tile the epilogue reads
             core = wide()
             tile = core.sbuf_tile((batch * m, n), program.dtype(result))
-            out = tile.write_target().reshape(batch, m, n)
+            if product(env, tile.write_target().reshape(batch, m, n)):
+                tail_group.epilogue(env, batch * m, n, epilogue["product_slot"])(core, tile, 0, batch * m, 0, n)
+
+    def product(env, out: np.ndarray) -> bool:
+        """The product into ``out``; False where it is empty (nothing to compute, no epilogue to run)."""
         if out.size == 0:
-            return
+            return False
         if tiled:
             _tiled(env, out)
         else:
             _product(env, out)
-        if tile is not None:
-            tail_group.epilogue(env, batch * m, n, epilogue["product_slot"])(core, tile, 0, batch * m, 0, n)
+        return True
 
     def _tiled(env, out: np.ndarray) -> None:
         nk, nm, nl = k // kt, m // mt, n // nt
@@ -573,6 +594,9 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
         # stationary tiles are [K, M] blocks of A^T, moving tiles [K, N] blocks of B, both read as fp32
         a_t = fp32_contiguous(env.access(lhs).transpose(lb + lc + lf).reshape(batch, k, m))
         b = fp32_contiguous(env.access(rhs).transpose(rhs_order).reshape(batch, k, n))
+        if single:  # the whole operands are the one block's tiles (the loop below would slice and copy nothing)
+            out[...] = np.matmul(a_t.transpose(0, 2, 1), b)
+            return
         # Every batch at once: np.matmul of stacked operands runs its 2-D loop (the BLAS call a 2-D product
         # makes: gemm, or gemv for a one-row or one-column block) once per batch on that batch's slices, and
         # each slice of a contiguous [batch, K slice, block] copy is laid out as the block's own tile is.
@@ -588,6 +612,7 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
             out[:, m0:m1, n0:n1] = acc
 
     run.operands = (stationary, moving) if tiled else ()  # type: ignore[attr-defined]  (tests read them)
+    run.epilogue_plan = tail_plan  # type: ignore[attr-defined]  (tests read it)
     return run
 
 

@@ -399,11 +399,16 @@ def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray | None) -> None:
     out as the tiles are, the chunks summed in order); the scale, the masks, the online softmax's max, exp and
     row sums per key block (the first block without the rescaling, as there); P rounded to the inputs' dtype,
     transposed, its fp32 product with V per ``N_TILE`` columns; ``O = acc / max(l, 1e-30)``, ``lse = log(l) +
-    m``. ``tests/compiler/test_static_replay.py`` compares both paths bit for bit."""
+    m``. ``tests/compiler/test_static_replay.py`` compares both paths bit for bit.
+
+    Host time (the arithmetic is the same): the products see heads as [B, Hk, group] so a key/value head's
+    K^T and V chunks are made once and broadcast to its ``group`` query heads (np.matmul's stride-0 batch axis:
+    each head's BLAS call gets the same 2-D operands as before) instead of copied per query head; the scale
+    and the max subtraction run in place on the product's own array, and an fp32 output is divided into
+    ``o4`` itself rather than into a temporary copied there."""
     n = pb.B * pb.Hq
-    heads = [h // pb.group for h in range(pb.Hq)]
-    k = pb.k[:, heads] if pb.group > 1 else pb.k  # [B, Hq, S, E]: each query head's key/value head
-    v = pb.v[:, heads] if pb.group > 1 else pb.v
+    g = pb.group
+    heads5 = (pb.B, pb.Hk, g)  # a query head h = hk * group + i: [B, Hq] split as [B, Hk, group]
     scale = np.float32(pb.scale)
     neg_inf = np.float32(-np.inf)
     floor = np.asarray(-FLT_MAX).astype(FP32)
@@ -411,27 +416,30 @@ def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray | None) -> None:
     zero = np.asarray(0.0).astype(FP32)
     tiny = np.asarray(1e-30).astype(FP32)
 
-    def fp32_rows(a: np.ndarray) -> np.ndarray:  # [n, P, F] as fp32 tiles of that shape read (C order)
+    def fp32_rows(a: np.ndarray) -> np.ndarray:  # [..., P, F] as fp32 tiles of that shape read (C order)
         return np.ascontiguousarray(a, dtype=FP32)
+
+    def per_kv_head(a: np.ndarray) -> np.ndarray:  # [B, Hk, P, F] -> [B, Hk, 1, P, F]: broadcast to the group
+        return a[:, :, None]
 
     for i in range(pb.n_q):
         l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
         lq = l1 - l0
-        q = pb.q[:, :, l0:l1, :].reshape(n, lq, pb.E)
-        qT = [fp32_rows(q[:, :, c0:c0 + E_TILE].transpose(0, 2, 1)) for c0 in range(0, pb.E, E_TILE)]
+        q = pb.q[:, :, l0:l1, :].reshape(*heads5, lq, pb.E)
+        qT = [fp32_rows(q[..., c0:c0 + E_TILE].swapaxes(-1, -2)) for c0 in range(0, pb.E, E_TILE)]
         m = row_sum = acc = None
         for j, s0, s1 in pb.key_blocks(l0, l1):
             sk = s1 - s0
-            kb = k[:, :, s0:s1, :].reshape(n, sk, pb.E)
+            kb = pb.k[:, :, s0:s1, :]
             scores = None
             for c, qc in enumerate(qT):
-                kc = fp32_rows(kb[:, :, c * E_TILE:(c + 1) * E_TILE].transpose(0, 2, 1))
-                product = np.matmul(qc.transpose(0, 2, 1), kc)
+                kc = per_kv_head(fp32_rows(kb[..., c * E_TILE:(c + 1) * E_TILE].swapaxes(-1, -2)))
+                product = np.matmul(qc.swapaxes(-1, -2), kc).reshape(n, lq, sk)
                 if scores is None:
                     scores = product
                 else:
                     scores += product
-            s = np.multiply(scores, scale) if pb.scale != 1.0 else scores
+            s = np.multiply(scores, scale, out=scores) if pb.scale != 1.0 else scores
             if pb.mask_kind is not None:
                 mk = pb.mask[:, :, l0:l1, s0:s1].reshape(n, lq, sk)
                 if pb.mask_kind == "float":
@@ -444,7 +452,7 @@ def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray | None) -> None:
             block_max = np.maximum.reduce(s, axis=2, keepdims=True)
             m_new = block_max if m is None else np.maximum(m, block_max)
             neg_m = np.multiply(np.maximum(m_new, floor), minus_one)
-            p = np.add(s, neg_m)
+            p = np.add(s, neg_m, out=s)  # s is read no more
             np.exp(p, out=p)
             block_sum = p.sum(axis=2, keepdims=True, dtype=FP32)
             alpha = None
@@ -457,12 +465,13 @@ def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray | None) -> None:
                 np.add(row_sum, block_sum, out=row_sum)
             m = m_new
             pT = fp32_rows((p if pb.dtype == FP32 else p.astype(pb.dtype)).transpose(0, 2, 1))
+            pT5 = pT.reshape(*heads5, sk, lq).swapaxes(-1, -2)  # P per head, as TensorE reads its transpose
             if acc is None:
                 acc = np.empty((n, lq, pb.Ev), dtype=FP32)
-            vb = v[:, :, s0:s1, :].reshape(n, sk, pb.Ev)
+            vb = pb.v[:, :, s0:s1, :]
             for c0 in range(0, pb.Ev, N_TILE):
                 c1 = min(c0 + N_TILE, pb.Ev)
-                pv = np.matmul(pT.transpose(0, 2, 1), fp32_rows(vb[:, :, c0:c1]))
+                pv = np.matmul(pT5, per_kv_head(fp32_rows(vb[..., c0:c1]))).reshape(n, lq, c1 - c0)
                 part = acc[:, :, c0:c1]
                 if alpha is None:
                     np.add(pv, zero, out=part)
@@ -470,8 +479,11 @@ def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray | None) -> None:
                     np.multiply(part, alpha, out=part)
                     np.add(part, pv, out=part)
         safe = np.maximum(row_sum, tiny)
-        out = np.true_divide(acc, safe)
-        o4[:, :, l0:l1, :] = out.reshape(pb.B, pb.Hq, lq, pb.Ev)  # rounded to the output's dtype, as the tile
+        target = o4[:, :, l0:l1, :]
+        if o4.dtype == FP32:  # the quotient is the output's value: computed where it goes
+            np.true_divide(acc.reshape(target.shape), safe.reshape(*target.shape[:3], 1), out=target)
+        else:
+            target[...] = np.true_divide(acc, safe).reshape(target.shape)  # rounded to the output's dtype, as the tile
         if lse3 is not None:
             log_l = np.log(row_sum)
             np.add(log_l, m, out=log_l)

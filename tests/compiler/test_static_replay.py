@@ -152,9 +152,35 @@ CASES = {
 
 
 def _plans() -> list[replay.StepPlan]:
-    """The group plans of every compiled program in memory (the fused steps' wide runners)."""
-    return [runner.__self__ for exe in compiler.cache._MEMORY.values() for _, runner in (exe._fast or ())
-            if isinstance(getattr(runner, "__self__", None), replay.StepPlan)]
+    """The group plans of every compiled program in memory: the fused steps' wide runners and the products'
+    epilogues (``epilogue_plan``)."""
+    plans = []
+    for exe in compiler.cache._MEMORY.values():
+        for _, runner in exe._fast or ():
+            if isinstance(getattr(runner, "__self__", None), replay.StepPlan):
+                plans.append(runner.__self__)
+            if getattr(runner, "epilogue_plan", None) is not None:
+                plans.append(runner.epilogue_plan)
+    return plans
+
+
+def test_a_products_epilogue_is_planned_and_replayed(fresh, monkeypatch):
+    """The decoder block's o, up and down products carry epilogues (the residual add and norm, silu * up, the
+    residual add): each is recorded at the first fast execution and replayed after, with the bits and
+    figures of the instruction-level run (``_assert_replays_match``)."""
+    torch.manual_seed(0)
+    model = DecoderBlock(hidden=256, heads=4, kv_heads=2, seq=128).to("neuron")
+    compiled = torch.compile(model, backend="neuron", fullgraph=True)
+    xs = [torch.randn(2, 128, 256).to("neuron")]
+    with torch.no_grad():
+        compiled(*xs)
+    _run(compiled, xs, monkeypatch, fast=True)  # the plans are recorded by the first fast execution at the latest
+    epilogues = [runner.epilogue_plan for exe in compiler.cache._MEMORY.values() for _, runner in exe._fast or ()
+                 if getattr(runner, "epilogue_plan", None) is not None]
+    assert len(epilogues) == 3 and all(plan.instructions for plan in epilogues), epilogues
+    before = [plan.replays for plan in epilogues]
+    _assert_replays_match(compiled, [torch.randn(2, 128, 256).to("neuron")], monkeypatch)
+    assert [plan.replays - b for plan, b in zip(epilogues, before)] == [2, 2, 2]
 
 
 def _assert_replays_match(fn, xs, monkeypatch) -> None:
@@ -776,3 +802,40 @@ def test_a_parameter_is_laid_out_on_the_device_once_and_again_after_every_update
         assert torch.equal(_bits(slow[0]), _bits(fast[0])) and slow[1:] == fast[1:]
         with torch.no_grad():
             torch.testing.assert_close(fast[0].cpu(), nn.functional.linear(x.cpu(), model.weight.cpu()))
+
+
+class _SoftmaxMLP(nn.Module):
+    """Two products around a softmax and a row sum: scratch values between steps, an arena small enough for SBUF."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a, self.b = nn.Linear(64, 128), nn.Linear(128, 64)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.softmax(self.a(x), -1)
+        return self.b(h * h.sum(-1, keepdim=True))
+
+
+def test_an_on_chip_arena_is_kept_across_fast_executions(fresh, monkeypatch):
+    """A program whose steps all run wide and whose arena lies on chip keeps one host arena and its buffers'
+    views across fast executions (``Executable.kept_scratch``): the same bits and figures as the instruction
+    level, execution after execution, on other inputs too; an execution that finds the arena taken (another
+    thread's) builds its own, as before."""
+    torch.manual_seed(0)
+    compiled = torch.compile(_SoftmaxMLP().to("neuron"), backend="neuron", fullgraph=True)
+    xs = [torch.randn(32, 64).to("neuron")]
+    with torch.no_grad():
+        compiled(*xs)
+    _run(compiled, xs, monkeypatch, fast=True)
+    (exe,) = compiler.cache._MEMORY.values()
+    assert exe.scratch_bytes and exe.arena_onchip and exe.kept_scratch()
+    arena = exe._kept_arena
+    assert arena is not None
+    for seed in (1, 2):
+        _assert_replays_match(compiled, [torch.randn(32, 64, generator=torch.Generator().manual_seed(seed))
+                                         .to("neuron")], monkeypatch)
+    assert exe._kept_arena is arena
+    slow = _run(compiled, xs, monkeypatch, fast=False)
+    with exe._scratch_lock:  # taken: this execution makes its own arena
+        fast = _run(compiled, xs, monkeypatch, fast=True)
+    assert torch.equal(_bits(slow[0]), _bits(fast[0])) and slow[1:] == fast[1:]
