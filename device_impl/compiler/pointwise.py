@@ -122,10 +122,11 @@ def _xlogy(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         return _or_core(aten.xlogy.Tensor)(x, y)
     shape = torch.broadcast_shapes(x.shape, y.shape)
     x, y = _opmath(x.expand(shape)), _opmath(y.expand(shape))
+    zero = aten.eq.Scalar(x, 0)  # first: VectorE tests x while ScalarE takes the log
     log = aten.log.default(y)
     if dtype in _NARROW:  # c10's log of a BFloat16/Half returns the dtype: rounded before the product
         log = log.to(dtype).to(torch.float32)
-    product = aten.where.self(aten.eq.Scalar(x, 0), x.new_zeros(()), aten.mul.Tensor(x, log))
+    product = aten.where.self(zero, x.new_zeros(()), aten.mul.Tensor(x, log))
     return aten.where.self(aten.ne.Tensor(y, y), x.new_full((), float("nan")), product).to(dtype)
 
 
