@@ -307,9 +307,9 @@ def _exact_elementwise(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[i
     which fuses with its neighbours. torch-mlir imports copysign and signbit as ``stablehlo.bitcast_convert``
     (and masks), which nothing lowers, and hypot as nothing it converts, so each graph ran eagerly. The ALU
     op is exact for copysign and signbit (every sign bit, a NaN's too); hypot is computed in float32 and rounded
-    once, as the eager kernel. Only operands of the result's shape: a broadcast operand expanded in the FX graph
-    reached the fused group as the unexpanded input (a load of the wrong size; not found yet), so broadcasting
-    calls, integer inputs (CPU promotes them to float) and mixed dtypes stay in the graph, as before."""
+    once, as the eager kernel. A broadcast operand is broadcast to the result's shape where the op is spliced
+    back (``_BROADCAST_KINDS``). Integer inputs (CPU promotes them to float) and mixed dtypes stay in the graph,
+    as before."""
     a = _bound(node)
     names = ("self",) if node.target is aten.signbit.default else ("self", "other")
     operands = [a[n] for n in names]
@@ -320,9 +320,15 @@ def _exact_elementwise(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[i
         return None
     if out.dtype != (torch.bool if node.target is aten.signbit.default else metas[0].dtype):
         return None
-    if any(list(m.shape) != list(out.shape) for m in metas):
+    if any(m.dim() > out.dim() for m in metas):
         return None
     return operands, {0: 0}, {}
+
+
+# elementwise kinds spliced back with their operands broadcast to the result's shape (``splice``): an operand
+# expanded in the FX graph instead came back from the import as the unexpanded input (the expand of a graph
+# output is a view torch-mlir returns as its base)
+_BROADCAST_KINDS = frozenset({"copysign", "hypot", "signbit"})
 
 
 def _cumprod(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
@@ -543,6 +549,20 @@ def splice(graph: Graph, cuts: list[Cut], n_inputs: int, n_outputs: int) -> Grap
             results.append(vid)
             types.append(graph.types[vid])
         operands = tuple(extra_out[p - n_outputs] for p in c.operands)
+        if c.kind in _BROADCAST_KINDS:
+            shape = tuple(types[0].shape)
+            spread = []
+            for vid in operands:
+                source = graph.types[vid]
+                if tuple(source.shape) != shape:
+                    wide, next_id = next_id, next_id + 1
+                    graph.types[wide] = TensorType(shape, source.dtype)
+                    rank = len(source.shape)
+                    new_ops.append(Op("broadcast_in_dim", (vid,), (wide,), (graph.types[wide],),
+                                      {"broadcast_dimensions": list(range(len(shape) - rank, len(shape)))}))
+                    vid = wide
+                spread.append(vid)
+            operands = tuple(spread)
         new_ops.append(Op(c.kind, operands, tuple(results), tuple(types), dict(c.attrs)))
     graph.ops = _topological(graph.ops, new_ops)
     return graph

@@ -19,8 +19,9 @@ def _signed(*shape: int, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Normal values with both zeros, both infinities and NaNs of both signs."""
     x = torch.randn(shape, generator=torch.Generator().manual_seed(1))
     nan = torch.tensor(float("nan"))
-    x.view(-1)[:6] = torch.stack([torch.tensor(0.0), torch.tensor(-0.0), torch.tensor(float("inf")),
-                                  torch.tensor(float("-inf")), nan, -nan])
+    cases = torch.stack([torch.tensor(0.0), torch.tensor(-0.0), torch.tensor(float("inf")),
+                         torch.tensor(float("-inf")), nan, -nan])
+    x.view(-1)[:6] = cases[:x.numel()]
     return x.to(dtype)
 
 
@@ -63,3 +64,27 @@ def test_sign_ops_compile_with_cpus_bits(name, dtype):
     if got.dtype.is_floating_point:
         signed = torch.ones_like(want, dtype=torch.bool) if name == "copysign" else ~want.isnan()
         assert torch.equal(torch.signbit(got)[signed], torch.signbit(want)[signed])
+
+
+BROADCASTS = [  # (op, x shape, y shape): the sweep's copysign (a 0-d x) and hypot ([2, 1]) cases among them
+    ("copysign", (), (2, 2, 513)),
+    ("copysign", (2, 2, 513), (513,)),
+    ("copysign", (2, 1, 513), (2, 3, 1)),
+    ("hypot", (2, 513), (2, 1)),
+    ("hypot", (1,), (3, 513)),
+]
+
+
+@pytest.mark.parametrize("name,x_shape,y_shape", BROADCASTS, ids=[f"{c[0]}-{len(c[1])}d-{len(c[2])}d" for c in BROADCASTS])
+def test_broadcasting_sign_ops_compile_with_cpus_bits(name, x_shape, y_shape):
+    """A broadcast operand is broadcast where the op is spliced back (opaque._BROADCAST_KINDS): expanded in the
+    FX graph instead, it came back from the import as the unexpanded input, which the fused group then read as
+    if it had the result's size."""
+    x = _signed(*x_shape) if x_shape else torch.tensor(-0.0)
+    y = _signed(*y_shape).flip(-1).contiguous()
+    fn = getattr(torch, name)
+    got, want = _compiled(fn, x, y), fn(x, y)
+    assert np.array_equal(_bits(got), _bits(fn(x.to("neuron"), y.to("neuron")).cpu()))
+    torch.testing.assert_close(got, want, equal_nan=True)
+    if name == "copysign":
+        assert torch.equal(torch.signbit(got), torch.signbit(want))
