@@ -196,18 +196,24 @@ def strided_random_fill(gm: torch.fx.GraphModule) -> UnsupportedOpError | None:
     traced layout is not contiguous. AOTAutograd functionalises ``t.bernoulli_(p)`` into ``bernoulli(t, p)``,
     whose result is a fresh contiguous tensor filled in logical order, where the in-place op fills ``t``'s own
     (transposed, channels_last) memory in memory order: the same generator state gave other values at each
-    position than the eager op (``x.t().clone().bernoulli_(0.3)``). Run eagerly, the fill is the eager one."""
+    position than the eager op (``x.t().clone().bernoulli_(0.3)``). Run eagerly, the fill is the eager one.
+    Likewise a fill of any other tensor: random ops never compile (torch-mlir imports none), so the graph runs
+    eagerly either way, and AOTAutograd's functional graph ran each fill into a fresh tensor that it then copied
+    back into the input, device work eager does not do (eight fills of [2, 1, 513] inputs: 45.4 us against
+    eager's 14.9), or ran ``bernoulli_(p)`` as its functional decomposition (8.5 us against eager's 6.4)."""
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method") or not node.args:
             continue
         name = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
         target = node.args[0]
         value = target.meta.get("example_value") if isinstance(target, torch.fx.Node) else None
-        if name in RANDOM_FILLS and isinstance(value, torch.Tensor) and value.numel() > 1 \
-                and not value.is_contiguous():
-            return UnsupportedOpError(f"{name} of a non-contiguous tensor",
-                                      f"{name} fills a tensor of shape {list(value.shape)} and stride "
-                                      f"{list(value.stride())} in memory order")
+        if name in RANDOM_FILLS and isinstance(value, torch.Tensor):
+            if value.numel() > 1 and not value.is_contiguous():
+                return UnsupportedOpError(f"{name} of a non-contiguous tensor",
+                                          f"{name} fills a tensor of shape {list(value.shape)} and stride "
+                                          f"{list(value.stride())} in memory order")
+            return UnsupportedOpError(name, f"{name} is a random fill (random ops run eagerly); run as traced, it "
+                                            f"fills its tensor in place, not a functional copy copied back")
     return None
 
 
@@ -653,14 +659,16 @@ def _decompositions() -> dict:
 def _decomposition_table() -> dict:
     import torch._decomp as decomp
 
-    from device_impl.compiler import loops, opaque_cnn
+    from device_impl.compiler import loops, opaque_cnn, pointwise
     from device_impl.compiler.numerics import DECOMPOSITIONS
 
     from device_impl.compiler.opaque import WHOLE
 
     core = getattr(decomp, "_core_aten_decompositions_post_autograd", None) or decomp.core_aten_decompositions
     # opaque_cnn: CNN ops whose cut calls stay whole (native_batch_norm_backward)
-    table = {**core(), **DECOMPOSITIONS, **loops.DECOMPOSITIONS, **opaque_cnn.DECOMPOSITIONS}
+    # pointwise: heaviside and logit in the eager kernels' passes, fewer than PyTorch's forms
+    table = {**core(), **DECOMPOSITIONS, **loops.DECOMPOSITIONS, **opaque_cnn.DECOMPOSITIONS,
+             **pointwise.DECOMPOSITIONS}
     for op in WHOLE:  # cut whole (compiler/opaque.py): their steps run the eager kernels' programs
         table.pop(op, None)
     for op in _CONVERTED:

@@ -62,7 +62,9 @@ _BINARY = {"add": "add", "subtract": "subtract", "multiply": "multiply", "maximu
            "minimum": "minimum", "power": "power", "remainder": "fmod", "atan2": "atan2",
            "shift_left": "left_shift", "shift_right_arithmetic": "right_shift", "divide": "divide",
            # folded from numerics' formulas (compiler/expansions.py REWRITTEN): PyTorch's, not StableHLO's ops
-           "floor_divide": "floor_divide", "python_remainder": "remainder"}
+           "floor_divide": "floor_divide", "python_remainder": "remainder",
+           # aten ops compiler/opaque.py splices back under these names (no StableHLO op says them)
+           "copysign": "copysign", "hypot": "hypot"}
 # StableHLO semantics the engines' ALU gives directly: remainder is C's fmod (the sign of the dividend),
 # integer divide truncates, shift_right_arithmetic keeps the sign.
 _COMMUTATIVE = frozenset({"add", "multiply", "maximum", "minimum", "logical_and", "logical_or", "logical_xor",
@@ -71,7 +73,8 @@ _MIRROR = {"less": "greater", "greater": "less", "less_equal": "greater_equal", 
 _COMPARE = {"EQ": "equal", "NE": "not_equal", "LT": "less", "LE": "less_equal", "GT": "greater",
             "GE": "greater_equal"}
 _UNARY = {"negate": "negative", "abs": "abs", "sign": "sign", "floor": "floor", "ceil": "ceil",
-          "round_nearest_even": "round", "is_finite": "isfinite", "trunc": "trunc"}
+          "round_nearest_even": "round", "is_finite": "isfinite", "trunc": "trunc",
+          "signbit": "signbit"}  # aten.signbit, spliced back by compiler/opaque.py
 _ACTIVATION = {"exponential": "exp", "log": "log", "log_plus_one": "log1p", "exponential_minus_one": "expm1",
                "sqrt": "sqrt", "rsqrt": "rsqrt", "tanh": "tanh", "logistic": "sigmoid", "sine": "sin",
                "cosine": "cos", "tan": "tan", "erf": "erf", "atan": "atan", "sinh": "sinh", "cosh": "cosh",

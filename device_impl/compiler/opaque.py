@@ -301,6 +301,36 @@ def _activation(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int
     return [x], {0: 0}, {}
 
 
+def _exact_elementwise(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """``copysign``, ``signbit`` and ``hypot`` of floating tensors of one dtype: cut and spliced back as the
+    elementwise op itself (VectorE's one ALU op, ``lowering._BINARY``/``_UNARY``, as the eager kernels issue it),
+    which fuses with its neighbours. torch-mlir imports copysign and signbit as ``stablehlo.bitcast_convert``
+    (and masks), which nothing lowers, and hypot as nothing it converts, so each graph ran eagerly. The ALU
+    op is exact for copysign and signbit (every sign bit, a NaN's too); hypot is computed in float32 and rounded
+    once, as the eager kernel. A broadcast operand is broadcast to the result's shape where the op is spliced
+    back (``_BROADCAST_KINDS``). Integer inputs (CPU promotes them to float) and mixed dtypes stay in the graph,
+    as before."""
+    a = _bound(node)
+    names = ("self",) if node.target is aten.signbit.default else ("self", "other")
+    operands = [a[n] for n in names]
+    metas = [t.meta.get("val") if isinstance(t, torch.fx.Node) else None for t in operands]
+    out = node.meta.get("val")
+    if not isinstance(out, torch.Tensor) or out.numel() == 0 or any(
+            not isinstance(m, torch.Tensor) or m.dtype not in _FLOATS or m.dtype != metas[0].dtype for m in metas):
+        return None
+    if out.dtype != (torch.bool if node.target is aten.signbit.default else metas[0].dtype):
+        return None
+    if any(m.dim() > out.dim() for m in metas):
+        return None
+    return operands, {0: 0}, {}
+
+
+# elementwise kinds spliced back with their operands broadcast to the result's shape (``splice``): an operand
+# expanded in the FX graph instead came back from the import as the unexpanded input (the expand of a graph
+# output is a view torch-mlir returns as its base)
+_BROADCAST_KINDS = frozenset({"copysign", "hypot", "signbit"})
+
+
 def _cumprod(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
     """``cumprod`` (torch-mlir converts cumsum, as a reduce_window, but not cumprod): the eager kernel's scan
     program (``kernels.reduction.scans.scan_program``: float32 carried in double on GpSimd, as CPU's acc_type;
@@ -416,6 +446,9 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.erfinv.default: ("erf_inv", _activation),
     aten.sinh.default: ("sinh", _activation),
     aten.cosh.default: ("cosh", _activation),
+    aten.copysign.Tensor: ("copysign", _exact_elementwise),
+    aten.signbit.default: ("signbit", _exact_elementwise),
+    aten.hypot.default: ("hypot", _exact_elementwise),
 }
 # CNN ops with eager tile programs (pooling with indices, batch norm): compiler/opaque_cnn.py
 CUTTERS.update(opaque_cnn.CUTTERS)
@@ -516,6 +549,20 @@ def splice(graph: Graph, cuts: list[Cut], n_inputs: int, n_outputs: int) -> Grap
             results.append(vid)
             types.append(graph.types[vid])
         operands = tuple(extra_out[p - n_outputs] for p in c.operands)
+        if c.kind in _BROADCAST_KINDS:
+            shape = tuple(types[0].shape)
+            spread = []
+            for vid in operands:
+                source = graph.types[vid]
+                if tuple(source.shape) != shape:
+                    wide, next_id = next_id, next_id + 1
+                    graph.types[wide] = TensorType(shape, source.dtype)
+                    rank = len(source.shape)
+                    new_ops.append(Op("broadcast_in_dim", (vid,), (wide,), (graph.types[wide],),
+                                      {"broadcast_dimensions": list(range(len(shape) - rank, len(shape)))}))
+                    vid = wide
+                spread.append(vid)
+            operands = tuple(spread)
         new_ops.append(Op(c.kind, operands, tuple(results), tuple(types), dict(c.attrs)))
     graph.ops = _topological(graph.ops, new_ops)
     return graph
