@@ -8,8 +8,7 @@ other dims on partitions, each whole line loaded into SBUF in chunks):
   three, Hoare partition) on a copy of the line and its indices, with ``gt_or_nan(x, y) = (isnan(x) &&
   !isnan(y)) || x > y`` (NaN sorts last); the result is the k-1'th slot.
 * mode (``mode`` kernel, Sorting.cpp / TensorCompare): (value, index) pairs sorted by ``std::sort`` with
-  ``a.first < b.first`` (libstdc++'s introsort: median-of-three unguarded partitions down to 16 elements, heap
-  sort past 2 log2(n) levels, then insertion sort), then the last element of the first longest run of equal
+  ``a.first < b.first`` (libstdc++'s introsort, the emulation sort/topk use: ``indexing.sort._stl_sort``), then the last element of the first longest run of equal
   values (runs split where ``a != b``, so each NaN is a run of its own).
 
 Both walks are ports: tests/kernels and the op specs hold them to the live CPU on lines with many ties.
@@ -29,6 +28,7 @@ from device_impl.engine.dtypes import is_float
 from device_impl.kernels import overlap
 from device_impl.kernels.common import COMPUTE_DTYPES, SCALAR_TYPE_NAMES, check_out, hbm, resize_output
 from device_impl.kernels.elementwise.loop import _refuse
+from device_impl.kernels.indexing.sort import _stl_sort
 from device_impl.kernels.reduction.tiles import CHUNK, I64, P, _at, _boxes, _Grid, _kept_view, _out_shape, _wrap
 
 LINE_BYTES = 32 * 1024  # per partition: rows of a block longer than this are walked one line at a time
@@ -78,110 +78,6 @@ def quick_select(vals: list, idx: list, k: int) -> None:
             hi = j - 1
 
 
-def std_sort(a: list, less: Callable[[Any, Any], bool]) -> None:
-    """libstdc++'s std::sort (introsort, threshold 16, then the final insertion sort) of ``a`` in place."""
-    def move_median_to_first(result: int, x: int, y: int, z: int) -> None:
-        if less(a[x], a[y]):
-            if less(a[y], a[z]):
-                m = y
-            elif less(a[x], a[z]):
-                m = z
-            else:
-                m = x
-        elif less(a[x], a[z]):
-            m = x
-        elif less(a[y], a[z]):
-            m = z
-        else:
-            m = y
-        a[result], a[m] = a[m], a[result]
-
-    def unguarded_partition(first: int, last: int, pivot: int) -> int:
-        while True:
-            while less(a[first], a[pivot]):
-                first += 1
-            last -= 1
-            while less(a[pivot], a[last]):
-                last -= 1
-            if not first < last:
-                return first
-            a[first], a[last] = a[last], a[first]
-            first += 1
-
-    def adjust_heap(first: int, hole: int, length: int, value) -> None:
-        top, child = hole, hole
-        while child < (length - 1) // 2:
-            child = 2 * (child + 1)
-            if less(a[first + child], a[first + child - 1]):
-                child -= 1
-            a[first + hole] = a[first + child]
-            hole = child
-        if length % 2 == 0 and child == (length - 2) // 2:
-            child = 2 * (child + 1)
-            a[first + hole] = a[first + child - 1]
-            hole = child - 1
-        parent = (hole - 1) // 2
-        while hole > top and less(a[first + parent], value):
-            a[first + hole] = a[first + parent]
-            hole = parent
-            parent = (hole - 1) // 2
-        a[first + hole] = value
-
-    def heap_sort(first: int, last: int) -> None:
-        length = last - first
-        if length >= 2:
-            parent = (length - 2) // 2
-            while True:
-                adjust_heap(first, parent, length, a[first + parent])
-                if parent == 0:
-                    break
-                parent -= 1
-        while last - first > 1:
-            last -= 1
-            value = a[last]
-            a[last] = a[first]
-            adjust_heap(first, 0, last - first, value)
-
-    def introsort(first: int, last: int, depth: int) -> None:
-        while last - first > 16:
-            if depth == 0:
-                heap_sort(first, last)
-                return
-            depth -= 1
-            mid = first + (last - first) // 2
-            move_median_to_first(first, first + 1, mid, last - 1)
-            cut = unguarded_partition(first + 1, last, first)
-            introsort(cut, last, depth)
-            last = cut
-
-    def linear_insert(i: int) -> None:
-        value, j = a[i], i - 1
-        while less(value, a[j]):
-            a[j + 1] = a[j]
-            j -= 1
-        a[j + 1] = value
-
-    def insertion_sort(first: int, last: int) -> None:
-        for i in range(first + 1, last):
-            if less(a[i], a[first]):
-                value = a[i]
-                a[first + 1:i + 1] = a[first:i]
-                a[first] = value
-            else:
-                linear_insert(i)
-
-    n = len(a)
-    if n == 0:
-        return
-    introsort(0, n, 2 * (n.bit_length() - 1))
-    if n > 16:
-        insertion_sort(0, 16)
-        for i in range(16, n):
-            linear_insert(i)
-    else:
-        insertion_sort(0, n)
-
-
 def _kth_line(line: np.ndarray, k: int) -> tuple[Any, int]:
     vals, idx = list(line), list(range(len(line)))
     quick_select(vals, idx, k - 1)
@@ -190,7 +86,7 @@ def _kth_line(line: np.ndarray, k: int) -> tuple[Any, int]:
 
 def _mode_line(line: np.ndarray) -> tuple[Any, int]:
     pairs = [(v, i) for i, v in enumerate(line)]
-    std_sort(pairs, lambda p, q: p[0] < q[0])
+    _stl_sort(pairs, 0, len(pairs), lambda p, q: p[0] < q[0])
     best, best_i, best_freq, freq = line.dtype.type(0), 0, 0, 0
     for i, (v, j) in enumerate(pairs):
         freq += 1
