@@ -564,6 +564,7 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None, weights
     fold.check_static(graph, input_names)
     expansions.fold_expansions(graph)
     fold.sink_small_ops(eliminate_dead_code(graph))  # the expansions' replaced ops no longer read the values
+    fold.conv_bias(graph)
     concat.reversed_blocks(graph)
     eliminate_dead_code(graph)
     schedule.order_ops(graph)

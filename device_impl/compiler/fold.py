@@ -262,3 +262,102 @@ def _sunk(graph: Graph, op: Op, view: Op) -> list[Op]:
         operands.append(new)
     ops.append(Op(op.name, tuple(operands), view.results, view.types, dict(op.attrs)))
     return ops
+
+
+def conv_bias(graph: Graph) -> Graph:
+    """``add(convolution(x, w), broadcast(b))`` with ``b`` one value per output feature becomes
+    ``convolution(x, w, b)``: torch-mlir says a biased convolution as the convolution and an add of the
+    broadcast bias, which fusion makes a group of its own (a step: the convolution's store, its reload, the
+    bias add and another store), where the eager kernel adds the bias on the way out of PSUM (ScalarE's
+    evacuation, ``kernels.spatial.conv._conv_forward_core``) and the outputs no tap reaches are the bias
+    (issue 21: compiled conv1d/conv2d/conv_transpose2d/_convolution 1.07x eager by that step). The step
+    runner (``steps._convolution``) passes the third operand as the eager kernel's bias. Only where the
+    convolution's one reader is that add and it is no graph output; for float32 the bits are the same
+    (PSUM's float32 sum plus the bias, rounded once either way); a reduced float gets the eager kernel's
+    (and CPU's) single rounding of sum + bias instead of two."""
+    producers, users = graph.producers(), graph.users()
+    outputs = set(graph.outputs)
+    replaced: dict[int, Op | None] = {}  # id(op) -> its replacement (None: dropped)
+    for op in graph.ops:
+        if op.name != "add" or len(op.operands) != 2:
+            continue
+        for conv_vid, other in (op.operands, op.operands[::-1]):
+            conv = producers.get(conv_vid)
+            if conv is None or conv.name != "convolution" or len(conv.operands) != 2 or conv_vid in outputs \
+                    or [u for u in users.get(conv_vid, ())] != [op] or id(conv) in replaced:
+                continue
+            bias = _feature_bias(graph, producers, conv, other)
+            if bias is None or not _every_output_reached(graph, conv):
+                continue
+            replaced[id(conv)] = None
+            replaced[id(op)] = Op("convolution", conv.operands + (bias,), op.results, op.types, dict(conv.attrs))
+            break
+    if replaced:
+        # the convolution now runs where the add was: after the bias's producers, which precede the add
+        graph.ops = [replaced.get(id(op), op) for op in graph.ops]
+        graph.ops = [op for op in graph.ops if op is not None]
+    return graph
+
+
+def _feature_bias(graph: Graph, producers: dict[int, Op], conv: Op, vid: int) -> int | None:
+    """The 1-d value of one element per output feature that ``vid`` broadcasts along the convolution's
+    feature dim (``broadcast_in_dim`` of it, or of its reshape to [O, 1, ...]), of the result's dtype; else
+    None."""
+    out = conv.type
+    layout = conv.attrs.get("dimension_numbers", {}).get("layouts")
+    if not layout or len(layout) != 3 or "f" not in layout[2]:
+        return None
+    fdim = layout[2].index("f")
+    features = out.shape[fdim]
+    op = producers.get(vid)
+    if op is None or op.name != "broadcast_in_dim" or op.type.shape != out.shape:
+        return None
+    src = op.operands[0]
+    src_shape = graph.types[src].shape
+    dims = list(op.attrs.get("broadcast_dimensions", ()))
+    if len(dims) != len(src_shape):
+        return None
+    # the source's one non-unit dim (or its only dim) lands on the feature dim; every other is size 1
+    kept = [i for i, n in enumerate(src_shape) if n != 1] or [0]
+    if len(kept) != 1 or dims[kept[0]] != fdim or src_shape[kept[0]] != features:
+        return None
+    if len(src_shape) != 1:
+        reshape = producers.get(src)
+        if reshape is None or reshape.name != "reshape" or graph.types[reshape.operands[0]].shape != (features,):
+            return None
+        src = reshape.operands[0]
+    if graph.types[src].dtype != out.dtype or graph.types[src].shape != (features,):
+        return None
+    return src
+
+
+def _every_output_reached(graph: Graph, conv: Op) -> bool:
+    """Whether every output of the convolution sums at least one product with an input element. The eager
+    kernel writes an output no such product reaches as the bias itself (a DMA copy), where CPU (and the
+    unfolded add) compute 0 + bias: a -0.0 bias would come out -0.0 instead of +0.0 there. A transposed
+    convolution (lhs dilation: the stride) leaves such outputs where no kernel tap lands on an input element of
+    its phase (a stride above the dilated kernel) or every tap lands beyond the input (output padding past a
+    dilated kernel's reach); so does an empty contraction. A direct convolution multiplies its padding (the
+    step runs ``conv_run`` on the padded input): every output sums products."""
+    layouts = conv.attrs["dimension_numbers"]["layouts"]
+    lhs_t, rhs_t = graph.types[conv.operands[0]], graph.types[conv.operands[1]]
+    if rhs_t.numel == 0 or lhs_t.numel == 0:
+        return False
+    nsp = len(layouts[1]) - 2
+    if "lhs_dilation" not in conv.attrs:
+        return True
+    kernel = [rhs_t.shape[layouts[1].index(str(i))] for i in range(nsp)]
+    size = [lhs_t.shape[layouts[0].index(str(i))] for i in range(nsp)]
+    out = [conv.type.shape[layouts[2].index(str(i))] for i in range(nsp)]
+    strides = list(conv.attrs.get("window_strides", [1] * nsp))
+    dilated = conv.attrs.get("lhs_dilation", [1] * nsp)
+    dilation = conv.attrs.get("rhs_dilation", [1] * nsp)
+    padding = conv.attrs.get("padding", [[0, 0]] * nsp)
+    for k, n, o, st, s, d, (lo, _) in zip(kernel, size, out, strides, dilated, dilation, padding):
+        # output j reads the padded, dilated input at j * st + t * d, input element (that - lo) / s where
+        # that is a multiple of s within [0, (n - 1) * s]
+        for j in range(o):
+            if not any((j * st - lo + t * d) % s == 0 and 0 <= j * st - lo + t * d <= (n - 1) * s
+                       for t in range(k)):
+                return False
+    return True

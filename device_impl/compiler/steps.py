@@ -543,7 +543,7 @@ def _convolution(step: dict, program: Program) -> Runner:
     A transposed convolution (``_transposed``) runs as the eager kernel's instead: by output phase, never
     multiplying the zeros the StableHLO form inserts and pads with, since CPU's col2im and oneDNN
     deconvolution form no such products (an infinite weight or input next to them is not NaN there)."""
-    lhs, rhs = step["operands"]
+    lhs, rhs, *bias = step["operands"]  # the bias: fold.conv_bias's [O] operand, added as the eager kernel adds it
     result = step["results"][0]
     attrs = step["attrs"]
     layouts = attrs["dimension_numbers"]["layouts"]
@@ -568,16 +568,17 @@ def _convolution(step: dict, program: Program) -> Runner:
             return
         x = env.access(lhs).transpose(lperm)
         w = env.access(rhs).transpose(kperm)
+        b = env.access(bias[0]) if bias else None
         if transposed:
             # the operand is PyTorch's weight flipped and regrouped to [O, I/G, K...]: undo the flip, split O
             wg = _split(w, 0, (groups, w.shape[0] // groups))[(Ellipsis,) + (slice(None, None, -1),) * nsp]
             pads = [(k - 1) * d - p[0] for k, d, p in zip(w.shape[2:], rhs_dil, padding)]
-            conv_transposed_run(nc, env.scratch, out, x, wg, nsp, list(lhs_dil), pads, list(rhs_dil))
+            conv_transposed_run(nc, env.scratch, out, x, wg, nsp, list(lhs_dil), pads, list(rhs_dil), bias=b)
             return
         if any(reversal):
             w = w[(slice(None), slice(None)) + tuple(slice(None, None, -1) if r else slice(None) for r in reversal)]
         x = pad_view(nc, env.scratch, x, [p[0] for p in padding], [p[1] for p in padding], 0, step=lhs_dil)
-        conv_run(nc, env.scratch, out, x, w, None, nsp, list(strides), [0] * nsp, list(rhs_dil), False, [0] * nsp,
+        conv_run(nc, env.scratch, out, x, w, b, nsp, list(strides), [0] * nsp, list(rhs_dil), False, [0] * nsp,
                  groups)
 
     return run

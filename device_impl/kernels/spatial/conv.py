@@ -483,11 +483,13 @@ def _conv_transposed(nc, scratch, outg, x5, wg, bg, s3, p3, d3, groups, constant
 
 
 def conv_transposed_run(nc, scratch, out_v: np.ndarray, x_v: np.ndarray, wg_v: np.ndarray, nsp: int,
-                        stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int]) -> None:
-    """out = conv_transpose(x, w) on numpy views: ``out_v`` [N, Cout, *spatial], ``x_v`` [N, Cin, *spatial],
-    the weight already grouped, ``wg_v`` [G, Cout/G, Cin/G, *kernel] (the compiler's StableHLO operand
-    splits into it as a view; PyTorch's [Cin, Cout/G, *kernel] layout does not for G > 1). No product with
-    an inserted or padded zero is formed (``_conv_transposed``); outputs no tap reaches are zero."""
+                        stride: Sequence[int], padding: Sequence[int], dilation: Sequence[int],
+                        bias: np.ndarray | None = None) -> None:
+    """out = conv_transpose(x, w) (+ bias) on numpy views: ``out_v`` [N, Cout, *spatial], ``x_v`` [N, Cin,
+    *spatial], the weight already grouped, ``wg_v`` [G, Cout/G, Cin/G, *kernel] (the compiler's StableHLO
+    operand splits into it as a view; PyTorch's [Cin, Cout/G, *kernel] layout does not for G > 1), ``bias``
+    [Cout] added on the way out of PSUM as ``_conv_run`` adds it. No product with an inserted or padded zero
+    is formed (``_conv_transposed``); outputs no tap reaches are zero (or the bias)."""
     groups = wg_v.shape[0]
     x5 = _to5d(x_v, nsp)
     out5 = _to5d(out_v, nsp)
@@ -496,8 +498,18 @@ def conv_transposed_run(nc, scratch, out_v: np.ndarray, x_v: np.ndarray, wg_v: n
         wg = np.expand_dims(wg, 3)
     outg = _split(out5, 1, (groups, out5.shape[1] // groups))
     pad = [0] * (3 - nsp)
-    _conv_transposed(nc, scratch, outg, x5, wg, None, [1] * (3 - nsp) + list(stride), pad + list(padding),
-                     [1] * (3 - nsp) + list(dilation), groups, lambda view: _fill(nc, view, 0))
+    bg = _split(bias, 0, (groups, bias.shape[0] // groups)) if bias is not None else None
+
+    def constant(view):  # outputs no tap reaches: the bias (or zero), as _conv_run's
+        if bg is None:
+            _fill(nc, view, 0)
+            return
+        for g in range(groups):
+            for co in range(view.shape[2]):
+                nc.dma.hbm_copy(view[:, g, co], bg[g, co:co + 1].reshape(1, 1, 1, 1))
+
+    _conv_transposed(nc, scratch, outg, x5, wg, bg, [1] * (3 - nsp) + list(stride), pad + list(padding),
+                     [1] * (3 - nsp) + list(dilation), groups, constant)
 
 
 # Shared with the compiler (device_impl.compiler.steps runs stablehlo.convolution with them).
