@@ -184,6 +184,23 @@ def test_conv_transpose_1d_3d():
           values((2,), torch.float32, seed=3), tol=tol)
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+def test_conv_transpose_unreached_outputs_are_zero_plus_bias(dtype):
+    """Outputs no tap reaches are CPU's empty sum plus the bias: a -0.0 bias gives +0.0 there, a NaN stays NaN
+    (the op suite's conv specs leave zero signs of sums to the library, so this is checked here, bit for bit)."""
+    x = torch.randn(1, 2, 3, 3, dtype=dtype)
+    w = torch.randn(2, 3, 1, 1, dtype=dtype)
+    b = torch.tensor([-0.0, float("nan"), 0.5], dtype=dtype)
+    for cfg in (dict(stride=3), dict(stride=2, output_padding=1)):
+        cpu = F.conv_transpose2d(x, w, b, **cfg)
+        dev = F.conv_transpose2d(x.to("neuron"), w.to("neuron"), b.to("neuron"), **cfg).cpu()
+        unreached = torch.ones_like(cpu, dtype=torch.bool)
+        unreached[..., ::cfg["stride"], ::cfg["stride"]] = False
+        assert torch.equal(cpu[unreached].signbit(), dev[unreached].signbit()), cfg
+        assert torch.equal(cpu[unreached].isnan(), dev[unreached].isnan()), cfg
+        assert not cpu[unreached].isnan().all()  # the case reaches the -0.0 bias's channel
+
+
 @pytest.mark.parametrize("fmt", ["input", "weight", "both"])
 def test_conv_channels_last(fmt):
     x, w = values((2, 5, 7, 6), torch.float32, "unit", 1), values((4, 5, 3, 3), torch.float32, "unit", 2)

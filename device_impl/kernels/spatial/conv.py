@@ -401,6 +401,26 @@ def _conv_unpadded(nc, outg, xg, wg, bg, strides, taps, lo, n_in, constant) -> N
                 _conv_forward_core(nc, view, shifted, wg, bg, strides, sub)
 
 
+def _unreached(nc, scratch, view: np.ndarray, bg: np.ndarray | None, groups: int) -> None:
+    """Outputs of ``view`` ([N, G, Cog, D, H, W]) that no tap reaches (an empty contraction, a transposed
+    convolution's stride past its kernel): CPU forms them as an empty sum plus the bias, 0 + bias, so a -0.0 bias
+    gives +0.0 there (a NaN stays NaN). The bias is added to zero once on VectorE into a scratch copy, which the
+    DMA then broadcasts; without a bias they are zero."""
+    if bg is None:
+        _fill(nc, view, 0)
+        return
+    summed = scratch.new(bg.shape, bg.dtype)
+    mark = nc.mark()
+    t = nc.sbuf_tile((1, bg.size), bg.dtype)
+    nc.dma.load(t, bg)
+    nc.vector.tensor_scalar(t, t, "add", 0.0)
+    nc.dma.store(summed, t)
+    nc.release_to(mark)
+    for g in range(groups):
+        for co in range(view.shape[2]):
+            nc.dma.hbm_copy(view[:, g, co], summed[g, co:co + 1].reshape(1, 1, 1, 1))
+
+
 def _conv_run(nc, scratch, out_v, x_v, w_v, b_v, nsp, stride, padding, dilation, transposed, output_padding,
               groups, skip_padding: bool = False) -> None:
     """out = convolution(x, w, b) on 5-d normalised numpy views (any of the four PyTorch conv forms).
@@ -420,13 +440,8 @@ def _conv_run(nc, scratch, out_v, x_v, w_v, b_v, nsp, stride, padding, dilation,
     outg = _split(out5, 1, (groups, out5.shape[1] // groups))
     bg = _split(b_v, 0, (groups, b_v.shape[0] // groups)) if b_v is not None else None
 
-    def constant(view):  # outputs no tap reaches: the bias (or zero)
-        if bg is None:
-            _fill(nc, view, 0)
-            return
-        for g in range(groups):
-            for co in range(view.shape[2]):
-                nc.dma.hbm_copy(view[:, g, co], bg[g, co:co + 1].reshape(1, 1, 1, 1))
+    def constant(view):  # outputs no tap reaches: 0 + bias (or zero)
+        _unreached(nc, scratch, view, bg, groups)
 
     if not transposed:
         xp = _pad(nc, scratch, x5, p3, p3, 0)
@@ -500,13 +515,8 @@ def conv_transposed_run(nc, scratch, out_v: np.ndarray, x_v: np.ndarray, wg_v: n
     pad = [0] * (3 - nsp)
     bg = _split(bias, 0, (groups, bias.shape[0] // groups)) if bias is not None else None
 
-    def constant(view):  # outputs no tap reaches: the bias (or zero), as _conv_run's
-        if bg is None:
-            _fill(nc, view, 0)
-            return
-        for g in range(groups):
-            for co in range(view.shape[2]):
-                nc.dma.hbm_copy(view[:, g, co], bg[g, co:co + 1].reshape(1, 1, 1, 1))
+    def constant(view):  # outputs no tap reaches: 0 + bias (or zero)
+        _unreached(nc, scratch, view, bg, groups)
 
     _conv_transposed(nc, scratch, outg, x5, wg, bg, [1] * (3 - nsp) + list(stride), pad + list(padding),
                      [1] * (3 - nsp) + list(dilation), groups, constant)
