@@ -267,6 +267,9 @@ def test_conv_noncontiguous(layout):
 def test_conv_empty_and_errors():
     f32 = torch.float32
     check(lambda x, w: F.conv2d(x, w), values((0, 3, 5, 5), f32), values((2, 3, 3, 3), f32))
+    # zero input channels: CPU's Empty backend answers with the input's channel count, not the weight's
+    check(lambda x, w, b: F.conv2d(x, w, b), values((1, 0, 4, 4), f32), values((2, 0, 3, 3), f32), values((2,), f32))
+    check(lambda x, w: F.conv1d(x, w, groups=2), values((2, 0, 6), f32), values((4, 0, 2), f32))
     for fn, x, w in [
         (lambda x, w: F.conv2d(x, w), values((1, 2, 5, 5), f32), values((3, 3, 3, 3), f32)),  # channel mismatch
         (lambda x, w: F.conv2d(x, w), values((1, 3, 2, 2), f32), values((3, 3, 3, 3), f32)),  # kernel too big

@@ -315,6 +315,16 @@ def _conv_check(x, w, bias, nsp, stride, padding, dilation, transposed, output_p
                                    f"output_padding: {output_padding} stride: {stride} dilation: {dilation}")
 
 
+def _empty_contraction_channels(x, w, stride, padding, dilation, groups) -> int:
+    """Output channels of a direct convolution over zero input channels: not the weight's count. CPU's ``Empty``
+    backend returns as many channels as the input has (torch 2.13: a [1, 0, 4, 4] input and a [2, 0, 1, 1]
+    weight give [1, 0, 4, 4]); the live torch's meta function says which, so the device follows it."""
+    meta = torch.ops.aten.convolution(torch.empty(tuple(x.shape), device="meta"), torch.empty(tuple(w.shape),
+                                      device="meta"), None, list(stride), list(padding), list(dilation), False,
+                                      [0] * len(stride), groups)
+    return int(meta.shape[1])
+
+
 def _conv_out_shape(x, w, nsp, stride, padding, dilation, transposed, output_padding, groups):
     spatial = []
     for i in range(nsp):
@@ -325,6 +335,8 @@ def _conv_out_shape(x, w, nsp, stride, padding, dilation, transposed, output_pad
         else:
             spatial.append((n + 2 * padding[i] - dilation[i] * (k - 1) - 1) // stride[i] + 1)
     cout = w.shape[1] * groups if transposed else w.shape[0]
+    if not transposed and x.shape[1] == 0:
+        cout = _empty_contraction_channels(x, w, stride, padding, dilation, groups)
     shape = (x.shape[0], cout, *spatial)
     if all(s > 0 for s in spatial):
         return shape
