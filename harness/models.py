@@ -23,12 +23,17 @@ def rotate_half(x: torch.Tensor) -> torch.Tensor:
 
 
 class DecoderBlock(nn.Module):
-    """Pre-norm Llama block; the rotary tables are buffers, the causal mask is built in forward."""
+    """Pre-norm Llama block; the rotary tables are buffers, the causal mask is built in forward.
+
+    ``rotary_dim``: rotary on the first ``rotary_dim`` of each head's dims and the rest passed through (GPT-NeoX's
+    partial rotary; 0: no rotary), or on all of them (None, Llama's): shapes where the rotation units do not fill a
+    head, which the compiler's rotary handling must leave correct."""
 
     def __init__(self, hidden: int = 256, heads: int = 4, kv_heads: int = 2, seq: int = 128,
-                 intermediate: int = 512, theta: float = 10000.0):
+                 intermediate: int = 512, theta: float = 10000.0, rotary_dim: int | None = None):
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = heads, kv_heads, hidden // heads
+        self.rotary_dim = rotary_dim
         self.attn_norm = RMSNorm(hidden)
         self.mlp_norm = RMSNorm(hidden)
         self.q = nn.Linear(hidden, heads * self.head_dim, bias=False)
@@ -44,15 +49,24 @@ class DecoderBlock(nn.Module):
         self.register_buffer("cos", angles.cos(), persistent=False)
         self.register_buffer("sin", angles.sin(), persistent=False)
 
+    def _rotary(self, t: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+        """``t`` rotated by the tables' angles (``cos``/``sin``: [seq, rotary_dim or head_dim])."""
+        r = self.rotary_dim
+        if r is None:
+            return t * cos + rotate_half(t) * sin
+        if r == 0:
+            return t
+        return torch.cat((t[..., :r] * cos + rotate_half(t[..., :r]) * sin, t[..., r:]), -1)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, s, _ = x.shape
         h = self.attn_norm(x)
         q = self.q(h).view(b, s, self.heads, self.head_dim).transpose(1, 2)
         k = self.k(h).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
         v = self.v(h).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-        cos, sin = self.cos[:s], self.sin[:s]
-        q = q * cos + rotate_half(q) * sin
-        k = k * cos + rotate_half(k) * sin
+        r = self.rotary_dim
+        cos, sin = (self.cos[:s], self.sin[:s]) if r is None else (self.cos[:s, :r], self.sin[:s, :r])
+        q, k = self._rotary(q, cos, sin), self._rotary(k, cos, sin)
         groups = self.heads // self.kv_heads
         k = k.repeat_interleave(groups, dim=1)
         v = v.repeat_interleave(groups, dim=1)

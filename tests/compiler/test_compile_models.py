@@ -69,40 +69,6 @@ def test_bfloat16_decoder_block_trains_compiled_within_bf16_tolerance(fresh):
     assert compiler.stats()["fallbacks"] == 0
 
 
-def _partial_rotary_block(rotary_dim: int | None):
-    """harness.models.DecoderBlock with rotary on the first ``rotary_dim`` of each head's dims (GPT-NeoX's partial
-    rotary; 0: none), the rest passed through: shapes the compiler's rotary handling (build.rotations, the GpSimd
-    rotate and rotate-multiply) must leave correct where the rotation units do not fill a head."""
-    from torch import nn
-
-    from harness.models import DecoderBlock, rotate_half
-
-    class Block(DecoderBlock):
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            b, s, _ = x.shape
-            h = self.attn_norm(x)
-            q = self.q(h).view(b, s, self.heads, self.head_dim).transpose(1, 2)
-            k = self.k(h).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-            v = self.v(h).view(b, s, self.kv_heads, self.head_dim).transpose(1, 2)
-            if rotary_dim:
-                cos, sin = self.cos[:s, :rotary_dim], self.sin[:s, :rotary_dim]
-                q = torch.cat((q[..., :rotary_dim] * cos + rotate_half(q[..., :rotary_dim]) * sin,
-                               q[..., rotary_dim:]), -1)
-                k = torch.cat((k[..., :rotary_dim] * cos + rotate_half(k[..., :rotary_dim]) * sin,
-                               k[..., rotary_dim:]), -1)
-            groups = self.heads // self.kv_heads
-            k = k.repeat_interleave(groups, dim=1)
-            v = v.repeat_interleave(groups, dim=1)
-            scores = (q @ k.transpose(-1, -2)) * self.head_dim ** -0.5
-            causal = torch.ones(s, s, dtype=torch.bool, device=x.device).tril()
-            attn = torch.softmax(scores.masked_fill(~causal, float("-inf")), dim=-1) @ v
-            x = x + self.o(attn.transpose(1, 2).reshape(b, s, -1))
-            h = self.mlp_norm(x)
-            return x + self.down(nn.functional.silu(self.gate(h)) * self.up(h))
-
-    return Block
-
-
 # (batch, seq, hidden, heads, kv_heads, intermediate, rotary): odd sizes a decoder block's compiled program must get
 # right (partial tiles, head dims other than 64, one or three of a dim, GQA groups of 1 and 3)
 ODD_DECODERS = [
@@ -124,9 +90,10 @@ def test_odd_shaped_decoder_blocks_match_cpu_compiled(name, batch, seq, hidden, 
     from harness.models import DecoderBlock
 
     torch.manual_seed(0)
-    cls = DecoderBlock if rotary == "full" else _partial_rotary_block(rotary)
-    reference = cls(hidden=hidden, heads=heads, kv_heads=kv_heads, seq=seq, intermediate=intermediate).eval()
-    model = cls(hidden=hidden, heads=heads, kv_heads=kv_heads, seq=seq, intermediate=intermediate).eval()
+    sizes = dict(hidden=hidden, heads=heads, kv_heads=kv_heads, seq=seq, intermediate=intermediate,
+                 rotary_dim=None if rotary == "full" else rotary)
+    reference = DecoderBlock(**sizes).eval()
+    model = DecoderBlock(**sizes).eval()
     model.load_state_dict(reference.state_dict())
     model = model.to("neuron")
     x = torch.randn(batch, seq, hidden)
