@@ -46,3 +46,43 @@ def compile_traced(fn, *inputs):
     run = driver.compile_graph(gm, "test", 0, backend.settings())
     assert hasattr(run, "executable"), "the graph fell back to eager"
     return run, run.executable.program
+
+
+def device_ns() -> int:
+    """Simulated device time (ns) of every launch since the engine's statistics were last reset, queued work
+    synchronized first."""
+    from device_impl import engine
+
+    torch.neuron.synchronize()
+    return sum(s["device_ns"] for s in engine.stats().values())
+
+
+def eager_run(fn, *inputs: torch.Tensor) -> tuple[torch.Tensor, int]:
+    """``fn`` on neuron copies of ``inputs`` (neuron tensors as they are), twice: adaptive eager learns the call's
+    launch on the first. The second call's output (on CPU) and its device time."""
+    from device_impl import engine
+
+    device = [t.to("neuron") for t in inputs]
+    fn(*device)
+    torch.neuron.synchronize()
+    engine.reset_stats()
+    out = fn(*device)
+    return out.cpu(), device_ns()
+
+
+def compiled_run(fn, *inputs: torch.Tensor) -> tuple[torch.Tensor, int, list[dict]]:
+    """``fn`` compiled (static shapes) on neuron copies of ``inputs``: a warm call, then one whose engine statistics
+    start afresh, recorded by ``breakdown.capture``. That call's output (on CPU), device time and its programs'
+    steps (the compiler's step dicts)."""
+    from device_impl import engine
+    from device_impl.compiler import breakdown
+
+    compiled = torch.compile(fn, backend="neuron", dynamic=False)
+    device = [t.to("neuron") for t in inputs]
+    compiled(*device)
+    torch.neuron.synchronize()
+    with breakdown.capture() as calls:
+        engine.reset_stats()
+        out = compiled(*device)
+        ns = device_ns()
+    return out.cpu(), ns, [step for executable, _ in calls for step in executable.program.steps]

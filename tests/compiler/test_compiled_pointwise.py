@@ -8,39 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from device_impl import engine
-from device_impl.compiler import breakdown
+from support import compiled_run, eager_run
 
 pytestmark = pytest.mark.usefixtures("no_neff_cache")
-
-
-def _device_ns() -> float:
-    return sum(s["device_ns"] for s in engine.stats().values())
-
-
-def _eager(fn, *inputs: torch.Tensor) -> tuple[torch.Tensor, float]:
-    device = [t.to("neuron") for t in inputs]
-    fn(*device)  # adaptive eager learns the call's launch on its first run
-    torch.neuron.synchronize()
-    engine.reset_stats()
-    out = fn(*device)
-    torch.neuron.synchronize()
-    return out.cpu(), _device_ns()
-
-
-def _compiled(fn, *inputs: torch.Tensor) -> tuple[torch.Tensor, float, list[dict]]:
-    """``fn`` compiled (static shapes): a warm call, then one whose statistics start afresh. Returns its output,
-    device time and its programs' steps."""
-    compiled = torch.compile(fn, backend="neuron", dynamic=False)
-    device = [t.to("neuron") for t in inputs]
-    compiled(*device)
-    torch.neuron.synchronize()
-    with breakdown.capture() as calls:
-        engine.reset_stats()
-        out = compiled(*device)
-        torch.neuron.synchronize()
-        ns = _device_ns()
-    return out.cpu(), ns, [step for executable, _ in calls for step in executable.program.steps]
 
 
 def _special(*shape: int) -> torch.Tensor:
@@ -69,8 +39,8 @@ def test_heaviside_compiles_to_the_eager_kernels_three_passes(x_shape):
     instructions than the eager kernel's flat tiles, 4.77 against 4.51 us: not this decomposition's doing.)"""
     x = _special(*x_shape) if x_shape else torch.tensor(-0.0)
     values = _special(3, 5, 5, 513).flip(-1).contiguous()
-    out, ns, steps = _compiled(torch.heaviside, x, values)
-    expected, eager_ns = _eager(torch.heaviside, x, values)
+    out, ns, steps = compiled_run(torch.heaviside, x, values)
+    expected, eager_ns = eager_run(torch.heaviside, x, values)
     assert np.array_equal(_bits(out), _bits(expected))
     assert np.array_equal(_bits(out), _bits(torch.heaviside(x, values)))  # CPU's
     assert [s["kind"] for s in steps] == ["fused"] and _vector_ops(steps) == 3
@@ -86,8 +56,8 @@ def test_logit_clamps_with_maximum_and_minimum(eps):
     x = _special(5, 2, 2, 513).sigmoid()
     x.view(-1)[8:12] = torch.tensor([-3.0, 2.5, 1.0 - 1e-7, float("nan")])
     fn = (lambda t: torch.logit(t, eps))
-    out, ns, steps = _compiled(fn, x)
-    expected, eager_ns = _eager(fn, x)
+    out, ns, steps = compiled_run(fn, x)
+    expected, eager_ns = eager_run(fn, x)
     assert np.array_equal(_bits(out), _bits(expected))
     torch.testing.assert_close(out, fn(x), equal_nan=True)  # CPU's, within log's ULP
     assert _vector_ops(steps) == (5 if eps is not None and eps >= 0 else 3)
@@ -130,8 +100,8 @@ def test_pointwise_ops_compile_to_the_eager_kernels_passes(name, fn, shapes, ops
     if name == "xlogy":
         inputs[1] = torch.tensor(0.75)
         inputs[0].view(-1)[:3] = torch.tensor([0.0, -0.0, float("nan")])
-    out, ns, steps = _compiled(fn, *inputs)
-    expected, eager_ns = _eager(fn, *inputs)
+    out, ns, steps = compiled_run(fn, *inputs)
+    expected, eager_ns = eager_run(fn, *inputs)
     torch.testing.assert_close(out, fn(*inputs), equal_nan=True)  # CPU's
     torch.testing.assert_close(out, expected, equal_nan=True)
     assert [s["kind"] for s in steps] == ["fused"] and _vector_ops(steps) == ops
@@ -142,6 +112,6 @@ def test_pointwise_ops_compile_to_the_eager_kernels_passes(name, fn, shapes, ops
 def test_xlogy_of_a_nan_y_is_nan_even_where_x_is_zero():
     x = torch.tensor([0.0, -0.0, 1.0, 0.0, 2.0])
     y = torch.tensor([float("nan"), 1.0, float("nan"), 0.0, 0.0])
-    out, _, _ = _compiled(torch.xlogy, x, y)
+    out, _, _ = compiled_run(torch.xlogy, x, y)
     torch.testing.assert_close(out, torch.xlogy(x, y), equal_nan=True)
     assert np.array_equal(_bits(out), _bits(torch.xlogy(x, y)))

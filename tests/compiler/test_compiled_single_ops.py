@@ -8,35 +8,16 @@ import torch
 
 from device_impl import engine
 from device_impl.compiler import breakdown
+from support import compiled_run, eager_run
 
 pytestmark = pytest.mark.usefixtures("no_neff_cache")
 
 
-def _device_ns() -> float:
-    torch.neuron.synchronize()
-    return sum(s["device_ns"] for s in engine.stats().values())
-
-
-def _eager(fn, *device: torch.Tensor) -> tuple[torch.Tensor, float]:
-    fn(*device)  # adaptive eager learns the call's launch on its first run
-    torch.neuron.synchronize()
-    engine.reset_stats()
-    out = fn(*device)
-    return out.cpu(), _device_ns()
-
-
 def _compiled(fn, *device: torch.Tensor) -> tuple[torch.Tensor, float, list]:
-    """A warm call's output, device time and its program's steps as (kind, [op names])."""
+    """A warm call's output, device time and its program's steps as (kind, [op names]), Dynamo reset first."""
     torch._dynamo.reset()
-    compiled = torch.compile(fn, backend="neuron", dynamic=False)
-    compiled(*device)
-    torch.neuron.synchronize()
-    with breakdown.capture() as calls:
-        engine.reset_stats()
-        out = compiled(*device)
-        ns = _device_ns()
-    steps = [(s["kind"], [op["op"] for op in s.get("ops", [])]) for e, _ in calls for s in e.program.steps]
-    return out.cpu(), ns, steps
+    got, ns, steps = compiled_run(fn, *device)
+    return got, ns, [(s["kind"], [op["op"] for op in s.get("ops", [])]) for s in steps]
 
 
 def _same(got: torch.Tensor, want: torch.Tensor, exact: bool = True) -> None:
@@ -84,7 +65,7 @@ def test_tests_write_their_result_type_as_the_eager_kernels(name, fn, shapes, op
     inputs = _operands(*shapes)
     device = [t.to("neuron") for t in inputs]
     want = fn(*inputs)
-    eager, eager_ns = _eager(fn, *device)
+    eager, eager_ns = eager_run(fn, *device)
     got, ns, steps = _compiled(fn, *device)
     _same(got, want)
     _same(eager, want)
@@ -123,7 +104,7 @@ def test_lerp_with_a_python_weight_is_one_pass(weight):
     device = [start.to("neuron"), end.to("neuron")]
     got, ns, steps = _compiled(fn, *device)
     _same(got, fn(start, end), exact=False)  # loops._multiply_add: CPU's fma, the product rounded first
-    _, eager_ns = _eager(fn, *device)
+    _, eager_ns = eager_run(fn, *device)
     kinds = [kind for kind, _ in steps]
     if weight != 1.0:
         assert kinds == ["fused"], steps
@@ -286,7 +267,7 @@ def _eager_and_compiled(fn, *host: torch.Tensor, exact: bool = True) -> tuple[fl
     """Eager and compiled device time of one warm call, the compiled output checked against CPU (bit for bit
     where ``exact``)."""
     device = [t.to("neuron") for t in host]
-    _, eager_ns = _eager(fn, *device)
+    _, eager_ns = eager_run(fn, *device)
     got, ns, steps = _compiled(fn, *device)
     _same(got, fn(*host), exact)
     return eager_ns, ns, steps

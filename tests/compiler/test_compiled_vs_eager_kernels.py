@@ -9,8 +9,7 @@ import torch
 import torch.nn.functional as F
 
 from device_impl import engine
-from device_impl.compiler import breakdown
-from support import compile_traced
+from support import compile_traced, compiled_run, eager_run
 
 pytestmark = pytest.mark.usefixtures("no_neff_cache")
 
@@ -19,33 +18,14 @@ def _bits(t: torch.Tensor) -> np.ndarray:
     return t.view(torch.int32).numpy() if t.dtype == torch.float32 else t.numpy()
 
 
-def _eager(fn, *inputs) -> tuple[torch.Tensor, float]:
-    device = [t.to("neuron") for t in inputs]
-    fn(*device)  # adaptive eager learns the call's launch on its first run
-    torch.neuron.synchronize()
-    engine.reset_stats()
-    out = fn(*device)
-    torch.neuron.synchronize()
-    return out.cpu(), sum(s["device_ns"] for s in engine.stats().values())
-
-
 def _randn(*shape: int) -> torch.Tensor:
     return torch.randn(shape, generator=torch.Generator().manual_seed(0))
 
 
 def _compiled_steps(fn, *inputs: torch.Tensor) -> tuple[torch.Tensor, set[str]]:
-    """``fn`` compiled (static shapes) and called on ``inputs`` moved to the device: a warm call, then one call
-    whose engine statistics start afresh, recorded by ``breakdown.capture``. Returns that call's output (on the
-    device) and the kinds of its programs' steps."""
-    compiled = torch.compile(fn, backend="neuron", dynamic=False)
-    device = [t.to("neuron") for t in inputs]
-    compiled(*device)
-    torch.neuron.synchronize()
-    with breakdown.capture() as calls:
-        engine.reset_stats()
-        out = compiled(*device)
-        torch.neuron.synchronize()
-    return out, {step["kind"] for executable, _ in calls for step in executable.program.steps}
+    """``support.compiled_run``'s output and the kinds of its programs' steps."""
+    out, _, steps = compiled_run(fn, *inputs)
+    return out, {step["kind"] for step in steps}
 
 
 # one row of 7695 (or 5130) columns: the shapes of the sweep's designed cases
@@ -77,7 +57,7 @@ def test_a_full_reduction_runs_on_the_partitions_as_the_eager_kernel(name, fn, s
     (first,) = run(device)
     (launch,) = [v for k, v in engine.stats().items() if k.startswith("neff:")]
     (second,) = run(device)  # the static replay's wide core: the same pieces, the same bits
-    expected, eager_ns = _eager(fn, *inputs)
+    expected, eager_ns = eager_run(fn, *inputs)
     assert launch["device_ns"] <= eager_ns * 1.01, (name, launch["device_ns"], eager_ns)
     assert np.array_equal(_bits(first.cpu()), _bits(second.cpu()))
     torch.testing.assert_close(first.cpu(), fn(*inputs))
@@ -111,7 +91,7 @@ def test_reflect_and_replicate_pads_compile_to_copies_of_views(name, pad, mode, 
     (launch,) = [v for k, v in engine.stats().items() if k.startswith("neff:")]
     assert kinds == {"concatenate"}, kinds
     assert np.array_equal(_bits(out.cpu()), _bits(fn(x)))
-    _, eager_ns = _eager(fn, x)
+    _, eager_ns = eager_run(fn, x)
     # each padded dim is one copy of the tensor: a pad of two dims (7% over the eager kernel) or three (17%)
     # copies it two or three times, where the eager kernel writes each output element once
     padded = sum(1 for i in range(0, len(pad), 2) if pad[i] or pad[i + 1])
