@@ -19,18 +19,12 @@ from support import run_python
 
 
 @pytest.fixture
-def adaptive():
-    """Adaptive mode with fresh statistics and program cache; eager (and an empty queue) afterwards."""
-    eager.flush()
-    eager.reset_stats()
-    eager.clear_cache()
-    torch.neuron.set_eager_mode("adaptive")
+def adaptive(adaptive):
+    """tests/conftest.py's adaptive mode, and the queue limits these tests change put back before it ends."""
     try:
-        yield eager
+        yield adaptive
     finally:
         eager.set_limits(max_ops=eager.queue.DEFAULT_MAX_OPS, max_bytes=eager.queue.DEFAULT_MAX_BYTES)
-        torch.neuron.set_eager_mode("eager")
-    assert eager.pending() == 0
 
 
 def _host(n: int = 1000, seed: int = 0) -> torch.Tensor:
