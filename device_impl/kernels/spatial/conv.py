@@ -41,6 +41,7 @@ from device_impl.kernels.spatial.tiles import (
     _boxes,
     _ceil_div,
     _fill,
+    _meta,
     _pad,
     _split,
     _to5d,
@@ -319,8 +320,7 @@ def _empty_contraction_channels(x, w, stride, padding, dilation, groups) -> int:
     """Output channels of a direct convolution over zero input channels: not the weight's count. CPU's ``Empty``
     backend returns as many channels as the input has (torch 2.13: a [1, 0, 4, 4] input and a [2, 0, 1, 1]
     weight give [1, 0, 4, 4]); the live torch's meta function says which, so the device follows it."""
-    meta = torch.ops.aten.convolution(torch.empty(tuple(x.shape), device="meta"), torch.empty(tuple(w.shape),
-                                      device="meta"), None, list(stride), list(padding), list(dilation), False,
+    meta = torch.ops.aten.convolution(_meta(x), _meta(w), None, list(stride), list(padding), list(dilation), False,
                                       [0] * len(stride), groups)
     return int(meta.shape[1])
 
