@@ -235,6 +235,24 @@ def test_projections_of_one_activation_share_a_launch(adaptive, m, k):
     assert stats["epilogue_ops"] == 2  # silu on the gate product, the multiply on the up product
 
 
+def test_a_recurring_flush_takes_its_shared_runs_from_its_plan(adaptive, monkeypatch):
+    """Which groups share A's tiles follows from the flush plan's key (layouts, coinciding storages): a flush
+    that recurs takes the runs its plan found and asks ``shared_lhs_end`` no more, with the same launches."""
+    from device_impl.eager import programs
+
+    def program(h, wq, wk, wv):
+        return F.linear(h, wq) + 1, F.linear(h, wk), F.linear(h, wv)
+
+    inputs = [_host((64, 96))] + [_host((n, 96), seed=s, scale=0.1) for s, n in enumerate((64, 32, 32), start=1)]
+    first = _identical(program, *inputs)
+    assert first["lhs_shared"] == 2 and first["launches"] == 1
+    asked = []
+    found = programs.shared_lhs_end
+    monkeypatch.setattr(programs, "shared_lhs_end", lambda ready, i: asked.append(i) or found(ready, i))
+    again = _identical(program, *inputs)
+    assert asked == [] and again["lhs_shared"] == 2 and again["launches"] == 1
+
+
 def test_a_product_after_a_write_of_its_operand_loads_it_again(adaptive):
     """A write of A between two of its products (its own launch: no epilogue writes what its product reads)
     ends the run: the next product reads A's new values from HBM, not the first one's tiles."""

@@ -171,6 +171,10 @@ class Ready:
     # a fused elementwise group's layout token (``_layout_token``), set by plan_flush: its flush plan fixes every
     # view the group's steps resolve to, so the launch's replay key names them by it instead of listing them
     layout: Any = None
+    # how many groups from this one run in its launch (``shared_lhs_end``), set by plan_flush, which finds it
+    # once per flush plan: which products read one A, and whether a group between writes it, follow from the
+    # layouts and coinciding storages its key holds; 0: not known here (``run_end`` asks ``shared_lhs_end``)
+    run: int = 0
 
 
 def finalize(groups: Sequence[Group]) -> list[Ready]:
@@ -566,13 +570,19 @@ def shared_lhs_end(ready: Sequence[Ready], i: int) -> int:
     return j
 
 
+def run_end(ready: Sequence[Ready], i: int) -> int:
+    """``shared_lhs_end(ready, i)``, as its flush plan recorded it (``Ready.run``) where it did."""
+    n = ready[i].run
+    return i + n if n else shared_lhs_end(ready, i)
+
+
 def runs_as_eager(ready: Sequence[Ready], i: int) -> bool:
     """Whether ``ready[i]`` runs as eager mode would run its one step: no fused program, no launch shared with
     the next group, not a product or a row kernel (a recurring one replays its recorded launch here, which eager
     does not)."""
     item = ready[i]
     return (item.program is None and len(item.group.steps) == 1
-            and not isinstance(item.group.steps[0], (MatmulStep, RowKernelStep)) and shared_lhs_end(ready, i) == i + 1)
+            and not isinstance(item.group.steps[0], (MatmulStep, RowKernelStep)) and run_end(ready, i) == i + 1)
 
 
 def run_shared(items: Sequence[Ready], stored: Sequence[Sequence[bool]]) -> None:
@@ -831,20 +841,21 @@ def plan_flush(steps: Sequence[Any]) -> list[Ready]:
         STATS.cache_hits += lookups
         STATS.splits += splits
         ready = []
-        for kind, indices, group_key, program, shared, layout in template:
+        for kind, indices, group_key, program, shared, layout, run in template:
             group = Group(kind, [steps[i] for i in indices], group_key)
             prepared = chains.prepare([s for s in group.steps if isinstance(s, Step)]) if program else []
-            ready.append(Ready(group, program, prepared, shared, layout))
+            ready.append(Ready(group, program, prepared, shared, layout, run))
         return ready
     before = (STATS.cache_hits, STATS.programs_cached, STATS.splits)
     ready = finalize(fusion.partition(steps))
     _mark_shared(ready)
     index = {id(step): i for i, step in enumerate(steps)}
-    for item in ready:
+    for i, item in enumerate(ready):
         if item.program is not None and item.program.kind == "elementwise":
             item.layout = _layout_token(item.program, item.prepared)
+        item.run = shared_lhs_end(ready, i) - i
     template = [(item.group.kind, tuple(index[id(s)] for s in item.group.steps), item.group.key, item.program,
-                 item.shared, item.layout) for item in ready]
+                 item.shared, item.layout, item.run) for item in ready]
     lookups = STATS.cache_hits - before[0] + STATS.programs_cached - before[1]
     if len(_FLUSHES) >= FLUSH_CACHE_LIMIT:
         del _FLUSHES[next(iter(_FLUSHES))]

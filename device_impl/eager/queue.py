@@ -216,7 +216,7 @@ class Queue:
         failure: tuple[str, BaseException] | None = None
         i = 0
         while i < len(ready):
-            end = programs.shared_lhs_end(ready, i)  # products of one A run in one launch
+            end = programs.run_end(ready, i)  # products of one A run in one launch
             STATS.groups += 1
             try:
                 if end - i > 1:
