@@ -7,7 +7,7 @@ Default cases (issue 6): a 25-op elementwise chain over 1M fp32 elements, a GELU
 
 For each case the same workload object runs in eager and in adaptive mode. Wall time is the
 best-of-N seconds per call including ``torch.neuron.synchronize()`` (which runs adaptive's queue), the
-two modes' N repeats alternating (``paired_seconds``); thread time is the calling thread's CPU time over
+two modes' N blocks of calls alternating (``paired_seconds``); thread time is the calling thread's CPU time over
 the same repeats (the simulator computes on it); device time is how far the simulated NeuronCore clock
 advances for one synchronized call; launches are engine launches per call. Adaptive's result is checked
 bit for bit against eager's first.
@@ -29,6 +29,7 @@ _sys.path.insert(0, _path.dirname(_path.abspath(__file__)))  # run as a script o
 import threads  # noqa: E402,F401  (one BLAS thread for the simulator: before torch loads numpy)
 
 import argparse  # noqa: E402
+import math  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import timeit  # noqa: E402
@@ -112,19 +113,23 @@ def chain_floor_seconds(numel: int, repeats: int) -> float:
     return min(timer.repeat(repeat=max(repeats, 3), number=number)) / number
 
 
+BLOCK_SECONDS = 0.05  # per timed block of calls of one mode
+
+
 def paired_seconds(fn: Callable[[], object], repeats: int,
                    modes: Sequence[str] = ("eager", "adaptive")) -> dict[str, tuple[float, float]]:
-    """Per mode, (best wall seconds, best thread CPU seconds) per synchronized call of ``fn``, the modes'
-    ``repeats`` alternating (eager, adaptive, adaptive, eager, ...) so that each mode is timed in the same
-    windows of a shared machine's load as the other (see the module docstring). Each mode calls ``fn`` as
-    many times per repeat as ``timeit``'s autorange finds for 0.2 s in that mode."""
+    """Per mode, (best wall seconds, best thread CPU seconds) per synchronized call of ``fn`` over ``repeats``
+    blocks of calls, the modes' blocks alternating (eager, adaptive, adaptive, eager, ...) so that each mode is
+    timed in the same windows of a shared machine's load as the other (see the module docstring). A block is
+    as many calls as last about ``BLOCK_SECONDS`` in that mode (at least one): short blocks, many of them, so
+    that each mode's best comes from a quiet moment that the other mode's blocks lie close to."""
     timer = timeit.Timer(lambda: (fn(), synchronize("neuron")))
     number = {}
     for mode in modes:
         with torch.neuron.eager_mode(mode):
             fn()
             synchronize("neuron")
-            number[mode], _ = timer.autorange()
+            number[mode] = max(1, math.ceil(BLOCK_SECONDS / min(timer.repeat(repeat=3, number=1))))
     best = {mode: (float("inf"), float("inf")) for mode in modes}
     for r in range(repeats):
         for mode in (modes if r % 2 == 0 else tuple(reversed(modes))):
@@ -138,7 +143,7 @@ def paired_seconds(fn: Callable[[], object], repeats: int,
 
 def measure(name: str, dtype: torch.dtype, repeats: int) -> dict:
     case = CASES[name]
-    cpu = wall_seconds(case.build("cpu", dtype), "cpu", repeats)
+    cpu = wall_seconds(case.build("cpu", dtype), "cpu", min(repeats, 5))
     workload = case.build("neuron", dtype)
     row = {"case": name, "cpu": cpu}
     outputs = {}
@@ -158,7 +163,7 @@ def measure(name: str, dtype: torch.dtype, repeats: int) -> dict:
                 row["stats"] = eager.stats()
     row["identical"] = _identical(outputs["eager"], outputs["adaptive"])
     if name in CHAIN_CASES and dtype == torch.float32:
-        row["floor"] = chain_floor_seconds(CHAIN_CASES[name], repeats)
+        row["floor"] = chain_floor_seconds(CHAIN_CASES[name], min(repeats, 5))
     return row
 
 
@@ -166,7 +171,8 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("cases", nargs="*", metavar="CASE", help=f"one of {', '.join(sorted(CASES))}")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    parser.add_argument("--repeats", type=int, default=5, help="repeats per mode, alternating (best of them)")
+    parser.add_argument("--repeats", type=int, default=15,
+                        help="timed blocks per mode, alternating (the best of them)")
     args = parser.parse_args(argv)
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:

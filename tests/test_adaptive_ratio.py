@@ -7,10 +7,12 @@ import itertools
 
 import torch
 
+from benches import adaptive_ratio
 from benches.adaptive_ratio import paired_seconds
 
 
-def test_the_modes_repeats_alternate_and_each_is_timed():
+def test_the_modes_repeats_alternate_and_each_is_timed(monkeypatch):
+    monkeypatch.setattr(adaptive_ratio, "BLOCK_SECONDS", 1e-4)
     calls: list[str] = []
 
     def workload() -> None:
@@ -19,7 +21,7 @@ def test_the_modes_repeats_alternate_and_each_is_timed():
     best = paired_seconds(workload, repeats=4)
     assert set(best) == {"eager", "adaptive"}
     assert all(0 < wall < float("inf") and 0 <= thread < float("inf") for wall, thread in best.values())
-    # each mode's warm call and autorange first, then the timed repeats: runs of one mode, alternating
+    # each mode's warm calls and its block's size first, then the timed repeats: runs of one mode, alternating
     # eager, adaptive, adaptive, eager, eager, adaptive, adaptive, eager
     runs = [mode for mode, _ in itertools.groupby(calls)]
     assert runs == ["eager", "adaptive", "eager", "adaptive", "eager", "adaptive", "eager"]
