@@ -8,7 +8,8 @@ Default cases (issue 6): a 25-op elementwise chain over 1M fp32 elements, a GELU
 For each case the same workload object runs in eager and in adaptive mode. Wall time is the
 best-of-N seconds per call including ``torch.neuron.synchronize()`` (which runs adaptive's queue), the
 two modes' N blocks of calls alternating (``paired_seconds``); thread time is the calling thread's CPU time over
-the same repeats (the simulator computes on it); device time is how far the simulated NeuronCore clock
+the same repeats (the simulator computes on it); the median of the adaptive/eager ratios of adjacent blocks
+is printed beside the ratio of the bests; device time is how far the simulated NeuronCore clock
 advances for one synchronized call; launches are engine launches per call. Adaptive's result is checked
 bit for bit against eager's first.
 
@@ -30,6 +31,7 @@ import threads  # noqa: E402,F401  (one BLAS thread for the simulator: before to
 
 import argparse  # noqa: E402
 import math  # noqa: E402
+import statistics  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 import timeit  # noqa: E402
@@ -41,7 +43,7 @@ import torch  # noqa: E402
 sys.path.insert(0, str(Path(__file__).parent))
 import cases  # noqa: E402
 from cases import CASES, device_seconds, synchronize, wall_seconds  # noqa: E402
-from typing import Callable, Sequence  # noqa: E402
+from typing import Callable, NamedTuple, Sequence  # noqa: E402
 
 from device_impl import eager  # noqa: E402
 from device_impl.engine import core  # noqa: E402
@@ -116,13 +118,25 @@ def chain_floor_seconds(numel: int, repeats: int) -> float:
 BLOCK_SECONDS = 0.05  # per timed block of calls of one mode
 
 
-def paired_seconds(fn: Callable[[], object], repeats: int,
-                   modes: Sequence[str] = ("eager", "adaptive")) -> dict[str, tuple[float, float]]:
-    """Per mode, (best wall seconds, best thread CPU seconds) per synchronized call of ``fn`` over ``repeats``
-    blocks of calls, the modes' blocks alternating (eager, adaptive, adaptive, eager, ...) so that each mode is
-    timed in the same windows of a shared machine's load as the other (see the module docstring). A block is
-    as many calls as last about ``BLOCK_SECONDS`` in that mode (at least one): short blocks, many of them, so
-    that each mode's best comes from a quiet moment that the other mode's blocks lie close to."""
+class Paired(NamedTuple):
+    """``paired_seconds``' figures: per mode (best wall, best thread CPU) seconds per call, and per repeat the
+    second mode's over the first's (wall, thread CPU) from that repeat's two adjacent blocks."""
+
+    best: dict[str, tuple[float, float]]
+    ratios: list[tuple[float, float]]
+
+    def median_ratio(self) -> tuple[float, float]:
+        """The median of the per-repeat ratios (wall, thread CPU): where the load varies faster than a block,
+        one mode's best can come from a quiet moment the other's blocks missed; a burst that hits one block of
+        a pair is an outlier to the median instead."""
+        return (statistics.median(w for w, _ in self.ratios), statistics.median(t for _, t in self.ratios))
+
+
+def paired_seconds(fn: Callable[[], object], repeats: int, modes: Sequence[str] = ("eager", "adaptive")) -> Paired:
+    """``fn``'s synchronized calls timed in ``repeats`` pairs of blocks, one block per mode, the modes' blocks
+    alternating (eager, adaptive, adaptive, eager, ...) so that each mode is timed in the same windows of a
+    shared machine's load as the other (see the module docstring). A block is as many calls as last about
+    ``BLOCK_SECONDS`` in that mode (at least one): many short pairs of adjacent blocks."""
     timer = timeit.Timer(lambda: (fn(), synchronize("neuron")))
     number = {}
     for mode in modes:
@@ -131,14 +145,19 @@ def paired_seconds(fn: Callable[[], object], repeats: int,
             synchronize("neuron")
             number[mode] = max(1, math.ceil(BLOCK_SECONDS / min(timer.repeat(repeat=3, number=1))))
     best = {mode: (float("inf"), float("inf")) for mode in modes}
+    ratios = []
     for r in range(repeats):
+        pair = {}
         for mode in (modes if r % 2 == 0 else tuple(reversed(modes))):
             with torch.neuron.eager_mode(mode):
                 start = time.thread_time()
                 wall = timer.timeit(number[mode]) / number[mode]
                 thread = (time.thread_time() - start) / number[mode]
+            pair[mode] = (wall, thread)
             best[mode] = (min(best[mode][0], wall), min(best[mode][1], thread))
-    return best
+        first, second = pair[modes[0]], pair[modes[1]]
+        ratios.append((second[0] / first[0], second[1] / max(first[1], 1e-9)))
+    return Paired(best, ratios)
 
 
 def measure(name: str, dtype: torch.dtype, repeats: int) -> dict:
@@ -152,8 +171,10 @@ def measure(name: str, dtype: torch.dtype, repeats: int) -> dict:
             # the first call of a workload built afresh (seeded): a training step changes its own weights, so
             # the timed workload's later calls start from another state in each mode
             outputs[mode] = _host(case.build("neuron", dtype)())
-    for mode, (wall, thread) in paired_seconds(workload, repeats).items():
+    paired = paired_seconds(workload, repeats)
+    for mode, (wall, thread) in paired.best.items():
         row[f"{mode}_wall"], row[f"{mode}_thread"] = wall, thread
+    row["median_wall_ratio"], row["median_thread_ratio"] = paired.median_ratio()
     for mode in ("eager", "adaptive"):  # after the timed calls: a recurring call's figures, as they timed
         with torch.neuron.eager_mode(mode):
             row[f"{mode}_device"] = device_seconds(lambda: (workload(), synchronize("neuron")))
@@ -193,6 +214,8 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['eager_device'] * 1e6:8.1f}us "
               f"{r['adaptive_device'] * 1e6:8.1f}us {r['adaptive_device'] / r['eager_device']:7.3f}x "
               f"{r['eager_launches']:>6d} -> {r['adaptive_launches']:<5d} {'same' if r['identical'] else 'DIFF':>6s}")
+        print(f"{'':24s} adaptive/eager over {args.repeats} adjacent pairs of blocks, median: wall "
+              f"{r['median_wall_ratio']:.3f}x, thread {r['median_thread_ratio']:.3f}x")
         s = r["stats"]
         print(f"{'':24s} adaptive, one call: {s['ops_queued']} ops queued, {s['ops_run_eagerly']} run at the call, "
               f"{s['ops_run_alone']} run alone at the call, "

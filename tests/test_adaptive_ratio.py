@@ -18,9 +18,10 @@ def test_the_modes_repeats_alternate_and_each_is_timed(monkeypatch):
     def workload() -> None:
         calls.append(torch.neuron.get_eager_mode())
 
-    best = paired_seconds(workload, repeats=4)
-    assert set(best) == {"eager", "adaptive"}
-    assert all(0 < wall < float("inf") and 0 <= thread < float("inf") for wall, thread in best.values())
+    paired = paired_seconds(workload, repeats=4)
+    assert set(paired.best) == {"eager", "adaptive"}
+    assert all(0 < wall < float("inf") and 0 <= thread < float("inf") for wall, thread in paired.best.values())
+    assert len(paired.ratios) == 4 and all(wall > 0 for wall, _ in paired.ratios)
     # each mode's warm calls and its block's size first, then the timed repeats: runs of one mode, alternating
     # eager, adaptive, adaptive, eager, eager, adaptive, adaptive, eager
     runs = [mode for mode, _ in itertools.groupby(calls)]
