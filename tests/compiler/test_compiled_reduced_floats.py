@@ -72,3 +72,37 @@ def test_divisions_fold_into_the_alus_one_op(name, fn, shapes, op, faster, dtype
     assert _ops(steps) == [op]
     if faster:
         assert ns <= eager_ns
+
+
+# (name, fn, operand shapes, whether it takes no more device time than the eager kernel). CPU adds alpha * other
+# fused in float32 on its full vector blocks and rounds alpha * other to the dtype first on a run's tail
+# (loops._add_alpha_of): the compiled program selects per element where CPU's loop splits, from a mask of the
+# element's place in its run. That mask had been computed over the whole output in int64 (its offsets and their
+# remainder: ten passes over every element) and a broadcast operand converted in a step of its own: 12.19 us
+# against the eager kernel's 4.01 at the sweep's shapes
+ADD_ALPHA = [
+    ("add_alpha_broadcast", lambda a, b: torch.add(a, b, alpha=0.5), [(3, 5, 1, 513), (3, 5, 3, 513)], True),
+    ("sub_alpha", lambda a, b: torch.sub(a, b, alpha=3), [(4, 513), (4, 513)], True),
+    # a transposed operand: TensorIterator's output follows its strides, the run is not the last dim
+    ("add_alpha_transposed", lambda a, b: torch.add(a.transpose(0, 1), b, alpha=-1.5), [(33, 7), (7, 33)], None),
+    ("lerp_weight_one", lambda a, b: torch.lerp(a, b, 1.0), [(2, 1, 513), (2, 3, 513)], None),
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize("name,fn,shapes,faster", ADD_ALPHA, ids=[c[0] for c in ADD_ALPHA])
+def test_vector_and_tail_lambdas_select_by_a_mask_of_the_run(name, fn, shapes, faster, dtype):
+    """The mask of CPU's vector/scalar split is computed over the dims that place an element in its run only (the
+    run's iota, int32) and read broadcast; the operands are broadcast before their conversion, which the fused
+    group then reads in its pass: one fused step over the output, the eager kernel's bits and CPU's."""
+    inputs = [_values(*shape, dtype=dtype, seed=i) for i, shape in enumerate(shapes)]
+    out, ns, steps = compiled_run(fn, *inputs)
+    expected, eager_ns = eager_run(fn, *inputs)
+    assert np.array_equal(_bits(out), _bits(expected))
+    assert _same_as_cpu(out, fn(*inputs))
+    numel = out.numel()
+    full = [s for s in steps if s["kind"] == "fused" and int(np.prod(s["shape"])) == numel]
+    assert len(full) == 1 and not any(op["dtype"] == "int64" for s in steps for op in s.get("ops", ()))
+    assert not [s for s in steps if s["kind"] == "fused" and s not in full and int(np.prod(s["shape"])) > 513]
+    if faster:
+        assert ns <= eager_ns
