@@ -24,7 +24,11 @@ A spec is listed as
 * ``eager-graph-LOSES`` where it ran eagerly and took longer: the graph AOTAutograd decomposed runs its
   pieces as eager kernels, which can cost far more than the one kernel eager calls (isin as a searchsorted
   and its neighbours: 98x). The user who compiles loses, so this counts as a loss;
-* ``error`` where a mode raised (CPU refuses the call, or a device bug the op suite reports);
+* ``n/a`` where CPU refuses every case tried in the dtype (``pick_case``: the first designed cell's, then the
+  other value domains' and edges' cells of the size class: clamp's draw with both bounds None, normal with a
+  negative std take another cell; bitwise ops of a float dtype, avg_pool3d of bfloat16 have none), with CPU's
+  reason: nothing to compare, not a failure;
+* ``error`` where a mode raised on a case CPU accepts (a device bug the op suite reports);
 * ``zero`` where no mode launched anything (a view, a metadata op: nothing to compare).
 
 The exit status is 1 when any spec loses. Slow (a compile per spec): about 10-20 minutes for every spec
@@ -76,6 +80,50 @@ def pick_cell(name: str, dtype: str, size: str = DEFAULT_SIZE) -> design.Cell | 
     return design.Cell(dtype, domain, layout, size, design.SIZE_EDGES[size][-1])
 
 
+def candidate_cells(name: str, dtype: str, size: str = DEFAULT_SIZE) -> list[design.Cell]:
+    """The cells ``pick_case`` tries, in order: ``pick_cell``'s, then the dtype's other design domains at the
+    same edge, then every domain at the size class's other edges (contiguous, no error input)."""
+    first = pick_cell(name, dtype, size)
+    if first is None:
+        return []
+    if first.domain == design.NO_TENSOR:
+        return [first]
+    domains = design.design_domains(dtype)
+    edges = design.SIZE_EDGES[size]
+    cells = [first]
+    for edge in (edges[-1], *reversed(edges[:-1])):
+        cells.extend(design.Cell(dtype, domain, first.layout, size, edge) for domain in domains)
+    return list(dict.fromkeys(cells))
+
+
+def cpu_refusal(name: str, case) -> str | None:
+    """Why CPU refuses the spec's call on ``case`` (its exception, one line), or None where it computes it."""
+    spec = SPECS[name]
+    names = [f"x{i}" for i in range(len(case.tensors))]
+    scope = {"torch": torch, "F": F, "device": "cpu"}
+    try:
+        fn = eval(f"lambda {', '.join(names)}: {spec.render(case.params, names)}", scope)  # noqa: S307
+        fn(*[materialize(t, "cpu") for t in case.tensors])
+    except Exception as e:  # noqa: BLE001 - CPU's refusal is the answer
+        return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+    return None
+
+
+def pick_case(name: str, dtype: str, size: str = DEFAULT_SIZE):
+    """(cell, case, None) for the first of ``candidate_cells`` whose case CPU computes, or (first cell, None,
+    CPU's reason) where it refuses them all; None where the spec does not run in ``dtype``."""
+    spec = SPECS[name]
+    reason = None
+    cells = candidate_cells(name, dtype, size)
+    for cell in cells:
+        case = design.designed_case(spec, cell)
+        refused = cpu_refusal(name, case)
+        if refused is None:
+            return cell, case, None
+        reason = reason or refused
+    return (cells[0], None, reason) if cells else None
+
+
 def _sync() -> None:
     torch.neuron.synchronize()
 
@@ -92,11 +140,14 @@ def _device_seconds(call: Callable[[], Any]) -> float:
 
 def measure_spec(name: str, dtype: str, size: str = DEFAULT_SIZE) -> dict[str, Any] | None:
     """Device seconds per mode for the spec's picked case, with the verdict; None when it has no case."""
-    cell = pick_cell(name, dtype, size)
-    if cell is None:
+    picked = pick_case(name, dtype, size)
+    if picked is None:
         return None
+    cell, case, refused = picked
     spec = SPECS[name]
-    case = design.designed_case(spec, cell)
+    if case is None:
+        return {"spec": name, "dtype": dtype, "cell": cell.id, "expression": spec.call, "verdict": "n/a",
+                "reason": refused}
     names = [f"x{i}" for i in range(len(case.tensors))]
     expression = spec.render(case.params, names)
     row: dict[str, Any] = {"spec": name, "dtype": dtype, "cell": cell.id, "expression": expression}
@@ -157,6 +208,9 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(row)
         if "error" in row:
             print(f"{name:28s} {row['cell'][:36]:36s} error: {row['error']}", flush=True)
+            continue
+        if row["verdict"] == "n/a":
+            print(f"{name:28s} {row['cell'][:36]:36s} n/a: {row['reason']}", flush=True)
             continue
         ratio = f"{row['compiled'] / row['baseline']:6.2f}" if row["baseline"] else f"{'-':>6s}"
         print(f"{name:28s} {row['cell'][:36]:36s} {_us(row['eager'])} {_us(row['adaptive'])} "

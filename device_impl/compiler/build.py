@@ -562,6 +562,7 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None, weights
     AOTAutograd's static inputs), which ``layout.plan`` may keep on the device in TensorE's layout."""
     graph = fold.fold_constants(graph)
     fold.check_static(graph, input_names)
+    fold.merge_reductions(graph)
     expansions.fold_expansions(graph)
     fold.sink_small_ops(eliminate_dead_code(graph))  # the expansions' replaced ops no longer read the values
     fold.conv_bias(graph)

@@ -32,23 +32,36 @@ from device_impl.compiler.ir import Graph, Op
 EXPANDED = {"erf": "erf", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh", "asin": "asin", "acos": "acos"}
 DTYPES = ("float32",)  # float16/bfloat16 erf computes in float32 (numerics.OPMATH); float64 stays as it was
 
+SCALAR = 1232.0  # 0b10011010 << 4: eight significant bits
+
 # function (the engine op's name in the IR: ``lowering.ELEMENTWISE``) -> (aten call, arity): PyTorch's rounding
 # divisions and remainder, which compiler/numerics.py writes out op by op as CPU's c10 formulas (div_floor_floating:
 # fmod, a corrected quotient, floor, a rounding fix and a signed zero; ~16 ops, 3x the eager kernel's device time)
-# and trunc (``where(x < 0, ceil(x), floor(x))``); VectorE's ALU evaluates each formula as one op with the same
+# and trunc (``where(x < 0, ceil(x), floor(x))``, also of a quotient: div's rounding_mode="trunc"); VectorE's ALU evaluates each formula as one op with the same
 # steps (engine/isa.py ``ALU_BINARY``/``ALU_UNARY``), as the eager kernels do. The template is the graph
 # numerics' rewrite imports as, so only that formula, as written there, is folded.
 REWRITTEN = {  # template -> (function, aten op and overload, keyword arguments, tensor arguments, scalar)
     "floor_divide": ("floor_divide", "div.Tensor_mode", {"rounding_mode": "floor"}, 2, None),
     "python_remainder": ("python_remainder", "remainder.Tensor", {}, 2, None),
+    # trunc(a / b) (numerics' trunc of the quotient) before trunc alone, whose fold would hide the division: the
+    # eager kernel's one trunc_divide instruction
+    "trunc_divide": ("trunc_divide", "div.Tensor_mode", {"rounding_mode": "trunc"}, 2, None),
     "trunc": ("trunc", "trunc.default", {}, 1, None),
     # a Python scalar divisor: numerics' formula takes its sign as a constant, so one template per sign, traced
-    # with a stand-in value (``SCALAR``) that matches whatever splat the graph has in its place
-    "floor_divide_scalar+": ("floor_divide", "div.Scalar_mode", {"rounding_mode": "floor"}, 1, 1234.5),
-    "floor_divide_scalar-": ("floor_divide", "div.Scalar_mode", {"rounding_mode": "floor"}, 1, -1234.5),
-    "python_remainder_scalar+": ("python_remainder", "remainder.Scalar", {}, 1, 1234.5),
-    "python_remainder_scalar-": ("python_remainder", "remainder.Scalar", {}, 1, -1234.5),
+    # with a stand-in value (``SCALAR``) that matches whatever splat the graph has in its place (exact in
+    # float16 and bfloat16 too: the template's splat is the stand-in itself in every dtype)
+    "floor_divide_scalar+": ("floor_divide", "div.Scalar_mode", {"rounding_mode": "floor"}, 1, SCALAR),
+    "floor_divide_scalar-": ("floor_divide", "div.Scalar_mode", {"rounding_mode": "floor"}, 1, -SCALAR),
+    "python_remainder_scalar+": ("python_remainder", "remainder.Scalar", {}, 1, SCALAR),
+    "python_remainder_scalar-": ("python_remainder", "remainder.Scalar", {}, 1, -SCALAR),
+    "trunc_divide_scalar": ("trunc_divide", "div.Scalar_mode", {"rounding_mode": "trunc"}, 1, SCALAR),
 }
+# numerics writes these formulas in float16/bfloat16 too (two reduced-float tensors: ATen's Vectorized<BFloat16>,
+# every step rounded to the dtype; remainder's and trunc's steps are exact or round once either way), so their
+# templates are asked in those dtypes as well and fold into the one op, which lowering computes in the dtype
+# itself (``lowering.STEPWISE``), as the eager kernels (``loop._narrow``): compiled bfloat16 remainder had taken
+# 3.4x, floor_divide_ 4.9x the eager kernel's device time (benches/compiled_vs_eager_specs.py --dtype bfloat16)
+REWRITTEN_DTYPES = ("float32", "bfloat16", "float16")
 
 
 @functools.lru_cache(maxsize=None)
@@ -82,6 +95,11 @@ def template(function: str, dtype: str) -> Graph | None:
         return None
     computing = [o for o in graph.ops if o.name != "constant"]
     if len(graph.inputs) != arity or len(graph.outputs) != 1 or len(computing) <= 1:
+        return None
+    if dtype != "float32" and any(o.name == "convert" for o in computing):
+        # a reduced-float formula computed in float32 (floor division by a Python scalar: CPU's opmath, rounded
+        # once): its float32 template folds the formula between the converts; the op folded here would compute
+        # in the dtype (lowering.STEPWISE)
         return None
     return graph
 
@@ -154,10 +172,10 @@ def _full(graph: Graph, vid: int, shape: tuple[int, ...]) -> int | None:
 def fold_expansions(graph: Graph) -> Graph:
     """Replace each value computed as a known expansion (EXPANDED) by the function of its input."""
     names = graph.op_names()
-    dtypes = {t.dtype for t in graph.types.values()} & set(DTYPES)
+    present = {t.dtype for t in graph.types.values()}
     g_producers = None
     for function in (*EXPANDED, *REWRITTEN):
-        for dtype in sorted(dtypes):
+        for dtype in sorted(present & set(REWRITTEN_DTYPES if function in REWRITTEN else DTYPES)):
             t = template(function, dtype) if names else None
             if t is None:
                 continue

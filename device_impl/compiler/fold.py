@@ -361,3 +361,51 @@ def _every_output_reached(graph: Graph, conv: Op) -> bool:
                        for t in range(k)):
                 return False
     return True
+
+
+# reductions whose result does not depend on how the reduced elements are grouped, NaN included (a max of
+# maxes is the max, bit for bit): a sum's is its order of addition, so add and multiply are not among them
+_REGROUPABLE = frozenset({"maximum", "minimum", "logical_and", "logical_or"})
+
+
+def _same_init(a, b) -> bool:
+    """Two reductions' init splats are one value (a float's sign too)."""
+    if type(a) is not type(b) or a != b:
+        return False
+    return not isinstance(a, float) or math.copysign(1.0, a) == math.copysign(1.0, b)
+
+
+def merge_reductions(graph: Graph) -> Graph:
+    """A max/min/and/or reduction of another one's result, with the same body and init, that is its only
+    reader, becomes one reduction over the union of their dims: torch-mlir says amax/amin over several dims
+    (``aminmax(x)``, ``amax(x, (0, 1))``) as one single-dim reduction per dim in a chain, each a fused group and
+    a step of its own (its store and the next one's load), where the eager kernel reduces the flat tiles once:
+    compiled aminmax of a [5, 2, 513] tensor took 1.53x the eager kernel's device time in six steps. One
+    reduction of all dims (or of the trailing dims: whole rows) is one group, which runs on the partitions as
+    the eager kernel's flat tiling."""
+    producers, users = graph.producers(), graph.users()
+    outputs = set(graph.outputs)
+    for i, op in enumerate(graph.ops):
+        if op.name != "reduce" or len(op.operands) != 2 or lowering.reducer(op) not in _REGROUPABLE:
+            continue
+        inner = producers.get(op.operands[0])
+        if inner is None or inner.name != "reduce" or len(inner.operands) != 2 or inner.result in outputs \
+                or len(users.get(inner.result, [])) != 1 or lowering.reducer(inner) != lowering.reducer(op) \
+                or inner.attrs.get("body") != op.attrs.get("body") \
+                or inner.operands[1] not in graph.splats or op.operands[1] not in graph.splats \
+                or not _same_init(graph.splats[inner.operands[1]], graph.splats[op.operands[1]]):
+            continue
+        kept = [d for d in range(len(graph.types[inner.operands[0]].shape))
+                if d not in set(inner.attrs["dimensions"])]
+        dims = sorted({*inner.attrs["dimensions"], *(kept[d] for d in op.attrs["dimensions"])})
+        rank = len(graph.types[inner.operands[0]].shape)
+        if dims != list(range(rank - len(dims), rank)):
+            # only trailing dims (rows of the row-major source, or all of it): a group reducing other dims
+            # reads them strided (amax over dims 0 and 2 of [5, 2, 513]: 1.95 -> 3.87 us merged)
+            continue
+        merged = Op("reduce", (inner.operands[0], op.operands[1]), op.results, op.types,
+                    dict(op.attrs, dimensions=dims))
+        graph.ops[i] = merged
+        producers[op.result] = merged
+        users.setdefault(inner.operands[0], []).append(merged)
+    return graph

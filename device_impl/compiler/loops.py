@@ -64,13 +64,23 @@ def vector_mask(operands: tuple, dtype: torch.dtype, device, block: int | None =
         index = torch.arange(n0, dtype=torch.int32 if n0 < 2 ** 31 else torch.int64, device=device)
         return index.view(shape) < split
     # the output is dense with its inner run at stride 1, and every outer stride a multiple of the run's
-    # length: an element's place in its run is its offset in the output modulo the run's length
-    offset = torch.zeros((), dtype=torch.int64, device=device)
-    for d, (size, stride) in enumerate(zip(shape, out.stride())):
+    # length: an element's place in its run is its offset in the output modulo the run's length. A dim whose
+    # stride is a multiple of the run's length adds nothing to that place: the mask is computed over the other
+    # dims only and read broadcast along it (a run that is the last dim: one iota of the run and its compare,
+    # where the offsets over the whole output in int64 and their remainder had been ten passes over every
+    # element: compiled bfloat16 add with alpha took 3x the eager kernel's device time)
+    within = [(d, size, stride) for d, (size, stride) in enumerate(zip(shape, out.stride()))
+              if size > 1 and stride % n0]
+    reach = sum((size - 1) * stride for _, size, stride in within)
+    kind = torch.int32 if reach < 2 ** 31 else torch.int64
+    offset = torch.zeros((), dtype=kind, device=device)
+    for d, size, stride in within:
         view = [1] * len(shape)
         view[d] = size
-        offset = offset + (torch.arange(size, dtype=torch.int64, device=device) * stride).view(view)
-    return torch.remainder(offset, n0) < split
+        offset = offset + (torch.arange(size, dtype=kind, device=device) * stride).view(view)
+    if reach >= n0:
+        offset = torch.remainder(offset, n0)
+    return (offset < split).expand(shape)
 
 
 def out_numel(shape) -> int:
@@ -173,15 +183,19 @@ def _add_alpha_of(negate: bool):
         if dtype not in NARROW or any(size == 0 for size in torch.broadcast_shapes(self.shape, other.shape)):
             return NotImplemented
         a = _rounded_scalar(-alpha if negate else alpha, dtype)
-        x, y = self.to(dtype).to(torch.float32), other.to(dtype).to(torch.float32)
+        # each operand broadcast before its conversion, so the conversion is read in the add's own pass (the
+        # fused group drops a widening convert), not a step of its own over a broadcast operand
+        shape = torch.broadcast_shapes(self.shape, other.shape)
+        x, y = (t.expand(shape).to(dtype).to(torch.float32) for t in (self, other))
         vector = vector_mask((self, other), dtype, self.device) if cpu_host.fused_multiply_add() else False
-        results = []
-        if vector is not False:  # the float32 product of two float16/bfloat16 values is exact: fused is unfused
-            results.append(y * a + x)
+        # the float32 product of two float16/bfloat16 values is exact, so the fused form is x + p rounded once;
+        # the scalar lambda adds p rounded to the dtype: one add of the product, rounded where the scalar
+        # lambda runs (four passes, where both sums and a select of them were five)
+        p = y * a
         if vector is not True:
-            results.append(x + (y * a).to(dtype).to(torch.float32))
-        result = results[0] if len(results) == 1 else torch.where(vector, *results)
-        return result.to(dtype)
+            rounded_p = p.to(dtype).to(torch.float32)
+            p = rounded_p if vector is False else torch.where(vector, p, rounded_p)
+        return (x + p).to(dtype)
     return decomposition
 
 

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from device_impl.engine.dtypes import FP32
+from device_impl.engine.dtypes import FP32, compute_dtype
 from device_impl.engine.isa import ACTIVATIONS, ALU_BINARY, ALU_UNARY
 from device_impl.engine.memory import Tile
 from device_impl.compiler import opaque_cnn
@@ -38,6 +38,12 @@ STEP_OPS = frozenset({"attention", "attention_backward", "layer_norm", "softmax_
 STORAGE_ONLY = ("float64", "complex64", "complex128")
 
 _INT_KINDS = "iub"
+
+
+# ops folded from numerics' float16/bfloat16 formulas whose every step CPU rounds to the dtype (ATen's
+# Vectorized<BFloat16> floor and trunc division; compiler/expansions.py REWRITTEN_DTYPES): the ALU computes
+# them in the dtype itself, each step rounded, as the eager kernel (``kernels.elementwise.loop._narrow``)
+STEPWISE = frozenset({"floor_divide", "trunc_divide"})
 
 
 def _compute(dtype: np.dtype) -> np.dtype:
@@ -62,7 +68,7 @@ _BINARY = {"add": "add", "subtract": "subtract", "multiply": "multiply", "maximu
            "minimum": "minimum", "power": "power", "remainder": "fmod", "atan2": "atan2",
            "shift_left": "left_shift", "shift_right_arithmetic": "right_shift", "divide": "divide",
            # folded from numerics' formulas (compiler/expansions.py REWRITTEN): PyTorch's, not StableHLO's ops
-           "floor_divide": "floor_divide", "python_remainder": "remainder",
+           "floor_divide": "floor_divide", "python_remainder": "remainder", "trunc_divide": "trunc_divide",
            # aten ops compiler/opaque.py splices back under these names (no StableHLO op says them)
            "copysign": "copysign", "hypot": "hypot"}
 # StableHLO semantics the engines' ALU gives directly: remainder is C's fmod (the sign of the dividend),
@@ -142,10 +148,11 @@ def _emit_binary(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) 
     if op.name in ("divide", "remainder") and dtype.kind in "iu":
         _check_integer_divisor(nc, b)
     alu = _binary_name(op, dtype)
+    compute = dtype if op.name in STEPWISE and compute_dtype(dtype) != dtype else _compute(dtype)  # a narrow float
     if alu in _BOUND and _is_tile(a) != _is_tile(b):
         alu, a, b = _BOUND[alu], *((a, b) if _is_tile(a) else (b, a))
     # a logical op reads each operand's truth, whatever its dtype (operands of two dtypes: fold_conversions)
-    _binary(alu, nc, out, a, b, np.dtype(np.bool_) if alu.startswith("logical_") else _compute(dtype))
+    _binary(alu, nc, out, a, b, np.dtype(np.bool_) if alu.startswith("logical_") else compute)
 
 
 def _emit_compare(nc, out: Tile, args: list, op: Op, in_types: list[TensorType]) -> None:
