@@ -31,7 +31,7 @@ from typing import Callable
 
 import numpy as np
 
-from device_impl.compiler import concat, expansions, fold, fusion, layout, memory, schedule
+from device_impl.compiler import concat, expansions, fold, fusion, iotas, layout, memory, schedule
 from device_impl.compiler.ir import Graph
 from device_impl.compiler.program import Program
 
@@ -582,6 +582,7 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None, weights
         if found:
             step["rotations"] = found
     dtypes = {vid: t.np_dtype for vid, t in graph.types.items()}
+    steps = iotas.generate(steps, views, shapes, dtypes)
     steps = prepare_weights(steps, views, set(graph.inputs), shapes, dtypes)
     steps = handoffs(steps, views, shapes, dtypes, set(graph.outputs))
     steps = keep_products(steps, views, set(graph.outputs), shapes, dtypes)

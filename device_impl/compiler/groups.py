@@ -24,14 +24,14 @@ from typing import Any, Callable
 
 import numpy as np
 
-from device_impl.compiler import lowering
+from device_impl.compiler import iotas, lowering
 from device_impl.compiler.ir import Op, TensorType, numpy_dtype
 from device_impl.compiler.memory import GROUP_SBUF_BYTES, ROW_TILE_RESERVE
 from device_impl.engine.constants import PLATFORM
 from device_impl.engine.dtypes import BF16, FP32, compute_dtype, is_float
 from device_impl.engine.core import release_live_to, scalar_finishes_first
 from device_impl.engine.memory import Tile
-from device_impl.kernels.common import P, flat_tiles
+from device_impl.kernels.common import P
 from device_impl.kernels.reduction.tiles import _flat_pieces, _identity
 
 IDENTITY = {"add": 0, "multiply": 1, "logical_or": False, "logical_and": True}
@@ -562,9 +562,14 @@ class GroupRunner:
         self.slot_dtype = [numpy_dtype(d) for _, _, d in slots]
         self.slot_cls = [c for _, c, _ in slots]
         self.loads = {slot: vid for slot, vid in step["loads"]}
+        # loads of iotas written per tile by GpSimd instead (compiler/iotas.py): slot -> the values, flat
+        self.generated: dict[int, np.ndarray] = {}
+        for entry in step.get("generated", ()):
+            self.generated[entry["slot"]] = iotas.values(entry, self.generated)
         self.stores = {slot: vid for slot, vid in step["stores"]}
         ops = [_Op(i, e, slots[e["slot"]][1]) for i, e in enumerate(step["ops"])]
         self.ops = _select(ops, set(self.loads), set(self.stores), self.slot_dtype, self.slot_cls)
+        self.generated_stores = [slot for slot in self.generated if slot in self.stores]
         self.rows, self.cols = step["rows"], step["cols"]
         tiles = step["tiles"]
         self.free = tiles.get("free", 1)
@@ -601,7 +606,7 @@ class GroupRunner:
             for kind, x in op.args + (op.pre.args if op.pre is not None else []):
                 if kind == "slot":
                     last[x] = op.index
-                    if x in self.loads:
+                    if x in self.loads or x in self.generated:
                         first.setdefault(x, op.index)
         loads_at: dict[int, list[int]] = {}
         for slot, i in first.items():
@@ -646,7 +651,7 @@ class GroupRunner:
 
     # -- flat groups --------------------------------------------------------------------------
     def _flat(self, nc, loads: dict, stores: dict, ranges=None) -> None:
-        ranges = list(ranges or flat_tiles(self.numel, self.free))
+        ranges = list(ranges or iotas.ranges(self.step))
         ops, loads_at, release_at = self.ops, self.loads_at, self.release_at
         if self.rotated is not None:
             unit = self.rotated[3]
@@ -660,8 +665,16 @@ class GroupRunner:
             mark = nc.mark()
             tiles: dict[int, Any] = {}
             pending: dict = {}
+            for slot in self.generated_stores:  # no op computes it: written as generated (arange's whole result)
+                tiles[slot] = self._generate(nc, slot, start, stop, p, f)
+                nc.dma.store_flat(stores[slot], start, stop, tiles[slot])
             for op in ops:
                 for slot in loads_at.get(op.index, ()):
+                    if slot in tiles:
+                        continue
+                    if slot in self.generated:
+                        tiles[slot] = self._generate(nc, slot, start, stop, p, f)
+                        continue
                     view = loads[slot]
                     repeat = repeats.get(slot)
                     key = None if repeat is None else (start % repeat[0], stop - start, p, f)
@@ -690,6 +703,25 @@ class GroupRunner:
                             nc.release(t)
             nc.release_to(mark)
         release_live_to(kept, 0)
+
+    def _generate(self, nc, slot: int, start: int, stop: int, p: int, f: int) -> Tile:
+        """The [p, f] tile of a generated iota load (``iotas``): one GpSimd iota where its values are affine
+        in the tile position (every tile the plan walks: ``iotas.generate`` checked), else (the wide core's
+        one [1, N] tile, or a small group's tiles) a GpSimd program computing the same integers from the
+        element's flat index (``iotas.PROGRAM_FACTOR`` element-steps an element)."""
+        flat = self.generated[slot]
+        t = nc.sbuf_tile((p, f), self.slot_dtype[slot])
+        steps = iotas.affine(flat, start, stop, p, f)
+        if steps is not None:
+            base, partition_step, free_step = steps
+            nc.gpsimd.iota(t, base=base, partition_step=partition_step, free_step=free_step)
+            return t
+
+        def program(out: np.ndarray) -> None:
+            out[...] = flat[start:stop].reshape(p, f)
+
+        nc.gpsimd.run("iota", program, (t,), (), elements=p * f, factor=iotas.PROGRAM_FACTOR)
+        return t
 
     # -- reduce groups ------------------------------------------------------------------------
     def _rows(self, nc, loads: dict, stores: dict, block: int = P, taps: dict | None = None) -> None:

@@ -212,6 +212,8 @@ class WideCore(NeuronCore):
     """A core whose tiles have no size limit. Its timeline is a scratchpad: nothing reads it, so the engines'
     ``_schedule`` (an instruction's cost, then its place on the timeline) is skipped altogether."""
 
+    wide = True  # step runners that keep tiles across steps on a real core do not here (steps._held_constant)
+
     def __init__(self) -> None:
         super().__init__()
         platform = self.platform

@@ -22,6 +22,7 @@ from device_impl.compiler import counters, gather, lowering, opaque_cnn
 from device_impl.compiler.groups import Access2D, GroupRunner, handed_pieces
 from device_impl.compiler.program import Program
 from device_impl.compiler.program import operand_array as _operand_array
+from device_impl.engine.constants import PLATFORM
 from device_impl.engine.dtypes import compute_dtype
 from device_impl.kernels import indexing, matmul
 from device_impl.kernels.shape import moves as shape_moves
@@ -254,6 +255,82 @@ def _box_free(regions: list[np.ndarray]) -> int:
                 for piece in shape_moves._pieces2d(shape_moves._in_order(r)[0], FREE_MAX)), default=0)
 
 
+HELD_CONSTANT_BYTES = 1024  # per partition: the largest constant tile a launch keeps for its pads (a few KiB of SBUF)
+
+
+def _held_constant(nc, env, dtype: np.dtype, value, free: int):
+    """A [128, >= free] SBUF tile of ``value``, memset once per launch and kept for every pad step after it, as the
+    eager kernels keep one zero tile for all their stores (eye, tril/triu): a 3-d reflection pad's backward pads
+    17 blocks, and each pad's own memset was a VectorE instruction in a chain of 17 (3.06 us against the eager
+    kernel's 2.20). None on the static replay's wide core (its tiles are recorded per step: each step memsets its
+    own, the same bits) and where the tile would be larger than ``HELD_CONSTANT_BYTES`` a partition."""
+    if getattr(nc, "wide", False) or free * np.dtype(dtype).itemsize > HELD_CONSTANT_BYTES:
+        return None
+    key = ("constant", np.dtype(dtype).str, repr(value))
+    held = env.shared.get(key)
+    if held is not None and held[0].shape[1] >= free:
+        return held[0]
+    live = held[1] if held is not None else []
+    with nc.stream(live):
+        if held is not None:
+            nc.release(held[0])
+        tile = nc.sbuf_tile((P, free), dtype)
+        nc.vector.memset(tile, value)
+    env.shared[key] = (tile, live)
+    return tile
+
+
+def _pad_boxes(step: dict, program: Program) -> list[tuple] | None:
+    """Without interior padding only the boxes around the copied interior are filled, from one tile memset to
+    the value, as the eager constant_pad_nd kernel does (kernels/shape/pad.py), not the whole result first: the
+    boxes' index tuples into the result (None with interior padding)."""
+    operand, result = step["operands"][0], step["results"][0]
+    lo = step["attrs"]["edge_padding_low"]
+    if any(step["attrs"].get("interior_padding", [0] * len(lo))):
+        return None
+    boxes, inner = [], []
+    for n, a, o in zip(program.shape(operand), lo, program.shape(result)):
+        start, stop = max(a, 0), o - max(o - n - a, 0)
+        boxes += [tuple(inner) + (box,) for box in (slice(0, start), slice(stop, o)) if box.stop > box.start]
+        inner.append(slice(start, stop))
+    return boxes
+
+
+def _boxes_free(step: dict, program: Program) -> int:
+    """``_box_free`` of a pad step's boxes in its result laid out row-major (an arena or output buffer)."""
+    boxes = _pad_boxes(step, program)
+    if not boxes:
+        return 0
+    dtype = program.dtype(step["results"][0])
+    shape = program.shape(step["results"][0])
+    strides = [dtype.itemsize * math.prod(shape[d + 1:]) for d in range(len(shape))]
+    out = np.lib.stride_tricks.as_strided(np.empty(1, dtype), shape, strides)  # no bytes: only its layout is read
+    return _box_free([out[box] for box in boxes])
+
+
+def _fill_width(step: dict, program: Program) -> int:
+    """The free size of the constant tile a pad step stores: as wide as its boxes' pieces, or where those are
+    wider than the result's flat tiles (or there are none), its first flat tile (``_pad``'s choice)."""
+    tiles = list(flat_tiles(math.prod(program.shape(step["results"][0]))))
+    if not tiles:
+        return 0
+    box_free = _boxes_free(step, program) if _pad_boxes(step, program) is not None else None
+    return tiles[0][3] if box_free is None or box_free > tiles[0][3] else box_free
+
+
+def _own_memset_cycles(step: dict, program: Program) -> int:
+    """VectorE cycles of a pad step's own memsets (no held constant): one tile of ``_fill_width``, or one per flat
+    tile where it fills the whole result."""
+    overhead = PLATFORM.instruction_overhead_cycles
+    tiles = list(flat_tiles(math.prod(program.shape(step["results"][0]))))
+    box_free = _boxes_free(step, program) if _pad_boxes(step, program) is not None else None
+    if not tiles:
+        return 0
+    if box_free is None or box_free > tiles[0][3]:
+        return sum(overhead + f for _, _, _, f in tiles)
+    return overhead + box_free
+
+
 def _pad(step: dict, program: Program) -> Runner:
     operand, value_vid = step["operands"]
     result = step["results"][0]
@@ -270,15 +347,15 @@ def _pad(step: dict, program: Program) -> Runner:
         j0 = a + i0 * step_
         dst_index.append(slice(j0, j0 + (i1 - i0 - 1) * step_ + 1 if i1 > i0 else j0, step_))
 
-    # Without interior padding only the boxes around the copied interior are filled, from one tile memset to
-    # the value, as the eager constant_pad_nd kernel does (kernels/shape/pad.py), not the whole result first
-    boxes = None
-    if not any(interior):
-        boxes, inner = [], []
-        for d, (n, a, o) in enumerate(zip(program.shape(operand), lo, out_shape)):
-            start, stop = max(a, 0), o - max(o - n - a, 0)
-            boxes += [tuple(inner) + (box,) for box in (slice(0, start), slice(stop, o)) if box.stop > box.start]
-            inner.append(slice(start, stop))
+    boxes = _pad_boxes(step, program)
+    # the held constant's width: the widest boxes of this program's pads of the value (the first one memsets it);
+    # held only where its one memset costs VectorE no more than the pads' own memsets
+    alike = [other for other in program.steps if other["kind"] == "pad"
+             and program.dtype(other["results"][0]) == program.dtype(result)
+             and repr(_splat_operand(program, other["operands"][1], "pad")) == repr(value)]
+    widest = max((_fill_width(other, program) for other in alike), default=0)
+    held_cycles = PLATFORM.instruction_overhead_cycles + widest
+    hold = held_cycles <= sum(_own_memset_cycles(other, program) for other in alike)
 
     def run(nc, env) -> None:
         out = env.access(result)
@@ -287,7 +364,17 @@ def _pad(step: dict, program: Program) -> Runner:
         regions = [out[box] for box in boxes] if boxes is not None else None
         # boxes whose pieces are wider than the whole result's flat tiles take a longer memset (VectorE's
         # cost follows the free size): the whole result is filled then (reflection_pad3d_backward's pads)
-        if regions is None or _box_free(regions) > next(iter(flat_tiles(out.size)))[3]:
+        boxed = regions is not None and _box_free(regions) <= next(iter(flat_tiles(out.size)))[3]
+        flat = out.reshape(-1) if out.flags.c_contiguous else None
+        held = _held_constant(nc, env, out.dtype, value, widest) if hold and (boxed or flat is not None) else None
+        if held is not None:  # a constant tile held for the launch (memset by the first pad)
+            if boxed:
+                for region in regions:
+                    shape_moves._fill(nc, region, held)
+            else:
+                for start, stop, p, f in flat_tiles(out.size):
+                    nc.dma.store(flat[start:stop].reshape(p, f), held[:p, :f])
+        elif not boxed:
             indexing.fill(nc, out, value)
         else:
             const = shape_moves._const_tile(nc, out.dtype, value, regions)

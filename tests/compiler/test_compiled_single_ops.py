@@ -134,7 +134,8 @@ def test_a_one_dimensional_iota_is_one_gpsimd_instruction_per_tile(make):
     """steps._iota: the coordinate of a 1-D iota is the flat index itself; the floor division by 1, the
     remainder of an index below the size and the conversion copy were three VectorE passes per tile
     (compiled arange 1.34x the eager kernel's device time). GpSimd's iota writes the result's dtype directly
-    (uint8 wraps as the copy's conversion did)."""
+    (uint8 wraps as the copy's conversion did). arange's float iota * 3 - 5 (exact integers) is that iota itself,
+    made in the group that stores it (compiler/iotas.py): no VectorE instruction in the whole program."""
     got, _, steps = _compiled(make)
     assert torch.equal(got, make().cpu())
     compiled = torch.compile(make, backend="neuron", dynamic=False)
@@ -142,8 +143,7 @@ def test_a_one_dimensional_iota_is_one_gpsimd_instruction_per_tile(make):
         compiled()
     torch.neuron.synchronize()
     rows = [row for executable, args in calls for row in breakdown.step_figures(executable, args)]
-    iotas = [row for row in rows if row.kind == "iota"]
-    assert iotas and all(row.busy["vector"] == 0 and row.busy["gpsimd"] > 0 for row in iotas), rows
+    assert all(row.busy["vector"] == 0 for row in rows) and any(row.busy["gpsimd"] > 0 for row in rows), rows
 
 
 def _clock_ns(call) -> int:

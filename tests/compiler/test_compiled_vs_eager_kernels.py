@@ -151,6 +151,34 @@ def test_reflection_pad_backward_adds_edge_blocks_in_cpus_order(dims, shape, pad
     assert np.array_equal(out.cpu().view(view).numpy(), expected.view(view).numpy())
 
 
+def test_pads_of_one_program_share_one_memset_constant():
+    """steps._held_constant: the 3-d reflection pad backward's 17 pads of edge blocks each memset a tile of zeros,
+    a chain of 17 VectorE instructions ahead of the sum (3.06 us against the eager kernel's 2.20); one tile, memset
+    once and kept for the launch, serves them all (2.29 us), as the eager kernels keep one zero tile for their
+    stores. The same bits as CPU's, through the instruction-level run and the static replay (whose steps memset
+    their own)."""
+    from device_impl.compiler import breakdown
+
+    x, pad = _randn(4, 5, 2, 3), (1, 1, 0, 1, 1, 1)
+    g = torch.randn(torch.ops.aten.reflection_pad3d(x, pad).shape, generator=torch.Generator().manual_seed(1))
+    g.view(-1)[::3] = -0.0
+
+    def fn(go, t):
+        return torch.ops.aten.reflection_pad3d_backward(go, t, pad)
+
+    device = [g.to("neuron"), x.to("neuron")]
+    compiled = torch.compile(fn, backend="neuron", dynamic=False)
+    first = compiled(*device)  # at the instruction level, recording the schedule
+    with breakdown.capture() as calls:
+        second = compiled(*device)  # replayed
+    torch.neuron.synchronize()
+    expected = fn(g, x)
+    assert np.array_equal(_bits(first.cpu()), _bits(expected)) and np.array_equal(_bits(second.cpu()), _bits(expected))
+    rows = [row for executable, args in calls for row in breakdown.step_figures(executable, args)]
+    pads = [row for row in rows if row.kind == "pad"]
+    assert len(pads) == 17 and sum(1 for row in pads if row.busy["vector"] > 0) == 1, [r.busy for r in pads]
+
+
 ROLLS = [((2, 1, 513), 3, 0), ((4, 5, 6), (2, -7), (0, 2)), ((4, 5, 6), 5, ()), ((3, 4), (1, 1), (1, 1))]
 
 
