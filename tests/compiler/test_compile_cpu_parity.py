@@ -324,3 +324,18 @@ def test_a_compiled_training_step_forms_cpus_padding_products(form, onednn):
         got = torch.compile(step, backend="neuron", dynamic=False)(xd, wd, g.to("neuron"))
         for a, b in ((got, want), (xd.grad, xc.grad), (wd.grad, wc.grad)):
             _nan_and_values_of(a.cpu(), b)
+
+
+def test_overrideable_convolutions_of_no_input_channels_compile_as_cpus_convolution():
+    """convolution_overrideable and its backward have no CPU kernel (CPU's entry raises NotImplementedError): the
+    compiler's zero-size probe (parity.empty_refusal) asks CPU's convolution/convolution_backward instead, which
+    accept an input of no channels; it raised CPU's NotImplementedError at every call."""
+    x, w, b = torch.randn(1, 0, 4, 4), torch.randn(3, 0, 2, 2), torch.randn(3)
+    args = ([2, 2], [1, 1], [1, 1], False, [0, 0], 1)
+    got = _compiled(lambda x, w, b: torch.ops.aten.convolution_overrideable(x, w, b, *args), x, w, b).cpu()
+    assert torch.equal(got, torch.ops.aten.convolution(x, w, b, *args))
+    g = torch.randn(1, 3, 3, 3)
+    got = _compiled(lambda g, x, w: torch.ops.aten.convolution_backward_overrideable(g, x, w, *args, [True] * 3),
+                    g, x, w)
+    want = torch.ops.aten.convolution_backward(g, x, w, [3], *args, [True] * 3)
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(got, want))

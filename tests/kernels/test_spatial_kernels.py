@@ -271,6 +271,13 @@ def test_conv_empty_and_errors():
     # zero input channels: CPU's Empty backend answers with the input's channel count, not the weight's
     check(lambda x, w, b: F.conv2d(x, w, b), values((1, 0, 4, 4), f32), values((2, 0, 3, 3), f32), values((2,), f32))
     check(lambda x, w: F.conv1d(x, w, groups=2), values((2, 0, 6), f32), values((4, 0, 2), f32))
+    # its backward checks no grad_output shape and returns zeros, grad_bias too (a grad_output of the weight's output
+    # channels, and one of no shape in particular); the device raised "Expected grad_output to have shape [1, 0, 3, 3]"
+    # (found by opsuite convolution_backward_overrideable-float32-near_overflow-contiguous-empty)
+    for g in (values((1, 3, 3, 3), f32), values((5, 7, 1, 1), f32)):
+        check(lambda g, x, w: torch.ops.aten.convolution_backward(g, x, w, [3], [2, 2], [1, 1], [1, 1], False, [0, 0],
+                                                                  1, [True, True, True]),
+              g, values((1, 0, 4, 4), f32), values((3, 0, 2, 2), f32))
     for fn, x, w in [
         (lambda x, w: F.conv2d(x, w), values((1, 2, 5, 5), f32), values((3, 3, 3, 3), f32)),  # channel mismatch
         (lambda x, w: F.conv2d(x, w), values((1, 3, 2, 2), f32), values((3, 3, 3, 3), f32)),  # kernel too big
