@@ -1048,28 +1048,47 @@ _CONV_REASON = ("convolution accumulates over C_in*kh*kw in a different order th
 
 
 def _conv(data, dtype, dims: int = 2, transposed: bool = False):
+    """A convolution's input, weight and bias. Designed cases: the "empty" size class has no input channels (an
+    empty contraction: CPU's output channel count is its meta function's); the ``nonfinite_taps`` domain
+    (``_CONV_TAPS``) puts it on the weight alone, with padding, so its non-finite first and last taps meet the
+    padding (whether the kernel multiplies padded zeros), the input positive and finite, the bias "unit"."""
+    goal = hs.target()
+    goal = goal if goal is not None and goal.dtype == dtype else None
+    taps = goal is not None and goal.domain in _CONV_TAPS
     n, groups = data.draw(st.integers(1, 2)), data.draw(st.sampled_from([1, 2]))
     cin, cout = groups * data.draw(st.integers(1, 3)), groups * data.draw(st.integers(1, 3))
+    if goal is not None and goal.size == "empty":
+        cin = 0
     k = data.draw(st.sampled_from([1, 2, 3]))
+    if taps:  # a problem oneDNN takes in float32 (a batch of 2) with a direct kernel (one group, a 3-wide kernel)
+        n, groups, k = 2, 1, 3
+        cin, cout = max(cin, 1), max(cout, 1)
     spatial = tuple(data.draw(st.integers(k, 9)) for _ in range(dims))
     weight = (cin, cout // groups) + (k,) * dims if transposed else (cout, cin // groups) + (k,) * dims
-    params = {"stride": data.draw(st.integers(1, 2)), "padding": data.draw(st.integers(0, 1)), "groups": groups}
+    params = {"stride": data.draw(st.integers(1, 2)), "padding": data.draw(st.integers(1 if taps else 0, 1)),
+              "groups": groups}
     if not transposed:
         params["dilation"] = data.draw(st.integers(1, 2))
-    return [_t(data, (n, cin) + spatial, dtype, domains=("unit",), requires_grad=True),
-            _t(data, weight, dtype, domains=("unit",), requires_grad=True),
-            _t(data, (cout,), dtype, requires_grad=True)], params
+    x = _t(data, (n, cin) + spatial, dtype, domains=("unit",), requires_grad=True)
+    b = _t(data, (cout,), dtype, requires_grad=True)
+    if taps:
+        x, b = replace(x, domain="positive"), replace(b, domain="unit")
+    return [x, _t(data, weight, dtype, domains=("unit",), requires_grad=True), b], params
+
+
+_CONV_TAPS = hs.TAP_DOMAINS
+_CONV_DESIGN = {"extra_domains": {d: _CONV_TAPS for d in hs.FLOAT_DTYPES}}
 
 
 spec("conv1d", "spatial", "F.conv1d({x0}, {x1}, {x2}, stride={stride}, padding={padding}, dilation={dilation}, "
      "groups={groups})", custom(lambda d, t: _conv(d, t, 1)), grad=True, tolerance=_CONV_TOL,
-     tolerance_reason=_CONV_REASON, fp64_reference=True, sum_of_products=True)
+     tolerance_reason=_CONV_REASON, fp64_reference=True, sum_of_products=True, **_CONV_DESIGN)
 spec("conv2d", "spatial", "F.conv2d({x0}, {x1}, {x2}, stride={stride}, padding={padding}, dilation={dilation}, "
      "groups={groups})", custom(lambda d, t: _conv(d, t, 2)), grad=True, tolerance=_CONV_TOL,
-     tolerance_reason=_CONV_REASON, fp64_reference=True, sum_of_products=True)
+     tolerance_reason=_CONV_REASON, fp64_reference=True, sum_of_products=True, **_CONV_DESIGN)
 spec("conv_transpose2d", "spatial", "F.conv_transpose2d({x0}, {x1}, {x2}, stride={stride}, padding={padding}, "
      "groups={groups})", custom(lambda d, t: _conv(d, t, 2, transposed=True)), grad=True, tolerance=_CONV_TOL,
-     tolerance_reason=_CONV_REASON, fp64_reference=True, sum_of_products=True)
+     tolerance_reason=_CONV_REASON, fp64_reference=True, sum_of_products=True, **_CONV_DESIGN)
 # conv_transpose3d: bfloat16 on an AVX-512 host runs oneDNN's transposed convolution (MkldnnTranspose), which with
 # one input channel per group and kernel == stride (2) writes NaN into another group's output block under a single
 # inf input (8 positions per inf: input channel 1 leaks into output channel 0, not the other way; measured in torch
@@ -1077,7 +1096,7 @@ spec("conv_transpose2d", "spatial", "F.conv_transpose2d({x0}, {x1}, {x2}, stride
 # device does). No case of this spec draws that input; not followed by the device, which computes the grouped sum.
 spec("conv_transpose3d", "spatial", "F.conv_transpose3d({x0}, {x1}, {x2}, stride={stride}, padding={padding}, "
      "groups={groups})", custom(lambda d, t: _conv(d, t, 3, transposed=True)), grad=True, tolerance=_CONV_TOL,
-     tolerance_reason=_CONV_REASON, fp64_reference=True, sum_of_products=True)
+     tolerance_reason=_CONV_REASON, fp64_reference=True, sum_of_products=True, **_CONV_DESIGN)
 
 
 def _pool(data, dtype, dims=2):
@@ -2123,8 +2142,11 @@ def _conv_direct(data, dtype):
         w = dataclasses.replace(w, shape=(w.shape[0], w.shape[1] + 1) + w.shape[2:])
     out = tuple(max(0, (size + 2 * params["padding"] - params["dilation"] * (w.shape[-1] - 1) - 1) // params["stride"]
                     + 1) for size in x.shape[2:])  # 0 where the input is too small: CPU's error, as the forward's
-    return [_t(data, t.shape, dtype) for t in (x, w, tensors[2])] + [_t(data, (x.shape[0], w.shape[0]) + out, dtype)], \
-        params
+    x, w, b, g = [_t(data, t.shape, dtype) for t in (x, w, tensors[2])] + [_t(data, (x.shape[0], w.shape[0]) + out,
+                                                                             dtype)]
+    if w.domain in _CONV_TAPS:  # as _conv's: the weight's taps alone non-finite (the cotangent's "unit")
+        x, b, g = replace(x, domain="positive"), replace(b, domain="unit"), replace(g, domain="unit")
+    return [x, w, b, g], params
 
 
 # The convolution overloads F.conv2d never routes to on this device, called directly: _convolution, and the
@@ -2145,7 +2167,7 @@ for _name, _call in (
          "if {x0}.device.type != 'cpu' else torch.ops.aten.convolution_backward({x3}, {x0}, {x1}, [{x1}.shape[0]], "
          + _CONV_ARGS + ", [True, True, True])")):
     spec(_name, "spatial", _call, custom(_conv_direct), ("float32",), tolerance=_CONV_TOL, tolerance_reason=_CONV_REASON,
-         fp64_reference=True, sum_of_products=True)
+         fp64_reference=True, sum_of_products=True, **_CONV_DESIGN)
 
 
 def _embedding_backward(data, dtype):

@@ -22,8 +22,8 @@ from typing import Iterator, Sequence
 
 from hypothesis import strategies as st
 
-from harness.values import (FLOAT_DOMAINS, INT_DOMAINS, LAYOUTS, SPARSE_DOMAINS, ZERO_TIE_DOMAINS, TensorSpec,
-                            layout_applies)
+from harness.values import (FLOAT_DOMAINS, INT_DOMAINS, LAYOUTS, SPARSE_DOMAINS, TAP_DOMAINS, ZERO_TIE_DOMAINS,
+                            TensorSpec, layout_applies)
 
 
 @dataclass(frozen=True)
@@ -57,7 +57,7 @@ def domain_applies(domain: str, dtype: str) -> bool:
     """A value domain is drawn for a dtype that can hold it (NaN and -0.0 need a float)."""
     if domain in SPARSE_DOMAINS:
         return True
-    if domain in ZERO_TIE_DOMAINS:
+    if domain in ZERO_TIE_DOMAINS or domain in TAP_DOMAINS:
         return dtype in FLOAT_DTYPES
     if dtype == "bool":
         return domain == "bool"

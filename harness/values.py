@@ -38,6 +38,13 @@ SPARSE_DOMAINS = ("sparse", "dense")
 # (zero_below) or min (zero_above) is -0.0 wherever it holds one, a sign no tie decides (signed_zero mixes 0.0 and
 # -0.0, and a slice holding both is a tie whose sign CPU's loop decides; a long one rarely holds only -0.0).
 ZERO_TIE_DOMAINS = ("zero_below", "zero_above")
+# A float domain an op spec's design may add (OpSpec.extra_domains) for a convolution weight: "unit" values but for
+# its first and last tap (index 0, and the last index, along every dim from the third on; a tensor of fewer dims:
+# its first and last element), which are non-finite, one of +inf, -inf and NaN by the tensor's seed. A convolution
+# whose padding meets such a tap shows whether its kernel multiplies the padded zeros (0 * inf is NaN; CPU's native
+# kernels and some of oneDNN's do, its direct ones do not); with values drawn independently of position (special),
+# a non-finite weight at a tap next to padding is rare, and the input's own NaN and infinities hide it.
+TAP_DOMAINS = ("nonfinite_taps",)
 # What the edge domains are for (the designed coverage draws each in every float dtype):
 # near_overflow: within a factor 2 of the dtype's largest finite value (sums, squares, exp overflow);
 # tails: |x| in [10, 40], the saturation regions of sigmoid/tanh/erf/exp; near_zero: |x| in
@@ -238,6 +245,15 @@ def base_values(spec: TensorSpec) -> torch.Tensor:
     elif domain == "negative":
         whole = -torch.randint(1, 6, shape, generator=g).to(torch.float64)
         x = torch.where(torch.rand(shape, generator=g) < 0.5, whole, -(x.abs() + 0.05))
+    elif domain in TAP_DOMAINS:
+        x = torch.tanh(x) * 0.99
+        view = apply_layout(torch.arange(n).reshape(shape), spec.shape, spec.layout)  # base positions, logically
+        if view.numel():
+            lead = (slice(None),) * 2 if view.dim() >= 3 else ()
+            view = view if view.dim() >= 3 else view.reshape(-1)
+            taps = view.dim() - len(lead)
+            corners = torch.stack([view[lead + (0,) * taps].reshape(-1), view[lead + (-1,) * taps].reshape(-1)])
+            x.view(-1)[corners.reshape(-1)] = (float("inf"), float("-inf"), float("nan"))[spec.seed % 3]
     elif domain in ZERO_TIE_DOMAINS:
         side = x.abs() + 0.05
         x = torch.where(torch.rand(shape, generator=g) < 0.5, torch.full_like(x, -0.0),

@@ -86,3 +86,38 @@ def compiled_run(fn, *inputs: torch.Tensor) -> tuple[torch.Tensor, int, list[dic
         out = compiled(*device)
         ns = device_ns()
     return out.cpu(), ns, [step for executable, _ in calls for step in executable.program.steps]
+
+
+# Direct convolutions with a non-finite weight at taps that meet the padding, in the forms CPU's oneDNN takes (float32
+# with a batch of 2, groups, a wide kernel; channels-last in 2-d): which of its kernels runs decides whether CPU
+# multiplies the padded zeros (measured in torch 2.13 on an AVX2 host: a batch of 2 with one group and a 3-wide
+# kernel skips them, two groups multiply them unless the input is channels-last, ONEDNN_MAX_CPU_ISA=SSE41 always
+# multiplies; its native kernels always do). {form: (input shape, weight shape, keyword arguments)}.
+PADDED_CONVS = {
+    "conv1d": ((2, 2, 7), (3, 2, 3), dict(padding=1)),
+    "conv2d": ((2, 2, 6, 7), (3, 2, 3, 3), dict(padding=1)),
+    "conv2d-5x5": ((1, 2, 6, 7), (3, 2, 5, 5), dict(padding=2)),
+    "conv2d-strided-dilated": ((2, 2, 6, 7), (3, 2, 3, 3), dict(stride=2, padding=(2, 1), dilation=(1, 2))),
+    "conv2d-grouped": ((2, 4, 6, 7), (4, 2, 3, 3), dict(padding=1, groups=2)),
+    "conv3d": ((2, 2, 4, 5, 5), (3, 2, 3, 3, 3), dict(padding=1)),
+}
+
+
+def padded_conv(form: str, channels_last: bool = False):
+    """(conv, x, w) of ``PADDED_CONVS[form]`` on CPU: ``conv(x, w)`` the functional call, ``x`` positive (every
+    product with a real input keeps the weight's sign), ``w`` finite but for +inf at its first tap of output channel
+    0, NaN at the first tap of channel 1 and -inf at its last tap of the last channel. ``channels_last``: a 2-d
+    input in that memory format."""
+    import torch.nn.functional as F
+
+    xs, ws, kw = PADDED_CONVS[form]
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(xs, generator=g) + 0.1
+    w = torch.rand(ws, generator=g) - 0.5
+    w[(0,) * len(ws)] = float("inf")
+    w[(1,) + (0,) * (len(ws) - 1)] = float("nan")
+    w[(-1,) * len(ws)] = float("-inf")
+    if channels_last:
+        x = x.to(memory_format=torch.channels_last)
+    fn = {3: F.conv1d, 4: F.conv2d, 5: F.conv3d}[len(xs)]
+    return (lambda x, w: fn(x, w, **kw)), x, w

@@ -32,6 +32,7 @@ from typing import Callable
 import numpy as np
 
 from device_impl.compiler import concat, expansions, fold, fusion, iotas, layout, memory, schedule
+from device_impl.compiler import conv_padding as conv_padding_
 from device_impl.compiler.ir import Graph
 from device_impl.compiler.program import Program
 
@@ -556,10 +557,12 @@ def rotations(step: dict, views: dict, constants: dict, shapes: dict) -> list[di
     return found
 
 
-def build(graph: Graph, name: str, input_names: list[str] | None = None, weights: frozenset[int] = frozenset()
-          ) -> Program:
+def build(graph: Graph, name: str, input_names: list[str] | None = None, weights: frozenset[int] = frozenset(),
+          conv_padding: dict[str, bool] | None = None) -> Program:
     """``weights``: positions of the graph inputs that hold still between executions (parameters and buffers:
-    AOTAutograd's static inputs), which ``layout.plan`` may keep on the device in TensorE's layout."""
+    AOTAutograd's static inputs), which ``layout.plan`` may keep on the device in TensorE's layout.
+    ``conv_padding``: ``compiler.conv_padding.decide``'s answers, recorded on the convolutions they name."""
+    conv_padding_.mark(graph, conv_padding or {})
     graph = fold.fold_constants(graph)
     fold.check_static(graph, input_names)
     fold.merge_reductions(graph)

@@ -40,6 +40,7 @@ from torch.utils._python_dispatch import is_traceable_wrapper_subclass
 
 from device_impl.compiler import counters, neff
 from device_impl.compiler.errors import NeffFormatError
+from device_impl.kernels import cpu_host
 
 log = logging.getLogger("torch_neuronx.cache")
 _MEMORY: dict[str, Any] = {}  # key -> Executable
@@ -231,8 +232,8 @@ def index_fx(directory: str, key_of_fx: str, cache_key: str) -> None:
 def dynamo_key(gm: torch.fx.GraphModule, example_inputs: list, flags: dict[str, Any]) -> str | None:
     """The key of a Dynamo graph as the backend receives it (before AOTAutograd): its code, its inputs'
     shapes, strides, dtypes and ``requires_grad``, its constants' bytes, the grad and autocast modes AOTAutograd
-    traces under, the CPU kernels' capability, the flags and the versions. None when an input is not a plain tensor (the caller then
-    compiles through AOTAutograd as usual)."""
+    traces under, the CPU kernels' capability, oneDNN's state (``cpu_host.onednn_facts``), the flags and the
+    versions. None when an input is not a plain tensor (the caller then compiles through AOTAutograd as usual)."""
     inputs = []
     for value in example_inputs:
         if not isinstance(value, torch.Tensor) or is_traceable_wrapper_subclass(value):
@@ -244,7 +245,10 @@ def dynamo_key(gm: torch.fx.GraphModule, example_inputs: list, flags: dict[str, 
     modes = {"grad": torch.is_grad_enabled(), "deterministic": torch.are_deterministic_algorithms_enabled(),
              "autocast": [[t, torch.is_autocast_enabled(t), str(torch.get_autocast_dtype(t))]
                           for t in ("cpu", "neuron")],
-             "cpu_capability": torch.backends.cpu.get_cpu_capability()}
+             "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+             # oneDNN's switch, threads and ISA: which convolution kernel CPU runs, so whether the program's
+             # convolutions multiply their padding (compiler.conv_padding), decided after this key names a NEFF
+             "onednn": cpu_host.onednn_facts()}
     material = json.dumps({"dynamo": gm.code, "inputs": inputs, "attrs": _attrs_of(gm), "modes": modes, "flags": flags,
                            "versions": _versions(), "format": neff.FORMAT_VERSION}, sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()

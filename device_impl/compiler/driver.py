@@ -18,7 +18,8 @@ from typing import Any, Callable
 
 import torch
 
-from device_impl.compiler import artifacts, build, cache, counters, fallback, importer, legalize, neff, opaque, parity
+from device_impl.compiler import (artifacts, build, cache, conv_padding, counters, fallback, importer, legalize,
+                                   neff, opaque, parity)
 from device_impl.compiler.errors import ImportFailure, UnsupportedOpError
 from device_impl.compiler.executor import Executable, record_schedule
 from device_impl.engine.constants import PLATFORM
@@ -179,6 +180,11 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
         n_outputs = len(work.graph.output_node().args[0]) if isinstance(work.graph.output_node().args[0],
                                                                           (tuple, list)) else 1
         cuts = opaque.cut(work)  # fused ops torch-mlir cannot carry: imported around, spliced back below
+        # which convolutions CPU runs without padding products, asked here where the strides are known: in the
+        # build flags, so both cache keys cover the decision (conv_padding)
+        padded = conv_padding.decide(work)
+        if padded:
+            build_flags["conv_padding"] = sorted(padded.items())
         if config.preserve_artifacts:
             artifacts.write(config, graph, fx_code=work.print_readable(print_output=False))
         refused = _unimportable(work)
@@ -217,7 +223,7 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
                 program.name = graph
             else:
                 imported = opaque.splice(importer.read_module(module), cuts, n_inputs, n_outputs)
-                program = build.build(imported, graph, weights=weights)
+                program = build.build(imported, graph, weights=weights, conv_padding=padded)
                 record_schedule(program)  # the launch's figures, known from the shapes: stored in the NEFF
                 neff_bytes = neff.dumps(program, build_flags, hashlib.sha256(text.encode()).hexdigest())
                 if config.neff_cache and cache.store(config.neff_cache_dir, key, neff_bytes) and key_of_fx:

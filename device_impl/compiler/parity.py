@@ -444,6 +444,24 @@ def _probe_sized(value: Any, known: dict) -> Any:
     return _probe_full(value, known)
 
 
+def _convolution_backward(grad_output, input, weight, stride, padding, dilation, transposed, output_padding, groups,
+                          output_mask):
+    """CPU's convolution_backward for convolution_backward_overrideable's arguments: the bias sizes are the output
+    channels."""
+    channels = weight.shape[1] * groups if transposed else weight.shape[0]
+    return torch.ops.aten.convolution_backward(grad_output, input, weight, [channels], stride, padding, dilation,
+                                               transposed, output_padding, groups, output_mask)
+
+
+# Ops CPU has no kernel for (a backend implements them: CPU's entry raises NotImplementedError), probed as the op they
+# implement: the device's convolution_overrideable is aten::convolution, its backward convolution_backward.
+# Keyed by packet: a Dynamo graph calls the packet (torch.ops.aten.convolution_overrideable), AOTAutograd's the overload.
+_CPU_STANDS_FOR: dict[Any, Callable[..., Any]] = {
+    torch.ops.aten.convolution_overrideable: torch.ops.aten.convolution.default,
+    torch.ops.aten.convolution_backward_overrideable: _convolution_backward,
+}
+
+
 def empty_refusal(gm: torch.fx.GraphModule, example_inputs: list) -> Exception | None:
     """The error CPU raises for the first call of a Dynamo graph that reads or makes a zero-size tensor and
     whose arguments CPU refuses, or None (see module docstring). Probed at the traced shapes with the graph's
@@ -460,6 +478,7 @@ def empty_refusal(gm: torch.fx.GraphModule, example_inputs: list) -> Exception |
             args = [_probe_sized(a, known) for a in node.args]
             kwargs = _on_cpu({k: _probe_sized(v, known) for k, v in node.kwargs.items()})
             target = getattr(args[0], node.target, None) if node.op == "call_method" and args else node.target
+            target = _CPU_STANDS_FOR.get(getattr(target, "overloadpacket", target), target)
             if not callable(target):
                 continue
             try:

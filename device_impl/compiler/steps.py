@@ -629,7 +629,9 @@ def _convolution(step: dict, program: Program) -> Runner:
 
     A transposed convolution (``_transposed``) runs as the eager kernel's instead: by output phase, never
     multiplying the zeros the StableHLO form inserts and pads with, since CPU's col2im and oneDNN
-    deconvolution form no such products (an infinite weight or input next to them is not NaN there)."""
+    deconvolution form no such products (an infinite weight or input next to them is not NaN there).
+    A direct one that ``compiler.conv_padding`` marked ``skip_padding`` (CPU's kernel for it forms no product
+    with padding) runs as the eager kernel's too, with the padding left to ``conv_run``."""
     lhs, rhs, *bias = step["operands"]  # the bias: fold.conv_bias's [O] operand, added as the eager kernel adds it
     result = step["results"][0]
     attrs = step["attrs"]
@@ -648,6 +650,9 @@ def _convolution(step: dict, program: Program) -> Runner:
     groups = attrs.get("feature_group_count", 1)
 
     transposed = _transposed(attrs, nsp)
+    # compiler.conv_padding's compile-time answer: CPU's direct convolution of this problem forms no product with
+    # its padding (set only on a direct convolution in PyTorch's layout with one padding on both sides)
+    skip_padding = bool(attrs.get("skip_padding")) and not transposed
 
     def run(nc, env) -> None:
         out = env.access(result).transpose(operm)
@@ -661,6 +666,10 @@ def _convolution(step: dict, program: Program) -> Runner:
             wg = _split(w, 0, (groups, w.shape[0] // groups))[(Ellipsis,) + (slice(None, None, -1),) * nsp]
             pads = [(k - 1) * d - p[0] for k, d, p in zip(w.shape[2:], rhs_dil, padding)]
             conv_transposed_run(nc, env.scratch, out, x, wg, nsp, list(lhs_dil), pads, list(rhs_dil), bias=b)
+            return
+        if skip_padding:  # as the eager kernel: padding applied by conv_run, which forms no product with it
+            conv_run(nc, env.scratch, out, x, w, b, nsp, list(strides), [p[0] for p in padding], list(rhs_dil),
+                     False, [0] * nsp, groups, skip_padding=True)
             return
         if any(reversal):
             w = w[(slice(None), slice(None)) + tuple(slice(None, None, -1) if r else slice(None) for r in reversal)]

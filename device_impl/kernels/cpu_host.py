@@ -10,6 +10,10 @@ runs on, not only on PyTorch's version:
   ``slow_conv*`` kernels. Rather than copy those rules, the device builds CPU tensors with the same sizes,
   strides, dtype and ``requires_grad`` and asks ``torch._C._select_conv_backend`` (the function
   ``at::convolution`` itself calls) and ``torch._C._conv_determine_backend_memory_format``.
+* **Whether a direct convolution multiplies its zero padding** (``conv_skips_padding``): ATen's native kernels
+  and some of oneDNN's form ``0 * w`` at every padded position (NaN for an infinite or NaN weight), oneDNN's
+  direct kernels form none; which oneDNN kernel runs is oneDNN's choice per problem (sizes, strides, groups) and
+  ISA, so it is asked of CPU's own convolution of ones and an infinite weight, once per problem.
 * **Whether ``gelu`` runs oneDNN** (``onednn_gelu``): contiguous float32 (and bf16 where oneDNN has bf16 on
   the CPU) tensors, with its own order of operations.
 * **Whether a multiply-add rounds once.** ATen's vectorized loops call ``vec::fmadd``, one rounding on the
@@ -41,6 +45,7 @@ see the views ``_select_conv_backend`` takes of a 1-d problem).
 from __future__ import annotations
 
 import functools
+import os
 from typing import Callable, Sequence
 
 import numpy as np
@@ -195,6 +200,59 @@ def is_onednn(backend: "torch._C._ConvBackend") -> bool:
 # Mkldnn, MkldnnTranspose, MkldnnEmpty: consecutive in ATen's ConvBackend enum (ConvUtils.h); Python's binding
 # of the enum omits MkldnnTranspose, so the range is taken from the two it does name.
 _ONEDNN = range(int(torch._C._ConvBackend.Mkldnn), int(torch._C._ConvBackend.MkldnnEmpty) + 1)
+
+
+def conv_skips_padding(x: torch.Tensor, w: torch.Tensor, stride: Sequence[int], padding: Sequence[int],
+                       dilation: Sequence[int], groups: int) -> bool:
+    """Whether CPU's direct convolution (``at::convolution`` forward, not transposed) of tensors like ``x`` and ``w``
+    forms no product with its zero padding, on this host, now: then an infinite or NaN weight at a tap that meets
+    the padding leaves those outputs finite (or infinite) where a kernel that multiplies the padded zeros gives
+    ``0 * inf = NaN``.
+
+    ATen's native kernels (``slow_conv2d``/``slow_conv3d``/``slow_conv_dilated*``, im2col on a padded copy) always
+    multiply them. oneDNN's answer is its implementation's, which oneDNN picks per problem and ISA: measured in
+    torch 2.13 on an AVX2 host, float32 with one group and a 3- or 5-wide kernel runs a direct kernel that skips
+    padding, while two groups or a 1-wide kernel multiply it (as its AVX-512 bf16 1-wide conv1d does); no rule of
+    sizes says which. So it is asked of the running torch, once per problem (``_padding_probe``): CPU's convolution
+    of ones and an all-infinite weight of the same sizes, strides and dtype, under the current
+    ``torch.backends.mkldnn`` flag and thread count (which decide the backend), is NaN exactly where it multiplied
+    padding. A problem with no padding, or one CPU runs natively, is answered without running anything."""
+    if not any(padding) or x.numel() == 0 or w.numel() == 0:
+        return False
+    nsp = len(stride)
+    backend = conv_backend(x, w, None, stride, padding, dilation, False, [0] * nsp, groups)
+    if not is_onednn(backend):
+        return False
+    return _padding_probe(tuple(x.shape), tuple(x.stride()), tuple(w.shape), tuple(w.stride()), x.dtype,
+                          tuple(stride), tuple(padding), tuple(dilation), int(groups),
+                          torch.backends.mkldnn.enabled, torch.get_num_threads())
+
+
+def onednn_facts() -> dict[str, object]:
+    """What, besides a problem's sizes, strides and dtype, decides which kernel CPU's convolution runs, and so whether
+    it multiplies its padding (``conv_skips_padding``): whether oneDNN is on, the intra-op thread count (ATen's
+    backend heuristic), the instruction sets this CPU has (``torch.cpu._is_*_supported``) and the cap
+    ``ONEDNN_MAX_CPU_ISA``/``DNNL_MAX_CPU_ISA`` puts on oneDNN's. Part of the compile cache's Dynamo-level key, which
+    names a NEFF before the program's convolutions are asked (``compiler.cache.dynamo_key``)."""
+    isa = {name[4:-10]: bool(getattr(torch.cpu, name)()) for name in sorted(dir(torch.cpu))
+           if name.startswith("_is_") and name.endswith("_supported")}
+    return {"enabled": bool(torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled),
+            "threads": torch.get_num_threads(), "isa": isa,
+            "max_isa": [os.environ.get("ONEDNN_MAX_CPU_ISA"), os.environ.get("DNNL_MAX_CPU_ISA")]}
+
+
+@functools.lru_cache(maxsize=512)
+def _padding_probe(x_shape, x_stride, w_shape, w_stride, dtype, stride, padding, dilation, groups, _onednn,
+                   _threads) -> bool:
+    """``conv_skips_padding``'s question put to CPU's convolution (the last two arguments only key the cache):
+    True where no output is NaN. Ones times an all-infinite weight give +inf at every output a real input
+    reaches; an output is NaN only where an infinite weight met a padded zero."""
+    with _disable_current_modes(), torch.no_grad():
+        x = torch.empty_strided(x_shape, x_stride, dtype=dtype).fill_(1)
+        w = torch.empty_strided(w_shape, w_stride, dtype=dtype).fill_(float("inf"))
+        out = torch.ops.aten.convolution(x, w, None, list(stride), list(padding), list(dilation), False,
+                                         [0] * len(stride), groups)
+        return not bool(torch.isnan(out).any())
 
 
 @functools.cache

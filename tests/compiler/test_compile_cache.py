@@ -13,7 +13,7 @@ import torch
 
 import device_impl.compiler as compiler
 from device_impl.compiler import backend, cache, neff
-from support import run_python
+from support import padded_conv, run_python
 
 BLOCK = """
 import json, time, torch, device_impl
@@ -378,3 +378,28 @@ def test_bad_environment_values_name_the_variable(monkeypatch):
         backend.reload_settings()
     monkeypatch.delenv("TORCH_NEURONX_DISABLE_NEFF_CACHE")
     backend.reload_settings()
+
+
+def test_a_neff_where_cpu_skips_padding_is_not_served_where_it_multiplies(fresh):
+    """A program records whether its convolutions multiply their padding, as CPU's kernel for them does on this host
+    now (compiler.conv_padding). With oneDNN turned off CPU multiplies it: the NEFF compiled while oneDNN skipped it
+    must not be served, from the Dynamo-level index (an inference graph) or the FX-level one, and the recompiled
+    program gives CPU's NaN."""
+    from device_impl.kernels import cpu_host
+
+    fn, x, w = padded_conv("conv2d")
+    if not cpu_host.conv_skips_padding(x, w, [1, 1], [1, 1], [1, 1], 1):
+        pytest.skip("this host's oneDNN multiplies this convolution's padding too: nothing to tell apart")
+    nans = {}
+    for onednn in (True, False, True):
+        with torch.backends.mkldnn.flags(enabled=onednn):
+            torch._dynamo.reset()
+            compiler.clear_cache()  # the in-memory programs: only the disk cache can serve the call
+            got = torch.compile(fn, backend="neuron", dynamic=False)(x.to("neuron"), w.to("neuron")).cpu()
+            want = fn(x, w)
+        assert torch.equal(got.isnan(), want.isnan())
+        nans[onednn] = int(want.isnan().sum())
+    assert nans[True] < nans[False]  # CPU's answer changed with the switch (60 and 132 NaN here)
+    s = compiler.stats()
+    # oneDNN on, compiled; off, compiled again (another key); on again, served from the disk
+    assert (s["compiles"], s["cache_hits_by_source"]["disk"]) == (2, 1)

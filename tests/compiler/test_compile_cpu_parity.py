@@ -9,7 +9,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from device_impl.compiler import backend
+from device_impl.compiler import backend, breakdown
+from support import PADDED_CONVS, padded_conv
 
 
 pytestmark = pytest.mark.usefixtures("no_neff_cache")
@@ -264,3 +265,77 @@ def test_a_zero_size_probe_that_cannot_be_made_is_no_refusal():
     g, x = torch.randn(0, 2, 4, 1), torch.randn(0, 2, 4, 1)
     got = _compiled(call, g.to("neuron"), x.to("neuron"))
     assert got.shape == call(g, x).shape and got.device.type == "neuron"
+
+
+def _nan_and_values_of(got: torch.Tensor, want: torch.Tensor) -> None:
+    """The same NaN and infinite positions, the finite values within the convolution's summation-order tolerance."""
+    assert torch.equal(got.isnan(), want.isnan()), f"NaN at {got.isnan().sum()} positions, CPU {want.isnan().sum()}"
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["contiguous", "channels-last"])
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn-on", "onednn-off"])
+@pytest.mark.parametrize("form", list(PADDED_CONVS))
+def test_convolution_forms_the_padding_products_cpu_forms(form, onednn, channels_last):
+    """A non-finite weight at a tap that meets the padding: CPU's native kernels multiply the padded zeros (NaN),
+    some of oneDNN's do not (support.PADDED_CONVS). The program asks the live CPU at compile time
+    (compiler.conv_padding) and records the answer on its convolution step; it multiplied them always, giving NaN
+    where CPU's oneDNN gives the weight's infinity (9 of these failed)."""
+    from device_impl.kernels import cpu_host
+
+    if channels_last and len(PADDED_CONVS[form][0]) != 4:
+        pytest.skip("channels-last is a 2-d layout")
+    fn, x, w = padded_conv(form, channels_last)
+    with torch.backends.mkldnn.flags(enabled=onednn):
+        want = fn(x, w)
+        torch._dynamo.reset()
+        compiled = torch.compile(fn, backend="neuron", dynamic=False)
+        with breakdown.capture() as calls:
+            got = compiled(x.to("neuron"), w.to("neuron")).cpu()
+        _nan_and_values_of(got, want)
+        _, _, kw = PADDED_CONVS[form]
+        nsp = x.dim() - 2
+        expand = lambda v: list(v) if isinstance(v, tuple) else [v] * nsp  # noqa: E731
+        skips = cpu_host.conv_skips_padding(x, w, expand(kw.get("stride", 1)), expand(kw["padding"]),
+                                            expand(kw.get("dilation", 1)), kw.get("groups", 1))
+    steps = [s for executable, _ in calls for s in executable.program.steps if s["kind"] == "convolution"]
+    assert [bool(s["attrs"].get("skip_padding")) for s in steps] == [skips]
+
+
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn-on", "onednn-off"])
+@pytest.mark.parametrize("form", ["conv2d", "conv2d-grouped"])
+def test_a_compiled_training_step_forms_cpus_padding_products(form, onednn):
+    """The forward of a compiled training graph decides as the inference graph's does; the input gradient (a
+    transposed convolution: CPU's col2im and oneDNN form no product with padding) and the weight gradient (finite
+    here: the infinities are in the weight) follow CPU too."""
+    fn, x, w = padded_conv(form)
+    g = torch.rand(fn(x, w).shape, generator=torch.Generator().manual_seed(1))
+
+    def step(x, w, g):
+        out = fn(x, w)
+        out.backward(g)
+        return out.detach()
+
+    with torch.backends.mkldnn.flags(enabled=onednn):
+        xc, wc = x.clone().requires_grad_(), w.clone().requires_grad_()
+        want = step(xc, wc, g)
+        torch._dynamo.reset()
+        xd, wd = x.to("neuron").requires_grad_(), w.to("neuron").requires_grad_()
+        got = torch.compile(step, backend="neuron", dynamic=False)(xd, wd, g.to("neuron"))
+        for a, b in ((got, want), (xd.grad, xc.grad), (wd.grad, wc.grad)):
+            _nan_and_values_of(a.cpu(), b)
+
+
+def test_overrideable_convolutions_of_no_input_channels_compile_as_cpus_convolution():
+    """convolution_overrideable and its backward have no CPU kernel (CPU's entry raises NotImplementedError): the
+    compiler's zero-size probe (parity.empty_refusal) asks CPU's convolution/convolution_backward instead, which
+    accept an input of no channels; it raised CPU's NotImplementedError at every call."""
+    x, w, b = torch.randn(1, 0, 4, 4), torch.randn(3, 0, 2, 2), torch.randn(3)
+    args = ([2, 2], [1, 1], [1, 1], False, [0, 0], 1)
+    got = _compiled(lambda x, w, b: torch.ops.aten.convolution_overrideable(x, w, b, *args), x, w, b).cpu()
+    assert torch.equal(got, torch.ops.aten.convolution(x, w, b, *args))
+    g = torch.randn(1, 3, 3, 3)
+    got = _compiled(lambda g, x, w: torch.ops.aten.convolution_backward_overrideable(g, x, w, *args, [True] * 3),
+                    g, x, w)
+    want = torch.ops.aten.convolution_backward(g, x, w, [3], *args, [True] * 3)
+    assert all(torch.equal(a.cpu(), b) for a, b in zip(got, want))

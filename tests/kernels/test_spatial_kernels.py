@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from diff import FLOATS, check, pair, values
+from support import PADDED_CONVS, padded_conv
 from device_impl import dispatch
 from device_impl.dispatch import Tier
 
@@ -270,6 +271,13 @@ def test_conv_empty_and_errors():
     # zero input channels: CPU's Empty backend answers with the input's channel count, not the weight's
     check(lambda x, w, b: F.conv2d(x, w, b), values((1, 0, 4, 4), f32), values((2, 0, 3, 3), f32), values((2,), f32))
     check(lambda x, w: F.conv1d(x, w, groups=2), values((2, 0, 6), f32), values((4, 0, 2), f32))
+    # its backward checks no grad_output shape and returns zeros, grad_bias too (a grad_output of the weight's output
+    # channels, and one of no shape in particular); the device raised "Expected grad_output to have shape [1, 0, 3, 3]"
+    # (found by opsuite convolution_backward_overrideable-float32-near_overflow-contiguous-empty)
+    for g in (values((1, 3, 3, 3), f32), values((5, 7, 1, 1), f32)):
+        check(lambda g, x, w: torch.ops.aten.convolution_backward(g, x, w, [3], [2, 2], [1, 1], [1, 1], False, [0, 0],
+                                                                  1, [True, True, True]),
+              g, values((1, 0, 4, 4), f32), values((3, 0, 2, 2), f32))
     for fn, x, w in [
         (lambda x, w: F.conv2d(x, w), values((1, 2, 5, 5), f32), values((3, 3, 3, 3), f32)),  # channel mismatch
         (lambda x, w: F.conv2d(x, w), values((1, 3, 2, 2), f32), values((3, 3, 3, 3), f32)),  # kernel too big
@@ -915,14 +923,14 @@ def _inf_corner(shape, dtype):
 def test_conv_padding_products_follow_the_live_cpu_backend(dtype, onednn):
     """An infinite weight over padding: CPU's native kernels (im2col) multiply the padded zeros (NaN at the
     border), oneDNN's do not; a transposed convolution and the input gradient (col2im) never do, except CPU's
-    native transposed backward (im2col of grad_output). The device asks the live CPU which backend runs."""
+    native transposed backward (im2col of grad_output). The device asks the live CPU which backend runs, and for
+    a direct convolution on oneDNN whether its kernel skips padding (``cpu_host.conv_skips_padding``)."""
     with torch.backends.mkldnn.flags(enabled=onednn):
         x = values((1, 2, 6, 7), dtype, "unit", 1)
         w = _inf_corner((3, 2, 3, 3), dtype)
-        if not onednn:  # oneDNN's forward forms padding products for some shapes only (host-dependent)
-            out = check(lambda x, w: F.conv2d(x, w, padding=1), x, w, tol=CONV_TOL[dtype])
-            assert bool(torch.isnan(out.cpu()).any())
-            check(lambda x, w: F.conv2d(x, w, stride=2, padding=(2, 1), dilation=(1, 2)), x, w, tol=CONV_TOL[dtype])
+        out = check(lambda x, w: F.conv2d(x, w, padding=1), x, w, tol=CONV_TOL[dtype])
+        assert bool(torch.isinf(out.cpu()).any())
+        check(lambda x, w: F.conv2d(x, w, stride=2, padding=(2, 1), dilation=(1, 2)), x, w, tol=CONV_TOL[dtype])
         wt = _inf_corner((2, 3, 3, 3), dtype)
         # Strided transposed: oneDNN's AVX-512 deconvolution (this host's bf16 path) forms inf * 0 on the strided
         # grid (NaN in the last column; ONEDNN_MAX_CPU_ISA=AVX2 and the native kernels do not): the device's
@@ -935,6 +943,20 @@ def test_conv_padding_products_follow_the_live_cpu_backend(dtype, onednn):
                                    atol=CONV_TOL[dtype][1])
         check(lambda x, w: F.conv_transpose2d(x, w, stride=2, padding=1, output_padding=1), x, wt, tol=CONV_TOL[dtype])
         g = values((1, 3, 6, 7), dtype, "unit", 4)
-        if not onednn:  # its forward (compared too) is oneDNN's host-dependent padding products
-            check(_grads(lambda x, w: F.conv2d(x, w, padding=1), 2), x, w, g, tol=GRAD_TOL[dtype])
+        check(_grads(lambda x, w: F.conv2d(x, w, padding=1), 2), x, w, g, tol=GRAD_TOL[dtype])
         check(_grads(lambda x, w: F.conv_transpose2d(x, w, padding=1), 2), x, wt, g, tol=GRAD_TOL[dtype])
+
+
+
+@pytest.mark.parametrize("channels_last", [False, True], ids=["contiguous", "channels-last"])
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn-on", "onednn-off"])
+@pytest.mark.parametrize("form", list(PADDED_CONVS))
+def test_conv_padding_products_follow_the_live_cpu_kernel(form, onednn, channels_last):
+    """CPU's oneDNN skips the padding of some problems and multiplies it in others (``support.PADDED_CONVS``); the
+    device forms the products CPU forms (NaN where an infinite or NaN weight meets a padded zero, the weight's
+    infinity where CPU skips it), asking ``cpu_host.conv_skips_padding``. Failed before it asked (9 of these)."""
+    if channels_last and len(PADDED_CONVS[form][0]) != 4:
+        pytest.skip("channels-last is a 2-d layout")
+    fn, x, w = padded_conv(form, channels_last)
+    with torch.backends.mkldnn.flags(enabled=onednn):
+        check(fn, x, w, tol=CONV_TOL[torch.float32])

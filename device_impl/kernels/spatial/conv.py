@@ -546,29 +546,34 @@ def _conv_output(x, w, bias, stride, padding, dilation, transposed, output_paddi
     return (nsp, stride, padding, dilation, output_padding, groups), shape
 
 
-def _conv_compute(out, x, w, bias, params, transposed, backend=None):
+def skips_padding(x, w, params, transposed: bool) -> bool:
+    """Whether a direct convolution forms no product with its zero padding, as CPU's does for these tensors on this
+    host (``cpu_host.conv_skips_padding``: its native kernels and some of oneDNN's multiply the padded zeros, so an
+    infinite or NaN weight there gives NaN; oneDNN's direct kernels, where it picks one, do not). A transposed
+    convolution never multiplies padding (``_conv_transposed``). ``params``: ``_conv_params``' normalised tuple.
+    The compiler asks the same question of a program's convolution steps (``compiler.conv_padding``)."""
+    nsp, stride, padding, dilation, _, groups = params
+    return not transposed and cpu_host.conv_skips_padding(x, w, stride, padding, dilation, groups)
+
+
+def _conv_compute(out, x, w, bias, params, transposed):
     nsp, stride, padding, dilation, output_padding, groups = params
     if out.numel() == 0:
         return out
-    if backend is None:
-        _, backend = _conv_memory_format(x, w, bias, params, transposed)
     with launch("convolution", out.device.index) as nc:
         scratch = _Scratch(out.device)
         _conv_run(nc, scratch, hbm(out), hbm(x), hbm(w), hbm(bias) if bias is not None else None, nsp, stride,
                   padding, dilation, transposed, output_padding, groups,
-                  # A direct forward multiplies padded zeros as CPU's native kernels do, also for oneDNN: its AVX-512
-                  # kernels do for some shapes (a 1-wide conv1d, padding 1), not for others, and AVX2 ones never
-                  # (host-dependent; conv1d-bfloat16-special-expanded-7). Left as on main; see the report.
-                  skip_padding=False)
+                  skip_padding=skips_padding(x, w, params, transposed))
     return out
 
 
 @TABLE.native("aten::convolution", dtypes=FLOAT_DTYPES)
 def convolution(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups):
     params, shape = _conv_output(input, weight, bias, stride, padding, dilation, transposed, output_padding, groups)
-    fmt, backend = _conv_memory_format(input, weight, bias, params, transposed)
+    fmt, _ = _conv_memory_format(input, weight, bias, params, transposed)
     out = torch.empty(shape, dtype=input.dtype, device=input.device, memory_format=fmt)
-    return _conv_compute(out, input, weight, bias, params, transposed, backend)
+    return _conv_compute(out, input, weight, bias, params, transposed)
 
 
 @TABLE.native("aten::convolution.out", dtypes=FLOAT_DTYPES)

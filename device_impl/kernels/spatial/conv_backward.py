@@ -182,11 +182,14 @@ def _conv_backward(grad_output, input, weight, bias_sizes, stride, padding, dila
         raise RuntimeError(f"expected scalar type {SCALAR_TYPE_NAMES[input.dtype]} but found "
                            f"{SCALAR_TYPE_NAMES[grad_output.dtype]}")
     shape = _conv_out_shape(input, weight, nsp, stride, padding, dilation, transposed, output_padding, groups)
-    if tuple(grad_output.shape) != tuple(shape):
-        raise RuntimeError(f"Expected grad_output to have shape {list(shape)}, but got {list(grad_output.shape)}")
     params = (nsp, stride, padding, dilation, output_padding, groups)
     fmt, backend = _conv_memory_format(input, weight, None, params, transposed, backward=True,
                                        bias_sizes=bias_sizes)
+    # CPU's Empty backend (an input with no element: no batch, or no input channels) checks no grad_output shape and
+    # returns zero gradients, grad_bias too (an input of [1, 0, 4, 4] with a [1, 3, 2, 2] grad_output: zeros)
+    empty = int(backend) == int(torch._C._ConvBackend.Empty)
+    if tuple(grad_output.shape) != tuple(shape) and not empty:
+        raise RuntimeError(f"Expected grad_output to have shape {list(shape)}, but got {list(grad_output.shape)}")
     dev = input.device
     output_mask = list(output_mask)
     if output_mask[2] and cpu_host.is_onednn(backend):
@@ -211,7 +214,7 @@ def _conv_backward(grad_output, input, weight, bias_sizes, stride, padding, dila
     with launch("convolution_backward", dev.index) as nc:
         scratch = _Scratch(dev)
         go_v, x_v, w_v = hbm(grad_output), hbm(input), hbm(weight)
-        if grad_output.numel() == 0:  # an empty output (see _cpu_returns_empty_transposed): zero gradients
+        if grad_output.numel() == 0 or empty:  # an empty output (_cpu_returns_empty_transposed) or input: zeros
             for g in (gi, gw, gb):
                 if g is not None:
                     _fill(nc, hbm(g), 0)
