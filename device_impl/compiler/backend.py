@@ -706,16 +706,16 @@ def _decompositions() -> dict:
 def _decomposition_table() -> dict:
     import torch._decomp as decomp
 
-    from device_impl.compiler import loops, opaque_cnn, pointwise
+    from device_impl.compiler import loops, opaque_cnn, opaque_products, pointwise
     from device_impl.compiler.numerics import DECOMPOSITIONS
 
     from device_impl.compiler.opaque import WHOLE
 
     core = getattr(decomp, "_core_aten_decompositions_post_autograd", None) or decomp.core_aten_decompositions
-    # opaque_cnn: CNN ops whose cut calls stay whole (native_batch_norm_backward)
+    # opaque_cnn, opaque_products: ops whose cut calls stay whole (native_batch_norm_backward, dot, vdot)
     # pointwise: heaviside and logit in the eager kernels' passes, fewer than PyTorch's forms
     table = {**core(), **DECOMPOSITIONS, **loops.DECOMPOSITIONS, **opaque_cnn.DECOMPOSITIONS,
-             **pointwise.DECOMPOSITIONS}
+             **opaque_products.DECOMPOSITIONS, **pointwise.DECOMPOSITIONS}
     for op in WHOLE:  # cut whole (compiler/opaque.py): their steps run the eager kernels' programs
         table.pop(op, None)
     for op in _CONVERTED:
