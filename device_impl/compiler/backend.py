@@ -442,7 +442,9 @@ class OutputPlan:
 
     ``graph``: the AOT graph returning only those (``computed``: their positions in the original outputs, in
     order); ``others``: {position: ("same", p) the tensor at computed position p | ("input", k) the call's
-    input k itself | ("shape", size, stride, dtype) a tensor of that layout whose values nothing reads};
+    input k itself | ("view", k, chain) the traced view ops ``chain`` ((op, args after the first, kwargs)
+    each) replayed on the call's input k | ("shape", size, stride, dtype) a tensor of that layout whose
+    values nothing reads};
     ``into``: {position in ``graph``'s outputs: input index} for an in-place op's result, which the program may
     write into that input (``Executable.writable_into``)."""
 
@@ -470,6 +472,9 @@ def _output_plan(aot_gm: torch.fx.GraphModule) -> OutputPlan | None:
       reads only the graph tensor's shape; eager launches nothing, the program copied the view (1.1 us);
     * a saved-for-backward output that is an input (``x * w`` saves x and w): the input itself, as eager
       autograd saves it, not a device copy;
+    * a saved-for-backward output that is a view of an input (``adaptive_avg_pool1d`` saves
+      ``x.unsqueeze(-2)`` for its 2-d backward): the traced view ops replayed on the input, which launch
+      nothing, as eager autograd saves that view (the program copied it: 208 HBM bytes against eager's 80);
     * a saved-for-backward output that is also an earlier output, or an ``alias`` of one (``exp`` saves its
       result): the same tensor, not the same bytes written twice (the forward of ``torch.exp`` moved twice eager's HBM bytes);
     * an in-place op's result (``x.add_(y)``, ``x.zero_()``): AOTAutograd copies it into the input after the
@@ -517,6 +522,10 @@ def _output_plan(aot_gm: torch.fx.GraphModule) -> OutputPlan | None:
             if node in index_of and index_of[node] not in written:
                 others[p] = ("input", index_of[node])
                 continue
+            base, chain = _view_chain(node)
+            if chain and base in index_of and index_of[base] not in written:
+                others[p] = ("view", index_of[base], chain)
+                continue
             if node in at:
                 others[p] = ("same", at[node])
                 continue
@@ -541,6 +550,38 @@ def _output_plan(aot_gm: torch.fx.GraphModule) -> OutputPlan | None:
     return OutputPlan(trimmed, computed, others, into)
 
 
+def _is_view_op(target: Any) -> bool:
+    """Whether ``target`` is an aten overload returning one tensor that aliases its first argument without
+    writing it (``unsqueeze``, ``view``, ``permute``, ``slice``...): its schema's alias annotations say so."""
+    schema = getattr(target, "_schema", None)
+    if schema is None or len(schema.returns) != 1 or not schema.arguments:
+        return False
+    returned, first = schema.returns[0].alias_info, schema.arguments[0].alias_info
+    return str(schema.returns[0].type) == "Tensor" and returned is not None and first is not None \
+        and not returned.is_write and not first.is_write and returned.before_set == first.before_set
+
+
+def _view_chain(node: Any) -> tuple[Any, tuple]:
+    """(the node a chain of view ops starts from, the chain in call order as (op, args after the first,
+    kwargs)); an empty chain where ``node`` is no view or a view op's other arguments are traced values."""
+    chain: list[tuple] = []
+    while isinstance(node, torch.fx.Node) and node.op == "call_function" and _is_view_op(node.target) \
+            and node.args and isinstance(node.args[0], torch.fx.Node):
+        rest = node.args[1:]
+        if _has_node((rest, node.kwargs)):
+            return node, ()
+        chain.append((node.target, tuple(rest), dict(node.kwargs)))
+        node = node.args[0]
+    return node, tuple(reversed(chain))
+
+
+def _has_node(value: Any) -> bool:
+    """Whether an FX argument structure holds a traced value anywhere."""
+    found = []
+    torch.fx.node.map_arg(value, lambda n: found.append(n) or n)
+    return bool(found)
+
+
 def _reassembled(run: Callable[[list], list], plan: OutputPlan) -> Callable[[list], list]:
     """``run`` of ``plan.graph`` returning the original graph's outputs: the computed ones, and in the other
     positions the tensor each names (``OutputPlan.others``)."""
@@ -556,6 +597,12 @@ def _reassembled(run: Callable[[list], list], plan: OutputPlan) -> Callable[[lis
         for p, (how, *what) in plan.others.items():
             if how == "input":
                 outputs[p] = args[what[0]]
+            elif how == "view":
+                k, chain = what
+                value = args[k]
+                for op, rest, kwargs in chain:
+                    value = op(value, *rest, **kwargs)
+                outputs[p] = value
             elif how == "shape":
                 size, stride, dtype = what
                 outputs[p] = torch.empty_strided(size, stride, dtype=dtype, device=device)
@@ -659,16 +706,16 @@ def _decompositions() -> dict:
 def _decomposition_table() -> dict:
     import torch._decomp as decomp
 
-    from device_impl.compiler import loops, opaque_cnn, pointwise
+    from device_impl.compiler import loops, opaque_cnn, opaque_products, pointwise
     from device_impl.compiler.numerics import DECOMPOSITIONS
 
     from device_impl.compiler.opaque import WHOLE
 
     core = getattr(decomp, "_core_aten_decompositions_post_autograd", None) or decomp.core_aten_decompositions
-    # opaque_cnn: CNN ops whose cut calls stay whole (native_batch_norm_backward)
+    # opaque_cnn, opaque_products: ops whose cut calls stay whole (native_batch_norm_backward, dot, vdot)
     # pointwise: heaviside and logit in the eager kernels' passes, fewer than PyTorch's forms
     table = {**core(), **DECOMPOSITIONS, **loops.DECOMPOSITIONS, **opaque_cnn.DECOMPOSITIONS,
-             **pointwise.DECOMPOSITIONS}
+             **opaque_products.DECOMPOSITIONS, **pointwise.DECOMPOSITIONS}
     for op in WHOLE:  # cut whole (compiler/opaque.py): their steps run the eager kernels' programs
         table.pop(op, None)
     for op in _CONVERTED:

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from device_impl.compiler import opaque_cnn
+from device_impl.compiler import opaque_cnn, opaque_products
 from device_impl.compiler.fxargs import bound as _bound
 from device_impl.compiler.ir import Graph, Op, TensorType
 
@@ -452,6 +452,8 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
 }
 # CNN ops with eager tile programs (pooling with indices, batch norm): compiler/opaque_cnn.py
 CUTTERS.update(opaque_cnn.CUTTERS)
+# dot, vdot, addbmm as the eager kernels' TensorE products: compiler/opaque_products.py
+CUTTERS.update(opaque_products.CUTTERS)
 
 
 def cut(gm: torch.fx.GraphModule) -> list[Cut]:

@@ -18,7 +18,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from device_impl.compiler import counters, gather, lowering, opaque_cnn
+from device_impl.compiler import counters, gather, lowering, opaque_cnn, opaque_products
 from device_impl.compiler.groups import Access2D, GroupRunner, handed_pieces
 from device_impl.compiler.program import Program
 from device_impl.compiler.program import operand_array as _operand_array
@@ -948,6 +948,7 @@ RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
     "scatter": gather.scatter_runner,
 }
 RUNNERS.update(opaque_cnn.RUNNERS)  # CNN ops cut whole (pooling with indices, batch norm)
+RUNNERS.update(opaque_products.RUNNERS)  # dot, vdot, addbmm cut whole
 
 
 def make_runner(step: dict, program: Program) -> Runner:

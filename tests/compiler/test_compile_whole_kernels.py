@@ -333,3 +333,42 @@ def test_view_scatter_with_a_src_of_the_wrong_size_raises_as_cpu():
     with pytest.raises(RuntimeError):
         torch.compile(lambda a, b: torch.diagonal_scatter(a, b), backend="neuron", dynamic=False)(
             torch.ones(4, 4).to("neuron"), torch.ones(3).to("neuron"))
+
+
+PRODUCTS = [
+    # the sweep's designed cases (benches/compiled_vs_eager_specs.py): 257 and 127 elements, one batch of 128x5x127
+    ("dot", torch.dot, [(257,), (257,)], torch.float32),
+    ("vdot", torch.vdot, [(127,), (127,)], torch.float32),
+    ("dot_bfloat16", torch.dot, [(513,), (513,)], torch.bfloat16),
+    ("vdot_bfloat16", torch.vdot, [(300,), (300,)], torch.bfloat16),
+    ("addbmm", lambda s, a, b: torch.addbmm(s, a, b, beta=0.5, alpha=2.0), [(1, 127), (1, 128, 5), (1, 5, 127)],
+     torch.float32),
+    ("addbmm_batches", lambda s, a, b: torch.addbmm(s, a, b, alpha=-1.5), [(9, 130), (3, 9, 200), (3, 200, 130)],
+     torch.float32),
+    ("adaptive_avg_pool1d", lambda x: torch.nn.functional.adaptive_avg_pool1d(x, 2), [(1, 2, 8)], torch.float32),
+    ("adaptive_avg_pool2d", lambda x: torch.nn.functional.adaptive_avg_pool2d(x, (3, 5)), [(2, 3, 7, 11)],
+     torch.float32),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes,dtype", PRODUCTS, ids=[c[0] for c in PRODUCTS])
+def test_products_and_adaptive_average_pooling_compile_to_the_eager_kernels_program(name, fn, shapes, dtype):
+    """dot, vdot and addbmm (compiler/opaque_products.py) and 2-d adaptive average pooling (opaque_cnn) are cut
+    whole and run as their eager kernels' programs: the eager kernel's bits (TensorE's sum order, CPU's rounding
+    after each batch of addbmm, CPU's window sums) and at most its device time. Said as PyTorch's decomposition or
+    torch-mlir's, dot was a VectorE sum over one partition (1.96 us against 1.62), addbmm a product and two
+    elementwise steps (3.06 against 2.60 us), adaptive_avg_pool1d a reduce_window and a divide (1.59 against
+    1.19 us)."""
+    import device_impl.compiler as compiler
+    from support import compiled_run, eager_run
+
+    inputs = [torch.randn(s, generator=_gen()).to(dtype) for s in shapes]
+    want, eager_ns = eager_run(fn, *inputs)
+    got, compiled_ns, steps = compiled_run(fn, *inputs)
+    assert compiler.stats()["fallbacks_by_op"] == {}, compiler.stats()["fallbacks_by_op"]
+    assert len(steps) == 1, [s["kind"] for s in steps]
+    assert got.dtype == want.dtype and torch.equal(got, want)
+    assert compiled_ns <= eager_ns, (compiled_ns, eager_ns)
+    # and near the float64 result (sums of up to 600 products in another order than CPU's BLAS)
+    torch.testing.assert_close(got.double(), fn(*[t.double() for t in inputs]),
+                               **({"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 0.1, "rtol": 0.02}))
