@@ -80,6 +80,26 @@ def reset() -> None:
         _counts[k] = 0
 
 
+# Code objects, named in a key by their identity: hashing a code object hashes its bytecode, names and
+# constants (~1 us on every launch), its id costs nothing. Each is kept alive here, so its id names it and
+# no other object while any key holds the id: an equal code object that is another instance only misses the
+# cache (a recording of its own), it never hits another's. Never cleared (adaptive eager's caches hold these
+# ids too); emit code objects are a fixed set of the source, so past MAX_TOKENS (code made at run time, in a
+# loop) a launch simply has no key.
+_KEPT: dict[int, Any] = {}
+MAX_TOKENS = 1 << 16
+
+
+def token(obj: Any) -> int:
+    """``obj``'s identity as a key part (see ``_KEPT``); raise _NoKey past MAX_TOKENS objects."""
+    i = id(obj)
+    if i not in _KEPT:
+        if len(_KEPT) >= MAX_TOKENS:
+            raise _NoKey
+        _KEPT[i] = obj
+    return i
+
+
 def _value_key(v: Any, depth: int) -> Any:
     """A hashable, type-exact key of a closure value, or raise _NoKey (1 == 1.0 == True in a dict: the type
     keeps them apart)."""
@@ -113,7 +133,9 @@ def emit_key(fn: Callable, depth: int = 0) -> tuple:
         raise _NoKey
     cells = fn.__closure__
     defaults = fn.__defaults__
-    key = [fn.__code__]
+    code = fn.__code__
+    i = id(code)
+    key = [i if i in _KEPT else token(code)]
     if defaults:
         key.append(tuple([_value_key(d, depth) for d in defaults]))
     if cells:
