@@ -51,6 +51,9 @@ _refused: dict[tuple, None] = {}  # signatures whose instructions depended on th
 # instruction_level: launches with no signature (an emit without a safe key, a trace recorded, replay off);
 # refused: signatures dropped because a replay's instructions were not the recorded ones
 _counts = {"replayed": 0, "recorded": 0, "instruction_level": 0, "refused": 0}
+# Bumped whenever a recording leaves ``_figures`` (reset, the oldest forgotten, a refusal): what holds a
+# recording outside the cache (kernels/elementwise/recurring.py's plans) is valid while this is unchanged.
+_generation = [0]
 
 _FunctionType = types.FunctionType
 _ATOMS = frozenset({int, float, bool, str, complex, type(None), torch.dtype})
@@ -74,6 +77,7 @@ def stats() -> dict[str, int]:
 
 def reset() -> None:
     """Forget every recorded signature and zero the counts."""
+    _generation[0] += 1
     _figures.clear()
     _refused.clear()
     for k in _counts:
@@ -168,6 +172,7 @@ def record(key: tuple, core: NeuronCore, transfers: int, tiles: tuple) -> None:
     if key in _refused:
         return
     if len(_figures) >= MAX_SIGNATURES:
+        _generation[0] += 1
         del _figures[next(iter(_figures))]
     _figures[key] = (measured(core, transfers), tiles)
     _counts["recorded"] += 1
@@ -225,6 +230,7 @@ def run(key: tuple, figures: Figures, name: str, device: int, plan: tuple, out_v
             if not nc.matches(figures):
                 raise _NotTheSameLaunch
     except _NotTheSameLaunch:
+        _generation[0] += 1
         _figures.pop(key, None)
         if len(_refused) >= MAX_SIGNATURES:
             del _refused[next(iter(_refused))]
