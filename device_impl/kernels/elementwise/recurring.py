@@ -18,7 +18,8 @@ key is served from it. Per call, still:
 A plan is made only where the full path's answer is the plan's: all three tensors neuron tensors of one device;
 out already has the broadcast shape (no resize, no warning), is contiguous (no internal-overlap check) and
 C-ordered (the views need no permutation); alpha is the int 1; the result needs no narrow-float staging
-(``common._rounded_through``); at least one element; its launch recorded (kernels/replay.py). A call it does
+(``common._rounded_through``); at least one element; its launch recorded (kernels/replay.py); its key seen on an
+earlier call too (a first sighting only marks it, so metadata that never recurs costs a key, no plan). A call it does
 not serve takes the full path: adaptive eager running (``HOOKS.submit``/``CAPTURE``), a trace recorded, replay
 off, or a recording forgotten or refused since the plan was made (``replay._generation``).
 """
@@ -58,7 +59,7 @@ class Plans:
     def __init__(self, name: str, make_emit: Callable[..., Callable]) -> None:
         self.name = name
         self.make_emit = make_emit
-        self.plans: dict[tuple, _Plan] = {}
+        self.plans: dict[tuple, _Plan | None] = {}  # None: a key seen once, not yet planned
         self.served = 0  # calls served from a plan (tests read it)
 
     @staticmethod
@@ -116,7 +117,13 @@ class Plans:
         key = self._key(args, kwargs)
         if key is None:
             return
-        known = self.plans.get(key)
+        plans = self.plans
+        if key not in plans:  # a first sighting only marks the key: a call whose metadata never recurs
+            if len(plans) >= MAX_PLANS:  # (dynamic shapes) pays for its key, not for a plan
+                del plans[next(iter(plans))]
+            plans[key] = None
+            return
+        known = plans[key]
         if known is not None and known.generation == _generation[0]:
             return
         x, y = args
@@ -146,6 +153,4 @@ class Plans:
         plan.broadcast_y = tuple(y.shape) != plan.shape
         plan.convert_x, plan.convert_y = convert
         plan.target = target
-        if len(self.plans) >= MAX_PLANS and key not in self.plans:
-            del self.plans[next(iter(self.plans))]
-        self.plans[key] = plan
+        plans[key] = plan
