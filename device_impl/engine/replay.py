@@ -286,10 +286,30 @@ def _end(core: ReplayCore, kernel: str, device: int, figures: Figures, completed
 def one_tile(kernel: str, device: int, figures: Figures, plan: tuple, out_view: np.ndarray, emit, shape: tuple,
              target: np.dtype | None) -> bool:
     """A replayed launch of one tile ``shape`` holding all of out (a small elementwise op: the common case,
-    whose host cost is this function's): ``replayed`` and the tile loop of ``kernels.replay.run``, inlined.
+    whose host cost is this function's): ``replayed`` and the tile loop of ``kernels.replay.run``, inlined,
+    with ``_begin``, ``_end``, ``ReplayCore.retire`` and ``matches`` written out in it (each a call and its
+    argument passing on every small op; their docstrings say what each step is for).
     ``plan``: per operand (HBM view broadcast to out, scalar, convert to ``target``). Returns whether the
     instructions were the recorded ones; the figures are reported only then, and out is written either way."""
-    nc, errors, observed = _begin(kernel, device)
+    state = _core._state
+    if state.depth:
+        raise RuntimeError(f"kernel {kernel} launched from inside another kernel; launches do not nest")
+    nc = getattr(state, "replay_core", None)
+    if nc is None:
+        nc = state.replay_core = ReplayCore()
+    timeline = nc.timeline
+    busy = timeline.busy = _ZERO_BUSY.copy()
+    timeline.instructions = 0
+    tensor = nc.tensor
+    tensor.loaded = None
+    tensor.last_moving = 0
+    nc._live.clear()
+    nc.script = ()
+    nc.taken = 0
+    state.depth = 1
+    errors = _core._ignore_fp_errors()
+    observer = _core._observer[0]
+    observed = observer(kernel, device) if _torch_profiler._is_profiler_enabled and observer else None
     made = nc.made
     same = False
     try:
@@ -312,7 +332,22 @@ def one_tile(kernel: str, device: int, figures: Figures, plan: tuple, out_view: 
         made.append(result)
         emit(nc, result, *operands)
         out_view[...] = result.read().reshape(out_view.shape)  # what DMA.store_flat moves
-        same = nc.matches(figures)
+        # ReplayCore.matches, written out
+        tensor_busy, vector, scalar, gpsimd = figures.compute_busy  # _COMPUTE's order
+        same = (nc.taken == len(nc.script) and timeline.instructions == figures.compute_instructions
+                and busy["vector"] == vector and busy["scalar"] == scalar and busy["tensor"] == tensor_busy
+                and busy["gpsimd"] == gpsimd)
     finally:
-        _end(nc, kernel, device, figures, same, errors, observed)
+        # _end, written out
+        state.depth = 0
+        for tile in made:  # ReplayCore.retire
+            tile.root = None
+        made.clear()
+        _core._restore_fp_errors(errors)
+        if same:
+            f = figures
+            _core._close(kernel, device, f.device_ns, f.busy.copy(), f.hbm_read, f.hbm_write, f.flops, f.instructions,
+                   f.sbuf_peak, f.psum_peak, [])
+        if observed is not None:
+            observed(same)
     return same

@@ -119,12 +119,14 @@ def _ti_restride(out: torch.Tensor, operands: Sequence[Any]) -> None:
 
 
 def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset = COMPUTE_DTYPES,
-                    overloads: Sequence[str] | None = None) -> list[str]:
+                    overloads: Sequence[str] | None = None, recurring: Any = None) -> list[str]:
     """Register ``compute`` for the overloads of ``aten::<packet>`` (and ``<packet>_``).
 
     ``meta(args)`` returns (output shape, result dtype, operands that must not
     partially overlap the output). ``OUT_DTYPE_RULES`` says how an out= tensor's
-    dtype is judged. Returns the overloads registered directly.
+    dtype is judged. ``recurring``: plans (``serve(args, kwargs)``/``learn(args, kwargs)``) that serve a
+    recurring call of the ``out=`` kernel (kernels/elementwise/recurring.py). Returns the overloads registered
+    directly.
     """
     registered: list[str] = []
     served: list[str] = []
@@ -141,8 +143,9 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
         binder = Binder.of(overload)
         if binder.out_names:
             make = _generated_out_kernel if cpu_out_is_generated(op) else _out_kernel
+            extra = {"recurring": recurring} if make is _out_kernel and recurring is not None else {}
             TABLE.native(op, dtypes=dtypes)(_sourced(make(op, binder, compute, meta, rule,
-                                                          restride=packet in TI_OUT_STRIDES), compute))
+                                                          restride=packet in TI_OUT_STRIDES, **extra), compute))
             registered.append(op)
             out_ops.append(op)
         elif routed_by_composite(op):
@@ -198,11 +201,18 @@ def _submits(kernel):
     return kernel
 
 
-def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str = "cast", restride: bool = False):
+def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str = "cast", restride: bool = False,
+                recurring: Any = None):
     out_name = binder.out_names[0]
     exact, same = rule == "exact", rule == "same"
+    serve = recurring.serve if recurring is not None else None
+    learn = recurring.learn if recurring is not None else None
 
     def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
+        if serve is not None:  # a recurring call from its plan (kernels/elementwise/recurring.py), else as below
+            served = serve(args, kwargs)
+            if served is not None:
+                return served
         bound = binder.bind(args, kwargs)
         out = bound.pop(out_name)
         if same:  # before the op's own dtype refusals, as CPU's meta function
@@ -215,6 +225,8 @@ def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str
         submit = HOOKS.submit  # _run, inlined: every out= call
         if submit is None:
             compute(out, bound)
+            if learn is not None:
+                learn(args, kwargs)
         else:
             submit(op, compute, out, bound)
         return out

@@ -51,6 +51,9 @@ _refused: dict[tuple, None] = {}  # signatures whose instructions depended on th
 # instruction_level: launches with no signature (an emit without a safe key, a trace recorded, replay off);
 # refused: signatures dropped because a replay's instructions were not the recorded ones
 _counts = {"replayed": 0, "recorded": 0, "instruction_level": 0, "refused": 0}
+# Bumped whenever a recording leaves ``_figures`` (reset, the oldest forgotten, a refusal): what holds a
+# recording outside the cache (kernels/elementwise/recurring.py's plans) is valid while this is unchanged.
+_generation = [0]
 
 _FunctionType = types.FunctionType
 _ATOMS = frozenset({int, float, bool, str, complex, type(None), torch.dtype})
@@ -74,10 +77,31 @@ def stats() -> dict[str, int]:
 
 def reset() -> None:
     """Forget every recorded signature and zero the counts."""
+    _generation[0] += 1
     _figures.clear()
     _refused.clear()
     for k in _counts:
         _counts[k] = 0
+
+
+# Code objects, named in a key by their identity: hashing a code object hashes its bytecode, names and
+# constants (~1 us on every launch), its id costs nothing. Each is kept alive here, so its id names it and
+# no other object while any key holds the id: an equal code object that is another instance only misses the
+# cache (a recording of its own), it never hits another's. Never cleared (adaptive eager's caches hold these
+# ids too); emit code objects are a fixed set of the source, so past MAX_TOKENS (code made at run time, in a
+# loop) a launch simply has no key.
+_KEPT: dict[int, Any] = {}
+MAX_TOKENS = 1 << 16
+
+
+def token(obj: Any) -> int:
+    """``obj``'s identity as a key part (see ``_KEPT``); raise _NoKey past MAX_TOKENS objects."""
+    i = id(obj)
+    if i not in _KEPT:
+        if len(_KEPT) >= MAX_TOKENS:
+            raise _NoKey
+        _KEPT[i] = obj
+    return i
 
 
 def _value_key(v: Any, depth: int) -> Any:
@@ -113,7 +137,9 @@ def emit_key(fn: Callable, depth: int = 0) -> tuple:
         raise _NoKey
     cells = fn.__closure__
     defaults = fn.__defaults__
-    key = [fn.__code__]
+    code = fn.__code__
+    i = id(code)
+    key = [i if i in _KEPT else token(code)]
     if defaults:
         key.append(tuple([_value_key(d, depth) for d in defaults]))
     if cells:
@@ -146,6 +172,7 @@ def record(key: tuple, core: NeuronCore, transfers: int, tiles: tuple) -> None:
     if key in _refused:
         return
     if len(_figures) >= MAX_SIGNATURES:
+        _generation[0] += 1
         del _figures[next(iter(_figures))]
     _figures[key] = (measured(core, transfers), tiles)
     _counts["recorded"] += 1
@@ -203,6 +230,7 @@ def run(key: tuple, figures: Figures, name: str, device: int, plan: tuple, out_v
             if not nc.matches(figures):
                 raise _NotTheSameLaunch
     except _NotTheSameLaunch:
+        _generation[0] += 1
         _figures.pop(key, None)
         if len(_refused) >= MAX_SIGNATURES:
             del _refused[next(iter(_refused))]

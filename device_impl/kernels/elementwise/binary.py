@@ -47,6 +47,7 @@ from device_impl.kernels.elementwise.loop import (
     _vector_split,
     binary,
 )
+from device_impl.kernels.elementwise import recurring
 from device_impl.kernels.registry import register_family
 
 
@@ -224,21 +225,27 @@ def _add_like(op: str):
         if alpha != 1 and common in _FLOATS:
             _add_alpha_float(op, out, x, y, alpha, common)
             return
-
-        def emit(nc, o, tx, ty):
-            if alpha != 1:
-                alpha_ = cast_scalar(alpha, common)  # CPU's add kernel reads alpha in the common dtype
-                if isinstance(ty, Tile):
-                    scaled = nc.sbuf_tile(ty.shape, cd)
-                    nc.vector.tensor_scalar(scaled, ty, "multiply", alpha_, dtype=cd)
-                    ty = scaled
-                else:
-                    ty = np.asarray(ty).astype(cd) * np.asarray(alpha_).astype(cd)
-            binary(nc, o, tx, ty, op, cd)
-
-        elementwise(op, out, (x, y), emit, common_dtype=common)
+        elementwise(op, out, (x, y), _add_emit(op, alpha, common, cd), common_dtype=common)
 
     return compute
+
+
+def _add_emit(op: str, alpha: Any, common: torch.dtype, cd: np.dtype):
+    """add/sub's emit (integer alpha, or alpha 1): one function for the kernel and its recurring-call plans
+    (``elementwise.recurring``), so both key the same launch (kernels/replay.py keys an emit by its code)."""
+
+    def emit(nc, o, tx, ty):
+        if alpha != 1:
+            alpha_ = cast_scalar(alpha, common)  # CPU's add kernel reads alpha in the common dtype
+            if isinstance(ty, Tile):
+                scaled = nc.sbuf_tile(ty.shape, cd)
+                nc.vector.tensor_scalar(scaled, ty, "multiply", alpha_, dtype=cd)
+                ty = scaled
+            else:
+                ty = np.asarray(ty).astype(cd) * np.asarray(alpha_).astype(cd)
+        binary(nc, o, tx, ty, op, cd)
+
+    return emit
 
 
 def _add_alpha_float(op: str, out: torch.Tensor, x: Any, y: Any, alpha: Any, common: torch.dtype) -> None:
@@ -279,8 +286,10 @@ def _add_alpha_float(op: str, out: torch.Tensor, x: Any, y: Any, alpha: Any, com
         elementwise(op, part[0], operands, emit, common_dtype=common)
 
 
-register_family("add", _add_like("add"), _meta_add)
-register_family("sub", _add_like("subtract"), _meta_add)
+# add.out/sub.out calls that recur with the same metadata, served from a plan (elementwise/recurring.py)
+RECURRING = {"add": recurring.Plans("add", _add_emit), "sub": recurring.Plans("subtract", _add_emit)}
+register_family("add", _add_like("add"), _meta_add, recurring=RECURRING["add"])
+register_family("sub", _add_like("subtract"), _meta_add, recurring=RECURRING["sub"])
 
 
 def _div_compute(out: torch.Tensor, a: dict) -> None:

@@ -1,0 +1,156 @@
+"""Recurring calls of add/sub's out= kernel, served from a plan of their launch.
+
+Why: most of a small op's host cost is the Python around its engines, not their arithmetic. Before a 1k add's
+one tile runs, the out= kernel binds the arguments, runs the meta function (broadcast shape, result dtype),
+applies out='s rules, makes the emit, resolves the operands into HBM views (broadcast, conversions) and
+builds the launch's signature (kernels/replay.py) to find its recording: about half of the kernel's
+bytecode. All of it follows from the call's metadata alone (each tensor's dtype, shape, strides and device,
+and alpha), so a plan keeps those answers for one metadata key. It is learnt after a call of that key took
+the full path and completed, so every check that depends on the metadata alone passed; a later call with the
+key is served from it. Per call, still:
+
+  * the key itself (dtypes, shapes, strides, devices; alpha is the int 1);
+  * ``check_out``'s partial-overlap rule from this call's data pointers (the same function, the same error);
+  * the HBM views of the three tensors, broadcast as the plan says;
+  * the launch: ``kernels.replay.run`` on the plan's recording (the same instructions on the same tiles, the
+    tally checked, the recorded figures reported), so bits, device time and statistics are the full path's.
+
+A plan is made only where the full path's answer is the plan's: all three tensors neuron tensors of one device;
+out already has the broadcast shape (no resize, no warning), is contiguous (no internal-overlap check) and
+C-ordered (the views need no permutation); alpha is the int 1; the result needs no narrow-float staging
+(``common._rounded_through``); at least one element; its launch recorded (kernels/replay.py); its key seen on an
+earlier call too (a first sighting only marks it, so metadata that never recurs costs a key, no plan). A call it does
+not serve takes the full path: adaptive eager running (``HOOKS.submit``/``CAPTURE``), a trace recorded, replay
+off, or a recording forgotten or refused since the plan was made (``replay._generation``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from device_impl.dispatch.table import HOOKS
+from device_impl.engine.core import _recording
+from device_impl.engine.hbm import view as hbm
+from device_impl.kernels import overlap, replay
+from device_impl.kernels.common import CAPTURE, FREE_MAX, _NARROW_FLOATS, _prepare, memory_order, numpy_compute, \
+    result_type
+
+MAX_PLANS = 1024  # per op, the oldest forgotten first
+
+_Tensor = torch.Tensor
+_generation = replay._generation
+_enabled = replay._enabled
+
+
+class _Plan:
+    """One metadata key's answers (module docstring)."""
+
+    __slots__ = ("generation", "emit", "figures", "tiles", "signature", "broadcast_x", "broadcast_y", "convert_x",
+                 "convert_y", "target", "shape")
+
+
+class Plans:
+    """The plans of one op (``name``: the launch's kernel name, as its compute names it); ``make_emit(name, alpha,
+    common, compute dtype)`` makes the emit the op's compute makes, so the plan keys the same launch."""
+
+    def __init__(self, name: str, make_emit: Callable[..., Callable]) -> None:
+        self.name = name
+        self.make_emit = make_emit
+        self.plans: dict[tuple, _Plan | None] = {}  # None: a key seen once, not yet planned
+        self.served = 0  # calls served from a plan (tests read it)
+
+    @staticmethod
+    def _key(args: tuple, kwargs: dict) -> tuple | None:
+        """The metadata key of a call ``(self, other, out=)`` or ``(self, other, alpha=1, out=)`` (the
+        dispatcher leaves a default alpha out), or None for any other form."""
+        if len(args) != 2:
+            return None
+        n = len(kwargs)
+        if n != 1:
+            alpha = kwargs.get("alpha")
+            if n != 2 or type(alpha) is not int or alpha != 1:
+                return None
+        x, y = args
+        out = kwargs.get("out")
+        if not (isinstance(x, _Tensor) and isinstance(y, _Tensor) and isinstance(out, _Tensor)):
+            return None
+        return (x.dtype, y.dtype, out.dtype, x.shape, y.shape, out.shape, x.stride(), y.stride(), out.stride(),
+                x.get_device(), y.get_device(), out.get_device())
+
+    def serve(self, args: tuple, kwargs: dict) -> torch.Tensor | None:
+        """Run the call from its plan and return out, or None: the caller takes the full path."""
+        if HOOKS.submit is not None or CAPTURE[0] is not None or _recording or not _enabled[0]:
+            return None
+        key = self._key(args, kwargs)
+        if key is None:
+            return None
+        plan = self.plans.get(key)
+        if plan is None or plan.generation != _generation[0]:
+            return None
+        x, y = args
+        out = kwargs["out"]
+        begin = out.data_ptr()  # check_out's partial-overlap rule (kernels/common.py), this call's pointers
+        end = begin + out.nbytes
+        for t in (x, y):
+            b = t.data_ptr()
+            if b < end and begin < b + t.nbytes:
+                overlap.assert_no_partial_overlap(out, t)
+        vx, vy = hbm(x), hbm(y)
+        if plan.broadcast_x:
+            vx = np.broadcast_to(vx, plan.shape)
+        if plan.broadcast_y:
+            vy = np.broadcast_to(vy, plan.shape)
+        steps = ((vx, None, plan.convert_x), (vy, None, plan.convert_y))
+        if not replay.run(plan.signature, plan.figures, self.name, key[11], steps, hbm(out), plan.emit, plan.tiles,
+                          plan.target):
+            return None  # refused (replay.run forgot the recording): the full path runs it instruction by instruction
+        self.served += 1
+        return out
+
+    def learn(self, args: tuple, kwargs: dict) -> None:
+        """After a call took the full path and completed: make its key's plan where one applies (module docstring)."""
+        if HOOKS.submit is not None or CAPTURE[0] is not None or _recording or not _enabled[0]:
+            return
+        key = self._key(args, kwargs)
+        if key is None:
+            return
+        plans = self.plans
+        if key not in plans:  # a first sighting only marks the key: a call whose metadata never recurs
+            if len(plans) >= MAX_PLANS:  # (dynamic shapes) pays for its key, not for a plan
+                del plans[next(iter(plans))]
+            plans[key] = None
+            return
+        known = plans[key]
+        if known is not None and known.generation == _generation[0]:
+            return
+        x, y = args
+        out = kwargs["out"]
+        device = key[11]
+        if device < 0 or key[9] != device or key[10] != device or out.numel() == 0 or not out.is_contiguous():
+            return
+        if out.dim() > 1 and memory_order(out) != list(range(out.dim())):
+            return
+        common = result_type(x, y)
+        if common in _NARROW_FLOATS and out.dtype.is_floating_point and out.dtype != common:
+            return
+        emit = self.make_emit(self.name, 1, common, numpy_compute(common))
+        out_view, views, scalars, convert, target = _prepare(out, (x, y), common, None, True)
+        signature = replay.signature(self.name, emit, out.numel(), FREE_MAX, out_view, views, scalars, convert,
+                                     target)
+        recorded = replay._figures.get(signature) if signature is not None else None
+        if recorded is None:
+            return
+        plan = _Plan()
+        plan.generation = _generation[0]
+        plan.emit = emit
+        plan.figures, plan.tiles = recorded
+        plan.signature = signature
+        plan.shape = tuple(out.shape)
+        plan.broadcast_x = tuple(x.shape) != plan.shape
+        plan.broadcast_y = tuple(y.shape) != plan.shape
+        plan.convert_x, plan.convert_y = convert
+        plan.target = target
+        plans[key] = plan

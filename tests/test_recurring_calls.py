@@ -1,0 +1,198 @@
+"""A recurring add/sub call served from its plan (device_impl/kernels/elementwise/recurring.py) changes the host
+cost and nothing else: the same output bits, launch figures, device clock, statistics and errors as the full
+path, which a call takes wherever the plan's answers might not hold."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from device_impl import engine
+from device_impl._core import C
+from device_impl.engine import core
+from device_impl.kernels import replay
+from device_impl.kernels.elementwise.binary import RECURRING
+
+DEV = "neuron"
+_BITS = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    host = t.detach().cpu().contiguous()
+    return host.view(_BITS.get(host.dtype, host.dtype))
+
+
+def _values(shape, dtype: torch.dtype, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    if not dtype.is_floating_point:
+        return torch.randint(-50, 50, shape, generator=g).to(dtype).to(DEV)
+    x = torch.randn(shape, generator=g) * 3
+    flat = x.view(-1)
+    specials = torch.tensor([0.0, -0.0, float("inf"), -float("inf"), float("nan"), 0.5, -2.5, 1e-40])
+    flat[: min(flat.numel(), specials.numel())] = specials[: flat.numel()]
+    return x.to(dtype).to(DEV)
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Every completed launch's figures (what core._close reports), in order."""
+    figures: list[tuple] = []
+    original = core._close
+
+    def spy(kernel, device, device_ns, busy, *rest):
+        figures.append((kernel, device, device_ns, dict(busy), *rest[:-1]))
+        return original(kernel, device, device_ns, busy, *rest)
+
+    monkeypatch.setattr(core, "_close", spy)
+    previous = replay.set_enabled(True)
+    replay.reset()
+    for plans in RECURRING.values():
+        plans.plans.clear()
+    yield figures
+    replay.set_enabled(previous)
+
+
+def _run(figures: list, fn):
+    """fn's output, launch figures, device clock advance, engine.stats() and last launch's report."""
+    figures.clear()
+    engine.reset_stats()
+    clock = C.device_time_ns(0)
+    out = fn()
+    last = engine.last_launch()
+    return (out, list(figures), C.device_time_ns(0) - clock, engine.stats(),
+            (last.device_ns, last.busy_ns, last.hbm_bytes_read, last.hbm_bytes_written, last.flops,
+             last.instructions, last.sbuf_peak_bytes, last.psum_peak_bytes))
+
+
+def _served() -> int:
+    return sum(p.served for p in RECURRING.values())
+
+
+CASES = {
+    "add_1k": lambda x, y: torch.add(x, y),
+    "sub_1k": lambda x, y: torch.sub(x, y),
+    "operator": lambda x, y: x + y,
+    "add_out": lambda x, y: torch.add(x, y, out=torch.empty(torch.broadcast_shapes(x.shape, y.shape),
+                                                            dtype=torch.result_type(x, y), device=DEV)),
+    "alpha_1": lambda x, y: torch.add(x, y, alpha=1),
+}
+SHAPES = {"1k": ((1024,), (1024,)), "2d": ((64, 96), (64, 96)), "broadcast": ((64, 1), (1, 96)),
+          "multi_tile": ((300_000,), (300_000,)), "scalar_tensor": ((), ())}
+DTYPES = {"fp32": (torch.float32, torch.float32), "bf16": (torch.bfloat16, torch.bfloat16),
+          "int_float": (torch.int32, torch.float32), "int": (torch.int64, torch.int64),
+          "bf16_fp32": (torch.bfloat16, torch.float32)}
+
+
+@pytest.mark.parametrize("dtypes", DTYPES, ids=list(DTYPES))
+@pytest.mark.parametrize("shapes", SHAPES, ids=list(SHAPES))
+@pytest.mark.parametrize("case", CASES, ids=list(CASES))
+def test_a_served_call_is_the_full_paths(launches, case, shapes, dtypes):
+    fn = CASES[case]
+    (sx, sy), (dx, dy) = SHAPES[shapes], DTYPES[dtypes]
+    x, y = _values(sx, dx, 1), _values(sy, dy, 2)
+    _run(launches, lambda: fn(x, y))  # the full path, at the instruction level: recorded, its key seen
+    _run(launches, lambda: fn(x, y))  # the full path again (replayed): its plan learnt
+    served = _served()
+    full = _run(launches, lambda: fn(x, y))  # ... whose recording a plan now serves
+    assert _served() == served + 1, "a recurring call was not served from its plan"
+    for plans in RECURRING.values():
+        plans.plans.clear()
+    reference = _run(launches, lambda: fn(x, y))  # the full path again (a replay of the same recording)
+    assert _served() == served + 1
+    assert full[0].dtype == reference[0].dtype and full[0].shape == reference[0].shape
+    assert full[0].stride() == reference[0].stride()
+    assert torch.equal(_bits(full[0]), _bits(reference[0]))
+    assert full[1:] == reference[1:]
+
+
+def test_in_place_and_overlapping_outs(launches):
+    x, y = _values((1024,), torch.float32, 1), _values((1024,), torch.float32, 2)
+    expected = x.cpu() + y.cpu()
+    for _ in range(3):
+        z = x.clone()
+        z.add_(y)  # add.out(z, y, out=z): full overlap, allowed
+        assert torch.equal(_bits(z), _bits(expected))
+    assert _served() >= 1
+    base = torch.zeros(2048, device=DEV)
+    out = base[:1024]
+    for _ in range(3):  # learnt (out shares no memory with the operands), then served
+        torch.add(x, y, out=out)
+    served = _served()
+    shifted = base[1:1025]  # the same metadata as out, partially overlapping an operand
+    with pytest.raises(RuntimeError, match="unsupported operation: some elements of the input tensor and the "
+                                           "written-to tensor refer to a single memory location"):
+        torch.add(shifted, y, out=base[2:1026])
+    assert _served() == served
+
+
+def test_sub_of_bool_raises_every_time(launches):
+    b = torch.ones(1024, dtype=torch.bool, device=DEV)
+    served = _served()
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="Subtraction, the `-` operator, with two bool tensors"):
+            torch.sub(b, b)
+    assert _served() == served
+
+
+def test_the_full_path_where_a_plan_may_not_hold(launches):
+    x, y = _values((1024,), torch.float32, 1), _values((1024,), torch.float32, 2)
+    start = _served()
+    for _ in range(3):  # recorded and its key seen; its plan learnt; served
+        torch.add(x, y)
+    served = _served()
+    assert served == start + 1
+    replay.reset()  # the plan's recording forgotten: the full path records it again, then plans again
+    torch.add(x, y)
+    assert _served() == served and replay.stats()["recorded"] == 1
+    torch.add(x, y)
+    assert _served() == served + 1
+    with engine.record_trace() as trace:  # a trace needs every instruction: the full path, instruction level
+        torch.add(x, y)
+    assert _served() == served + 1 and trace.reports[-1].events
+    previous = replay.set_enabled(False)
+    try:
+        torch.add(x, y)
+    finally:
+        replay.set_enabled(previous)
+    assert _served() == served + 1
+    torch.add(x, y, alpha=2)  # another alpha: the full path
+    torch.add(x, y, alpha=2)
+    assert _served() == served + 1
+    host = torch.tensor(2.0)  # a host 0-d operand: never planned
+    torch.add(x, host)
+    torch.add(x, host)
+    assert _served() == served + 1
+    out = torch.empty(0, device=DEV)  # resized (the full path) on its first call only, then torch.add(x, y)'s plan
+    for _ in range(3):
+        torch.add(x, y, out=out)
+    assert _served() == served + 3
+    seen = len(RECURRING["add"].plans)
+    for n in range(1, 6):  # metadata that never recurs: a key each, no plan
+        torch.add(x[:n], y[:n])
+    assert [p for p in list(RECURRING["add"].plans.values())[seen:]] == [None] * 5
+
+
+def test_a_resizing_call_warns_as_the_full_path(launches):
+    x, y = _values((1024,), torch.float32, 1), _values((1024,), torch.float32, 2)
+    out = torch.empty(1024, device=DEV)
+    for _ in range(3):
+        torch.add(x, y, out=out)
+    wrong = torch.empty(512, device=DEV)
+    with pytest.warns(UserWarning, match="An output with one or more elements was resized"):
+        torch.add(x, y, out=wrong)
+
+
+def test_replay_keys_name_code_objects_by_identity():
+    """An emit's code is keyed by its id (kept alive in replay._KEPT), not hashed on every launch, and repeated
+    launches add no entries."""
+    x, y = _values((1024,), torch.float32, 1), _values((1024,), torch.float32, 2)
+    torch.add(x, y)
+    kept = len(replay._KEPT)
+    for _ in range(5):
+        torch.mul(x, y)
+        torch.add(x, y)
+    torch.mul(x, y)
+    assert len(replay._KEPT) <= kept + 1
+    for key in replay._figures:
+        assert not any(isinstance(part, type(test_replay_keys_name_code_objects_by_identity.__code__))
+                       for part in key[1])
