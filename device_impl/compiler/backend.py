@@ -522,8 +522,8 @@ def _output_plan(aot_gm: torch.fx.GraphModule) -> OutputPlan | None:
             if node in index_of and index_of[node] not in written:
                 others[p] = ("input", index_of[node])
                 continue
-            base, chain = _view_chain(node)
-            if chain and base in index_of and index_of[base] not in written:
+            base, chain = _view_chain(node)  # a contiguous one only: the backward's schedule was recorded so
+            if chain and base in index_of and index_of[base] not in written and value.is_contiguous():
                 others[p] = ("view", index_of[base], chain)
                 continue
             if node in at:

@@ -44,4 +44,6 @@ def test_an_in_place_random_fill_costs_what_eager_does(name):
             warnings.simplefilter("ignore", RuntimeWarning)  # the graph's eager run is announced
             got, compiled_ns = _run(torch.compile(fill, backend="neuron", dynamic=False), x)
     assert torch.equal(got, expected)  # the same draws from the same generator state
-    assert compiled_ns == eager_ns
+    # at most eager's: the graph runs eagerly in adaptive mode (compiler/fallback.py), where a clone and its fill
+    # may fuse (clone_bernoulli_tensor 8356 -> 6350 ns)
+    assert compiled_ns <= eager_ns
