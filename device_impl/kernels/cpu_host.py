@@ -14,8 +14,9 @@ runs on, not only on PyTorch's version:
   and some of oneDNN's form ``0 * w`` at every padded position (NaN for an infinite or NaN weight), oneDNN's
   direct kernels form none; which oneDNN kernel runs is oneDNN's choice per problem (sizes, strides, groups) and
   ISA, so it is asked of CPU's own convolution of ones and an infinite weight, once per problem.
-* **Whether ``gelu`` runs oneDNN** (``onednn_gelu``): contiguous float32 (and bf16 where oneDNN has bf16 on
-  the CPU) tensors, with its own order of operations.
+* **Whether ``gelu`` runs oneDNN's overflowing form** (``onednn_gelu``): contiguous float32 (and bf16 where
+  oneDNN has bf16 on the CPU) tensors, where oneDNN's kernel for this host's ISA halves last (asked of CPU's
+  gelu of 3e38: the AVX-512 kernel overflows there, the AVX2 one does not).
 * **Whether a multiply-add rounds once.** ATen's vectorized loops call ``vec::fmadd``, one rounding on the
   AVX2/AVX-512 kernels (and the compiler contracts ``a * b + c`` in the scalar loops compiled with them);
   the ``DEFAULT`` kernels (``ATEN_CPU_CAPABILITY=default``, or a CPU without AVX2) compute ``a * b`` and
@@ -89,8 +90,18 @@ def onednn_gelu(x: torch.Tensor, approximate: str) -> bool:
     if x.numel() <= 1 or not x.is_contiguous():
         return False
     if x.dtype == torch.float32:
-        return True
-    return x.dtype == torch.bfloat16 and _onednn_bf16()
+        return _onednn_gelu_overflows(torch.float32)
+    return x.dtype == torch.bfloat16 and _onednn_bf16() and _onednn_gelu_overflows(torch.bfloat16)
+
+
+@functools.cache
+def _onednn_gelu_overflows(dtype: torch.dtype) -> bool:
+    """Whether oneDNN's gelu kernel on this host forms ``x * (1 + erf(...))`` before halving, asked of CPU's own
+    gelu of a contiguous tensor (the oneDNN path) of 3e38: inf where it does. oneDNN's JIT kernel is chosen per
+    ISA: measured in torch 2.13, the AVX-512 kernel overflows there and the AVX2 one gives 3e38, as ATen's own
+    ``x * 0.5 * (1 + erf(...))`` does, so on such a host ATen's form is CPU's form."""
+    with _disable_current_modes():
+        return bool(torch.isinf(torch.nn.functional.gelu(torch.full((16,), 3e38, dtype=dtype))).all())
 
 
 @functools.cache
