@@ -177,6 +177,9 @@ EPILOGUES = [
         (x @ w).view(2, 128, 256) + r), [(256, 256), (256, 256), (2, 128, 256), (256,)], [2]),
     ("scores_softmax", lambda q, k: torch.softmax(q @ k.transpose(-1, -2) * 0.125, -1),
      [(4, 128, 64), (4, 128, 64)], [2]),
+    # a decoder's rotary on its q projection, read as [B, H, S, D] through a transpose (build._product_order)
+    ("rotary_transposed", lambda x, w, c, s: (lambda q: q * c + _rotate_half(q) * s)(
+        (x @ w).view(2, 128, 4, 64).transpose(1, 2)), [(256, 256), (256, 256), (128, 64), (128, 64)], None),
 ]
 
 
