@@ -296,6 +296,51 @@ def handoffs(steps: list[dict], views: dict, shapes: dict, dtypes: dict, outputs
 HANDED_OUTPUT_BYTES = 16 * 1024
 
 
+def attention_inputs(steps: list[dict], shapes: dict) -> list[dict]:
+    """An attention step whose q or k is stored by an earlier product's transposed epilogue (``_product_order``:
+    the decoder's rotary on the q and k projections, computed per [128 tokens, heads * D] block of the product)
+    takes that value's blocks on chip: the epilogue computes each block into a tile that outlives it
+    (``GroupRunner.epilogue``'s ``taps``) and the attention reads each head's [128, D] columns of it in place of its
+    load (``kernels.attention.forward_program``'s ``given``), instead of loading the value back after the
+    epilogue's stores (the stores stay: the fast path and any other reader take the value from its buffer).
+    Only where a query or key block is one of those blocks' rows (the sequence a multiple of 128, or one batch)
+    and a head's D columns lie in one block (D divides the product's evacuation chunk and its columns). The same
+    bits: the attention reads the same values."""
+    from device_impl.kernels.attention import K_TILE, Q_TILE
+    from device_impl.kernels.matmul import EVACUATION_CHUNK
+
+    stored: dict[int, tuple[int, int]] = {}  # value -> (product step, its epilogue's slot)
+    for j, step in enumerate(steps):
+        tail = step.get("epilogue") if step["kind"] == "dot_general" else None
+        if tail is None or "order" not in tail:
+            continue
+        order = tail["order"]
+        if order["perm"] != [0, 2, 1, 3] or order["rows_dims"] != 2:
+            continue
+        for slot, vid in tail["stores"]:
+            stored[vid] = (j, slot)
+    for i, step in enumerate(steps):
+        if step["kind"] != "attention":
+            continue
+        given = {}
+        for name, vid, tile in (("q", step["operands"][0], Q_TILE), ("k", step["operands"][1], K_TILE)):
+            if vid not in stored or stored[vid][0] >= i or len(shapes[vid]) != 4:
+                continue
+            j, slot = stored[vid]
+            b, _, length, d = shapes[vid]
+            n = shapes[vid][1] * d
+            if (b > 1 and length % tile) or EVACUATION_CHUNK % d or n % d:
+                continue
+            producer = steps[j]
+            if producer.get("handoff", {}).get("slot") == slot or producer.get("keep", {}).get("slot") == slot:
+                continue
+            producer.setdefault("attention_taps", []).append({"slot": slot, "value": vid})
+            given[name] = vid
+        if given:
+            step["given"] = given
+    return steps
+
+
 def attention_handoffs(steps: list[dict], views: dict, shapes: dict, dtypes: dict, outputs: set[int]) -> list[dict]:
     """An attention step whose output O [B, H, L, Ev] is read only by the next step, a product reading it as its
     A = O.transpose(1, 2).reshape(B * L, H * Ev) (the decoder's o projection), hands that product O's blocks on
@@ -634,6 +679,7 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None, weights
     steps = handoffs(steps, views, shapes, dtypes, set(graph.outputs))
     steps = keep_products(steps, views, set(graph.outputs), shapes, dtypes)
     steps = attention_handoffs(steps, views, shapes, dtypes, set(graph.outputs))
+    steps = attention_inputs(steps, shapes)
     referenced = set(graph.inputs) | set(graph.outputs) | set(views) | {v["src"] for v in views.values()}
     referenced.update(vid for step in steps if "epilogue" in step for vid in step["results"])
     for step in steps:
