@@ -775,7 +775,12 @@ class GroupRunner:
         def tiles_of(tile, r0: int, r1: int, c0: int, c1: int) -> dict:
             tiles = {product_slot: tile}
             for slot, boxes in (kept or {}).items():
-                tiles[slot] = boxes[(r0, r1, c0, c1)]
+                box = boxes.get((r0, r1, c0, c1))
+                if box is None:  # part of a kept block (matmul._finish_block's last block, cut in halves)
+                    (b0, b1, d0, d1), box = next((key, t) for key, t in boxes.items()
+                                                 if key[0] <= r0 and r1 <= key[1] and key[2] <= c0 and c1 <= key[3])
+                    box = box[r0 - b0:r1 - b0, c0 - d0:c1 - d0]
+                tiles[slot] = box
             for slot, t in shared.items():
                 if r1 - r0 <= t.partitions:
                     tiles[slot] = t if r1 - r0 == t.partitions else t[0:r1 - r0, :]
@@ -825,6 +830,9 @@ class GroupRunner:
         # the product is read by the ops, never stored from this tile: it may stay in PSUM (matmul._finish_block);
         # not by rotated ops (GpSimd's permutation reads SBUF)
         run.reads_psum = product_slot not in stores and product_slot not in (taps or {}) and plan is None
+        # any block of the product will do (matmul._finish_block cuts its last one): an elementwise group that
+        # hands no block to anyone (a kept block it reads is read in parts)
+        run.splittable = self.reduce_dims is None and not taps and plan is None
         if in_flight > 1 and self.reduce_dims is not None and run.reads_psum:
             run.holds = held
         run.flush = flush

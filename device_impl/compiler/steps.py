@@ -132,6 +132,7 @@ def _dot_general(step: dict, program: Program) -> Runner:
                     lambda nc_, t, m0, m1, n0, n1, i=i: tail(nc_, t, i * m + m0, i * m + m1, n0, n1))
                 if block is not None:
                     block.reads_psum = tail.reads_psum
+                    block.splittable = getattr(tail, "splittable", False) and i == batch - 1
                     block.keeps = getattr(tail, "keeps", None)
                     block.holds = getattr(tail, "holds", None)
                 kept = None if share is None else env.shared.setdefault((lhs, layout, i), ({}, []))
