@@ -288,7 +288,7 @@ def _run_resident(nc, order, keys, lhs: _Operand, rhs: _Operand, blocks, k_range
         (operand, key) for pair in keys for operand, key in zip((lhs, rhs), pair) if operand.waiting(key)))
     first = 0
     accs: dict[int, Any] = {}
-    for (b, j), (lkey, rkey) in zip(order, keys):
+    for n, ((b, j), (lkey, rkey)) in enumerate(zip(order, keys)):
         while True:
             while first < len(pending) and not pending[first][0].waiting(pending[first][1]):
                 first += 1
@@ -307,7 +307,7 @@ def _run_resident(nc, order, keys, lhs: _Operand, rhs: _Operand, blocks, k_range
         nc.tensor.matmul(accs[b], lhs.tile(*lkey), rhs.tile(*rkey), accumulate=j > 0)
         if j == len(k_ranges) - 1:
             if not _finish_block(nc, out2d[m0:m1, n0:n1], accs[b], alpha, beta, bias2d, m0, m1, n0, n1, epilogue,
-                                 True, last=not accs.keys() - {b}):
+                                 True, last=n == len(order) - 1):
                 nc.release(accs[b])
             del accs[b]
 
