@@ -14,9 +14,10 @@
    UnsupportedOpError here, before anything runs);
 5. ``layout.plan``: a product's B that is a static input (a parameter) read against TensorE's layout is read
    from a layout buffer, kept on the device in that layout by the runtime (``layout.Layouts``);
-   ``memory.group_plan``: tile sizes of each fused group within SBUF; ``attach_epilogues`` (groups run on a
-   product's evacuation), ``share_lhs`` (consecutive products of one operand keep its SBUF tiles),
-   ``rotations`` (a flat group's rotate_half as one GpSimd permutation of its source's tile),
+   ``memory.group_plan``: tile sizes of each fused group within SBUF; ``rotations`` found first, then
+   ``attach_epilogues`` (groups run on a product's evacuation, also one reading it through a transpose: the
+   rotary on the q and k projections), ``share_lhs`` (consecutive products of one operand keep its SBUF tiles),
+   (``rotations``: a flat group's rotate_half as one GpSimd permutation of its source's tile),
    ``prepare_weights`` (a later product's weight tiles loaded and transposed by an earlier product step),
    ``handoffs`` (an epilogue's result blocks kept in SBUF as the next product's A), ``keep_products`` (a
    product's blocks kept in SBUF for a later product's epilogue), ``producer_layouts`` (an attention output kept
@@ -79,6 +80,47 @@ def _reshapes_of(vid: int, base: int, views: dict) -> bool:
     return True
 
 
+def _product_order(group: dict, slots: list[int], product: int, views: dict, shapes: dict, n: int) -> dict | None:
+    """How a flat group that reads the product [rows, n] through a transpose of its reshapes (a decoder's q
+    projection read as [B, H, S, D] by the rotary: ``q.view(b, s, h, d).transpose(1, 2)``) iterates the product's
+    row-major order: {"slot": the product's load, "perm": the transpose's permutation, "rows_dims": how many
+    leading dims of the reshaped product make its rows, "drop": the product's other loads, each the reversed
+    view a rotate_half reads (``rotations``: its rotated ops read the source slot's tile instead)}; None where
+    that is not the case. The group is elementwise, so computing it per block of the product, every load and
+    store read in the product's order, gives each element the same instructions (the rotation unit, whole in a
+    block's row, stays innermost: the permutation keeps the last dim last)."""
+    if group["reduce_dims"] is not None:
+        return None
+    rotations = group.get("rotations") or []
+    dropped = {r["drop"][1] for r in rotations}
+    main = [slot for slot in slots if slot not in dropped]
+    if len(main) != 1:
+        return None
+    (slot,) = main
+    loads = dict(group["loads"])
+    if any(r["source"] != slot for r in rotations if r["drop"][1] in slots):
+        return None
+    view = views.get(loads[slot])
+    if view is None or view["op"] != "transpose" or not _reshapes_of(view["src"], product, views):
+        return None
+    perm = list(view["permutation"])
+    reshaped = tuple(shapes[view["src"]])
+    if perm[-1] != len(perm) - 1 or tuple(group["shape"]) != tuple(reshaped[d] for d in perm):
+        return None
+    rows_dims = next((k for k in range(len(reshaped) + 1) if math.prod(reshaped[k:]) == n), None)
+    if rows_dims is None or any(reshaped[-1] % r["unit"] or n % r["unit"] for r in rotations):
+        return None
+    from device_impl.kernels.matmul import EVACUATION_CHUNK
+
+    if any(EVACUATION_CHUNK % r["unit"] for r in rotations):
+        return None
+    drop = sorted({r["drop"][0] for r in rotations} | dropped)
+    if any(tuple(shapes[vid]) != tuple(group["shape"]) for s, vid in group["loads"] if s not in drop) or \
+            any(tuple(shapes[vid]) != tuple(group["shape"]) for _, vid in group["stores"]):
+        return None
+    return {"slot": slot, "perm": perm, "rows_dims": rows_dims, "drop": drop}
+
+
 def attach_epilogues(steps: list[dict], views: dict, outputs: set[int], shapes: dict) -> list[dict]:
     """Run a fused group that reads a matmul's product on the product's PSUM evacuation (issue 21:
     "elementwise and normalisation chains fused into matmul epilogues"), instead of storing the
@@ -119,9 +161,13 @@ def attach_epilogues(steps: list[dict], views: dict, outputs: set[int], shapes: 
         if group["kind"] != "fused" or j in fused_into or j < i:
             continue
         slots = [slot for slot, vid in group["loads"] if base(vid) == product]
-        if len(slots) != 1 or not _reshapes_of(dict(group["loads"])[slots[0]], product, views):
-            continue
         n = shapes[product][-1]
+        order = None  # the group reads the product through a transpose (``_product_order``)
+        if len(slots) != 1 or not _reshapes_of(dict(group["loads"])[slots[0]], product, views):
+            order = _product_order(group, slots, product, views, shapes, n)
+            if order is None:
+                continue
+            slots = [order["slot"]]
         numel = 1
         for d in shapes[product]:
             numel *= d
@@ -139,10 +185,13 @@ def attach_epilogues(steps: list[dict], views: dict, outputs: set[int], shapes: 
         # its tiles for one block sit beside the matmul's resident operands (at most 96 KiB a partition)
         fits = fits and group["tiles"]["bytes_per_column"] * min(n, EVACUATION_CHUNK) \
             + group["tiles"]["row_bytes"] <= EPILOGUE_SBUF_BYTES
-        others = [vid for slot, vid in group["loads"] if slot not in slots]
+        others = [vid for slot, vid in group["loads"] if slot not in slots
+                  and (order is None or slot not in order["drop"])]
         if not fits or any(producer.get(base(v), -1) >= i for v in others):
             continue
         step["epilogue"] = dict(group, product_slot=slots[0])
+        if order is not None:
+            step["epilogue"]["order"] = order
         fused_into[j] = i
     return [step for j, step in enumerate(steps) if j not in fused_into]
 
@@ -246,6 +295,51 @@ def handoffs(steps: list[dict], views: dict, shapes: dict, dtypes: dict, outputs
 # per partition: an attention output held in SBUF for the next product (all of it), in place of the A tiles that
 # product would load itself (within its resident operands' 96 KiB: ``operands_resident``)
 HANDED_OUTPUT_BYTES = 16 * 1024
+
+
+def attention_inputs(steps: list[dict], shapes: dict) -> list[dict]:
+    """An attention step whose q or k is stored by an earlier product's transposed epilogue (``_product_order``:
+    the decoder's rotary on the q and k projections, computed per [128 tokens, heads * D] block of the product)
+    takes that value's blocks on chip: the epilogue computes each block into a tile that outlives it
+    (``GroupRunner.epilogue``'s ``taps``) and the attention reads each head's [128, D] columns of it in place of its
+    load (``kernels.attention.forward_program``'s ``given``), instead of loading the value back after the
+    epilogue's stores (the stores stay: the fast path and any other reader take the value from its buffer).
+    Only where a query or key block is one of those blocks' rows (the sequence a multiple of 128, or one batch)
+    and a head's D columns lie in one block (D divides the product's evacuation chunk and its columns). The same
+    bits: the attention reads the same values."""
+    from device_impl.kernels.attention import K_TILE, Q_TILE
+    from device_impl.kernels.matmul import EVACUATION_CHUNK
+
+    stored: dict[int, tuple[int, int]] = {}  # value -> (product step, its epilogue's slot)
+    for j, step in enumerate(steps):
+        tail = step.get("epilogue") if step["kind"] == "dot_general" else None
+        if tail is None or "order" not in tail:
+            continue
+        order = tail["order"]
+        if order["perm"] != [0, 2, 1, 3] or order["rows_dims"] != 2:
+            continue
+        for slot, vid in tail["stores"]:
+            stored[vid] = (j, slot)
+    for i, step in enumerate(steps):
+        if step["kind"] != "attention":
+            continue
+        given = {}
+        for name, vid, tile in (("q", step["operands"][0], Q_TILE), ("k", step["operands"][1], K_TILE)):
+            if vid not in stored or stored[vid][0] >= i or len(shapes[vid]) != 4:
+                continue
+            j, slot = stored[vid]
+            b, _, length, d = shapes[vid]
+            n = shapes[vid][1] * d
+            if (b > 1 and length % tile) or EVACUATION_CHUNK % d or n % d:
+                continue
+            producer = steps[j]
+            if producer.get("handoff", {}).get("slot") == slot or producer.get("keep", {}).get("slot") == slot:
+                continue
+            producer.setdefault("attention_taps", []).append({"slot": slot, "value": vid})
+            given[name] = vid
+        if given:
+            step["given"] = given
+    return steps
 
 
 def attention_handoffs(steps: list[dict], views: dict, shapes: dict, dtypes: dict, outputs: set[int]) -> list[dict]:
@@ -577,19 +671,20 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None, weights
     for step in planned:
         steps.append(_group_step(step["group"], used) if step["kind"] == "fused" else step)
     layouts = layout.plan(steps, views, list(graph.inputs), weights, graph.types) if weights else {}
-    steps = attach_epilogues(steps, views, set(graph.outputs), {vid: t.shape for vid, t in graph.types.items()})
-    steps = share_lhs(steps)
     shapes = {vid: t.shape for vid, t in graph.types.items()}
-    for step in steps:
+    for step in steps:  # before the epilogues: a rotary group read through a transpose becomes one (its rotations)
         found = rotations(step, views, graph.constants, shapes)
         if found:
             step["rotations"] = found
+    steps = attach_epilogues(steps, views, set(graph.outputs), shapes)
+    steps = share_lhs(steps)
     dtypes = {vid: t.np_dtype for vid, t in graph.types.items()}
     steps = iotas.generate(steps, views, shapes, dtypes)
     steps = prepare_weights(steps, views, set(graph.inputs), shapes, dtypes)
     steps = handoffs(steps, views, shapes, dtypes, set(graph.outputs))
     steps = keep_products(steps, views, set(graph.outputs), shapes, dtypes)
     steps = attention_handoffs(steps, views, shapes, dtypes, set(graph.outputs))
+    steps = attention_inputs(steps, shapes)
     referenced = set(graph.inputs) | set(graph.outputs) | set(views) | {v["src"] for v in views.values()}
     referenced.update(vid for step in steps if "epilogue" in step for vid in step["results"])
     for step in steps:

@@ -771,10 +771,26 @@ class GroupRunner:
         engines run in order, and block i + 1's first ops, ready when its product is, went in behind block i's
         chain of row statistics (the decoder's o projection's norm). ``run.flush(nc)`` runs the blocks still
         pending (the caller's, after the product)."""
-        loads = {slot: env.access(vid) for slot, vid in self.loads.items() if slot != product_slot}
+        order = self.step.get("order")  # the group reads the product through a transpose (build._product_order)
+        dropped = set(order["drop"]) if order is not None else set()
+        loads = {slot: env.access(vid) for slot, vid in self.loads.items()
+                 if slot != product_slot and slot not in dropped}
         stores = {slot: env.access(vid) for slot, vid in self.stores.items()}
         shared: dict[int, Tile] = {}
-        if self.reduce_dims is None:
+        plan = None  # (ops, loads_at, release_at) other than the group's own: its rotated ops
+        if order is not None:
+            # every load and store read in the product's order: the group's dims put back in the reshaped
+            # product's order, its leading ``rows_dims`` the product's rows; the rotate_halfs as GpSimd
+            # permutations of the product's block (the reversed views of the product are not in HBM)
+            inverse = [int(d) for d in np.argsort(order["perm"])]
+            na = order["rows_dims"]
+            access = {slot: (Access2D(view.transpose(inverse), na), False) for slot, view in loads.items()}
+            out_access = {slot: Access2D(np.reshape(array, self.shape).transpose(inverse), na)
+                          for slot, array in stores.items()}
+            if self.rotated is None:
+                raise RuntimeError("a transposed epilogue without its rotations (a compiler bug: build._product_order)")
+            plan = self.rotated[:3]
+        elif self.reduce_dims is None:
             access = {slot: (Access2D(np.reshape(view, (rows, cols)), 1), False) for slot, view in loads.items()}
             out_access = {slot: Access2D(np.reshape(array, (rows, cols), copy=False), 1)
                           for slot, array in stores.items()}
@@ -791,11 +807,20 @@ class GroupRunner:
         def tiles_of(tile, r0: int, r1: int, c0: int, c1: int) -> dict:
             tiles = {product_slot: tile}
             for slot, boxes in (kept or {}).items():
-                tiles[slot] = boxes[(r0, r1, c0, c1)]
+                box = boxes.get((r0, r1, c0, c1))
+                if box is None:  # part of a kept block (matmul._finish_block's last block, cut in halves)
+                    (b0, b1, d0, d1), box = next((key, t) for key, t in boxes.items()
+                                                 if key[0] <= r0 and r1 <= key[1] and key[2] <= c0 and c1 <= key[3])
+                    box = box[r0 - b0:r1 - b0, c0 - d0:c1 - d0]
+                tiles[slot] = box
             for slot, t in shared.items():
                 if r1 - r0 <= t.partitions:
                     tiles[slot] = t if r1 - r0 == t.partitions else t[0:r1 - r0, :]
             return tiles
+
+        repeated = self._repeated_block_loads(plan, loads, stores) if nc is not None and order is not None else {}
+        kept_live: list = []  # the scope of the tiles ``repeated`` keeps across blocks, freed by ``flush``
+        kept_tiles: dict[tuple, Tile] = {}
 
         def flush(nc) -> None:
             blocks = [self._steps(nc, self.ops, r0, r1, c0, c1, access, out_access, tiles_of(tile, r0, r1, c0, c1),
@@ -805,6 +830,10 @@ class GroupRunner:
             for t in held:
                 nc.release(t)
             held.clear()
+            if kept_live:
+                with nc.stream(kept_live):
+                    nc.release_to(0)
+                kept_tiles.clear()
 
         def run(nc, tile, r0: int, r1: int, c0: int, c1: int) -> None:
             if any(tile.root is t for t in held):
@@ -812,11 +841,30 @@ class GroupRunner:
                 if len(pending) >= in_flight:
                     flush(nc)
                 return
+            tiles = tiles_of(tile, r0, r1, c0, c1)
+            if plan is not None:
+                unit = self.rotated[3]
+                if c0 % unit or (c1 - c0) % unit:
+                    raise RuntimeError(f"a transposed epilogue's block [{c0}, {c1}) cuts its rotation unit {unit} "
+                                       "(a compiler bug: build._product_order)")
+            for slot in repeated:  # a load whose block reads the same bytes as an earlier block's: that tile
+                key = (slot, tuple((a0, a1, b0, b1, v.__array_interface__["data"][0], v.shape, v.strides)
+                                   for a0, a1, b0, b1, v in access[slot][0].pieces(r0, r1, c0, c1)))
+                t = kept_tiles.get(key)
+                if t is None:
+                    with nc.stream(kept_live):
+                        t = kept_tiles[key] = self._load(nc, slot, access, r0, r1, c0, c1)
+                tiles[slot] = t
             with nc.scope():
-                self._pass(nc, self.ops, r0, r1, c0, c1, access, out_access, tiles_of(tile, r0, r1, c0, c1), None)
+                self._pass(nc, self.ops if plan is None else plan[0], r0, r1, c0, c1, access, out_access, tiles,
+                           None, plan)
 
-        # the product is read by the ops, never stored from this tile: it may stay in PSUM (matmul._finish_block)
-        run.reads_psum = product_slot not in stores and product_slot not in (taps or {})
+        # the product is read by the ops, never stored from this tile: it may stay in PSUM (matmul._finish_block);
+        # not by rotated ops (GpSimd's permutation reads SBUF)
+        run.reads_psum = product_slot not in stores and product_slot not in (taps or {}) and plan is None
+        # any block of the product will do (matmul._finish_block cuts its last one): an elementwise group that
+        # hands no block to anyone (a kept block it reads is read in parts)
+        run.splittable = self.reduce_dims is None and not taps and plan is None
         if in_flight > 1 and self.reduce_dims is not None and run.reads_psum:
             run.holds = held
         run.flush = flush
@@ -1147,14 +1195,28 @@ class GroupRunner:
             tap(nc, tile, r0, r1, c0, c1)
 
     def _pass(self, nc, ops: list[_Op], r0: int, r1: int, c0: int, c1: int, access: dict, out_access: dict,
-              tiles: dict, first_chunk: bool | None) -> None:
+              tiles: dict, first_chunk: bool | None, plan: tuple | None = None) -> None:
         """One tile iteration over ``ops``. ``first_chunk`` is None for a whole-row pass; else reductions
-        accumulate partial results into ``tiles`` (fp32 [P, 1] accumulators)."""
-        for _ in self._steps(nc, ops, r0, r1, c0, c1, access, out_access, tiles, first_chunk, estimates=False):
+        accumulate partial results into ``tiles`` (fp32 [P, 1] accumulators). ``plan``: (ops, loads_at,
+        release_at) of another form of the group's ops (its rotated ops), whose loads and releases ``ops`` has."""
+        for _ in self._steps(nc, ops, r0, r1, c0, c1, access, out_access, tiles, first_chunk, estimates=False,
+                             plan=plan):
             pass
 
+    def _repeated_block_loads(self, plan: tuple | None, loads: dict, stores: dict) -> list[int]:
+        """An epilogue's loads that every block may take from one tile per distinct source block (rotary's cos
+        and sin, broadcast over batch and heads: the same [S, D] rows for each batch's block of the product):
+        slots no op writes and that are loaded once per block (slots are registers: see ``_hoist``), of an
+        array no store of the group overlaps (nothing rewrites their bytes while the product runs)."""
+        ops, loads_at = (self.ops, self.loads_at) if plan is None else plan[:2]
+        written = {op.slot for op in ops}
+        loaded = [slot for slots in loads_at.values() for slot in slots]
+        return [slot for slot, view in loads.items()
+                if slot not in written and loaded.count(slot) == 1 and _period(view) < view.size
+                and not any(np.shares_memory(view, array) for array in stores.values())]
+
     def _steps(self, nc, ops: list[_Op], r0: int, r1: int, c0: int, c1: int, access: dict, out_access: dict,
-               tiles: dict, first_chunk: bool | None, estimates: bool = True):
+               tiles: dict, first_chunk: bool | None, estimates: bool = True, plan: tuple | None = None):
         """``_pass`` as a generator: before issuing each op (after its loads) it yields when the op's
         operands will be ready, so the caller can interleave two row blocks' instructions (software
         pipelining: the engines run in order, so block i+1's reductions must be issued while block i's
@@ -1162,11 +1224,12 @@ class GroupRunner:
         interleave). Every tile it allocates is released by the end, so interleaved blocks need no shared
         scope."""
         p, c = r1 - r0, c1 - c0
+        loads_at, release_at = (self.loads_at, self.release_at) if plan is None else plan[1:3]
         local: dict[int, Any] = dict(tiles)
         pending: dict = {}
         summed: set[int] = set()  # reductions an activation's ``accumulate`` already produced
         for op in ops:
-            for slot in self.loads_at.get(op.index, ()):
+            for slot in loads_at.get(op.index, ()):
                 if slot not in local:
                     local[slot] = self._load(nc, slot, access, r0, r1, c0, c1)
             for kind, slot in self._deps(op):  # a later phase of ``_folded`` reads a load again (never written)
@@ -1224,7 +1287,7 @@ class GroupRunner:
                             self._store(nc, out, op.slot, out_access, r0, r1, c0, c1)
                         else:
                             self._store(nc, out, op.slot, out_access, r0, r1, 0, 1)
-            for slot in self.release_at.get(op.index, ()):
+            for slot in release_at.get(op.index, ()):
                 if slot not in tiles and slot in local:
                     nc.release(local.pop(slot))
         for slot, t in local.items():

@@ -106,7 +106,9 @@ def step_reads(step: dict[str, Any]) -> list[int]:
         return [vid for _, vid in step["loads"]]
     if "epilogue" in step:  # a dot_general whose product a fused group consumes on its evacuation
         tail = step["epilogue"]
-        return list(step["operands"]) + [vid for slot, vid in tail["loads"] if slot != tail["product_slot"]]
+        dropped = tail.get("order", {}).get("drop", ())  # loads its rotated ops never issue (build._product_order)
+        return list(step["operands"]) + [vid for slot, vid in tail["loads"]
+                                         if slot != tail["product_slot"] and slot not in dropped]
     if kind == "copy":
         return [step["src"]]
     if kind == "fill":

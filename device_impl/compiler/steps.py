@@ -82,9 +82,11 @@ def _dot_general(step: dict, program: Program) -> Runner:
     keep = step.get("keep")  # this product's blocks kept in SBUF for a later epilogue (build.keep_products)
     reads_kept = step.get("kept")  # an earlier product's kept blocks, read in place by this step's epilogue
     in_flight = _epilogue_in_flight(epilogue, n, k, program.dtype(result))
+    attention_taps = step.get("attention_taps", ())  # epilogue results an attention step reads in SBUF
 
     def run(nc, env) -> None:
         boxes: dict = {}
+        given_blocks: dict = {}  # value -> (its epilogue's result blocks, their scope), for an attention step
         keeping: list = []  # the scope of the kept blocks (``keep``), handed to their reader, which frees it
         from_product = None  # (blocks, scope) an earlier product kept for this epilogue (``reads_kept``)
         if epilogue is None and keep is not None:  # never stored: the consumer's epilogue reads the blocks
@@ -106,6 +108,10 @@ def _dot_general(step: dict, program: Program) -> Runner:
                 taps = dict(taps or {})
                 taps[keep["slot"]] = (lambda nc_, t, r0, r1, c0, c1: boxes.__setitem__((r0, r1, c0, c1), t),
                                       keeping, False)
+            for entry in attention_taps:  # a value an attention step reads from SBUF (build.attention_inputs)
+                found = given_blocks.setdefault(entry["value"], ([], []))
+                taps = dict(taps or {})
+                taps[entry["slot"]] = (lambda nc_, t, *box, found=found: found[0].append((t, *box)), found[1], True)
             if reads_kept is not None:
                 from_product = env.shared.pop(("kept", reads_kept["value"]), None)
                 if from_product is None:
@@ -127,6 +133,7 @@ def _dot_general(step: dict, program: Program) -> Runner:
                     lambda nc_, t, m0, m1, n0, n1, i=i: tail(nc_, t, i * m + m0, i * m + m1, n0, n1))
                 if block is not None:
                     block.reads_psum = tail.reads_psum
+                    block.splittable = getattr(tail, "splittable", False) and i == batch - 1
                     block.keeps = getattr(tail, "keeps", None)
                     block.holds = getattr(tail, "holds", None)
                 kept = None if share is None else env.shared.setdefault((lhs, layout, i), ({}, []))
@@ -148,6 +155,8 @@ def _dot_general(step: dict, program: Program) -> Runner:
             env.shared[("raw", handoff["lhs"], tuple(handoff["layout"]))] = (handed_pieces(blocks), pinned)
         if keep is not None:
             env.shared[("kept", keep["value"])] = (boxes, keeping)
+        for vid, found in given_blocks.items():  # the attention step reads them and frees their scope
+            env.shared[("given", vid)] = found
         for kept_tiles in (made, given, from_product):
             if kept_tiles is not None:
                 with nc.stream(kept_tiles[1]):
@@ -698,16 +707,43 @@ def _attention(step: dict, program: Program) -> Runner:
     read = lse_read(step, program)
     handoff = step.get("handoff")  # O's blocks left in SBUF for the product reading it next (build.attention_handoffs)
 
+    given = step.get("given", {})  # q and k blocks an earlier epilogue left in SBUF (build.attention_inputs)
+
     def run(nc, env) -> None:
-        call = attention_call(step, program, env, read)
-        if call is None:
-            return
-        hand = None if handoff is None else attention.Handoff(call[0])
-        attention.forward_program(nc, *call, hand=hand)
+        blocks = {name: env.shared.pop(("given", vid), None) for name, vid in given.items()}
+        try:
+            call = attention_call(step, program, env, read)
+            if call is None:
+                return
+            hand = None if handoff is None else attention.Handoff(call[0])
+            tiles = {}
+            for name, found in blocks.items():
+                if found is not None:
+                    tiles.update(_head_blocks(name, found[0], program.shape(given[name])))
+            attention.forward_program(nc, *call, hand=hand, given=tiles)
+        finally:
+            for found in blocks.values():
+                if found is not None:
+                    with nc.stream(found[1]):
+                        nc.release_to(0)
         if hand is not None:  # the product takes them as its row-major pieces of A and frees them (``pinned``)
             env.shared[("raw", handoff["lhs"], tuple(handoff["layout"]))] = (hand.pieces, hand.pinned)
 
     return run
+
+
+def _head_blocks(name: str, blocks: list[tuple], shape: tuple) -> dict:
+    """(name, b, h, l0, l1) -> the [l1 - l0, D] columns of head h in an epilogue's result block ``(tile, r0, r1, c0,
+    c1)`` of a [B * L, H * D] product's order (build.attention_inputs), for each block within one batch's rows."""
+    _, _, length, d = shape
+    out = {}
+    for tile, r0, r1, c0, c1 in blocks:
+        b, l0 = divmod(r0, length)
+        if (r1 - 1) // length != b or c0 % d or (c1 - c0) % d:
+            continue
+        for h in range(c0 // d, c1 // d):
+            out[(name, b, h, l0, l0 + r1 - r0)] = tile[:, h * d - c0:(h + 1) * d - c0]
+    return out
 
 
 def lse_read(step: dict, program: Program) -> bool:

@@ -224,14 +224,19 @@ def _per_row(nc, out, a, op: str, scalar, op1: str | None = None, scalar1=None) 
     engine.tensor_scalar(out, a, op, scalar, op1=op1, scalar1=scalar1)
 
 
-def _scores(nc, pb: _Problem, qT: list, kT: list, b: int, h: int, l0: int, l1: int, s0: int, s1: int, consts):
-    """S = (Q K^T) * scale (+ mask, causal) for one block, fp32 in SBUF."""
+def _scores(nc, pb: _Problem, qT: list, kT: list, b: int, h: int, l0: int, l1: int, s0: int, s1: int, consts,
+            on_scalar: bool = False):
+    """S = (Q K^T) * scale (+ mask, causal) for one block, fp32 in SBUF. ``on_scalar``: evacuated by ScalarE (its
+    identity activation with the scale: the bits VectorE's multiply gives), else by whichever finishes first."""
     lq, sk = l1 - l0, s1 - s0
     acc = nc.psum_tile((lq, sk), FP32)
     for c, (qc, kc) in enumerate(zip(qT, kT)):
         nc.tensor.matmul(acc, qc, kc, accumulate=c > 0)
     s = nc.sbuf_tile((lq, sk), FP32)
-    _evacuate(nc, s, acc, pb.scale)
+    if on_scalar:
+        nc.scalar.activation(s, acc, "identity", scale=float(pb.scale))
+    else:
+        _evacuate(nc, s, acc, pb.scale)
     nc.release(acc)
     if pb.mask_kind == "float":
         m = _load(nc, pb.mask[b, h, l0:l1, s0:s1])
@@ -317,7 +322,7 @@ class Handoff:
 
 
 def forward_program(nc, pb: _Problem, o4: np.ndarray, lse3: np.ndarray | None, seed: int = 0, offset: int = 0,
-                    dm4: np.ndarray | None = None, hand: Handoff | None = None) -> None:
+                    dm4: np.ndarray | None = None, hand: Handoff | None = None, given: dict | None = None) -> None:
     """The forward tile program (module docstring) on core ``nc``: O into ``o4`` [B, H, L, Ev] and logsumexp
     into ``lse3`` [B, H, L] (None: nothing reads it, a compiled inference graph's, and it is not computed);
     ``dm4`` takes the dropout mask when asked. The eager kernel runs it as its own
@@ -328,12 +333,22 @@ def forward_program(nc, pb: _Problem, o4: np.ndarray, lse3: np.ndarray | None, s
     ``PIPELINE`` blocks are in flight at once, their stages interleaved (``_interleave``): one block's
     products run on TensorE while another's softmax runs on VectorE/ScalarE. The arithmetic per block is
     unchanged (the same instructions, in another order across blocks): the same bits. ``hand``: O's blocks
-    are also left in SBUF for a later product (``Handoff``)."""
+    are also left in SBUF for a later product (``Handoff``). ``given``: ("q" or "k", b, head, first row, end row) ->
+    a tile in SBUF holding those rows of q or k (a compiled program's earlier step computed them there:
+    compiler/build.py ``attention_inputs``), read in place of their load."""
     keep_scale = 0.0 if pb.dropout >= 1.0 else 1.0 / (1.0 - pb.dropout)
     consts = _constants(nc, pb)
-    kv = _KeyValues(nc, pb)
-    blocks = (_forward_block(nc, pb, consts, kv, b, h, hk, i, o4, lse3, seed, offset, dm4, keep_scale, hand)
-              for b, h, hk in pb.heads() for i in range(pb.n_q))
+    given = given or {}
+    kv = _KeyValues(nc, pb, given)
+    # with several query blocks in flight, every other block's scores are evacuated by ScalarE: VectorE, which
+    # carries each block's softmax passes, would otherwise (each evacuation going where it finishes first, by a
+    # hair) evacuate every in-flight block's scores before the first block's row max, engines running in order,
+    # holding back the exps while ScalarE idles waiting for them (the compiled decoder block: 28.26 -> 28.11 us)
+    units = [(b, h, hk, i) for b, h, hk in pb.heads() for i in range(pb.n_q)]
+    alternate = min(PIPELINE, len(units)) > 2
+    blocks = (_forward_block(nc, pb, consts, kv, b, h, hk, i, o4, lse3, seed, offset, dm4, keep_scale, hand, given,
+                             alternate and n % 2 == 1)
+              for n, (b, h, hk, i) in enumerate(units))
     _interleave(nc, blocks, PIPELINE)
 
 
@@ -349,8 +364,9 @@ class _KeyValues:
 
     SHARED_BYTES = 32 * 1024
 
-    def __init__(self, nc, pb: _Problem):
+    def __init__(self, nc, pb: _Problem, given: dict | None = None):
         self.nc, self.pb = nc, pb
+        self.given = given or {}  # key rows already in SBUF (``forward_program``'s ``given``)
         itemsize = np.dtype(pb.dtype).itemsize
         per_block = (-(-pb.E // E_TILE) * K_TILE + pb.Ev) * itemsize  # K^T chunks' and V's bytes per partition
         self.users_per_head = pb.group * pb.n_q
@@ -373,7 +389,9 @@ class _KeyValues:
 
     def _make(self, b: int, hk: int, s0: int, s1: int) -> tuple[list, list]:
         nc, pb = self.nc, self.pb
-        kT = _transposed(nc, _load(nc, pb.k[b, hk, s0:s1, :]), pb.dtype, evacuate="either")
+        rows = self.given.get(("k", b, hk, s0, s1))
+        kT = _transposed(nc, rows if rows is not None else _load(nc, pb.k[b, hk, s0:s1, :]), pb.dtype,
+                         evacuate="either")
         vts = [_load(nc, pb.v[b, hk, s0:s1, c0:min(c0 + N_TILE, pb.Ev)]) for c0 in range(0, pb.Ev, N_TILE)]
         return kT, vts
 
@@ -514,12 +532,14 @@ def _interleave(nc, streams, width: int) -> None:
 
 
 def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: int, hk: int, i: int, o4, lse3,
-                   seed: int, offset: int, dm4, keep_scale: float, hand: Handoff | None = None):
+                   seed: int, offset: int, dm4, keep_scale: float, hand: Handoff | None = None,
+                   given: dict | None = None, scores_on_scalar: bool = False):
     """One query block's forward (a generator: it yields between stages, see forward_program)."""
     l0, l1 = i * Q_TILE, min((i + 1) * Q_TILE, pb.L)
     lq = l1 - l0
     block = nc.mark()
-    qT = _transposed(nc, _load(nc, pb.q[b, h, l0:l1, :]), pb.dtype, evacuate="either")
+    rows = (given or {}).get(("q", b, h, l0, l1))  # already in SBUF (``forward_program``'s ``given``)
+    qT = _transposed(nc, rows if rows is not None else _load(nc, pb.q[b, h, l0:l1, :]), pb.dtype, evacuate="either")
     m = nc.sbuf_tile((lq, 1), FP32)  # running row max, row sum and output: set by the first key block
     row_sum = nc.sbuf_tile((lq, 1), FP32)
     key_blocks = list(pb.key_blocks(l0, l1))
@@ -542,7 +562,7 @@ def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: in
         sk = s1 - s0
         step = nc.mark()
         kT, vts = kv.block(b, hk, j, s0, s1)
-        s = _scores(nc, pb, qT, kT, b, h, l0, l1, s0, s1, consts)
+        s = _scores(nc, pb, qT, kT, b, h, l0, l1, s0, s1, consts, scores_on_scalar)
         yield
         # the first block starts from m = -inf, l = 0, acc = 0: m_new = max(-inf, block max) is the
         # block max, alpha = exp(-inf) = 0, so l = block sum and acc = 0 + P V (as below, without

@@ -42,6 +42,7 @@ N_TILE = 512
 B_CACHE_BYTES = 64 * 1024  # per partition: keep all B tiles resident below this
 RESIDENT_BYTES = 96 * 1024  # per partition: load both operands entirely before computing below this
 EVACUATION_CHUNK = 256  # columns per PSUM -> SBUF copy (amortises the engines' fixed cost)
+TAIL_CHUNK = 64  # the fewest columns a product's last block is cut to for its epilogue (``_finish_block``)
 PIPELINE_BANKS = 6  # blocks whose first K steps run up front (of PSUM's 8 banks; the rest for evacuation)
 TRANSPOSE_WINDOW = 8  # operand tiles the resident schedule may transpose ahead of the matmul that uses them
 
@@ -258,7 +259,8 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
         acc = nc.psum_tile((m1 - m0, n1 - n0), FP32)
         for j, (stationary, moving) in enumerate(current):
             nc.tensor.matmul(acc, stationary, moving, accumulate=j > 0)
-        if not _finish_block(nc, out2d[m0:m1, n0:n1], acc, alpha, beta, bias2d, m0, m1, n0, n1, epilogue, True):
+        if not _finish_block(nc, out2d[m0:m1, n0:n1], acc, alpha, beta, bias2d, m0, m1, n0, n1, epilogue, True,
+                             last=upcoming is None):
             nc.release(acc)
         if upcoming is None:
             break
@@ -286,7 +288,7 @@ def _run_resident(nc, order, keys, lhs: _Operand, rhs: _Operand, blocks, k_range
         (operand, key) for pair in keys for operand, key in zip((lhs, rhs), pair) if operand.waiting(key)))
     first = 0
     accs: dict[int, Any] = {}
-    for (b, j), (lkey, rkey) in zip(order, keys):
+    for n, ((b, j), (lkey, rkey)) in enumerate(zip(order, keys)):
         while True:
             while first < len(pending) and not pending[first][0].waiting(pending[first][1]):
                 first += 1
@@ -305,7 +307,7 @@ def _run_resident(nc, order, keys, lhs: _Operand, rhs: _Operand, blocks, k_range
         nc.tensor.matmul(accs[b], lhs.tile(*lkey), rhs.tile(*rkey), accumulate=j > 0)
         if j == len(k_ranges) - 1:
             if not _finish_block(nc, out2d[m0:m1, n0:n1], accs[b], alpha, beta, bias2d, m0, m1, n0, n1, epilogue,
-                                 True):
+                                 True, last=n == len(order) - 1):
                 nc.release(accs[b])
             del accs[b]
 
@@ -391,7 +393,7 @@ def psum_to_sbuf(nc, dst, src, scale: float = 1.0) -> None:
 
 
 def _finish_block(nc, out_block: np.ndarray, acc, alpha: float, beta: float, bias2d, m0, m1, n0, n1,
-                  epilogue: Epilogue | None = None, may_hold: bool = False) -> bool:
+                  epilogue: Epilogue | None = None, may_hold: bool = False, last: bool = False) -> bool:
     """PSUM -> SBUF (x alpha), + beta * bias, -> HBM, in 256-column chunks shared between ScalarE
     and VectorE: chunks evacuate in parallel and each is stored as soon as it is ready, which
     shortens the tail after the last matmul.
@@ -413,8 +415,13 @@ def _finish_block(nc, out_block: np.ndarray, acc, alpha: float, beta: float, bia
     holds = getattr(epilogue, "holds", None) if direct and may_hold else None
     if holds is not None:
         holds.append(acc)  # before the epilogue sees its blocks: it defers only the blocks of tiles it holds
-    for c0 in range(0, cols, EVACUATION_CHUNK):
-        c1 = min(cols, c0 + EVACUATION_CHUNK)
+    chunk = EVACUATION_CHUNK
+    if last and cols > TAIL_CHUNK and getattr(epilogue, "splittable", False) and not with_bias:
+        # the product's last block: nothing else runs under its epilogue and store, so in halves the first
+        # half's store overlaps the second half's epilogue (an elementwise group's, whose blocks may be any)
+        chunk = max(TAIL_CHUNK, -(-min(cols, EVACUATION_CHUNK) // 2))
+    for c0 in range(0, cols, chunk):
+        c1 = min(cols, c0 + chunk)
         part = acc[:, c0:c1]
         if direct:
             epilogue(nc, part, m0, m1, n0 + c0, n0 + c1)

@@ -399,3 +399,46 @@ def test_attention_output_is_kept_in_the_order_its_projection_reads(fresh, monke
     assert plain["hbm_bytes"] - stats["hbm_bytes"] == 2 * 4 * 128 * 32 * 4
     assert stats["device_ns"] <= plain["device_ns"]
     torch.testing.assert_close(out, f(q, k, v, w), rtol=1e-4, atol=1e-5)
+
+
+def test_rotated_q_and_k_are_read_by_the_attention_in_sbuf(fresh, monkeypatch):
+    """build.attention_inputs: the decoder block's rotary runs on its q and k projections' evacuations
+    (build._product_order) and the attention step reads each head's rows from those epilogues' result tiles
+    (``given``) instead of loading q and k back after their stores. The same bits as without it, and less device
+    time (the attention no longer waits for the stores and loads)."""
+    import numpy as np
+
+    from harness.models import DecoderBlock
+    from device_impl.compiler import backend, build, executor
+
+    monkeypatch.setattr(executor, "STATIC_REPLAY", False)
+    torch.manual_seed(0)
+    model = DecoderBlock().eval().to("neuron")
+    x = torch.randn(2, 128, 256).to("neuron")
+
+    def run_once():
+        compiled = torch.compile(model, backend="neuron", fullgraph=True)
+        with torch.no_grad():
+            compiled(x)  # compiles (and records the program's schedule)
+            engine.reset_stats()
+            out = compiled(x)
+        assert compiler.stats()["fallbacks"] == 0
+        (stats,) = [s for key, s in engine.stats().items() if key.startswith("neff:")]
+        (program,) = [p for p in _programs() if any(s["kind"] == "attention" for s in p.steps)]
+        return out.cpu(), stats, program
+
+    out, stats, program = run_once()
+    (step,) = [s for s in program.steps if s["kind"] == "attention"]
+    assert sorted(step["given"]) == ["k", "q"]
+    tapped = [s for s in program.steps if s.get("attention_taps")]
+    assert len(tapped) == 2 and all("order" in s["epilogue"] for s in tapped)
+    torch._dynamo.reset()
+    compiler.clear_cache()
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", str(fresh / "plain"))
+    backend.reload_settings()
+    monkeypatch.setattr(build, "attention_inputs", lambda steps, *args: steps)
+    expected, plain, plain_program = run_once()
+    assert not [s for s in plain_program.steps if "given" in s]
+    np.testing.assert_array_equal(out.view(torch.int32).numpy(), expected.view(torch.int32).numpy())
+    assert stats["device_ns"] < plain["device_ns"]
+    assert stats["hbm_bytes"] == plain["hbm_bytes"]  # the arena is on chip: the loads it saves move no HBM bytes

@@ -177,6 +177,9 @@ EPILOGUES = [
         (x @ w).view(2, 128, 256) + r), [(256, 256), (256, 256), (2, 128, 256), (256,)], [2]),
     ("scores_softmax", lambda q, k: torch.softmax(q @ k.transpose(-1, -2) * 0.125, -1),
      [(4, 128, 64), (4, 128, 64)], [2]),
+    # a decoder's rotary on its q projection, read as [B, H, S, D] through a transpose (build._product_order)
+    ("rotary_transposed", lambda x, w, c, s: (lambda q: q * c + _rotate_half(q) * s)(
+        (x @ w).view(2, 128, 4, 64).transpose(1, 2)), [(256, 256), (256, 256), (128, 64), (128, 64)], None),
 ]
 
 
@@ -705,3 +708,48 @@ def test_a_dma_bound_group_runs_in_two_tiles_a_compute_bound_one_in_one():
     finally:
         monkeypatch.undo()
     assert two["device_ns"] < one["device_ns"]
+
+
+def test_a_products_last_block_runs_its_elementwise_epilogue_in_halves(monkeypatch):
+    """matmul._finish_block: the last block of a product with an elementwise epilogue (the decoder's down
+    projection plus the residual) is evacuated in halves, the first half's store under the second half's epilogue
+    (nothing else runs then); the other blocks in whole EVACUATION_CHUNK columns. The same bits as whole blocks,
+    and a shorter tail."""
+    from device_impl.compiler import memory
+    from device_impl.kernels import matmul
+
+    monkeypatch.setattr(memory, "arena_space", lambda nbytes: "hbm")
+    fn = EPILOGUES[0][1]
+    inputs = _inputs(torch.float32, *EPILOGUES[0][2])
+    blocks: list = []
+    plain_epilogue = groups.GroupRunner.epilogue
+
+    def logged(self, *args, **kwargs):
+        run = plain_epilogue(self, *args, **kwargs)
+
+        def spy(nc, tile, r0, r1, c0, c1):
+            blocks.append((r0, r1, c0, c1))
+            return run(nc, tile, r0, r1, c0, c1)
+
+        for name in ("reads_psum", "splittable", "flush"):
+            setattr(spy, name, getattr(run, name))
+        return spy
+
+    monkeypatch.setattr(groups.GroupRunner, "epilogue", logged)
+    monkeypatch.setattr(executor_module(), "STATIC_REPLAY", False)
+    out, stats = compiled_call(fn, *inputs)
+    assert blocks[-3:] == [(0, 128, 0, 256), (128, 256, 0, 128), (128, 256, 128, 256)]
+    compiler.clear_cache()
+    torch._dynamo.reset()
+    monkeypatch.setattr(matmul, "TAIL_CHUNK", 1 << 30)  # never cut
+    blocks.clear()
+    expected, whole = compiled_call(fn, *inputs)
+    assert blocks[-2:] == [(0, 128, 0, 256), (128, 256, 0, 256)]
+    np.testing.assert_array_equal(bits(out), bits(expected))
+    assert stats["device_ns"] < whole["device_ns"]
+
+
+def executor_module():
+    from device_impl.compiler import executor
+
+    return executor
