@@ -197,7 +197,10 @@ def test_conv_transpose_unreached_outputs_are_zero_plus_bias(dtype):
         dev = F.conv_transpose2d(x.to("neuron"), w.to("neuron"), b.to("neuron"), **cfg).cpu()
         unreached = torch.ones_like(cpu, dtype=torch.bool)
         unreached[..., ::cfg["stride"], ::cfg["stride"]] = False
-        assert torch.equal(cpu[unreached].signbit(), dev[unreached].signbit()), cfg
+        # a NaN's sign is the host's conversion's (AVX2's vector fp32 -> bf16 conversion writes NaN as 0xFFFF,
+        # the scalar one 0x7FC0), like its payload not part of the result: the zero signs are what is checked
+        signed = unreached & ~cpu.isnan()
+        assert torch.equal(cpu[signed].signbit(), dev[signed].signbit()), cfg
         assert torch.equal(cpu[unreached].isnan(), dev[unreached].isnan()), cfg
         assert not cpu[unreached].isnan().all()  # the case reaches the -0.0 bias's channel
 
