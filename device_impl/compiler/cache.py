@@ -247,11 +247,18 @@ def dynamo_key(gm: torch.fx.GraphModule, example_inputs: list, flags: dict[str, 
                           for t in ("cpu", "neuron")],
              "cpu_capability": torch.backends.cpu.get_cpu_capability(),
              # oneDNN's switch, threads and ISA: which convolution kernel CPU runs, so whether the program's
-             # convolutions multiply their padding (compiler.conv_padding), decided after this key names a NEFF
-             "onednn": cpu_host.onednn_facts()}
+             # convolutions multiply their padding (compiler.conv_padding), decided after this key names a NEFF;
+             # only of a graph that may convolve, so a process with another thread count still links the others
+             "onednn": cpu_host.onednn_facts() if _may_convolve(gm) else None}
     material = json.dumps({"dynamo": gm.code, "inputs": inputs, "attrs": _attrs_of(gm), "modes": modes, "flags": flags,
                            "versions": _versions(), "format": neff.FORMAT_VERSION}, sort_keys=True)
     return hashlib.sha256(material.encode()).hexdigest()
+
+
+def _may_convolve(gm: torch.fx.GraphModule) -> bool:
+    """Whether a Dynamo graph may call a convolution: its code names one (``torch.conv2d``,
+    ``F.conv_transpose1d``, ``aten.convolution``), or it calls a submodule, whose code it does not show."""
+    return "conv" in gm.code or any(node.op == "call_module" for node in gm.graph.nodes)
 
 
 def _dynamo_index_path(directory: str, key_of_graph: str) -> str:

@@ -403,3 +403,32 @@ def test_a_neff_where_cpu_skips_padding_is_not_served_where_it_multiplies(fresh)
     s = compiler.stats()
     # oneDNN on, compiled; off, compiled again (another key); on again, served from the disk
     assert (s["compiles"], s["cache_hits_by_source"]["disk"]) == (2, 1)
+
+
+def test_the_thread_count_keys_only_graphs_that_may_convolve():
+    """oneDNN's facts (its switch, the thread count ATen's backend heuristic reads, the ISA) are part of the
+    Dynamo-level key only where a convolution may run: a process with another thread count (a benchmark's
+    warm-compile child, a server pinning threads) still links a cached matmul graph without AOTAutograd."""
+    graphs = {}
+
+    def keep(gm, example_inputs):
+        graphs.setdefault("gm", (gm, example_inputs))
+        return gm.forward
+
+    torch._dynamo.reset()
+    torch.compile(lambda x, w: torch.relu(x @ w), backend=keep, dynamic=False)(torch.randn(4, 4), torch.randn(4, 4))
+    plain = graphs.pop("gm")
+    torch.compile(lambda x, w: torch.nn.functional.conv2d(x, w, padding=1), backend=keep, dynamic=False)(
+        torch.randn(1, 2, 5, 5), torch.randn(3, 2, 3, 3))
+    conv = graphs.pop("gm")
+    threads = torch.get_num_threads()
+    keys = {}
+    try:
+        for n in (1, 2):
+            torch.set_num_threads(n)
+            keys[n] = [cache.dynamo_key(gm, inputs, {}) for gm, inputs in (plain, conv)]
+    finally:
+        torch.set_num_threads(threads)
+        torch._dynamo.reset()
+    assert keys[1][0] == keys[2][0]  # the matmul graph: one key whatever the threads
+    assert keys[1][1] != keys[2][1]  # the convolution's: CPU's kernel choice may follow them
