@@ -2366,6 +2366,11 @@ for _name, _op in (("bitwise_left_shift", "lshift"), ("bitwise_right_shift", "rs
          extra_domains=_SHIFT_DESIGN)
     spec(f"__i{_op}__", "pointwise", f"{{x0}}.__i{_op}__({{x1}})", custom(_shift_inplace), EVERY, inplace=True,
          extra_domains=_SHIFT_DESIGN)
+    for _form, _inplace in ((f"__{_op}__", False), (f"__i{_op}__", True)):  # the Scalar overloads (x >>= 3)
+        spec(f"{_form}_scalar", "pointwise", f"{{x0}}.{_form}({{s}})",
+             custom(lambda data, dtype, _inplace=_inplace: (
+                 [_t(data, data.draw(hs.shapes()), dtype, layouts=WRITABLE_LAYOUTS if _inplace else hs.LAYOUTS)],
+                 {"s": data.draw(_SHIFT_SCALARS)})), EVERY, inplace=_inplace)
 # gcd and lcm (kernels.elementwise.gcd): exact integers, CPU's Euclid loop (zeros, negatives and the minimum, whose
 # absolute value wraps: gcd(INT_MIN, 0) is INT_MIN, gcd(5, INT32_MIN) is -1). lcm's first operand is halved: CPU's
 # lcm divides it by the gcd, and INT_MIN / -1 (lcm(INT_MIN, INT_MAX) of int32/int64) kills the process with SIGFPE;
