@@ -1716,6 +1716,25 @@ spec("vector_norm", "reduction", "torch.linalg.vector_norm({x0}, ord={ord}, dim=
      tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON, fp64_reference=True)
 
 
+def _renorm(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=2))
+    return [_t(data, shape, dtype)], {"dim": data.draw(st.integers(-len(shape), len(shape) - 1))}
+
+
+# renorm (kernels.reduction.renorm): each slice along dim whose p-norm exceeds maxnorm scaled down to it; the norms
+# are sums a different order from CPU's (the reductions' tolerance). maxnorm 0 (every nonzero slice scaled to 0), a
+# bound most slices exceed and one few do; zero slices and NaN norms keep factor 1; integers are CPU's RuntimeError.
+# renorm_inf: the inf-norm is a maximum, exact, so the op is bit-identical, and the bound is the first slice's own
+# norm: a norm equal to maxnorm keeps factor 1 (not maxnorm / (norm + 1e-7), one float32 ULP below it)
+spec("renorm", "reduction", "torch.renorm({x0}, {p}, {dim}, {maxnorm})",
+     with_params(custom(_renorm), p=st.sampled_from([2, 1, 3.5, float("inf")]),
+                 maxnorm=st.sampled_from([0.0, 0.5, 4.0])),
+     EVERY, tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON, fp64_reference=True)
+spec("renorm_inf", "reduction", "torch.renorm({x0}, float('inf'), {dim}, "
+     "({x0}.select({dim}, 0).abs().amax().item() if {x0}.numel() else 1.0))", custom(_renorm), EVERY,
+     max_ulp=_EXACT, tolerance_reason=_EXACT_REASON)
+
+
 def _diagonal_scatter(data, dtype):
     shape = data.draw(hs.shapes(min_dims=2, max_dims=3, allow_empty=False))
     offset = data.draw(st.integers(-2, 2))
