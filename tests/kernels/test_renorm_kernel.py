@@ -58,3 +58,11 @@ def test_renorm_errors(args):
 
 def test_renorm_empty():
     check(torch.renorm, torch.ones(0, 3), 2, 0, 1.0)
+    check(torch.renorm, torch.ones(0, 3), math.inf, 1, 1.0)  # the inf-norm over an empty dim: CPU's RuntimeError
+    check(torch.renorm, torch.ones(3, 0), math.inf, 0, 1.0)
+    check(torch.renorm, torch.ones(0, 3), math.inf, 0, 1.0)  # the empty dim kept: an empty result
+
+
+def test_renorm_out_dtype_is_exact():
+    check(lambda t: torch.renorm(t, 2, 0, 1.0, out=torch.empty(0, dtype=torch.float16, device=t.device)),
+          torch.ones(3, 2))

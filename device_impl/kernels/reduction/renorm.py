@@ -12,7 +12,8 @@ As ATen's renorm_out (Normalization.cpp) composes it, in three launches:
 3. ``out = self * factor`` (the factor broadcast along the slice), one VectorE multiply per tile, rounded once.
 
 Checks in the meta function's order: p real and positive, maxnorm real and non-negative, at least two dimensions;
-integer and bool inputs are linalg_vector_norm's RuntimeError.
+integer and bool inputs, and the inf-norm over an empty dimension (even of an empty result), are linalg_vector_norm's
+RuntimeError; an out= tensor must have self's dtype exactly (structured out).
 """
 
 from __future__ import annotations
@@ -53,10 +54,15 @@ def _renorm_out(a: dict) -> torch.Tensor:
     x, out = a["self"], a["out"]
     p, dim, maxnorm = _checked(a)
     _norm_dtype(x, None)  # integers and bool: linalg_vector_norm's error
-    check_out(out, tuple(x.shape), x.dtype, [x])
+    dims = tuple(d for d in range(x.dim()) if d != dim)
+    if p == math.inf:  # linalg_vector_norm's refusal, before anything is written (an empty out included)
+        for d in dims:
+            if x.shape[d] == 0:
+                raise RuntimeError(f"linalg.vector_norm cannot compute the inf norm on the dimension {d}because this "
+                                   f"dimension is empty and the operation does not have an identity")
+    check_out(out, tuple(x.shape), x.dtype, [x], exact_dtype=True)  # the structured out's exact dtype
     if out.numel() == 0:
         return out
-    dims = tuple(d for d in range(x.dim()) if d != dim)
     kept = tuple(n if d == dim else 1 for d, n in enumerate(x.shape))
     norm = torch.empty(kept, dtype=torch.float32, device=x.device)
     _reduce("renorm_norm", x, norm, dims, _norm_spec(math.inf if p == math.inf else p))
