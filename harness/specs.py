@@ -22,7 +22,7 @@ import torch
 
 from harness import compare as cmp
 from harness import strategies as hs
-from harness.values import WRITABLE_LAYOUTS, TensorSpec
+from harness.values import SHIFT_DOMAINS, WRITABLE_LAYOUTS, TensorSpec
 
 Draw = Callable[[Any, str], tuple[list[TensorSpec], dict[str, Any]]]
 
@@ -1735,6 +1735,25 @@ spec("vector_norm", "reduction", "torch.linalg.vector_norm({x0}, ord={ord}, dim=
      tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON, fp64_reference=True)
 
 
+def _renorm(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=2))
+    return [_t(data, shape, dtype)], {"dim": data.draw(st.integers(-len(shape), len(shape) - 1))}
+
+
+# renorm (kernels.reduction.renorm): each slice along dim whose p-norm exceeds maxnorm scaled down to it; the norms
+# are sums a different order from CPU's (the reductions' tolerance). maxnorm 0 (every nonzero slice scaled to 0), a
+# bound most slices exceed and one few do; zero slices and NaN norms keep factor 1; integers are CPU's RuntimeError.
+# renorm_inf: the inf-norm is a maximum, exact, so the op is bit-identical, and the bound is the first slice's own
+# norm: a norm equal to maxnorm keeps factor 1 (not maxnorm / (norm + 1e-7), one float32 ULP below it)
+spec("renorm", "reduction", "torch.renorm({x0}, {p}, {dim}, {maxnorm})",
+     with_params(custom(_renorm), p=st.sampled_from([2, 1, 3.5, float("inf")]),
+                 maxnorm=st.sampled_from([0.0, 0.5, 4.0])),
+     EVERY, tolerance=_REDUCE_TOL, tolerance_reason=_REDUCE_REASON, fp64_reference=True)
+spec("renorm_inf", "reduction", "torch.renorm({x0}, float('inf'), {dim}, "
+     "({x0}.select({dim}, 0).abs().amax().item() if {x0}.numel() else 1.0))", custom(_renorm), EVERY,
+     max_ulp=_EXACT, tolerance_reason=_EXACT_REASON)
+
+
 def _diagonal_scatter(data, dtype):
     shape = data.draw(hs.shapes(min_dims=2, max_dims=3, allow_empty=False))
     offset = data.draw(st.integers(-2, 2))
@@ -2351,6 +2370,62 @@ for _name in ("logaddexp", "logaddexp2", "xlogy", "hypot"):
 spec("logit", "pointwise", "torch.logit({x0}, {eps})",
      with_params(unary(), eps=st.sampled_from([None, 0.0, 1e-6, 0.25])), EVERY)
 
+
+
+# bit shifts (kernels.elementwise.shifts): exact integers. The counts are drawn at the edges of the bit width
+# (harness.values.SHIFT_DOMAINS, also a designed domain of each integer dtype): negative, the width and beyond, where
+# CPU defines the result (0, or the sign filled in by a right shift); the shifted values anywhere (int_edges: the
+# minimum shifted right). A float or bool operand is CPU's NotImplementedError (the count is sometimes of another
+# dtype); the Scalar forms take counts out of range too, and a bool tensor shifted by an int is int64.
+_SHIFT_DESIGN = {d: SHIFT_DOMAINS for d in hs.INT_DTYPES}
+_SHIFT_SCALARS = st.sampled_from([-1, 0, 3, 7, 8, 9, 15, 16, 31, 32, 63, 64, 100])
+
+
+def _counts(data, shape, dtype, **kw) -> TensorSpec:
+    return _t(data, shape, dtype, domains=SHIFT_DOMAINS if dtype in hs.INT_DTYPES else None, **kw)
+
+
+def _shift_pair(data, dtype):
+    a, b = data.draw(hs.broadcast_pair())
+    other = dtype if data.draw(st.integers(0, 3)) else data.draw(st.sampled_from(hs.ALL_DTYPES))
+    return [_t(data, a, dtype), _counts(data, b, other)], {}
+
+
+def _shift_inplace(data, dtype):
+    shape = data.draw(hs.shapes(min_dims=1))
+    return [_t(data, shape, dtype, layouts=WRITABLE_LAYOUTS), _counts(data, shape[-1:], dtype)], {}
+
+
+for _name, _op in (("bitwise_left_shift", "lshift"), ("bitwise_right_shift", "rshift")):
+    spec(_name, "pointwise", f"torch.{_name}({{x0}}, {{x1}})", custom(_shift_pair), EVERY, extra_domains=_SHIFT_DESIGN)
+    spec(f"{_name}_scalar", "pointwise", f"torch.{_name}({{x0}}, {{s}})",
+         custom(lambda data, dtype: (_one(data, dtype), {"s": data.draw(_SHIFT_SCALARS)})), EVERY)
+    spec(f"{_name}_scalar_tensor", "pointwise", f"torch.{_name}({{s}}, {{x0}})",
+         custom(lambda data, dtype: ([_counts(data, data.draw(hs.shapes()), dtype)],
+                                     {"s": data.draw(st.sampled_from([1, -5, 3]))})), EVERY, extra_domains=_SHIFT_DESIGN)
+    spec(f"__{_op}__", "pointwise", f"{{x0}}.__{_op}__({{x1}})", custom(_shift_pair), EVERY,
+         extra_domains=_SHIFT_DESIGN)
+    spec(f"__i{_op}__", "pointwise", f"{{x0}}.__i{_op}__({{x1}})", custom(_shift_inplace), EVERY, inplace=True,
+         extra_domains=_SHIFT_DESIGN)
+    for _form, _inplace in ((f"__{_op}__", False), (f"__i{_op}__", True)):  # the Scalar overloads (x >>= 3)
+        spec(f"{_form}_scalar", "pointwise", f"{{x0}}.{_form}({{s}})",
+             custom(lambda data, dtype, _inplace=_inplace: (
+                 [_t(data, data.draw(hs.shapes()), dtype, layouts=WRITABLE_LAYOUTS if _inplace else hs.LAYOUTS)],
+                 {"s": data.draw(_SHIFT_SCALARS)})), EVERY, inplace=_inplace)
+# gcd and lcm (kernels.elementwise.gcd): exact integers, CPU's Euclid loop (zeros, negatives and the minimum, whose
+# absolute value wraps: gcd(INT_MIN, 0) is INT_MIN, gcd(5, INT32_MIN) is -1). lcm's first operand is halved: CPU's
+# lcm divides it by the gcd, and INT_MIN / -1 (lcm(INT_MIN, INT_MAX) of int32/int64) kills the process with SIGFPE;
+# the second operand keeps the minimum (the product wraps).
+spec("gcd", "pointwise", "torch.gcd({x0}, {x1})", binary(), EVERY)
+spec("lcm", "pointwise", "torch.lcm({x0} // 2, {x1})", binary(), EVERY)
+# nextafter, frexp (kernels.elementwise.float_bits): exact; zeros of both signs (nextafter(0.0, -0.0) is -0.0: the
+# second operand on a tie), subnormals, infinities and NaN from the designed domains; frexp's exponent is int32
+spec("nextafter", "pointwise", "torch.nextafter({x0}, {x1})", binary(), EVERY, max_ulp=_EXACT,
+     tolerance_reason=_EXACT_REASON)
+spec("frexp", "pointwise", "torch.frexp({x0})", unary(), EVERY, max_ulp=_EXACT, tolerance_reason=_EXACT_REASON)
+# sinc: CPU's fp32 formula sin(pi * x) / (pi * x), 1 at zero (either sign); ScalarE's sin an ULP or so from libm's
+# sinf (dtype tolerances); integers and bool give float32
+spec("sinc", "pointwise", "torch.sinc({x0})", unary(), EVERY)
 
 SPECS: dict[str, OpSpec] = {}
 for _spec in _SPECS:

@@ -22,8 +22,8 @@ from typing import Iterator, Sequence
 
 from hypothesis import strategies as st
 
-from harness.values import (FLOAT_DOMAINS, INT_DOMAINS, LAYOUTS, SPARSE_DOMAINS, TAP_DOMAINS, ZERO_TIE_DOMAINS,
-                            TensorSpec, layout_applies)
+from harness.values import (FLOAT_DOMAINS, INT_DOMAINS, LAYOUTS, SHIFT_DOMAINS, SPARSE_DOMAINS, TAP_DOMAINS,
+                            ZERO_TIE_DOMAINS, TensorSpec, layout_applies)
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,8 @@ def domain_applies(domain: str, dtype: str) -> bool:
         return True
     if domain in ZERO_TIE_DOMAINS or domain in TAP_DOMAINS:
         return dtype in FLOAT_DTYPES
+    if domain in SHIFT_DOMAINS:
+        return dtype in INT_DTYPES
     if dtype == "bool":
         return domain == "bool"
     if dtype in FLOAT_DTYPES or dtype in ("float64", "complex64"):

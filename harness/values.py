@@ -45,6 +45,11 @@ ZERO_TIE_DOMAINS = ("zero_below", "zero_above")
 # kernels and some of oneDNN's do, its direct ones do not); with values drawn independently of position (special),
 # a non-finite weight at a tap next to padding is rare, and the input's own NaN and infinities hide it.
 TAP_DOMAINS = ("nonfinite_taps",)
+# An integer domain an op spec's design may add (OpSpec.extra_domains) for a bit shift's count: half the elements at
+# the edges of the dtype's bit width (bits - 1, bits, bits + 1, twice it, 0, 1, -1, -bits: CPU defines a count
+# that is negative or at least the width), the others small integers; small_int and uniform miss the width of
+# int16 and up, int_edges is only out of range.
+SHIFT_DOMAINS = ("shift_counts",)
 # What the edge domains are for (the designed coverage draws each in every float dtype):
 # near_overflow: within a factor 2 of the dtype's largest finite value (sums, squares, exp overflow);
 # tails: |x| in [10, 40], the saturation regions of sigmoid/tanh/erf/exp; near_zero: |x| in
@@ -209,6 +214,13 @@ def base_values(spec: TensorSpec) -> torch.Tensor:
         return values.to(dtype)
     if not (dtype.is_floating_point or dtype.is_complex):
         info = torch.iinfo(dtype)
+        if spec.domain == "shift_counts":
+            bits = info.bits
+            pool = torch.tensor([c for c in (bits - 1, bits, bits + 1, 2 * bits, 0, 1, -1, -bits, 255)
+                                 if info.min <= c <= info.max], dtype=torch.int64)
+            edges = pool[torch.randint(0, len(pool), (n,), generator=g)]
+            small = torch.randint(max(info.min, -3), 8, (n,), generator=g, dtype=torch.int64)
+            return torch.where(torch.rand(n, generator=g) < 0.5, edges, small).reshape(shape).to(dtype)
         if spec.domain == "int_edges":
             # Not -1: CPU's integer division of the minimum by -1 (div with a rounding mode,
             # floor_divide, remainder, fmod) traps with SIGFPE and kills the process

@@ -273,6 +273,8 @@ EAGER_CALLS: dict[str, tuple[frozenset | None, str]] = {
     **dict.fromkeys(("linalg_cross", "cross"), (_ANY, "CPU's scalar loop fuses a1 * b2 - a2 * b1 into one multiply-add "
                                                       "on AVX2/AVX-512 and rounds each step of a reduced float; the "
                                                       "decomposition does neither")),
+    "renorm": (_ANY, "PyTorch's decomposition scales by maxnorm / (norm + 1e-7) in another order of roundings than "
+                     "CPU's renorm_scale_factor and mul: an ULP or two off in float32 (the renorm_inf spec)"),
     "round": (frozenset(), "with decimals: CPU computes nearbyint(x * 10^d) / 10^d in float32, PyTorch's decomposition "
                            "multiplies by 10^-d (other rounding points; 0 * inf is not NaN for d <= -39)"),
 }

@@ -263,6 +263,9 @@ FAKE_CHECKED = frozenset({
     # hardshrink, log_sigmoid_*, softplus_backward): backend.EAGER_CALLS runs such calls eagerly
     aten.softplus.default, aten.mish.default, aten.threshold.default, aten.frac.default, aten.heaviside.default,
     aten.logaddexp.default, aten.logaddexp2.default,
+    # the shift operators of float or bool tensors: CPU's NotImplementedError ("lshift_cpu"), the meta's RuntimeError
+    # (not the in-place __ilshift__/__irshift__: the probe's stand-ins share memory, which an in-place CPU call refuses)
+    aten.__lshift__.Tensor, aten.__lshift__.Scalar, aten.__rshift__.Tensor, aten.__rshift__.Scalar,
 })
 _INSTALLED: list[bool] = []
 

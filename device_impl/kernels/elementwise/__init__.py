@@ -25,7 +25,7 @@ Where each op is lowered (``TABLE.lookup(op).source`` names the module):
 ``binary``       add, sub (alpha), mul, div (rounding modes), floor_divide, remainder, fmod, pow, atan2,
                  maximum, minimum; eq, ne, lt, le, gt, ge; bitwise_and/or/xor; logical_and/or/xor
 ``unary``        exp, exp2, expm1, log, log2, log10, log1p, sqrt, rsqrt, sin, cos, tan, asin, acos, atan,
-                 sinh, cosh, tanh, asinh, acosh, atanh, sigmoid, erf, erfc, erfinv, reciprocal (ScalarE);
+                 sinh, cosh, tanh, asinh, acosh, atanh, sigmoid, erf, erfc, erfinv, reciprocal, sinc (ScalarE);
                  abs, neg, floor, ceil, trunc, round, bitwise_not, logical_not, isnan, isinf, sign (VectorE)
 ``activations``  relu, gelu, silu, clamp, clamp_min, clamp_max, hardtanh, leaky_relu, elu; threshold_backward,
                  sigmoid_backward, tanh_backward, gelu_backward, silu_backward, hardtanh_backward,
@@ -38,6 +38,10 @@ Where each op is lowered (``TABLE.lookup(op).source`` names the module):
 ``angle``        angle of real tensors (0, pi in the dtype, NaN kept)
 ``cross``        linalg_cross (CPU's scalar loop: fused multiply-add where the host's build contracts it)
 ``rounding``     round with decimals (round.decimals: CPU's x * 10^d rounded, / 10^d, in the opmath dtype)
+``shifts``       bitwise_left_shift, bitwise_right_shift, <<, >> and their in-place forms (CPU's results for
+                 counts out of range)
+``gcd``          gcd, lcm (CPU's Euclid loop on GpSimd, C's remainder and wrapping as CPU computes them)
+``float_bits``   nextafter (VectorE's ALU in the dtype itself), frexp (GpSimd: mantissa and int32 exponent)
 ===============  ==========================================================================================
 
 Gathers, scatters and masked_select/masked_scatter are row accesses: ``kernels.indexing``. Scalar ->
@@ -58,4 +62,7 @@ from device_impl.kernels.elementwise import (  # noqa: F401
     rounding,
     cross,
     angle,
+    shifts,
+    gcd,
+    float_bits,
 )

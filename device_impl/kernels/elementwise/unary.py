@@ -93,6 +93,33 @@ def _rsqrt_compute(out: torch.Tensor, a: dict) -> None:
 register_family("rsqrt", _rsqrt_compute, _meta_unary("float"))
 
 
+_PI32 = float(np.float32(np.pi))  # c10::pi<float>: the opmath of every floating dtype here
+
+
+def _sinc_emit(nc, o, t) -> None:
+    """CPU's sinc lambda (UnaryOpsKernel.cpp, scalar only) in fp32 opmath: ``x == 0 ? 1 : sin(pi * x) / (pi * x)``,
+    the product rounded to fp32 once and read twice (ScalarE's sine of it, VectorE's division by it), so a tiny x gives
+    exactly 1 (sin(p) = p) and an infinity or NaN gives NaN; one rounding to the dtype at the end."""
+    product = nc.sbuf_tile(t.shape, np.float32)
+    sine = nc.sbuf_tile(t.shape, np.float32)
+    zero = nc.sbuf_tile(t.shape, BOOL)
+    ones = nc.sbuf_tile(t.shape, np.float32)
+    nc.vector.tensor_scalar(product, t, "multiply", _PI32, dtype=np.float32)
+    nc.scalar.activation(sine, product, "sin")
+    nc.vector.tensor_tensor(sine, sine, product, "divide", dtype=np.float32)
+    nc.vector.tensor_scalar(zero, t, "equal", 0, dtype=np.float32)
+    nc.vector.memset(ones, 1.0)
+    nc.vector.select(o, zero, ones, sine)
+
+
+def _sinc_compute(out: torch.Tensor, a: dict) -> None:
+    x = a["self"]
+    elementwise("sinc", out, (x,), _sinc_emit, common_dtype=promote(x, int_to_float=True))
+
+
+register_family("sinc", _sinc_compute, _meta_unary("float"))
+
+
 def _register_alu_unary(packet: str, op: str, rule: str = "same", integer_identity: bool = False,
                         refuse_bool: str | Exception | None = None, refuse_float: str | None = None,
                         overloads=("default", "out")) -> None:

@@ -45,6 +45,7 @@ Where each op is lowered (``TABLE.lookup(op).source`` names the module):
 ``group_norm``  native_group_norm, native_group_norm_backward
 ``batch_norm``  native_batch_norm, _native_batch_norm_legit (all overloads),
                 _native_batch_norm_legit_no_training, native_batch_norm_backward
+``renorm``      renorm (the slices' norms by ``sums``' engine, CPU's scale factor, one multiply)
 ``losses``      mse_loss, mse_loss_backward, nll_loss_forward/backward, nll_loss2d_forward/backward
 ==============  ================================================================================
 
@@ -61,6 +62,7 @@ from device_impl.kernels.reduction import (  # noqa: F401  (importing registers 
     layer_norm,
     losses,
     moments,
+    renorm,
     scans,
     selection,
     softmax,
