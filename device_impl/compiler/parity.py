@@ -499,7 +499,19 @@ def empty_refusal(gm: torch.fx.GraphModule, example_inputs: list) -> Exception |
 
 # meta functions (torch 2.13) whose error on a zero-size input is another class than CPU's (measured: compiled
 # amax(empty (3, 0), -1) raised TorchRuntimeError where CPU raises IndexError)
-META_CHECKED = ("amax.default", "amin.default", "aminmax.default", "argmax.default", "argmin.default")
+META_CHECKED = ("amax.default", "amin.default", "aminmax.default", "argmax.default", "argmin.default",
+                # the shift operators' meta (meta_lshifts/meta_rshifts) refuses float tensors with a RuntimeError
+                # where CPU raises NotImplementedError ("lshift_cpu" not implemented for 'Float'), and refuses bool
+                # tensors, which CPU shifts: wrapping the out-of-place meta also covers __ilshift__/__irshift__,
+                # whose decomposition calls it (FAKE_CHECKED's probe cannot: its stand-ins share memory)
+                "__lshift__.Tensor", "__lshift__.Scalar", "__rshift__.Tensor", "__rshift__.Scalar")
+# of META_CHECKED, the metas that refuse calls CPU computes: there the meta answers with CPU's result's layout
+META_ACCEPTS_AS_CPU = frozenset({"__lshift__.Tensor", "__lshift__.Scalar", "__rshift__.Tensor", "__rshift__.Scalar"})
+# in-place metas (torch._decomp's inplace_op: the out-of-place op, then a copy_ that casts) and their out-of-place
+# op: CPU's in-place kernel refuses a result its self cannot hold (a bool tensor's <<= 1 is Long: RuntimeError
+# "result type Long can't be cast to the desired output type Bool"), which the copy_ would cast
+META_INPLACE_CHECKED = {"__ilshift__.Tensor": "__lshift__.Tensor", "__ilshift__.Scalar": "__lshift__.Scalar",
+                        "__irshift__.Tensor": "__rshift__.Tensor", "__irshift__.Scalar": "__rshift__.Scalar"}
 # fake-tensor implementations of their own (FakeTensor's op table, consulted before any meta) whose refusal
 # is another class than CPU's: a float index to x[i] raised the meta's RuntimeError ("tensors used as indices
 # must be long, int, byte or bool tensors"), reported by Dynamo as TorchRuntimeError, where CPU raises IndexError
@@ -555,10 +567,11 @@ def _cpu_zeros(value: Any) -> Any:
 
 
 def _raise_as_cpu(op: Any, error: Exception, args: tuple, kwargs: dict,
-                  cpu_tensor: Callable[[Any], Any] = _cpu_empty) -> None:
+                  cpu_tensor: Callable[[Any], Any] = _cpu_empty) -> Any:
     """Raise CPU's error for ``op(*args, **kwargs)`` where CPU's kernel, asked with CPU tensors of the same sizes
     and dtypes (uninitialised: CPU refuses before computing), refuses it with another class than ``error``;
-    return otherwise (also for arguments of more than PROBE_LIMIT elements, which are not probed)."""
+    return CPU's result where it accepts the call, None otherwise (also for arguments of more than PROBE_LIMIT
+    elements, which are not probed)."""
     def tensors(values: Any) -> list:
         if isinstance(values, torch.Tensor):
             return [values]
@@ -570,22 +583,42 @@ def _raise_as_cpu(op: Any, error: Exception, args: tuple, kwargs: dict,
         cpu_kwargs = {k: cpu_tensor(v) for k, v in kwargs.items()}
     try:
         with _cpu_kernels():
-            op(*cpu_args, **cpu_kwargs)
+            return op(*cpu_args, **cpu_kwargs)
     except Exception as cpu_error:  # noqa: BLE001 - CPU's refusal is the answer
         if type(cpu_error) is not type(error):
             raise type(cpu_error)(*cpu_error.args) from None
+    return None
 
 
-def _checked_meta(op: Any, meta: Callable) -> Callable:
+def _checked_meta(op: Any, meta: Callable, accepts_as_cpu: bool = False) -> Callable:
     """``meta``, except that when it refuses a call, CPU's kernel is asked with CPU tensors of the same sizes
     and dtypes (uninitialised: CPU refuses before computing) and, when CPU refuses it with another class,
-    CPU's error is raised instead. Nothing runs on CPU for calls the meta accepts."""
+    CPU's error is raised instead; where CPU computes it and ``accepts_as_cpu``, the result is an empty meta
+    tensor of CPU's result's sizes, strides and dtype. Nothing runs on CPU for calls the meta accepts."""
     def checked(*args: Any, **kwargs: Any) -> Any:
         try:
             return meta(*args, **kwargs)
         except Exception as error:
-            _raise_as_cpu(op, error, args, kwargs)
+            result = _raise_as_cpu(op, error, args, kwargs)
+            if accepts_as_cpu and isinstance(result, torch.Tensor):
+                return torch.empty_strided(result.shape, result.stride(), dtype=result.dtype, device="meta")
             raise
+
+    checked.__wrapped__ = meta  # type: ignore[attr-defined]
+    return checked
+
+
+def _cast_checked_meta(outplace: Any, meta: Callable) -> Callable:
+    """An in-place ``meta`` that first refuses, as CPU's in-place kernel does, a result of the out-of-place op
+    ``outplace`` whose dtype self cannot hold (``torch.can_cast``, TensorIterator's rule)."""
+    from device_impl.kernels.common import SCALAR_TYPE_NAMES
+
+    def checked(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
+        result = outplace(self, *args, **kwargs)
+        if not torch.can_cast(result.dtype, self.dtype):
+            raise RuntimeError(f"result type {SCALAR_TYPE_NAMES[result.dtype]} can't be cast to the desired output "
+                               f"type {SCALAR_TYPE_NAMES[self.dtype]}")
+        return meta(self, *args, **kwargs)
 
     checked.__wrapped__ = meta  # type: ignore[attr-defined]
     return checked
@@ -602,7 +635,16 @@ def install_meta_checks() -> None:
         meta = getattr(op, "py_kernels", {}).get(DispatchKey.Meta) if op is not None else None
         if meta is None or hasattr(meta, "__wrapped__"):
             continue
-        op.py_kernels[DispatchKey.Meta] = _checked_meta(op, meta)
+        op.py_kernels[DispatchKey.Meta] = _checked_meta(op, meta, name in META_ACCEPTS_AS_CPU)
+        op._dispatch_cache.clear()
+    for name, outplace in META_INPLACE_CHECKED.items():
+        packet, overload = name.split(".")
+        op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
+        meta = getattr(op, "py_kernels", {}).get(DispatchKey.Meta) if op is not None else None
+        if meta is None or hasattr(meta, "__wrapped__"):
+            continue
+        packet, overload = outplace.split(".")
+        op.py_kernels[DispatchKey.Meta] = _cast_checked_meta(getattr(getattr(torch.ops.aten, packet), overload), meta)
         op._dispatch_cache.clear()
     from torch._subclasses import fake_impls
 

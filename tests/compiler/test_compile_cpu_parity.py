@@ -339,3 +339,19 @@ def test_overrideable_convolutions_of_no_input_channels_compile_as_cpus_convolut
                     g, x, w)
     want = torch.ops.aten.convolution_backward(g, x, w, [3], *args, [True] * 3)
     assert all(torch.equal(a.cpu(), b) for a, b in zip(got, want))
+
+
+def test_shift_operators_refuse_and_accept_as_cpu():
+    """The shift operators' meta refuses float tensors with a RuntimeError (CPU: NotImplementedError, also for the
+    in-place forms, whose decomposition calls the out-of-place meta) and refuses bool tensors, which CPU shifts
+    (to Long); a bool tensor's in-place shift is CPU's cast RuntimeError (parity.META_CHECKED and
+    META_INPLACE_CHECKED)."""
+    x, b = torch.randn(5), torch.tensor([True, False, True])
+    for fn in (lambda t, u: t << 2, lambda t, u: t.__ilshift__(2), lambda t, u: t.__irshift__(u)):
+        with pytest.raises(NotImplementedError, match="shift_cpu"):
+            _compiled(fn, x.clone(), torch.ones(5))
+    for fn in (lambda t: t << 100, lambda t: t >> 1):
+        got, want = _compiled(fn, b).cpu(), fn(b)
+        assert got.dtype == want.dtype and torch.equal(got, want)
+    with pytest.raises(RuntimeError, match="result type Long can't be cast to the desired output type Bool"):
+        _compiled(lambda t: t.__ilshift__(1), b.clone())
