@@ -247,7 +247,9 @@ def cells_of(case: Case) -> Cell:
         domain = layout = NO_TENSOR
     else:
         size, edge = size_class(primary.shape)
-        domain = primary.domain
+        # a designed domain placed on one tensor alone (a convolution weight's non-finite taps, beside a positive
+        # input) is the case's domain, whichever tensor comes first
+        domain = next((t.domain for t in mine if t.domain in hs.TAP_DOMAINS), primary.domain)
         layout = next((t.layout for t in mine if t.layout != "contiguous"), "contiguous")
     return Cell(case.dtype, domain, layout, size, edge, case.params.get(ERROR_PARAM))
 

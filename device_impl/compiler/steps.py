@@ -364,7 +364,8 @@ def _pad(step: dict, program: Program) -> Runner:
              and repr(_splat_operand(program, other["operands"][1], "pad")) == repr(value)]
     widest = max((_fill_width(other, program) for other in alike), default=0)
     held_cycles = PLATFORM.instruction_overhead_cycles + widest
-    hold = held_cycles <= sum(_own_memset_cycles(other, program) for other in alike)
+    # (nothing to hold where no pad of the value fills anything: a crop, F.pad(x, (-1, 0)))
+    hold = widest > 0 and held_cycles <= sum(_own_memset_cycles(other, program) for other in alike)
 
     def run(nc, env) -> None:
         out = env.access(result)
