@@ -27,8 +27,11 @@ setup: $(STAMP)
 core: setup
 	$(PY) -m device_impl build-core
 
+# two pytest-xdist workers by default (the 2-core machines CI runs on: about half the single-process time);
+# TEST_JOBS=0 runs in one process
+TEST_JOBS ?= 2
 test: core
-	$(PY) -m pytest tests opsuite
+	$(PY) -m pytest -n $(TEST_JOBS) tests opsuite
 
 # `make test-hosts`: the host-sensitive tests (kernel differential tests and the op suite in eager) with CPU
 # eager, the oracle, on each kernel path a host can give it: the DEFAULT and AVX2 ATen kernels, an AVX2-only
