@@ -30,6 +30,7 @@ _sys.path.insert(0, _path.dirname(_path.abspath(__file__)))  # run as a script o
 import threads  # noqa: E402,F401  (one BLAS thread for the simulator: before torch loads numpy)
 
 import argparse  # noqa: E402
+import contextlib  # noqa: E402
 import math  # noqa: E402
 import statistics  # noqa: E402
 import sys  # noqa: E402
@@ -78,26 +79,36 @@ def _launches(fn) -> int:
 CHAIN_CASES = {"elementwise_chain_1m": 1 << 20, "elementwise_chain_64k": 1 << 16}
 
 
-def chain_floor_seconds(numel: int, repeats: int) -> float:
-    """The elementwise chain's arithmetic alone, as the simulator's engines compute it, per call: each
-    ``kernels.common.flat_tiles`` tile of fp32 runs the chain's steps with the ISA's own numpy functions
-    (VectorE's ``ALU_BINARY``, ScalarE's ``_FP32_INTO`` tanh and sigmoid: sigmoid's float64 exp is most of it), in
-    place, with no engine, timeline or queue. Neither eager nor adaptive can compute the chain in less host time,
-    so this over eager's wall is the lowest adaptive/eager ratio this host allows (issue 21's target: <= 0.5)."""
+def chain_floor(numel: int, whole: bool = False, x=None) -> Callable[[], object]:
+    """The elementwise chain's arithmetic alone, as the simulator's engines compute it, as one call: the chain's
+    steps on fp32 with the ISA's own numpy functions (VectorE's ``ALU_BINARY``, ScalarE's ``_FP32_INTO`` tanh and
+    sigmoid: sigmoid's float64 exp is most of it), in place, with no engine, timeline or queue; per
+    ``kernels.common.flat_tiles`` tile as the engines run it, or (``whole``) once over the whole array (the same
+    bits: each step is element-wise in float32). Neither eager nor adaptive can compute the chain in less host CPU
+    time, so this over eager's time is the lowest adaptive/eager ratio one host thread allows (issue 21's target:
+    <= 0.5); with ``NEURON_HOST_THREADS=2`` adaptive shares a large fused launch's regions between two threads
+    (``eager.programs._replay_shared``), so its wall may go under this one-thread floor.
+
+    It is timed in ``paired_seconds``' windows, beside eager and adaptive (``extra``): timed on its own after
+    them (issue 21), its best wall came from another second of a shared machine's load than theirs and read
+    94.7 ms, 1.46x eager's wall, where measured in the same windows it takes less thread CPU time than either
+    (eager computes the chain through these very functions). ``x``: the float32 input (numpy; a seeded normal one
+    if None); the call returns the result's array (``whole``: it is the chain's output; per tile: its last tile)."""
     import numpy as np
 
     from device_impl.engine import isa
     from device_impl.kernels.common import flat_tiles
 
-    x = np.random.default_rng(0).standard_normal(numel, dtype=np.float32)
+    if x is None:
+        x = np.random.default_rng(0).standard_normal(numel, dtype=np.float32)
     sub, mul, add = (isa.ALU_BINARY[op] for op in ("subtract", "multiply", "add"))
     tanh, sigmoid = isa._FP32_INTO["tanh"], isa._FP32_INTO["sigmoid"]
     shift, scale, bias = (np.float32(v) for v in (cases.CHAIN_SHIFT, cases.CHAIN_SCALE, cases.CHAIN_BIAS))
+    regions = [(0, numel)] if whole else [(start, stop) for start, stop, _, _ in flat_tiles(numel)]
+    tile = np.empty(max(stop - start for start, stop in regions), np.float32)  # kept, as SBUF is
 
-    tile = np.empty(max(stop - start for start, stop, _, _ in flat_tiles(numel)), np.float32)  # kept, as SBUF is
-
-    def chain() -> None:
-        for start, stop, _, _ in flat_tiles(numel):
+    def chain() -> object:
+        for start, stop in regions:
             t = tile[:stop - start]
             np.copyto(t, x[start:stop])  # the tile's load
             with np.errstate(all="ignore"):
@@ -109,55 +120,72 @@ def chain_floor_seconds(numel: int, repeats: int) -> float:
                     else:
                         sub(t, shift, out=t)
                         tanh(t, t)
+        return t
 
-    timer = timeit.Timer(chain)
-    number, _ = timer.autorange()
-    return min(timer.repeat(repeat=max(repeats, 3), number=number)) / number
+    return chain
 
 
 BLOCK_SECONDS = 0.05  # per timed block of calls of one mode
 
 
 class Paired(NamedTuple):
-    """``paired_seconds``' figures: per mode (best wall, best thread CPU) seconds per call, and per repeat the
-    second mode's over the first's (wall, thread CPU) from that repeat's two adjacent blocks."""
+    """``paired_seconds``' figures: per mode (best wall, best thread CPU, best process CPU) seconds per call, and
+    per repeat the second mode's over the first's (wall, thread CPU, process CPU) from that repeat's two adjacent
+    blocks; ``extra``: the same per extra callable, its ratios over the first mode's block of that repeat."""
 
-    best: dict[str, tuple[float, float]]
-    ratios: list[tuple[float, float]]
+    best: dict[str, tuple[float, float, float]]
+    ratios: list[tuple[float, float, float]]
+    extra_ratios: dict[str, list[tuple[float, float, float]]] = {}
 
-    def median_ratio(self) -> tuple[float, float]:
-        """The median of the per-repeat ratios (wall, thread CPU): where the load varies faster than a block,
-        one mode's best can come from a quiet moment the other's blocks missed; a burst that hits one block of
-        a pair is an outlier to the median instead."""
-        return (statistics.median(w for w, _ in self.ratios), statistics.median(t for _, t in self.ratios))
+    def median_ratio(self, name: str | None = None) -> tuple[float, float, float]:
+        """The median of the per-repeat ratios (wall, thread CPU, process CPU; ``name``: an extra's over the first
+        mode's): where the load varies faster than a block, one mode's best can come from a quiet moment the
+        other's blocks missed; a burst that hits one block of a pair is an outlier to the median instead."""
+        ratios = self.ratios if name is None else self.extra_ratios[name]
+        return tuple(statistics.median(r[i] for r in ratios) for i in range(3))
 
 
-def paired_seconds(fn: Callable[[], object], repeats: int, modes: Sequence[str] = ("eager", "adaptive")) -> Paired:
+def _block(fn: Callable[[], object], number: int) -> tuple[float, float, float]:
+    """Seconds per call of ``number`` calls: wall, this thread's CPU time, and the process's (all threads: a fused
+    launch shared among host threads, ``NEURON_HOST_THREADS``, computes partly on the others)."""
+    thread, process = time.thread_time(), time.process_time()
+    wall = timeit.Timer(fn).timeit(number)
+    return wall / number, (time.thread_time() - thread) / number, (time.process_time() - process) / number
+
+
+def paired_seconds(fn: Callable[[], object], repeats: int, modes: Sequence[str] = ("eager", "adaptive"),
+                   extra: dict[str, Callable[[], object]] | None = None) -> Paired:
     """``fn``'s synchronized calls timed in ``repeats`` pairs of blocks, one block per mode, the modes' blocks
     alternating (eager, adaptive, adaptive, eager, ...) so that each mode is timed in the same windows of a
     shared machine's load as the other (see the module docstring). A block is as many calls as last about
-    ``BLOCK_SECONDS`` in that mode (at least one): many short pairs of adjacent blocks."""
-    timer = timeit.Timer(lambda: (fn(), synchronize("neuron")))
+    ``BLOCK_SECONDS`` in that mode (at least one): many short pairs of adjacent blocks. ``extra``: callables (the
+    chain's host floor) timed the same way, a block each right after each pair."""
+    extra = extra or {}
+    calls = {mode: (lambda: (fn(), synchronize("neuron"))) for mode in modes}
+    calls.update(extra)
+
+    def within(name: str):
+        return torch.neuron.eager_mode(name) if name in modes else contextlib.nullcontext()
+
     number = {}
-    for mode in modes:
-        with torch.neuron.eager_mode(mode):
-            fn()
-            synchronize("neuron")
-            number[mode] = max(1, math.ceil(BLOCK_SECONDS / min(timer.repeat(repeat=3, number=1))))
-    best = {mode: (float("inf"), float("inf")) for mode in modes}
+    for name, call in calls.items():
+        with within(name):
+            call()
+            number[name] = max(1, math.ceil(BLOCK_SECONDS / min(timeit.Timer(call).repeat(repeat=3, number=1))))
+    best = {name: (float("inf"),) * 3 for name in calls}
     ratios = []
+    extra_ratios: dict[str, list] = {name: [] for name in extra}
     for r in range(repeats):
         pair = {}
-        for mode in (modes if r % 2 == 0 else tuple(reversed(modes))):
-            with torch.neuron.eager_mode(mode):
-                start = time.thread_time()
-                wall = timer.timeit(number[mode]) / number[mode]
-                thread = (time.thread_time() - start) / number[mode]
-            pair[mode] = (wall, thread)
-            best[mode] = (min(best[mode][0], wall), min(best[mode][1], thread))
+        for name in (modes if r % 2 == 0 else tuple(reversed(modes))) + tuple(extra):
+            with within(name):
+                figures = pair[name] = _block(calls[name], number[name])
+            best[name] = tuple(min(b, f) for b, f in zip(best[name], figures))
         first, second = pair[modes[0]], pair[modes[1]]
-        ratios.append((second[0] / first[0], second[1] / max(first[1], 1e-9)))
-    return Paired(best, ratios)
+        ratios.append(tuple(s / max(f, 1e-9) for s, f in zip(second, first)))
+        for name in extra:
+            extra_ratios[name].append(tuple(s / max(f, 1e-9) for s, f in zip(pair[name], first)))
+    return Paired(best, ratios, extra_ratios)
 
 
 def measure(name: str, dtype: torch.dtype, repeats: int) -> dict:
@@ -171,10 +199,15 @@ def measure(name: str, dtype: torch.dtype, repeats: int) -> dict:
             # the first call of a workload built afresh (seeded): a training step changes its own weights, so
             # the timed workload's later calls start from another state in each mode
             outputs[mode] = _host(case.build("neuron", dtype)())
-    paired = paired_seconds(workload, repeats)
-    for mode, (wall, thread) in paired.best.items():
-        row[f"{mode}_wall"], row[f"{mode}_thread"] = wall, thread
-    row["median_wall_ratio"], row["median_thread_ratio"] = paired.median_ratio()
+    floors = {}
+    if name in CHAIN_CASES and dtype == torch.float32:
+        floors = {"floor": chain_floor(CHAIN_CASES[name]), "floor_whole": chain_floor(CHAIN_CASES[name], whole=True)}
+    paired = paired_seconds(workload, repeats, extra=floors)
+    for mode, (wall, thread, process) in paired.best.items():
+        row[f"{mode}_wall"], row[f"{mode}_thread"], row[f"{mode}_process"] = wall, thread, process
+    row["median_ratio"] = paired.median_ratio()
+    for floor in floors:
+        row[f"{floor}_median_ratio"] = paired.median_ratio(floor)
     for mode in ("eager", "adaptive"):  # after the timed calls: a recurring call's figures, as they timed
         with torch.neuron.eager_mode(mode):
             row[f"{mode}_device"] = device_seconds(lambda: (workload(), synchronize("neuron")))
@@ -183,8 +216,6 @@ def measure(name: str, dtype: torch.dtype, repeats: int) -> dict:
             if mode == "adaptive":
                 row["stats"] = eager.stats()
     row["identical"] = _identical(outputs["eager"], outputs["adaptive"])
-    if name in CHAIN_CASES and dtype == torch.float32:
-        row["floor"] = chain_floor_seconds(CHAIN_CASES[name], min(repeats, 5))
     return row
 
 
@@ -214,18 +245,25 @@ def main(argv: list[str] | None = None) -> None:
               f"{r['eager_device'] * 1e6:8.1f}us "
               f"{r['adaptive_device'] * 1e6:8.1f}us {r['adaptive_device'] / r['eager_device']:7.3f}x "
               f"{r['eager_launches']:>6d} -> {r['adaptive_launches']:<5d} {'same' if r['identical'] else 'DIFF':>6s}")
-        print(f"{'':24s} adaptive/eager over {args.repeats} adjacent pairs of blocks, median: wall "
-              f"{r['median_wall_ratio']:.3f}x, thread {r['median_thread_ratio']:.3f}x")
+        wall, thread, process = r["median_ratio"]
+        print(f"{'':24s} adaptive/eager over {args.repeats} adjacent pairs of blocks, median: wall {wall:.3f}x, "
+              f"thread {thread:.3f}x, process CPU {process:.3f}x; best process CPU ms eager "
+              f"{r['eager_process'] * 1e3:.2f}, adaptive {r['adaptive_process'] * 1e3:.2f}")
         s = r["stats"]
         print(f"{'':24s} adaptive, one call: {s['ops_queued']} ops queued, {s['ops_run_eagerly']} run at the call, "
               f"{s['ops_run_alone']} run alone at the call, "
               f"{s['groups']} launches ({s['fused_groups']} fused: {s['fused_ops']} steps, {s['reductions_fused']} "
               f"reductions, {s['epilogue_ops']} epilogue ops), {s['stores_elided']} stores elided, "
               f"flushes {s['flushes']}")
-        if "floor" in r:
-            print(f"{'':24s} host floor: the chain's numpy arithmetic alone (the ISA's own functions, per tile, in "
-                  f"place) {r['floor'] * 1e3:.2f}ms = {r['floor'] / r['eager_wall']:.3f}x eager wall; adaptive's "
-                  f"wall over it {(r['adaptive_wall'] - r['floor']) * 1e3:.2f}ms")
+        for floor, how in (("floor", "per tile"), ("floor_whole", "over the whole array")):
+            if f"{floor}_wall" in r:
+                wall, thread, _ = r[f"{floor}_median_ratio"]
+                print(f"{'':24s} host floor, {how} (the chain's numpy arithmetic alone on one thread, the ISA's own "
+                      f"functions, in place, timed in the same windows): wall {r[f'{floor}_wall'] * 1e3:.2f}ms, "
+                      f"thread {r[f'{floor}_thread'] * 1e3:.2f}ms = {r[f'{floor}_thread'] / r['eager_thread']:.3f}x "
+                      f"eager's thread time (median over eager's adjacent block: wall {wall:.3f}x, thread "
+                      f"{thread:.3f}x); adaptive's thread time over it "
+                      f"{(r['adaptive_thread'] - r[f'{floor}_thread']) * 1e3:.2f}ms")
 
 
 if __name__ == "__main__":
