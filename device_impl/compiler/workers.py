@@ -1,4 +1,5 @@
-"""Host threads for a compiled program's independent arithmetic (the static replay's fast path).
+"""Host threads for a compiled program's independent arithmetic (the static replay's fast path), and for a replayed
+fused elementwise launch of adaptive eager (its regions: ``eager.programs``).
 
 A simulated launch's wall time is mostly numpy: the products' BLAS calls and the attention step's per-head
 arithmetic. Their blocks are independent (a product's output tiles, each summing its K slices in order; an
@@ -88,10 +89,12 @@ def blas_threads() -> int | None:
     return max(c.get_num_threads() for c in controllers)
 
 
-def width() -> int:
-    """Threads an execution's independent blocks may use now (module docstring)."""
+def width(blas: bool = True) -> int:
+    """Threads an execution's independent blocks may use now (module docstring). ``blas=False``: blocks that call
+    no BLAS (a fused elementwise chain's regions: ``eager.programs``), whose bits no BLAS thread count changes, so
+    numpy's BLAS threads do not hold them to one."""
     asked = THREADS if THREADS is not None else torch.get_num_threads()
-    if asked <= 1 or blas_threads() != 1:
+    if asked <= 1 or (blas and blas_threads() != 1):
         return 1
     return asked
 

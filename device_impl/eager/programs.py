@@ -36,7 +36,10 @@ from device_impl.eager.stats import STATS
 from device_impl.engine import core as _core
 from device_impl.engine import launch
 from device_impl.engine.core import _recording  # open record_trace() blocks: no replay while any is
+from device_impl.compiler import workers
 from device_impl.engine.replay import ScriptEnded, measured, replayed
+from device_impl.engine.replay import merge as replay_merge
+from device_impl.engine.replay import share_core as replay_share_core
 from device_impl.engine.constants import PLATFORM
 from device_impl.kernels import matmul as mm
 from device_impl.kernels import reduction as red
@@ -356,11 +359,17 @@ def _replay_elementwise(key: tuple, recorded: tuple, program: Program, steps: Se
     slots: list[Any] = [None] * chain.slots
     try:
         with replayed(program.name, device, figures) as nc:  # an exception out of the block reports nothing
-            for start, stop, p, f in tiles:
-                mark = nc.mark()
-                chains.run_region(nc, chain, steps, prepared, store, slots, p, f, flat=(start, stop), moves=True,
-                                  reuse=reuse)
-                nc.release_to(mark)
+            threads = _region_threads(tiles, len(steps))
+            if threads > 1 and not _regions_independent(chain, prepared, store):
+                threads = 1
+            if threads > 1:
+                _replay_shared(nc, threads, chain, steps, prepared, store, reuse, tiles)
+            else:
+                for start, stop, p, f in tiles:
+                    mark = nc.mark()
+                    chains.run_region(nc, chain, steps, prepared, store, slots, p, f, flat=(start, stop),
+                                      moves=True, reuse=reuse)
+                    nc.release_to(mark)
             if not nc.matches(figures):
                 raise _Rerun
     except (_Rerun, chains.Diverged):
@@ -380,6 +389,74 @@ def _replay_elementwise(key: tuple, recorded: tuple, program: Program, steps: Se
             f"depend on the data), and it wrote a tensor it reads, so it cannot be rerun; set "
             f"NEURON_STATIC_REPLAY=0 to run every launch instruction by instruction, and report this")
     return False
+
+
+# Element-steps (elements x steps) from which a replayed fused launch's regions are shared among host threads:
+# handing a share over and waking its thread costs some tens of microseconds; 2^21 element-steps of float32
+# arithmetic take a millisecond or more on one core.
+SHARE_ELEMENT_STEPS = 1 << 21
+
+
+def _region_threads(tiles: Sequence[tuple], steps: int) -> int:
+    """How many host threads a replayed fused elementwise launch's regions go to (``_replay_shared``): one for a
+    launch of one region or too little arithmetic to pay for a hand-over, else ``workers.width(blas=False)``."""
+    if len(tiles) < 2:
+        return 1
+    if (tiles[-1][1] - tiles[0][0]) * steps < SHARE_ELEMENT_STEPS:
+        return 1
+    return min(len(tiles), workers.width(blas=False))
+
+
+def _same_view(a: np.ndarray, b: np.ndarray) -> bool:
+    return (a.__array_interface__["data"][0] == b.__array_interface__["data"][0] and a.shape == b.shape
+            and a.strides == b.strides and a.dtype == b.dtype)
+
+
+def _regions_independent(chain: chains.Chain, prepared, store) -> bool:
+    """Whether a fused launch's regions may run in any order (``_replay_shared``): every stored output C-contiguous
+    (no two of its elements share memory, so no two regions write one byte), and every loaded operand that shares
+    memory with a stored output the very same view (an in-place step: element i is read and written by the same
+    region only). Otherwise a region could read what another region's store writes, which the serial order
+    decides."""
+    written = [pw.out_view for pw, kept in zip(prepared, store) if kept]
+    if not all(out.flags.c_contiguous for out in written):
+        return False
+    for pw, loads in zip(prepared, chain.loads):
+        for view, load in zip(pw.views, loads):
+            if load and any(np.may_share_memory(view, out) and not _same_view(view, out) for out in written):
+                return False
+    return True
+
+
+def _replay_shared(nc, threads: int, chain: chains.Chain, steps: Sequence[Step], prepared, store, reuse,
+                   tiles: Sequence[tuple]) -> None:
+    """A replayed fused launch's regions in ``threads`` contiguous shares (``workers.split``), the first on the
+    launch's own core ``nc``, the others each on its thread's ``engine.replay.share_core``; their instructions
+    then go into ``nc``'s tally in region order (``engine.replay.merge``: the serial tally's sums, so the recorded
+    figures are checked as before). What each region computes does not depend on the thread: its loads, its
+    steps' emits on its own tiles and its stores, the same numpy calls on the same elements; regions are disjoint
+    ranges of every output, and what one reads no other region writes (``_regions_independent``, which the caller
+    checks first). numpy releases the GIL in its arithmetic: a 1M-element chain of transcendental functions runs
+    on two free cores in about half the wall time (benches/adaptive_ratio.py with NEURON_HOST_THREADS=2); its CPU
+    time is not less (on a loaded host the wall is not either)."""
+    cores: dict[int, Any] = {}
+
+    def share(first: int, last: int) -> None:
+        core = nc if first == 0 else replay_share_core()
+        cores[first] = core
+        slots: list[Any] = [None] * chain.slots
+        try:
+            for start, stop, p, f in tiles[first:last]:
+                mark = core.mark()
+                chains.run_region(core, chain, steps, prepared, store, slots, p, f, flat=(start, stop), moves=True,
+                                  reuse=reuse)
+                core.release_to(mark)
+        finally:
+            if core is not nc:
+                core.retire()
+
+    workers.split(len(tiles), share, threads)
+    replay_merge(nc, [cores[first] for first in sorted(cores) if first != 0])
 
 
 class _Rerun(Exception):

@@ -25,6 +25,7 @@ recorded instructions.
 from __future__ import annotations
 
 import contextlib
+import threading
 from typing import Any, Iterator, NamedTuple, Sequence
 
 import numpy as np
@@ -136,9 +137,9 @@ class _Pool:
 class ReplayCore(_core.Scoped):
     """The core a replayed launch runs on: real engines over a ``_Tally`` and plain pools."""
 
-    def __init__(self, platform: Platform = PLATFORM) -> None:
+    def __init__(self, platform: Platform = PLATFORM, tally: _Tally | None = None) -> None:
         self.platform = platform
-        self.timeline = _Tally()
+        self.timeline = _Tally() if tally is None else tally
         self.sbuf = _Pool("sbuf")
         self.psum = _Pool("psum")
         self.dma = DMA(platform, self.timeline)
@@ -217,6 +218,56 @@ class ReplayCore(_core.Scoped):
         tensor, vector, scalar, gpsimd = figures.compute_busy  # _COMPUTE's order
         return (timeline.instructions == figures.compute_instructions and busy["vector"] == vector
                 and busy["scalar"] == scalar and busy["tensor"] == tensor and busy["gpsimd"] == gpsimd)
+
+
+class _Log(_Tally):
+    """A share's tally (``share_core``): each instruction's engine and cost in program order, for ``merge`` to add
+    into the launch's own tally after the shares before it (the serial run's additions, in its order)."""
+
+    __slots__ = ("log",)
+
+    def reset(self) -> None:
+        super().reset()
+        self.log: list[tuple[str, float]] = []
+
+    def schedule(self, engine: str, name: str, cost_ns: float, reads=(), writes=(), latency_ns: float = 0.0) -> float:
+        self.log.append((engine, cost_ns))
+        self.instructions += 1
+        return 0.0
+
+
+class _Share(threading.local):
+    core: "ReplayCore | None" = None
+
+
+_share = _Share()
+
+
+def share_core() -> ReplayCore:
+    """This thread's core for a share of a replayed launch another thread holds (its arithmetic split among host
+    threads by region: ``eager.programs``), reset: real engines over a ``_Log`` tally and plain pools of its own
+    (kept per thread, so its tiles' arrays are reused from launch to launch as the launch's own core's are).
+    Its instructions reach the launch's tally through ``merge``; ``ReplayCore.retire`` ends the share."""
+    core = _share.core
+    if core is None:
+        core = _share.core = ReplayCore(tally=_Log())
+    core.timeline.reset()
+    core._live.clear()
+    core.script = ()
+    core.taken = 0
+    return core
+
+
+def merge(core: ReplayCore, shares: Sequence[ReplayCore]) -> None:
+    """Add ``shares``' instructions (``share_core``s, in region order, each run after ``core``'s own regions)
+    into ``core``'s tally one by one: the busy sums are the floats the serial run adds up, in its order, so
+    ``ReplayCore.matches`` holds exactly where the serial replay's would."""
+    timeline = core.timeline
+    busy = timeline.busy
+    for share in shares:
+        for engine, cost in share.timeline.log:
+            busy[engine] += cost
+        timeline.instructions += share.timeline.instructions
 
 
 class ScriptEnded(Exception):
