@@ -8,7 +8,8 @@ Default cases (issue 6): a 25-op elementwise chain over 1M fp32 elements, a GELU
 For each case the same workload object runs in eager and in adaptive mode. Wall time is the
 best-of-N seconds per call including ``torch.neuron.synchronize()`` (which runs adaptive's queue), the
 two modes' N blocks of calls alternating (``paired_seconds``); thread time is the calling thread's CPU time over
-the same repeats (the simulator computes on it); the median of the adaptive/eager ratios of adjacent blocks
+the same repeats (the simulator computes on it), process CPU time all threads' (with ``NEURON_HOST_THREADS=2`` a
+large fused launch computes partly on a second host thread, which thread time leaves out); the median of the adaptive/eager ratios of adjacent blocks
 is printed beside the ratio of the bests; device time is how far the simulated NeuronCore clock
 advances for one synchronized call; launches are engine launches per call. Adaptive's result is checked
 bit for bit against eager's first.

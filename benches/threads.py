@@ -8,8 +8,10 @@ CPU kernel swings with the load too. ``NEURONSIM_BENCH_THREADS`` overrides both.
 
 A compiled program's static replay shares its product blocks and attention batches among host threads of its
 own (device_impl/compiler/workers.py: they block, never spin), as many as ``torch.get_num_threads()``, so one
-here. ``NEURON_HOST_THREADS=2`` gives the simulator two while CPU eager and BLAS keep one each (with
-``NEURONSIM_BENCH_THREADS=2`` BLAS runs two threads per call, and the simulator then adds none).
+here; so does adaptive eager a large replayed fused elementwise launch's regions (device_impl/eager/programs.py).
+``NEURON_HOST_THREADS=2`` gives the simulator two while CPU eager and BLAS keep one each (with
+``NEURONSIM_BENCH_THREADS=2`` BLAS runs two threads per call, and the simulator's products then add none; its
+elementwise shares, which call no BLAS, still take two).
 """
 
 from __future__ import annotations
