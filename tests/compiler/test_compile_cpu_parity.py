@@ -381,6 +381,16 @@ def test_overrideable_convolutions_of_no_input_channels_compile_as_cpus_convolut
     assert all(torch.equal(a.cpu(), b) for a, b in zip(got, want))
 
 
+def test_no_op_is_checked_both_by_its_fake_rule_and_its_wrapped_meta():
+    """An op whose Python meta parity wraps (META_CHECKED, META_INPLACE_CHECKED) needs no fake-tensor probe too
+    (FAKE_CHECKED): the wrapped meta already answers as CPU. The shift operators were in both."""
+    from device_impl.compiler import parity
+
+    wrapped = {getattr(getattr(torch.ops.aten, name.split('.')[0]), name.split('.')[1])
+               for name in (*parity.META_CHECKED, *parity.META_INPLACE_CHECKED)}
+    assert not wrapped & parity.FAKE_CHECKED
+
+
 def test_shift_operators_refuse_and_accept_as_cpu():
     """The shift operators' meta refuses float tensors with a RuntimeError (CPU: NotImplementedError, also for the
     in-place forms, whose decomposition calls the out-of-place meta) and refuses bool tensors, which CPU shifts
