@@ -1050,8 +1050,10 @@ _CONV_REASON = ("convolution accumulates over C_in*kh*kw in a different order th
 def _conv(data, dtype, dims: int = 2, transposed: bool = False):
     """A convolution's input, weight and bias. Designed cases: the "empty" size class has no input channels (an
     empty contraction: CPU's output channel count is its meta function's); the ``nonfinite_taps`` domain
-    (``_CONV_TAPS``) puts it on the weight alone, with padding, so its non-finite first and last taps meet the
-    padding (whether the kernel multiplies padded zeros), the input positive and finite, the bias "unit"."""
+    (``_CONV_TAPS``) puts it on the weight, with padding, so its non-finite first and last taps meet the
+    padding (whether the kernel multiplies padded zeros), and, for a transposed convolution, on the input (its corners
+    meet the padded grad_output in the weight gradient); a direct convolution's input positive and finite, the bias
+    "unit"."""
     goal = hs.target()
     goal = goal if goal is not None and goal.dtype == dtype else None
     taps = goal is not None and goal.domain in _CONV_TAPS
@@ -1072,7 +1074,9 @@ def _conv(data, dtype, dims: int = 2, transposed: bool = False):
     x = _t(data, (n, cin) + spatial, dtype, domains=("unit",), requires_grad=True)
     b = _t(data, (cout,), dtype, requires_grad=True)
     if taps:
-        x, b = replace(x, domain="positive"), replace(b, domain="unit")
+        # a transposed convolution's input meets the padding in its weight gradient (x times the padded grad_output:
+        # whether CPU's backward-weights kernel multiplies the padded zeros), so its corners are non-finite too
+        x, b = replace(x, domain=goal.domain if transposed else "positive"), replace(b, domain="unit")
     return [x, _t(data, weight, dtype, domains=("unit",), requires_grad=True), b], params
 
 
@@ -2163,8 +2167,9 @@ def _conv_direct(data, dtype):
                     + 1) for size in x.shape[2:])  # 0 where the input is too small: CPU's error, as the forward's
     x, w, b, g = [_t(data, t.shape, dtype) for t in (x, w, tensors[2])] + [_t(data, (x.shape[0], w.shape[0]) + out,
                                                                              dtype)]
-    if w.domain in _CONV_TAPS:  # as _conv's: the weight's taps alone non-finite (the cotangent's "unit")
-        x, b, g = replace(x, domain="positive"), replace(b, domain="unit"), replace(g, domain="unit")
+    if w.domain in _CONV_TAPS:  # as _conv's, and the cotangent's corners non-finite: its outputs beside the padding meet
+        # the padded input's zeros in the weight gradient (whether CPU's backward-weights kernel multiplies them)
+        x, b, g = replace(x, domain="positive"), replace(b, domain="unit"), replace(g, domain=w.domain)
     return [x, w, b, g], params
 
 

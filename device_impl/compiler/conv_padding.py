@@ -19,8 +19,11 @@ text no longer has:
   does). Two FX convolutions of one key that CPU answers differently (their strides differ) both multiply, as
   before this module: the StableHLO op cannot tell them apart.
 
-Transposed convolutions never multiply padding on the device (``conv._conv_transposed``), and the weight gradient
-of the backward is not decided here (see ``docs/architecture.md``).
+The backward's weight gradient (``aten.convolution_backward`` of a direct, ungrouped convolution) is decided here too,
+asking ``cpu_host.conv_backward_skips_padding``: torch-mlir says it as a direct convolution of the input by
+grad_output (``_weight_gradient``), which ``mark`` then finds by the same key. Transposed convolutions never multiply
+padding on the device (``conv._conv_transposed``); a transposed convolution's backward and a grouped one's weight
+gradient are not decided here (their graphs run eagerly on this torch-mlir, where the eager kernel asks).
 """
 
 from __future__ import annotations
@@ -49,28 +52,66 @@ def _key(x_shape, w_shape, stride, padding, dilation, groups: int, dtype: str) -
 
 
 def decide(gm: torch.fx.GraphModule) -> dict[str, bool]:
-    """{key: CPU skips padding} for each padded direct convolution of ``gm`` (``_CONVOLUTIONS``; none: an empty
-    dict); a key CPU answers both ways is False."""
+    """{key: CPU skips padding} for each padded direct convolution of ``gm`` (``_CONVOLUTIONS``) and each direct
+    convolution's weight gradient (``_weight_gradient``; none: an empty dict); a key CPU answers both ways is False."""
     from device_impl.kernels import cpu_host
 
     decided: dict[str, bool] = {}
+
+    def record(key: str, skip: bool) -> None:
+        if decided.get(key, skip) != skip:
+            log.info("convolutions of key %s: CPU skips padding for one problem, not another; both multiply it", key)
+            skip = False
+        decided[key] = skip
+
     for node in gm.graph.nodes:
-        if node.op != "call_function" or node.target not in _CONVOLUTIONS:
+        if node.op != "call_function":
+            continue
+        if node.target is aten.convolution_backward.default:
+            answer = _weight_gradient(node)
+            if answer is not None:
+                record(*answer)
+            continue
+        if node.target not in _CONVOLUTIONS:
             continue
         x, w, _, stride, padding, dilation, transposed, _, groups = node.args[:9]
-        x, w = getattr(x, "meta", {}).get("val"), getattr(w, "meta", {}).get("val")
-        if transposed or not isinstance(x, torch.Tensor) or not isinstance(w, torch.Tensor) or not any(padding):
+        x, w = _val(x), _val(w)
+        if transposed or x is None or w is None or not any(padding):
             continue
         key = _key(x.shape, w.shape, stride, padding, dilation, groups, str(x.dtype).replace("torch.", ""))
         try:
             skip = cpu_host.conv_skips_padding(x, w, list(stride), list(padding), list(dilation), int(groups))
         except RuntimeError:  # arguments CPU refuses: the program raises before computing (parity.refusal)
             continue
-        if decided.get(key, skip) != skip:
-            log.info("convolutions of key %s: CPU skips padding for one layout, not another; both multiply it", key)
-            skip = False
-        decided[key] = skip
+        record(key, skip)
     return decided
+
+
+def _val(node: Any) -> torch.Tensor | None:
+    val = getattr(node, "meta", {}).get("val")
+    return val if isinstance(val, torch.Tensor) else None
+
+
+def _weight_gradient(node: torch.fx.Node) -> tuple[str, bool] | None:
+    """(key, CPU's backward-weights kernel skips padding) of a direct, ungrouped ``convolution_backward`` that asks
+    for grad_weight; None for any other. torch-mlir says that gradient as a direct convolution of the input with
+    batch and channels swapped ([C_in, N, spatial]) by grad_output as its weight ([C_out, N, spatial]), the forward's
+    dilation as its window stride, its stride as the rhs dilation and its padding: ``_key`` of that convolution.
+    (The input gradient is a transposed convolution on the device, which never multiplies padding, as CPU's
+    col2im and oneDNN's backward-data kernels do not.)"""
+    from device_impl.kernels import cpu_host
+
+    go, x, w, _, stride, padding, dilation, transposed, output_padding, groups, mask = node.args[:11]
+    go, x, w = _val(go), _val(x), _val(w)
+    if transposed or groups != 1 or go is None or x is None or w is None or not any(padding) or not mask[1]:
+        return None
+    try:
+        _, skip = cpu_host.conv_backward_skips_padding(go, x, w, list(stride), list(padding), list(dilation), False,
+                                                       list(output_padding), 1, list(mask[:2]))
+    except RuntimeError:
+        return None
+    swap = lambda t: (t.shape[1], t.shape[0], *t.shape[2:])  # noqa: E731
+    return _key(swap(x), swap(go), dilation, padding, stride, 1, str(x.dtype).replace("torch.", "")), skip
 
 
 def _stablehlo_key(graph: Graph, op: Any) -> str | None:

@@ -12,8 +12,8 @@ as adaptive eager runs the same calls (issue 21: a graph the compiler runs eager
 modes, and over the op-spec sweep adaptive's device time is never above plain eager's). ``(x + y) * 2`` beside a
 bitcast the compiler cannot lower took a launch per op, 2.64 us, where adaptive fuses them into one, 1.47 us; the
 sweep's bernoulli_tensor 6.40 -> 4.37 us, normal_float_tensor 6.31 -> 3.96 us. Bits are the kernels' own in
-either mode. The mode is process-wide (``eager.mode``), so the switch is too, as a user's
-``torch.neuron.eager_mode("adaptive")`` block.
+either mode. The switch is the calling thread's alone (``eager.mode.thread_eager_mode``): a second Python thread
+running eager ops meanwhile keeps its own mode (the process-wide switch queued its ops behind the graph).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def eager(gm: torch.fx.GraphModule, error: Exception, graph: str, config: Compil
     _announce(error, graph, config)
 
     def run(args: list) -> Any:
-        with eager_mode.eager_mode("adaptive"):
+        with eager_mode.thread_eager_mode("adaptive"):
             outputs = gm(*args)
         return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
 
@@ -52,7 +52,7 @@ def dynamo_graph(gm: torch.fx.GraphModule, error: Exception, graph: str, config:
     _announce(error, graph, config)
 
     def run(*args: Any) -> Any:
-        with eager_mode.eager_mode("adaptive"):
+        with eager_mode.thread_eager_mode("adaptive"):
             return gm(*args)
 
     return run

@@ -263,9 +263,7 @@ FAKE_CHECKED = frozenset({
     # hardshrink, log_sigmoid_*, softplus_backward): backend.EAGER_CALLS runs such calls eagerly
     aten.softplus.default, aten.mish.default, aten.threshold.default, aten.frac.default, aten.heaviside.default,
     aten.logaddexp.default, aten.logaddexp2.default,
-    # the shift operators of float or bool tensors: CPU's NotImplementedError ("lshift_cpu"), the meta's RuntimeError
-    # (not the in-place __ilshift__/__irshift__: the probe's stand-ins share memory, which an in-place CPU call refuses)
-    aten.__lshift__.Tensor, aten.__lshift__.Scalar, aten.__rshift__.Tensor, aten.__rshift__.Scalar,
+    # (the shift operators' metas are wrapped instead, META_CHECKED: that covers their in-place forms too)
 })
 _INSTALLED: list[bool] = []
 
@@ -611,41 +609,44 @@ def _checked_meta(op: Any, meta: Callable, accepts_as_cpu: bool = False) -> Call
 def _cast_checked_meta(outplace: Any, meta: Callable) -> Callable:
     """An in-place ``meta`` that first refuses, as CPU's in-place kernel does, a result of the out-of-place op
     ``outplace`` whose dtype self cannot hold (``torch.can_cast``, TensorIterator's rule)."""
-    from device_impl.kernels.common import SCALAR_TYPE_NAMES
+    from device_impl.kernels.common import cast_error
 
     def checked(self: torch.Tensor, *args: Any, **kwargs: Any) -> Any:
         result = outplace(self, *args, **kwargs)
         if not torch.can_cast(result.dtype, self.dtype):
-            raise RuntimeError(f"result type {SCALAR_TYPE_NAMES[result.dtype]} can't be cast to the desired output "
-                               f"type {SCALAR_TYPE_NAMES[self.dtype]}")
+            raise cast_error(result.dtype, self.dtype)
         return meta(self, *args, **kwargs)
 
     checked.__wrapped__ = meta  # type: ignore[attr-defined]
     return checked
 
 
-def install_meta_checks() -> None:
-    """Wrap the Python metas of META_CHECKED (see module docstring). Idempotent; an op or meta this torch
-    lacks is left alone."""
+def _overload(name: str) -> Any:
+    """aten's overload ``name`` ("packet.overload"), or None where this torch lacks it."""
+    packet, overload = name.split(".")
+    return getattr(getattr(torch.ops.aten, packet, None), overload, None)
+
+
+def _wrap_meta(name: str, wrap: Callable[[Any, Callable], Callable]) -> None:
+    """Put ``wrap(op, meta)`` in the place of overload ``name``'s Python meta and clear the op's dispatch cache (which
+    holds the meta it found); an op or meta this torch lacks, or one already wrapped, is left alone."""
     from torch._C import DispatchKey
 
+    op = _overload(name)
+    meta = getattr(op, "py_kernels", {}).get(DispatchKey.Meta) if op is not None else None
+    if meta is None or hasattr(meta, "__wrapped__"):
+        return
+    op.py_kernels[DispatchKey.Meta] = wrap(op, meta)
+    op._dispatch_cache.clear()
+
+
+def install_meta_checks() -> None:
+    """Wrap the Python metas of META_CHECKED and META_INPLACE_CHECKED (see module docstring). Idempotent; an op or
+    meta this torch lacks is left alone."""
     for name in META_CHECKED:
-        packet, overload = name.split(".")
-        op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
-        meta = getattr(op, "py_kernels", {}).get(DispatchKey.Meta) if op is not None else None
-        if meta is None or hasattr(meta, "__wrapped__"):
-            continue
-        op.py_kernels[DispatchKey.Meta] = _checked_meta(op, meta, name in META_ACCEPTS_AS_CPU)
-        op._dispatch_cache.clear()
+        _wrap_meta(name, lambda op, meta, accepts=name in META_ACCEPTS_AS_CPU: _checked_meta(op, meta, accepts))
     for name, outplace in META_INPLACE_CHECKED.items():
-        packet, overload = name.split(".")
-        op = getattr(getattr(torch.ops.aten, packet, None), overload, None)
-        meta = getattr(op, "py_kernels", {}).get(DispatchKey.Meta) if op is not None else None
-        if meta is None or hasattr(meta, "__wrapped__"):
-            continue
-        packet, overload = outplace.split(".")
-        op.py_kernels[DispatchKey.Meta] = _cast_checked_meta(getattr(getattr(torch.ops.aten, packet), overload), meta)
-        op._dispatch_cache.clear()
+        _wrap_meta(name, lambda op, meta, outplace=_overload(outplace): _cast_checked_meta(outplace, meta))
     from torch._subclasses import fake_impls
 
     for name in FAKE_IMPL_CHECKED:

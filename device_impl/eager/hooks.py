@@ -6,6 +6,9 @@ adaptive mode is on, ``install()`` registers Python kernels for them on
 PrivateUse1 that run the queued work the copy depends on and then call the C++
 kernel (``torch.library.get_kernel``, its intended use); ``uninstall()`` drops
 the registrations, which restores the C++ kernels, so eager mode pays nothing.
+While one thread alone runs adaptive (``mode.thread_eager_mode``) they stay
+registered, and pass the other threads, whose ``HOOKS.submit`` is None, straight to
+the C++ kernels.
 
 A device-to-device copy on one core between compute dtypes (a cast such as
 ``x.float()``, or a same-dtype copy from ``clone()``, ``contiguous()``, ``reshape``)
@@ -25,6 +28,7 @@ from device_impl.eager.capture import EAGER_RUNNERS, Step
 from device_impl.eager.queue import OUTSIDE, QUEUE
 from device_impl.engine.dtypes import COMPUTE_DTYPES
 from device_impl.kernels.common import copy_emit, elementwise
+from device_impl.runtime.hooks import HOOKS
 
 _KEY = "PrivateUse1"
 _KEYS = torch._C.DispatchKeySet(torch._C.DispatchKey.PrivateUse1)
@@ -74,6 +78,8 @@ def install() -> None:
                 for op in ("copy_", "_copy_from", "_copy_from_and_resize", "_local_scalar_dense")}
 
     def copy_(keys, dst: torch.Tensor, src: torch.Tensor, non_blocking: bool = False) -> torch.Tensor:
+        if HOOKS.submit is None:  # a thread in eager mode while another runs adaptive (mode.thread_eager_mode)
+            return original["copy_"].call_boxed(keys, dst, src, non_blocking)
         if dst is src:  # a tensor onto itself: nothing to move (the C++ kernel's is_same rule)
             return dst
         if dst.numel() and not OUTSIDE.depth and _queueable_copy(dst, src):
@@ -85,16 +91,22 @@ def install() -> None:
         return original["copy_"].call_boxed(keys, dst, src, non_blocking)
 
     def copy_from(keys, src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> Any:
+        if HOOKS.submit is None:
+            return original["_copy_from"].call_boxed(keys, src, dst, non_blocking)
         if QUEUE.steps and QUEUE.depends((dst, src)):
             QUEUE.flush("copy")
         return original["_copy_from"].call_boxed(keys, src, dst, non_blocking)
 
     def copy_from_and_resize(keys, src: torch.Tensor, dst: torch.Tensor) -> Any:
+        if HOOKS.submit is None:
+            return original["_copy_from_and_resize"].call_boxed(keys, src, dst)
         if QUEUE.steps and QUEUE.depends((dst, src)):
             QUEUE.flush("copy")
         return original["_copy_from_and_resize"].call_boxed(keys, src, dst)
 
     def local_scalar_dense(keys, self: torch.Tensor) -> Any:
+        if HOOKS.submit is None:
+            return original["_local_scalar_dense"].call_boxed(keys, self)
         if QUEUE.steps and QUEUE.depends((self,)):
             QUEUE.flush("item")
         return original["_local_scalar_dense"].call_boxed(keys, self)

@@ -153,6 +153,14 @@ def check_exact_dtype(out: torch.Tensor, dtype: torch.dtype) -> None:
                            f"{TYPE_META_NAMES.get(out.dtype, out.dtype)} instead")
 
 
+def cast_error(result: torch.dtype, out: torch.dtype) -> RuntimeError:
+    """CPU's error for a result of dtype ``result`` written to an output of dtype ``out`` that ``torch.can_cast`` refuses
+    (TensorIterator's check: an out= tensor, an in-place op's self); the caller tests, this says it, so the message
+    is CPU's wherever the device or the compiler's metas raise it."""
+    return RuntimeError(f"result type {SCALAR_TYPE_NAMES[result]} can't be cast to the desired output type "
+                        f"{SCALAR_TYPE_NAMES[out]}")
+
+
 def check_out(out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, inputs: Sequence[Operand] = (),
               exact_dtype: bool = False, same_dtype: bool = False, internal_overlap: bool = True) -> torch.Tensor:
     """Apply PyTorch's out= rules (TensorIterator's order): no internal overlap and no partial overlap
@@ -180,8 +188,7 @@ def check_out(out: torch.Tensor, shape: Sequence[int], dtype: torch.dtype, input
         check_exact_dtype(out, dtype)
     out_dtype = out.dtype
     if dtype != out_dtype and not torch.can_cast(dtype, out_dtype):
-        raise RuntimeError(f"result type {SCALAR_TYPE_NAMES[dtype]} can't be cast to the desired output type "
-                           f"{SCALAR_TYPE_NAMES[out_dtype]}")
+        raise cast_error(dtype, out_dtype)
     if out.shape != tuple(shape):
         if any(x is out for x in inputs):
             # TensorIterator's read-write operand (``logical_and_`` runs ``logical_and_out(self, self, o)``):

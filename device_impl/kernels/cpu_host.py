@@ -13,7 +13,9 @@ runs on, not only on PyTorch's version:
 * **Whether a direct convolution multiplies its zero padding** (``conv_skips_padding``): ATen's native kernels
   and some of oneDNN's form ``0 * w`` at every padded position (NaN for an infinite or NaN weight), oneDNN's
   direct kernels form none; which oneDNN kernel runs is oneDNN's choice per problem (sizes, strides, groups) and
-  ISA, so it is asked of CPU's own convolution of ones and an infinite weight, once per problem.
+  ISA, so it is asked of CPU's own convolution of ones and an infinite weight, once per problem. Its backward
+  (``conv_backward_skips_padding``) is asked the same way: oneDNN's backward kernels are chosen apart from the
+  forward's (a grad_weight next to padding: ``inf * 0`` where grad_output is infinite).
 * **Whether ``gelu`` runs oneDNN's overflowing form** (``onednn_gelu``): contiguous float32 (and bf16 where
   oneDNN has bf16 on the CPU) tensors, where oneDNN's kernel for this host's ISA halves last (asked of CPU's
   gelu of 3e38: the AVX-512 kernel overflows there, the AVX2 one does not).
@@ -237,6 +239,52 @@ def conv_skips_padding(x: torch.Tensor, w: torch.Tensor, stride: Sequence[int], 
     return _padding_probe(tuple(x.shape), tuple(x.stride()), tuple(w.shape), tuple(w.stride()), x.dtype,
                           tuple(stride), tuple(padding), tuple(dilation), int(groups),
                           torch.backends.mkldnn.enabled, torch.get_num_threads())
+
+
+def conv_backward_skips_padding(grad_output: torch.Tensor, x: torch.Tensor, w: torch.Tensor, stride: Sequence[int],
+                                padding: Sequence[int], dilation: Sequence[int], transposed: bool,
+                                output_padding: Sequence[int], groups: int,
+                                output_mask: Sequence[bool]) -> tuple[bool, bool]:
+    """(grad_input, grad_weight): whether CPU's ``convolution_backward`` of tensors like these forms no product with
+    the padding, on this host, now (``conv_skips_padding``'s question for the backward). Where it multiplies, a
+    non-finite grad_output at an output whose window meets the padding gives ``inf * 0 = NaN`` in grad_weight (a
+    direct convolution: the padded input's zeros; a transposed one: the padded grad_output's zeros meet a non-finite
+    input), and a transposed convolution's grad_input (a direct convolution of grad_output) meets its padding with the
+    weight. A direct convolution's grad_input (col2im, or oneDNN's backward-data) multiplies nothing of the kind.
+
+    ATen's native backward kernels (im2col) always multiply; oneDNN's backward-weights and backward-data kernels are
+    its choice per problem and ISA, and not the forward's: measured in torch 2.13 on an AVX2 host, float32 with a
+    batch of 2, one group and a 3-wide kernel skips, two groups or a 1-wide kernel multiply unless channels-last
+    (grad_weight), and a transposed 1-wide kernel's grad_input multiplies unless channels-last. So it is asked of
+    CPU's own backward (``_backward_padding_probe``): every operand all-infinite, the same sizes, strides and dtype,
+    under the current oneDNN flag and thread count; a gradient is NaN exactly where it multiplied padding. A
+    problem with no padding, or one CPU runs natively, is answered without running anything (both multiply)."""
+    if not any(padding) or x.numel() == 0 or w.numel() == 0 or grad_output.numel() == 0:
+        return False, False
+    backend = conv_backend(x, w, None, stride, padding, dilation, transposed, output_padding, groups, backward=True)
+    if not is_onednn(backend):
+        return False, False
+    return _backward_padding_probe(
+        tuple(grad_output.shape), tuple(grad_output.stride()), tuple(x.shape), tuple(x.stride()), tuple(w.shape),
+        tuple(w.stride()), x.dtype, tuple(stride), tuple(padding), tuple(dilation), bool(transposed),
+        tuple(output_padding), int(groups), (bool(output_mask[0]), bool(output_mask[1])),
+        torch.backends.mkldnn.enabled, torch.get_num_threads())
+
+
+@functools.lru_cache(maxsize=512)
+def _backward_padding_probe(g_shape, g_stride, x_shape, x_stride, w_shape, w_stride, dtype, stride, padding, dilation,
+                            transposed, output_padding, groups, mask, _onednn, _threads) -> tuple[bool, bool]:
+    """``conv_backward_skips_padding``'s question put to CPU's backward (the last two arguments only key the cache):
+    for each of grad_input and grad_weight, True where it has no NaN. Every product of two infinities is +inf; a
+    gradient is NaN only where an infinity met a padded zero. A gradient the mask leaves out answers False."""
+    with _disable_current_modes(), torch.no_grad():
+        g, x, w = (torch.empty_strided(shape, strides, dtype=dtype).fill_(float("inf"))
+                   for shape, strides in ((g_shape, g_stride), (x_shape, x_stride), (w_shape, w_stride)))
+        gi, gw, _ = torch.ops.aten.convolution_backward(g, x, w, None, list(stride), list(padding), list(dilation),
+                                                        transposed, list(output_padding), groups,
+                                                        [mask[0], mask[1], False])
+        return (gi is not None and not bool(torch.isnan(gi).any()),
+                gw is not None and not bool(torch.isnan(gw).any()))
 
 
 def onednn_facts() -> dict[str, object]:

@@ -26,13 +26,18 @@ class Outside(threading.local):
     depth = 0
 
 
-class EagerHooks:
+class EagerHooks(threading.local):
     """``barrier(reason, op, args, kwargs)``: run the queued work that ``op``'s tensor arguments
     depend on before ``op`` runs outside the queue (``args=None``: all of it).
     ``submit(op, compute, out, args)``: queue (or run) a family kernel's computation.
     Both are None in plain eager mode, so eager pays one attribute test per op.
     ``outside``: see ``Outside``; dispatch raises its depth around every native kernel it runs after a
     barrier, adaptive eager reads it.
+
+    Per thread where a thread asks: the process-wide mode (``eager.mode.set_eager_mode``) sets the class's
+    attributes, which every thread reads; a thread's own mode (``eager.mode.thread_eager_mode``, the compiler's
+    eagerly run graphs) sets the instance's, which only that thread sees (a ``threading.local``), so another
+    thread's eager ops are not queued behind it.
     """
 
     barrier: Callable[..., None] | None = None

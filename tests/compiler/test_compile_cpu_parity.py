@@ -326,6 +326,46 @@ def test_a_compiled_training_step_forms_cpus_padding_products(form, onednn):
             _nan_and_values_of(a.cpu(), b)
 
 
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn-on", "onednn-off"])
+@pytest.mark.parametrize("form", ["conv2d", "conv2d-5x5", "conv2d-grouped"])
+def test_a_compiled_weight_gradient_forms_cpus_padding_products(form, onednn):
+    """A non-finite grad_output beside the padding meets the padded input's zeros in the weight gradient: CPU's
+    native backward multiplies them (NaN), oneDNN's backward-weights kernel skips them in some problems. The
+    program asks the live CPU at compile time (compiler.conv_padding, ``cpu_host.conv_backward_skips_padding``) and
+    marks the weight gradient's convolution; it multiplied them always (conv2d and conv2d-5x5 with oneDNN on failed
+    on this AVX2 host: NaN where CPU gives the infinity)."""
+    from device_impl.kernels import cpu_host
+
+    fn, x, w = padded_conv(form)
+    w = torch.rand(w.shape, generator=torch.Generator().manual_seed(2)) - 0.5  # finite: the infinities are the cotangent's
+    g = torch.rand(fn(x, w).shape, generator=torch.Generator().manual_seed(1)) - 0.5
+    g.view(g.shape[0], g.shape[1], -1)[:, :, 0] = float("inf")
+    g.view(g.shape[0], g.shape[1], -1)[:, :, -1] = float("nan")
+
+    def step(x, w, g):
+        out = fn(x, w)
+        out.backward(g)
+        return out.detach()
+
+    with torch.backends.mkldnn.flags(enabled=onednn):
+        xc, wc = x.clone().requires_grad_(), w.clone().requires_grad_()
+        want = step(xc, wc, g)
+        torch._dynamo.reset()
+        xd, wd = x.to("neuron").requires_grad_(), w.to("neuron").requires_grad_()
+        with breakdown.capture() as calls:
+            got = torch.compile(step, backend="neuron", dynamic=False)(xd, wd, g.to("neuron"))
+        for a, b in ((got, want), (xd.grad, xc.grad), (wd.grad, wc.grad)):
+            _nan_and_values_of(a.cpu(), b)
+        _, _, kw = PADDED_CONVS[form]
+        _, skips = cpu_host.conv_backward_skips_padding(g, x, w, [1, 1], [kw["padding"]] * 2, [1, 1], False, [0, 0],
+                                                        kw.get("groups", 1), [True, True])
+    # the weight gradient's convolution: the input ([C_in, N, H, W]) by grad_output, a [C_in, C_out, kH, kW] result
+    marked = [bool(s["attrs"].get("skip_padding")) for executable, _ in calls for s in executable.program.steps
+              if s["kind"] == "convolution" and executable.program.shape(s["results"][0])[2:] == tuple(w.shape[2:])
+              and executable.program.shape(s["operands"][1])[2:] == tuple(g.shape[2:])]
+    assert marked in ([], [skips])  # none where the backward graph runs eagerly (the eager kernel asks at the call)
+
+
 def test_overrideable_convolutions_of_no_input_channels_compile_as_cpus_convolution():
     """convolution_overrideable and its backward have no CPU kernel (CPU's entry raises NotImplementedError): the
     compiler's zero-size probe (parity.empty_refusal) asks CPU's convolution/convolution_backward instead, which
@@ -339,6 +379,16 @@ def test_overrideable_convolutions_of_no_input_channels_compile_as_cpus_convolut
                     g, x, w)
     want = torch.ops.aten.convolution_backward(g, x, w, [3], *args, [True] * 3)
     assert all(torch.equal(a.cpu(), b) for a, b in zip(got, want))
+
+
+def test_no_op_is_checked_both_by_its_fake_rule_and_its_wrapped_meta():
+    """An op whose Python meta parity wraps (META_CHECKED, META_INPLACE_CHECKED) needs no fake-tensor probe too
+    (FAKE_CHECKED): the wrapped meta already answers as CPU. The shift operators were in both."""
+    from device_impl.compiler import parity
+
+    wrapped = {getattr(getattr(torch.ops.aten, name.split('.')[0]), name.split('.')[1])
+               for name in (*parity.META_CHECKED, *parity.META_INPLACE_CHECKED)}
+    assert not wrapped & parity.FAKE_CHECKED
 
 
 def test_shift_operators_refuse_and_accept_as_cpu():

@@ -23,7 +23,7 @@ import torch
 
 from device_impl.engine.dtypes import FP32
 from device_impl.kernels import overlap
-from device_impl.kernels.common import SCALAR_TYPE_NAMES, check_out
+from device_impl.kernels.common import SCALAR_TYPE_NAMES, cast_error, check_out
 from device_impl.kernels.random.tiles import (
     BOOL,
     FLOATS,
@@ -165,8 +165,7 @@ def _normal_tensor_tensor(a: dict) -> torch.Tensor:
     _check_std_tensor(std)
     out = _normal_out(a, broadcast_shapes(mean.shape, std.shape), mean, (mean, std))
     if not torch.can_cast(std.dtype, out.dtype):
-        raise RuntimeError(f"result type {SCALAR_TYPE_NAMES[std.dtype]} can't be cast to the desired output type "
-                           f"{SCALAR_TYPE_NAMES[out.dtype]}")
+        raise cast_error(std.dtype, out.dtype)
     return _normal_tensors("normal", out, mean, std, a.get("generator"))
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 
 from device_impl.engine.dtypes import FP32
-from device_impl.kernels.common import SCALAR_TYPE_NAMES, numpy_dtype, result_type
+from device_impl.kernels.common import cast_error, numpy_dtype, result_type
 from device_impl.kernels.random.tiles import (
     FLOATS,
     broadcast_shapes,
@@ -35,8 +35,7 @@ def _native_dropout(a: dict) -> tuple[torch.Tensor, torch.Tensor]:
         check_p(p1m)
         scale = 0.0 if p1m == 0 else 1.0 / p1m
         if x.dtype not in FLOATS:  # input.mul(mask).mul_(scale) on an integral tensor
-            raise RuntimeError(f"result type Float can't be cast to the desired output type "
-                               f"{SCALAR_TYPE_NAMES[x.dtype]}")
+            raise cast_error(torch.float32, x.dtype)
         mask = torch.empty_like(x, dtype=torch.bool)
         out = torch.empty_like(x)
 

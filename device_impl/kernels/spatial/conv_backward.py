@@ -7,7 +7,10 @@ grad_weight (``_conv_weight_grad_core``): ``gw[G, CL, CR, K] = sum_{n, o} left[N
 o*s + k*d]`` on TensorE with the contraction (batch, output position) on partitions: both operands first get
 channel-contiguous rows (``_channels_last``: [128 channels x 128 positions] TensorE transposes), then are
 DMA'd with the positions outermost; (input channel, tap) columns stream along the free axis (<= ``N_MAX``)
-and every position tile accumulates into the same PSUM bank.
+and every position tile accumulates into the same PSUM bank. Where CPU's backward-weights kernel forms no
+product with the padding (``cpu_host.conv_backward_skips_padding``, asked per problem: oneDNN's choice), the taps
+are split by the positions that reach real elements and each box contracts over those alone
+(``_weight_grad_unpadded``), so a non-finite grad_output beside the padding is not NaN there.
 
 grad_bias (``_channel_sum``): channels on partitions, (batch, positions) boxes along the free axis, reduced and
 accumulated in fp32 on VectorE.
@@ -147,6 +150,44 @@ def _conv_weight_grad_core(nc, gw: np.ndarray, left: np.ndarray, right: np.ndarr
                 nc.release_to(mark)
 
 
+def _tap_runs(n_taps: int, n_pos: int, n_real: int, lo: int, stride: int, dilation: int) -> list[tuple[int, int, int, int]]:
+    """One axis of a weight gradient without padding products: [(k0, k1, o0, o1)], taps ``k0 <= k < k1`` each
+    reaching a real element of the padded operand (``lo`` zeros before ``n_real`` real ones) from exactly the
+    positions ``o0 <= o < o1`` (of ``n_pos``): ``o * stride + k * dilation - lo`` in ``[0, n_real)``. The two bounds
+    fall as ``k`` grows, so taps of one range are consecutive."""
+    runs: list[tuple[int, int, int, int]] = []
+    for k in range(n_taps):
+        o0 = max(0, -((k * dilation - lo) // stride))  # ceil((lo - k * dilation) / stride)
+        o1 = max(o0, min(n_pos, (lo + n_real - 1 - k * dilation) // stride + 1))
+        if runs and runs[-1][2:] == (o0, o1):
+            runs[-1] = (runs[-1][0], k + 1, o0, o1)
+        else:
+            runs.append((k, k + 1, o0, o1))
+    return runs
+
+
+def _weight_grad_unpadded(nc, gw: np.ndarray, left: np.ndarray, right: np.ndarray, stride, dilation, lo,
+                          n_real) -> None:
+    """``_conv_weight_grad_core`` forming no product with the padded operand's zeros (``right``: ``lo`` zeros before
+    its ``n_real`` real elements per spatial axis), as CPU's oneDNN backward-weights kernels do where
+    ``cpu_host.conv_backward_skips_padding`` says so: an infinite or NaN grad_output (or transposed input) beside the
+    padding is then not NaN. The taps split into boxes by the positions that reach real elements (``_tap_runs``);
+    each box contracts over those positions only (a box no position reaches is zero)."""
+    runs = [_tap_runs(gw.shape[3 + i], left.shape[3 + i], n_real[i], lo[i], stride[i], dilation[i]) for i in range(3)]
+    if all(len(r) == 1 and r[0][2:] == (0, left.shape[3 + i]) for i, r in enumerate(runs)):
+        _conv_weight_grad_core(nc, gw, left, right, stride, dilation)  # no tap reaches padding
+        return
+    sd, sh, sw = stride
+    dd, dh, dw = dilation
+    for a0, a1, od0, od1 in runs[0]:
+        for b0, b1, oh0, oh1 in runs[1]:
+            for c0, c1, ow0, ow1 in runs[2]:
+                _conv_weight_grad_core(nc, gw[:, :, :, a0:a1, b0:b1, c0:c1],
+                                       left[:, :, :, od0:od1, oh0:oh1, ow0:ow1],
+                                       right[:, :, :, od0 * sd + a0 * dd:, oh0 * sh + b0 * dh:, ow0 * sw + c0 * dw:],
+                                       stride, dilation)
+
+
 def _channel_sum(nc, out_v: np.ndarray, g: np.ndarray) -> None:
     """out_v[C] = sum over (N, spatial) of g[N, C, ...] (fp32 accumulation on VectorE)."""
     n_batch, c = g.shape[:2]
@@ -222,6 +263,10 @@ def _conv_backward(grad_output, input, weight, bias_sizes, stride, padding, dila
         s3 = [1] * (3 - nsp) + list(stride)
         p3 = [0] * (3 - nsp) + list(padding)
         d3 = [1] * (3 - nsp) + list(dilation)
+        # whether CPU's backward kernels for this problem form products with the padding (oneDNN's choice per problem)
+        gi_skips, gw_skips = cpu_host.conv_backward_skips_padding(grad_output, input, weight, stride, padding,
+                                                                  dilation, transposed, output_padding, groups,
+                                                                  output_mask[:2])
         if gi is not None and gi.numel():
             if not transposed:
                 # grad_input = conv_transpose(grad_output, weight); output_padding recovers the input size
@@ -229,18 +274,19 @@ def _conv_backward(grad_output, input, weight, bias_sizes, stride, padding, dila
                                              + dilation[i] * (weight.shape[2 + i] - 1) + 1) for i in range(nsp)]
                 _conv_run(nc, scratch, hbm(gi), go_v, w_v, None, nsp, stride, padding, dilation, True, opad, groups)
             else:
-                # CPU's native transposed backward multiplies grad_output's padded zeros (im2col); oneDNN does not
+                # CPU's native transposed backward multiplies grad_output's padded zeros (im2col); oneDNN's kernels
+                # mostly do not (a 1-wide kernel's does unless channels-last): asked of CPU
                 _conv_run(nc, scratch, hbm(gi), go_v, w_v, None, nsp, stride, padding, dilation, False,
-                          [0] * nsp, groups, skip_padding=cpu_host.is_onednn(backend))
+                          [0] * nsp, groups, skip_padding=gi_skips)
         if gw is not None and gw.numel():
             gw5 = _to5d(hbm(gw), nsp)
             if not transposed:
-                xp = _pad(nc, scratch, _to5d(x_v, nsp), p3, p3, 0)
-                left, right = _to5d(go_v, nsp), xp
+                padded = _to5d(x_v, nsp)
+                left, right = _to5d(go_v, nsp), _pad(nc, scratch, padded, p3, p3, 0)
                 cl, cr = weight.shape[0] // groups, weight.shape[1]
             else:
-                gop = _pad(nc, scratch, _to5d(go_v, nsp), p3, p3, 0)
-                left, right = _to5d(x_v, nsp), gop
+                padded = _to5d(go_v, nsp)
+                left, right = _to5d(x_v, nsp), _pad(nc, scratch, padded, p3, p3, 0)
                 cl, cr = weight.shape[0] // groups, weight.shape[1]
             # positions are the contraction: give both operands channel-contiguous rows first
             left, right = _channels_last(nc, scratch, left), _channels_last(nc, scratch, right)
@@ -249,6 +295,8 @@ def _conv_backward(grad_output, input, weight, bias_sizes, stride, padding, dila
             rg = _split(right, 1, (groups, right.shape[1] // groups))
             if cr and lg.shape[0] * lg.shape[3] * lg.shape[4] * lg.shape[5] == 0:
                 _fill(nc, gw5, 0)
+            elif gw_skips:
+                _weight_grad_unpadded(nc, gwg, lg, rg, s3, d3, p3, padded.shape[2:])
             else:
                 _conv_weight_grad_core(nc, gwg, lg, rg, s3, d3)
         if gb is not None and gb.numel():
