@@ -287,7 +287,17 @@ def _add_alpha_float(op: str, out: torch.Tensor, x: Any, y: Any, alpha: Any, com
 
 
 # add.out/sub.out calls that recur with the same metadata, served from a plan (elementwise/recurring.py)
-RECURRING = {"add": recurring.Plans("add", _add_emit), "sub": recurring.Plans("subtract", _add_emit)}
+def _add_launch(op: str):
+    """add/sub's emit and common dtype for a plan (alpha 1), as ``_add_like``'s compute makes them."""
+
+    def launch(x: torch.Tensor, y: torch.Tensor) -> tuple:
+        common = result_type(x, y)
+        return _add_emit(op, 1, common, numpy_compute(common)), common
+
+    return launch
+
+
+RECURRING = {"add": recurring.Plans("add", _add_launch("add")), "sub": recurring.Plans("subtract", _add_launch("subtract"))}
 register_family("add", _add_like("add"), _meta_add, recurring=RECURRING["add"])
 register_family("sub", _add_like("subtract"), _meta_add, recurring=RECURRING["sub"])
 

@@ -43,27 +43,36 @@ MAX_PLANS = 1024  # per op, the oldest forgotten first
 _Tensor = torch.Tensor
 _generation = replay._generation
 _enabled = replay._enabled
+_SMALL_TILE = replay.SMALL_TILE
 
 
 class _Plan:
-    """One metadata key's answers (module docstring)."""
+    """One metadata key's answers (module docstring). ``direct``: the launch is one tile whose one compute
+    instruction reads the operands in their own dtypes (no conversion, no staging), so it runs on the operands'
+    and out's HBM views (``kernels.replay.run_direct``); ``tile``: that tile's shape."""
 
-    __slots__ = ("generation", "emit", "figures", "tiles", "signature", "broadcast_x", "broadcast_y", "convert_x",
-                 "convert_y", "target", "shape")
+    __slots__ = ("generation", "emit", "figures", "tiles", "signature", "broadcast", "convert", "target", "shape",
+                 "direct", "tile")
 
 
 class Plans:
-    """The plans of one op (``name``: the launch's kernel name, as its compute names it); ``make_emit(name, alpha,
-    common, compute dtype)`` makes the emit the op's compute makes, so the plan keys the same launch."""
+    """The plans of one op's out= kernel (``name``: the launch's kernel name, as its compute names it).
+    ``launch(*operands)`` returns the emit and the common dtype the op's compute passes to ``elementwise`` for
+    those operands (alpha 1, no other argument), so the plan keys the same launch; ``round_scalars`` as the
+    compute passes it. ``arity``: the operand tensors before out (2: ``(self, other, out=)``, 1: ``(self, out=)``)."""
 
-    def __init__(self, name: str, make_emit: Callable[..., Callable]) -> None:
+    def __init__(self, name: str, launch: Callable[..., tuple[Callable, torch.dtype | None]], arity: int = 2,
+                 round_scalars: bool = True) -> None:
         self.name = name
-        self.make_emit = make_emit
+        self.launch = launch
+        self.arity = arity
+        self.round_scalars = round_scalars
         self.plans: dict[tuple, _Plan | None] = {}  # None: a key seen once, not yet planned
         self.served = 0  # calls served from a plan (tests read it)
+        self._key = self._key2 if arity == 2 else self._key1
 
     @staticmethod
-    def _key(args: tuple, kwargs: dict) -> tuple | None:
+    def _key2(args: tuple, kwargs: dict) -> tuple | None:
         """The metadata key of a call ``(self, other, out=)`` or ``(self, other, alpha=1, out=)`` (the
         dispatcher leaves a default alpha out), or None for any other form."""
         if len(args) != 2:
@@ -80,6 +89,17 @@ class Plans:
         return (x.dtype, y.dtype, out.dtype, x.shape, y.shape, out.shape, x.stride(), y.stride(), out.stride(),
                 x.get_device(), y.get_device(), out.get_device())
 
+    @staticmethod
+    def _key1(args: tuple, kwargs: dict) -> tuple | None:
+        """The metadata key of a call ``(self, out=)``, or None for any other form."""
+        if len(args) != 1 or len(kwargs) != 1:
+            return None
+        x = args[0]
+        out = kwargs.get("out")
+        if not (isinstance(x, _Tensor) and isinstance(out, _Tensor)):
+            return None
+        return (x.dtype, out.dtype, x.shape, out.shape, x.stride(), out.stride(), x.get_device(), out.get_device())
+
     def serve(self, args: tuple, kwargs: dict) -> torch.Tensor | None:
         """Run the call from its plan and return out, or None: the caller takes the full path."""
         if HOOKS.submit is not None or CAPTURE[0] is not None or _recording or not _enabled[0]:
@@ -90,23 +110,25 @@ class Plans:
         plan = self.plans.get(key)
         if plan is None or plan.generation != _generation[0]:
             return None
-        x, y = args
         out = kwargs["out"]
         begin = out.data_ptr()  # check_out's partial-overlap rule (kernels/common.py), this call's pointers
         end = begin + out.nbytes
-        for t in (x, y):
+        for t in args:
             b = t.data_ptr()
             if b < end and begin < b + t.nbytes:
                 overlap.assert_no_partial_overlap(out, t)
-        vx, vy = hbm(x), hbm(y)
-        if plan.broadcast_x:
-            vx = np.broadcast_to(vx, plan.shape)
-        if plan.broadcast_y:
-            vy = np.broadcast_to(vy, plan.shape)
-        steps = ((vx, None, plan.convert_x), (vy, None, plan.convert_y))
-        if not replay.run(plan.signature, plan.figures, self.name, key[11], steps, hbm(out), plan.emit, plan.tiles,
-                          plan.target):
-            return None  # refused (replay.run forgot the recording): the full path runs it instruction by instruction
+        views = [hbm(t) for t in args]
+        for i in plan.broadcast:
+            views[i] = np.broadcast_to(views[i], plan.shape)
+        if plan.direct:
+            if not replay.run_direct(plan.signature, plan.figures, self.name, key[-1], views, hbm(out), plan.emit,
+                                     plan.tile):
+                return None  # refused (run_direct forgot the recording): the full path runs it instruction by instruction
+        else:
+            steps = tuple(zip(views, (None,) * len(views), plan.convert))
+            if not replay.run(plan.signature, plan.figures, self.name, key[-1], steps, hbm(out), plan.emit,
+                              plan.tiles, plan.target):
+                return None  # refused, as above
         self.served += 1
         return out
 
@@ -126,18 +148,17 @@ class Plans:
         known = plans[key]
         if known is not None and known.generation == _generation[0]:
             return
-        x, y = args
         out = kwargs["out"]
-        device = key[11]
-        if device < 0 or key[9] != device or key[10] != device or out.numel() == 0 or not out.is_contiguous():
+        device = key[-1]
+        if device < 0 or any(t.get_device() != device for t in args) or out.numel() == 0 \
+                or not out.is_contiguous():
             return
         if out.dim() > 1 and memory_order(out) != list(range(out.dim())):
             return
-        common = result_type(x, y)
+        emit, common = self.launch(*args)
         if common in _NARROW_FLOATS and out.dtype.is_floating_point and out.dtype != common:
             return
-        emit = self.make_emit(self.name, 1, common, numpy_compute(common))
-        out_view, views, scalars, convert, target = _prepare(out, (x, y), common, None, True)
+        out_view, views, scalars, convert, target = _prepare(out, args, common, None, self.round_scalars)
         signature = replay.signature(self.name, emit, out.numel(), FREE_MAX, out_view, views, scalars, convert,
                                      target)
         recorded = replay._figures.get(signature) if signature is not None else None
@@ -149,8 +170,12 @@ class Plans:
         plan.figures, plan.tiles = recorded
         plan.signature = signature
         plan.shape = tuple(out.shape)
-        plan.broadcast_x = tuple(x.shape) != plan.shape
-        plan.broadcast_y = tuple(y.shape) != plan.shape
-        plan.convert_x, plan.convert_y = convert
+        plan.broadcast = tuple(i for i, t in enumerate(args) if tuple(t.shape) != plan.shape)
+        plan.convert = tuple(convert)
         plan.target = target
+        tiles = plan.tiles
+        # one tile, one compute instruction, operands read in their own dtypes: engine.replay.one_tile_direct
+        plan.direct = (len(tiles) == 1 and out.numel() <= _SMALL_TILE and not any(convert)
+                       and plan.figures.compute_instructions == 1)
+        plan.tile = tiles[0][2:]
         plans[key] = plan
