@@ -384,7 +384,9 @@ def one_tile_direct(kernel: str, device: int, figures: Figures, views: tuple, ou
     nc = getattr(state, "replay_core", None)
     if nc is None:
         nc = state.replay_core = ReplayCore()
-    tiles = _direct_tiles(nc, len(views))
+    tiles = nc.direct
+    if tiles is None or len(tiles) <= len(views):
+        tiles = _direct_tiles(nc, len(views))
     timeline = nc.timeline
     busy = timeline.busy = _ZERO_BUSY.copy()
     timeline.instructions = 0
@@ -395,7 +397,7 @@ def one_tile_direct(kernel: str, device: int, figures: Figures, views: tuple, ou
     nc.script = ()
     nc.taken = 0
     state.depth = 1
-    errors = _core._ignore_fp_errors()
+    errors = _ignore_fp_errors()
     observer = _core._observer[0]
     observed = observer(kernel, device) if _torch_profiler._is_profiler_enabled and observer else None
     same = False
@@ -421,11 +423,15 @@ def one_tile_direct(kernel: str, device: int, figures: Figures, views: tuple, ou
             for tile in made:
                 tile.root = None
             made.clear()
-        _core._restore_fp_errors(errors)
+        _restore_fp_errors(errors)
         if same:
             f = figures
-            _core._close(kernel, device, f.device_ns, f.busy.copy(), f.hbm_read, f.hbm_write, f.flops, f.instructions,
-                         f.sbuf_peak, f.psum_peak, [])
+            _core._close(kernel, device, f.device_ns, f.busy.copy(), f.hbm_read, f.hbm_write, f.flops,
+                         f.instructions, f.sbuf_peak, f.psum_peak, [])  # looked up per launch: tests spy on it
         if observed is not None:
             observed(same)
     return same
+
+
+_ignore_fp_errors = _core._ignore_fp_errors
+_restore_fp_errors = _core._restore_fp_errors

@@ -117,7 +117,7 @@ class Plans:
             b = t.data_ptr()
             if b < end and begin < b + t.nbytes:
                 overlap.assert_no_partial_overlap(out, t)
-        views = [hbm(t) for t in args]
+        views = list(map(hbm, args))
         for i in plan.broadcast:
             views[i] = np.broadcast_to(views[i], plan.shape)
         if plan.direct:
