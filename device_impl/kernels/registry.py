@@ -144,6 +144,8 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
         if binder.out_names:
             make = _generated_out_kernel if cpu_out_is_generated(op) else _out_kernel
             extra = {"recurring": recurring} if make is _out_kernel and recurring is not None else {}
+            if extra:  # a plan is made only for dtypes the table passes to the kernel (its wrapper serves first)
+                recurring.dtypes = dtypes
             TABLE.native(op, dtypes=dtypes)(_sourced(make(op, binder, compute, meta, rule,
                                                           restride=packet in TI_OUT_STRIDES, **extra), compute))
             registered.append(op)

@@ -44,6 +44,7 @@ _Tensor = torch.Tensor
 _generation = replay._generation
 _enabled = replay._enabled
 _SMALL_TILE = replay.SMALL_TILE
+ALL: list["Plans"] = []  # every op's plans, in the order made (tests clear and count them)
 
 
 class _Plan:
@@ -69,7 +70,9 @@ class Plans:
         self.round_scalars = round_scalars
         self.plans: dict[tuple, _Plan | None] = {}  # None: a key seen once, not yet planned
         self.served = 0  # calls served from a plan (tests read it)
+        self.dtypes: frozenset | None = None  # the dtypes the table passes to the kernel (set by register_family)
         self._key = self._key2 if arity == 2 else self._key1
+        ALL.append(self)
 
     @staticmethod
     def _key2(args: tuple, kwargs: dict) -> tuple | None:
@@ -152,6 +155,9 @@ class Plans:
         device = key[-1]
         if device < 0 or any(t.get_device() != device for t in args) or out.numel() == 0 \
                 or not out.is_contiguous():
+            return
+        dtypes = self.dtypes
+        if dtypes is not None and any(t.dtype not in dtypes for t in (*args, out)):
             return
         if out.dim() > 1 and memory_order(out) != list(range(out.dim())):
             return
