@@ -1,4 +1,4 @@
-"""A recurring add/sub/mul/div/exp/tanh/sigmoid/neg call served from its plan
+"""A recurring add/sub/mul/div/exp/tanh/sigmoid/neg/relu call served from its plan
 (device_impl/kernels/elementwise/recurring.py) changes the host cost and nothing else: the same output bits,
 launch figures, device clock, statistics and errors as the full path, which a call takes wherever the plan's
 answers might not hold."""
@@ -206,7 +206,8 @@ def test_replay_keys_name_code_objects_by_identity():
 
 
 UNARY = {
-    "exp": torch.exp, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "neg": torch.neg,
+    "exp": torch.exp, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "neg": torch.neg, "relu": torch.relu,
+    "relu_module": torch.nn.functional.relu,
     "exp_out": lambda x: torch.exp(x, out=torch.empty(x.shape, dtype=torch.float32 if not x.dtype.is_floating_point
                                                       else x.dtype, device=DEV)),
     "neg_out": lambda x: torch.neg(x, out=torch.empty_like(x)),
@@ -332,3 +333,19 @@ def test_a_rounding_division_is_never_served(launches):
     for _ in range(3):
         with pytest.raises(RuntimeError, match="ZeroDivisionError"):
             torch.div(a, b, rounding_mode="floor")
+
+
+def test_relu_of_bool_raises_every_time(launches):
+    b = torch.ones(1024, dtype=torch.bool, device=DEV)
+    x = _values((1024,), torch.float32, 1)
+    for _ in range(3):
+        torch.relu(x)
+    served = _served()
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="Boolean inputs not supported for relu"):
+            torch.relu(b)
+    assert _served() == served
+    host = torch.ones(1024)  # a host tensor of the planned metadata but device: CPU's relu, not a plan
+    for _ in range(2):
+        assert torch.relu(host).device.type == "cpu"
+    assert _served() == served

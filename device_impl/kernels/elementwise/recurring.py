@@ -1,19 +1,30 @@
-"""Recurring calls of add/sub's out= kernel, served from a plan of their launch.
+"""Recurring calls of an elementwise out= kernel (add, sub, mul, true div; exp, tanh, sigmoid, neg), served from a
+plan of their launch.
 
 Why: most of a small op's host cost is the Python around its engines, not their arithmetic. Before a 1k add's
 one tile runs, the out= kernel binds the arguments, runs the meta function (broadcast shape, result dtype),
 applies out='s rules, makes the emit, resolves the operands into HBM views (broadcast, conversions) and
 builds the launch's signature (kernels/replay.py) to find its recording: about half of the kernel's
 bytecode. All of it follows from the call's metadata alone (each tensor's dtype, shape, strides and device,
-and alpha), so a plan keeps those answers for one metadata key. It is learnt after a call of that key took
+and alpha), so a plan keeps those answers for one metadata key. That holds for an op whose compute checks no
+value (no zero-divisor test: a rounding division is never planned, its key refuses any keyword but out and alpha 1)
+and makes its emit from the metadata alone; each such op's emit comes from one module-level factory its compute
+and its ``launch`` share, so the plan keys the launch the compute would. It is learnt after a call of that key took
 the full path and completed, so every check that depends on the metadata alone passed; a later call with the
 key is served from it. Per call, still:
 
   * the key itself (dtypes, shapes, strides, devices; alpha is the int 1);
   * ``check_out``'s partial-overlap rule from this call's data pointers (the same function, the same error);
-  * the HBM views of the three tensors, broadcast as the plan says;
+  * the HBM views of the tensors, broadcast as the plan says;
   * the launch: ``kernels.replay.run`` on the plan's recording (the same instructions on the same tiles, the
-    tally checked, the recorded figures reported), so bits, device time and statistics are the full path's.
+    tally checked, the recorded figures reported), so bits, device time and statistics are the full path's; for a
+    one-tile launch of one compute instruction on operands in their own dtypes, ``kernels.replay.run_direct``,
+    whose instruction reads the operands' HBM views and writes out's (no tile copied in or stored out: the same
+    ufunc on the same values into the same dtype; an out that is an operand is one ufunc's in-place call).
+
+The table's wrapper (dispatch/table.py) asks ``serve`` before its own device and dtype checks: a plan is made
+only from a call that wrapper passed to the kernel, all of whose tensors were on one device with dtypes it
+passes (``dtypes``), so every check it skips would pass for a call of the same key.
 
 A plan is made only where the full path's answer is the plan's: all three tensors neuron tensors of one device;
 out already has the broadcast shape (no resize, no warning), is contiguous (no internal-overlap check) and
@@ -53,17 +64,20 @@ class _Plan:
     and out's HBM views (``kernels.replay.run_direct``); ``tile``: that tile's shape."""
 
     __slots__ = ("generation", "emit", "figures", "tiles", "signature", "broadcast", "convert", "target", "shape",
-                 "direct", "tile")
+                 "direct", "tile", "dtype", "device")
 
 
 class Plans:
     """The plans of one op's out= kernel (``name``: the launch's kernel name, as its compute names it).
     ``launch(*operands)`` returns the emit and the common dtype the op's compute passes to ``elementwise`` for
     those operands (alpha 1, no other argument), so the plan keys the same launch; ``round_scalars`` as the
-    compute passes it. ``arity``: the operand tensors before out (2: ``(self, other, out=)``, 1: ``(self, out=)``)."""
+    compute passes it. ``arity``: the operand tensors before out (2: ``(self, other, out=)``, 1: ``(self, out=)``).
+    ``functional``: the plans of a functional kernel with no out= overload (``relu(self)``): the key is the
+    operand's, and a served call allocates its result as the kernel does (``torch.empty`` of the meta's shape and
+    dtype on the operand's device)."""
 
     def __init__(self, name: str, launch: Callable[..., tuple[Callable, torch.dtype | None]], arity: int = 2,
-                 round_scalars: bool = True) -> None:
+                 round_scalars: bool = True, functional: bool = False) -> None:
         self.name = name
         self.launch = launch
         self.arity = arity
@@ -71,7 +85,8 @@ class Plans:
         self.plans: dict[tuple, _Plan | None] = {}  # None: a key seen once, not yet planned
         self.served = 0  # calls served from a plan (tests read it)
         self.dtypes: frozenset | None = None  # the dtypes the table passes to the kernel (set by register_family)
-        self._key = self._key2 if arity == 2 else self._key1
+        self.functional = functional
+        self._key = self._key0 if functional else self._key2 if arity == 2 else self._key1
         ALL.append(self)
 
     @staticmethod
@@ -103,6 +118,16 @@ class Plans:
             return None
         return (x.dtype, out.dtype, x.shape, out.shape, x.stride(), out.stride(), x.get_device(), out.get_device())
 
+    @staticmethod
+    def _key0(args: tuple, kwargs: dict) -> tuple | None:
+        """The metadata key of a functional call ``(self)``, or None for any other form."""
+        if len(args) != 1 or kwargs:
+            return None
+        x = args[0]
+        if not isinstance(x, _Tensor):
+            return None
+        return (x.dtype, x.shape, x.stride(), x.get_device())
+
     def serve(self, args: tuple, kwargs: dict) -> torch.Tensor | None:
         """Run the call from its plan and return out, or None: the caller takes the full path."""
         if HOOKS.submit is not None or CAPTURE[0] is not None or _recording or not _enabled[0]:
@@ -113,13 +138,16 @@ class Plans:
         plan = self.plans.get(key)
         if plan is None or plan.generation != _generation[0]:
             return None
-        out = kwargs["out"]
-        begin = out.data_ptr()  # check_out's partial-overlap rule (kernels/common.py), this call's pointers
-        end = begin + out.nbytes
-        for t in args:
-            b = t.data_ptr()
-            if b < end and begin < b + t.nbytes:
-                overlap.assert_no_partial_overlap(out, t)
+        if self.functional:  # a fresh result, as the functional kernel allocates it: it overlaps nothing
+            out = torch.empty(plan.shape, dtype=plan.dtype, device=plan.device)
+        else:
+            out = kwargs["out"]
+            begin = out.data_ptr()  # check_out's partial-overlap rule (kernels/common.py), this call's pointers
+            end = begin + out.nbytes
+            for t in args:
+                b = t.data_ptr()
+                if b < end and begin < b + t.nbytes:
+                    overlap.assert_no_partial_overlap(out, t)
         views = list(map(hbm, args))
         for i in plan.broadcast:
             views[i] = np.broadcast_to(views[i], plan.shape)
@@ -135,8 +163,9 @@ class Plans:
         self.served += 1
         return out
 
-    def learn(self, args: tuple, kwargs: dict) -> None:
-        """After a call took the full path and completed: make its key's plan where one applies (module docstring)."""
+    def learn(self, args: tuple, kwargs: dict, result: torch.Tensor | None = None) -> None:
+        """After a call took the full path and completed: make its key's plan where one applies (module docstring).
+        ``result``: a functional kernel's result (an out= kernel's is its out)."""
         if HOOKS.submit is not None or CAPTURE[0] is not None or _recording or not _enabled[0]:
             return
         key = self._key(args, kwargs)
@@ -151,7 +180,7 @@ class Plans:
         known = plans[key]
         if known is not None and known.generation == _generation[0]:
             return
-        out = kwargs["out"]
+        out = result if self.functional else kwargs["out"]
         device = key[-1]
         if device < 0 or any(t.get_device() != device for t in args) or out.numel() == 0 \
                 or not out.is_contiguous():
@@ -184,4 +213,6 @@ class Plans:
         plan.direct = (len(tiles) == 1 and out.numel() <= _SMALL_TILE and not any(convert)
                        and plan.figures.compute_instructions == 1)
         plan.tile = tiles[0][2:]
+        plan.dtype = out.dtype
+        plan.device = out.device
         plans[key] = plan
