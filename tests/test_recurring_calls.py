@@ -1,6 +1,7 @@
-"""A recurring add/sub call served from its plan (device_impl/kernels/elementwise/recurring.py) changes the host
-cost and nothing else: the same output bits, launch figures, device clock, statistics and errors as the full
-path, which a call takes wherever the plan's answers might not hold."""
+"""A recurring add/sub/mul/div/exp/tanh/sigmoid/neg/relu call served from its plan
+(device_impl/kernels/elementwise/recurring.py) changes the host cost and nothing else: the same output bits,
+launch figures, device clock, statistics and errors as the full path, which a call takes wherever the plan's
+answers might not hold."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from device_impl import engine
 from device_impl._core import C
 from device_impl.engine import core
 from device_impl.kernels import replay
+from device_impl.kernels.elementwise import recurring
 from device_impl.kernels.elementwise.binary import RECURRING
 
 DEV = "neuron"
@@ -46,7 +48,7 @@ def launches(monkeypatch):
     monkeypatch.setattr(core, "_close", spy)
     previous = replay.set_enabled(True)
     replay.reset()
-    for plans in RECURRING.values():
+    for plans in recurring.ALL:
         plans.plans.clear()
     yield figures
     replay.set_enabled(previous)
@@ -65,7 +67,7 @@ def _run(figures: list, fn):
 
 
 def _served() -> int:
-    return sum(p.served for p in RECURRING.values())
+    return sum(p.served for p in recurring.ALL)
 
 
 CASES = {
@@ -75,6 +77,11 @@ CASES = {
     "add_out": lambda x, y: torch.add(x, y, out=torch.empty(torch.broadcast_shapes(x.shape, y.shape),
                                                             dtype=torch.result_type(x, y), device=DEV)),
     "alpha_1": lambda x, y: torch.add(x, y, alpha=1),
+    "mul": lambda x, y: torch.mul(x, y),
+    "mul_out": lambda x, y: torch.mul(x, y, out=torch.empty(torch.broadcast_shapes(x.shape, y.shape),
+                                                            dtype=torch.result_type(x, y), device=DEV)),
+    "div": lambda x, y: torch.div(x, y),
+    "div_operator": lambda x, y: x / y,
 }
 SHAPES = {"1k": ((1024,), (1024,)), "2d": ((64, 96), (64, 96)), "broadcast": ((64, 1), (1, 96)),
           "multi_tile": ((300_000,), (300_000,)), "scalar_tensor": ((), ())}
@@ -95,7 +102,7 @@ def test_a_served_call_is_the_full_paths(launches, case, shapes, dtypes):
     served = _served()
     full = _run(launches, lambda: fn(x, y))  # ... whose recording a plan now serves
     assert _served() == served + 1, "a recurring call was not served from its plan"
-    for plans in RECURRING.values():
+    for plans in recurring.ALL:
         plans.plans.clear()
     reference = _run(launches, lambda: fn(x, y))  # the full path again (a replay of the same recording)
     assert _served() == served + 1
@@ -196,3 +203,149 @@ def test_replay_keys_name_code_objects_by_identity():
     for key in replay._figures:
         assert not any(isinstance(part, type(test_replay_keys_name_code_objects_by_identity.__code__))
                        for part in key[1])
+
+
+UNARY = {
+    "exp": torch.exp, "tanh": torch.tanh, "sigmoid": torch.sigmoid, "neg": torch.neg, "relu": torch.relu,
+    "relu_module": torch.nn.functional.relu,
+    "exp_out": lambda x: torch.exp(x, out=torch.empty(x.shape, dtype=torch.float32 if not x.dtype.is_floating_point
+                                                      else x.dtype, device=DEV)),
+    "neg_out": lambda x: torch.neg(x, out=torch.empty_like(x)),
+    "sigmoid_": lambda x: x.clone().sigmoid_(), "exp_": lambda x: x.clone().exp_(), "neg_": lambda x: x.clone().neg_(),
+}
+UNARY_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16, "int": torch.int32}
+UNARY_SHAPES = {"1k": (1024,), "2d": (64, 96), "multi_tile": (300_000,), "scalar_tensor": ()}
+
+
+@pytest.mark.parametrize("dtype", UNARY_DTYPES, ids=list(UNARY_DTYPES))
+@pytest.mark.parametrize("shape", UNARY_SHAPES, ids=list(UNARY_SHAPES))
+@pytest.mark.parametrize("case", UNARY, ids=list(UNARY))
+def test_a_served_unary_call_is_the_full_paths(launches, case, shape, dtype):
+    fn = UNARY[case]
+    dt = UNARY_DTYPES[dtype]
+    if dt == torch.int32 and case.endswith("_") and case != "neg_":
+        pytest.skip("an integer tensor's in-place exp/sigmoid is refused (result type Float)")
+    x = _values(UNARY_SHAPES[shape], dt, 1)
+    _run(launches, lambda: fn(x))  # the full path, at the instruction level: recorded, its key seen
+    _run(launches, lambda: fn(x))  # the full path again (replayed): its plan learnt
+    served = _served()
+    full = _run(launches, lambda: fn(x))  # ... whose recording a plan now serves
+    assert _served() == served + 1, "a recurring call was not served from its plan"
+    for plans in recurring.ALL:
+        plans.plans.clear()
+    reference = _run(launches, lambda: fn(x))  # the full path again (a replay of the same recording)
+    assert _served() == served + 1
+    assert full[0].dtype == reference[0].dtype and full[0].shape == reference[0].shape
+    assert full[0].stride() == reference[0].stride()
+    assert torch.equal(_bits(full[0]), _bits(reference[0]))
+    assert full[1:] == reference[1:]
+
+
+def test_a_small_plan_runs_on_the_hbm_views(launches):
+    """A one-tile, one-instruction launch's plan is direct (engine.replay.one_tile_direct): its served calls
+    give the full path's bits, in place too (out is an operand)."""
+    x, y = _values((1024,), torch.float32, 1), _values((1024,), torch.float32, 2)
+    for _ in range(3):
+        torch.mul(x, y)
+        torch.exp(x)
+    direct = [plan.direct for ops in recurring.ALL for plan in ops.plans.values() if plan is not None]
+    assert len(direct) == 2 and all(direct)
+
+    def in_place():
+        z, w = x.clone(), x.clone()
+        for _ in range(3):
+            z.mul_(y)
+            w.exp_()
+        return z, w
+
+    served = _served()
+    z, w = in_place()
+    assert _served() == served + 6
+    assert torch.equal(_bits(z), _bits(x.cpu() * y.cpu() * y.cpu() * y.cpu()))
+    previous = replay.set_enabled(False)  # every launch instruction by instruction, none served
+    try:
+        z_ref, w_ref = in_place()
+    finally:
+        replay.set_enabled(previous)
+    assert _served() == served + 6
+    assert torch.equal(_bits(z), _bits(z_ref)) and torch.equal(_bits(w), _bits(w_ref))
+
+
+WRONG = {
+    "mul": lambda x, y, out: torch.mul(x, y, out=out),
+    "div": lambda x, y, out: torch.div(x, y, out=out),
+    "add": lambda x, y, out: torch.add(x, y, out=out),
+    "exp": lambda x, y, out: torch.exp(x, out=out),
+    "neg": lambda x, y, out: torch.neg(x, out=out),
+}
+
+
+def _error(fn) -> tuple[type, str] | None:
+    try:
+        fn()
+    except Exception as e:  # noqa: BLE001 - the class and message are compared
+        return type(e), str(e)
+    return None
+
+
+@pytest.mark.parametrize("op", WRONG, ids=list(WRONG))
+def test_calls_a_plan_may_not_serve_raise_as_cpu(launches, op):
+    """With the op's plan learnt for these operands, an out= on the host, an out= partially overlapping an operand
+    and an out= of a dtype the result cannot be cast to each take the full path and raise PyTorch's error,
+    every time (the same class and message as CPU's call)."""
+    fn = WRONG[op]
+    x, y = _values((1024,), torch.float32, 1), _values((1024,), torch.float32, 2)
+    out = torch.empty(1024, device=DEV)
+    for _ in range(3):
+        fn(x, y, out)
+    served = _served()
+    assert served >= 1
+    host_out = torch.empty(1024)
+    base = torch.zeros(2048, device=DEV)
+    cpu_base = torch.zeros(2048)
+    calls = {
+        "host_out": (lambda: fn(x, y, host_out), None),
+        "overlap": (lambda: fn(base[1:1025], y, base[2:1026]), lambda: fn(cpu_base[1:1025], y.cpu(), cpu_base[2:1026])),
+        "long_out": (lambda: fn(x, y, torch.empty(1024, dtype=torch.long, device=DEV)),
+                     lambda: fn(x.cpu(), y.cpu(), torch.empty(1024, dtype=torch.long))),
+    }
+    for name, (device_call, cpu_call) in calls.items():
+        for _ in range(3):
+            got = _error(device_call)
+            assert got is not None and issubclass(got[0], RuntimeError), (name, got)
+            if cpu_call is not None:
+                assert got == _error(cpu_call), name
+    assert _served() == served
+    for _ in range(2):  # and the plan still serves the calls it holds for
+        fn(x, y, out)
+    assert _served() == served + 2
+
+
+def test_a_rounding_division_is_never_served(launches):
+    x, y = _values((1024,), torch.float32, 1), _values((1024,), torch.float32, 2)
+    served = _served()
+    for mode in ("floor", "trunc"):
+        for _ in range(3):
+            torch.div(x, y, rounding_mode=mode)
+    assert _served() == served
+    a = torch.randint(-5, 5, (1024,), device=DEV)
+    b = torch.zeros(1024, dtype=torch.long, device=DEV)
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="ZeroDivisionError"):
+            torch.div(a, b, rounding_mode="floor")
+
+
+def test_relu_of_bool_raises_every_time(launches):
+    b = torch.ones(1024, dtype=torch.bool, device=DEV)
+    x = _values((1024,), torch.float32, 1)
+    for _ in range(3):
+        torch.relu(x)
+    served = _served()
+    for _ in range(3):
+        with pytest.raises(RuntimeError, match="Boolean inputs not supported for relu"):
+            torch.relu(b)
+    assert _served() == served
+    host = torch.ones(1024)  # a host tensor of the planned metadata but device: CPU's relu, not a plan
+    for _ in range(2):
+        assert torch.relu(host).device.type == "cpu"
+    assert _served() == served

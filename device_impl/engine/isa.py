@@ -711,8 +711,13 @@ class VectorE(_Engine):
             y = y.astype(compute)
         target = out.write_target()
         shape = target.shape
-        if (shape == x.shape and (y.shape == shape or y.shape == (shape[0], 1))
-                and _ufunc_result(fn, compute, 2) == target.dtype):
+        if shape == x.shape and (y.shape == shape or y.shape == (shape[0], 1)):
+            result = _UFUNC_RESULT.get((fn, compute))  # _ufunc_result's cache, read inline (every instruction)
+            if result is None:  # (no value is None: a dtype or a void sentinel)
+                result = _ufunc_result(fn, compute, 2)
+        else:
+            result = _NOT_UFUNC  # a void dtype: equal to no tile's dtype (None would equal float64)
+        if result == target.dtype:
             fn(x, y, out=target)
         else:
             target[...] = fn(x, y)

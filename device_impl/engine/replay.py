@@ -154,6 +154,8 @@ class ReplayCore(_core.Scoped):
         # The recorded launch's ``choose`` values (``NeuronCore.choices``), taken in order (``taken``).
         self.script: Sequence[Any] = ()
         self.taken = 0
+        # ``one_tile_direct``'s tiles (result, operands), made at its first launch on this thread's core.
+        self.direct: list[Tile] | None = None
 
     def retire(self) -> None:
         """The launch is over: its tiles let go of themselves (see ``made``)."""
@@ -402,3 +404,85 @@ def one_tile(kernel: str, device: int, figures: Figures, plan: tuple, out_view: 
         if observed is not None:
             observed(same)
     return same
+
+
+_PLACEHOLDER = np.empty((1, 1), np.float32)  # a direct tile's array between launches (it holds no tensor's memory)
+
+
+def _direct_tiles(nc: ReplayCore, n: int) -> list[Tile]:
+    """This thread's tiles for ``one_tile_direct`` (result first, then ``n`` operands), made once per core:
+    launches do not nest, so one set serves every direct launch of the thread."""
+    tiles = nc.direct
+    if tiles is None or len(tiles) < n + 1:
+        tiles = nc.direct = [Tile(_PLACEHOLDER, "sbuf", 0) for _ in range(n + 1)]
+        for tile in tiles:
+            tile.initialized = True
+    return tiles
+
+
+def one_tile_direct(kernel: str, device: int, figures: Figures, views: tuple, out_view: np.ndarray, emit,
+                    shape: tuple) -> bool:
+    """``one_tile`` for a launch whose one compute instruction reads its operands in their own dtype and writes
+    the result (a caller's recurring plan knows it: kernels/elementwise/recurring.py): the operand tiles are the
+    operands' HBM views shaped as the tile (a broadcast or strided one copied by the reshape, as the DMA would),
+    the result tile is out's C-contiguous HBM view shaped as the tile, so no tile is copied in or stored out.
+    The instruction computes the same numpy arithmetic on the same values into the same dtype, so out's bits are
+    ``one_tile``'s; an out that is an operand (``x.add_(y)``) is read and written by that one ufunc call, as
+    numpy defines for identical memory. Same checks and reports as ``one_tile``."""
+    state = _core._state
+    if state.depth:
+        raise RuntimeError(f"kernel {kernel} launched from inside another kernel; launches do not nest")
+    nc = getattr(state, "replay_core", None)
+    if nc is None:
+        nc = state.replay_core = ReplayCore()
+    tiles = nc.direct
+    if tiles is None or len(tiles) <= len(views):
+        tiles = _direct_tiles(nc, len(views))
+    timeline = nc.timeline
+    busy = timeline.busy = _ZERO_BUSY.copy()
+    timeline.instructions = 0
+    tensor = nc.tensor
+    tensor.loaded = None
+    tensor.last_moving = 0
+    nc._live.clear()
+    nc.script = ()
+    nc.taken = 0
+    state.depth = 1
+    errors = _ignore_fp_errors()
+    observer = _core._observer[0]
+    observed = observer(kernel, device) if _torch_profiler._is_profiler_enabled and observer else None
+    same = False
+    result = tiles[0]
+    try:
+        result.data = out_view.reshape(shape)
+        result.initialized = False  # as a fresh result tile: read before written, it is poison
+        operands = tiles[1:len(views) + 1]
+        for tile, v in zip(operands, views):
+            tile.data = v.reshape(shape)
+        emit(nc, result, *operands)
+        tensor_busy, vector, scalar, gpsimd = figures.compute_busy  # ReplayCore.matches, written out
+        same = (nc.taken == len(nc.script) and timeline.instructions == figures.compute_instructions
+                and busy["vector"] == vector and busy["scalar"] == scalar and busy["tensor"] == tensor_busy
+                and busy["gpsimd"] == gpsimd)
+    finally:
+        state.depth = 0
+        for tile in tiles:  # they hold no tensor's memory between launches
+            tile.data = _PLACEHOLDER
+        result.initialized = True
+        made = nc.made
+        if made:  # tiles the emit allocated: ReplayCore.retire
+            for tile in made:
+                tile.root = None
+            made.clear()
+        _restore_fp_errors(errors)
+        if same:
+            f = figures
+            _core._close(kernel, device, f.device_ns, f.busy.copy(), f.hbm_read, f.hbm_write, f.flops,
+                         f.instructions, f.sbuf_peak, f.psum_peak, [])  # looked up per launch: tests spy on it
+        if observed is not None:
+            observed(same)
+    return same
+
+
+_ignore_fp_errors = _core._ignore_fp_errors
+_restore_fp_errors = _core._restore_fp_errors

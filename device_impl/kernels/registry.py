@@ -125,8 +125,8 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
     ``meta(args)`` returns (output shape, result dtype, operands that must not
     partially overlap the output). ``OUT_DTYPE_RULES`` says how an out= tensor's
     dtype is judged. ``recurring``: plans (``serve(args, kwargs)``/``learn(args, kwargs)``) that serve a
-    recurring call of the ``out=`` kernel (kernels/elementwise/recurring.py). Returns the overloads registered
-    directly.
+    recurring call of the ``out=`` kernel, or of the functional kernel where the plans are ``functional`` (an op
+    with no out= overload: relu) (kernels/elementwise/recurring.py). Returns the overloads registered directly.
     """
     registered: list[str] = []
     served: list[str] = []
@@ -144,6 +144,8 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
         if binder.out_names:
             make = _generated_out_kernel if cpu_out_is_generated(op) else _out_kernel
             extra = {"recurring": recurring} if make is _out_kernel and recurring is not None else {}
+            if extra:  # a plan is made only for dtypes the table passes to the kernel (its wrapper serves first)
+                recurring.dtypes = dtypes
             TABLE.native(op, dtypes=dtypes)(_sourced(make(op, binder, compute, meta, rule,
                                                           restride=packet in TI_OUT_STRIDES, **extra), compute))
             registered.append(op)
@@ -151,7 +153,11 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
         elif routed_by_composite(op):
             served.append(op)
         else:
-            TABLE.native(op, dtypes=dtypes)(_sourced(_functional_kernel(op, binder, compute, meta), compute))
+            planned = recurring is not None and getattr(recurring, "functional", False)
+            if planned:
+                recurring.dtypes = dtypes
+            TABLE.native(op, dtypes=dtypes)(_sourced(_functional_kernel(op, binder, compute, meta,
+                                                                        recurring if planned else None), compute))
             registered.append(op)
     if inplace is not None:
         for ov in inplace.overloads():
@@ -209,10 +215,6 @@ def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str
     learn = recurring.learn if recurring is not None else None
 
     def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
-        if serve is not None:  # a recurring call from its plan (kernels/elementwise/recurring.py), else as below
-            served = serve(args, kwargs)
-            if served is not None:
-                return served
         bound = binder.bind(args, kwargs)
         out = bound.pop(out_name)
         if same:  # before the op's own dtype refusals, as CPU's meta function
@@ -231,6 +233,8 @@ def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str
             submit(op, compute, out, bound)
         return out
 
+    if serve is not None:  # a recurring call from its plan (kernels/elementwise/recurring.py), asked by the
+        kernel.serve = serve  # table's wrapper before its checks (dispatch/table.py); else the path above
     return _submits(kernel)
 
 
@@ -269,7 +273,9 @@ def _generated_out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta,
     return _submits(kernel)
 
 
-def _functional_kernel(op: str, binder: Binder, compute: Compute, meta: Meta):
+def _functional_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, recurring: Any = None):
+    learn = recurring.learn if recurring is not None else None
+
     def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
         bound = binder.bind(args, kwargs)
         shape, dtype, operands = meta(bound)
@@ -278,10 +284,14 @@ def _functional_kernel(op: str, binder: Binder, compute: Compute, meta: Meta):
         submit = HOOKS.submit  # _run, inlined: every functional call
         if submit is None:
             compute(out, bound)
+            if learn is not None:
+                learn(args, kwargs, out)
         else:
             submit(op, compute, out, bound)
         return out
 
+    if recurring is not None:  # recurring calls served from plans (kernels/elementwise/recurring.py), asked by
+        kernel.serve = recurring.serve  # the table's wrapper (dispatch/table.py) before its checks
     return _submits(kernel)
 
 

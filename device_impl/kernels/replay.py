@@ -30,7 +30,7 @@ The cache holds ``MAX_SIGNATURES`` signatures, the oldest forgotten first.
 from __future__ import annotations
 
 import types
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 import torch
@@ -38,7 +38,7 @@ import torch
 from device_impl.engine.core import NeuronCore
 from device_impl.engine.isa import flat_copy, flat_in, flat_out
 from device_impl.engine.memory import Tile
-from device_impl.engine.replay import Figures, measured, one_tile, replayed
+from device_impl.engine.replay import Figures, measured, one_tile, one_tile_direct, replayed
 from device_impl.runtime.config import static_replay
 
 MAX_SIGNATURES = 4096
@@ -230,18 +230,36 @@ def run(key: tuple, figures: Figures, name: str, device: int, plan: tuple, out_v
             if not nc.matches(figures):
                 raise _NotTheSameLaunch
     except _NotTheSameLaunch:
-        _generation[0] += 1
-        _figures.pop(key, None)
-        if len(_refused) >= MAX_SIGNATURES:
-            del _refused[next(iter(_refused))]
-        _refused[key] = None
-        _counts["refused"] += 1
-        if any(v is not None and np.may_share_memory(out_view, v) for v, _, _ in plan):
-            raise RuntimeError(
-                f"neuron: the eager launch of {name} issued other instructions than the recorded launch of its "
-                f"signature (they depend on the data), and it wrote a tensor it reads, so it cannot be rerun; "
-                f"set NEURON_STATIC_REPLAY=0 to run every launch instruction by instruction, and report this "
-                f"kernel") from None
+        _refuse(key, name, [v for v, _, _ in plan], out_view)
+        return False
+    _counts["replayed"] += 1
+    return True
+
+
+def _refuse(key: tuple, name: str, views: Sequence[np.ndarray | None], out_view: np.ndarray) -> None:
+    """A replay of ``key`` issued other instructions than its recording: forget the recording, refuse the
+    signature from now on, and raise where out (already written) shares memory with an operand, since the
+    instruction-level rerun would read what the replay wrote."""
+    _generation[0] += 1
+    _figures.pop(key, None)
+    if len(_refused) >= MAX_SIGNATURES:
+        del _refused[next(iter(_refused))]
+    _refused[key] = None
+    _counts["refused"] += 1
+    if any(v is not None and np.may_share_memory(out_view, v) for v in views):
+        raise RuntimeError(
+            f"neuron: the eager launch of {name} issued other instructions than the recorded launch of its "
+            f"signature (they depend on the data), and it wrote a tensor it reads, so it cannot be rerun; "
+            f"set NEURON_STATIC_REPLAY=0 to run every launch instruction by instruction, and report this "
+            f"kernel") from None
+
+
+def run_direct(key: tuple, figures: Figures, name: str, device: int, views: tuple, out_view: np.ndarray,
+               emit: Callable, shape: tuple) -> bool:
+    """``run`` of a one-tile launch whose one instruction reads its operands' HBM views and writes out's
+    (``engine.replay.one_tile_direct``; a recurring plan decides where that holds). False as ``run``."""
+    if not one_tile_direct(name, device, figures, views, out_view, emit, shape):
+        _refuse(key, name, views, out_view)
         return False
     _counts["replayed"] += 1
     return True

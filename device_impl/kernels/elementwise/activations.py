@@ -23,6 +23,7 @@ from device_impl.engine import Tile
 from device_impl.engine.dtypes import FP32
 from device_impl.kernels import cpu_host
 from device_impl.kernels.common import broadcast_shape, elementwise, numpy_compute, result_type
+from device_impl.kernels.elementwise import recurring
 from device_impl.kernels.elementwise.loop import BOOL, _FLOATS, _refuse, _vector_split, binary
 from device_impl.kernels.elementwise.unary import _meta_unary
 from device_impl.kernels.registry import register_family
@@ -38,13 +39,25 @@ def _relu_compute(out: torch.Tensor, a: dict) -> None:
     x = a["self"]
     if x.dtype == torch.bool:
         raise RuntimeError("Boolean inputs not supported for relu")  # ATen's relu check, before any kernel
-    if x.dtype in _FLOATS:
-        elementwise("relu", out, (x,), lambda nc, o, t: nc.scalar.activation(o, t, "relu"))
-    else:
-        elementwise("relu", out, (x,), lambda nc, o, t: nc.vector.tensor_scalar(o, t, "maximum", 0))
+    elementwise("relu", out, (x,), _relu_launch(x)[0])
 
 
-register_family("relu", _relu_compute, _meta_unary("same"))
+def _relu_float(nc, o, t) -> None:
+    nc.scalar.activation(o, t, "relu")
+
+
+def _relu_integer(nc, o, t) -> None:
+    nc.vector.tensor_scalar(o, t, "maximum", 0)
+
+
+def _relu_launch(x: torch.Tensor) -> tuple:
+    """relu's emit for ``x``'s dtype (and no common dtype): the kernel's and its recurring plans'
+    (kernels/elementwise/recurring.py; relu has no out= overload, so its functional calls are planned)."""
+    return (_relu_float if x.dtype in _FLOATS else _relu_integer), None
+
+
+register_family("relu", _relu_compute, _meta_unary("same"),
+                recurring=recurring.Plans("relu", _relu_launch, arity=1, functional=True))
 
 
 def _gelu_compute(out: torch.Tensor, a: dict) -> None:

@@ -89,7 +89,7 @@ def _meta_binary(first: str, second: str, rule: str):
 def _register_binary(packet: str, op: str, rule: str = "promote", first: str = "self", second: str = "other",
                      integral_only: bool = False, zero_check: bool = False, overloads=None,
                      refuse_bool: str | None = None, round_scalars: bool = True,
-                     narrow_compute: bool = False) -> None:
+                     narrow_compute: bool = False, recurring: Any = None) -> None:
     meta = _meta_binary(first, second, rule)
 
     def compute(out: torch.Tensor, a: dict) -> None:
@@ -107,18 +107,33 @@ def _register_binary(packet: str, op: str, rule: str = "promote", first: str = "
             # divisor's original value read as float, one rounding of the result
             cd = numpy_compute(common)
 
-        def emit(nc, o, tx, ty):
-            if zero_check:
-                _check_integer_divisor(nc, ty, cd)
-            binary(nc, o, tx, ty, op, cd)
+        elementwise(packet, out, (x, y), _binary_emit(op, zero_check, cd), common_dtype=iterator_dtype,
+                    round_scalars=round_scalars)
 
-        elementwise(packet, out, (x, y), emit, common_dtype=iterator_dtype, round_scalars=round_scalars)
+    register_family(packet, compute, meta, overloads=overloads, recurring=recurring)
 
-    register_family(packet, compute, meta, overloads=overloads)
+
+def _binary_emit(op: str, zero_check: bool, cd: np.dtype):
+    """A ``_register_binary`` op's emit: one function for the kernel and its recurring-call plans, so both key
+    the same launch (kernels/replay.py keys an emit by its code and closure values)."""
+
+    def emit(nc, o, tx, ty):
+        if zero_check:
+            _check_integer_divisor(nc, ty, cd)
+        binary(nc, o, tx, ty, op, cd)
+
+    return emit
+
+
+def _mul_launch(x: torch.Tensor, y: torch.Tensor) -> tuple:
+    """mul's emit and common dtype for a plan, as ``_register_binary``'s compute makes them (rule promote)."""
+    common = result_type(x, y)
+    return _binary_emit("multiply", False, numpy_compute(common)), common
 
 
 # mul reads a scalar/0-d operand at full precision on CPU (original_scalar_value); maximum/minimum round it
-_register_binary("mul", "multiply", round_scalars=False)
+_register_binary("mul", "multiply", round_scalars=False,
+                 recurring=recurring.Plans("mul", _mul_launch, round_scalars=False))
 for _packet, _op in [("maximum", "maximum"), ("minimum", "minimum")]:
     _register_binary(_packet, _op)
 _register_binary("atan2", "atan2", rule="float")
@@ -287,7 +302,17 @@ def _add_alpha_float(op: str, out: torch.Tensor, x: Any, y: Any, alpha: Any, com
 
 
 # add.out/sub.out calls that recur with the same metadata, served from a plan (elementwise/recurring.py)
-RECURRING = {"add": recurring.Plans("add", _add_emit), "sub": recurring.Plans("subtract", _add_emit)}
+def _add_launch(op: str):
+    """add/sub's emit and common dtype for a plan (alpha 1), as ``_add_like``'s compute makes them."""
+
+    def launch(x: torch.Tensor, y: torch.Tensor) -> tuple:
+        common = result_type(x, y)
+        return _add_emit(op, 1, common, numpy_compute(common)), common
+
+    return launch
+
+
+RECURRING = {"add": recurring.Plans("add", _add_launch("add")), "sub": recurring.Plans("subtract", _add_launch("subtract"))}
 register_family("add", _add_like("add"), _meta_add, recurring=RECURRING["add"])
 register_family("sub", _add_like("subtract"), _meta_add, recurring=RECURRING["sub"])
 
@@ -305,13 +330,24 @@ def _div_compute(out: torch.Tensor, a: dict) -> None:
         if common == torch.bool:
             raise _refuse(f"div_{mode}_cpu", common)
     cd = numpy_compute(common) if mode is None else _narrow(common)
+    elementwise("div", out, (x, y), _div_emit(mode, op, cd), common_dtype=result_type(x, y), round_scalars=False)
+
+
+def _div_emit(mode: str | None, op: str, cd: np.dtype):
+    """div's emit: one function for the kernel and its recurring-call plans (true division only)."""
 
     def emit(nc, o, tx, ty):
         if mode is not None:
             _check_integer_divisor(nc, ty, cd)
         binary(nc, o, tx, ty, op, cd)
 
-    elementwise("div", out, (x, y), emit, common_dtype=result_type(x, y), round_scalars=False)
+    return emit
+
+
+def _div_launch(x: torch.Tensor, y: torch.Tensor) -> tuple:
+    """True division's emit and common dtype for a plan (a call with a rounding mode is never planned: the
+    plans' key refuses any keyword but out), as ``_div_compute`` makes them."""
+    return _div_emit(None, "divide", numpy_compute(promote(x, y, int_to_float=True))), result_type(x, y)
 
 
 def _div_meta(a: dict) -> tuple:
@@ -320,4 +356,5 @@ def _div_meta(a: dict) -> tuple:
     return broadcast_shape(x, y), promote(x, y, int_to_float=int_to_float), (x, y)
 
 
-register_family("div", _div_compute, _div_meta)
+register_family("div", _div_compute, _div_meta,
+                recurring=recurring.Plans("div", _div_launch, round_scalars=False))

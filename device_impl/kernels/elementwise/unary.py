@@ -14,11 +14,14 @@ numpy reference of each op: the ACTIVATIONS and ALU tables of engine/isa.py.
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import torch
 
 from device_impl.kernels import cpu_host
 from device_impl.kernels.common import elementwise, numpy_compute, numpy_dtype, promote
+from device_impl.kernels.elementwise import recurring
 from device_impl.kernels.elementwise.loop import BOOL, _refuse, _vector_split
 from device_impl.kernels.registry import register_family
 
@@ -34,13 +37,40 @@ def _meta_unary(rule: str):
     return meta
 
 
+def _activation_emit(func: str):
+    """An activation's emit: one function for the kernel and its recurring-call plans, so both key the same
+    launch (kernels/replay.py keys an emit by its code and closure values)."""
+    return lambda nc, o, t: nc.scalar.activation(o, t, func)
+
+
+def _alu_unary_emit(op: str):
+    """An ALU unary op's emit (as ``_activation_emit``)."""
+    return lambda nc, o, t: nc.vector.tensor_unary(o, t, op)
+
+
+def _unary_plans(packet: str, make_emit: Callable[[str], Callable], how: str) -> recurring.Plans:
+    """Recurring ``(self, out=)`` calls of ``packet``'s out= kernel served from plans
+    (kernels/elementwise/recurring.py): the emit is ``make_emit(how)`` whatever the dtypes (``common_dtype``
+    None), as the op's compute makes it for every call the plans serve (a refused dtype raises there first)."""
+    emit = make_emit(how)
+    return recurring.Plans(packet, lambda x: (emit, None), arity=1)
+
+
+# Unary ops whose recurring out= calls are served from plans (the functional and in-place calls reach out=).
+RECURRING_UNARY = ("exp", "tanh", "sigmoid", "neg")
+RECURRING: dict[str, recurring.Plans] = {}
+
+
 def _register_activation(packet: str, func: str) -> None:
     """Transcendental unary ops on ScalarE; integer inputs give float32 (as CPU)."""
+    plans = _unary_plans(packet, _activation_emit, func) if packet in RECURRING_UNARY else None
+    if plans is not None:
+        RECURRING[packet] = plans
 
     def compute(out: torch.Tensor, a: dict) -> None:
-        elementwise(packet, out, (a["self"],), lambda nc, o, t: nc.scalar.activation(o, t, func))
+        elementwise(packet, out, (a["self"],), _activation_emit(func))
 
-    register_family(packet, compute, _meta_unary("float"))
+    register_family(packet, compute, _meta_unary("float"), recurring=plans)
 
 
 for _packet, _func in [("exp", "exp"), ("exp2", "exp2"), ("expm1", "expm1"), ("log", "log"), ("log2", "log2"),
@@ -132,9 +162,13 @@ def _register_alu_unary(packet: str, op: str, rule: str = "same", integer_identi
         if integer_identity and not x.dtype.is_floating_point:
             elementwise(packet, out, (x,), lambda nc, o, t: nc.vector.tensor_copy(o, t))
             return
-        elementwise(packet, out, (x,), lambda nc, o, t: nc.vector.tensor_unary(o, t, op))
+        elementwise(packet, out, (x,), _alu_unary_emit(op))
 
-    register_family(packet, compute, _meta_unary(rule), overloads=overloads)
+    # (an integer_identity op's emit depends on the dtype: such ops are not planned)
+    plans = _unary_plans(packet, _alu_unary_emit, op) if packet in RECURRING_UNARY and not integer_identity else None
+    if plans is not None:
+        RECURRING[packet] = plans
+    register_family(packet, compute, _meta_unary(rule), overloads=overloads, recurring=plans)
 
 
 _register_alu_unary("abs", "abs", refuse_bool=_refuse("abs_cpu", torch.bool))
