@@ -33,7 +33,7 @@ STEP_OPS = frozenset({"attention", "attention_backward", "layer_norm", "softmax_
                       "concatenate", "gather", "scatter", "iota", "pad", "sort", "reduce_window", "convolution",
                       # the eager kernels' programs compiler/opaque.py cuts whole (ccovb)
                       "isin", "sort_whole", "amp_unscale", "amp_update_scale", "cumprod", "unfold_backward",
-                      "view_scatter"}
+                      "view_scatter", "index_add"}
                      ) | frozenset(opaque_cnn.RUNNERS) | frozenset(opaque_products.RUNNERS)  # CNN ops, products cut whole
 STORAGE_ONLY = ("float64", "complex64", "complex128")
 

@@ -805,6 +805,8 @@ def _index_add(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.
         torch.zeros(1, dtype=self.dtype), 0, torch.empty(0, dtype=index.dtype), torch.empty(0, dtype=source.dtype)))
     if refused is not None:  # a float index was accepted and truncated
         raise refused
+    if opaque.index_add_whole(self, index, source, alpha):
+        return NotImplemented  # cut whole: the eager kernel's program (compiler/opaque.py _index_add)
     decompose = torch._decomp.decomposition_table[aten.index_add.default]
     d = dim + nd if dim < 0 else dim
     via_scatter = self.dim() > 1 and d in (0, self.dim() - 1) and alpha == 1 and index.dtype == torch.int64

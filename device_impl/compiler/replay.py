@@ -87,6 +87,9 @@ STEP_KINDS: dict[str, str] = {
     "cumprod": "tile",  # as reduce_window's scans: fixed engines, shape-only
     "unfold_backward": "tile",  # a fill and VectorE adds or DMA moves of fixed slices: shape-only
     "view_scatter": "plan",  # two DMA moves of fixed regions
+    # index_add cut whole: indirect DMA rows and GpSimd adds whose instructions follow from the shapes (the index
+    # count and row width), as the scatter step's; the range check's raise is the only branch on values
+    "index_add": "tile",
 }
 STEP_KINDS.update(opaque_cnn.STEP_KINDS)  # CNN ops cut whole: the eager kernels' shape-only tile programs
 STEP_KINDS.update(opaque_products.STEP_KINDS)  # dot, vdot, addbmm cut whole: TensorE products of fixed sizes
