@@ -32,7 +32,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from device_impl.compiler import opaque_cnn, opaque_products
+from device_impl.compiler import opaque_cnn, opaque_moments, opaque_products
 from device_impl.compiler.fxargs import bound as _bound
 from device_impl.compiler.ir import Graph, Op, TensorType
 
@@ -500,6 +500,8 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
 CUTTERS.update(opaque_cnn.CUTTERS)
 # dot, vdot, addbmm as the eager kernels' TensorE products: compiler/opaque_products.py
 CUTTERS.update(opaque_products.CUTTERS)
+# bfloat16/float16 var, std, var_mean, std_mean as the eager kernel's program: compiler/opaque_moments.py
+CUTTERS.update(opaque_moments.CUTTERS)
 
 
 def cut(gm: torch.fx.GraphModule) -> list[Cut]:
