@@ -80,7 +80,7 @@ import torch
 import torch._decomp
 import torch.fx
 
-from device_impl.compiler import moves, opaque
+from device_impl.compiler import moves, opaque, opaque_moments
 
 aten = torch.ops.aten
 prims_convert = torch.ops.prims.convert_element_type.default
@@ -261,6 +261,8 @@ def _variance(graph: torch.fx.Graph, node: torch.fx.Node) -> tuple[torch.fx.Node
 
 
 def _var(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
+    if opaque.cuttable(node):  # carried whole as a step running the eager kernel (compiler/opaque_moments.py)
+        return None
     parts = _variance(graph, node)
     return None if parts is None else _cast(graph, parts[0], node)
 
@@ -270,8 +272,8 @@ def _var_mean(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | Non
     on a 0-d input, as ``var``'s does (``std_mean(x, dim=(0,))`` of a scalar; std_mean decomposes into it).
     Its results are read through getitem nodes: each is replaced by its part, converted to the node's dtype;
     the returned node (the variance) takes the place of the tuple, which has no users left."""
-    if any(user.target is not operator.getitem for user in node.users):
-        return None
+    if any(user.target is not operator.getitem for user in node.users) or opaque.cuttable(node):
+        return None  # (a cuttable call is carried whole: compiler/opaque_moments.py)
     parts = _variance(graph, node)
     if parts is None:
         return None
@@ -805,6 +807,8 @@ def _index_add(self: torch.Tensor, dim: int, index: torch.Tensor, source: torch.
         torch.zeros(1, dtype=self.dtype), 0, torch.empty(0, dtype=index.dtype), torch.empty(0, dtype=source.dtype)))
     if refused is not None:  # a float index was accepted and truncated
         raise refused
+    if opaque.index_add_whole(self, index, source, alpha):
+        return NotImplemented  # cut whole: the eager kernel's program (compiler/opaque.py _index_add)
     decompose = torch._decomp.decomposition_table[aten.index_add.default]
     d = dim + nd if dim < 0 else dim
     via_scatter = self.dim() > 1 and d in (0, self.dim() - 1) and alpha == 1 and index.dtype == torch.int64
@@ -893,6 +897,8 @@ def _moments_of(root: bool, with_mean: bool):
     def decomposition(x: torch.Tensor, dim=None, *, correction=None, keepdim: bool = False):
         if not x.dtype.is_floating_point or x.dtype == torch.float64:
             return NotImplemented
+        if opaque_moments.moments_whole(x, dim, correction) is not None:
+            return NotImplemented  # cut whole: the eager kernel's program (compiler/opaque_moments.py)
         nd = x.dim()
         dims = list(range(nd)) if dim is None or (isinstance(dim, (list, tuple)) and not dim) else \
             sorted({d % max(nd, 1) for d in ([dim] if isinstance(dim, int) else dim)})

@@ -33,7 +33,7 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
-from device_impl.compiler import opaque_cnn, opaque_products, workers
+from device_impl.compiler import opaque_cnn, opaque_moments, opaque_products, workers
 from device_impl.compiler.groups import GroupRunner
 from device_impl.compiler.program import Program
 from device_impl.engine.core import NeuronCore
@@ -87,9 +87,13 @@ STEP_KINDS: dict[str, str] = {
     "cumprod": "tile",  # as reduce_window's scans: fixed engines, shape-only
     "unfold_backward": "tile",  # a fill and VectorE adds or DMA moves of fixed slices: shape-only
     "view_scatter": "plan",  # two DMA moves of fixed regions
+    # index_add cut whole: indirect DMA rows and GpSimd adds whose instructions follow from the shapes (the index
+    # count and row width), as the scatter step's; the range check's raise is the only branch on values
+    "index_add": "tile",
 }
 STEP_KINDS.update(opaque_cnn.STEP_KINDS)  # CNN ops cut whole: the eager kernels' shape-only tile programs
 STEP_KINDS.update(opaque_products.STEP_KINDS)  # dot, vdot, addbmm cut whole: TensorE products of fixed sizes
+STEP_KINDS.update(opaque_moments.STEP_KINDS)  # reduced-float moments cut whole: shape-only GpSimd passes
 
 SCHEDULE_VERSION = 1
 

@@ -18,7 +18,7 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from device_impl.compiler import counters, gather, lowering, opaque_cnn, opaque_products
+from device_impl.compiler import counters, gather, lowering, opaque_cnn, opaque_moments, opaque_products
 from device_impl.compiler.groups import Access2D, GroupRunner, handed_pieces
 from device_impl.compiler.program import Program
 from device_impl.compiler.program import operand_array as _operand_array
@@ -958,7 +958,30 @@ def _view_scatter(step: dict, program: Program) -> Runner:
     return run
 
 
+def _index_add(step: dict, program: Program) -> Runner:
+    """``index_add`` cut whole (compiler/opaque.py): the eager kernel's program
+    (``kernels.indexing.index_put.index_scatter_program``): self moved into the result, then source's slices added
+    at the index in index order; its fp32 stage for bfloat16/float16 (CPU's scatter_add path) in scratch, and an
+    out-of-range index raises the exception CPU's path raises."""
+    from device_impl.engine.dtypes import FP32
+    from device_impl.kernels.indexing.index_put import index_add_error, index_scatter_program
+
+    o = step["attrs"]
+    x, index, source = step["operands"]
+    (result,) = step["results"]
+    error = index_add_error(o["once"], o["dim"], program.shape(x)[o["dim"]])
+
+    def run(nc, env) -> None:
+        index_scatter_program(nc, env.access(result), _operand_array(env, program, x),
+                              _operand_array(env, program, index), _operand_array(env, program, source), o["dim"],
+                              "add", error, alpha=o["alpha"], once=o["once"], fused=o["fused"],
+                              fp32_temp=lambda shape: env.scratch_array(shape, FP32))
+
+    return run
+
+
 RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
+    "index_add": _index_add,
     "view_scatter": _view_scatter,
     "unfold_backward": _unfold_backward,
     "cumprod": _cumprod,
@@ -986,6 +1009,7 @@ RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
 }
 RUNNERS.update(opaque_cnn.RUNNERS)  # CNN ops cut whole (pooling with indices, batch norm)
 RUNNERS.update(opaque_products.RUNNERS)  # dot, vdot, addbmm cut whole
+RUNNERS.update(opaque_moments.RUNNERS)  # bfloat16/float16 var, std, var_mean, std_mean cut whole
 
 
 def make_runner(step: dict, program: Program) -> Runner:

@@ -372,3 +372,78 @@ def test_products_and_adaptive_average_pooling_compile_to_the_eager_kernels_prog
     # and near the float64 result (sums of up to 600 products in another order than CPU's BLAS)
     torch.testing.assert_close(got.double(), fn(*[t.double() for t in inputs]),
                                **({"atol": 1e-4, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 0.1, "rtol": 0.02}))
+
+
+INDEX_ADDS = [  # (self shape, dim, index, alpha, dtype): the sweep's designed case first
+    ((5, 3, 513), -2, [0, 2, 1, 2, 0, 0], 2, torch.bfloat16),
+    ((7, 130), 0, [6, 0, 6, 3], -1.5, torch.float32),  # repeated rows added in index order, alpha not a power of 2
+    ((4, 9, 3), 2, [2, 2], 3, torch.float16),
+    ((4, 9, 3), 1, [8, 0, 8], 2, torch.int64),
+    ((300,), 0, [5, 299, 5], 0.5, torch.float32),  # 1-d self: CPU rounds source * alpha first
+]
+
+
+@pytest.mark.parametrize("shape,dim,index,alpha,dtype", INDEX_ADDS)
+def test_index_add_with_alpha_compiles_to_the_eager_kernels_program(shape, dim, index, alpha, dtype):
+    """index_add with alpha other than 1 is cut whole (compiler/opaque.py ``index_add_whole``) and runs the eager
+    kernel's program (kernels.indexing.index_put.index_scatter_program): one step, CPU's bits (its loop of adds,
+    one fused multiply-add each where the host's kernels fuse), at most the eager kernel's device time. numerics'
+    decomposition unrolled CPU's loop per index entry: 26.7 us against the kernel's 4.7 for the sweep's case."""
+    import device_impl.compiler as compiler
+    from support import compiled_run, eager_run
+
+    src_shape = list(shape)
+    src_shape[dim] = len(index)
+    x = torch.randn(shape, generator=_gen()).to(dtype) if dtype.is_floating_point else \
+        torch.randint(-9, 9, shape, generator=_gen())
+    src = torch.randn(src_shape, generator=_gen()).to(dtype) if dtype.is_floating_point else \
+        torch.randint(-9, 9, src_shape, generator=_gen())
+    idx = torch.tensor(index)
+    fn = lambda a, i, s: torch.index_add(a, dim, i, s, alpha=alpha)  # noqa: E731
+    want, eager_ns = eager_run(fn, x, idx, src)
+    got, compiled_ns, steps = compiled_run(fn, x, idx, src)
+    assert compiler.stats()["fallbacks_by_op"] == {}, compiler.stats()["fallbacks_by_op"]
+    assert [s["kind"] for s in steps] == ["index_add"]
+    assert got.dtype == want.dtype and torch.equal(got, want)
+    assert torch.equal(got, fn(x, idx, src))  # CPU's bits
+    assert compiled_ns <= eager_ns, (compiled_ns, eager_ns)
+
+
+def test_index_add_cut_whole_raises_cpus_error_for_an_index_out_of_range():
+    """The step raises the exception CPU's path raises (its loop of adds: IndexError), not the scatter's."""
+    x, src, idx = torch.zeros(4, 5), torch.ones(2, 5), torch.tensor([1, 4])
+    with pytest.raises(IndexError):
+        torch.index_add(x, 0, idx, src, alpha=2)
+    fn = torch.compile(lambda a, i, s: torch.index_add(a, 0, i, s, alpha=2), backend="neuron", dynamic=False)
+    with pytest.raises(IndexError):
+        fn(x.to("neuron"), idx.to("neuron"), src.to("neuron"))
+
+
+MOMENTS = [  # (name, fn, shape, dtype): the sweep's designed cases first
+    ("std_mean_all", lambda x: torch.std_mean(x, dim=None, correction=0, keepdim=True), (3, 1, 513), torch.bfloat16),
+    ("var_mean_all", lambda x: torch.var_mean(x, dim=None, correction=0, keepdim=True), (3, 1, 513), torch.bfloat16),
+    ("std_one_row", lambda x: torch.std(x, dim=(0,)), (1, 513), torch.bfloat16),  # divisor 0: NaN, as CPU
+    ("var_last", lambda x: torch.var(x, dim=-1, correction=1), (7, 513), torch.bfloat16),
+    ("std_mean_float16", lambda x: torch.std_mean(x, dim=(0, 2)), (4, 5, 130), torch.float16),
+    ("var_middle_keepdim", lambda x: torch.var(x, dim=1, keepdim=True), (3, 130, 2), torch.float16),
+]
+
+
+@pytest.mark.parametrize("name,fn,shape,dtype", MOMENTS, ids=[c[0] for c in MOMENTS])
+def test_reduced_float_moments_compile_to_the_eager_kernels_program(name, fn, shape, dtype):
+    """var, std, var_mean and std_mean of bfloat16/float16 tensors are cut whole (compiler/opaque_moments.py) and
+    run the eager kernel's program (kernels.reduction.moments.var_program: CPU's double Welford on GpSimd): one
+    step, the eager kernel's bits, at most its device time. numerics' float32 forms took 4.95 us against the
+    kernel's 1.56 (std_mean), 1.99 against 1.43 (var)."""
+    import device_impl.compiler as compiler
+    from support import compiled_run, eager_run
+
+    x = (torch.randn(shape, generator=_gen()) * 3 + 1).to(dtype)
+    parts = lambda f: (lambda a: torch.stack(list(f(a))) if isinstance(f(a), tuple) else f(a))  # noqa: E731
+    want, eager_ns = eager_run(parts(fn), x)
+    got, compiled_ns, steps = compiled_run(parts(fn), x)
+    assert compiler.stats()["fallbacks_by_op"] == {}, compiler.stats()["fallbacks_by_op"]
+    assert [s["kind"] for s in steps if s["kind"] != "concatenate"] == ["moments"], [s["kind"] for s in steps]
+    assert got.dtype == want.dtype and torch.equal(got.view(torch.int16), want.view(torch.int16))
+    torch.testing.assert_close(got, parts(fn)(x), equal_nan=True)  # CPU's double Welford, rounded
+    assert compiled_ns <= eager_ns, (compiled_ns, eager_ns)

@@ -372,43 +372,80 @@ def _index_add_checks(self, dim, index, source, fn="index_add_"):
 
 def _index_scatter_run(out, self, dim, index, source, mode, name, error, negative=False, alpha=1,
                        once: bool = False, fused: bool = False):
-    """out = self with source slices assigned / added at index along dim.
-
-    For "add": ``once`` accumulates bf16/fp16 in fp32 and rounds at the end; otherwise every add
-    rounds, adding ``alpha * source`` exactly (``fused``) or ``source * alpha`` rounded to the dtype."""
+    """out = self with source slices assigned / added at index along dim (``index_scatter_program`` in a launch
+    of its own, on the tensors' HBM views)."""
     if out.dtype != self.dtype:
         raise RuntimeError(f"Expected out tensor to have dtype {self.dtype}, but got {out.dtype} instead")
+    temps: list[torch.Tensor] = []  # the float32 stage's device tensor, alive until the launch ends
+
+    def fp32_temp(shape: tuple[int, ...]) -> np.ndarray:
+        temps.append(torch.empty(shape, dtype=torch.float32, device=out.device))
+        return hbm(temps[-1])
+
     with launch(name, out.device.index) as nc:
-        ov, iv = _view(out), _view(index).reshape(-1)
-        if not overlap.same_view(out, self):
-            _copy_into(nc, ov, _view(self))
-        size = ov.shape[dim]
-        _check_range(nc, iv, size, negative, error)
-        if iv.size == 0 or ov.size == 0:
-            return
         srcv = _view(source) if isinstance(source, torch.Tensor) else None
-        stage = _Fp32Stage(nc, ov, out, enabled=mode == "add" and once)
-        work = stage.view
-        shape, lead, c, inner, strides, axes = _index_dim_access(work, dim, iv, srcv)
-        if _prod(shape) == 0:
-            return
-        term = _Index(_embed(iv, lead, axes), _estrides(work)[dim], size, negative)
-        dst = _Rows(work, lead, strides, c, inner[0], (term,))
-        src = _Rows.of(srcv, len(lead), c, inner[1]) if srcv is not None else _Const(nc, source, ov.dtype)
-        transform, scale = None, None
-        if mode == "add" and alpha != 1:
-            factor = _as_dtype(alpha, ov.dtype)
-            if fused and is_float(ov.dtype):
-                scale = float(factor)
-            else:
-                def transform(nc_, t, co):
-                    scaled = nc_.sbuf_tile(t.shape, ov.dtype)
-                    nc_.vector.tensor_scalar(scaled, t, "multiply", factor,
-                                             dtype=FP32 if is_float(ov.dtype) else ov.dtype)
-                    return scaled
-        _move(nc, dst, src, _prod(lead), lead, mode, unique=mode != "assign" or srcv is None, transform=transform,
-              scale=scale)
-        stage.finish()
+        index_scatter_program(nc, _view(out), None if overlap.same_view(out, self) else _view(self), _view(index),
+                              srcv, dim, mode, error, value=source if srcv is None else None, negative=negative,
+                              alpha=alpha, once=once, fused=fused, fp32_temp=fp32_temp)
+
+
+def index_scatter_program(nc, ov: np.ndarray, selfv: np.ndarray | None, index: np.ndarray,
+                          srcv: np.ndarray | None, dim: int, mode: str, error: Callable[[int], Exception], *,
+                          value: Any = None, negative: bool = False, alpha=1,
+                          once: bool = False, fused: bool = False,
+                          fp32_temp: Callable[[tuple[int, ...]], np.ndarray] | None = None) -> None:
+    """The tile program of index_add/index_copy/index_fill on HBM views: ``ov`` <- ``selfv`` (None: ov is self
+    already), then the slices of ``srcv`` (or, where it is None, ``value``: a number or a one-element HBM view)
+    assigned / added at ``index`` along dim.
+    The eager kernels and the compiler's ``index_add`` step (compiler/opaque.py) both run it.
+
+    For "add": ``once`` accumulates bf16/fp16 in fp32 (on ``fp32_temp(shape)``, a float32 HBM array) and rounds
+    at the end; otherwise every add rounds, adding ``alpha * source`` exactly (``fused``) or ``source * alpha``
+    rounded to the dtype."""
+    iv = index.reshape(-1)
+    if selfv is not None:
+        _copy_into(nc, ov, selfv)
+    size = ov.shape[dim]
+    _check_range(nc, iv, size, negative, error)
+    if iv.size == 0 or ov.size == 0:
+        return
+    stage = _Fp32Stage(nc, ov, fp32_temp, enabled=mode == "add" and once)
+    work = stage.view
+    shape, lead, c, inner, strides, axes = _index_dim_access(work, dim, iv, srcv)
+    if _prod(shape) == 0:
+        return
+    term = _Index(_embed(iv, lead, axes), _estrides(work)[dim], size, negative)
+    dst = _Rows(work, lead, strides, c, inner[0], (term,))
+    src = _Rows.of(srcv, len(lead), c, inner[1]) if srcv is not None else _Const(nc, value, ov.dtype)
+    transform, scale = None, None
+    if mode == "add" and alpha != 1:
+        factor = _as_dtype(alpha, ov.dtype)
+        if fused and is_float(ov.dtype):
+            scale = float(factor)
+        else:
+            def transform(nc_, t, co):
+                scaled = nc_.sbuf_tile(t.shape, ov.dtype)
+                nc_.vector.tensor_scalar(scaled, t, "multiply", factor,
+                                         dtype=FP32 if is_float(ov.dtype) else ov.dtype)
+                return scaled
+    _move(nc, dst, src, _prod(lead), lead, mode, unique=mode != "assign" or srcv is None, transform=transform,
+          scale=scale)
+    stage.finish()
+
+
+def index_add_paths(ndim: int, dim: int, alpha, index_dtype: torch.dtype) -> tuple[bool, bool]:
+    """(once, fused) of CPU's index_add for a self of ``ndim`` dims: for dim 0 or the last, alpha 1 and int64
+    indices index_add_ is scatter_add_ (``once``: fp32 accumulation for bf16/fp16, RuntimeError out of range);
+    otherwise a loop of add_(slice, alpha) (``fused`` where the host's kernels fuse a multiply-add and self has
+    more than one dim: one rounding per add; else source * alpha rounded first), IndexError. The eager kernel
+    and the compiler's ``index_add`` step (asked when the graph is cut) both take these."""
+    once = ndim > 1 and dim in (0, ndim - 1) and alpha == 1 and index_dtype == torch.int64
+    return once, ndim > 1 and cpu_host.fused_multiply_add()
+
+
+def index_add_error(once: bool, dim: int, size: int) -> Callable[[int], Exception]:
+    """The exception CPU's index_add raises for an out-of-range index on the path ``index_add_paths`` names."""
+    return _bounds_error(dim, size) if once else _index_range_error
 
 
 def _index_add_compute(out: torch.Tensor, a: dict) -> None:
@@ -419,13 +456,9 @@ def _index_add_compute(out: torch.Tensor, a: dict) -> None:
     if not (self.dtype.is_floating_point or self.dtype.is_complex):
         alpha = int(alpha) if self.dtype != torch.bool else bool(alpha)
     size = self.shape[dim] if self.dim() else 1
-    # CPU: for dim 0 or the last, alpha 1 and int64 indices index_add_ is scatter_add_ (fp32
-    # accumulation for bf16/fp16, RuntimeError out of range); otherwise a loop of add_(slice, alpha)
-    # (vectorized: one rounding per add; 0-d/1-d: source * alpha rounded first), IndexError.
-    via_scatter = (self.dim() > 1 and dim in (0, self.dim() - 1) and alpha == 1 and index.dtype == torch.int64)
-    error = _bounds_error(dim, size) if via_scatter else _index_range_error
-    _index_scatter_run(out, self, dim, index, source, "add", "index_add", error, alpha=alpha, once=via_scatter,
-                       fused=self.dim() > 1 and cpu_host.fused_multiply_add())
+    once, fused = index_add_paths(self.dim(), dim, alpha, index.dtype)
+    _index_scatter_run(out, self, dim, index, source, "add", "index_add", index_add_error(once, dim, size),
+                       alpha=alpha, once=once, fused=fused)
 
 
 register_family("index_add", _index_add_compute, _self_meta("index", "source"), overloads=("default", "out"))

@@ -11,7 +11,7 @@ float32 and contiguous device temporaries a kernel writes through and copies bac
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 import torch
@@ -133,12 +133,18 @@ class _Fp32Stage:
     """A float32 copy of a bf16/fp16 destination, for ops CPU accumulates in fp32 and rounds once
     (scatter_add, scatter_reduce sum/mean/prod, index_add): the work happens on ``view``."""
 
-    def __init__(self, nc, view: np.ndarray, like: torch.Tensor, enabled: bool = True):
+    def __init__(self, nc, view: np.ndarray, like: torch.Tensor | Callable[[tuple[int, ...]], np.ndarray] | None,
+                 enabled: bool = True):
+        """``like``: a tensor on the device the float32 copy is made on, or (a compiled step's scratch) a function
+        giving a float32 HBM array of a shape; only called when the copy is needed."""
         self.nc, self.target, self.temp = nc, view, None
         self.view = view
         if enabled and _narrow_float(view.dtype):
-            self.temp = torch.empty(view.shape, dtype=torch.float32, device=like.device)
-            self.view = hbm(self.temp)
+            if isinstance(like, torch.Tensor):
+                self.temp = torch.empty(view.shape, dtype=torch.float32, device=like.device)
+                self.view = hbm(self.temp)
+            else:
+                self.temp = self.view = like(tuple(view.shape))
             _copy_into(nc, self.view, view)
 
     def finish(self) -> None:

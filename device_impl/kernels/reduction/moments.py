@@ -15,6 +15,7 @@ compensated two passes) and 1 / sqrt(var + eps), for layer_norm, group_norm and 
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Callable, Sequence
 
@@ -36,10 +37,16 @@ from device_impl.kernels.reduction.sums import _Spec, _flat_partials, _use_flat
 # --- two-pass row reductions: var, std, var_mean, std_mean, logsumexp ---------------------------
 
 def _rows_of(x: torch.Tensor, dims: tuple[int, ...], outs: Sequence[torch.Tensor]) -> _Grid:
-    nd = x.dim()
+    return _rows_of_views(hbm(x), dims, [hbm(o) for o in outs])
+
+
+def _rows_of_views(xv: np.ndarray, dims: tuple[int, ...], outs: Sequence[np.ndarray]) -> _Grid:
+    """The [kept, reduced] grid of HBM view ``xv`` (reduced dims ordered by stride, largest first, as
+    ``_order_by_stride``) and its outputs' views (keepdim's 1s indexed away)."""
+    nd = xv.ndim
     kdims = [d for d in range(nd) if d not in dims]
-    rord = _order_by_stride(x, dims)
-    return _Grid([x.shape[d] for d in kdims], [x.shape[d] for d in rord], kr=[hbm(x).transpose(kdims + rord)],
+    rord = sorted(dims, key=lambda d: -xv.strides[d])
+    return _Grid([xv.shape[d] for d in kdims], [xv.shape[d] for d in rord], kr=[xv.transpose(kdims + rord)],
                  k=[_kept_view(o, dims, nd) for o in outs])
 
 
@@ -143,8 +150,20 @@ def _var_kernel(name: str, x: torch.Tensor, dims: tuple[int, ...], correction: f
     if divisor <= 0:
         warnings.warn(f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than the "
                       f"reduction factor (input numel divided by output numel).", UserWarning, stacklevel=4)
+    with launch(name, var_out.device.index) as nc:
+        var_program(nc, hbm(x), dims, divisor, take_sqrt, hbm(var_out),
+                    hbm(mean_out) if mean_out is not None else None)
+
+
+def var_program(nc, x: np.ndarray, dims: tuple[int, ...], divisor: float, take_sqrt: bool, var_out: np.ndarray,
+                mean_out: np.ndarray | None) -> None:
+    """var/std (and the mean beside them) of HBM view ``x`` over ``dims`` into the outputs' views (keepdim's or
+    not): float32 by ``_two_pass`` (compensated; Welford's NaN rule patched into the mean), bfloat16/float16 as CPU's
+    double Welford (``_var_rows64``). The eager kernels and the compiler's ``moments`` step
+    (compiler/opaque_moments.py) both run it."""
+    n = math.prod(x.shape[d] for d in dims)
     outs = [var_out] + ([mean_out] if mean_out is not None else [])
-    g = _rows_of(x, dims, outs)
+    g = _rows_of_views(x, dims, outs)
 
     def between(nc, total):
         mean = nc.sbuf_tile(total.shape, FP32)
@@ -167,17 +186,16 @@ def _var_kernel(name: str, x: torch.Tensor, dims: tuple[int, ...], correction: f
             nc.dma.store(views[1], m)
         nc.release_to(mark)
 
-    with launch(name, var_out.device.index) as nc:
-        if n == 0:
-            for v in [_kept_view(o, dims, x.dim()) for o in outs]:
-                _fill(nc, v, np.nan, FP32)
-            return
-        if x.dtype in (torch.bfloat16, torch.float16):
-            _var_rows64(nc, g, n, divisor, take_sqrt)
-        else:
-            _two_pass(nc, g, _Spec("add", FP32), between, "square", emit, centre=n)
-            if mean_out is not None:
-                _welford_nan(nc, g)
+    if n == 0:
+        for v in g.k:
+            _fill(nc, v, np.nan, FP32)
+        return
+    if x.dtype.itemsize == 2:  # bfloat16/float16
+        _var_rows64(nc, g, n, divisor, take_sqrt)
+    else:
+        _two_pass(nc, g, _Spec("add", FP32), between, "square", emit, centre=n)
+        if mean_out is not None:
+            _welford_nan(nc, g)
 
 
 def _welford_finite_mean(bad: np.ndarray, inf_last: np.ndarray) -> np.ndarray:
