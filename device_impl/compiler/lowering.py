@@ -86,7 +86,9 @@ _ACTIVATION = {"exponential": "exp", "log": "log", "log_plus_one": "log1p", "exp
                "cosine": "cos", "tan": "tan", "erf": "erf", "atan": "atan", "sinh": "sinh", "cosh": "cosh",
                "asin": "asin", "acos": "acos", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
                "erf_inv": "erfinv",
-               "erfc": "erfc"}  # no StableHLO op: compiler/opaque.py splices aten.erfc back under this name
+               "erfc": "erfc",  # no StableHLO op: compiler/opaque.py splices aten.erfc back under this name
+               # no StableHLO op either: compiler/activations.py splices these back, the eager kernels' one activation
+               "silu": "silu", "gelu": "gelu", "log2": "log2", "log10": "log10"}
 
 
 def widen(nc, tile: Tile, shape: tuple[int, int]) -> Tile:

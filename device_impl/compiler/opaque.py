@@ -32,7 +32,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from device_impl.compiler import opaque_cnn, opaque_products
+from device_impl.compiler import activations, opaque_cnn, opaque_products
 from device_impl.compiler.fxargs import bound as _bound
 from device_impl.compiler.ir import Graph, Op, TensorType
 
@@ -454,6 +454,8 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
 CUTTERS.update(opaque_cnn.CUTTERS)
 # dot, vdot, addbmm as the eager kernels' TensorE products: compiler/opaque_products.py
 CUTTERS.update(opaque_products.CUTTERS)
+# silu, gelu, log2, log10 of float32 as ScalarE's one activation, the eager kernels' (compiler/activations.py)
+CUTTERS.update(activations.CUTTERS)
 
 
 def cut(gm: torch.fx.GraphModule) -> list[Cut]:
