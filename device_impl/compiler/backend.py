@@ -708,7 +708,7 @@ def _decompositions() -> dict:
 def _decomposition_table() -> dict:
     import torch._decomp as decomp
 
-    from device_impl.compiler import loops, opaque_cnn, opaque_products, pointwise
+    from device_impl.compiler import activations, factories, loops, opaque_cnn, opaque_products, pointwise
     from device_impl.compiler.numerics import DECOMPOSITIONS
 
     from device_impl.compiler.opaque import WHOLE
@@ -716,8 +716,10 @@ def _decomposition_table() -> dict:
     core = getattr(decomp, "_core_aten_decompositions_post_autograd", None) or decomp.core_aten_decompositions
     # opaque_cnn, opaque_products: ops whose cut calls stay whole (native_batch_norm_backward, dot, vdot)
     # pointwise: heaviside and logit in the eager kernels' passes, fewer than PyTorch's forms
+    # activations: silu's float32 calls stay whole, cut as ScalarE's one silu; factories: float32 linspace whole
     table = {**core(), **DECOMPOSITIONS, **loops.DECOMPOSITIONS, **opaque_cnn.DECOMPOSITIONS,
-             **opaque_products.DECOMPOSITIONS, **pointwise.DECOMPOSITIONS}
+             **opaque_products.DECOMPOSITIONS, **pointwise.DECOMPOSITIONS, **activations.DECOMPOSITIONS,
+             **factories.DECOMPOSITIONS}
     for op in WHOLE:  # cut whole (compiler/opaque.py): their steps run the eager kernels' programs
         table.pop(op, None)
     for op in _CONVERTED:

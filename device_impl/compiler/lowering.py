@@ -25,7 +25,7 @@ import numpy as np
 from device_impl.engine.dtypes import FP32, compute_dtype
 from device_impl.engine.isa import ACTIVATIONS, ALU_BINARY, ALU_UNARY
 from device_impl.engine.memory import Tile
-from device_impl.compiler import opaque_cnn, opaque_moments, opaque_products
+from device_impl.compiler import factories, opaque_cnn, opaque_moments, opaque_products
 from device_impl.compiler.ir import Op, TensorType
 
 VIEWS = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice", "reverse"})
@@ -36,6 +36,7 @@ STEP_OPS = frozenset({"attention", "attention_backward", "layer_norm", "softmax_
                       "view_scatter", "index_add"}
                      ) | frozenset(opaque_cnn.RUNNERS) | frozenset(opaque_products.RUNNERS) \
            | frozenset(opaque_moments.RUNNERS)  # CNN ops, products, reduced-float moments cut whole
+STEP_OPS |= frozenset(factories.RUNNERS)  # float32 linspace cut whole
 STORAGE_ONLY = ("float64", "complex64", "complex128")
 
 _INT_KINDS = "iub"
@@ -87,7 +88,9 @@ _ACTIVATION = {"exponential": "exp", "log": "log", "log_plus_one": "log1p", "exp
                "cosine": "cos", "tan": "tan", "erf": "erf", "atan": "atan", "sinh": "sinh", "cosh": "cosh",
                "asin": "asin", "acos": "acos", "asinh": "asinh", "acosh": "acosh", "atanh": "atanh",
                "erf_inv": "erfinv",
-               "erfc": "erfc"}  # no StableHLO op: compiler/opaque.py splices aten.erfc back under this name
+               "erfc": "erfc",  # no StableHLO op: compiler/opaque.py splices aten.erfc back under this name
+               # no StableHLO op either: compiler/activations.py splices these back, the eager kernels' one activation
+               "silu": "silu", "gelu": "gelu", "log2": "log2", "log10": "log10"}
 
 
 def widen(nc, tile: Tile, shape: tuple[int, int]) -> Tile:

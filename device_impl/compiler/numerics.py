@@ -80,7 +80,7 @@ import torch
 import torch._decomp
 import torch.fx
 
-from device_impl.compiler import moves, opaque, opaque_moments
+from device_impl.compiler import activations, moves, opaque, opaque_moments
 
 aten = torch.ops.aten
 prims_convert = torch.ops.prims.convert_element_type.default
@@ -360,6 +360,8 @@ def _gelu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     value = x.meta["val"]
     if approximate != "none" or not value.dtype.is_floating_point or value.dtype == torch.float64:
         return opmath(graph, node) if needs_opmath(node) else None
+    if activations.gelu_whole(value, approximate):  # cut whole: ScalarE's one gelu, as the eager kernel
+        return None
     wide = _cast(graph, x, torch.float32)
     one_plus_erf = _call(graph, aten.add.Scalar,
                          _call(graph, aten.erf.default, _call(graph, aten.mul.Scalar, wide, 0.7071067811865476)), 1)

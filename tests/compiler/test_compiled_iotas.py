@@ -48,8 +48,9 @@ def test_an_iota_is_made_in_its_readers_group_no_slower_than_the_eager_kernel(na
 
 # functions of the device they make their iotas on (the CPU reference makes them on CPU)
 GENERATED = [
-    # the sweep's linspace: its index and 225 - index generated (no iota step); still 1.46 us against the eager
-    # kernel's 1.18, its six VectorE passes where the eager kernel runs one GpSimd program
+    # the sweep's linspace as PyTorch decomposes it (compile_traced's table): its index and 225 - index generated
+    # (no iota step); torch.compile now cuts float32 linspace whole (compiler/factories.py: the eager kernel's
+    # GpSimd program, 1.18 us, where these six VectorE passes took 1.46)
     ("linspace", lambda d: lambda: torch.linspace(-8, -9, 226, device=d), []),
     # 0 * -2.0 is -0.0: a product that signs a zero is never folded into the iota's integers
     ("negative_step", lambda d: lambda: torch.arange(0, 10, dtype=torch.float32, device=d) * -2.0, []),

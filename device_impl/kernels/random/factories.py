@@ -182,6 +182,27 @@ def _index_tiles(nc, lo: int, hi: int):
         nc.release_to(mark)
 
 
+def linspace_float32(nc, view: np.ndarray, start, end, steps: int) -> None:
+    """A float32 linspace of ``steps`` (at least 2) values from ``start`` to ``end`` (float32 values) into the
+    HBM ``view`` (any strides, row-major order): CPU's two halves, ``start + step * i`` below ``steps // 2`` and
+    ``end - step * (steps - 1 - i)`` from there, each one fused multiply-add in float32, as a GpSimd program
+    per index tile. The eager kernel's program, and the compiled step's (compiler/factories.py)."""
+    s, e = np.float32(start), np.float32(end)
+    step = np.float32(np.float32(e - s) / np.float32(steps - 1))
+    halfway = steps // 2
+
+    def program(res, idx):
+        i = idx.reshape(-1)
+        first = fma32(np.full(i.shape, step), i.astype(FP32), s)
+        second = fma32(np.full(i.shape, -step), (steps - 1 - i).astype(FP32), e)
+        res.reshape(-1)[:] = np.where(i < halfway, first, second)
+
+    for s0, s1, idx in _index_tiles(nc, 0, steps):
+        res = nc.sbuf_tile(idx.shape, FP32)
+        nc.gpsimd.run("linspace", program, (res,), (idx,), elements=idx.data.size, factor=4.0)
+        nc.dma.store_flat(view, s0, s1, res)
+
+
 @native("aten::linspace.out")
 def _linspace_out(a: dict) -> torch.Tensor:
     start, end, steps, out = scalar_of(a["start"]), scalar_of(a["end"]), int(a["steps"]), a["out"]
@@ -200,19 +221,7 @@ def _linspace_out(a: dict) -> torch.Tensor:
     target = view.dtype
     with launch("linspace", out.device.index) as nc:
         if dtype == torch.float32:
-            s, e = np.float32(lo), np.float32(hi)
-            step = np.float32(np.float32(e - s) / np.float32(steps - 1))
-
-            def program(res, idx):
-                i = idx.reshape(-1)
-                first = fma32(np.full(i.shape, step), i.astype(FP32), s)
-                second = fma32(np.full(i.shape, -step), (steps - 1 - i).astype(FP32), e)
-                res.reshape(-1)[:] = np.where(i < halfway, first, second)
-
-            for s0, s1, idx in _index_tiles(nc, 0, steps):
-                res = nc.sbuf_tile(idx.shape, target)
-                nc.gpsimd.run("linspace", program, (res,), (idx,), elements=idx.data.size, factor=4.0)
-                nc.dma.store_flat(view, s0, s1, res)
+            linspace_float32(nc, view, lo, hi, steps)
         elif dtype in FLOAT_DTYPES:  # c10::Half / BFloat16 arithmetic: every operation rounds to the dtype
             s = float(np.asarray(np.float32(lo)).astype(target))
             e = float(np.asarray(np.float32(hi)).astype(target))
