@@ -1388,9 +1388,10 @@ spec("arange", "random", "torch.arange({start}, {end}, {step}, dtype=torch.{dtyp
 spec("full", "random", "torch.full({shape}, {value}, dtype=torch.{dtype:name}, device=device)",
      custom(lambda data, dtype: ([], {"shape": data.draw(hs.shapes(max_dims=3)), "value": data.draw(hs.scalars(dtype)),
                                       "dtype": dtype})), EVERY)
-spec("linspace", "random", "torch.linspace({start}, {end}, {steps}, device=device)",
+spec("linspace", "random", "torch.linspace({start}, {end}, {steps}, dtype=torch.{dtype:name}, device=device)",
      custom(lambda data, dtype: ([], {"start": data.draw(st.integers(-10, 10)), "end": data.draw(st.integers(-10, 10)),
-                                      "steps": data.draw(st.integers(0, 300))})), ("float32",))
+                                      "steps": data.draw(st.integers(0, 300)), "dtype": dtype})),
+     ("float32", "bfloat16", "float16", "int64"))  # CPU rounds each operation to a reduced float, truncates integers
 
 
 def _steps(data, dtype):

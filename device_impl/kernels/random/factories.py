@@ -203,6 +203,61 @@ def linspace_float32(nc, view: np.ndarray, start, end, steps: int) -> None:
         nc.dma.store_flat(view, s0, s1, res)
 
 
+def linspace_program(nc, view: np.ndarray, dtype: torch.dtype, lo, hi, steps: int) -> None:
+    """linspace of ``steps`` (at least 2) values from ``lo`` to ``hi`` (already converted to ``dtype``, as
+    ``checked_convert`` does) into the HBM ``view`` of a ``dtype`` tensor, computed as CPU's kernel for that dtype
+    computes it: float32 by ``linspace_float32``; float16/bfloat16 in the dtype's own arithmetic (every operation
+    rounded to it); integers from a double step, truncated. The eager kernel's program and the compiled step's
+    (compiler/factories.py), so both give CPU's bits."""
+    halfway = steps // 2
+    target = view.dtype
+    if dtype == torch.float32:
+        linspace_float32(nc, view, lo, hi, steps)
+    elif dtype in FLOAT_DTYPES:  # c10::Half / BFloat16 arithmetic: every operation rounds to the dtype
+        s = float(np.asarray(np.float32(lo)).astype(target))
+        e = float(np.asarray(np.float32(hi)).astype(target))
+        diff = float(np.asarray(np.float32(e) - np.float32(s)).astype(target))
+        count = float(np.asarray(np.float32(steps - 1)).astype(target))
+        step = float(np.asarray(np.float32(diff) / np.float32(count)).astype(target))
+        for part, (p0, p1) in enumerate(((0, halfway), (halfway, steps))):
+            if p0 == p1:
+                continue
+            for s0, s1, idx in _index_tiles(nc, p0, p1):
+                k = idx
+                if part:  # steps - idx - 1
+                    k = nc.sbuf_tile(idx.shape, I64)
+                    nc.vector.tensor_scalar(k, idx, "subtract", steps - 1, reverse=True, dtype=I64)
+                wide = nc.sbuf_tile(idx.shape, FP32)
+                nc.vector.tensor_copy(wide, k)  # int64 -> float -> half, as static_cast<Half>(int64_t)
+                res = nc.sbuf_tile(idx.shape, target)
+                nc.vector.tensor_copy(res, wide)
+                nc.vector.tensor_scalar(res, res, "multiply", step, dtype=FP32)
+                if part:
+                    nc.vector.tensor_scalar(res, res, "subtract", e, reverse=True, dtype=FP32)
+                else:
+                    nc.vector.tensor_scalar(res, res, "add", s, dtype=FP32)
+                nc.dma.store_flat(view, s0, s1, res)
+    else:  # integers: step in double, start + step * idx with one rounding, truncated
+        s, e = float(lo), float(hi)
+        step = (float(hi) - float(lo)) / float(steps - 1)
+
+        def program(res, idx):
+            i = idx.reshape(-1).astype(F64)
+            first = fma64(np.full(i.shape, step), i, np.full(i.shape, s))
+            second = fma64(np.full(i.shape, -step), (steps - 1) - i, np.full(i.shape, e))
+            value = np.where(idx.reshape(-1) < halfway, first, second)
+            res.reshape(-1)[:] = _double_to_int(value, I64 if target == I64 else np.dtype(np.int32))
+
+        for s0, s1, idx in _index_tiles(nc, 0, steps):
+            res = nc.sbuf_tile(idx.shape, I64)
+            nc.gpsimd.run("linspace", program, (res,), (idx,), elements=idx.data.size, factor=4.0)
+            if target != I64:
+                cast = nc.sbuf_tile(idx.shape, target)
+                nc.vector.tensor_copy(cast, res)
+                res = cast
+            nc.dma.store_flat(view, s0, s1, res)
+
+
 @native("aten::linspace.out")
 def _linspace_out(a: dict) -> torch.Tensor:
     start, end, steps, out = scalar_of(a["start"]), scalar_of(a["end"]), int(a["steps"]), a["out"]
@@ -216,55 +271,8 @@ def _linspace_out(a: dict) -> torch.Tensor:
     if dtype == torch.bool:
         raise refuse("linspace_cpu", dtype)
     lo, hi = checked_convert(start, dtype), checked_convert(end, dtype)
-    halfway = steps // 2
-    view = hbm(out)
-    target = view.dtype
     with launch("linspace", out.device.index) as nc:
-        if dtype == torch.float32:
-            linspace_float32(nc, view, lo, hi, steps)
-        elif dtype in FLOAT_DTYPES:  # c10::Half / BFloat16 arithmetic: every operation rounds to the dtype
-            s = float(np.asarray(np.float32(lo)).astype(target))
-            e = float(np.asarray(np.float32(hi)).astype(target))
-            diff = float(np.asarray(np.float32(e) - np.float32(s)).astype(target))
-            count = float(np.asarray(np.float32(steps - 1)).astype(target))
-            step = float(np.asarray(np.float32(diff) / np.float32(count)).astype(target))
-            for part, (p0, p1) in enumerate(((0, halfway), (halfway, steps))):
-                if p0 == p1:
-                    continue
-                for s0, s1, idx in _index_tiles(nc, p0, p1):
-                    k = idx
-                    if part:  # steps - idx - 1
-                        k = nc.sbuf_tile(idx.shape, I64)
-                        nc.vector.tensor_scalar(k, idx, "subtract", steps - 1, reverse=True, dtype=I64)
-                    wide = nc.sbuf_tile(idx.shape, FP32)
-                    nc.vector.tensor_copy(wide, k)  # int64 -> float -> half, as static_cast<Half>(int64_t)
-                    res = nc.sbuf_tile(idx.shape, target)
-                    nc.vector.tensor_copy(res, wide)
-                    nc.vector.tensor_scalar(res, res, "multiply", step, dtype=FP32)
-                    if part:
-                        nc.vector.tensor_scalar(res, res, "subtract", e, reverse=True, dtype=FP32)
-                    else:
-                        nc.vector.tensor_scalar(res, res, "add", s, dtype=FP32)
-                    nc.dma.store_flat(view, s0, s1, res)
-        else:  # integers: step in double, start + step * idx with one rounding, truncated
-            s, e = float(lo), float(hi)
-            step = (float(hi) - float(lo)) / float(steps - 1)
-
-            def program(res, idx):
-                i = idx.reshape(-1).astype(F64)
-                first = fma64(np.full(i.shape, step), i, np.full(i.shape, s))
-                second = fma64(np.full(i.shape, -step), (steps - 1) - i, np.full(i.shape, e))
-                value = np.where(idx.reshape(-1) < halfway, first, second)
-                res.reshape(-1)[:] = _double_to_int(value, I64 if target == I64 else np.dtype(np.int32))
-
-            for s0, s1, idx in _index_tiles(nc, 0, steps):
-                res = nc.sbuf_tile(idx.shape, I64)
-                nc.gpsimd.run("linspace", program, (res,), (idx,), elements=idx.data.size, factor=4.0)
-                if target != I64:
-                    cast = nc.sbuf_tile(idx.shape, target)
-                    nc.vector.tensor_copy(cast, res)
-                    res = cast
-                nc.dma.store_flat(view, s0, s1, res)
+        linspace_program(nc, hbm(out), dtype, lo, hi, steps)
     return out
 
 
