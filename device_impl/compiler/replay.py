@@ -41,6 +41,7 @@ from device_impl.engine.dtypes import FP32
 from device_impl.engine.isa import DMA, GpSimdE, ScalarE, TensorE, VectorE
 from device_impl.engine.memory import MemoryPool, Tile
 from device_impl.engine.timeline import ENGINES, Timeline
+from device_impl.kernels.contiguous import fp32_contiguous
 
 # step kind -> how a fast execution runs it:
 #   "wide"  a runner over whole arrays (one tile per step or per product block), same rounding points
@@ -246,25 +247,6 @@ def wide_core() -> WideCore:
 # A wide runner takes ``wide_core`` (called for a freshly reset wide core, by the runners that issue
 # instructions: a recorded group plan and a product's arithmetic need none) and the execution's Env.
 WideRunner = Callable[[Callable[[], WideCore], Any], None]
-
-_COPY_COLUMNS = 32  # columns per slab of a transposing copy (fp32_contiguous)
-_ONE_COPY_ELEMENTS = 128 * 128  # up to here one copy is faster than slabs: its source stays in cache (a Llama's 64 x 128)
-
-
-def fp32_contiguous(view: np.ndarray, copy: bool = False) -> np.ndarray:
-    """``np.ascontiguousarray(view, dtype=float32)``: the same values, copied in slabs of ``_COPY_COLUMNS`` columns
-    when ``view``'s last axis is strided (a transposed operand, x^T or a Linear's W^T): numpy walks such a copy
-    with one stride across the whole source and misses the cache on every element; slabs of 32 columns read
-    32 adjacent source elements per row, about twice as fast for the products of a decoder block. ``copy``: a
-    new array even where ``view`` already is one (a packing kept beyond the execution whose array it read)."""
-    if (view.ndim < 2 or view.strides[-1] == view.itemsize or view.shape[-1] <= _COPY_COLUMNS
-            or view.size <= _ONE_COPY_ELEMENTS):
-        return np.array(view, dtype=FP32, order="C", copy=True) if copy else np.ascontiguousarray(view, dtype=FP32)
-    out = np.empty(view.shape, dtype=FP32)
-    for c0 in range(0, view.shape[-1], _COPY_COLUMNS):
-        out[..., c0:c0 + _COPY_COLUMNS] = view[..., c0:c0 + _COPY_COLUMNS]
-    return out
-
 
 def _wide_fused(step: dict, program: Program, runner) -> WideRunner:
     """A fused group as one tile: flat groups [1, N]; reduce groups all rows at once with the tile
