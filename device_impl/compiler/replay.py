@@ -27,6 +27,7 @@ step kind (``STEP_KINDS``). The instruction-level path stays the reference and i
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any, Callable
 
@@ -41,6 +42,7 @@ from device_impl.engine.dtypes import FP32
 from device_impl.engine.isa import DMA, GpSimdE, ScalarE, TensorE, VectorE
 from device_impl.engine.memory import MemoryPool, Tile
 from device_impl.engine.timeline import ENGINES, Timeline
+from device_impl.kernels.contiguous import fp32_contiguous
 
 # step kind -> how a fast execution runs it:
 #   "wide"  a runner over whole arrays (one tile per step or per product block), same rounding points
@@ -252,25 +254,6 @@ def wide_core() -> WideCore:
 # instructions: a recorded group plan and a product's arithmetic need none) and the execution's Env.
 WideRunner = Callable[[Callable[[], WideCore], Any], None]
 
-_COPY_COLUMNS = 32  # columns per slab of a transposing copy (fp32_contiguous)
-_ONE_COPY_ELEMENTS = 128 * 128  # up to here one copy is faster than slabs: its source stays in cache (a Llama's 64 x 128)
-
-
-def fp32_contiguous(view: np.ndarray, copy: bool = False) -> np.ndarray:
-    """``np.ascontiguousarray(view, dtype=float32)``: the same values, copied in slabs of ``_COPY_COLUMNS`` columns
-    when ``view``'s last axis is strided (a transposed operand, x^T or a Linear's W^T): numpy walks such a copy
-    with one stride across the whole source and misses the cache on every element; slabs of 32 columns read
-    32 adjacent source elements per row, about twice as fast for the products of a decoder block. ``copy``: a
-    new array even where ``view`` already is one (a packing kept beyond the execution whose array it read)."""
-    if (view.ndim < 2 or view.strides[-1] == view.itemsize or view.shape[-1] <= _COPY_COLUMNS
-            or view.size <= _ONE_COPY_ELEMENTS):
-        return np.array(view, dtype=FP32, order="C", copy=True) if copy else np.ascontiguousarray(view, dtype=FP32)
-    out = np.empty(view.shape, dtype=FP32)
-    for c0 in range(0, view.shape[-1], _COPY_COLUMNS):
-        out[..., c0:c0 + _COPY_COLUMNS] = view[..., c0:c0 + _COPY_COLUMNS]
-    return out
-
-
 def _wide_fused(step: dict, program: Program, runner) -> WideRunner:
     """A fused group as one tile: flat groups [1, N]; reduce groups all rows at once with the tile
     program's column chunks (so partial reductions combine at the same points). Run as a ``StepPlan``:
@@ -400,7 +383,13 @@ class StepPlan:
         self.layouts: list[tuple] = []  # (_bases key, shape, strides, dtype) of each base array the plan uses
         self.roots: list[Tile] = []
         self.refused: str | bool = False  # why it was not recorded
+        # the plan with its direct HBM operands (``_direct``): the instructions without the loads and stores a
+        # tile bound to its HBM view stands for, and those bindings (tile, layout index, offset, shape, strides)
+        self.direct: list | None = None
+        self.binds: list[tuple] = []
+        self.kept_data: dict[Tile, np.ndarray] = {}  # each bound tile's own array
         self.replays = 0  # executions that issued the recorded instructions (tests count them)
+        self.direct_replays = 0  # of them, those that read and wrote the bound tiles where they lie in HBM
         self.lock = threading.Lock()
 
     def run(self, wide, env) -> None:
@@ -425,13 +414,24 @@ class StepPlan:
             for tile in self.roots:
                 tile.initialized = False  # as the recording's fresh tiles: a partial first write poisons the rest
             self.replays += 1
-            for method, args, kwargs, operands in self.instructions:
-                if operands:
-                    args = list(args)
-                    for position, index, offset, shape, strides in operands:
-                        base = bases[index]
-                        args[position] = np.ndarray(shape, base.dtype, buffer=base, offset=offset, strides=strides)
-                method(*args, **kwargs)
+            instructions, bound = self.instructions, _bind(self.binds, bases)
+            if bound:
+                instructions = self.direct
+                self.direct_replays += 1
+                for tile, view in bound:
+                    tile.data, tile.initialized = view, True
+            try:
+                for method, args, kwargs, operands in instructions:
+                    if operands:
+                        args = list(args)
+                        for position, index, offset, shape, strides in operands:
+                            base = bases[index]
+                            args[position] = np.ndarray(shape, base.dtype, buffer=base, offset=offset,
+                                                        strides=strides)
+                    method(*args, **kwargs)
+            finally:
+                for tile, _ in bound:  # the tiles' own arrays back (the HBM views are this execution's)
+                    tile.data = self.kept_data[tile]
         finally:
             self.lock.release()
         return None
@@ -448,6 +448,9 @@ class StepPlan:
         if sum(t.data.nbytes for t in self.roots) > PLAN_BYTES:
             self.instructions, self.layouts, self.roots = None, [], []
             self.refused = "its tiles exceed PLAN_BYTES"
+            return
+        self.direct, self.binds = _direct(self.instructions)
+        self.kept_data = {tile: tile.data for tile, *_ in self.binds}
 
     @staticmethod
     def _plan(log: list, bases: list, placement: Callable[[tuple], tuple]) -> tuple[list, list]:
@@ -486,6 +489,163 @@ class StepPlan:
                 args = tuple(None if any(p == i for p, *_ in operands) else a for i, a in enumerate(args))
             instructions.append((method, args, kwargs, operands))
         return instructions, layouts
+
+
+# -- direct HBM operands: a plan's whole-tile loads and stores skipped ----------------------------------------
+#
+# On the wide core a load copies a whole HBM array into a tile that elementwise instructions then read, and a
+# store copies a tile an elementwise instruction wrote into an HBM array: host copies of every byte a fused
+# group reads or writes (a decoder block's epilogues and norms: ~0.35 ms of a forward's ~10 ms). Where the
+# instruction order allows, a plan binds such a tile to its HBM view for an execution instead (``_direct``): the
+# load or store is not issued, the instructions read the input where it lies or write the result where it
+# goes. The values each instruction computes are the same (the same numpy calls on arrays of the same shape,
+# dtype and C-contiguous layout); only host copies go. The recorded figures are unchanged (the launch reports
+# the compile-time schedule). An execution whose bound views overlap one another runs the plan as recorded.
+
+# engine instructions that compute element by element, ``out`` (the first argument) from the others: a tile
+# may be read by them where it lies in HBM, and one written by them may lie there
+_ELEMENTWISE = frozenset({"tensor_tensor", "tensor_scalar", "scalar_tensor_tensor", "activation",
+                          "partition_broadcast"})
+_HBM_READS = frozenset({"load", "load_flat"})  # DMA instructions whose HBM operand is only read
+
+
+# the wide core's whole-tile DMA instructions: method -> (position of the tile, of the HBM operand, of the
+# flat range's start, or None)
+_WHOLE_LOADS = {_WideDMA.load: (0, 1, None), _WideDMA.load_flat: (0, 1, 2)}
+_WHOLE_STORES = {_WideDMA.store: (1, 0, None), _WideDMA.store_flat: (3, 0, 1)}
+
+
+def _whole(method, args, operands, store: bool) -> tuple | None:
+    """The HBM operand of a whole-tile load (or ``store``) as the tile's shape: (layout index, offset, shape,
+    strides), where the tile is a root and the HBM view a C-contiguous array of its element count (the load or
+    store copies it in row-major order); None for any other instruction."""
+    places = (_WHOLE_STORES if store else _WHOLE_LOADS).get(getattr(method, "__func__", None))
+    if places is None or len(operands) != 1:
+        return None
+    tile_at, hbm_at, start_at = places
+    tile = args[tile_at]
+    position, index, offset, shape, strides = operands[0]
+    if not isinstance(tile, Tile) or tile.root is not tile or position != hbm_at:
+        return None
+    size = math.prod(shape)
+    if start_at is not None and (args[start_at] != 0 or args[start_at + 1] != size):
+        return None
+    data = tile.data
+    if size != data.size or tuple(strides) != _c_strides(shape, data.itemsize):
+        return None
+    return index, offset, data.shape, _c_strides(data.shape, data.itemsize)
+
+
+def _c_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, step = [], itemsize
+    for size in reversed(shape):
+        strides.append(step)
+        step *= size
+    return tuple(reversed(strides))
+
+
+def _uses(method, args, kwargs) -> tuple[list[Tile], list[Tile], bool]:
+    """(tiles written, tiles read, plain?) by one instruction. Plain: a DMA load or store of one tile, or an
+    elementwise instruction (``_ELEMENTWISE``) naming tiles only as its ``out`` and positional inputs. Any other
+    counts as writing and reading every tile it names, anyhow."""
+    name = getattr(method, "__name__", "")
+    tiles = [a for a in args if isinstance(a, Tile)]
+    nested = [x for v in (*args, *kwargs.values()) if isinstance(v, (tuple, list)) for x in v if isinstance(x, Tile)]
+    keyword = [v for v in kwargs.values() if isinstance(v, Tile)]
+    if not nested and not keyword and tiles:
+        if name in _HBM_READS and len(tiles) == 1 and args[0] is tiles[0]:
+            return tiles, [], True
+        if name in ("store", "store_flat") and len(tiles) == 1:
+            return [], tiles, True
+        if name in _ELEMENTWISE and args[0] is tiles[0]:
+            return tiles[:1], tiles[1:], True
+    if name == "activation" and not nested and tiles and args[0] is tiles[0] \
+            and set(k for k, v in kwargs.items() if isinstance(v, Tile)) <= {"accumulate", "scale", "bias"}:
+        # its input read element by element; ``accumulate`` takes the row sums of ``out`` (written), the
+        # per-partition ``scale`` and ``bias`` are read
+        accumulate = kwargs.get("accumulate")
+        written = tiles[:1] + ([accumulate] if isinstance(accumulate, Tile) else [])
+        return written, tiles[1:] + [v for k, v in kwargs.items() if k in ("scale", "bias") and isinstance(v, Tile)], True
+    everything = tiles + nested + keyword
+    return everything, everything, False
+
+
+def _direct(instructions: list) -> tuple[list | None, list[tuple]]:
+    """The plan without the loads and stores a tile bound to its HBM view stands for, and the bindings
+    ``[(tile, layout index, offset, shape, strides)]`` (``([], [])`` where none qualifies). A loaded tile is
+    bound where the load is its first use, elementwise instructions only read it after, and nothing writes HBM
+    (a store, any instruction with an HBM operand but a load) before its last read. A stored tile is bound
+    where one elementwise instruction writes it first and nothing else does, the store follows with nothing
+    touching HBM in between, elementwise instructions only read it after, and nothing writes HBM before its
+    last read. No tile that has views in the plan (regions of it) is bound."""
+    writes: dict[int, list[int]] = {}  # id(root) -> instruction indices writing it
+    reads: dict[int, list[int]] = {}
+    loose: set[int] = set()  # roots named other than elementwise-ly, or through a view
+    hbm_writes: list[int] = []
+    hbm_any: list[int] = []
+    for i, (method, args, kwargs, operands) in enumerate(instructions):
+        written, read, elementwise = _uses(method, args, kwargs)
+        for tile in written:
+            writes.setdefault(id(tile.root), []).append(i)
+        for tile in read:
+            reads.setdefault(id(tile.root), []).append(i)
+        for tile in (*written, *read):
+            if tile.root is not tile or not elementwise:
+                loose.add(id(tile.root))
+        if operands:
+            hbm_any.append(i)
+            if getattr(method, "__name__", "") not in _HBM_READS:
+                hbm_writes.append(i)
+
+    def clear(among: list[int], lo: int, hi: int, skip: set[int]) -> bool:  # none of ``among`` in (lo, hi]
+        return not any(lo < i <= hi and i not in skip for i in among)
+
+    skipped: set[int] = set()
+    binds: list[tuple] = []
+    for i, (method, args, kwargs, operands) in enumerate(instructions):
+        load = _whole(method, args, operands, store=False)
+        if load is not None:
+            key = id(args[0])
+            read = reads.get(key, [])
+            if key not in loose and writes.get(key) == [i] and read and min(read) > i \
+                    and clear(hbm_writes, i, max(read), set()):
+                skipped.add(i)
+                binds.append((args[0], *load))
+            continue
+        store = _whole(method, args, operands, store=True)
+        if store is None:
+            continue
+        key = id(args[1])
+        written, read = writes.get(key, []), reads.get(key, [])
+        if key in loose or len(written) != 1 or not written[0] < min(read):
+            continue
+        method_, args_, kwargs_, operands_ = instructions[written[0]]
+        if operands_ or getattr(method_, "__name__", "") not in _ELEMENTWISE or not args_ or args_[0] is not args[1] \
+                or any(isinstance(v, Tile) for v in kwargs_.values()):
+            continue  # its writer: elementwise, into the whole tile, no row sums of it (their order is the tile's)
+        writer = written[0]
+        if clear(hbm_any, writer, i - 1, set()) and clear(hbm_writes, i, max(read), {i}):
+            skipped.add(i)
+            binds.append((args[1], *store))
+    if not binds:
+        return None, []
+    return [ins for i, ins in enumerate(instructions) if i not in skipped], binds
+
+
+def _bind(binds: list[tuple], bases: list[np.ndarray]) -> list[tuple[Tile, np.ndarray]]:
+    """This execution's HBM view of each bound tile; none (the plan runs as recorded) where two overlap."""
+    if not binds:
+        return []
+    bound, spans = [], []
+    for tile, index, offset, shape, strides in binds:
+        base = bases[index]
+        view = np.ndarray(shape, base.dtype, buffer=base, offset=offset, strides=strides)
+        lo, hi = byte_bounds(view)
+        if view.dtype != tile.data.dtype or any(lo < h and l < hi for l, h in spans):
+            return []
+        spans.append((lo, hi))
+        bound.append((tile, view))
+    return bound
 
 
 def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:

@@ -11,6 +11,7 @@ import torch.nn.functional as F
 import device_impl.compiler as compiler
 from device_impl import engine
 from device_impl.compiler import ir, opaque
+from device_impl.kernels import attention
 
 SDPA = F.scaled_dot_product_attention
 
@@ -442,3 +443,28 @@ def test_rotated_q_and_k_are_read_by_the_attention_in_sbuf(fresh, monkeypatch):
     np.testing.assert_array_equal(out.view(torch.int32).numpy(), expected.view(torch.int32).numpy())
     assert stats["device_ns"] < plain["device_ns"]
     assert stats["hbm_bytes"] == plain["hbm_bytes"]  # the arena is on chip: the loads it saves move no HBM bytes
+
+
+def test_the_wide_attention_makes_its_causal_mask_once_per_block_geometry(fresh, monkeypatch):
+    """A compiled causal SDPA's fast path (``forward_wide``) masks its score blocks with one mask per block
+    geometry, made at the first execution and reused after (it was rebuilt for every block of every call); the
+    bits are the eager flash kernel's. (One host thread: two batch shares could both make it at once.)"""
+    from device_impl.compiler import workers
+
+    monkeypatch.setattr(workers, "THREADS", 1)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 128, 64, generator=g).to("neuron") for _ in range(3))
+
+    def f(q, k, v):
+        return SDPA(q, k, v, is_causal=True)
+
+    eager = f(q, k, v).cpu()
+    compiled = torch.compile(f, backend="neuron", fullgraph=True)
+    compiled(q, k, v)  # compiles and records the schedule
+    attention._causal_mask.cache_clear()
+    for _ in range(3):
+        out = compiled(q, k, v)
+        assert torch.equal(out.cpu(), eager)
+    info = attention._causal_mask.cache_info()
+    assert info.misses == 1 and info.hits == 2
+    assert not attention._causal_mask(0, 4, 4).flags.writeable
