@@ -56,7 +56,9 @@ class _Worker:
                 context.run(work, start, stop)
             except BaseException as error:  # noqa: BLE001 - handed to the caller (wait)
                 self._error = error
-            self._share = None
+            # drop the share before waiting for the next: this frame's locals would otherwise keep the last
+            # share's closure (and the tensors it reaches: an adaptive launch's operands) alive while idle
+            self._share = context = work = None
             self._done.release()
 
     def submit(self, work: Callable[[int, int], None], start: int, stop: int) -> None:
