@@ -302,15 +302,10 @@ def test_convolution_forms_the_padding_products_cpu_forms(form, onednn, channels
     assert [bool(s["attrs"].get("skip_padding")) for s in steps] == [skips]
 
 
-@pytest.mark.parametrize("onednn", [True, False], ids=["onednn-on", "onednn-off"])
-@pytest.mark.parametrize("form", ["conv2d", "conv2d-grouped"])
-def test_a_compiled_training_step_forms_cpus_padding_products(form, onednn):
-    """The forward of a compiled training graph decides as the inference graph's does; the input gradient (a
-    transposed convolution: CPU's col2im and oneDNN form no product with padding) and the weight gradient (finite
-    here: the infinities are in the weight) follow CPU too."""
-    fn, x, w = padded_conv(form)
-    g = torch.rand(fn(x, w).shape, generator=torch.Generator().manual_seed(1))
-
+def _training_steps(fn, x: torch.Tensor, w: torch.Tensor, g: torch.Tensor, onednn: bool) -> list:
+    """``fn``'s forward and backward (cotangent ``g``) on CPU and compiled on neuron under ``onednn``: the output,
+    input gradient and weight gradient of each, (neuron's on CPU, CPU's) pairs; and the compiled programs
+    (``breakdown.capture``)."""
     def step(x, w, g):
         out = fn(x, w)
         out.backward(g)
@@ -321,9 +316,23 @@ def test_a_compiled_training_step_forms_cpus_padding_products(form, onednn):
         want = step(xc, wc, g)
         torch._dynamo.reset()
         xd, wd = x.to("neuron").requires_grad_(), w.to("neuron").requires_grad_()
-        got = torch.compile(step, backend="neuron", dynamic=False)(xd, wd, g.to("neuron"))
-        for a, b in ((got, want), (xd.grad, xc.grad), (wd.grad, wc.grad)):
-            _nan_and_values_of(a.cpu(), b)
+        with breakdown.capture() as calls:
+            got = torch.compile(step, backend="neuron", dynamic=False)(xd, wd, g.to("neuron"))
+    return [(a.cpu(), b) for a, b in ((got, want), (xd.grad, xc.grad), (wd.grad, wc.grad))], calls
+
+
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn-on", "onednn-off"])
+@pytest.mark.parametrize("form", ["conv2d", "conv2d-grouped"])
+def test_a_compiled_training_step_forms_cpus_padding_products(form, onednn):
+    """The forward of a compiled training graph decides as the inference graph's does; the input gradient (a
+    transposed convolution: CPU's col2im and oneDNN form no product with padding) and the weight gradient (finite
+    here: the infinities are in the weight) follow CPU too."""
+    fn, x, w = padded_conv(form)
+    g = torch.rand(fn(x, w).shape, generator=torch.Generator().manual_seed(1))
+
+    pairs, _ = _training_steps(fn, x, w, g, onednn)
+    for a, b in pairs:
+        _nan_and_values_of(a, b)
 
 
 @pytest.mark.parametrize("onednn", [True, False], ids=["onednn-on", "onednn-off"])
@@ -342,20 +351,10 @@ def test_a_compiled_weight_gradient_forms_cpus_padding_products(form, onednn):
     g.view(g.shape[0], g.shape[1], -1)[:, :, 0] = float("inf")
     g.view(g.shape[0], g.shape[1], -1)[:, :, -1] = float("nan")
 
-    def step(x, w, g):
-        out = fn(x, w)
-        out.backward(g)
-        return out.detach()
-
+    pairs, calls = _training_steps(fn, x, w, g, onednn)
+    for a, b in pairs:
+        _nan_and_values_of(a, b)
     with torch.backends.mkldnn.flags(enabled=onednn):
-        xc, wc = x.clone().requires_grad_(), w.clone().requires_grad_()
-        want = step(xc, wc, g)
-        torch._dynamo.reset()
-        xd, wd = x.to("neuron").requires_grad_(), w.to("neuron").requires_grad_()
-        with breakdown.capture() as calls:
-            got = torch.compile(step, backend="neuron", dynamic=False)(xd, wd, g.to("neuron"))
-        for a, b in ((got, want), (xd.grad, xc.grad), (wd.grad, wc.grad)):
-            _nan_and_values_of(a.cpu(), b)
         _, _, kw = PADDED_CONVS[form]
         _, skips = cpu_host.conv_backward_skips_padding(g, x, w, [1, 1], [kw["padding"]] * 2, [1, 1], False, [0, 0],
                                                         kw.get("groups", 1), [True, True])

@@ -165,16 +165,22 @@ def _plans() -> list[replay.StepPlan]:
     return plans
 
 
-def test_a_products_epilogue_is_planned_and_replayed(fresh, monkeypatch):
-    """The decoder block's o, up and down products carry epilogues (the residual add and norm, silu * up, the
-    residual add): each is recorded at the first fast execution and replayed after, with the bits and
-    figures of the instruction-level run (``_assert_replays_match``)."""
+def _compiled_decoder() -> tuple:
+    """The decoder block (seeded) compiled whole, and its input, after one call (the program compiled)."""
     torch.manual_seed(0)
     model = DecoderBlock(hidden=256, heads=4, kv_heads=2, seq=128).to("neuron")
     compiled = torch.compile(model, backend="neuron", fullgraph=True)
     xs = [torch.randn(2, 128, 256).to("neuron")]
     with torch.no_grad():
         compiled(*xs)
+    return compiled, xs
+
+
+def test_a_products_epilogue_is_planned_and_replayed(fresh, monkeypatch):
+    """The decoder block's o, up and down products carry epilogues (the residual add and norm, silu * up, the
+    residual add): each is recorded at the first fast execution and replayed after, with the bits and
+    figures of the instruction-level run (``_assert_replays_match``)."""
+    compiled, xs = _compiled_decoder()
     _run(compiled, xs, monkeypatch, fast=True)  # the plans are recorded by the first fast execution at the latest
     epilogues = [runner.epilogue_plan for exe in compiler.cache._MEMORY.values() for _, runner in exe._fast or ()
                  if getattr(runner, "epilogue_plan", None) is not None]
@@ -191,12 +197,7 @@ def test_a_plan_reads_and_writes_whole_tiles_where_they_lie_in_hbm(fresh, monkey
     block's norms, residual adds and silu * up: 9 tiles), with the bits and figures of the instruction-level
     run. The rotary epilogues (loads and stores of regions of a tile) and a load whose tile a row sum reads
     in place stay as recorded."""
-    torch.manual_seed(0)
-    model = DecoderBlock(hidden=256, heads=4, kv_heads=2, seq=128).to("neuron")
-    compiled = torch.compile(model, backend="neuron", fullgraph=True)
-    xs = [torch.randn(2, 128, 256).to("neuron")]
-    with torch.no_grad():
-        compiled(*xs)
+    compiled, xs = _compiled_decoder()
     _run(compiled, xs, monkeypatch, fast=True)  # records the plans
     plans = _plans()
     assert sorted(len(plan.binds) for plan in plans) == [0, 0, 2, 2, 2, 3], [len(p.binds) for p in plans]
