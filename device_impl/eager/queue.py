@@ -102,6 +102,10 @@ class Queue:
         self.max_ops = DEFAULT_MAX_OPS
         self.max_bytes = DEFAULT_MAX_BYTES
         self.lock = threading.RLock()
+        # Flushes running now, on any thread: their steps have left ``steps`` but may not have run yet, so a
+        # read that finds ``steps`` empty must still wait for them (``barrier``): two threads in adaptive mode
+        # share this queue, and one's flush runs the other's steps.
+        self.flushing = 0
         self.head: tuple | None = None  # _head_key of the call whose launches head the queue
 
     # --- entering the queue -------------------------------------------------------------------------
@@ -174,22 +178,27 @@ class Queue:
         return any(t.numel() and storage_id(t) in refs for t in tensors)
 
     def barrier(self, reason: str, op: str = "", args: Any = None, kwargs: Any = None) -> None:
-        """Flush before ``op`` if its tensor arguments touch queued storages (``args=None``: always)."""
-        if not self.steps:
+        """Flush before ``op`` if its tensor arguments touch queued storages (``args=None``: always); first wait
+        for a flush another thread is running (it holds the lock), which may be running this thread's steps."""
+        if not self.steps and not self.flushing:
             return
-        if args is not None:
-            found: list[torch.Tensor] = []
-            _tensors(args, found)
-            _tensors(kwargs, found)
-            if not self.depends(found):
+        with self.lock:
+            if not self.steps:
                 return
-        self.flush(reason)
+            if args is not None:
+                found: list[torch.Tensor] = []
+                _tensors(args, found)
+                _tensors(kwargs, found)
+                if not self.depends(found):
+                    return
+            self.flush(reason)
 
     def flush(self, reason: str) -> None:
         """Run every queued step, in order, fused where the hazards allow."""
         with self.lock:
             if not self.steps:
                 return
+            self.flushing += 1  # before the steps leave the queue (see __init__)
             steps, self.steps = self.steps, []
             refs, self.refs = self.refs, Counter()
             head, self.head = self.head, None
@@ -202,6 +211,7 @@ class Queue:
                 else:
                     self._run(steps, refs, reason, head)
             finally:
+                self.flushing -= 1
                 fusion.forget_views()
 
     def _run(self, steps: list[AnyStep], refs: Counter[int], reason: str, head: tuple | None = None) -> None:
