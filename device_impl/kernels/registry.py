@@ -156,8 +156,9 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
             planned = recurring is not None and getattr(recurring, "functional", False)
             if planned:
                 recurring.dtypes = dtypes
-            TABLE.native(op, dtypes=dtypes)(_sourced(_functional_kernel(op, binder, compute, meta,
-                                                                        recurring if planned else None), compute))
+            TABLE.native(op, dtypes=dtypes)(_sourced(_functional_kernel(
+                op, binder, compute, meta, recurring if planned else None,
+                restride=compute.__module__.startswith(_ELEMENTWISE_PACKAGE)), compute))
             registered.append(op)
     if inplace is not None:
         for ov in inplace.overloads():
@@ -273,7 +274,16 @@ def _generated_out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta,
     return _submits(kernel)
 
 
-def _functional_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, recurring: Any = None):
+# The package whose families' functional results take TensorIterator's strides (``_functional_kernel``).
+_ELEMENTWISE_PACKAGE = "device_impl.kernels.elementwise."
+
+
+def _functional_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, recurring: Any = None,
+                       restride: bool = False):
+    """The kernel of a functional overload with no out= overload (relu, hardtanh, where.self, isnan, ...).
+    ``restride``: an elementwise op, whose CPU result is TensorIterator's output, laid out as its operands
+    (``relu`` of a transposed or channels-last tensor is transposed or channels-last: ``_ti_restride``); the
+    result of any other (``mm.dtype``, ``dot``) is contiguous."""
     learn = recurring.learn if recurring is not None else None
 
     def kernel(*args: Any, **kwargs: Any) -> torch.Tensor:
@@ -281,6 +291,8 @@ def _functional_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, re
         shape, dtype, operands = meta(bound)
         like = next(o for o in operands if isinstance(o, torch.Tensor) and o.device.type == "neuron")
         out = torch.empty(shape, dtype=dtype, device=like.device)
+        if restride and len(shape) > 1:
+            _ti_restride(out, operands)
         submit = HOOKS.submit  # _run, inlined: every functional call
         if submit is None:
             compute(out, bound)

@@ -95,6 +95,36 @@ def test_output_strides_follow_the_inputs():
     check(lambda t: t * 2, cl)
 
 
+# Elementwise ops with no out= overload (kernels.registry._functional_kernel), each on a transposed and a
+# channels-last operand: CPU's result is TensorIterator's output, laid out as the operands.
+FUNCTIONAL_ONLY = {
+    "relu": torch.relu,
+    "hardtanh": lambda t: torch.ops.aten.hardtanh(t),
+    "isnan": torch.isnan,
+    "logit": lambda t: torch.logit(t, eps=0.25),
+    "where": lambda t: torch.where(t > 0, t, -t),
+    "floor_divide": lambda t: torch.floor_divide(t, 0.75),
+    "remainder_scalar_tensor": lambda t: torch.remainder(2.0, t),
+    "silu_backward": lambda t: torch.ops.aten.silu_backward(t, t),
+    "hardtanh_backward": lambda t: torch.ops.aten.hardtanh_backward(t, t, -1.0, 1.0),
+    "angle": torch.angle,
+    "lshift": lambda t: t.int() << 2,
+}
+
+
+@pytest.mark.parametrize("layout", ["transposed", "channels_last"])
+@pytest.mark.parametrize("op", FUNCTIONAL_ONLY, ids=list(FUNCTIONAL_ONLY))
+def test_a_functional_only_ops_result_is_laid_out_as_cpus(op, layout):
+    """relu of a channels-last activation stays channels-last, as on CPU (it came back contiguous: every later
+    op of a channels-last network then saw another layout than CPU's)."""
+    fn = FUNCTIONAL_ONLY[op]
+    host = torch.randn(2, 5, 4, 3, generator=torch.Generator().manual_seed(3))
+    host = host.transpose(1, 3) if layout == "transposed" else host.contiguous(memory_format=torch.channels_last)
+    expected, got = fn(host), fn(host.to("neuron"))
+    assert got.stride() == expected.stride()
+    check(fn, host)
+
+
 @pytest.mark.parametrize("a_dtype, b", [(torch.int32, 2.5), (torch.int8, 300), (torch.float16, 1e-3),
                                         (torch.bfloat16, torch.tensor(3.0, dtype=torch.float64)),
                                         (torch.uint8, torch.tensor(1, dtype=torch.int64)), (torch.bool, 1)])
