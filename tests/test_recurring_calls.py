@@ -349,3 +349,128 @@ def test_relu_of_bool_raises_every_time(launches):
     for _ in range(2):
         assert torch.relu(host).device.type == "cpu"
     assert _served() == served
+
+
+def _outcome(fn):
+    """A call's error (class, message), or its result as data: bits, sizes, strides, storage offset, and the
+    bits of every tensor it returns beside it (a base whose view it wrote)."""
+    try:
+        result = fn()
+    except Exception as e:  # noqa: BLE001 - the class and message are compared
+        return type(e), str(e)
+    results = result if isinstance(result, tuple) else (result,)
+    return [(_bits(t), tuple(t.shape), t.stride(), t.storage_offset(), t.dtype) for t in results]
+
+
+def _same_outcome(got, expected) -> bool:
+    if isinstance(got, tuple) or isinstance(expected, tuple):
+        return got == expected
+    return len(got) == len(expected) and all(
+        torch.equal(g[0], e[0]) and g[1:] == e[1:] for g, e in zip(got, expected))
+
+
+def _adversarial(dev: str) -> dict:
+    """Per case: (a call that learns a plan, a call of the same plan key CPU may refuse or answer otherwise),
+    on ``dev``. Elementwise ops whose bits are CPU's on the device (add, neg, relu)."""
+    g = torch.Generator().manual_seed(7)
+    base = torch.randn(4096, generator=g).to(dev)
+    x, y = base[:1024], base[2048:3072]
+    sq, sq_y = base[:1024].view(32, 32), base[2048:3072].view(32, 32)
+
+    def fresh_out(n=1024):
+        return torch.zeros(n, device=dev)
+
+    def neg_out():
+        o = torch.zeros(1024, device=dev)
+        torch.add(x, y, out=torch._neg_view(o))
+        return o
+
+    def neg_in_place():
+        z = x.clone()
+        torch._neg_view(z).add_(y)
+        return z
+
+    def set_onto_operand():
+        z = x.clone()
+        out = torch.empty(0, device=dev).set_(z.untyped_storage(), 0, (1024,), (1,))
+        torch.add(z, y, out=out)
+        return z
+
+    def transposed_operand_of_out():
+        z = sq.clone()
+        torch.add(z.t(), sq_y, out=z)
+        return z
+
+    def grown_out():
+        out = fresh_out(2048)[:1024].clone()
+        out.resize_(2048)
+        return torch.add(x, y, out=out)
+
+    def leaf_out():
+        out = torch.zeros(1024, device=dev, requires_grad=True)
+        return torch.add(x, y, out=out)
+
+    def needs_grad():
+        return torch.add(x.clone().requires_grad_(), y, out=fresh_out())
+
+    def strided_out():
+        whole = fresh_out(2048)
+        torch.add(x, y, out=whole[::2])
+        return whole
+
+    def in_place_overlapping():
+        z = base.clone()
+        z[1:1025].add_(z[:1024])
+        return z
+
+    def out_overlapping_operand():
+        z = base.clone()
+        torch.add(z[:1024], y, out=z[1:1025])
+        return z
+
+    return {
+        "neg_bit_operand": (lambda: torch.add(x, y, out=fresh_out()), lambda: torch.add(torch._neg_view(x), y, out=fresh_out())),
+        "neg_bit_unary": (lambda: torch.neg(x, out=fresh_out()), lambda: torch.neg(torch._neg_view(x), out=fresh_out())),
+        "neg_bit_relu": (lambda: torch.relu(x), lambda: torch.relu(torch._neg_view(x))),
+        "relu_of_a_transposed_view": (lambda: torch.relu(sq), lambda: torch.relu(sq.t())),
+        "neg_bit_out": (lambda: torch.add(x, y, out=fresh_out()), neg_out),
+        "neg_bit_in_place": (lambda: x.clone().add_(y), neg_in_place),
+        "conj_of_real": (lambda: torch.add(x, y), lambda: torch.add(x.conj(), y)),
+        "other_storage_offset": (lambda: torch.add(x, y), lambda: torch.add(base[3:1027], y)),
+        "strided_same_sizes": (lambda: torch.add(x, y), lambda: torch.add(base[::4], y)),
+        "expanded_same_sizes": (lambda: torch.add(x, y), lambda: torch.add(base[:1].expand(1024), y)),
+        "strided_out_same_sizes": (lambda: torch.add(x, y, out=fresh_out()), strided_out),
+        "expanded_out_same_sizes": (lambda: torch.add(x, y, out=fresh_out()),
+                                    lambda: torch.add(x, y, out=fresh_out(1).expand(1024))),
+        "out_onto_operand_storage": (lambda: torch.add(x.clone(), y, out=fresh_out()), set_onto_operand),
+        "out_is_a_transposed_operand": (lambda: torch.add(sq.clone().t(), sq_y, out=torch.zeros(32, 32, device=dev)),
+                                        transposed_operand_of_out),
+        "out_resized_since": (lambda: torch.add(x, y, out=fresh_out()), grown_out),
+        "out_requires_grad": (lambda: torch.add(x, y, out=fresh_out()), leaf_out),
+        "operand_requires_grad": (lambda: torch.add(x, y, out=fresh_out()), needs_grad),
+        "out_partially_overlapping_operand": (lambda: torch.add(base.clone()[:1024], y, out=base.clone()[1:1025]),
+                                              out_overlapping_operand),
+        "in_place_partial_overlap": (lambda: base.clone()[1:1025].add_(y), in_place_overlapping),
+    }
+
+
+ADVERSARIAL = list(_adversarial("cpu"))
+
+
+@pytest.mark.parametrize("case", ADVERSARIAL, ids=ADVERSARIAL)
+def test_a_call_of_a_planned_key_that_cpu_refuses_or_answers_otherwise_is_cpus(launches, case):
+    """The table's wrapper asks the plans before its own checks (dispatch/table.py): a call with a planned key
+    (dtypes, sizes, strides, devices) but another storage offset, a negative bit, an out resized since, an out
+    aliasing an operand through another tensor, a transposed view or a shifted one, an operand or out requiring
+    grad, answers as CPU does: the same error class and message, or the same bits, sizes, strides and storage offset."""
+    learn, call = _adversarial(DEV)[case]
+    start = _served()
+    for _ in range(3):  # recorded, key seen, planned (and served)
+        learn()
+    assert _served() > start, "the learning call was never served: the case asks no plan"
+    cpu_call = _adversarial("cpu")[case][1]
+    expected = _outcome(cpu_call)
+    for _ in range(2):
+        got = _outcome(call)
+        assert _same_outcome(got, expected), (got if isinstance(got, tuple) else "values/layout differ", expected
+                                              if isinstance(expected, tuple) else "")
