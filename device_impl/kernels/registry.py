@@ -99,11 +99,21 @@ OUT_DTYPE_RULES: dict[str, str] = {
 
 
 # Packets whose out= tensor, when the call resizes it, takes the strides TensorIterator computes from the inputs
-# (channels_last inputs give a channels_last out), as CPU's structured out= kernels do (``set_output_raw_strided``);
-# elsewhere a resized out is contiguous. Where it matters: a kernel that follows CPU's loop over the out
+# (channels_last inputs give a channels_last out), as CPU's structured out= kernels do (``set_output_raw_strided``),
+# besides every elementwise kernel's (``_ti_strided``); elsewhere a resized out is contiguous. Where it matters: a kernel that follows CPU's loop over the out
 # (``elementwise.loop._vector_split``: which elements CPU's vector lambda computes) sees the loop CPU runs.
 TI_OUT_STRIDES: frozenset[str] = frozenset({"elu_backward", "softshrink", "hardshrink_backward", "softshrink_backward",
                                             "hardtanh_backward"})
+
+
+def _ti_strided(packet: str, compute: Compute) -> bool:
+    """Whether a resized out= of ``packet`` takes TensorIterator's strides: every elementwise kernel's (CPU's are
+    TensorIterator loops: ``sin(h, out=torch.empty(0))`` of a channels-last h is channels-last, and so is the
+    functional ``abs``/``logical_not``/``isinf`` that ATen routes through out=) and ``TI_OUT_STRIDES``'."""
+    fn = compute
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return packet in TI_OUT_STRIDES or getattr(fn, "__module__", "").startswith(_ELEMENTWISE_PACKAGE)
 
 
 def _ti_restride(out: torch.Tensor, operands: Sequence[Any]) -> None:
@@ -147,7 +157,7 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
             if extra:  # a plan is made only for dtypes the table passes to the kernel (its wrapper serves first)
                 recurring.dtypes = dtypes
             TABLE.native(op, dtypes=dtypes)(_sourced(make(op, binder, compute, meta, rule,
-                                                          restride=packet in TI_OUT_STRIDES, **extra), compute))
+                                                          restride=_ti_strided(packet, compute), **extra), compute))
             registered.append(op)
             out_ops.append(op)
         elif routed_by_composite(op):

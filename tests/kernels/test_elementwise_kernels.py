@@ -101,6 +101,7 @@ FUNCTIONAL_ONLY = {
     "relu": torch.relu,
     "hardtanh": lambda t: torch.ops.aten.hardtanh(t),
     "isnan": torch.isnan,
+    "isinf": torch.isinf,
     "logit": lambda t: torch.logit(t, eps=0.25),
     "where": lambda t: torch.where(t > 0, t, -t),
     "floor_divide": lambda t: torch.floor_divide(t, 0.75),
@@ -123,6 +124,47 @@ def test_a_functional_only_ops_result_is_laid_out_as_cpus(op, layout):
     expected, got = fn(host), fn(host.to("neuron"))
     assert got.stride() == expected.stride()
     check(fn, host)
+
+
+# Elementwise ops called with an empty out= (resized by the call), and the functional forms ATen routes through
+# out= (abs, logical_not, logical_and): CPU's TensorIterator gives the resized out the operands' layout.
+RESIZED_OUT = {
+    "sin": (torch.sin, 1, None), "exp": (torch.exp, 1, None), "abs": (torch.abs, 1, None),
+    "sqrt": (torch.sqrt, 1, None), "round": (torch.round, 1, None), "gelu": (torch.nn.functional.gelu, 1, None),
+    "signbit": (torch.signbit, 1, torch.bool), "logical_not": (torch.logical_not, 1, torch.bool),
+    "add": (torch.add, 2, None), "mul": (torch.mul, 2, None), "div": (torch.div, 2, None),
+    "pow": (torch.pow, 2, None), "maximum": (torch.maximum, 2, None), "atan2": (torch.atan2, 2, None),
+    "remainder": (torch.remainder, 2, None), "xlogy": (torch.xlogy, 2, None), "lt": (torch.lt, 2, torch.bool),
+    "logical_and": (torch.logical_and, 2, torch.bool), "lerp": (lambda a, b, **k: torch.lerp(a, b, 0.3, **k), 2, None),
+}
+
+
+@pytest.mark.parametrize("form", ["out", "functional"])
+@pytest.mark.parametrize("layout", ["transposed", "channels_last"])
+@pytest.mark.parametrize("op", RESIZED_OUT, ids=list(RESIZED_OUT))
+def test_a_resized_outs_layout_is_cpus(op, layout, form):
+    """``torch.sin(h, out=torch.empty(0))`` of a channels-last h is channels-last on CPU; the device's resized out
+    was contiguous for every elementwise op but five (and so were abs/logical_not/logical_and's functional
+    results, which ATen computes through out=)."""
+    fn, arity, out_dtype = RESIZED_OUT[op]
+    g = torch.Generator().manual_seed(5)
+    hosts = [torch.rand(2, 5, 4, 3, generator=g) + 0.25 for _ in range(arity)]
+    hosts = [h.transpose(1, 3) if layout == "transposed" else h.contiguous(memory_format=torch.channels_last)
+             for h in hosts]
+
+    def call(tensors):
+        if form == "functional":
+            return fn(*tensors)
+        out = torch.empty(0, dtype=out_dtype or torch.float32, device=tensors[0].device)
+        result = fn(*tensors, out=out)
+        assert result is out
+        return out
+
+    expected, got = call(hosts), call([h.to("neuron") for h in hosts])
+    assert got.stride() == expected.stride()
+    assert torch.equal(got.cpu(), expected) or torch.allclose(got.cpu(), expected, rtol=1.3e-6, atol=1e-5)
+    again = call([h.to("neuron") for h in hosts])  # a recurring call (served by a plan where one exists)
+    assert again.stride() == expected.stride()
 
 
 @pytest.mark.parametrize("a_dtype, b", [(torch.int32, 2.5), (torch.int8, 300), (torch.float16, 1e-3),
