@@ -377,6 +377,52 @@ def _channel_sum(nc, out_v: np.ndarray, g: np.ndarray) -> None:
         nc.release_to(mark)
 
 
+def backward_program(nc, scratch, go_v: np.ndarray, x_v: np.ndarray, w_v: np.ndarray, gi_v: np.ndarray | None,
+                     gw_v: np.ndarray | None, gb_v: np.ndarray | None, nsp: int, stride, padding, dilation,
+                     transposed: bool, groups: int, skips: tuple[bool, bool]) -> None:
+    """The gradients of a convolution with elements (grad_output ``go_v``, input ``x_v``, weight ``w_v``: HBM views)
+    into the views asked for (None: not asked): the eager kernel's launch body, which the compiler's
+    ``convolution_backward`` step runs too (``compiler/opaque_conv.py``). ``skips``: whether CPU's backward-data and
+    backward-weights kernels skip the padding for this problem (``cpu_host.conv_backward_skips_padding``)."""
+    gi_skips, gw_skips = skips
+    s3 = [1] * (3 - nsp) + list(stride)
+    p3 = [0] * (3 - nsp) + list(padding)
+    d3 = [1] * (3 - nsp) + list(dilation)
+    if gi_v is not None and gi_v.size:
+        if not transposed:
+            # grad_input = conv_transpose(grad_output, weight); output_padding recovers the input size
+            opad = [x_v.shape[2 + i] - ((go_v.shape[2 + i] - 1) * stride[i] - 2 * padding[i]
+                                        + dilation[i] * (w_v.shape[2 + i] - 1) + 1) for i in range(nsp)]
+            _conv_run(nc, scratch, gi_v, go_v, w_v, None, nsp, stride, padding, dilation, True, opad, groups)
+        else:
+            # CPU's native transposed backward multiplies grad_output's padded zeros (im2col); oneDNN's kernels
+            # mostly do not (a 1-wide kernel's does unless channels-last): asked of CPU
+            _conv_run(nc, scratch, gi_v, go_v, w_v, None, nsp, stride, padding, dilation, False, [0] * nsp, groups,
+                      skip_padding=gi_skips)
+    if gw_v is not None and gw_v.size:
+        gw5 = _to5d(gw_v, nsp)
+        if not transposed:
+            padded = _to5d(x_v, nsp)
+            left, right = _to5d(go_v, nsp), _pad(nc, scratch, padded, p3, p3, 0)
+        else:
+            padded = _to5d(go_v, nsp)
+            left, right = _to5d(x_v, nsp), _pad(nc, scratch, padded, p3, p3, 0)
+        cl, cr = w_v.shape[0] // groups, w_v.shape[1]
+        # positions are the contraction: give both operands channel-contiguous rows first
+        left, right = _channels_last(nc, scratch, left), _channels_last(nc, scratch, right)
+        gwg = _split(gw5, 0, (groups, cl))
+        lg = _split(left, 1, (groups, left.shape[1] // groups))
+        rg = _split(right, 1, (groups, right.shape[1] // groups))
+        if cr and lg.shape[0] * lg.shape[3] * lg.shape[4] * lg.shape[5] == 0:
+            _fill(nc, gw5, 0)
+        elif gw_skips:
+            _weight_grad_unpadded(nc, gwg, lg, rg, s3, d3, p3, padded.shape[2:])
+        else:
+            _conv_weight_grad_core(nc, gwg, lg, rg, s3, d3)
+    if gb_v is not None and gb_v.size:
+        _channel_sum(nc, gb_v, go_v)
+
+
 def _conv_backward(grad_output, input, weight, bias_sizes, stride, padding, dilation, transposed, output_padding,
                    groups, output_mask, outs=None):
     nsp, stride, padding, dilation, output_padding, groups = _conv_params(input, weight, stride, padding, dilation,
@@ -423,47 +469,11 @@ def _conv_backward(grad_output, input, weight, bias_sizes, stride, padding, dila
                 if g is not None:
                     _fill(nc, hbm(g), 0)
             return gi, gw, gb
-        s3 = [1] * (3 - nsp) + list(stride)
-        p3 = [0] * (3 - nsp) + list(padding)
-        d3 = [1] * (3 - nsp) + list(dilation)
         # whether CPU's backward kernels for this problem form products with the padding (oneDNN's choice per problem)
-        gi_skips, gw_skips = cpu_host.conv_backward_skips_padding(grad_output, input, weight, stride, padding,
-                                                                  dilation, transposed, output_padding, groups,
-                                                                  output_mask[:2])
-        if gi is not None and gi.numel():
-            if not transposed:
-                # grad_input = conv_transpose(grad_output, weight); output_padding recovers the input size
-                opad = [input.shape[2 + i] - ((shape[2 + i] - 1) * stride[i] - 2 * padding[i]
-                                             + dilation[i] * (weight.shape[2 + i] - 1) + 1) for i in range(nsp)]
-                _conv_run(nc, scratch, hbm(gi), go_v, w_v, None, nsp, stride, padding, dilation, True, opad, groups)
-            else:
-                # CPU's native transposed backward multiplies grad_output's padded zeros (im2col); oneDNN's kernels
-                # mostly do not (a 1-wide kernel's does unless channels-last): asked of CPU
-                _conv_run(nc, scratch, hbm(gi), go_v, w_v, None, nsp, stride, padding, dilation, False,
-                          [0] * nsp, groups, skip_padding=gi_skips)
-        if gw is not None and gw.numel():
-            gw5 = _to5d(hbm(gw), nsp)
-            if not transposed:
-                padded = _to5d(x_v, nsp)
-                left, right = _to5d(go_v, nsp), _pad(nc, scratch, padded, p3, p3, 0)
-                cl, cr = weight.shape[0] // groups, weight.shape[1]
-            else:
-                padded = _to5d(go_v, nsp)
-                left, right = _to5d(x_v, nsp), _pad(nc, scratch, padded, p3, p3, 0)
-                cl, cr = weight.shape[0] // groups, weight.shape[1]
-            # positions are the contraction: give both operands channel-contiguous rows first
-            left, right = _channels_last(nc, scratch, left), _channels_last(nc, scratch, right)
-            gwg = _split(gw5, 0, (groups, cl))
-            lg = _split(left, 1, (groups, left.shape[1] // groups))
-            rg = _split(right, 1, (groups, right.shape[1] // groups))
-            if cr and lg.shape[0] * lg.shape[3] * lg.shape[4] * lg.shape[5] == 0:
-                _fill(nc, gw5, 0)
-            elif gw_skips:
-                _weight_grad_unpadded(nc, gwg, lg, rg, s3, d3, p3, padded.shape[2:])
-            else:
-                _conv_weight_grad_core(nc, gwg, lg, rg, s3, d3)
-        if gb is not None and gb.numel():
-            _channel_sum(nc, hbm(gb), go_v)
+        skips = cpu_host.conv_backward_skips_padding(grad_output, input, weight, stride, padding, dilation, transposed,
+                                                     output_padding, groups, output_mask[:2])
+        backward_program(nc, scratch, go_v, x_v, w_v, *(hbm(g) if g is not None else None for g in (gi, gw, gb)),
+                         nsp, stride, padding, dilation, transposed, groups, skips)
     return gi, gw, gb
 
 
