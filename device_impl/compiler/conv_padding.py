@@ -22,8 +22,9 @@ text no longer has:
 The backward's weight gradient (``aten.convolution_backward`` of a direct, ungrouped convolution) is decided here too,
 asking ``cpu_host.conv_backward_skips_padding``: torch-mlir says it as a direct convolution of the input by
 grad_output (``_weight_gradient``), which ``mark`` then finds by the same key. Transposed convolutions never multiply
-padding on the device (``conv._conv_transposed``); a transposed convolution's backward and a grouped one's weight
-gradient are not decided here (their graphs run eagerly on this torch-mlir, where the eager kernel asks).
+padding on the device (``conv._conv_transposed``); the backward of a grouped, transposed, dilated, 1-d
+or 3-d convolution is not decided here: torch-mlir cannot import it, so ``compiler/opaque_conv.py`` cuts it whole, asks CPU
+when it cuts it and runs the eager kernel's program with the answers.
 """
 
 from __future__ import annotations

@@ -32,7 +32,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from device_impl.compiler import activations, factories, opaque_cnn, opaque_moments, opaque_products
+from device_impl.compiler import activations, factories, opaque_cnn, opaque_conv, opaque_moments, opaque_products
 from device_impl.compiler.fxargs import bound as _bound
 from device_impl.compiler.ir import Graph, Op, TensorType
 
@@ -506,6 +506,8 @@ CUTTERS.update(opaque_moments.CUTTERS)
 CUTTERS.update(activations.CUTTERS)
 # float32 linspace as the eager kernel's GpSimd program (compiler/factories.py)
 CUTTERS.update(factories.CUTTERS)
+# convolution_backward torch-mlir cannot import, as the eager kernel's launch body (compiler/opaque_conv.py)
+CUTTERS.update(opaque_conv.CUTTERS)
 
 
 def cut(gm: torch.fx.GraphModule) -> list[Cut]:

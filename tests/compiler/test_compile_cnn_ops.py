@@ -85,6 +85,26 @@ CASES = [
     ("convolution_overrideable", lambda x, w, b: torch.ops.aten.convolution_overrideable(
         x, w, b, [1, 2], [1, 0], [1, 1], False, [0, 0], 2), [(2, 4, 9, 8), (6, 2, 3, 3), (6,)],
      "convolution_overrideable"),
+    # convolution_backward torch-mlir cannot import (compiler/opaque_conv.py): grouped, depthwise, transposed, dilated,
+    # 1-d, 3-d
+    ("convolution_backward_grouped", lambda g, x, w: torch.ops.aten.convolution_backward(
+        g, x, w, [8], [1, 1], [1, 1], [1, 1], False, [0, 0], 2, [True, True, True]),
+     [(2, 8, 12, 12), (2, 4, 12, 12), (8, 2, 3, 3)], "convolution_backward"),
+    ("convolution_backward_depthwise_strided", lambda g, x, w: torch.ops.aten.convolution_backward(
+        g, x, w, None, [2, 2], [1, 1], [1, 1], False, [0, 0], 4, [True, True, False]),
+     [(2, 4, 6, 6), (2, 4, 12, 12), (4, 1, 3, 3)], "convolution_backward"),
+    ("convolution_backward_transposed", lambda g, x, w: torch.ops.aten.convolution_backward(
+        g, x, w, [6], [2, 2], [1, 1], [1, 1], True, [1, 1], 1, [True, True, True]),
+     [(2, 6, 12, 12), (2, 4, 6, 6), (4, 6, 3, 3)], "convolution_backward"),
+    ("convolution_backward_dilated_weight", lambda g, x, w: torch.ops.aten.convolution_backward(
+        g, x, w, None, [1, 1], [2, 2], [2, 2], False, [0, 0], 1, [False, True, False]),
+     [(2, 6, 10, 10), (2, 4, 10, 10), (6, 4, 3, 3)], "convolution_backward"),
+    ("convolution_backward_1d", lambda g, x, w: torch.ops.aten.convolution_backward(
+        g, x, w, [6], [1], [1], [1], False, [0], 1, [True, True, True]),
+     [(2, 6, 16), (2, 4, 16), (6, 4, 3)], "convolution_backward"),
+    ("convolution_backward_3d", lambda g, x, w: torch.ops.aten.convolution_backward(
+        g, x, w, None, [1, 1, 1], [1, 1, 1], [1, 1, 1], False, [0, 0, 0], 1, [True, True, False]),
+     [(2, 4, 5, 6, 6), (2, 3, 5, 6, 6), (4, 3, 3, 3, 3)], "convolution_backward"),
     ("upsample_nearest2d_backward", lambda g: torch.ops.aten.upsample_nearest2d_backward(g, [14, 10], [2, 3, 7, 4]),
      [(2, 3, 14, 10)], "upsample_backward"),
     ("upsample_bilinear2d_backward", lambda g: torch.ops.aten.upsample_bilinear2d_backward(

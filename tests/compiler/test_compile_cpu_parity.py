@@ -365,6 +365,43 @@ def test_a_compiled_weight_gradient_forms_cpus_padding_products(form, onednn):
     assert marked in ([], [skips])  # none where the backward graph runs eagerly (the eager kernel asks at the call)
 
 
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn-on", "onednn-off"])
+@pytest.mark.parametrize("form", ["conv2d-grouped", "conv2d-strided-dilated", "conv2d-transposed", "conv1d", "conv3d"])
+def test_a_compiled_backward_torch_mlir_cannot_import_forms_cpus_padding_products(form, onednn):
+    """A grouped, dilated, transposed, 1-d or 3-d convolution's backward, which torch-mlir cannot import, is one
+    ``convolution_backward`` step running the eager kernel (compiler/opaque_conv.py) with CPU's answer for the problem
+    (``cpu_host.conv_backward_skips_padding``, asked when the graph is cut): no graph runs eagerly, and a non-finite
+    cotangent beside the padding gives CPU's NaN positions. Before, the whole backward graph fell back to eager
+    (every form and oneDNN setting failed the no-fallback assertion)."""
+    from device_impl import compiler
+    from device_impl.kernels import cpu_host
+
+    transposed = form == "conv2d-transposed"
+    fn, x, w = padded_conv("conv2d" if transposed else form)
+    if transposed:  # the conv2d form's sizes, transposed: the infinities are the cotangent's
+        fn = lambda x, w: F.conv_transpose2d(x, w, padding=1)  # noqa: E731
+        w = w.transpose(0, 1).contiguous()
+    w = torch.rand(w.shape, generator=torch.Generator().manual_seed(2)) - 0.5
+    g = torch.rand(fn(x, w).shape, generator=torch.Generator().manual_seed(1)) - 0.5
+    g.view(g.shape[0], g.shape[1], -1)[:, :, 0] = float("inf")
+    g.view(g.shape[0], g.shape[1], -1)[:, :, -1] = float("nan")
+
+    compiler.reset_stats()
+    pairs, calls = _training_steps(fn, x, w, g, onednn)
+    assert compiler.stats()["fallbacks"] == 0, compiler.stats()["fallbacks_by_op"]
+    for a, b in pairs:
+        _nan_and_values_of(a, b)
+    kw = dict(PADDED_CONVS["conv2d" if transposed else form][2])
+    nsp = x.dim() - 2
+    expand = lambda v: list(v) if isinstance(v, tuple) else [v] * nsp  # noqa: E731
+    with torch.backends.mkldnn.flags(enabled=onednn):
+        skips = cpu_host.conv_backward_skips_padding(
+            g, x, w, expand(kw.get("stride", 1)), expand(kw["padding"]), expand(kw.get("dilation", 1)), transposed,
+            [0] * nsp, kw.get("groups", 1), [True, True])
+    steps = [s for executable, _ in calls for s in executable.program.steps if s["kind"] == "convolution_backward"]
+    assert [s["attrs"]["skips"] for s in steps] == [list(skips)]
+
+
 def test_overrideable_convolutions_of_no_input_channels_compile_as_cpus_convolution():
     """convolution_overrideable and its backward have no CPU kernel (CPU's entry raises NotImplementedError): the
     compiler's zero-size probe (parity.empty_refusal) asks CPU's convolution/convolution_backward instead, which
