@@ -447,7 +447,8 @@ IN_PLACE_KINDS = frozenset({"amp_unscale", "amp_update_scale"})
 
 
 # ops the compiled step runs whole, which AOTAutograd must therefore not decompose
-WHOLE = (aten.isin.Tensor_Tensor, aten.isin.Scalar_Tensor, aten.unfold_backward.default)
+WHOLE = (aten.isin.Tensor_Tensor, aten.isin.Scalar_Tensor, aten.unfold_backward.default,
+         aten._euclidean_dist.default)  # the cdist step's matrix-product path (compiler/opaque_cnn.py)
 
 
 def cuttable(node: torch.fx.Node) -> bool:
