@@ -80,7 +80,7 @@ import torch
 import torch._decomp
 import torch.fx
 
-from device_impl.compiler import activations, moves, opaque, opaque_moments
+from device_impl.compiler import activations, moves, opaque, opaque_indexing, opaque_moments
 
 aten = torch.ops.aten
 prims_convert = torch.ops.prims.convert_element_type.default
@@ -1023,6 +1023,8 @@ def _embedding_dense_backward(grad_output: torch.Tensor, indices: torch.Tensor, 
         torch.empty(0, dtype=indices.dtype), num_weights, padding_idx, scale_grad_by_freq))
     if refused is not None:
         raise refused
+    if opaque_indexing.dense_backward_whole(grad_output, indices, num_weights, scale_grad_by_freq):
+        return NotImplemented  # cut whole: the eager kernel's program (compiler/opaque_indexing.py)
     return torch._decomp.decomposition_table[aten.embedding_dense_backward.default](
         grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
 
