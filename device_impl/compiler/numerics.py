@@ -899,7 +899,7 @@ def _moments_of(root: bool, with_mean: bool):
     def decomposition(x: torch.Tensor, dim=None, *, correction=None, keepdim: bool = False):
         if not x.dtype.is_floating_point or x.dtype == torch.float64:
             return NotImplemented
-        if opaque_moments.moments_whole(x, dim, correction) is not None:
+        if opaque_moments.moments_whole(x, dim, correction, with_mean) is not None:
             return NotImplemented  # cut whole: the eager kernel's program (compiler/opaque_moments.py)
         nd = x.dim()
         dims = list(range(nd)) if dim is None or (isinstance(dim, (list, tuple)) and not dim) else \
