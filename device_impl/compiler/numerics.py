@@ -80,7 +80,7 @@ import torch
 import torch._decomp
 import torch.fx
 
-from device_impl.compiler import activations, moves, opaque, opaque_moments
+from device_impl.compiler import activations, moves, opaque, opaque_indexing, opaque_moments
 
 aten = torch.ops.aten
 prims_convert = torch.ops.prims.convert_element_type.default
@@ -899,7 +899,7 @@ def _moments_of(root: bool, with_mean: bool):
     def decomposition(x: torch.Tensor, dim=None, *, correction=None, keepdim: bool = False):
         if not x.dtype.is_floating_point or x.dtype == torch.float64:
             return NotImplemented
-        if opaque_moments.moments_whole(x, dim, correction) is not None:
+        if opaque_moments.moments_whole(x, dim, correction, with_mean) is not None:
             return NotImplemented  # cut whole: the eager kernel's program (compiler/opaque_moments.py)
         nd = x.dim()
         dims = list(range(nd)) if dim is None or (isinstance(dim, (list, tuple)) and not dim) else \
@@ -1023,6 +1023,8 @@ def _embedding_dense_backward(grad_output: torch.Tensor, indices: torch.Tensor, 
         torch.empty(0, dtype=indices.dtype), num_weights, padding_idx, scale_grad_by_freq))
     if refused is not None:
         raise refused
+    if opaque_indexing.dense_backward_whole(grad_output, indices, num_weights, scale_grad_by_freq):
+        return NotImplemented  # cut whole: the eager kernel's program (compiler/opaque_indexing.py)
     return torch._decomp.decomposition_table[aten.embedding_dense_backward.default](
         grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)
 

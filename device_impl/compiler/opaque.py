@@ -32,7 +32,8 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from device_impl.compiler import activations, factories, opaque_cnn, opaque_conv, opaque_moments, opaque_products
+from device_impl.compiler import (activations, factories, opaque_cnn, opaque_conv, opaque_indexing, opaque_moments,
+                                  opaque_products)
 from device_impl.compiler.fxargs import bound as _bound
 from device_impl.compiler.ir import Graph, Op, TensorType
 
@@ -447,7 +448,8 @@ IN_PLACE_KINDS = frozenset({"amp_unscale", "amp_update_scale"})
 
 
 # ops the compiled step runs whole, which AOTAutograd must therefore not decompose
-WHOLE = (aten.isin.Tensor_Tensor, aten.isin.Scalar_Tensor, aten.unfold_backward.default)
+WHOLE = (aten.isin.Tensor_Tensor, aten.isin.Scalar_Tensor, aten.unfold_backward.default,
+         aten._euclidean_dist.default)  # the cdist step's matrix-product path (compiler/opaque_cnn.py)
 
 
 def cuttable(node: torch.fx.Node) -> bool:
@@ -502,6 +504,8 @@ CUTTERS.update(opaque_cnn.CUTTERS)
 CUTTERS.update(opaque_products.CUTTERS)
 # bfloat16/float16 var, std, var_mean, std_mean as the eager kernel's program: compiler/opaque_moments.py
 CUTTERS.update(opaque_moments.CUTTERS)
+# embedding_dense_backward as the eager kernel's program: compiler/opaque_indexing.py
+CUTTERS.update(opaque_indexing.CUTTERS)
 # silu, gelu, log2, log10 of float32 as ScalarE's one activation, the eager kernels' (compiler/activations.py)
 CUTTERS.update(activations.CUTTERS)
 # float32 linspace as the eager kernel's GpSimd program (compiler/factories.py)

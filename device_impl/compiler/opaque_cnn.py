@@ -626,6 +626,23 @@ def _cdist(node: torch.fx.Node) -> Any:
     return [a["x1"], a["x2"]], {0: 0}, {"p": float(p), "use_mm": bool(use_mm)}
 
 
+def _euclidean_dist(node: torch.fx.Node) -> Any:
+    """``_euclidean_dist``: operands (x1, x2), result out; the ``cdist`` step on CPU's matrix-product path (p = 2,
+    ``use_mm``), which is the eager kernel's program for this op (``distance._euclidean_into`` per broadcast batch).
+    PyTorch's decomposition (concatenations of the augmented rows, a product, a clamp and a root) took 9 steps and
+    5.58 us against the eager kernel's 4.18 for [8, 4] by [513, 4] float32; ``opaque.WHOLE`` keeps the op out of
+    AOTAutograd's decompositions. Refused (the graph then runs eagerly: the kernel's error or empty result) for
+    what the eager kernel does not compute: mixed or non-float dtypes, rank under 2, mismatched last dims, an empty
+    result."""
+    a = _bound(node)
+    x1, x2, out = _meta(a["x1"]), _meta(a["x2"]), _meta(node)
+    if x1 is None or x2 is None or out is None or out.numel() == 0 or x1.dtype not in _FLOATS \
+            or x2.dtype != x1.dtype or out.dtype != x1.dtype or min(x1.dim(), x2.dim()) < 2 \
+            or x1.shape[-1] != x2.shape[-1]:
+        return None
+    return [a["x1"], a["x2"]], {0: 0}, {"p": 2.0, "use_mm": True}
+
+
 def _pdist(node: torch.fx.Node) -> Any:
     """``_pdist_forward``: operand (self), result out; float32, 2-D, contiguous (the eager kernel's checks)."""
 
@@ -799,6 +816,7 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.grid_sampler_2d.default: ("grid_sample", _grid_sample),
     aten.grid_sampler_2d_backward.default: ("grid_sample_backward", _grid_sample_backward),
     aten._cdist_forward.default: ("cdist", _cdist),
+    aten._euclidean_dist.default: ("cdist", _euclidean_dist),
     aten._pdist_forward.default: ("pdist", _pdist),
     aten.convolution_overrideable.default: ("convolution_overrideable", _convolution_overrideable),
     **_upsample_cutters(),

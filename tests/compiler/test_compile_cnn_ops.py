@@ -81,6 +81,8 @@ CASES = [
         go, x, g.tanh(), 0, 1, True, [True, True]), [(2, 3, 5, 7), (2, 3, 9, 11), (2, 5, 7, 2)],
      "grid_sample_backward"),
     ("cdist", lambda a, b: torch.cdist(a, b, p=1.5), [(2, 7, 5), (2, 9, 5)], "cdist"),
+    # PyTorch's decomposition (augmented rows concatenated, a product, clamp, root) cost 1.34x the kernel
+    ("euclidean_dist", lambda a, b: torch.ops.aten._euclidean_dist(a, b), [(2, 8, 4), (513, 4)], "cdist"),
     ("pdist", lambda x: F.pdist(x, p=3.0), [(9, 4)], "pdist"),
     ("convolution_overrideable", lambda x, w, b: torch.ops.aten.convolution_overrideable(
         x, w, b, [1, 2], [1, 0], [1, 1], False, [0, 0], 2), [(2, 4, 9, 8), (6, 2, 3, 3), (6,)],

@@ -16,6 +16,7 @@ import torch
 from device_impl.engine import launch
 from device_impl.engine.dtypes import FP32
 from device_impl.kernels.common import hbm
+from device_impl.kernels.spatial.tiles import Scratch
 from device_impl.kernels.indexing.rows import (
     BOOL,
     I64,
@@ -87,54 +88,60 @@ def _embedding_dense_backward(a: dict) -> torch.Tensor:
     _check_embedding_indices(indices, "embedding_backward")
     d = grad.shape[-1] if grad.dim() else 1
     out = _empty((num_weights, d), grad.dtype, grad)
-    n = indices.numel()
     with launch("embedding_dense_backward", grad.device.index) as nc:
-        iv = hbm(indices).reshape(-1) if indices.dim() else hbm(indices).reshape(1)
-        # CPU checks no index here (the forward did): it adds row i into row indices[i] only where that is in
-        # [0, num_weights) and skips the others. Where some index is out of range, every one is redirected to a
-        # dummy row past the last, which is dropped.
-        lo, hi = _index_range(nc, iv) if n else (0, 0)
-        rows = num_weights + 1 if lo < 0 or hi >= num_weights else num_weights
-        acc = out if rows == num_weights else _empty((rows, d), grad.dtype, grad)
-        _fill(nc, hbm(acc), 0)
-        av = hbm(acc)
-        gv = _reshaped(hbm(grad), (n, d))
-        keep = None
-        if gv is None:
-            keep = _empty((n, d), grad.dtype, grad)
-            _copy_into(nc, hbm(keep).reshape(grad.shape), hbm(grad))
-            gv = hbm(keep)
-        if n and d:
-            flat_idx = _reshaped(iv, (n,))
-            if flat_idx is None or rows != num_weights:
-                keep2 = _empty((n,), indices.dtype if rows == num_weights else torch.int64, indices)
-                if rows == num_weights:
-                    _copy_into(nc, hbm(keep2).reshape(indices.shape), hbm(indices))
-                else:
-                    _redirect_out_of_range(nc, hbm(keep2), iv, num_weights)
-                flat_idx = hbm(keep2)
-            factors = None
-            if scale:
-                counts = _zeros_scratch(nc, (rows, 1), torch.int64, grad)
-                cv = hbm(counts)
-                cdst = _Rows(cv, (n,), (0,), 1, 1, (_Index(flat_idx, _estrides(cv)[0], rows, False),))
-                _move(nc, cdst, _Const(nc, 1, I64), n, (n,), "add")
-
-                def factors(nc_, co):  # 1 / count of each row's index: the alpha of CPU's add_(grad, alpha),
-                    cnt = cdst.load(nc_, co, 0, 1)  # which is rounded to the grad dtype
-                    inv = nc_.sbuf_tile(cnt.shape, av.dtype)
-                    nc_.vector.tensor_scalar(inv, cnt, "divide", 1.0, reverse=True, dtype=FP32)
-                    return inv
-            _, c, (s_a, s_g) = _merge_suffix((d,), [(_estrides(av)[1],), (_estrides(gv)[1],)], 1)
-            dst = _Rows(av, (n,), (0,), c, s_a, (_Index(flat_idx, _estrides(av)[0], rows, False),))
-            src = _Rows.of(gv, 1, c, s_g)
-            _move(nc, dst, src, n, (n,), "add", scale=factors)
-        if acc is not out:
-            _copy_into(nc, hbm(out), av[:num_weights])
-        if 0 <= padding_idx < num_weights:
-            _fill(nc, hbm(out)[padding_idx:padding_idx + 1], 0)
-        del keep, acc
+        dense_backward_program(nc, Scratch(grad.device), hbm(grad), hbm(indices), hbm(out), padding_idx,
+                               scale)
     return out
+
+
+def dense_backward_program(nc, scratch, grad: np.ndarray, indices: np.ndarray, out: np.ndarray, padding_idx: int,
+                           scale: bool) -> None:
+    """embedding_dense_backward of HBM views ``grad`` and ``indices`` into ``out`` ([num_weights, d]), inside a
+    launch; ``scratch.new(shape, dtype)`` gives the launch's HBM scratch arrays. The eager kernel and the
+    compiler's ``embedding_dense_backward`` step (compiler/opaque_indexing.py) both run it. Its instructions depend
+    on the indices' values (out-of-range ones are redirected to a dummy row)."""
+    num_weights, d = out.shape
+    n = indices.size
+    iv = indices.reshape(-1) if indices.ndim else indices.reshape(1)
+    # CPU checks no index here (the forward did): it adds row i into row indices[i] only where that is in
+    # [0, num_weights) and skips the others. Where some index is out of range, every one is redirected to a
+    # dummy row past the last, which is dropped.
+    lo, hi = _index_range(nc, iv) if n else (0, 0)
+    rows = num_weights + 1 if lo < 0 or hi >= num_weights else num_weights
+    av = out if rows == num_weights else scratch.new((rows, d), out.dtype)
+    _fill(nc, av, 0)
+    gv = _reshaped(grad, (n, d))
+    if gv is None:
+        gv = scratch.new((n, d), grad.dtype)
+        _copy_into(nc, gv.reshape(grad.shape), grad)
+    if n and d:
+        flat_idx = _reshaped(iv, (n,))
+        if flat_idx is None or rows != num_weights:
+            flat_idx = scratch.new((n,), indices.dtype if rows == num_weights else np.dtype(np.int64))
+            if rows == num_weights:
+                _copy_into(nc, flat_idx.reshape(indices.shape), indices)
+            else:
+                _redirect_out_of_range(nc, flat_idx, iv, num_weights)
+        factors = None
+        if scale:
+            cv = scratch.new((rows, 1), np.dtype(np.int64))
+            _fill(nc, cv, 0)
+            cdst = _Rows(cv, (n,), (0,), 1, 1, (_Index(flat_idx, _estrides(cv)[0], rows, False),))
+            _move(nc, cdst, _Const(nc, 1, I64), n, (n,), "add")
+
+            def factors(nc_, co):  # 1 / count of each row's index: the alpha of CPU's add_(grad, alpha),
+                cnt = cdst.load(nc_, co, 0, 1)  # which is rounded to the grad dtype
+                inv = nc_.sbuf_tile(cnt.shape, av.dtype)
+                nc_.vector.tensor_scalar(inv, cnt, "divide", 1.0, reverse=True, dtype=FP32)
+                return inv
+        _, c, (s_a, s_g) = _merge_suffix((d,), [(_estrides(av)[1],), (_estrides(gv)[1],)], 1)
+        dst = _Rows(av, (n,), (0,), c, s_a, (_Index(flat_idx, _estrides(av)[0], rows, False),))
+        src = _Rows.of(gv, 1, c, s_g)
+        _move(nc, dst, src, n, (n,), "add", scale=factors)
+    if av is not out:
+        _copy_into(nc, out, av[:num_weights])
+    if 0 <= padding_idx < num_weights:
+        _fill(nc, out[padding_idx:padding_idx + 1], 0)
 
 
 def _redirect_out_of_range(nc, dst: np.ndarray, idx: np.ndarray, size: int) -> None:

@@ -250,16 +250,31 @@ def _arg_reduce(name: str, x: torch.Tensor, dim: int | None, op: str, values: to
     views = [_kept_view(t, dims, nd) if t is not None else None for t in (values, indices)]
     if dim is None and nd:
         views = [v.reshape(()) if v is not None else None for v in views]  # keepdim's [1, 1, ...]
-    g = _Grid([x.shape[d] for d in kdims], [x.shape[d] for d in dims], kr=[xv.transpose(kdims + list(dims))],
-              k=[v for v in views if v is not None])
-    outs = iter(g.k)
-    vout = next(outs) if values is not None else None
-    iout = next(outs) if indices is not None else None
     with launch(name, like.device.index) as nc:
-        if _use_flat(g):
-            _arg_flat(nc, g, op, vout, iout)
-        else:
-            _arg_rows(nc, g, op, vout, iout)
+        arg_program(nc, xv, dims, op, *views)
+
+
+def arg_program(nc, xv: np.ndarray, dims: Sequence[int], op: str, vout: np.ndarray | None,
+                iout: np.ndarray | None, flat_only: bool = False) -> bool:
+    """The best values/indices of HBM view ``xv`` over ``dims`` (``op`` maximum or minimum; indices into the
+    reduced dims flattened) into ``vout``/``iout`` (either may be None), views shaped as the kept dims, inside a
+    launch: the flat tiling where few rows reduce many columns, else the rows tiling (module docstring). With
+    ``flat_only``, issues nothing and returns False where the rows tiling would be taken: the compiler's
+    ``argmax``/``argmin`` step runs this for the flat case (its own per-row arg_reduce put a whole-tensor argmax on
+    one partition). Returns True when it ran."""
+    kdims = [d for d in range(xv.ndim) if d not in dims]
+    g = _Grid([xv.shape[d] for d in kdims], [xv.shape[d] for d in dims], kr=[xv.transpose(kdims + list(dims))],
+              k=[v for v in (vout, iout) if v is not None])
+    outs = iter(g.k)
+    vout = next(outs) if vout is not None else None
+    iout = next(outs) if iout is not None else None
+    if _use_flat(g):
+        _arg_flat(nc, g, op, vout, iout)
+    elif flat_only:
+        return False
+    else:
+        _arg_rows(nc, g, op, vout, iout)
+    return True
 
 
 def _argmax_argmin(name: str, op: str, a: dict) -> torch.Tensor:
