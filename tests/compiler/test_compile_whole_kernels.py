@@ -345,6 +345,15 @@ PRODUCTS = [
      torch.float32),
     ("addbmm_batches", lambda s, a, b: torch.addbmm(s, a, b, alpha=-1.5), [(9, 130), (3, 9, 200), (3, 200, 130)],
      torch.float32),
+    # reduced-float baddbmm and mv (the bfloat16 sweep's cases; float32 keeps its decomposition): the product had
+    # run in float32 after a convert of each operand (baddbmm 7.69 us against 5.68) or on VectorE (mv 1.72 against
+    # 1.48)
+    ("baddbmm_bfloat16", lambda s, a, b: torch.baddbmm(s, a, b, beta=1, alpha=2.0),
+     [(2, 1, 127), (2, 128, 257), (2, 257, 127)], torch.bfloat16),
+    ("baddbmm_float16_beta", lambda s, a, b: torch.baddbmm(s, a, b, beta=0.5, alpha=-1.5),
+     [(3, 9, 130), (3, 9, 20), (3, 20, 130)], torch.float16),
+    ("mv_bfloat16", torch.mv, [(5, 129), (129,)], torch.bfloat16),
+    ("mv_float16", torch.mv, [(130, 300), (300,)], torch.float16),
     ("adaptive_avg_pool1d", lambda x: torch.nn.functional.adaptive_avg_pool1d(x, 2), [(1, 2, 8)], torch.float32),
     ("adaptive_avg_pool2d", lambda x: torch.nn.functional.adaptive_avg_pool2d(x, (3, 5)), [(2, 3, 7, 11)],
      torch.float32),
@@ -353,7 +362,8 @@ PRODUCTS = [
 
 @pytest.mark.parametrize("name,fn,shapes,dtype", PRODUCTS, ids=[c[0] for c in PRODUCTS])
 def test_products_and_adaptive_average_pooling_compile_to_the_eager_kernels_program(name, fn, shapes, dtype):
-    """dot, vdot and addbmm (compiler/opaque_products.py) and 2-d adaptive average pooling (opaque_cnn) are cut
+    """dot, vdot, addbmm, reduced-float baddbmm and mv (compiler/opaque_products.py) and 2-d adaptive average
+    pooling (opaque_cnn) are cut
     whole and run as their eager kernels' programs: the eager kernel's bits (TensorE's sum order, CPU's rounding
     after each batch of addbmm, CPU's window sums) and at most its device time. Said as PyTorch's decomposition or
     torch-mlir's, dot was a VectorE sum over one partition (1.96 us against 1.62), addbmm a product and two
@@ -447,3 +457,4 @@ def test_reduced_float_moments_compile_to_the_eager_kernels_program(name, fn, sh
     assert got.dtype == want.dtype and torch.equal(got.view(torch.int16), want.view(torch.int16))
     torch.testing.assert_close(got, parts(fn)(x), equal_nan=True)  # CPU's double Welford, rounded
     assert compiled_ns <= eager_ns, (compiled_ns, eager_ns)
+
