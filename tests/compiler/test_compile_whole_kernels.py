@@ -458,3 +458,37 @@ def test_reduced_float_moments_compile_to_the_eager_kernels_program(name, fn, sh
     torch.testing.assert_close(got, parts(fn)(x), equal_nan=True)  # CPU's double Welford, rounded
     assert compiled_ns <= eager_ns, (compiled_ns, eager_ns)
 
+
+NARROW_WHOLE = [  # (name, fn, shapes, dtype, step kind): the bfloat16 sweep's designed cases first
+    ("group_norm", lambda x, w, b: torch.nn.functional.group_norm(x, 2, w, b), [(2, 4, 5), (4,), (4,)],
+     torch.bfloat16, "group_norm"),
+    ("group_norm_no_affine", lambda x: torch.nn.functional.group_norm(x, 3), [(3, 6, 130)], torch.float16,
+     "group_norm"),
+    ("avg_pool1d", lambda x: torch.nn.functional.avg_pool1d(x, 2, 1), [(2, 2, 6)], torch.bfloat16, "avg_pool"),
+    ("avg_pool2d_padded", lambda x: torch.nn.functional.avg_pool2d(x, 3, 2, 1, ceil_mode=True,
+                                                                   count_include_pad=False),
+     [(2, 3, 9, 130)], torch.float16, "avg_pool"),
+    ("avg_pool2d_divisor", lambda x: torch.nn.functional.avg_pool2d(x, (2, 3), divisor_override=5), [(1, 4, 7, 9)],
+     torch.bfloat16, "avg_pool"),
+]
+
+
+@pytest.mark.parametrize("name,fn,shapes,dtype,kind", NARROW_WHOLE, ids=[c[0] for c in NARROW_WHOLE])
+def test_reduced_float_norm_and_pooling_run_the_eager_kernels_program_in_their_dtype(name, fn, shapes, dtype, kind):
+    """A bfloat16/float16 group_norm is cut whole in its own dtype: legalize no longer widens a call opaque cuts
+    (widened, it ran float32's program between two convert steps: 3.18 us against the eager kernel's 2.99);
+    average pooling of reduced floats is cut as the eager kernel's window program (widened, a convert, the window
+    sum and the divide: avg_pool1d 1.68 us against 1.40). One step, the eager kernel's bits, at most its device
+    time."""
+    import device_impl.compiler as compiler
+    from support import compiled_run, eager_run
+
+    inputs = [(torch.randn(s, generator=_gen()) * 3 + 1).to(dtype) for s in shapes]
+    parts = lambda f: (lambda *a: f(*a) if not isinstance(f(*a), tuple) else torch.stack(f(*a)))  # noqa: E731
+    want, eager_ns = eager_run(parts(fn), *inputs)
+    got, compiled_ns, steps = compiled_run(parts(fn), *inputs)
+    assert compiler.stats()["fallbacks_by_op"] == {}, compiler.stats()["fallbacks_by_op"]
+    assert [s["kind"] for s in steps] == [kind], [s["kind"] for s in steps]
+    assert got.dtype == want.dtype and torch.equal(got.view(torch.int16), want.view(torch.int16))
+    torch.testing.assert_close(got, fn(*inputs), equal_nan=True)  # CPU, within the dtype's tolerance
+    assert compiled_ns <= eager_ns, (compiled_ns, eager_ns)
