@@ -271,15 +271,15 @@ ZERO_KEEPING = frozenset({"asinh"})
 
 
 def _widened(vid: int, producers: dict, types: dict) -> int:
-    """The value a float-to-float convert reads (exact where it widens, as opmath's are), else ``vid``."""
+    """The float16/bfloat16 value a convert to float32 reads (exact, as opmath's widening), else ``vid``."""
     op = producers.get(vid)
     if op is not None and op.name == "convert" and len(op.operands) == 1 \
-            and types[op.operands[0]].dtype in _FLOAT_DTYPES and op.type.dtype in _FLOAT_DTYPES:
+            and types[op.operands[0]].dtype in _NARROW_DTYPES and op.type.dtype == "float32":
         return op.operands[0]
     return vid
 
 
-_FLOAT_DTYPES = frozenset({"float32", "bfloat16", "float16"})
+_NARROW_DTYPES = frozenset({"bfloat16", "float16"})
 
 
 def _zero_guards(graph: Graph, producers: dict) -> None:
@@ -291,8 +291,10 @@ def _zero_guards(graph: Graph, producers: dict) -> None:
             continue
         cond, x, y = (_through(v, producers, True, graph.types) for v in op.operands)
         test, result = producers.get(cond), producers.get(y)
-        value = producers.get(_widened(y, producers, types)) if result is not None and result.name == "convert" \
-            else result
+        value = result
+        if result is not None and result.name == "convert" and len(result.operands) == 1 \
+                and types[result.operands[0]].dtype == "float32" and result.type.dtype in _NARROW_DTYPES:
+            value = producers.get(result.operands[0])  # opmath's rounding back to the narrow dtype
         if test is None or value is None or value.name not in ZERO_KEEPING or test.name != "compare" \
                 or test.attrs.get("comparison_direction") != "EQ" or len(test.operands) != 2 \
                 or _through(test.operands[0], producers, True, graph.types) != x \
