@@ -361,7 +361,11 @@ def _gelu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     if approximate != "none" or not value.dtype.is_floating_point or value.dtype == torch.float64:
         return opmath(graph, node) if needs_opmath(node) else None
     if activations.gelu_whole(value, approximate):  # cut whole: ScalarE's one gelu, as the eager kernel
-        return None
+        if not needs_opmath(node):
+            return None
+        narrowed = opmath(graph, node)  # a narrow call as the float32 one, converted: cut as that (activations)
+        narrowed.args[0].meta[activations.WIDENED] = True
+        return narrowed
     wide = _cast(graph, x, torch.float32)
     one_plus_erf = _call(graph, aten.add.Scalar,
                          _call(graph, aten.erf.default, _call(graph, aten.mul.Scalar, wide, 0.7071067811865476)), 1)

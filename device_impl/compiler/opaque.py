@@ -500,7 +500,7 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
 }
 # CNN ops with eager tile programs (pooling with indices, batch norm): compiler/opaque_cnn.py
 CUTTERS.update(opaque_cnn.CUTTERS)
-# dot, vdot, addbmm as the eager kernels' TensorE products: compiler/opaque_products.py
+# dot, vdot, addbmm (and reduced-float baddbmm, mv) as the eager kernels' TensorE products: compiler/opaque_products.py
 CUTTERS.update(opaque_products.CUTTERS)
 # bfloat16/float16 var, std, var_mean, std_mean as the eager kernel's program: compiler/opaque_moments.py
 CUTTERS.update(opaque_moments.CUTTERS)
