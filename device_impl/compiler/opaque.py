@@ -32,7 +32,8 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from device_impl.compiler import activations, factories, opaque_cnn, opaque_moments, opaque_products
+from device_impl.compiler import (activations, factories, opaque_cnn, opaque_indexing, opaque_moments, opaque_pads,
+                                  opaque_products)
 from device_impl.compiler.fxargs import bound as _bound
 from device_impl.compiler.ir import Graph, Op, TensorType
 
@@ -506,6 +507,10 @@ CUTTERS.update(opaque_moments.CUTTERS)
 CUTTERS.update(activations.CUTTERS)
 # float32 linspace as the eager kernel's GpSimd program (compiler/factories.py)
 CUTTERS.update(factories.CUTTERS)
+# reflection/replication padding and reflection padding's backward as the eager kernel's moves (compiler/opaque_pads.py)
+CUTTERS.update(opaque_pads.CUTTERS)
+# gather and index_copy as the eager kernels' indirect-DMA programs (compiler/opaque_indexing.py)
+CUTTERS.update(opaque_indexing.CUTTERS)
 
 
 def cut(gm: torch.fx.GraphModule) -> list[Cut]:

@@ -1,0 +1,178 @@
+"""Reflection and replication padding cut whole (compiler/opaque.py's mechanism): the eager kernel's moves, one step.
+
+``moves`` says a pad as one concatenation of the input and its reversed or broadcast edge slices per padded dim,
+so a 2-d or 3-d pad was two or three concatenate steps, each waiting for the stores of the one before (the HBM
+latency between steps: compiled ``F.pad(x, (1, 1, 1, 0), mode='reflect')`` of a [2, 6, 5, 2] float32 input took
+1.167 us against the eager kernel's 1.090, benches/compiled_vs_eager_specs.py). The eager kernel moves every box of
+the padded dims' pieces straight from the input (``kernels.shape.pad._Pad.forward_program``): cut whole, the call is
+one step running those moves, the eager kernel's instructions less its launch.
+
+Reflection padding's backward likewise (``_Pad.backward_program``: a fill and CPU's order of adds per padded dim,
+innermost first, through float32 scratch), as replication padding's backward already is (compiler/opaque_cnn.py):
+moves' decomposition, the row-major sum of reversed edge blocks zero-padded, took more steps (3-d: 2.29 us against
+the eager kernel's 2.20).
+
+A call the eager kernel refuses (its checks: ``_Pad.meta``/``backward_meta``), or of a dtype compiled programs only
+store (float64, complex), keeps moves' decomposition (``DECOMPOSITIONS`` passes it on), so its error or its
+fallback is what it was.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import torch
+import torch.fx
+
+from device_impl.compiler.fxargs import bound as _bound
+from device_impl.compiler.program import operand_array as _operand_array
+
+aten = torch.ops.aten
+
+# the dtypes whose pads run as the eager kernel's moves (float64 and complex are storage-only in compiled programs;
+# bool is refused by the kernel): the backward is the floating ones' only (the eager kernel's COMPUTE_DTYPES)
+WHOLE_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int16,
+                          torch.int8, torch.uint8})
+BACKWARD_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16})
+_MODES = {"reflection": "reflect", "replication": "replicate"}
+
+
+def _kernel(mode: str, n: int):
+    from device_impl.kernels.shape.pad import _Pad
+
+    return _Pad(_MODES[mode], n)
+
+
+def _static(padding: Any) -> list[int] | None:
+    if isinstance(padding, (list, tuple)) and all(isinstance(p, int) and not isinstance(p, bool) for p in padding):
+        return [int(p) for p in padding]
+    return None
+
+
+def pad_whole(mode: str, n: int, x: Any, padding: Any) -> bool:
+    """Is ``{mode}_pad{n}d(x, padding)`` (a tensor or fake tensor) compiled as the eager kernel's moves?"""
+    padding = _static(padding)
+    if not isinstance(x, torch.Tensor) or padding is None or x.dtype not in WHOLE_DTYPES:
+        return False
+    try:
+        _kernel(mode, n).meta(x, padding)
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
+def pad_backward_whole(mode: str, n: int, grad: Any, x: Any, padding: Any) -> bool:
+    """Is ``{mode}_pad{n}d_backward(grad, x, padding)`` compiled as the eager kernel's program?"""
+    padding = _static(padding)
+    if not isinstance(x, torch.Tensor) or not isinstance(grad, torch.Tensor) or padding is None \
+            or grad.dtype not in BACKWARD_DTYPES or x.dtype != grad.dtype or x.numel() == 0:
+        return False
+    try:
+        _kernel(mode, n).backward_meta(grad, x, padding)
+    except (RuntimeError, NotImplementedError):
+        return False
+    return True
+
+
+def _meta(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _pad(mode: str, n: int) -> Callable:
+    def describe(node: torch.fx.Node) -> Any:
+        """``{mode}_pad{n}d``: operand (input), result (the padded tensor); the padding as an option."""
+        a = _bound(node)
+        if not pad_whole(mode, n, _meta(a["self"]), a["padding"]):
+            return None
+        return [a["self"]], {0: 0}, {"mode": mode, "n": n, "padding": _static(a["padding"])}
+
+    return describe
+
+
+def _pad_backward(mode: str, n: int) -> Callable:
+    def describe(node: torch.fx.Node) -> Any:
+        """``{mode}_pad{n}d_backward``: operand (grad_output), result grad_input (self read for its shape)."""
+        a = _bound(node)
+        if not pad_backward_whole(mode, n, _meta(a["grad_output"]), _meta(a["self"]), a["padding"]):
+            return None
+        return [a["grad_output"]], {0: 0}, {"mode": mode, "n": n, "padding": _static(a["padding"])}
+
+    return describe
+
+
+def _run_pad(step: dict, program: Any) -> Callable:
+    """The eager kernel's moves (``_Pad.forward_program``) from the input into the step's result."""
+    o = step["attrs"]
+    pad = _kernel(o["mode"], o["n"])
+    pads = pad.pads(o["padding"])
+
+    def run(nc, env) -> None:
+        x = _operand_array(env, program, step["operands"][0])
+        out = env.access(step["results"][0])
+        if out.size:
+            pad.forward_program(nc, out, x, pads)
+
+    return run
+
+
+def _run_pad_backward(step: dict, program: Any) -> Callable:
+    """The eager kernel's backward (``_Pad.backward_program``), its float32 folds in the step's own scratch."""
+    from device_impl.engine.dtypes import FP32
+
+    o = step["attrs"]
+    pad = _kernel(o["mode"], o["n"])
+    pads = pad.pads(o["padding"])
+
+    def run(nc, env) -> None:
+        g = _operand_array(env, program, step["operands"][0])
+        gi = env.access(step["results"][0])
+        if gi.size:
+            pad.backward_program(nc, gi, g, pads, lambda shape: env.scratch_array(shape, FP32))
+
+    return run
+
+
+# FX target -> (step kind, describer): merged into opaque.CUTTERS. Replication padding's backward is opaque_cnn's.
+CUTTERS: dict[Any, tuple[str, Callable]] = {
+    **{getattr(aten, f"{mode}_pad{n}d").default: ("edge_pad", _pad(mode, n))
+       for mode in _MODES for n in (1, 2, 3)},
+    **{getattr(aten, f"reflection_pad{n}d_backward").default: ("reflection_pad_backward",
+                                                               _pad_backward("reflection", n)) for n in (1, 2, 3)},
+}
+
+# step kind -> runner: merged into steps.RUNNERS
+RUNNERS: dict[str, Callable] = {
+    "edge_pad": _run_pad,
+    "reflection_pad_backward": _run_pad_backward,
+}
+
+# step kind -> how the static replay runs it (replay.STEP_KINDS): DMA moves of fixed boxes (the forward, a plan as
+# concatenate's); fills and VectorE adds of fixed slices (the backward, as unfold_backward's)
+STEP_KINDS: dict[str, str] = {"edge_pad": "plan", "reflection_pad_backward": "tile"}
+
+
+def whole_or(whole: Callable[..., bool], earlier: Callable | None) -> Callable:
+    """A decomposition keeping the calls ``whole`` takes (NotImplemented: AOTAutograd leaves the op for
+    ``opaque.cut``); the others go to ``earlier``, the decomposition the table had before (moves', numerics'), or
+    keep the op where it had none."""
+    def decomposition(*args: Any, **kwargs: Any) -> Any:
+        if whole(*args, **kwargs) or earlier is None:
+            return NotImplemented
+        return earlier(*args, **kwargs)
+
+    return decomposition
+
+
+# op -> which of its calls are cut whole
+WHOLE_CALLS: dict[Any, Callable[..., bool]] = {
+    **{getattr(aten, f"{mode}_pad{n}d").default: (lambda x, padding, mode=mode, n=n: pad_whole(mode, n, x, padding))
+       for mode in _MODES for n in (1, 2, 3)},
+    **{getattr(aten, f"reflection_pad{n}d_backward").default:
+       (lambda g, x, padding, n=n: pad_backward_whole("reflection", n, g, x, padding)) for n in (1, 2, 3)},
+}
+
+
+def decompositions(earlier: dict) -> dict[Any, Callable]:
+    """AOTAutograd decompositions (merged into backend's table after the others, which it passes as ``earlier``):
+    the calls cut whole reach the graph, the others keep their earlier decomposition."""
+    return {op: whole_or(whole, earlier.get(op)) for op, whole in WHOLE_CALLS.items()}
