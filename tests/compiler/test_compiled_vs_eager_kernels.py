@@ -83,6 +83,7 @@ def pads_decomposed(monkeypatch):
 
     monkeypatch.setattr(opaque_pads, "WHOLE_DTYPES", frozenset())
     monkeypatch.setattr(opaque_pads, "BACKWARD_DTYPES", frozenset())
+    monkeypatch.setattr(opaque_pads, "IM2COL_DTYPES", frozenset())
 
 
 @pytest.mark.parametrize("name,pad,mode,shape", PADS, ids=[c[0] for c in PADS])
@@ -141,8 +142,29 @@ IM2COL = [
 
 
 @pytest.mark.parametrize("name,shape,args", IM2COL, ids=[c[0] for c in IM2COL])
+def test_im2col_compiles_to_one_step_of_the_eager_kernels_copies(name, shape, args):
+    """compiler.opaque_pads: im2col is cut whole, one step running the eager kernel's program (the input padded in
+    scratch, one strided copy per kernel offset: ``kernels.spatial.fold.im2col_program``), so its device time is at
+    most the eager kernel's, where moves' pad step and concatenate step each waited for the last one's stores (the
+    sweep's 2x2 padded case: 1.342 us against 1.217); CPU's bits."""
+    x = _randn(*shape)
+    x.view(-1)[::5] = -0.0
+    x.view(-1)[2::13] = float("nan")
+
+    def fn(t):
+        return torch.ops.aten.im2col(t, args["kernel_size"], args["dilation"], args["padding"], args["stride"])
+
+    out, compiled_ns, steps = compiled_run(fn, x)
+    assert [step["kind"] for step in steps] == ["im2col"], [step["kind"] for step in steps]
+    assert np.array_equal(_bits(out.cpu()), _bits(fn(x)))
+    _, eager_ns = eager_run(fn, x)
+    assert compiled_ns <= eager_ns, (name, compiled_ns, eager_ns)
+
+
+@pytest.mark.usefixtures("pads_decomposed")
+@pytest.mark.parametrize("name,shape,args", IM2COL, ids=[c[0] for c in IM2COL])
 def test_im2col_compiles_to_window_copies(name, shape, args):
-    """compiler.moves: im2col is each kernel offset's strided window of the (zero-padded) input, stacked, not index
+    """compiler.moves (the calls not cut whole): im2col is each kernel offset's strided window of the (zero-padded) input, stacked, not index
     tensors and a gather (the sweep's 2x2 padded case: 9.9 us against the eager kernel's 1.2 us); CPU's bits."""
     x = _randn(*shape)
     x.view(-1)[::5] = -0.0
