@@ -1,19 +1,17 @@
-"""gather and index_copy cut whole (compiler/opaque.py's mechanism): the eager kernels' indirect-DMA programs, one step.
+"""index_copy cut whole (compiler/opaque.py's mechanism): the eager kernel's indirect-DMA program, one step.
 
-torch-mlir imports ``torch.gather`` as a StableHLO gather whose index vectors are the index tensor concatenated
-with an iota per other dim: two iota steps and a concatenate step before the gather step, each waiting for the
-last one's stores (the sweep's ``torch.gather(x0, -1, x1)``: 1.580 us against the eager kernel's 1.513,
-benches/compiled_vs_eager_specs.py). PyTorch's decomposition of ``index_copy`` is an index_put, which compiled to a
-fused step wrapping the index and a scatter step (1.526 us against 1.446). The eager kernels address the rows from
-the index tensor itself, the other coordinates from the row's position (``kernels.indexing.gather_scatter
-.gather_program``, ``index_put.index_scatter_program``): cut whole, each call is one step running that program,
-with the eager kernel's bits, its range check and CPU's exception for an index out of range (gather's
-RuntimeError, index_copy's IndexError).
+PyTorch's decomposition of ``index_copy`` is an index_put, which compiled to a fused step wrapping the index and a
+scatter step, the scatter waiting for the fused step's stores (the sweep's case: 1.526 us against the eager kernel's
+1.446, benches/compiled_vs_eager_specs.py). The eager kernel addresses the rows from the index tensor itself
+(``kernels.indexing.index_put.index_scatter_program``, "assign"): cut whole, the call is one step running that
+program, with the eager kernel's bits, its range check and CPU's IndexError for an index out of range.
 
-Only calls the eager kernel takes with tensors of at least one dim (its checks: ``_gather_checks``,
-``_index_add_checks``, an int64 index for index_copy) and of dtypes compiled programs compute; the others keep
-torch-mlir's gather or PyTorch's decomposition (``DECOMPOSITIONS`` passes them on), so their errors are what they
-were.
+Not gather: cut whole it matched the eager kernel in float32 (1.513 against torch-mlir's 1.580 us) but bfloat16's
+compiled gather (1.343) beats the eager kernel (1.513), so a cut needs a per-call choice by modelled cost.
+
+Only calls the eager kernel takes (its checks: ``_index_add_checks``, an int64 index) with tensors of at least one
+dim and of dtypes compiled programs compute; the others keep PyTorch's decomposition (``decompositions`` passes them
+on), so their errors are what they were.
 """
 
 from __future__ import annotations
@@ -39,20 +37,6 @@ def _meta(node: Any) -> Any:
     return meta if isinstance(meta, torch.Tensor) else None
 
 
-def gather_whole(x: Any, dim: Any, index: Any, sparse_grad: Any = False) -> bool:
-    """Is ``gather(x, dim, index)`` (tensors or fake tensors) compiled as the eager kernel's program?"""
-    from device_impl.kernels.indexing.gather_scatter import _gather_checks
-
-    if not isinstance(x, torch.Tensor) or not isinstance(index, torch.Tensor) or not isinstance(dim, int) \
-            or sparse_grad or x.dtype not in WHOLE_DTYPES or x.dim() == 0 or index.dim() == 0 or index.numel() == 0:
-        return False
-    try:
-        _gather_checks(x, dim, index)
-    except (RuntimeError, IndexError):
-        return False
-    return True
-
-
 def index_copy_whole(x: Any, dim: Any, index: Any, source: Any) -> bool:
     """Is ``index_copy(x, dim, index, source)`` compiled as the eager kernel's program?"""
     from device_impl.kernels.indexing.index_put import _index_add_checks
@@ -65,15 +49,6 @@ def index_copy_whole(x: Any, dim: Any, index: Any, source: Any) -> bool:
     except (RuntimeError, IndexError):
         return False
     return True
-
-
-def _gather(node: torch.fx.Node) -> Any:
-    """``gather``: operands (self, index), the result; dim (non-negative) as an option."""
-    a = _bound(node)
-    x, index = _meta(a["self"]), _meta(a["index"])
-    if not gather_whole(x, a["dim"], index, a.get("sparse_grad", False)):
-        return None
-    return [a["self"], a["index"]], {0: 0}, {"dim": int(a["dim"]) % x.dim()}
 
 
 def _index_copy(node: torch.fx.Node) -> Any:
@@ -90,21 +65,6 @@ def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
     gather imports lowering, so it is not imported from there)."""
     return a.shape == b.shape and a.dtype == b.dtype and a.strides == b.strides \
         and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
-
-
-def _run_gather(step: dict, program: Any) -> Callable:
-    """The eager kernel's program (``gather_program``) into the step's result."""
-    from device_impl.kernels.indexing.gather_scatter import gather_program
-
-    x, index = step["operands"]
-    (result,) = step["results"]
-    dim = step["attrs"]["dim"]
-
-    def run(nc, env) -> None:
-        gather_program(nc, env.access(result), _operand_array(env, program, x), _operand_array(env, program, index),
-                       dim)
-
-    return run
 
 
 def _run_index_copy(step: dict, program: Any) -> Callable:
@@ -130,17 +90,16 @@ def _run_index_copy(step: dict, program: Any) -> Callable:
 
 # FX target -> (step kind, describer): merged into opaque.CUTTERS
 CUTTERS: dict[Any, tuple[str, Callable]] = {
-    aten.gather.default: ("gather_whole", _gather),
     aten.index_copy.default: ("index_copy", _index_copy),
 }
 
 # step kind -> runner: merged into steps.RUNNERS
-RUNNERS: dict[str, Callable] = {"gather_whole": _run_gather, "index_copy": _run_index_copy}
+RUNNERS: dict[str, Callable] = {"index_copy": _run_index_copy}
 
 # step kind -> how the static replay runs it (replay.STEP_KINDS): indirect DMA rows whose instructions follow from
 # the shapes (the index count and row width), as the index_add step's; the range check's raise is the only branch
 # on values
-STEP_KINDS: dict[str, str] = {"gather_whole": "tile", "index_copy": "tile"}
+STEP_KINDS: dict[str, str] = {"index_copy": "tile"}
 
 # step kinds whose result is their operand 0 with rows overwritten, that operand read nowhere else in the step: an
 # in-place call's result may be written into that operand's memory, whose copy the runner then skips
@@ -148,7 +107,7 @@ STEP_KINDS: dict[str, str] = {"gather_whole": "tile", "index_copy": "tile"}
 SCATTERS_INTO = frozenset({"index_copy"})
 
 
-# op -> which of its calls are cut whole (gather has no decomposition in the table: it reaches the graph anyway)
+# op -> which of its calls are cut whole
 WHOLE_CALLS: dict[Any, Callable[..., bool]] = {aten.index_copy.default: index_copy_whole}
 
 

@@ -1,4 +1,4 @@
-"""Reflection and replication padding cut whole (compiler/opaque.py's mechanism): the eager kernel's moves, one step.
+"""Reflection/replication padding and im2col cut whole (compiler/opaque.py's mechanism): the eager kernels' moves, one step.
 
 ``moves`` says a pad as one concatenation of the input and its reversed or broadcast edge slices per padded dim,
 so a 2-d or 3-d pad was two or three concatenate steps, each waiting for the stores of the one before (the HBM
@@ -7,12 +7,11 @@ latency between steps: compiled ``F.pad(x, (1, 1, 1, 0), mode='reflect')`` of a 
 the padded dims' pieces straight from the input (``kernels.shape.pad._Pad.forward_program``): cut whole, the call is
 one step running those moves, the eager kernel's instructions less its launch.
 
-Reflection padding's backward likewise (``_Pad.backward_program``: a fill and CPU's order of adds per padded dim,
-innermost first, through float32 scratch), as replication padding's backward already is (compiler/opaque_cnn.py):
-moves' decomposition, the row-major sum of reversed edge blocks zero-padded, took more steps (3-d: 2.29 us against
-the eager kernel's 2.20).
+im2col likewise (below). Not reflection padding's backward: moves' sum of edge blocks beats the eager kernel in
+2-d (1.513 us against 2.574) and in bfloat16 3-d (1.635 against 2.111), loses in float32 3-d (2.289 against 2.203):
+a cut needs a per-call choice by modelled cost.
 
-A call the eager kernel refuses (its checks: ``_Pad.meta``/``backward_meta``), or of a dtype compiled programs only
+A call the eager kernel refuses (its checks: ``_Pad.meta``), or of a dtype compiled programs only
 store (float64, complex), keeps moves' decomposition (``DECOMPOSITIONS`` passes it on), so its error or its
 fallback is what it was.
 """
@@ -30,10 +29,9 @@ from device_impl.compiler.program import operand_array as _operand_array
 aten = torch.ops.aten
 
 # the dtypes whose pads run as the eager kernel's moves (float64 and complex are storage-only in compiled programs;
-# bool is refused by the kernel): the backward is the floating ones' only (the eager kernel's COMPUTE_DTYPES)
+# bool is refused by the kernel)
 WHOLE_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int16,
                           torch.int8, torch.uint8})
-BACKWARD_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16})
 _MODES = {"reflection": "reflect", "replication": "replicate"}
 
 
@@ -61,19 +59,6 @@ def pad_whole(mode: str, n: int, x: Any, padding: Any) -> bool:
     return True
 
 
-def pad_backward_whole(mode: str, n: int, grad: Any, x: Any, padding: Any) -> bool:
-    """Is ``{mode}_pad{n}d_backward(grad, x, padding)`` compiled as the eager kernel's program?"""
-    padding = _static(padding)
-    if not isinstance(x, torch.Tensor) or not isinstance(grad, torch.Tensor) or padding is None \
-            or grad.dtype not in BACKWARD_DTYPES or x.dtype != grad.dtype or x.numel() == 0:
-        return False
-    try:
-        _kernel(mode, n).backward_meta(grad, x, padding)
-    except (RuntimeError, NotImplementedError):
-        return False
-    return True
-
-
 def _meta(node: Any) -> Any:
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
@@ -89,17 +74,6 @@ def _pad(mode: str, n: int) -> Callable:
     return describe
 
 
-def _pad_backward(mode: str, n: int) -> Callable:
-    def describe(node: torch.fx.Node) -> Any:
-        """``{mode}_pad{n}d_backward``: operand (grad_output), result grad_input (self read for its shape)."""
-        a = _bound(node)
-        if not pad_backward_whole(mode, n, _meta(a["grad_output"]), _meta(a["self"]), a["padding"]):
-            return None
-        return [a["grad_output"]], {0: 0}, {"mode": mode, "n": n, "padding": _static(a["padding"])}
-
-    return describe
-
-
 def _run_pad(step: dict, program: Any) -> Callable:
     """The eager kernel's moves (``_Pad.forward_program``) from the input into the step's result."""
     o = step["attrs"]
@@ -111,23 +85,6 @@ def _run_pad(step: dict, program: Any) -> Callable:
         out = env.access(step["results"][0])
         if out.size:
             pad.forward_program(nc, out, x, pads)
-
-    return run
-
-
-def _run_pad_backward(step: dict, program: Any) -> Callable:
-    """The eager kernel's backward (``_Pad.backward_program``), its float32 folds in the step's own scratch."""
-    from device_impl.engine.dtypes import FP32
-
-    o = step["attrs"]
-    pad = _kernel(o["mode"], o["n"])
-    pads = pad.pads(o["padding"])
-
-    def run(nc, env) -> None:
-        g = _operand_array(env, program, step["operands"][0])
-        gi = env.access(step["results"][0])
-        if gi.size:
-            pad.backward_program(nc, gi, g, pads, lambda shape: env.scratch_array(shape, FP32))
 
     return run
 
@@ -190,20 +147,17 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.im2col.default: ("im2col", _im2col),
     **{getattr(aten, f"{mode}_pad{n}d").default: ("edge_pad", _pad(mode, n))
        for mode in _MODES for n in (1, 2, 3)},
-    **{getattr(aten, f"reflection_pad{n}d_backward").default: ("reflection_pad_backward",
-                                                               _pad_backward("reflection", n)) for n in (1, 2, 3)},
 }
 
 # step kind -> runner: merged into steps.RUNNERS
 RUNNERS: dict[str, Callable] = {
     "edge_pad": _run_pad,
-    "reflection_pad_backward": _run_pad_backward,
     "im2col": _run_im2col,
 }
 
 # step kind -> how the static replay runs it (replay.STEP_KINDS): DMA moves of fixed boxes (the forward, a plan as
-# concatenate's); fills and VectorE adds of fixed slices (the backward, as unfold_backward's)
-STEP_KINDS: dict[str, str] = {"edge_pad": "plan", "reflection_pad_backward": "tile", "im2col": "tile"}
+# concatenate's); im2col's pad and strided copies, shape-only
+STEP_KINDS: dict[str, str] = {"edge_pad": "plan", "im2col": "tile"}
 
 
 def whole_or(whole: Callable[..., bool], earlier: Callable | None) -> Callable:
@@ -222,8 +176,6 @@ def whole_or(whole: Callable[..., bool], earlier: Callable | None) -> Callable:
 WHOLE_CALLS: dict[Any, Callable[..., bool]] = {
     **{getattr(aten, f"{mode}_pad{n}d").default: (lambda x, padding, mode=mode, n=n: pad_whole(mode, n, x, padding))
        for mode in _MODES for n in (1, 2, 3)},
-    **{getattr(aten, f"reflection_pad{n}d_backward").default:
-       (lambda g, x, padding, n=n: pad_backward_whole("reflection", n, g, x, padding)) for n in (1, 2, 3)},
     aten.im2col.default: im2col_whole,
 }
 

@@ -421,12 +421,6 @@ def test_index_add_cut_whole_raises_cpus_error_for_an_index_out_of_range():
 
 
 ROW_MOVES = [  # (name, fn, make): the sweep's designed cases first
-    ("gather_last", lambda x, i: torch.gather(x, -1, i),
-     lambda: (torch.randn(2, 2, 513, generator=_gen()), torch.tensor([[[512, 0]]]))),
-    ("gather_middle_bf16", lambda x, i: torch.gather(x, 1, i),
-     lambda: (torch.randn(3, 7, 130, generator=_gen()).bfloat16(), torch.randint(0, 7, (3, 5, 129), generator=_gen()))),
-    ("gather_int32_index", lambda x, i: torch.gather(x, 0, i),
-     lambda: (torch.randint(-9, 9, (6, 4), generator=_gen()), torch.tensor([[5, 0, 1, 2]], dtype=torch.int32))),
     ("index_copy_last", lambda x, i, s: torch.index_copy(x, -1, i, s),
      lambda: (torch.randn(513, generator=_gen()), torch.tensor([511]), torch.randn(1, generator=_gen()))),
     ("index_copy_rows_bf16", lambda x, i, s: torch.index_copy(x, 0, i, s),
@@ -438,11 +432,10 @@ ROW_MOVES = [  # (name, fn, make): the sweep's designed cases first
 
 
 @pytest.mark.parametrize("name,fn,make", ROW_MOVES, ids=[c[0] for c in ROW_MOVES])
-def test_gather_and_index_copy_compile_to_the_eager_kernels_program(name, fn, make):
-    """gather and index_copy are cut whole (compiler/opaque_indexing.py) and run as the eager kernels' indirect-DMA
-    programs: one step, CPU's bits, at most the eager kernel's device time. torch-mlir's gather took two iota steps
-    and a concatenate of index vectors before the gather (the sweep's case: 1.580 us against 1.513), PyTorch's
-    index_copy decomposition a fused step wrapping the index before a scatter (1.526 us against 1.446)."""
+def test_index_copy_compiles_to_the_eager_kernels_program(name, fn, make):
+    """index_copy is cut whole (compiler/opaque_indexing.py) and runs as the eager kernel's indirect-DMA program: one
+    step, CPU's bits, at most the eager kernel's device time. PyTorch's decomposition was a fused step wrapping the
+    index before a scatter (the sweep's case: 1.526 us against 1.446)."""
     import device_impl.compiler as compiler
     from support import compiled_run, eager_run
 
@@ -450,8 +443,7 @@ def test_gather_and_index_copy_compile_to_the_eager_kernels_program(name, fn, ma
     want, eager_ns = eager_run(fn, *inputs)
     got, compiled_ns, steps = compiled_run(fn, *inputs)
     assert compiler.stats()["fallbacks_by_op"] == {}, compiler.stats()["fallbacks_by_op"]
-    assert [s["kind"] for s in steps] == [("gather_whole" if name.startswith("gather") else "index_copy")], \
-        [s["kind"] for s in steps]
+    assert [s["kind"] for s in steps] == ["index_copy"], [s["kind"] for s in steps]
     assert got.dtype == want.dtype and torch.equal(got, want)
     assert torch.equal(got, fn(*inputs))  # CPU's bits
     assert compiled_ns <= eager_ns, (compiled_ns, eager_ns)
@@ -484,14 +476,12 @@ def test_index_copy_in_place_compiles_into_its_input():
 
 
 @pytest.mark.parametrize("name,call,error", [
-    ("gather", lambda x, i: torch.gather(x, 0, i), RuntimeError),
     ("index_copy", lambda x, i: torch.index_copy(x, 0, i, torch.ones(2, 5, device=x.device)), IndexError),
 ])
-def test_gather_and_index_copy_cut_whole_raise_cpus_error_for_an_index_out_of_range(name, call, error):
-    """The steps raise the exception CPU raises for an index out of range: gather's RuntimeError, index_copy's
-    IndexError."""
+def test_index_copy_cut_whole_raises_cpus_error_for_an_index_out_of_range(name, call, error):
+    """The step raises the exception CPU raises for an index out of range: index_copy's IndexError."""
     x = torch.zeros(4, 5)
-    idx = torch.tensor([[1, 4, 0, 0, 0]]) if name == "gather" else torch.tensor([1, 4])
+    idx = torch.tensor([1, 4])
     with pytest.raises(error):
         call(x, idx)
     fn = torch.compile(call, backend="neuron", dynamic=False)

@@ -82,7 +82,6 @@ def pads_decomposed(monkeypatch):
     from device_impl.compiler import opaque_pads
 
     monkeypatch.setattr(opaque_pads, "WHOLE_DTYPES", frozenset())
-    monkeypatch.setattr(opaque_pads, "BACKWARD_DTYPES", frozenset())
     monkeypatch.setattr(opaque_pads, "IM2COL_DTYPES", frozenset())
 
 
@@ -187,41 +186,8 @@ REFLECTION_BACKWARD = [
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("dims,shape,pad", REFLECTION_BACKWARD, ids=[f"{c[0]}d" for c in REFLECTION_BACKWARD])
-def test_reflection_pad_backward_compiles_to_the_eager_kernels_program(dims, shape, pad, dtype):
-    """compiler.opaque_pads: reflection_pad{1,2,3}d_backward is cut whole, one step running the eager kernel's
-    folds (``_Pad.backward_program``), so its device time is the eager kernel's (moves' sum of edge blocks: the
-    sweep's 3-d case 2.289 us against 2.203, the 1-d bfloat16 one 1.397 against 1.328), bit for bit the eager
-    kernel's: one fold per padded dim, innermost first, each from +0 in grad_output's order (-0.0 and NaN included,
-    pads as long as the dim less one). In 1-d that is CPU's sum; in 2-d and 3-d a corner's terms are added per dim,
-    not in CPU's raster order (the op suite's reflection_pad2d/3d_backward specs allow that order)."""
-    x = _randn(*shape).to(dtype)
-    forward = getattr(torch.ops.aten, f"reflection_pad{dims}d")
-    g = torch.randn(forward(x, pad).shape, generator=torch.Generator().manual_seed(1)).to(dtype)
-    g.view(-1)[::3] = -0.0
-    g.view(-1)[::17] = float("nan")
-    backward = getattr(torch.ops.aten, f"reflection_pad{dims}d_backward")
-
-    def fn(go, t):
-        return backward(go, t, pad)
-
-    out, compiled_ns, steps = compiled_run(fn, g, x)
-    assert [step["kind"] for step in steps] == ["reflection_pad_backward"], [step["kind"] for step in steps]
-    expected, eager_ns = eager_run(fn, g, x)
-    view = torch.int32 if dtype == torch.float32 else torch.int16
-    assert np.array_equal(out.cpu().view(view).numpy(), expected.view(view).numpy())
-    if dims == 1:
-        assert np.array_equal(out.cpu().view(view).numpy(), fn(g, x).view(view).numpy())
-    else:  # near the float64 sum: the folds add in fp32 and round once (the specs' fp64_reference)
-        tolerance = dict(rtol=2 ** -7, atol=2 ** -7) if dtype == torch.bfloat16 else dict(rtol=1e-5, atol=1e-5)
-        torch.testing.assert_close(out.cpu().double(), fn(g.double(), x.double()), equal_nan=True, **tolerance)
-    assert compiled_ns <= eager_ns, (compiled_ns, eager_ns)
-
-
-@pytest.mark.usefixtures("pads_decomposed")
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
-@pytest.mark.parametrize("dims,shape,pad", REFLECTION_BACKWARD, ids=[f"{c[0]}d" for c in REFLECTION_BACKWARD])
 def test_reflection_pad_backward_adds_edge_blocks_in_cpus_order(dims, shape, pad, dtype):
-    """compiler.moves (the calls not cut whole): reflection_pad{1,2,3}d_backward as the row-major sum of its reversed edge blocks, zero-padded
+    """compiler.moves: reflection_pad{1,2,3}d_backward as the row-major sum of its reversed edge blocks, zero-padded
     (no index tensors, no scatter; the 3-d case: 15.1 us before against the eager kernel's 2.2 us), bit for bit
     CPU's sum from +0 in grad_output's order: -0.0 and NaN included, pads as long as the dim less one."""
     x = _randn(*shape).to(dtype)
@@ -241,7 +207,6 @@ def test_reflection_pad_backward_adds_edge_blocks_in_cpus_order(dims, shape, pad
     assert np.array_equal(out.cpu().view(view).numpy(), expected.view(view).numpy())
 
 
-@pytest.mark.usefixtures("pads_decomposed")
 def test_pads_of_one_program_share_one_memset_constant():
     """steps._held_constant: the 3-d reflection pad backward's 17 pads of edge blocks each memset a tile of zeros,
     a chain of 17 VectorE instructions ahead of the sum (3.06 us against the eager kernel's 2.20); one tile, memset
