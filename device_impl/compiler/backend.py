@@ -708,7 +708,8 @@ def _decompositions() -> dict:
 def _decomposition_table() -> dict:
     import torch._decomp as decomp
 
-    from device_impl.compiler import activations, factories, loops, opaque_cnn, opaque_products, pointwise
+    from device_impl.compiler import (activations, factories, loops, opaque_cnn, opaque_indexing, opaque_pads,
+                                      opaque_products, pointwise)
     from device_impl.compiler.numerics import DECOMPOSITIONS
 
     from device_impl.compiler.opaque import WHOLE
@@ -720,6 +721,9 @@ def _decomposition_table() -> dict:
     table = {**core(), **DECOMPOSITIONS, **loops.DECOMPOSITIONS, **opaque_cnn.DECOMPOSITIONS,
              **opaque_products.DECOMPOSITIONS, **pointwise.DECOMPOSITIONS, **activations.DECOMPOSITIONS,
              **factories.DECOMPOSITIONS}
+    # opaque_pads, opaque_indexing: padding, index_copy whole where cut, else the decomposition they had
+    table.update(opaque_pads.decompositions(table))
+    table.update(opaque_indexing.decompositions(table))
     for op in WHOLE:  # cut whole (compiler/opaque.py): their steps run the eager kernels' programs
         table.pop(op, None)
     for op in _CONVERTED:

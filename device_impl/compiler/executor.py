@@ -28,7 +28,7 @@ import numpy as np
 import torch
 from numpy.lib.array_utils import byte_bounds
 
-from device_impl.compiler import layout, opaque, replay, schedule, steps as step_runners
+from device_impl.compiler import layout, opaque, opaque_indexing, replay, schedule, steps as step_runners
 from device_impl.compiler.program import Program, apply_view
 from device_impl.engine import launch
 from device_impl.engine.core import NeuronCore
@@ -330,7 +330,8 @@ class Executable:
         updates): its result is the operand with rows overwritten (or added to), so written into the operand's
         memory the operand's copy is a copy onto itself (``gather.scatter_runner`` skips it, as ATen's copy_
         does) and each row is read, if added to, before it is written (``x.index_put_``, ``x.index_fill_``)."""
-        return step["kind"] == "scatter" and step["operands"][0] == source and source not in step["operands"][1:]
+        return (step["kind"] == "scatter" or step["kind"] in opaque_indexing.SCATTERS_INTO) \
+            and step["operands"][0] == source and source not in step["operands"][1:]
 
     def _copies_skipped(self, outputs: list[torch.Tensor], args: list[torch.Tensor], into: dict[int, int]) -> bool:
         """Whether an output a scatter writes is its operand's own memory (its copy skipped): the launch then runs

@@ -33,7 +33,7 @@ import torch
 import torch.fx
 
 from device_impl.compiler import (activations, factories, opaque_cnn, opaque_conv, opaque_indexing, opaque_moments,
-                                  opaque_products)
+                                  opaque_pads, opaque_products)
 from device_impl.compiler.fxargs import bound as _bound
 from device_impl.compiler.ir import Graph, Op, TensorType
 
@@ -504,7 +504,7 @@ CUTTERS.update(opaque_cnn.CUTTERS)
 CUTTERS.update(opaque_products.CUTTERS)
 # bfloat16/float16 var, std, var_mean, std_mean as the eager kernel's program: compiler/opaque_moments.py
 CUTTERS.update(opaque_moments.CUTTERS)
-# embedding_dense_backward as the eager kernel's program: compiler/opaque_indexing.py
+# embedding_dense_backward and index_copy as the eager kernels' programs: compiler/opaque_indexing.py
 CUTTERS.update(opaque_indexing.CUTTERS)
 # silu, gelu, log2, log10 of float32 as ScalarE's one activation, the eager kernels' (compiler/activations.py)
 CUTTERS.update(activations.CUTTERS)
@@ -512,6 +512,8 @@ CUTTERS.update(activations.CUTTERS)
 CUTTERS.update(factories.CUTTERS)
 # convolution_backward torch-mlir cannot import, as the eager kernel's launch body (compiler/opaque_conv.py)
 CUTTERS.update(opaque_conv.CUTTERS)
+# reflection/replication padding and reflection padding's backward as the eager kernel's moves (compiler/opaque_pads.py)
+CUTTERS.update(opaque_pads.CUTTERS)
 
 
 def cut(gm: torch.fx.GraphModule) -> list[Cut]:

@@ -1,23 +1,37 @@
-"""embedding_dense_backward with scale_grad_by_freq cut whole (compiler/opaque.py's mechanism): the eager kernel's
-program as one step.
+"""Indexing ops cut whole (compiler/opaque.py's mechanism), each the eager kernel's program as one step:
+``embedding_dense_backward`` with scale_grad_by_freq, and ``index_copy``.
 
-Issue 21: "every op's compiled device time <= its eager kernel's". PyTorch's decomposition of
-``embedding_dense_backward`` with ``scale_grad_by_freq`` makes scratch tensors the kernel does not: a zero-filled
-count per row and an index_put of ones into it, a gather of each index's count, a divide, a zero-filled result and
-an index_put of the scaled rows (11 steps, each a round trip through the scratch arena: 3.47 us against the eager
-kernel's 2.15 for a [5, 16] gradient into 7 rows). The eager kernel's program
+Issue 21: "every op's compiled device time <= its eager kernel's".
+
+embedding_dense_backward: PyTorch's decomposition with ``scale_grad_by_freq`` makes scratch tensors the kernel does
+not: a zero-filled count per row and an index_put of ones into it, a gather of each index's count, a divide, a
+zero-filled result and an index_put of the scaled rows (11 steps, each a round trip through the scratch arena: 3.47 us
+against the eager kernel's 2.15 for a [5, 16] gradient into 7 rows). The eager kernel's program
 (``kernels.indexing.embedding.dense_backward_program``) counts and adds every row in one indirect pass each on
 GpSimd, in index order with CPU's rounding; cut whole, the step runs it on the step's HBM arrays, its scratch from
-the environment's (``env.scratch``).
+the environment's (``env.scratch``). ``dense_backward_whole`` is also what numerics' decomposition asks before
+returning NotImplemented, so a refused call keeps PyTorch's decomposition.
 
-A describer refuses (returns None) what it does not take; ``dense_backward_whole`` is also what numerics'
-decomposition asks before returning NotImplemented, so a refused call keeps PyTorch's decomposition.
+index_copy: PyTorch's decomposition is an index_put, which compiled to a fused step wrapping the index and a
+scatter step, the scatter waiting for the fused step's stores (the sweep's case: 1.526 us against the eager kernel's
+1.446, benches/compiled_vs_eager_specs.py). The eager kernel addresses the rows from the index tensor itself
+(``kernels.indexing.index_put.index_scatter_program``, "assign"): cut whole, the call is one step running that
+program, with the eager kernel's bits, its range check and CPU's IndexError for an index out of range. Only calls the
+eager kernel takes (its checks: ``_index_add_checks``, an int64 index) with tensors of at least one dim and of dtypes
+compiled programs compute; the others keep PyTorch's decomposition (``decompositions`` passes them on), so their
+errors are what they were.
+
+Not gather: cut whole it matched the eager kernel in float32 (1.513 against torch-mlir's 1.580 us) but bfloat16's
+compiled gather (1.343) beats the eager kernel (1.513), so a cut needs a per-call choice by modelled cost.
+
+A describer refuses (returns None) what it does not take.
 """
 
 from __future__ import annotations
 
 from typing import Any, Callable
 
+import numpy as np
 import torch
 import torch.fx
 
@@ -71,14 +85,95 @@ def _run_dense_backward(step: dict, program: Any) -> Callable:
     return run
 
 
+# the dtypes whose rows the eager programs move in a compiled program (float64 and complex are storage-only there)
+WHOLE_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int16,
+                          torch.int8, torch.uint8, torch.bool})
+
+
+def _meta(node: Any) -> Any:
+    meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+    return meta if isinstance(meta, torch.Tensor) else None
+
+
+def index_copy_whole(x: Any, dim: Any, index: Any, source: Any) -> bool:
+    """Is ``index_copy(x, dim, index, source)`` compiled as the eager kernel's program?"""
+    from device_impl.kernels.indexing.index_put import _index_add_checks
+
+    if not all(isinstance(t, torch.Tensor) for t in (x, index, source)) or not isinstance(dim, int) \
+            or x.dtype not in WHOLE_DTYPES or index.dtype != torch.int64 or x.dim() == 0 or source.dim() == 0:
+        return False
+    try:
+        _index_add_checks(x, dim, index, source, "index_copy_")
+    except (RuntimeError, IndexError):
+        return False
+    return True
+
+
+def _index_copy(node: torch.fx.Node) -> Any:
+    """``index_copy``: operands (self, index, source), the result; dim (non-negative) as an option."""
+    a = _bound(node)
+    x, index, source = _meta(a["self"]), _meta(a["index"]), _meta(a["source"])
+    if not index_copy_whole(x, a["dim"], index, source):
+        return None
+    return [a["self"], a["index"], a["source"]], {0: 0}, {"dim": int(a["dim"]) % x.dim()}
+
+
+def _same_memory(a: np.ndarray, b: np.ndarray) -> bool:
+    """The same elements at the same addresses (``gather._same_memory``'s test; lowering imports this module, and
+    gather imports lowering, so it is not imported from there)."""
+    return a.shape == b.shape and a.dtype == b.dtype and a.strides == b.strides \
+        and a.__array_interface__["data"][0] == b.__array_interface__["data"][0]
+
+
+def _run_index_copy(step: dict, program: Any) -> Callable:
+    """The eager kernel's program (``index_scatter_program``, "assign"): self moved into the result, then source's
+    slices written at the index, an index out of range raising CPU's IndexError."""
+    from device_impl.kernels.indexing.index_put import index_scatter_program
+    from device_impl.kernels.indexing.rows import _bounds_error
+
+    x, index, source = step["operands"]
+    (result,) = step["results"]
+    dim = step["attrs"]["dim"]
+    error = _bounds_error(dim, program.shape(x)[dim], IndexError, "index_copy_(): ")
+
+    def run(nc, env) -> None:
+        out, selfv = env.access(result), _operand_array(env, program, x)
+        # written into self's own memory (executor.writable_into, ``x.index_copy_``): no copy of self
+        index_scatter_program(nc, out, None if _same_memory(out, selfv) else selfv,
+                              _operand_array(env, program, index), _operand_array(env, program, source), dim,
+                              "assign", error)
+
+    return run
+
+
 # FX target -> (step kind, describer): merged into opaque.CUTTERS
 CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.embedding_dense_backward.default: ("embedding_dense_backward", _dense_backward),
+    aten.index_copy.default: ("index_copy", _index_copy),
 }
 
 # step kind -> runner: merged into steps.RUNNERS
-RUNNERS: dict[str, Callable] = {"embedding_dense_backward": _run_dense_backward}
+RUNNERS: dict[str, Callable] = {"embedding_dense_backward": _run_dense_backward, "index_copy": _run_index_copy}
 
-# step kind -> how the static replay runs it (replay.STEP_KINDS): the program reads the indices' range back and
-# redirects every index to a dummy row where one is out of range, so its instructions depend on the values
-STEP_KINDS: dict[str, str] = {"embedding_dense_backward": "data"}
+# step kind -> how the static replay runs it (replay.STEP_KINDS): embedding_dense_backward's program reads the
+# indices' range back and redirects every index to a dummy row where one is out of range, so its instructions depend
+# on the values ("data"); index_copy's indirect DMA rows' instructions follow from the shapes (the index count and
+# row width), as the index_add step's; the range check's raise is its only branch on values ("tile")
+STEP_KINDS: dict[str, str] = {"embedding_dense_backward": "data", "index_copy": "tile"}
+
+# step kinds whose result is their operand 0 with rows overwritten, that operand read nowhere else in the step: an
+# in-place call's result may be written into that operand's memory, whose copy the runner then skips
+# (executor.Executable._scatters_into, as for a scatter step)
+SCATTERS_INTO = frozenset({"index_copy"})
+
+
+# op -> which of its calls are cut whole
+WHOLE_CALLS: dict[Any, Callable[..., bool]] = {aten.index_copy.default: index_copy_whole}
+
+
+def decompositions(earlier: dict) -> dict[Any, Callable]:
+    """AOTAutograd decompositions (merged into backend's table after the others, which it passes as ``earlier``):
+    the calls cut whole reach the graph (NotImplemented), the others keep PyTorch's decomposition."""
+    from device_impl.compiler.opaque_pads import whole_or
+
+    return {op: whole_or(whole, earlier.get(op)) for op, whole in WHOLE_CALLS.items()}

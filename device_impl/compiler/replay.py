@@ -34,7 +34,8 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
-from device_impl.compiler import factories, opaque_cnn, opaque_indexing, opaque_moments, opaque_products, workers
+from device_impl.compiler import (factories, opaque_cnn, opaque_indexing, opaque_moments, opaque_pads,
+                                  opaque_products, workers)
 from device_impl.compiler.groups import GroupRunner
 from device_impl.compiler.program import Program
 from device_impl.engine.core import NeuronCore
@@ -97,7 +98,9 @@ STEP_KINDS.update(opaque_cnn.STEP_KINDS)  # CNN ops cut whole: the eager kernels
 STEP_KINDS.update(factories.STEP_KINDS)  # float32 linspace cut whole: a GpSimd program of fixed size
 STEP_KINDS.update(opaque_products.STEP_KINDS)  # dot, vdot, addbmm cut whole: TensorE products of fixed sizes
 STEP_KINDS.update(opaque_moments.STEP_KINDS)  # reduced-float moments cut whole: shape-only GpSimd passes
-STEP_KINDS.update(opaque_indexing.STEP_KINDS)  # embedding_dense_backward cut whole: its redirect reads the indices
+# embedding_dense_backward (its redirect reads the indices) and index_copy (shape-only indirect rows) cut whole
+STEP_KINDS.update(opaque_indexing.STEP_KINDS)
+STEP_KINDS.update(opaque_pads.STEP_KINDS)  # padding cut whole: DMA moves and adds of fixed boxes
 
 SCHEDULE_VERSION = 1
 

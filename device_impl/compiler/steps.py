@@ -19,7 +19,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from device_impl.compiler import (counters, factories, gather, lowering, opaque_cnn, opaque_conv, opaque_indexing,
-                                  opaque_moments, opaque_products)
+                                  opaque_moments, opaque_pads, opaque_products)
 from device_impl.compiler.groups import Access2D, GroupRunner, handed_pieces
 from device_impl.compiler.program import Program
 from device_impl.compiler.program import operand_array as _operand_array
@@ -1042,7 +1042,8 @@ RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
 RUNNERS.update(opaque_cnn.RUNNERS)  # CNN ops cut whole (pooling with indices, batch norm)
 RUNNERS.update(opaque_products.RUNNERS)  # dot, vdot, addbmm cut whole
 RUNNERS.update(opaque_moments.RUNNERS)  # bfloat16/float16 var, std, var_mean, std_mean cut whole
-RUNNERS.update(opaque_indexing.RUNNERS)  # embedding_dense_backward cut whole
+RUNNERS.update(opaque_indexing.RUNNERS)  # embedding_dense_backward and index_copy cut whole
+RUNNERS.update(opaque_pads.RUNNERS)  # reflection/replication padding (and reflection's backward) cut whole
 RUNNERS.update(factories.RUNNERS)  # float32 linspace cut whole
 RUNNERS.update(opaque_conv.RUNNERS)  # convolution_backward torch-mlir cannot import, cut whole
 

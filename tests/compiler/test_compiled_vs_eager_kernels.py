@@ -102,11 +102,46 @@ PADS = [
 ]
 
 
+@pytest.fixture
+def pads_decomposed(monkeypatch):
+    """compiler.moves' decompositions of padding, which the calls opaque_pads does not cut whole keep (float64, a
+    call the eager kernel refuses): every call decomposed, as before the cut."""
+    from device_impl.compiler import opaque_pads
+
+    monkeypatch.setattr(opaque_pads, "WHOLE_DTYPES", frozenset())
+    monkeypatch.setattr(opaque_pads, "IM2COL_DTYPES", frozenset())
+
+
+@pytest.mark.parametrize("name,pad,mode,shape", PADS, ids=[c[0] for c in PADS])
+def test_reflect_and_replicate_pads_compile_to_one_step_of_the_eager_kernels_moves(name, pad, mode, shape):
+    """compiler.opaque_pads: a reflection or replication pad is cut whole, one step running the eager kernel's
+    moves (``_Pad.forward_program``: every box of the padded dims' pieces straight from the input), so its device
+    time is the eager kernel's, where moves' one concatenation per padded dim waited for each one's stores (the
+    sweep's 2-d reflect: 1.167 us against 1.090); CPU's bits (NaN and -0.0 included), through the
+    instruction-level run and the static replay."""
+    x = _randn(*shape)
+    x.view(-1)[::7] = -0.0
+    x.view(-1)[3::11] = float("nan")
+
+    def fn(t):
+        return F.pad(t, pad, mode=mode)
+
+    compiled = torch.compile(fn, backend="neuron", dynamic=False)
+    first = compiled(x.to("neuron"))  # at the instruction level, recording the schedule
+    out, compiled_ns, steps = compiled_run(fn, x)  # replayed
+    assert [step["kind"] for step in steps] == ["edge_pad"], [step["kind"] for step in steps]
+    for got in (first, out):
+        assert np.array_equal(_bits(got.cpu()), _bits(fn(x)))
+    _, eager_ns = eager_run(fn, x)
+    assert compiled_ns <= eager_ns, (name, compiled_ns, eager_ns)
+
+
+@pytest.mark.usefixtures("pads_decomposed")
 @pytest.mark.parametrize("name,pad,mode,shape", PADS, ids=[c[0] for c in PADS])
 def test_reflect_and_replicate_pads_compile_to_copies_of_views(name, pad, mode, shape):
-    """compiler.moves: a reflection or replication pad is one concatenation of the input and its (reversed or
-    broadcast) edge slices per padded dim, strided DMA copies, not index tensors and gathers (a 3-d reflection
-    pad: 19.6 us against the eager kernel's 1.2 us), with CPU's bits (NaN and -0.0 included)."""
+    """compiler.moves (the calls not cut whole): a reflection or replication pad is one concatenation of the input
+    and its (reversed or broadcast) edge slices per padded dim, strided DMA copies, not index tensors and gathers (a
+    3-d reflection pad: 19.6 us against the eager kernel's 1.2 us), with CPU's bits (NaN and -0.0 included)."""
     x = _randn(*shape)
     x.view(-1)[::7] = -0.0
     x.view(-1)[3::11] = float("nan")
@@ -133,8 +168,29 @@ IM2COL = [
 
 
 @pytest.mark.parametrize("name,shape,args", IM2COL, ids=[c[0] for c in IM2COL])
+def test_im2col_compiles_to_one_step_of_the_eager_kernels_copies(name, shape, args):
+    """compiler.opaque_pads: im2col is cut whole, one step running the eager kernel's program (the input padded in
+    scratch, one strided copy per kernel offset: ``kernels.spatial.fold.im2col_program``), so its device time is at
+    most the eager kernel's, where moves' pad step and concatenate step each waited for the last one's stores (the
+    sweep's 2x2 padded case: 1.342 us against 1.217); CPU's bits."""
+    x = _randn(*shape)
+    x.view(-1)[::5] = -0.0
+    x.view(-1)[2::13] = float("nan")
+
+    def fn(t):
+        return torch.ops.aten.im2col(t, args["kernel_size"], args["dilation"], args["padding"], args["stride"])
+
+    out, compiled_ns, steps = compiled_run(fn, x)
+    assert [step["kind"] for step in steps] == ["im2col"], [step["kind"] for step in steps]
+    assert np.array_equal(_bits(out.cpu()), _bits(fn(x)))
+    _, eager_ns = eager_run(fn, x)
+    assert compiled_ns <= eager_ns, (name, compiled_ns, eager_ns)
+
+
+@pytest.mark.usefixtures("pads_decomposed")
+@pytest.mark.parametrize("name,shape,args", IM2COL, ids=[c[0] for c in IM2COL])
 def test_im2col_compiles_to_window_copies(name, shape, args):
-    """compiler.moves: im2col is each kernel offset's strided window of the (zero-padded) input, stacked, not index
+    """compiler.moves (the calls not cut whole): im2col is each kernel offset's strided window of the (zero-padded) input, stacked, not index
     tensors and a gather (the sweep's 2x2 padded case: 9.9 us against the eager kernel's 1.2 us); CPU's bits."""
     x = _randn(*shape)
     x.view(-1)[::5] = -0.0

@@ -208,18 +208,23 @@ class _Pad:
     def compute(self, out: torch.Tensor, x: torch.Tensor, padding) -> None:
         if out.numel() == 0:
             return
-        pads = self.pads(padding)
-        dims = list(range(x.dim() - self.n, x.dim()))
-        per_dim = [_pad_pieces(x.shape[d], pl, pr, self.mode) for d, (pl, pr) in zip(dims, pads)]
-        dst, src = hbm(out), hbm(x)
         with launch(self.name, out.device.index) as nc:
-            for combo in itertools.product(*per_dim):
-                di = [slice(None)] * x.dim()
-                si = [slice(None)] * x.dim()
-                for d, (o0, o1, piece) in zip(dims, combo):
-                    di[d] = slice(o0, o1)
-                    si[d] = _src_index(piece)
-                _move(nc, dst[tuple(di)], src[tuple(si)])
+            self.forward_program(nc, hbm(out), hbm(x), self.pads(padding))
+
+    def forward_program(self, nc, out: np.ndarray, x: np.ndarray, pads: list[tuple[int, int]]) -> None:
+        """The forward's tile program on HBM arrays, inside a launch: one DMA move per box of the padded dims'
+        pieces, each straight from the input. The eager kernel and the compiler's ``pad`` step
+        (compiler/opaque_pads.py) both run it, so a compiled pad is one step of these moves, not one
+        concatenation per padded dim, each waiting for the last one's stores."""
+        dims = list(range(x.ndim - self.n, x.ndim))
+        per_dim = [_pad_pieces(x.shape[d], pl, pr, self.mode) for d, (pl, pr) in zip(dims, pads)]
+        for combo in itertools.product(*per_dim):
+            di = [slice(None)] * x.ndim
+            si = [slice(None)] * x.ndim
+            for d, (o0, o1, piece) in zip(dims, combo):
+                di[d] = slice(o0, o1)
+                si[d] = _src_index(piece)
+            _move(nc, out[tuple(di)], x[tuple(si)])
 
     def functional(self, x, padding):
         shape = self.meta(x, padding)

@@ -8,6 +8,7 @@ add); the interior is then cast into the output.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from device_impl.dispatch.table import TABLE
@@ -53,20 +54,26 @@ def _im2col_compute(out, x, kernel_size, dilation, padding, stride):
     dh, dw = (int(v) for v in dilation)
     ph, pw = (int(v) for v in padding)
     sh, sw = (int(v) for v in stride)
-    x_v = hbm(x)
-    out_v = hbm(out)
-    if x.dim() == 3:
+    with launch("im2col", x.device.index) as nc:
+        im2col_program(nc, _Scratch(x.device), hbm(out), hbm(x), (kh, kw), (dh, dw), (ph, pw), (sh, sw))
+
+
+def im2col_program(nc, scratch, out_v: np.ndarray, x_v: np.ndarray, kernel_size, dilation, padding, stride) -> None:
+    """im2col's tile program on HBM views (inside a launch): the input zero-padded in ``scratch`` (an object with
+    ``new(shape, dtype)``), then one strided HBM->HBM copy per kernel offset. The eager kernel and the compiler's
+    ``im2col`` step (compiler/opaque_pads.py) both run it."""
+    (kh, kw), (dh, dw), (ph, pw), (sh, sw) = kernel_size, dilation, padding, stride
+    if x_v.ndim == 3:
         x_v, out_v = x_v[None], out_v[None]
     _, c, h, w = x_v.shape
     oh = (h + 2 * ph - (dh * (kh - 1) + 1)) // sh + 1
     ow = (w + 2 * pw - (dw * (kw - 1) + 1)) // sw + 1
     cols = _split(_split(out_v, 2, (oh, ow)), 1, (c, kh, kw))  # [N, C, KH, KW, OH, OW]
-    with launch("im2col", x.device.index) as nc:
-        xp = _pad(nc, _Scratch(x.device), x_v, [ph, pw], [ph, pw], False if x.dtype == torch.bool else 0)
-        for a in range(kh):
-            for b in range(kw):
-                win = _window(xp, 2, (a * dh, b * dw), (0, 0), (oh, ow), (sh, sw))
-                nc.dma.hbm_copy(cols[:, :, a, b], win)
+    xp = _pad(nc, scratch, x_v, [ph, pw], [ph, pw], False if x_v.dtype == np.bool_ else 0)
+    for a in range(kh):
+        for b in range(kw):
+            win = _window(xp, 2, (a * dh, b * dw), (0, 0), (oh, ow), (sh, sw))
+            nc.dma.hbm_copy(cols[:, :, a, b], win)
 
 
 def _col2im_compute(out, cols_t, output_size, kernel_size, dilation, padding, stride):
