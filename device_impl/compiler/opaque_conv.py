@@ -94,3 +94,7 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
 RUNNERS: dict[str, Callable] = {
     "convolution_backward": _run_convolution_backward,
 }
+
+# step kind -> how the static replay runs it (replay.STEP_KINDS): the eager backward's tile program, whose instructions
+# follow from the shapes and the step's static attributes (its ``skips``, CPU's answer asked when the call was cut)
+STEP_KINDS: dict[str, str] = {kind: "tile" for kind in RUNNERS}

@@ -38,7 +38,11 @@ _NARROW = (torch.bfloat16, torch.float16)
 # the mean's Welford NaN rule (a non-finite count) to the guarded passes and lost to the kernel's program there at
 # every shape measured; it won for one element per row (var_mean of [5, 1, 2, 513] along dim 1: 34.4 us against
 # the kernel's 47.9) and for rows of 4096 (8 of them: 10.0 against 14.4)
-_WITH_MEAN = (torch.float32,)
+# ... but not now: the eager kernel's float32 passes overflow where CPU's double Welford stays finite (std_mean of
+# rows [3e38, 3e38, -3e38, 2e38]: inf where CPU gives 2.87e38, and the mean inf where CPU gives 1.25e38), which
+# numerics' guarded forms do not; tests/compiler/test_compiled_eager_parity.py::test_moments_follow_cpu_double_
+# accumulation_and_welford. Until that kernel follows CPU there, float32 keeps numerics' forms.
+_WITH_MEAN: tuple[torch.dtype, ...] = ()
 _WITH_MEAN_COUNTS = (2, 2048)
 
 # FX target -> (takes the square root, returns the mean too)

@@ -34,7 +34,7 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
-from device_impl.compiler import (factories, opaque_cnn, opaque_indexing, opaque_moments, opaque_pads,
+from device_impl.compiler import (factories, opaque_cnn, opaque_conv, opaque_indexing, opaque_moments, opaque_pads,
                                   opaque_products, workers)
 from device_impl.compiler.groups import GroupRunner
 from device_impl.compiler.program import Program
@@ -101,6 +101,7 @@ STEP_KINDS.update(opaque_moments.STEP_KINDS)  # reduced-float moments cut whole:
 # embedding_dense_backward (its redirect reads the indices) and index_copy (shape-only indirect rows) cut whole
 STEP_KINDS.update(opaque_indexing.STEP_KINDS)
 STEP_KINDS.update(opaque_pads.STEP_KINDS)  # padding cut whole: DMA moves and adds of fixed boxes
+STEP_KINDS.update(opaque_conv.STEP_KINDS)  # convolution_backward torch-mlir cannot import: its tile program
 
 SCHEDULE_VERSION = 1
 
