@@ -1150,3 +1150,20 @@ def test_var_std_out_of_a_narrower_float_reduce_in_its_dtype(fn, out_dtype):
     out_dtype check)."""
     x = values((5, 5, 5), torch.float32)
     check(lambda t: fn(t, 1, out=torch.empty(0, dtype=out_dtype, device=t.device)), x, tol=(0.0, 0.0))
+
+
+@pytest.mark.parametrize("op", [torch.var, torch.std, torch.var_mean, torch.std_mean], ids=lambda f: f.__name__)
+def test_float32_moments_are_cpus_double_welford(op):
+    """CPU computes float32 var/std (and the mean beside them) as Welford in double, rounded once: rows near the top
+    of the range stay finite (std_mean of [3e38, 3e38, -3e38, 2e38]: 2.87e38, mean 1.25e38, where float32 sums
+    overflow), and the mean turns NaN after an infinity unless it is the last element. The device's float32 passes
+    gave inf there."""
+    inf = float("inf")
+    extreme = torch.tensor([[3e38, 3e38, -3e38, 2e38], [1.0, inf, 2.0, 3.0], [1.0, 2.0, 3.0, inf],
+                            [1.0, 2.0, 4.0, 8.0]])
+    ordinary = torch.randn(64, 513, generator=torch.Generator().manual_seed(7)) * 3 + 1
+    for x, dim in ((extreme, 1), (ordinary, 1), (ordinary, (0, 1)), (ordinary, 0)):
+        want, got = op(x, dim=dim), op(x.to("neuron"), dim=dim)
+        for w, g in zip(want if isinstance(want, tuple) else (want,), got if isinstance(got, tuple) else (got,)):
+            # CPU's order of combining partial Welford states follows its loop over the reduced dims: within tolerance
+            torch.testing.assert_close(g.cpu(), w, equal_nan=True, rtol=1.3e-6, atol=1e-5)

@@ -158,8 +158,9 @@ def _var_kernel(name: str, x: torch.Tensor, dims: tuple[int, ...], correction: f
 def var_program(nc, x: np.ndarray, dims: tuple[int, ...], divisor: float, take_sqrt: bool, var_out: np.ndarray,
                 mean_out: np.ndarray | None) -> None:
     """var/std (and the mean beside them) of HBM view ``x`` over ``dims`` into the outputs' views (keepdim's or
-    not): float32 by ``_two_pass`` (compensated; Welford's NaN rule patched into the mean), bfloat16/float16 as CPU's
-    double Welford (``_var_rows64``). The eager kernels and the compiler's ``moments`` step
+    not): every dtype as CPU's double Welford (``_var_rows64``; WelfordOps<scalar_t, double> for float32 too: the
+    float32 two-pass form this replaced overflowed where CPU stays finite, std_mean of [3e38, 3e38, -3e38, 2e38] inf
+    against 2.87e38, and differed from CPU's bits in 23 of 34 ordinary results). The eager kernels and the compiler's ``moments`` step
     (compiler/opaque_moments.py) both run it."""
     n = math.prod(x.shape[d] for d in dims)
     outs = [var_out] + ([mean_out] if mean_out is not None else [])
@@ -190,12 +191,7 @@ def var_program(nc, x: np.ndarray, dims: tuple[int, ...], divisor: float, take_s
         for v in g.k:
             _fill(nc, v, np.nan, FP32)
         return
-    if x.dtype.itemsize == 2:  # bfloat16/float16
-        _var_rows64(nc, g, n, divisor, take_sqrt)
-    else:
-        _two_pass(nc, g, _Spec("add", FP32), between, "square", emit, centre=n)
-        if mean_out is not None:
-            _welford_nan(nc, g)
+    _var_rows64(nc, g, n, divisor, take_sqrt)
 
 
 def _welford_finite_mean(bad: np.ndarray, inf_last: np.ndarray) -> np.ndarray:
