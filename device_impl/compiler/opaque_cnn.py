@@ -327,6 +327,18 @@ def _run_group_norm(step: dict, program: Any) -> Callable:
 
 # -- average pooling (reduced floats), its backward, adaptive pooling -----------------------------------------
 
+def _avg_options(a: dict, nsp: int, x: torch.Tensor) -> dict | None:
+    """An average pooling call's window options (``_pool_options``, no dilation) with its count_include_pad and
+    divisor_override, or None where the eager kernel does not take them (a divisor that is not an int)."""
+    divisor = a["divisor_override"]
+    if divisor is not None and not isinstance(divisor, int):
+        return None
+    options = _pool_options({**a, "dilation": 1}, nsp, x)
+    if options is not None:
+        options.update(include=bool(a["count_include_pad"]), divisor=divisor)
+    return options
+
+
 def _avg_pool(nsp: int) -> Callable:
     def describe(node: torch.fx.Node) -> Any:
         """``avg_pool{nsp}d`` of a bfloat16/float16 tensor: operand (self), result out. Widened to float32
@@ -339,15 +351,11 @@ def _avg_pool(nsp: int) -> Callable:
         x, out = _meta(a["self"]), _meta(node)
         if x is None or out is None or x.dtype not in _REDUCED or out.dtype != x.dtype or x.numel() == 0:
             return None
-        divisor = a["divisor_override"]
-        if divisor is not None and not isinstance(divisor, int):
-            return None
-        options = _pool_options({**a, "dilation": 1}, nsp, x)
+        options = _avg_options(a, nsp, x)
         if options is None or all(k == 1 for k in options["kernel"]):
             # a window of one element is element for element: compiler/fold.py makes it one fused op, cheaper
             # than the eager kernel's window program (avg_pool2d(x, 1, 1) of [2, 1, 4, 7]: 1.21 us against 1.27)
             return None
-        options.update(include=bool(a["count_include_pad"]), divisor=divisor)
         return [a["self"]], {0: 0}, options
 
     return describe
@@ -378,13 +386,9 @@ def _avg_pool_backward(nsp: int) -> Callable:
         if g is None or x is None or g.dtype not in _FLOATS or x.dtype != g.dtype or x.numel() == 0 \
                 or (nsp == 3 and x.dtype != torch.float32):  # CPU's avg_pool3d backward: float32 only here
             return None
-        divisor = a["divisor_override"]
-        if divisor is not None and not isinstance(divisor, int):
-            return None
-        options = _pool_options({**a, "dilation": 1}, nsp, x)
+        options = _avg_options(a, nsp, x)
         if options is None:
             return None
-        options.update(include=bool(a["count_include_pad"]), divisor=divisor)
         return [a["grad_output"]], {0: 0}, options
 
     return describe
