@@ -160,32 +160,11 @@ def var_program(nc, x: np.ndarray, dims: tuple[int, ...], divisor: float, take_s
     """var/std (and the mean beside them) of HBM view ``x`` over ``dims`` into the outputs' views (keepdim's or
     not): every dtype as CPU's double Welford (``_var_rows64``; WelfordOps<scalar_t, double> for float32 too: the
     float32 two-pass form this replaced overflowed where CPU stays finite, std_mean of [3e38, 3e38, -3e38, 2e38] inf
-    against 2.87e38, and differed from CPU's bits in 23 of 34 ordinary results). The eager kernels and the compiler's ``moments`` step
-    (compiler/opaque_moments.py) both run it."""
+    against 2.87e38, and differed from CPU's bits in 23 of 34 ordinary results). The eager kernels and the
+    compiler's ``moments`` step (compiler/opaque_moments.py) both run it."""
     n = math.prod(x.shape[d] for d in dims)
     outs = [var_out] + ([mean_out] if mean_out is not None else [])
     g = _rows_of_views(x, dims, outs)
-
-    def between(nc, total):
-        mean = nc.sbuf_tile(total.shape, FP32)
-        nc.vector.tensor_scalar(mean, total, "divide", float(n), dtype=FP32)
-        return mean
-
-    def emit(nc, mean, m2, views):
-        mark = nc.mark()
-        res = nc.sbuf_tile(m2.shape, views[0].dtype)
-        if take_sqrt:
-            v = nc.sbuf_tile(m2.shape, FP32)
-            nc.vector.tensor_scalar(v, m2, "divide", divisor, dtype=FP32)
-            nc.scalar.activation(res, v, "sqrt")
-        else:
-            nc.vector.tensor_scalar(res, m2, "divide", divisor, dtype=FP32)
-        nc.dma.store(views[0], res)
-        if len(views) > 1:
-            m = nc.sbuf_tile(mean.shape, views[1].dtype)
-            nc.vector.tensor_copy(m, mean)
-            nc.dma.store(views[1], m)
-        nc.release_to(mark)
 
     if n == 0:
         for v in g.k:
@@ -243,34 +222,6 @@ def _var_rows64(nc, g: _Grid, n: int, divisor: float, take_sqrt: bool) -> None:
             out = nc.sbuf_tile((p, 1), view.dtype)
             nc.vector.tensor_copy(out, t)
             nc.dma.store(view, out)
-        nc.release_to(mark)
-
-
-def _welford_nan(nc, g: _Grid) -> None:
-    """var_mean/std_mean's float32 mean as CPU's Welford gives it for rows with infinities: its running mean
-    turns NaN at the first element after an infinity (x - inf, or inf - inf), so only a row whose one
-    non-finite element is its last keeps an infinite mean (the rule of ``_var_rows64``; sum / n is inf).
-    A GpSimd pass counts each row's non-finite elements and reads its last; the mean is patched in place."""
-    for blk in _blocks(nc, g, [g.kr[0]]):
-        p = blk.p
-        mark = nc.mark()
-        stats = nc.sbuf_tile((p, 2), FP32)
-        for j, (_, (t,)) in enumerate(blk.each(0)):
-            def program(o, x, *earlier, first=j == 0):
-                o[:, 0:1] = (~np.isfinite(x)).sum(axis=1, keepdims=True) + (0.0 if first else earlier[0][:, 0:1])
-                o[:, 1:2] = np.isinf(x[:, -1:])
-
-            nc.gpsimd.run("var_mean_stats", program, (stats,), (t,) + (() if j == 0 else (stats,)),
-                          elements=t.data.size)
-        view = _at(g.k[1], blk.rsl)
-        mean = nc.sbuf_tile((p, 1), view.dtype)
-        nc.dma.load(mean, view)
-
-        def patch(o, m, st):
-            o[...] = np.where(_welford_finite_mean(st[:, 0:1], st[:, 1:2]), m, np.nan)
-
-        nc.gpsimd.run("var_mean_nan", patch, (mean,), (mean, stats), elements=p)
-        nc.dma.store(view, mean)
         nc.release_to(mark)
 
 
