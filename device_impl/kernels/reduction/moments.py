@@ -1,13 +1,12 @@
-"""Two-pass row reductions: var, std, var_mean, std_mean, logsumexp; and the row moments the
-normalisation layers share.
+"""Row reductions: var, std, var_mean, std_mean (CPU's double Welford, ``_var_rows64``), logsumexp;
+and the row moments the normalisation layers share.
 
-``_two_pass`` tiles as ``sums`` does (rows: K on partitions, R along the free axis, row blocks
-resident in SBUF between the passes when they fit; flat: few long outputs as ``[128, F]``
-pieces, kept in SBUF when they fit). A first one-pass reduction (the sum for var, the max for
-logsumexp) gives a per-row shift; the second pass sums func(x - shift) fused on ScalarE
-(``activation(..., bias=-shift, accumulate=)``). var/std take the squares about the first mean
-and compensate its rounding with the sum of x - mean (``_centre``); logsumexp subtracts the row
-maximum (0 where it is infinite) and adds it back after the log.
+``_two_pass`` (logsumexp) tiles as ``sums`` does (rows: K on partitions, R along the free axis, row
+blocks resident in SBUF between the passes when they fit; flat: few long outputs as ``[128, F]``
+pieces, kept in SBUF when they fit). A first one-pass reduction (the max) gives a per-row shift;
+the second pass sums func(x - shift) fused on ScalarE (``activation(..., bias=-shift,
+accumulate=)``): logsumexp subtracts the row maximum (0 where it is infinite) and adds it back
+after the log.
 
 ``_moments`` and ``_rstd``: the per-row mean and centred sum of squares of a row block (the same
 compensated two passes) and 1 / sqrt(var + eps), for layer_norm, group_norm and batch_norm.
@@ -34,7 +33,7 @@ from device_impl.kernels.reduction.tiles import (
 from device_impl.kernels.reduction.sums import _Spec, _flat_partials, _use_flat
 
 
-# --- two-pass row reductions: var, std, var_mean, std_mean, logsumexp ---------------------------
+# --- row reductions: var, std, var_mean, std_mean (double Welford), logsumexp (two passes) -----------
 
 def _rows_of(x: torch.Tensor, dims: tuple[int, ...], outs: Sequence[torch.Tensor]) -> _Grid:
     return _rows_of_views(hbm(x), dims, [hbm(o) for o in outs])
@@ -50,12 +49,10 @@ def _rows_of_views(xv: np.ndarray, dims: tuple[int, ...], outs: Sequence[np.ndar
                  k=[_kept_view(o, dims, nd) for o in outs])
 
 
-def _two_pass(nc, g: _Grid, first: _Spec, between: Callable, func: str, emit: Callable,
-              centre: int | None = None) -> None:
+def _two_pass(nc, g: _Grid, first: _Spec, between: Callable, func: str, emit: Callable) -> None:
     """Per output: s = between(first reduction) ([p, 1] fp32, the shift), then the sum of func(x - s)
-    fused on ScalarE; emit(nc, shift, total, out views) writes the results. ``centre=n`` (variance:
-    s a mean of n elements, func "square"): the second pass also sums x - s and compensates both
-    (``_centre``) before emit."""
+    fused on ScalarE; emit(nc, shift, total, out views) writes the results (logsumexp: the row maximum,
+    then the sum of exp(x - max))."""
     X = g.kr[0]
     if _use_flat(g):
         for r in np.ndindex(*g.kshape):
@@ -89,15 +86,6 @@ def _two_pass(nc, g: _Grid, first: _Spec, between: Callable, func: str, emit: Ca
             _flat_partials(nc, xr, acc2, second, "add", FP32, tiles)
             total2 = nc.sbuf_tile((1, 1), FP32)
             nc.gpsimd.partition_reduce(total2, acc2, "add", dtype=FP32)
-            if centre is not None:
-                acc1 = _memset(nc, (P, 1), FP32, 0.0)
-                _flat_partials(nc, xr, acc1, lambda nc_, t, dst: second(nc_, t, dst, "identity"), "add", FP32,
-                               tiles)
-                total1 = nc.sbuf_tile((1, 1), FP32)
-                nc.gpsimd.partition_reduce(total1, acc1, "add", dtype=FP32)
-                _centre(nc, shift, total2, total1, centre)
-                nc.release(total1)
-                nc.release(acc1)
             emit(nc, shift, total2, [_at(o, sl) for o in g.k])
             for t in (total2, acc2, bias, neg, shift, total, acc):
                 nc.release(t)
@@ -119,23 +107,16 @@ def _two_pass(nc, g: _Grid, first: _Spec, between: Callable, func: str, emit: Ca
         neg = _row_scalar(nc, p)
         nc.vector.tensor_scalar(neg, shift, "multiply", -1.0, dtype=FP32)
         acc2 = _row_scalar(nc, p)
-        acc1 = _row_scalar(nc, p) if centre is not None else None
         for j, (_, (t,)) in enumerate(blk.each(0)):
             scratch = nc.sbuf_tile(t.shape, FP32)
-            for dst, fn in ((acc2, func), (acc1, "identity")):
-                if dst is None:
-                    continue
-                if j == 0:
-                    nc.scalar.activation(scratch, t, fn, bias=neg, accumulate=dst)
-                else:
-                    part = _row_scalar(nc, p)
-                    nc.scalar.activation(scratch, t, fn, bias=neg, accumulate=part)
-                    _combine(nc, dst, part, "add", FP32)
-                    nc.release(part)
+            if j == 0:
+                nc.scalar.activation(scratch, t, func, bias=neg, accumulate=acc2)
+            else:
+                part = _row_scalar(nc, p)
+                nc.scalar.activation(scratch, t, func, bias=neg, accumulate=part)
+                _combine(nc, acc2, part, "add", FP32)
+                nc.release(part)
             nc.release(scratch)
-        if acc1 is not None:
-            _centre(nc, shift, acc2, acc1, centre)
-            nc.release(acc1)
         emit(nc, shift, acc2, [_at(o, blk.rsl) for o in g.k])
         for t in (acc2, neg, shift, acc):
             nc.release(t)
@@ -344,7 +325,7 @@ def _logsumexp_out(a: dict) -> torch.Tensor:
     return _logsumexp(a, a["out"])
 
 
-# --- row moments of a block: var's compensation, the normalisation layers' statistics ---------------
+# --- row moments of a block: the normalisation layers' statistics ---------------------------------
 
 def _moments(nc, blk: _Block, n: int, which: int = 0) -> tuple[Tile, Tile]:
     """Row means of x and sums of (x - mean)^2 over a block of rows of n elements ([p, 1] fp32 each).
