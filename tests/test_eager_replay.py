@@ -249,7 +249,7 @@ def test_integer_division_by_zero_still_raises_when_replayed():
 
 
 def test_the_cache_is_bounded(monkeypatch):
-    monkeypatch.setattr(replay, "MAX_SIGNATURES", 8)
+    monkeypatch.setattr(replay._figures, "limit", 8)
     replay.reset()
     for n in range(1, 20):
         torch.exp(torch.ones(n, device=DEV))

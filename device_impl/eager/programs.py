@@ -28,6 +28,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 import torch
 
+from device_impl.bounded import BoundedDict
 from device_impl.eager import chain as chains
 from device_impl.eager import fusion
 from device_impl.eager.capture import EAGER_RUNNERS, MatmulStep, ReduceStep, RowKernelStep, Step, row_shape
@@ -135,16 +136,14 @@ def _product_shape(step: MatmulStep) -> tuple[int, int, int]:
     return shape if step.plan.batched else (1,) + shape
 
 
-_CACHE: dict[tuple, Program] = {}
 CACHE_LIMIT = 4096  # programs kept; the oldest is dropped first (a workload of ever-new shapes stays bounded)
+_CACHE: BoundedDict = BoundedDict(CACHE_LIMIT)
 
 
 def program_for(group: Group, prepared: Sequence[Any]) -> Program:
     key = signature(group)
     program = _CACHE.get(key)
     if program is None:
-        if len(_CACHE) >= CACHE_LIMIT:
-            del _CACHE[next(iter(_CACHE))]
         program = _CACHE[key] = _plan(group, prepared)
         STATS.programs_cached += 1
     else:
@@ -261,7 +260,7 @@ def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store, l
         # the loads and stores run_region issued: a replay moves those bytes without issuing them
         chain = program.chain
         transfers = len(tiles) * (sum(sum(loads) for loads in chain.loads) + sum(store))
-        _keep(_FIGURES, key, (measured(nc, transfers), chains.in_place(chain, prepared, single)))
+        _FIGURES[key] = (measured(nc, transfers), chains.in_place(chain, prepared, single))
 
 
 # --- replayed fused launches -------------------------------------------------------------------------
@@ -275,17 +274,9 @@ def _run_elementwise(program: Program, steps: Sequence[Step], prepared, store, l
 # step's result that only its store reads straight into its output's HBM view (chain.run_region): the same
 # arithmetic on the same values, fewer host arrays and copies.
 
-_FIGURES: dict[tuple, Any] = {}
-_REFUSED: dict[tuple, None] = {}
-FIGURES_LIMIT = 4096
-
-
-def _keep(store: dict, key: tuple, value: Any) -> None:
-    """``store[key] = value``, the oldest entry dropped first once ``store`` holds FIGURES_LIMIT (the kept
-    recordings and refusals of every replay below are bounded alike)."""
-    if len(store) >= FIGURES_LIMIT:
-        del store[next(iter(store))]
-    store[key] = value
+FIGURES_LIMIT = 4096  # the kept recordings and refusals of every replay below, each store bounded alike
+_FIGURES: BoundedDict = BoundedDict(FIGURES_LIMIT)
+_REFUSED: BoundedDict = BoundedDict(FIGURES_LIMIT)
 
 
 def _replay_key(program: Program, steps: Sequence[Step], prepared, store, layout: Any = None) -> tuple | None:
@@ -318,7 +309,7 @@ class _LayoutToken:
     __slots__ = ()
 
 
-_LAYOUTS: dict[tuple, _LayoutToken] = {}
+_LAYOUTS: BoundedDict = BoundedDict(FIGURES_LIMIT)  # key -> _LayoutToken
 
 
 def _layout_token(program: Program, prepared) -> _LayoutToken:
@@ -335,7 +326,7 @@ def _layout_token(program: Program, prepared) -> _LayoutToken:
     token = _LAYOUTS.get(key)
     if token is None:
         token = _LayoutToken()
-        _keep(_LAYOUTS, key, token)
+        _LAYOUTS[key] = token
     return token
 
 
@@ -378,7 +369,7 @@ def _replay_elementwise(key: tuple, recorded: tuple, program: Program, steps: Se
         STATS.programs_replayed += 1
         return True
     _FIGURES.pop(key, None)
-    _keep(_REFUSED, key, None)
+    _REFUSED[key] = None
     # What the replay wrote (its stored outputs) against what a rerun reads from HBM (the loaded operands; an
     # earlier step's result is read from its tile, which the rerun computes again before it is read)
     written = [pw.out_view for pw, kept in zip(prepared, store) if kept]
@@ -714,7 +705,7 @@ def _run_product(nc, step: MatmulStep, lhs_tiles: tuple[dict, list] | None = Non
 # recorded ones) reports nothing and the launch runs again at the instruction level, unless it wrote what it
 # reads. Not while tracing (``record_trace``), nor under ``NEURON_STATIC_REPLAY=0``.
 
-_LAUNCHES: dict[tuple, tuple] = {}  # key -> (Figures, the recorded choices)
+_LAUNCHES: BoundedDict = BoundedDict(FIGURES_LIMIT)  # key -> (Figures, the recorded choices)
 
 
 def _layout(t: torch.Tensor | None) -> tuple | None:
@@ -776,7 +767,7 @@ def _run_recorded(name: str, device: int, key: tuple | None, steps: Sequence[Any
             nc.choices = []
         body(nc)
     if key is not None:
-        _keep(_LAUNCHES, key, (measured(nc, 0), tuple(nc.choices)))
+        _LAUNCHES[key] = (measured(nc, 0), tuple(nc.choices))
 
 
 def _row_key(program: Program, steps: Sequence[Any], prepared, store) -> tuple | None:
@@ -851,14 +842,14 @@ def _run_diverted(name: str, key: tuple | None, steps: Sequence[Any], body) -> N
     stand_in = _StandIn()
     body(stand_in)
     if stand_in.core is not None:
-        _keep(_LAUNCHES, key, (measured(stand_in.core, 0), tuple(stand_in.core.choices)))
+        _LAUNCHES[key] = (measured(stand_in.core, 0), tuple(stand_in.core.choices))
 
 
 def _refuse(key: tuple, name: str, steps: Sequence[Any]) -> None:
     """A replay differed from its recording: never replay ``key`` again; raise if the launch cannot be rerun
     (it wrote a tensor it reads)."""
     _LAUNCHES.pop(key, None)
-    _keep(_REFUSED, key, None)
+    _REFUSED[key] = None
     written: list = []
     read: list = []  # what the launch reads from before it (a read of an earlier step's result is recomputed)
     for step in steps:
@@ -880,8 +871,8 @@ def _refuse(key: tuple, name: str, steps: Sequence[Any]) -> None:
 # views (chains.prepare). Counters are replayed as the cached finalize counted them, so stats() reads the
 # same whichever way a flush was planned.
 
-_FLUSHES: dict[tuple, tuple[list, int, int]] = {}
 FLUSH_CACHE_LIMIT = 1024
+_FLUSHES: BoundedDict = BoundedDict(FLUSH_CACHE_LIMIT)  # key -> (template, lookups, splits)
 
 
 def _mark_shared(ready: Sequence[Ready]) -> None:
@@ -934,7 +925,5 @@ def plan_flush(steps: Sequence[Any]) -> list[Ready]:
     template = [(item.group.kind, tuple(index[id(s)] for s in item.group.steps), item.group.key, item.program,
                  item.shared, item.layout, item.run) for item in ready]
     lookups = STATS.cache_hits - before[0] + STATS.programs_cached - before[1]
-    if len(_FLUSHES) >= FLUSH_CACHE_LIMIT:
-        del _FLUSHES[next(iter(_FLUSHES))]
     _FLUSHES[key] = (template, lookups, STATS.splits - before[2])
     return ready

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterable
 
 import torch
 
+from device_impl.bounded import BoundedDict
 from device_impl.dispatch import table
 from device_impl.dispatch.table import HOOKS
 from device_impl.eager import fusion, programs
@@ -286,8 +287,8 @@ class Queue:
 # (``submit``): the flush would run it the same way, after the queue's bookkeeping (capture, flush plan,
 # observability), and its checks and errors are then eager's, at the call. A call whose launch could have
 # fused with what followed only loses that fusion if it ran alone every time before; the bits are eager's.
-_ALONE: dict[tuple, bool] = {}
 ALONE_LIMIT = 4096
+_ALONE: BoundedDict = BoundedDict(ALONE_LIMIT)
 
 
 def _head_key(op: str, out: torch.Tensor, args: dict[str, Any]) -> tuple:
@@ -311,8 +312,6 @@ def _head_key(op: str, out: torch.Tensor, args: dict[str, Any]) -> tuple:
 def _learn(key: tuple, alone: bool) -> None:
     known = _ALONE.get(key)
     if known is None:
-        if len(_ALONE) >= ALONE_LIMIT:
-            del _ALONE[next(iter(_ALONE))]
         _ALONE[key] = alone
     elif known and not alone:
         _ALONE[key] = False

@@ -37,6 +37,7 @@ import torch
 
 from device_impl.engine.core import NeuronCore
 from device_impl.engine.isa import flat_copy, flat_in, flat_out
+from device_impl.bounded import BoundedDict
 from device_impl.engine.memory import Tile
 from device_impl.engine.replay import Figures, measured, one_tile, one_tile_direct, replayed
 from device_impl.runtime.config import static_replay
@@ -45,8 +46,8 @@ MAX_SIGNATURES = 4096
 SMALL_TILE = 4096  # elements: tiles up to this size are fresh arrays in a replay, larger ones pooled
 
 _enabled = [static_replay()]
-_figures: dict[tuple, tuple[Figures, tuple]] = {}  # signature -> (figures, the launch's flat tiles)
-_refused: dict[tuple, None] = {}  # signatures whose instructions depended on the data (bounded alike)
+_figures: BoundedDict = BoundedDict(MAX_SIGNATURES)  # signature -> (figures, the launch's flat tiles)
+_refused: BoundedDict = BoundedDict(MAX_SIGNATURES)  # signatures whose instructions depended on the data
 # replayed: launches run from a recording; recorded: instruction-level launches whose figures were kept;
 # instruction_level: launches with no signature (an emit without a safe key, a trace recorded, replay off);
 # refused: signatures dropped because a replay's instructions were not the recorded ones
@@ -171,10 +172,8 @@ def record(key: tuple, core: NeuronCore, transfers: int, tiles: tuple) -> None:
     DMA loads and stores the tile loop issued itself; ``tiles``: its flat tiles (start, stop, p, f)."""
     if key in _refused:
         return
-    if len(_figures) >= MAX_SIGNATURES:
-        _generation[0] += 1
-        del _figures[next(iter(_figures))]
-    _figures[key] = (measured(core, transfers), tiles)
+    if _figures.put(key, (measured(core, transfers), tiles)):
+        _generation[0] += 1  # the oldest recording was forgotten
     _counts["recorded"] += 1
 
 
@@ -242,8 +241,6 @@ def _refuse(key: tuple, name: str, views: Sequence[np.ndarray | None], out_view:
     instruction-level rerun would read what the replay wrote."""
     _generation[0] += 1
     _figures.pop(key, None)
-    if len(_refused) >= MAX_SIGNATURES:
-        del _refused[next(iter(_refused))]
     _refused[key] = None
     _counts["refused"] += 1
     if any(v is not None and np.may_share_memory(out_view, v) for v in views):

@@ -42,6 +42,7 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
+from device_impl.bounded import BoundedDict
 from device_impl.dispatch.table import HOOKS
 from device_impl.engine.core import _recording
 from device_impl.engine.hbm import view as hbm
@@ -50,6 +51,7 @@ from device_impl.kernels.common import CAPTURE, FREE_MAX, _NARROW_FLOATS, _prepa
     result_type
 
 MAX_PLANS = 1024  # per op, the oldest forgotten first
+_UNSEEN = object()
 
 _Tensor = torch.Tensor
 _generation = replay._generation
@@ -82,7 +84,7 @@ class Plans:
         self.launch = launch
         self.arity = arity
         self.round_scalars = round_scalars
-        self.plans: dict[tuple, _Plan | None] = {}  # None: a key seen once, not yet planned
+        self.plans: BoundedDict = BoundedDict(MAX_PLANS)  # key -> _Plan, or None: a key seen once, not yet planned
         self.served = 0  # calls served from a plan (tests read it)
         self.dtypes: frozenset | None = None  # the dtypes the table passes to the kernel (set by register_family)
         self.functional = functional
@@ -172,12 +174,10 @@ class Plans:
         if key is None:
             return
         plans = self.plans
-        if key not in plans:  # a first sighting only marks the key: a call whose metadata never recurs
-            if len(plans) >= MAX_PLANS:  # (dynamic shapes) pays for its key, not for a plan
-                del plans[next(iter(plans))]
-            plans[key] = None
+        known = plans.get(key, _UNSEEN)  # (one read: another thread may evict the key between two)
+        if known is _UNSEEN:  # a first sighting only marks the key: a call whose metadata never recurs
+            plans[key] = None  # (dynamic shapes) pays for its key, not for a plan
             return
-        known = plans[key]
         if known is not None and known.generation == _generation[0]:
             return
         out = result if self.functional else kwargs["out"]
