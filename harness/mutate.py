@@ -1405,6 +1405,18 @@ def score(outcomes: Iterable[Outcome]) -> dict[str, dict[str, int]]:
     return table_
 
 
+def source_cut(store: Store, run_id: int) -> str:
+    """What cut op-suite run ``run_id`` short, in words ("ran 48 of 2,104 tests (interrupted)"), or "" where it ran
+    every test it selected (or, stored before runs said, where nothing says otherwise)."""
+    rows = store.query("SELECT tests_collected, tests_run, stopped FROM runs WHERE id = ?", (run_id,))
+    if not rows:
+        return ""
+    collected, ran, stopped = rows[0]["tests_collected"], rows[0]["tests_run"], rows[0]["stopped"]
+    if collected is None or ran is None or ran >= collected:
+        return ""
+    return f"ran {ran:,} of {collected:,} tests" + (f" ({stopped})" if stopped else "")
+
+
 def main(args: argparse.Namespace) -> int:
     from harness.env import environment
 
@@ -1432,13 +1444,16 @@ def main(args: argparse.Namespace) -> int:
     run_id = store.start_run("mutate", env, "quick")
     started = time.perf_counter()
     outcomes: list[Outcome] = []
+    unreached: set[str] = set()
     for mode in args.modes:
         for n, op in enumerate(ops):
             f = facts(op, cases)
             for mc in classes:
                 outcome = run_mutant(op, mc, f, cases, mode)
                 outcomes.append(outcome)
-                store.add_mutant(run_id, mode, **outcome.to_dict())
+                store.add_mutant(run_id, mode, reached=f.reached, **outcome.to_dict())
+                if not f.reached:
+                    unreached.add(op)
             store.commit()
             sys.stderr.write(f"\r[{n + 1}/{len(ops)}] {op[:50]:50s} {time.perf_counter() - started:7.1f} s")
     sys.stderr.write("\n")
@@ -1454,6 +1469,10 @@ def main(args: argparse.Namespace) -> int:
     total = sum(c["caught"] for c in per_class.values()), sum(c["survived"] for c in per_class.values())
     if sum(total):
         print(f"  {'all':14s} {total[0]:4d} caught {total[1]:4d} survived  score {total[0] / sum(total):.1%}")
+    cut = source_cut(store, source_run)
+    if unreached:
+        print(f"  {len(unreached)} of {len(ops)} kernels reached by no stored case (their mutants count as survivors)"
+              + (f"; the score is not meaningful: op-suite run {source_run} {cut}" if cut else ""))
     for o in outcomes:
         if o.status == "survived":
             print(f"  SURVIVED {o.op} [{o.cls}]: {o.reason}")

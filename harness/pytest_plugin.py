@@ -121,6 +121,22 @@ class Session:
 
 _SESSION: Session | None = None
 
+
+@dataclass
+class Progress:
+    """How far this process's session got, for the run row (``Store.set_progress``/``finish_run``): a run cut by a
+    time budget (``make report`` stops each mode with SIGINT) ran fewer tests than it collected, and the reports
+    must not show its figures as a whole run's. ``collected``: the session's selected tests (an xdist worker
+    collects the whole session's, and runs the share the controller hands it); ``run``: tests this process
+    finished; ``stopped``: why the session ended early, where pytest says (interrupted, or -x/--maxfail's reason)."""
+
+    collected: int | None = None
+    run: int = 0
+    stopped: str | None = None
+
+
+_PROGRESS = Progress()
+
 # How much of op_db test_opinfo.py runs: the default run stays short; the full sweep is also
 # `python -m harness opinfo`.
 OPINFO_DEPTHS: dict[str, dict] = {
@@ -213,8 +229,28 @@ def _start_session(config: pytest.Config) -> Session:
         store = Store(Path(config.getoption("--results")))
         env = environment(device)
         env["shard"] = config.getoption("--shard") or _xdist_part()
+        if env["shard"] and not config.getoption("--shard"):
+            env["shard_by"] = "xdist"  # every part collected the whole session (harness.shards joins them so)
         _SESSION = Session(store, store.start_run("opsuite", env, profile), XFails.load(), device)
+        store.set_progress(_SESSION.run_id, _PROGRESS.run, _PROGRESS.collected)
     return _SESSION
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _PROGRESS.collected = len(session.items)
+
+
+def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
+    _PROGRESS.run += 1
+    if _SESSION is not None:
+        _SESSION.store.set_progress(_SESSION.run_id, _PROGRESS.run, _PROGRESS.collected)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        _PROGRESS.stopped = "interrupted"
+    elif session.shouldstop or session.shouldfail:
+        _PROGRESS.stopped = str(session.shouldstop or session.shouldfail)
 
 
 def _xdist_part() -> str:
@@ -431,6 +467,7 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
 def pytest_unconfigure(config: pytest.Config) -> None:
     global _SESSION
     if _SESSION is not None:
-        _SESSION.store.finish_run(_SESSION.run_id)
+        _SESSION.store.set_progress(_SESSION.run_id, _PROGRESS.run, _PROGRESS.collected)
+        _SESSION.store.finish_run(_SESSION.run_id, _PROGRESS.stopped)
         _SESSION.store.close()
         _SESSION = None

@@ -46,7 +46,8 @@ def select(keys: Iterable[str], shard: Shard | None) -> list[str]:
 
 
 _RUN_COLUMNS = ("started", "finished", "kind", "profile", "torch", "torch_mlir", "python", "neuronsim", "git_sha",
-                "machine", "device", "environment")
+                "machine", "device", "environment", "tests_collected", "tests_run", "stopped")
+_PROGRESS_COLUMNS = ("tests_collected", "tests_run", "stopped")  # how far each part got: not part of the join key
 
 
 def _joined_key(run: tuple) -> tuple | None:
@@ -61,7 +62,8 @@ def _joined_key(run: tuple) -> tuple | None:
         shard = Shard.parse(env.get("shard") or "")
     except ValueError:
         return None
-    return (shard.count, *(fields[c] for c in _RUN_COLUMNS if c not in ("started", "finished", "environment")))
+    return (shard.count, *(fields[c] for c in _RUN_COLUMNS
+                           if c not in ("started", "finished", "environment", *_PROGRESS_COLUMNS)))
 
 
 def _joined_run(parts: list[tuple]) -> tuple:
@@ -72,10 +74,24 @@ def _joined_run(parts: list[tuple]) -> tuple:
     row["started"] = min(f["started"] for f in fields)
     row["finished"] = None if any(f["finished"] is None for f in fields) else max(f["finished"] for f in fields)
     env = json.loads(row["environment"] or "{}")
-    env["joined"] = sorted(json.loads(f["environment"] or "{}").get("shard", "") for f in fields)
+    envs = [json.loads(f["environment"] or "{}") for f in fields]
+    env["joined"] = sorted(e.get("shard", "") for e in envs)
     env["shard"] = ""
     row["environment"] = json.dumps(env)
+    row.update(_joined_progress(fields, all(e.get("shard_by") == "xdist" for e in envs)))
     return tuple(row[c] for c in _RUN_COLUMNS)
+
+
+def _joined_progress(fields: list[dict], xdist: bool) -> dict:
+    """How far the joined sweep got: the tests its parts ran, summed; the tests it selected: ``--shard K/N`` parts
+    each collected their own share (summed), xdist workers each the whole session (the largest count); unknown
+    (None) where a part does not say; stopped: the parts' reasons."""
+    runs, collected = [f["tests_run"] for f in fields], [f["tests_collected"] for f in fields]
+    known = None not in runs and None not in collected
+    stopped = sorted({f["stopped"] for f in fields if f["stopped"]})
+    return {"tests_run": sum(runs) if known else None,
+            "tests_collected": (max(collected) if xdist else sum(collected)) if known else None,
+            "stopped": ", ".join(stopped) or None}
 
 
 def _insert_run(out: Store, row: tuple) -> int:

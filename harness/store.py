@@ -24,7 +24,10 @@ CREATE TABLE IF NOT EXISTS runs (
     kind TEXT NOT NULL,            -- opsuite, cli, opinfo, compat
     profile TEXT,
     torch TEXT, torch_mlir TEXT, python TEXT, neuronsim TEXT, git_sha TEXT, machine TEXT, device TEXT,
-    environment TEXT               -- full JSON
+    environment TEXT,              -- full JSON
+    tests_collected INTEGER,       -- tests the session selected to run (an xdist worker: the whole session's)
+    tests_run INTEGER,             -- tests this process ran to the end (fewer than collected: the run was cut)
+    stopped TEXT                   -- why it ended before its last test: interrupted (a time budget's SIGINT), ...
 );
 CREATE TABLE IF NOT EXISTS results (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -67,14 +70,18 @@ CREATE TABLE IF NOT EXISTS mutants (
     killer TEXT,                   -- the case that caught it (a designed case's id, or drawn:<spec>)
     kind TEXT,                     -- how that case failed (harness.compare.failure_kind)
     cases_run INTEGER, triggered INTEGER, seconds REAL,
-    created TEXT NOT NULL
+    created TEXT NOT NULL,
+    reached INTEGER                -- 1: some stored case reached the kernel; 0: none did (a coverage gap)
 );
 CREATE INDEX IF NOT EXISTS results_run ON results(run_id);
 CREATE INDEX IF NOT EXISTS results_op ON results(op, mode, verdict);
 """
 
 
-_ADDED_COLUMNS = {"called": "TEXT", "cells": "TEXT", "check_name": "TEXT"}  # columns added after the first schema, in order
+# columns added after the first schema, per table, in order
+_ADDED_COLUMNS = {"results": {"called": "TEXT", "cells": "TEXT", "check_name": "TEXT"},
+                  "runs": {"tests_collected": "INTEGER", "tests_run": "INTEGER", "stopped": "TEXT"},
+                  "mutants": {"reached": "INTEGER"}}
 
 
 RESULT_COLUMNS = frozenset({
@@ -110,10 +117,11 @@ class Store:
 
     def _migrate(self) -> None:
         """Add columns that stores written by an older harness lack (SQLite keeps old rows as NULL)."""
-        have = {row[1] for row in self.db.execute("PRAGMA table_info(results)")}
-        for column, kind in _ADDED_COLUMNS.items():
-            if column not in have:
-                self.db.execute(f'ALTER TABLE results ADD COLUMN "{column}" {kind}')
+        for table, added in _ADDED_COLUMNS.items():
+            have = {row[1] for row in self.db.execute(f"PRAGMA table_info({table})")}
+            for column, kind in added.items():
+                if column not in have:
+                    self.db.execute(f'ALTER TABLE {table} ADD COLUMN "{column}" {kind}')
         self.db.commit()
 
     def start_run(self, kind: str, environment: dict[str, str], profile: str | None = None) -> int:
@@ -126,9 +134,20 @@ class Store:
         self.db.commit()
         return int(cur.lastrowid)
 
-    def finish_run(self, run_id: int) -> None:
-        self.db.execute("UPDATE runs SET finished = ? WHERE id = ?", (_now(), run_id))
+    def finish_run(self, run_id: int, stopped: str | None = None) -> None:
+        """Mark the run finished; ``stopped``: why it ended before its last test (None: it ran to the end)."""
+        self.db.execute("UPDATE runs SET finished = ?, stopped = ? WHERE id = ?", (_now(), stopped, run_id))
         self.db.commit()
+
+    def set_progress(self, run_id: int, tests_run: int, tests_collected: int | None = None) -> None:
+        """How many of the run's tests ran to the end (and, once known, how many it selected): a run a time budget
+        cut keeps ``tests_run < tests_collected``, which the reports show beside its figures. Committed with the
+        next test's results or the run's finish."""
+        if tests_collected is None:
+            self.db.execute("UPDATE runs SET tests_run = ? WHERE id = ?", (tests_run, run_id))
+        else:
+            self.db.execute("UPDATE runs SET tests_run = ?, tests_collected = ? WHERE id = ?",
+                            (tests_run, tests_collected, run_id))
 
     def add(self, run_id: int, result, family: str = "") -> None:
         case = result.case
@@ -186,11 +205,13 @@ class Store:
                         (run_id, *fields.values()))
 
     def add_mutant(self, run_id: int, mode: str, op: str, cls: str, status: str, reason: str = "", killer: str = "",
-                   kind: str = "", cases_run: int = 0, triggered: int = 0, seconds: float = 0.0) -> None:
+                   kind: str = "", cases_run: int = 0, triggered: int = 0, seconds: float = 0.0,
+                   reached: bool | None = None) -> None:
+        """``reached``: whether some stored case reached the kernel (None: not said)."""
         self.db.execute("INSERT INTO mutants (run_id, op, class, mode, status, reason, killer, kind, cases_run, "
-                        "triggered, seconds, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        "triggered, seconds, created, reached) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (run_id, op, cls, mode, status, reason or None, killer or None, kind or None, cases_run,
-                         triggered, seconds, _now()))
+                         triggered, seconds, _now(), None if reached is None else int(reached)))
 
     def record_compat(self, tag: str, payload: dict[str, Any]) -> None:
         self.db.execute("INSERT INTO compat (tag, created, payload) VALUES (?, ?, ?)",

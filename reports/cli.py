@@ -57,6 +57,12 @@ def build(store: Path, out: Path, build_dir: Path, traces: list[str] | None = No
             "compat": compat_session}
 
 
+def _cut_words(cut: dict[str, Any]) -> str:
+    """A cut run in words: "run 7 ran 48 of 2,104 tests (interrupted)"."""
+    return (f"run {cut['run']} ran {cut['tests_run']:,} of {cut['tests_collected']:,} tests"
+            + (f" ({cut['stopped']})" if cut["stopped"] else ""))
+
+
 def summary(report: dict[str, Any]) -> list[str]:
     """One screen of text: what the pages say, in numbers."""
     conf, perf, lanes = report["conformance"], report["performance"], report["timeline"]
@@ -66,6 +72,8 @@ def summary(report: dict[str, Any]) -> list[str]:
         lines.append(f"  conformance {mode:9s} run {run}: {totals['pass']} pass, {totals['fail']} fail, "
                      f"{totals['xfail']} xfail, {totals['xpass']} xpass, {totals['skip']} skip "
                      f"({render.percent(totals['rate'])} pass)")
+        if mode in conf["cut"]:
+            lines.append(f"    CUT SHORT: {_cut_words(conf['cut'][mode])}; these figures cover only those tests")
         trend = conf["trends"].get(mode, {})
         if trend.get("previous") is not None:
             lines.append(f"    vs run {trend['previous']}: {render.percent(trend['rate_before'])} -> "
@@ -83,9 +91,15 @@ def summary(report: dict[str, Any]) -> list[str]:
     lines.append(f"  failures listed with reproducers: {conf['failure_count']}")
     if conf.get("mutation"):
         m = conf["mutation"]
-        lines.append(f"  mutation score run {m['run']}: {m['caught']} of {m['judged']} mutants caught "
-                     f"({render.percent(m['score'])}) over {m['ops']} kernels; " +
-                     ", ".join(f"{r['class']} {render.percent(r['score'])}" for r in m["classes"]))
+        if m["meaningful"]:
+            lines.append(f"  mutation score run {m['run']}: {m['caught']} of {m['judged']} mutants caught "
+                         f"({render.percent(m['score'])}) over {m['ops']} kernels; " +
+                         ", ".join(f"{r['class']} {render.percent(r['score'])}" for r in m["classes"]))
+        else:
+            lines.append(f"  mutation score run {m['run']}: not meaningful: {m['unreached_kernels']} kernels reached "
+                         f"by no stored case (op-suite run {_cut_words(m['source_cut'])}); over the reached kernels "
+                         f"{m['reached_caught']} of {m['reached_judged']} caught "
+                         f"({render.percent(m['reached_score'])})")
     if conf["coverage"]:
         cov = conf["coverage"]
         tiers = ", ".join(f"{n} {t}" for t, n in cov["by_tier"].items())

@@ -178,10 +178,23 @@ def trend(current: pd.DataFrame, previous: pd.DataFrame, current_id: int, previo
 
 def mutation(conn) -> dict[str, Any] | None:
     """The mutation score of the latest finished ``python -m harness mutate`` run: per class, how
-    many mutants the op suite caught, how many survived (each with why) and how many a rule excludes."""
+    many mutants the op suite caught, how many survived (each with why) and how many a rule excludes.
+
+    A kernel no stored case reached counts its mutants as survivors (a coverage gap). Where the op-suite run the
+    mutants were judged against was cut short (a time budget), most kernels are unreached for that reason alone,
+    and the score is not meaningful: ``meaningful`` False, with the unreached count and the cut run beside the
+    score over the reached kernels only (``reached_score``)."""
     frame = data.mutants(conn)
     if frame.empty:
         return None
+    reached = frame["reached"] if "reached" in frame else pd.Series([None] * len(frame), index=frame.index)
+    unreached = frame[reached == 0]
+    on_reached = frame[reached == 1]
+    reached_caught = int((on_reached["status"] == "caught").sum())
+    reached_judged = reached_caught + int((on_reached["status"] == "survived").sum())
+    env = data._loads(frame["run_environment"].iloc[0] if "run_environment" in frame else None, {})
+    source = env.get("mutate_source_run") if isinstance(env, dict) else None
+    source_cut = data.cut_short(conn, int(source)) if str(source or "").isdigit() else None
     classes = []
     for cls, group in frame.groupby("class", sort=False):
         counts = {s: int((group["status"] == s).sum()) for s in ("caught", "survived", "excluded")}
@@ -195,7 +208,12 @@ def mutation(conn) -> dict[str, Any] | None:
             "caught": caught, "judged": judged, "score": caught / judged if judged else None,
             "seconds": float(frame["seconds"].sum()), "classes": classes,
             "survivors": survivors.to_dict("records"), "rules": rules.to_dict("records"),
-            "modes": sorted(set(frame["mode"]))}
+            "modes": sorted(set(frame["mode"])),
+            "source_run": int(source) if str(source or "").isdigit() else None, "source_cut": source_cut,
+            "unreached_kernels": int(unreached["op"].nunique()), "unreached_mutants": len(unreached),
+            "reached_caught": reached_caught, "reached_judged": reached_judged,
+            "reached_score": reached_caught / reached_judged if reached_judged else None,
+            "meaningful": source_cut is None}
 
 
 CONTRACT_SOURCES = ("contract", "module")
@@ -260,8 +278,12 @@ def build(conn, coverage_path: Path, junit_dir: Path | None = None) -> dict[str,
         trends[mode] = trend(spec[spec["mode"] == mode], previous if previous is not None else spec.iloc[0:0],
                              run_id, previous_id)
     mode_totals = {mode: _counts(group["verdict"]) for mode, group in spec.groupby("mode")}
+    cut = {mode: data.cut_short(conn, run_id) for mode, run_id in selection.current.items()}
+    cut["OpInfo sweep"] = data.cut_short(conn, selection.opinfo) if selection.opinfo not in selection.current.values() \
+        else None
     return {
         "selection": selection,
+        "cut": {role: c for role, c in cut.items() if c is not None},
         "totals": _counts(spec["verdict"]) if not spec.empty else dict.fromkeys(data.VERDICTS, 0),
         "mode_totals": {m: {**c, "rate": rate(c)} for m, c in mode_totals.items()},
         "matrix": matrix(spec),

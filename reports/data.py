@@ -134,11 +134,26 @@ def mutants(conn: sqlite3.Connection) -> pd.DataFrame:
     """The mutants of the latest finished mutate run (empty when the store has none, or predates them)."""
     has = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'mutants'").fetchone()
     if not has:
-        return pd.DataFrame(columns=["run_id", "op", "class", "mode", "status", "reason", "seconds"])
+        return pd.DataFrame(columns=["run_id", "op", "class", "mode", "status", "reason", "seconds", "reached"])
     return _table(conn, """
-        SELECT m.* FROM mutants m WHERE m.run_id = (
-            SELECT MAX(r.id) FROM runs r WHERE r.kind = 'mutate' AND r.finished IS NOT NULL)
+        SELECT m.*, r.environment AS run_environment FROM mutants m JOIN runs r ON r.id = m.run_id
+        WHERE m.run_id = (SELECT MAX(r2.id) FROM runs r2 WHERE r2.kind = 'mutate' AND r2.finished IS NOT NULL)
         ORDER BY m.id""")
+
+
+def cut_short(conn: sqlite3.Connection, run_id: int | None) -> dict[str, Any] | None:
+    """How run ``run_id`` was cut short, or None where it ran every test it selected (or is too old to say: a
+    store from before runs recorded it). A cut run (``make report``'s time budget stops each mode) holds the
+    cases of the tests it reached only: {"run", "tests_run", "tests_collected", "stopped"}."""
+    if run_id is None:
+        return None
+    have = {row[1] for row in conn.execute("PRAGMA table_info(runs)")}
+    if not {"tests_run", "tests_collected", "stopped"} <= have:
+        return None
+    row = conn.execute("SELECT tests_run, tests_collected, stopped FROM runs WHERE id = ?", (run_id,)).fetchone()
+    if row is None or row[0] is None or row[1] is None or row[0] >= row[1]:
+        return None
+    return {"run": int(run_id), "tests_run": int(row[0]), "tests_collected": int(row[1]), "stopped": row[2] or ""}
 
 
 def load_json(path: Path) -> Any:
