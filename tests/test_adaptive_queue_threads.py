@@ -9,6 +9,7 @@ the queue and runs them. Until that flush has run them, the other thread's reads
 
 from __future__ import annotations
 
+import gc
 import itertools
 import threading
 
@@ -101,3 +102,75 @@ def test_a_read_waits_for_another_threads_flush_of_its_step(monkeypatch, read, s
         assert got.item() == expected[3].item()
     else:
         assert torch.equal(got, expected)
+
+
+def _failing_group(monkeypatch, victim_ids: set[int]) -> None:
+    """A run-time failure of the group holding one of ``victim_ids``'s steps (a stand-in for a device fault in a
+    flush: a step's emit raising), through the queue's own failure path (chain.StepError)."""
+    from device_impl.eager import programs
+    from device_impl.eager.chain import StepError
+
+    real_run, real_shared = programs.run, programs.run_shared
+
+    def check(items):
+        for item in items:
+            for step in item.group.steps:
+                if step.out.untyped_storage()._cdata in victim_ids:
+                    raise StepError(step) from RuntimeError("simulated device fault")
+
+    monkeypatch.setattr(programs, "run", lambda item, stored: (check([item]), real_run(item, stored))[1])
+    monkeypatch.setattr(programs, "run_shared", lambda items, stored: (check(items), real_shared(items, stored))[1])
+
+
+def test_a_failed_flush_surfaces_at_the_owners_read_not_in_the_thread_that_flushed(monkeypatch):
+    """The main thread queues y = x * 3 and z = y + 1; a second thread's flush runs them and the multiply's group
+    fails at run time. The error belongs to the main thread's work: the flushing thread's call returns, and the
+    main thread's reads of y and z (never written) raise it, as does an op taking y; before, the flushing thread
+    raised it and the main thread read y's and z's unwritten memory as results."""
+    eager.forget_alone()
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(next(_SEEDS))).to("neuron")
+    failures: list[BaseException] = []
+
+    def flusher():
+        try:
+            eager.flush()
+        except BaseException as e:  # noqa: BLE001 - the assertion below reports it
+            failures.append(e)
+
+    with eager.mode.thread_eager_mode("adaptive"):
+        y = x * 3
+        z = y + 1
+        assert len(QUEUE.steps) >= 2, "the ops were not queued"
+        _failing_group(monkeypatch, {y.untyped_storage()._cdata})
+        worker = threading.Thread(target=flusher)
+        worker.start()
+        worker.join()
+        assert not failures, f"the flushing thread raised the other thread's error: {failures}"
+        for read in (lambda: y.cpu(), lambda: z.cpu(), lambda: y[3].item(), lambda: torch.neg(y).cpu()):
+            with pytest.raises(RuntimeError, match="simulated device fault"):
+                read()
+        fresh = (x * 2).cpu()  # work not touching the failed outputs runs as ever
+    assert torch.equal(fresh, x.cpu() * 2)
+    del y, z
+    gc.collect()  # the raised errors' frames
+    QUEUE.check_poisoned([])
+    assert not QUEUE.poisoned  # once nothing holds the failed outputs, nothing is kept for them
+
+
+def test_a_failed_flush_of_ones_own_work_raises_there_and_poisons_the_outputs(monkeypatch):
+    """One thread: its flush raises the error as before, and an output the failed flush left unwritten raises it
+    again when read later, instead of reading as a result."""
+    eager.forget_alone()
+    x = torch.randn(4096, generator=torch.Generator().manual_seed(next(_SEEDS))).to("neuron")
+    with eager.mode.thread_eager_mode("adaptive"):
+        y = x * 3
+        z = y + 1
+        _failing_group(monkeypatch, {y.untyped_storage()._cdata})
+        with pytest.raises(RuntimeError, match="simulated device fault"):
+            eager.flush()
+        with pytest.raises(RuntimeError, match="simulated device fault"):
+            z.cpu()
+    del y, z
+    gc.collect()  # the raised errors' frames
+    QUEUE.check_poisoned([])
+    assert not QUEUE.poisoned

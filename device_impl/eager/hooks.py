@@ -86,28 +86,28 @@ def install() -> None:
             compute = _cast_compute if dst.dtype != src.dtype else _copy_compute
             QUEUE.submit("aten::copy_", compute, dst, {"src": src})
             return dst
-        if QUEUE.steps or QUEUE.flushing:  # queued or being flushed by another thread: QUEUE.barrier waits
+        if QUEUE.steps or QUEUE.flushing or QUEUE.poisoned:  # queued, flushed by another thread, or failed
             QUEUE.barrier("copy", "", (dst, src))
         return original["copy_"].call_boxed(keys, dst, src, non_blocking)
 
     def copy_from(keys, src: torch.Tensor, dst: torch.Tensor, non_blocking: bool = False) -> Any:
         if HOOKS.submit is None:
             return original["_copy_from"].call_boxed(keys, src, dst, non_blocking)
-        if QUEUE.steps or QUEUE.flushing:  # queued or being flushed by another thread: QUEUE.barrier waits
+        if QUEUE.steps or QUEUE.flushing or QUEUE.poisoned:  # queued, flushed by another thread, or failed
             QUEUE.barrier("copy", "", (dst, src))
         return original["_copy_from"].call_boxed(keys, src, dst, non_blocking)
 
     def copy_from_and_resize(keys, src: torch.Tensor, dst: torch.Tensor) -> Any:
         if HOOKS.submit is None:
             return original["_copy_from_and_resize"].call_boxed(keys, src, dst)
-        if QUEUE.steps or QUEUE.flushing:  # queued or being flushed by another thread: QUEUE.barrier waits
+        if QUEUE.steps or QUEUE.flushing or QUEUE.poisoned:  # queued, flushed by another thread, or failed
             QUEUE.barrier("copy", "", (dst, src))
         return original["_copy_from_and_resize"].call_boxed(keys, src, dst)
 
     def local_scalar_dense(keys, self: torch.Tensor) -> Any:
         if HOOKS.submit is None:
             return original["_local_scalar_dense"].call_boxed(keys, self)
-        if QUEUE.steps or QUEUE.flushing:
+        if QUEUE.steps or QUEUE.flushing or QUEUE.poisoned:
             QUEUE.barrier("item", "", (self,))
         return original["_local_scalar_dense"].call_boxed(keys, self)
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import sys
 import threading
 import traceback
+import weakref
 from collections import Counter
 from typing import Any, Callable, Iterable
 
@@ -108,6 +109,13 @@ class Queue:
         # share this queue, and one's flush runs the other's steps.
         self.flushing = 0
         self.head: tuple | None = None  # _head_key of the call whose launches head the queue
+        self.owners: list[int] = []  # beside ``steps``: the thread that submitted each (threading.get_ident)
+        # Storages a failed flush left unwritten (the failed step's output and every later step's), by storage id:
+        # (the error, a weak reference to the storage's Python object, which PyTorch keeps while the storage lives,
+        # so an entry never outlives its storage and a later storage at the same address is not taken for it). A
+        # read of one, or a call taking one, raises that error, on whichever thread: two threads share this queue,
+        # and the flush that failed may have been another thread's (``_run``).
+        self.poisoned: dict[int, tuple[BaseException, weakref.ref]] = {}
 
     # --- entering the queue -------------------------------------------------------------------------
 
@@ -145,6 +153,10 @@ class Queue:
                     finally:
                         OUTSIDE.depth -= 1
                     return
+            if self.poisoned:
+                found = [out]
+                _tensors(args, found)
+                self.check_poisoned(found)
             steps = None if OUTSIDE.depth else self._capture(op, compute, out, args)
             if steps is None:
                 self.barrier("unqueueable", op, (out,), args)
@@ -158,6 +170,7 @@ class Queue:
             refs, queued = self.refs, self.steps
             if not queued and len(steps) == 1:
                 self.head = head  # what the next flush learns about (see _ALONE)
+            self.owners.extend([threading.get_ident()] * len(steps))
             for step in steps:
                 queued.append(step)
                 for t in step.tensors():
@@ -181,18 +194,34 @@ class Queue:
     def barrier(self, reason: str, op: str = "", args: Any = None, kwargs: Any = None) -> None:
         """Flush before ``op`` if its tensor arguments touch queued storages (``args=None``: always); first wait
         for a flush another thread is running (it holds the lock), which may be running this thread's steps."""
-        if not self.steps and not self.flushing:
+        if not self.steps and not self.flushing and not self.poisoned:
             return
         with self.lock:
-            if not self.steps:
-                return
+            found: list[torch.Tensor] = []
             if args is not None:
-                found: list[torch.Tensor] = []
                 _tensors(args, found)
                 _tensors(kwargs, found)
-                if not self.depends(found):
-                    return
-            self.flush(reason)
+            if self.steps and (args is None or self.depends(found)):
+                self.flush(reason)
+            if self.poisoned:
+                self.check_poisoned(found)
+
+    def check_poisoned(self, tensors: Iterable[torch.Tensor]) -> None:
+        """Raise the error of the failed flush that left any of ``tensors``' storages unwritten (``poisoned``)."""
+        failed = self._poisoning(tensors)
+        del tensors  # the raised error's frames must not hold the storages (see _run)
+        if failed is not None:
+            raise _again(failed)
+
+    def _poisoning(self, tensors: Iterable[torch.Tensor]) -> BaseException | None:
+        with self.lock:
+            for key in [k for k, (_, storage) in self.poisoned.items() if storage() is None]:
+                del self.poisoned[key]  # freed: nobody can read it
+            for t in tensors:
+                entry = self.poisoned.get(storage_id(t)) if t.numel() else None
+                if entry is not None and entry[1]() is not None:
+                    return entry[0]
+        return None
 
     def flush(self, reason: str) -> None:
         """Run every queued step, in order, fused where the hazards allow."""
@@ -201,6 +230,7 @@ class Queue:
                 return
             self.flushing += 1  # before the steps leave the queue (see __init__)
             steps, self.steps = self.steps, []
+            owners, self.owners = self.owners, []
             refs, self.refs = self.refs, Counter()
             head, self.head = self.head, None
             self.bytes = 0
@@ -208,14 +238,15 @@ class Queue:
             try:
                 if table.ASSERT_NO_CPU:
                     with table._no_cpu_mode(f"adaptive eager flush ({reason})"):
-                        self._run(steps, refs, reason, head)
+                        self._run(steps, refs, reason, head, owners)
                 else:
-                    self._run(steps, refs, reason, head)
+                    self._run(steps, refs, reason, head, owners)
             finally:
                 self.flushing -= 1
                 fusion.forget_views()
 
-    def _run(self, steps: list[AnyStep], refs: Counter[int], reason: str, head: tuple | None = None) -> None:
+    def _run(self, steps: list[AnyStep], refs: Counter[int], reason: str, head: tuple | None = None,
+             owners: list[int] | None = None) -> None:
         if len(steps) == 1:  # nothing to fuse: the step runs as eager runs it, with no grouping bookkeeping
             ready = [programs.Ready(fusion.Group("single", steps), None, [])]
             stored = [[True]]
@@ -224,7 +255,7 @@ class Queue:
             stored = self._observable(ready, refs)
         if head is not None:
             _learn(head, programs.runs_as_eager(ready, 0))
-        failure: tuple[str, BaseException] | None = None
+        failure: tuple[str, BaseException, AnyStep] | None = None
         i = 0
         while i < len(ready):
             end = programs.run_end(ready, i)  # products of one A run in one launch
@@ -236,7 +267,7 @@ class Queue:
                     programs.run(ready[i], stored[i])
             except StepError as failed:
                 STATS.errors += 1
-                failure = (failed.step.op, failed.__cause__)
+                failure = (failed.step.op, failed.__cause__, failed.step)
                 traceback.clear_frames(failed.__traceback__)
                 break
             i = end
@@ -244,12 +275,37 @@ class Queue:
             return
         # Raised outside the handler, with the frames' tensors dropped: the error may live long (a user's
         # handler, a test report) and must not keep the queue's device memory alive.
-        op, cause = failure
+        op, cause, failed_step = failure
+        failure = None  # (it holds the failed step, and with it the step's tensors)
         traceback.clear_frames(cause.__traceback__)
+        # kept while a poisoned output lives, so it holds no frames (nor, through them, the outputs themselves):
+        # never raised itself (each raise is a copy, _again), its cause stripped of traceback and context
+        cause.__traceback__ = cause.__context__ = None
+        error = _named(cause, op, reason)
+        if error is not cause:
+            error.__cause__ = cause
+        # The failed step's output and every later step's (the rest of its group, the groups after it) were never
+        # (or partly) written: poisoned, so whoever reads them, on any thread, gets this error rather than stale
+        # memory. The thread flushing raises it only if some of those steps are its own; another thread's failed
+        # work surfaces at that thread's read of it (as an asynchronous CUDA error surfaces at its owner's next
+        # synchronizing call).
+        me = threading.get_ident()
+        owner_of = {id(step): owner for step, owner in zip(steps, owners or ())}
+        group = ready[i].group.steps
+        unrun = group[next((k for k, step in enumerate(group) if step is failed_step), 0):]
+        unrun += [step for item in ready[i + 1:] for step in item.group.steps]
+        mine = False
+        for step in unrun:
+            storage = step.out.untyped_storage()
+            self.poisoned[storage._cdata] = (error, weakref.ref(storage))
+            mine = mine or owner_of.get(id(step), me) == me
+        del step, storage, group, unrun, failed_step
         steps.clear()
         ready.clear()
         stored.clear()
-        raise _named(cause, op, reason) from cause
+        owner_of.clear()
+        if mine:
+            raise _again(error)
 
     def _observable(self, ready: list[programs.Ready], refs: Counter[int]) -> list[list[bool]]:
         """Per step, whether its output must reach HBM (see the module docstring). A group without a
@@ -320,6 +376,18 @@ def _learn(key: tuple, alone: bool) -> None:
 def forget_alone() -> None:
     """Forget which launches ran alone (tests; ``eager.clear_cache``)."""
     _ALONE.clear()
+
+
+def _again(error: BaseException) -> BaseException:
+    """A fresh exception of ``error``'s class and message, caused by what caused it: a poisoned output's error is
+    raised at every read of it, and one object raised again and again would gather every raise's frames (and the
+    tensors in them)."""
+    try:
+        copy = type(error)(str(error))
+    except Exception:  # noqa: BLE001 - an exception class with a custom constructor
+        return error
+    copy.__cause__ = error.__cause__
+    return copy
 
 
 def _named(error: BaseException, op: str, reason: str) -> BaseException:
