@@ -138,7 +138,7 @@ class Compiled(Mode):
             try:
                 return compiled(*(namespace[n] for n in names))
             finally:
-                _CONTINUATIONS.update((k, v) for k, v in scope.items() if k.startswith("__resume_at_"))
+                _CONTINUATIONS.update((k, v) for k, v in scope.items() if k.startswith(_CARRIED))
 
 
 # Dynamo's graph-break continuations (``__resume_at_<offset>_<n>``), kept across cases. Dynamo caches a
@@ -146,7 +146,11 @@ class Compiled(Mode):
 # (another case of the spec, a fresh globals dict) gets the first compile's continuation, whose function Dynamo
 # installed in the first case's globals only, so the second call raised NameError (add_out/mul_out 0-dim cases;
 # reproduced with backend="eager"). Each case's globals get every continuation made so far, as one module's do.
+# The same holds for the compiled graphs a continuation calls (``__compiled_fn_<n>_<uuid>``): the continuation
+# Dynamo found for a later case of one expression (add_out_sized's 0-dim case, after its drawn cases had compiled
+# the out's resize at other sizes) called a graph that only the first case's globals held (NameError).
 _CONTINUATIONS: dict[str, Any] = {}
+_CARRIED = ("__resume_at_", "__compiled_fn_")
 
 
 def _no_latency(*args: Any, **kwargs: Any) -> float:

@@ -351,6 +351,23 @@ for _name in ("add", "mul", "atan2", "maximum"):
          zero_ties=_BINARY_TIES if _name in _TIE_OPS else "",
          tolerance_reason=" ".join(r for r in (_OUT_REASON, _TIE_SIGN if _name in _TIE_OPS else "",
                                                _EXACT_REASON if _name == "mul" else "") if r))
+# out= tensors of another dtype and already of the result's size: the call's metadata then recurs exactly (an empty
+# out is resized, so its next call is another call), which is what a device may serve from a plan learnt on the first
+# calls (the runner's repeats make the third call one); float32 inputs, their float32 sum or product cast once into a
+# float64, a bfloat16 and a float16 out, and into an empty float16 out that is resized. Each out is compared with CPU's, 0 ULP:
+# a device computing in the out's dtype, or writing its float32 result into out's memory without the cast, differs.
+# Written so every mode runs it: no view or reshape of an out (a resized out takes the inputs' strides, which
+# aot_eager's reshape of it refuses).
+_SIZED_OUT = "torch.empty(torch.broadcast_shapes({{x0}}.shape, {{x1}}.shape), dtype=torch.{dtype}, device={{x0}}.device)"
+for _name in ("add", "mul"):
+    spec(f"{_name}_out_sized", "pointwise",
+         f"(lambda wide, bf16, fp16, resized: (torch.{_name}({{x0}}, {{x1}}, out=wide), wide, "
+         f"torch.{_name}({{x0}}, {{x1}}, out=bf16), bf16, torch.{_name}({{x0}}, {{x1}}, out=fp16), fp16, "
+         f"torch.{_name}({{x0}}, {{x1}}, out=resized), resized))("
+         f"{_SIZED_OUT.format(dtype='float64')}, {_SIZED_OUT.format(dtype='bfloat16')}, "
+         f"{_SIZED_OUT.format(dtype='float16')}, torch.empty(0, dtype=torch.float16, device={{x0}}.device))",
+         custom(lambda data, dtype: binary(second_dtype=dtype)(data, dtype)), ("float32",), max_ulp=_EXACT,
+         tolerance_reason=_EXACT_REASON + "; in each out's dtype, cast once from the float32 result as CPU casts")
 _POW_REASON = ("CPU's bfloat16/float16 pow is not correctly rounded (0.013427734375 ** -1.87890625 = 3290.8, "
                "3296 in bf16; CPU returns 3232): judged against a float64 reference")
 for _name in ("add", "sub", "mul", "eq", "lt", "pow", "remainder", "fmod", "floor_divide", "bitwise_and"):

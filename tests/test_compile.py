@@ -334,6 +334,31 @@ def test_out_dtypes_cpu_refuses_raise_as_in_eager(stats):
     assert torch.equal(torch.get_rng_state(), state)
 
 
+def test_an_out_sized_from_a_symbolic_shape_is_probed_at_the_traced_sizes(stats):
+    """A graph Dynamo traces with dynamic sizes (a second size seen) whose out= tensor is made from its input's
+    shape: parity.out_refusal's probe made CPU zeros of the symbolic sizes, and the compile raised "SymIntArrayRef
+    expected to contain only concrete integers" (the op suite's add_out_sized/mul_out_sized under harness.dynamic).
+    The probe runs at the traced call's sizes; a refused out dtype still raises CPU's error at any size."""
+    def into_float64(x, y):
+        out = torch.empty(torch.broadcast_shapes(x.shape, y.shape), dtype=torch.float64, device=x.device)
+        return torch.mul(x, y, out=out)
+
+    def softmax_into_half(x):
+        out = torch.empty(x.shape, dtype=torch.float16, device=x.device)
+        return torch.ops.aten.softmax.int_out(x, 1, out=out)
+
+    torch._dynamo.reset()
+    compiled = torch.compile(into_float64, backend="neuron")
+    for n in (5, 11, 130):
+        x, y = torch.randn(2, n), torch.randn(2, n)
+        assert torch.equal(compiled(x.to("neuron"), y.to("neuron")).cpu(), torch.mul(x, y).double())
+    torch._dynamo.reset()
+    compiled = torch.compile(softmax_into_half, backend="neuron")
+    for n in (5, 11):
+        with pytest.raises(RuntimeError, match="Expected out tensor to have dtype float"):
+            compiled(torch.randn(2, n, device="neuron"))
+
+
 @pytest.mark.parametrize("fn,eager_graph", [(lambda x, s, o: torch.slice_scatter(x, s, 0, 0, 6, 1, out=o), True),
                                             (lambda x, s, o: torch.add(x, s, out=o), False)],
                          ids=["slice_scatter", "add"])

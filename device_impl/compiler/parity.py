@@ -364,18 +364,31 @@ def install_fake_checks() -> None:
     _INSTALLED.append(True)
 
 
+def _hinted(size: Any) -> Any:
+    """A traced size (or shape) at the call Dynamo traced: a symbolic size's hint, read without adding a guard. A
+    probe of a symbolic graph (dynamic sizes) made zeros of SymInt sizes, which raised "SymIntArrayRef expected to
+    contain only concrete integers" out of the backend (``torch.mul(x, y, out=o)`` with o sized from x's shape,
+    called at a second size); CPU's out= dtype rules do not depend on the sizes."""
+    from torch.fx.experimental.symbolic_shapes import optimization_hint
+
+    if isinstance(size, (tuple, list, torch.Size)):
+        return tuple(_hinted(s) for s in size)
+    return optimization_hint(size) if isinstance(size, torch.SymInt) else size
+
+
 def _probe_full(value: Any, known: dict, writable: bool = False) -> Any:
-    """A node's argument at its traced shape: a graph input's own values (``known``, on CPU), else zeros of its
-    dtype (one zero expanded, no memory); an out= tensor writable and the right size."""
+    """A node's argument at its traced shape (a symbolic size at its hint, ``_hinted``): a graph input's own values
+    (``known``, on CPU), else zeros of its dtype (one zero expanded, no memory); an out= tensor writable and the
+    right size."""
     if isinstance(value, torch.fx.Node):
         meta = value.meta.get("example_value", value.meta.get("val"))
         if isinstance(meta, torch.Tensor):
             if writable:
-                return torch.zeros(meta.shape, dtype=meta.dtype)
+                return torch.zeros(_hinted(meta.shape), dtype=meta.dtype)
             if value in known:
                 return known[value]
-            return torch.zeros((), dtype=meta.dtype).expand(meta.shape)
-        return meta
+            return torch.zeros((), dtype=meta.dtype).expand(_hinted(meta.shape))
+        return _hinted(meta)
     if isinstance(value, (list, tuple)):
         return type(value)(_probe_full(v, known, writable) for v in value)
     return value
