@@ -49,15 +49,39 @@ def eliminate_dead_code(graph: Graph) -> Graph:
     return graph
 
 
-def _group_step(group: "fusion._Group", used: set[int]) -> dict:
+def _group_step(group: "fusion._Group", used: set[int], views: dict, types: dict) -> dict:
     rows, cols = group.rows_cols
     stores = [[slot, vid] for slot, (vid, cls, dtype) in enumerate(group.slots)
               if vid in used and slot not in group.loaded]
     step = {"kind": "fused", "shape": list(group.shape), "reduce_dims": group.reduce_dims, "rows": rows,
             "cols": cols, "slots": group.slots, "loaded": sorted(group.loaded), "loads": group.loads,
             "ops": group.ops, "stores": stores, "row_consumers": group.row_consumers}
-    step["tiles"] = memory.group_plan(step)
+    # a load broadcast along its innermost dims moves a DMA run per few elements: see memory.group_plan
+    broadcast = any(_short_runs(vid, views, types) for _, vid in group.loads)
+    step["tiles"] = memory.group_plan(step, balance=not broadcast)
     return step
+
+
+SHORT_RUN = 16  # elements: a DMA run this short costs its descriptor (16 bytes) more than its payload
+
+
+def _short_runs(vid: int, views: dict, types: dict) -> bool:
+    """Does a load of ``vid`` read through a broadcast whose innermost non-broadcast run is shorter than
+    ``SHORT_RUN`` elements (a 0-d value spread onto every element: a run, and a descriptor, per element)?"""
+    while vid in views:
+        view = views[vid]
+        if view["op"] == "broadcast_in_dim":
+            out, src = types[vid].shape, types[view["src"]].shape
+            mapped = dict(zip(view["broadcast_dimensions"], src))
+            run = 1
+            for d in range(len(out) - 1, -1, -1):
+                if mapped.get(d) != out[d] and out[d] != 1:
+                    break
+                run *= out[d]
+            if run < SHORT_RUN:
+                return True
+        vid = view["src"]
+    return False
 
 
 EPILOGUE_SBUF_BYTES = 32 * 1024  # per partition, for one evacuated block's epilogue tiles
@@ -669,13 +693,14 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None, weights
     planned, views, used = fusion.plan(graph)
     steps = []
     for step in planned:
-        steps.append(_group_step(step["group"], used) if step["kind"] == "fused" else step)
+        steps.append(_group_step(step["group"], used, views, graph.types) if step["kind"] == "fused" else step)
     layouts = layout.plan(steps, views, list(graph.inputs), weights, graph.types) if weights else {}
     shapes = {vid: t.shape for vid, t in graph.types.items()}
     for step in steps:  # before the epilogues: a rotary group read through a transpose becomes one (its rotations)
         found = rotations(step, views, graph.constants, shapes)
         if found:
             step["rotations"] = found
+            step["tiles"] = memory.group_plan(step)  # uneven: its tiles keep whole rotation units (groups._flat)
     steps = attach_epilogues(steps, views, set(graph.outputs), shapes)
     steps = share_lhs(steps)
     dtypes = {vid: t.np_dtype for vid, t in graph.types.items()}
