@@ -32,7 +32,7 @@ from typing import Callable
 
 import numpy as np
 
-from device_impl.compiler import concat, expansions, fold, fusion, iotas, layout, memory, schedule
+from device_impl.compiler import concat, expansions, fold, fusion, iotas, layout, memory, schedule, sort_prefix
 from device_impl.compiler import conv_padding as conv_padding_
 from device_impl.compiler.ir import Graph
 from device_impl.compiler.program import Program
@@ -699,6 +699,7 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None, weights
     fold.sink_small_ops(eliminate_dead_code(graph))  # the expansions' replaced ops no longer read the values
     fold.conv_bias(graph)
     concat.reversed_blocks(graph)
+    sort_prefix.sort_prefixes(graph)
     eliminate_dead_code(graph)
     schedule.order_ops(graph)
     planned, views, used = fusion.plan(graph)
