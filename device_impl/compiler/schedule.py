@@ -186,7 +186,11 @@ def finish(program: Program) -> Program:
             # whose array is viewed in the value's shape (executor.Executable.arrays), and no copy step runs
             buffers[base] = {"kind": "output", "index": i}
         elif base in program.splats and base not in producer:
-            steps.append({"kind": "fill", "output": i, "value": program.splats[base]})
+            # first, not last: it reads nothing, so it runs while the first step waits for its loads, where at the
+            # end it waited for every engine (a training SDPA's two 0-d zeros for the backward's dropout seed and
+            # offset, filled after the attention step: 2.54 us against the eager kernel's 2.42). No step reads an
+            # output buffer, and one written into an input's memory is one no step reads (writable_into)
+            steps.insert(0, {"kind": "fill", "output": i, "value": program.splats[base]})
         else:
             steps.append({"kind": "copy", "output": i, "src": vid})
 
