@@ -32,7 +32,7 @@ from typing import Callable
 
 import numpy as np
 
-from device_impl.compiler import concat, expansions, fold, fusion, iotas, layout, memory, schedule
+from device_impl.compiler import concat, expansions, fold, fusion, iotas, layout, memory, schedule, sort_prefix
 from device_impl.compiler import conv_padding as conv_padding_
 from device_impl.compiler.ir import Graph
 from device_impl.compiler.program import Program
@@ -49,15 +49,39 @@ def eliminate_dead_code(graph: Graph) -> Graph:
     return graph
 
 
-def _group_step(group: "fusion._Group", used: set[int]) -> dict:
+def _group_step(group: "fusion._Group", used: set[int], views: dict, types: dict) -> dict:
     rows, cols = group.rows_cols
     stores = [[slot, vid] for slot, (vid, cls, dtype) in enumerate(group.slots)
               if vid in used and slot not in group.loaded]
     step = {"kind": "fused", "shape": list(group.shape), "reduce_dims": group.reduce_dims, "rows": rows,
             "cols": cols, "slots": group.slots, "loaded": sorted(group.loaded), "loads": group.loads,
             "ops": group.ops, "stores": stores, "row_consumers": group.row_consumers}
-    step["tiles"] = memory.group_plan(step)
+    # a load broadcast along its innermost dims moves a DMA run per few elements: see memory.group_plan
+    broadcast = any(_short_runs(vid, views, types) for _, vid in group.loads)
+    step["tiles"] = memory.group_plan(step, balance=not broadcast)
     return step
+
+
+SHORT_RUN = 16  # elements: a DMA run this short costs its descriptor (16 bytes) more than its payload
+
+
+def _short_runs(vid: int, views: dict, types: dict) -> bool:
+    """Does a load of ``vid`` read through a broadcast whose innermost non-broadcast run is shorter than
+    ``SHORT_RUN`` elements (a 0-d value spread onto every element: a run, and a descriptor, per element)?"""
+    while vid in views:
+        view = views[vid]
+        if view["op"] == "broadcast_in_dim":
+            out, src = types[vid].shape, types[view["src"]].shape
+            mapped = dict(zip(view["broadcast_dimensions"], src))
+            run = 1
+            for d in range(len(out) - 1, -1, -1):
+                if mapped.get(d) != out[d] and out[d] != 1:
+                    break
+                run *= out[d]
+            if run < SHORT_RUN:
+                return True
+        vid = view["src"]
+    return False
 
 
 EPILOGUE_SBUF_BYTES = 32 * 1024  # per partition, for one evacuated block's epilogue tiles
@@ -121,6 +145,16 @@ def _product_order(group: dict, slots: list[int], product: int, views: dict, sha
     return {"slot": slot, "perm": perm, "rows_dims": rows_dims, "drop": drop}
 
 
+def _one_block(shape) -> bool:
+    """Is a product of ``shape`` (batch dims, rows, columns) evacuated as one block: one matrix of at most 128
+    rows and ``matmul.EVACUATION_CHUNK`` columns? F.linear's [6, 17] @ [17, 3] and its bias add: as a group of
+    its own the add was a step, the product's store and reload (1.885 us against eager addmm's 1.740)."""
+    from device_impl.kernels.common import P
+    from device_impl.kernels.matmul import EVACUATION_CHUNK
+
+    return math.prod(shape[:-2]) == 1 and shape[-2] <= P and shape[-1] <= EVACUATION_CHUNK
+
+
 def attach_epilogues(steps: list[dict], views: dict, outputs: set[int], shapes: dict) -> list[dict]:
     """Run a fused group that reads a matmul's product on the product's PSUM evacuation (issue 21:
     "elementwise and normalisation chains fused into matmul epilogues"), instead of storing the
@@ -171,10 +205,11 @@ def attach_epilogues(steps: list[dict], views: dict, outputs: set[int], shapes: 
         numel = 1
         for d in shapes[product]:
             numel *= d
-        if len(shapes[product]) < 2 or shapes[product][-2] < P:
+        if len(shapes[product]) < 2 or (shapes[product][-2] < P and not _one_block(shapes[product])):
             # fewer rows per matrix than partitions: the group alone runs over all batches' rows in
             # full 128-row tiles; as an epilogue it would pay every instruction per small block (Llama's
-            # 8 x [32, 32] attention scores: 6.4 -> 9.2 us)
+            # 8 x [32, 32] attention scores: 6.4 -> 9.2 us). A product evacuated in one block is the
+            # exception: the epilogue pays each instruction once there too, as the group would
             continue
         if group["reduce_dims"] is None:
             fits = group["rows"] * group["cols"] == numel and group["tiles"]["free"] >= min(n, EVACUATION_CHUNK)
@@ -664,18 +699,20 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None, weights
     fold.sink_small_ops(eliminate_dead_code(graph))  # the expansions' replaced ops no longer read the values
     fold.conv_bias(graph)
     concat.reversed_blocks(graph)
+    sort_prefix.sort_prefixes(graph)
     eliminate_dead_code(graph)
     schedule.order_ops(graph)
     planned, views, used = fusion.plan(graph)
     steps = []
     for step in planned:
-        steps.append(_group_step(step["group"], used) if step["kind"] == "fused" else step)
+        steps.append(_group_step(step["group"], used, views, graph.types) if step["kind"] == "fused" else step)
     layouts = layout.plan(steps, views, list(graph.inputs), weights, graph.types) if weights else {}
     shapes = {vid: t.shape for vid, t in graph.types.items()}
     for step in steps:  # before the epilogues: a rotary group read through a transpose becomes one (its rotations)
         found = rotations(step, views, graph.constants, shapes)
         if found:
             step["rotations"] = found
+            step["tiles"] = memory.group_plan(step)  # uneven: its tiles keep whole rotation units (groups._flat)
     steps = attach_epilogues(steps, views, set(graph.outputs), shapes)
     steps = share_lhs(steps)
     dtypes = {vid: t.np_dtype for vid, t in graph.types.items()}

@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from device_impl.compiler.memory import GROUP_SBUF_BYTES
+from device_impl.compiler.ir import numpy_dtype
 from device_impl.compiler.program import apply_view
 from device_impl.engine.constants import PLATFORM
 from device_impl.kernels.common import P, flat_tiles
@@ -91,7 +92,38 @@ def ranges(step: dict[str, Any]) -> list[tuple[int, int, int, int]]:
     width = step["tiles"].get("width")
     if width:
         return list(row_ranges(numel, width))
-    return list(flat_tiles(numel, step["tiles"].get("free", 1)))
+    free = step["tiles"].get("free", 1)
+    walk = list(flat_tiles(numel, free))
+    if len(walk) == 2 and walk[1][2] == 1 and not step.get("rotations") and "ops" in step:
+        whole = exact_tile(step, numel, free, walk[0])
+        if whole is not None:
+            return [whole]
+    return walk
+
+
+def exact_tile(step: dict[str, Any], numel: int, free: int, block: tuple[int, int, int, int]
+               ) -> tuple[int, int, int, int] | None:
+    """One [p, f] tile of all ``numel`` elements (p * f == numel, p <= P, f <= ``free``) in place of
+    ``flat_tiles``' ``block`` and its one-row tail, where the group's ops take less time so: each op pays the
+    fixed issue cost once instead of twice (a [513] lerp's 23 ops over [102, 5] and [1, 3] tiles: 2.1 us of
+    VectorE, where one [57, 9] tile pays each op's issue once), but a wider f is paid by every op, and the tail's
+    instructions ran while the block's results were being stored (a lone multiply of [5, 2, 2, 513] float32 ran
+    1.805 -> 1.819 us in one tile). So the tile is taken where the cycles it saves exceed both: the tail's
+    issue and width, less the extra columns, over the group's ops other than converts (which ride on a
+    neighbour's instruction: bf16 div.Scalar's convert, divide and convert are one), beyond the block's store
+    time. The smallest such f, None where there is none."""
+    _, _, p0, f0 = block
+    tail = numel - p0 * f0
+    ops = sum(op["op"] != "convert" for op in step["ops"])  # a convert mostly rides on its neighbour's instruction
+    store_bytes = sum(p0 * f0 * np.dtype(numpy_dtype(step["slots"][slot][2])).itemsize
+                      for slot, _ in step.get("stores", ()))
+    store_cycles = store_bytes / PLATFORM.dma_bytes_per_second * PLATFORM.vector_hz
+    overhead = PLATFORM.instruction_overhead_cycles
+    limit = min(free, f0 + overhead + tail - 1)
+    for f in range(f0, limit + 1):
+        if numel % f == 0 and numel // f <= P:
+            return (0, numel, numel // f, f) if ops * (overhead + tail - (f - f0)) > store_cycles else None
+    return None
 
 
 def _issue_cycles(walk: list[tuple[int, int, int, int]]) -> int:
@@ -216,9 +248,9 @@ def generate(steps: list[dict], views: dict, shapes: dict, dtypes: dict) -> list
                             + tiles["row_bytes"]})
         # the walk whose instructions cost least (each pays the fixed issue cost plus its free size: a [2, 513]
         # tile row per matrix row cost triu's three VectorE ops 3.4 us, its flat [114, 9] tile 0.2 us)
-        choice = min(choices, key=lambda c: (_issue_cycles(ranges({"shape": step["shape"], "tiles": c})),
+        choice = min(choices, key=lambda c: (_issue_cycles(ranges({**step, "tiles": c})),
                                              "width" not in c))
-        walk = ranges({"shape": step["shape"], "tiles": choice})
+        walk = ranges({**step, "tiles": choice})
         made = {slot for slot, (_, flat) in found.items()
                 if numel <= PROGRAM_LIMIT or all(affine(flat, *r) is not None for r in walk)}
         # a folded op whose operands are not all generated is issued after all

@@ -503,18 +503,21 @@ def _sort_rows_runner(step: dict, program: Program, dim: int, ascending: bool, s
     shape = program.shape(keys)
     n = shape[dim] if shape else 1
     rows = math.prod(shape) // n if n else 0
+    # the first k of each sorted row: k < n where the results are a topk's prefix (compiler/sort_prefix.py)
+    out_shape = program.shape(results[0])
+    k = out_shape[dim] if out_shape else 1
 
     def run(nc, env) -> None:
-        if rows == 0 or n == 0:
+        if rows == 0 or n == 0 or k == 0:
             return
         x = np.moveaxis(_operand_array(env, program, keys), dim, -1).reshape(rows, n)
         values = np.moveaxis(env.access(results[0]), dim, -1)
-        v2d = _rows_or_scratch(env, values, rows, n)
+        v2d = _rows_or_scratch(env, values, rows, k)
         if len(results) > 1:
             perm = np.moveaxis(env.access(results[1]), dim, -1)
-            i2d = _rows_or_scratch(env, perm, rows, n, I64)
+            i2d = _rows_or_scratch(env, perm, rows, k, I64)
         else:
-            perm, i2d = None, env.scratch_array((rows, n), I64)
+            perm, i2d = None, env.scratch_array((rows, k), I64)
         indexing.sort_rows(nc, x, v2d, i2d, descending=not ascending, stable=stable)
         if not np.shares_memory(v2d, values):
             nc.dma.hbm_copy(values, v2d.reshape(values.shape))
