@@ -23,6 +23,14 @@ sum overflowed on the way is not wrong either). Every other position is strict.
 
 Every comparison reports max absolute error, max relative error and the
 ULP distance, so the store keeps how close a passing case was.
+
+Layout: a result's strides are CPU eager's (``significant_strides_differ``: only dims of size > 1,
+tensors of two elements or more, as ``torch._prims_common.compare_significant_strides``), for every
+output, out=/in-place result and gradient; the next op's loop, a ``.view`` that works or raises, and a
+user's ``data_ptr`` arithmetic all see the layout, so a device that returns contiguous results where
+CPU keeps a channels-last or transposed operand's layout is not CPU's PyTorch. Checked once the values
+pass (a wrong value is the worse news). Off unless asked (``strides=True``): harness.runner asks for the
+modes held to it (``harness.modes.Mode.strides_checked``); the OpInfo sweep and module checks do not yet.
 """
 
 from __future__ import annotations
@@ -139,10 +147,59 @@ def _errors(actual: torch.Tensor, expected: torch.Tensor) -> tuple[float, float]
     return float(diff.max()), float(rel.max())
 
 
+def significant_strides_differ(actual: torch.Tensor, expected: torch.Tensor) -> bool:
+    """Whether two tensors of one shape lay out their elements differently: a stride differs in a dim of size
+    > 1 (a size-1 dim's stride never addresses a second element; a tensor of fewer than two elements has no
+    layout). ``torch._prims_common.compare_significant_strides``' rule, written out (a private helper)."""
+    if actual.numel() < 2 or actual.layout != torch.strided or expected.layout != torch.strided:
+        return False
+    return any(n > 1 and a != e for n, a, e in zip(expected.shape, actual.stride(), expected.stride()))
+
+
+def compare_strides(actual: torch.Tensor, expected: torch.Tensor, where: str = "output") -> Comparison:
+    """The layout check alone (shapes already equal): a failure names both strides and the shape."""
+    if significant_strides_differ(actual, expected):
+        return Comparison(False, f"{where}: strides {tuple(actual.stride())} != CPU {tuple(expected.stride())} "
+                                 f"(size {tuple(expected.shape)}; dims of size > 1 compared)", criterion="layout")
+    return Comparison(True)
+
+
+def compare_layouts(actual: Any, expected: Any, where: str = "output") -> Comparison:
+    """``compare_strides`` over a structure of tensors (tuples/lists; anything else passes): for results whose
+    values another criterion judged (gradients by the float64 reference)."""
+    if isinstance(expected, torch.Tensor):
+        if isinstance(actual, torch.Tensor) and tuple(actual.shape) == tuple(expected.shape):
+            return compare_strides(actual, expected, where)
+        return Comparison(True)
+    if isinstance(expected, (tuple, list)) and isinstance(actual, (tuple, list)):
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            layout = compare_layouts(a, e, f"{where}[{i}]")
+            if not layout.ok:
+                return layout
+    return Comparison(True)
+
+
 def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tuple[float, float] | None,
                    reference: torch.Tensor | None = None, where: str = "output", overflow_equal: bool = False,
                    zero_sign: bool | torch.Tensor = True, device: str | None = None, max_ulp: int | None = None,
-                   order: OrderDependent | None = None) -> Comparison:
+                   order: OrderDependent | None = None, strides: bool = False) -> Comparison:
+    """``actual`` is the device result, ``expected`` CPU's; ``reference`` (optional) a float64 CPU result.
+
+    ``strides``: once the values pass, the significant strides must be CPU's too (``compare_strides``).
+    Other arguments: ``_compare_values``."""
+    judged = _compare_values(actual, expected, tolerance, reference, where, overflow_equal, zero_sign, device,
+                             max_ulp, order)
+    if judged.ok and strides:
+        layout = compare_strides(actual, expected, where)
+        if not layout.ok:
+            return Comparison(False, layout.message, judged.max_abs, judged.max_rel, judged.ulp, layout.criterion)
+    return judged
+
+
+def _compare_values(actual: torch.Tensor, expected: torch.Tensor, tolerance: tuple[float, float] | None,
+                    reference: torch.Tensor | None = None, where: str = "output", overflow_equal: bool = False,
+                    zero_sign: bool | torch.Tensor = True, device: str | None = None, max_ulp: int | None = None,
+                    order: OrderDependent | None = None) -> Comparison:
     """``actual`` is the device result, ``expected`` CPU's; ``reference`` (optional) a float64 CPU result.
 
     ``device``: the device ``actual`` must be on (its type is compared; None skips the check).
@@ -182,9 +239,9 @@ def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tupl
         rtol, atol = tolerance if tolerance is not None else DEFAULT_TOLERANCE.get(exp.dtype, (1.3e-6, 1e-5))
         return Comparison(True, "", 0.0, 0.0, 0, f"rtol={rtol:g} atol={atol:g} (bit-identical)")
     if exp.dtype.is_complex:
-        return compare_tensor(torch.view_as_real(got.resolve_conj()), torch.view_as_real(exp.resolve_conj()),
-                              tolerance, None if reference is None else torch.view_as_real(reference), where,
-                              zero_sign=zero_sign)
+        return _compare_values(torch.view_as_real(got.resolve_conj()), torch.view_as_real(exp.resolve_conj()),
+                               tolerance, None if reference is None else torch.view_as_real(reference), where,
+                               zero_sign=zero_sign)
     if overflow_equal:
         big = torch.finfo(exp.dtype).max / 2
         near = (torch.isinf(got) & (exp.double().abs() > big) & (torch.sign(got) == torch.sign(exp))) | \
@@ -252,13 +309,13 @@ def compare_tensor(actual: torch.Tensor, expected: torch.Tensor, tolerance: tupl
 def compare(actual: Any, expected: Any, tolerance: tuple[float, float] | None = None, reference: Any = None,
             where: str = "output", overflow_equal: bool = False, zero_sign: bool | torch.Tensor = True,
             device: str | None = None,
-            max_ulp: int | None = None, order: Any = None) -> Comparison:
+            max_ulp: int | None = None, order: Any = None, strides: bool = False) -> Comparison:
     """Recursive over tuples/lists; Python scalars compared exactly (NaN equal to NaN). ``order``: an
-    ``OrderDependent`` per tensor, in ``expected``'s structure (or None)."""
+    ``OrderDependent`` per tensor, in ``expected``'s structure (or None); ``strides``: compare_tensor's."""
     if isinstance(expected, torch.Tensor):
         return compare_tensor(actual, expected, tolerance, reference if isinstance(reference, torch.Tensor) else None,
                               where, overflow_equal, zero_sign, device, max_ulp,
-                              order if isinstance(order, OrderDependent) else None)
+                              order if isinstance(order, OrderDependent) else None, strides)
     if isinstance(expected, (tuple, list)):
         if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
             return Comparison(False, f"{where}: structure differs ({type(actual).__name__} vs {type(expected).__name__})")
@@ -267,7 +324,7 @@ def compare(actual: Any, expected: Any, tolerance: tuple[float, float] | None = 
         orders = order if isinstance(order, (tuple, list)) else [None] * len(expected)
         for i, (a, e, r, o) in enumerate(zip(actual, expected, refs, orders)):
             result = result.merge(compare(a, e, tolerance, r, f"{where}[{i}]", overflow_equal, zero_sign, device,
-                                          max_ulp, o))
+                                          max_ulp, o, strides))
         return result
     if isinstance(expected, float) and isinstance(actual, float) and math.isnan(expected) and math.isnan(actual):
         return Comparison(True, criterion="exact")
@@ -298,6 +355,7 @@ _WHAT = (
     ("device", r": result on "),
     ("dtype", r": dtype "),
     ("shape", r": shape "),
+    ("strides", r": strides \(.*\) != CPU "),
     ("nan", r"NaN at different positions"),
     ("inf", r"infinities differ|finite value\(s\) where CPU and the float64 result overflow"),
     ("zero sign", r"zero\(s\) with the wrong sign"),

@@ -21,7 +21,7 @@ import torch
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis.database import DirectoryBasedExampleDatabase
 
-from harness import coverage, modes
+from harness import coverage, modes, runner
 from harness.cases import Case
 from harness.env import ROOT, environment
 from harness.runner import Result, draw_case, run_case
@@ -86,6 +86,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="opsuite/test_opinfo.py: quick (first sample of each OpInfo, in float32 or else int64 "
                          "or bool) or full (every "
                          "sample, reference and error input, float32, bfloat16 and int64)")
+    group.addoption("--check-strides", default="mode", choices=["mode", "on", "off"],
+                    help="compare results' significant strides with CPU's (harness.compare.compare_strides): "
+                         "mode (default: the modes held to it, harness.modes.Mode.strides_checked), on or off "
+                         "for every mode (to measure a mode not held to it yet)")
 
 
 @dataclass
@@ -231,6 +235,8 @@ def _start_session(config: pytest.Config) -> Session:
         env["shard"] = config.getoption("--shard") or _xdist_part()
         if env["shard"] and not config.getoption("--shard"):
             env["shard_by"] = "xdist"  # every part collected the whole session (harness.shards joins them so)
+        runner.STRIDES = {"mode": None, "on": True, "off": False}[config.getoption("--check-strides")]
+        env["check_strides"] = config.getoption("--check-strides")
         _SESSION = Session(store, store.start_run("opsuite", env, profile), XFails.load(), device)
         store.set_progress(_SESSION.run_id, _PROGRESS.run, _PROGRESS.collected)
     return _SESSION

@@ -39,16 +39,44 @@ def ulp(a, b):
 
 
 def check(actual, expected, where="output", reference=None, max_ulp=None, zero_sign=True, overflow_equal=False,
-          tolerance=TOLERANCE, order=None):
+          tolerance=TOLERANCE, order=None, strides=None):
     """None if the device result matches CPU's, else what differs (worded as the harness). ``order``: per tensor,
-    the masks of a sum of products' order-dependent positions (see orders()), or None."""
+    the masks of a sum of products' order-dependent positions (see orders()), or None. ``strides`` (default
+    STRIDES, where the script sets it): once the values pass, the significant strides must be CPU's (see layout())."""
+    problem = check_values(actual, expected, where, reference, max_ulp, zero_sign, overflow_equal, tolerance, order)
+    if problem or not (globals().get("STRIDES", False) if strides is None else strides):
+        return problem
+    return layout(actual, expected, where)
+
+
+def layout(actual, expected, where="output"):
+    """None if every tensor's strides are CPU's in the dims of size > 1 (tensors of two elements or more), as
+    harness.compare.compare_strides; else what differs."""
+    if isinstance(expected, (tuple, list)) and isinstance(actual, (tuple, list)):
+        for i, (a, e) in enumerate(zip(actual, expected)):
+            problem = layout(a, e, f"{where}[{i}]")
+            if problem:
+                return problem
+        return None
+    if not (isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor)) or actual.numel() < 2 or \
+            actual.layout != torch.strided or expected.layout != torch.strided:
+        return None
+    if any(n > 1 and a != e for n, a, e in zip(expected.shape, actual.stride(), expected.stride())):
+        return f"{where}: strides {tuple(actual.stride())} != CPU {tuple(expected.stride())} " \
+               f"(size {tuple(expected.shape)}; dims of size > 1 compared)"
+    return None
+
+
+def check_values(actual, expected, where="output", reference=None, max_ulp=None, zero_sign=True,
+                 overflow_equal=False, tolerance=TOLERANCE, order=None):
+    """check() without the layout."""
     if isinstance(expected, (tuple, list)):
         if not isinstance(actual, (tuple, list)) or len(actual) != len(expected):
             return f"{where}: structure differs ({type(actual).__name__} vs {type(expected).__name__})"
         refs = reference if isinstance(reference, (tuple, list)) else [None] * len(expected)
         orders = order if isinstance(order, list) else [None] * len(expected)
         for i, (a, e, r, o) in enumerate(zip(actual, expected, refs, orders)):
-            problem = check(a, e, f"{where}[{i}]", r, max_ulp, zero_sign, overflow_equal, tolerance, o)
+            problem = check_values(a, e, f"{where}[{i}]", r, max_ulp, zero_sign, overflow_equal, tolerance, o)
             if problem:
                 return problem
         return None
@@ -69,8 +97,8 @@ def check(actual, expected, where="output", reference=None, max_ulp=None, zero_s
         return f"{where}: {bad} of {exp.numel()} elements differ (exact comparison)" if bad else None
     if exp.is_complex():
         ref = None if reference is None else torch.view_as_real(reference)
-        return check(torch.view_as_real(actual.resolve_conj()), torch.view_as_real(exp.resolve_conj()), where, ref,
-                     None, zero_sign, False, tolerance)
+        return check_values(torch.view_as_real(actual.resolve_conj()), torch.view_as_real(exp.resolve_conj()), where,
+                            ref, None, zero_sign, False, tolerance)
     if overflow_equal:
         big = torch.finfo(exp.dtype).max / 2
         near = (torch.isinf(got) & (exp.double().abs() > big) & (torch.sign(got) == torch.sign(exp))) | \\
@@ -256,15 +284,16 @@ _GRADS = '''
     except Exception as e:
         raise AssertionError(f"backward raised {type(e).__name__}: {str(e)[:300]}")
     if cpu_grads is not None:
-        problem = check(dev_grads, cpu_grads, "gradient", zero_sign=ZERO_SIGN)
+        problem = check(dev_grads, cpu_grads, "gradient", zero_sign=ZERO_SIGN, strides=False)
         if problem:
             wide = widened()
             reference = grads(evaluate("cpu", wide), wide, "cpu", rounded_like=expected)
-            if check(dev_grads, cpu_grads, "gradient", reference, zero_sign=ZERO_SIGN) is None:
+            if check(dev_grads, cpu_grads, "gradient", reference, zero_sign=ZERO_SIGN, strides=False) is None:
                 problem = None
             elif SUM_OF_PRODUCTS and check(dev_grads, cpu_grads, "gradient", reference, zero_sign=ZERO_SIGN,
-                                           order=orders(magnitude()[1], cpu_grads, reference)) is None:
+                                           order=orders(magnitude()[1], cpu_grads, reference), strides=False) is None:
                 problem = None
+        problem = problem or (layout(dev_grads, cpu_grads, "gradient") if STRIDES else None)
         assert not problem, problem
 '''
 
@@ -278,7 +307,9 @@ _PROPERTIES = '''
                 f"output[{i}]: {getattr(a, 'dtype', type(a))} {tuple(getattr(a, 'shape', ()))} vs CPU {e.dtype} "
                 f"{tuple(e.shape)}")
     again = evaluate(DEVICE, dev_in)
-    problem = check(again, host(actual), "repeat with the same seed", tolerance=(0.0, 0.0))
+    problem = check(again, host(actual), "repeat with the same seed", tolerance=(0.0, 0.0), strides=False)
+    assert not problem, problem
+    problem = layout(actual, expected) if STRIDES else None  # noqa: F821 - the script's constant
     assert not problem, problem
 '''
 
@@ -327,6 +358,8 @@ def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | N
     """The reproducer of ``case`` (``expression`` is the rendered call; ``comparison`` the verdict). ``earlier``:
     the cases of a ``harness.dynamic`` sequence called before this one (mode ``dynamic``), whose inputs the script
     passes to the same compiled function first."""
+    from harness.runner import strides_checked  # the runner renders reproducers: imported at the call
+
     seed = sum(t.seed for t in case.tensors) % (2**31)
     names = [f"x{i}" for i in range(len(case.tensors))]
     verdict = (comparison.message if comparison else "").replace("\n", " ")
@@ -359,6 +392,7 @@ def render(spec: OpSpec, case: Case, expression: str, comparison: Comparison | N
         f"DTYPE = torch.{case.dtype}",
         f"COTANGENT_LAYOUT = {strided_layout(case.tensors)!r}  # the gradients' cotangents are made in it (values.place)",
         f"FP64_MULTIPLIER = {FP64_MULTIPLIER!r}",
+        f"STRIDES = {strides_checked(case)!r}  # results' strides compared with CPU's (harness.runner.strides_checked)",
         "",
         "",
         "def inputs(device):",

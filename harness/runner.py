@@ -194,6 +194,19 @@ def cpu_side(case: Case, expression: str, result: Result) -> tuple[list, list, i
     return cpu_inputs, device_inputs, seed, expected, cpu_error
 
 
+# Whether results' strides are compared with CPU's: None follows the case's mode (``Mode.strides_checked``);
+# True/False for every mode (pytest's ``--check-strides on|off``, to measure a mode not yet held to it).
+STRIDES: bool | None = None
+
+
+def strides_checked(case: Case) -> bool:
+    """Whether this case's results, out=/in-place results, twins and gradients are held to CPU's strides."""
+    if STRIDES is not None:
+        return STRIDES
+    # harness.dynamic's cases (mode "dynamic") are compiled calls
+    return modes.get("compiled" if case.mode == "dynamic" else case.mode).strides_checked
+
+
 def run_case(case: Case, xfails=None) -> Result:
     spec = SPECS[case.spec]
     mode = modes.get(case.mode)
@@ -310,12 +323,14 @@ def _check_twins(spec: OpSpec, case: Case, expression: str, seed: int) -> tuple[
 
     tolerance, max_ulp = spec.tolerance.get(case.dtype), spec.max_ulp.get(case.dtype)
     zero_sign = _output_zero_sign(spec, case, _zero_sign(spec, case))
+    strides = strides_checked(case)
 
     def judge(actual: Any, expected: Any) -> cmp.Comparison:
-        if spec.check == "properties":  # a random op's twin: its shape and dtype, never its values
-            return _same_properties(actual, expected)
+        if spec.check == "properties":  # a random op's twin: its shape, dtype and strides, never its values
+            same = _same_properties(actual, expected)
+            return cmp.compare_layouts(actual, expected, "twin") if same.ok and strides else same
         return cmp.compare(actual, expected, tolerance, overflow_equal=spec.overflow_equal, zero_sign=zero_sign,
-                           device=case.device, max_ulp=max_ulp, where="twin")
+                           device=case.device, max_ulp=max_ulp, where="twin", strides=strides)
 
     return twins.check(twins.record(run, case.device), case.device, judge)
 
@@ -362,19 +377,21 @@ def _check(spec, case, expression, cpu_error, device_error, expected, actual, cp
     out_sign = _output_zero_sign(spec, case, zero_sign)
     max_ulp = spec.max_ulp.get(case.dtype)
     device = case.device
+    strides = strides_checked(case)
     comparison = cmp.compare(actual, expected, tolerance, overflow_equal=spec.overflow_equal, zero_sign=out_sign,
-                             device=device, max_ulp=max_ulp)
+                             device=device, max_ulp=max_ulp, strides=strides)
     reference = None
     if not comparison.ok and (spec.fp64_reference or spec.sum_of_products):
         reference = _fp64_reference(spec, case, expression)
     if not comparison.ok and spec.fp64_reference and reference is not None:
         comparison = cmp.compare(actual, expected, tolerance, reference, overflow_equal=spec.overflow_equal,
-                                 zero_sign=out_sign, device=device, max_ulp=max_ulp)
+                                 zero_sign=out_sign, device=device, max_ulp=max_ulp, strides=strides)
     bounds = _Bounds(spec, case, expression, seed)
     if not comparison.ok and spec.sum_of_products:
         comparison = cmp.compare(actual, expected, tolerance, reference if spec.fp64_reference else None,
                                  overflow_equal=spec.overflow_equal, zero_sign=out_sign, device=device,
-                                 max_ulp=max_ulp, order=_orders(bounds.output(), expected, reference))
+                                 max_ulp=max_ulp, order=_orders(bounds.output(), expected, reference),
+                                 strides=strides)
     cpu_alias = _storage_aliases(expected, cpu_inputs)
     device_alias = _storage_aliases(actual, device_inputs)
     if cpu_alias != device_alias:
@@ -391,13 +408,16 @@ def _check(spec, case, expression, cpu_error, device_error, expected, actual, cp
             return comparison.merge(cmp.Comparison(False, f"backward raised {type(e).__name__}: {str(e)[:300]}"))
         if cpu_grads is not None:
             grad_cmp = cmp.compare(device_grads, cpu_grads, tolerance, where="gradient", device=device,
-                                   zero_sign=zero_sign)
+                                   zero_sign=zero_sign, strides=False)
             # Backward formulas are compositions of ops, each rounded to the dtype on both sides, so a
             # one-ULP difference in an intermediate can grow; gradients are judged by the float64
             # criterion when the tolerance alone fails.
             if not grad_cmp.ok:
                 grad_cmp.ok = _grad_within_fp64(spec, case, expression, device_grads, cpu_grads, tolerance, seed,
                                                 bounds if spec.sum_of_products else None, expected)
+            if grad_cmp.ok and strides:  # the layout, whichever criterion passed the values
+                layout = cmp.compare_layouts(device_grads, cpu_grads, "gradient")
+                grad_cmp = grad_cmp if layout.ok else layout
             comparison = comparison.merge(grad_cmp)
     return comparison
 
@@ -408,7 +428,7 @@ def _inputs_after(spec: OpSpec, case: Case, cpu_inputs, device_inputs, tolerance
     zero_sign = _zero_sign(spec, case)
     for i, (c, d) in enumerate(zip(cpu_inputs, device_inputs)):
         after = cmp.compare_tensor(d, c, tolerance, where=f"input x{i} after the call", zero_sign=zero_sign,
-                                   device=case.device)
+                                   device=case.device, strides=strides_checked(case))
         if not after.ok:
             comparison = comparison.merge(after)
     return comparison
@@ -532,7 +552,7 @@ def _invariant(spec: OpSpec, case: Case, inputs: list[torch.Tensor], out: Any) -
 
 def _check_properties(spec, case, expression, expected, actual, cpu_inputs, device_inputs, seed
                       ) -> cmp.Comparison:
-    """Random ops: same structure, shapes, dtypes; the spec's invariant holds as it does on CPU (a predicate every
+    """Random ops: same structure, shapes, dtypes (and strides, ``strides_checked``); the spec's invariant holds as it does on CPU (a predicate every
     draw satisfies: the op's range, the in-place write through a view); on the device, the same seed gives the
     same values."""
     exp_leaves = expected if isinstance(expected, (tuple, list)) else [expected]
@@ -557,7 +577,10 @@ def _check_properties(spec, case, expression, expected, actual, cpu_inputs, devi
         return type(value)(to_host(v) for v in value) if isinstance(value, (tuple, list)) else value
 
     repeat = cmp.compare(again, to_host(actual), (0.0, 0.0), where="repeat with the same seed")
-    return repeat if not repeat.ok else cmp.Comparison(True, criterion="properties + determinism")
+    if not repeat.ok:
+        return repeat
+    layout = cmp.compare_layouts(actual, expected) if strides_checked(case) else cmp.Comparison(True)
+    return layout if not layout.ok else cmp.Comparison(True, criterion="properties + determinism")
 
 
 def draw_case(data, spec: OpSpec, mode: str = "eager", device: str = "neuron") -> Case:

@@ -106,6 +106,12 @@ TI_OUT_STRIDES: frozenset[str] = frozenset({"elu_backward", "softshrink", "hards
                                             "hardtanh_backward"})
 
 
+# Overloads whose CPU result is contiguous though their family's TensorIterator would lay it as the operands: their
+# structured meta sets the output with no strides (pow.Scalar: ``set_output_raw_strided(0, exp.sizes(), {}, ...)``;
+# CPU's ``pow(2.0, x)`` of a channels-last x is contiguous, ``pow(torch.tensor(2.0), x)`` channels-last).
+CONTIGUOUS_RESULTS: frozenset[str] = frozenset({"aten::pow.Scalar_out"})
+
+
 def _ti_strided(packet: str, compute: Compute) -> bool:
     """Whether a resized out= of ``packet`` takes TensorIterator's strides: every elementwise kernel's (CPU's are
     TensorIterator loops: ``sin(h, out=torch.empty(0))`` of a channels-last h is channels-last, and so is the
@@ -117,11 +123,24 @@ def _ti_strided(packet: str, compute: Compute) -> bool:
 
 
 def _ti_restride(out: torch.Tensor, operands: Sequence[Any]) -> None:
-    """Give a just-resized, contiguous ``out`` TensorIterator's output strides for ``operands`` (metadata only)."""
+    """Give a just-resized, contiguous ``out`` TensorIterator's output strides for ``operands`` (metadata only).
+
+    Every operand takes part, a broadcast one expanded to the output's shape (stride 0 where it broadcasts), as
+    TensorIterator sees its operands: a transposed (5, 3) beside an overlapping (3, 5, 3) decides the order of
+    the dims it has (CPU's result of their sum is (1, 9, 3); left out, the order was the overlapping one's alone)."""
     from torch._prims_common import compute_elementwise_output_strides
 
-    tensors = [t for t in operands if isinstance(t, torch.Tensor) and t.shape == out.shape]
-    if not tensors or out.dim() < 2:
+    if out.dim() < 2:
+        return
+    shape = tuple(out.shape)
+    tensors = []
+    for t in operands:
+        if isinstance(t, torch.Tensor) and t.dim() <= len(shape):
+            try:
+                tensors.append(t if tuple(t.shape) == shape else t.expand(shape))
+            except RuntimeError:  # not broadcastable to the result (an operand the meta passes along): no say
+                continue
+    if not tensors:
         return
     strides = tuple(compute_elementwise_output_strides(*tensors))
     if strides != tuple(out.stride()):
@@ -157,7 +176,8 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
             if extra:  # a plan is made only for dtypes the table passes to the kernel (its wrapper serves first)
                 recurring.dtypes = dtypes
             TABLE.native(op, dtypes=dtypes)(_sourced(make(op, binder, compute, meta, rule,
-                                                          restride=_ti_strided(packet, compute), **extra), compute))
+                                                          restride=_ti_strided(packet, compute)
+                                                          and op not in CONTIGUOUS_RESULTS, **extra), compute))
             registered.append(op)
             out_ops.append(op)
         elif routed_by_composite(op):

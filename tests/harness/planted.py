@@ -203,6 +203,26 @@ def keepdim_ignored(op: str, original: Callable) -> Callable:
     return kernel
 
 
+def contiguous_result(op: str, original: Callable) -> Callable:
+    """The result written contiguous whatever its operand's layout (CPU's relu of a transposed tensor keeps the
+    transpose): right values, wrong strides; ``strides(...)`` only changes a size-1 dim's stride (no layout)."""
+    def kernel(*args, **kwargs):
+        result = original(*args, **kwargs)
+        fresh = torch.empty(result.shape, dtype=result.dtype, device=result.device)
+        hbm(fresh)[...] = hbm(result)
+        return fresh
+    return kernel
+
+
+def size1_strides(result: torch.Tensor) -> torch.Tensor:
+    """``result``'s elements in a tensor whose size-1 dims have other strides than ``result``'s (the same layout:
+    a size-1 dim's stride addresses no second element)."""
+    fresh = torch.empty(result.shape, dtype=result.dtype, device=result.device)
+    hbm(fresh)[...] = hbm(result)
+    strides = [s * 7 + 3 if n == 1 else s for n, s in zip(fresh.shape, fresh.stride())]
+    return fresh.as_strided(fresh.shape, strides)
+
+
 @dataclass(frozen=True)
 class Plant:
     op: str  # the overload whose kernel is replaced
@@ -223,6 +243,7 @@ PLANTS: dict[str, Plant] = {
     "bf16_rounding": Plant("aten::mul.out", bf16_truncation, "bfloat16 rounding by truncation"),
     "host_result": Plant("aten::nonzero", host_result, "result left on the host"),
     "keepdim": Plant("aten::logsumexp", keepdim_ignored, "wrong output shape (keepdim ignored)"),
+    "layout": Plant("aten::relu", contiguous_result, "result contiguous where CPU keeps a transposed operand's layout"),
 }
 
 

@@ -263,3 +263,36 @@ def test_a_nan_only_cpus_kernel_makes_may_follow_the_float64_result():
     assert not result.ok and "NaN at different positions" in result.message  # neither CPU's nor float64's
     result = cmp.compare(dev([float("-inf"), 1.0]), expected, order=order)  # NaN from a NaN input: strict
     assert not result.ok and "NaN at different positions" in result.message
+
+
+def test_strides_compared_only_where_significant():
+    """The layout check (``strides=True``): a transposed CPU result against a contiguous device one fails with a
+    kind of its own, naming both strides; strides of size-1 dims, and tensors of fewer than two elements, are
+    not compared (torch._prims_common.compare_significant_strides' rule)."""
+    expected = torch.arange(12.0).reshape(3, 4).t()  # (4, 3), strides (1, 4)
+    contiguous = dev(expected.contiguous().tolist())
+    assert cmp.compare(contiguous, expected).ok  # off unless asked
+    wrong = cmp.compare(contiguous, expected, strides=True)
+    assert not wrong.ok and cmp.failure_kind(wrong.message) == "output: strides", wrong.message
+    assert "(3, 1) != CPU (1, 4)" in wrong.message
+    assert cmp.compare(contiguous.t().contiguous().t(), expected, strides=True).ok
+    nested = cmp.compare([dev([1.0]), contiguous], [cpu([1.0]), expected], strides=True)
+    assert cmp.failure_kind(nested.message) == "output: strides" and "output[1]" in nested.message
+    column = torch.arange(4.0).reshape(4, 1)  # strides (1, 1)
+    assert cmp.compare(dev(column.tolist()).as_strided((4, 1), (1, 9)), column, strides=True).ok
+    assert cmp.compare(dev([[5.0]]).as_strided((1, 1), (3, 7)), torch.tensor([[5.0]]), strides=True).ok
+    empty = torch.empty(0, 3)
+    assert cmp.compare(dev(empty.tolist()).reshape(0, 3).as_strided((0, 3), (1, 5)), empty, strides=True).ok
+    worse = cmp.compare(dev((expected + 1).contiguous().tolist()), expected, strides=True)  # values first
+    assert cmp.failure_kind(worse.message) == "output: values"
+    assert cmp.compare_layouts((contiguous, 1), (expected, 1), "gradient").message.startswith("gradient[0]: strides")
+
+
+@pytest.mark.parametrize("message, kind", [
+    ("output: strides (3, 1) != CPU (1, 4) (size (4, 3); dims of size > 1 compared)", "output: strides"),
+    ("gradient[1]: strides (3, 1) != CPU (1, 4) (size (4, 3); dims of size > 1 compared)", "gradient: strides"),
+    ("input x1 after the call: strides (1, 2) != CPU (2, 1) (size (2, 2); dims of size > 1 compared)",
+     "input: strides"),
+])
+def test_strides_failure_kind(message, kind):
+    assert cmp.failure_kind(message) == kind

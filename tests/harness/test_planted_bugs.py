@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from harness.cases import Case
+from harness import runner
 from harness.compare import failure_kind
 from harness.pytest_plugin import Session, check_case, check_spec
 from harness.specs import SPECS
@@ -26,6 +27,7 @@ from harness.values import TensorSpec as T
 from harness.xfails import XFails
 from device_impl.dispatch import TABLE
 from planted import PLANTS, plant
+from planted import size1_strides as planted_size1
 
 F32, BF16 = "float32", "bfloat16"
 
@@ -47,6 +49,7 @@ CASES: dict[str, Case] = {
                                         T((64,), BF16, "contiguous", "normal", 14))),
     "host_result": Case("nonzero", F32, (T((5, 6), F32, "contiguous", "signed_zero", 15),)),
     "keepdim": Case("logsumexp", F32, (T((4, 6), F32, "contiguous", "normal", 16),), {"dim": 1}),
+    "layout": Case("relu", F32, (T((6, 9), F32, "transposed", "normal", 17),)),
 }
 
 # What the harness must report for each (harness.compare.failure_kind of the failure message).
@@ -55,7 +58,15 @@ KINDS = {
     "promotion": "output: dtype", "zero_sign": "output: zero sign", "inplace": "output: values",
     "error_class": "error parity", "gradient": "gradient: values", "stride0": "output: values",
     "bf16_rounding": "output: ulp", "host_result": "output: device", "keepdim": "output: shape",
+    "layout": "output: strides",
 }
+
+
+@pytest.fixture(autouse=True)
+def strides_checked(monkeypatch):
+    """The layout check on (``--check-strides on``; off by default until every mode's run is clean), so the
+    "layout" plant is judged as the other plants, and every clean case must have CPU's strides too."""
+    monkeypatch.setattr(runner, "STRIDES", True)
 
 
 @pytest.fixture
@@ -118,6 +129,18 @@ def test_ulp_criterion_is_what_catches_truncation(session, monkeypatch):
     monkeypatch.setitem(SPECS, "mul", dataclasses.replace(SPECS["mul"], max_ulp={}))
     with plant("bf16_rounding"):
         assert check_case(session, CASES["bf16_rounding"], "no-ulp").verdict == "pass"
+
+
+def test_only_significant_strides_are_compared(session):
+    """A result whose strides differ from CPU's only in size-1 dims has CPU's layout (nothing addresses a second
+    element there), so the layout check accepts it; the same kernel's contiguous result of a transposed operand
+    (the "layout" plant) it does not."""
+    case = Case("relu", F32, (T((6, 1, 9), F32, "contiguous", "normal", 18),))
+    real = TABLE.kernel("aten::relu")
+    with TABLE.overridden("aten::relu", lambda *a, **k: planted_size1(real(*a, **k))):
+        result = check_case(session, case, "size-1 strides")
+    assert result.verdict == "pass", result.message
+    assert "aten::relu" in result.device_ops
 
 
 def test_plant_is_removed_when_the_block_raises():

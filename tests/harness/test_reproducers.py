@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from harness.compare import failure_kind
+from harness import runner
 from harness.pytest_plugin import Session, check_case
 from harness.store import Store
 from harness.xfails import XFails
@@ -34,10 +35,12 @@ def reproduced(tmp_path_factory) -> dict:
     folder = tmp_path_factory.mktemp("reproducers")
     store = Store(folder / "results.sqlite")
     session = Session(store, store.start_run("planted", {}), XFails(), "neuron")
-    for name in sorted(PLANTS):
-        with plant(name), pytest.raises(pytest.fail.Exception):
-            check_case(session, CASES[name], name)
-        session.record(name, "planted")
+    with pytest.MonkeyPatch.context() as patch:  # the layout check on (``--check-strides on``), as test_planted_bugs
+        patch.setattr(runner, "STRIDES", True)
+        for name in sorted(PLANTS):
+            with plant(name), pytest.raises(pytest.fail.Exception):
+                check_case(session, CASES[name], name)
+            session.record(name, "planted")
     rows = store.query("SELECT op, message, reproducer FROM results WHERE verdict = 'fail' ORDER BY id")
     store.close()
     assert len(rows) == len(PLANTS)

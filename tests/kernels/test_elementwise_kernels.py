@@ -477,3 +477,42 @@ def test_shrinks_follow_cpus_vector_and_scalar_lambdas(dtype):
         assert _same_bits(torch.ops.aten.softshrink(xd, 0.5).cpu(), torch.ops.aten.softshrink(xs, 0.5)), step
         for op in (torch.ops.aten.hardshrink_backward, torch.ops.aten.softshrink_backward):
             assert _same_bits(op(gd, xd, 0.5).cpu(), op(gs, xs, 0.5)), (op, step)
+
+
+# A broadcast operand decides the output's dim order where it has the dims (TensorIterator sees it expanded, stride
+# 0 where it broadcasts): (operand layouts, shapes) the designed op suite found laid out otherwise.
+BROADCAST_LAYOUTS = {  # (bases, views): the views made on each device from the bases moved there
+    "transposed_beside_overlapping": ((torch.zeros(13), torch.randn(3, 5)),
+                                      lambda a, b: (a.as_strided((3, 5, 3), (1, 1, 1)), b.t())),
+    "offset_beside_channels_last": ((torch.randn(5 * 5 + 3), torch.randn(2, 5, 7, 5)),
+                                    lambda a, b: (a[3:].view(5, 5, 1), b.permute(0, 3, 1, 2))),
+    "expanded_beside_channels_last": ((torch.randn(2, 5, 2, 1), torch.randn(2, 2, 512, 5)),
+                                      lambda a, b: (a.expand(2, 5, 2, 512), b.permute(0, 3, 1, 2))),
+}
+
+
+@pytest.mark.parametrize("case", BROADCAST_LAYOUTS, ids=list(BROADCAST_LAYOUTS))
+def test_a_broadcast_operand_takes_part_in_the_output_layout(case):
+    """``kernels.registry._ti_restride`` passes every operand, a broadcast one expanded (it passed only the operands
+    of the output's shape: add of an offset (5, 5, 1) and a channels-last (2, 5, 5, 7) came back channels-last,
+    CPU's is contiguous)."""
+    bases, views = BROADCAST_LAYOUTS[case]
+    a, b = views(*bases)
+    da, db = views(*(t.to("neuron") for t in bases))
+    for fn in (torch.add, torch.logical_xor, lambda x, y: torch.add(x, y, out=torch.empty(0, device=x.device))):
+        expected, got = fn(a, b), fn(da, db)
+        assert got.stride() == expected.stride(), (got.stride(), expected.stride())
+        assert torch.equal(got.cpu(), expected)
+
+
+def test_pow_of_a_scalar_base_is_contiguous_as_cpus():
+    """pow.Scalar's meta sets its output with no strides: CPU's ``pow(2.0, x)`` of a channels-last x is contiguous
+    (``registry.CONTIGUOUS_RESULTS``), while a 0-dim tensor base gives TensorIterator's channels-last result."""
+    host = torch.rand(2, 3, 4, 5).contiguous(memory_format=torch.channels_last)
+    dev = host.to("neuron")
+    assert torch.pow(2.0, dev).stride() == torch.pow(2.0, host).stride() == (60, 20, 5, 1)
+    out = torch.empty(0, device="neuron")
+    torch.pow(2.0, dev, out=out)
+    assert out.stride() == (60, 20, 5, 1)
+    assert torch.pow(torch.tensor(2.0), dev).stride() == torch.pow(torch.tensor(2.0), host).stride()
+    check(lambda t: torch.pow(2.0, t), host)

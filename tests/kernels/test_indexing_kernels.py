@@ -934,3 +934,48 @@ def test_accumulation_rounding_matches_cpu(dtype):
     check(lambda s, i: torch.ops.aten.embedding_dense_backward(s, i, 4, -1, True), src[:, :32], rows, tol=exact)
     if dtype == torch.float32:
         check(lambda s, i: torch.ops.aten.embedding_dense_backward(s, i, 4, -1, True), src, rows, tol=exact)
+
+
+@pytest.mark.parametrize("shape", [(4, 5), (3, 1, 7), (300, 200), (6,)])
+def test_nonzero_is_column_major_as_cpus(shape):
+    """CPU's nonzero allocates (and restrides a resized out=) column-major, strides (1, n) (gh-46224); the device's
+    came back row-major. An out= of the right shape keeps its own strides."""
+    host = torch.randn(shape, generator=torch.Generator().manual_seed(5)).gt(0.3)
+    expected, got = torch.nonzero(host), torch.nonzero(host.to("neuron"))
+    assert torch.equal(got.cpu(), expected) and got.stride() == expected.stride()
+    assert torch.argwhere(host.to("neuron")).stride() == torch.argwhere(host).stride()
+    for make in (lambda d: torch.empty(0, dtype=torch.long, device=d),
+                 lambda d: torch.empty(tuple(expected.shape), dtype=torch.long, device=d),
+                 lambda d: torch.empty(tuple(reversed(expected.shape)), dtype=torch.long, device=d).t()):
+        out_cpu, out_dev = make("cpu"), make("neuron")
+        torch.nonzero(host, out=out_cpu)
+        torch.nonzero(host.to("neuron"), out=out_dev)
+        assert torch.equal(out_dev.cpu(), out_cpu) and out_dev.stride() == out_cpu.stride()
+
+
+VIEW_SCATTERS = {
+    "select_scatter": lambda t: torch.select_scatter(t, torch.ones_like(t[0]), 0, 0),
+    "slice_scatter": lambda t: torch.slice_scatter(t, torch.ones_like(t[:1]), 0, 0, 1),
+    "diagonal_scatter": lambda t: torch.diagonal_scatter(t, torch.ones_like(torch.diagonal(t))),
+}
+
+
+@pytest.mark.parametrize("layout", ["sliced", "offset", "transposed", "expanded"])
+@pytest.mark.parametrize("op", VIEW_SCATTERS, ids=list(VIEW_SCATTERS))
+def test_view_scatters_preserve_strides_as_cpus(op, layout):
+    """ATen's view scatters build their result with clone_preserve_strides (Note [*_scatter ops preserve strides]):
+    a sliced self gives a result of its strides and storage offset (the device's was contiguous); one with a
+    stride-0 dim is cloned, contiguous."""
+    base = torch.randn(3, 4, 10, generator=torch.Generator().manual_seed(6))
+    host = {"sliced": lambda: base[..., ::2], "offset": lambda: base.reshape(-1)[7:7 + 60].view(3, 4, 5),
+            "transposed": lambda: base[..., :5].transpose(0, 2), "expanded": lambda: base[:, :1, :5].expand(3, 4, 5)
+            }[layout]()
+    fn = VIEW_SCATTERS[op]
+    expected = fn(host)
+    dev_base = base.to("neuron")
+    dev = {"sliced": lambda: dev_base[..., ::2], "offset": lambda: dev_base.reshape(-1)[7:7 + 60].view(3, 4, 5),
+           "transposed": lambda: dev_base[..., :5].transpose(0, 2),
+           "expanded": lambda: dev_base[:, :1, :5].expand(3, 4, 5)}[layout]()
+    got = fn(dev)
+    assert got.stride() == expected.stride() and got.storage_offset() == expected.storage_offset()
+    assert torch.equal(got.cpu(), expected)

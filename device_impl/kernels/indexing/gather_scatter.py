@@ -312,14 +312,26 @@ def _scatter_view_op(self: torch.Tensor, src: torch.Tensor, region: Callable[[np
         raise RuntimeError(f"expected src to have a size equal to the slice of self. src size = {list(src.shape)}, "
                            f"slice size = {list(slice_shape)}")
     if out is None:
-        out = torch.empty_like(self) if not overlap.has_internal_overlap(self) else \
-            torch.empty(tuple(self.shape), dtype=self.dtype, device=self.device)
+        out = _clone_preserve_strides_layout(self)
     else:
         # ATen's generated out= wrappers of the view scatters: out must have self's dtype exactly.
         check_out(out, tuple(self.shape), self.dtype, (self, src), exact_dtype=True)
     with launch(name, self.device.index) as nc:
         view_scatter_program(nc, hbm(out), None if overlap.same_view(out, self) else hbm(self), hbm(src), region)
     return out
+
+
+def _clone_preserve_strides_layout(self: torch.Tensor) -> torch.Tensor:
+    """An uninitialised result laid out as ATen's ``clone_preserve_strides(self)`` lays the view scatters' result
+    (Note [*_scatter ops preserve strides]): ``self``'s sizes, strides and storage offset in a storage of
+    ``self``'s storage's size (a sliced or offset self gives a sliced or offset result); a self with internal
+    overlap (a stride-0 dim) is cloned, so contiguous. Only the view's elements are written (the kernel copies
+    ``self`` through it); CPU also copies the storage's elements outside the view, which no result reads."""
+    if overlap.has_internal_overlap(self):
+        return torch.empty(tuple(self.shape), dtype=self.dtype, device=self.device)
+    numel = self.untyped_storage().nbytes() // self.element_size()
+    base = torch.empty(numel, dtype=self.dtype, device=self.device)
+    return base.as_strided(tuple(self.shape), tuple(self.stride()), self.storage_offset())
 
 
 def view_scatter_program(nc, out: np.ndarray, self: np.ndarray | None, src: np.ndarray,

@@ -21,7 +21,11 @@ from device_impl.kernels.indexing.views import _Staged, _copy_into, _empty, _est
 # --- nonzero and masks -------------------------------------------------------------------
 
 def _nonzero_into(nc, view: np.ndarray, like: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-    """Coordinates [n, ndim] (int64, row-major order) of the nonzero elements of an HBM view."""
+    """Coordinates [n, ndim] (int64, in the elements' row-major order) of the nonzero elements of an HBM view.
+
+    Laid out as CPU's nonzero lays them: a result it allocates or resizes is column-major (strides (1, n):
+    ATen's nonzero_out restrides a resized result so, gh-46224), each dimension's coordinates one contiguous
+    run, written straight from the tile; an out= of the right shape keeps its own strides."""
     shape = view.shape
     ndim = len(shape)
     flat_view = view.reshape(1) if ndim == 0 else view
@@ -42,14 +46,18 @@ def _nonzero_into(nc, view: np.ndarray, like: torch.Tensor, out: torch.Tensor | 
         counts = [int(c) for c in count_tile.read()[0]]  # the device -> host sync that sizes the output
     n = sum(counts)
     if out is None:
-        out = torch.empty((n, ndim), dtype=torch.int64, device=like.device)
-    else:
-        if tuple(out.shape) != (n, ndim):
-            resize_output(out, (n, ndim))
+        out = torch.empty_strided((n, ndim), (1, n), dtype=torch.int64, device=like.device)
+    elif tuple(out.shape) != (n, ndim):
+        resize_output(out, (n, ndim))
+        out.as_strided_((n, ndim), (1, n))
     if n == 0 or ndim == 0:
         return out
-    staged = _Staged(out)
-    dst = staged.view.reshape(-1) if staged.temp is not None else _reshaped(staged.view, (n * ndim,))
+    # by column: dimension d's coordinates are the run columns[d, :] (a tile holds them blocked, [d * f, (d+1) * f))
+    by_column = ndim > 1 and n > 1 and out.stride() == (1, n)
+    staged = None if by_column else _Staged(out)
+    columns = hbm(out.t()) if by_column else None
+    dst = None if by_column else \
+        staged.view.reshape(-1) if staged.temp is not None else _reshaped(staged.view, (n * ndim,))
     written = 0
     for (start, stop, p, f), k in zip(tiles, counts):
         if k == 0:
@@ -63,7 +71,7 @@ def _nonzero_into(nc, view: np.ndarray, like: torch.Tensor, out: torch.Tensor | 
         nc.gpsimd.run("nonzero_compact", _compact(start), (pos,), (m,))
         coords = nc.sbuf_tile((p, f * ndim), I64)
         for d in range(ndim):
-            region = coords[:, d::ndim]
+            region = coords[:, d * f:(d + 1) * f] if by_column else coords[:, d::ndim]
             div = _prod(shape[d + 1:])
             src = pos
             if div > 1:
@@ -75,15 +83,26 @@ def _nonzero_into(nc, view: np.ndarray, like: torch.Tensor, out: torch.Tensor | 
             else:
                 nc.vector.tensor_copy(region, src)
         q_full, rem = divmod(k, f)
-        base = written * ndim
-        if q_full:
-            nc.dma.store(dst[base:base + q_full * f * ndim].reshape(q_full, f * ndim), coords[:q_full, :])
-        if rem:
-            b2 = base + q_full * f * ndim
-            nc.dma.store(dst[b2:b2 + rem * ndim].reshape(1, rem * ndim), coords[q_full:q_full + 1, :rem * ndim])
+        if by_column:
+            for d in range(ndim):
+                run = columns[d]
+                if q_full:
+                    nc.dma.store(run[written:written + q_full * f].reshape(q_full, f),
+                                 coords[:q_full, d * f:(d + 1) * f])
+                if rem:
+                    b2 = written + q_full * f
+                    nc.dma.store(run[b2:b2 + rem].reshape(1, rem), coords[q_full:q_full + 1, d * f:d * f + rem])
+        else:
+            base = written * ndim
+            if q_full:
+                nc.dma.store(dst[base:base + q_full * f * ndim].reshape(q_full, f * ndim), coords[:q_full, :])
+            if rem:
+                b2 = base + q_full * f * ndim
+                nc.dma.store(dst[b2:b2 + rem * ndim].reshape(1, rem * ndim), coords[q_full:q_full + 1, :rem * ndim])
         written += k
         nc.release_to(mark)
-    staged.finish(nc)
+    if staged is not None:
+        staged.finish(nc)
     return out
 
 
