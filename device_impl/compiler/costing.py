@@ -63,7 +63,10 @@ def call_graph(op: Any, args: tuple, kwargs: dict) -> torch.fx.GraphModule:
     with FakeTensorMode():
         inputs = [torch.empty_strided(tuple(flat[i].shape), tuple(flat[i].stride()), dtype=flat[i].dtype,
                                       device="neuron") for i in positions]
-    return make_fx(call, decomposition_table=_BACKEND["decompositions"](), tracing_mode="fake")(*inputs)
+    gm = make_fx(call, decomposition_table=_BACKEND["decompositions"](), tracing_mode="fake")(*inputs)
+    gm.graph.eliminate_dead_code()  # unread results' getitems, which AOTAutograd's graphs do not keep either
+    gm.recompile()
+    return gm
 
 
 def call_ns(op: Any, args: tuple, kwargs: dict, cut: bool) -> float:
