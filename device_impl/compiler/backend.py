@@ -360,6 +360,8 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_inde
                 strided = _traced_strides(aot_gm) if kind != "backward" else {}
                 if plan is None:
                     run = driver.compile_graph(aot_gm, f"{graph}_{kind}", device_index, config, weights)
+                    if strided:  # outputs the program stores in their traced layout itself: no copy after it
+                        run = driver.restrided(run, strided)
                 else:
                     run = driver.compile_graph(plan.graph, f"{graph}_{kind}", device_index, config, weights,
                                                plan.into)
