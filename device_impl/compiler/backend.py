@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from device_impl.compiler import cache, counters, driver, fallback, parity, patterns
+from device_impl.compiler import cache, costing, counters, driver, fallback, parity, patterns
 from device_impl.compiler.errors import ShapeContractError, UnsupportedOpError, _UserFacing
 from device_impl.kernels.overlap import non_overlapping_and_dense
 from device_impl.runtime.config import CompilerConfig, read_compiler
@@ -360,6 +360,8 @@ def _aot(gm: torch.fx.GraphModule, example_inputs: list, graph: str, device_inde
                 strided = _traced_strides(aot_gm) if kind != "backward" else {}
                 if plan is None:
                     run = driver.compile_graph(aot_gm, f"{graph}_{kind}", device_index, config, weights)
+                    if strided:  # outputs the program stores in their traced layout itself: no copy after it
+                        run = driver.restrided(run, strided)
                 else:
                     run = driver.compile_graph(plan.graph, f"{graph}_{kind}", device_index, config, weights,
                                                plan.into)
@@ -930,3 +932,7 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: list, **kwarg
         return _aot(gm, example_inputs, graph, device_index, config)
     finally:
         counters.count("compile_seconds", time.perf_counter() - started)
+
+
+# gather, reflection padding's backward and embedding_dense_backward: cut whole or decomposed by modelled cost
+costing.install(_decompositions, settings)

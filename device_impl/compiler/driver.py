@@ -248,13 +248,15 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
 
 
 def _linked(executable: Executable, kept: list[bool], index_error: type[Exception] = IndexError,
-            into: dict[int, int] | None = None) -> Callable[[list], list]:
+            into: dict[int, int] | None = None, strides: dict[int, tuple[int, ...]] | None = None
+            ) -> Callable[[list], list]:
     """The boxed callable AOTAutograd (or the Dynamo-level index, ``linked``) runs a program through; an
     out-of-range index raises ``index_error`` (``index_error_class``); ``into``: the program's outputs written
-    into an input's memory (``compile_graph``)."""
+    into an input's memory (``compile_graph``); ``strides``: the program's outputs stored in a traced layout
+    (``restrided``)."""
     def run(args: list) -> list:
         try:
-            outputs = executable(args, into)
+            outputs = executable(args, into, strides)
         except IndexError as error:
             if index_error is IndexError:
                 raise
@@ -267,6 +269,23 @@ def _linked(executable: Executable, kept: list[bool], index_error: type[Exceptio
     run.kept = kept  # type: ignore[attr-defined]
     run.index_error = index_error  # type: ignore[attr-defined]
     return run
+
+
+def restrided(run: Callable[[list], list], strided: dict[int, tuple[int, ...]]) -> Callable[[list], list]:
+    """``run`` (``compile_graph``'s, called with no ``into``) relinked so that its graph outputs in ``strided``
+    ({graph output index: traced strides}) that the program can store in that layout
+    (``Executable.writes_strided``) come back in it, with no copy after the program; the others as before."""
+    executable, kept = getattr(run, "executable", None), getattr(run, "kept", None)
+    if executable is None or kept is None:
+        return run
+    positions = [p for p, k in enumerate(kept) if k]  # program output index -> graph output position
+    strides = {positions.index(g): s for g, s in strided.items()
+               if g in positions and executable.writes_strided(positions.index(g))}
+    if not strides:
+        return run
+    relinked = _linked(executable, kept, getattr(run, "index_error", IndexError), None, strides)
+    relinked.cache_key = getattr(run, "cache_key", None)  # type: ignore[attr-defined]
+    return relinked
 
 
 def linked(cache_key: str, kept: list[bool], graph: str, device_index: int, config: CompilerConfig

@@ -324,6 +324,30 @@ class Executable:
                 return False
         return True
 
+    def writes_strided(self, output: int) -> bool:
+        """Whether output ``output`` may be given a tensor of another dense layout (``__call__``'s ``strides``), its
+        step storing straight into that layout's strided HBM view (the DMA stores any strides): the output's own
+        buffer, written only by the end's copy step (``schedule.finish``: a view returned) or by one flat fused group
+        of the value's shape (no reduction, no rotation: its stores are row-major slices of the value). Anything
+        else (a value viewed in another shape, a product, a reduction) keeps a contiguous output, copied into the
+        layout after the program (``backend._restrided``)."""
+        program = self.program
+        if not 0 <= output < len(program.outputs):
+            return False
+        vid = program.outputs[output]
+        if program.outputs.count(vid) != 1 or vid in program.inputs or vid in program.constants:
+            return False
+        writers = [step for step in program.steps if vid in schedule.step_writes(step) or step.get("output") == output]
+        if len(writers) != 1:
+            return False
+        (step,) = writers
+        if step["kind"] == "copy":
+            return step.get("output") == output
+        buffer = program.buffers.get(vid, {})
+        return step["kind"] == "fused" and buffer.get("kind") == "output" and buffer.get("index") == output \
+            and step.get("reduce_dims") is None and not step.get("rotations") \
+            and tuple(step["shape"]) == tuple(program.shape(vid))
+
     @staticmethod
     def _scatters_into(step: dict, source: int) -> bool:
         """A scatter whose operand is ``source`` itself, read nowhere else in the step (not as its indices or
@@ -345,10 +369,13 @@ class Executable:
                 return True
         return False
 
-    def __call__(self, args: list, into: dict[int, int] | None = None) -> list[torch.Tensor]:
+    def __call__(self, args: list, into: dict[int, int] | None = None,
+                 strides: dict[int, tuple[int, ...]] | None = None) -> list[torch.Tensor]:
         """``into``: {output index: input index} for outputs ``writable_into`` that input, written into the
         input tensor's own memory where it is contiguous and shares no memory with another input; the output
-        returned is then that tensor."""
+        returned is then that tensor. ``strides``: {output index: strides} for outputs ``writes_strided`` may give
+        in that dense layout (the traced one: ``backend._traced_strides``), stored straight into it; such a call
+        runs at the instruction level (the recorded schedule stored contiguous outputs)."""
         device = self._device(args)
         args = self._check(list(args), device)
         eager = sys.modules.get("device_impl.eager")
@@ -356,12 +383,15 @@ class Executable:
             eager.flush("compiled program")  # queued adaptive-eager ops may write our inputs
         outputs = [torch.empty(shape, dtype=dtype, device=device) for shape, dtype in self.output_specs] \
             if not into else [self._into(i, args, into, device) for i in range(len(self.output_specs))]
+        for i, stride in (strides or {}).items():
+            shape, dtype = self.output_specs[i]
+            outputs[i] = torch.empty_strided(shape, stride, dtype=dtype, device=device)
         out_arrays = [hbm(t) for t in outputs]
         in_arrays = [hbm(a) for a in args]
         constants = {vid: hbm(tensor) for vid, tensor in self.constants(device).items()}
         if self.layouts:  # read like constants; a stale one is made first, in a launch of its own
             constants.update(self.layouts.arrays(args, in_arrays, device))
-        fast = STATIC_REPLAY and replay.usable(self.program.schedule, in_arrays) \
+        fast = STATIC_REPLAY and replay.usable(self.program.schedule, in_arrays) and not strides \
             and not (into and self._copies_skipped(outputs, args, into))
         with launch(f"neff:{self.name}", device.index or 0) as nc:
             if fast and not nc.timeline.record:  # a trace records every instruction: run them

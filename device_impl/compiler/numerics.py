@@ -1027,7 +1027,7 @@ def _embedding_dense_backward(grad_output: torch.Tensor, indices: torch.Tensor, 
         torch.empty(0, dtype=indices.dtype), num_weights, padding_idx, scale_grad_by_freq))
     if refused is not None:
         raise refused
-    if opaque_indexing.dense_backward_whole(grad_output, indices, num_weights, scale_grad_by_freq):
+    if opaque_indexing.dense_backward_whole(grad_output, indices, num_weights, scale_grad_by_freq, padding_idx):
         return NotImplemented  # cut whole: the eager kernel's program (compiler/opaque_indexing.py)
     return torch._decomp.decomposition_table[aten.embedding_dense_backward.default](
         grad_output, indices, num_weights, padding_idx, scale_grad_by_freq)

@@ -538,7 +538,10 @@ def cut(gm: torch.fx.GraphModule) -> list[Cut]:
         described = describe(node)
         if described is None:
             continue
-        operands, result_items, attrs = described
+        operands, result_items, attrs = described[:3]
+        # a describer may name results whose dtype the step gives otherwise than the trace (CPU's, where the meta
+        # function's differs); read only as graph outputs, nothing in the graph sees the difference
+        retyped: dict[int, torch.dtype] = described[3] if len(described) > 3 else {}
         zeros = _ZERO_RESULTS.get(node.target, ())
         single = _single(node)
         users = [] if single else list(node.users)
@@ -556,7 +559,8 @@ def cut(gm: torch.fx.GraphModule) -> list[Cut]:
         types = []
         for item, position in sorted(result_items.items(), key=lambda kv: kv[1]):
             meta = metas[item]
-            types.append(([int(s) for s in meta.shape], _DTYPES.get(meta.dtype, str(meta.dtype).split(".")[-1])))
+            dtype = retyped.get(item, meta.dtype)
+            types.append(([int(s) for s in meta.shape], _DTYPES.get(dtype, str(dtype).split(".")[-1])))
         # each read result: (its position, the node standing for it: a getitem, or a single-result op itself)
         reads = [(result_items[0], node)] if single and node.users else [(result_items[u.args[1]], u) for u in users]
         for position, user in reads:
@@ -608,6 +612,8 @@ def splice(graph: Graph, cuts: list[Cut], n_inputs: int, n_outputs: int) -> Grap
                 graph.types[vid] = TensorType(tuple(shape), dtype)
             else:
                 vid = extra_in[position - n_inputs]
+                if graph.types[vid].dtype != dtype:  # a result the step gives in CPU's dtype (``cut``'s retyped)
+                    graph.types[vid] = TensorType(tuple(shape), dtype)
             results.append(vid)
             types.append(graph.types[vid])
         operands = tuple(extra_out[p - n_outputs] for p in c.operands)

@@ -1,10 +1,13 @@
-"""Convolution backward cut whole (compiler/opaque.py's mechanism) where torch-mlir cannot import it.
+"""Convolution backward cut whole (compiler/opaque.py's mechanism) where torch-mlir cannot import it, or where the
+eager kernel's program is modelled faster than the imported one (``costed.cut_wins``).
 
 torch-mlir lowers ``aten.convolution_backward`` to StableHLO only for a direct, ungrouped, undilated 2-d convolution
 (then ``conv_padding`` decides its weight gradient's padding products). A grouped one fails its verifier ("expects
 input feature dimension (2) / feature_group_count = kernel input feature dimension (2)"), a transposed, dilated,
 1-d or 3-d one leaves 'torch.constant.int' unconverted; each failure sent the whole backward graph to eager, op by op (every
-other op of the graph unfused with it). Such a call is cut out of the FX graph here and spliced back as one
+other op of the graph unfused with it). One torch-mlir imports becomes two StableHLO convolutions (the input's and the
+weight's gradients) and a reduction for the bias, each a step with its own stores: for a plain 3x3 training step that
+cost more than the eager kernel's one launch body, so it is costed both ways when compiled. Such a call is cut out of the FX graph here and spliced back as one
 ``convolution_backward`` step whose runner runs the eager kernel's launch body
 (``kernels.spatial.conv_backward.backward_program``) on the step's HBM arrays: the eager kernel's results, bit for
 bit, at what its launch costs less the launch overhead, and the rest of the graph compiles.
@@ -21,6 +24,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
+from device_impl.compiler import costed
 from device_impl.compiler.fxargs import bound as _bound
 from device_impl.compiler.program import operand_array as _operand_array
 
@@ -58,7 +62,11 @@ def _convolution_backward(node: torch.fx.Node) -> Any:
             x, w, a["stride"], a["padding"], a["dilation"], a["transposed"], a["output_padding"], a["groups"])
     except (RuntimeError, TypeError):
         return None
-    if imports(nsp, a["transposed"], groups, dilation) or not any(mask):
+    if not any(mask):
+        return None
+    if imports(nsp, a["transposed"], groups, dilation) and not costed.cut_wins(
+            aten.convolution_backward.default, (go, x, w, a["bias_sizes"], list(stride), list(padding),
+                                                list(dilation), a["transposed"], list(output_padding), groups, mask)):
         return None
     try:
         skips = cpu_host.conv_backward_skips_padding(go, x, w, stride, padding, dilation, a["transposed"],

@@ -7,11 +7,12 @@ latency between steps: compiled ``F.pad(x, (1, 1, 1, 0), mode='reflect')`` of a 
 the padded dims' pieces straight from the input (``kernels.shape.pad._Pad.forward_program``): cut whole, the call is
 one step running those moves, the eager kernel's instructions less its launch.
 
-im2col likewise (below). Not reflection padding's backward: moves' sum of edge blocks beats the eager kernel in
-2-d (1.513 us against 2.574) and in bfloat16 3-d (1.635 against 2.111), loses in float32 3-d (2.289 against 2.203):
-a cut needs a per-call choice by modelled cost.
+im2col likewise (below). Reflection padding's backward (``_Pad.backward_program``: a fill and CPU's order of adds
+per padded dim, innermost first, through float32 scratch) only where it is cheaper: moves' sum of edge blocks beats
+the eager kernel in 2-d (1.513 us against 2.574) and in bfloat16 3-d (1.635 against 2.111), loses in float32 3-d
+(2.289 against 2.203), so each call is costed both ways when it is compiled (``costed.cut_wins``).
 
-A call the eager kernel refuses (its checks: ``_Pad.meta``), or of a dtype compiled programs only
+A call the eager kernel refuses (its checks: ``_Pad.meta``/``backward_meta``), or of a dtype compiled programs only
 store (float64, complex), keeps moves' decomposition (``DECOMPOSITIONS`` passes it on), so its error or its
 fallback is what it was.
 """
@@ -29,9 +30,10 @@ from device_impl.compiler.program import operand_array as _operand_array
 aten = torch.ops.aten
 
 # the dtypes whose pads run as the eager kernel's moves (float64 and complex are storage-only in compiled programs;
-# bool is refused by the kernel)
+# bool is refused by the kernel): the backward is the floating ones' only (the eager kernel's COMPUTE_DTYPES)
 WHOLE_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16, torch.int64, torch.int32, torch.int16,
                           torch.int8, torch.uint8})
+BACKWARD_DTYPES = frozenset({torch.float32, torch.bfloat16, torch.float16})
 _MODES = {"reflection": "reflect", "replication": "replicate"}
 
 
@@ -59,6 +61,24 @@ def pad_whole(mode: str, n: int, x: Any, padding: Any) -> bool:
     return True
 
 
+def pad_backward_whole(mode: str, n: int, grad: Any, x: Any, padding: Any) -> bool:
+    """Is ``{mode}_pad{n}d_backward(grad, x, padding)`` compiled as the eager kernel's program? Only calls the eager
+    kernel takes, and only where its program's modelled device time beats moves' sum of edge blocks, costed at
+    compile time (``costed.cut_wins``): the sweep's float32 3-d case cut (2.203 us against 2.289), its 2-d one
+    decomposed (1.513 against 2.574)."""
+    from device_impl.compiler import costed
+
+    static = _static(padding)
+    if not isinstance(x, torch.Tensor) or not isinstance(grad, torch.Tensor) or static is None \
+            or grad.dtype not in BACKWARD_DTYPES or x.dtype != grad.dtype or x.numel() == 0:
+        return False
+    try:
+        _kernel(mode, n).backward_meta(grad, x, static)
+    except (RuntimeError, NotImplementedError):
+        return False
+    return costed.cut_wins(getattr(aten, f"{mode}_pad{n}d_backward").default, (grad, x, static))
+
+
 def _meta(node: Any) -> Any:
     return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
 
@@ -74,6 +94,17 @@ def _pad(mode: str, n: int) -> Callable:
     return describe
 
 
+def _pad_backward(mode: str, n: int) -> Callable:
+    def describe(node: torch.fx.Node) -> Any:
+        """``{mode}_pad{n}d_backward``: operand (grad_output), result grad_input (self read for its shape)."""
+        a = _bound(node)
+        if not pad_backward_whole(mode, n, _meta(a["grad_output"]), _meta(a["self"]), a["padding"]):
+            return None
+        return [a["grad_output"]], {0: 0}, {"mode": mode, "n": n, "padding": _static(a["padding"])}
+
+    return describe
+
+
 def _run_pad(step: dict, program: Any) -> Callable:
     """The eager kernel's moves (``_Pad.forward_program``) from the input into the step's result."""
     o = step["attrs"]
@@ -85,6 +116,23 @@ def _run_pad(step: dict, program: Any) -> Callable:
         out = env.access(step["results"][0])
         if out.size:
             pad.forward_program(nc, out, x, pads)
+
+    return run
+
+
+def _run_pad_backward(step: dict, program: Any) -> Callable:
+    """The eager kernel's backward (``_Pad.backward_program``), its float32 folds in the step's own scratch."""
+    from device_impl.engine.dtypes import FP32
+
+    o = step["attrs"]
+    pad = _kernel(o["mode"], o["n"])
+    pads = pad.pads(o["padding"])
+
+    def run(nc, env) -> None:
+        g = _operand_array(env, program, step["operands"][0])
+        gi = env.access(step["results"][0])
+        if gi.size:
+            pad.backward_program(nc, gi, g, pads, lambda shape: env.scratch_array(shape, FP32))
 
     return run
 
@@ -147,17 +195,20 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.im2col.default: ("im2col", _im2col),
     **{getattr(aten, f"{mode}_pad{n}d").default: ("edge_pad", _pad(mode, n))
        for mode in _MODES for n in (1, 2, 3)},
+    **{getattr(aten, f"reflection_pad{n}d_backward").default: ("reflection_pad_backward",
+                                                               _pad_backward("reflection", n)) for n in (1, 2, 3)},
 }
 
 # step kind -> runner: merged into steps.RUNNERS
 RUNNERS: dict[str, Callable] = {
     "edge_pad": _run_pad,
+    "reflection_pad_backward": _run_pad_backward,
     "im2col": _run_im2col,
 }
 
 # step kind -> how the static replay runs it (replay.STEP_KINDS): DMA moves of fixed boxes (the forward, a plan as
-# concatenate's); im2col's pad and strided copies, shape-only
-STEP_KINDS: dict[str, str] = {"edge_pad": "plan", "im2col": "tile"}
+# concatenate's); fills and VectorE adds of fixed slices (the backward, as unfold_backward's)
+STEP_KINDS: dict[str, str] = {"edge_pad": "plan", "reflection_pad_backward": "tile", "im2col": "tile"}
 
 
 def whole_or(whole: Callable[..., bool], earlier: Callable | None) -> Callable:
@@ -176,6 +227,8 @@ def whole_or(whole: Callable[..., bool], earlier: Callable | None) -> Callable:
 WHOLE_CALLS: dict[Any, Callable[..., bool]] = {
     **{getattr(aten, f"{mode}_pad{n}d").default: (lambda x, padding, mode=mode, n=n: pad_whole(mode, n, x, padding))
        for mode in _MODES for n in (1, 2, 3)},
+    **{getattr(aten, f"reflection_pad{n}d_backward").default:
+       (lambda g, x, padding, n=n: pad_backward_whole("reflection", n, g, x, padding)) for n in (1, 2, 3)},
     aten.im2col.default: im2col_whole,
 }
 

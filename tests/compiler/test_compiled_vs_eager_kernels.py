@@ -111,6 +111,7 @@ def pads_decomposed(monkeypatch):
     from device_impl.compiler import opaque_pads
 
     monkeypatch.setattr(opaque_pads, "WHOLE_DTYPES", frozenset())
+    monkeypatch.setattr(opaque_pads, "BACKWARD_DTYPES", frozenset())
     monkeypatch.setattr(opaque_pads, "IM2COL_DTYPES", frozenset())
 
 
@@ -213,10 +214,11 @@ REFLECTION_BACKWARD = [
 ]
 
 
+@pytest.mark.usefixtures("pads_decomposed")
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 @pytest.mark.parametrize("dims,shape,pad", REFLECTION_BACKWARD, ids=[f"{c[0]}d" for c in REFLECTION_BACKWARD])
 def test_reflection_pad_backward_adds_edge_blocks_in_cpus_order(dims, shape, pad, dtype):
-    """compiler.moves: reflection_pad{1,2,3}d_backward as the row-major sum of its reversed edge blocks, zero-padded
+    """compiler.moves (the calls not cut whole): reflection_pad{1,2,3}d_backward as the row-major sum of its reversed edge blocks, zero-padded
     (no index tensors, no scatter; the 3-d case: 15.1 us before against the eager kernel's 2.2 us), bit for bit
     CPU's sum from +0 in grad_output's order: -0.0 and NaN included, pads as long as the dim less one."""
     x = _randn(*shape).to(dtype)
@@ -236,6 +238,7 @@ def test_reflection_pad_backward_adds_edge_blocks_in_cpus_order(dims, shape, pad
     assert np.array_equal(out.cpu().view(view).numpy(), expected.view(view).numpy())
 
 
+@pytest.mark.usefixtures("pads_decomposed")
 def test_pads_of_one_program_share_one_memset_constant():
     """steps._held_constant: the 3-d reflection pad backward's 17 pads of edge blocks each memset a tile of zeros,
     a chain of 17 VectorE instructions ahead of the sum (3.06 us against the eager kernel's 2.20); one tile, memset

@@ -100,13 +100,19 @@ def _gather_compute(out: torch.Tensor, a: dict) -> None:
     if out.dtype != self.dtype:
         raise RuntimeError(f"Expected out tensor to have dtype {self.dtype}, but got {out.dtype} instead")
     with launch("gather", out.device.index) as nc:
-        sv, iv, ov = _view(self), _view(index), _view(out)
-        _check_range(nc, iv, sv.shape[dim], False, _bounds_error(dim, sv.shape[dim]))
-        if out.numel() == 0:
-            return
-        src = _scatter_dst(sv, dim, iv)  # same addressing as a scatter destination
-        dst = _Rows.of(ov, ov.ndim, 1, 1)
-        _move(nc, dst, src, iv.size, iv.shape)
+        gather_program(nc, _view(out), _view(self), _view(index), dim)
+
+
+def gather_program(nc, ov: np.ndarray, sv: np.ndarray, iv: np.ndarray, dim: int) -> None:
+    """The tile program of gather on HBM views (inside a launch): the index checked against ``sv``'s size along
+    ``dim`` (CPU's RuntimeError), then one row per index element moved by indirect DMA. The eager kernel and the
+    compiler's ``gather_whole`` step (compiler/opaque_indexing.py) both run it."""
+    _check_range(nc, iv, sv.shape[dim], False, _bounds_error(dim, sv.shape[dim]))
+    if ov.size == 0:
+        return
+    src = _scatter_dst(sv, dim, iv)  # same addressing as a scatter destination
+    dst = _Rows.of(ov, ov.ndim, 1, 1)
+    _move(nc, dst, src, iv.size, iv.shape)
 
 
 def _gather_meta(a: dict):
