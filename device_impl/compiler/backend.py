@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from device_impl.compiler import cache, costing, counters, driver, fallback, parity, patterns
+from device_impl.compiler import cache, cheaper, costing, counters, driver, fallback, parity, patterns
 from device_impl.compiler.errors import ShapeContractError, UnsupportedOpError, _UserFacing
 from device_impl.kernels.overlap import non_overlapping_and_dense
 from device_impl.runtime.config import CompilerConfig, read_compiler
@@ -711,7 +711,7 @@ def _decomposition_table() -> dict:
     import torch._decomp as decomp
 
     from device_impl.compiler import (activations, factories, loops, opaque_cnn, opaque_indexing, opaque_pads,
-                                      opaque_products, pointwise)
+                                      opaque_products, opaque_resample, pointwise)
     from device_impl.compiler.numerics import DECOMPOSITIONS
 
     from device_impl.compiler.opaque import WHOLE
@@ -726,12 +726,24 @@ def _decomposition_table() -> dict:
     # opaque_pads, opaque_indexing: padding, index_copy whole where cut, else the decomposition they had
     table.update(opaque_pads.decompositions(table))
     table.update(opaque_indexing.decompositions(table))
+    table.update(opaque_resample.decompositions(table))  # upsample calls whole where the eager kernel is cheaper
     for op in WHOLE:  # cut whole (compiler/opaque.py): their steps run the eager kernels' programs
         table.pop(op, None)
     for op in _CONVERTED:
         table.pop(op, None)
     table.update(_IMPORTABLE)
     return table
+
+
+def _measure(fn: Callable[..., Any], metas: list) -> float:
+    """``cheaper.whole_is_cheaper``'s measure: ``fn`` traced with this backend's decompositions, built and run on a
+    private core (``program_cost``)."""
+    from device_impl.compiler import program_cost
+
+    return program_cost.traced_ns(fn, metas, _decompositions())
+
+
+cheaper.MEASURE[:] = [_measure]
 
 
 def _remainder_scalar_tensor(self: Any, other: torch.Tensor) -> torch.Tensor:

@@ -80,7 +80,7 @@ import torch
 import torch._decomp
 import torch.fx
 
-from device_impl.compiler import activations, moves, opaque, opaque_indexing, opaque_moments
+from device_impl.compiler import activations, moves, opaque, opaque_indexing, opaque_moments, opaque_resample
 
 aten = torch.ops.aten
 prims_convert = torch.ops.prims.convert_element_type.default
@@ -1133,6 +1133,8 @@ def _dropout_of(original):
 # Python kernels PyTorch binds to an op's dispatch keys, swapped while the neuron backend traces (the op, the keys,
 # the replacement made from PyTorch's own kernel)
 TRACED_KERNELS = {aten.dropout.default: _dropout_of}
+# upsample calls cut whole keep their op (compiler/opaque_resample.py)
+TRACED_KERNELS.update(opaque_resample.TRACED_KERNELS)
 
 
 @contextlib.contextmanager

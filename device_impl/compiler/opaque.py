@@ -33,7 +33,7 @@ import torch
 import torch.fx
 
 from device_impl.compiler import (activations, factories, opaque_cnn, opaque_conv, opaque_indexing, opaque_moments,
-                                  opaque_pads, opaque_products)
+                                  opaque_pads, opaque_products, opaque_resample)
 from device_impl.compiler.fxargs import bound as _bound
 from device_impl.compiler.ir import Graph, Op, TensorType
 
@@ -514,6 +514,8 @@ CUTTERS.update(factories.CUTTERS)
 CUTTERS.update(opaque_conv.CUTTERS)
 # reflection/replication padding and reflection padding's backward as the eager kernel's moves (compiler/opaque_pads.py)
 CUTTERS.update(opaque_pads.CUTTERS)
+# upsampling's forward where the eager kernel's program is cheaper (compiler/opaque_resample.py)
+CUTTERS.update(opaque_resample.CUTTERS)
 
 
 def cut(gm: torch.fx.GraphModule) -> list[Cut]:

@@ -19,7 +19,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from device_impl.compiler import (counters, factories, gather, lowering, opaque_cnn, opaque_conv, opaque_indexing,
-                                  opaque_moments, opaque_pads, opaque_products)
+                                  opaque_moments, opaque_pads, opaque_products, opaque_resample)
 from device_impl.compiler.groups import Access2D, GroupRunner, handed_pieces
 from device_impl.compiler.program import Program
 from device_impl.compiler.program import operand_array as _operand_array
@@ -1049,6 +1049,7 @@ RUNNERS.update(opaque_indexing.RUNNERS)  # embedding_dense_backward and index_co
 RUNNERS.update(opaque_pads.RUNNERS)  # reflection/replication padding (and reflection's backward) cut whole
 RUNNERS.update(factories.RUNNERS)  # float32 linspace cut whole
 RUNNERS.update(opaque_conv.RUNNERS)  # convolution_backward torch-mlir cannot import, cut whole
+RUNNERS.update(opaque_resample.RUNNERS)  # upsampling's forward where the eager kernel is cheaper
 
 
 def make_runner(step: dict, program: Program) -> Runner:
