@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import sqlite3
+import time
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -137,6 +139,7 @@ class Progress:
     collected: int | None = None
     run: int = 0
     stopped: str | None = None
+    written: float = float("-inf")  # time.monotonic() of the last progress write
 
 
 _PROGRESS = Progress()
@@ -246,10 +249,21 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     _PROGRESS.collected = len(session.items)
 
 
+# seconds between a running session's progress writes (``pytest_runtest_logfinish``): the count must survive a
+# process killed outright, but a write per test is a write transaction per test on a store pytest-xdist's workers
+# share; the session's end writes the final count in any case (``pytest_unconfigure``)
+PROGRESS_EVERY_S = 10.0
+
+
 def pytest_runtest_logfinish(nodeid: str, location: tuple) -> None:
     _PROGRESS.run += 1
-    if _SESSION is not None:
-        _SESSION.store.set_progress(_SESSION.run_id, _PROGRESS.run, _PROGRESS.collected)
+    now = time.monotonic()
+    if _SESSION is not None and now - _PROGRESS.written >= PROGRESS_EVERY_S:
+        try:
+            _SESSION.store.set_progress(_SESSION.run_id, _PROGRESS.run, _PROGRESS.collected)
+        except sqlite3.OperationalError:  # the store busy past its timeout: the next write carries the count
+            return
+        _PROGRESS.written = now
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

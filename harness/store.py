@@ -141,13 +141,16 @@ class Store:
 
     def set_progress(self, run_id: int, tests_run: int, tests_collected: int | None = None) -> None:
         """How many of the run's tests ran to the end (and, once known, how many it selected): a run a time budget
-        cut keeps ``tests_run < tests_collected``, which the reports show beside its figures. Committed with the
-        next test's results or the run's finish."""
+        cut keeps ``tests_run < tests_collected``, which the reports show beside its figures. Committed at once: an
+        UPDATE left open until the next test's results held the store's write lock through that test, and the other
+        pytest-xdist workers writing the same store then waited past the connection's timeout ("database is
+        locked" ended a compiled op-suite run as an INTERNALERROR)."""
         if tests_collected is None:
             self.db.execute("UPDATE runs SET tests_run = ? WHERE id = ?", (tests_run, run_id))
         else:
             self.db.execute("UPDATE runs SET tests_run = ?, tests_collected = ? WHERE id = ?",
                             (tests_run, tests_collected, run_id))
+        self.db.commit()
 
     def add(self, run_id: int, result, family: str = "") -> None:
         case = result.case

@@ -75,3 +75,20 @@ def test_joined_shards_add_up_their_progress(tmp_path):
         part(folder / "b.sqlite", "2/2", 100, 30, "interrupted", xdist)
         merge([folder / "a.sqlite", folder / "b.sqlite"], folder / "joined.sqlite", join=True)
         assert _progress(folder / "joined.sqlite") == [expected]
+
+
+def test_a_progress_write_leaves_the_store_free_for_other_writers(tmp_path):
+    """pytest-xdist's workers write one store: a progress write holding the write lock until the next test's results
+    kept another worker waiting past its timeout ("database is locked", an INTERNALERROR that ended a compiled
+    op-suite run). The write commits at once, so another connection writes straight after it."""
+    import sqlite3
+
+    path = tmp_path / "results.sqlite"
+    worker = Store(path)
+    run = worker.start_run("opsuite", {"torch": "2.13.0"})
+    worker.set_progress(run, 1, 3)
+    other = sqlite3.connect(path, timeout=0.05)
+    other.execute("UPDATE runs SET stopped = 'seen' WHERE id = ?", (run,))
+    other.commit()
+    other.close()
+    worker.close()
