@@ -21,7 +21,7 @@ from typing import Any, Callable
 
 import torch
 
-from device_impl.compiler import cache, cheaper, costing, counters, driver, fallback, parity, patterns
+from device_impl.compiler import cache, costing, counters, driver, fallback, parity, patterns
 from device_impl.compiler.errors import ShapeContractError, UnsupportedOpError, _UserFacing
 from device_impl.kernels.overlap import non_overlapping_and_dense
 from device_impl.runtime.config import CompilerConfig, read_compiler
@@ -733,17 +733,6 @@ def _decomposition_table() -> dict:
         table.pop(op, None)
     table.update(_IMPORTABLE)
     return table
-
-
-def _measure(fn: Callable[..., Any], metas: list) -> float:
-    """``cheaper.whole_is_cheaper``'s measure: ``fn`` traced with this backend's decompositions, built and run on a
-    private core (``program_cost``)."""
-    from device_impl.compiler import program_cost
-
-    return program_cost.traced_ns(fn, metas, _decompositions())
-
-
-cheaper.MEASURE[:] = [_measure]
 
 
 def _remainder_scalar_tensor(self: Any, other: torch.Tensor) -> torch.Tensor:

@@ -17,6 +17,7 @@ import copy
 import hashlib
 import json
 import os
+import threading
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -47,8 +48,11 @@ def _outside() -> Iterator[None]:
 
 def call_graph(op: Any, args: tuple, kwargs: dict) -> torch.fx.GraphModule:
     """The call alone as an AOT-style FX graph: its tensors placeholders, the backend's decompositions applied."""
+    from torch._dispatch.python import enable_python_dispatcher
     from torch._subclasses.fake_tensor import FakeTensorMode
     from torch.fx.experimental.proxy_tensor import make_fx
+
+    from device_impl.compiler.numerics import traced_forms
 
     flat, spec = torch.utils._pytree.tree_flatten((tuple(args), dict(kwargs)))
     positions = [i for i, v in enumerate(flat) if isinstance(v, torch.Tensor)]
@@ -63,16 +67,36 @@ def call_graph(op: Any, args: tuple, kwargs: dict) -> torch.fx.GraphModule:
     with FakeTensorMode():
         inputs = [torch.empty_strided(tuple(flat[i].shape), tuple(flat[i].stride()), dtype=flat[i].dtype,
                                       device="neuron") for i in positions]
-    gm = make_fx(call, decomposition_table=_BACKEND["decompositions"](), tracing_mode="fake")(*inputs)
+    # traced as the backend traces a graph: numerics' traced forms (an op's Python kernels swapped, e.g.
+    # opaque_resample's upsample kernels, which ask this costing) run, as under AOTAutograd
+    with traced_forms(), enable_python_dispatcher():
+        gm = make_fx(call, decomposition_table=_BACKEND["decompositions"](), tracing_mode="fake")(*inputs)
     gm.graph.eliminate_dead_code()  # unread results' getitems, which AOTAutograd's graphs do not keep either
     gm.recompile()
     return gm
 
 
 def call_ns(op: Any, args: tuple, kwargs: dict, cut: bool) -> float:
-    """The modelled device time (the launch's end, ns) of the call's one-op program, cut whole or decomposed."""
-    with _outside(), costed.forcing(op, cut):
-        return program_ns(call_graph(op, args, kwargs))
+    """The modelled device time (the launch's end, ns) of the call's one-op program, cut whole or decomposed.
+
+    Built on a thread of its own: a costing asked from an op's Python kernel runs inside AOTAutograd's trace, whose
+    functionalization, fake and proxy modes are the calling thread's (``_outside`` leaves the functional mode on,
+    and torch-mlir then meets FunctionalTensor values); a new thread starts with none of them."""
+    result: list = []
+
+    def build() -> None:
+        try:
+            with _outside(), costed.forcing(op, cut):
+                result.append(program_ns(call_graph(op, args, kwargs)))
+        except BaseException as error:  # noqa: BLE001 - re-raised on the caller's thread
+            result.append(error)
+
+    worker = threading.Thread(target=build, name="neuron-costing")
+    worker.start()
+    worker.join()
+    if isinstance(result[0], BaseException):
+        raise result[0]
+    return result[0]
 
 
 def program_ns(gm: torch.fx.GraphModule) -> float:

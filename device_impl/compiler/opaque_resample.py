@@ -7,7 +7,8 @@ against the eager kernel's 39.4, trilinear 25.3 against 21.3, a small bilinear 4
 (``kernels.spatial.resample``) resamples one axis at a time with indirect row gathers and CPU's weights; cut whole,
 the call is one step running that program, its bits the eager kernel's. For other shapes the decomposition is
 the cheaper program (bicubic of [2, 3, 4, 7] to (5, 500): 228 us against 346; many nearest resizes), so each call
-is cut only where ``cheaper.whole_is_cheaper`` finds its step no slower than the decomposition, by modelled time.
+is cut only where ``costed.cut_wins`` finds it cheaper than the decomposition, by modelled time (each form compiled
+alone and run once on zeros; ties keep the decomposition).
 
 PyTorch binds its decompositions to the ops' Autograd and CompositeImplicitAutograd keys (py_impl), which run
 before any decomposition table. While the backend traces (``numerics.traced_forms``, ``TRACED_KERNELS`` here),
@@ -27,7 +28,7 @@ import torch
 import torch._decomp.decompositions  # noqa: F401  (binds PyTorch's Python kernels to the upsample ops)
 import torch.fx
 
-from device_impl.compiler import cheaper
+from device_impl.compiler import costed
 from device_impl.compiler.fxargs import bound as _bound
 from device_impl.compiler.program import operand_array as _operand_array
 
@@ -101,14 +102,10 @@ def _eligible(x: torch.Tensor, nsp: int, size: list[int]) -> bool:
         and all(s > 0 for s in size)
 
 
-def _key(default: Any, x: torch.Tensor, size: list[int], align: bool, scales: list, vec: bool) -> tuple:
-    return (str(default), tuple(x.shape), tuple(x.stride()), str(x.dtype), tuple(size), align, tuple(scales), vec)
-
-
 def upsample_whole(op: Any, args: tuple, kwargs: dict) -> tuple | None:
     """The .default call (op, input, output size, align_corners, scales) where this upsample call (a .default or
     .vec op's arguments, fake tensors) is cut whole: a floating neuron input of the op's rank, nothing empty, static
-    sizes, and its eager kernel's step no slower than the decomposition (``cheaper.whole_is_cheaper``); else None."""
+    sizes, and its eager kernel's step cheaper than the decomposition (``costed.cut_wins``); else None."""
     call = default_call(op, _bind(op, args, kwargs))
     if call is None:
         return None
@@ -116,32 +113,27 @@ def upsample_whole(op: Any, args: tuple, kwargs: dict) -> tuple | None:
     kind, nsp = FORMS[default]
     if not _eligible(x, nsp, size):
         return None
-    forced = cheaper.deciding()
-    if forced is not None:
-        return call if forced else None
-    extra = [align] if _aligned(kind) else []
     vec = default.overloadpacket.vec
-    # F.interpolate's .vec form where it names the same call: its decomposition is the one a graph gets (some
-    # .default ops have none of their own)
+    decided = costed.forced()
+    # a costing's forced answer holds for every upsample call its one-op graph makes (a .vec call's decomposition
+    # calls its .default op, which must decompose too, not ask for a costing of its own)
+    for form in (op, default, vec):
+        if form in decided:
+            return call if decided[form] else None
+    extra = [align] if _aligned(kind) else []
+    # costed as the call a graph gets: F.interpolate's .vec form where it names the same call (some .default ops
+    # have no decomposition of their own, so their decomposed one-op graph would not build)
     factors = None
     if all(s is not None for s in scales):
         by_factors = default_call(vec, _bind(vec, (x, None, *extra, scales), {}))
         factors = scales if by_factors is not None and by_factors[2] == size else None
-
-    def fn(t: torch.Tensor) -> torch.Tensor:
-        if factors is not None:
-            return vec(t, None, *extra, factors)
-        if all(s is None for s in scales):
-            return vec(t, size, *extra, None)
-        return default(t, size, *extra, *scales)
-
-    options = _options(call, x)
-
-    def whole_ns() -> float:
-        return cheaper.tile_program_ns(lambda nc, scratch: _program(options, x.dtype)(nc, scratch))
-
-    key = _key(default, x, size, align, scales, options["vectorized"])
-    return call if cheaper.whole_is_cheaper(key, whole_ns, fn, [x]) else None
+    if factors is not None:
+        costed_op, costed_args = vec, (x, None, *extra, factors)
+    elif all(s is None for s in scales):
+        costed_op, costed_args = vec, (x, size, *extra, None)
+    else:
+        costed_op, costed_args = default, (x, size, *extra, *scales)
+    return call if costed.cut_wins(costed_op, costed_args) else None
 
 
 def _vectorized(kind: str, x: torch.Tensor, size: list[int]) -> bool:
@@ -198,7 +190,7 @@ def _axes(o: dict[str, Any], np_dtype: Any) -> dict:
 def _program(o: dict[str, Any], dtype: Any) -> Callable:
     """The eager kernel's program (``kernels.spatial.resample._resample``: one stage per axis, innermost first,
     intermediates of blending stages in fp32) for a step's options: ``program(nc, scratch, out, x)``, or with only
-    (nc, scratch) on zeroed host arrays of the step's shapes and ``dtype`` (``cheaper.tile_program_ns``)."""
+    (nc, scratch) on zeroed host arrays of the step's shapes and ``dtype`` ."""
     from device_impl.engine.dtypes import TORCH_TO_NUMPY
     from device_impl.kernels.spatial.resample import _resample
     from device_impl.kernels.spatial.tiles import _to5d

@@ -55,7 +55,7 @@ def test_upsample_whose_eager_kernel_is_cheaper_compiles_to_one_step_of_it(name,
 
 def test_upsample_whose_decomposition_is_cheaper_keeps_it():
     """A float32 nearest resize by 0.5 of [1, 1, 3, 8] compiles to 1.97 us decomposed against the eager kernel's
-    2.24: ``cheaper.whole_is_cheaper`` keeps the decomposition, and the call stays no slower than eager."""
+    2.24: ``costed.cut_wins`` keeps the decomposition, and the call stays no slower than eager."""
     x = _randn((1, 1, 3, 8), torch.float32)
 
     def fn(t):
@@ -68,31 +68,26 @@ def test_upsample_whose_decomposition_is_cheaper_keeps_it():
     assert torch.equal(got, expected)
 
 
-def test_whole_is_cheaper_compares_the_step_with_the_decomposed_program():
-    """The choice is by modelled time: the cut step's program on a private core (what the eager kernel's launch
-    costs, less its launch overhead) against the decomposition's program; the answer is kept per call."""
-    from device_impl.compiler import backend, cheaper, opaque_resample, program_cost  # noqa: F401 (MEASURE)
+def test_the_choice_compares_the_cut_program_with_the_decomposed_one():
+    """The choice is by modelled time (``costed.cut_wins``): the call compiled alone cut whole (one step running the
+    eager kernel's program: the eager launch's time less its launch overhead) against the call compiled alone
+    decomposed; the decomposition where that is cheaper."""
+    from device_impl.compiler import backend, costed, costing, opaque_resample  # noqa: F401 (installs the costing)
     from device_impl.engine.constants import PLATFORM
 
     aten = torch.ops.aten
     x = torch.empty((1, 1, 2, 513), device="neuron")
-    call = opaque_resample.upsample_whole(aten.upsample_bicubic2d.vec, (x, [5, 500], False, None), {})
-    assert call is not None
-    whole_ns = cheaper.tile_program_ns(opaque_resample._program(opaque_resample._options(call, x), x.dtype))
+    args = (x, [5, 500], False, None)
+    cut_ns = costing.call_ns(aten.upsample_bicubic2d.vec, args, {}, True)
+    decomposed_ns = costing.call_ns(aten.upsample_bicubic2d.vec, args, {}, False)
     _, eager_ns = eager_run(lambda t: F.interpolate(t, size=(5, 500), mode="bicubic", align_corners=False),
                             _randn((1, 1, 2, 513), torch.float32))
-    assert whole_ns == pytest.approx(eager_ns - PLATFORM.launch_overhead_ns, rel=1e-9)
-    cheaper._STATE.forced = False  # the decomposed form, as whole_is_cheaper builds it
-    try:
-        decomposed_ns = program_cost.traced_ns(
-            lambda t: aten.upsample_bicubic2d.vec(t, [5, 500], False, None), [x], backend._decompositions())
-    finally:
-        cheaper._STATE.forced = None
-    assert whole_ns < decomposed_ns
+    assert cut_ns == pytest.approx(eager_ns - PLATFORM.launch_overhead_ns, rel=1e-9)
+    assert cut_ns < decomposed_ns
+    assert opaque_resample.upsample_whole(aten.upsample_bicubic2d.vec, args, {}) is not None
     small = torch.empty((1, 1, 3, 8), device="neuron")
     assert opaque_resample.upsample_whole(aten.upsample_nearest2d.vec, (small, None, [0.5, 0.5]), {}) is None
-    assert {k[1]: v for k, v in cheaper._DECIDED.items() if k[1] in ((1, 1, 2, 513), (1, 1, 3, 8))} == {
-        (1, 1, 2, 513): True, (1, 1, 3, 8): False}
+    assert not costed.cut_wins(aten.upsample_nearest2d.vec, (small, None, [0.5, 0.5]))
 
 
 def test_a_training_step_through_a_whole_upsample_takes_the_eager_kernels_gradient():
