@@ -27,7 +27,6 @@ import torch.fx
 from device_impl.compiler import build, cache, conv_padding, costed, driver, importer, legalize, neff, opaque, replay
 from device_impl.compiler.executor import Env, Executable
 from device_impl.engine.core import NeuronCore
-from device_impl.engine.dtypes import TORCH_TO_NUMPY
 from device_impl.runtime.config import CompilerConfig
 
 # backend's decomposition table and settings (``install``)
@@ -119,10 +118,7 @@ def zero_run_ns(program: Any) -> float:
     HBM (``executor.record_schedule``'s run, data-dependent steps included)."""
     program.memory["arena"] = "hbm"
     executable = Executable(program, 0)
-    inputs = [np.zeros(shape, dtype=TORCH_TO_NUMPY[dtype]) for shape, dtype in executable.input_specs]
-    outputs = [np.zeros(shape, dtype=TORCH_TO_NUMPY[dtype]) for shape, dtype in executable.output_specs]
-    constants = {vid: np.ascontiguousarray(array) for vid, array in program.constants.items()}
-    constants.update(executable.layouts.zeros(program.types))
+    inputs, outputs, constants = executable.zero_arrays()
     core = NeuronCore()
     core.reset(False)
     arena = np.zeros(executable.scratch_bytes, dtype=np.uint8)

@@ -213,6 +213,17 @@ class Executable:
             self._constants[index] = loaded
         return loaded
 
+    def zero_arrays(self) -> tuple[list[np.ndarray], list[np.ndarray], dict[int, np.ndarray]]:
+        """Zero-filled host inputs and outputs of the program's shapes and its constants (its layout constants of
+        zeros): what a run that measures the program's figures reads and writes (``record_schedule``,
+        ``costing.zero_run_ns``), whose cost follows from the shapes, not the values."""
+        program = self.program
+        inputs = [np.zeros(shape, dtype=TORCH_TO_NUMPY[dtype]) for shape, dtype in self.input_specs]
+        outputs = [np.zeros(shape, dtype=TORCH_TO_NUMPY[dtype]) for shape, dtype in self.output_specs]
+        constants = {vid: np.ascontiguousarray(array) for vid, array in program.constants.items()}
+        constants.update(self.layouts.zeros(program.types))
+        return inputs, outputs, constants
+
     def arrays(self, inputs: list[np.ndarray], outputs: list[np.ndarray], constants: dict[int, np.ndarray],
                arena: np.ndarray | None) -> dict[int, np.ndarray]:
         """The HBM array of every base value: inputs, outputs, constants and views into the scratch arena."""
@@ -470,10 +481,7 @@ def record_schedule(program: Program) -> dict[str, Any] | None:
     for space in spaces:
         program.memory["arena"] = space
         executable = Executable(program, 0)
-        inputs = [np.zeros(shape, dtype=TORCH_TO_NUMPY[dtype]) for shape, dtype in executable.input_specs]
-        outputs = [np.zeros(shape, dtype=TORCH_TO_NUMPY[dtype]) for shape, dtype in executable.output_specs]
-        constants = {vid: np.ascontiguousarray(array) for vid, array in program.constants.items()}
-        constants.update(executable.layouts.zeros(program.types))
+        inputs, outputs, constants = executable.zero_arrays()
         core = NeuronCore()
         core.reset(False)
         try:

@@ -572,21 +572,11 @@ def _replication_pad_backward(n: int) -> Callable:
 
 
 def _run_replication_pad_backward(step: dict, program: Any) -> Callable:
-    """The eager kernel's replication-padding backward (``kernels.shape.pad._Pad.backward_program``)."""
-    from device_impl.engine.dtypes import FP32
-    from device_impl.kernels.shape.pad import _Pad
+    """The eager kernel's replication-padding backward (``kernels.shape.pad._Pad.backward_program``), as opaque_pads
+    runs reflection padding's."""
+    from device_impl.compiler.opaque_pads import run_pad_backward
 
-    o = step["attrs"]
-    pad = _Pad("replicate", o["n"])
-    pads = pad.pads(o["padding"])
-
-    def run(nc, env) -> None:
-        g = _operand_array(env, program, step["operands"][0])
-        gi = env.access(step["results"][0])
-        if gi.size:
-            pad.backward_program(nc, gi, g, pads, lambda shape: env.scratch_array(shape, FP32))
-
-    return run
+    return run_pad_backward(step, program, "replication")
 
 
 # -- grid sampling ------------------------------------------------------------------------------------------

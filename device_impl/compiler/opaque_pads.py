@@ -120,12 +120,13 @@ def _run_pad(step: dict, program: Any) -> Callable:
     return run
 
 
-def _run_pad_backward(step: dict, program: Any) -> Callable:
-    """The eager kernel's backward (``_Pad.backward_program``), its float32 folds in the step's own scratch."""
+def run_pad_backward(step: dict, program: Any, mode: str | None = None) -> Callable:
+    """The eager kernel's backward (``_Pad.backward_program``), its float32 folds in the step's own scratch; ``mode``
+    where the step's options do not name it (opaque_cnn's replication-padding backward)."""
     from device_impl.engine.dtypes import FP32
 
     o = step["attrs"]
-    pad = _kernel(o["mode"], o["n"])
+    pad = _kernel(mode or o["mode"], o["n"])
     pads = pad.pads(o["padding"])
 
     def run(nc, env) -> None:
@@ -202,7 +203,7 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
 # step kind -> runner: merged into steps.RUNNERS
 RUNNERS: dict[str, Callable] = {
     "edge_pad": _run_pad,
-    "reflection_pad_backward": _run_pad_backward,
+    "reflection_pad_backward": run_pad_backward,
     "im2col": _run_im2col,
 }
 
