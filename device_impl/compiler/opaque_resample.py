@@ -187,22 +187,17 @@ def _axes(o: dict[str, Any], np_dtype: Any) -> dict:
     return axes
 
 
-def _program(o: dict[str, Any], dtype: Any) -> Callable:
+def _program(o: dict[str, Any], np_dtype: Any) -> Callable:
     """The eager kernel's program (``kernels.spatial.resample._resample``: one stage per axis, innermost first,
-    intermediates of blending stages in fp32) for a step's options: ``program(nc, scratch, out, x)``, or with only
-    (nc, scratch) on zeroed host arrays of the step's shapes and ``dtype`` ."""
-    from device_impl.engine.dtypes import TORCH_TO_NUMPY
+    intermediates of blending stages in fp32) for a step's options and its input's numpy dtype:
+    ``program(nc, scratch, out, x)``."""
     from device_impl.kernels.spatial.resample import _resample
     from device_impl.kernels.spatial.tiles import _to5d
 
     nsp = o["nsp"]
-    np_dtype = TORCH_TO_NUMPY[dtype] if isinstance(dtype, torch.dtype) else dtype
     axes = _axes(o, np_dtype)
 
-    def program(nc: Any, scratch: Any, out: Any = None, x: Any = None) -> None:
-        if x is None:
-            x = scratch.new(o["input_size"], np_dtype)
-            out = scratch.new(o["input_size"][:2] + list(o["output_size"]), np_dtype)
+    def program(nc: Any, scratch: Any, out: Any, x: Any) -> None:
         if out.size:
             _resample(nc, scratch, _to5d(out, nsp), _to5d(x, nsp), axes)
 
