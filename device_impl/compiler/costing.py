@@ -12,13 +12,12 @@ imports it).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import hashlib
 import json
 import os
 import threading
-from typing import Any, Callable, Iterator
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -31,18 +30,6 @@ from device_impl.runtime.config import CompilerConfig
 
 # backend's decomposition table and settings (``install``)
 _BACKEND: dict[str, Callable[[], Any]] = {}
-
-
-@contextlib.contextmanager
-def _outside() -> Iterator[None]:
-    """Outside the caller's trace (a costing asked from a decomposition runs inside AOTAutograd's): its fake mode
-    (Dynamo's, with a shape environment) would make the sizes symbolic, and its proxy mode would record the
-    costing's own ops."""
-    from torch._subclasses.fake_tensor import unset_fake_temporarily
-    from torch.fx.experimental.proxy_tensor import disable_proxy_modes_tracing
-
-    with unset_fake_temporarily(), disable_proxy_modes_tracing(), torch._guards.tracing(None):
-        yield
 
 
 def call_graph(op: Any, args: tuple, kwargs: dict) -> torch.fx.GraphModule:
@@ -78,14 +65,15 @@ def call_graph(op: Any, args: tuple, kwargs: dict) -> torch.fx.GraphModule:
 def call_ns(op: Any, args: tuple, kwargs: dict, cut: bool) -> float:
     """The modelled device time (the launch's end, ns) of the call's one-op program, cut whole or decomposed.
 
-    Built on a thread of its own: a costing asked from an op's Python kernel runs inside AOTAutograd's trace, whose
-    functionalization, fake and proxy modes are the calling thread's (``_outside`` leaves the functional mode on,
-    and torch-mlir then meets FunctionalTensor values); a new thread starts with none of them."""
+    Built on a thread of its own: a costing asked from a decomposition or an op's Python kernel runs inside
+    AOTAutograd's trace, whose functionalization, fake, proxy and tracing-context state are the calling thread's
+    (Dynamo's fake mode would make the sizes symbolic, its proxy mode record the costing's own ops, and torch-mlir
+    would meet FunctionalTensor values); a new thread starts with none of them."""
     result: list = []
 
     def build() -> None:
         try:
-            with _outside(), costed.forcing(op, cut):
+            with costed.forcing(op, cut):
                 result.append(program_ns(call_graph(op, args, kwargs)))
         except BaseException as error:  # noqa: BLE001 - re-raised on the caller's thread
             result.append(error)
