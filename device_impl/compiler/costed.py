@@ -13,7 +13,7 @@ launch ends first.
 
 A cutter (``opaque.CUTTERS``) or a decomposition's ``whole`` predicate (``opaque_pads.whole_or``) asks it for the
 calls it takes, after its own checks. The answer is memoised per process by the call's signature (op, tensors'
-shapes, strides and dtypes, the other arguments), so a graph costs each distinct call once; a compile-cache hit
+shapes, strides and dtypes, the other arguments, the thread count), so a graph costs each distinct call once; a compile-cache hit
 (``cache.fx_key``) still reaches the cutter, whose answer then comes from the memo or one more costing.
 
 While a costing compiles its one-op programs, ``forced`` answers the op's question itself (cut, or not), so the
@@ -91,8 +91,11 @@ def _describe(value: Any) -> Any:
 
 
 def signature(op: Any, args: tuple, kwargs: dict) -> tuple:
-    """The memo key of a call: the op, each tensor's shape, strides and dtype, every other argument's repr."""
-    return (str(op), _describe(tuple(args)), _describe(tuple(sorted(kwargs.items()))))
+    """The memo key of a call: the op, each tensor's shape, strides and dtype, every other argument's repr, and
+    ``torch.get_num_threads()``: a cut's program can follow CPU's kernel choice, which for some calls depends on
+    the thread count (upsample's vectorized or generic kernel for 3-channel 2-d input, ``opaque_resample``), so an
+    answer costed under one count may not hold under another."""
+    return (str(op), _describe(tuple(args)), _describe(tuple(sorted(kwargs.items()))), torch.get_num_threads())
 
 
 def cut_wins(op: Any, args: tuple, kwargs: dict | None = None) -> bool:

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from device_impl.compiler import costed
 from support import compiled_run, eager_run
 
 pytestmark = pytest.mark.usefixtures("no_neff_cache")
@@ -163,3 +164,19 @@ def test_a_plain_convolution_backward_is_cut_where_the_eager_program_is_cheaper(
     kinds = [[s["kind"] for s in executable.program.steps] for executable, _ in calls]
     assert any("convolution_backward" in k for k in kinds), kinds
     assert torch.equal(cw.grad.cpu(), w.grad.cpu()) and torch.equal(cb.grad.cpu(), b.grad.cpu())
+
+
+def test_a_costing_answer_is_kept_per_thread_count():
+    """An upsample cut's program follows CPU's kernel choice, which for 3-channel 2-d input depends on
+    torch.get_num_threads(): the memo key includes the count, so a count changed within a process costs again
+    instead of reusing an answer about another program."""
+    x = torch.empty(1, 3, 8, 8)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = costed.signature(torch.ops.aten.upsample_bilinear2d.vec, (x, [16, 16], False, None), {})
+        torch.set_num_threads(2)
+        two = costed.signature(torch.ops.aten.upsample_bilinear2d.vec, (x, [16, 16], False, None), {})
+    finally:
+        torch.set_num_threads(before)
+    assert one != two
