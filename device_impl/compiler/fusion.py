@@ -292,6 +292,23 @@ class Planner:
                 operands[i] = vid
         return Op(op.name, tuple(operands), op.results, op.types, op.attrs)
 
+    def _sort_payload(self, op: Op) -> str | None:
+        """Why a sort's operands beyond the keys cannot lower, or None: the sort runner
+        (``steps._sort_rows_runner``) writes each row's permutation as the second result, which is the sorted
+        payload only where that payload is the index along the sorted dim (torch-mlir's sort, topk and argsort
+        all sort (keys, iota)); any other payload would come out as indices, so it is refused (the graph then
+        runs eagerly) rather than lowered wrong."""
+        if op.name != "sort" or len(op.operands) == 1:
+            return None
+        if len(op.operands) > 2:
+            return "only sorts of (keys[, iota]) lower"
+        dim = op.attrs.get("dimension")
+        for payload in op.operands[1:]:
+            made = self._producers.get(payload)
+            if made is None or made.name != "iota" or made.attrs.get("iota_dimension") != dim:
+                return "only sorts of (keys, iota along the sorted dim) lower"
+        return None
+
     def run(self) -> list[dict]:
         for op in self.g.ops:
             in_types = [self.g.types[v] for v in op.operands]
@@ -310,7 +327,7 @@ class Planner:
                     continue
                 self.place_elementwise(op)
             elif op.name in lowering.STEP_OPS:
-                why = lowering.supported_step(op, in_types)
+                why = lowering.supported_step(op, in_types) or self._sort_payload(op)
                 if why is not None:
                     raise UnsupportedOpError(f"stablehlo.{op.name}", why)
                 self.place_step(op)

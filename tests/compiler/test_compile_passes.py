@@ -317,3 +317,26 @@ def test_a_window_of_one_element_is_the_elementwise_op_of_its_init(dtype):
     assert torch.equal(torch.signbit(got[~cpu.isnan()]), torch.signbit(cpu[~cpu.isnan()]))
     assert torch.equal(got.nan_to_num(), cpu.nan_to_num())
     assert compiled_ns <= eager_ns, (compiled_ns, eager_ns)
+
+
+def test_a_sort_whose_payload_is_not_its_indices_is_refused_not_lowered_as_indices():
+    """The sort runner writes each row's permutation as the second result: right for torch-mlir's (keys, iota)
+    sorts (sort, topk, argsort), wrong for any other payload, which must be refused (the graph then runs
+    eagerly) rather than come out as indices."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from device_impl.compiler import fusion, importer
+    from device_impl.compiler.errors import UnsupportedOpError
+
+    graph = importer.read_module(importer.to_stablehlo(make_fx(lambda x: torch.sort(x, dim=1))(torch.randn(3, 5))))
+    assert [op.name for op in graph.ops] == ["iota", "sort"]
+    fusion.plan(graph)  # the (keys, iota) sort lowers
+    iota, sort = graph.ops
+    other = Op("iota", (), iota.results, iota.types, {"iota_dimension": 0})  # indices along the other dim
+    payload = Graph(graph.inputs, graph.outputs, [other, sort], graph.types, graph.constants, graph.splats)
+    with pytest.raises(UnsupportedOpError, match="iota along the sorted dim"):
+        fusion.plan(payload)
+    keys = Graph(graph.inputs, graph.outputs, [Op("sort", (0, 0), sort.results, sort.types, sort.attrs)],
+                 graph.types, graph.constants, graph.splats)  # the keys sorted as their own payload
+    with pytest.raises(UnsupportedOpError, match="iota along the sorted dim"):
+        fusion.plan(keys)
