@@ -695,6 +695,7 @@ def build(graph: Graph, name: str, input_names: list[str] | None = None, weights
     graph = fold.fold_constants(graph)
     fold.check_static(graph, input_names)
     fold.merge_reductions(graph)
+    fold.infinite_rows_from_max(graph)
     expansions.fold_expansions(graph)
     fold.sink_small_ops(eliminate_dead_code(graph))  # the expansions' replaced ops no longer read the values
     fold.conv_bias(graph)

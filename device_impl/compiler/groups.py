@@ -24,7 +24,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from device_impl.compiler import iotas, lowering
+from device_impl.compiler import flat_order, iotas, lowering
 from device_impl.compiler.ir import Op, TensorType, numpy_dtype
 from device_impl.compiler.memory import GROUP_SBUF_BYTES, ROW_TILE_RESERVE
 from device_impl.engine.constants import PLATFORM
@@ -581,6 +581,7 @@ class GroupRunner:
         # the same ops with each rotate_half one GpSimd permutation of its source's tile (build.rotations), for the
         # calls whose tiles all hold whole rotation units (``_flat``); None where the group has none
         self.rotated: tuple | None = None
+        self._walks: dict[tuple, tuple[int, ...] | None] = {}  # the views' layouts -> flat_order's walk
         rotations = step.get("rotations") or []
         if rotations and self.reduce_dims is None:
             negates = {r["drop"][2] for r in rotations}
@@ -624,6 +625,10 @@ class GroupRunner:
         loads = {slot: env.access(vid) for slot, vid in self.loads.items()}
         stores = {slot: env.access(vid) for slot, vid in self.stores.items()}
         if self.reduce_dims is None:
+            perm = self._walk(loads, stores)
+            if perm is not None:  # every view walked in another order of the dims (elementwise: the same values)
+                loads = {slot: view.transpose(perm) for slot, view in loads.items()}
+                stores = {slot: array.transpose(perm) for slot, array in stores.items()}
             self._flat(nc, loads, stores)
             return
         handoff = self.step.get("handoff")  # a later product's A made from this group's result (build.handoffs)
@@ -635,6 +640,17 @@ class GroupRunner:
         self._rows(nc, loads, stores, taps={handoff["slot"]: (lambda nc_, t, *box: blocks.append((t, *box)), pinned,
                                                              handoff.get("store", True))})
         env.shared[("raw", handoff["lhs"], tuple(handoff["layout"]))] = (handed_pieces(blocks), pinned)
+
+    def _walk(self, loads: dict, stores: dict) -> tuple[int, ...] | None:
+        """The order of the dims a flat group walks its views in (``flat_order``: the fewest DMA runs), None for
+        the logical one; not for a group whose tiles follow the logical order (generated iotas, rotations)."""
+        if self.generated or self.rotated is not None or self.step.get("order") is not None:
+            return None
+        views = [*loads.values(), *stores.values()]
+        key = tuple((v.shape, v.strides) for v in views)
+        if key not in self._walks:
+            self._walks[key] = flat_order.order(views, self.shape)
+        return self._walks[key]
 
     def run_wide(self, nc, env) -> None:
         """The same ops on one tile per group (compiler.replay's wide core, which has no tile limits):

@@ -135,6 +135,13 @@ def _exact(flat: np.ndarray, dtype: np.dtype) -> bool:
     return bool(np.array_equal(flat.astype(dtype).astype(np.int64), flat))
 
 
+def _kind(name: str) -> str:
+    """A dtype name's kind, ``f`` for the reduced floats too (ml_dtypes' bfloat16 is kind ``V`` to numpy: read
+    as is, it kept every bfloat16 op from folding, arange's ``iota + 3`` an add of its own: 1.18 us against the
+    eager kernel's 1.17)."""
+    return "f" if name in ("bfloat16", "float16") else np.dtype(numpy_dtype(name)).kind
+
+
 def _fold(op: dict, found: dict[int, tuple[dict, np.ndarray]]) -> tuple[dict, np.ndarray] | None:
     """(entry, values) of ``op``'s result where every operand is generated or an integer immediate and the
     op's result in its dtype is exactly the integer result: the same bits (an integer float op rounds
@@ -150,7 +157,7 @@ def _fold(op: dict, found: dict[int, tuple[dict, np.ndarray]]) -> tuple[dict, np
                               or (isinstance(x, float) and np.signbit(x) and x == 0))
            for kind, x in op["args"]):
         return None
-    if any(np.dtype(t).kind not in "iuf" for t in op["in_types"] + [op["dtype"]]):
+    if any(_kind(t) not in "iuf" for t in op["in_types"] + [op["dtype"]]):
         return None
     args = [["slot", x] if kind == "slot" else ["imm", int(x)] for kind, x in op["args"]]
     entry = {"slot": op["slot"], "op": op["op"], "args": args}
@@ -158,11 +165,11 @@ def _fold(op: dict, found: dict[int, tuple[dict, np.ndarray]]) -> tuple[dict, np
     if flat.size and int(np.abs(flat).max()) >= _EXACT_LIMIT:
         return None
     for (kind, x), t in zip(op["args"], op["in_types"]):  # each operand exact in the type the op reads it as
-        if kind == "slot" and not _exact(found[x][1], np.dtype(t)):
+        if kind == "slot" and not _exact(found[x][1], numpy_dtype(t)):
             return None
-    if not _exact(flat, np.dtype(op["dtype"])):
+    if not _exact(flat, numpy_dtype(op["dtype"])):
         return None
-    if np.dtype(op["dtype"]).kind == "f" and op["op"] in ("multiply", "negate"):
+    if _kind(op["dtype"]) == "f" and op["op"] in ("multiply", "negate"):
         operands = [found[x][1] if kind == "slot" else np.int64(x) for kind, x in op["args"]]
         if op["op"] == "negate" and np.any(operands[0] == 0):
             return None
@@ -193,7 +200,7 @@ def _difference(op: dict, found: dict[int, tuple[dict, np.ndarray]], slot: int) 
             or any(x not in found for _, x in op["args"]):
         return None
     (_, a), (_, b) = op["args"]
-    if any(np.dtype(t).kind not in "iuf" or not _exact(found[x][1], np.dtype(t))
+    if any(_kind(t) not in "iuf" or not _exact(found[x][1], numpy_dtype(t))
            for (_, x), t in zip(op["args"], op["in_types"])):
         return None
     entry = {"slot": slot, "op": "subtract", "args": [["slot", a], ["slot", b]]}

@@ -768,37 +768,20 @@ def _convolution_overrideable(node: torch.fx.Node) -> Any:
 def _convolution_costed(node: torch.fx.Node) -> Any:
     """``aten.convolution`` (which torch-mlir imports: a StableHLO convolution, its bias added after it) cut as the
     eager kernel's ``conv._conv_run`` like ``convolution_overrideable``, only where that is modelled faster than the
-    imported form (``costed.cut_wins``), and not where some output sums no product (``_every_output_reached``:
-    the eager program writes it as the bias itself, -0.0 kept where CPU gives 0 + bias): the sweep's bfloat16
-    ``conv_transpose3d`` (stride 2, padding 1, a 1x1x1 kernel; 1.515 us imported against the eager kernel's 1.380)
-    is such a call and stays imported."""
+    imported form (``costed.cut_wins``). Outputs no product reaches (a transposed convolution's stride past its
+    kernel) are CPU's 0 + bias in the eager program too (``kernels.spatial.conv._unreached``: a -0.0 bias gives
+    +0.0 there), so such a call is costed like any: the sweep's bfloat16 ``conv_transpose3d`` (stride 2, padding 1,
+    a 1x1x1 kernel; half its outputs unreached) is cut, 1.515 us imported against 1.380 (the eager kernel's)."""
     from device_impl.compiler import costed
 
     described = _convolution_overrideable(node)
     if described is None:
         return None
     a = _bound(node)
-    if a["bias"] is not None and not _every_output_reached(_meta(a["input"]), _meta(a["weight"]), _meta(node),
-                                                           described[2]):
-        return None  # the eager kernel writes an unreached output as the bias itself (-0.0 stays), CPU 0 + bias
     args = (_meta(a["input"]), _meta(a["weight"]), _meta(a["bias"]) if a["bias"] is not None else None,
             *[list(_ints(a[k])) for k in ("stride", "padding", "dilation")], bool(a["transposed"]),
             list(_ints(a["output_padding"])), a["groups"])
     return described if costed.cut_wins(aten.convolution.default, args) else None
-
-
-def _every_output_reached(x: torch.Tensor, w: torch.Tensor, out: torch.Tensor, o: dict) -> bool:
-    """Whether every output of a transposed convolution sums a product with an input element (a direct one always
-    does: ``fold._every_output_reached``'s rule, said on the FX metas). Output j of a spatial dim is reached where
-    j + padding = i * stride + t * dilation for an input position i and a tap t."""
-    if not o["transposed"]:
-        return True
-    for d in range(o["nsp"]):
-        n, k, size = x.shape[2 + d], w.shape[2 + d], out.shape[2 + d]
-        reached = {i * o["stride"][d] + t * o["dilation"][d] - o["padding"][d] for i in range(n) for t in range(k)}
-        if any(j not in reached for j in range(size)):
-            return False
-    return True
 
 
 def _run_convolution(step: dict, program: Any) -> Callable:

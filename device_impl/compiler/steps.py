@@ -19,7 +19,7 @@ from typing import Any, Callable, NamedTuple
 import numpy as np
 
 from device_impl.compiler import (counters, factories, gather, lowering, opaque_cnn, opaque_conv, opaque_indexing,
-                                  opaque_moments, opaque_pads, opaque_products, opaque_resample)
+                                  opaque_moments, opaque_pads, opaque_products, opaque_resample, scan_spread)
 from device_impl.compiler.groups import Access2D, GroupRunner, handed_pieces
 from device_impl.compiler.program import Program
 from device_impl.compiler.program import operand_array as _operand_array
@@ -608,6 +608,10 @@ def _scan(dim: int, alu: str, operand: int, result: int, shape: tuple[int, ...])
         src = Access2D(env.access(operand).transpose(keep + [dim]), len(keep))
         dst = Access2D(env.access(result).transpose(keep + [dim]), len(keep))
         compute = compute_dtype(src.x.dtype)
+        if scan_spread.spreads(n, rows, alu, src.x.dtype, compute):  # one long integer row: over the partitions
+            scan_spread.scan_spread(nc, np.reshape(src.x, (n,), copy=False), np.reshape(dst.x, (n,), copy=False),
+                                    alu, compute)
+            return
         # CPU's cumsum/cumprod of float32 carry the running value in double (acc_type): the eager kernel's GpSimd
         # double scan (kernels.reduction.scans.scan64), so the compiled scan rounds where CPU's and eager's do
         double = alu in ("add", "multiply") and src.x.dtype == np.float32 and dst.x.dtype == np.float32

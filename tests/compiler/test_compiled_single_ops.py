@@ -405,9 +405,10 @@ def test_a_convolution_read_elsewhere_keeps_its_bias_add():
                                                                       stride=1),
      ((1, 2, 5), (2, 4, 2), (4,))),
 ])
-def test_a_transposed_convolution_with_unreached_outputs_keeps_its_bias_add(name, fn, shapes):
-    """fold._every_output_reached: a stride of 3 over a 1x1 kernel, or output padding past a dilated kernel's
-    reach, leaves outputs no product reaches, which CPU computes as 0 + bias (+0.0 for a -0.0 bias) and the
-    eager kernel's bias copy would leave -0.0: the add stays, and the zero signs are CPU's."""
+def test_a_transposed_convolution_with_unreached_outputs_has_cpus_zero_signs(name, fn, shapes):
+    """A stride of 3 over a 1x1 kernel, or output padding past a dilated kernel's reach, leaves outputs no product
+    reaches, which CPU computes as 0 + bias (+0.0 for the -0.0 among the bias values). Imported, the bias add stays
+    a step of its own (fold._every_output_reached); cut whole where costed cheaper, the eager program forms them
+    as CPU does (kernels.spatial.conv._unreached): either way the zero signs are CPU's."""
     _, _, steps = _eager_and_compiled(fn, *_operands(*shapes), exact=False)
-    assert [kind for kind, _ in steps] == ["convolution", "fused"], steps
+    assert [kind for kind, _ in steps] in (["convolution", "fused"], ["convolution_overrideable"]), steps
