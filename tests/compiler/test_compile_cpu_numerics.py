@@ -111,6 +111,27 @@ def test_elu_gradient_of_nan_follows_cpus_lambda(layout):
     torch.testing.assert_close(got, want, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "sliced", "2-d", "transposed"])
+def test_hardtanh_gradient_of_nan_follows_cpus_lambda(dtype, layout):
+    """CPU's hardtanh_backward vector lambda keeps the gradient where ``min < x < max`` (0 for a NaN input), its
+    scalar lambda drops it where ``x <= min || x >= max`` (the gradient for a NaN input): a run's tail past the last
+    whole vector block, and every element of a strided run, take the scalar one (op suite hardtanh and
+    hardtanh_backward special, compiled: PyTorch's decomposition, the scalar lambda everywhere)."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(5, 37, generator=g) * 2).to(dtype)
+    x[:, ::3] = float("nan")
+    grad = torch.randn(5, 37, generator=g).to(dtype)
+    view = {"contiguous": lambda t: t.reshape(-1), "sliced": lambda t: t.reshape(-1)[::2], "2-d": lambda t: t,
+            "transposed": lambda t: t.t()}[layout]
+    _same_bits(lambda a, b: torch.ops.aten.hardtanh_backward(view(a), view(b), -1.0, 1.0), grad, x)
+    fn = lambda t: torch.nn.functional.hardtanh(t, -1.0, 1.0)  # noqa: E731
+    want = _grad(fn, x, "cpu", view)
+    torch._dynamo.reset()
+    got = _grad(torch.compile(fn, backend="neuron", dynamic=False), x, "neuron", view)
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+
+
 def test_float16_scatter_add_accumulates_in_float32_as_cpu():
     """CPU accumulates a float16 scatter_add in float32 and rounds once; the engine's scatter rounded each block of
     rows into the float16 destination, so a partial sum overflowed (op suite scatter_add float16 near_overflow)."""
