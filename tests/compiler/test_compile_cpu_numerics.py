@@ -501,3 +501,20 @@ def test_log_softmax_backward_rounds_g_minus_exp_y_sum_once(dtype):
     assert int(zeros.sum()) > 0 and torch.equal(got == 0, zeros)
     assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros]))
     assert torch.equal(_bits(got), _bits(eager))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_layer_norm_with_an_infinite_weight_keeps_cpus_infinities(dtype):
+    """An element at its row's mean times an infinite weight: CPU's kernel leaves a rounding residue there (inf), so
+    a normalisation giving exactly 0 would make 0 * inf = NaN (the op suite's float16 layer_norm special, compiled,
+    under ATen's two-pass decomposition); native_layer_norm is cut whole and runs the eager kernel's program."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 33, generator=g).to(dtype)
+    x[:, 7] = x.float().mean(-1).to(dtype)
+    w = torch.randn(33, generator=g).to(dtype)
+    w[7], w[3], w[11] = float("inf"), -float("inf"), float("nan")
+    b = torch.randn(33, generator=g).to(dtype)
+    fn = lambda a, c, d: torch.nn.functional.layer_norm(a, (33,), c, d)  # noqa: E731
+    got, want = _compiled(fn, x, w, b).cpu(), fn(x, w, b)
+    assert torch.equal(torch.isnan(got), torch.isnan(want)) and torch.equal(torch.isinf(got), torch.isinf(want))
+    torch.testing.assert_close(got, want, equal_nan=True)  # finite values: the summation order's last bits
