@@ -911,6 +911,9 @@ def compile_dynamo_graph(gm: torch.fx.GraphModule, example_inputs: list, **kwarg
     refused = parity.empty_refusal(gm, example_inputs)  # CPU's size checks of zero-size calls decompositions skip
     if refused is not None:
         return parity.raising_program(refused)
+    refused = parity.fill_value_refusal(gm)  # CPU's checked conversion of a fill value the reference casts
+    if refused is not None:
+        return parity.raising_program(refused)
     patterns.rewrite_attention(gm)  # written-out attention -> SDPA: one flash-attention step (issue 21)
     started = time.perf_counter()
     symbolic = symbolic_input(gm, example_inputs)

@@ -712,6 +712,27 @@ def _elu_backward(grad: torch.Tensor, alpha, scale, input_scale, is_result: bool
     return torch.where(vector, torch.where(self_or_result > 0, positive, negative), scalar)
 
 
+def _hardtanh_backward(grad_output: torch.Tensor, self: torch.Tensor, min_val, max_val):
+    """hardtanh_backward as CPU's loop computes it: its vector lambda keeps the gradient where ``min < x < max``, so
+    a NaN input's gradient is 0; its scalar lambda drops it where ``x <= min || x >= max`` (PyTorch's decomposition's
+    test), so a NaN input passes the gradient on. Each element takes the lambda CPU's loop runs there
+    (``loops.vector_mask``, the block asked of the running torch: ``cpu_host.lambda_block``), as the eager kernel's
+    ``loop._vector_split``; the bounds compared in float32 for the reduced floats (CPU's opmath)."""
+    from device_impl.compiler import loops
+    from device_impl.kernels import cpu_host
+
+    x = self.float() if self.dtype in NARROW else self
+    scalar = torch.where((x <= min_val) | (x >= max_val), 0.0, grad_output)
+    if not grad_output.dtype.is_floating_point or any(size == 0 for size in grad_output.shape):
+        return scalar
+    vector = loops.vector_mask((grad_output, self), grad_output.dtype, grad_output.device,
+                               cpu_host.lambda_block("hardtanh_backward", grad_output.dtype))
+    if vector is False:
+        return scalar
+    kept = torch.where((x > min_val) & (x < max_val), grad_output, 0.0)
+    return kept if vector is True else torch.where(vector, kept, scalar)
+
+
 def _softmax_backward_data(grad_output: torch.Tensor, output: torch.Tensor, dim: int, input_dtype: torch.dtype):
     """softmax's gradient as CPU's kernels form it, ``y * (g - sum(g * y))`` (PyTorch's decomposition forms
     ``g * y - y * sum(g * y)``: where y is 0, an underflowed or -inf input, that gives -0.0 for a negative g
@@ -1166,6 +1187,7 @@ def traced_forms() -> Iterator[None]:
 # as REWRITES: PyTorch's formula differs from what CPU computes; and the fused attention backward where
 # a bias needs its gradient (elsewhere both attention ops stay whole: compiler/opaque.py).
 DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
+                  aten.hardtanh_backward.default: _hardtanh_backward,
                   aten._log_softmax.default: _log_softmax,
                   aten._softmax_backward_data.default: _softmax_backward_data,
                   aten._log_softmax_backward_data.default: _log_softmax_backward_data,

@@ -229,6 +229,24 @@ def _sort(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dic
                                "stable": stable_order(meta, dim, descending, bool(a.get("stable")))}
 
 
+def _topk(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """``topk``: operand self, results {0: values, 1: indices}, each k wide along ``dim``. torch-mlir said it as a
+    full sort and a slice, so tied values' indices came out in std::sort's order, not in the order CPU's topk
+    (std::partial_sort, or nth_element and a sort of the first k-1) leaves them; the step runs the eager topk
+    kernel's GpSimd sort with that tie rule (``indexing.sort_rows(topk=True)``). Values tie for any input, so every
+    call is cut, except where the sorted dim holds one element (nothing to tie: torch-mlir's sort of one element
+    folds to a copy, 1.21 us against the sort's 4.72 for a [1, 2049] bfloat16 topk along dim 0). A 0-dim input, a
+    k that is not a number, or a dim out of range stays in the graph (eager)."""
+    a = _bound(node)
+    x, k = a["self"], a["k"]
+    meta = x.meta.get("val") if isinstance(x, torch.fx.Node) else None
+    if not isinstance(meta, torch.Tensor) or meta.dim() == 0 or not isinstance(k, int) \
+            or not -meta.dim() <= int(a["dim"]) < meta.dim() or meta.shape[int(a["dim"])] == 1:
+        return None
+    return [x], {0: 0, 1: 1}, {"dim": int(a["dim"]) % meta.dim(), "descending": bool(a["largest"]), "stable": False,
+                               "topk": True, "sorted": bool(a["sorted"])}
+
+
 def _one_element(node: Any, dtype: torch.dtype) -> bool:
     meta = node.meta.get("val") if isinstance(node, torch.fx.Node) else None
     return isinstance(meta, torch.Tensor) and meta.dtype == dtype and meta.numel() == 1
@@ -482,6 +500,7 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten.isin.Scalar_Tensor: ("isin", _isin),
     aten.sort.stable: ("sort_whole", _sort),
     aten.sort.default: ("sort_whole", _sort),
+    aten.topk.default: ("sort_whole", _topk),
     aten.cumprod.default: ("cumprod", _cumprod),
     aten.slice_scatter.default: ("view_scatter", _view_scatter),
     aten.diagonal_scatter.default: ("view_scatter", _view_scatter),

@@ -31,6 +31,10 @@ size of 0 raises "Input and output sizes should be greater than 0" on CPU; its d
 an empty tensor), and a zero-size result is one the compiler never computes, so nothing else would
 notice. The probe computes nothing of size: a zero-size tensor holds no elements.
 
+``fill_value_refusal`` does it for the calls of a Dynamo graph that convert a Python number to a tensor's dtype
+(``masked_fill``: CPU's checked conversion refuses -0.5 for uint8; the reference AOTAutograd traces casts it, so
+its graph no longer holds the number). ``avg_pool3d`` is in FAKE_CHECKED: CPU has no float16/bfloat16 kernel.
+
 ``install_meta_checks`` corrects the exception class of a few meta functions, which Dynamo runs before
 any backend sees a graph: PyTorch's Python metas of ``amax``/``amin``/``aminmax`` over an empty
 dimension and ``argmax``/``argmin`` of an empty tensor raise RuntimeError where CPU raises IndexError, and Dynamo reports a RuntimeError from a fake tensor as
@@ -263,6 +267,7 @@ FAKE_CHECKED = frozenset({
     # hardshrink, log_sigmoid_*, softplus_backward): backend.EAGER_CALLS runs such calls eagerly
     aten.softplus.default, aten.mish.default, aten.threshold.default, aten.frac.default, aten.heaviside.default,
     aten.logaddexp.default, aten.logaddexp2.default,
+    aten.avg_pool3d.default,  # float16/bfloat16: CPU has no kernel (NotImplementedError); the meta accepts them
     # (the shift operators' metas are wrapped instead, META_CHECKED: that covers their in-place forms too)
 })
 _INSTALLED: list[bool] = []
@@ -505,6 +510,46 @@ def empty_refusal(gm: torch.fx.GraphModule, example_inputs: list) -> Exception |
             # (x[1:] of a one-element x is empty, but as_strided over it may address the element before it)
             if isinstance(result, torch.Tensor):
                 known[node] = result
+    return None
+
+
+# Dynamo-graph calls that convert a Python number to the tensor's dtype with c10's checked conversion, which CPU's
+# kernel runs before looking at the mask ("value cannot be converted to type uint8_t without overflow", also for an
+# empty tensor) and the traced graph does not: PyTorch's masked_fill reference casts the value, so the AOTAutograd
+# graph holds only the converted number (-0.5 into uint8 became 0). Keyed by the call's target (a method's name or
+# the function); the value's position among the call's arguments.
+FILL_VALUE_CHECKED: dict[Any, int] = {
+    "masked_fill": 2, "masked_fill_": 2, torch.masked_fill: 2, torch.Tensor.masked_fill: 2,
+    torch.Tensor.masked_fill_: 2,
+}
+
+
+def _probe_one_element(value: Any) -> Any:
+    """A Dynamo graph's argument as a dtype probe receives it: a tensor becomes one zero of its dtype."""
+    if isinstance(value, torch.fx.Node):
+        meta = value.meta.get("example_value", value.meta.get("val"))
+        return torch.zeros(1, dtype=meta.dtype) if isinstance(meta, torch.Tensor) else meta
+    return value
+
+
+def fill_value_refusal(gm: torch.fx.GraphModule) -> Exception | None:
+    """The error CPU raises for the first FILL_VALUE_CHECKED call of a Dynamo graph whose fill value (a Python
+    number) its dtype cannot hold, or None. The probe is the call on one-element zeros of the traced dtypes: the
+    conversion is checked before anything is read."""
+    for node in gm.graph.nodes:
+        if node.op not in ("call_function", "call_method"):
+            continue
+        position = FILL_VALUE_CHECKED.get(node.target)
+        if position is None or len(node.args) <= position or isinstance(node.args[position], torch.fx.Node):
+            continue
+        with _real_tensors():
+            args = [_probe_one_element(a) for a in node.args]
+            if not all(isinstance(a, torch.Tensor) for a in args[:position]):
+                continue
+            try:
+                getattr(args[0], node.target)(*args[1:]) if node.op == "call_method" else node.target(*args)
+            except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
+                return error
     return None
 
 

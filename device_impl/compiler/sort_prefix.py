@@ -7,7 +7,9 @@ copy steps then moved their k-wide slices into the outputs, each waiting for the
 (``indexing.sort_rows``) already stores only the first ``k`` (its output's width) of each sorted row, as the
 eager topk kernel does, so ``sort_prefixes`` gives the sort op the slices' results: each result k wide along the
 sorted dim, no slice, no copy; the runner (``steps._sort_rows_runner``) sorts the whole row and stores its prefix.
-The same bits: the same sorted rows (and tie order), of which the slice kept the same first k.
+The same bits: the same sorted rows (and tie order), of which the slice kept the same first k. ``topk`` itself is
+cut whole since (compiler/opaque.py ``_topk``: CPU's partial-sort tie order, which a full sort does not give), so
+this serves the sort + prefix slices a graph writes out itself, and a topk along a dim of one element.
 
 Only where every result of the sort that anything reads is read by exactly one ``slice``, that slice keeps the first
 k along the sorted dim and everything along the other dims (stride 1), the same k for every result, and no result

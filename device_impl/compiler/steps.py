@@ -491,13 +491,17 @@ def _sort(step: dict, program: Program) -> Runner:
 
 def _sort_whole(step: dict, program: Program) -> Runner:
     """``sort.stable`` cut whole (compiler/opaque.py): the eager kernel's sort, its order and tie rule the cut's
-    options (``kernels.indexing.sort.stable_order``)."""
+    options (``kernels.indexing.sort.stable_order``); ``topk`` cut whole likewise, with the eager topk kernel's tie
+    rule (``topk``, ``sorted``: CPU's partial sort)."""
     attrs = step["attrs"]
-    return _sort_rows_runner(step, program, attrs["dim"], not attrs["descending"], attrs["stable"])
+    return _sort_rows_runner(step, program, attrs["dim"], not attrs["descending"], attrs["stable"],
+                             topk=bool(attrs.get("topk", False)), sorted_=bool(attrs.get("sorted", True)))
 
 
-def _sort_rows_runner(step: dict, program: Program, dim: int, ascending: bool, stable: bool) -> Runner:
-    """Values[, indices] of keys sorted along ``dim``, row by row on GpSimd (``indexing.sort_rows``)."""
+def _sort_rows_runner(step: dict, program: Program, dim: int, ascending: bool, stable: bool, topk: bool = False,
+                      sorted_: bool = True) -> Runner:
+    """Values[, indices] of keys sorted along ``dim``, row by row on GpSimd (``indexing.sort_rows``); ``topk``: the
+    first k of each row with CPU's topk tie order (``sorted_``: its sorted flag)."""
     keys = step["operands"][0]
     results = step["results"]
     shape = program.shape(keys)
@@ -518,7 +522,7 @@ def _sort_rows_runner(step: dict, program: Program, dim: int, ascending: bool, s
             i2d = _rows_or_scratch(env, perm, rows, k, I64)
         else:
             perm, i2d = None, env.scratch_array((rows, k), I64)
-        indexing.sort_rows(nc, x, v2d, i2d, descending=not ascending, stable=stable)
+        indexing.sort_rows(nc, x, v2d, i2d, descending=not ascending, stable=stable, topk=topk, sorted_=sorted_)
         if not np.shares_memory(v2d, values):
             nc.dma.hbm_copy(values, v2d.reshape(values.shape))
         if perm is not None and not np.shares_memory(i2d, perm):

@@ -143,6 +143,10 @@ _LAMBDA_PROBES: dict[str, Callable[[int, torch.dtype], bool]] = {
         torch.ones(n, dtype=dtype), torch.full((n,), float("nan"), dtype=dtype), 0.5)[0].item() == 0,
     "softshrink": lambda n, dtype: not torch.signbit(torch.ops.aten.softshrink(
         torch.full((n,), -0.25, dtype=dtype), 0.5)[0]).item(),
+    # hardtanh_backward: the vector lambda keeps ``(x > min) & (x < max) & grad``, 0 for a NaN x; the scalar one
+    # ``x <= min || x >= max ? 0 : grad`` passes it on
+    "hardtanh_backward": lambda n, dtype: torch.ops.aten.hardtanh_backward(
+        torch.ones(n, dtype=dtype), torch.full((n,), float("nan"), dtype=dtype), -1.0, 1.0)[0].item() == 0,
 }
 
 
@@ -151,7 +155,7 @@ def lambda_block(kernel: str, dtype: torch.dtype) -> int:
     """Elements one step of ``kernel``'s vectorized loop covers (``_LAMBDA_PROBES``), asked of the running torch: the
     shortest input whose first result is the vector lambda's (a value larger than any tensor where none is).
     Measured in torch 2.13: ``vector_block``'s 16 float32 / 32 bfloat16 and float16 under AVX-512, AVX2 and DEFAULT
-    for both (elu_backward's differs: ``elu_backward_block``)."""
+    for the shrinks, and under AVX2 and DEFAULT for hardtanh_backward (elu_backward's differs: ``elu_backward_block``)."""
     probe = _LAMBDA_PROBES[kernel]
     with _disable_current_modes():
         for n in (2 ** k for k in range(1, 10)):

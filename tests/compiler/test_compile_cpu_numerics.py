@@ -111,6 +111,27 @@ def test_elu_gradient_of_nan_follows_cpus_lambda(layout):
     torch.testing.assert_close(got, want, equal_nan=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "sliced", "2-d", "transposed"])
+def test_hardtanh_gradient_of_nan_follows_cpus_lambda(dtype, layout):
+    """CPU's hardtanh_backward vector lambda keeps the gradient where ``min < x < max`` (0 for a NaN input), its
+    scalar lambda drops it where ``x <= min || x >= max`` (the gradient for a NaN input): a run's tail past the last
+    whole vector block, and every element of a strided run, take the scalar one (op suite hardtanh and
+    hardtanh_backward special, compiled: PyTorch's decomposition, the scalar lambda everywhere)."""
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(5, 37, generator=g) * 2).to(dtype)
+    x[:, ::3] = float("nan")
+    grad = torch.randn(5, 37, generator=g).to(dtype)
+    view = {"contiguous": lambda t: t.reshape(-1), "sliced": lambda t: t.reshape(-1)[::2], "2-d": lambda t: t,
+            "transposed": lambda t: t.t()}[layout]
+    _same_bits(lambda a, b: torch.ops.aten.hardtanh_backward(view(a), view(b), -1.0, 1.0), grad, x)
+    fn = lambda t: torch.nn.functional.hardtanh(t, -1.0, 1.0)  # noqa: E731
+    want = _grad(fn, x, "cpu", view)
+    torch._dynamo.reset()
+    got = _grad(torch.compile(fn, backend="neuron", dynamic=False), x, "neuron", view)
+    torch.testing.assert_close(got, want, equal_nan=True, rtol=0, atol=0)
+
+
 def test_float16_scatter_add_accumulates_in_float32_as_cpu():
     """CPU accumulates a float16 scatter_add in float32 and rounds once; the engine's scatter rounded each block of
     rows into the float16 destination, so a partial sum overflowed (op suite scatter_add float16 near_overflow)."""
@@ -480,3 +501,20 @@ def test_log_softmax_backward_rounds_g_minus_exp_y_sum_once(dtype):
     assert int(zeros.sum()) > 0 and torch.equal(got == 0, zeros)
     assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros]))
     assert torch.equal(_bits(got), _bits(eager))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_layer_norm_with_an_infinite_weight_keeps_cpus_infinities(dtype):
+    """An element at its row's mean times an infinite weight: CPU's kernel leaves a rounding residue there (inf), so
+    a normalisation giving exactly 0 would make 0 * inf = NaN (the op suite's float16 layer_norm special, compiled,
+    under ATen's two-pass decomposition); native_layer_norm is cut whole and runs the eager kernel's program."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(4, 33, generator=g).to(dtype)
+    x[:, 7] = x.float().mean(-1).to(dtype)
+    w = torch.randn(33, generator=g).to(dtype)
+    w[7], w[3], w[11] = float("inf"), -float("inf"), float("nan")
+    b = torch.randn(33, generator=g).to(dtype)
+    fn = lambda a, c, d: torch.nn.functional.layer_norm(a, (33,), c, d)  # noqa: E731
+    got, want = _compiled(fn, x, w, b).cpu(), fn(x, w, b)
+    assert torch.equal(torch.isnan(got), torch.isnan(want)) and torch.equal(torch.isinf(got), torch.isinf(want))
+    torch.testing.assert_close(got, want, equal_nan=True)  # finite values: the summation order's last bits

@@ -441,3 +441,39 @@ def test_shift_operators_refuse_and_accept_as_cpu():
         assert got.dtype == want.dtype and torch.equal(got, want)
     with pytest.raises(RuntimeError, match="result type Long can't be cast to the desired output type Bool"):
         _compiled(lambda t: t.__ilshift__(1), b.clone())
+
+
+@pytest.mark.parametrize("batch, groups, padding, stride", [
+    (2, 1, 1, 1), (1, 1, 1, 1), (1, 2, 1, 1), (2, 4, 1, 1), (2, 1, 1, 2), (1, 1, 1, 2)])
+def test_conv_transpose_to_an_empty_output_answers_and_differentiates_as_cpu(batch, groups, padding, stride):
+    """Padding that consumes a transposed convolution's whole height: CPU returns the empty output (oneDNN, by its
+    heuristics on this host) or raises "Output size is too small" (slow_conv_transpose2d). Compiled, the forward and
+    the backward (convolution_backward, cut whole: compiler/opaque_conv.py) run the eager kernels, which ask the live
+    CPU (kernels/spatial/conv.py ``_cpu_returns_empty_transposed``): the op suite's compiled conv_transpose2d once
+    raised where CPU returned the empty result. Gradients through an empty output are zeros."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(batch, 2 * groups, 1, 3, generator=g)
+    w = torch.randn(2 * groups, 3, 2, 2, generator=g)
+    b = torch.randn(3 * groups, generator=g)
+
+    def call(x, w, b):
+        return F.conv_transpose2d(x, w, b, stride=stride, padding=padding, groups=groups)
+
+    def run(fn, device):
+        leaves = [t.detach().to(device).requires_grad_() for t in (x, w, b)]
+        try:
+            y = fn(*leaves)
+            y.backward(torch.ones_like(y))
+        except RuntimeError as error:
+            return type(error), str(error).splitlines()[0]
+        return [y.detach().cpu()] + [t.grad.cpu() for t in leaves]
+
+    want = run(call, "cpu")
+    torch._dynamo.reset()
+    got = run(torch.compile(call, backend="neuron", dynamic=False), "neuron")
+    if isinstance(want, tuple):
+        assert got == want
+        return
+    assert not isinstance(got, tuple), got
+    for g_, w_ in zip(got, want, strict=True):
+        assert g_.shape == w_.shape and torch.equal(g_, w_)

@@ -123,3 +123,43 @@ def test_as_strided_over_an_empty_view_addresses_its_base_storage(dtype):
     call = lambda t: t[1:].as_strided((1, 1), (0, 0), 0).clone()  # noqa: E731
     x = torch.ones(1, dtype=dtype)
     assert torch.equal(_compiled(call, x).cpu(), call(x))
+
+
+@pytest.mark.parametrize("dtype, value", [
+    (torch.uint8, -0.5), (torch.uint8, 300), (torch.int8, 200), (torch.float16, 1e6),
+])
+@pytest.mark.parametrize("form", ["method", "function", "in-place", "empty"])
+def test_a_masked_fill_value_the_dtype_cannot_hold_raises_as_cpu(dtype, value, form):
+    """CPU's masked_fill converts the value with c10's overflow check before reading the mask (an empty tensor
+    too); PyTorch's reference, which AOTAutograd traces, casts it (-0.5 into uint8 became 0) and the compiled
+    program returned a result (the op suite's masked_fill-uint8-int_edges case: parity.fill_value_refusal)."""
+    call = {"method": lambda t, m: t.masked_fill(m > 0, value),
+            "function": lambda t, m: torch.masked_fill(t, m > 0, value),
+            "in-place": lambda t, m: t.clone().masked_fill_(m > 0, value),
+            "empty": lambda t, m: t[:0].masked_fill(m[:0] > 0, value)}[form]
+    assert _raises_as_cpu(call, torch.zeros(5, dtype=dtype), torch.randn(5)) is RuntimeError
+
+
+def test_a_masked_fill_cpu_accepts_still_compiles():
+    """A value that fits (2.5 truncates into uint8 on CPU too) and a value tensor give CPU's result."""
+    x, m = torch.arange(6, dtype=torch.uint8), torch.tensor([1.0, -1, 2, 0, 3, -4])
+    for call in (lambda t, k: t.masked_fill(k > 0, 2.5), lambda t, k: t.masked_fill(k > 0, 255),
+                 lambda t, k: t.masked_fill(k > 0, torch.tensor(7, dtype=torch.uint8, device=t.device))):
+        assert torch.equal(_compiled(call, x, m).cpu(), call(x, m))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("grad", [False, True], ids=["forward", "backward"])
+def test_avg_pool3d_of_a_dtype_cpu_has_no_kernel_for_raises_as_cpu(dtype, grad):
+    """CPU has no float16/bfloat16 avg_pool3d kernel (NotImplementedError "avg_pool3d_out_frame" not implemented);
+    its meta accepts them and the compiled reduce_window computed a result (parity.FAKE_CHECKED)."""
+    x = torch.randn(1, 2, 3, 4, 5, dtype=dtype).requires_grad_(grad)
+    call = (lambda t: torch.nn.functional.avg_pool3d(t, 2).sum()) if grad else \
+        (lambda t: torch.nn.functional.avg_pool3d(t, 2))
+    assert _raises_as_cpu(call, x) is NotImplementedError
+
+
+def test_float32_avg_pool3d_still_compiles():
+    x = torch.randn(1, 2, 3, 4, 5)
+    torch.testing.assert_close(_compiled(lambda t: torch.nn.functional.avg_pool3d(t, 2), x).cpu(),
+                               torch.nn.functional.avg_pool3d(x, 2))

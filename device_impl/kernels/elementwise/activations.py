@@ -329,7 +329,8 @@ def _hardtanh_backward_compute(out: torch.Tensor, a: dict) -> None:
     g, x = a["grad_output"], a["self"]
     _float_only("hardtanh_backward", g, x)
     lo, hi = a["min_val"], a["max_val"]
-    for part, vector in zip(_vector_split(out, (g, x), cpu_host.vector_block(out.dtype)), (True, False)):
+    block = cpu_host.lambda_block("hardtanh_backward", out.dtype)
+    for part, vector in zip(_vector_split(out, (g, x), block), (True, False)):
         if part is not None:
             elementwise("hardtanh_backward", part[0], part[1:], _hardtanh_backward_emit(lo, hi, vector))
 
