@@ -37,6 +37,7 @@ from numpy.lib.array_utils import byte_bounds
 from device_impl.compiler import (factories, opaque_cnn, opaque_conv, opaque_indexing, opaque_moments, opaque_pads,
                                   opaque_products, opaque_resample, workers)
 from device_impl.compiler.groups import GroupRunner
+from device_impl.compiler.layout import same_bytes
 from device_impl.compiler.program import Program
 from device_impl.engine.core import NeuronCore
 from device_impl.engine.dtypes import FP32
@@ -859,7 +860,7 @@ class TileOperand:
             source = env.arrays.get(self.base)
             saved, tiles = kept
             if (source is not None and source.shape == saved.shape and source.dtype == saved.dtype
-                    and source.flags.c_contiguous and np.array_equal(_raw(source), _raw(saved))):
+                    and source.flags.c_contiguous and same_bytes(source, saved)):
                 self.misses = 0
                 return tiles
             self.kept = None
@@ -881,13 +882,6 @@ class TileOperand:
                 self.kept = (source.copy(), tiles)
         env.shared[key] = tiles
         return tiles
-
-
-def _raw(array: np.ndarray) -> np.ndarray:
-    """A C-contiguous array's bytes as unsigned integers: equal exactly where the bits are (-0.0 is not 0.0,
-    a NaN equals itself)."""
-    size = array.dtype.itemsize
-    return array.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(size, np.uint8))
 
 
 def _wide_attention(step: dict, program: Program, runner) -> WideRunner:

@@ -848,6 +848,29 @@ def test_a_parameter_is_laid_out_on_the_device_once_and_again_after_every_update
             torch.testing.assert_close(fast[0].cpu(), nn.functional.linear(x.cpu(), model.weight.cpu()))
 
 
+def test_same_bytes_compares_bits():
+    """compiler.layout.same_bytes: equal bit for bit (-0.0 is not 0.0, a NaN equals itself and not another NaN's
+    payload), through libc's memcmp where both arrays lie contiguous and numpy's comparison otherwise."""
+    from device_impl.compiler import layout
+
+    a = np.array([[0.0, 1.0, np.nan, -2.5]] * 3, dtype=np.float32)
+    other_zero, other_nan = a.copy(), a.copy()
+    other_zero[2, 0] = -0.0
+    other_nan.view(np.uint32)[1, 2] ^= 1
+    for memcmp in (layout._MEMCMP, None):
+        layout_memcmp = layout._MEMCMP
+        layout._MEMCMP = memcmp
+        try:
+            assert layout.same_bytes(a, a.copy())
+            assert not layout.same_bytes(a, other_zero) and not layout.same_bytes(a, other_nan)
+            assert layout.same_bytes(a[:, ::2], a[:, ::2].copy())  # strided: numpy's comparison
+            assert not layout.same_bytes(a[:, ::2], other_zero[:, ::2].copy())
+            assert not layout.same_bytes(a, a.copy().reshape(4, 3)) and not layout.same_bytes(a, a.view(np.int32))
+        finally:
+            layout._MEMCMP = layout_memcmp
+    assert layout._MEMCMP is not None or os.name != "posix"  # found on Linux and macOS
+
+
 class _SoftmaxMLP(nn.Module):
     """Two products around a softmax and a row sum: scratch values between steps, an arena small enough for SBUF."""
 
