@@ -723,10 +723,19 @@ def test_threaded_blocks_give_the_bits_of_one_thread(case, fresh, monkeypatch):
         assert workers.width() == 2
         two = _run(compiled, xs, monkeypatch, fast=True)
         assert shares and max(shares) == 2
+        again = _run(compiled, xs, monkeypatch, fast=True)  # the shares' epilogue plans, recorded above, replayed
         slow = _run(compiled, xs, monkeypatch, fast=False)
     assert torch.equal(_bits(one[0]), _bits(two[0])), "threads changed the numerics"
-    assert torch.equal(_bits(slow[0]), _bits(two[0]))
-    assert one[1:] == two[1:] == slow[1:]
+    assert torch.equal(_bits(slow[0]), _bits(two[0])) and torch.equal(_bits(slow[0]), _bits(again[0]))
+    assert one[1:] == two[1:] == again[1:] == slow[1:]
+    if case.startswith("decoder_block"):
+        # the projections' epilogues (rotary, the norm after o, silu(gate) * up, the residual add) ran in the shares,
+        # each share's rows by a plan of its own, replayed; each share packed its own blocks of the activation
+        runners = [runner for exe in compiler.cache._MEMORY.values() for _, runner in (exe._fast or ())]
+        plans = [plan for runner in runners for plan in getattr(runner, "share_plans", {}).values()
+                 if plan is not runner.epilogue_plan]
+        assert len(plans) >= 8 and all(plan.replays >= 1 for plan in plans), [p.replays for p in plans]
+        assert sum(operand.share_packs for operand in _tile_operands()) >= 4
 
 
 def test_threads_follow_torch_and_stay_off_beside_a_threaded_blas(monkeypatch):
