@@ -11,12 +11,15 @@ own (device_impl/compiler/workers.py: they block, never spin), as many as ``torc
 here; so does adaptive eager a large replayed fused elementwise launch's regions (device_impl/eager/programs.py).
 ``NEURON_HOST_THREADS=2`` gives the simulator two while CPU eager and BLAS keep one each (with
 ``NEURONSIM_BENCH_THREADS=2`` BLAS runs two threads per call, and the simulator's products then add none; its
-elementwise shares, which call no BLAS, still take two).
+elementwise shares, which call no BLAS, still take two). ``--host-cores`` (``at_host_cores``) adds, after the pinned
+figures, the wall figures with the simulator and CPU eager at the host's core count and BLAS at one thread per call.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+from typing import Iterator
 
 THREADS = int(os.environ.get("NEURONSIM_BENCH_THREADS", "1"))
 os.environ.setdefault("OPENBLAS_NUM_THREADS", str(THREADS))
@@ -27,3 +30,34 @@ def pin_torch() -> None:
     import torch
 
     torch.set_num_threads(THREADS)
+
+
+@contextlib.contextmanager
+def at_host_cores() -> Iterator[int]:
+    """The ratio scripts' ``--host-cores`` figures, measured inside this context: the simulator's host threads
+    (device_impl/compiler/workers.py: a compiled program's product blocks, epilogues and attention batches, an
+    adaptive launch's regions) and CPU eager's torch threads both at the host's core count (``os.cpu_count()``), so
+    the CPU comparison stays fair, while numpy's BLAS keeps one thread per call (threadpoolctl), so every product
+    keeps the bits of its one-thread BLAS call and ``workers.width`` allows the workers. Yields the core count.
+    The pinned one-thread figures stay the scripts' first ones: on a shared machine these swing with the load."""
+    import threadpoolctl
+    import torch
+
+    from device_impl.compiler import workers
+
+    cores = os.cpu_count() or 1
+    torch_threads, simulator_threads = torch.get_num_threads(), workers.THREADS
+    with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
+        torch.set_num_threads(cores)
+        workers.THREADS = cores
+        try:
+            yield cores
+        finally:
+            torch.set_num_threads(torch_threads)
+            workers.THREADS = simulator_threads
+
+
+def host_cores_label(cores: int) -> str:
+    """How the ``--host-cores`` figures were measured, for the scripts' output."""
+    return (f"at the host's {cores} cores (--host-cores): simulator host threads {cores}, numpy BLAS one thread per "
+            f"call, CPU eager {cores} torch threads")

@@ -113,10 +113,36 @@ def _np_dtype(dtype: Any) -> np.dtype:
 
 def _raw(array: np.ndarray) -> np.ndarray:
     """An array's bytes as unsigned integers: equal exactly where the bits are (-0.0 is not 0.0, NaN is NaN)."""
-    return array.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[array.dtype.itemsize])
+    return array.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(array.dtype.itemsize, np.uint8))
 
 
-SMALL_BYTES = 64 * 1024
+def _libc_memcmp():
+    """libc's memcmp through ctypes (which releases the GIL for the call), or None where it cannot be found."""
+    try:
+        import ctypes
+
+        memcmp = ctypes.CDLL(None).memcmp
+    except (OSError, AttributeError, TypeError):
+        return None
+    memcmp.argtypes = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+    memcmp.restype = ctypes.c_int
+    return memcmp
+
+
+_MEMCMP = _libc_memcmp()
+
+
+def same_bytes(array: np.ndarray, saved: np.ndarray) -> bool:
+    """Whether ``array`` holds the bytes of ``saved`` (a C-contiguous copy taken earlier, of its shape and dtype):
+    bit for bit, so -0.0 is not 0.0 and a NaN equals itself. One memcmp where both lie contiguous (numpy's
+    comparison writes and then reads a bool per element: a decoder block's seven weight checks, 0.43 -> 0.36 ms of
+    thread time a call), else numpy's comparison of the bytes as unsigned integers."""
+    if array.shape != saved.shape or array.dtype != saved.dtype:
+        return False
+    if _MEMCMP is not None and array.flags.c_contiguous and saved.flags.c_contiguous:
+        return array.nbytes == 0 or _MEMCMP(array.__array_interface__["data"][0],
+                                            saved.__array_interface__["data"][0], array.nbytes) == 0
+    return np.array_equal(_raw(np.ascontiguousarray(array)), _raw(np.ascontiguousarray(saved)))
 
 
 class _Kept:
@@ -126,18 +152,13 @@ class _Kept:
 
     def __init__(self, ptr: int, version: int, source: np.ndarray, packed: Any, array: np.ndarray) -> None:
         self.ptr, self.version = ptr, version
-        # the source's bytes when it was laid out: as bytes below SMALL_BYTES (one copy and a memcmp compare them
-        # fastest), else as an array (numpy's comparison, no copy)
-        self.saved = source.tobytes() if source.nbytes < SMALL_BYTES else _raw(source.copy())
+        self.saved = source.copy()  # the source's bytes when it was laid out (C-contiguous: ``same_bytes``)
         self.packed, self.array = packed, array  # the device copy (held) and its HBM array
 
     def fresh(self, arg: Any, source: np.ndarray) -> bool:
         if arg.data_ptr() != self.ptr or arg._version != self.version:
             return False  # written through the tensor (its version counter) or another buffer
-        saved = self.saved
-        if isinstance(saved, bytes):
-            return source.tobytes() == saved
-        return source.shape == saved.shape and np.array_equal(_raw(source), saved)
+        return same_bytes(source, self.saved)
 
 
 class Layouts:

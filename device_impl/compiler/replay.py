@@ -37,6 +37,7 @@ from numpy.lib.array_utils import byte_bounds
 from device_impl.compiler import (factories, opaque_cnn, opaque_conv, opaque_indexing, opaque_moments, opaque_pads,
                                   opaque_products, opaque_resample, workers)
 from device_impl.compiler.groups import GroupRunner
+from device_impl.compiler.layout import same_bytes
 from device_impl.compiler.program import Program
 from device_impl.engine.core import NeuronCore
 from device_impl.engine.dtypes import FP32
@@ -689,10 +690,31 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
     # concurrent one takes the way it took before, a fresh tile and the group run anew.
     tail_plan = tail_tile = None
     tail_lock = threading.Lock()
-    if epilogue is not None and plannable(epilogue) and batch * m * n * program.dtype(result).itemsize <= PLAN_BYTES:
-        tail_tile = Tile(np.empty((batch * m, n), program.dtype(result)), "sbuf", "product")
-        tail_plan = StepPlan(lambda core, env: tail_group.epilogue(env, batch * m, n, epilogue["product_slot"])(
-            core, tail_tile, 0, batch * m, 0, n))
+    rows = batch * m
+    if epilogue is not None and plannable(epilogue) and rows * n * program.dtype(result).itemsize <= PLAN_BYTES:
+        tail_tile = Tile(np.empty((rows, n), program.dtype(result)), "sbuf", "product")
+        tail_plan = StepPlan(lambda core, env: tail_group.epilogue(env, rows, n, epilogue["product_slot"])(
+            core, tail_tile, 0, rows, 0, n))
+    # A tiled product shared among host threads by whole rows (its batch or M blocks: ``_tiled``) runs the epilogue
+    # of each share's rows in that share, right after its blocks, as a plan of its own for those rows (the
+    # epilogue of rows [r0, r1) of the product tile, as the tile program runs it per evacuated block): the
+    # epilogues' float64 exps (silu), norms and rotations then run beside one another instead of after the
+    # product on the caller, each row computed by the same numpy calls (a flat group's ops are per element, a row
+    # group's per whole row). Keyed by the rows; the whole product's is ``tail_plan``.
+    share_plans: dict[tuple[int, int], StepPlan] = {(0, rows): tail_plan} if tail_plan is not None else {}
+    share_lock = threading.Lock()
+
+    def share_plan(r0: int, r1: int) -> StepPlan:
+        plan = share_plans.get((r0, r1))
+        if plan is None:
+            with share_lock:
+                plan = share_plans.get((r0, r1))
+                if plan is None:
+                    block = tail_tile[r0:r1, :]
+                    plan = share_plans[(r0, r1)] = StepPlan(
+                        lambda core, env: tail_group.epilogue(env, rows, n, epilogue["product_slot"])(
+                            core, block, r0, r1, 0, n))
+        return plan
 
     # Where every tile has one shape (each of K, M, N is one tile or a whole number of them: a decoder
     # block's projections) and the operands are large enough (TILED_ELEMENTS), they are packed once into
@@ -709,8 +731,11 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
         if epilogue is None:
             product(env, env.access(result).reshape(batch, m, n))
         elif tail_plan is not None and tail_lock.acquire(blocking=False):
-            try:  # the product into the plan's kept tile, then the recorded epilogue
-                if product(env, tail_tile.write_target().reshape(batch, m, n)):
+            try:  # the product into the plan's kept tile, then the recorded epilogue (in the shares, where they
+                # cover whole rows)
+                target = tail_tile.write_target().reshape(batch, m, n)
+                tail = (lambda r0, r1: share_plan(r0, r1).run(wide, env)) if tiled else None
+                if product(env, target, tail) and not (tiled and _row_split()):
                     tail_plan.run(wide, env)
             finally:
                 tail_lock.release()
@@ -720,19 +745,34 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
             if product(env, tile.write_target().reshape(batch, m, n)):
                 tail_group.epilogue(env, batch * m, n, epilogue["product_slot"])(core, tile, 0, batch * m, 0, n)
 
-    def product(env, out: np.ndarray) -> bool:
-        """The product into ``out``; False where it is empty (nothing to compute, no epilogue to run)."""
+    def product(env, out: np.ndarray, tail: Callable[[int, int], None] | None = None) -> bool:
+        """The product into ``out``; False where it is empty (nothing to compute, no epilogue to run). ``tail``
+        (tiled only): ``tail(r0, r1)`` runs in each share after its blocks, where the shares cover whole rows
+        (``_row_split``)."""
         if out.size == 0:
             return False
         if tiled:
-            _tiled(env, out)
+            _tiled(env, out, tail if _row_split() else None)
         else:
             _product(env, out)
         return True
 
-    def _tiled(env, out: np.ndarray) -> None:
-        nk, nm, nl = k // kt, m // mt, n // nt
-        a = stationary.tiles(env)[:, :, :, None].swapaxes(-1, -2)  # [batch, nk, nm, 1, mt, kt]: tiles' .T
+    nk, nm, nl = (k // kt, m // mt, n // nt) if tiled else (0, 0, 0)
+    extents = (batch, nm, nl)
+    axis = max(range(3), key=extents.__getitem__)  # the block axis the shares split (the one with most blocks)
+
+    def _row_split() -> bool:
+        """Whether a share of ``axis`` is one run of whole rows of the [batch * m, n] product."""
+        return axis == 0 or (axis == 1 and batch == 1)
+
+    def _tiled(env, out: np.ndarray, tail: Callable[[int, int], None] | None = None) -> None:
+        threads = min(workers.width(), max(1, 2 * batch * m * k * n // SHARE_FLOPS))
+        # an activation (packed anew at every execution) split by batch or M blocks is packed by each share for
+        # its own blocks (``TileOperand.share_tiles``), beside the others, not whole on the caller first
+        cut = _BLOCK_AXES[0][axis]
+        by_share = threads > 1 and cut is not None and stationary.packed_by_shares(env)
+        # [batch, nk, nm, 1, mt, kt]: the tiles' .T
+        a = None if by_share else stationary.tiles(env)[:, :, :, None].swapaxes(-1, -2)
         b = moving.tiles(env)[:, :, None]  # [batch, nk, 1, nl, kt, nt]
         # the accumulator: [batch, nm, nl, mt, nt], each block contiguous as its PSUM bank is; the output
         # itself where it is fp32 and one block wide (its blocks are then its row ranges)
@@ -740,16 +780,16 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
         acc = out.reshape(batch, nm, 1, mt, nt) if direct else np.empty((batch, nm, nl, mt, nt), FP32)
         blocked = None if direct else out.reshape(batch, nm, mt, nl, nt)
         # the blocks are independent: shares of the block axis with the most blocks go to host threads
-        # (workers.split), each block's calls the same as on one thread. The epilogue stays on the caller, after
-        # them: run in the shares as well, its many small numpy calls and the caller's fought for the GIL (a
-        # decoder block's forward took ~1.5 ms more CPU on two threads, and no less on the calling one)
-        extents = (batch, nm, nl)
-        axis = max(range(3), key=extents.__getitem__)
-        threads = min(workers.width(), max(1, 2 * batch * m * k * n // SHARE_FLOPS))
+        # (workers.split), each block's calls the same as on one thread; then the epilogue of the share's rows
+        # (``tail``: a recorded plan of a few numpy calls per instruction; run per block at the instruction
+        # level, its many small calls and the caller's fought for the GIL)
+        rows_per = m if axis == 0 else mt
 
         def share(start: int, stop: int) -> None:
             a_, b_, acc_, blocked_ = (_cut(x, axes[axis], start, stop)
                                       for x, axes in zip((a, b, acc, blocked), _BLOCK_AXES))
+            if a_ is None:
+                a_ = stationary.share_tiles(env, cut, start, stop)[:, :, :, None].swapaxes(-1, -2)
             np.matmul(a_[:, 0], b_[:, 0], out=acc_)
             if nk > 1:
                 part = np.empty_like(acc_)
@@ -758,6 +798,8 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
                     np.add(acc_, part, out=acc_)
             if blocked_ is not None:  # evacuation: rounded once to the output dtype
                 blocked_[...] = acc_.transpose(0, 1, 3, 2, 4)
+            if tail is not None:
+                tail(start * rows_per, stop * rows_per)
 
         workers.split(extents[axis], share, threads)
 
@@ -787,6 +829,7 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
 
     run.operands = (stationary, moving) if tiled else ()  # type: ignore[attr-defined]  (tests read them)
     run.epilogue_plan = tail_plan  # type: ignore[attr-defined]  (tests read it)
+    run.share_plans = share_plans  # type: ignore[attr-defined]  (tests read them)
     return run
 
 
@@ -843,6 +886,8 @@ class TileOperand:
         self.kept: tuple[np.ndarray, np.ndarray] | None = None  # (the base's bytes when packed, the tiles)
         self.misses = 0  # executions in a row that found the kept bytes changed
         self.packs = 0  # packings (tests count them)
+        self.share_packs = 0  # packings of a share's blocks alone (``share_tiles``; tests count them)
+        self._count = threading.Lock()
 
     def view(self, env) -> np.ndarray:
         """The tiles as a view of the operand's HBM array (copied only where a layout op must)."""
@@ -853,13 +898,39 @@ class TileOperand:
             return matrix.reshape(batch, rows // xt, xt, cols // kt, kt).transpose(0, 3, 1, 4, 2)
         return matrix.reshape(batch, rows // kt, kt, cols // xt, xt).transpose(0, 1, 3, 2, 4)
 
+    def packed_by_shares(self, env) -> bool:
+        """Whether shares of a product's blocks pack their own tiles (``share_tiles``): an operand packed anew at
+        every execution (never kept), not packed whole already in this one (by an earlier product)."""
+        return not self.keepable and self.kept is None and self.key not in env.shared
+
+    def share_tiles(self, env, axis: int, start: int, stop: int) -> np.ndarray:
+        """The tiles of blocks [start, stop) along ``axis`` of [batch, K tiles, X tiles, kt, xt] (0: batches, 2: X
+        blocks) alone, packed by the share that multiplies them (``packed_by_shares``); shared, as ``tiles``, by the
+        products of this execution that read the operand alike and split it the same way (q, k and v). The same
+        values, each tile C-contiguous as ``tiles`` lays it out, so the same BLAS calls."""
+        view = self.view(env)
+        if start == 0 and stop == view.shape[axis]:
+            return self.tiles(env)
+        key = (self.key, axis, start, stop)
+        tiles = env.shared.get(key)
+        if tiles is None:
+            view = _cut(view, axis, start, stop)
+            if view.dtype == FP32 and view.strides[-1] == 4 and view.strides[-2] == 4 * view.shape[-1]:
+                tiles = view  # each tile contiguous where it lies: read in place
+            else:
+                tiles = fp32_contiguous(view)
+                with self._count:
+                    self.share_packs += 1
+            env.shared[key] = tiles
+        return tiles
+
     def tiles(self, env) -> np.ndarray:
         kept = self.kept
         if kept is not None:
             source = env.arrays.get(self.base)
             saved, tiles = kept
             if (source is not None and source.shape == saved.shape and source.dtype == saved.dtype
-                    and source.flags.c_contiguous and np.array_equal(_raw(source), _raw(saved))):
+                    and source.flags.c_contiguous and same_bytes(source, saved)):
                 self.misses = 0
                 return tiles
             self.kept = None
@@ -881,13 +952,6 @@ class TileOperand:
                 self.kept = (source.copy(), tiles)
         env.shared[key] = tiles
         return tiles
-
-
-def _raw(array: np.ndarray) -> np.ndarray:
-    """A C-contiguous array's bytes as unsigned integers: equal exactly where the bits are (-0.0 is not 0.0,
-    a NaN equals itself)."""
-    size = array.dtype.itemsize
-    return array.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}.get(size, np.uint8))
 
 
 def _wide_attention(step: dict, program: Program, runner) -> WideRunner:

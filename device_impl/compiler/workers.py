@@ -1,10 +1,11 @@
 """Host threads for a compiled program's independent arithmetic (the static replay's fast path), and for a replayed
 fused elementwise launch of adaptive eager (its regions: ``eager.programs``).
 
-A simulated launch's wall time is mostly numpy: the products' BLAS calls and the attention step's per-head
-arithmetic. Their blocks are independent (a product's output tiles, each summing its K slices in order; an
-attention step's batches), numpy releases the GIL inside each call, and a block computed on another thread
-is the same calls on the same operands, so its bits are the serial run's. ``split`` runs such blocks on
+A simulated launch's wall time is mostly numpy: the products' BLAS calls, their epilogues and the attention
+step's per-head arithmetic. Their blocks are independent (a product's output tiles, each summing its K slices in
+order, then the epilogue of the share's rows where a share covers whole rows; an attention step's batches), numpy
+releases the GIL inside each call, and a block computed on another thread is the same calls on the same operands,
+so its bits are the serial run's. ``split`` runs such blocks on
 ``width()`` threads: the caller takes one share, worker threads the others.
 
 How many threads (``width``): ``NEURON_HOST_THREADS`` where set (runtime.config.host_threads), else

@@ -723,10 +723,19 @@ def test_threaded_blocks_give_the_bits_of_one_thread(case, fresh, monkeypatch):
         assert workers.width() == 2
         two = _run(compiled, xs, monkeypatch, fast=True)
         assert shares and max(shares) == 2
+        again = _run(compiled, xs, monkeypatch, fast=True)  # the shares' epilogue plans, recorded above, replayed
         slow = _run(compiled, xs, monkeypatch, fast=False)
     assert torch.equal(_bits(one[0]), _bits(two[0])), "threads changed the numerics"
-    assert torch.equal(_bits(slow[0]), _bits(two[0]))
-    assert one[1:] == two[1:] == slow[1:]
+    assert torch.equal(_bits(slow[0]), _bits(two[0])) and torch.equal(_bits(slow[0]), _bits(again[0]))
+    assert one[1:] == two[1:] == again[1:] == slow[1:]
+    if case.startswith("decoder_block"):
+        # the projections' epilogues (rotary, the norm after o, silu(gate) * up, the residual add) ran in the shares,
+        # each share's rows by a plan of its own, replayed; each share packed its own blocks of the activation
+        runners = [runner for exe in compiler.cache._MEMORY.values() for _, runner in (exe._fast or ())]
+        plans = [plan for runner in runners for plan in getattr(runner, "share_plans", {}).values()
+                 if plan is not runner.epilogue_plan]
+        assert len(plans) >= 8 and all(plan.replays >= 1 for plan in plans), [p.replays for p in plans]
+        assert sum(operand.share_packs for operand in _tile_operands()) >= 4
 
 
 def test_threads_follow_torch_and_stay_off_beside_a_threaded_blas(monkeypatch):
@@ -846,6 +855,29 @@ def test_a_parameter_is_laid_out_on_the_device_once_and_again_after_every_update
         assert torch.equal(_bits(slow[0]), _bits(fast[0])) and slow[1:] == fast[1:]
         with torch.no_grad():
             torch.testing.assert_close(fast[0].cpu(), nn.functional.linear(x.cpu(), model.weight.cpu()))
+
+
+def test_same_bytes_compares_bits():
+    """compiler.layout.same_bytes: equal bit for bit (-0.0 is not 0.0, a NaN equals itself and not another NaN's
+    payload), through libc's memcmp where both arrays lie contiguous and numpy's comparison otherwise."""
+    from device_impl.compiler import layout
+
+    a = np.array([[0.0, 1.0, np.nan, -2.5]] * 3, dtype=np.float32)
+    other_zero, other_nan = a.copy(), a.copy()
+    other_zero[2, 0] = -0.0
+    other_nan.view(np.uint32)[1, 2] ^= 1
+    for memcmp in (layout._MEMCMP, None):
+        layout_memcmp = layout._MEMCMP
+        layout._MEMCMP = memcmp
+        try:
+            assert layout.same_bytes(a, a.copy())
+            assert not layout.same_bytes(a, other_zero) and not layout.same_bytes(a, other_nan)
+            assert layout.same_bytes(a[:, ::2], a[:, ::2].copy())  # strided: numpy's comparison
+            assert not layout.same_bytes(a[:, ::2], other_zero[:, ::2].copy())
+            assert not layout.same_bytes(a, a.copy().reshape(4, 3)) and not layout.same_bytes(a, a.view(np.int32))
+        finally:
+            layout._MEMCMP = layout_memcmp
+    assert layout._MEMCMP is not None or os.name != "posix"  # found on Linux and macOS
 
 
 class _SoftmaxMLP(nn.Module):
