@@ -233,12 +233,32 @@ class _Plan:
         return rows, [(c, s) for s in inner[1:]], lead
 
 
+def _result_strides(plan: "_Plan", self: torch.Tensor) -> tuple[int, ...]:
+    """The strides of CPU's ``index`` result: its TensorIterator's output laid out from its inputs, which are self
+    restrided to the result's shape (``restride_src``: stride 0 in the indexed dims' place, self's own strides in
+    the others) and each index broadcast to it (``reshape_indexer``: stride 0 in self's dims); so an index of a
+    transposed or overlapping self is laid out as self, not contiguous. Asked of torch's rule
+    (``compute_elementwise_output_strides``) on meta proxies."""
+    from torch._prims_common import compute_elementwise_output_strides
+
+    shape = plan.shape
+    if len(shape) < 2:
+        return tuple(torch.empty(shape, device="meta").stride())
+    src = [self.stride(x) if kind == "s" else 0 for kind, x in plan.layout]
+    proxies = [torch.empty_strided(shape, src, device="meta")]
+    for v in plan.views:
+        vb = np.broadcast_to(v, plan.bshape)
+        strides = [vb.strides[x] // vb.itemsize if kind == "b" else 0 for kind, x in plan.layout]
+        proxies.append(torch.empty_strided(shape, strides, device="meta"))
+    return tuple(compute_elementwise_output_strides(*proxies))
+
+
 def _index_into(nc, out: torch.Tensor | None, self: torch.Tensor, indices) -> torch.Tensor:
     keep: list = []
     plan = _Plan(nc, self, indices, keep)
     plan.validate(nc)
     if out is None:
-        out = _empty(plan.shape, self.dtype, self)
+        out = torch.empty_strided(plan.shape, _result_strides(plan, self), dtype=self.dtype, device=self.device)
     elif tuple(out.shape) != plan.shape:
         resize_output(out, plan.shape)
     if out.numel() == 0:
