@@ -469,11 +469,11 @@ def _sdpa_layouts(q, k, v, mask, dropout_p, is_causal, scale, grad, _flags):
                         mq, mk, mv, mm, dropout_p, is_causal, None, scale=scale, enable_gqa=gqa)[0]
                     return out, None if grad is None else torch.autograd.grad(out, (mq, mk, mv), meta(grad))
 
-            out, grads = _on_fresh_thread(math)
+            out, grads = on_fresh_thread(math)
     return tuple(out.stride()), None if grads is None else [tuple(t.stride()) for t in grads]
 
 
-def _on_fresh_thread(fn: Callable[[], object]):
+def on_fresh_thread(fn: Callable[[], object]):
     """``fn()`` on a thread of its own: a kernel runs below autograd (its dispatch key excluded on this thread),
     where the math composite's autograd graph, which the gradients' layouts come from, would not be recorded;
     a new thread starts with the default dispatch state."""
