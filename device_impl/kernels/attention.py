@@ -282,14 +282,9 @@ def _empty_like_layout(t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dty
 
 def _cpu_laid(shape: tuple[int, ...], strides: tuple[int, ...] | None, dtype: torch.dtype,
               like: torch.Tensor) -> torch.Tensor | None:
-    """A tensor of ``shape`` with CPU's ``strides`` (``cpu_host.sdpa_layouts``), or None where they are not a dense
-    layout of it (the caller keeps its own)."""
+    """A tensor of ``shape`` with CPU's dense ``strides`` (``cpu_host.sdpa_layouts``), or None where it gave none
+    (the caller keeps its own layout)."""
     if strides is None or len(strides) != len(shape):
-        return None
-    from torch._prims_common import is_non_overlapping_and_dense_or_false
-
-    proxy = torch.empty_strided(shape, strides, dtype=dtype, device="meta")
-    if not is_non_overlapping_and_dense_or_false(proxy):
         return None
     return torch.empty_strided(shape, strides, dtype=dtype, device=like.device)
 

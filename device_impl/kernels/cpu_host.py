@@ -421,7 +421,7 @@ def _layout_key(t: torch.Tensor | None) -> tuple | None:
 
 def sdpa_layouts(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
                  dropout_p: float, is_causal: bool, scale: float | None,
-                 grad_out: torch.Tensor | None = None) -> tuple[tuple[int, ...], list[tuple[int, ...]] | None]:
+                 grad_out: torch.Tensor | None = None) -> tuple[tuple[int, ...] | None, tuple | None]:
     """The strides CPU's ``F.scaled_dot_product_attention`` gives its output and, with ``grad_out``, the query,
     key and value gradients of these arguments' layouts, on this host, now.
 
@@ -430,7 +430,8 @@ def sdpa_layouts(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, at
     (batch, seq, head, dim) and transposed to (batch, head, seq, dim), or the math composite, whose layouts are its
     matmuls' (an overlapping query gives an output with the batch innermost). The choice is asked of CPU on
     never-written proxies; the chosen path's layouts of torch's own meta kernels (the flash kernels' meta
-    registrations, the math composite and its autograd on meta tensors), which nothing computes."""
+    registrations, the math composite and its autograd on meta tensors), which nothing computes. A layout that
+    is not dense comes back None; the answers are cached per layout (sizes, strides, dtypes, scalars, switches)."""
     flags = (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled(),
              torch.backends.cuda.mem_efficient_sdp_enabled())
     return _sdpa_layouts(_layout_key(query), _layout_key(key), _layout_key(value), _layout_key(attn_mask),
@@ -470,7 +471,14 @@ def _sdpa_layouts(q, k, v, mask, dropout_p, is_causal, scale, grad, _flags):
                     return out, None if grad is None else torch.autograd.grad(out, (mq, mk, mv), meta(grad))
 
             out, grads = on_fresh_thread(math)
-    return tuple(out.stride()), None if grads is None else [tuple(t.stride()) for t in grads]
+    return _dense_or_none(out), None if grads is None else tuple(_dense_or_none(t) for t in grads)
+
+
+def _dense_or_none(t: torch.Tensor) -> tuple[int, ...] | None:
+    """``t``'s strides where they lay it out densely, else None (the kernel keeps a layout of its own)."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+    return tuple(t.stride()) if is_non_overlapping_and_dense_or_false(t) else None
 
 
 def on_fresh_thread(fn: Callable[[], object]):

@@ -45,6 +45,7 @@ ops, each of which takes its counted CPU fallback (there is no fused CPU kernel 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -226,10 +227,16 @@ def _empty(shape, like: torch.Tensor) -> torch.Tensor:
 # out as CPU's), so no layout rule is copied here.
 
 
-def _meta(t: torch.Tensor | None, requires_grad: bool = False) -> torch.Tensor | None:
-    if t is None:
+def _key(t: torch.Tensor | None) -> tuple | None:
+    """A tensor's layout (sizes, strides, dtype): what the layouts below depend on, and their caches' key (the
+    meta steps cost about 1.5 ms a cell; a recurrent net calls the cell per time step with one layout)."""
+    return None if t is None else (tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def _meta(key: tuple | None, requires_grad: bool = False) -> torch.Tensor | None:
+    if key is None:
         return None
-    m = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="meta")
+    m = torch.empty_strided(key[0], key[1], dtype=key[2], device="meta")
     return m.requires_grad_(True) if requires_grad else m
 
 
@@ -243,15 +250,18 @@ def _lstm_states(ig, hg, cx):
     return o * cy.tanh(), cy
 
 
-def _lstm_layouts(ig_t, hg_t, cx_t) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """(hy, cy) strides of CPU's lstm_cell whose gates and cx are laid out as these."""
+@functools.lru_cache(maxsize=256)
+def _lstm_layouts(ig_t: tuple, hg_t: tuple, cx_t: tuple) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(hy, cy) strides of CPU's lstm_cell whose gates and cx have these layouts (``_key``)."""
     with torch.no_grad():
         hy, cy = _lstm_states(_meta(ig_t), _meta(hg_t), _meta(cx_t))
     return tuple(hy.stride()), tuple(cy.stride())
 
 
-def _lstm_grad_cx_layout(ig_shape, gh_t, gc_t, cx_t) -> tuple[int, ...]:
-    """The strides of the cx gradient CPU's autograd gives lstm_cell for these cotangents (either may be None)."""
+@functools.lru_cache(maxsize=256)
+def _lstm_grad_cx_layout(ig_shape: tuple, gh_t: tuple | None, gc_t: tuple | None, cx_t: tuple) -> tuple[int, ...]:
+    """The strides of the cx gradient CPU's autograd gives lstm_cell for cotangents and cx of these layouts
+    (``_key``; either cotangent may be None)."""
     def grad() -> tuple:
         with torch.enable_grad():
             ig = torch.empty(ig_shape, device="meta").requires_grad_(True)
@@ -265,7 +275,8 @@ def _lstm_grad_cx_layout(ig_shape, gh_t, gc_t, cx_t) -> tuple[int, ...]:
     return on_fresh_thread(grad)
 
 
-def _gru_layout(ig_t, hg_t, hx_t) -> tuple[int, ...]:
+@functools.lru_cache(maxsize=256)
+def _gru_layout(ig_t: tuple, hg_t: tuple, hx_t: tuple) -> tuple[int, ...]:
     """hy's strides of CPU's GRUCell after its linears: the gates chunked, ``r``/``z`` added into the hidden
     gates' chunks and activated in place, ``n = i_n.add(h_n.mul_(r)).tanh_()``, ``hy = (hx - n).mul_(z).add_(n)``."""
     with torch.no_grad():
@@ -291,7 +302,7 @@ def _lstm_forward(a: dict) -> tuple:
     if _composite(ig_t, "_thnn_fused_lstm_cell"):
         return _lstm_forward_composite(ig_t, hg_t, cx_t, b1_t, b2_t)
     B = ig_t.size(0)
-    hy_strides, cy_strides = _lstm_layouts(ig_t, hg_t, cx_t)
+    hy_strides, cy_strides = _lstm_layouts(_key(ig_t), _key(hg_t), _key(cx_t))
     workspace, hy_t, cy_t = _empty((B, 4 * H), ig_t), _strided((B, H), hy_strides, cx_t), _strided((B, H), cy_strides,
                                                                                                   cx_t)
     if B == 0 or H == 0:
@@ -353,7 +364,7 @@ def _lstm_backward(a: dict) -> tuple:
     if _composite(ws_t, op):
         return _lstm_backward_composite(gh_t, gc_t, cx_t, cy_t, ws_t, has_bias)
     grad_gates = _empty((B, 4 * H), ws_t)
-    grad_cx_t = _strided((B, H), _lstm_grad_cx_layout((B, 4 * H), gh_t, gc_t, cx_t), cx_t)
+    grad_cx_t = _strided((B, H), _lstm_grad_cx_layout((B, 4 * H), _key(gh_t), _key(gc_t), _key(cx_t)), cx_t)
     grad_bias = _empty((4 * H,), ws_t) if has_bias else None
     if B == 0 or H == 0:
         _zero_fill([grad_bias])
@@ -421,7 +432,7 @@ def _gru_forward(a: dict) -> tuple:
     if _composite(ig_t, "_thnn_fused_gru_cell"):
         return _gru_forward_composite(ig_t, hg_t, hx_t, b1_t, b2_t)
     B = ig_t.size(0)
-    hy_t, workspace = _strided((B, H), _gru_layout(ig_t, hg_t, hx_t), hx_t), _empty((B, 5 * H), hx_t)
+    hy_t, workspace = _strided((B, H), _gru_layout(_key(ig_t), _key(hg_t), _key(hx_t)), hx_t), _empty((B, 5 * H), hx_t)
     if B == 0 or H == 0:
         return hy_t, workspace
     dtype = numpy_dtype(ig_t.dtype)
