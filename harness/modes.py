@@ -29,9 +29,10 @@ class Mode:
     # Whether results' significant strides must be CPU eager's (harness.compare.compare_strides); a pytest run's
     # ``--check-strides on|off`` overrides it for every mode (harness.runner.STRIDES). Off in every mode for now:
     # the check lands active only for a mode whose every failure is fixed in the device, and with it on the designed
-    # eager suite still fails 23 cases the device lays out otherwise than CPU (sdpa and its backwards, advanced
-    # index, the fused RNN cells, group_norm, native_dropout_backward, a comparison whose operand CPU's
-    # TensorIterator casts first); docs/architecture.md lists them. Turn a mode on here once its run is clean.
+    # eager suite still fails 4 cases the device lays out otherwise than CPU (a structured comparison whose operand
+    # CPU's TensorIterator casts first, group_norm's channels-last gradient, sdpa_overrideable_backward of two
+    # layouts), compiled mode many more (its backward's gradients); docs/architecture.md lists them. Turn a mode on
+    # here once its run is clean.
     strides_checked = False
 
     def available(self, device: str) -> str | None:

@@ -209,9 +209,11 @@ def _gru_formula(ig, hg, hx, b1, b2):
     return n + z * (hx.double() - n), torch.cat([r, z, n, hx.double(), hn], 1)
 
 
-def _assert_formula(dev, ref, dtype, where):
+def _assert_formula(dev, ref, dtype, where, contiguous=True):
+    """``contiguous``: the workspace and the gates' gradients are; the states and grad_cx are laid out as CPU's
+    composite cell lays them out (test_fused_cells_lay_out_their_results_as_cpus_composite)."""
     rtol, atol = TOL[dtype]
-    assert dev.dtype == dtype and dev.is_contiguous(), where
+    assert dev.dtype == dtype and (dev.is_contiguous() or not contiguous), where
     torch.testing.assert_close(dev.cpu().double(), ref.to(dtype).double(), rtol=rtol, atol=atol,
                                msg=lambda m: f"{where}: {m}")
 
@@ -245,7 +247,7 @@ def test_fused_lstm_cell_and_backward_follow_aten_formula(B, H, dtype, bias, lay
     hy, cy, ws = torch.ops.aten._thnn_fused_lstm_cell(*_device(ig, hg, cx, b1, b2, layout=layout))
     r_hy, r_cy, r_ws = _lstm_formula(ig, hg, cx, b1, b2)
     for name, d, r in (("hy", hy, r_hy), ("cy", cy, r_cy), ("workspace (i, f, g, o)", ws, r_ws)):
-        _assert_formula(d, r, dtype, name)
+        _assert_formula(d, r, dtype, name, contiguous=name.startswith("workspace"))
     # backward from the device's own workspace and cy, as autograd passes them
     gh, gc = (torch.randn(B, H, generator=g).to(dtype) for _ in range(2))
     cases = [(gh, gc), (None, gc), (gh, None)]
@@ -261,7 +263,7 @@ def test_fused_lstm_cell_and_backward_follow_aten_formula(B, H, dtype, bias, lay
         ref = torch.cat([dc * gg * (1 - i) * i, dc * cx.double() * (1 - f) * f, dc * i * (1 - gg * gg),
                          go * t * (1 - o) * o], 1)
         _assert_formula(grad_gates, ref, dtype, "grad_gates")
-        _assert_formula(grad_cx, dc * f, dtype, "grad_cx")
+        _assert_formula(grad_cx, dc * f, dtype, "grad_cx", contiguous=False)
         if bias:
             _assert_formula(grad_bias, grad_gates.cpu().double().sum(0), dtype, "grad_bias")
         else:
@@ -283,7 +285,7 @@ def test_fused_gru_cell_and_backward_follow_aten_formula(B, H, dtype, bias, layo
     dispatch.reset_stats()
     hy, ws = torch.ops.aten._thnn_fused_gru_cell(*_device(ig, hg, hx, b1, b2, layout=layout))
     r_hy, r_ws = _gru_formula(ig, hg, hx, b1, b2)
-    _assert_formula(hy, r_hy, dtype, "hy")
+    _assert_formula(hy, r_hy, dtype, "hy", contiguous=False)
     _assert_formula(ws, r_ws, dtype, "workspace (r, z, n, hx, hn + b_hn)")
     assert torch.equal(ws.cpu()[:, 3 * H:4 * H], hx), "the workspace keeps hx exactly"
     gh = torch.randn(B, H, generator=g).to(dtype)
@@ -411,3 +413,42 @@ def test_compiled_lstm_forward_and_backward_match_cpu(compiled_stats, allow_rnn)
         assert s["graphs"] == 0 and s["fallbacks"] == 0, s
         assert fused == 3
     assert not [op for op, c in dispatch.stats().items() if c["fallback"]]
+
+
+def _laid(shape: tuple, how: str, seed: int, device: str) -> torch.Tensor:
+    """A float32 matrix, contiguous, transposed, overlapping (as_strided (1, 1)) or expanded along its columns."""
+    g = torch.Generator().manual_seed(seed)
+    make = {"transposed": lambda: torch.randn(tuple(reversed(shape)), generator=g).to(device).t(),
+            "overlapping": lambda: torch.randn(sum(shape), generator=g).to(device).as_strided(shape, (1, 1)),
+            "expanded": lambda: torch.randn(shape[0], 1, generator=g).to(device).expand(shape),
+            "contiguous": lambda: torch.randn(shape, generator=g).to(device)}
+    return make[how]()
+
+
+def _cell(cell: str, state: str, cotangent: str, device: str) -> list:
+    """lstm_cell's (hy, cy, cx's gradient) or gru_cell's hy, with a state and cotangents of these layouts."""
+    B, I, H = 3, 5, 7
+    gates = 4 if cell == "lstm" else 3
+    x = _laid((B, I), "contiguous", 0, device)
+    hx, cx = (_laid((B, H), state, seed, device).requires_grad_() for seed in (1, 2))
+    w_ih, w_hh = _laid((gates * H, I), "contiguous", 3, device), _laid((gates * H, H), "contiguous", 4, device)
+    b_ih, b_hh = (_laid((gates * H, 1), "contiguous", seed, device)[:, 0] for seed in (5, 6))
+    if cell == "gru":
+        return [torch.gru_cell(x, hx, w_ih, w_hh, b_ih, b_hh)]
+    hy, cy = torch.lstm_cell(x, (hx, cx), w_ih, w_hh, b_ih, b_hh)
+    grad_cx, = torch.autograd.grad((hy, cy), (cx,), tuple(_laid((B, H), cotangent, s, device) for s in (7, 8)))
+    return [hy, cy, grad_cx]
+
+
+@pytest.mark.parametrize("cotangent", ["contiguous", "transposed"])
+@pytest.mark.parametrize("state", ["contiguous", "transposed", "overlapping", "expanded"])
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+def test_fused_cells_lay_out_their_results_as_cpus_composite(cell, state, cotangent):
+    """CPU's lstm_cell/gru_cell are ATen's composite cells, whose pointwise steps lay hy, cy and cx's gradient out
+    from the gates and the state: a transposed or overlapping state gives a transposed hy (designed
+    gru_cell-float32-near_zero-overlapping-7: CPU (1, 3)) and a transposed cx a transposed gradient
+    (lstm_cell_state-float32-positive-transposed-7); the fused kernels' were contiguous."""
+    expected, got = _cell(cell, state, cotangent, "cpu"), _cell(cell, state, cotangent, "neuron")
+    for e, g in zip(expected, got):
+        torch.testing.assert_close(g.detach().cpu(), e.detach(), rtol=1e-4, atol=1e-5)
+        assert [s for s, n in zip(g.stride(), g.shape) if n > 1] == [s for s, n in zip(e.stride(), e.shape) if n > 1]

@@ -239,3 +239,46 @@ def test_compiled_attention_recompiles_statically_for_a_new_sequence_length(gqa)
     torch._dynamo.reset()
     with pytest.raises(ShapeContractError, match="static shapes only"):
         torch.compile(fn, backend="neuron", dynamic=True)(*_on_device(args, grad=False))
+
+
+
+def _laid(shape: tuple, how: str, seed: int, device: str) -> torch.Tensor:
+    """A float32 (B, H, L, E) tensor in one of the layouts CPU's sdpa lays its results out from, made on
+    ``device`` (the same values on either)."""
+    g = torch.Generator().manual_seed(seed)
+    b, h, s, d = shape
+    make = {"transposed": lambda: torch.randn(tuple(reversed(shape)), generator=g).to(device).permute(3, 2, 1, 0),
+            "bshd": lambda: torch.randn(b, s, h, d, generator=g).to(device).transpose(1, 2),
+            "overlapping": lambda: torch.randn(sum(shape), generator=g).to(device).as_strided(shape, (1, 1, 1, 1)),
+            "expanded": lambda: torch.randn(b, h, 1, d, generator=g).to(device).expand(shape),
+            "contiguous": lambda: torch.randn(shape, generator=g).to(device)}
+    return make[how]()
+
+
+def _significant(t: torch.Tensor) -> list:
+    return [s for s, n in zip(t.stride(), t.shape) if n > 1]
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "bshd", "overlapping", "expanded"])
+@pytest.mark.parametrize("shape", [(1, 2, 7, 16), (2, 1, 33, 16), (2, 3, 1, 8)], ids=str)
+def test_output_and_gradients_are_laid_out_as_cpus(shape, layout, causal):
+    """CPU's sdpa runs its flash kernel (output and gradients laid out (B, L, H, E), transposed) or, for the
+    layouts it refuses (a last dim of stride other than 1), its math path, whose matmuls lay them out (an
+    overlapping (2, 1, 33, 16) query gives an output of strides (1, 1, 32, 2)); the device's followed the query
+    (CUDA's rule) and empty_like for the gradients. cpu_host.sdpa_layouts asks the running torch which path and
+    layout, so this holds whichever kernel this host's CPU picks."""
+    cpu = [_laid(shape, layout, seed, "cpu").detach().requires_grad_() for seed in range(3)]
+    dev = [_laid(shape, layout, seed, "neuron").detach().requires_grad_() for seed in range(3)]
+    expected = F.scaled_dot_product_attention(*cpu, is_causal=causal)
+    got = F.scaled_dot_product_attention(*dev, is_causal=causal)
+    expected_grads = torch.autograd.grad(expected, cpu, _laid(shape, layout, 3, "cpu"))
+    got_grads = torch.autograd.grad(got, dev, _laid(shape, layout, 3, "neuron"))
+    values = layout != "overlapping"  # CPU reads an overlapping query wrongly (harness/specs.py, sdpa_backward)
+    if values:
+        torch.testing.assert_close(got.detach().cpu(), expected.detach(), **TOL[torch.float32])
+    assert _significant(got) == _significant(expected), (got.stride(), expected.stride())
+    for g_dev, g_cpu in zip(got_grads, expected_grads):
+        if values:
+            torch.testing.assert_close(g_dev.cpu(), g_cpu, **TOL[torch.float32])
+        assert _significant(g_dev) == _significant(g_cpu), (g_dev.stride(), g_cpu.stride())

@@ -58,6 +58,7 @@ from device_impl.dispatch.table import TABLE, resolve
 from device_impl.engine import launch
 from device_impl.engine.core import release_live_to
 from device_impl.engine.dtypes import FLOAT_DTYPES, FP32
+from device_impl.kernels import cpu_host
 from device_impl.kernels.common import hbm, scalar_of
 from device_impl.kernels.contiguous import fp32_contiguous
 from device_impl.kernels.matmul import psum_to_sbuf
@@ -277,6 +278,15 @@ def _empty_like_layout(t: torch.Tensor, shape: tuple[int, ...], dtype: torch.dty
     order = sorted(range(t.dim()), key=lambda d: (-t.stride(d), d))
     raw = torch.empty([shape[d] for d in order], dtype=dtype, device=t.device)
     return raw.permute([order.index(d) for d in range(t.dim())])
+
+
+def _cpu_laid(shape: tuple[int, ...], strides: tuple[int, ...] | None, dtype: torch.dtype,
+              like: torch.Tensor) -> torch.Tensor | None:
+    """A tensor of ``shape`` with CPU's dense ``strides`` (``cpu_host.sdpa_layouts``), or None where it gave none
+    (the caller keeps its own layout)."""
+    if strides is None or len(strides) != len(shape):
+        return None
+    return torch.empty_strided(shape, strides, dtype=dtype, device=like.device)
 
 
 def _host_long(value: int) -> torch.Tensor:
@@ -652,7 +662,12 @@ def _forward(a: dict) -> tuple:
     query, key, value, bias = a["query"], a["key"], a["value"], a["attn_bias"]
     pb = _problem(query, key, value, bias, a["dropout_p"], a["is_causal"], a["scale"])
     out_shape = tuple(query.shape[:-1]) + (pb.Ev,)
-    out = _empty_like_layout(query, out_shape, query.dtype)
+    # laid out as CPU's sdpa lays its output out for these arguments (its flash kernel's (B, L, H, E) transposed,
+    # or its math path's matmul layout: cpu_host.sdpa_layouts), else as the query (CUDA's matching layout)
+    cpu_strides, _ = cpu_host.sdpa_layouts(query, key, value, bias, a["dropout_p"], a["is_causal"], a["scale"])
+    out = _cpu_laid(out_shape, cpu_strides, query.dtype, query)
+    if out is None:
+        out = _empty_like_layout(query, out_shape, query.dtype)
     lse = torch.empty((pb.B, pb.Hq, pb.L), dtype=torch.float32, device=query.device)
     debug = pb.dropout > 0 and bool(a["return_debug_mask"])
     debug_mask = (torch.empty((pb.B, pb.Hq, pb.L, pb.S), dtype=query.dtype, device=query.device) if debug
@@ -735,9 +750,15 @@ def _backward(a: dict) -> tuple:
     _check_like_output(query, value, grad_out=grad_out, out=out)
     pb = _problem(query, key, value, bias, a["dropout_p"], a["is_causal"], a["scale"])
     seed, offset = int(scalar_of(a["philox_seed"])), int(scalar_of(a["philox_offset"]))
-    dq = torch.empty_like(query)
-    dk = torch.empty_like(key)
-    dv = torch.empty_like(value)
+    # the gradients laid out as CPU's backward of sdpa lays them out for these arguments and this grad_out
+    # (cpu_host.sdpa_layouts), else as their inputs
+    _, cpu_grads = cpu_host.sdpa_layouts(query, key, value, bias, a["dropout_p"], a["is_causal"], a["scale"],
+                                         grad_out)
+    dq, dk, dv = (_cpu_laid(tuple(t.shape), None if cpu_grads is None else cpu_grads[i], t.dtype, t)
+                  for i, t in enumerate((query, key, value)))
+    dq = torch.empty_like(query) if dq is None else dq
+    dk = torch.empty_like(key) if dk is None else dk
+    dv = torch.empty_like(value) if dv is None else dv
     want_bias = bias is not None and len(mask_needed) > 3 and mask_needed[3] and bias.dtype != torch.bool
     dbias_full = (torch.empty((pb.B, pb.Hq, pb.L, pb.S), dtype=torch.float32, device=query.device) if want_bias
                   else None)

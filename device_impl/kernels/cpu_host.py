@@ -417,3 +417,91 @@ def softmax_backward_vector(dtype: torch.dtype) -> int | None:
     while tail < length and row[length - 1 - tail] == scalar_row[length - 1 - tail]:
         tail += 1
     return tail + 1
+
+
+def _layout_key(t: torch.Tensor | None) -> tuple | None:
+    return None if t is None else (tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def sdpa_layouts(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
+                 dropout_p: float, is_causal: bool, scale: float | None,
+                 grad_out: torch.Tensor | None = None) -> tuple[tuple[int, ...] | None, tuple | None]:
+    """The strides CPU's ``F.scaled_dot_product_attention`` gives its output and, with ``grad_out``, the query,
+    key and value gradients of these arguments' layouts, on this host, now.
+
+    CPU runs one of two kernels, chosen per call by ``torch._fused_sdp_choice`` (sizes, strides, dropout, mask,
+    the ``sdpa_kernel``/``torch.backends`` switches): its flash kernel, whose output and gradients are laid out
+    (batch, seq, head, dim) and transposed to (batch, head, seq, dim), or the math composite, whose layouts are its
+    matmuls' (an overlapping query gives an output with the batch innermost). The choice is asked of CPU on
+    never-written proxies; the chosen path's layouts of torch's own meta kernels (the flash kernels' meta
+    registrations, the math composite and its autograd on meta tensors), which nothing computes. A layout that
+    is not dense comes back None; the answers are cached per layout (sizes, strides, dtypes, scalars, switches)."""
+    flags = (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled(),
+             torch.backends.cuda.mem_efficient_sdp_enabled())
+    return _sdpa_layouts(_layout_key(query), _layout_key(key), _layout_key(value), _layout_key(attn_mask),
+                         float(dropout_p), bool(is_causal), None if scale is None else float(scale),
+                         _layout_key(grad_out), flags)
+
+
+@functools.lru_cache(maxsize=512)
+def _sdpa_layouts(q, k, v, mask, dropout_p, is_causal, scale, grad, _flags):
+    from torch.nn.attention import SDPBackend
+
+    def proxy(key):
+        return None if key is None else torch.empty_strided(key[0], key[1], dtype=key[2], device="cpu")
+
+    def meta(key, requires_grad=False):
+        if key is None:
+            return None
+        m = torch.empty_strided(key[0], key[1], dtype=key[2], device="meta")
+        return m.requires_grad_(True) if requires_grad else m
+
+    gqa = len(q[0]) >= 3 and len(k[0]) >= 3 and q[0][-3] != k[0][-3]
+    with _disable_current_modes():
+        choice = torch._fused_sdp_choice(proxy(q), proxy(k), proxy(v), proxy(mask), dropout_p, is_causal,
+                                         scale=scale, enable_gqa=gqa)
+        mq, mk, mv = (meta(t, True) for t in (q, k, v))
+        mm = meta(mask)
+        if choice == SDPBackend.FLASH_ATTENTION.value:
+            out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+                mq, mk, mv, dropout_p, is_causal, attn_mask=mm, scale=scale)
+            grads = None if grad is None else torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+                meta(grad), mq, mk, mv, out, lse, dropout_p, is_causal, attn_mask=mm, scale=scale)
+        else:
+            def math() -> tuple:
+                with torch.enable_grad():
+                    out = torch.ops.aten._scaled_dot_product_attention_math(
+                        mq, mk, mv, mm, dropout_p, is_causal, None, scale=scale, enable_gqa=gqa)[0]
+                    return out, None if grad is None else torch.autograd.grad(out, (mq, mk, mv), meta(grad))
+
+            out, grads = on_fresh_thread(math)
+    return _dense_or_none(out), None if grads is None else tuple(_dense_or_none(t) for t in grads)
+
+
+def _dense_or_none(t: torch.Tensor) -> tuple[int, ...] | None:
+    """``t``'s strides where they lay it out densely, else None (the kernel keeps a layout of its own)."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+    return tuple(t.stride()) if is_non_overlapping_and_dense_or_false(t) else None
+
+
+def on_fresh_thread(fn: Callable[[], object]):
+    """``fn()`` on a thread of its own: a kernel runs below autograd (its dispatch key excluded on this thread),
+    where the math composite's autograd graph, which the gradients' layouts come from, would not be recorded;
+    a new thread starts with the default dispatch state."""
+    import threading
+
+    result: dict = {}
+
+    def run() -> None:
+        try:
+            result["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - raised on the caller's thread
+            result["error"] = e
+
+    worker = threading.Thread(target=run, name="cpu_host-sdpa-layouts")
+    worker.start()
+    worker.join()
+    if "error" in result:
+        raise result["error"]
+    return result["value"]

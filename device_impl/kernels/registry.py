@@ -81,6 +81,7 @@ class Binder:
 
 Compute = Callable[[torch.Tensor, dict[str, Any]], None]
 Meta = Callable[[dict[str, Any]], tuple[tuple[int, ...], torch.dtype, Sequence[Any]]]
+Promotes = Callable[[dict[str, Any]], torch.dtype]
 
 
 # How an out= tensor's dtype is judged, per packet, where it is not TensorIterator's default (the result
@@ -122,12 +123,33 @@ def _ti_strided(packet: str, compute: Compute) -> bool:
     return packet in TI_OUT_STRIDES or getattr(fn, "__module__", "").startswith(_ELEMENTWISE_PACKAGE)
 
 
-def _ti_restride(out: torch.Tensor, operands: Sequence[Any]) -> None:
+def _dense(t: torch.Tensor) -> bool:
+    """ATen's ``is_non_overlapping_and_dense`` (torch's own rule, ``torch._prims_common``)."""
+    from torch._prims_common import is_non_overlapping_and_dense_or_false
+
+    return is_non_overlapping_and_dense_or_false(t)
+
+
+def _cast_layout(t: torch.Tensor, common: torch.dtype | None) -> torch.Tensor:
+    """``t`` as CPU's TensorIterator sees it once it promotes its inputs (``promote_inputs_to_common_dtype``: an
+    input of another dtype is replaced by ``input.to(common)`` before the output's strides are computed): a
+    meta proxy of that cast, whose layout is ``_to_copy``'s (a dense input keeps its strides; an expanded or
+    overlapping one becomes dense, so ``ge`` of an expanded uint8 and a float32 operand is laid out as the cast
+    copy, not the expanded view). ``t`` itself where nothing is cast or the cast keeps its strides."""
+    if common is None or t.dtype == common or t.dim() == 0 or _dense(t):
+        return t
+    proxy = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="meta")
+    return proxy.to(common)
+
+
+def _ti_restride(out: torch.Tensor, operands: Sequence[Any], common: torch.dtype | None = None) -> None:
     """Give a just-resized, contiguous ``out`` TensorIterator's output strides for ``operands`` (metadata only).
 
     Every operand takes part, a broadcast one expanded to the output's shape (stride 0 where it broadcasts), as
     TensorIterator sees its operands: a transposed (5, 3) beside an overlapping (3, 5, 3) decides the order of
-    the dims it has (CPU's result of their sum is (1, 9, 3); left out, the order was the overlapping one's alone)."""
+    the dims it has (CPU's result of their sum is (1, 9, 3); left out, the order was the overlapping one's alone).
+    ``common``: the dtype CPU's iterator promotes its inputs to (``register_family``'s ``promotes``), each
+    operand of another dtype taking part as its cast copy (``_cast_layout``); None where it casts none."""
     from torch._prims_common import compute_elementwise_output_strides
 
     if out.dim() < 2:
@@ -136,6 +158,7 @@ def _ti_restride(out: torch.Tensor, operands: Sequence[Any]) -> None:
     tensors = []
     for t in operands:
         if isinstance(t, torch.Tensor) and t.dim() <= len(shape):
+            t = _cast_layout(t, common)
             try:
                 tensors.append(t if tuple(t.shape) == shape else t.expand(shape))
             except RuntimeError:  # not broadcastable to the result (an operand the meta passes along): no say
@@ -148,14 +171,18 @@ def _ti_restride(out: torch.Tensor, operands: Sequence[Any]) -> None:
 
 
 def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset = COMPUTE_DTYPES,
-                    overloads: Sequence[str] | None = None, recurring: Any = None) -> list[str]:
+                    overloads: Sequence[str] | None = None, recurring: Any = None,
+                    promotes: Promotes | None = None) -> list[str]:
     """Register ``compute`` for the overloads of ``aten::<packet>`` (and ``<packet>_``).
 
     ``meta(args)`` returns (output shape, result dtype, operands that must not
     partially overlap the output). ``OUT_DTYPE_RULES`` says how an out= tensor's
     dtype is judged. ``recurring``: plans (``serve(args, kwargs)``/``learn(args, kwargs)``) that serve a
     recurring call of the ``out=`` kernel, or of the functional kernel where the plans are ``functional`` (an op
-    with no out= overload: relu) (kernels/elementwise/recurring.py). Returns the overloads registered directly.
+    with no out= overload: relu) (kernels/elementwise/recurring.py). ``promotes(args)``: the common dtype CPU's
+    TensorIterator casts the inputs to before it lays out the result (binary, comparison and logical ops:
+    ``promote_inputs_to_common_dtype``), for ``_ti_restride``; None where it casts none.
+    Returns the overloads registered directly.
     """
     registered: list[str] = []
     served: list[str] = []
@@ -177,7 +204,8 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
                 recurring.dtypes = dtypes
             TABLE.native(op, dtypes=dtypes)(_sourced(make(op, binder, compute, meta, rule,
                                                           restride=_ti_strided(packet, compute)
-                                                          and op not in CONTIGUOUS_RESULTS, **extra), compute))
+                                                          and op not in CONTIGUOUS_RESULTS, promotes=promotes,
+                                                          **extra), compute))
             registered.append(op)
             out_ops.append(op)
         elif routed_by_composite(op):
@@ -188,7 +216,7 @@ def register_family(packet: str, compute: Compute, meta: Meta, dtypes: frozenset
                 recurring.dtypes = dtypes
             TABLE.native(op, dtypes=dtypes)(_sourced(_functional_kernel(
                 op, binder, compute, meta, recurring if planned else None,
-                restride=compute.__module__.startswith(_ELEMENTWISE_PACKAGE)), compute))
+                restride=compute.__module__.startswith(_ELEMENTWISE_PACKAGE), promotes=promotes), compute))
             registered.append(op)
     if inplace is not None:
         for ov in inplace.overloads():
@@ -239,7 +267,7 @@ def _submits(kernel):
 
 
 def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str = "cast", restride: bool = False,
-                recurring: Any = None):
+                recurring: Any = None, promotes: Promotes | None = None):
     out_name = binder.out_names[0]
     exact, same = rule == "exact", rule == "same"
     serve = recurring.serve if recurring is not None else None
@@ -254,7 +282,7 @@ def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str
         resized = restride and tuple(out.shape) != tuple(shape)
         check_out(out, shape, dtype, operands, exact_dtype=exact)
         if resized:
-            _ti_restride(out, operands)
+            _ti_restride(out, operands, promotes(bound) if promotes is not None else None)
         submit = HOOKS.submit  # _run, inlined: every out= call
         if submit is None:
             compute(out, bound)
@@ -282,7 +310,7 @@ def cpu_out_is_generated(op: str) -> bool:
 
 
 def _generated_out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str = "cast",
-                          restride: bool = False):
+                          restride: bool = False, promotes: Promotes | None = None):
     """An out= overload as torchgen's generated wrapper computes it: the functional result first (so its
     errors come first: an unsupported dtype is NotImplementedError before any out= check), then out resized
     and required to have exactly the result's dtype (``copy_arg``: "Expected out tensor to have dtype ..."),
@@ -309,7 +337,7 @@ _ELEMENTWISE_PACKAGE = "device_impl.kernels.elementwise."
 
 
 def _functional_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, recurring: Any = None,
-                       restride: bool = False):
+                       restride: bool = False, promotes: Promotes | None = None):
     """The kernel of a functional overload with no out= overload (relu, hardtanh, where.self, isnan, ...).
     ``restride``: an elementwise op, whose CPU result is TensorIterator's output, laid out as its operands
     (``relu`` of a transposed or channels-last tensor is transposed or channels-last: ``_ti_restride``); the
@@ -322,7 +350,7 @@ def _functional_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, re
         like = next(o for o in operands if isinstance(o, torch.Tensor) and o.device.type == "neuron")
         out = torch.empty(shape, dtype=dtype, device=like.device)
         if restride and len(shape) > 1:
-            _ti_restride(out, operands)
+            _ti_restride(out, operands, promotes(bound) if promotes is not None else None)
         submit = HOOKS.submit  # _run, inlined: every functional call
         if submit is None:
             compute(out, bound)

@@ -45,6 +45,7 @@ ops, each of which takes its counted CPU fallback (there is no fused CPU kernel 
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -54,6 +55,7 @@ from device_impl.dispatch.table import TABLE, resolve
 from device_impl.engine import launch
 from device_impl.engine.dtypes import FLOAT_DTYPES, FP32, numpy_dtype
 from device_impl.kernels.common import hbm
+from device_impl.kernels.cpu_host import on_fresh_thread
 from device_impl.kernels.registry import Binder
 
 P = 128  # batch rows per tile (partitions)
@@ -217,6 +219,79 @@ def _empty(shape, like: torch.Tensor) -> torch.Tensor:
     return torch.empty(tuple(shape), dtype=like.dtype, device=like.device)
 
 
+# --- CPU's layouts -----------------------------------------------------------------------------------
+# CPU has no fused cell: its lstm_cell/gru_cell are ATen's composite (RNN.cpp's LSTMCell/GRUCell), whose pointwise
+# steps lay the states and their gradients out by TensorIterator from the gates and the previous state (a
+# transposed or overlapping state gives a transposed hy). The fused kernels allocate theirs as those steps do,
+# run on meta tensors of the fused kernel's operands' layouts (the gates are the device's linear results, laid
+# out as CPU's), so no layout rule is copied here.
+
+
+def _key(t: torch.Tensor | None) -> tuple | None:
+    """A tensor's layout (sizes, strides, dtype): what the layouts below depend on, and their caches' key (the
+    meta steps cost about 1.5 ms a cell; a recurrent net calls the cell per time step with one layout)."""
+    return None if t is None else (tuple(t.shape), tuple(t.stride()), t.dtype)
+
+
+def _meta(key: tuple | None, requires_grad: bool = False) -> torch.Tensor | None:
+    if key is None:
+        return None
+    m = torch.empty_strided(key[0], key[1], dtype=key[2], device="meta")
+    return m.requires_grad_(True) if requires_grad else m
+
+
+def _lstm_states(ig, hg, cx):
+    """CPU's LSTMCell after its two linears: ``linear_hh(hx).add_(linear_ih(input))``, chunked, activated in
+    place, ``cy = (f * cx).add_(i * g)``, ``hy = o * cy.tanh()``."""
+    gates = hg.clone().add_(ig) if hg.requires_grad else hg.add_(ig)
+    i, f, g, o = gates.unsafe_chunk(4, 1)
+    i, f, g, o = i.sigmoid_(), f.sigmoid_(), g.tanh_(), o.sigmoid_()
+    cy = (f * cx).add_(i * g)
+    return o * cy.tanh(), cy
+
+
+@functools.lru_cache(maxsize=256)
+def _lstm_layouts(ig_t: tuple, hg_t: tuple, cx_t: tuple) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """(hy, cy) strides of CPU's lstm_cell whose gates and cx have these layouts (``_key``)."""
+    with torch.no_grad():
+        hy, cy = _lstm_states(_meta(ig_t), _meta(hg_t), _meta(cx_t))
+    return tuple(hy.stride()), tuple(cy.stride())
+
+
+@functools.lru_cache(maxsize=256)
+def _lstm_grad_cx_layout(ig_shape: tuple, gh_t: tuple | None, gc_t: tuple | None, cx_t: tuple) -> tuple[int, ...]:
+    """The strides of the cx gradient CPU's autograd gives lstm_cell for cotangents and cx of these layouts
+    (``_key``; either cotangent may be None)."""
+    def grad() -> tuple:
+        with torch.enable_grad():
+            ig = torch.empty(ig_shape, device="meta").requires_grad_(True)
+            hg = torch.empty(ig_shape, device="meta").requires_grad_(True)
+            cx = _meta(cx_t, True)
+            hy, cy = _lstm_states(ig, hg, cx)
+            pairs = [(o, _meta(g)) for o, g in ((hy, gh_t), (cy, gc_t)) if g is not None]
+            got, = torch.autograd.grad([o for o, _ in pairs], (cx,), [g for _, g in pairs])
+            return tuple(got.stride())
+
+    return on_fresh_thread(grad)
+
+
+@functools.lru_cache(maxsize=256)
+def _gru_layout(ig_t: tuple, hg_t: tuple, hx_t: tuple) -> tuple[int, ...]:
+    """hy's strides of CPU's GRUCell after its linears: the gates chunked, ``r``/``z`` added into the hidden
+    gates' chunks and activated in place, ``n = i_n.add(h_n.mul_(r)).tanh_()``, ``hy = (hx - n).mul_(z).add_(n)``."""
+    with torch.no_grad():
+        ig, hg, hx = _meta(ig_t), _meta(hg_t), _meta(hx_t)
+        ci, ch = ig.unsafe_chunk(3, 1), hg.unsafe_chunk(3, 1)
+        r = ch[0].add_(ci[0]).sigmoid_()
+        z = ch[1].add_(ci[1]).sigmoid_()
+        n = ci[2].add(ch[2].mul_(r)).tanh_()
+        return tuple((hx - n).mul_(z).add_(n).stride())
+
+
+def _strided(shape, strides: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(tuple(shape), strides, dtype=like.dtype, device=like.device)
+
+
 # --- LSTM --------------------------------------------------------------------------------------------
 
 
@@ -227,7 +302,9 @@ def _lstm_forward(a: dict) -> tuple:
     if _composite(ig_t, "_thnn_fused_lstm_cell"):
         return _lstm_forward_composite(ig_t, hg_t, cx_t, b1_t, b2_t)
     B = ig_t.size(0)
-    workspace, hy_t, cy_t = _empty((B, 4 * H), ig_t), _empty((B, H), cx_t), _empty((B, H), cx_t)
+    hy_strides, cy_strides = _lstm_layouts(_key(ig_t), _key(hg_t), _key(cx_t))
+    workspace, hy_t, cy_t = _empty((B, 4 * H), ig_t), _strided((B, H), hy_strides, cx_t), _strided((B, H), cy_strides,
+                                                                                                  cx_t)
     if B == 0 or H == 0:
         return hy_t, cy_t, workspace
     dtype = numpy_dtype(ig_t.dtype)
@@ -286,7 +363,8 @@ def _lstm_backward(a: dict) -> tuple:
     _check(all(t.dtype == ws_t.dtype for t in tensors), op, "expected all inputs to have the same dtype")
     if _composite(ws_t, op):
         return _lstm_backward_composite(gh_t, gc_t, cx_t, cy_t, ws_t, has_bias)
-    grad_gates, grad_cx_t = _empty((B, 4 * H), ws_t), _empty((B, H), cx_t)
+    grad_gates = _empty((B, 4 * H), ws_t)
+    grad_cx_t = _strided((B, H), _lstm_grad_cx_layout((B, 4 * H), _key(gh_t), _key(gc_t), _key(cx_t)), cx_t)
     grad_bias = _empty((4 * H,), ws_t) if has_bias else None
     if B == 0 or H == 0:
         _zero_fill([grad_bias])
@@ -354,7 +432,7 @@ def _gru_forward(a: dict) -> tuple:
     if _composite(ig_t, "_thnn_fused_gru_cell"):
         return _gru_forward_composite(ig_t, hg_t, hx_t, b1_t, b2_t)
     B = ig_t.size(0)
-    hy_t, workspace = _empty((B, H), hx_t), _empty((B, 5 * H), hx_t)
+    hy_t, workspace = _strided((B, H), _gru_layout(_key(ig_t), _key(hg_t), _key(hx_t)), hx_t), _empty((B, 5 * H), hx_t)
     if B == 0 or H == 0:
         return hy_t, workspace
     dtype = numpy_dtype(ig_t.dtype)

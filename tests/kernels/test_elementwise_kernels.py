@@ -516,3 +516,36 @@ def test_pow_of_a_scalar_base_is_contiguous_as_cpus():
     assert out.stride() == (60, 20, 5, 1)
     assert torch.pow(torch.tensor(2.0), dev).stride() == torch.pow(torch.tensor(2.0), host).stride()
     check(lambda t: torch.pow(2.0, t), host)
+
+
+PROMOTING = {
+    "ge": torch.ge, "eq": torch.eq, "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
+    "atan2": torch.atan2, "maximum": torch.maximum, "logical_and": torch.logical_and, "logical_xor": torch.logical_xor,
+    "floor_divide": lambda a, b, **out: torch.div(a, b, rounding_mode="floor", **out),
+}
+
+
+def _cast_operands(device: str) -> tuple:
+    small = torch.arange(1, 3, dtype=torch.uint8).reshape(1, 2, 1).to(device).expand(1, 2, 128)
+    other = (torch.rand(133, generator=torch.Generator().manual_seed(4)) + 0.5).to(device)
+    return small, other.as_strided((5, 2, 128), (1, 1, 1))
+
+
+@pytest.mark.parametrize("op", PROMOTING, ids=list(PROMOTING))
+def test_a_cast_operand_lays_out_the_result_as_its_cast_copy(op):
+    """CPU's binary, comparison and logical iterators cast an operand of another dtype to the common one before
+    they lay out the result (``promote_inputs_to_common_dtype``), so an expanded uint8 operand takes part as its
+    dense cast copy: ``ge`` of an expanded (1, 2, 128) uint8 and an overlapping (5, 2, 128) float32 into an empty
+    out= is (1, 5, 10) on CPU; the device laid it out from the expanded view, (2, 1, 10). Checked on an out= the
+    call resizes and on the functional form of the ops whose functional form ATen routes through it (logical_*);
+    a structured op's functional form is laid out by ATen's meta on the device, before any kernel runs (below)."""
+    fn = PROMOTING[op]
+    host, dev = _cast_operands("cpu"), _cast_operands("neuron")
+    expected = fn(*host)
+    out_cpu, out_dev = torch.empty(0, dtype=expected.dtype), torch.empty(0, dtype=expected.dtype, device="neuron")
+    fn(*host, out=out_cpu)
+    fn(*dev, out=out_dev)
+    assert out_dev.stride() == out_cpu.stride()
+    torch.testing.assert_close(out_dev.cpu(), out_cpu)
+    if op.startswith("logical_"):
+        assert fn(*dev).stride() == expected.stride()

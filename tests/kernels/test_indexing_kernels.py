@@ -979,3 +979,41 @@ def test_view_scatters_preserve_strides_as_cpus(op, layout):
     got = fn(dev)
     assert got.stride() == expected.stride() and got.storage_offset() == expected.storage_offset()
     assert torch.equal(got.cpu(), expected)
+
+
+def _significant(t: torch.Tensor) -> tuple:
+    """The strides of the dims of size > 1 (the harness's layout check, harness.compare.compare_strides)."""
+    return tuple(s for s, n in zip(t.stride(), t.shape) if n > 1)
+
+
+INDEX_SELVES = {
+    "overlapping": lambda d: torch.randn(200, generator=torch.Generator().manual_seed(8)).to(d).as_strided(
+        (2, 2, 127), (1, 1, 1)),
+    "transposed": lambda d: torch.arange(70, dtype=torch.int8).reshape(7, 2, 5).to(d).permute(2, 1, 0),
+    "channels_last": lambda d: torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(9)).to(d).contiguous(
+        memory_format=torch.channels_last),
+}
+INDEX_KEYS = {
+    "first": lambda: (torch.tensor([0, 1, 1, 0]),),
+    "one": lambda: (torch.tensor([1]),),
+    "second": lambda: (slice(None), torch.tensor([1])),
+    "apart": lambda: (torch.tensor([1]), slice(None), torch.tensor([1])),
+    "matrix": lambda: (slice(None), torch.tensor([[0, 1, 1], [1, 0, 0]])),
+    "mask": lambda: (torch.tensor([True, False]),),
+}
+
+
+@pytest.mark.parametrize("key", INDEX_KEYS, ids=list(INDEX_KEYS))
+@pytest.mark.parametrize("layout", INDEX_SELVES, ids=list(INDEX_SELVES))
+def test_advanced_index_result_is_laid_out_as_cpus(layout, key):
+    """CPU's ``index`` result is its TensorIterator's output over self restrided to the result (stride 0 where the
+    indices go) and the indices: an index of a transposed, channels-last or overlapping self is laid out as self
+    (the designed index-int8-int_edges-transposed-7: CPU (14, 1, 2)); the device's came back contiguous."""
+    make, keys = INDEX_SELVES[layout], INDEX_KEYS[key]()
+    host = make("cpu")
+    if any(isinstance(k, torch.Tensor) and k.dtype == torch.bool and k.shape[0] != host.shape[0] for k in keys):
+        keys = (torch.arange(host.shape[0]) % 2 == 0,)
+    expected = host[keys]
+    got = make("neuron")[tuple(k.to("neuron") if isinstance(k, torch.Tensor) else k for k in keys)]
+    assert torch.equal(got.cpu(), expected)
+    assert _significant(got) == _significant(expected), (got.stride(), expected.stride())

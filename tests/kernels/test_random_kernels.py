@@ -747,3 +747,27 @@ def test_lowering_table():
         entry = TABLE.lookup(op)
         assert entry.tier is Tier.NATIVE and "(via aten::" in entry.source, (op, entry)
     assert TABLE.lookup("aten::empty_like").tier in (Tier.COMPOSITE, Tier.NATIVE)
+
+
+def _dropout_backward_operands(device: str):
+    """(grad, mask) pairs whose layouts disagree: CPU's ``grad * mask * scale`` lays the result out from both."""
+    b = torch.randn(2, 5, 1, generator=torch.Generator().manual_seed(1)).bfloat16().to(device)
+    m = torch.randn(12, generator=torch.Generator().manual_seed(2)).to(device)
+    x = torch.randn(2, 3, 4, 5, generator=torch.Generator().manual_seed(3)).to(device)
+    return [(b.expand(2, 5, 7), m.as_strided((2, 5, 7), (1, 1, 1)) > 0),
+            (x, x.transpose(1, 3).contiguous().transpose(1, 3) > 0),
+            (x.transpose(1, 3).contiguous().transpose(1, 3), x > 0),
+            (x[:, :1], x.contiguous(memory_format=torch.channels_last) > 0)]
+
+
+@pytest.mark.parametrize("case", range(4))
+def test_native_dropout_backward_is_laid_out_as_cpus(case):
+    """CPU's native_dropout_backward is ``grad * mask * scale``, laid out by the first product's TensorIterator
+    from both operands; the device's took grad's layout (an expanded grad: contiguous, CPU (5, 1, 10), the designed
+    native_dropout_backward-bfloat16-special-expanded-7; a contiguous grad beside a channels-last mask)."""
+    (gc, mc), (gn, mn) = _dropout_backward_operands("cpu")[case], _dropout_backward_operands("neuron")[case]
+    expected = torch.ops.aten.native_dropout_backward(gc, mc, 2.0)
+    got = torch.ops.aten.native_dropout_backward(gn, mn, 2.0)
+    assert torch.equal(got.cpu(), expected)
+    assert [s for s, n in zip(got.stride(), got.shape) if n > 1] == \
+        [s for s, n in zip(expected.stride(), expected.shape) if n > 1]

@@ -1167,3 +1167,19 @@ def test_float32_moments_are_cpus_double_welford(op):
         for w, g in zip(want if isinstance(want, tuple) else (want,), got if isinstance(got, tuple) else (got,)):
             # CPU's order of combining partial Welford states follows its loop over the reduced dims: within tolerance
             torch.testing.assert_close(g.cpu(), w, equal_nan=True, rtol=1.3e-6, atol=1e-5)
+
+
+@pytest.mark.parametrize("shape, fmt", [((1, 4, 3, 4), torch.channels_last), ((2, 6, 3, 5), torch.channels_last),
+                                        ((2, 4, 2, 3, 2), torch.channels_last_3d)], ids=["cl", "cl-2", "cl3d"])
+@pytest.mark.parametrize("dtype", (torch.float32, torch.float16), ids=str)
+def test_group_norm_output_keeps_the_inputs_memory_format(shape, fmt, dtype):
+    """CPU's native_group_norm allocates Y as ``empty_like(X)`` in ``X.suggest_memory_format()``: a channels-last
+    input gives a channels-last output (designed group_norm-float16-near_zero-channels_last-512: CPU (48, 1, 16, 4));
+    the device's was contiguous. (The backward's grad_input cannot follow: autograd hands a non-CPU device's
+    backward a contiguous copy of the input, derivatives.yaml's native_group_norm entry.)"""
+    host = torch.randn(shape, generator=torch.Generator().manual_seed(0)).to(dtype).contiguous(memory_format=fmt)
+    w, b = torch.randn(shape[1], dtype=dtype), torch.randn(shape[1], dtype=dtype)
+    expected = torch.nn.functional.group_norm(host, 2, w, b)
+    got = torch.nn.functional.group_norm(host.to("neuron"), 2, w.to("neuron"), b.to("neuron"))
+    assert got.stride() == expected.stride()
+    torch.testing.assert_close(got.cpu(), expected, rtol=2e-3 if dtype == torch.float16 else 1e-5, atol=1e-3)

@@ -86,6 +86,20 @@ def _meta_binary(first: str, second: str, rule: str):
     return meta
 
 
+def _common_dtype(first: str, second: str, int_to_float: bool = False):
+    """The dtype CPU's binary, comparison and logical iterators cast both inputs to (registry's ``promotes``)."""
+    def promotes(a: dict) -> torch.dtype:
+        return promote(a[first], a[second], int_to_float=int_to_float)
+
+    return promotes
+
+
+def _div_common(a: dict) -> torch.dtype:
+    """True division's iterator is a float op (``build_borrowing_binary_float_op``); with a rounding mode a
+    plain binary op."""
+    return promote(a["self"], a["other"], int_to_float=a.get("rounding_mode") is None)
+
+
 def _register_binary(packet: str, op: str, rule: str = "promote", first: str = "self", second: str = "other",
                      integral_only: bool = False, zero_check: bool = False, overloads=None,
                      refuse_bool: str | None = None, round_scalars: bool = True,
@@ -110,7 +124,8 @@ def _register_binary(packet: str, op: str, rule: str = "promote", first: str = "
         elementwise(packet, out, (x, y), _binary_emit(op, zero_check, cd), common_dtype=iterator_dtype,
                     round_scalars=round_scalars)
 
-    register_family(packet, compute, meta, overloads=overloads, recurring=recurring)
+    register_family(packet, compute, meta, overloads=overloads, recurring=recurring,
+                    promotes=_common_dtype(first, second, rule == "float"))
 
 
 def _binary_emit(op: str, zero_check: bool, cd: np.dtype):
@@ -313,8 +328,10 @@ def _add_launch(op: str):
 
 
 RECURRING = {"add": recurring.Plans("add", _add_launch("add")), "sub": recurring.Plans("subtract", _add_launch("subtract"))}
-register_family("add", _add_like("add"), _meta_add, recurring=RECURRING["add"])
-register_family("sub", _add_like("subtract"), _meta_add, recurring=RECURRING["sub"])
+register_family("add", _add_like("add"), _meta_add, recurring=RECURRING["add"],
+                promotes=_common_dtype("self", "other"))
+register_family("sub", _add_like("subtract"), _meta_add, recurring=RECURRING["sub"],
+                promotes=_common_dtype("self", "other"))
 
 
 def _div_compute(out: torch.Tensor, a: dict) -> None:
@@ -356,5 +373,5 @@ def _div_meta(a: dict) -> tuple:
     return broadcast_shape(x, y), promote(x, y, int_to_float=int_to_float), (x, y)
 
 
-register_family("div", _div_compute, _div_meta,
+register_family("div", _div_compute, _div_meta, promotes=_div_common,
                 recurring=recurring.Plans("div", _div_launch, round_scalars=False))

@@ -13,6 +13,7 @@ import torch
 
 from device_impl.engine.dtypes import FP32
 from device_impl.kernels.common import cast_error, numpy_dtype, result_type
+from device_impl.kernels.registry import _ti_restride
 from device_impl.kernels.random.tiles import (
     FLOATS,
     broadcast_shapes,
@@ -65,10 +66,11 @@ def _native_dropout_backward(a: dict) -> torch.Tensor:
     shape = broadcast_shapes(grad.shape, mask.shape)
     inner = result_type(grad, mask)  # grad * mask, rounded to its type, then * scale
     dtype = result_type(grad, mask, scale)
-    if tuple(grad.shape) == shape:
-        out = torch.empty_like(grad, dtype=dtype)
-    else:
-        out = torch.empty(shape, dtype=dtype, device=grad.device)
+    # CPU's ``grad * mask * scale``: the first product's TensorIterator lays the result out (the mask cast to its
+    # common dtype first), the scalar product keeps that layout; an expanded grad beside an overlapping mask is
+    # not grad's layout (designed native_dropout_backward-bfloat16-special-expanded-7: CPU (5, 1, 10))
+    out = torch.empty(shape, dtype=dtype, device=grad.device)
+    _ti_restride(out, (grad, mask), inner)
     inner_np = FP32 if inner in FLOATS else numpy_dtype(inner)
     inner_store = numpy_dtype(inner)
 

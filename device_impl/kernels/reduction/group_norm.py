@@ -68,6 +68,14 @@ def _scratch(shape, like: torch.Tensor) -> torch.Tensor:
     return torch.empty(tuple(shape), dtype=torch.float32, device=like.device)
 
 
+def _like_input(x: torch.Tensor) -> torch.Tensor:
+    """The output (forward) or grad_input (backward) as CPU allocates it: ``empty_like(X)`` in
+    ``X.suggest_memory_format()``, so a channels-last input gives a channels-last result (the device's was
+    contiguous: designed group_norm-float16-near_zero-channels_last-512, CPU (48, 1, 16, 4)). X is dense in that
+    format (the kernels refuse it otherwise, as CPU), so its own strides are that format's."""
+    return torch.empty_like(x, memory_format=torch.preserve_format)
+
+
 # the memory formats besides the default one an input may be dense in (CPU asks X.suggest_memory_format())
 _DENSE_FORMATS = {4: torch.channels_last, 5: torch.channels_last_3d}
 
@@ -87,7 +95,7 @@ def _group_norm(a: dict):
         raise _refuse("GroupNormKernelImpl", x.dtype)
     _check_mixed(x, w, b)
     sdtype = _stats_dtype(x, w, b)
-    out = new_output(tuple(x.shape), x.dtype, x)
+    out = _like_input(x)
     mean, rstd = new_output((n, groups), sdtype, x), new_output((n, groups), sdtype, x)
     if mean.numel() == 0:
         return out, mean, rstd
@@ -181,7 +189,7 @@ def _group_norm_backward(a: dict):
     if (mask[1] or mask[2]) and w is None and not _GROUP_NORM_GRADS_WITHOUT_WEIGHT:
         raise RuntimeError("tensor does not have a device")
     param_dtype = w.dtype if w is not None else x.dtype
-    dx = new_output(tuple(x.shape), x.dtype, x) if mask[0] else None
+    dx = _like_input(x) if mask[0] else None
     dw = new_output((c,), param_dtype, x) if mask[1] else None
     db = new_output((c,), param_dtype, x) if mask[2] else None
     d = c // groups
