@@ -64,14 +64,9 @@ def test_a_long_integer_scan_is_spread_over_the_partitions(monkeypatch):
     assert torch.equal(out.cpu(), _masked_scatter(x0, x1, x2))
 
 
-@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
-@pytest.mark.parametrize("n", [scan_spread.MIN_COLUMNS, 3001])
-def test_a_spread_cumsum_is_the_one_row_scan_bit_for_bit(dtype, n, monkeypatch):
-    """Integer adds are exact, so the spread scan (each partition's scan, the partitions' exclusive prefix on
-    GpSimd, one combine) gives the sequential scan's values, wrapping included; a ragged last partition too."""
-    g = torch.Generator().manual_seed(1)
-    info = torch.iinfo(dtype)
-    x = torch.randint(info.min // 4, info.max // 4, (n,), generator=g, dtype=dtype)
+
+def _gpsimd_programs(monkeypatch) -> list[str]:
+    """The names of the GpSimd programs the engines run from now on (appended as they run)."""
     names: list[str] = []
     original = isa.GpSimdE.run
 
@@ -80,6 +75,18 @@ def test_a_spread_cumsum_is_the_one_row_scan_bit_for_bit(dtype, n, monkeypatch):
         return original(self, name, *rest, **options)
 
     monkeypatch.setattr(isa.GpSimdE, "run", run)
+    return names
+
+
+@pytest.mark.parametrize("dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("n", [scan_spread.MIN_COLUMNS, 3001])
+def test_a_spread_cumsum_is_the_one_row_scan_bit_for_bit(dtype, n, monkeypatch):
+    """Integer adds are exact, so the spread scan (each partition's scan, the partitions' exclusive prefix on
+    GpSimd, one combine) gives the sequential scan's values, wrapping included; a ragged last partition too."""
+    g = torch.Generator().manual_seed(1)
+    info = torch.iinfo(dtype)
+    x = torch.randint(info.min // 4, info.max // 4, (n,), generator=g, dtype=dtype)
+    names = _gpsimd_programs(monkeypatch)
     out, executable, args = _program_call(lambda t: torch.cumsum(t, 0), x.to("neuron"))
     names.clear()
     breakdown.step_figures(executable, args)
@@ -101,14 +108,7 @@ def test_a_gather_of_many_single_elements_computes_offsets_per_flat_tile(monkeyp
     GpSimd offsets program per 128 rows (21 programs, 1.02 us of GpSimd issue in a 1.24 us step); by flat tiles of
     FLAT_COLUMNS columns it runs one per tile (four: two [128, 8], [64, 8] and [1, 5])."""
     x0, x1, x2 = _masked_scatter_case()
-    names: list[str] = []
-    original = isa.GpSimdE.run
-
-    def run(self, name, *rest, **options):
-        names.append(name)
-        return original(self, name, *rest, **options)
-
-    monkeypatch.setattr(isa.GpSimdE, "run", run)
+    names = _gpsimd_programs(monkeypatch)
     out, executable, args = _program_call(_masked_scatter, x0.to("neuron"), x1.to("neuron"), x2.to("neuron"))
     assert any(step["kind"] == "gather" for step in executable.program.steps)
     names.clear()
