@@ -28,7 +28,7 @@ from typing import Any, Callable
 import torch
 import torch.fx
 
-from device_impl.compiler import counters
+from device_impl.compiler import counters, opaque
 from device_impl.compiler.errors import ImportFailure
 
 _MEMO: dict[tuple, bool] = {}
@@ -141,7 +141,7 @@ def cuts(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
             continue
-        if imports_alone(node):
+        if opaque.cuttable(node) or imports_alone(node):  # opaque's cuts are steps of the compiled program
             continue
         if not eager_kernel(node):
             return set()
