@@ -236,9 +236,10 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
                 neff_bytes = neff.dumps(executable.program, build_flags, hashlib.sha256(text.encode()).hexdigest())
             artifacts.write(config, graph, stablehlo=text, neff_bytes=neff_bytes)
     except (UnsupportedOpError, ImportFailure) as error:
-        if isinstance(error, ImportFailure):  # ops torch-mlir refuses that eager kernels cover: only they run eagerly
+        # ops torch-mlir refuses that eager kernels cover: only they run eagerly (not where eager execution is off)
+        if isinstance(error, ImportFailure) and config.fallback:
             split = eager_cut.split(original, graph, device_index, lambda sub, name: compile_graph(
-                sub, name, device_index, config))
+                sub, name, device_index, config), lambda failure=error: fallback.eager(original, failure, graph, config))
             if split is not None:
                 log.info("graph %s compiles around its eager cuts: %s", graph, error)
                 return split

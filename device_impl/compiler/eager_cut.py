@@ -14,7 +14,8 @@ output shapes, no data-dependent output shape, no random stream) is an *eager cu
 nodes (``torch.fx.passes.split_module``, the original order kept): each run of eager cuts calls their kernels (in
 adaptive eager mode, as ``fallback.eager`` runs a graph, so consecutive cuts fuse where adaptive eager fuses them),
 each run between them compiles through ``driver.compile_graph`` as a graph of its own. The eager cuts compute with the
-device's own kernels, so their bits are eager's; the compiled runs' are the compiler's. Counted per op in
+device's own kernels, so their bits are eager's; the compiled runs' are the compiler's. The split is kept only where
+its first call cost no more device time than the whole graph run eagerly (``_Chosen``). Counted per op in
 ``stats()['eager_cuts_by_op']``; a graph that still has an op no kernel covers falls back whole, as before.
 """
 
@@ -150,47 +151,16 @@ def cuts(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
 
 
 class _Compiled(torch.nn.Module):
-    """A compiled run of the split graph, called as the submodule it replaces (its outputs a tuple or one value).
+    """A compiled run of the split graph, called as the submodule it replaces (its outputs a tuple or one value)."""
 
-    Its first call runs it both ways, eagerly (``_Eager``) and compiled, each timed on the device clock
-    (deterministic), and keeps the cheaper for every later call: before the split the whole graph ran eagerly, and
-    a compiled run can cost more than the eager kernels it replaces (lstm_cell's two products, 80 us as eager mm
-    kernels, 115 us compiled, where the split would have made the op spec sweep's compiled lstm_cell 58.7 -> 133.8
-    us). A run that stays eager is counted as a fallback (``stats()['fallbacks_by_op']``: ``costlier compiled``)."""
-
-    def __init__(self, run: Callable[[list], list], eager: "_Eager", single: bool, device_index: int) -> None:
+    def __init__(self, run: Callable[[list], list], single: bool) -> None:
         super().__init__()
         self.run = run
-        self.eager = eager
         self.single = single
-        self.device_index = device_index
-        self.chosen: str | None = None
-        self.lock = threading.Lock()
-
-    def compiled(self, args: tuple) -> Any:
-        outputs = self.run(list(args))
-        return outputs[0] if self.single else tuple(outputs)
 
     def forward(self, *args: Any) -> Any:
-        if self.chosen is None:
-            with self.lock:
-                if self.chosen is None:
-                    return self._choose(args)
-        return self.compiled(args) if self.chosen == "compiled" else self.eager(*args)
-
-    def _choose(self, args: tuple) -> Any:
-        from device_impl._core import C
-
-        clock = lambda: C.device_time_ns(self.device_index)  # noqa: E731
-        begun = clock()
-        self.eager(*args)
-        eager_ns, begun = clock() - begun, clock()
-        result = self.compiled(args)
-        compiled_ns = clock() - begun
-        self.chosen = "compiled" if compiled_ns <= eager_ns else "eager"
-        if self.chosen == "eager":
-            counters.fallback("costlier compiled")
-        return result
+        outputs = self.run(list(args))
+        return outputs[0] if self.single else tuple(outputs)
 
 
 class _Eager(torch.nn.Module):
@@ -219,16 +189,66 @@ def _as_tuple(sub: torch.fx.GraphModule) -> bool:
     return True
 
 
+class _Chosen:
+    """The split graph or the whole graph run eagerly, whichever cost less device time on its first call.
+
+    Before the split the whole graph ran eagerly (``fallback.eager``: adaptive eager, which fuses neighbouring ops of
+    the graph into one launch), and the split can cost more: a compiled run is a launch of its own, can cost more
+    than the eager kernels it replaces (gru_cell's and lstm_cell's products with the values a training graph saves:
+    the op spec sweep's compiled gru_cell 11.53 -> 13.43 us, lstm_cell_state 58.67 -> 133.75 split), and loses the
+    adaptive fusion across a cut. So the first call runs the graph both ways, each timed on the device clock
+    (deterministic), returns the split's results where it was no costlier and keeps it; otherwise it keeps the
+    whole graph's eager run, announced and counted as the fallback it was (``fallback``, made only then)."""
+
+    def __init__(self, split_gm: torch.fx.GraphModule, whole: torch.fx.GraphModule, fallback: Callable[[], Callable],
+                 cut_ops: list[str], device_index: int) -> None:
+        self.split_gm, self.whole, self.fallback = split_gm, whole, fallback
+        self.cut_ops, self.device_index = cut_ops, device_index
+        self.run: Callable[[list], list] | None = None
+        self.lock = threading.Lock()
+
+    def split(self, args: list) -> list:
+        outputs = self.split_gm(*args)
+        return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+
+    def __call__(self, args: list) -> list:
+        if self.run is None:
+            with self.lock:
+                if self.run is None:
+                    return self._choose(args)
+        return self.run(args)
+
+    def _choose(self, args: list) -> list:
+        from device_impl._core import C
+
+        clock = lambda: C.device_time_ns(self.device_index)  # noqa: E731
+        begun = clock()
+        whole = _Eager(self.whole)(*args)
+        eager_ns, begun = clock() - begun, clock()
+        outputs = self.split(args)
+        split_ns = clock() - begun
+        if split_ns <= eager_ns:
+            for op in self.cut_ops:
+                counters.eager_cut(op)
+            self.run = self.split
+            return outputs
+        self.run = self.fallback()
+        return list(whole) if isinstance(whole, (tuple, list)) else [whole]
+
+
 def split(gm: torch.fx.GraphModule, graph: str, device_index: int,
-          compile_graph: Callable[[torch.fx.GraphModule, str], Callable[[list], list]]) -> Callable[[list], Any] | None:
+          compile_graph: Callable[[torch.fx.GraphModule, str], Callable[[list], list]],
+          fallback: Callable[[], Callable[[list], list]]) -> Callable[[list], Any] | None:
     """``gm`` (an AOT graph whose import failed) as compiled runs around its eager cuts (see module docstring), or
     None when it has no eager cut, or a node torch-mlir refuses that no eager kernel covers. ``compile_graph(sub,
-    name)``: ``driver.compile_graph`` of a run (passed in: driver calls this module)."""
+    name)``: ``driver.compile_graph`` of a run; ``fallback()``: ``fallback.eager`` of the whole graph, made (and
+    announced) only where the split costs more (``_Chosen``); both passed in: driver calls this module."""
     from torch.fx.passes.split_module import split_module
 
     eager = cuts(gm)
     if not eager:
         return None
+    whole = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))
     part = {}
     current, kind = 0, None
     for node in gm.graph.nodes:
@@ -249,16 +269,12 @@ def split(gm: torch.fx.GraphModule, graph: str, device_index: int,
         if this or not any(n.op == "call_function" for n in sub.graph.nodes):
             setattr(split_gm, name, _Eager(sub))
             continue
-        eager_run = _Eager(torch.fx.GraphModule(sub, copy.deepcopy(sub.graph)))
         single = _as_tuple(sub)
-        run = compile_graph(sub, f"{graph}_part{index}")
-        setattr(split_gm, name, _Compiled(run, eager_run, single, device_index))
-    for node in eager:
-        counters.eager_cut(str(node.target))
+        setattr(split_gm, name, _Compiled(compile_graph(sub, f"{graph}_part{index}"), single))
+    chosen = _Chosen(split_gm, whole, fallback, sorted(str(node.target) for node in eager), device_index)
 
     def run(args: list) -> list:
-        outputs = split_gm(*args)
-        return list(outputs) if isinstance(outputs, (tuple, list)) else [outputs]
+        return chosen(args)
 
     run._boxed_call = True  # type: ignore[attr-defined]
     return run
