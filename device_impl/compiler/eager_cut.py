@@ -142,7 +142,11 @@ def cuts(gm: torch.fx.GraphModule) -> set[torch.fx.Node]:
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target is operator.getitem:
             continue
-        if opaque.cuttable(node) or imports_alone(node):  # opaque's cuts are steps of the compiled program
+        if opaque.cuttable(node):  # opaque's cuts are steps of the compiled program
+            continue
+        if node.target in opaque.CUTTERS:  # a call its cutter refused: left eager whole, as that cutter decided
+            return set()  # (a bfloat16 batch norm whose float32-traced statistics are read: CPU's are bfloat16)
+        if imports_alone(node):
             continue
         if not eager_kernel(node):
             return set()
@@ -197,8 +201,9 @@ class _Chosen:
     than the eager kernels it replaces (gru_cell's and lstm_cell's products with the values a training graph saves:
     the op spec sweep's compiled gru_cell 11.53 -> 13.43 us, lstm_cell_state 58.67 -> 133.75 split), and loses the
     adaptive fusion across a cut. So the first call runs the graph both ways, each timed on the device clock
-    (deterministic), returns the split's results where it was no costlier and keeps it; otherwise it keeps the
-    whole graph's eager run, announced and counted as the fallback it was (``fallback``, made only then)."""
+    (deterministic), returns the split's results where it was no costlier and keeps it; otherwise (or where the split
+    raised: an eager kernel's result unlike its trace) it keeps the whole graph's eager run, announced and counted as
+    the fallback it was (``fallback``, made only then)."""
 
     def __init__(self, split_gm: torch.fx.GraphModule, whole: torch.fx.GraphModule, fallback: Callable[[], Callable],
                  cut_ops: list[str], device_index: int) -> None:
@@ -225,9 +230,12 @@ class _Chosen:
         begun = clock()
         whole = _Eager(self.whole)(*args)
         eager_ns, begun = clock() - begun, clock()
-        outputs = self.split(args)
+        try:
+            outputs = self.split(args)
+        except Exception:  # noqa: BLE001 - an eager cut's result not as traced (its dtype, say): the eager run stands
+            outputs = None
         split_ns = clock() - begun
-        if split_ns <= eager_ns:
+        if outputs is not None and split_ns <= eager_ns:
             for op in self.cut_ops:
                 counters.eager_cut(op)
             self.run = self.split
