@@ -51,15 +51,19 @@ def _tensors(value: Any) -> list[torch.Tensor] | None:
 
 def eager_kernel(node: torch.fx.Node) -> bool:
     """Whether ``node`` may run as its eager kernel between compiled runs: an ATen overload the dispatch table
-    lowers natively (or a composite of such kernels: cummax calls ``_cummax_helper``), whose results are non-empty
-    neuron tensors of static shapes, with no data-dependent output shape and no random draw (those stay with the
-    whole-graph fallback)."""
+    lowers natively (or a composite of such kernels: cummax calls ``_cummax_helper``), reading some tensor (not a
+    factory), whose results are non-empty neuron tensors of static shapes, with no data-dependent output shape and no
+    random draw (those stay with the whole-graph fallback)."""
     from device_impl.dispatch import TABLE
 
     target = node.target
     if node.op != "call_function" or not isinstance(target, torch._ops.OpOverload):
         return False
     if any(getattr(torch.Tag, tag, None) in target.tags for tag in _REFUSED_TAGS):
+        return False
+    if not node.all_input_nodes:
+        # a factory (empty_strided(...).fill_(1) of the op spec sweep): a compiled run it fed made a contiguous
+        # result that was then copied into the factory's strides, 1.13 -> 3.13 us against the graph's eager run
         return False
     results = _tensors(node.meta.get("val"))
     if results is None or any(t.device.type != "neuron" or t.numel() == 0 or t.dtype.is_complex
