@@ -13,6 +13,8 @@ Counted per process since the last ``reset_stats()``:
   (``shape``: an input's size changed; ``dtype``; ``other``: a guard on something else);
 * ``compile_seconds``: wall time spent compiling (Dynamo graph handed over to program ready);
 * ``fallbacks``: graphs run eagerly because an op has no lowering, ``fallbacks_by_op``;
+* ``eager_cuts``: nodes torch-mlir refuses that run as their eager kernels while the rest of their graph compiles
+  (``eager_cut.py``), ``eager_cuts_by_op``;
 * ``executions``: compiled programs run;
 * ``programs``: per compiled program (by name, as its launch ``neff:<name>`` appears in the engine's
   statistics and traces), from the engine's statistics since their last reset (each launch's MFU and
@@ -35,7 +37,7 @@ def _fresh() -> dict[str, Any]:
     return {
         "graphs": 0, "compiles": 0, "cache_hits": 0, "cache_hits_by_source": {"memory": 0, "disk": 0},
         "cache_corrupt": 0, "import_memo_hits": 0, "recompiles": 0, "recompiles_by_cause": {}, "compile_seconds": 0.0,
-        "fallbacks": 0, "fallbacks_by_op": {}, "executions": 0,
+        "fallbacks": 0, "fallbacks_by_op": {}, "eager_cuts": 0, "eager_cuts_by_op": {}, "executions": 0,
     }
 
 
@@ -115,6 +117,14 @@ def fallback(op: str) -> None:
     with _lock:
         _STATS["fallbacks"] += 1
         _STATS["fallbacks_by_op"][op] = _STATS["fallbacks_by_op"].get(op, 0) + 1
+
+
+def eager_cut(op: str) -> None:
+    """A node of a graph torch-mlir could not import that runs as its eager kernel, the rest compiled
+    (compiler/eager_cut.py)."""
+    with _lock:
+        _STATS["eager_cuts"] += 1
+        _STATS["eager_cuts_by_op"][op] = _STATS["eager_cuts_by_op"].get(op, 0) + 1
 
 
 def graph_received(frame: Any, graph: str, signature: list[tuple[str, tuple[int, ...], str]]) -> None:

@@ -18,8 +18,8 @@ from typing import Any, Callable
 
 import torch
 
-from device_impl.compiler import (artifacts, build, cache, conv_padding, counters, fallback, importer, legalize,
-                                   neff, opaque, parity)
+from device_impl.compiler import (artifacts, build, cache, conv_padding, counters, eager_cut, fallback, importer,
+                                   legalize, neff, opaque, parity)
 from device_impl.compiler.errors import ImportFailure, UnsupportedOpError
 from device_impl.compiler.executor import Executable, record_schedule
 from device_impl.engine.constants import PLATFORM
@@ -236,6 +236,13 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
                 neff_bytes = neff.dumps(executable.program, build_flags, hashlib.sha256(text.encode()).hexdigest())
             artifacts.write(config, graph, stablehlo=text, neff_bytes=neff_bytes)
     except (UnsupportedOpError, ImportFailure) as error:
+        # ops torch-mlir refuses that eager kernels cover: only they run eagerly (not where eager execution is off)
+        if isinstance(error, ImportFailure) and config.fallback:
+            split = eager_cut.split(original, graph, device_index, lambda sub, name: compile_graph(
+                sub, name, device_index, config), lambda failure=error: fallback.eager(original, failure, graph, config))
+            if split is not None:
+                log.info("graph %s compiles around its eager cuts: %s", graph, error)
+                return split
         log.info("graph %s falls back to eager: %s", graph, error)
         return fallback.eager(original, error, graph, config)
     log.info("compiled %s in %.3f s", graph, time.perf_counter() - started)

@@ -25,8 +25,8 @@ import numpy as np
 from device_impl.engine.dtypes import FP32, compute_dtype
 from device_impl.engine.isa import ACTIVATIONS, ALU_BINARY, ALU_UNARY
 from device_impl.engine.memory import Tile
-from device_impl.compiler import (factories, opaque_cnn, opaque_conv, opaque_indexing, opaque_moments, opaque_pads,
-                                  opaque_products, opaque_resample)
+from device_impl.compiler import (bitcast, factories, opaque_cnn, opaque_conv, opaque_indexing, opaque_moments,
+                                  opaque_pads, opaque_products, opaque_resample)
 from device_impl.compiler.ir import Op, TensorType
 
 VIEWS = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice", "reverse"})
@@ -42,6 +42,7 @@ STEP_OPS |= frozenset(opaque_conv.RUNNERS)  # convolution_backward torch-mlir ca
 STEP_OPS |= frozenset(opaque_indexing.RUNNERS)  # embedding_dense_backward, index_copy cut whole
 STEP_OPS |= frozenset(opaque_pads.RUNNERS)  # reflection/replication padding cut whole
 STEP_OPS |= frozenset(opaque_resample.RUNNERS)  # upsampling's forward cut whole
+STEP_OPS |= frozenset(bitcast.RUNNERS)  # bitcast_convert (Tensor.view(dtype)): a byte copy
 STORAGE_ONLY = ("float64", "complex64", "complex128")
 
 _INT_KINDS = "iub"

@@ -34,8 +34,8 @@ from typing import Any, Callable
 import numpy as np
 from numpy.lib.array_utils import byte_bounds
 
-from device_impl.compiler import (factories, opaque_cnn, opaque_conv, opaque_indexing, opaque_moments, opaque_pads,
-                                  opaque_products, opaque_resample, workers)
+from device_impl.compiler import (bitcast, factories, opaque_cnn, opaque_conv, opaque_indexing, opaque_moments,
+                                  opaque_pads, opaque_products, opaque_resample, workers)
 from device_impl.compiler.groups import GroupRunner
 from device_impl.compiler.layout import same_bytes
 from device_impl.compiler.program import Program
@@ -104,6 +104,7 @@ STEP_KINDS.update(opaque_indexing.STEP_KINDS)
 STEP_KINDS.update(opaque_pads.STEP_KINDS)  # padding cut whole: DMA moves and adds of fixed boxes
 STEP_KINDS.update(opaque_conv.STEP_KINDS)  # convolution_backward torch-mlir cannot import: its tile program
 STEP_KINDS.update(opaque_resample.STEP_KINDS)  # upsampling's forward cut whole: shape-only row gathers and blends
+STEP_KINDS.update(bitcast.STEP_KINDS)  # bitcast_convert: one byte copy of fixed size
 
 SCHEDULE_VERSION = 1
 

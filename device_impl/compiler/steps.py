@@ -18,8 +18,9 @@ from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
-from device_impl.compiler import (counters, factories, gather, lowering, opaque_cnn, opaque_conv, opaque_indexing,
-                                  opaque_moments, opaque_pads, opaque_products, opaque_resample, scan_spread)
+from device_impl.compiler import (bitcast, counters, factories, gather, lowering, opaque_cnn, opaque_conv,
+                                  opaque_indexing, opaque_moments, opaque_pads, opaque_products, opaque_resample,
+                                  scan_spread)
 from device_impl.compiler.groups import Access2D, GroupRunner, handed_pieces
 from device_impl.compiler.program import Program
 from device_impl.compiler.program import operand_array as _operand_array
@@ -1058,6 +1059,7 @@ RUNNERS.update(opaque_pads.RUNNERS)  # reflection/replication padding (and refle
 RUNNERS.update(factories.RUNNERS)  # float32 linspace cut whole
 RUNNERS.update(opaque_conv.RUNNERS)  # convolution_backward torch-mlir cannot import, cut whole
 RUNNERS.update(opaque_resample.RUNNERS)  # upsampling's forward where the eager kernel is cheaper
+RUNNERS.update(bitcast.RUNNERS)  # bitcast_convert (Tensor.view(dtype)): the operand's bytes copied
 
 
 def make_runner(step: dict, program: Program) -> Runner:
