@@ -107,6 +107,8 @@ def _alone(node: torch.fx.Node) -> torch.fx.GraphModule:
         outputs = [copy]
     else:
         outputs = []
+        if not isinstance(value, (tuple, list)):
+            raise TypeError(f"{node.target}'s result is {type(value).__name__}, not tensors")
         for i, item in enumerate(value):
             got = graph.call_function(operator.getitem, (copy, i))
             got.meta = {"val": item}
@@ -125,8 +127,8 @@ def imports_alone(node: torch.fx.Node) -> bool:
         known = _MEMO.get(key)
     if known is not None:
         return known
-    alone = _alone(node)
     try:
+        alone = _alone(node)  # inside: a node whose meta is no tensor (a higher-order op's) is not known to import
         legalize.legalize(alone)
         importer.to_stablehlo(alone)
         answer = True

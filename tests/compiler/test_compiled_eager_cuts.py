@@ -135,3 +135,17 @@ def test_a_factory_is_no_eager_cut():
     compiled_ns, got = device_ns(torch.compile(fn, backend="neuron", dynamic=False))
     assert compiled_ns <= eager_ns, (compiled_ns, eager_ns)
     assert torch.equal(got.cpu(), expected.cpu())
+
+
+def test_a_node_whose_result_is_no_tensor_is_not_known_to_import_and_leaves_the_graph_eager():
+    """A higher-order op's node (a stream's control_deps) has no tensor meta: asking torch-mlir about it alone must
+    answer "no" (the graph then falls back whole), not raise out of the backend (it raised TypeError)."""
+    graph = torch.fx.Graph()
+    x = graph.placeholder("x")
+    x.meta["val"] = torch.empty(4)
+    node = graph.call_function(torch.ops.aten.angle.default, (x,))
+    node.meta["val"] = None
+    graph.output((node,))
+    gm = torch.fx.GraphModule(torch.nn.Module(), graph)
+    assert not eager_cut.imports_alone(node)
+    assert eager_cut.cuts(gm) == set()
