@@ -57,6 +57,18 @@ def device_ns() -> int:
     return sum(s["device_ns"] for s in engine.stats().values())
 
 
+def warm_call_ns(call) -> tuple[int, object]:
+    """``call()`` once to warm it (compiles, adaptive's learning), then again: that call's device-clock advance
+    (ns, queued work synchronized) and its result."""
+    from device_impl._core import C
+
+    call()
+    torch.neuron.synchronize()
+    before = C.device_time_ns(0)
+    result = call()
+    torch.neuron.synchronize()
+    return C.device_time_ns(0) - before, result
+
 def eager_run(fn, *inputs: torch.Tensor) -> tuple[torch.Tensor, int]:
     """``fn`` on neuron copies of ``inputs`` (neuron tensors as they are), twice: adaptive eager learns the call's
     launch on the first. The second call's output (on CPU) and its device time."""

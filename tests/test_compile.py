@@ -16,7 +16,7 @@ import torch.nn.functional as F
 import device_impl.compiler as compiler
 from device_impl import engine
 from harness.models import DecoderBlock
-from support import run_python
+from support import run_python, warm_call_ns
 
 
 @pytest.fixture
@@ -244,15 +244,9 @@ def test_a_graph_run_eagerly_is_queued_and_fused_as_adaptive_eager(stats, fn, op
     its elementwise ops fuse into one launch as adaptive eager fuses them, so the compiled call costs no more
     device time than the better eager mode (issue 21; the out= specs' graph with an add beside a bitcast, before
     bitcasts compiled, took one launch per op, 2.64 us against adaptive's 1.47 us). The process's mode is back to plain eager afterwards."""
-    from device_impl._core import C
-
     def device_ns(call):
-        call()
-        torch.neuron.synchronize()
-        before = C.device_time_ns(0)
-        result = call()
-        torch.neuron.synchronize()
-        return C.device_time_ns(0) - before, result.cpu()
+        ns, result = warm_call_ns(call)
+        return ns, result.cpu()
 
     x, y = torch.randn(3, 513).to("neuron"), torch.randn(3, 513).to("neuron")
     eager_ns, want = device_ns(lambda: fn(x, y))

@@ -10,7 +10,7 @@ import torch
 
 from device_impl import compiler
 from device_impl.compiler import eager_cut
-from support import compiled_run, eager_run
+from support import compiled_run, eager_run, warm_call_ns
 
 pytestmark = pytest.mark.usefixtures("no_neff_cache")
 
@@ -118,21 +118,11 @@ def test_a_factory_is_no_eager_cut():
     """The op spec sweep's bfloat16 ``empty_strided((5, 4), (1, 6)).fill_(1)`` (torch-mlir imports no empty_strided):
     not split (a compiled fill of the factory's result came out contiguous and was then copied into its strides,
     3.13 us against 1.13 eagerly, outside what the split's first call times), so compiled costs what eager does."""
-    from device_impl._core import C
-
     def fn():
         return torch.empty_strided((5, 4), (1, 6), dtype=torch.bfloat16, device="neuron").fill_(1)
 
-    def device_ns(call):
-        call()
-        torch.neuron.synchronize()
-        before = C.device_time_ns(0)
-        result = call()
-        torch.neuron.synchronize()
-        return C.device_time_ns(0) - before, result
-
-    eager_ns, expected = device_ns(fn)
-    compiled_ns, got = device_ns(torch.compile(fn, backend="neuron", dynamic=False))
+    eager_ns, expected = warm_call_ns(fn)
+    compiled_ns, got = warm_call_ns(torch.compile(fn, backend="neuron", dynamic=False))
     assert compiled_ns <= eager_ns, (compiled_ns, eager_ns)
     assert torch.equal(got.cpu(), expected.cpu())
 
