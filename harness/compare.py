@@ -29,7 +29,10 @@ tensors of two elements or more, as ``torch._prims_common.compare_significant_st
 output, out=/in-place result and gradient; the next op's loop, a ``.view`` that works or raises, and a
 user's ``data_ptr`` arithmetic all see the layout, so a device that returns contiguous results where
 CPU keeps a channels-last or transposed operand's layout is not CPU's PyTorch. Checked once the values
-pass (a wrong value is the worse news). Off unless asked (``strides=True``): harness.runner asks for the
+pass (a wrong value is the worse news). Where the strides are not CPU's, the meta kernels' pass too
+(``compare_strides``' ``alternative``: the layout ATen's structured kernels give every device but CPU, as
+FakeTensor predicts it; CPU's TensorIterator alone casts a mixed-dtype operand before laying out the result).
+Off unless asked (``strides=True``): harness.runner asks for the
 modes held to it (``harness.modes.Mode.strides_checked``); the OpInfo sweep and module checks do not yet.
 """
 
@@ -156,24 +159,36 @@ def significant_strides_differ(actual: torch.Tensor, expected: torch.Tensor) -> 
     return any(n > 1 and a != e for n, a, e in zip(expected.shape, actual.stride(), expected.stride()))
 
 
-def compare_strides(actual: torch.Tensor, expected: torch.Tensor, where: str = "output") -> Comparison:
-    """The layout check alone (shapes already equal): a failure names both strides and the shape."""
-    if significant_strides_differ(actual, expected):
-        return Comparison(False, f"{where}: strides {tuple(actual.stride())} != CPU {tuple(expected.stride())} "
-                                 f"(size {tuple(expected.shape)}; dims of size > 1 compared)", criterion="layout")
-    return Comparison(True)
+def compare_strides(actual: torch.Tensor, expected: torch.Tensor, where: str = "output",
+                    alternative: Any = None) -> Comparison:
+    """The layout check alone (shapes already equal): a failure names both strides and the shape. ``alternative``:
+    the same result from PyTorch's meta kernels (``harness.runner``), whose strides pass too: they are the layout
+    every device but CPU gets from ATen's own structured kernels (CPU's TensorIterator alone casts an operand of
+    another dtype before it lays out the result: ``ge`` of an expanded uint8 and a float32 tensor), and what
+    FakeTensor predicts for torch.compile's graphs."""
+    if not significant_strides_differ(actual, expected):
+        return Comparison(True)
+    other = isinstance(alternative, torch.Tensor) and tuple(alternative.shape) == tuple(actual.shape)
+    if other and not significant_strides_differ(actual, alternative):
+        return Comparison(True, criterion="layout: the meta kernels'")
+    meta = f", meta kernels {tuple(alternative.stride())}" if other else ""
+    return Comparison(False, f"{where}: strides {tuple(actual.stride())} != CPU {tuple(expected.stride())}{meta} "
+                             f"(size {tuple(expected.shape)}; dims of size > 1 compared)", criterion="layout")
 
 
-def compare_layouts(actual: Any, expected: Any, where: str = "output") -> Comparison:
+def compare_layouts(actual: Any, expected: Any, where: str = "output", alternative: Any = None) -> Comparison:
     """``compare_strides`` over a structure of tensors (tuples/lists; anything else passes): for results whose
-    values another criterion judged (gradients by the float64 reference)."""
+    values another criterion judged (gradients by the float64 reference). ``alternative``: the meta kernels'
+    results in the same structure, or None (``compare_strides``)."""
     if isinstance(expected, torch.Tensor):
         if isinstance(actual, torch.Tensor) and tuple(actual.shape) == tuple(expected.shape):
-            return compare_strides(actual, expected, where)
+            return compare_strides(actual, expected, where, alternative)
         return Comparison(True)
     if isinstance(expected, (tuple, list)) and isinstance(actual, (tuple, list)):
-        for i, (a, e) in enumerate(zip(actual, expected)):
-            layout = compare_layouts(a, e, f"{where}[{i}]")
+        others = alternative if isinstance(alternative, (tuple, list)) and len(alternative) == len(expected) \
+            else [None] * len(expected)
+        for i, (a, e, m) in enumerate(zip(actual, expected, others)):
+            layout = compare_layouts(a, e, f"{where}[{i}]", m)
             if not layout.ok:
                 return layout
     return Comparison(True)

@@ -27,12 +27,13 @@ class ModeUnavailable(Exception):
 class Mode:
     name = ""
     # Whether results' significant strides must be CPU eager's (harness.compare.compare_strides); a pytest run's
-    # ``--check-strides on|off`` overrides it for every mode (harness.runner.STRIDES). Off in every mode for now:
-    # the check lands active only for a mode whose every failure is fixed in the device, and with it on the designed
-    # eager suite still fails 4 cases the device lays out otherwise than CPU (a structured comparison whose operand
-    # CPU's TensorIterator casts first, group_norm's channels-last gradient, sdpa_overrideable_backward of two
-    # layouts), compiled mode many more (its backward's gradients); docs/architecture.md lists them. Turn a mode on
-    # here once its run is clean.
+    # ``--check-strides on|off`` overrides it for every mode (harness.runner.STRIDES). A layout passes where it is
+    # CPU's or the meta kernels' (FakeTensor's answer: group_norm's channels-last gradient is contiguous there).
+    # Off in every mode for now: the check lands active only for a mode whose every failure is fixed in the device,
+    # and with it on the designed eager suite still fails 3 cases the device lays out as neither (a structured
+    # comparison ``ge(uint8 expanded, float32)``, whose functional form ATen's composite lays out without CPU's
+    # cast, while CPU and meta cast first; sdpa_overrideable_backward of two layouts), compiled mode many more
+    # (its backward's gradients); docs/architecture.md lists them. Turn a mode on here once its run is clean.
     strides_checked = False
 
     def available(self, device: str) -> str | None:

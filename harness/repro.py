@@ -49,22 +49,52 @@ def check(actual, expected, where="output", reference=None, max_ulp=None, zero_s
     return layout(actual, expected, where)
 
 
-def layout(actual, expected, where="output"):
-    """None if every tensor's strides are CPU's in the dims of size > 1 (tensors of two elements or more), as
-    harness.compare.compare_strides; else what differs."""
+def layout(actual, expected, where="output", alternative=None):
+    """None if every tensor's strides are CPU's in the dims of size > 1 (tensors of two elements or more), or
+    ``alternative``'s (the meta kernels' results, meta_side()), as harness.compare.compare_strides; else what
+    differs."""
     if isinstance(expected, (tuple, list)) and isinstance(actual, (tuple, list)):
-        for i, (a, e) in enumerate(zip(actual, expected)):
-            problem = layout(a, e, f"{where}[{i}]")
+        others = alternative if isinstance(alternative, (tuple, list)) and len(alternative) == len(expected) \
+            else [None] * len(expected)
+        for i, (a, e, m) in enumerate(zip(actual, expected, others)):
+            problem = layout(a, e, f"{where}[{i}]", m)
             if problem:
                 return problem
         return None
     if not (isinstance(expected, torch.Tensor) and isinstance(actual, torch.Tensor)) or actual.numel() < 2 or \
             actual.layout != torch.strided or expected.layout != torch.strided:
         return None
-    if any(n > 1 and a != e for n, a, e in zip(expected.shape, actual.stride(), expected.stride())):
-        return f"{where}: strides {tuple(actual.stride())} != CPU {tuple(expected.stride())} " \
-               f"(size {tuple(expected.shape)}; dims of size > 1 compared)"
-    return None
+
+    def differ(other):
+        return any(n > 1 and a != e for n, a, e in zip(other.shape, actual.stride(), other.stride()))
+
+    if not differ(expected):
+        return None
+    other = isinstance(alternative, torch.Tensor) and tuple(alternative.shape) == tuple(actual.shape)
+    if other and not differ(alternative):
+        return None
+    meta = f", meta kernels {tuple(alternative.stride())}" if other else ""
+    return f"{where}: strides {tuple(actual.stride())} != CPU {tuple(expected.stride())}{meta} " \
+           f"(size {tuple(expected.shape)}; dims of size > 1 compared)"
+
+
+_META = []
+
+
+def meta_side():
+    """(results, gradients) of the call on meta tensors of the inputs' layouts (harness.runner._MetaSide): the
+    layout ATen's meta and structured kernels give every device but CPU, accepted beside CPU's; None for what
+    does not run on meta."""
+    if not _META:
+        outputs = gradients = None
+        try:
+            tensors = inputs("meta")
+            outputs = evaluate("meta", tensors)
+            gradients = grads(outputs, tensors, "meta")
+        except Exception:
+            pass
+        _META.append((outputs, gradients))
+    return _META[0]
 
 
 def check_values(actual, expected, where="output", reference=None, max_ulp=None, zero_sign=True,
@@ -260,15 +290,18 @@ def orders(bound, expected, reference):
 '''
 
 _VALUES = '''
-    problem = check(actual, expected, max_ulp=MAX_ULP, zero_sign=OUTPUT_ZERO_SIGN, overflow_equal=OVERFLOW_EQUAL)
+    problem = check(actual, expected, max_ulp=MAX_ULP, zero_sign=OUTPUT_ZERO_SIGN, overflow_equal=OVERFLOW_EQUAL,
+                    strides=False)
     reference = evaluate("cpu", widened()) if problem and (FP64_REFERENCE or SUM_OF_PRODUCTS) else None
     if problem and FP64_REFERENCE:
         problem = check(actual, expected, reference=reference, max_ulp=MAX_ULP, zero_sign=OUTPUT_ZERO_SIGN,
-                        overflow_equal=OVERFLOW_EQUAL)
+                        overflow_equal=OVERFLOW_EQUAL, strides=False)
     if problem and SUM_OF_PRODUCTS:
         problem = check(actual, expected, reference=reference if FP64_REFERENCE else None, max_ulp=MAX_ULP,
                         zero_sign=OUTPUT_ZERO_SIGN, overflow_equal=OVERFLOW_EQUAL,
-                        order=orders(magnitude()[0], expected, reference))
+                        order=orders(magnitude()[0], expected, reference), strides=False)
+    if not problem and STRIDES and layout(actual, expected):  # CPU's layout, or the meta kernels'
+        problem = layout(actual, expected, alternative=meta_side()[0])
     assert not problem, problem
     assert shares(actual, dev_in) == shares(expected, cpu_in), (
         f"aliasing differs: outputs sharing storage with inputs (output, input) CPU {shares(expected, cpu_in)}, "
@@ -293,7 +326,8 @@ _GRADS = '''
             elif SUM_OF_PRODUCTS and check(dev_grads, cpu_grads, "gradient", reference, zero_sign=ZERO_SIGN,
                                            order=orders(magnitude()[1], cpu_grads, reference), strides=False) is None:
                 problem = None
-        problem = problem or (layout(dev_grads, cpu_grads, "gradient") if STRIDES else None)
+        if not problem and STRIDES and layout(dev_grads, cpu_grads, "gradient"):  # CPU's layout, or the meta kernels'
+            problem = layout(dev_grads, cpu_grads, "gradient", meta_side()[1])
         assert not problem, problem
 '''
 

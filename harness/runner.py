@@ -378,20 +378,27 @@ def _check(spec, case, expression, cpu_error, device_error, expected, actual, cp
     max_ulp = spec.max_ulp.get(case.dtype)
     device = case.device
     strides = strides_checked(case)
+    meta = _MetaSide(spec, case, expression, seed)
     comparison = cmp.compare(actual, expected, tolerance, overflow_equal=spec.overflow_equal, zero_sign=out_sign,
-                             device=device, max_ulp=max_ulp, strides=strides)
+                             device=device, max_ulp=max_ulp)
     reference = None
     if not comparison.ok and (spec.fp64_reference or spec.sum_of_products):
         reference = _fp64_reference(spec, case, expression)
     if not comparison.ok and spec.fp64_reference and reference is not None:
         comparison = cmp.compare(actual, expected, tolerance, reference, overflow_equal=spec.overflow_equal,
-                                 zero_sign=out_sign, device=device, max_ulp=max_ulp, strides=strides)
+                                 zero_sign=out_sign, device=device, max_ulp=max_ulp)
     bounds = _Bounds(spec, case, expression, seed)
     if not comparison.ok and spec.sum_of_products:
         comparison = cmp.compare(actual, expected, tolerance, reference if spec.fp64_reference else None,
                                  overflow_equal=spec.overflow_equal, zero_sign=out_sign, device=device,
-                                 max_ulp=max_ulp, order=_orders(bounds.output(), expected, reference),
-                                 strides=strides)
+                                 max_ulp=max_ulp, order=_orders(bounds.output(), expected, reference))
+    if comparison.ok and strides:  # the layout, whichever criterion passed the values: CPU's or the meta kernels'
+        layout = cmp.compare_layouts(actual, expected)
+        if not layout.ok:
+            layout = cmp.compare_layouts(actual, expected, alternative=meta.outputs())
+        if not layout.ok:
+            comparison = cmp.Comparison(False, layout.message, comparison.max_abs, comparison.max_rel, comparison.ulp,
+                                        layout.criterion)
     cpu_alias = _storage_aliases(expected, cpu_inputs)
     device_alias = _storage_aliases(actual, device_inputs)
     if cpu_alias != device_alias:
@@ -417,9 +424,46 @@ def _check(spec, case, expression, cpu_error, device_error, expected, actual, cp
                                                 bounds if spec.sum_of_products else None, expected)
             if grad_cmp.ok and strides:  # the layout, whichever criterion passed the values
                 layout = cmp.compare_layouts(device_grads, cpu_grads, "gradient")
+                if not layout.ok:
+                    layout = cmp.compare_layouts(device_grads, cpu_grads, "gradient", meta.gradients())
                 grad_cmp = grad_cmp if layout.ok else layout
             comparison = comparison.merge(grad_cmp)
     return comparison
+
+
+class _MetaSide:
+    """The case's call on meta tensors of its inputs' shapes, strides and dtypes, made when first asked (a layout
+    CPU's differs from): its results' and gradients' strides are the layout ATen's meta and structured kernels give
+    every device but CPU, which the layout check accepts beside CPU's (``harness.compare.compare_strides``). None
+    where the call does not run on meta (a data-dependent op, a host read, a missing meta kernel)."""
+
+    def __init__(self, spec: OpSpec, case: Case, expression: str, seed: int) -> None:
+        self.spec, self.case, self.expression, self.seed = spec, case, expression, seed
+        self._done, self._outputs, self._gradients = False, None, None
+
+    def _run(self) -> None:
+        if self._done:
+            return
+        self._done = True
+        try:
+            inputs = [materialize(t, "meta") for t in self.case.tensors]
+            self._outputs, _ = _evaluate(self.expression, inputs, None, "meta")
+        except Exception:  # noqa: BLE001 - no meta answer: CPU's layout alone is the check
+            return
+        if self.spec.grad:
+            try:
+                self._gradients = _grads(self.spec, self._outputs, inputs, "meta", self.seed,
+                                         layout=strided_layout(self.case.tensors))
+            except Exception:  # noqa: BLE001 - as above, for the gradients alone
+                self._gradients = None
+
+    def outputs(self) -> Any:
+        self._run()
+        return self._outputs
+
+    def gradients(self) -> Any:
+        self._run()
+        return self._gradients
 
 
 def _inputs_after(spec: OpSpec, case: Case, cpu_inputs, device_inputs, tolerance, comparison: cmp.Comparison

@@ -296,3 +296,23 @@ def test_strides_compared_only_where_significant():
 ])
 def test_strides_failure_kind(message, kind):
     assert cmp.failure_kind(message) == kind
+
+
+def test_layout_accepts_the_meta_kernels_strides_beside_cpus():
+    """Where a result's strides are not CPU's, the meta kernels' pass too (``alternative``): they are what ATen's
+    meta and structured kernels give a device other than CPU and what FakeTensor predicts for torch.compile (CPU
+    alone casts a mixed-dtype operand before laying out the result); a layout that is neither still fails, naming
+    both oracles' strides."""
+    expected = torch.arange(12.0).reshape(3, 4).t()  # CPU's (4, 3), strides (1, 4)
+    contiguous = dev(expected.contiguous().tolist())  # strides (3, 1)
+    meta = torch.empty((4, 3), device="meta")  # the meta kernels' answer: contiguous
+    assert not cmp.compare_strides(contiguous, expected).ok
+    accepted = cmp.compare_strides(contiguous, expected, alternative=meta)
+    assert accepted.ok and accepted.criterion == "layout: the meta kernels'"
+    neither = cmp.compare_strides(contiguous, expected, alternative=meta.t().contiguous().t())
+    assert not neither.ok and "!= CPU (1, 4), meta kernels (1, 4)" in neither.message
+    assert cmp.failure_kind(neither.message) == "output: strides"
+    nested = cmp.compare_layouts((dev([1.0, 2.0]), contiguous), (cpu([1.0, 2.0]), expected), "gradient",
+                                 (torch.empty(2, device="meta"), meta))
+    assert nested.ok
+    assert not cmp.compare_layouts((dev([1.0, 2.0]), contiguous), (cpu([1.0, 2.0]), expected), "gradient", None).ok
