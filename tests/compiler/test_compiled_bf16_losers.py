@@ -94,6 +94,19 @@ def test_a_spread_cumsum_is_the_one_row_scan_bit_for_bit(dtype, n, monkeypatch):
     assert torch.equal(out.cpu(), torch.cumsum(x, 0))
 
 
+def test_a_scan_too_long_to_spread_in_sbuf_keeps_the_chunked_one_partition_scan():
+    """A flattened int64 cumsum of 2,000,000 elements spread [128, 15625] needed three 125000-byte tiles a partition
+    (SBUF has 196608): the compiled call raised EngineError (sbuf overflow) where CPU answers. Past
+    ``MAX_COLUMNS`` a partition the row keeps the one-partition scan, chunked, with CPU's result."""
+    n = 2_000_000
+    assert not scan_spread.spreads(n, 1, "add", np.dtype(np.int64), np.dtype(np.int64))
+    assert scan_spread.spreads(P * scan_spread.MAX_COLUMNS, 1, "add", np.dtype(np.int64), np.dtype(np.int64))
+    x = torch.randint(-100, 100, (n,), generator=torch.Generator().manual_seed(6))
+    torch._dynamo.reset()
+    got = torch.compile(lambda t: torch.cumsum(t, 0), backend="neuron", dynamic=False)(x.to("neuron"))
+    assert torch.equal(got.cpu(), torch.cumsum(x, 0))
+
+
 def test_a_short_scan_keeps_one_partition():
     """Below MIN_COLUMNS the one-partition scan costs less than the spread form's extra instructions; float scans
     round in order and are never spread."""
