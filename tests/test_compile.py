@@ -243,7 +243,8 @@ def test_a_graph_run_eagerly_is_queued_and_fused_as_adaptive_eager(stats, fn, op
     """compiler/fallback.py runs a graph the compiler cannot lower in adaptive eager mode, flushed when it returns:
     its elementwise ops fuse into one launch as adaptive eager fuses them, so the compiled call costs no more
     device time than the better eager mode (issue 21; the out= specs' graph with an add beside a bitcast, before
-    bitcasts compiled, took one launch per op, 2.64 us against adaptive's 1.47 us). The process's mode is back to plain eager afterwards."""
+    bitcasts compiled, took one launch per op, 2.64 us against adaptive's 1.47 us). The process's mode is back to
+    plain eager afterwards."""
     def device_ns(call):
         ns, result = warm_call_ns(call)
         return ns, result.cpu()

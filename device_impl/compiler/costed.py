@@ -13,8 +13,9 @@ launch ends first.
 
 A cutter (``opaque.CUTTERS``) or a decomposition's ``whole`` predicate (``opaque_pads.whole_or``) asks it for the
 calls it takes, after its own checks. The answer is memoised per process by the call's signature (op, tensors'
-shapes, strides and dtypes, the other arguments, the thread count), so a graph costs each distinct call once; a compile-cache hit
-(``cache.fx_key``) still reaches the cutter, whose answer then comes from the memo or one more costing.
+shapes, strides and dtypes, the other arguments, the thread count), so a graph costs each distinct call once; a
+compile-cache hit (``cache.fx_key``) still reaches the cutter, whose answer then comes from the memo or one more
+costing.
 
 While a costing compiles its one-op programs, ``forced`` answers the op's question itself (cut, or not), so the
 costing neither recurses nor depends on what it is deciding. A costing that fails (an import refused, a program

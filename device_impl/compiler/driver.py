@@ -238,8 +238,9 @@ def compile_graph(gm: torch.fx.GraphModule, graph: str, device_index: int, confi
     except (UnsupportedOpError, ImportFailure) as error:
         # ops torch-mlir refuses that eager kernels cover: only they run eagerly (not where eager execution is off)
         if isinstance(error, ImportFailure) and config.fallback:
-            split = eager_cut.split(original, graph, device_index, lambda sub, name: compile_graph(
-                sub, name, device_index, config), lambda failure=error: fallback.eager(original, failure, graph, config))
+            split = eager_cut.split(
+                original, graph, device_index, lambda sub, name: compile_graph(sub, name, device_index, config),
+                lambda failure=error: fallback.eager(original, failure, graph, config))
             if split is not None:
                 log.info("graph %s compiles around its eager cuts: %s", graph, error)
                 return split

@@ -34,9 +34,9 @@ from device_impl.compiler.errors import ImportFailure
 
 _MEMO: dict[tuple, bool] = {}
 _LOCK = threading.Lock()
+_KERNEL_TIERS = frozenset({"native", "composite"})
 # ops whose output shapes or values a static graph cannot know, or that draw from the random stream (the compiled
 # graph does not model the device's counter-based stream)
-_KERNEL_TIERS = frozenset({"native", "composite"})
 _REFUSED_TAGS = ("dynamic_output_shape", "data_dependent_output", "nondeterministic_seeded")
 
 

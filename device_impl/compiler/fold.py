@@ -243,7 +243,8 @@ def sink_small_ops(graph: Graph) -> Graph:
     remainder by a tensor of another dtype, copy from one, losing to eager by that step). Moved, it joins its
     readers' group, run per element as the eager kernel runs it; limited to small values (``SINK_SOURCE``)
     spread onto at most ``SINK_LIMIT`` elements (``SINK_WIDENING_LIMIT`` for a convert to a wider dtype, whose
-    broadcast load gets narrower), where the step it saves outweighs the per-element convert and broadcast load. Other ops are not moved: moved into a large group whose other inputs come from other steps
+    broadcast load gets narrower), where the step it saves outweighs the per-element convert and broadcast load.
+    Other ops are not moved: moved into a large group whose other inputs come from other steps
     (nll_loss's selects) they saved no step and cost a pass (nll_loss 4.16 -> 4.51 us)."""
     views = lowering.VIEWS
     producers, users = graph.producers(), graph.users()

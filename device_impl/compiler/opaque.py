@@ -308,7 +308,7 @@ def _flatten_list_result(node: torch.fx.Node) -> None:
 
 def _activation(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
     """``erfc``/``erfinv`` of a float32 tensor (torch-mlir converts neither), and ``sinh``/``cosh`` (torch-mlir's expansion
-    rounds ``x + log(0.5)``; numerics' exact form needs copysign, which imports as a bitcast nothing lowers): cut
+    rounds ``x + log(0.5)``; numerics' exact form needs copysign, which imports as bitcasts and masks): cut
     and spliced back as the
     elementwise op itself (``lowering.ELEMENTWISE``: ScalarE's activation, the eager kernel's one rounding of the
     float64 value), which fuses with its neighbours as any elementwise op. float16/bfloat16 stay in the graph
@@ -324,7 +324,8 @@ def _exact_elementwise(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[i
     """``copysign``, ``signbit`` and ``hypot`` of floating tensors of one dtype: cut and spliced back as the
     elementwise op itself (VectorE's one ALU op, ``lowering._BINARY``/``_UNARY``, as the eager kernels issue it),
     which fuses with its neighbours. torch-mlir imports copysign and signbit as ``stablehlo.bitcast_convert``
-    (and masks), which nothing lowers, and hypot as nothing it converts, so each graph ran eagerly. The ALU
+    and masks (each graph ran eagerly until compiler/bitcast.py lowered the bitcast; imported, they are still a
+    byte copy and integer passes where this is one op), and hypot as nothing it converts. The ALU
     op is exact for copysign and signbit (every sign bit, a NaN's too); hypot is computed in float32 and rounded
     once, as the eager kernel. A broadcast operand is broadcast to the result's shape where the op is spliced
     back (``_BROADCAST_KINDS``). Integer inputs (CPU promotes them to float) and mixed dtypes stay in the graph,

@@ -517,7 +517,7 @@ def empty_refusal(gm: torch.fx.GraphModule, example_inputs: list) -> Exception |
 # kernel runs before looking at the mask ("value cannot be converted to type uint8_t without overflow", also for an
 # empty tensor) and the traced graph does not: PyTorch's masked_fill reference casts the value, so the AOTAutograd
 # graph holds only the converted number (-0.5 into uint8 became 0). Keyed by the call's target (a method's name or
-# the function); the value's position among the call's arguments.
+# the function); the value's position among the call's arguments (or its keyword, ``value``).
 FILL_VALUE_CHECKED: dict[Any, int] = {
     "masked_fill": 2, "masked_fill_": 2, torch.masked_fill: 2, torch.Tensor.masked_fill: 2,
     torch.Tensor.masked_fill_: 2,
@@ -534,20 +534,28 @@ def _probe_one_element(value: Any) -> Any:
 
 def fill_value_refusal(gm: torch.fx.GraphModule) -> Exception | None:
     """The error CPU raises for the first FILL_VALUE_CHECKED call of a Dynamo graph whose fill value (a Python
-    number) its dtype cannot hold, or None. The probe is the call on one-element zeros of the traced dtypes: the
-    conversion is checked before anything is read."""
+    number, given by position or as ``value=``) its dtype cannot hold, or None. The probe is the call on
+    one-element zeros of the traced dtypes: the conversion is checked before anything is read."""
     for node in gm.graph.nodes:
         if node.op not in ("call_function", "call_method"):
             continue
         position = FILL_VALUE_CHECKED.get(node.target)
-        if position is None or len(node.args) <= position or isinstance(node.args[position], torch.fx.Node):
+        if position is None:
+            continue
+        value = node.args[position] if len(node.args) > position else node.kwargs.get("value")
+        if value is None or isinstance(value, torch.fx.Node):
             continue
         with _real_tensors():
             args = [_probe_one_element(a) for a in node.args]
-            if not all(isinstance(a, torch.Tensor) for a in args[:position]):
+            kwargs = {name: _probe_one_element(a) for name, a in node.kwargs.items()}
+            tensors = args[:position] + [a for name, a in kwargs.items() if name != "value"]
+            if not all(isinstance(a, torch.Tensor) for a in tensors):
                 continue
             try:
-                getattr(args[0], node.target)(*args[1:]) if node.op == "call_method" else node.target(*args)
+                if node.op == "call_method":
+                    getattr(args[0], node.target)(*args[1:], **kwargs)
+                else:
+                    node.target(*args, **kwargs)
             except Exception as error:  # noqa: BLE001 - CPU's refusal is the answer
                 return error
     return None

@@ -29,6 +29,11 @@ from device_impl.kernels.common import P
 # compiled int64 cumsum alone, one partition against spread: 48 columns 1.293 us against 1.315, 64 columns 1.323
 # against 1.315, 512 columns 2.149 against 1.351
 MIN_COLUMNS = P // 2
+# the longest: a row spread over more columns a partition than this keeps the one-partition scan, chunked
+# (``steps._scan_chunked``). The spread form holds three [p, f] tiles at once (the source, the scan in the compute
+# dtype, the result): at most 24 bytes a column, 96 KiB of a 192 KiB partition here; a flattened int64 cumsum of
+# 2,000,000 elements (15625 columns, 125000 bytes a tile) overflowed SBUF (EngineError) where CPU answers
+MAX_COLUMNS = 4096
 
 # op -> its identity in an integer compute dtype (the first partition's prefix)
 _IDENTITY = {
@@ -40,8 +45,9 @@ _IDENTITY = {
 
 
 def spreads(n: int, rows: int, alu: str, src_dtype: np.dtype, compute: np.dtype) -> bool:
-    """Whether a scan of ``rows`` rows of ``n`` columns is spread over the partitions: one long integer row."""
-    return (rows == 1 and n >= MIN_COLUMNS and alu in _IDENTITY and np.dtype(compute).kind in "iu"
+    """Whether a scan of ``rows`` rows of ``n`` columns is spread over the partitions: one long integer row whose
+    tiles fit in SBUF (``MAX_COLUMNS``)."""
+    return (rows == 1 and MIN_COLUMNS <= n <= P * MAX_COLUMNS and alu in _IDENTITY and np.dtype(compute).kind in "iu"
             and np.dtype(src_dtype).kind in "iu")
 
 

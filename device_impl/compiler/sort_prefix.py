@@ -8,8 +8,11 @@ copy steps then moved their k-wide slices into the outputs, each waiting for the
 eager topk kernel does, so ``sort_prefixes`` gives the sort op the slices' results: each result k wide along the
 sorted dim, no slice, no copy; the runner (``steps._sort_rows_runner``) sorts the whole row and stores its prefix.
 The same bits: the same sorted rows (and tie order), of which the slice kept the same first k. ``topk`` itself is
-cut whole since (compiler/opaque.py ``_topk``: CPU's partial-sort tie order, which a full sort does not give), so
-this serves the sort + prefix slices a graph writes out itself, and a topk along a dim of one element.
+cut whole since (compiler/opaque.py ``_topk``: CPU's partial-sort tie order, which a full sort does not give), as
+``sort`` is (``_sort``), and torch-mlir folds a topk along a dim of one element to a copy: no graph the backend
+builds was found to reach this pass with a sort since (sort or argsort and prefix slices, msort, quantile, a
+one-element topk: measured), so it serves only a ``stablehlo.sort`` that comes from elsewhere
+(tests/compiler/test_compile_passes.py imports a topk directly to keep it tested).
 
 Only where every result of the sort that anything reads is read by exactly one ``slice``, that slice keeps the first
 k along the sorted dim and everything along the other dims (stride 1), the same k for every result, and no result

@@ -340,3 +340,21 @@ def test_a_sort_whose_payload_is_not_its_indices_is_refused_not_lowered_as_indic
                  graph.types, graph.constants, graph.splats)  # the keys sorted as their own payload
     with pytest.raises(UnsupportedOpError, match="iota along the sorted dim"):
         fusion.plan(keys)
+
+
+def test_a_sort_read_through_prefix_slices_writes_only_the_prefix():
+    """sort_prefix.sort_prefixes on torch-mlir's own form of ``topk(x, 2, dim=0)``, a sort of (x, iota) and a slice
+    of each result (the backend cuts topk whole before importing, so only a direct import still makes it): the
+    slices go, and the sort's results are the k-wide prefixes the slices were."""
+    from torch.fx.experimental.proxy_tensor import make_fx
+
+    from device_impl.compiler import importer, sort_prefix
+
+    fx = make_fx(lambda x: torch.topk(x, 2, dim=0, largest=False))(torch.randn(3, 1, 2, 513))
+    graph = importer.read_module(importer.to_stablehlo(fx))
+    assert [op.name for op in graph.ops] == ["iota", "sort", "slice", "slice"]
+    sort_prefix.sort_prefixes(graph)
+    assert [op.name for op in graph.ops] == ["iota", "sort"]
+    (sort,) = [op for op in graph.ops if op.name == "sort"]
+    assert [t.shape for t in sort.types] == [(2, 1, 2, 513)] * 2
+    assert list(sort.results) == list(graph.outputs)

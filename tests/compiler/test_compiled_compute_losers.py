@@ -145,10 +145,11 @@ def test_small_batched_products_still_keep_their_group_separate():
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
 def test_topk_is_one_sort_step_writing_only_its_prefix(dtype):
-    """sort_prefix.sort_prefixes and schedule.UNREAD's sort: topk was a sort of (x, iota) and two slices; the iota
-    was a step nothing read and the slices two copy steps after the sort (3.42 us against eager's 3.19). Now one
-    sort step storing the first k of each row into the outputs (topk is cut whole since, for CPU's tie order:
-    opaque._topk, a ``sort_whole`` step)."""
+    """topk was a sort of (x, iota) and two slices; the iota was a step nothing read and the slices two copy steps
+    after the sort (3.42 us against eager's 3.19). Now one sort step storing the first k of each row into the
+    outputs: topk is cut whole, for CPU's tie order (opaque._topk, a ``sort_whole`` step), so this no longer
+    exercises sort_prefix.sort_prefixes (test_compile_passes.py's
+    test_a_sort_read_through_prefix_slices_writes_only_the_prefix does)."""
     (x,) = _inputs(dtype, (3, 1, 2, 513))
 
     def fn(a):

@@ -128,15 +128,18 @@ def test_as_strided_over_an_empty_view_addresses_its_base_storage(dtype):
 @pytest.mark.parametrize("dtype, value", [
     (torch.uint8, -0.5), (torch.uint8, 300), (torch.int8, 200), (torch.float16, 1e6),
 ])
-@pytest.mark.parametrize("form", ["method", "function", "in-place", "empty"])
+@pytest.mark.parametrize("form", ["method", "function", "in-place", "empty", "keyword", "function-keywords"])
 def test_a_masked_fill_value_the_dtype_cannot_hold_raises_as_cpu(dtype, value, form):
     """CPU's masked_fill converts the value with c10's overflow check before reading the mask (an empty tensor
     too); PyTorch's reference, which AOTAutograd traces, casts it (-0.5 into uint8 became 0) and the compiled
-    program returned a result (the op suite's masked_fill-uint8-int_edges case: parity.fill_value_refusal)."""
+    program returned a result (the op suite's masked_fill-uint8-int_edges case: parity.fill_value_refusal). The
+    value given as ``value=`` is checked too (it returned a result)."""
     call = {"method": lambda t, m: t.masked_fill(m > 0, value),
             "function": lambda t, m: torch.masked_fill(t, m > 0, value),
             "in-place": lambda t, m: t.clone().masked_fill_(m > 0, value),
-            "empty": lambda t, m: t[:0].masked_fill(m[:0] > 0, value)}[form]
+            "empty": lambda t, m: t[:0].masked_fill(m[:0] > 0, value),
+            "keyword": lambda t, m: t.masked_fill(m > 0, value=value),
+            "function-keywords": lambda t, m: torch.masked_fill(t, mask=m > 0, value=value)}[form]
     assert _raises_as_cpu(call, torch.zeros(5, dtype=dtype), torch.randn(5)) is RuntimeError
 
 
