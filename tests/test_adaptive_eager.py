@@ -418,3 +418,23 @@ def test_recurring_calls_grow_nothing_the_device_keeps(adaptive):
     for _ in range(5):
         call()
     assert sizes() == before
+
+
+def test_a_kernel_launching_on_its_own_runs_after_the_queued_work_it_reads(adaptive):
+    """A compute in a queueable module that opens a launch itself instead of ``common.elementwise``'s (linalg_cross's
+    GpSimd program) cannot wait in the queue: capturing it ran it at the call, before the queued product it reads
+    had run, and read zeros. Its launch is refused while captured (``capture._RefuseLaunch``), so it runs after a
+    barrier: CPU's values, and the queued op before it ran first."""
+    from device_impl.eager.stats import STATS
+
+    torch.manual_seed(0)
+    a, b = torch.randn(8, 3), torch.randn(8, 3)
+    na, nb = a.to("neuron"), b.to("neuron")
+    eagerly = STATS.ops_run_eagerly
+    out = torch.linalg.cross(na * 2, nb) * 3
+    torch.neuron.synchronize()
+    assert STATS.ops_run_eagerly == eagerly + 1
+    assert torch.equal(out.cpu(), torch.linalg.cross(a * 2, b) * 3)
+    moved = torch.linalg.cross(na.clone(), nb, dim=1)
+    torch.neuron.synchronize()
+    assert torch.equal(moved.cpu(), torch.linalg.cross(a, b, dim=1))

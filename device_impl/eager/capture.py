@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Sequence
 
 import torch
 
+from device_impl.engine import core
 from device_impl.kernels import common
 from device_impl.kernels.matmul import MatmulPlan
 from device_impl.kernels.reduction import RowKernel, RowReduction
@@ -163,9 +164,30 @@ def _frozen(t: torch.Tensor | None) -> torch.Tensor | None:
     return None if t is None else t.detach()
 
 
+class NotCapturable(Exception):
+    """A compute opened a launch of its own while being captured (``_RefuseLaunch``)."""
+
+
+class _RefuseLaunch:
+    """``engine.core.divert``'s stand-in while a compute is captured: a launch the compute opens itself, not through
+    ``common.elementwise`` (whose launches are recorded), would run now, reading its inputs before the queued work
+    that writes them has run (``linalg_cross(a * 2, b)`` read the product's memory unwritten: zeros), so it is
+    refused before it starts and the call runs after a barrier instead (``queue.Queue.submit``)."""
+
+    def enter(self, kernel: str, device: int) -> Any:
+        raise NotCapturable(kernel)
+
+    def exit(self, exc_type, exc, tb) -> bool:  # never reached: enter raised
+        return False
+
+
+_REFUSE = _RefuseLaunch()
+
+
 def capture(op: str, compute: Callable[[torch.Tensor, dict], None], out: torch.Tensor,
-            args: dict[str, Any]) -> list[Step]:
-    """Run ``compute``'s checks and return the elementwise launches it would make (empty ones dropped)."""
+            args: dict[str, Any]) -> list[Step] | None:
+    """Run ``compute``'s checks and return the elementwise launches it would make (empty ones dropped); None where
+    the compute opens a launch of its own (``_RefuseLaunch``): it cannot wait."""
     steps: list[Step] = []
 
     def record(name, target, operands, emit, free_max, common_dtype, promoted, round_scalars):
@@ -176,10 +198,14 @@ def capture(op: str, compute: Callable[[torch.Tensor, dict], None], out: torch.T
 
     previous = common.CAPTURE[0]
     common.CAPTURE[0] = record
+    core.divert(_REFUSE)
     try:
         compute(out, args)
+    except NotCapturable:
+        return None
     finally:
         common.CAPTURE[0] = previous
+        core.divert(None)
     return steps
 
 
