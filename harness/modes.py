@@ -78,11 +78,59 @@ class Adaptive(Mode):
         previous = module.get_eager_mode()
         module.set_eager_mode("adaptive")
         try:
+            found = _expression_of(fn)
+            if found is not None:
+                stage_pending(list(found[1].values()), device)
             result = fn()
             self.synchronize(device)
             return result
         finally:
             module.set_eager_mode(previous)
+
+
+def stage_pending(values: list, device: str) -> None:
+    """Each device tensor of ``values`` moved, in place (``set_``), onto a fresh storage that a device-to-device
+    copy of its old one fills, issued in the current (adaptive) mode, so the case's op reads inputs whose producer
+    is still queued, as an op of a real program does (its input the last op's result): a kernel that reads its
+    inputs when called, before the queued work writing them has run (found: linalg_cross's own launch read
+    zeros), or that fuses with a producer wrongly, is caught; with every input written before the call, as the
+    cases were made, adaptive mode only ever ran an op on settled memory. Tensors sharing a storage keep sharing
+    it; sizes, strides, offsets, dtypes, ``requires_grad`` and the tensor objects themselves are unchanged."""
+    moved: dict[int, Any] = {}
+    with torch.no_grad():
+        for t in values:
+            if not isinstance(t, torch.Tensor) or t.device.type != torch.device(device).type \
+                    or t.layout != torch.strided:
+                continue
+            storage = t.untyped_storage()
+            if storage.nbytes() == 0 or storage.nbytes() % t.element_size():
+                continue
+            key = storage.data_ptr()
+            fresh = moved.get(key)
+            if fresh is None:
+                count = storage.nbytes() // t.element_size()
+                old = torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, 0, (count,), (1,))
+                fresh = moved[key] = _unlike(old)
+                fresh.copy_(old)
+            t.set_(fresh.untyped_storage(), t.storage_offset(), t.size(), t.stride())
+
+
+def _unlike(old: torch.Tensor) -> torch.Tensor:
+    """A tensor of ``old``'s size holding another value in every element (NaN, or 0 where ``old`` is NaN; the
+    bitwise complement of an integer or bool), written before the copy that fills it is queued: a kernel that
+    reads it before that copy runs reads values unlike the case's (a fresh allocation may hold an earlier case's
+    very inputs, which a stale read would pass)."""
+    if old.dtype.is_floating_point or old.dtype.is_complex:
+        nan = torch.full_like(old, float("nan"))
+        fresh = torch.where(torch.isnan(old), torch.zeros_like(old), nan)
+    elif old.dtype == torch.bool:
+        fresh = torch.logical_not(old)
+    else:
+        fresh = torch.bitwise_not(old)
+    sync = getattr(getattr(torch, old.device.type, None), "synchronize", None)
+    if callable(sync):
+        sync()
+    return fresh
 
 
 class Compiled(Mode):
