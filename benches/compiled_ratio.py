@@ -24,7 +24,7 @@ The NEFF cache lives in a temporary directory, so "cold" is cold.
 
 All of the above is measured pinned to one host thread (benches/threads.py). ``--host-cores`` adds, clearly
 labelled, the wall figures and their targets at the host's core count (``threads.at_host_cores``: the simulator's
-host threads and CPU eager's torch threads at ``os.cpu_count()``, numpy's BLAS still one thread per call, so the
+host threads and CPU eager's torch threads at ``threads.host_cores()``, numpy's BLAS still one thread per call, so the
 bits stay); device time, HBM bytes and compiles do not depend on threads.
 
 ``--breakdown`` prints instead, per case, where the compiled program's HBM bytes and device time go: one row
@@ -134,8 +134,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="per-step HBM bytes and device time of each case's compiled program, nothing else")
     parser.add_argument("--host-cores", action="store_true",
                         help="also the wall figures and their targets at the host's core count (simulator host "
-                             "threads and CPU eager's torch threads at os.cpu_count(), numpy BLAS one thread per "
-                             "call), after the pinned one-thread figures")
+                             "threads and CPU eager's torch threads at the cores this process may use, numpy BLAS "
+                             "one thread per call), after the pinned one-thread figures")
     args = parser.parse_args(argv)
     threads.pin_torch()
     warnings.filterwarnings("ignore", message="Operator '.*' executed via CPU fallback")
