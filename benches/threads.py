@@ -68,6 +68,21 @@ def at_host_cores() -> Iterator[int]:
             workers.THREADS = simulator_threads
 
 
+def pinned_label() -> str:
+    """How the scripts' first figures were measured, read from the settings in force: "pinned to one host thread"
+    only where CPU eager (``pin_torch``), numpy's BLAS (``THREADS``) and the simulator's host threads
+    (``workers.width``, ``NEURON_HOST_THREADS`` where set) all run one; with ``NEURON_HOST_THREADS=2`` or
+    ``NEURONSIM_BENCH_THREADS=2`` (module docstring) each count."""
+    import torch
+
+    from device_impl.compiler import workers
+
+    cpu, simulator = torch.get_num_threads(), workers.width(blas=False)
+    if cpu == simulator == THREADS == 1:
+        return "pinned to one host thread"
+    return f"pinned: simulator host threads {simulator}, numpy BLAS {THREADS} per call, CPU eager {cpu} torch threads"
+
+
 def host_cores_label(cores: int) -> str:
     """How the ``--host-cores`` figures were measured, for the scripts' output."""
     return (f"at the host's {cores} cores (--host-cores): simulator host threads {cores}, numpy BLAS one thread per "

@@ -23,3 +23,22 @@ def test_host_cores_are_the_cores_this_process_may_use(monkeypatch):
     monkeypatch.delattr(threads.os, "sched_getaffinity", raising=False)  # an OS with no affinity mask
     assert threads.host_cores() == 64
 
+
+def test_the_pinned_label_names_the_threads_in_force(monkeypatch):
+    """"pinned to one host thread" only where CPU eager, BLAS and the simulator each run one; the scripts'
+    documented ``NEURON_HOST_THREADS=2`` and ``NEURONSIM_BENCH_THREADS=2`` runs say what they ran."""
+    threads_before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        monkeypatch.setattr(threads, "THREADS", 1)
+        monkeypatch.setattr(workers, "THREADS", None)
+        assert threads.pinned_label() == "pinned to one host thread"
+        monkeypatch.setattr(workers, "THREADS", 2)  # NEURON_HOST_THREADS=2
+        assert "simulator host threads 2" in threads.pinned_label()
+        monkeypatch.setattr(workers, "THREADS", None)
+        monkeypatch.setattr(threads, "THREADS", 2)  # NEURONSIM_BENCH_THREADS=2
+        torch.set_num_threads(2)
+        label = threads.pinned_label()
+        assert "one host thread" not in label and "BLAS 2" in label and "2 torch threads" in label
+    finally:
+        torch.set_num_threads(threads_before)
