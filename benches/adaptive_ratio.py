@@ -14,10 +14,11 @@ is printed beside the ratio of the bests; device time is how far the simulated N
 advances for one synchronized call; launches are engine launches per call. Adaptive's result is checked
 bit for bit against eager's first.
 
-Every figure is measured pinned to one host thread (benches/threads.py); a case with an issue 21 target
+Every figure is measured pinned, by default to one host thread (benches/threads.py; each row's label,
+``threads.pinned_label``, names the threads in force); a case with an issue 21 target
 (``TARGETS``: adaptive's wall over eager's) prints it met or not. ``--host-cores`` adds, clearly labelled, each
 case's figures again at the host's core count (``threads.at_host_cores``: adaptive's shared regions and CPU eager
-at ``os.cpu_count()`` threads, numpy's BLAS one thread per call) and their targets.
+at ``threads.host_cores()`` threads, numpy's BLAS one thread per call) and their targets.
 
 Why the repeats alternate (issue 21): timed one mode after the other, each mode's best-of-N came from its
 own second or two of a shared machine, and the decoder's ratio swung from 0.61 to 1.94 (wall) and 0.83 to
@@ -236,7 +237,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="timed blocks per mode, alternating (the best of them)")
     parser.add_argument("--host-cores", action="store_true",
                         help="also each case's figures and targets at the host's core count (simulator host threads "
-                             "and CPU eager's torch threads at os.cpu_count(), numpy BLAS one thread per call)")
+                             "and CPU eager's torch threads at the cores this process may use, numpy BLAS one "
+                             "thread per call)")
     args = parser.parse_args(argv)
     unknown = [c for c in args.cases if c not in CASES]
     if unknown:
@@ -251,7 +253,7 @@ def main(argv: list[str] | None = None) -> None:
           f"thread CPU time ratio over the same repeats, simulated device us per call")
     print(header)
     for name in args.cases or DEFAULT:
-        print_row(name, measure(name, dtype, args.repeats), args.repeats, "pinned to one host thread")
+        print_row(name, measure(name, dtype, args.repeats), args.repeats, threads.pinned_label())
         if args.host_cores:
             with threads.at_host_cores() as cores:
                 r = measure(name, dtype, args.repeats)

@@ -24,9 +24,10 @@ batch 2, seq 128, hidden 256; and the tiny LlamaForCausalLM forward; benches/cas
   * issue 21's targets, each with the figure it is judged by and whether this run met it.
 The NEFF cache lives in a temporary directory, so "cold" is cold.
 
-All of the above is measured pinned to one host thread (benches/threads.py). ``--host-cores`` adds, clearly
+All of the above is measured pinned, by default to one host thread (benches/threads.py; the targets' label,
+``threads.pinned_label``, names the threads in force). ``--host-cores`` adds, clearly
 labelled, the wall figures and their targets at the host's core count (``threads.at_host_cores``: the simulator's
-host threads and CPU eager's torch threads at ``os.cpu_count()``, numpy's BLAS still one thread per call, so the
+host threads and CPU eager's torch threads at ``threads.host_cores()``, numpy's BLAS still one thread per call, so the
 bits stay); device time, HBM bytes and compiles do not depend on threads.
 
 ``--breakdown`` prints instead, per case, where the compiled program's HBM bytes and device time go: one row
@@ -178,8 +179,8 @@ def main(argv: list[str] | None = None) -> None:
                         help="per-step HBM bytes and device time of each case's compiled program, nothing else")
     parser.add_argument("--host-cores", action="store_true",
                         help="also the wall figures and their targets at the host's core count (simulator host "
-                             "threads and CPU eager's torch threads at os.cpu_count(), numpy BLAS one thread per "
-                             "call), after the pinned one-thread figures")
+                             "threads and CPU eager's torch threads at the cores this process may use, numpy BLAS "
+                             "one thread per call), after the pinned one-thread figures")
     args = parser.parse_args(argv)
     threads.pin_torch()
     warnings.filterwarnings("ignore", message="Operator '.*' executed via CPU fallback")
@@ -316,7 +317,7 @@ def report(case: Case, name: str, repeats: int, host_cores: bool = False) -> boo
             ("compiled device time <= 2x roofline", bound.device_seconds / bound.seconds, 2.0),
             ("compiled HBM bytes <= 1.5x compulsory", bound.hbm_bytes / compulsory, 1.5),
         ]
-    print("targets (issue 21), pinned to one host thread:")
+    print(f"targets (issue 21), {threads.pinned_label()}:")
     met = _print_targets(targets)
     if host_cores:
         met = host_cores_report(cpu, eager, compiled, repeats) and met

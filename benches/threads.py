@@ -32,11 +32,22 @@ def pin_torch() -> None:
     torch.set_num_threads(THREADS)
 
 
+def host_cores() -> int:
+    """The cores this process may run on: its CPU affinity mask where the OS has one (``taskset``, a container's
+    cpuset), else ``os.cpu_count()``, which counts the machine's cores whatever the mask (under ``taskset -c 0`` on
+    a 2-core host: 2, the mask 1), so the figures would run a torch thread and a simulator share per machine
+    core on the cores the mask leaves."""
+    getaffinity = getattr(os, "sched_getaffinity", None)
+    if getaffinity is not None:
+        return max(1, len(getaffinity(0)))
+    return os.cpu_count() or 1
+
+
 @contextlib.contextmanager
 def at_host_cores() -> Iterator[int]:
     """The ratio scripts' ``--host-cores`` figures, measured inside this context: the simulator's host threads
     (device_impl/compiler/workers.py: a compiled program's product blocks, epilogues and attention batches, an
-    adaptive launch's regions) and CPU eager's torch threads both at the host's core count (``os.cpu_count()``), so
+    adaptive launch's regions) and CPU eager's torch threads both at the host's core count (``host_cores``), so
     the CPU comparison stays fair, while numpy's BLAS keeps one thread per call (threadpoolctl), so every product
     keeps the bits of its one-thread BLAS call and ``workers.width`` allows the workers. Yields the core count.
     The pinned one-thread figures stay the scripts' first ones: on a shared machine these swing with the load."""
@@ -45,7 +56,7 @@ def at_host_cores() -> Iterator[int]:
 
     from device_impl.compiler import workers
 
-    cores = os.cpu_count() or 1
+    cores = host_cores()
     torch_threads, simulator_threads = torch.get_num_threads(), workers.THREADS
     with threadpoolctl.threadpool_limits(limits=1, user_api="blas"):
         torch.set_num_threads(cores)
@@ -55,6 +66,21 @@ def at_host_cores() -> Iterator[int]:
         finally:
             torch.set_num_threads(torch_threads)
             workers.THREADS = simulator_threads
+
+
+def pinned_label() -> str:
+    """How the scripts' first figures were measured, read from the settings in force: "pinned to one host thread"
+    only where CPU eager (``pin_torch``), numpy's BLAS (``THREADS``) and the simulator's host threads
+    (``workers.width``, ``NEURON_HOST_THREADS`` where set) all run one; with ``NEURON_HOST_THREADS=2`` or
+    ``NEURONSIM_BENCH_THREADS=2`` (module docstring) each count."""
+    import torch
+
+    from device_impl.compiler import workers
+
+    cpu, simulator = torch.get_num_threads(), workers.width(blas=False)
+    if cpu == simulator == THREADS == 1:
+        return "pinned to one host thread"
+    return f"pinned: simulator host threads {simulator}, numpy BLAS {THREADS} per call, CPU eager {cpu} torch threads"
 
 
 def host_cores_label(cores: int) -> str:
