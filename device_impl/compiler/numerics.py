@@ -369,8 +369,13 @@ def _gelu(graph: torch.fx.Graph, node: torch.fx.Node) -> torch.fx.Node | None:
     wide = _cast(graph, x, torch.float32)
     one_plus_erf = _call(graph, aten.add.Scalar,
                          _call(graph, aten.erf.default, _call(graph, aten.mul.Scalar, wide, 0.7071067811865476)), 1)
-    if cpu_host.onednn_gelu(value, approximate):
+    form = cpu_host.onednn_gelu_form(value, approximate)
+    if form == "product":
         result = _call(graph, aten.mul.Scalar, _call(graph, aten.mul.Tensor, one_plus_erf, wide), 0.5)
+    elif form == "halves":  # h + h * erf: +0.0 where the erf is -1 (the eager kernel's _gelu_onednn_halves)
+        half = _call(graph, aten.mul.Scalar, wide, 0.5)
+        erf = _call(graph, aten.erf.default, _call(graph, aten.mul.Scalar, wide, 0.7071067811865476))
+        result = _call(graph, aten.add.Tensor, half, _call(graph, aten.mul.Tensor, erf, half))
     else:
         result = _call(graph, aten.mul.Tensor, _call(graph, aten.mul.Scalar, wide, 0.5), one_plus_erf)
     return _cast(graph, result, node)

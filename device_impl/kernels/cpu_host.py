@@ -16,9 +16,9 @@ runs on, not only on PyTorch's version:
   ISA, so it is asked of CPU's own convolution of ones and an infinite weight, once per problem. Its backward
   (``conv_backward_skips_padding``) is asked the same way: oneDNN's backward kernels are chosen apart from the
   forward's (a grad_weight next to padding: ``inf * 0`` where grad_output is infinite).
-* **Whether ``gelu`` runs oneDNN's overflowing form** (``onednn_gelu``): contiguous float32 (and bf16 where
-  oneDNN has bf16 on the CPU) tensors, where oneDNN's kernel for this host's ISA halves last (asked of CPU's
-  gelu of 3e38: the AVX-512 kernel overflows there, the AVX2 one does not).
+* **Which form ``gelu`` takes** (``onednn_gelu_form``): contiguous float32 (and bf16 where oneDNN has bf16 on
+  the CPU) tensors run oneDNN's kernel for this host's ISA, which halves last (asked of CPU's gelu of 3e38: the
+  AVX-512 kernel overflows there) or adds two halves (the AVX2 one: +0.0 where ATen's form gives -0.0).
 * **Whether a multiply-add rounds once.** ATen's vectorized loops call ``vec::fmadd``, one rounding on the
   AVX2/AVX-512 kernels (and the compiler contracts ``a * b + c`` in the scalar loops compiled with them);
   the ``DEFAULT`` kernels (``ATEN_CPU_CAPABILITY=default``, or a CPU without AVX2) compute ``a * b`` and
@@ -81,29 +81,43 @@ def reduced_float_vectors() -> bool:
 
 
 def onednn_gelu(x: torch.Tensor, approximate: str) -> bool:
-    """Whether CPU's ``gelu`` (and ``gelu_backward``) on a tensor like ``x`` runs oneDNN's ``eltwise_gelu_erf``
-    rather than ATen's own kernel: ``use_mkldnn`` of ATen's Activation.cpp takes a contiguous float32 tensor of
-    more than one element, or a bfloat16 one where oneDNN has bf16 on this CPU (``mkldnn_bf16_device_check``,
-    which ``torch.ops.mkldnn._is_mkldnn_bf16_supported`` returns), while ``torch.backends.mkldnn.enabled`` is on;
-    only for ``approximate='none'``. oneDNN forms ``x * (1 + erf(x / sqrt(2)))`` in fp32 before halving it, so
-    it overflows to inf above FLT_MAX / 2, where ATen's ``x * 0.5 * (1 + erf(...))`` does not."""
+    """Whether CPU's ``gelu`` on a tensor like ``x`` forms its result otherwise than ATen's own kernel,
+    ``x * 0.5 * (1 + erf(x / sqrt(2)))``: one of oneDNN's forms (``onednn_gelu_form``)."""
+    return onednn_gelu_form(x, approximate) is not None
+
+
+def onednn_gelu_form(x: torch.Tensor, approximate: str) -> str | None:
+    """How CPU's ``gelu`` (and ``gelu_backward``) on a tensor like ``x`` forms its result where it runs oneDNN's
+    ``eltwise_gelu_erf`` rather than ATen's own kernel (None: ATen's form). ``use_mkldnn`` of ATen's Activation.cpp
+    takes a contiguous float32 tensor of more than one element, or a bfloat16 one where oneDNN has bf16 on this CPU
+    (``mkldnn_bf16_device_check``, which ``torch.ops.mkldnn._is_mkldnn_bf16_supported`` returns), while
+    ``torch.backends.mkldnn.enabled`` is on; only for ``approximate='none'``. oneDNN's JIT kernel is chosen per
+    ISA, and its form is asked of CPU's own gelu of a contiguous tensor (``_onednn_gelu_kind``):
+
+    * ``"product"``: ``x * (1 + erf(x / sqrt(2)))`` in fp32, then halved: inf above FLT_MAX / 2 (the AVX-512
+      kernel, measured in torch 2.13);
+    * ``"halves"``: ``x / 2 + x / 2 * erf(x / sqrt(2))``: finite up to FLT_MAX, and +0.0, not ATen's -0.0, where
+      the erf is -1 (x below about -5.6, and -0.0 itself: the AVX2 kernel, measured on an AVX2 EPYC, torch 2.13)."""
     if approximate != "none" or not torch.backends.mkldnn.is_available() or not torch.backends.mkldnn.enabled:
-        return False
+        return None
     if x.numel() <= 1 or not x.is_contiguous():
-        return False
-    if x.dtype == torch.float32:
-        return _onednn_gelu_overflows(torch.float32)
-    return x.dtype == torch.bfloat16 and _onednn_bf16() and _onednn_gelu_overflows(torch.bfloat16)
+        return None
+    if x.dtype == torch.float32 or (x.dtype == torch.bfloat16 and _onednn_bf16()):
+        return _onednn_gelu_kind(x.dtype)
+    return None
 
 
 @functools.cache
-def _onednn_gelu_overflows(dtype: torch.dtype) -> bool:
-    """Whether oneDNN's gelu kernel on this host forms ``x * (1 + erf(...))`` before halving, asked of CPU's own
-    gelu of a contiguous tensor (the oneDNN path) of 3e38: inf where it does. oneDNN's JIT kernel is chosen per
-    ISA: measured in torch 2.13, the AVX-512 kernel overflows there and the AVX2 one gives 3e38, as ATen's own
-    ``x * 0.5 * (1 + erf(...))`` does, so on such a host ATen's form is CPU's form."""
+def _onednn_gelu_kind(dtype: torch.dtype) -> str | None:
+    """``onednn_gelu_form``'s answer for ``dtype``, asked of CPU's gelu of contiguous tensors (the oneDNN path):
+    of 3e38 (inf: ``"product"``), else of -100 and -0.0 (+0.0: ``"halves"``; ATen's form gives -0.0 for both)."""
     with _disable_current_modes():
-        return bool(torch.isinf(torch.nn.functional.gelu(torch.full((16,), 3e38, dtype=dtype))).all())
+        if bool(torch.isinf(torch.nn.functional.gelu(torch.full((16,), 3e38, dtype=dtype))).all()):
+            return "product"
+        zeros = torch.nn.functional.gelu(torch.tensor([-100.0, -0.0] * 8, dtype=dtype))
+        if bool((zeros == 0).all()) and not bool(torch.signbit(zeros).any()):
+            return "halves"
+    return None
 
 
 @functools.cache

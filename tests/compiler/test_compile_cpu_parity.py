@@ -229,6 +229,23 @@ def test_gelu_overflows_where_cpu_does(dtype):
     torch.testing.assert_close(got, want, equal_nan=True)
 
 
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn-on", "onednn-off"])
+def test_gelu_gives_cpus_zero_signs_eagerly_and_compiled(onednn):
+    """CPU's gelu takes one of three forms on a contiguous float32 tensor (cpu_host.onednn_gelu_form, asked of the
+    running torch): ATen's x * 0.5 * (1 + erf) gives -0.0 where the erf is -1 and for -0.0; oneDNN's AVX2 kernel
+    adds two halves, +0.0 there (the op suite's ci profile found 8066 such zeros); its AVX-512 kernel halves last.
+    The eager kernel and the compiled lowering follow the form CPU takes, with oneDNN on or off."""
+    big = float(torch.finfo(torch.float32).max)
+    x = torch.tensor([-100.0, -1e10, -0.0, -big, -6.0, -9.0, 0.0, 2.5, -1e-45] * 4)
+    with torch.backends.mkldnn.flags(enabled=onednn):
+        want = F.gelu(x)
+        for got in (F.gelu(x.to("neuron")).cpu(), _compiled(F.gelu, x).cpu()):
+            zeros = (want == 0) & (got == 0)
+            assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros])), (got, want)
+            assert int(zeros.sum()) >= 16  # -100, -1e10, -FLT_MAX and +-0.0 are zeros on both sides at least
+            torch.testing.assert_close(got, want)
+
+
 @pytest.mark.parametrize("index", [3, 0, 9])
 def test_embedding_of_a_0d_index_compiles(index):
     """A 0-d index lowers to a gather whose ``index_vector_dim`` is StableHLO's default (0), which the printed

@@ -65,8 +65,9 @@ def _gelu_compute(out: torch.Tensor, a: dict) -> None:
     _float_only("GeluKernelImpl", x)
     if approximate not in ("none", "tanh"):
         raise RuntimeError(f"approximate argument must be either none or tanh, got {approximate}")
-    if cpu_host.onednn_gelu(x, approximate):
-        elementwise("gelu", out, (x,), _gelu_onednn)
+    form = cpu_host.onednn_gelu_form(x, approximate)
+    if form is not None:
+        elementwise("gelu", out, (x,), _GELU_ONEDNN[form])
         return
     func = "gelu" if approximate == "none" else "gelu_tanh"
     elementwise("gelu", out, (x,), lambda nc, o, t: nc.scalar.activation(o, t, func))
@@ -80,6 +81,20 @@ def _gelu_onednn(nc, o: Tile, t: Tile) -> None:
     nc.vector.tensor_scalar(e, e, "add", 1.0, dtype=FP32)
     nc.vector.tensor_tensor(e, e, t, "multiply", dtype=FP32)
     nc.vector.tensor_scalar(o, e, "multiply", 0.5, dtype=FP32)
+
+
+def _gelu_onednn_halves(nc, o: Tile, t: Tile) -> None:
+    """oneDNN's eltwise_gelu_erf as its AVX2 kernel forms it (cpu_host.onednn_gelu_form "halves"): h = x / 2, then
+    h + h * erf(x / sqrt(2)) in fp32, so finite up to FLT_MAX and +0.0 where the erf is -1 (h + -h) or x is -0.0."""
+    h = nc.sbuf_tile(o.shape, FP32)
+    nc.vector.tensor_scalar(h, t, "multiply", 0.5, dtype=FP32)
+    e = nc.sbuf_tile(o.shape, FP32)
+    nc.scalar.activation(e, t, "erf", scale=float(np.float32(1 / math.sqrt(2))))
+    nc.vector.tensor_tensor(e, e, h, "multiply", dtype=FP32)
+    nc.vector.tensor_tensor(o, h, e, "add", dtype=FP32)
+
+
+_GELU_ONEDNN = {"product": _gelu_onednn, "halves": _gelu_onednn_halves}
 
 
 register_family("gelu", _gelu_compute, _meta_unary("same"))
