@@ -435,9 +435,13 @@ def sdpa_layouts(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, at
     matmuls' (an overlapping query gives an output with the batch innermost). The choice is asked of CPU on
     never-written proxies; the chosen path's layouts of torch's own meta kernels (the flash kernels' meta
     registrations, the math composite and its autograd on meta tensors), which nothing computes. A layout that
-    is not dense comes back None; the answers are cached per layout (sizes, strides, dtypes, scalars, switches)."""
+    is not dense comes back None; the answers are cached per layout (sizes, strides, dtypes, scalars, switches).
+    Where the switches leave CPU no kernel for the call (``sdpa_kernel([SDPBackend.OVERRIDEABLE])``, which the
+    device serves: CPU raises "No viable backend"), both come back None: a layout question never refuses a call."""
     flags = (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled(),
              torch.backends.cuda.mem_efficient_sdp_enabled())
+    if not (flags[0] or flags[1]):  # neither of CPU's kernels (asked, CPU would warn and raise)
+        return None, None
     return _sdpa_layouts(_layout_key(query), _layout_key(key), _layout_key(value), _layout_key(attn_mask),
                          float(dropout_p), bool(is_causal), None if scale is None else float(scale),
                          _layout_key(grad_out), flags)
@@ -458,8 +462,11 @@ def _sdpa_layouts(q, k, v, mask, dropout_p, is_causal, scale, grad, _flags):
 
     gqa = len(q[0]) >= 3 and len(k[0]) >= 3 and q[0][-3] != k[0][-3]
     with _disable_current_modes():
-        choice = torch._fused_sdp_choice(proxy(q), proxy(k), proxy(v), proxy(mask), dropout_p, is_causal,
-                                         scale=scale, enable_gqa=gqa)
+        try:
+            choice = torch._fused_sdp_choice(proxy(q), proxy(k), proxy(v), proxy(mask), dropout_p, is_causal,
+                                             scale=scale, enable_gqa=gqa)
+        except RuntimeError:  # math off and flash refusing these arguments: CPU has no kernel for them
+            return None, None
         mq, mk, mv = (meta(t, True) for t in (q, k, v))
         mm = meta(mask)
         if choice == SDPBackend.FLASH_ATTENTION.value:
