@@ -492,10 +492,10 @@ def _dense_or_none(t: torch.Tensor) -> tuple[int, ...] | None:
     return tuple(t.stride()) if is_non_overlapping_and_dense_or_false(t) else None
 
 
-def on_fresh_thread(fn: Callable[[], object]):
+def on_fresh_thread(fn: Callable[[], object]) -> object:
     """``fn()`` on a thread of its own: a kernel runs below autograd (its dispatch key excluded on this thread),
-    where the math composite's autograd graph, which the gradients' layouts come from, would not be recorded;
-    a new thread starts with the default dispatch state."""
+    where a composite's autograd graph on meta tensors, which the gradients' layouts come from (sdpa's math path,
+    ``rnn``'s cells), would not be recorded; a new thread starts with the default dispatch state."""
     import threading
 
     result: dict = {}
@@ -506,7 +506,7 @@ def on_fresh_thread(fn: Callable[[], object]):
         except BaseException as e:  # noqa: BLE001 - raised on the caller's thread
             result["error"] = e
 
-    worker = threading.Thread(target=run, name="cpu_host-sdpa-layouts")
+    worker = threading.Thread(target=run, name="cpu_host-layouts")
     worker.start()
     worker.join()
     if "error" in result:
