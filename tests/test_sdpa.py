@@ -282,3 +282,23 @@ def test_output_and_gradients_are_laid_out_as_cpus(shape, layout, causal):
         if values:
             torch.testing.assert_close(g_dev.cpu(), g_cpu, **TOL[torch.float32])
         assert _significant(g_dev) == _significant(g_cpu), (g_dev.stride(), g_cpu.stride())
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed"])
+def test_an_overrideable_only_call_runs_though_cpu_has_no_kernel_for_it(layout):
+    """``sdpa_kernel([SDPBackend.OVERRIDEABLE])`` leaves CPU neither flash nor math, so asking CPU's choice for the
+    layouts (cpu_host.sdpa_layouts) raised CPU's "No viable backend" out of the device's own fused kernel, which
+    serves the call; the layout question answers None there and the kernel keeps its own layout."""
+    from torch.nn.attention import sdpa_kernel
+
+    shape = (2, 3, 7, 16)
+    cpu = [_laid(shape, layout, seed, "cpu").detach().requires_grad_() for seed in range(3)]
+    dev = [_laid(shape, layout, seed, "neuron").detach().requires_grad_() for seed in range(3)]
+    expected = F.scaled_dot_product_attention(*cpu)
+    expected_grads = torch.autograd.grad(expected, cpu, _laid(shape, layout, 3, "cpu"))
+    with sdpa_kernel([SDPBackend.OVERRIDEABLE]):
+        got = F.scaled_dot_product_attention(*dev)
+        got_grads = torch.autograd.grad(got, dev, _laid(shape, layout, 3, "neuron"))
+    torch.testing.assert_close(got.detach().cpu(), expected.detach(), **TOL[torch.float32])
+    for g_dev, g_cpu in zip(got_grads, expected_grads, strict=True):
+        torch.testing.assert_close(g_dev.cpu(), g_cpu, **TOL[torch.float32])

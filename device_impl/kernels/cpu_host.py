@@ -449,9 +449,13 @@ def sdpa_layouts(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, at
     matmuls' (an overlapping query gives an output with the batch innermost). The choice is asked of CPU on
     never-written proxies; the chosen path's layouts of torch's own meta kernels (the flash kernels' meta
     registrations, the math composite and its autograd on meta tensors), which nothing computes. A layout that
-    is not dense comes back None; the answers are cached per layout (sizes, strides, dtypes, scalars, switches)."""
+    is not dense comes back None; the answers are cached per layout (sizes, strides, dtypes, scalars, switches).
+    Where the switches leave CPU no kernel for the call (``sdpa_kernel([SDPBackend.OVERRIDEABLE])``, which the
+    device serves: CPU raises "No viable backend"), both come back None: a layout question never refuses a call."""
     flags = (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled(),
              torch.backends.cuda.mem_efficient_sdp_enabled())
+    if not (flags[0] or flags[1]):  # neither of CPU's kernels (asked, CPU would warn and raise)
+        return None, None
     return _sdpa_layouts(_layout_key(query), _layout_key(key), _layout_key(value), _layout_key(attn_mask),
                          float(dropout_p), bool(is_causal), None if scale is None else float(scale),
                          _layout_key(grad_out), flags)
@@ -472,8 +476,11 @@ def _sdpa_layouts(q, k, v, mask, dropout_p, is_causal, scale, grad, _flags):
 
     gqa = len(q[0]) >= 3 and len(k[0]) >= 3 and q[0][-3] != k[0][-3]
     with _disable_current_modes():
-        choice = torch._fused_sdp_choice(proxy(q), proxy(k), proxy(v), proxy(mask), dropout_p, is_causal,
-                                         scale=scale, enable_gqa=gqa)
+        try:
+            choice = torch._fused_sdp_choice(proxy(q), proxy(k), proxy(v), proxy(mask), dropout_p, is_causal,
+                                             scale=scale, enable_gqa=gqa)
+        except RuntimeError:  # math off and flash refusing these arguments: CPU has no kernel for them
+            return None, None
         mq, mk, mv = (meta(t, True) for t in (q, k, v))
         mm = meta(mask)
         if choice == SDPBackend.FLASH_ATTENTION.value:
@@ -499,10 +506,10 @@ def _dense_or_none(t: torch.Tensor) -> tuple[int, ...] | None:
     return tuple(t.stride()) if is_non_overlapping_and_dense_or_false(t) else None
 
 
-def on_fresh_thread(fn: Callable[[], object]):
+def on_fresh_thread(fn: Callable[[], object]) -> object:
     """``fn()`` on a thread of its own: a kernel runs below autograd (its dispatch key excluded on this thread),
-    where the math composite's autograd graph, which the gradients' layouts come from, would not be recorded;
-    a new thread starts with the default dispatch state."""
+    where a composite's autograd graph on meta tensors, which the gradients' layouts come from (sdpa's math path,
+    ``rnn``'s cells), would not be recorded; a new thread starts with the default dispatch state."""
     import threading
 
     result: dict = {}
@@ -513,7 +520,7 @@ def on_fresh_thread(fn: Callable[[], object]):
         except BaseException as e:  # noqa: BLE001 - raised on the caller's thread
             result["error"] = e
 
-    worker = threading.Thread(target=run, name="cpu_host-sdpa-layouts")
+    worker = threading.Thread(target=run, name="cpu_host-layouts")
     worker.start()
     worker.join()
     if "error" in result:

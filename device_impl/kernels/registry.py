@@ -142,6 +142,13 @@ def _cast_layout(t: torch.Tensor, common: torch.dtype | None) -> torch.Tensor:
     return proxy.to(common)
 
 
+def promotes_to_result(meta: Meta) -> Promotes:
+    """``register_family``'s ``promotes`` for a binary family whose iterator's common dtype is its result dtype
+    (``build_borrowing_binary_op``/``binary_float_op``: fmax, copysign, hypot, gcd, the shifts, ...; not the
+    comparisons, whose result is bool): ``meta``'s dtype."""
+    return lambda args: meta(args)[1]
+
+
 def _ti_restride(out: torch.Tensor, operands: Sequence[Any], common: torch.dtype | None = None) -> None:
     """Give a just-resized, contiguous ``out`` TensorIterator's output strides for ``operands`` (metadata only).
 

@@ -234,9 +234,13 @@ def _key(t: torch.Tensor | None) -> tuple | None:
 
 
 def _meta(key: tuple | None, requires_grad: bool = False) -> torch.Tensor | None:
+    """A meta proxy of ``key``'s sizes and strides, in float32 whatever the key's dtype: CPU's cell computes in one
+    dtype throughout, where TensorIterator casts nothing and its layouts do not depend on the dtype; on meta,
+    torch's Python references upcast bfloat16/float16 operands to float32 first, an expanded one becoming dense
+    (an expanded grad_cy beside a transposed grad_hy gave a contiguous bfloat16 cx gradient, CPU's is transposed)."""
     if key is None:
         return None
-    m = torch.empty_strided(key[0], key[1], dtype=key[2], device="meta")
+    m = torch.empty_strided(key[0], key[1], dtype=torch.float32, device="meta")
     return m.requires_grad_(True) if requires_grad else m
 
 
@@ -264,8 +268,8 @@ def _lstm_grad_cx_layout(ig_shape: tuple, gh_t: tuple | None, gc_t: tuple | None
     (``_key``; either cotangent may be None)."""
     def grad() -> tuple:
         with torch.enable_grad():
-            ig = torch.empty(ig_shape, device="meta").requires_grad_(True)
-            hg = torch.empty(ig_shape, device="meta").requires_grad_(True)
+            ig = torch.empty(ig_shape, dtype=torch.float32, device="meta").requires_grad_(True)
+            hg = torch.empty(ig_shape, dtype=torch.float32, device="meta").requires_grad_(True)
             cx = _meta(cx_t, True)
             hy, cy = _lstm_states(ig, hg, cx)
             pairs = [(o, _meta(g)) for o, g in ((hy, gh_t), (cy, gc_t)) if g is not None]
@@ -275,17 +279,36 @@ def _lstm_grad_cx_layout(ig_shape: tuple, gh_t: tuple | None, gc_t: tuple | None
     return on_fresh_thread(grad)
 
 
+def _gru_hy(ig, hg, hx):
+    """CPU's GRUCell after its linears: the gates chunked, ``r``/``z`` added into the hidden gates' chunks and
+    activated in place, ``n = i_n.add(h_n.mul_(r)).tanh_()``, ``hy = (hx - n).mul_(z).add_(n)``."""
+    ci, ch = ig.unsafe_chunk(3, 1), hg.unsafe_chunk(3, 1)
+    r = ch[0].add_(ci[0]).sigmoid_()
+    z = ch[1].add_(ci[1]).sigmoid_()
+    n = ci[2].add(ch[2].mul_(r)).tanh_()
+    return (hx - n).mul_(z).add_(n)
+
+
 @functools.lru_cache(maxsize=256)
 def _gru_layout(ig_t: tuple, hg_t: tuple, hx_t: tuple) -> tuple[int, ...]:
-    """hy's strides of CPU's GRUCell after its linears: the gates chunked, ``r``/``z`` added into the hidden
-    gates' chunks and activated in place, ``n = i_n.add(h_n.mul_(r)).tanh_()``, ``hy = (hx - n).mul_(z).add_(n)``."""
+    """hy's strides of CPU's gru_cell whose gates and hx have these layouts (``_key``)."""
     with torch.no_grad():
-        ig, hg, hx = _meta(ig_t), _meta(hg_t), _meta(hx_t)
-        ci, ch = ig.unsafe_chunk(3, 1), hg.unsafe_chunk(3, 1)
-        r = ch[0].add_(ci[0]).sigmoid_()
-        z = ch[1].add_(ci[1]).sigmoid_()
-        n = ci[2].add(ch[2].mul_(r)).tanh_()
-        return tuple((hx - n).mul_(z).add_(n).stride())
+        return tuple(_gru_hy(_meta(ig_t), _meta(hg_t), _meta(hx_t)).stride())
+
+
+@functools.lru_cache(maxsize=256)
+def _gru_grad_hx_layout(ig_shape: tuple, gh_t: tuple) -> tuple[int, ...]:
+    """The strides of the hx gradient CPU's autograd gives gru_cell's pointwise steps for a cotangent of this
+    layout (``_key``): ``(hx - n) * z``'s, ``grad_hy * z``, the fused backward's grad_hx (autograd adds the hidden
+    linear's part to it, on either device; hx's own layout has no say), the gates CPU's contiguous linear results."""
+    def grad() -> tuple:
+        with torch.enable_grad():
+            ig, hg = (torch.empty(ig_shape, dtype=torch.float32, device="meta") for _ in range(2))
+            hx = torch.empty((ig_shape[0], ig_shape[1] // 3), dtype=torch.float32, device="meta").requires_grad_(True)
+            got, = torch.autograd.grad(_gru_hy(ig, hg, hx), (hx,), _meta(gh_t))
+            return tuple(got.stride())
+
+    return on_fresh_thread(grad)
 
 
 def _strided(shape, strides: tuple[int, ...], like: torch.Tensor) -> torch.Tensor:
@@ -500,7 +523,8 @@ def _gru_backward(a: dict) -> tuple:
     _check(ws_t.dtype == gh_t.dtype, op, "expected grad_hy and workspace to have the same dtype")
     if _composite(ws_t, op):
         return _gru_backward_composite(gh_t, ws_t, has_bias)
-    grad_ig, grad_hg, grad_hx_t = _empty((B, 3 * H), ws_t), _empty((B, 3 * H), ws_t), _empty((B, H), gh_t)
+    grad_ig, grad_hg = _empty((B, 3 * H), ws_t), _empty((B, 3 * H), ws_t)
+    grad_hx_t = _strided((B, H), _gru_grad_hx_layout((B, 3 * H), _key(gh_t)), gh_t)
     grad_ib = _empty((3 * H,), ws_t) if has_bias else None
     grad_hb = _empty((3 * H,), ws_t) if has_bias else None
     if B == 0 or H == 0:

@@ -522,13 +522,20 @@ PROMOTING = {
     "ge": torch.ge, "eq": torch.eq, "add": torch.add, "sub": torch.sub, "mul": torch.mul, "div": torch.div,
     "atan2": torch.atan2, "maximum": torch.maximum, "logical_and": torch.logical_and, "logical_xor": torch.logical_xor,
     "floor_divide": lambda a, b, **out: torch.div(a, b, rounding_mode="floor", **out),
+    # the binary families registered outside binary.py (registry.promotes_to_result)
+    "fmax": torch.fmax, "fmin": torch.fmin, "copysign": torch.copysign, "hypot": torch.hypot,
+    "logaddexp": torch.logaddexp, "logaddexp2": torch.logaddexp2, "xlogy": torch.xlogy, "nextafter": torch.nextafter,
+    "gcd": torch.gcd, "lcm": torch.lcm, "bitwise_left_shift": torch.bitwise_left_shift,
+    "bitwise_right_shift": torch.bitwise_right_shift,
 }
+INTEGRAL = {"gcd", "lcm", "bitwise_left_shift", "bitwise_right_shift"}  # CPU refuses a float common dtype
 
 
-def _cast_operands(device: str) -> tuple:
+def _cast_operands(device: str, op: str = "") -> tuple:
     small = torch.arange(1, 3, dtype=torch.uint8).reshape(1, 2, 1).to(device).expand(1, 2, 128)
-    other = (torch.rand(133, generator=torch.Generator().manual_seed(4)) + 0.5).to(device)
-    return small, other.as_strided((5, 2, 128), (1, 1, 1))
+    other = (torch.rand(133, generator=torch.Generator().manual_seed(4)) + 0.5)
+    other = (other * 5).to(torch.int32) if op in INTEGRAL else other
+    return small, other.to(device).as_strided((5, 2, 128), (1, 1, 1))
 
 
 @pytest.mark.parametrize("op", PROMOTING, ids=list(PROMOTING))
@@ -540,7 +547,7 @@ def test_a_cast_operand_lays_out_the_result_as_its_cast_copy(op):
     call resizes and on the functional form of the ops whose functional form ATen routes through it (logical_*);
     a structured op's functional form is laid out by ATen's meta on the device, before any kernel runs (below)."""
     fn = PROMOTING[op]
-    host, dev = _cast_operands("cpu"), _cast_operands("neuron")
+    host, dev = _cast_operands("cpu", op), _cast_operands("neuron", op)
     expected = fn(*host)
     out_cpu, out_dev = torch.empty(0, dtype=expected.dtype), torch.empty(0, dtype=expected.dtype, device="neuron")
     fn(*host, out=out_cpu)

@@ -1017,3 +1017,22 @@ def test_advanced_index_result_is_laid_out_as_cpus(layout, key):
     got = make("neuron")[tuple(k.to("neuron") if isinstance(k, torch.Tensor) else k for k in keys)]
     assert torch.equal(got.cpu(), expected)
     assert _significant(got) == _significant(expected), (got.stride(), expected.stride())
+
+
+@pytest.mark.parametrize("key", INDEX_KEYS, ids=list(INDEX_KEYS))
+@pytest.mark.parametrize("layout", INDEX_SELVES, ids=list(INDEX_SELVES))
+def test_advanced_index_into_a_resized_out_is_laid_out_as_cpus(layout, key):
+    """``index.Tensor_out`` is structured: an out= the call resizes takes its TensorIterator's strides, as the
+    functional result does (the device's resized out came back contiguous: CPU's index of a permuted (4, 5, 6)
+    self into ``torch.empty(0)`` is (30, 1, 5))."""
+    make, keys = INDEX_SELVES[layout], INDEX_KEYS[key]()
+    host = make("cpu")
+    if any(isinstance(k, torch.Tensor) and k.dtype == torch.bool and k.shape[0] != host.shape[0] for k in keys):
+        keys = (torch.arange(host.shape[0]) % 2 == 0,)
+    expected = torch.empty(0, dtype=host.dtype)
+    torch.ops.aten.index.Tensor_out(host, [None if isinstance(k, slice) else k for k in keys], out=expected)
+    got = torch.empty(0, dtype=host.dtype, device="neuron")
+    torch.ops.aten.index.Tensor_out(make("neuron"), [None if isinstance(k, slice) else k.to("neuron") for k in keys],
+                                    out=got)
+    assert torch.equal(got.cpu(), expected)
+    assert _significant(got) == _significant(expected), (got.stride(), expected.stride())

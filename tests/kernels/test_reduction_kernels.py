@@ -1183,3 +1183,21 @@ def test_group_norm_output_keeps_the_inputs_memory_format(shape, fmt, dtype):
     got = torch.nn.functional.group_norm(host.to("neuron"), 2, w.to("neuron"), b.to("neuron"))
     assert got.stride() == expected.stride()
     torch.testing.assert_close(got.cpu(), expected, rtol=2e-3 if dtype == torch.float16 else 1e-5, atol=1e-3)
+
+
+@pytest.mark.parametrize("how", ["transposed", "permuted", "expanded", "channels_last"])
+def test_group_norm_backward_grad_input_is_laid_out_as_cpus(how):
+    """CPU's native_group_norm_backward allocates grad_input ``empty_like(X)`` in ``X.suggest_memory_format()``:
+    a direct call's X that is not dense in it (transposed, permuted, expanded) gives a contiguous grad_input, where
+    the device's followed X's order. Layouts only: CPU's kernel reads such an X as if it were contiguous."""
+    g = torch.Generator().manual_seed(0)
+    x = {"transposed": lambda: torch.randn(2, 4, 3, 5, generator=g).transpose(2, 3),
+         "permuted": lambda: torch.randn(2, 5, 4, 3, generator=g).permute(0, 2, 1, 3),
+         "expanded": lambda: torch.randn(2, 4, 1, 3, generator=g).expand(2, 4, 5, 3),
+         "channels_last": lambda: torch.randn(2, 4, 5, 3, generator=g).contiguous(memory_format=torch.channels_last)}[how]()
+    dy = torch.randn(2, 4, 5, 3, generator=g)
+    _, mean, rstd = torch.ops.aten.native_group_norm(x.contiguous(), None, None, 2, 4, 15, 2, 1e-5)
+    expected = torch.ops.aten.native_group_norm_backward(dy, x, mean, rstd, None, 2, 4, 15, 2, [True, False, False])[0]
+    got = torch.ops.aten.native_group_norm_backward(*(t.to("neuron") for t in (dy, x, mean, rstd)), None, 2, 4, 15, 2,
+                                                    [True, False, False])[0]
+    assert got.stride() == expected.stride()

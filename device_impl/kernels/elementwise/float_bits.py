@@ -27,7 +27,7 @@ from device_impl.dispatch.table import TABLE
 from device_impl.engine.dtypes import COMPUTE_DTYPES, FP32
 from device_impl.kernels.common import broadcast_shape, check_out, elementwise, numpy_dtype, result_type
 from device_impl.kernels.elementwise.loop import BOOL, _FLOATS, _refuse, _tiles
-from device_impl.kernels.registry import register_family
+from device_impl.kernels.registry import promotes_to_result, register_family
 
 
 def _nextafter_compute(out: torch.Tensor, a: dict) -> None:
@@ -53,7 +53,7 @@ def _nextafter_meta(a: dict) -> tuple:
     return broadcast_shape(x, y), result_type(x, y), (x, y)
 
 
-register_family("nextafter", _nextafter_compute, _nextafter_meta)
+register_family("nextafter", _nextafter_compute, _nextafter_meta, promotes=promotes_to_result(_nextafter_meta))
 
 
 _FREXP_STEPS = 3  # GpSimd element-steps per element: exponent field, normalise, select the specials

@@ -22,7 +22,7 @@ import torch
 
 from device_impl.kernels.common import broadcast_shape, elementwise, numpy_dtype, result_type
 from device_impl.kernels.elementwise.loop import _refuse, _tiles
-from device_impl.kernels.registry import register_family
+from device_impl.kernels.registry import promotes_to_result, register_family
 
 
 def _euclid(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -85,5 +85,5 @@ def _meta(a: dict) -> tuple:
     return broadcast_shape(x, y), result_type(x, y), (x, y)
 
 
-register_family("gcd", _compute("gcd"), _meta)
-register_family("lcm", _compute("lcm"), _meta)
+register_family("gcd", _compute("gcd"), _meta, promotes=promotes_to_result(_meta))
+register_family("lcm", _compute("lcm"), _meta, promotes=promotes_to_result(_meta))

@@ -35,7 +35,7 @@ from device_impl.engine.dtypes import FP32
 from device_impl.kernels import cpu_host
 from device_impl.kernels.common import broadcast_shape, elementwise, numpy_dtype, promote, result_type
 from device_impl.kernels.elementwise.loop import BOOL, _FLOATS, _fma, _refuse, binary
-from device_impl.kernels.registry import register_family
+from device_impl.kernels.registry import promotes_to_result, register_family
 
 
 def _tile(nc, like: Tile, value: Any) -> Tile:
@@ -92,8 +92,8 @@ def _logaddexp(packet: str, base2: bool):
     return compute
 
 
-register_family("logaddexp", _logaddexp("logaddexp", False), _meta("self", "other"))
-register_family("logaddexp2", _logaddexp("logaddexp2", True), _meta("self", "other"))
+register_family("logaddexp", _logaddexp("logaddexp", False), _meta("self", "other"), promotes=promotes_to_result(_meta("self", "other")))
+register_family("logaddexp2", _logaddexp("logaddexp2", True), _meta("self", "other"), promotes=promotes_to_result(_meta("self", "other")))
 
 
 def _xlogy_compute(out: torch.Tensor, a: dict) -> None:
@@ -122,7 +122,7 @@ def _xlogy_compute(out: torch.Tensor, a: dict) -> None:
     elementwise("xlogy", out, (x, y), emit, common_dtype=common)
 
 
-register_family("xlogy", _xlogy_compute, _meta("self", "other", int_to_float=True))
+register_family("xlogy", _xlogy_compute, _meta("self", "other", int_to_float=True), promotes=promotes_to_result(_meta("self", "other", int_to_float=True)))
 
 
 def _hypot_compute(out: torch.Tensor, a: dict) -> None:
@@ -133,7 +133,7 @@ def _hypot_compute(out: torch.Tensor, a: dict) -> None:
     elementwise("hypot", out, (x, y), lambda nc, o, p, q: binary(nc, o, p, q, "hypot", FP32), common_dtype=common)
 
 
-register_family("hypot", _hypot_compute, _meta("self", "other"))
+register_family("hypot", _hypot_compute, _meta("self", "other"), promotes=promotes_to_result(_meta("self", "other")))
 
 
 def _logit_compute(out: torch.Tensor, a: dict) -> None:

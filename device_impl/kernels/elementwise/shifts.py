@@ -22,7 +22,7 @@ from device_impl.dispatch.table import TABLE
 from device_impl.engine.dtypes import COMPUTE_DTYPES
 from device_impl.kernels.common import broadcast_shape, elementwise, numpy_dtype, result_type
 from device_impl.kernels.elementwise.loop import BOOL, _refuse, _tiles
-from device_impl.kernels.registry import Binder, _inplace_kernel, _sourced, register_family
+from device_impl.kernels.registry import Binder, _inplace_kernel, _sourced, promotes_to_result, register_family
 
 
 def _meta(a: dict) -> tuple:
@@ -69,8 +69,8 @@ def _shift(left: bool):
 
 def _register(packet: str, operator: str, left: bool) -> None:
     compute = _shift(left)
-    register_family(packet, compute, _meta)
-    register_family(operator, compute, _meta)  # __lshift__.Tensor/.Scalar; their out= reach those
+    register_family(packet, compute, _meta, promotes=promotes_to_result(_meta))
+    register_family(operator, compute, _meta, promotes=promotes_to_result(_meta))  # __lshift__.Tensor/.Scalar; their out= reach those
     inplace = operator.replace("__", "__i", 1)  # __ilshift__: not ``__lshift___``, so named here
     for ov in getattr(torch.ops.aten, inplace).overloads():
         op = f"aten::{inplace}.{ov}"

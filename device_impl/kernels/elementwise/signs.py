@@ -27,7 +27,7 @@ from device_impl.kernels import cpu_host
 from device_impl.kernels.common import broadcast_shape, elementwise, numpy_compute, promote, result_type
 from device_impl.kernels.elementwise.loop import BOOL, _FLOATS, _refuse, binary
 from device_impl.kernels.elementwise.unary import _meta_unary, _sign_compute
-from device_impl.kernels.registry import register_family
+from device_impl.kernels.registry import promotes_to_result, register_family
 
 register_family("sgn", _sign_compute, _meta_unary("same"))
 
@@ -116,7 +116,8 @@ def _copysign_compute(out: torch.Tensor, a: dict) -> None:
     elementwise("copysign", out, (x, y), lambda nc, o, p, q: binary(nc, o, p, q, "copysign", cd), common_dtype=common)
 
 
-register_family("copysign", _copysign_compute, _meta_binary("self", "other", int_to_float=True))
+_COPYSIGN_META = _meta_binary("self", "other", int_to_float=True)
+register_family("copysign", _copysign_compute, _COPYSIGN_META, promotes=promotes_to_result(_COPYSIGN_META))
 
 
 def _extremum(packet: str, larger: bool):
@@ -154,5 +155,6 @@ def _extremum(packet: str, larger: bool):
     return compute
 
 
-register_family("fmax", _extremum("fmax", True), _meta_binary("self", "other"))
-register_family("fmin", _extremum("fmin", False), _meta_binary("self", "other"))
+_EXTREMUM_META = _meta_binary("self", "other")
+register_family("fmax", _extremum("fmax", True), _EXTREMUM_META, promotes=promotes_to_result(_EXTREMUM_META))
+register_family("fmin", _extremum("fmin", False), _EXTREMUM_META, promotes=promotes_to_result(_EXTREMUM_META))

@@ -268,8 +268,9 @@ def _index_into(nc, out: torch.Tensor | None, self: torch.Tensor, indices) -> to
     plan.validate(nc)
     if out is None:
         out = torch.empty_strided(plan.shape, _result_strides(plan, self), dtype=self.dtype, device=self.device)
-    elif tuple(out.shape) != plan.shape:
+    elif tuple(out.shape) != plan.shape:  # a resized out= takes the iterator's strides too (set_output_raw_strided)
         resize_output(out, plan.shape)
+        out.as_strided_(plan.shape, _result_strides(plan, self))
     if out.numel() == 0:
         return out
     ov = hbm(out)

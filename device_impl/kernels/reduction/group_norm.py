@@ -16,6 +16,7 @@ import math
 import numpy as np
 import torch
 from numpy.lib.stride_tricks import as_strided
+from torch._prims_common import suggest_memory_format
 
 from device_impl._compat import torch_at_least
 from device_impl.dispatch.table import TABLE
@@ -71,9 +72,10 @@ def _scratch(shape, like: torch.Tensor) -> torch.Tensor:
 def _like_input(x: torch.Tensor) -> torch.Tensor:
     """The output (forward) or grad_input (backward) as CPU allocates it: ``empty_like(X)`` in
     ``X.suggest_memory_format()``, so a channels-last input gives a channels-last result (the device's was
-    contiguous: designed group_norm-float16-near_zero-channels_last-512, CPU (48, 1, 16, 4)). X is dense in that
-    format (the kernels refuse it otherwise, as CPU), so its own strides are that format's."""
-    return torch.empty_like(x, memory_format=torch.preserve_format)
+    contiguous: designed group_norm-float16-near_zero-channels_last-512, CPU (48, 1, 16, 4)). The forward refuses
+    an X not dense in that format, as CPU; the backward takes any X (a direct call's transposed X gives CPU a
+    contiguous grad_input, not X's order), so the format is asked of torch's rule, not taken from X's strides."""
+    return torch.empty_like(x, memory_format=suggest_memory_format(x))
 
 
 # the memory formats besides the default one an input may be dense in (CPU asks X.suggest_memory_format())
