@@ -350,8 +350,10 @@ _PROPERTIES = '''
 _MODE_RUNNER = '''
 
 def stage_pending(values):
-    """Each device input moved, in place, onto a fresh storage a queued device-to-device copy fills, so the op
-    reads inputs whose producer is still queued (harness.modes.stage_pending, as adaptive mode runs a case)."""
+    """Each device input moved, in place, onto a fresh storage holding other values, which a queued device-to-device
+    copy fills, so the op reads inputs whose producer is still queued (harness.modes.stage_pending, as adaptive
+    mode runs a case)."""
+    module = getattr(torch, torch.device(DEVICE).type)
     moved = {}
     with torch.no_grad():
         for t in values:
@@ -364,7 +366,12 @@ def stage_pending(values):
             if fresh is None:
                 count = storage.nbytes() // t.element_size()
                 old = torch.empty(0, dtype=t.dtype, device=t.device).set_(storage, 0, (count,), (1,))
-                fresh = moved[storage.data_ptr()] = torch.empty(count, dtype=t.dtype, device=t.device)
+                if old.dtype.is_floating_point or old.dtype.is_complex:  # values unlike the case's, settled first
+                    fresh = torch.where(torch.isnan(old), torch.zeros_like(old), torch.full_like(old, float("nan")))
+                else:
+                    fresh = torch.logical_not(old) if old.dtype == torch.bool else torch.bitwise_not(old)
+                module.synchronize()
+                moved[storage.data_ptr()] = fresh
                 fresh.copy_(old)
             t.set_(fresh.untyped_storage(), t.storage_offset(), t.size(), t.stride())
 

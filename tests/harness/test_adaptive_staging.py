@@ -53,3 +53,28 @@ def test_adaptive_mode_catches_a_kernel_reading_its_inputs_before_their_producer
     assert caught.verdict == "fail" and "output" in caught.message, caught.message
     monkeypatch.setattr(modes, "stage_pending", lambda values, device: None)
     assert runner.run_case(case).verdict == "pass"
+
+
+def test_an_adaptive_reproducer_stages_its_inputs_as_the_runner_does(tmp_path):
+    """The reproducer of an adaptive case stages its inputs as the runner (its ``stage_pending``): run as rendered it
+    passes, and with linalg_cross's capture fix undone in the script's process it fails, as the runner's case does."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from harness import repro
+    from harness.specs import SPECS
+
+    case = _cross_case()
+    spec = SPECS["linalg_cross"]
+    script = repro.render(spec, case, spec.render(case.params, ["x0", "x1"]))
+    assert "stage_pending(dev_in)" in script
+    root = Path(__file__).resolve().parents[2]
+    runs = {}
+    for name, text in (("fixed", script), ("undone", script.replace(
+            "import device_impl  #", "import device_impl.engine.core as _core; _core.divert = lambda stand_in: None  #"))):
+        path = tmp_path / f"{name}.py"
+        path.write_text(text)
+        runs[name] = subprocess.run([sys.executable, str(path)], cwd=root, capture_output=True, text=True, timeout=600)
+    assert runs["fixed"].returncode == 0, runs["fixed"].stderr[-2000:]
+    assert runs["undone"].returncode != 0 and "output" in runs["undone"].stderr, runs["undone"].stderr[-2000:]
