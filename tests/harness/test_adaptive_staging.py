@@ -68,7 +68,7 @@ def test_an_adaptive_reproducer_stages_its_inputs_as_the_runner_does(tmp_path):
     case = _cross_case()
     spec = SPECS["linalg_cross"]
     script = repro.render(spec, case, spec.render(case.params, ["x0", "x1"]))
-    assert "stage_pending(dev_in)" in script
+    assert "stage_pending(globals().get(\"dev_in\", ()))" in script
     root = Path(__file__).resolve().parents[2]
     runs = {}
     for name, text in (("fixed", script), ("undone", script.replace(
@@ -78,3 +78,22 @@ def test_an_adaptive_reproducer_stages_its_inputs_as_the_runner_does(tmp_path):
         runs[name] = subprocess.run([sys.executable, str(path)], cwd=root, capture_output=True, text=True, timeout=600)
     assert runs["fixed"].returncode == 0, runs["fixed"].stderr[-2000:]
     assert runs["undone"].returncode != 0 and "output" in runs["undone"].stderr, runs["undone"].stderr[-2000:]
+
+
+def test_an_opinfo_reproducer_runs_in_adaptive_mode(tmp_path):
+    """The OpInfo sweep's reproducers share the mode runner but have no op-spec inputs (``dev_in``) to stage, as the
+    sweep stages none: an adaptive one runs (it raised NameError while the runner named ``dev_in`` outright)."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from torch.testing._internal.common_methods_invocations import op_db
+
+    from harness import opinfo
+
+    op = next(o for o in op_db if o.name == "add")
+    path = tmp_path / "opinfo_add.py"
+    path.write_text(opinfo._reproducer(op, torch.float32, "sample", 0, "neuron", "", mode="adaptive"))
+    run = subprocess.run([sys.executable, str(path)], cwd=Path(__file__).resolve().parents[2], capture_output=True,
+                         text=True, timeout=600)
+    assert run.returncode == 0 and "reproducer passed" in run.stdout, run.stderr[-2000:]
