@@ -51,6 +51,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Callable
 import warnings
 from pathlib import Path
 
@@ -106,13 +107,18 @@ def sgemm_seconds_per_flop(repeats: int = 200) -> float:
     a = rng.standard_normal((128, 128), dtype=np.float32)
     b = rng.standard_normal((128, 512), dtype=np.float32)
     out = np.empty((128, 512), np.float32)
+    return _best_seconds(lambda: np.matmul(a, b, out=out), repeats) / (2 * 128 * 128 * 512)
+
+
+def _best_seconds(call: Callable[[], object], repeats: int) -> float:
+    """Seconds per ``call()``: the best of three batches of ``repeats`` calls."""
     best = float("inf")
     for _ in range(3):
         started = time.perf_counter()
         for _ in range(repeats):
-            np.matmul(a, b, out=out)
+            call()
         best = min(best, (time.perf_counter() - started) / repeats)
-    return best / (2 * 128 * 128 * 512)
+    return best
 
 
 def float64_exp_elements(fn) -> int:
@@ -148,13 +154,7 @@ def float64_exp_seconds(elements: int, repeats: int = 20) -> float:
         return 0.0
     x = np.random.default_rng(0).standard_normal(elements, dtype=np.float32)
     out = np.empty_like(x)
-    best = float("inf")
-    for _ in range(3):
-        started = time.perf_counter()
-        for _ in range(repeats):
-            isa._exp_neg_into(x, out)
-        best = min(best, (time.perf_counter() - started) / repeats)
-    return best
+    return _best_seconds(lambda: isa._exp_neg_into(x, out), repeats)
 
 
 def _output(result) -> torch.Tensor:
