@@ -28,7 +28,10 @@ All of the above is measured pinned, by default to one host thread (benches/thre
 ``threads.pinned_label``, names the threads in force). ``--host-cores`` adds, clearly
 labelled, the wall figures and their targets at the host's core count (``threads.at_host_cores``: the simulator's
 host threads and CPU eager's torch threads at ``threads.host_cores()``, numpy's BLAS still one thread per call, so the
-bits stay); device time, HBM bytes and compiles do not depend on threads.
+bits stay), and the host floor at that count: the same sgemm and float64 exp, each split among the threads as the
+static replay splits them (``workers.split``), at the speedup this host gives them in this run (``parallel_speedup``:
+a host whose vCPUs share a physical core gives well under the core count); device time, HBM bytes and compiles do
+not depend on threads.
 
 ``--breakdown`` prints instead, per case, where the compiled program's HBM bytes and device time go: one row
 per step, reads by buffer class (weights, inputs, constants, scratch, outputs) and writes (scratch, outputs),
@@ -230,13 +233,57 @@ def _print_targets(targets: list[tuple[str, float, float]]) -> bool:
     return all(value <= limit for _, value, limit in targets)
 
 
-def host_cores_report(cpu, eager, compiled, repeats: int) -> bool:
-    """The wall figures and their targets at the host's core count (``threads.at_host_cores``); True when met."""
+def parallel_speedup(share: Callable[[int, int], object], extent: int, cores: int, repeats: int) -> float:
+    """How much faster ``share(0, extent)`` runs split among ``cores`` host threads the way the static replay splits
+    a product's blocks (``workers.split``: contiguous shares, the caller takes the first) than on one thread, best
+    of three batches each. Ideal is ``cores``; two vCPUs that share one physical core, or a host that packs a
+    woken thread onto the waker's core, give less, and the simulator's arithmetic can go no faster than this."""
+    from device_impl.compiler import workers
+
+    one = _best_seconds(lambda: share(0, extent), repeats)
+    split = _best_seconds(lambda: workers.split(extent, share, cores), repeats)
+    return one / split
+
+
+def host_parallel_floor(tensore_flops: int, exp_elements: int, cores: int, repeats: int = 20) -> tuple[float, float, float]:
+    """The host floor (``report``: the products' sgemm and ScalarE's float64 exp alone) when both are split among
+    ``cores`` threads, each at the speedup this host measures for it now (``parallel_speedup``): product tiles
+    of the replay's BLAS shape (one [128, 128] @ [128, 512] per block, blocks shared out) and the exp's elements.
+    Returns (floor seconds, sgemm speedup, exp speedup)."""
+    import numpy as np
+
+    from device_impl.engine import isa
+
+    blocks = 8 * cores
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((blocks, 128, 128), dtype=np.float32)
+    b = rng.standard_normal((blocks, 128, 512), dtype=np.float32)
+    out = np.empty((blocks, 128, 512), np.float32)
+    blocks_speedup = parallel_speedup(lambda i, j: np.matmul(a[i:j], b[i:j], out=out[i:j]), blocks, cores, repeats)
+    products = tensore_flops * _best_seconds(lambda: np.matmul(a, b, out=out), repeats) / (2 * blocks * 128 * 128 * 512)
+    exp_speedup, exp_seconds = 1.0, 0.0
+    if exp_elements:
+        x = rng.standard_normal(exp_elements, dtype=np.float32)
+        y = np.empty_like(x)
+        exp_speedup = parallel_speedup(lambda i, j: isa._exp_neg_into(x[i:j], y[i:j]), exp_elements, cores, repeats)
+        exp_seconds = _best_seconds(lambda: isa._exp_neg_into(x, y), repeats)
+    return products / blocks_speedup + exp_seconds / exp_speedup, blocks_speedup, exp_speedup
+
+
+def host_cores_report(cpu, eager, compiled, repeats: int, tensore_flops: int = 0, exp_elements: int = 0) -> bool:
+    """The wall figures and their targets at the host's core count (``threads.at_host_cores``), and the host floor
+    at that count (``host_parallel_floor``, where ``tensore_flops`` is given); True when the targets are met."""
     with threads.at_host_cores() as cores:
         walls = {"cpu": wall_seconds(cpu, "cpu", repeats), "eager": wall_seconds(eager, "neuron", repeats),
                  "compiled": wall_seconds(compiled, "neuron", repeats)}
+        floor = host_parallel_floor(tensore_flops, exp_elements, cores) if tensore_flops else None
     print(threads.host_cores_label(cores) + ":")
     print(f"{'':34s} {walls['cpu'] * 1e3:10.2f}ms {walls['eager'] * 1e3:11.2f}ms {walls['compiled'] * 1e3:14.2f}ms")
+    if floor is not None:
+        seconds, blocks_speedup, exp_speedup = floor
+        print(f"host parallel speedup at {cores} threads (ideal {cores}x): product blocks {blocks_speedup:.2f}x, "
+              f"float64 exp {exp_speedup:.2f}x; host floor {seconds * 1e3:.2f}ms = "
+              f"{seconds / walls['eager']:.3f}x neuron eager wall at {cores} cores")
     print(f"targets (issue 21), {cores} host cores:")
     return _print_targets([(text, walls["compiled"] / walls[base], limit) for text, base, limit in WALL_TARGETS])
 
@@ -320,7 +367,7 @@ def report(case: Case, name: str, repeats: int, host_cores: bool = False) -> boo
     print(f"targets (issue 21), {threads.pinned_label()}:")
     met = _print_targets(targets)
     if host_cores:
-        met = host_cores_report(cpu, eager, compiled, repeats) and met
+        met = host_cores_report(cpu, eager, compiled, repeats, bound.tensore_flops, exps) and met
     return met
 
 

@@ -42,3 +42,27 @@ def test_the_pinned_label_names_the_threads_in_force(monkeypatch):
         assert "one host thread" not in label and "BLAS 2" in label and "2 torch threads" in label
     finally:
         torch.set_num_threads(threads_before)
+
+
+def test_the_host_parallel_floor_splits_the_whole_work_as_the_replay_does(monkeypatch):
+    """``compiled_ratio --host-cores``'s floor times the sgemm and the float64 exp split by ``workers.split`` into
+    contiguous shares that cover each extent once; a speedup measured over part of the work would understate the
+    floor. (Its figures are wall time, printed by the bench, never asserted here.)"""
+    monkeypatch.setenv("TORCH_NEURONX_NEFF_CACHE_DIR", "unused")  # the bench points the cache elsewhere at import
+    from benches import compiled_ratio
+
+    splits = []
+    real = workers.split
+
+    def recording(extent, work, threads_):
+        shares = []
+        real(extent, lambda i, j: (shares.append((i, j)), work(i, j)), threads_)
+        splits.append((extent, threads_, sorted(shares)))
+
+    monkeypatch.setattr(workers, "split", recording)
+    seconds, blocks_speedup, exp_speedup = compiled_ratio.host_parallel_floor(10 ** 9, 1000, 2, repeats=1)
+    assert seconds > 0 and blocks_speedup > 0 and exp_speedup > 0
+    assert {extent for extent, _, _ in splits} == {16, 1000}  # 8 blocks per thread, and every exp element
+    for extent, threads_, shares in splits:
+        assert threads_ == 2 and shares[0][0] == 0 and shares[-1][1] == extent
+        assert all(a[1] == b[0] for a, b in zip(shares, shares[1:]))
