@@ -1135,16 +1135,24 @@ def _sweep_case(case: Case, reached: set[str]) -> StoredCase:
 
 
 def suite_cases(store: Store, mode: str = "eager") -> tuple[int, list[StoredCase]]:
-    """The passing cases of the latest finished op-suite run in ``mode`` that has designed cases,
-    rebuilt from the store: the op specs' cases, then the OpInfo sweep's, the contract checks' and
+    """The passing cases of the latest finished op-suite run in ``mode`` that has designed cases (else, of the
+    latest finished one at all: a run stopped before them), rebuilt from the store: the op specs' cases, then the OpInfo sweep's, the contract checks' and
     the module checks' (those that reached a device kernel: a run stored before their ``overloads``
     were recorded contributes none of them)."""
-    rows = store.query(
-        "SELECT r.id FROM runs r WHERE r.finished IS NOT NULL AND r.kind = 'opsuite' AND EXISTS ("
-        "SELECT 1 FROM results x WHERE x.run_id = r.id AND x.mode = ? AND x.cells LIKE '%\"design\": \"%') "
-        "ORDER BY r.id DESC LIMIT 1", (mode,))
+    finished = ("SELECT r.id FROM runs r WHERE r.finished IS NOT NULL AND r.kind = 'opsuite' AND EXISTS ("
+                "SELECT 1 FROM results x WHERE x.run_id = r.id AND x.mode = ?{} ) ORDER BY r.id DESC LIMIT 1")
+    rows = store.query(finished.format(" AND x.cells LIKE '%\"design\": \"%'"), (mode,))
     if not rows:
-        raise LookupError(f"no finished op-suite run with designed cases in mode {mode} in {store.path}: run "
+        # A run its time budget stopped before the designed cases (``make report`` on a loaded machine: the
+        # collection took most of it) still has cases: the mutants are judged against those, and the report says
+        # the score is not meaningful where most kernels went unreached (reports.conformance.mutation), instead
+        # of the whole report stopping here.
+        rows = store.query(finished.format(""), (mode,))
+        if rows:
+            print(f"note: op-suite run {rows[0][0]} in mode {mode} has no designed case (stopped early?): the mutants "
+                  "are judged against the cases it ran", file=sys.stderr)
+    if not rows:
+        raise LookupError(f"no finished op-suite run in mode {mode} in {store.path}: run "
                           f"`pytest opsuite --neuron-mode {mode}` (or `make report`) first")
     run_id = rows[0][0]
     specs, sweep = [], []

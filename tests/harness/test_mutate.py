@@ -395,3 +395,33 @@ def test_an_integer_result_written_into_a_float_out_reads_no_float():
     with mutate.Planted(mutant):
         torch.bitwise_and(a, a, out=torch.empty(2, device="neuron"))
     assert mutant.float_reads == 0
+
+
+def test_a_run_stopped_before_its_designed_cases_still_gives_its_cases(tmp_path):
+    """``make report``'s eager run, cut by its time budget before the designed cases on a loaded machine, held only
+    drawn cases: the mutation stage raised LookupError and stopped the whole report. Its cases are used instead
+    (the report calls a score from few reached kernels not meaningful); a run with designed cases is preferred, and
+    a store with no finished run in the mode is still an error."""
+    from harness.runner import run_case
+    from harness.store import Store
+
+    store = Store(tmp_path / "r.sqlite")
+    with pytest.raises(LookupError):
+        mutate.suite_cases(store)
+    designed = design.cases("neg")[0]
+    drawn = design.cases("neg")[1].case
+    run = store.start_run("opsuite", {}, "quick")
+    store.add(run, run_case(drawn), "pointwise")  # no design id: a drawn case
+    store.finish_run(run, "interrupted")
+    run_id, cases = mutate.suite_cases(store)
+    assert run_id == run and [c.case.spec for c in cases] == ["neg"] and cases[0].label == "drawn:neg"
+    later = store.start_run("opsuite", {}, "quick")
+    result = run_case(designed.case)
+    result.design_id = designed.id
+    store.add(later, result, "pointwise")
+    store.finish_run(later)
+    newest = store.start_run("opsuite", {}, "quick")
+    store.add(newest, run_case(drawn), "pointwise")
+    store.finish_run(newest)
+    assert mutate.suite_cases(store)[0] == later  # the run with designed cases, though an older one
+    store.close()
