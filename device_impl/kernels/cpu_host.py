@@ -19,6 +19,8 @@ runs on, not only on PyTorch's version:
 * **Which form ``gelu`` takes** (``onednn_gelu_form``): contiguous float32 (and bf16 where oneDNN has bf16 on
   the CPU) tensors run oneDNN's kernel for this host's ISA, which halves last (asked of CPU's gelu of 3e38: the
   AVX-512 kernel overflows there) or adds two halves (the AVX2 one: +0.0 where ATen's form gives -0.0).
+  Its gradient (``onednn_gelu_backward``) is oneDNN's backward form on the same inputs, asked of CPU's own
+  gelu_backward (+0.0 where the erf is -1, where ATen's form gives a tiny negative derivative).
 * **Whether a multiply-add rounds once.** ATen's vectorized loops call ``vec::fmadd``, one rounding on the
   AVX2/AVX-512 kernels (and the compiler contracts ``a * b + c`` in the scalar loops compiled with them);
   the ``DEFAULT`` kernels (``ATEN_CPU_CAPABILITY=default``, or a CPU without AVX2) compute ``a * b`` and
@@ -118,6 +120,28 @@ def _onednn_gelu_kind(dtype: torch.dtype) -> str | None:
         if bool((zeros == 0).all()) and not bool(torch.signbit(zeros).any()):
             return "halves"
     return None
+
+
+def onednn_gelu_backward(x: torch.Tensor, approximate: str) -> bool:
+    """Whether CPU's ``gelu_backward`` with input ``x`` runs oneDNN's ``eltwise_gelu_erf`` backward rather than
+    ATen's kernel (``dy * (cdf + x * pdf)``). ATen's gelu_backward_out_cpu takes oneDNN where ``use_mkldnn(x)``
+    holds (the forward's rule, ``onednn_gelu_form``: the input's layout decides, not the gradient's); oneDNN's
+    backward forms ``d = (T + 0.5) + 0.5 * erf(R)`` with ``R = x / sqrt(2)`` and ``T = R / sqrt(pi) * exp(-R * R)``
+    on every ISA, so where the erf is -1 and T below half a unit of 0.5 (x below about -6) ``d`` is +0.0 and
+    ``dy * d`` takes dy's sign, where ATen's form gives ``-7.7e-22`` at x = -10. Asked of CPU's own gelu_backward
+    of a contiguous tensor of -10s (``_onednn_gelu_backward_kind``), per dtype."""
+    if onednn_gelu_form(x, approximate) is None:
+        return False
+    return _onednn_gelu_backward_kind(x.dtype)
+
+
+@functools.cache
+def _onednn_gelu_backward_kind(dtype: torch.dtype) -> bool:
+    """``onednn_gelu_backward``'s answer for ``dtype``: CPU's gelu_backward of a contiguous -10 with gradient 1 is
+    exactly +0.0 in oneDNN's form, -7.7e-22 in ATen's."""
+    with _disable_current_modes():
+        d = torch.ops.aten.gelu_backward(torch.ones(16, dtype=dtype), torch.full((16,), -10.0, dtype=dtype))
+        return bool((d == 0).all()) and not bool(torch.signbit(d).any())
 
 
 @functools.cache
