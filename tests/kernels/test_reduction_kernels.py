@@ -644,6 +644,39 @@ def test_layer_norm_zero_signs_of_underflowing_products(affine):
           tol=(1e-5, 1e-5))
 
 
+@pytest.mark.parametrize("affine", [False, True], ids=["plain", "affine"])
+def test_layer_norm_statistics_are_cpus_welford(affine):
+    """CPU's float32 layer norm takes its statistics from RowwiseMoments (moments.RowwiseMoments: Welford in vector
+    lanes, NaN where a lane merge multiplies an overflowing delta * delta by 0) and rstd = 1 / sqrt(var + eps) in
+    float: for rows near float's maximum CPU's mean, rstd and output are NaN or its bits where the device's two
+    passes gave a finite mean, rstd 0 and the bias. Rows of 1 to 4100 elements (streamed in chunks that split
+    Welford's), a transposed input."""
+    gen = torch.Generator().manual_seed(0)
+    for shape, k in [((4, 7), 1), ((3, 2049), 1), ((2, 3, 1000), 2), ((5, 16), 1), ((2, 8), 1), ((3, 9), 1),
+                     ((1, 4100), 1), ((6, 1), 1)]:
+        norm = shape[len(shape) - k:]
+        for scale in (1.0, 1e19, 2e19, 1e30, 3e38):
+            x = torch.randn(shape, generator=gen) * scale
+            w = torch.randn(norm, generator=gen) if affine else None
+            b = torch.randn(norm, generator=gen) if affine else None
+            want = A.native_layer_norm(x, norm, w, b, 1e-5)
+            xd = x.to("neuron") if len(shape) < 3 else x.transpose(0, 1).contiguous().to("neuron").transpose(0, 1)
+            got = A.native_layer_norm(xd, norm, *(None if t is None else t.to("neuron") for t in (w, b)), 1e-5)
+            for g_, e in zip(got, want):
+                g_ = g_.cpu()
+                assert torch.equal(g_.isnan(), e.isnan()), (shape, scale, g_, e)
+                torch.testing.assert_close(g_, e, equal_nan=True, msg=lambda m: f"{shape} {scale}: {m}")
+            assert torch.equal(got[1].cpu().nan_to_num(), want[1].nan_to_num())  # the mean: CPU's bits
+            assert torch.equal(got[2].cpu().nan_to_num(), want[2].nan_to_num())  # rstd: CPU's bits
+    # a constant row near float's maximum (an expanded input; 127 elements: a scalar tail, so a finite rstd):
+    # CPU's (x + (-mean)) * rstd is 0 and the output the bias, where x * rstd + (-mean * rstd) was inf - inf
+    x = torch.full((1, 1), 2.4830113e38).expand(1, 127)
+    w, b = torch.randn(127, generator=gen), torch.randn(127, generator=gen)
+    want = F.layer_norm(x, (127,), w, b)
+    got = F.layer_norm(x.to("neuron"), (127,), w.to("neuron"), b.to("neuron")).cpu()
+    assert torch.equal(got, want), (got, want)
+
+
 def test_layer_norm_variants_and_errors():
     x = values((4, 3, 5), torch.float32)
     w = values((5,), torch.float32)
@@ -719,6 +752,31 @@ def test_group_norm(shape, groups, dtype):
         check(lambda g_, t, m, r, a_: A.native_group_norm_backward(g_, t, m, r, a_, shape[0], c, hw, groups,
                                                                    [True, False, False]), dy, x, mean, rstd,
               w.float(), tol=tol)
+
+
+@pytest.mark.parametrize("affine", [False, True], ids=["plain", "affine"])
+def test_group_norm_statistics_are_cpus_welford(affine):
+    """CPU's contiguous float32 group norm takes its statistics from RowwiseMoments (Welford in Vectorized<float>
+    lanes, cascade merges, a scalar tail: moments.RowwiseMoments), whose lane merges multiply an overflowing
+    delta * delta by 0 (NaN) for groups without a scalar tail; the device's two passes gave a finite mean and an
+    infinite variance there (output = bias), and a weight near float's maximum made CPU's fused scale * x + bias
+    finite where the device's rounded product was infinite (op suite ci profile: group_norm float32 [1, 2]
+    near_overflow weight). Mean, rstd and output: CPU's bits, NaN and infinities, groups of 1 to 1000 elements."""
+    gen = torch.Generator().manual_seed(0)
+    for (n, c, spatial, groups) in [(1, 2, (), 1), (2, 6, (5,), 2), (3, 4, (3, 4), 4), (1, 1, (300,), 1),
+                                    (2, 16, (17,), 2), (1, 3, (), 1), (1, 9, (), 1), (1, 3, (1000,), 1)]:
+        hw = math.prod(spatial)
+        for scale in (1.0, 1e19, 2e19, 1e30, 3e38):
+            x = torch.randn((n, c) + spatial, generator=gen) * scale
+            w = torch.randn(c, generator=gen) * (3e38 if scale == 1.0 else 1.0) if affine else None
+            b = torch.randn(c, generator=gen) if affine else None
+            want = A.native_group_norm(x, w, b, n, c, hw, groups, 1e-5)
+            dev = [None if t is None else t.to("neuron") for t in (x, w, b)]
+            got = A.native_group_norm(*dev, n, c, hw, groups, 1e-5)
+            for g_, e in zip(got, want):
+                assert torch.equal(g_.cpu().view(torch.int32), e.view(torch.int32)) or \
+                    torch.equal(g_.cpu().nan_to_num(), e.nan_to_num()) and torch.equal(g_.cpu().isnan(), e.isnan()), \
+                    ((n, c, spatial, groups, scale), g_.cpu(), e)
 
 
 def test_group_norm_variants_and_errors():
@@ -1046,20 +1104,65 @@ def test_constant_rows_normalise_to_exactly_the_bias(c, n):
 
 
 @pytest.mark.parametrize("c", CONSTANTS)
-def test_constant_channels_batch_norm_statistics_are_exact(c):
-    """CPU's batch_norm sums a channel serially in float (1.7 x 1000 gives mean 1.7000078), so its
-    constant channels normalise to ~2e-3 instead of 0. The device's statistics are exact: mean c,
-    invstd 1/sqrt(eps), running variance 0; the output is the bias up to the rounding of
-    x * scale + (bias - mean * scale), the formula CPU uses too."""
-    x = torch.full((1000, 3), c).to("neuron")
-    w, b = values((3,), torch.float32, seed=1).to("neuron"), values((3,), torch.float32, seed=2).to("neuron")
-    rm, rv = torch.zeros(3, device="neuron"), torch.ones(3, device="neuron")
-    out, mean, invstd = A.native_batch_norm(x, w, b, rm, rv, True, 1.0, 1e-5)
-    assert torch.equal(mean.cpu(), torch.full((3,), c)) and torch.equal(rv.cpu(), torch.zeros(3))
-    rstd = A.native_layer_norm(torch.full((1, 4), c), [4], None, None, 1e-5)[2]  # CPU: exact moments
-    assert torch.equal(invstd.cpu(), rstd.reshape(1).expand(3))
-    scale = (invstd * w).abs().cpu() * abs(c)
-    assert ((out.cpu() - b.cpu()).abs() <= scale * 2.0 ** -22).all()
+def test_constant_channels_batch_norm_statistics_are_cpus(c):
+    """CPU's batch_norm of an (N, C) input (its channels-last statistics kernel) sums a channel in float, per
+    thread run of rows when N exceeds the thread count (1.7 x 1000 gives mean 1.7000078, so constant channels
+    normalise to ~2e-3 instead of 0): the device's statistics are CPU's, bit for bit (they were exact, and so
+    differed from CPU's, before the kernel followed CPU's collect_stats; see _bn_stats_channels_last)."""
+    x = torch.full((1000, 3), c)
+    w, b = values((3,), torch.float32, seed=1), values((3,), torch.float32, seed=2)
+    want = A.native_batch_norm(x, w, b, torch.zeros(3), torch.ones(3), True, 1.0, 1e-5)
+    dev = [t.to("neuron") for t in (x, w, b, torch.zeros(3), torch.ones(3))]
+    got = A.native_batch_norm(*dev, True, 1.0, 1e-5)
+    assert torch.equal(got[1].cpu(), want[1]) and torch.equal(got[2].cpu(), want[2]), (got[1:], want[1:])
+    torch.testing.assert_close(got[0].cpu(), want[0])
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "channels_last", "matrix"])
+def test_batch_norm_statistics_and_gradients_near_overflow_follow_cpus_order(layout):
+    """Values near float's maximum, where each result's infinity or NaN is the summation order's: CPU's training
+    statistics of an (N, C) / channels-last input are per-thread float sums added in double (finite where one float
+    sum is not: _native_batch_norm_legit [3, 2] near_overflow, save_mean), and its eval-mode weight gradient
+    sum((x - mean) * dy) is formed per image by the vector reductions (contiguous: batch_norm [2, 1, 5]
+    near_overflow, gradient[1]), per thread with fused multiply-adds (channels last), or in double (the generic
+    loop: a transposed input, _native_batch_norm_legit_no_training [3, 2], gradient[1]); the device's engine sums
+    gave other infinities and NaNs. Op suite ci profile."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = {"contiguous": [(2, 1, 5), (4, 3, 7), (2, 3, 9), (2, 2, 20)], "transposed": [(3, 2), (4, 3, 7)],
+              "channels_last": [(5, 4, 2, 3), (3, 2, 1, 1)], "matrix": [(3, 2), (300, 2), (2, 1)]}[layout]
+    for shape in shapes:
+        def draw():
+            sign = torch.where(torch.rand(shape, generator=gen) > 0.4, 1.0, -1.0)
+            return (torch.rand(shape, generator=gen) * 0.5 + 0.5) * 3.4e38 * sign
+
+        x, dy = draw(), draw()
+        c = shape[1]
+        w, rm, rv = torch.randn(c, generator=gen), torch.randn(c, generator=gen), torch.rand(c, generator=gen) + 0.5
+
+        def place(t, dev):
+            t = t.to(dev)
+            if layout == "transposed":
+                return t.transpose(0, -1).contiguous().transpose(0, -1)
+            return t.contiguous(memory_format=torch.channels_last) if layout == "channels_last" else t
+
+        def same(got, want, what):
+            got = got.cpu()
+            assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf()) and \
+                torch.equal(got[got.isinf()], want[want.isinf()]), (shape, what, got, want)
+
+        if layout != "transposed":  # training statistics
+            want = A._native_batch_norm_legit(place(x, "cpu"), w, torch.zeros(c), torch.zeros(c), torch.ones(c), True, 0.1,
+                                              1e-5)
+            got = A._native_batch_norm_legit(place(x, "neuron"), w.to("neuron"), torch.zeros(c, device="neuron"),
+                                             torch.zeros(c, device="neuron"), torch.ones(c, device="neuron"),
+                                             True, 0.1, 1e-5)
+            same(got[1], want[1], "save_mean")
+        args = lambda dev: (place(dy, dev), place(x, dev), w.to(dev), rm.to(dev), rv.to(dev), None, None, False,
+                            1e-5, [True, True, False])
+        want = A.native_batch_norm_backward(*args("cpu"))
+        got = A.native_batch_norm_backward(*args("neuron"))
+        same(got[1], want[1], "grad_weight (eval)")
+        same(got[0], want[0], "grad_input (eval)")
 
 
 def _error(result: torch.Tensor, reference: torch.Tensor) -> float:

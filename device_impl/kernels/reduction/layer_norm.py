@@ -30,7 +30,7 @@ from device_impl.kernels.reduction.tiles import (
     _at, _blocks, _boxes, _broadcast_row, _check_mixed, _colsum_into, _combine, _fill, _kept_view, _kernel,
     _load_scalars, _memset, _ones, _refuse, _row_scalar, _stats_dtype, _store_row, _store_scalars,
 )
-from device_impl.kernels.reduction.moments import _moments, _rstd
+from device_impl.kernels.reduction.moments import _moments, _rstd, rowwise_moments
 
 
 class _ColVec:
@@ -128,44 +128,73 @@ def forward_program(nc, x: np.ndarray, out: np.ndarray, mean: np.ndarray, rstd: 
     params = iter(g.r)
     wv = _ColVec(nc, next(params), chunks, keep) if w is not None else None
     bv = _ColVec(nc, next(params), chunks, keep) if b is not None else None
+    welford = X.dtype == FP32
+    lanes = cpu_host.rowwise_moments_lanes() if welford else 0
     for blk in _blocks(nc, g, [X], source=source):
-        m, m2 = _moments(nc, blk, n)
-        r = _rstd(nc, m2, n, eps)
+        if welford:  # CPU's float32 kernel: RowwiseMoments, then rstd = 1 / sqrt(var + eps) in float
+            m, m2 = rowwise_moments(nc, blk, n, lanes, cpu_host.fused_multiply_add())
+            r = _row_scalar(nc, blk.p)
+
+            def to_rstd(o, v):
+                with np.errstate(all="ignore"):
+                    o[...] = np.float32(1) / np.sqrt(v + np.float32(eps))
+
+            nc.gpsimd.run("ln_rstd", to_rstd, (r,), (m2,), elements=blk.p, factor=2.0)
+        else:
+            m, m2 = _moments(nc, blk, n)
+            r = _rstd(nc, m2, n, eps)
         _store_scalars(nc, _at(g.k[0], blk.rsl), m)
         _store_scalars(nc, _at(g.k[1], blk.rsl), r)
         shift = _row_scalar(nc, blk.p)  # -mean * rstd
         nc.vector.tensor_tensor(shift, m, r, "multiply", dtype=FP32)
         nc.vector.tensor_scalar(shift, shift, "multiply", -1.0, dtype=FP32)
+        neg_mean = None
+        if welford:  # CPU's float32 kernel: (x + (-mean)) * rstd, each step rounded
+            neg_mean = _row_scalar(nc, blk.p)
+            nc.vector.tensor_scalar(neg_mean, m, "multiply", -1.0, dtype=FP32)
         for j, (ch, (t,)) in enumerate(blk.each(0)):
             mark = nc.mark()
             res = nc.sbuf_tile(t.shape, O.dtype)
             if fused:
                 _ln_affine_fma(nc, res, t, r, shift, [(vec, vec.get(j)) for vec in (wv, bv) if vec is not None],
-                               wv is not None, bv is not None, blk.p)
+                               wv is not None, bv is not None, blk.p, None if not welford else neg_mean)
                 blk.store(O, ch, res)
                 nc.release_to(mark)
                 continue
             steps = [(vec, op) for vec, op in ((wv, "multiply"), (bv, "add")) if vec is not None]
             y = nc.sbuf_tile(t.shape, FP32) if steps else res
-            nc.scalar.activation(y, t, "identity", scale=r, bias=shift)  # (x - mean) * rstd
+            _normalised(nc, y, t, r, shift, None if not welford else neg_mean)
             for k, (vec, op) in enumerate(steps):
                 col = vec.get(j)
                 nc.vector.tensor_tensor(res if k == len(steps) - 1 else y, y, col[:blk.p], op, dtype=FP32)
                 vec.done(col)
             blk.store(O, ch, res)
             nc.release_to(mark)
-        for t in (shift, r, m2, m):
-            nc.release(t)
+        for t in (neg_mean, shift, r, m2, m):
+            if t is not None:
+                nc.release(t)
+
+
+def _normalised(nc, y: Tile, t: Tile, r: Tile, shift: Tile, neg_mean: Tile | None) -> None:
+    """y = (x - mean) * rstd: ``x * rstd + (-mean * rstd)`` in one ScalarE instruction (exact for constant rows, see
+    _moments), or, given ``neg_mean``, as CPU's float32 kernel forms it, ``(x + (-mean)) * rstd`` with each step
+    rounded (a constant row near float's maximum then gives 0, where -mean * rstd overflows and the one-instruction
+    form gives inf - inf)."""
+    if neg_mean is None:
+        nc.scalar.activation(y, t, "identity", scale=r, bias=shift)
+        return
+    nc.scalar.activation(y, t, "identity", bias=neg_mean)
+    nc.scalar.activation(y, y, "identity", scale=r)
 
 
 def _ln_affine_fma(nc, res: Tile, t: Tile, r: Tile, shift: Tile, cols: list, has_w: bool, has_b: bool,
-                   p: int) -> None:
+                   p: int, neg_mean: Tile | None = None) -> None:
     """res = fma(x * rstd - mean * rstd, gamma, beta): the normalised value on ScalarE (exact for constant rows,
     see _moments), the affine step rounded once on GpSimd as CPU's (see _layer_norm_launch); ``cols`` are the
     (vector, chunk tile) of gamma and beta present."""
 
     y = nc.sbuf_tile(t.shape, FP32)
-    nc.scalar.activation(y, t, "identity", scale=r, bias=shift)  # (x - mean) * rstd, as the engine path
+    _normalised(nc, y, t, r, shift, neg_mean)  # (x - mean) * rstd, as the engine path
 
     def program(o, x, *wb):
         gamma = wb[0] if has_w else np.float32(1.0)

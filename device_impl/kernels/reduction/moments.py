@@ -23,6 +23,7 @@ import torch
 
 from device_impl.dispatch.table import TABLE
 from device_impl.engine import Tile, launch
+from device_impl.engine import expf
 from device_impl.engine.dtypes import FP32
 from device_impl.kernels.common import SCALAR_TYPE_NAMES, check_out, hbm, new_output, scalar_of
 from device_impl.kernels.reduction.tiles import (
@@ -396,3 +397,154 @@ def _rstd(nc, m2: Tile, n: int, eps: float) -> Tile:
     nc.scalar.activation(rstd, var, "rsqrt", bias=float(eps))
     nc.release(var)
     return rstd
+
+
+# --- CPU's RowwiseMoments: Welford over vector lanes with a cascade of chunk merges -------------------------------
+
+_WELFORD_CHUNK = 16  # moments_utils.h kChunkSize: vectors per Welford chunk before a cascade merge
+_WELFORD_STEPS = 6.0  # GpSimd element-steps per element of the emulated Welford update (two fmas, two subtracts)
+
+
+class RowwiseMoments:
+    """CPU's float32 ``RowwiseMoments`` (aten/src/ATen/native/cpu/moments_utils.h), which group norm's
+    (contiguous input) and layer norm's statistics come from, over rows of ``n`` elements streamed in order, as
+    GpSimd programs: the first ``n // K`` * K elements as K-wide vector lanes (``K`` = Vectorized<float>::size(),
+    ``cpu_host.rowwise_moments_lanes``), each chunk of 16 vectors a Welford pass ``m1 = fma(1/(j+1), x - m1, m1)``,
+    ``m2 = fma(delta, x - m1, m2)`` merged into a cascade stack (AddMomentsVec: m2 = fma(delta * m0, c * delta,
+    m2 + m2_add)), the rest a scalar Welford (``m1 += delta / m0``, ``m2 += delta * (x - m1)``, not contracted),
+    then each lane merged into it (AddMoments: ``m1 += c * delta`` and ``m2 += m2_add + delta * delta * c * m0``,
+    contracted where the host fuses). ``fused``: whether CPU's vectorized fmadd and the contracted scalar lines
+    round once (``cpu_host.fused_multiply_add``).
+
+    This is what makes CPU's statistics NaN or infinite where a two-pass form stays finite: a lane merge multiplies
+    delta * delta (inf for a mean beyond ~1.8e19) by c = 0 or m0 = 0 (empty lanes, a row shorter than K or without
+    a scalar tail): NaN; measured bit-identical to CPU's mean and rstd over rows of 1 to 4100 elements, under the
+    AVX2 and DEFAULT kernels. The count stack (m0) depends on ``n`` only and is kept here; the lanes' m1/m2 stack
+    lives in a [p, depth * 2 * K] state tile between chunks; the stream's chunks may be of any length."""
+
+    def __init__(self, nc, p: int, n: int, lanes: int, fused: bool):
+        self.nc, self.p, self.n, self.k, self.fused = nc, p, n, lanes, fused
+        self.vectors = n // lanes
+        chunks = -(-self.vectors // _WELFORD_CHUNK)
+        self.depth = 1 if chunks <= 2 else (chunks - 1).bit_length()  # utils::CeilLog2
+        self.m0 = [0] * self.depth
+        self.chunk = 0  # Welford chunks done
+        self.seen = 0  # elements consumed by whole Welford chunks
+        self.pending = None  # [p, <16 K] elements streamed but not yet consumed
+        self.state = nc.sbuf_tile((p, self.depth * 2 * lanes), FP32)
+        nc.vector.memset(self.state, 0.0)
+
+    @staticmethod
+    def _fma(a, b, c, fused: bool):
+        if fused:
+            return expf.fma32_fused(np.asarray(a, FP32), np.asarray(b, FP32), np.asarray(c, FP32))
+        return (np.asarray(a, FP32) * np.asarray(b, FP32)) + np.asarray(c, FP32)
+
+    def _add_vec(self, st, m0_add: int, m1_add, m2_add, k: int) -> None:
+        n = self.m0[k] + m0_add
+        c = np.float32(0) if n == 0 else np.float32(m0_add) / np.float32(n)
+        m1, m2 = st[:, k, 0], st[:, k, 1]
+        delta = m1_add - m1
+        m2_tmp = m2 + m2_add
+        c_delta = c * delta
+        m0_delta = delta * np.float32(self.m0[k])
+        st[:, k, 0] = m1 + c_delta
+        st[:, k, 1] = self._fma(m0_delta, c_delta, m2_tmp, self.fused)
+        self.m0[k] = n
+
+    def feed(self, t: Tile, last: bool) -> tuple[Tile, Tile] | None:
+        """Stream the next chunk ``t`` ([p, f], the row's next f elements, any f); on the ``last`` one, the rows'
+        mean and variance (m2 / n) as [p, 1] fp32 tiles. Elements past the last whole Welford chunk wait in
+        ``pending`` (SBUF-resident, at most 16 * K - 1 per row) for the next chunk."""
+        nc = self.nc
+        outs = (self.state,) + ((_row_scalar(nc, self.p), _row_scalar(nc, self.p)) if last else ())
+
+        def program(o_state, *rest):
+            x = rest[-1].astype(FP32, copy=False)
+            if self.pending is not None:
+                x = np.concatenate([self.pending, x], axis=1)
+            st = o_state.reshape(self.p, self.depth, 2, self.k)
+            with np.errstate(all="ignore"):
+                used = self._vectors(st, x, last)
+                if last:
+                    self._finish(st, x[:, self.vectors * self.k - self.seen:], rest[0], rest[1])
+                else:
+                    self.pending = x[:, used:].copy()
+                    self.seen += used
+
+        nc.gpsimd.run("rowwise_moments", program, outs, (t,), elements=t.data.size, factor=_WELFORD_STEPS)
+        return outs[1:] if last else None
+
+    def _vectors(self, st, x, last: bool) -> int:
+        """Run the Welford chunks ``x`` (starting at element ``seen``) holds whole (or, ``last``, all that are left);
+        the number of x's columns used. The chunks' own passes are independent, so they run side by side (one
+        numpy step per vector position j over every chunk); their merges into the cascade follow in order."""
+        k, per = self.k, _WELFORD_CHUNK * self.k
+        left = self.vectors - self.chunk * _WELFORD_CHUNK
+        full = min(left // _WELFORD_CHUNK, x.shape[1] // per)
+        counts = [_WELFORD_CHUNK] * full
+        if full * _WELFORD_CHUNK < left and left - full * _WELFORD_CHUNK <= (x.shape[1] - full * per) // k:
+            counts.append(left - full * _WELFORD_CHUNK)  # the row's last, partial chunk, once it has streamed
+        if not counts:
+            return 0
+        c_vecs = [np.float32(1) / np.float32(j + 1) for j in range(_WELFORD_CHUNK)]
+        width = len(counts) * per
+        block = np.zeros((self.p, width), FP32)
+        used = full * per + (counts[-1] * k if len(counts) > full else 0)
+        block[:, :used] = x[:, :used]
+        chunks = block.reshape(self.p, len(counts), _WELFORD_CHUNK, k)
+        m1 = np.zeros((self.p, len(counts), k), FP32)
+        m2 = np.zeros((self.p, len(counts), k), FP32)
+        for j in range(max(counts)):
+            live = np.array([j < c for c in counts])[None, :, None]
+            xv = chunks[:, :, j, :]
+            delta = xv - m1
+            n1 = self._fma(c_vecs[j], delta, m1, self.fused)
+            n2 = self._fma(delta, xv - n1, m2, self.fused)
+            m1 = np.where(live, n1, m1)
+            m2 = np.where(live, n2, m2)
+        for i, count in enumerate(counts):
+            self._add_vec(st, count, m1[:, i], m2[:, i], 0)
+            mask = self.chunk + 1
+            j = 1
+            while j < self.depth and (mask & 1) == 0:
+                self._add_vec(st, self.m0[j - 1], st[:, j - 1, 0].copy(), st[:, j - 1, 1].copy(), j)
+                self.m0[j - 1] = 0
+                st[:, j - 1] = 0
+                mask >>= 1
+                j += 1
+            self.chunk += 1
+        return used
+
+    def _finish(self, st, tail, o_mean, o_var) -> None:
+        """The cascade's last merges, the scalar Welford over ``tail`` (the row's last n % K elements) and the
+        lanes' merges into it."""
+        for i in range(1, self.depth):
+            self._add_vec(st, self.m0[i], st[:, i, 0].copy(), st[:, i, 1].copy(), 0)
+        m0, m1, m2 = 0, np.zeros(self.p, FP32), np.zeros(self.p, FP32)
+        for i in range(tail.shape[1]):  # the scalar tail: not contracted (measured)
+            xi = tail[:, i]
+            delta = xi - m1
+            m0 += 1
+            m1 = m1 + delta / np.float32(m0)
+            m2 = m2 + delta * (xi - m1)
+        for lane in range(self.k):  # AddMoments, contracted where the host fuses
+            n = m0 + self.vectors
+            c = np.float32(0) if n == 0 else np.float32(self.vectors) / np.float32(n)
+            delta = st[:, 0, 0, lane] - m1
+            m1 = self._fma(c, delta, m1, self.fused)
+            m2 = m2 + self._fma((delta * delta) * c, np.float32(m0), st[:, 0, 1, lane], self.fused)
+            m0 = n
+        o_mean[...] = m1.reshape(o_mean.shape)
+        o_var[...] = (m2 / np.float32(self.n)).reshape(o_var.shape)
+
+
+def rowwise_moments(nc, blk: _Block, n: int, lanes: int, fused: bool, which: int = 0) -> tuple[Tile, Tile]:
+    """Mean and variance ([p, 1] fp32) of a block of rows of ``n`` elements as CPU's RowwiseMoments (see the class);
+    the block's columns must be one flat run in memory order."""
+    wf = RowwiseMoments(nc, blk.p, n, lanes, fused)
+    res = None
+    for j, (_, (t,)) in enumerate(blk.each(which)):
+        res = wf.feed(t, j == len(blk.chunks) - 1)
+    nc.release(wf.state)
+    return res
