@@ -677,6 +677,27 @@ def test_layer_norm_statistics_are_cpus_welford(affine):
     assert torch.equal(got, want), (got, want)
 
 
+@pytest.mark.parametrize("rows", [1, 2, 8])
+def test_layer_norm_weight_gradient_of_huge_rows_is_cpus(rows):
+    """CPU's layer-norm backward forms the weight gradient's x_hat as rstd * x + (-rstd * mean), fused on AVX2/AVX-512:
+    for a constant row near float's maximum -rstd * mean is -inf, so each row adds dy * -inf and rows whose dy
+    differ in sign give NaN (one row: +-inf, no NaN); the device's x * rstd + shift rounded the product first
+    (inf - inf: NaN everywhere; op suite ci profile: layer_norm gradient[1], NaN at 127 positions on the device,
+    0 on CPU)."""
+    gen = torch.Generator().manual_seed(0)
+    for n in (16, 127):
+        x = torch.full((rows, n), 2.4830113e38)
+        w, b, dy = torch.randn(n, generator=gen), torch.randn(n, generator=gen), torch.randn(rows, n, generator=gen)
+        _, mean, rstd = A.native_layer_norm(x, (n,), w, b, 1e-5)
+        want = A.native_layer_norm_backward(dy, x, (n,), mean, rstd, w, b, [True, True, True])
+        got = A.native_layer_norm_backward(*(t.to("neuron") for t in (dy, x)), (n,),
+                                           *(t.to("neuron") for t in (mean, rstd, w, b)), [True, True, True])
+        for g_, e in zip(got, want):
+            g_ = g_.cpu()
+            assert torch.equal(g_.isnan(), e.isnan()) and torch.equal(g_.isinf(), e.isinf()), (n, g_, e)
+            torch.testing.assert_close(g_, e, equal_nan=True)
+
+
 def test_layer_norm_variants_and_errors():
     x = values((4, 3, 5), torch.float32)
     w = values((5,), torch.float32)

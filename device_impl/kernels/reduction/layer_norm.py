@@ -272,7 +272,7 @@ def _layer_norm_backward(a: dict):
                     _combine(nc, dsum, part, "add", FP32)
                 if acc_w is not None:  # dy * (x - mean) * rstd
                     xhat = nc.sbuf_tile(tdy.shape, FP32)
-                    nc.scalar.activation(xhat, tx, "identity", scale=rs, bias=nm)
+                    _xhat(nc, xhat, tx, rs, nm)
                     nc.vector.tensor_tensor(xhat, xhat, tdy, "multiply", dtype=FP32)
                     _colsum_into(nc, acc_w, ch[0], xhat, ones)
                 if acc_b is not None:
@@ -316,6 +316,21 @@ def _layer_norm_backward(a: dict):
     return dx, dw, db
 
 
+def _xhat(nc, out: Tile, x: Tile, rstd: Tile, shift: Tile) -> None:
+    """The weight gradient's x_hat as CPU's backward forms it: ``a * x + b`` with a = rstd and b = -rstd * mean
+    (layer_norm_backward_frame's dgamma map3), one rounding where CPU's kernels fuse (GpSimd's fma: a row near
+    float's maximum then gives inf * x - inf = -inf, dgamma = dy * -inf, as CPU), else ScalarE's scale-and-bias
+    (the product rounded first, as the DEFAULT kernels)."""
+    if not cpu_host.fused_multiply_add():
+        nc.scalar.activation(out, x, "identity", scale=rstd, bias=shift)
+        return
+
+    def program(o, x_, a, b):
+        o[...] = fma32(x_, np.broadcast_to(a, x_.shape), np.broadcast_to(b, x_.shape))
+
+    nc.gpsimd.run("ln_xhat_fma", program, (out,), (x, rstd, shift), elements=x.data.size, factor=_FMA_STEPS)
+
+
 def _times_col(nc, t: Tile, vec: _ColVec | None, j: int) -> Tile:
     """t * w (per column) in fp32, or t itself without weights."""
     if vec is None:
@@ -345,7 +360,7 @@ def _column_sums(nc, g: _Grid, DY: np.ndarray, X: np.ndarray, DW, DB, ones: Tile
                 nc.vector.tensor_tensor(m, m, rs, "multiply", dtype=FP32)
                 nc.vector.tensor_scalar(m, m, "multiply", -1.0, dtype=FP32)  # -mean * rstd
                 xhat = nc.sbuf_tile((p, f), FP32)
-                nc.scalar.activation(xhat, tx, "identity", scale=rs, bias=m)
+                _xhat(nc, xhat, tx, rs, m)
                 nc.vector.tensor_tensor(xhat, xhat, tdy, "multiply", dtype=FP32)
                 nc.tensor.matmul(banks["w"], ones[:p], xhat, accumulate=j > 0)
             if "b" in banks:
