@@ -1186,6 +1186,22 @@ def test_batch_norm_statistics_and_gradients_near_overflow_follow_cpus_order(lay
         same(got[0], want[0], "grad_input (eval)")
 
 
+def test_batch_norm_generic_backward_weight_gradient_is_double():
+    """A transposed cotangent sends CPU's batch-norm backward to its generic loop, which sums (x - mean) * dy in
+    double and forms grad_weight = dotp * invstd in double before rounding: finite where a float dotp overflows
+    (op suite ci profile: batch_norm [3, 2] near_overflow, eval, transposed cotangent: gradient[1] infinities
+    differ)."""
+    x = torch.tensor([[2.4856144e38, 2.9066328e38], [2.6878499e38, 2.5464474e38], [-2.5697699e38, -2.2620909e38]])
+    dy = torch.tensor([[0.9, -1.2], [1.1, 0.4], [-0.3, 2.0]]).t().contiguous().t()
+    w, rm, rv = torch.tensor([1.54, -0.29]), torch.tensor([0.72, 0.31]), torch.tensor([4.0, 4.0])
+    want = A.native_batch_norm_backward(dy, x, w, rm, rv, None, None, False, 1e-5, [True, True, True])
+    dyd = dy.t().contiguous().to("neuron").t()
+    got = A.native_batch_norm_backward(dyd, *(t.to("neuron") for t in (x, w, rm, rv)), None, None, False, 1e-5,
+                                       [True, True, True])
+    for g_, e in zip(got, want):
+        torch.testing.assert_close(g_.cpu(), e, equal_nan=True)
+
+
 def _error(result: torch.Tensor, reference: torch.Tensor) -> float:
     return (result.cpu().double() - reference).abs().max().item()
 

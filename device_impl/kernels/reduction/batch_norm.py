@@ -604,7 +604,8 @@ def _vec_sum(v: np.ndarray, lanes: int, tree: bool) -> np.ndarray:
     return out
 
 
-def _bn_backward_sums(nc, blk: _Block, m: Tile, gsum: Tile, dotp: Tile, path: str, batch: int, count: int) -> None:
+def _bn_backward_sums(nc, blk: _Block, m: Tile, gsum: Tile, dotp: Tile, path: str, batch: int,
+                      count: int) -> Tile | None:
     """sum(dy) and sum((x - mean) * dy) per channel ([p, 1] fp32) as CPU's float32 backward forms them (``path``,
     ``_bn_backward_path``), the products (x - mean) * dy in float everywhere:
 
@@ -618,7 +619,8 @@ def _bn_backward_sums(nc, blk: _Block, m: Tile, gsum: Tile, dotp: Tile, path: st
     So an eval-mode weight gradient of values near float's maximum overflows (or turns NaN) where CPU's does, and
     stays finite where CPU's double sum does (op suite ci profile: batch_norm [2, 1, 5] near_overflow gradient[1],
     _native_batch_norm_legit_no_training transposed [3, 2] gradient[1]). GpSimd programs over the streamed chunks;
-    a chunk's leftover part of an image waits in ``pending``."""
+    a chunk's leftover part of an image waits in ``pending``. Returns the double dotp ([p, 1]) on the generic
+    path, whose grad_weight CPU forms as dotp * invstd in double (finite where a float dotp is not)."""
     p = blk.p
     lanes, tree = cpu_host.rowwise_moments_lanes(), cpu_host.cpu_capability() != "DEFAULT"
     image = count // max(batch, 1)
@@ -683,7 +685,17 @@ def _bn_backward_sums(nc, blk: _Block, m: Tile, gsum: Tile, dotp: Tile, path: st
             o_dotp[...] = vals[1].astype(FP32).reshape(o_dotp.shape)
 
     nc.gpsimd.run("bn_backward_totals", finish, (gsum, dotp), (acc,), elements=2 * p)
+    if path != "strided":
+        nc.release(acc)
+        return None
+    dotp64 = nc.sbuf_tile((p, 1), F64)  # the generic loop's double dotp, for grad_weight
+
+    def keep(o, s_):
+        o[...] = s_[:, 1:2]
+
+    nc.gpsimd.run("bn_dotp64", keep, (dotp64,), (acc,), elements=p)
     nc.release(acc)
+    return dotp64
 
 
 def backward_program(nc, dy: np.ndarray, x: np.ndarray, dx: np.ndarray | None, arrays: dict, train: bool,
@@ -725,8 +737,9 @@ def backward_program(nc, dy: np.ndarray, x: np.ndarray, dx: np.ndarray | None, a
         nm = _row_scalar(nc, p)
         nc.vector.tensor_scalar(nm, m, "multiply", -1.0, dtype=FP32)
         gsum, dotp = _row_scalar(nc, p), _row_scalar(nc, p)  # sum(dy), sum((x - mean) * dy)
+        dotp64 = None
         if path is not None:
-            _bn_backward_sums(nc, blk, m, gsum, dotp, path, x.shape[0], count)
+            dotp64 = _bn_backward_sums(nc, blk, m, gsum, dotp, path, x.shape[0], count)
         for j, (_, (tdy, tx)) in enumerate(blk.each(0, 1) if path is None else ()):
             inner = nc.mark()
             cen = nc.sbuf_tile(tdy.shape, FP32)
@@ -742,7 +755,14 @@ def backward_program(nc, dy: np.ndarray, x: np.ndarray, dx: np.ndarray | None, a
             nc.release_to(inner)
         if "dw" in ks:
             t = _row_scalar(nc, p)
-            nc.vector.tensor_tensor(t, dotp, inv, "multiply", dtype=FP32)
+            if path == "strided":  # CPU's generic loop: dotp (double) * invstd in double, rounded once
+                def weight_grad(o, d64, i):
+                    with np.errstate(all="ignore"):
+                        o[...] = (d64 * i.astype(np.float64)).astype(FP32)
+
+                nc.gpsimd.run("bn_weight_grad64", weight_grad, (t,), (dotp64, inv), elements=p)
+            else:
+                nc.vector.tensor_tensor(t, dotp, inv, "multiply", dtype=FP32)
             _store_scalars(nc, view("dw", blk), t)
         if "db" in ks:
             _store_scalars(nc, view("db", blk), gsum)
