@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from device_impl import dispatch
+from device_impl.kernels import cpu_host
+from device_impl.kernels.reduction import moments
 from diff import ALL_DTYPES, EDGE_SIZES, FLOATS, LAYOUTS, TOLERANCES, check, pair, values
 
 F = torch.nn.functional
@@ -318,6 +320,25 @@ def test_var_std(shape, dim, dtype):
     check(lambda t: torch.var(t, dim, correction=0), x, tol=tol)
     check(lambda t: torch.var_mean(t, dim), x, tol=tol)
     check(lambda t: torch.std_mean(t, dim, correction=2, keepdim=True), x, tol=tol)
+
+
+@pytest.mark.parametrize("n", [1, 5, 7, 8, 127, 1000, 32768])
+def test_var_std_over_every_dim_take_cpus_float_mean(n):
+    """CPU's var/std reducing every dim of a float32 tensor (std_var_all_cpu) takes its mean from self.mean(), a
+    float32 cascade sum (SumKernel's row_sum over Vectorized<float> lanes: moments._cpu_float_sum) divided in float,
+    then sums the squares about it in double: values near +-3e38 whose float sum overflows give NaN or inf on CPU,
+    where the double Welford stayed finite (op suite ci profile: std float32 [127] near_overflow, NaN on CPU, finite
+    on the device). var_mean / std_mean and partial reductions keep the double Welford (CPU's stub)."""
+    gen = torch.Generator().manual_seed(n)
+    for scale in (1.0, 1e30, 3.4e38):
+        sign = torch.where(torch.rand(n, generator=gen) > 0.4, 1.0, -1.0)
+        x = (torch.rand(n, generator=gen) * 0.5 + 0.5) * scale * sign
+        for fn in (torch.std, torch.var, lambda t: torch.var(t.reshape(1, -1), dim=(0, 1), keepdim=True, correction=0)):
+            want, got = fn(x), fn(x.to("neuron")).cpu()
+            assert torch.equal(want.isnan(), got.isnan()) and torch.equal(want.isinf(), got.isinf()), (scale, want, got)
+            torch.testing.assert_close(got, want, equal_nan=True)
+    assert moments._cpu_float_sum(x.numpy(), cpu_host.rowwise_moments_lanes()) == torch.sum(x).item() or \
+        torch.sum(x).isnan()
 
 
 def test_var_std_variants():

@@ -24,6 +24,7 @@ import torch
 from device_impl.dispatch.table import TABLE
 from device_impl.engine import Tile, launch
 from device_impl.engine import expf
+from device_impl.kernels import cpu_host
 from device_impl.engine.dtypes import FP32
 from device_impl.kernels.common import SCALAR_TYPE_NAMES, check_out, hbm, new_output, scalar_of
 from device_impl.kernels.reduction.tiles import (
@@ -133,8 +134,114 @@ def _var_kernel(name: str, x: torch.Tensor, dims: tuple[int, ...], correction: f
         warnings.warn(f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than the "
                       f"reduction factor (input numel divided by output numel).", UserWarning, stacklevel=4)
     with launch(name, var_out.device.index) as nc:
+        if _all_reduce_path(x, var_out, mean_out):
+            var_all_program(nc, hbm(x), divisor, take_sqrt, hbm(var_out))
+            return
         var_program(nc, hbm(x), dims, divisor, take_sqrt, hbm(var_out),
                     hbm(mean_out) if mean_out is not None else None)
+
+
+_GRAIN_SIZE = 32768  # at::internal::GRAIN_SIZE: at::sum of more elements splits among threads
+
+
+def _all_reduce_path(x: torch.Tensor, out: torch.Tensor, mean_out: torch.Tensor | None) -> bool:
+    """Whether CPU's var/std takes std_var_all_cpu (ReduceOps.cpp: a float32/float64 var or std, not var_mean, whose
+    reduction covers every dimension): the mean is ``self.mean()``, a float32 sum divided in float, then the squares
+    about it are summed in double. Followed here for contiguous float32 inputs of up to GRAIN_SIZE elements, whose
+    float sum is at::sum's serial cascade (``_cpu_float_sum``); elsewhere the double Welford below."""
+    return (mean_out is None and x.dtype == torch.float32 and out.dtype == torch.float32 and out.numel() == 1
+            and 0 < x.numel() <= _GRAIN_SIZE and x.is_contiguous())
+
+
+def _ceil_log2(v: int) -> int:
+    return 1 if v <= 2 else int(v - 1).bit_length()  # c10 utils::CeilLog2
+
+
+def _multi_row_sum(load: Callable[[int, int], np.ndarray], size: int, zero: np.ndarray) -> list[np.ndarray]:
+    """ATen's SumKernel multi_row_sum: four interleaved accumulators (ILP) over ``size`` steps, cascaded in four
+    levels of 2^level_power steps, in float."""
+    levels = 4
+    power = max(4, _ceil_log2(size) // levels)
+    step, mask = 1 << power, (1 << power) - 1
+    acc = [[zero.copy() for _ in range(4)] for _ in range(levels)]
+    i = 0
+    while i + step <= size:
+        for _ in range(step):
+            for k in range(4):
+                acc[0][k] = acc[0][k] + load(i, k)
+            i += 1
+        for j in range(1, levels):
+            for k in range(4):
+                acc[j][k] = acc[j][k] + acc[j - 1][k]
+                acc[j - 1][k] = zero.copy()
+            if i & (mask << (j * power)):
+                break
+    for i in range(i, size):
+        for k in range(4):
+            acc[0][k] = acc[0][k] + load(i, k)
+    for j in range(1, levels):
+        for k in range(4):
+            acc[0][k] = acc[0][k] + acc[j][k]
+    return acc[0]
+
+
+def _row_sum(load: Callable[[int], np.ndarray], size: int, zero: np.ndarray) -> np.ndarray:
+    """SumKernel's row_sum: multi_row_sum over size // 4 groups of four, the rest added to the first accumulator,
+    then the four accumulators in order."""
+    part = _multi_row_sum(lambda i, k: load(i * 4 + k), size // 4, zero)
+    for i in range(size // 4 * 4, size):
+        part[0] = part[0] + load(i)
+    for k in range(1, 4):
+        part[0] = part[0] + part[k]
+    return part[0]
+
+
+def _cpu_float_sum(x: np.ndarray, lanes: int) -> np.float32:
+    """at::sum of a contiguous float32 vector as CPU's serial cascade_sum forms it: Vectorized<float> lanes summed by
+    row_sum (vectorized_inner_sum) for n >= lanes, then the scalar tail in order, then the lanes; below one vector
+    the scalars by row_sum (scalar_inner_sum). Bit-identical to CPU's sum of 1 to 32768 elements, under the AVX2 and
+    DEFAULT kernels (their overflow to inf, or inf - inf NaN, included)."""
+    x = np.asarray(x, FP32).ravel()
+    n = x.size
+    with np.errstate(all="ignore"):
+        if n < lanes:
+            return np.float32(_row_sum(lambda i: x[i], n, np.zeros((), FP32)))
+        vecs = x[:n // lanes * lanes].reshape(-1, lanes)
+        acc = _row_sum(lambda i: vecs[i], vecs.shape[0], np.zeros(lanes, FP32))
+        total = np.float32(0)
+        for v in x[vecs.size:]:
+            total = np.float32(total + v)
+        for v in acc:
+            total = np.float32(total + v)
+    return total
+
+
+def var_all_program(nc, x: np.ndarray, divisor: float, take_sqrt: bool, out: np.ndarray) -> None:
+    """CPU's std_var_all_cpu for a contiguous float32 ``x`` (``_all_reduce_path``), one GpSimd program over its
+    flat tiles: mean = float(at::sum(x) / n) (``_cpu_float_sum``: NaN or inf where CPU's float sum overflows, where
+    a double Welford stays finite: op suite ci profile, std of 127 values near +-3e38), the squares (x - mean)^2
+    summed in double, divided by ``divisor`` in double, the root taken in double, rounded once to float."""
+    n = x.size
+    lanes = cpu_host.rowwise_moments_lanes()
+    tiles = []
+    for a, b, p, f in _flat_pieces(n):
+        t = nc.sbuf_tile((p, f), x.dtype)
+        nc.dma.load_flat(t, x, a, b)
+        tiles.append(t)
+    res = nc.sbuf_tile((1, 1), FP32)
+
+    def program(o, *parts):
+        flat = np.concatenate([t.ravel() for t in parts]).astype(FP32, copy=False)
+        with np.errstate(all="ignore"):
+            mean = np.float64(np.float32(_cpu_float_sum(flat, lanes) / np.float32(n)))
+            v = np.square(flat.astype(np.float64) - mean).sum() / np.float64(divisor)
+            o[...] = np.sqrt(v) if take_sqrt else v
+
+    nc.gpsimd.run("var_all", program, (res,), tuple(tiles), elements=2 * n, factor=_STATS64_STEPS)
+    nc.dma.store(out.reshape(1, 1), res)
+    for t in tiles:
+        nc.release(t)
+    nc.release(res)
 
 
 def var_program(nc, x: np.ndarray, dims: tuple[int, ...], divisor: float, take_sqrt: bool, var_out: np.ndarray,
