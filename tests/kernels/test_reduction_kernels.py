@@ -698,6 +698,27 @@ def test_layer_norm_statistics_are_cpus_welford(affine):
     assert torch.equal(got, want), (got, want)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_layer_norm_of_reduced_floats_takes_cpus_welford(dtype):
+    """CPU's bfloat16/float16 layer norm takes its statistics from RowwiseMoments too, in float with each
+    Vectorized<BFloat16> split into two float vectors merged in turn (moments.RowwiseMoments ``halves``): a row
+    shorter than one vector merges empty lanes, so a value whose square overflows float gives rstd NaN (op suite ci
+    profile: layer_norm bfloat16 [1, 1] near 4.6e29, NaN on CPU, finite on the device)."""
+    gen = torch.Generator().manual_seed(0)
+    big = 4.6e29 if dtype == torch.bfloat16 else 3e4
+    for shape in [(1, 1), (1, 3), (2, 40), (3, 17), (2, 300)]:
+        for scale in (1.0, big):
+            x = (torch.randn(shape, generator=gen) * scale).to(dtype)
+            if scale > 1 and shape[1] > 1 and dtype == torch.float16:
+                continue  # float16 rows of 3e4 overflow float16 outputs differently, a different question
+            want = A.native_layer_norm(x, shape[1:], None, None, 1e-5)
+            got = A.native_layer_norm(x.to("neuron"), shape[1:], None, None, 1e-5)
+            for g_, e in zip(got[1:], want[1:]):  # mean and rstd
+                g_ = g_.cpu()
+                assert torch.equal(g_.isnan(), e.isnan()), (shape, scale, g_, e)
+                torch.testing.assert_close(g_, e, equal_nan=True)
+
+
 @pytest.mark.parametrize("rows", [1, 2, 8])
 def test_layer_norm_weight_gradient_of_huge_rows_is_cpus(rows):
     """CPU's layer-norm backward forms the weight gradient's x_hat as rstd * x + (-rstd * mean), fused on AVX2/AVX-512:

@@ -3,7 +3,7 @@
 Tiling: the leading (not normalised) dimensions on partitions (<= 128 rows per block), the
 normalised ones along the free axis in CHUNK chunks; weight and bias are broadcast to every
 partition once per launch when short enough (``_ColVec``, ``PARAM_COLS``). Per block: the
-moments (``moments._moments``: two compensated passes, exact for constant rows), rstd on
+moments (``moments.rowwise_moments``: CPU's RowwiseMoments Welford, float32 lanes, on GpSimd), rstd on
 ScalarE, (x - mean) * rstd on ScalarE and the affine step on VectorE, or rounded once on GpSimd
 where CPU's kernel fuses the multiply-add (``_ln_affine_fma``). The backward makes one row pass
 for the row sums and a second for dx; the weight and bias gradients are TensorE column sums
@@ -30,7 +30,7 @@ from device_impl.kernels.reduction.tiles import (
     _at, _blocks, _boxes, _broadcast_row, _check_mixed, _colsum_into, _combine, _fill, _kept_view, _kernel,
     _load_scalars, _memset, _ones, _refuse, _row_scalar, _stats_dtype, _store_row, _store_scalars,
 )
-from device_impl.kernels.reduction.moments import _moments, _rstd, rowwise_moments
+from device_impl.kernels.reduction.moments import rowwise_moments
 
 
 class _ColVec:
@@ -129,20 +129,18 @@ def forward_program(nc, x: np.ndarray, out: np.ndarray, mean: np.ndarray, rstd: 
     wv = _ColVec(nc, next(params), chunks, keep) if w is not None else None
     bv = _ColVec(nc, next(params), chunks, keep) if b is not None else None
     welford = X.dtype == FP32
-    lanes = cpu_host.rowwise_moments_lanes() if welford else 0
+    lanes = cpu_host.rowwise_moments_lanes()
     for blk in _blocks(nc, g, [X], source=source):
-        if welford:  # CPU's float32 kernel: RowwiseMoments, then rstd = 1 / sqrt(var + eps) in float
-            m, m2 = rowwise_moments(nc, blk, n, lanes, cpu_host.fused_multiply_add())
-            r = _row_scalar(nc, blk.p)
+        # CPU's kernels (float32 and the reduced floats' mixed-type one): RowwiseMoments in float (a bfloat16/float16
+        # vector as two float vectors), then rstd = 1 / sqrt(var + eps) in float
+        m, m2 = rowwise_moments(nc, blk, n, lanes, cpu_host.fused_multiply_add(), halves=1 if welford else 2)
+        r = _row_scalar(nc, blk.p)
 
-            def to_rstd(o, v):
-                with np.errstate(all="ignore"):
-                    o[...] = np.float32(1) / np.sqrt(v + np.float32(eps))
+        def to_rstd(o, v):
+            with np.errstate(all="ignore"):
+                o[...] = np.float32(1) / np.sqrt(v + np.float32(eps))
 
-            nc.gpsimd.run("ln_rstd", to_rstd, (r,), (m2,), elements=blk.p, factor=2.0)
-        else:
-            m, m2 = _moments(nc, blk, n)
-            r = _rstd(nc, m2, n, eps)
+        nc.gpsimd.run("ln_rstd", to_rstd, (r,), (m2,), elements=blk.p, factor=2.0)
         _store_scalars(nc, _at(g.k[0], blk.rsl), m)
         _store_scalars(nc, _at(g.k[1], blk.rsl), r)
         shift = _row_scalar(nc, blk.p)  # -mean * rstd

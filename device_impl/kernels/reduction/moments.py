@@ -529,9 +529,12 @@ class RowwiseMoments:
     AVX2 and DEFAULT kernels. The count stack (m0) depends on ``n`` only and is kept here; the lanes' m1/m2 stack
     lives in a [p, depth * 2 * K] state tile between chunks; the stream's chunks may be of any length."""
 
-    def __init__(self, nc, p: int, n: int, lanes: int, fused: bool):
-        self.nc, self.p, self.n, self.k, self.fused = nc, p, n, lanes, fused
-        self.vectors = n // lanes
+    def __init__(self, nc, p: int, n: int, lanes: int, fused: bool, halves: int = 1):
+        # ``halves``: float vectors per input vector (2 for bfloat16/float16: a Vectorized<BFloat16> of 2 * lanes
+        # elements converts to two float vectors, each a Welford of its own merged into the stack in turn)
+        self.nc, self.p, self.n, self.k, self.fused, self.halves = nc, p, n, lanes, fused, halves
+        self.width = lanes * halves  # elements per input vector
+        self.vectors = n // self.width
         chunks = -(-self.vectors // _WELFORD_CHUNK)
         self.depth = 1 if chunks <= 2 else (chunks - 1).bit_length()  # utils::CeilLog2
         self.m0 = [0] * self.depth
@@ -574,7 +577,7 @@ class RowwiseMoments:
             with np.errstate(all="ignore"):
                 used = self._vectors(st, x, last)
                 if last:
-                    self._finish(st, x[:, self.vectors * self.k - self.seen:], rest[0], rest[1])
+                    self._finish(st, x[:, self.vectors * self.width - self.seen:], rest[0], rest[1])
                 else:
                     self.pending = x[:, used:].copy()
                     self.seen += used
@@ -586,22 +589,23 @@ class RowwiseMoments:
         """Run the Welford chunks ``x`` (starting at element ``seen``) holds whole (or, ``last``, all that are left);
         the number of x's columns used. The chunks' own passes are independent, so they run side by side (one
         numpy step per vector position j over every chunk); their merges into the cascade follow in order."""
-        k, per = self.k, _WELFORD_CHUNK * self.k
+        k, w = self.k, self.width
+        per = _WELFORD_CHUNK * w
         left = self.vectors - self.chunk * _WELFORD_CHUNK
         full = min(left // _WELFORD_CHUNK, x.shape[1] // per)
         counts = [_WELFORD_CHUNK] * full
-        if full * _WELFORD_CHUNK < left and left - full * _WELFORD_CHUNK <= (x.shape[1] - full * per) // k:
+        if full * _WELFORD_CHUNK < left and left - full * _WELFORD_CHUNK <= (x.shape[1] - full * per) // w:
             counts.append(left - full * _WELFORD_CHUNK)  # the row's last, partial chunk, once it has streamed
         if not counts:
             return 0
         c_vecs = [np.float32(1) / np.float32(j + 1) for j in range(_WELFORD_CHUNK)]
         width = len(counts) * per
         block = np.zeros((self.p, width), FP32)
-        used = full * per + (counts[-1] * k if len(counts) > full else 0)
+        used = full * per + (counts[-1] * w if len(counts) > full else 0)
         block[:, :used] = x[:, :used]
-        chunks = block.reshape(self.p, len(counts), _WELFORD_CHUNK, k)
-        m1 = np.zeros((self.p, len(counts), k), FP32)
-        m2 = np.zeros((self.p, len(counts), k), FP32)
+        chunks = block.reshape(self.p, len(counts), _WELFORD_CHUNK, w)
+        m1 = np.zeros((self.p, len(counts), w), FP32)
+        m2 = np.zeros((self.p, len(counts), w), FP32)
         for j in range(max(counts)):
             live = np.array([j < c for c in counts])[None, :, None]
             xv = chunks[:, :, j, :]
@@ -611,7 +615,8 @@ class RowwiseMoments:
             m1 = np.where(live, n1, m1)
             m2 = np.where(live, n2, m2)
         for i, count in enumerate(counts):
-            self._add_vec(st, count, m1[:, i], m2[:, i], 0)
+            for h in range(self.halves):  # each float vector of the chunk merged in turn (UpdateMomentsVec)
+                self._add_vec(st, count, m1[:, i, h * k:(h + 1) * k], m2[:, i, h * k:(h + 1) * k], 0)
             mask = self.chunk + 1
             j = 1
             while j < self.depth and (mask & 1) == 0:
@@ -635,9 +640,10 @@ class RowwiseMoments:
             m0 += 1
             m1 = m1 + delta / np.float32(m0)
             m2 = m2 + delta * (xi - m1)
+        per_lane = self.vectors * self.halves  # elements each float lane holds (m0_add)
         for lane in range(self.k):  # AddMoments, contracted where the host fuses
-            n = m0 + self.vectors
-            c = np.float32(0) if n == 0 else np.float32(self.vectors) / np.float32(n)
+            n = m0 + per_lane
+            c = np.float32(0) if n == 0 else np.float32(per_lane) / np.float32(n)
             delta = st[:, 0, 0, lane] - m1
             m1 = self._fma(c, delta, m1, self.fused)
             m2 = m2 + self._fma((delta * delta) * c, np.float32(m0), st[:, 0, 1, lane], self.fused)
@@ -646,10 +652,11 @@ class RowwiseMoments:
         o_var[...] = (m2 / np.float32(self.n)).reshape(o_var.shape)
 
 
-def rowwise_moments(nc, blk: _Block, n: int, lanes: int, fused: bool, which: int = 0) -> tuple[Tile, Tile]:
-    """Mean and variance ([p, 1] fp32) of a block of rows of ``n`` elements as CPU's RowwiseMoments (see the class);
-    the block's columns must be one flat run in memory order."""
-    wf = RowwiseMoments(nc, blk.p, n, lanes, fused)
+def rowwise_moments(nc, blk: _Block, n: int, lanes: int, fused: bool, which: int = 0,
+                    halves: int = 1) -> tuple[Tile, Tile]:
+    """Mean and variance ([p, 1] fp32) of a block of rows of ``n`` elements as CPU's RowwiseMoments (see the class;
+    ``halves`` 2 for a bfloat16/float16 input); the block's columns must be one flat run in memory order."""
+    wf = RowwiseMoments(nc, blk.p, n, lanes, fused, halves)
     res = None
     for j, (_, (t,)) in enumerate(blk.each(which)):
         res = wf.feed(t, j == len(blk.chunks) - 1)
