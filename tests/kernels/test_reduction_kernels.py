@@ -323,7 +323,8 @@ def test_var_std(shape, dim, dtype):
 
 
 @pytest.mark.parametrize("n", [1, 5, 7, 8, 127, 1000, 32768])
-def test_var_std_over_every_dim_take_cpus_float_mean(n):
+@pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "strided"])
+def test_var_std_over_every_dim_take_cpus_float_mean(n, strided):
     """CPU's var/std reducing every dim of a float32 tensor (std_var_all_cpu) takes its mean from self.mean(), a
     float32 cascade sum (SumKernel's row_sum over Vectorized<float> lanes: moments._cpu_float_sum) divided in float,
     then sums the squares about it in double: values near +-3e38 whose float sum overflows give NaN or inf on CPU,
@@ -333,8 +334,11 @@ def test_var_std_over_every_dim_take_cpus_float_mean(n):
     for scale in (1.0, 1e30, 3.4e38):
         sign = torch.where(torch.rand(n, generator=gen) > 0.4, 1.0, -1.0)
         x = (torch.rand(n, generator=gen) * 0.5 + 0.5) * scale * sign
-        for fn in (torch.std, torch.var, lambda t: torch.var(t.reshape(1, -1), dim=(0, 1), keepdim=True, correction=0)):
-            want, got = fn(x), fn(x.to("neuron")).cpu()
+        fns = (torch.std, torch.var) if strided else \
+            (torch.std, torch.var, lambda t: torch.var(t.reshape(1, -1), dim=(0, 1), keepdim=True, correction=0))
+        for fn in fns:  # a strided vector (a slice with step 2): at::sum's scalar row_sum (scalar_inner_sum)
+            dev = torch.stack([x, x], 1).to("neuron")[:, 0] if strided else x.to("neuron")
+            want, got = fn(torch.stack([x, x], 1)[:, 0] if strided else x), fn(dev).cpu()
             assert torch.equal(want.isnan(), got.isnan()) and torch.equal(want.isinf(), got.isinf()), (scale, want, got)
             torch.testing.assert_close(got, want, equal_nan=True)
     assert moments._cpu_float_sum(x.numpy(), cpu_host.rowwise_moments_lanes()) == torch.sum(x).item() or \
@@ -1226,6 +1230,23 @@ def test_batch_norm_statistics_and_gradients_near_overflow_follow_cpus_order(lay
         got = A.native_batch_norm_backward(*args("neuron"))
         same(got[1], want[1], "grad_weight (eval)")
         same(got[0], want[0], "grad_input (eval)")
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_batch_norm_with_a_strided_parameter_transforms_stepwise(training):
+    """A non-contiguous weight, bias or running statistic sends CPU's batch_norm_cpu_transform_input_template to its
+    generic loop, ((x - mean) * invstd) * w + b step by step, even for a contiguous input: with a weight near float's
+    maximum the fused x * alpha + beta made inf - inf NaN where CPU's steps stay infinite (op suite ci profile:
+    _native_batch_norm_legit, _no_training and running_stats, output[0], NaN at 1 position on the device)."""
+    x = torch.tensor([[1.5409961, -0.2934289], [-2.1787894, 0.5684313]])
+    w = torch.tensor([2.4830113e38, -3.2679826e38])
+    b_base = torch.tensor([1.5409961, -0.2934289, -2.1787894, 0.5684313])
+    rm, rv = torch.tensor([-0.0812341, 0.8414954]), torch.tensor([1.5909961, 0.3434289])
+    want = A._native_batch_norm_legit(x, w, b_base[::2], rm.clone(), rv.clone(), training, 0.1, 1e-5)
+    got = A._native_batch_norm_legit(x.to("neuron"), w.to("neuron"), b_base.to("neuron")[::2], rm.to("neuron"),
+                                     rv.to("neuron"), training, 0.1, 1e-5)
+    for g_, e in zip(got, want):
+        torch.testing.assert_close(g_.cpu(), e, equal_nan=True)
 
 
 def test_batch_norm_generic_backward_weight_gradient_is_double():

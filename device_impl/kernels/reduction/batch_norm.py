@@ -218,9 +218,14 @@ def _batch_norm(x, w, b, rm, rv, training: bool, momentum: float, eps: float, ou
               "rm": None if rm is None else hbm(rm), "rv": None if rv is None else hbm(rv),
               "w": None if w is None else hbm(w), "b": None if b is None else hbm(b)}
     layout = _bn_layout(x)
+    # CPU's batch_norm_cpu_transform_input_template takes its fused kernels only where the input's layout allows and
+    # weight, bias and the running statistics are contiguous; else its generic, stepwise loop (a strided bias in
+    # eval mode: the fused x * alpha + beta made inf - inf NaN where CPU's steps stay infinite; op suite ci profile,
+    # _native_batch_norm_legit / _no_training / running_stats output[0])
+    generic = any(t is not None and not t.is_contiguous() for t in (w, b, rm, rv))
     with launch("batch_norm", x.device.index) as nc:
         forward_program(nc, hbm(x), hbm(out), arrays, training, float(momentum), float(eps), layout,
-                        sdtype == torch.float32, cpu_host.fused_multiply_add())
+                        sdtype == torch.float32, cpu_host.fused_multiply_add(), generic_transform=generic)
     return out, save_mean, save_invstd
 
 
@@ -233,7 +238,7 @@ def _stored(name: str, ks: dict) -> str:
 
 
 def forward_program(nc, x: np.ndarray, out: np.ndarray, arrays: dict, training: bool, momentum: float, eps: float,
-                    layout: str, mixed: bool, fused_host: bool) -> None:
+                    layout: str, mixed: bool, fused_host: bool, generic_transform: bool = False) -> None:
     """The batch norm's tile program on HBM arrays, inside a launch: ``x``/``out`` (N, C, *spatial);
     ``arrays``: the [C] arrays by name ("mean"/"invstd": the saved statistics, training only; "rm"/"rv": the
     running statistics read; "rm_out"/"rv_out": where the updated ones go, the running arrays themselves when
@@ -264,11 +269,11 @@ def forward_program(nc, x: np.ndarray, out: np.ndarray, arrays: dict, training: 
     # CPU's contiguous and channels-last float32 kernels apply out = x * alpha + beta with vec::fmadd, one
     # rounding where this process's ATen kernels fuse (so x * alpha beyond float's range still gives beta's
     # infinity, not inf - inf = NaN); ScalarE rounds the product first, so those layouts take GpSimd's fma.
-    fused = layout != "strided" and fused_host
+    fused = layout != "strided" and not generic_transform and fused_host
     # CPU's strided path (batch_norm_cpu_transform_input_template) applies ((x - mean) * invstd) * w + b
     # elementwise in float, each step rounded (so x * invstd * w beyond float's range where (x - mean) * invstd
     # is not keeps CPU's finite value, and no alpha/beta fold makes an inf - inf NaN)
-    stepwise = layout == "strided"
+    stepwise = layout == "strided" or generic_transform  # (``generic_transform``: a non-contiguous parameter)
     for blk in _blocks(nc, g, [X]):
         p = blk.p
         mark = nc.mark()

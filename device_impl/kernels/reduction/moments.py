@@ -135,7 +135,7 @@ def _var_kernel(name: str, x: torch.Tensor, dims: tuple[int, ...], correction: f
                       f"reduction factor (input numel divided by output numel).", UserWarning, stacklevel=4)
     with launch(name, var_out.device.index) as nc:
         if _all_reduce_path(x, var_out, mean_out):
-            var_all_program(nc, hbm(x), divisor, take_sqrt, hbm(var_out))
+            var_all_program(nc, hbm(x), divisor, take_sqrt, hbm(var_out), vector=x.is_contiguous())
             return
         var_program(nc, hbm(x), dims, divisor, take_sqrt, hbm(var_out),
                     hbm(mean_out) if mean_out is not None else None)
@@ -150,7 +150,7 @@ def _all_reduce_path(x: torch.Tensor, out: torch.Tensor, mean_out: torch.Tensor 
     about it are summed in double. Followed here for contiguous float32 inputs of up to GRAIN_SIZE elements, whose
     float sum is at::sum's serial cascade (``_cpu_float_sum``); elsewhere the double Welford below."""
     return (mean_out is None and x.dtype == torch.float32 and out.dtype == torch.float32 and out.numel() == 1
-            and 0 < x.numel() <= _GRAIN_SIZE and x.is_contiguous())
+            and 0 < x.numel() <= _GRAIN_SIZE and (x.is_contiguous() or x.dim() == 1))
 
 
 def _ceil_log2(v: int) -> int:
@@ -196,15 +196,16 @@ def _row_sum(load: Callable[[int], np.ndarray], size: int, zero: np.ndarray) -> 
     return part[0]
 
 
-def _cpu_float_sum(x: np.ndarray, lanes: int) -> np.float32:
+def _cpu_float_sum(x: np.ndarray, lanes: int, vector: bool = True) -> np.float32:
     """at::sum of a contiguous float32 vector as CPU's serial cascade_sum forms it: Vectorized<float> lanes summed by
     row_sum (vectorized_inner_sum) for n >= lanes, then the scalar tail in order, then the lanes; below one vector
-    the scalars by row_sum (scalar_inner_sum). Bit-identical to CPU's sum of 1 to 32768 elements, under the AVX2 and
-    DEFAULT kernels (their overflow to inf, or inf - inf NaN, included)."""
+    the scalars by row_sum (scalar_inner_sum; also every length of a strided vector, ``vector`` False). Bit-identical
+    to CPU's sum of 1 to 32768 elements, under the AVX2 and DEFAULT kernels (their overflow to inf, or inf - inf NaN,
+    included)."""
     x = np.asarray(x, FP32).ravel()
     n = x.size
     with np.errstate(all="ignore"):
-        if n < lanes:
+        if n < lanes or not vector:
             return np.float32(_row_sum(lambda i: x[i], n, np.zeros((), FP32)))
         vecs = x[:n // lanes * lanes].reshape(-1, lanes)
         acc = _row_sum(lambda i: vecs[i], vecs.shape[0], np.zeros(lanes, FP32))
@@ -216,7 +217,7 @@ def _cpu_float_sum(x: np.ndarray, lanes: int) -> np.float32:
     return total
 
 
-def var_all_program(nc, x: np.ndarray, divisor: float, take_sqrt: bool, out: np.ndarray) -> None:
+def var_all_program(nc, x: np.ndarray, divisor: float, take_sqrt: bool, out: np.ndarray, vector: bool = True) -> None:
     """CPU's std_var_all_cpu for a contiguous float32 ``x`` (``_all_reduce_path``), one GpSimd program over its
     flat tiles: mean = float(at::sum(x) / n) (``_cpu_float_sum``: NaN or inf where CPU's float sum overflows, where
     a double Welford stays finite: op suite ci profile, std of 127 values near +-3e38), the squares (x - mean)^2
@@ -233,7 +234,7 @@ def var_all_program(nc, x: np.ndarray, divisor: float, take_sqrt: bool, out: np.
     def program(o, *parts):
         flat = np.concatenate([t.ravel() for t in parts]).astype(FP32, copy=False)
         with np.errstate(all="ignore"):
-            mean = np.float64(np.float32(_cpu_float_sum(flat, lanes) / np.float32(n)))
+            mean = np.float64(np.float32(_cpu_float_sum(flat, lanes, vector) / np.float32(n)))
             v = np.square(flat.astype(np.float64) - mean).sum() / np.float64(divisor)
             o[...] = np.sqrt(v) if take_sqrt else v
 
