@@ -148,9 +148,11 @@ def _all_reduce_path(x: torch.Tensor, out: torch.Tensor, mean_out: torch.Tensor 
     """Whether CPU's var/std takes std_var_all_cpu (ReduceOps.cpp: a float32/float64 var or std, not var_mean, whose
     reduction covers every dimension): the mean is ``self.mean()``, a float32 sum divided in float, then the squares
     about it are summed in double. Followed here for contiguous float32 inputs of up to GRAIN_SIZE elements, whose
-    float sum is at::sum's serial cascade (``_cpu_float_sum``); elsewhere the double Welford below."""
+    float sum is at::sum's serial cascade (``_cpu_float_sum``), and for strided ones of one dimension of size > 1
+    (TensorIterator drops the size-1 dims: a [1, 127] slice with step 2 sums as a strided vector); elsewhere the
+    double Welford below."""
     return (mean_out is None and x.dtype == torch.float32 and out.dtype == torch.float32 and out.numel() == 1
-            and 0 < x.numel() <= _GRAIN_SIZE and (x.is_contiguous() or x.dim() == 1))
+            and 0 < x.numel() <= _GRAIN_SIZE and (x.is_contiguous() or sum(d != 1 for d in x.shape) <= 1))
 
 
 def _ceil_log2(v: int) -> int:
