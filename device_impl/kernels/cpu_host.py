@@ -19,6 +19,10 @@ runs on, not only on PyTorch's version:
 * **Which form ``gelu`` takes** (``onednn_gelu_form``): contiguous float32 (and bf16 where oneDNN has bf16 on
   the CPU) tensors run oneDNN's kernel for this host's ISA, which halves last (asked of CPU's gelu of 3e38: the
   AVX-512 kernel overflows there) or adds two halves (the AVX2 one: +0.0 where ATen's form gives -0.0).
+  Its gradient (``onednn_gelu_backward``) is oneDNN's backward form on the same inputs, asked of CPU's own
+  gelu_backward (+0.0 where the erf is -1, where ATen's form gives a tiny negative derivative).
+* **How wide ``RowwiseMoments`` runs its Welford** (``rowwise_moments_lanes``): the lanes of group/layer norm's
+  statistics, whose merges decide where an overflowing row's moments turn NaN; asked of CPU's group norm of 1e20s.
 * **Whether a multiply-add rounds once.** ATen's vectorized loops call ``vec::fmadd``, one rounding on the
   AVX2/AVX-512 kernels (and the compiler contracts ``a * b + c`` in the scalar loops compiled with them);
   the ``DEFAULT`` kernels (``ATEN_CPU_CAPABILITY=default``, or a CPU without AVX2) compute ``a * b`` and
@@ -118,6 +122,58 @@ def _onednn_gelu_kind(dtype: torch.dtype) -> str | None:
         if bool((zeros == 0).all()) and not bool(torch.signbit(zeros).any()):
             return "halves"
     return None
+
+
+def onednn_gelu_backward(x: torch.Tensor, approximate: str) -> bool:
+    """Whether CPU's ``gelu_backward`` with input ``x`` runs oneDNN's ``eltwise_gelu_erf`` backward rather than
+    ATen's kernel (``dy * (cdf + x * pdf)``). ATen's gelu_backward_out_cpu takes oneDNN where ``use_mkldnn(x)``
+    holds (the forward's rule, ``onednn_gelu_form``: the input's layout decides, not the gradient's); oneDNN's
+    backward forms ``d = (T + 0.5) + 0.5 * erf(R)`` with ``R = x / sqrt(2)`` and ``T = R / sqrt(pi) * exp(-R * R)``
+    on every ISA, so where the erf is -1 and T below half a unit of 0.5 (x below about -6) ``d`` is +0.0 and
+    ``dy * d`` takes dy's sign, where ATen's form gives ``-7.7e-22`` at x = -10. Asked of CPU's own gelu_backward
+    of a contiguous tensor of -10s (``_onednn_gelu_backward_kind``), per dtype."""
+    if onednn_gelu_form(x, approximate) is None:
+        return False
+    return _onednn_gelu_backward_kind(x.dtype)
+
+
+@functools.cache
+def _onednn_gelu_backward_kind(dtype: torch.dtype) -> bool:
+    """``onednn_gelu_backward``'s answer for ``dtype``: CPU's gelu_backward of a contiguous -10 with gradient 1 is
+    exactly +0.0 in oneDNN's form, -7.7e-22 in ATen's."""
+    with _disable_current_modes():
+        d = torch.ops.aten.gelu_backward(torch.ones(16, dtype=dtype), torch.full((16,), -10.0, dtype=dtype))
+        return bool((d == 0).all()) and not bool(torch.signbit(d).any())
+
+
+def parallel_ranges(n: int, grain: int = 1) -> tuple[int, list[tuple[int, int]]]:
+    """How CPU's ``at::parallel_for(0, n, grain, f)`` splits [0, n) among OpenMP threads: (the thread count
+    ``at::get_num_threads()``, whose per-thread buffers a kernel allocates, and the ranges ``f`` runs, in thread
+    order). One range where the loop runs inline (n <= grain, n <= 1 or one thread); else min(threads,
+    ceil(n / grain)) tasks of ceil(n / tasks) iterations (ATen's ParallelOpenMP.h invoke_parallel). Read from the
+    running torch: its thread count is this process's setting."""
+    threads = torch.get_num_threads()
+    if n <= grain or n <= 1 or threads == 1:
+        return threads, [(0, n)]
+    tasks = min(threads, -(-n // grain))
+    size = -(-n // tasks)
+    return threads, [(a, min(n, a + size)) for a in range(0, n, size)]
+
+
+@functools.cache
+def rowwise_moments_lanes() -> int:
+    """Vectorized<float>::size() in CPU's ``RowwiseMoments`` (group norm's and layer norm's statistics): the lanes
+    its Welford runs in, whose merge with the scalar tail multiplies an overflowing delta * delta by 0 (NaN) where a
+    row has no tail. Asked of the running torch: a row of n equal values 1e20 gives a NaN rstd for n <= K and a
+    finite one at n = K + 1 (its one scalar element merges with the lanes at delta 0), so K is the first n whose
+    rstd is finite, less one."""
+    with _disable_current_modes():
+        for n in range(2, 130):
+            x = torch.full((1, n, 1), 1e20)
+            rstd = torch.ops.aten.native_group_norm(x, None, None, 1, n, 1, 1, 1e-5)[2]
+            if not bool(torch.isnan(rstd).any()):
+                return n - 1
+    return 8
 
 
 @functools.cache

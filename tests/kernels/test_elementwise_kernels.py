@@ -344,6 +344,27 @@ def test_activation_gradients(dtype, act):
     check(grad, x, allow_fallback=("aten::elu_backward.grad_input",))
 
 
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn-on", "onednn-off"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_gelu_gradient_gives_cpus_zero_signs(onednn, dtype):
+    """CPU's gelu_backward of a contiguous float32 input runs oneDNN's backward where its forward does
+    (cpu_host.onednn_gelu_backward, asked of the running torch): d = (T + 0.5) + 0.5 * erf is exactly +0.0 where
+    the erf is -1 (x below about -6), so dy * d takes dy's sign, where ATen's cdf + x * pdf is a tiny negative and
+    gives the opposite sign for a zero or underflowing dy (the op suite's ci profile: gelu float32 [127, 127]
+    tails). Strided and single-element inputs, and oneDNN off, take ATen's form."""
+    xs = torch.tensor([-100.0, -30.0, -10.0, -7.0, -6.0, -5.5, -1.0, -0.0, 0.0, 2.0, -3e38, 3e38])
+    gs = torch.tensor([1.0, -1.0, 0.0, -0.0, 1e-30, -1e-30])
+    x = xs.repeat_interleave(len(gs)).repeat(3).to(dtype)
+    g = gs.repeat(len(xs) * 3).to(dtype)
+    with torch.backends.mkldnn.flags(enabled=onednn):
+        for part in (slice(None), slice(None, None, 2), slice(0, 1)):  # contiguous, strided (on both), one element
+            want = torch.ops.aten.gelu_backward(g[part], x[part])
+            got = torch.ops.aten.gelu_backward(g.to("neuron")[part], x.to("neuron")[part]).cpu()
+            zeros = (want == 0) & (got == 0)
+            assert torch.equal(torch.signbit(got[zeros]), torch.signbit(want[zeros])), (x[part], got, want)
+            torch.testing.assert_close(got, want, equal_nan=True)
+
+
 def test_where_and_masked_fill():
     c = values((4, 9), torch.bool)
     x, y = values((4, 9), torch.float32, seed=1), values((1, 9), torch.float32, seed=2)

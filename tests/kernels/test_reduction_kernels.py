@@ -7,6 +7,8 @@ import pytest
 import torch
 
 from device_impl import dispatch
+from device_impl.kernels import cpu_host
+from device_impl.kernels.reduction import moments
 from diff import ALL_DTYPES, EDGE_SIZES, FLOATS, LAYOUTS, TOLERANCES, check, pair, values
 
 F = torch.nn.functional
@@ -318,6 +320,34 @@ def test_var_std(shape, dim, dtype):
     check(lambda t: torch.var(t, dim, correction=0), x, tol=tol)
     check(lambda t: torch.var_mean(t, dim), x, tol=tol)
     check(lambda t: torch.std_mean(t, dim, correction=2, keepdim=True), x, tol=tol)
+
+
+@pytest.mark.parametrize("n", [1, 5, 7, 8, 127, 1000, 32768])
+@pytest.mark.parametrize("strided", [False, True], ids=["contiguous", "strided"])
+def test_var_std_over_every_dim_take_cpus_float_mean(n, strided):
+    """CPU's var/std reducing every dim of a float32 tensor (std_var_all_cpu) takes its mean from self.mean(), a
+    float32 cascade sum (SumKernel's row_sum over Vectorized<float> lanes: moments._cpu_float_sum) divided in float,
+    then sums the squares about it in double: values near +-3e38 whose float sum overflows give NaN or inf on CPU,
+    where the double Welford stayed finite (op suite ci profile: std float32 [127] near_overflow, NaN on CPU, finite
+    on the device). var_mean / std_mean and partial reductions keep the double Welford (CPU's stub)."""
+    gen = torch.Generator().manual_seed(n)
+    for scale in (1.0, 1e30, 3.4e38):
+        sign = torch.where(torch.rand(n, generator=gen) > 0.4, 1.0, -1.0)
+        x = (torch.rand(n, generator=gen) * 0.5 + 0.5) * scale * sign
+        fns = (torch.std, torch.var) if strided else \
+            (torch.std, torch.var, lambda t: torch.var(t.reshape(1, -1), dim=(0, 1), keepdim=True, correction=0))
+        for fn in fns:  # a strided vector (a slice with step 2): at::sum's scalar row_sum (scalar_inner_sum)
+            dev = torch.stack([x, x], 1).to("neuron")[:, 0] if strided else x.to("neuron")
+            want, got = fn(torch.stack([x, x], 1)[:, 0] if strided else x), fn(dev).cpu()
+            if strided:  # and as a [1, n] view: its size-1 dim is dropped (op suite ci profile: std of b0[..., ::2])
+                cpu2d = torch.stack([x, x], 1).reshape(1, 2 * n)[..., ::2]
+                dev2d = torch.stack([x, x], 1).reshape(1, 2 * n).to("neuron")[..., ::2]
+                w2, g2 = fn(cpu2d), fn(dev2d).cpu()
+                assert torch.equal(w2.isnan(), g2.isnan()) and torch.equal(w2.isinf(), g2.isinf()), (scale, w2, g2)
+            assert torch.equal(want.isnan(), got.isnan()) and torch.equal(want.isinf(), got.isinf()), (scale, want, got)
+            torch.testing.assert_close(got, want, equal_nan=True)
+    assert moments._cpu_float_sum(x.numpy(), cpu_host.rowwise_moments_lanes()) == torch.sum(x).item() or \
+        torch.sum(x).isnan()
 
 
 def test_var_std_variants():
@@ -644,6 +674,81 @@ def test_layer_norm_zero_signs_of_underflowing_products(affine):
           tol=(1e-5, 1e-5))
 
 
+@pytest.mark.parametrize("affine", [False, True], ids=["plain", "affine"])
+def test_layer_norm_statistics_are_cpus_welford(affine):
+    """CPU's float32 layer norm takes its statistics from RowwiseMoments (moments.RowwiseMoments: Welford in vector
+    lanes, NaN where a lane merge multiplies an overflowing delta * delta by 0) and rstd = 1 / sqrt(var + eps) in
+    float: for rows near float's maximum CPU's mean, rstd and output are NaN or its bits where the device's two
+    passes gave a finite mean, rstd 0 and the bias. Rows of 1 to 4100 elements (streamed in chunks that split
+    Welford's), a transposed input."""
+    gen = torch.Generator().manual_seed(0)
+    for shape, k in [((4, 7), 1), ((3, 2049), 1), ((2, 3, 1000), 2), ((5, 16), 1), ((2, 8), 1), ((3, 9), 1),
+                     ((1, 4100), 1), ((6, 1), 1)]:
+        norm = shape[len(shape) - k:]
+        for scale in (1.0, 1e19, 2e19, 1e30, 3e38):
+            x = torch.randn(shape, generator=gen) * scale
+            w = torch.randn(norm, generator=gen) if affine else None
+            b = torch.randn(norm, generator=gen) if affine else None
+            want = A.native_layer_norm(x, norm, w, b, 1e-5)
+            xd = x.to("neuron") if len(shape) < 3 else x.transpose(0, 1).contiguous().to("neuron").transpose(0, 1)
+            got = A.native_layer_norm(xd, norm, *(None if t is None else t.to("neuron") for t in (w, b)), 1e-5)
+            for g_, e in zip(got, want):
+                g_ = g_.cpu()
+                assert torch.equal(g_.isnan(), e.isnan()), (shape, scale, g_, e)
+                torch.testing.assert_close(g_, e, equal_nan=True, msg=lambda m: f"{shape} {scale}: {m}")
+            assert torch.equal(got[1].cpu().nan_to_num(), want[1].nan_to_num())  # the mean: CPU's bits
+            assert torch.equal(got[2].cpu().nan_to_num(), want[2].nan_to_num())  # rstd: CPU's bits
+    # a constant row near float's maximum (an expanded input; 127 elements: a scalar tail, so a finite rstd):
+    # CPU's (x + (-mean)) * rstd is 0 and the output the bias, where x * rstd + (-mean * rstd) was inf - inf
+    x = torch.full((1, 1), 2.4830113e38).expand(1, 127)
+    w, b = torch.randn(127, generator=gen), torch.randn(127, generator=gen)
+    want = F.layer_norm(x, (127,), w, b)
+    got = F.layer_norm(x.to("neuron"), (127,), w.to("neuron"), b.to("neuron")).cpu()
+    assert torch.equal(got, want), (got, want)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_layer_norm_of_reduced_floats_takes_cpus_welford(dtype):
+    """CPU's bfloat16/float16 layer norm takes its statistics from RowwiseMoments too, in float with each
+    Vectorized<BFloat16> split into two float vectors merged in turn (moments.RowwiseMoments ``halves``): a row
+    shorter than one vector merges empty lanes, so a value whose square overflows float gives rstd NaN (op suite ci
+    profile: layer_norm bfloat16 [1, 1] near 4.6e29, NaN on CPU, finite on the device)."""
+    gen = torch.Generator().manual_seed(0)
+    big = 4.6e29 if dtype == torch.bfloat16 else 3e4
+    for shape in [(1, 1), (1, 3), (2, 40), (3, 17), (2, 300)]:
+        for scale in (1.0, big):
+            x = (torch.randn(shape, generator=gen) * scale).to(dtype)
+            if scale > 1 and shape[1] > 1 and dtype == torch.float16:
+                continue  # float16 rows of 3e4 overflow float16 outputs differently, a different question
+            want = A.native_layer_norm(x, shape[1:], None, None, 1e-5)
+            got = A.native_layer_norm(x.to("neuron"), shape[1:], None, None, 1e-5)
+            for g_, e in zip(got[1:], want[1:]):  # mean and rstd
+                g_ = g_.cpu()
+                assert torch.equal(g_.isnan(), e.isnan()), (shape, scale, g_, e)
+                torch.testing.assert_close(g_, e, equal_nan=True)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 8])
+def test_layer_norm_weight_gradient_of_huge_rows_is_cpus(rows):
+    """CPU's layer-norm backward forms the weight gradient's x_hat as rstd * x + (-rstd * mean), fused on AVX2/AVX-512:
+    for a constant row near float's maximum -rstd * mean is -inf, so each row adds dy * -inf and rows whose dy
+    differ in sign give NaN (one row: +-inf, no NaN); the device's x * rstd + shift rounded the product first
+    (inf - inf: NaN everywhere; op suite ci profile: layer_norm gradient[1], NaN at 127 positions on the device,
+    0 on CPU)."""
+    gen = torch.Generator().manual_seed(0)
+    for n in (16, 127):
+        x = torch.full((rows, n), 2.4830113e38)
+        w, b, dy = torch.randn(n, generator=gen), torch.randn(n, generator=gen), torch.randn(rows, n, generator=gen)
+        _, mean, rstd = A.native_layer_norm(x, (n,), w, b, 1e-5)
+        want = A.native_layer_norm_backward(dy, x, (n,), mean, rstd, w, b, [True, True, True])
+        got = A.native_layer_norm_backward(*(t.to("neuron") for t in (dy, x)), (n,),
+                                           *(t.to("neuron") for t in (mean, rstd, w, b)), [True, True, True])
+        for g_, e in zip(got, want):
+            g_ = g_.cpu()
+            assert torch.equal(g_.isnan(), e.isnan()) and torch.equal(g_.isinf(), e.isinf()), (n, g_, e)
+            torch.testing.assert_close(g_, e, equal_nan=True)
+
+
 def test_layer_norm_variants_and_errors():
     x = values((4, 3, 5), torch.float32)
     w = values((5,), torch.float32)
@@ -719,6 +824,31 @@ def test_group_norm(shape, groups, dtype):
         check(lambda g_, t, m, r, a_: A.native_group_norm_backward(g_, t, m, r, a_, shape[0], c, hw, groups,
                                                                    [True, False, False]), dy, x, mean, rstd,
               w.float(), tol=tol)
+
+
+@pytest.mark.parametrize("affine", [False, True], ids=["plain", "affine"])
+def test_group_norm_statistics_are_cpus_welford(affine):
+    """CPU's contiguous float32 group norm takes its statistics from RowwiseMoments (Welford in Vectorized<float>
+    lanes, cascade merges, a scalar tail: moments.RowwiseMoments), whose lane merges multiply an overflowing
+    delta * delta by 0 (NaN) for groups without a scalar tail; the device's two passes gave a finite mean and an
+    infinite variance there (output = bias), and a weight near float's maximum made CPU's fused scale * x + bias
+    finite where the device's rounded product was infinite (op suite ci profile: group_norm float32 [1, 2]
+    near_overflow weight). Mean, rstd and output: CPU's bits, NaN and infinities, groups of 1 to 1000 elements."""
+    gen = torch.Generator().manual_seed(0)
+    for (n, c, spatial, groups) in [(1, 2, (), 1), (2, 6, (5,), 2), (3, 4, (3, 4), 4), (1, 1, (300,), 1),
+                                    (2, 16, (17,), 2), (1, 3, (), 1), (1, 9, (), 1), (1, 3, (1000,), 1)]:
+        hw = math.prod(spatial)
+        for scale in (1.0, 1e19, 2e19, 1e30, 3e38):
+            x = torch.randn((n, c) + spatial, generator=gen) * scale
+            w = torch.randn(c, generator=gen) * (3e38 if scale == 1.0 else 1.0) if affine else None
+            b = torch.randn(c, generator=gen) if affine else None
+            want = A.native_group_norm(x, w, b, n, c, hw, groups, 1e-5)
+            dev = [None if t is None else t.to("neuron") for t in (x, w, b)]
+            got = A.native_group_norm(*dev, n, c, hw, groups, 1e-5)
+            for g_, e in zip(got, want):
+                assert torch.equal(g_.cpu().view(torch.int32), e.view(torch.int32)) or \
+                    torch.equal(g_.cpu().nan_to_num(), e.nan_to_num()) and torch.equal(g_.cpu().isnan(), e.isnan()), \
+                    ((n, c, spatial, groups, scale), g_.cpu(), e)
 
 
 def test_group_norm_variants_and_errors():
@@ -1046,20 +1176,98 @@ def test_constant_rows_normalise_to_exactly_the_bias(c, n):
 
 
 @pytest.mark.parametrize("c", CONSTANTS)
-def test_constant_channels_batch_norm_statistics_are_exact(c):
-    """CPU's batch_norm sums a channel serially in float (1.7 x 1000 gives mean 1.7000078), so its
-    constant channels normalise to ~2e-3 instead of 0. The device's statistics are exact: mean c,
-    invstd 1/sqrt(eps), running variance 0; the output is the bias up to the rounding of
-    x * scale + (bias - mean * scale), the formula CPU uses too."""
-    x = torch.full((1000, 3), c).to("neuron")
-    w, b = values((3,), torch.float32, seed=1).to("neuron"), values((3,), torch.float32, seed=2).to("neuron")
-    rm, rv = torch.zeros(3, device="neuron"), torch.ones(3, device="neuron")
-    out, mean, invstd = A.native_batch_norm(x, w, b, rm, rv, True, 1.0, 1e-5)
-    assert torch.equal(mean.cpu(), torch.full((3,), c)) and torch.equal(rv.cpu(), torch.zeros(3))
-    rstd = A.native_layer_norm(torch.full((1, 4), c), [4], None, None, 1e-5)[2]  # CPU: exact moments
-    assert torch.equal(invstd.cpu(), rstd.reshape(1).expand(3))
-    scale = (invstd * w).abs().cpu() * abs(c)
-    assert ((out.cpu() - b.cpu()).abs() <= scale * 2.0 ** -22).all()
+def test_constant_channels_batch_norm_statistics_are_cpus(c):
+    """CPU's batch_norm of an (N, C) input (its channels-last statistics kernel) sums a channel in float, per
+    thread run of rows when N exceeds the thread count (1.7 x 1000 gives mean 1.7000078, so constant channels
+    normalise to ~2e-3 instead of 0): the device's statistics are CPU's, bit for bit (they were exact, and so
+    differed from CPU's, before the kernel followed CPU's collect_stats; see _bn_stats_channels_last)."""
+    x = torch.full((1000, 3), c)
+    w, b = values((3,), torch.float32, seed=1), values((3,), torch.float32, seed=2)
+    want = A.native_batch_norm(x, w, b, torch.zeros(3), torch.ones(3), True, 1.0, 1e-5)
+    dev = [t.to("neuron") for t in (x, w, b, torch.zeros(3), torch.ones(3))]
+    got = A.native_batch_norm(*dev, True, 1.0, 1e-5)
+    assert torch.equal(got[1].cpu(), want[1]) and torch.equal(got[2].cpu(), want[2]), (got[1:], want[1:])
+    torch.testing.assert_close(got[0].cpu(), want[0])
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "channels_last", "matrix"])
+def test_batch_norm_statistics_and_gradients_near_overflow_follow_cpus_order(layout):
+    """Values near float's maximum, where each result's infinity or NaN is the summation order's: CPU's training
+    statistics of an (N, C) / channels-last input are per-thread float sums added in double (finite where one float
+    sum is not: _native_batch_norm_legit [3, 2] near_overflow, save_mean), and its eval-mode weight gradient
+    sum((x - mean) * dy) is formed per image by the vector reductions (contiguous: batch_norm [2, 1, 5]
+    near_overflow, gradient[1]), per thread with fused multiply-adds (channels last), or in double (the generic
+    loop: a transposed input, _native_batch_norm_legit_no_training [3, 2], gradient[1]); the device's engine sums
+    gave other infinities and NaNs. Op suite ci profile."""
+    gen = torch.Generator().manual_seed(0)
+    shapes = {"contiguous": [(2, 1, 5), (4, 3, 7), (2, 3, 9), (2, 2, 20)], "transposed": [(3, 2), (4, 3, 7)],
+              "channels_last": [(5, 4, 2, 3), (3, 2, 1, 1)], "matrix": [(3, 2), (300, 2), (2, 1)]}[layout]
+    for shape in shapes:
+        def draw():
+            sign = torch.where(torch.rand(shape, generator=gen) > 0.4, 1.0, -1.0)
+            return (torch.rand(shape, generator=gen) * 0.5 + 0.5) * 3.4e38 * sign
+
+        x, dy = draw(), draw()
+        c = shape[1]
+        w, rm, rv = torch.randn(c, generator=gen), torch.randn(c, generator=gen), torch.rand(c, generator=gen) + 0.5
+
+        def place(t, dev):
+            t = t.to(dev)
+            if layout == "transposed":
+                return t.transpose(0, -1).contiguous().transpose(0, -1)
+            return t.contiguous(memory_format=torch.channels_last) if layout == "channels_last" else t
+
+        def same(got, want, what):
+            got = got.cpu()
+            assert torch.equal(got.isnan(), want.isnan()) and torch.equal(got.isinf(), want.isinf()) and \
+                torch.equal(got[got.isinf()], want[want.isinf()]), (shape, what, got, want)
+
+        if layout != "transposed":  # training statistics
+            want = A._native_batch_norm_legit(place(x, "cpu"), w, torch.zeros(c), torch.zeros(c), torch.ones(c), True, 0.1,
+                                              1e-5)
+            got = A._native_batch_norm_legit(place(x, "neuron"), w.to("neuron"), torch.zeros(c, device="neuron"),
+                                             torch.zeros(c, device="neuron"), torch.ones(c, device="neuron"),
+                                             True, 0.1, 1e-5)
+            same(got[1], want[1], "save_mean")
+        args = lambda dev: (place(dy, dev), place(x, dev), w.to(dev), rm.to(dev), rv.to(dev), None, None, False,
+                            1e-5, [True, True, False])
+        want = A.native_batch_norm_backward(*args("cpu"))
+        got = A.native_batch_norm_backward(*args("neuron"))
+        same(got[1], want[1], "grad_weight (eval)")
+        same(got[0], want[0], "grad_input (eval)")
+
+
+@pytest.mark.parametrize("training", [False, True])
+def test_batch_norm_with_a_strided_parameter_transforms_stepwise(training):
+    """A non-contiguous weight, bias or running statistic sends CPU's batch_norm_cpu_transform_input_template to its
+    generic loop, ((x - mean) * invstd) * w + b step by step, even for a contiguous input: with a weight near float's
+    maximum the fused x * alpha + beta made inf - inf NaN where CPU's steps stay infinite (op suite ci profile:
+    _native_batch_norm_legit, _no_training and running_stats, output[0], NaN at 1 position on the device)."""
+    x = torch.tensor([[1.5409961, -0.2934289], [-2.1787894, 0.5684313]])
+    w = torch.tensor([2.4830113e38, -3.2679826e38])
+    b_base = torch.tensor([1.5409961, -0.2934289, -2.1787894, 0.5684313])
+    rm, rv = torch.tensor([-0.0812341, 0.8414954]), torch.tensor([1.5909961, 0.3434289])
+    want = A._native_batch_norm_legit(x, w, b_base[::2], rm.clone(), rv.clone(), training, 0.1, 1e-5)
+    got = A._native_batch_norm_legit(x.to("neuron"), w.to("neuron"), b_base.to("neuron")[::2], rm.to("neuron"),
+                                     rv.to("neuron"), training, 0.1, 1e-5)
+    for g_, e in zip(got, want):
+        torch.testing.assert_close(g_.cpu(), e, equal_nan=True)
+
+
+def test_batch_norm_generic_backward_weight_gradient_is_double():
+    """A transposed cotangent sends CPU's batch-norm backward to its generic loop, which sums (x - mean) * dy in
+    double and forms grad_weight = dotp * invstd in double before rounding: finite where a float dotp overflows
+    (op suite ci profile: batch_norm [3, 2] near_overflow, eval, transposed cotangent: gradient[1] infinities
+    differ)."""
+    x = torch.tensor([[2.4856144e38, 2.9066328e38], [2.6878499e38, 2.5464474e38], [-2.5697699e38, -2.2620909e38]])
+    dy = torch.tensor([[0.9, -1.2], [1.1, 0.4], [-0.3, 2.0]]).t().contiguous().t()
+    w, rm, rv = torch.tensor([1.54, -0.29]), torch.tensor([0.72, 0.31]), torch.tensor([4.0, 4.0])
+    want = A.native_batch_norm_backward(dy, x, w, rm, rv, None, None, False, 1e-5, [True, True, True])
+    dyd = dy.t().contiguous().to("neuron").t()
+    got = A.native_batch_norm_backward(dyd, *(t.to("neuron") for t in (x, w, rm, rv)), None, None, False, 1e-5,
+                                       [True, True, True])
+    for g_, e in zip(got, want):
+        torch.testing.assert_close(g_.cpu(), e, equal_nan=True)
 
 
 def _error(result: torch.Tensor, reference: torch.Tensor) -> float:

@@ -262,8 +262,30 @@ def _tanh_backward(a):
     return emit
 
 
+def _gelu_backward_onednn(nc, o: Tile, g: Tile, x: Tile) -> None:
+    """oneDNN's eltwise_gelu_erf backward, which CPU runs where ``cpu_host.onednn_gelu_backward`` says: R = x / sqrt(2),
+    T = R / sqrt(pi) * exp(-R * R), d = (T + 0.5) + 0.5 * erf(R) (its fma is exact: 0.5 * erf needs no rounding),
+    dx = dy * d; each step rounded to fp32. Where the erf is -1 and T is below half a unit of 0.5 (x below about -6)
+    d is exactly +0.0, so dx takes dy's sign (ATen's cdf + x * pdf is a tiny negative there)."""
+    r = nc.sbuf_tile(x.shape, FP32)
+    nc.vector.tensor_scalar(r, x, "multiply", float(np.float32(1 / math.sqrt(2))), dtype=FP32)
+    q = nc.sbuf_tile(x.shape, FP32)
+    nc.vector.tensor_tensor(q, r, r, "multiply", dtype=FP32)
+    nc.scalar.activation(q, q, "exp", scale=-1.0)  # exp(-R * R)
+    t = nc.sbuf_tile(x.shape, FP32)
+    nc.vector.tensor_scalar(t, r, "multiply", float(np.float32(1 / math.sqrt(math.pi))), dtype=FP32)
+    nc.vector.tensor_tensor(t, t, q, "multiply", dtype=FP32)
+    nc.vector.tensor_scalar(t, t, "add", 0.5, dtype=FP32)  # P = T + 0.5
+    nc.scalar.activation(q, r, "erf")
+    nc.vector.tensor_scalar(q, q, "multiply", 0.5, dtype=FP32)
+    nc.vector.tensor_tensor(t, t, q, "add", dtype=FP32)  # P + 0.5 * erf
+    nc.vector.tensor_tensor(o, g, t, "multiply", dtype=FP32)
+
+
 def _gelu_backward(a):
     approximate = a.get("approximate", "none")
+    if cpu_host.onednn_gelu_backward(a["self"], approximate):
+        return _gelu_backward_onednn
 
     def emit(nc, o, g, x):
         d = nc.sbuf_tile(x.shape, FP32)

@@ -27,7 +27,7 @@ from device_impl.engine.dtypes import FP32
 from device_impl.kernels import cpu_host
 from device_impl.kernels.common import check_out, fma32, hbm, new_output
 from device_impl.kernels.reduction.tiles import (
-    _Block, _FLOATS, _FMA_STEPS, _Grid, _at, _blocks, _check_mixed, _combine, _kernel, _load_scalars, _refuse,
+    F64, _Block, _FLOATS, _FMA_STEPS, _Grid, _at, _blocks, _check_mixed, _combine, _kernel, _load_scalars, _refuse,
     _row_reduce, _row_scalar, _row_sum64, _stats_dtype, _store_scalars, _wrap,
 )
 from device_impl.kernels.reduction.moments import _moments, _rstd
@@ -62,7 +62,7 @@ def _bn_layout(x: torch.Tensor) -> str:
     return "strided"
 
 
-def _bn_stats(nc, blk: _Block, n: int, eps: float, layout: str) -> tuple[Tile, Tile, Tile]:
+def _bn_stats(nc, blk: _Block, n: int, eps: float, layout: str, channels: int) -> tuple[Tile, Tile, Tile]:
     """Training statistics of a block of channels as CPU computes them for float32 (acc_type double):
     (mean, sum of squared deviations, invstd), [p, 1] fp32 each.
 
@@ -75,6 +75,8 @@ def _bn_stats(nc, blk: _Block, n: int, eps: float, layout: str) -> tuple[Tile, T
     The channels-last path, and bfloat16/float16 inputs (acc_type float), accumulate in float as the
     engines do (_moments)."""
     p = blk.p
+    if layout == "channels_last" and blk.arrays[0].dtype == FP32:
+        return _bn_stats_channels_last(nc, blk, n, eps, channels)
     if layout == "channels_last" or blk.arrays[0].dtype != FP32:
         mean, m2 = _moments(nc, blk, n)
         return mean, m2, _rstd(nc, m2, n, eps)
@@ -119,6 +121,83 @@ def _bn_stats(nc, blk: _Block, n: int, eps: float, layout: str) -> tuple[Tile, T
     return mean, m2, inv
 
 
+def _bn_stats_channels_last(nc, blk: _Block, n: int, eps: float, channels: int) -> tuple[Tile, Tile, Tile]:
+    """Training statistics of a block of channels of a channels-last float32 input (or an (N, C) / image size 1
+    one) as CPU's batch_norm_cpu_collect_stats_channels_last_impl computes them over the n = N * HxW positions,
+    by one of three methods (``threads`` = at::get_num_threads()):
+
+    * n > threads: ``parallel_for`` over the positions (``cpu_host.parallel_ranges``) gives each thread a run,
+      summed in float into that thread's row of a zeroed buffer, the rows then summed in double:
+      mean = float(sum / n); the same for (x - mean) * (x - mean), var_sum = float(double sum);
+    * else, one thread, or C <= 16 or C > 2048: one float sum per channel over all positions, mean = sum / n in
+      float, var_sum the float sum of the squares;
+    * else: per channel, sums in double (mean = float(sum / n), var_sum = float(sum of float squares)).
+
+    invstd = 1 / sqrt(var_sum / n + eps) in double. So a channel whose float sum would overflow stays finite where
+    each thread's run does not (a [3, 2] input of values near 3e38: CPU's save_mean finite, the engines' one float
+    sum inf and every output NaN; op suite ci profile, _native_batch_norm_legit near_overflow), and overflows
+    where CPU's one float sum does. Partials live in a [p, threads] tile across the streamed chunks, on GpSimd."""
+    p = blk.p
+    threads, ranges = cpu_host.parallel_ranges(n)
+    if n > threads:
+        acc_dtype = FP32
+    elif threads == 1 or channels <= 16 or channels > 2048:
+        ranges, acc_dtype = [(0, n)], FP32
+    else:
+        ranges, acc_dtype = [(0, n)], np.float64
+    mean, m2, inv = _row_scalar(nc, p), _row_scalar(nc, p), _row_scalar(nc, p)
+
+    def partials(term, about):
+        acc = nc.sbuf_tile((p, len(ranges)), F64 if acc_dtype == np.float64 else FP32)
+        nc.vector.memset(acc, 0.0)
+        start = 0
+        for _, (t,) in blk.each(0):
+            a, f = start, t.shape[1]
+            start += f
+
+            def program(o, x, *rest, a=a, f=f):
+                with np.errstate(all="ignore"):
+                    v = term(x.astype(FP32, copy=False), *rest)
+                    for k, (lo, hi) in enumerate(ranges):
+                        lo, hi = max(lo, a), min(hi, a + f)
+                        if lo < hi:  # buffer += x, one position after another
+                            run = np.concatenate([o[:, k:k + 1], v[:, lo - a:hi - a].astype(acc_dtype)], axis=1)
+                            o[:, k] = np.cumsum(run, axis=1, dtype=acc_dtype)[:, -1]
+
+            nc.gpsimd.run("bn_stats_cl", program, (acc,), (t,) + about, elements=t.data.size, factor=2.0)
+        return acc
+
+    def total(s_):  # the threads' rows (zeros beyond the tasks) summed in double, from 0
+        out = np.zeros((p,), np.float64)
+        for k in range(s_.shape[1]):
+            out = out + s_[:, k].astype(np.float64)
+        return out
+
+    sums = partials(lambda x: x, ())
+
+    def to_mean(o, s_):
+        with np.errstate(all="ignore"):
+            if acc_dtype == FP32 and len(ranges) == 1:  # one float sum, divided in float
+                o[...] = (s_[:, 0] / np.float32(n)).reshape(o.shape)
+            else:
+                o[...] = (total(s_) / n).astype(FP32).reshape(o.shape)
+
+    nc.gpsimd.run("bn_mean_cl", to_mean, (mean,), (sums,), elements=p * len(ranges))
+    nc.release(sums)
+    squares = partials(lambda x, m: (x - m) * (x - m), (mean,))
+
+    def finish(o_m2, o_inv, s_):
+        with np.errstate(all="ignore"):
+            vs = (s_[:, 0] if acc_dtype == FP32 and len(ranges) == 1 else total(s_).astype(FP32)).reshape(o_m2.shape)
+            o_m2[...] = vs
+            var = vs.astype(np.float64) / max(n, 1)
+            o_inv[...] = np.where((var == 0) & (eps == 0), 0.0, 1.0 / np.sqrt(var + eps))
+
+    nc.gpsimd.run("bn_invstd_cl", finish, (m2, inv), (squares,), elements=p * len(ranges), factor=4.0)
+    nc.release(squares)
+    return mean, m2, inv
+
+
 def _batch_norm(x, w, b, rm, rv, training: bool, momentum: float, eps: float, outs=None):
     c = _bn_check(x, (w, b, rm, rv))
     _check_mixed(x, w, b, rm, rv)
@@ -139,9 +218,14 @@ def _batch_norm(x, w, b, rm, rv, training: bool, momentum: float, eps: float, ou
               "rm": None if rm is None else hbm(rm), "rv": None if rv is None else hbm(rv),
               "w": None if w is None else hbm(w), "b": None if b is None else hbm(b)}
     layout = _bn_layout(x)
+    # CPU's batch_norm_cpu_transform_input_template takes its fused kernels only where the input's layout allows and
+    # weight, bias and the running statistics are contiguous; else its generic, stepwise loop (a strided bias in
+    # eval mode: the fused x * alpha + beta made inf - inf NaN where CPU's steps stay infinite; op suite ci profile,
+    # _native_batch_norm_legit / _no_training / running_stats output[0])
+    generic = any(t is not None and not t.is_contiguous() for t in (w, b, rm, rv))
     with launch("batch_norm", x.device.index) as nc:
         forward_program(nc, hbm(x), hbm(out), arrays, training, float(momentum), float(eps), layout,
-                        sdtype == torch.float32, cpu_host.fused_multiply_add())
+                        sdtype == torch.float32, cpu_host.fused_multiply_add(), generic_transform=generic)
     return out, save_mean, save_invstd
 
 
@@ -154,7 +238,7 @@ def _stored(name: str, ks: dict) -> str:
 
 
 def forward_program(nc, x: np.ndarray, out: np.ndarray, arrays: dict, training: bool, momentum: float, eps: float,
-                    layout: str, mixed: bool, fused_host: bool) -> None:
+                    layout: str, mixed: bool, fused_host: bool, generic_transform: bool = False) -> None:
     """The batch norm's tile program on HBM arrays, inside a launch: ``x``/``out`` (N, C, *spatial);
     ``arrays``: the [C] arrays by name ("mean"/"invstd": the saved statistics, training only; "rm"/"rv": the
     running statistics read; "rm_out"/"rv_out": where the updated ones go, the running arrays themselves when
@@ -185,16 +269,16 @@ def forward_program(nc, x: np.ndarray, out: np.ndarray, arrays: dict, training: 
     # CPU's contiguous and channels-last float32 kernels apply out = x * alpha + beta with vec::fmadd, one
     # rounding where this process's ATen kernels fuse (so x * alpha beyond float's range still gives beta's
     # infinity, not inf - inf = NaN); ScalarE rounds the product first, so those layouts take GpSimd's fma.
-    fused = layout != "strided" and fused_host
+    fused = layout != "strided" and not generic_transform and fused_host
     # CPU's strided path (batch_norm_cpu_transform_input_template) applies ((x - mean) * invstd) * w + b
     # elementwise in float, each step rounded (so x * invstd * w beyond float's range where (x - mean) * invstd
     # is not keeps CPU's finite value, and no alpha/beta fold makes an inf - inf NaN)
-    stepwise = layout == "strided"
+    stepwise = layout == "strided" or generic_transform  # (``generic_transform``: a non-contiguous parameter)
     for blk in _blocks(nc, g, [X]):
         p = blk.p
         mark = nc.mark()
         if training:
-            m, m2, inv = _bn_stats(nc, blk, count, eps, layout)
+            m, m2, inv = _bn_stats(nc, blk, count, eps, layout, c)
             _store_scalars(nc, view("mean", blk), m)
             _store_scalars(nc, view("invstd", blk), inv)
             if "rm" in ks:  # running = momentum * batch + (1 - momentum) * running (unbiased var)
@@ -233,11 +317,21 @@ def forward_program(nc, x: np.ndarray, out: np.ndarray, arrays: dict, training: 
         else:
             nc.vector.tensor_copy(scale, inv)
         shift = _row_scalar(nc, p)  # b - mean * scale
-        nc.vector.tensor_tensor(shift, m, scale, "multiply", dtype=FP32)
-        nc.vector.tensor_scalar(shift, shift, "multiply", -1.0, dtype=FP32)
-        if "b" in ks:
-            bt = _load_scalars(nc, view("b", blk), p)
-            nc.vector.tensor_tensor(shift, shift, bt, "add", dtype=FP32)
+        if fused:  # CPU's collect_linear_and_constant_terms: b - mean * alpha, contracted to one rounding too
+            bt = _load_scalars(nc, view("b", blk), p) if "b" in ks else _row_scalar(nc, p)
+            if "b" not in ks:
+                nc.vector.memset(bt, 0.0)
+
+            def beta(o, m_, s_, b_):
+                o[...] = fma32(-m_, s_, b_)
+
+            nc.gpsimd.run("bn_beta", beta, (shift,), (m, scale, bt), elements=p, factor=_FMA_STEPS)
+        else:
+            nc.vector.tensor_tensor(shift, m, scale, "multiply", dtype=FP32)
+            nc.vector.tensor_scalar(shift, shift, "multiply", -1.0, dtype=FP32)
+            if "b" in ks:
+                bt = _load_scalars(nc, view("b", blk), p)
+                nc.vector.tensor_tensor(shift, shift, bt, "add", dtype=FP32)
         _store_affine(nc, blk, O, O.dtype, scale, shift, fused)
         nc.release_to(mark)
 
@@ -469,6 +563,146 @@ def _batch_norm_backward(a: dict):
     return dx, dw, db
 
 
+def _bn_backward_path(dy: np.ndarray, x: np.ndarray) -> str | None:
+    """Which of CPU's batch-norm backward reductions a float32 (dy, x) pair takes (batch_norm_backward_cpu_template):
+    both contiguous in one memory format go to the fused kernels, the contiguous one per image for an image size
+    above 1 ("contiguous"), the channels-last one otherwise ("channels_last"); anything else the generic loop
+    ("strided"). None: not float32 (the engines' sums)."""
+    if x.dtype != FP32 or dy.dtype != FP32:
+        return None
+    image = x.size // max(x.shape[0] * x.shape[1], 1)
+    if x.flags.c_contiguous and dy.flags.c_contiguous:
+        return "contiguous" if image != 1 else "channels_last"
+    cl = [0, 2, 3, 1] if x.ndim == 4 else [0, 2, 3, 4, 1] if x.ndim == 5 else None
+    if cl is not None and x.transpose(cl).flags.c_contiguous and dy.transpose(cl).flags.c_contiguous:
+        return "channels_last"
+    return "strided"
+
+
+def _vec_sum(v: np.ndarray, lanes: int, tree: bool) -> np.ndarray:
+    """CPU's ``vec::map_reduce_all`` sum of each row of ``v`` ([p, L] fp32, mapped already) in its order: below one
+    vector, the L lanes one after another; else lane-wise vector sums, a partial tail vector added into its first
+    lanes (Vec::set), then the lanes reduced by halves (the AVX2/AVX-512 vec_reduce_all shuffles, ``tree``) or one
+    after another (the DEFAULT kernels)."""
+    p, n = v.shape
+    if n < lanes:
+        acc = v[:, 0].copy()
+        for i in range(1, n):
+            acc = acc + v[:, i]
+        return acc
+    acc = v[:, :lanes].copy()
+    full = n - n % lanes
+    for d in range(lanes, full, lanes):
+        acc = acc + v[:, d:d + lanes]
+    if n > full:
+        acc[:, :n - full] = acc[:, :n - full] + v[:, full:]
+    if tree:
+        idx = np.arange(lanes)
+        h = lanes // 2
+        while h:
+            acc = acc + acc[:, idx ^ h]
+            h //= 2
+        return acc[:, 0]
+    out = acc[:, 0].copy()
+    for i in range(1, lanes):
+        out = out + acc[:, i]
+    return out
+
+
+def _bn_backward_sums(nc, blk: _Block, m: Tile, gsum: Tile, dotp: Tile, path: str, batch: int,
+                      count: int) -> Tile | None:
+    """sum(dy) and sum((x - mean) * dy) per channel ([p, 1] fp32) as CPU's float32 backward forms them (``path``,
+    ``_bn_backward_path``), the products (x - mean) * dy in float everywhere:
+
+    * "contiguous" (batch_norm_cpu_backward_contiguous_impl): per image, ``vec::reduce_all`` / ``map2_reduce_all``
+      (``_vec_sum``, Vectorized<float>'s lanes: ``cpu_host.rowwise_moments_lanes``), the images added in float;
+    * "channels_last": ``parallel_for`` over the positions (``cpu_host.parallel_ranges``), each thread's run summed
+      in float into its buffer row, the rows added in double and stored as float;
+    * "strided" (the generic loop): dotp summed in double (accscalar_t); sum(dy) is at::sum's, the engines' fp32
+      sum here.
+
+    So an eval-mode weight gradient of values near float's maximum overflows (or turns NaN) where CPU's does, and
+    stays finite where CPU's double sum does (op suite ci profile: batch_norm [2, 1, 5] near_overflow gradient[1],
+    _native_batch_norm_legit_no_training transposed [3, 2] gradient[1]). GpSimd programs over the streamed chunks;
+    a chunk's leftover part of an image waits in ``pending``. Returns the double dotp ([p, 1]) on the generic
+    path, whose grad_weight CPU forms as dotp * invstd in double (finite where a float dotp is not)."""
+    p = blk.p
+    lanes, tree = cpu_host.rowwise_moments_lanes(), cpu_host.cpu_capability() != "DEFAULT"
+    image = count // max(batch, 1)
+    threads, ranges = cpu_host.parallel_ranges(count)
+    state = {"pending": None, "seen": 0}
+    acc = nc.sbuf_tile((p, 2 * max(len(ranges), 1)), F64)  # [sum | dotp] partials, per thread where threaded
+    nc.vector.memset(acc, 0.0)
+    if path == "strided":  # at::sum(grad_out): the engines' fp32 sum
+        total = _row_reduce(nc, blk, 0, "add")
+        nc.vector.tensor_copy(gsum, total)
+        nc.release(total)
+    chunks = len(blk.chunks)
+    for j, (_, (tdy, tx)) in enumerate(blk.each(0, 1)):
+        a = state["seen"]
+
+        def program(o, dy_, x_, m_, a=a, last=j == chunks - 1):
+            with np.errstate(all="ignore"):
+                d = dy_.astype(FP32, copy=False)
+                prod = (x_.astype(FP32, copy=False) - m_) * d
+                if path == "strided":
+                    o[:, 1] = o[:, 1] + prod.astype(np.float64).sum(axis=1)
+                    return
+                if path == "channels_last":
+                    f = d.shape[1]
+                    cen = x_.astype(FP32, copy=False) - m_
+                    for k, (lo, hi) in enumerate(ranges):
+                        lo, hi = max(lo, a), min(hi, a + f)
+                        if lo < hi:
+                            run = np.concatenate([o[:, 2 * k:2 * k + 1].astype(FP32), d[:, lo - a:hi - a]], axis=1)
+                            o[:, 2 * k] = np.cumsum(run, axis=1, dtype=FP32)[:, -1]
+                            # dotp + (x - mean) * dy: one fma per position where the host fuses (a product beyond
+                            # float's range then carries its sign into the sum instead of an inf - inf NaN)
+                            acc_d = o[:, 2 * k + 1].astype(FP32)
+                            for i in range(lo - a, hi - a):
+                                acc_d = fma32(cen[:, i], d[:, i], acc_d)
+                            o[:, 2 * k + 1] = acc_d
+                    return
+                both = np.concatenate([d, prod], axis=0)  # [2p, f]: dy and the products, one pass
+                if state["pending"] is not None:
+                    both = np.concatenate([state["pending"], both], axis=1)
+                whole = both.shape[1] - both.shape[1] % image if not last else both.shape[1]
+                for i0 in range(0, whole, image):
+                    r = _vec_sum(both[:, i0:i0 + image], lanes, tree)
+                    o[:, 0] = (o[:, 0].astype(FP32) + r[:p]).astype(np.float64)
+                    o[:, 1] = (o[:, 1].astype(FP32) + r[p:]).astype(np.float64)
+                state["pending"] = both[:, whole:].copy()
+
+        state["seen"] += tdy.shape[1]
+        nc.gpsimd.run("bn_backward_sums", program, (acc,), (tdy, tx, m), elements=2 * tdy.data.size, factor=3.0)
+
+    def finish(o_sum, o_dotp, s_):
+        with np.errstate(all="ignore"):
+            if path == "channels_last":
+                tot_s, tot_d = np.zeros(p), np.zeros(p)
+                for k in range(len(ranges)):
+                    tot_s, tot_d = tot_s + s_[:, 2 * k], tot_d + s_[:, 2 * k + 1]
+                vals = (tot_s, tot_d)
+            else:
+                vals = (s_[:, 0], s_[:, 1])
+            if path != "strided":
+                o_sum[...] = vals[0].astype(FP32).reshape(o_sum.shape)
+            o_dotp[...] = vals[1].astype(FP32).reshape(o_dotp.shape)
+
+    nc.gpsimd.run("bn_backward_totals", finish, (gsum, dotp), (acc,), elements=2 * p)
+    if path != "strided":
+        nc.release(acc)
+        return None
+    dotp64 = nc.sbuf_tile((p, 1), F64)  # the generic loop's double dotp, for grad_weight
+
+    def keep(o, s_):
+        o[...] = s_[:, 1:2]
+
+    nc.gpsimd.run("bn_dotp64", keep, (dotp64,), (acc,), elements=p)
+    nc.release(acc)
+    return dotp64
+
+
 def backward_program(nc, dy: np.ndarray, x: np.ndarray, dx: np.ndarray | None, arrays: dict, train: bool,
                      eps: float) -> None:
     """native_batch_norm_backward's tile program on HBM arrays, inside a launch: ``dy``/``x``/``dx`` (N, C,
@@ -487,6 +721,7 @@ def backward_program(nc, dy: np.ndarray, x: np.ndarray, dx: np.ndarray | None, a
     kr = [dy.transpose(cf), x.transpose(cf)] + ([dx.transpose(cf)] if dx is not None else [])
     g = _Grid([c], [x.shape[0]] + spatial, kr=kr, k=[v for _, v in ks.values()])
     DY, X = g.kr[0], g.kr[1]
+    path = _bn_backward_path(dy, x)
 
     def view(name, blk):
         return _at(g.k[ks[name][0]], blk.rsl)
@@ -507,7 +742,10 @@ def backward_program(nc, dy: np.ndarray, x: np.ndarray, dx: np.ndarray | None, a
         nm = _row_scalar(nc, p)
         nc.vector.tensor_scalar(nm, m, "multiply", -1.0, dtype=FP32)
         gsum, dotp = _row_scalar(nc, p), _row_scalar(nc, p)  # sum(dy), sum((x - mean) * dy)
-        for j, (_, (tdy, tx)) in enumerate(blk.each(0, 1)):
+        dotp64 = None
+        if path is not None:
+            dotp64 = _bn_backward_sums(nc, blk, m, gsum, dotp, path, x.shape[0], count)
+        for j, (_, (tdy, tx)) in enumerate(blk.each(0, 1) if path is None else ()):
             inner = nc.mark()
             cen = nc.sbuf_tile(tdy.shape, FP32)
             nc.scalar.activation(cen, tx, "identity", bias=nm)
@@ -522,7 +760,14 @@ def backward_program(nc, dy: np.ndarray, x: np.ndarray, dx: np.ndarray | None, a
             nc.release_to(inner)
         if "dw" in ks:
             t = _row_scalar(nc, p)
-            nc.vector.tensor_tensor(t, dotp, inv, "multiply", dtype=FP32)
+            if path == "strided":  # CPU's generic loop: dotp (double) * invstd in double, rounded once
+                def weight_grad(o, d64, i):
+                    with np.errstate(all="ignore"):
+                        o[...] = (d64 * i.astype(np.float64)).astype(FP32)
+
+                nc.gpsimd.run("bn_weight_grad64", weight_grad, (t,), (dotp64, inv), elements=p)
+            else:
+                nc.vector.tensor_tensor(t, dotp, inv, "multiply", dtype=FP32)
             _store_scalars(nc, view("dw", blk), t)
         if "db" in ks:
             _store_scalars(nc, view("db", blk), gsum)

@@ -22,12 +22,13 @@ from device_impl._compat import torch_at_least
 from device_impl.dispatch.table import TABLE
 from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import FP32
-from device_impl.kernels.common import hbm, new_output
+from device_impl.kernels import cpu_host
+from device_impl.kernels.common import fma32, hbm, new_output
 from device_impl.kernels.reduction.tiles import (
-    P, _FLOATS, _Grid, _at, _blocks, _broadcast_row, _check_mixed, _colsum_into, _combine, _fill, _kernel,
+    P, _FLOATS, _FMA_STEPS, _Grid, _at, _blocks, _broadcast_row, _check_mixed, _colsum_into, _combine, _fill, _kernel,
     _load_scalars, _memset, _ones, _refuse, _row_scalar, _stats_dtype, _store_row, _store_scalars,
 )
-from device_impl.kernels.reduction.moments import _moments, _rstd
+from device_impl.kernels.reduction.moments import _moments, _rstd, rowwise_moments
 
 
 def _grouped(t: torch.Tensor, groups: int) -> np.ndarray:
@@ -107,7 +108,8 @@ def _group_norm(a: dict):
     with launch("group_norm", x.device.index) as nc:
         forward_program(nc, hbm(x), hbm(out), hbm(mean), hbm(rstd), None if w is None else hbm(w),
                         None if b is None else hbm(b), groups, eps,
-                        None if fmean is None else (hbm(fmean), hbm(frstd)))
+                        None if fmean is None else (hbm(fmean), hbm(frstd)),
+                        rowwise=suggest_memory_format(x) == torch.contiguous_format)
     return out, mean, rstd
 
 
@@ -121,11 +123,22 @@ def _grouped_array(v: np.ndarray, groups: int) -> np.ndarray:
 
 def forward_program(nc, x: np.ndarray, out: np.ndarray, mean: np.ndarray, rstd: np.ndarray, w: np.ndarray | None,
                     b: np.ndarray | None, groups: int, eps: float,
-                    fp32_stats: tuple[np.ndarray, np.ndarray] | None) -> None:
+                    fp32_stats: tuple[np.ndarray, np.ndarray] | None, rowwise: bool | None = None) -> None:
     """The group norm's tile program on HBM arrays, inside a launch: ``x``/``out`` (N, C, *spatial), ``mean``/
     ``rstd`` (N, G), ``w``/``b`` (C,) or None; ``fp32_stats``: (N, G) float32 scratch for the normalisation pass
-    where the statistics are stored in bfloat16/float16, else None. The eager kernel and the compiler's
-    ``group_norm`` step (compiler/opaque_cnn.py) both run it."""
+    where the statistics are stored in bfloat16/float16, else None; ``rowwise``: whether CPU takes its contiguous
+    kernel (``X.suggest_memory_format()`` contiguous; default: ``x`` is C-contiguous). The eager kernel and the
+    compiler's ``group_norm`` step (compiler/opaque_cnn.py) both run it.
+
+    A float32 input on CPU's contiguous kernel gets CPU's arithmetic (``_rowwise_forward``): the statistics of
+    ``moments.RowwiseMoments`` (Welford in float32 lanes: NaN where CPU's merges overflow), rstd in double, and
+    the affine step's multiply-adds as CPU's scalar loop rounds them. Other dtypes and channels-last inputs (CPU's
+    ColumnwiseMoments / E[x^2] - E[x]^2) take the engines' compensated two passes."""
+    if rowwise is None:
+        rowwise = bool(x.flags.c_contiguous)
+    if rowwise and x.dtype == FP32 and fp32_stats is None and x.size:
+        _rowwise_forward(nc, x, out, mean, rstd, w, b, groups, eps)
+        return
     n, c = x.shape[0], x.shape[1]
     d = c // groups
     spatial = list(x.shape[2:])
@@ -167,6 +180,83 @@ def forward_program(nc, x: np.ndarray, out: np.ndarray, mean: np.ndarray, rstd: 
         for ch, (t,) in blk.each(0):
             res = nc.sbuf_tile(t.shape, O.dtype)
             nc.scalar.activation(res, t, "identity", scale=scale, bias=shift)
+            blk.store(O, ch, res)
+            nc.release(res)
+        nc.release_to(mark)
+
+
+def _rowwise_forward(nc, x: np.ndarray, out: np.ndarray, mean: np.ndarray, rstd: np.ndarray, w: np.ndarray | None,
+                     b: np.ndarray | None, groups: int, eps: float) -> None:
+    """CPU's GroupNormKernelImplInternal for a contiguous float32 input: per (n, g) row of D * HxW elements,
+    ``RowwiseMoments`` (``moments.rowwise_moments``), rstd = float(1 / sqrt(double(max(var, 0)) + eps)); then
+    y = (x - mean) * rstd without weight and bias, else scale = rstd * w, bias = -scale * mean + b and
+    y = scale * x + b's sum, the two multiply-adds rounded once where CPU's kernels contract them
+    (``cpu_host.fused_multiply_add``: GpSimd's fma), else each step rounded (ScalarE's scale-and-bias)."""
+    n, c = x.shape[0], x.shape[1]
+    d = c // groups
+    spatial = list(x.shape[2:])
+    count = d * math.prod(spatial)
+    fused = cpu_host.fused_multiply_add()
+    lanes = cpu_host.rowwise_moments_lanes()
+    xg, og = _grouped_array(x, groups), _grouped_array(out, groups)
+    stats = _Grid([n, groups], [d] + spatial, kr=[xg], k=[mean, rstd])
+    if len(stats.rshape) > 1:  # a group is one run of memory in a contiguous input
+        raise AssertionError(f"group_norm: a contiguous input's group is not one run: {stats.rshape}")
+    for blk in _blocks(nc, stats, stats.kr):
+        m, var = rowwise_moments(nc, blk, count, lanes, fused)
+        r = _row_scalar(nc, blk.p)
+
+        def to_rstd(o, v):
+            with np.errstate(all="ignore"):
+                o[...] = 1.0 / np.sqrt(np.maximum(v, np.float32(0)).astype(np.float64) + eps)
+
+        nc.gpsimd.run("gn_rstd", to_rstd, (r,), (var,), elements=blk.p, factor=4.0)
+        _store_scalars(nc, _at(stats.k[0], blk.rsl), m)
+        _store_scalars(nc, _at(stats.k[1], blk.rsl), r)
+        for t in (r, var, m):
+            nc.release(t)
+    params = [_channel_param(p, n, groups) for p in (w, b) if p is not None]
+    norm = _Grid([n, groups, d], spatial, kr=[xg, og], k=[_per_channel(mean, d), _per_channel(rstd, d)] + params)
+    X, O = norm.kr
+    for blk in _blocks(nc, norm, [X]):
+        p = blk.p
+        mark = nc.mark()
+        m = _load_scalars(nc, _at(norm.k[0], blk.rsl), p)
+        r = _load_scalars(nc, _at(norm.k[1], blk.rsl), p)
+        if w is None and b is None:  # (x - mean) * rstd, each step rounded
+            nm = _row_scalar(nc, p)
+            nc.vector.tensor_scalar(nm, m, "multiply", -1.0, dtype=FP32)
+            for ch, (t,) in blk.each(0):
+                res = nc.sbuf_tile(t.shape, O.dtype)
+                nc.scalar.activation(res, t, "identity", bias=nm)
+                nc.scalar.activation(res, res, "identity", scale=r)
+                blk.store(O, ch, res)
+                nc.release(res)
+            nc.release_to(mark)
+            continue
+        ks = iter(norm.k[2:])
+        scale = _row_scalar(nc, p)  # rstd * w
+        if w is not None:
+            wt = _load_scalars(nc, _at(next(ks), blk.rsl), p)
+            nc.vector.tensor_tensor(scale, r, wt, "multiply", dtype=FP32)
+        else:
+            nc.vector.tensor_copy(scale, r)
+        bt = _load_scalars(nc, _at(next(ks), blk.rsl), p) if b is not None else _memset(nc, (p, 1), FP32, 0.0)
+        shift = _row_scalar(nc, p)  # -scale * mean + b
+
+        def affine_shift(o, s_, m_, b_):
+            o[...] = fma32(-s_, m_, b_)
+
+        nc.gpsimd.run("gn_shift", affine_shift, (shift,), (scale, m, bt), elements=p, factor=_FMA_STEPS)
+        for ch, (t,) in blk.each(0):
+            res = nc.sbuf_tile(t.shape, O.dtype)
+            if fused:
+                def affine(o, x_, s_, c_):
+                    o[...] = fma32(x_, np.broadcast_to(s_, x_.shape), np.broadcast_to(c_, x_.shape))
+
+                nc.gpsimd.run("gn_fma", affine, (res,), (t, scale, shift), elements=t.data.size, factor=_FMA_STEPS)
+            else:
+                nc.scalar.activation(res, t, "identity", scale=scale, bias=shift)
             blk.store(O, ch, res)
             nc.release(res)
         nc.release_to(mark)

@@ -3,7 +3,7 @@
 Tiling: the leading (not normalised) dimensions on partitions (<= 128 rows per block), the
 normalised ones along the free axis in CHUNK chunks; weight and bias are broadcast to every
 partition once per launch when short enough (``_ColVec``, ``PARAM_COLS``). Per block: the
-moments (``moments._moments``: two compensated passes, exact for constant rows), rstd on
+moments (``moments.rowwise_moments``: CPU's RowwiseMoments Welford, float32 lanes, on GpSimd), rstd on
 ScalarE, (x - mean) * rstd on ScalarE and the affine step on VectorE, or rounded once on GpSimd
 where CPU's kernel fuses the multiply-add (``_ln_affine_fma``). The backward makes one row pass
 for the row sums and a second for dx; the weight and bias gradients are TensorE column sums
@@ -30,7 +30,7 @@ from device_impl.kernels.reduction.tiles import (
     _at, _blocks, _boxes, _broadcast_row, _check_mixed, _colsum_into, _combine, _fill, _kept_view, _kernel,
     _load_scalars, _memset, _ones, _refuse, _row_scalar, _stats_dtype, _store_row, _store_scalars,
 )
-from device_impl.kernels.reduction.moments import _moments, _rstd
+from device_impl.kernels.reduction.moments import rowwise_moments
 
 
 class _ColVec:
@@ -128,44 +128,71 @@ def forward_program(nc, x: np.ndarray, out: np.ndarray, mean: np.ndarray, rstd: 
     params = iter(g.r)
     wv = _ColVec(nc, next(params), chunks, keep) if w is not None else None
     bv = _ColVec(nc, next(params), chunks, keep) if b is not None else None
+    welford = X.dtype == FP32
+    lanes = cpu_host.rowwise_moments_lanes()
     for blk in _blocks(nc, g, [X], source=source):
-        m, m2 = _moments(nc, blk, n)
-        r = _rstd(nc, m2, n, eps)
+        # CPU's kernels (float32 and the reduced floats' mixed-type one): RowwiseMoments in float (a bfloat16/float16
+        # vector as two float vectors), then rstd = 1 / sqrt(var + eps) in float
+        m, m2 = rowwise_moments(nc, blk, n, lanes, cpu_host.fused_multiply_add(), halves=1 if welford else 2)
+        r = _row_scalar(nc, blk.p)
+
+        def to_rstd(o, v):
+            with np.errstate(all="ignore"):
+                o[...] = np.float32(1) / np.sqrt(v + np.float32(eps))
+
+        nc.gpsimd.run("ln_rstd", to_rstd, (r,), (m2,), elements=blk.p, factor=2.0)
         _store_scalars(nc, _at(g.k[0], blk.rsl), m)
         _store_scalars(nc, _at(g.k[1], blk.rsl), r)
         shift = _row_scalar(nc, blk.p)  # -mean * rstd
         nc.vector.tensor_tensor(shift, m, r, "multiply", dtype=FP32)
         nc.vector.tensor_scalar(shift, shift, "multiply", -1.0, dtype=FP32)
+        neg_mean = None
+        if welford:  # CPU's float32 kernel: (x + (-mean)) * rstd, each step rounded
+            neg_mean = _row_scalar(nc, blk.p)
+            nc.vector.tensor_scalar(neg_mean, m, "multiply", -1.0, dtype=FP32)
         for j, (ch, (t,)) in enumerate(blk.each(0)):
             mark = nc.mark()
             res = nc.sbuf_tile(t.shape, O.dtype)
             if fused:
                 _ln_affine_fma(nc, res, t, r, shift, [(vec, vec.get(j)) for vec in (wv, bv) if vec is not None],
-                               wv is not None, bv is not None, blk.p)
+                               wv is not None, bv is not None, blk.p, None if not welford else neg_mean)
                 blk.store(O, ch, res)
                 nc.release_to(mark)
                 continue
             steps = [(vec, op) for vec, op in ((wv, "multiply"), (bv, "add")) if vec is not None]
             y = nc.sbuf_tile(t.shape, FP32) if steps else res
-            nc.scalar.activation(y, t, "identity", scale=r, bias=shift)  # (x - mean) * rstd
+            _normalised(nc, y, t, r, shift, None if not welford else neg_mean)
             for k, (vec, op) in enumerate(steps):
                 col = vec.get(j)
                 nc.vector.tensor_tensor(res if k == len(steps) - 1 else y, y, col[:blk.p], op, dtype=FP32)
                 vec.done(col)
             blk.store(O, ch, res)
             nc.release_to(mark)
-        for t in (shift, r, m2, m):
-            nc.release(t)
+        for t in (neg_mean, shift, r, m2, m):
+            if t is not None:
+                nc.release(t)
+
+
+def _normalised(nc, y: Tile, t: Tile, r: Tile, shift: Tile, neg_mean: Tile | None) -> None:
+    """y = (x - mean) * rstd: ``x * rstd + (-mean * rstd)`` in one ScalarE instruction (exact for constant rows, see
+    _moments), or, given ``neg_mean``, as CPU's float32 kernel forms it, ``(x + (-mean)) * rstd`` with each step
+    rounded (a constant row near float's maximum then gives 0, where -mean * rstd overflows and the one-instruction
+    form gives inf - inf)."""
+    if neg_mean is None:
+        nc.scalar.activation(y, t, "identity", scale=r, bias=shift)
+        return
+    nc.scalar.activation(y, t, "identity", bias=neg_mean)
+    nc.scalar.activation(y, y, "identity", scale=r)
 
 
 def _ln_affine_fma(nc, res: Tile, t: Tile, r: Tile, shift: Tile, cols: list, has_w: bool, has_b: bool,
-                   p: int) -> None:
+                   p: int, neg_mean: Tile | None = None) -> None:
     """res = fma(x * rstd - mean * rstd, gamma, beta): the normalised value on ScalarE (exact for constant rows,
     see _moments), the affine step rounded once on GpSimd as CPU's (see _layer_norm_launch); ``cols`` are the
     (vector, chunk tile) of gamma and beta present."""
 
     y = nc.sbuf_tile(t.shape, FP32)
-    nc.scalar.activation(y, t, "identity", scale=r, bias=shift)  # (x - mean) * rstd, as the engine path
+    _normalised(nc, y, t, r, shift, neg_mean)  # (x - mean) * rstd, as the engine path
 
     def program(o, x, *wb):
         gamma = wb[0] if has_w else np.float32(1.0)
@@ -243,7 +270,7 @@ def _layer_norm_backward(a: dict):
                     _combine(nc, dsum, part, "add", FP32)
                 if acc_w is not None:  # dy * (x - mean) * rstd
                     xhat = nc.sbuf_tile(tdy.shape, FP32)
-                    nc.scalar.activation(xhat, tx, "identity", scale=rs, bias=nm)
+                    _xhat(nc, xhat, tx, rs, nm)
                     nc.vector.tensor_tensor(xhat, xhat, tdy, "multiply", dtype=FP32)
                     _colsum_into(nc, acc_w, ch[0], xhat, ones)
                 if acc_b is not None:
@@ -287,6 +314,21 @@ def _layer_norm_backward(a: dict):
     return dx, dw, db
 
 
+def _xhat(nc, out: Tile, x: Tile, rstd: Tile, shift: Tile) -> None:
+    """The weight gradient's x_hat as CPU's backward forms it: ``a * x + b`` with a = rstd and b = -rstd * mean
+    (layer_norm_backward_frame's dgamma map3), one rounding where CPU's kernels fuse (GpSimd's fma: a row near
+    float's maximum then gives inf * x - inf = -inf, dgamma = dy * -inf, as CPU), else ScalarE's scale-and-bias
+    (the product rounded first, as the DEFAULT kernels)."""
+    if not cpu_host.fused_multiply_add():
+        nc.scalar.activation(out, x, "identity", scale=rstd, bias=shift)
+        return
+
+    def program(o, x_, a, b):
+        o[...] = fma32(x_, np.broadcast_to(a, x_.shape), np.broadcast_to(b, x_.shape))
+
+    nc.gpsimd.run("ln_xhat_fma", program, (out,), (x, rstd, shift), elements=x.data.size, factor=_FMA_STEPS)
+
+
 def _times_col(nc, t: Tile, vec: _ColVec | None, j: int) -> Tile:
     """t * w (per column) in fp32, or t itself without weights."""
     if vec is None:
@@ -316,7 +358,7 @@ def _column_sums(nc, g: _Grid, DY: np.ndarray, X: np.ndarray, DW, DB, ones: Tile
                 nc.vector.tensor_tensor(m, m, rs, "multiply", dtype=FP32)
                 nc.vector.tensor_scalar(m, m, "multiply", -1.0, dtype=FP32)  # -mean * rstd
                 xhat = nc.sbuf_tile((p, f), FP32)
-                nc.scalar.activation(xhat, tx, "identity", scale=rs, bias=m)
+                _xhat(nc, xhat, tx, rs, m)
                 nc.vector.tensor_tensor(xhat, xhat, tdy, "multiply", dtype=FP32)
                 nc.tensor.matmul(banks["w"], ones[:p], xhat, accumulate=j > 0)
             if "b" in banks:

@@ -23,6 +23,8 @@ import torch
 
 from device_impl.dispatch.table import TABLE
 from device_impl.engine import Tile, launch
+from device_impl.engine import expf
+from device_impl.kernels import cpu_host
 from device_impl.engine.dtypes import FP32
 from device_impl.kernels.common import SCALAR_TYPE_NAMES, check_out, hbm, new_output, scalar_of
 from device_impl.kernels.reduction.tiles import (
@@ -132,8 +134,117 @@ def _var_kernel(name: str, x: torch.Tensor, dims: tuple[int, ...], correction: f
         warnings.warn(f"{name}(): degrees of freedom is <= 0. Correction should be strictly less than the "
                       f"reduction factor (input numel divided by output numel).", UserWarning, stacklevel=4)
     with launch(name, var_out.device.index) as nc:
+        if _all_reduce_path(x, var_out, mean_out):
+            var_all_program(nc, hbm(x), divisor, take_sqrt, hbm(var_out), vector=x.is_contiguous())
+            return
         var_program(nc, hbm(x), dims, divisor, take_sqrt, hbm(var_out),
                     hbm(mean_out) if mean_out is not None else None)
+
+
+_GRAIN_SIZE = 32768  # at::internal::GRAIN_SIZE: at::sum of more elements splits among threads
+
+
+def _all_reduce_path(x: torch.Tensor, out: torch.Tensor, mean_out: torch.Tensor | None) -> bool:
+    """Whether CPU's var/std takes std_var_all_cpu (ReduceOps.cpp: a float32/float64 var or std, not var_mean, whose
+    reduction covers every dimension): the mean is ``self.mean()``, a float32 sum divided in float, then the squares
+    about it are summed in double. Followed here for contiguous float32 inputs of up to GRAIN_SIZE elements, whose
+    float sum is at::sum's serial cascade (``_cpu_float_sum``), and for strided ones of one dimension of size > 1
+    (TensorIterator drops the size-1 dims: a [1, 127] slice with step 2 sums as a strided vector); elsewhere the
+    double Welford below."""
+    return (mean_out is None and x.dtype == torch.float32 and out.dtype == torch.float32 and out.numel() == 1
+            and 0 < x.numel() <= _GRAIN_SIZE and (x.is_contiguous() or sum(d != 1 for d in x.shape) <= 1))
+
+
+def _ceil_log2(v: int) -> int:
+    return 1 if v <= 2 else int(v - 1).bit_length()  # c10 utils::CeilLog2
+
+
+def _multi_row_sum(load: Callable[[int, int], np.ndarray], size: int, zero: np.ndarray) -> list[np.ndarray]:
+    """ATen's SumKernel multi_row_sum: four interleaved accumulators (ILP) over ``size`` steps, cascaded in four
+    levels of 2^level_power steps, in float."""
+    levels = 4
+    power = max(4, _ceil_log2(size) // levels)
+    step, mask = 1 << power, (1 << power) - 1
+    acc = [[zero.copy() for _ in range(4)] for _ in range(levels)]
+    i = 0
+    while i + step <= size:
+        for _ in range(step):
+            for k in range(4):
+                acc[0][k] = acc[0][k] + load(i, k)
+            i += 1
+        for j in range(1, levels):
+            for k in range(4):
+                acc[j][k] = acc[j][k] + acc[j - 1][k]
+                acc[j - 1][k] = zero.copy()
+            if i & (mask << (j * power)):
+                break
+    for i in range(i, size):
+        for k in range(4):
+            acc[0][k] = acc[0][k] + load(i, k)
+    for j in range(1, levels):
+        for k in range(4):
+            acc[0][k] = acc[0][k] + acc[j][k]
+    return acc[0]
+
+
+def _row_sum(load: Callable[[int], np.ndarray], size: int, zero: np.ndarray) -> np.ndarray:
+    """SumKernel's row_sum: multi_row_sum over size // 4 groups of four, the rest added to the first accumulator,
+    then the four accumulators in order."""
+    part = _multi_row_sum(lambda i, k: load(i * 4 + k), size // 4, zero)
+    for i in range(size // 4 * 4, size):
+        part[0] = part[0] + load(i)
+    for k in range(1, 4):
+        part[0] = part[0] + part[k]
+    return part[0]
+
+
+def _cpu_float_sum(x: np.ndarray, lanes: int, vector: bool = True) -> np.float32:
+    """at::sum of a contiguous float32 vector as CPU's serial cascade_sum forms it: Vectorized<float> lanes summed by
+    row_sum (vectorized_inner_sum) for n >= lanes, then the scalar tail in order, then the lanes; below one vector
+    the scalars by row_sum (scalar_inner_sum; also every length of a strided vector, ``vector`` False). Bit-identical
+    to CPU's sum of 1 to 32768 elements, under the AVX2 and DEFAULT kernels (their overflow to inf, or inf - inf NaN,
+    included)."""
+    x = np.asarray(x, FP32).ravel()
+    n = x.size
+    with np.errstate(all="ignore"):
+        if n < lanes or not vector:
+            return np.float32(_row_sum(lambda i: x[i], n, np.zeros((), FP32)))
+        vecs = x[:n // lanes * lanes].reshape(-1, lanes)
+        acc = _row_sum(lambda i: vecs[i], vecs.shape[0], np.zeros(lanes, FP32))
+        total = np.float32(0)
+        for v in x[vecs.size:]:
+            total = np.float32(total + v)
+        for v in acc:
+            total = np.float32(total + v)
+    return total
+
+
+def var_all_program(nc, x: np.ndarray, divisor: float, take_sqrt: bool, out: np.ndarray, vector: bool = True) -> None:
+    """CPU's std_var_all_cpu for a contiguous float32 ``x`` (``_all_reduce_path``), one GpSimd program over its
+    flat tiles: mean = float(at::sum(x) / n) (``_cpu_float_sum``: NaN or inf where CPU's float sum overflows, where
+    a double Welford stays finite: op suite ci profile, std of 127 values near +-3e38), the squares (x - mean)^2
+    summed in double, divided by ``divisor`` in double, the root taken in double, rounded once to float."""
+    n = x.size
+    lanes = cpu_host.rowwise_moments_lanes()
+    tiles = []
+    for a, b, p, f in _flat_pieces(n):
+        t = nc.sbuf_tile((p, f), x.dtype)
+        nc.dma.load_flat(t, x, a, b)
+        tiles.append(t)
+    res = nc.sbuf_tile((1, 1), FP32)
+
+    def program(o, *parts):
+        flat = np.concatenate([t.ravel() for t in parts]).astype(FP32, copy=False)
+        with np.errstate(all="ignore"):
+            mean = np.float64(np.float32(_cpu_float_sum(flat, lanes, vector) / np.float32(n)))
+            v = np.square(flat.astype(np.float64) - mean).sum() / np.float64(divisor)
+            o[...] = np.sqrt(v) if take_sqrt else v
+
+    nc.gpsimd.run("var_all", program, (res,), tuple(tiles), elements=2 * n, factor=_STATS64_STEPS)
+    nc.dma.store(out.reshape(1, 1), res)
+    for t in tiles:
+        nc.release(t)
+    nc.release(res)
 
 
 def var_program(nc, x: np.ndarray, dims: tuple[int, ...], divisor: float, take_sqrt: bool, var_out: np.ndarray,
@@ -396,3 +507,161 @@ def _rstd(nc, m2: Tile, n: int, eps: float) -> Tile:
     nc.scalar.activation(rstd, var, "rsqrt", bias=float(eps))
     nc.release(var)
     return rstd
+
+
+# --- CPU's RowwiseMoments: Welford over vector lanes with a cascade of chunk merges -------------------------------
+
+_WELFORD_CHUNK = 16  # moments_utils.h kChunkSize: vectors per Welford chunk before a cascade merge
+_WELFORD_STEPS = 6.0  # GpSimd element-steps per element of the emulated Welford update (two fmas, two subtracts)
+
+
+class RowwiseMoments:
+    """CPU's float32 ``RowwiseMoments`` (aten/src/ATen/native/cpu/moments_utils.h), which group norm's
+    (contiguous input) and layer norm's statistics come from, over rows of ``n`` elements streamed in order, as
+    GpSimd programs: the first ``n // K`` * K elements as K-wide vector lanes (``K`` = Vectorized<float>::size(),
+    ``cpu_host.rowwise_moments_lanes``), each chunk of 16 vectors a Welford pass ``m1 = fma(1/(j+1), x - m1, m1)``,
+    ``m2 = fma(delta, x - m1, m2)`` merged into a cascade stack (AddMomentsVec: m2 = fma(delta * m0, c * delta,
+    m2 + m2_add)), the rest a scalar Welford (``m1 += delta / m0``, ``m2 += delta * (x - m1)``, not contracted),
+    then each lane merged into it (AddMoments: ``m1 += c * delta`` and ``m2 += m2_add + delta * delta * c * m0``,
+    contracted where the host fuses). ``fused``: whether CPU's vectorized fmadd and the contracted scalar lines
+    round once (``cpu_host.fused_multiply_add``).
+
+    This is what makes CPU's statistics NaN or infinite where a two-pass form stays finite: a lane merge multiplies
+    delta * delta (inf for a mean beyond ~1.8e19) by c = 0 or m0 = 0 (empty lanes, a row shorter than K or without
+    a scalar tail): NaN; measured bit-identical to CPU's mean and rstd over rows of 1 to 4100 elements, under the
+    AVX2 and DEFAULT kernels. The count stack (m0) depends on ``n`` only and is kept here; the lanes' m1/m2 stack
+    lives in a [p, depth * 2 * K] state tile between chunks; the stream's chunks may be of any length."""
+
+    def __init__(self, nc, p: int, n: int, lanes: int, fused: bool, halves: int = 1):
+        # ``halves``: float vectors per input vector (2 for bfloat16/float16: a Vectorized<BFloat16> of 2 * lanes
+        # elements converts to two float vectors, each a Welford of its own merged into the stack in turn)
+        self.nc, self.p, self.n, self.k, self.fused, self.halves = nc, p, n, lanes, fused, halves
+        self.width = lanes * halves  # elements per input vector
+        self.vectors = n // self.width
+        chunks = -(-self.vectors // _WELFORD_CHUNK)
+        self.depth = 1 if chunks <= 2 else (chunks - 1).bit_length()  # utils::CeilLog2
+        self.m0 = [0] * self.depth
+        self.chunk = 0  # Welford chunks done
+        self.seen = 0  # elements consumed by whole Welford chunks
+        self.pending = None  # [p, <16 K] elements streamed but not yet consumed
+        self.state = nc.sbuf_tile((p, self.depth * 2 * lanes), FP32)
+        nc.vector.memset(self.state, 0.0)
+
+    @staticmethod
+    def _fma(a, b, c, fused: bool):
+        if fused:
+            return expf.fma32_fused(np.asarray(a, FP32), np.asarray(b, FP32), np.asarray(c, FP32))
+        return (np.asarray(a, FP32) * np.asarray(b, FP32)) + np.asarray(c, FP32)
+
+    def _add_vec(self, st, m0_add: int, m1_add, m2_add, k: int) -> None:
+        n = self.m0[k] + m0_add
+        c = np.float32(0) if n == 0 else np.float32(m0_add) / np.float32(n)
+        m1, m2 = st[:, k, 0], st[:, k, 1]
+        delta = m1_add - m1
+        m2_tmp = m2 + m2_add
+        c_delta = c * delta
+        m0_delta = delta * np.float32(self.m0[k])
+        st[:, k, 0] = m1 + c_delta
+        st[:, k, 1] = self._fma(m0_delta, c_delta, m2_tmp, self.fused)
+        self.m0[k] = n
+
+    def feed(self, t: Tile, last: bool) -> tuple[Tile, Tile] | None:
+        """Stream the next chunk ``t`` ([p, f], the row's next f elements, any f); on the ``last`` one, the rows'
+        mean and variance (m2 / n) as [p, 1] fp32 tiles. Elements past the last whole Welford chunk wait in
+        ``pending`` (SBUF-resident, at most 16 * K - 1 per row) for the next chunk."""
+        nc = self.nc
+        outs = (self.state,) + ((_row_scalar(nc, self.p), _row_scalar(nc, self.p)) if last else ())
+
+        def program(o_state, *rest):
+            x = rest[-1].astype(FP32, copy=False)
+            if self.pending is not None:
+                x = np.concatenate([self.pending, x], axis=1)
+            st = o_state.reshape(self.p, self.depth, 2, self.k)
+            with np.errstate(all="ignore"):
+                used = self._vectors(st, x, last)
+                if last:
+                    self._finish(st, x[:, self.vectors * self.width - self.seen:], rest[0], rest[1])
+                else:
+                    self.pending = x[:, used:].copy()
+                    self.seen += used
+
+        nc.gpsimd.run("rowwise_moments", program, outs, (t,), elements=t.data.size, factor=_WELFORD_STEPS)
+        return outs[1:] if last else None
+
+    def _vectors(self, st, x, last: bool) -> int:
+        """Run the Welford chunks ``x`` (starting at element ``seen``) holds whole (or, ``last``, all that are left);
+        the number of x's columns used. The chunks' own passes are independent, so they run side by side (one
+        numpy step per vector position j over every chunk); their merges into the cascade follow in order."""
+        k, w = self.k, self.width
+        per = _WELFORD_CHUNK * w
+        left = self.vectors - self.chunk * _WELFORD_CHUNK
+        full = min(left // _WELFORD_CHUNK, x.shape[1] // per)
+        counts = [_WELFORD_CHUNK] * full
+        if full * _WELFORD_CHUNK < left and left - full * _WELFORD_CHUNK <= (x.shape[1] - full * per) // w:
+            counts.append(left - full * _WELFORD_CHUNK)  # the row's last, partial chunk, once it has streamed
+        if not counts:
+            return 0
+        c_vecs = [np.float32(1) / np.float32(j + 1) for j in range(_WELFORD_CHUNK)]
+        width = len(counts) * per
+        block = np.zeros((self.p, width), FP32)
+        used = full * per + (counts[-1] * w if len(counts) > full else 0)
+        block[:, :used] = x[:, :used]
+        chunks = block.reshape(self.p, len(counts), _WELFORD_CHUNK, w)
+        m1 = np.zeros((self.p, len(counts), w), FP32)
+        m2 = np.zeros((self.p, len(counts), w), FP32)
+        for j in range(max(counts)):
+            live = np.array([j < c for c in counts])[None, :, None]
+            xv = chunks[:, :, j, :]
+            delta = xv - m1
+            n1 = self._fma(c_vecs[j], delta, m1, self.fused)
+            n2 = self._fma(delta, xv - n1, m2, self.fused)
+            m1 = np.where(live, n1, m1)
+            m2 = np.where(live, n2, m2)
+        for i, count in enumerate(counts):
+            for h in range(self.halves):  # each float vector of the chunk merged in turn (UpdateMomentsVec)
+                self._add_vec(st, count, m1[:, i, h * k:(h + 1) * k], m2[:, i, h * k:(h + 1) * k], 0)
+            mask = self.chunk + 1
+            j = 1
+            while j < self.depth and (mask & 1) == 0:
+                self._add_vec(st, self.m0[j - 1], st[:, j - 1, 0].copy(), st[:, j - 1, 1].copy(), j)
+                self.m0[j - 1] = 0
+                st[:, j - 1] = 0
+                mask >>= 1
+                j += 1
+            self.chunk += 1
+        return used
+
+    def _finish(self, st, tail, o_mean, o_var) -> None:
+        """The cascade's last merges, the scalar Welford over ``tail`` (the row's last n % K elements) and the
+        lanes' merges into it."""
+        for i in range(1, self.depth):
+            self._add_vec(st, self.m0[i], st[:, i, 0].copy(), st[:, i, 1].copy(), 0)
+        m0, m1, m2 = 0, np.zeros(self.p, FP32), np.zeros(self.p, FP32)
+        for i in range(tail.shape[1]):  # the scalar tail: not contracted (measured)
+            xi = tail[:, i]
+            delta = xi - m1
+            m0 += 1
+            m1 = m1 + delta / np.float32(m0)
+            m2 = m2 + delta * (xi - m1)
+        per_lane = self.vectors * self.halves  # elements each float lane holds (m0_add)
+        for lane in range(self.k):  # AddMoments, contracted where the host fuses
+            n = m0 + per_lane
+            c = np.float32(0) if n == 0 else np.float32(per_lane) / np.float32(n)
+            delta = st[:, 0, 0, lane] - m1
+            m1 = self._fma(c, delta, m1, self.fused)
+            m2 = m2 + self._fma((delta * delta) * c, np.float32(m0), st[:, 0, 1, lane], self.fused)
+            m0 = n
+        o_mean[...] = m1.reshape(o_mean.shape)
+        o_var[...] = (m2 / np.float32(self.n)).reshape(o_var.shape)
+
+
+def rowwise_moments(nc, blk: _Block, n: int, lanes: int, fused: bool, which: int = 0,
+                    halves: int = 1) -> tuple[Tile, Tile]:
+    """Mean and variance ([p, 1] fp32) of a block of rows of ``n`` elements as CPU's RowwiseMoments (see the class;
+    ``halves`` 2 for a bfloat16/float16 input); the block's columns must be one flat run in memory order."""
+    wf = RowwiseMoments(nc, blk.p, n, lanes, fused, halves)
+    res = None
+    for j, (_, (t,)) in enumerate(blk.each(which)):
+        res = wf.feed(t, j == len(blk.chunks) - 1)
+    nc.release(wf.state)
+    return res
