@@ -1279,7 +1279,9 @@ _UPSAMPLE_BACKWARD_REASON = (
     "the outputs it reaches): the device sums an axis at a time, CPU scatters output by output, so where the terms "
     "overflow (inf - inf) or underflow to zero (the zero's sign) the result is the summation order's; float16 "
     "subnormal cotangents: the float64 sum is a tiny negative (-1.6e-8) that the device rounds once to -0.0, "
-    "CPU's rounded partial sums end in +0.0 (so the zero's sign is not compared for float16)")
+    "CPU's rounded partial sums end in +0.0 (so the zero's sign is not compared for float16); a nearest upsample "
+    "backward sums the cotangents each input position gathers (weight 1), in the same two orders: near overflow, "
+    "which sums end +inf, -inf or NaN is the order's")
 _UPSAMPLE_BACKWARD = {  # the backward overload -> (rank, whether it takes align_corners)
     "upsample_nearest1d": (1, False), "upsample_nearest2d": (2, False), "upsample_nearest3d": (3, False),
     "_upsample_nearest_exact1d": (1, False), "_upsample_nearest_exact2d": (2, False),
@@ -1289,9 +1291,8 @@ _UPSAMPLE_BACKWARD = {  # the backward overload -> (rank, whether it takes align
 for _op, (_dims, _aligned) in _UPSAMPLE_BACKWARD.items():
     spec(f"{_op.lstrip('_')}_backward", "spatial",
          f"torch.ops.aten.{_op}_backward({{x0}}, {{out}}, {{inp}}{', {align}' if _aligned else ''})",
-         custom(_upsample_backward(_dims)), fp64_reference=_aligned, sum_of_products=_aligned,
-         ignore_zero_sign=("float16",) if _aligned else (),
-         tolerance_reason=_UPSAMPLE_BACKWARD_REASON if _aligned else "")
+         custom(_upsample_backward(_dims)), fp64_reference=_aligned, sum_of_products=True,
+         ignore_zero_sign=("float16",) if _aligned else (), tolerance_reason=_UPSAMPLE_BACKWARD_REASON)
 
 
 # --- spatial: pooling forward by rank, and each pooling backward called directly (issue 18: mut-spatial) --------
