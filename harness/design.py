@@ -203,12 +203,20 @@ def design(name: str) -> tuple[Cell, ...]:
 
 
 class _Data:
-    """What a spec's ``draw`` calls ``data.draw`` on: Hypothesis's own choice machinery, seeded."""
+    """What a spec's ``draw`` calls ``data.draw`` on: Hypothesis's own choice machinery, seeded.
+
+    Its provider injects a constant now and then (p = 0.05 per choice), from Hypothesis's global pool and from the
+    *local* one: every literal of the project's modules loaded in the process so far, cached process-wide at its
+    first use (``providers._get_local_constants``, ``CONSTANTS_CACHE``). A designed case then hung on the process
+    that drew it: remainder_scalar-float32-near_overflow-contiguous-128 divided by 0.0447 drawn in a plain process
+    and by -0.0 in an op-suite one, and the table on disk is whichever drew it first. A designed draw takes its
+    constants from the global pool alone (fixed by the Hypothesis version, in the table's key)."""
 
     def __init__(self, seed: int) -> None:
         from hypothesis.internal.conjecture.data import ConjectureData
 
         self._data = ConjectureData(random=random.Random(seed))
+        self._data.provider._maybe_draw_constant = _global_constant(self._data.provider)
 
     def draw(self, strategy, label: Any = None) -> Any:
         return self._data.draw(strategy)
@@ -222,6 +230,20 @@ class _Data:
 
 # Seeds a host path cell's draw tries (``designed_case``) before it keeps its first draw.
 _HOST_PATH_SEEDS = 4
+
+
+def _global_constant(provider: Any):
+    """The provider's ``_maybe_draw_constant`` (same chance, same choices of its random) over the global pool only."""
+    from hypothesis.internal.conjecture.choice import choice_permitted
+    from hypothesis.internal.conjecture.providers import GLOBAL_CONSTANTS
+
+    def draw(choice_type: str, constraints: Any, *, p: float = 0.05) -> Any:
+        if provider._random.random() > p:
+            return None
+        pool = tuple(c for c in GLOBAL_CONSTANTS.set_for_type(choice_type) if choice_permitted(c, constraints))
+        return provider._random.choice(pool) if pool else None
+
+    return draw
 
 
 def seed_of(spec: str, cell: Cell) -> int:
