@@ -176,3 +176,31 @@ def test_exact_out_dtype_ops_refuse_another_float(call, out_dtype):
         x = torch.randn(4, 4, device=dev)
         outcomes.append(_outcome(lambda: call(x, torch.empty(0, dtype=out_dtype, device=dev))))
     assert outcomes == ["RuntimeError", "RuntimeError"], outcomes
+
+
+@pytest.mark.parametrize("op", ["clamp.out", "clamp_min.out", "clamp_max.out", "clamp.Tensor_out",
+                                "clamp_min.Tensor_out", "clamp_max.Tensor_out"])
+@pytest.mark.parametrize("dtypes", [(torch.int8, torch.float16), (torch.float16, torch.float32),
+                                    (torch.int8, torch.float32), (torch.float16, torch.float16)])
+def test_clamp_out_dtype_matches_cpu(op, dtypes):
+    """CPU's Scalar clamps (a borrowing unary op over self promoted with the bound) require an out of the result's
+    dtype ("Found dtype Half but expected Float" for clamp_max.out(int8 x, 0.5)); their Tensor forms cast into any
+    out. The device wrote any out (the designed clamp twins found it)."""
+    packet, _, overload = op.partition(".")
+    fn = getattr(getattr(torch.ops.aten, packet), overload)
+    self_dtype, out_dtype = dtypes
+
+    def call(device):
+        x = torch.ones(3, dtype=self_dtype, device=device)
+        bound = torch.tensor(0.5, dtype=self_dtype, device=device) if "Tensor" in overload else 0.5
+        bounds = (bound, None) if packet == "clamp" else (bound,)
+        out = torch.empty(3, dtype=out_dtype, device=device)
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                fn(x, *bounds, out=out)
+        except RuntimeError as e:
+            return str(e)
+        return out.cpu().tolist()
+
+    assert call(DEV) == call("cpu")

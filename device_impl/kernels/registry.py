@@ -99,6 +99,13 @@ OUT_DTYPE_RULES: dict[str, str] = {
 }
 
 
+# out= overloads whose out must have the result's dtype, as TensorIterator's check_all_same_dtype judges it ("Found
+# dtype Half but expected Float"), where the packet's other out= overloads cast: CPU's Scalar clamps build a borrowing
+# unary op over self promoted with the bound (clamp_max.out(int8 x, 0.5, out=<float16>) raises; clamp_max.Tensor_out
+# casts into any out).
+OUT_SAME_RESULT_DTYPE: frozenset[str] = frozenset({"aten::clamp.out", "aten::clamp_min.out", "aten::clamp_max.out"})
+
+
 # Packets whose out= tensor, when the call resizes it, takes the strides TensorIterator computes from the inputs
 # (channels_last inputs give a channels_last out), as CPU's structured out= kernels do (``set_output_raw_strided``),
 # besides every elementwise kernel's (``_ti_strided``); elsewhere a resized out is contiguous. Where it matters: a kernel that follows CPU's loop over the out
@@ -277,6 +284,7 @@ def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str
                 recurring: Any = None, promotes: Promotes | None = None):
     out_name = binder.out_names[0]
     exact, same = rule == "exact", rule == "same"
+    same_result = op in OUT_SAME_RESULT_DTYPE
     serve = recurring.serve if recurring is not None else None
     learn = recurring.learn if recurring is not None else None
 
@@ -287,7 +295,7 @@ def _out_kernel(op: str, binder: Binder, compute: Compute, meta: Meta, rule: str
             check_same_dtype(out, bound["self"].dtype)
         shape, dtype, operands = meta(bound)
         resized = restride and tuple(out.shape) != tuple(shape)
-        check_out(out, shape, dtype, operands, exact_dtype=exact)
+        check_out(out, shape, dtype, operands, exact_dtype=exact, same_dtype=same_result)
         if resized:
             _ti_restride(out, operands, promotes(bound) if promotes is not None else None)
         submit = HOOKS.submit  # _run, inlined: every out= call

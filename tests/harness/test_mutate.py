@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as F
 
 from harness import design, mutate
+from harness.specs import SPECS
 
 
 def _cases(*names):
@@ -259,8 +260,18 @@ def test_a_zero_sign_mutant_seen_only_where_the_spec_frees_zero_signs_is_exclude
     -0.0 changes its result only in the float16/bfloat16 cases (denormal inputs), whose zero signs the spec leaves
     free (ignore_zero_sign: CPU flushes denormals); the rule reads that from its calls, case by case."""
     op, spec = "aten::avg_pool2d_backward.grad_input", "avg_pool2d_backward"
-    cases = [mutate.StoredCase(d.case, {op}, {**d.cell.to_dict(), "design": d.id}, d.id) for d in design.cases(spec)
-             if d.cell.domain in ("signed_zero", "special", "denormal")]
+    # the cells as drawn for every dtype x zero-bearing domain, half-precision denormals on strided layouts among them
+    # (the design's own cells move as it grows: these coordinates hold the rule's case)
+    cells = [design.Cell(dtype, domain, layout, size, edge) for dtype, domain, layout, size, edge in (
+        ("float32", "special", "sliced", "tile-128", 127), ("float32", "signed_zero", "expanded", "tile-512", 511),
+        ("float32", "denormal", "offset", "tile-2048", 2047), ("bfloat16", "special", "expanded", "small", 7),
+        ("bfloat16", "signed_zero", "sliced", "tile-2048", 2048),
+        ("bfloat16", "denormal", "channels_last", "tile-128", 129),
+        ("float16", "special", "contiguous", "tile-2048", 2049), ("float16", "signed_zero", "offset", "tile-128", 129),
+        ("float16", "denormal", "overlapping", "tile-512", 511))]
+    drawn = [(cell, design.designed_case(SPECS[spec], cell)) for cell in cells]
+    cases = [mutate.StoredCase(case, {op}, {**design.cells_of(case).to_dict(), "design": f"{spec}-{cell.id}"},
+                               f"{spec}-{cell.id}") for cell, case in drawn]
     outcome = mutate.run_mutant(op, mutate.CLASSES["zero_sign"], _facts(op, (spec,)), cases, "eager")
     assert outcome.status == "excluded" and "equivalent where zero signs are compared" in outcome.reason, \
         outcome.reason

@@ -198,6 +198,26 @@ def test_division_signs(mode, dtype):
     check(lambda x, y: torch.div(x, y, rounding_mode=mode), a, b)
 
 
+@pytest.mark.parametrize("mode", ["floor", "trunc"])
+@pytest.mark.parametrize("dtype", (torch.float16, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("divisor", ["number", "Scalar_mode", "0-dim", "expanded", "tensor"])
+def test_reduced_float_rounding_division_by_a_scalar_divides_in_fp32(mode, dtype, divisor):
+    """ATen's div_floor/div_trunc take a scalar divisor (iter.is_scalar(2)) of a bfloat16/float16 tensor at its
+    original value in fp32 and round once, a tensor divisor in the dtype step by step: the device rounded
+    -1.5627435 to fp16 and gave 122 of 20,000 floor quotients off by one (designed div_scalar_mode-float16-tails)."""
+    s = -1.5627435445785522
+    x = (torch.randn(4096, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 30).to(dtype)
+    calls = {
+        "number": lambda t: torch.div(t, s, rounding_mode=mode),
+        "Scalar_mode": lambda t: torch.ops.aten.div.Scalar_mode(t, s, rounding_mode=mode),
+        "0-dim": lambda t: torch.div(t, torch.tensor(s, dtype=dtype, device=t.device), rounding_mode=mode),
+        "expanded": lambda t: torch.div(t, torch.tensor([s], dtype=dtype, device=t.device).expand(t.shape),
+                                        rounding_mode=mode),
+        "tensor": lambda t: torch.div(t, torch.full_like(t, s), rounding_mode=mode),
+    }
+    check(calls[divisor], x)
+
+
 @pytest.mark.parametrize("op", [torch.remainder, torch.fmod, torch.floor_divide])
 @pytest.mark.parametrize("dtype", (torch.float32, torch.int64, torch.int16), ids=str)
 def test_remainder_signs(op, dtype):

@@ -658,6 +658,17 @@ def test_embedding_bag_functional(dtype):
     check(lambda a, b, c: F.embedding_bag(b, a, c), w, ints((4,), 0, 50), torch.tensor([0, 0, 0]))
 
 
+def test_a_float16_embedding_bag_mean_divides_the_rounded_sum():
+    """CPU's mean bag writes the sum into the float16 output, then divides it there: a bag of 60000s is inf (the sum
+    overflows float16), and a sum's rounding shows in the mean; the device divided its fp32 sum (60000; designed
+    embedding_bag-float16-near_overflow-contiguous-2048)."""
+    w = torch.full((10, 4), 60000.0, dtype=torch.float16)
+    check(lambda a, b, c: F.embedding_bag(b, a, c, mode="mean"), w, torch.tensor([0, 1, 2, 3]), torch.tensor([0]))
+    w = (torch.randn(50, 33, generator=torch.Generator().manual_seed(0), dtype=torch.float64) * 3e4).half()
+    idx = torch.randint(0, 50, (40,), generator=torch.Generator().manual_seed(1))
+    check(lambda a, b, c: F.embedding_bag(b, a, c, mode="mean"), w, idx, torch.tensor([0, 3, 10, 10, 25]))
+
+
 @pytest.mark.parametrize("mode", [0, 1, 2])
 @pytest.mark.parametrize("include_last_offset", [False, True])
 def test_embedding_bag_layouts(mode, include_last_offset):

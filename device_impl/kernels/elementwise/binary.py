@@ -346,7 +346,10 @@ def _div_compute(out: torch.Tensor, a: dict) -> None:
             raise RuntimeError(f"div expected rounding_mode to be one of None, 'trunc', or 'floor' but found '{mode}'")
         if common == torch.bool:
             raise _refuse(f"div_{mode}_cpu", common)
-    cd = numpy_compute(common) if mode is None else _narrow(common)
+    # a rounding division by a scalar divisor (a number, or a tensor every output element reads at one place): ATen's
+    # reduced-float branch divides in fp32 by the divisor's original value there, one rounding (as floor_divide's,
+    # _iterator_scalar); fp16 x // -1.5627435 rounded the divisor to fp16 and gave 122 of 20,000 quotients off by one
+    cd = numpy_compute(common) if mode is None or _iterator_scalar(y) else _narrow(common)
     elementwise("div", out, (x, y), _div_emit(mode, op, cd), common_dtype=result_type(x, y), round_scalars=False)
 
 

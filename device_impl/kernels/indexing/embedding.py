@@ -337,7 +337,9 @@ def _redirect_bags(nc, dst: np.ndarray, bag: np.ndarray, idx: np.ndarray, paddin
 
 
 def _finish_bags(nc, out: np.ndarray, acc: np.ndarray, counts: np.ndarray | None) -> None:
-    """out = acc (/ max(count, 1) for mean), rounded to out's dtype; one bag per partition."""
+    """out = acc (/ max(count, 1) for mean), rounded to out's dtype; one bag per partition. A mean of a
+    bfloat16/float16 bag divides the sum as CPU does, after rounding it to out's dtype (its index_select_add writes
+    the sum into the output, then ``output /= bag_size``): a float16 bag of 60000s is inf on CPU, not 60000."""
     bags, d = out.shape
     if bags == 0 or d == 0:
         return
@@ -357,6 +359,9 @@ def _finish_bags(nc, out: np.ndarray, acc: np.ndarray, counts: np.ndarray | None
             nc.dma.load(t, acc[b0:b1, c0:c1])
             res = nc.sbuf_tile((b1 - b0, c1 - c0), out.dtype)
             if div is not None:
+                if out.dtype != np.float32:
+                    nc.vector.tensor_copy(res, t)  # the sum, rounded to out's dtype
+                    t = res
                 nc.vector.tensor_tensor(res, t, div, "divide", dtype=FP32)
             else:
                 nc.vector.tensor_copy(res, t)
