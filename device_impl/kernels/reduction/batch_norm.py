@@ -7,7 +7,7 @@ the input's layout (``_bn_layout``, ``_bn_stats``): float32 sums in double on Gp
 accumulates in double, fp32 sums on VectorE / ScalarE otherwise (``moments._moments``); running
 statistics update on VectorE. The output is one ScalarE activation per tile (x * scale + shift),
 or GpSimd's fma rounded once where CPU's contiguous / channels-last float32 kernels fuse it
-(``_fma_rows``). bfloat16/float16 inputs (``_bn_reduced_block``): the engines' fp32 moments, then
+(``tiles._affine_rows``). bfloat16/float16 inputs (``_bn_reduced_block``): the engines' fp32 moments, then
 CPU's per-channel roundings (statistics in the parameter dtype, running statistics, alpha/beta) in
 one GpSimd program over the [p, 1] scalars (``_bn_reduced_params``), the output fused as CPU's or
 stepwise for strided inputs. Backward: one pass for sum(dy) and sum((x - mean) * dy) per channel,
@@ -28,7 +28,7 @@ from device_impl.kernels import cpu_host
 from device_impl.kernels.common import check_out, fma32, hbm, new_output
 from device_impl.kernels.reduction.tiles import (
     F64, _Block, _FLOATS, _FMA_STEPS, _Grid, _at, _blocks, _check_mixed, _combine, _kernel, _load_scalars, _refuse,
-    _row_reduce, _row_scalar, _row_sum64, _stats_dtype, _store_scalars, _wrap,
+    _row_reduce, _row_scalar, _row_sum64, _stats_dtype, _store_affine, _store_scalars, _wrap,
 )
 from device_impl.kernels.reduction.moments import _moments, _rstd
 
@@ -332,7 +332,7 @@ def forward_program(nc, x: np.ndarray, out: np.ndarray, arrays: dict, training: 
             if "b" in ks:
                 bt = _load_scalars(nc, view("b", blk), p)
                 nc.vector.tensor_tensor(shift, shift, bt, "add", dtype=FP32)
-        _store_affine(nc, blk, O, O.dtype, scale, shift, fused)
+        _store_affine(nc, blk, O, O.dtype, scale, shift, fused, "bn_fma")
         nc.release_to(mark)
 
 
@@ -369,7 +369,7 @@ def _bn_reduced_block(nc, blk: _Block, O, ks: dict, view, training: bool, count:
     per-channel arithmetic on them (``_bn_reduced_params``: its roundings to the parameter dtype, running
     statistics, eval-mode invstd, alpha and beta) runs as one GpSimd program over the [p, 1] scalars. The
     output is x * alpha + beta rounded once to fp32 where CPU's contiguous / channels-last kernels fuse it
-    (``_fma_rows``), then to the input's dtype; CPU's strided path is stepwise (``_bn_stepwise``)."""
+    (``tiles._affine_rows``), then to the input's dtype; CPU's strided path is stepwise (``_bn_stepwise``)."""
     p = blk.p
     names = [k for k in ("rm", "rv", "w", "b") if k in ks]
     loaded = {k: _load_scalars(nc, view(k, blk), p) for k in names}
@@ -401,7 +401,7 @@ def _bn_reduced_block(nc, blk: _Block, O, ks: dict, view, training: bool, count:
         _bn_stepwise(nc, blk, O, mo, io, view("w", blk) if "w" in ks else None,
                      view("b", blk) if "b" in ks else None, step_dtype=FP32 if mixed else dt)
         return
-    _store_affine(nc, blk, O, dt, alpha, beta, fused_host)
+    _store_affine(nc, blk, O, dt, alpha, beta, fused_host, "bn_fma")
 
 
 def _bn_reduced_params(dt: np.dtype, mixed: bool, layout: str, training: bool, n: int, momentum: float, eps: float,
@@ -480,28 +480,6 @@ def _bn_reduced_params(dt: np.dtype, mixed: bool, layout: str, training: bool, n
         out["alpha"] = alpha
         out["beta"] = np.asarray(b, f32) - np.asarray(out["mean"], f32) * alpha
     return out
-
-
-def _store_affine(nc, blk, O, dtype, scale: Tile, shift: Tile, fused: bool) -> None:
-    """O = x * scale + shift per row for each chunk of the block: one rounding where CPU's host fuses the
-    multiply-add (``fused``), else ScalarE's scale-and-bias."""
-    for ch, (t,) in blk.each(0):
-        res = nc.sbuf_tile(t.shape, dtype)
-        if fused:
-            _fma_rows(nc, res, t, scale, shift)
-        else:
-            nc.scalar.activation(res, t, "identity", scale=scale, bias=shift)
-        blk.store(O, ch, res)
-        nc.release(res)
-
-
-def _fma_rows(nc, out: Tile, t: Tile, scale: Tile, shift: Tile) -> None:
-    """out = t * scale + shift ([p, 1] per-row scale and shift) rounded once, on GpSimd (see _batch_norm)."""
-
-    def program(o, x, a, c):
-        o[...] = fma32(x, np.broadcast_to(a, x.shape), np.broadcast_to(c, x.shape))
-
-    nc.gpsimd.run("bn_fma", program, (out,), (t, scale, shift), elements=t.data.size, factor=_FMA_STEPS)
 
 
 def _bn_args(a: dict, with_stats: bool = True):

@@ -26,7 +26,7 @@ from device_impl.kernels import cpu_host
 from device_impl.kernels.common import fma32, hbm, new_output
 from device_impl.kernels.reduction.tiles import (
     P, _FLOATS, _FMA_STEPS, _Grid, _at, _blocks, _broadcast_row, _check_mixed, _colsum_into, _combine, _fill, _kernel,
-    _load_scalars, _memset, _ones, _refuse, _row_scalar, _stats_dtype, _store_row, _store_scalars,
+    _load_scalars, _memset, _ones, _refuse, _row_scalar, _stats_dtype, _store_affine, _store_row, _store_scalars,
 )
 from device_impl.kernels.reduction.moments import _moments, _rstd, rowwise_moments
 
@@ -248,17 +248,7 @@ def _rowwise_forward(nc, x: np.ndarray, out: np.ndarray, mean: np.ndarray, rstd:
             o[...] = fma32(-s_, m_, b_)
 
         nc.gpsimd.run("gn_shift", affine_shift, (shift,), (scale, m, bt), elements=p, factor=_FMA_STEPS)
-        for ch, (t,) in blk.each(0):
-            res = nc.sbuf_tile(t.shape, O.dtype)
-            if fused:
-                def affine(o, x_, s_, c_):
-                    o[...] = fma32(x_, np.broadcast_to(s_, x_.shape), np.broadcast_to(c_, x_.shape))
-
-                nc.gpsimd.run("gn_fma", affine, (res,), (t, scale, shift), elements=t.data.size, factor=_FMA_STEPS)
-            else:
-                nc.scalar.activation(res, t, "identity", scale=scale, bias=shift)
-            blk.store(O, ch, res)
-            nc.release(res)
+        _store_affine(nc, blk, O, O.dtype, scale, shift, fused, "gn_fma")
         nc.release_to(mark)
 
 

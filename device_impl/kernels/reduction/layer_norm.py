@@ -27,7 +27,7 @@ from device_impl.kernels import cpu_host
 from device_impl.kernels.common import fma32, hbm, new_output
 from device_impl.kernels.reduction.tiles import (
     CHUNK, P, PARAM_COLS, PE_CHUNK, RESIDENT_COLS, RowKernel, Source, _FLOATS, _FMA_STEPS, _Grid, _QueuedRowKernel,
-    _at, _blocks, _boxes, _broadcast_row, _check_mixed, _colsum_into, _combine, _fill, _kept_view, _kernel,
+    _affine_rows, _at, _blocks, _boxes, _broadcast_row, _check_mixed, _colsum_into, _combine, _fill, _kept_view, _kernel,
     _load_scalars, _memset, _ones, _refuse, _row_scalar, _stats_dtype, _store_row, _store_scalars,
 )
 from device_impl.kernels.reduction.moments import rowwise_moments
@@ -143,25 +143,26 @@ def forward_program(nc, x: np.ndarray, out: np.ndarray, mean: np.ndarray, rstd: 
         nc.gpsimd.run("ln_rstd", to_rstd, (r,), (m2,), elements=blk.p, factor=2.0)
         _store_scalars(nc, _at(g.k[0], blk.rsl), m)
         _store_scalars(nc, _at(g.k[1], blk.rsl), r)
-        shift = _row_scalar(nc, blk.p)  # -mean * rstd
-        nc.vector.tensor_tensor(shift, m, r, "multiply", dtype=FP32)
-        nc.vector.tensor_scalar(shift, shift, "multiply", -1.0, dtype=FP32)
-        neg_mean = None
+        shift = neg_mean = None
         if welford:  # CPU's float32 kernel: (x + (-mean)) * rstd, each step rounded
             neg_mean = _row_scalar(nc, blk.p)
             nc.vector.tensor_scalar(neg_mean, m, "multiply", -1.0, dtype=FP32)
+        else:  # the reduced floats' mixed kernel: x * rstd + (-mean * rstd)
+            shift = _row_scalar(nc, blk.p)
+            nc.vector.tensor_tensor(shift, m, r, "multiply", dtype=FP32)
+            nc.vector.tensor_scalar(shift, shift, "multiply", -1.0, dtype=FP32)
         for j, (ch, (t,)) in enumerate(blk.each(0)):
             mark = nc.mark()
             res = nc.sbuf_tile(t.shape, O.dtype)
             if fused:
                 _ln_affine_fma(nc, res, t, r, shift, [(vec, vec.get(j)) for vec in (wv, bv) if vec is not None],
-                               wv is not None, bv is not None, blk.p, None if not welford else neg_mean)
+                               wv is not None, bv is not None, blk.p, neg_mean)
                 blk.store(O, ch, res)
                 nc.release_to(mark)
                 continue
             steps = [(vec, op) for vec, op in ((wv, "multiply"), (bv, "add")) if vec is not None]
             y = nc.sbuf_tile(t.shape, FP32) if steps else res
-            _normalised(nc, y, t, r, shift, None if not welford else neg_mean)
+            _normalised(nc, y, t, r, shift, neg_mean)
             for k, (vec, op) in enumerate(steps):
                 col = vec.get(j)
                 nc.vector.tensor_tensor(res if k == len(steps) - 1 else y, y, col[:blk.p], op, dtype=FP32)
@@ -173,7 +174,7 @@ def forward_program(nc, x: np.ndarray, out: np.ndarray, mean: np.ndarray, rstd: 
                 nc.release(t)
 
 
-def _normalised(nc, y: Tile, t: Tile, r: Tile, shift: Tile, neg_mean: Tile | None) -> None:
+def _normalised(nc, y: Tile, t: Tile, r: Tile, shift: Tile | None, neg_mean: Tile | None) -> None:
     """y = (x - mean) * rstd: ``x * rstd + (-mean * rstd)`` in one ScalarE instruction (exact for constant rows, see
     _moments), or, given ``neg_mean``, as CPU's float32 kernel forms it, ``(x + (-mean)) * rstd`` with each step
     rounded (a constant row near float's maximum then gives 0, where -mean * rstd overflows and the one-instruction
@@ -185,7 +186,7 @@ def _normalised(nc, y: Tile, t: Tile, r: Tile, shift: Tile, neg_mean: Tile | Non
     nc.scalar.activation(y, y, "identity", scale=r)
 
 
-def _ln_affine_fma(nc, res: Tile, t: Tile, r: Tile, shift: Tile, cols: list, has_w: bool, has_b: bool,
+def _ln_affine_fma(nc, res: Tile, t: Tile, r: Tile, shift: Tile | None, cols: list, has_w: bool, has_b: bool,
                    p: int, neg_mean: Tile | None = None) -> None:
     """res = fma(x * rstd - mean * rstd, gamma, beta): the normalised value on ScalarE (exact for constant rows,
     see _moments), the affine step rounded once on GpSimd as CPU's (see _layer_norm_launch); ``cols`` are the
@@ -319,14 +320,7 @@ def _xhat(nc, out: Tile, x: Tile, rstd: Tile, shift: Tile) -> None:
     (layer_norm_backward_frame's dgamma map3), one rounding where CPU's kernels fuse (GpSimd's fma: a row near
     float's maximum then gives inf * x - inf = -inf, dgamma = dy * -inf, as CPU), else ScalarE's scale-and-bias
     (the product rounded first, as the DEFAULT kernels)."""
-    if not cpu_host.fused_multiply_add():
-        nc.scalar.activation(out, x, "identity", scale=rstd, bias=shift)
-        return
-
-    def program(o, x_, a, b):
-        o[...] = fma32(x_, np.broadcast_to(a, x_.shape), np.broadcast_to(b, x_.shape))
-
-    nc.gpsimd.run("ln_xhat_fma", program, (out,), (x, rstd, shift), elements=x.data.size, factor=_FMA_STEPS)
+    _affine_rows(nc, out, x, rstd, shift, cpu_host.fused_multiply_add(), "ln_xhat_fma")
 
 
 def _times_col(nc, t: Tile, vec: _ColVec | None, j: int) -> Tile:

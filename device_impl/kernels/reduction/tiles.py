@@ -32,7 +32,7 @@ from numpy.lib.stride_tricks import as_strided
 from device_impl.dispatch.table import TABLE, resolve
 from device_impl.engine import Tile
 from device_impl.engine.dtypes import FP32
-from device_impl.kernels.common import COMPUTE_DTYPES, SCALAR_TYPE_NAMES, hbm
+from device_impl.kernels.common import COMPUTE_DTYPES, SCALAR_TYPE_NAMES, fma32, hbm
 from device_impl.kernels.registry import Binder
 
 P = 128
@@ -507,6 +507,30 @@ def _store_row(nc, view: np.ndarray, acc: Tile) -> None:
 
 
 _FMA_STEPS = 4  # GpSimd element-steps per emulated fma (as elementwise.loop._FMA_STEPS)
+
+
+def _affine_rows(nc, out: Tile, t: Tile, scale: Tile, shift: Tile, fused: bool, name: str) -> None:
+    """out = t * scale + shift with a [p, 1] scale and shift per row: rounded once, on GpSimd (program ``name``),
+    where CPU's kernels fuse the multiply-add (``fused``: ``cpu_host.fused_multiply_add``), so a product beyond
+    float's range still gives the shift's infinity, not inf - inf; else ScalarE's scale-and-bias, the product
+    rounded first (the DEFAULT kernels)."""
+    if not fused:
+        nc.scalar.activation(out, t, "identity", scale=scale, bias=shift)
+        return
+
+    def program(o, x, a, c):
+        o[...] = fma32(x, np.broadcast_to(a, x.shape), np.broadcast_to(c, x.shape))
+
+    nc.gpsimd.run(name, program, (out,), (t, scale, shift), elements=t.data.size, factor=_FMA_STEPS)
+
+
+def _store_affine(nc, blk: "_Block", O, dtype, scale: Tile, shift: Tile, fused: bool, name: str) -> None:
+    """O = x * scale + shift per row (``_affine_rows``) for each chunk of the block, stored in ``dtype``."""
+    for ch, (t,) in blk.each(0):
+        res = nc.sbuf_tile(t.shape, dtype)
+        _affine_rows(nc, res, t, scale, shift, fused, name)
+        blk.store(O, ch, res)
+        nc.release(res)
 
 
 _STATS64_STEPS = 3  # GpSimd element-steps per element of a double-accumulated statistic
