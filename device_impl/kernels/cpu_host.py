@@ -146,6 +146,9 @@ def _onednn_gelu_backward_kind(dtype: torch.dtype) -> bool:
         return bool((d == 0).all()) and not bool(torch.signbit(d).any())
 
 
+GRAIN_SIZE = 32768  # at::internal::GRAIN_SIZE: the grain ATen's kernels give parallel_for (at::sum, arange)
+
+
 def parallel_ranges(n: int, grain: int = 1) -> tuple[int, list[tuple[int, int]]]:
     """How CPU's ``at::parallel_for(0, n, grain, f)`` splits [0, n) among OpenMP threads: (the thread count
     ``at::get_num_threads()``, whose per-thread buffers a kernel allocates, and the ranges ``f`` runs, in thread

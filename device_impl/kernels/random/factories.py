@@ -26,6 +26,7 @@ import torch
 from device_impl._compat import torch_at_least
 from device_impl.engine import launch
 from device_impl.engine.dtypes import FLOAT_DTYPES, FP32
+from device_impl.kernels import cpu_host
 from device_impl.kernels.common import FREE_MAX, P, flat_tiles, fma32, fma64, hbm, numpy_dtype, row_tiles, scalar_of
 from device_impl.kernels.random.tiles import F64, I64, fmt, native, refuse, serve
 from device_impl.kernels.scalars import checked_convert, scalar_fill, wrap_int64
@@ -33,17 +34,13 @@ from device_impl.kernels.scalars import checked_convert, scalar_fill, wrap_int64
 
 # --- arange ---------------------------------------------------------------------------
 
-_GRAIN = 32768  # at::internal::GRAIN_SIZE: how CPU's parallel_for splits a range among threads
 _VECTOR_BYTES = 32  # the Vectorized<T> width CPU's arange kernel runs with
 
 
 def _cpu_chunks(n: int) -> int:
-    """Chunk length of CPU's parallel_for over [0, n) (its vector loop restarts at each chunk)."""
-    threads = torch.get_num_threads()
-    if n < _GRAIN or threads == 1:
-        return n
-    tasks = min(threads, -(-n // _GRAIN))
-    return -(-n // tasks)
+    """Chunk length of CPU's parallel_for over [0, n) at GRAIN_SIZE (its vector loop restarts at each chunk)."""
+    _, ranges = cpu_host.parallel_ranges(n, cpu_host.GRAIN_SIZE)
+    return ranges[0][1] - ranges[0][0]
 
 
 def _arange_program(dtype: torch.dtype, start: float, step: float, n: int):

@@ -141,9 +141,6 @@ def _var_kernel(name: str, x: torch.Tensor, dims: tuple[int, ...], correction: f
                     hbm(mean_out) if mean_out is not None else None)
 
 
-_GRAIN_SIZE = 32768  # at::internal::GRAIN_SIZE: at::sum of more elements splits among threads
-
-
 def _all_reduce_path(x: torch.Tensor, out: torch.Tensor, mean_out: torch.Tensor | None) -> bool:
     """Whether CPU's var/std takes std_var_all_cpu (ReduceOps.cpp: a float32/float64 var or std, not var_mean, whose
     reduction covers every dimension): the mean is ``self.mean()``, a float32 sum divided in float, then the squares
@@ -152,7 +149,7 @@ def _all_reduce_path(x: torch.Tensor, out: torch.Tensor, mean_out: torch.Tensor 
     (TensorIterator drops the size-1 dims: a [1, 127] slice with step 2 sums as a strided vector); elsewhere the
     double Welford below."""
     return (mean_out is None and x.dtype == torch.float32 and out.dtype == torch.float32 and out.numel() == 1
-            and 0 < x.numel() <= _GRAIN_SIZE and (x.is_contiguous() or sum(d != 1 for d in x.shape) <= 1))
+            and 0 < x.numel() <= cpu_host.GRAIN_SIZE and (x.is_contiguous() or sum(d != 1 for d in x.shape) <= 1))
 
 
 def _ceil_log2(v: int) -> int:
