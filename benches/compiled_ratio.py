@@ -29,7 +29,7 @@ All of the above is measured pinned, by default to one host thread (benches/thre
 labelled, the wall figures and their targets at the host's core count (``threads.at_host_cores``: the simulator's
 host threads and CPU eager's torch threads at ``threads.host_cores()``, numpy's BLAS still one thread per call, so the
 bits stay), and the host floor at that count: the same sgemm and float64 exp, each split among the threads as the
-static replay splits them (``workers.split``), at the speedup this host gives them in this run (``parallel_speedup``:
+static replay splits them (``workers.split``), at the speedup this host gives them in this run (``parallel_seconds``:
 a host whose vCPUs share a physical core gives well under the core count); device time, HBM bytes and compiles do
 not depend on threads.
 
@@ -233,23 +233,23 @@ def _print_targets(targets: list[tuple[str, float, float]]) -> bool:
     return all(value <= limit for _, value, limit in targets)
 
 
-def parallel_speedup(share: Callable[[int, int], object], extent: int, cores: int, repeats: int) -> float:
-    """How much faster ``share(0, extent)`` runs split among ``cores`` host threads the way the static replay splits
-    a product's blocks (``workers.split``: contiguous shares, the caller takes the first) than on one thread, best
-    of three batches each. Ideal is ``cores``; two vCPUs that share one physical core, or a host that packs a
-    woken thread onto the waker's core, give less, and the simulator's arithmetic can go no faster than this."""
+def parallel_seconds(share: Callable[[int, int], object], extent: int, cores: int, repeats: int) -> tuple[float, float]:
+    """Seconds ``share(0, extent)`` takes on one thread, and split among ``cores`` host threads the way the static
+    replay splits a product's blocks (``workers.split``: contiguous shares, the caller takes the first), best of
+    three batches each. Their ratio is the host's parallel speedup: ideal is ``cores``; two vCPUs that share one
+    physical core, or a host that packs a woken thread onto the waker's core, give less, and the simulator's
+    arithmetic can go no faster than this."""
     from device_impl.compiler import workers
 
-    one = _best_seconds(lambda: share(0, extent), repeats)
-    split = _best_seconds(lambda: workers.split(extent, share, cores), repeats)
-    return one / split
+    return (_best_seconds(lambda: share(0, extent), repeats),
+            _best_seconds(lambda: workers.split(extent, share, cores), repeats))
 
 
 def host_parallel_floor(tensore_flops: int, exp_elements: int, cores: int, repeats: int = 20) -> tuple[float, float, float]:
     """The host floor (``report``: the products' sgemm and ScalarE's float64 exp alone) when both are split among
-    ``cores`` threads, each at the speedup this host measures for it now (``parallel_speedup``): product tiles
-    of the replay's BLAS shape (one [128, 128] @ [128, 512] per block, blocks shared out) and the exp's elements.
-    Returns (floor seconds, sgemm speedup, exp speedup)."""
+    ``cores`` threads, each as this host runs it split now (``parallel_seconds``): product tiles of the replay's
+    BLAS shape (one [128, 128] @ [128, 512] per block, blocks shared out), scaled to the program's flops, and the
+    exp's elements. Returns (floor seconds, sgemm speedup, exp speedup)."""
     import numpy as np
 
     from device_impl.engine import isa
@@ -259,15 +259,15 @@ def host_parallel_floor(tensore_flops: int, exp_elements: int, cores: int, repea
     a = rng.standard_normal((blocks, 128, 128), dtype=np.float32)
     b = rng.standard_normal((blocks, 128, 512), dtype=np.float32)
     out = np.empty((blocks, 128, 512), np.float32)
-    blocks_speedup = parallel_speedup(lambda i, j: np.matmul(a[i:j], b[i:j], out=out[i:j]), blocks, cores, repeats)
-    products = tensore_flops * _best_seconds(lambda: np.matmul(a, b, out=out), repeats) / (2 * blocks * 128 * 128 * 512)
-    exp_speedup, exp_seconds = 1.0, 0.0
+    one, split = parallel_seconds(lambda i, j: np.matmul(a[i:j], b[i:j], out=out[i:j]), blocks, cores, repeats)
+    floor, blocks_speedup = tensore_flops * split / (2 * blocks * 128 * 128 * 512), one / split
+    exp_speedup = 1.0
     if exp_elements:
         x = rng.standard_normal(exp_elements, dtype=np.float32)
         y = np.empty_like(x)
-        exp_speedup = parallel_speedup(lambda i, j: isa._exp_neg_into(x[i:j], y[i:j]), exp_elements, cores, repeats)
-        exp_seconds = _best_seconds(lambda: isa._exp_neg_into(x, y), repeats)
-    return products / blocks_speedup + exp_seconds / exp_speedup, blocks_speedup, exp_speedup
+        one, split = parallel_seconds(lambda i, j: isa._exp_neg_into(x[i:j], y[i:j]), exp_elements, cores, repeats)
+        floor, exp_speedup = floor + split, one / split
+    return floor, blocks_speedup, exp_speedup
 
 
 def host_cores_report(cpu, eager, compiled, repeats: int, tensore_flops: int = 0, exp_elements: int = 0) -> bool:

@@ -1136,9 +1136,9 @@ def _sweep_case(case: Case, reached: set[str]) -> StoredCase:
 
 def suite_cases(store: Store, mode: str = "eager") -> tuple[int, list[StoredCase]]:
     """The passing cases of the latest finished op-suite run in ``mode`` that has designed cases (else, of the
-    latest finished one at all: a run stopped before them), rebuilt from the store: the op specs' cases, then the OpInfo sweep's, the contract checks' and
-    the module checks' (those that reached a device kernel: a run stored before their ``overloads``
-    were recorded contributes none of them)."""
+    latest finished one at all: a run stopped before them), rebuilt from the store: the op specs' cases, then the
+    OpInfo sweep's, the contract checks' and the module checks' (those that reached a device kernel: a run stored
+    before their ``overloads`` were recorded contributes none of them)."""
     finished = ("SELECT r.id FROM runs r WHERE r.finished IS NOT NULL AND r.kind = 'opsuite' AND EXISTS ("
                 "SELECT 1 FROM results x WHERE x.run_id = r.id AND x.mode = ?{} ) ORDER BY r.id DESC LIMIT 1")
     rows = store.query(finished.format(" AND x.cells LIKE '%\"design\": \"%'"), (mode,))
