@@ -177,11 +177,7 @@ def forward_program(nc, x: np.ndarray, out: np.ndarray, mean: np.ndarray, rstd: 
         if b is not None:
             bt = _load_scalars(nc, _at(next(ks), blk.rsl), p)
             nc.vector.tensor_tensor(shift, shift, bt, "add", dtype=FP32)
-        for ch, (t,) in blk.each(0):
-            res = nc.sbuf_tile(t.shape, O.dtype)
-            nc.scalar.activation(res, t, "identity", scale=scale, bias=shift)
-            blk.store(O, ch, res)
-            nc.release(res)
+        _store_affine(nc, blk, O, O.dtype, scale, shift, False, "gn_fma")  # ScalarE's scale-and-bias
         nc.release_to(mark)
 
 
