@@ -758,6 +758,7 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
             _product(env, out)
         return True
 
+    choice = workers.SplitChoice()  # whether this product's split pays on this host (learned at run time)
     nk, nm, nl = (k // kt, m // mt, n // nt) if tiled else (0, 0, 0)
     extents = (batch, nm, nl)
     axis = max(range(3), key=extents.__getitem__)  # the block axis the shares split (the one with most blocks)
@@ -802,7 +803,7 @@ def _wide_dot_general(step: dict, program: Program, runner) -> WideRunner:
             if tail is not None:
                 tail(start * rows_per, stop * rows_per)
 
-        workers.split(extents[axis], share, threads)
+        choice.run(extents[axis], share, threads)
 
     def _product(env, out: np.ndarray) -> None:
         if k == 0:
@@ -852,8 +853,9 @@ def _cut(array: np.ndarray | None, axis: int | None, start: int, stop: int) -> n
 # weight comparison's fixed cost (a few numpy calls each) outweighs what it saves (a tiny Llama's 64 x 64
 # projections ran ~20% slower tiled); the decoder block's smallest projection has 256 x (256 + 128).
 TILED_ELEMENTS = 1 << 16
-# flops from which a share of a product's blocks is worth a host thread (workers.split): handing a share over
-# and waking its thread costs some tens of microseconds, a share of 4 MFLOP takes ~40 us at one core's rate
+# flops from which a share of a product's blocks may be worth a host thread (workers.split): handing a share over
+# and waking its thread costs some tens of microseconds, a share of 4 MFLOP takes ~40 us at one core's rate;
+# whether a split above it pays is then measured per step on the host (workers.SplitChoice)
 SHARE_FLOPS = 1 << 22
 
 
@@ -962,6 +964,7 @@ def _wide_attention(step: dict, program: Program, runner) -> WideRunner:
     from device_impl.kernels.attention import forward_wide
 
     read = lse_read(step, program)
+    choice = workers.SplitChoice()  # whether splitting its batches pays on this host (learned at run time)
 
     def run(wide, env) -> None:
         call = attention_call(step, program, env, read)
@@ -973,8 +976,8 @@ def _wide_attention(step: dict, program: Program, runner) -> WideRunner:
         threads = min(workers.width(), max(1, flops // SHARE_FLOPS))
         if threads <= 1 or pb.B <= 1:
             return forward_wide(pb, o4, lse3)
-        workers.split(pb.B, lambda b0, b1: forward_wide(pb.batches(b0, b1), o4[b0:b1],
-                                                        None if lse3 is None else lse3[b0:b1]), threads)
+        choice.run(pb.B, lambda b0, b1: forward_wide(pb.batches(b0, b1), o4[b0:b1],
+                                                     None if lse3 is None else lse3[b0:b1]), threads)
 
     return run
 

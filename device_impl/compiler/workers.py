@@ -22,6 +22,7 @@ from __future__ import annotations
 import contextvars
 import os
 import threading
+import time
 from typing import Callable
 
 import torch
@@ -137,4 +138,67 @@ def split(extent: int, work: Callable[[int, int], None], threads: int) -> None:
             raise error
 
 
-__all__ = ["THREADS", "blas_threads", "width", "split"]
+class SplitChoice:
+    """Whether one step's split pays on this host, learned from that step's own executions.
+
+    A split's worth depends on the host, not only on the arithmetic: where the host's cores are SMT siblings of one
+    physical core (this project's 2-vCPU guests), a product's BLAS calls on two threads share one core's FMA
+    units, so its halves ran 1.45x faster at best and a decoder block's smaller products lost time to the
+    hand-over (0.89 ms serial against 1.01 ms split), while a share of float64 exps (latency-bound) or of
+    separate cores gains. So no fixed rule on flops (``replay.SHARE_FLOPS`` stays the least worth trying) can
+    be right on every host. A step asks ``threads(wanted)`` at each execution and reports its wall time
+    (``record``): the first ``2 * (TRIALS + 1)`` executions alternate between one thread and ``wanted`` (each
+    first sample dropped: it pays the recording of plans and tiles), then the count whose median was lower is
+    kept for ``RECHECK`` executions (the host's load changes: a choice made beside another busy process is
+    measured again) or until ``wanted`` changes (torch.set_num_threads, NEURON_HOST_THREADS). The bits do not
+    depend on the choice (``split``: the same calls on the same operands), only the wall time does."""
+
+    TRIALS = 3
+    RECHECK = 512
+
+    def __init__(self) -> None:
+        self.wanted = 0  # the width the samples were taken at
+        self.samples: dict[int, list[float]] = {}
+        self.choice: int | None = None
+        self.kept = 0  # executions run at the choice since it was made
+        self._lock = threading.Lock()
+
+    def threads(self, wanted: int) -> int:
+        """The thread count to run this execution with (1 when ``wanted`` is 1)."""
+        if wanted <= 1:
+            return 1
+        with self._lock:
+            if wanted != self.wanted:
+                self.wanted, self.samples, self.choice = wanted, {1: [], wanted: []}, None
+            if self.choice is not None:
+                self.kept += 1
+                if self.kept <= self.RECHECK:
+                    return self.choice
+                self.samples, self.choice = {1: [], wanted: []}, None
+            one, many = len(self.samples[1]), len(self.samples[wanted])
+            return 1 if one < many else wanted
+
+    def record(self, threads: int, seconds: float) -> None:
+        """The wall seconds one execution took at ``threads`` (from ``threads``)."""
+        with self._lock:
+            samples = self.samples.get(threads)
+            if self.choice is not None or samples is None:
+                return
+            samples.append(seconds)
+            if all(len(v) > self.TRIALS for v in self.samples.values()):
+                medians = {n: sorted(v[1:])[len(v[1:]) // 2] for n, v in self.samples.items()}
+                self.choice, self.kept = min(medians, key=lambda n: (medians[n], n)), 0
+
+    def run(self, extent: int, work: Callable[[int, int], None], wanted: int) -> None:
+        """``split(extent, work, n)`` at the count ``threads(wanted)`` gives, timed for ``record``."""
+        wanted = min(wanted, extent)
+        threads = self.threads(wanted)
+        if wanted <= 1 or self.choice is not None:
+            split(extent, work, threads)
+            return
+        started = time.perf_counter()
+        split(extent, work, threads)
+        self.record(threads, time.perf_counter() - started)
+
+
+__all__ = ["THREADS", "blas_threads", "width", "split", "SplitChoice"]

@@ -712,6 +712,8 @@ def test_threaded_blocks_give_the_bits_of_one_thread(case, fresh, monkeypatch):
         return split(extent, work, threads)
 
     monkeypatch.setattr(workers, "split", counting)
+    # every execution at two threads splits (which count pays on this host is SplitChoice's, tested below)
+    monkeypatch.setattr(workers.SplitChoice, "threads", lambda self, wanted: wanted)
     with threadpoolctl.threadpool_limits(limits=1, user_api="blas"), torch.no_grad():
         compiled(*xs)
         monkeypatch.setattr(workers, "THREADS", 1)
@@ -785,6 +787,60 @@ def test_a_share_runs_under_the_callers_errstate_and_its_error_reaches_the_calle
     done = []
     workers.split(5, lambda a, b: done.append((a, b)), 3)
     assert sorted(done) == [(0, 1), (1, 3), (3, 5)]
+
+
+@pytest.mark.parametrize("faster", [1, 2])
+def test_a_split_is_kept_only_where_it_measured_faster(monkeypatch, faster):
+    """workers.SplitChoice: a step's first executions alternate between one thread and the wanted count, each
+    count's first sample dropped, then the count with the lower median wall time is kept (on an SMT host two
+    threads may lose to one); a new wanted count (torch.set_num_threads) measures anew."""
+    from device_impl.compiler import workers
+
+    clock = [0.0]
+    monkeypatch.setattr(workers.time, "perf_counter", lambda: clock[0])
+    slow = {1: 2.0 if faster == 2 else 1.0, 2: 1.0 if faster == 2 else 2.0}
+    counts = []
+
+    def execute(wanted=2):
+        shares = []
+
+        def work(start, stop):
+            shares.append((start, stop))
+            if start == 0:  # the caller's share: the execution's wall time on the fake clock
+                clock[0] += slow.get(len(workers_in_use), 1.0)
+
+        workers_in_use = []
+        real = workers.split
+
+        def split(extent, work_, threads):
+            workers_in_use.extend(range(min(threads, extent)))
+            return real(extent, work_, threads)
+
+        monkeypatch.setattr(workers, "split", split)
+        choice.run(4, work, wanted)
+        assert sorted(shares)[0][0] == 0 and sorted(shares)[-1][1] == 4  # the range covered either way
+        counts.append(len(shares))
+
+    choice = workers.SplitChoice()
+    for _ in range(2 * (workers.SplitChoice.TRIALS + 1)):
+        execute()
+    assert counts == [2, 1] * (workers.SplitChoice.TRIALS + 1)  # alternating, the wanted count first
+    assert choice.choice == faster
+    counts.clear()
+    for _ in range(3):
+        execute()
+    assert counts == [faster] * 3
+    counts.clear()
+    monkeypatch.setattr(workers.SplitChoice, "RECHECK", 5)
+    for _ in range(2 + 2 * (workers.SplitChoice.TRIALS + 1)):  # kept RECHECK executions, then measured again
+        execute()
+    assert counts[:2] == [faster] * 2 and counts[2:4] == [2, 1] and choice.choice == faster
+    counts.clear()
+    execute(wanted=3)  # another width: measured anew, the wanted count first
+    assert counts == [3] and choice.choice is None and choice.wanted == 3
+    counts.clear()
+    execute(wanted=1)  # one thread wanted: one share, nothing measured
+    assert counts == [1] and choice.wanted == 3
 
 
 def test_splits_from_two_threads_at_once_each_cover_their_range():
