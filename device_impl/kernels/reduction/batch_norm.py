@@ -548,13 +548,7 @@ def _bn_backward_path(dy: np.ndarray, x: np.ndarray) -> str | None:
     ("strided"). None: not float32 (the engines' sums)."""
     if x.dtype != FP32 or dy.dtype != FP32:
         return None
-    image = x.size // max(x.shape[0] * x.shape[1], 1)
-    if x.flags.c_contiguous and dy.flags.c_contiguous:
-        return "contiguous" if image != 1 else "channels_last"
-    cl = [0, 2, 3, 1] if x.ndim == 4 else [0, 2, 3, 4, 1] if x.ndim == 5 else None
-    if cl is not None and x.transpose(cl).flags.c_contiguous and dy.transpose(cl).flags.c_contiguous:
-        return "channels_last"
-    return "strided"
+    return _bn_backward_layout(dy, x)
 
 
 def _vec_sum(v: np.ndarray, lanes: int, tree: bool) -> np.ndarray:
@@ -602,8 +596,9 @@ def _bn_backward_sums(nc, blk: _Block, m: Tile, gsum: Tile, dotp: Tile, path: st
     So an eval-mode weight gradient of values near float's maximum overflows (or turns NaN) where CPU's does, and
     stays finite where CPU's double sum does (op suite ci profile: batch_norm [2, 1, 5] near_overflow gradient[1],
     _native_batch_norm_legit_no_training transposed [3, 2] gradient[1]). GpSimd programs over the streamed chunks;
-    a chunk's leftover part of an image waits in ``pending``. Returns the double dotp ([p, 1]) on the generic
-    path, whose grad_weight CPU forms as dotp * invstd in double (finite where a float dotp is not)."""
+    a chunk's leftover part of an image waits in ``pending``. Returns [sum, dotp] in double ([p, 2]) on the contiguous
+    and generic paths, whose accscalar_t (double) CPU forms grad_weight = dotp * invstd in (finite where a float dotp
+    is not) and, on the contiguous path, grad_mean = sum / n; None on the channels-last path."""
     p = blk.p
     lanes, tree = cpu_host.rowwise_moments_lanes(), cpu_host.cpu_capability() != "DEFAULT"
     image = count // max(batch, 1)
@@ -647,8 +642,8 @@ def _bn_backward_sums(nc, blk: _Block, m: Tile, gsum: Tile, dotp: Tile, path: st
                 whole = both.shape[1] - both.shape[1] % image if not last else both.shape[1]
                 for i0 in range(0, whole, image):
                     r = _vec_sum(both[:, i0:i0 + image], lanes, tree)
-                    o[:, 0] = (o[:, 0].astype(FP32) + r[:p]).astype(np.float64)
-                    o[:, 1] = (o[:, 1].astype(FP32) + r[p:]).astype(np.float64)
+                    o[:, 0] = o[:, 0] + r[:p]  # accscalar_t: each image's float sum added in double
+                    o[:, 1] = o[:, 1] + r[p:]
                 state["pending"] = both[:, whole:].copy()
 
         state["seen"] += tdy.shape[1]
@@ -668,17 +663,63 @@ def _bn_backward_sums(nc, blk: _Block, m: Tile, gsum: Tile, dotp: Tile, path: st
             o_dotp[...] = vals[1].astype(FP32).reshape(o_dotp.shape)
 
     nc.gpsimd.run("bn_backward_totals", finish, (gsum, dotp), (acc,), elements=2 * p)
-    if path != "strided":
+    if path == "channels_last":
         nc.release(acc)
         return None
-    dotp64 = nc.sbuf_tile((p, 1), F64)  # the generic loop's double dotp, for grad_weight
+    sums64 = nc.sbuf_tile((p, 2), F64)  # [sum, dotp] as CPU keeps them, in double (the generic loop's sum unused)
 
     def keep(o, s_):
-        o[...] = s_[:, 1:2]
+        o[...] = s_[:, 0:2]
 
-    nc.gpsimd.run("bn_dotp64", keep, (dotp64,), (acc,), elements=p)
+    nc.gpsimd.run("bn_sums64", keep, (sums64,), (acc,), elements=2 * p)
     nc.release(acc)
-    return dotp64
+    return sums64
+
+
+def _bn_backward_layout(dy: np.ndarray, x: np.ndarray) -> str:
+    """Which of CPU's batch-norm backward kernels (dy, x) of any dtype take (batch_norm_backward_cpu_template): both
+    contiguous in one memory format go to the fused kernels, the contiguous one per image for an image size above
+    1 ("contiguous"), the channels-last one otherwise ("channels_last"); anything else the generic loop
+    ("strided")."""
+    image = x.size // max(x.shape[0] * x.shape[1], 1)
+    if x.flags.c_contiguous and dy.flags.c_contiguous:
+        return "contiguous" if image != 1 else "channels_last"
+    cl = [0, 2, 3, 1] if x.ndim == 4 else [0, 2, 3, 4, 1] if x.ndim == 5 else None
+    if cl is not None and x.transpose(cl).flags.c_contiguous and dy.transpose(cl).flags.c_contiguous:
+        return "channels_last"
+    return "strided"
+
+
+def _bn_train_grad_input(nc, res: Tile, tdy: Tile, tx: Tile, nm: Tile, k: Tile, gm: Tile, inv: Tile,
+                         wt: Tile | None, generic: bool) -> None:
+    """Training-mode grad_input of one tile into ``res`` in CPU's order on each path, from k = dotp * invstd *
+    invstd / n and grad_mean (per row): gi = (x - mean) * k, then (dy - grad_mean - gi) * invstd * w, left to right,
+    each step in float, the result rounded once to the output's dtype. In the fused kernels (contiguous, channels
+    last; batch_norm_kernel.cpp, built per CPU capability) the compiler contracts (dy - grad_mean) - gi into one
+    multiply-add where the host fuses (``fma32``); the generic loop (a strided input, Normalization.cpp, built for
+    the baseline ISA) rounds each step, and stores gi into grad_input before its second pass reads it, so for a
+    reduced-float input gi is rounded to that dtype first. An earlier form, (dy - gi) * (invstd * w) -
+    grad_mean * invstd * w, overflowed to NaN where CPU's stays finite (op suite ci profile: batch_norm [2, 1]
+    with a near-overflow weight, gradient[0]: invstd * w overflowed first) and kept a bfloat16 gi in float
+    (thousands of ULP where dy - grad_mean cancels)."""
+    cen = nc.sbuf_tile(tdy.shape, FP32)
+    nc.scalar.activation(cen, tx, "identity", bias=nm)  # x - mean
+    diff = nc.sbuf_tile(tdy.shape, FP32)
+    if generic:
+        gi = cen if res.dtype == FP32 else nc.sbuf_tile(tdy.shape, res.dtype)  # grad_input's dtype
+        nc.vector.tensor_scalar(gi, cen, "multiply", k, dtype=FP32)
+        nc.vector.scalar_tensor_tensor(diff, tdy, "subtract", gm, "subtract", gi, dtype=FP32)
+    else:
+        nc.vector.tensor_scalar(diff, tdy, "subtract", gm, dtype=FP32)  # dy - grad_mean
+
+        def contracted(o, c_, k_, t_):  # (dy - grad_mean) - (x - mean) * k, one rounding where the host fuses
+            o[...] = fma32(-c_, k_, t_)
+
+        nc.gpsimd.run("bn_dx_fma", contracted, (diff,), (cen, k, diff), elements=tdy.data.size)
+    if wt is None:
+        nc.vector.tensor_scalar(res, diff, "multiply", inv, dtype=FP32)
+    else:
+        nc.vector.tensor_scalar(res, diff, "multiply", inv, dtype=FP32, op1="multiply", scalar1=wt)
 
 
 def backward_program(nc, dy: np.ndarray, x: np.ndarray, dx: np.ndarray | None, arrays: dict, train: bool,
@@ -720,9 +761,9 @@ def backward_program(nc, dy: np.ndarray, x: np.ndarray, dx: np.ndarray | None, a
         nm = _row_scalar(nc, p)
         nc.vector.tensor_scalar(nm, m, "multiply", -1.0, dtype=FP32)
         gsum, dotp = _row_scalar(nc, p), _row_scalar(nc, p)  # sum(dy), sum((x - mean) * dy)
-        dotp64 = None
+        sums64 = None
         if path is not None:
-            dotp64 = _bn_backward_sums(nc, blk, m, gsum, dotp, path, x.shape[0], count)
+            sums64 = _bn_backward_sums(nc, blk, m, gsum, dotp, path, x.shape[0], count)
         for j, (_, (tdy, tx)) in enumerate(blk.each(0, 1) if path is None else ()):
             inner = nc.mark()
             cen = nc.sbuf_tile(tdy.shape, FP32)
@@ -738,46 +779,39 @@ def backward_program(nc, dy: np.ndarray, x: np.ndarray, dx: np.ndarray | None, a
             nc.release_to(inner)
         if "dw" in ks:
             t = _row_scalar(nc, p)
-            if path == "strided":  # CPU's generic loop: dotp (double) * invstd in double, rounded once
-                def weight_grad(o, d64, i):
+            if sums64 is not None:  # CPU's double dotp (contiguous, generic loop) * invstd in double, rounded once
+                def weight_grad(o, s64, i):
                     with np.errstate(all="ignore"):
-                        o[...] = (d64 * i.astype(np.float64)).astype(FP32)
+                        o[...] = (s64[:, 1:2] * i.astype(np.float64)).astype(FP32)
 
-                nc.gpsimd.run("bn_weight_grad64", weight_grad, (t,), (dotp64, inv), elements=p)
+                nc.gpsimd.run("bn_weight_grad64", weight_grad, (t,), (sums64, inv), elements=p)
             else:
                 nc.vector.tensor_tensor(t, dotp, inv, "multiply", dtype=FP32)
             _store_scalars(nc, view("dw", blk), t)
         if "db" in ks:
             _store_scalars(nc, view("db", blk), gsum)
         if dx is not None:
-            iw = _row_scalar(nc, p)  # invstd * w
-            if "w" in ks:
-                wt = _load_scalars(nc, view("w", blk), p)
-                nc.vector.tensor_tensor(iw, inv, wt, "multiply", dtype=FP32)
-            else:
-                nc.vector.tensor_copy(iw, inv)
+            wt = _load_scalars(nc, view("w", blk), p) if "w" in ks else None
             DX = g.kr[2]
-            if train:  # dx = (dy - gsum / n - (x - mean) * dotp * invstd^2 / n) * invstd * w
+            generic = _bn_backward_layout(dy, x) == "strided"
+            if train:  # CPU's order on every path (_bn_train_grad_input)
                 k = _row_scalar(nc, p)
                 nc.vector.tensor_tensor(k, dotp, inv, "multiply", dtype=FP32)
                 nc.vector.tensor_tensor(k, k, inv, "multiply", dtype=FP32)
                 nc.vector.tensor_scalar(k, k, "divide", float(count), dtype=FP32)
-                km = _row_scalar(nc, p)
-                nc.vector.tensor_tensor(km, nm, k, "multiply", dtype=FP32)  # -mean * k
                 gm = _row_scalar(nc, p)
-                nc.vector.tensor_scalar(gm, gsum, "divide", float(count), dtype=FP32)
-                ngm = _row_scalar(nc, p)  # -grad_mean * invstd * w
-                nc.vector.tensor_tensor(ngm, gm, iw, "multiply", dtype=FP32)
-                nc.vector.tensor_scalar(ngm, ngm, "multiply", -1.0, dtype=FP32)
+                if path == "contiguous":  # scalar_t grad_mean = sum / N: the double sum's quotient, rounded once
+                    def grad_mean64(o, s64):
+                        o[...] = (s64[:, 0:1] / float(count)).astype(FP32)
+
+                    nc.gpsimd.run("bn_grad_mean64", grad_mean64, (gm,), (sums64,), elements=p)
+                else:
+                    nc.vector.tensor_scalar(gm, gsum, "divide", float(count), dtype=FP32)
             for ch, (tdy, tx) in blk.each(0, 1):
                 inner = nc.mark()
                 res = nc.sbuf_tile(tdy.shape, DX.dtype)
                 if train:
-                    proj = nc.sbuf_tile(tdy.shape, FP32)
-                    nc.scalar.activation(proj, tx, "identity", scale=k, bias=km)
-                    diff = nc.sbuf_tile(tdy.shape, FP32)
-                    nc.vector.tensor_tensor(diff, tdy, proj, "subtract", dtype=FP32)
-                    nc.scalar.activation(res, diff, "identity", scale=iw, bias=ngm)
+                    _bn_train_grad_input(nc, res, tdy, tx, nm, k, gm, inv, wt, generic)
                 elif "w" in ks:  # CPU's eval kernel: (dy * invstd) * w, each product rounded to fp32
                     scaled = nc.sbuf_tile(tdy.shape, FP32)
                     nc.scalar.activation(scaled, tdy, "identity", scale=inv)
