@@ -30,7 +30,7 @@ from device_impl.compiler import (bitcast, factories, opaque_cnn, opaque_conv, o
 from device_impl.compiler.ir import Op, TensorType
 
 VIEWS = frozenset({"reshape", "transpose", "broadcast_in_dim", "slice", "reverse"})
-STEP_OPS = frozenset({"attention", "attention_backward", "layer_norm", "softmax_backward", "dot_general",
+STEP_OPS = frozenset({"attention", "attention_backward", "layer_norm", "layer_norm_backward", "softmax_backward", "dot_general",
                       "concatenate", "gather", "scatter", "iota", "pad", "sort", "reduce_window", "convolution",
                       # the eager kernels' programs compiler/opaque.py cuts whole (ccovb)
                       "isin", "sort_whole", "amp_unscale", "amp_update_scale", "cumprod", "unfold_backward",

@@ -764,6 +764,16 @@ def _log_softmax_backward_data(grad_output: torch.Tensor, output: torch.Tensor, 
                                                                                       input_dtype)
 
 
+def _native_layer_norm_backward(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+    """PyTorch's decomposition, except for the calls compiler/opaque.py cuts whole
+    (``opaque.layer_norm_backward_whole``; NotImplemented keeps the op in the traced graph): those run the eager
+    kernel's tile program, whose float sums round once to a reduced-float gradient as CPU's kernel does."""
+    if opaque.layer_norm_backward_whole(grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask):
+        return NotImplemented
+    return torch._decomp.decomposition_table[aten.native_layer_norm_backward.default](
+        grad_out, input, normalized_shape, mean, rstd, weight, bias, output_mask)
+
+
 def _attention_operands(query, key, value, attn_bias, is_causal: bool, scale):
     """Query, key and value (GQA heads repeated) and the float32 scores of fused attention, masked. 4-D:
     csrc/attention.cpp answers OVERRIDEABLE only for 4-D inputs (PyTorch's meta of the op reads 4 strides)."""
@@ -1196,6 +1206,7 @@ DECOMPOSITIONS = {aten.elu_backward.default: _elu_backward,
                   aten._log_softmax.default: _log_softmax,
                   aten._softmax_backward_data.default: _softmax_backward_data,
                   aten._log_softmax_backward_data.default: _log_softmax_backward_data,
+                  aten.native_layer_norm_backward.default: _native_layer_norm_backward,
                   aten.index_add.default: _index_add,
                   aten.native_dropout.default: _native_dropout,
                   aten.mse_loss_backward.default: _mse_loss_backward,

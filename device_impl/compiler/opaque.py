@@ -145,6 +145,58 @@ def _layer_norm(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int
 _FLOATS = (torch.float32, torch.bfloat16, torch.float16)
 
 
+def layer_norm_backward_whole(grad: Any, x: Any, normalized_shape: Any, mean: Any, rstd: Any, weight: Any,
+                              bias: Any, output_mask: Any) -> bool:
+    """Whether ``native_layer_norm_backward`` of these operands (fake tensors or FX metas) is cut whole: floating
+    operands (one dtype for grad and input), the statistics in CPU's stat shape, weight and bias of the normalised
+    shape where present, and each asked-for parameter gradient's parameter present (else the eager kernel raises,
+    and so does the decomposition's fallback). numerics.DECOMPOSITIONS leaves exactly these calls undecomposed."""
+    tensors = [grad, x, mean, rstd] + [t for t in (weight, bias) if t is not None]
+    if not all(isinstance(t, torch.Tensor) and t.dtype in _FLOATS for t in tensors) or grad.dtype != x.dtype:
+        return False
+    normalized = [int(n) for n in normalized_shape]
+    axis = x.dim() - len(normalized)
+    mask = [bool(m) for m in output_mask]
+    if not normalized or axis < 0 or list(x.shape[axis:]) != normalized or tuple(grad.shape) != tuple(x.shape):
+        return False
+    stat = list(x.shape[:axis]) + [1] * len(normalized)
+    if list(mean.shape) != stat or list(rstd.shape) != stat:
+        return False
+    if any(t is not None and list(t.shape) != normalized for t in (weight, bias)):
+        return False
+    return any(mask) and not (mask[1] and weight is None) and not (mask[2] and bias is None)
+
+
+def _layer_norm_backward(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int], dict[str, Any]] | None:
+    """``native_layer_norm_backward``: operands (grad_out, input, mean, rstd[, weight]), results: the gradients
+    ``output_mask`` asks for, in order (dx, dw, db); only the calls ``layer_norm_backward_whole`` names. Cut whole
+    so the step runs the eager kernel's tile program (``kernels.reduction.layer_norm.backward_program``): its sums
+    in float and one rounding to a reduced-float output, as CPU's backward kernel; PyTorch's decomposition in
+    float32 opmath rounded float16 per op (grad_input overflowing elsewhere near float16's limits, the weight
+    gradient up to 41 ULP from CPU's: op suite, compiled layer_norm float16 extremes)."""
+    a = _bound(node)
+    names = ("grad_out", "input", "mean", "rstd", "weight", "bias")
+    if any(a[n] is not None and not isinstance(a[n], torch.fx.Node) for n in names):
+        return None
+    metas = {n: (None if a[n] is None else a[n].meta.get("val")) for n in names}
+    mask = [bool(m) for m in a["output_mask"]]
+    if not layer_norm_backward_whole(metas["grad_out"], metas["input"], a["normalized_shape"], metas["mean"],
+                                     metas["rstd"], metas["weight"], metas["bias"], mask):
+        return None
+    operands = [a["grad_out"], a["input"], a["mean"], a["rstd"]] + ([a["weight"]] if a["weight"] is not None else [])
+    asked = [i for i in range(3) if mask[i]]
+    x = metas["input"]
+    axis = x.dim() - len(a["normalized_shape"])
+    # the statistics as CPU's forward saves them: a float16/bfloat16 input without float32 parameters keeps them
+    # in its own dtype, where PyTorch's meta function (the traced forward, so the saved tensors) makes float32;
+    # the eager backward reads the rounded ones, so the step rounds them first (``stats``)
+    reduced = x.dtype in (torch.float16, torch.bfloat16) and metas["mean"].dtype == torch.float32 and not any(
+        metas[n] is not None and metas[n].dtype == torch.float32 for n in ("weight", "bias"))
+    return operands, {item: position for position, item in enumerate(asked)}, {
+        "axis": axis, "weight": a["weight"] is not None, "mask": mask,
+        "stats": str(x.dtype).removeprefix("torch.") if reduced else None}
+
+
 def softmax_backward_whole(grad: Any, output: Any, dim: int, input_dtype: Any, log: bool) -> bool:
     """Whether ``_softmax_backward_data`` (``log``: ``_log_softmax_backward_data``) of these operands (fake
     tensors or FX metas) is cut whole: floating operands of one dtype and shape, the gradient in the input's
@@ -494,6 +546,7 @@ CUTTERS: dict[Any, tuple[str, Callable]] = {
     aten._scaled_dot_product_fused_attention_overrideable_backward.default: ("attention_backward",
                                                                              _attention_backward),
     aten.native_layer_norm.default: ("layer_norm", _layer_norm),
+    aten.native_layer_norm_backward.default: ("layer_norm_backward", _layer_norm_backward),
     aten._softmax_backward_data.default: ("softmax_backward", _softmax_backward),
     aten._log_softmax_backward_data.default: ("softmax_backward", _softmax_backward),
     # eager kernels' programs (ccovb)

@@ -64,6 +64,8 @@ STEP_KINDS: dict[str, str] = {
     # native_layer_norm, the eager kernel's tile program (compiler/opaque.py): its instructions follow from the
     # shapes (moments, rstd, affine step on fixed engines; the fma choice is the step's option, not a value)
     "layer_norm": "tile",
+    # native_layer_norm_backward, the eager kernel's tile program: shape-only like the forward's
+    "layer_norm_backward": "tile",
     # the softmax/log_softmax backward kernels' tile program (compiler/opaque.py): fixed engines, shape-only
     "softmax_backward": "tile",
     "iota": "plan",

@@ -859,6 +859,29 @@ def _layer_norm(step: dict, program: Program) -> Runner:
     return run
 
 
+def _layer_norm_backward(step: dict, program: Program) -> Runner:
+    """``native_layer_norm_backward`` (compiler/opaque.py cuts it whole): the eager kernel's tile program
+    (``kernels.reduction.layer_norm.backward_program``) on the step's HBM arrays, so the gradients are the eager
+    kernel's bit for bit and the step costs what the eager launch does."""
+    from device_impl.kernels.reduction.layer_norm import backward_program
+
+    attrs = step["attrs"]
+
+    from device_impl.compiler.ir import numpy_dtype
+
+    stats = numpy_dtype(attrs["stats"]) if attrs.get("stats") else None
+
+    def run(nc, env) -> None:
+        dy, x, mean, rstd, *weight = (_operand_array(env, program, vid) for vid in step["operands"])
+        if stats is not None:  # CPU's saved statistics of a float16/bfloat16 forward (compiler/opaque.py): [rows]
+            mean, rstd = mean.astype(stats), rstd.astype(stats)  # values, rounded as the forward would store them
+        results = iter(env.access(v) for v in step["results"])
+        dx, dw, db = (next(results) if asked else None for asked in attrs["mask"])
+        backward_program(nc, dy, x, mean, rstd, weight[0] if attrs["weight"] else None, dx, dw, db, attrs["axis"])
+
+    return run
+
+
 def _softmax_backward(step: dict, program: Program) -> Runner:
     """``_softmax_backward_data`` / ``_log_softmax_backward_data`` (compiler/opaque.py cuts them whole): the
     eager kernels' tile program (``kernels.reduction.softmax.backward_program``), CPU's fused multiply-adds on
@@ -1035,6 +1058,7 @@ RUNNERS: dict[str, Callable[[dict, Program], Runner]] = {
     "attention": _attention,
     "attention_backward": _attention_backward,
     "layer_norm": _layer_norm,
+    "layer_norm_backward": _layer_norm_backward,
     "softmax_backward": _softmax_backward,
     "dot_general": _dot_general,
     "concatenate": _concatenate,

@@ -455,7 +455,7 @@ def test_layer_norm_affine_step_rounds_once_where_cpus_kernel_fuses(layout):
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
-    return t.view({torch.float32: torch.int32, torch.bfloat16: torch.int16}[t.dtype])
+    return t.view({torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16}[t.dtype])
 
 
 def _compiled_and_eager_on_device(fn, *args):
@@ -518,3 +518,36 @@ def test_layer_norm_with_an_infinite_weight_keeps_cpus_infinities(dtype):
     got, want = _compiled(fn, x, w, b).cpu(), fn(x, w, b)
     assert torch.equal(torch.isnan(got), torch.isnan(want)) and torch.equal(torch.isinf(got), torch.isinf(want))
     torch.testing.assert_close(got, want, equal_nan=True)  # finite values: the summation order's last bits
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32], ids=str)
+def test_layer_norm_backward_is_the_eager_kernels_bit_for_bit(dtype):
+    """native_layer_norm_backward is cut whole and runs the eager kernel's program, reading the saved statistics as
+    CPU's forward stores them (a float16/bfloat16 input without float32 parameters: in its own dtype, where the
+    traced forward's meta makes float32): a compiled training step's gradients are the eager ones bit for bit.
+    PyTorch's decomposition in float32 opmath, rounded per op, put grad_input's infinities elsewhere and the
+    weight gradient up to 41 ULP from CPU's near float16's limits (op suite, compiled layer_norm float16 extremes)."""
+    import device_impl.compiler as compiler
+
+    g = torch.Generator().manual_seed(1)
+    x = (torch.randn(8, 16, 64, generator=g) * 3).to(dtype)
+    w = (torch.randn(64, generator=g) * 1.5).to(dtype)
+    b = torch.randn(64, generator=g).to(dtype)
+    dy = torch.randn(8, 16, 64, generator=g).to(dtype)
+
+    def grads(compile_it: bool) -> list[torch.Tensor]:
+        xs = [t.to("neuron").requires_grad_() for t in (x, w, b)]
+        fn = lambda a, c, d: torch.nn.functional.layer_norm(a, (64,), c, d)  # noqa: E731
+        if compile_it:
+            fn = torch.compile(fn, backend="neuron", fullgraph=True)
+        out = fn(*xs)
+        out.backward(dy.to("neuron"))
+        return [out.detach().cpu()] + [t.grad.cpu() for t in xs]
+
+    before = compiler.stats()["fallbacks"]
+    eager, compiled = grads(False), grads(True)
+    assert compiler.stats()["fallbacks"] == before
+    kinds = {st["kind"] for exe in compiler.cache._MEMORY.values() for st in exe.program.steps}
+    assert "layer_norm_backward" in kinds
+    for got, want in zip(compiled, eager):
+        assert torch.equal(_bits(got), _bits(want)), (dtype, (got != want).sum())

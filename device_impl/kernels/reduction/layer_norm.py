@@ -221,12 +221,27 @@ def _layer_norm_backward(a: dict):
     dx = new_output(tuple(x.shape), x.dtype, x) if mask[0] else None
     dw = new_output(tuple(w.shape), w.dtype, x) if mask[1] else None
     db = new_output(tuple(b.shape), b.dtype, x) if mask[2] else None
-    kdims, rdims = list(range(axis)), list(range(axis, x.dim()))
+    with launch("layer_norm_backward", x.device.index) as nc:
+        backward_program(nc, hbm(dy), hbm(x), hbm(mean), hbm(rstd), None if w is None else hbm(w),
+                         None if dx is None else hbm(dx), None if dw is None else hbm(dw),
+                         None if db is None else hbm(db), axis)
+    return dx, dw, db
+
+
+def backward_program(nc, dy: np.ndarray, x: np.ndarray, mean: np.ndarray, rstd: np.ndarray, w: np.ndarray | None,
+                     dx: np.ndarray | None, dw: np.ndarray | None, db: np.ndarray | None, axis: int) -> None:
+    """native_layer_norm_backward's tile program on HBM arrays, inside a launch: ``dy``/``x`` (and ``dx``, None
+    where not asked for) of x's shape, ``mean``/``rstd`` in CPU's stat shape (x's leading ``axis`` dimensions, then
+    ones), ``w``/``dw``/``db`` of the normalised shape or None. The eager kernel and the compiler's
+    ``layer_norm_backward`` step (compiler/opaque.py cuts native_layer_norm_backward whole) both run it, so a
+    compiled layer norm's gradients are the eager ones, bit for bit and instruction for instruction."""
+    ndim = x.ndim
+    kdims, rdims = list(range(axis)), list(range(axis, ndim))
     order = kdims + rdims
-    kr = [hbm(dy).transpose(order), hbm(x).transpose(order)] + ([hbm(dx).transpose(order)] if dx is not None else [])
-    r = [hbm(t) for t in (w, dw, db) if t is not None]
+    kr = [dy.transpose(order), x.transpose(order)] + ([dx.transpose(order)] if dx is not None else [])
+    r = [t for t in (w, dw, db) if t is not None]
     g = _Grid([x.shape[d] for d in kdims], [x.shape[d] for d in rdims], kr=kr,
-              k=[_kept_view(mean, rdims, x.dim()), _kept_view(rstd, rdims, x.dim())], r=r)
+              k=[_kept_view(mean, rdims, ndim), _kept_view(rstd, rdims, ndim)], r=r)
     DY, X = g.kr[0], g.kr[1]
     DX = g.kr[2] if dx is not None else None
     params = iter(g.r)
@@ -234,85 +249,83 @@ def _layer_norm_backward(a: dict):
     DW = next(params) if dw is not None else None
     DB = next(params) if db is not None else None
     n = g.cols
-    with launch("layer_norm_backward", x.device.index) as nc:
-        if g.rows == 0 or n == 0:
-            for view in (DW, DB):
-                if view is not None:
-                    _fill(nc, view, 0.0, FP32)
-            return dx, dw, db
-        chunks = list(_boxes(g.rshape, CHUNK))
-        wv = _ColVec(nc, W, chunks, n <= PARAM_COLS) if W is not None else None
-        # parameter gradients accumulate next to the row pass when their [1, n] accumulators are small
-        fused = n <= RESIDENT_COLS and (DW is not None or DB is not None)
-        ones = _ones(nc)
-        acc_w = _memset(nc, (1, n), FP32, 0.0) if fused and DW is not None else None
-        acc_b = _memset(nc, (1, n), FP32, 0.0) if fused and DB is not None else None
-        for blk in _blocks(nc, g, [DY, X]):
-            p = blk.p
-            m = _load_scalars(nc, _at(g.k[0], blk.rsl), p)
-            rs = _load_scalars(nc, _at(g.k[1], blk.rsl), p)
-            ds, dsum = _row_scalar(nc, p), _row_scalar(nc, p)  # sum(dy w x), sum(dy w)
-            nm = _row_scalar(nc, p)  # -mean * rstd: (x - mean) * rstd is one ScalarE instruction
-            nc.vector.tensor_tensor(nm, m, rs, "multiply", dtype=FP32)
-            nc.vector.tensor_scalar(nm, nm, "multiply", -1.0, dtype=FP32)
+    if g.rows == 0 or n == 0:
+        for view in (DW, DB):
+            if view is not None:
+                _fill(nc, view, 0.0, FP32)
+        return
+    chunks = list(_boxes(g.rshape, CHUNK))
+    wv = _ColVec(nc, W, chunks, n <= PARAM_COLS) if W is not None else None
+    # parameter gradients accumulate next to the row pass when their [1, n] accumulators are small
+    fused = n <= RESIDENT_COLS and (DW is not None or DB is not None)
+    ones = _ones(nc)
+    acc_w = _memset(nc, (1, n), FP32, 0.0) if fused and DW is not None else None
+    acc_b = _memset(nc, (1, n), FP32, 0.0) if fused and DB is not None else None
+    for blk in _blocks(nc, g, [DY, X]):
+        p = blk.p
+        m = _load_scalars(nc, _at(g.k[0], blk.rsl), p)
+        rs = _load_scalars(nc, _at(g.k[1], blk.rsl), p)
+        ds, dsum = _row_scalar(nc, p), _row_scalar(nc, p)  # sum(dy w x), sum(dy w)
+        nm = _row_scalar(nc, p)  # -mean * rstd: (x - mean) * rstd is one ScalarE instruction
+        nc.vector.tensor_tensor(nm, m, rs, "multiply", dtype=FP32)
+        nc.vector.tensor_scalar(nm, nm, "multiply", -1.0, dtype=FP32)
+        for j, (ch, (tdy, tx)) in enumerate(blk.each(0, 1)):
+            mark = nc.mark()
+            dyw = _times_col(nc, tdy, wv, j)
+            prod = nc.sbuf_tile(tdy.shape, FP32)
+            nc.vector.tensor_tensor(prod, dyw, tx, "multiply", dtype=FP32)
+            if j == 0:
+                nc.vector.tensor_reduce(ds, prod, "add", dtype=FP32)
+                nc.vector.tensor_reduce(dsum, dyw, "add", dtype=FP32)
+            else:
+                part = _row_scalar(nc, p)
+                nc.vector.tensor_reduce(part, prod, "add", dtype=FP32)
+                _combine(nc, ds, part, "add", FP32)
+                nc.vector.tensor_reduce(part, dyw, "add", dtype=FP32)
+                _combine(nc, dsum, part, "add", FP32)
+            if acc_w is not None:  # dy * (x - mean) * rstd
+                xhat = nc.sbuf_tile(tdy.shape, FP32)
+                _xhat(nc, xhat, tx, rs, nm)
+                nc.vector.tensor_tensor(xhat, xhat, tdy, "multiply", dtype=FP32)
+                _colsum_into(nc, acc_w, ch[0], xhat, ones)
+            if acc_b is not None:
+                _colsum_into(nc, acc_b, ch[0], tdy, ones)
+            nc.release_to(mark)
+        if DX is not None:
+            # b = (dsum * mean - ds) * rstd^3 / n ; c = -b * mean - dsum * rstd / n ; dx = rstd dy w + b x + c
+            mark = nc.mark()
+            cb, cc, t1 = _row_scalar(nc, p), _row_scalar(nc, p), _row_scalar(nc, p)
+            nc.vector.tensor_tensor(cb, dsum, m, "multiply", dtype=FP32)
+            nc.vector.tensor_tensor(cb, cb, ds, "subtract", dtype=FP32)
+            nc.vector.tensor_tensor(t1, rs, rs, "multiply", dtype=FP32)
+            nc.vector.tensor_tensor(t1, t1, rs, "multiply", dtype=FP32)
+            nc.vector.tensor_tensor(cb, cb, t1, "multiply", dtype=FP32)
+            nc.vector.tensor_scalar(cb, cb, "divide", float(n), dtype=FP32)
+            nc.vector.tensor_tensor(cc, cb, m, "multiply", dtype=FP32)
+            nc.vector.tensor_tensor(t1, dsum, rs, "multiply", dtype=FP32)
+            nc.vector.tensor_scalar(t1, t1, "divide", float(n), dtype=FP32)
+            nc.vector.tensor_tensor(cc, cc, t1, "add", dtype=FP32)
+            nc.vector.tensor_scalar(cc, cc, "multiply", -1.0, dtype=FP32)
             for j, (ch, (tdy, tx)) in enumerate(blk.each(0, 1)):
-                mark = nc.mark()
+                inner = nc.mark()
                 dyw = _times_col(nc, tdy, wv, j)
-                prod = nc.sbuf_tile(tdy.shape, FP32)
-                nc.vector.tensor_tensor(prod, dyw, tx, "multiply", dtype=FP32)
-                if j == 0:
-                    nc.vector.tensor_reduce(ds, prod, "add", dtype=FP32)
-                    nc.vector.tensor_reduce(dsum, dyw, "add", dtype=FP32)
-                else:
-                    part = _row_scalar(nc, p)
-                    nc.vector.tensor_reduce(part, prod, "add", dtype=FP32)
-                    _combine(nc, ds, part, "add", FP32)
-                    nc.vector.tensor_reduce(part, dyw, "add", dtype=FP32)
-                    _combine(nc, dsum, part, "add", FP32)
-                if acc_w is not None:  # dy * (x - mean) * rstd
-                    xhat = nc.sbuf_tile(tdy.shape, FP32)
-                    _xhat(nc, xhat, tx, rs, nm)
-                    nc.vector.tensor_tensor(xhat, xhat, tdy, "multiply", dtype=FP32)
-                    _colsum_into(nc, acc_w, ch[0], xhat, ones)
-                if acc_b is not None:
-                    _colsum_into(nc, acc_b, ch[0], tdy, ones)
-                nc.release_to(mark)
-            if DX is not None:
-                # b = (dsum * mean - ds) * rstd^3 / n ; c = -b * mean - dsum * rstd / n ; dx = rstd dy w + b x + c
-                mark = nc.mark()
-                cb, cc, t1 = _row_scalar(nc, p), _row_scalar(nc, p), _row_scalar(nc, p)
-                nc.vector.tensor_tensor(cb, dsum, m, "multiply", dtype=FP32)
-                nc.vector.tensor_tensor(cb, cb, ds, "subtract", dtype=FP32)
-                nc.vector.tensor_tensor(t1, rs, rs, "multiply", dtype=FP32)
-                nc.vector.tensor_tensor(t1, t1, rs, "multiply", dtype=FP32)
-                nc.vector.tensor_tensor(cb, cb, t1, "multiply", dtype=FP32)
-                nc.vector.tensor_scalar(cb, cb, "divide", float(n), dtype=FP32)
-                nc.vector.tensor_tensor(cc, cb, m, "multiply", dtype=FP32)
-                nc.vector.tensor_tensor(t1, dsum, rs, "multiply", dtype=FP32)
-                nc.vector.tensor_scalar(t1, t1, "divide", float(n), dtype=FP32)
-                nc.vector.tensor_tensor(cc, cc, t1, "add", dtype=FP32)
-                nc.vector.tensor_scalar(cc, cc, "multiply", -1.0, dtype=FP32)
-                for j, (ch, (tdy, tx)) in enumerate(blk.each(0, 1)):
-                    inner = nc.mark()
-                    dyw = _times_col(nc, tdy, wv, j)
-                    lin = nc.sbuf_tile(tdy.shape, FP32)
-                    nc.scalar.activation(lin, tx, "identity", scale=cb, bias=cc)
-                    scaled = nc.sbuf_tile(tdy.shape, FP32)
-                    nc.scalar.activation(scaled, dyw, "identity", scale=rs)
-                    res = nc.sbuf_tile(tdy.shape, DX.dtype)
-                    nc.vector.tensor_tensor(res, scaled, lin, "add", dtype=FP32)
-                    blk.store(DX, ch, res)
-                    nc.release_to(inner)
-                nc.release_to(mark)
-            for t in (nm, dsum, ds, rs, m):
-                nc.release(t)
-        if fused:
-            for acc, view in ((acc_w, DW), (acc_b, DB)):
-                if acc is not None:
-                    _store_row(nc, view, acc)
-        elif DW is not None or DB is not None:
-            _column_sums(nc, g, DY, X, DW, DB, ones)
-    return dx, dw, db
+                lin = nc.sbuf_tile(tdy.shape, FP32)
+                nc.scalar.activation(lin, tx, "identity", scale=cb, bias=cc)
+                scaled = nc.sbuf_tile(tdy.shape, FP32)
+                nc.scalar.activation(scaled, dyw, "identity", scale=rs)
+                res = nc.sbuf_tile(tdy.shape, DX.dtype)
+                nc.vector.tensor_tensor(res, scaled, lin, "add", dtype=FP32)
+                blk.store(DX, ch, res)
+                nc.release_to(inner)
+            nc.release_to(mark)
+        for t in (nm, dsum, ds, rs, m):
+            nc.release(t)
+    if fused:
+        for acc, view in ((acc_w, DW), (acc_b, DB)):
+            if acc is not None:
+                _store_row(nc, view, acc)
+    elif DW is not None or DB is not None:
+        _column_sums(nc, g, DY, X, DW, DB, ones)
 
 
 def _xhat(nc, out: Tile, x: Tile, rstd: Tile, shift: Tile) -> None:
