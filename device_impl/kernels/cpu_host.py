@@ -292,6 +292,24 @@ def is_onednn(backend: "torch._C._ConvBackend") -> bool:
 _ONEDNN = range(int(torch._C._ConvBackend.Mkldnn), int(torch._C._ConvBackend.MkldnnEmpty) + 1)
 
 
+def conv_sums_from_zero(backend: "torch._C._ConvBackend") -> bool:
+    """Whether CPU's ``backend`` forms a transposed convolution's output, or a direct convolution's grad_input, by
+    adding column sums into a zero-filled tensor: then no element of it is -0.0, whatever the sums' signs.
+
+    ATen's native kernels do (``col2im``/``col2vol`` after a ``fill(0)``, ``unfolded2d_acc``/``Unfold3dAccCPU`` into
+    a zeroed grad_input): a float16 column sum of -1.9e-8 rounds to -0.0 in the columns' gemm, and ``+0.0 + -0.0``
+    is +0.0 (measured in torch 2.13 over every native backend: Slow2d, SlowDilated2d, Slow3d, SlowDilated3d
+    backward, SlowTranspose2d/3d forward, 1- to 3-d, kernels 1 to 3 wide, strides 1 and 2, dilation 2; float16,
+    bfloat16 and float32 with oneDNN off: no -0.0 where the exact sums were tiny negatives). oneDNN's kernels keep
+    their own signs (float32 backward-data of stride 2 gives -0.0 for an underflowing sum, of stride 1 +0.0): not
+    said here. The backend is the one ``conv_backend`` asked of the running torch."""
+    return int(backend) in _SUMS_FROM_ZERO
+
+
+_SUMS_FROM_ZERO = frozenset(int(getattr(torch._C._ConvBackend, name)) for name in (
+    "Slow2d", "SlowDilated2d", "Slow3d", "SlowDilated3d", "SlowTranspose2d", "SlowTranspose3d"))
+
+
 def conv_skips_padding(x: torch.Tensor, w: torch.Tensor, stride: Sequence[int], padding: Sequence[int],
                        dilation: Sequence[int], groups: int) -> bool:
     """Whether CPU's direct convolution (``at::convolution`` forward, not transposed) of tensors like ``x`` and ``w``
