@@ -249,6 +249,27 @@ def extremum_tie_first(op: str, dtype: torch.dtype) -> bool:
         return not bool(torch.signbit(got[0]))
 
 
+@functools.lru_cache(maxsize=None)
+def rank_one_signs(dtype: torch.dtype, rows: bool, cols: bool) -> str | None:
+    """How CPU's ``mm``/``addmm`` of a contraction of one (K = 1) signs its zeros, for a result of more than one row
+    (``rows``) and more than one column (``cols``): ``"product"``, each element is ``beta * self + alpha * a * b``
+    with the product's own sign, or ``alpha * a * b`` alone without ``self`` (``0 * -1 = -0.0``); ``"from_zero"``,
+    the same under ``self``, but without it the product is added to +0.0 (+0.0 for ``0 * -1``); None, a sum started
+    at +0.0 whatever ``self`` (``-0.0 + (+0.0 + -0.0) = +0.0``), as TensorE's PSUM sum is.
+
+    It is the BLAS's answer, not ATen's: measured in torch 2.13 (MKL) on an AVX2 host, float32 and float64 are
+    ``"product"`` where both exceed one (the gemm kernel: every layout of either operand and of out=, 2x2 up to
+    600x600 and 4096x3) and ``"from_zero"`` where either is one (gemv); bfloat16/float16 (ATen's own gemm) None.
+    Asked of the running torch once per (dtype, shape class): ``zeros(r, 1) @ -ones(1, c)`` without and with a
+    -0.0 ``self``."""
+    with _disable_current_modes(), torch.no_grad():
+        a, b = torch.zeros(2 if rows else 1, 1, dtype=dtype), -torch.ones(1, 2 if cols else 1, dtype=dtype)
+        if bool(torch.mm(a, b).signbit().all()):
+            return "product"
+        self = torch.full((a.shape[0], b.shape[1]), -0.0, dtype=dtype)
+        return "from_zero" if bool(torch.addmm(self, a, b).signbit().all()) else None
+
+
 def _proxy(t: torch.Tensor) -> torch.Tensor:
     """An uninitialised CPU tensor with ``t``'s sizes, strides, dtype and requires_grad (for metadata only)."""
     p = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cpu")
