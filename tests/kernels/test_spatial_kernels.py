@@ -726,6 +726,27 @@ def test_upsample2d(dtype, mode, how):
     check(lambda x: F.interpolate(x, mode=mode, **how, **extra), values((2, 3, 5, 7), dtype), tol=SEPARABLE_TOL[dtype])
 
 
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("how", [dict(size=(5, 2), align_corners=True), dict(size=(4, 7), align_corners=False),
+                                 dict(size=(13, 5), align_corners=True), dict(size=(70, 90), align_corners=False)],
+                         ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "offset"])
+def test_bilinear_vectorized_kernel_zero_signs(dtype, how, layout):
+    """CPU's vectorized bilinear kernel (``resample._vectorized_cond``: small outputs, or channels-last with more
+    than 3 channels) sums the four products with weights h_a * w_b at once; the separable stages nest them, which
+    gives another zero sign: -0.0, -1 * 0, -1.7 * 0, +0.54 * 0 is +0.0 summed at once, -0.0 nested (the designed
+    float16 signed_zero offset case: 1 wrong sign). Signed zeros among values of both signs, compared bit for bit."""
+    g = torch.Generator().manual_seed(11)
+    pool = torch.tensor([0.0, -0.0, 1.5, -2.0, 0.3, -0.7, 0.0, -0.0])
+    base = pool[torch.randint(len(pool), (2, 4, 9, 9 + 3), generator=g)].to(dtype)
+    x = base[..., 3:] if layout == "offset" else base[..., :9]
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=CL)
+    elif layout == "contiguous":
+        x = x.contiguous()
+    check(lambda t: F.interpolate(t, mode="bilinear", **how), x, tol=SEPARABLE_TOL[dtype])
+
+
 def test_upsample_1d_3d_uint8_layouts_inf():
     f32 = torch.float32
     check(lambda x: F.interpolate(x, scale_factor=2.5, mode="linear"), values((2, 5, 7), f32), tol=SEPARABLE_TOL[f32])
