@@ -6,8 +6,9 @@ So each op spec also gets a designed set of cases, the same in every run and pro
 every dtype the spec supports x every value domain that applies to the dtype x every
 layout (made on the device) x every size class (0-dim, empty, small, and the tile edges
 127/128/129, 511/512/513, 2047/2048/2049 along the free axis), covered by a greedy
-covering design (every dtype with every domain, layout and size class; ``_greedy``), plus the
-op's error inputs (out-of-range and non-integer indices, non-broadcastable shapes, a dim out of range, an
+covering design (every dtype with every domain, layout and size class, and every float dtype with each
+edge domain on a contiguous tensor at a tile edge, where CPU runs its vectorized or library kernel; ``_greedy``),
+plus the op's error inputs (out-of-range and non-integer indices, non-broadcastable shapes, a dim out of range, an
 argument outside its domain).
 
 A designed case is drawn by the spec's own ``draw`` with a ``harness.strategies.Target``
@@ -47,6 +48,24 @@ SIZE_EDGES: dict[str, tuple[int | str, ...]] = {
     "tile-128": (127, 128, 129), "tile-512": (511, 512, 513), "tile-2048": (2047, 2048, 2049),
 }
 SIZE_CLASSES = tuple(SIZE_EDGES)
+# CPU takes another kernel for a dense contiguous tensor of more than a few elements than for a strided view or a
+# lone element: its vectorized loop (Vectorized<T>, more than one SIMD vector and a tail at a tile edge) or a library
+# kernel (oneDNN's gelu of a contiguous float32 tensor adds x/2 + x/2 * erf(...): +0.0 where ATen's scalar form gives
+# -0.0). Where such a kernel differs from the scalar one, it differs in kind on the edge values: a zero's sign, NaN
+# propagation, overflow to inf, denormals flushed, saturation. So every float dtype meets each of these domains on a
+# layout that is contiguous (``is_contiguous()``: contiguous, and offset, whose view starts 3 elements in) at a tile
+# edge size (``_greedy``'s ``host path`` pairs): a device kernel that mimics CPU's contiguous path wrongly is caught
+# there. near_zero and negative hold finite normal values, where the two paths differ only in rounding (within the
+# tolerances; the Hypothesis profiles draw contiguous tensors of every size): left to the greedy rows.
+HOST_PATH_DOMAINS = ("special", "signed_zero", "denormal", "near_overflow", "tails")
+HOST_PATH_LAYOUTS = ("contiguous", "offset")
+HOST_PATH_SIZES = ("tile-128", "tile-512", "tile-2048")
+HOST_PATH_ELEMENTS = min(SIZE_EDGES["tile-128"])
+# An empty tensor holds no values, so a row of any domain but the dtype's plain one (normal, small_int, bool) at that
+# size covers nothing of its domain (near_overflow on an empty tensor): such rows never take it. A 0-dim tensor holds
+# one value (of the mixed pools, special, signed_zero and denormal, a plain one half the time), and CPU takes its
+# scalar path there: an edge domain's row does not take that size either. The plain rows cover those sizes.
+NO_ELEMENTS = ("0-dim", "empty")
 # bad_dim: a dim argument out of range; bad_arg: another argument outside its domain (a negative size or offset,
 # a probability outside [0, 1], a step of the wrong sign), which CPU's kernel rejects
 ERRORS = ("oob_index", "index_dtype", "shape_mismatch", "bad_dim", "bad_arg")
@@ -102,9 +121,13 @@ def _greedy(dtypes: tuple[str, ...], extra: tuple[tuple[str, tuple[str, ...]], .
         list[tuple[str, str, str, str]]:
     """A covering design, greedily (AETG-style): one row per (dtype, domain) pair, each row's
     (layout, size) chosen to cover the most pairs not yet covered among (dtype, layout),
-    (dtype, size), (domain, layout), (domain, size) and (layout, size); then rows for any
-    (dtype, layout) and (dtype, size) pair still missing. So every dtype meets every domain,
-    layout and size class; the other pairs are covered as far as those rows reach. (Full pairwise
+    (dtype, size), (domain, layout), (domain, size) and (layout, size), first of all its *host path* pair:
+    a float dtype's edge domain (``HOST_PATH_DOMAINS``) on a contiguous layout at a tile edge, where CPU's
+    vectorized or library kernel runs (and a row of a domain whose point is its values takes no size without them,
+    ``NO_ELEMENTS``);
+    then rows for any (dtype, layout) and (dtype, size) pair still missing. So every dtype meets every domain,
+    layout and size class, and every float dtype meets its edge domains where CPU's contiguous kernels run; the
+    other pairs are covered as far as those rows reach. (Full pairwise
     over all four axes needs at least |domains| x |layouts| = 91 rows for an all-dtype op, about
     20,000 cases for the table: more than the quick budget; see docs/architecture.md.)
     Integer dtypes share their layouts and sizes as a family (int8 and int64 take the same
@@ -115,12 +138,22 @@ def _greedy(dtypes: tuple[str, ...], extra: tuple[tuple[str, tuple[str, ...]], .
 
     def pairs(dtype, domain, layout, size) -> set[tuple]:
         key = dtype if _family(dtype) == "float" else _family(dtype)
-        return {("dl", key, layout), ("ds", key, size), ("ml", domain, layout), ("ms", domain, size),
-                ("ls", layout, size)}
+        got = {("dl", key, layout), ("ds", key, size), ("ml", domain, layout), ("ms", domain, size),
+               ("ls", layout, size)}
+        if _host_path(dtype, domain) and layout in HOST_PATH_LAYOUTS and size in HOST_PATH_SIZES:
+            got.add(("host", dtype, domain))
+        return got
 
     def add(dtype, domain, layout, size) -> None:
         rows.append((dtype, domain, layout, size))
         covered.update(pairs(dtype, domain, layout, size))
+
+    def gain(dtype, domain, options):
+        """A row's choice: its host path pair first (a row elsewhere costs a row for it later), then the most pairs."""
+        def new(c):
+            fresh = pairs(dtype, domain, *c) - covered
+            return (("host", dtype, domain) in fresh, len(fresh), -options.index(c))
+        return new
 
     more = dict(extra)
     # A spec's extra domain is there to show which elements a kernel reads: its rows take the layouts whose
@@ -131,8 +164,10 @@ def _greedy(dtypes: tuple[str, ...], extra: tuple[tuple[str, tuple[str, ...]], .
     for dtype in dtypes:
         for domain in design_domains(dtype) + more.get(dtype, ()):
             options = reads if domain in more.get(dtype, ()) else choices
-            best = max(options, key=lambda c: (len(pairs(dtype, domain, *c) - covered), -options.index(c)))
-            add(dtype, domain, *best)
+            if domain != design_domains(dtype)[0]:
+                barred = NO_ELEMENTS if _host_path(dtype, domain) else ("empty",)
+                options = [c for c in options if c[1] not in barred]
+            add(dtype, domain, *max(options, key=gain(dtype, domain, options)))
     for dtype in dtypes:
         key = dtype if _family(dtype) == "float" else _family(dtype)
         for layout in LAYOUTS:
@@ -144,6 +179,11 @@ def _greedy(dtypes: tuple[str, ...], extra: tuple[tuple[str, tuple[str, ...]], .
             if ("ds", key, size) not in covered:
                 add(dtype, design_domains(dtype)[0], "contiguous", size)
     return rows
+
+
+def _host_path(dtype: str, domain: str) -> bool:
+    """Whether (dtype, domain) must meet CPU's contiguous kernels: a float dtype's edge domain."""
+    return _family(dtype) == "float" and domain in HOST_PATH_DOMAINS
 
 
 @lru_cache(maxsize=None)
@@ -163,12 +203,20 @@ def design(name: str) -> tuple[Cell, ...]:
 
 
 class _Data:
-    """What a spec's ``draw`` calls ``data.draw`` on: Hypothesis's own choice machinery, seeded."""
+    """What a spec's ``draw`` calls ``data.draw`` on: Hypothesis's own choice machinery, seeded.
+
+    Its provider injects a constant now and then (p = 0.05 per choice), from Hypothesis's global pool and from the
+    *local* one: every literal of the project's modules loaded in the process so far, cached process-wide at its
+    first use (``providers._get_local_constants``, ``CONSTANTS_CACHE``). A designed case then hung on the process
+    that drew it: remainder_scalar-float32-near_overflow-contiguous-128 divided by 0.0447 drawn in a plain process
+    and by -0.0 in an op-suite one, and the table on disk is whichever drew it first. A designed draw takes its
+    constants from the global pool alone (fixed by the Hypothesis version, in the table's key)."""
 
     def __init__(self, seed: int) -> None:
         from hypothesis.internal.conjecture.data import ConjectureData
 
         self._data = ConjectureData(random=random.Random(seed))
+        self._data.provider._maybe_draw_constant = _global_constant(self._data.provider)
 
     def draw(self, strategy, label: Any = None) -> Any:
         return self._data.draw(strategy)
@@ -178,6 +226,24 @@ class _Data:
         from hypothesis.control import BuildContext
 
         return BuildContext(self._data, wrapped_test=lambda: None)
+
+
+# Seeds a host path cell's draw tries (``designed_case``) before it keeps its first draw.
+_HOST_PATH_SEEDS = 4
+
+
+def _global_constant(provider: Any):
+    """The provider's ``_maybe_draw_constant`` (same chance, same choices of its random) over the global pool only."""
+    from hypothesis.internal.conjecture.choice import choice_permitted
+    from hypothesis.internal.conjecture.providers import GLOBAL_CONSTANTS
+
+    def draw(choice_type: str, constraints: Any, *, p: float = 0.05) -> Any:
+        if provider._random.random() > p:
+            return None
+        pool = tuple(c for c in GLOBAL_CONSTANTS.set_for_type(choice_type) if choice_permitted(c, constraints))
+        return provider._random.choice(pool) if pool else None
+
+    return draw
 
 
 def seed_of(spec: str, cell: Cell) -> int:
@@ -192,10 +258,26 @@ def designed_case(spec: OpSpec, cell: Cell, mode: str = "eager", device: str = "
     last: Exception | None = None
     # A target a spec's constraints cannot meet makes its draw fail (an empty range): draw again
     # with a different seed, and at last without the size, so every cell yields a case.
-    for attempt, size in ((0, cell.edge), (1, cell.edge), (2, None)):
+    attempts = ((0, cell.edge), (1, cell.edge), (2, None))
+    # A host path cell whose draw put its domain elsewhere (a broadcast pair whose tile-edge operand took another
+    # domain, a strided second operand) is drawn again with other seeds, else the first draw stands.
+    host = cell.error is None and _host_path(cell.dtype, cell.domain) and cell.layout in HOST_PATH_LAYOUTS \
+        and cell.size in HOST_PATH_SIZES
+    if host:
+        attempts = tuple((n, cell.edge) for n in range(_HOST_PATH_SEEDS)) + ((_HOST_PATH_SEEDS, None),)
+    first: Case | None = None
+    for attempt, size in attempts:
         try:
             tensors, params = _draw(spec, hs.Target(goal.dtype, goal.domain, goal.layout, size, goal.error),
                                     seed + attempt)
+            if host:
+                case = Case(spec.name, cell.dtype, tuple(tensors), params, mode, device)
+                if on_host_path(case, cell.domain):
+                    return case
+                if size is None:  # every draw at the size missed it, or failed: the first that did not fail
+                    return first or case
+                first = first or case
+                continue
             if goal.error is not None:
                 # The error is realized where the draw differs from the same draw without it (a spec
                 # without index tensors or broadcast operands draws the same case): say so in params,
@@ -208,6 +290,8 @@ def designed_case(spec: OpSpec, cell: Cell, mode: str = "eager", device: str = "
             return Case(spec.name, cell.dtype, tuple(tensors), params, mode, device)
         except Exception as error:  # noqa: BLE001 - hypothesis' invalid-argument errors and the like
             last = error
+    if first is not None:
+        return first
     raise RuntimeError(f"op spec {spec.name}: no case for designed cell {cell.id}: {last}") from last
 
 
@@ -291,7 +375,7 @@ def cases(name: str, mode: str = "eager", device: str = "neuron") -> tuple[Desig
 def all_cases(specs: Iterable[OpSpec] | None = None, mode: str = "eager", device: str = "neuron"
               ) -> list[Designed]:
     """Every spec's designed cases (``specs``: those specs'). Drawing all of them costs about 15 s of CPU
-    (Hypothesis's choice machinery, 12.5k cases), which every op-suite process paid at collection, four side by
+    (Hypothesis's choice machinery, 18k cases), which every op-suite process paid at collection, four side by
     side in ``make report``; the whole table is kept on disk (``_stored``), keyed by what the draws read, and
     processes that find none draw it together (``_drawn_together``)."""
     if specs is not None:
@@ -445,12 +529,51 @@ def required_cells(spec: OpSpec) -> set[tuple[str, str]]:
     return {(dtype, domain) for dtype in spec.dtypes for domain in _domains(spec, dtype)}
 
 
+def on_host_path(case: Case, domain: str) -> bool:
+    """Whether ``case`` brings values of ``domain`` to CPU's contiguous kernels (``HOST_PATH_DOMAINS``): every tensor
+    of the case's dtype contiguous, and one of them of that domain holding at least the smallest tile edge's elements
+    (more than two SIMD vectors of any dtype, on any ISA, with a tail; its size along another dim than the last, a
+    cross product's 3, counts; of a broadcast pair, a 0-dim operand beside it runs in the same vectorized loop)."""
+    if case.params.get(ERROR_PARAM) is not None:
+        return False
+    mine = [t for t in case.tensors if t.dtype == case.dtype and not t.domain.startswith(("index:", "oob:"))]
+    return bool(mine) and all(t.layout in HOST_PATH_LAYOUTS for t in mine) and any(
+        t.domain == domain and _numel(t.shape) >= HOST_PATH_ELEMENTS for t in mine)
+
+
+def _numel(shape: tuple[int, ...]) -> int:
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def required_host_path(spec: OpSpec) -> set[tuple[str, str]]:
+    """The (dtype, domain) pairs a spec's designed cases must hold on CPU's host path (``on_host_path``): each float
+    dtype's ``HOST_PATH_DOMAINS``, where the spec's draw honours a contiguous tile-edge target of that dtype (a
+    tensor of the dtype, contiguous, with the edge among its sizes, at two edges: one may be a coincidence); a spec
+    whose sizes are its own (a convolution, a padding, as_strided's storage) or that has no tensor (a factory) is
+    not held to it."""
+    def honours(dtype: str, size: str) -> bool:
+        edge = max(SIZE_EDGES[size])
+        probe = designed_case(spec, Cell(dtype, design_domains(dtype)[0], "contiguous", size, edge))
+        mine = [t for t in probe.tensors if t.dtype == dtype and not t.domain.startswith(("index:", "oob:"))]
+        return bool(mine) and all(t.layout in HOST_PATH_LAYOUTS for t in mine) and any(edge in t.shape for t in mine)
+
+    return {(dtype, domain) for dtype in spec.dtypes if _family(dtype) == "float"
+            and honours(dtype, "tile-128") and honours(dtype, "tile-512") for domain in HOST_PATH_DOMAINS}
+
+
 def realized(spec: OpSpec) -> dict[str, set]:
-    """What the spec's designed cases really cover, per axis (and the (dtype, domain) pairs)."""
-    got: dict[str, set] = {"dtype_domain": set(), "layout": set(), "size": set(), "edge": set(), "error": set()}
+    """What the spec's designed cases really cover, per axis (and the (dtype, domain) pairs, all and on CPU's host
+    path)."""
+    got: dict[str, set] = {"dtype_domain": set(), "layout": set(), "size": set(), "edge": set(), "error": set(),
+                           "host_path": set()}
     for designed in cases(spec.name):
         cell = designed.cell
         got["dtype_domain"].add((cell.dtype, cell.domain))
+        if on_host_path(designed.case, designed.target.domain):
+            got["host_path"].add((designed.target.dtype, designed.target.domain))
         got["layout"].add(cell.layout)
         got["size"].add(cell.size)
         got["edge"].add(str(cell.edge))

@@ -201,6 +201,10 @@ def base_values(spec: TensorSpec) -> torch.Tensor:
         return (torch.rand(shape, generator=g) > 0.5)
     if spec.domain.startswith("index:"):  # indices into a dim of size N: [-N, N) or, with "+", [0, N)
         bound = spec.domain[6:]
+        if bound.endswith("u"):  # "index:Nu": no two name one row (n <= N), each negative or not at random
+            high = int(bound[:-1])
+            rows = torch.randperm(high, generator=g)[:n]
+            return torch.where(torch.rand(rows.shape, generator=g) < 0.5, rows - high, rows).reshape(shape).to(dtype)
         high = int(bound.rstrip("+"))
         low = 0 if bound.endswith("+") else -high
         return torch.randint(low, max(high, low + 1), shape, generator=g, dtype=torch.int64).to(dtype)

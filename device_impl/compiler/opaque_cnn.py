@@ -737,7 +737,7 @@ def _convolution_overrideable(node: torch.fx.Node) -> Any:
     weight[, bias]), result out, run as the eager kernel's ``conv._conv_run`` with the parameters it normalises
     (``conv._conv_output``, which also refuses what the eager op refuses). Said as ``aten.convolution`` instead
     it compiles, but the compiled grouped convolution cost 1.02x the eager kernel (2.31 against 2.26 us)."""
-    from device_impl.kernels.spatial.conv import _conv_output, skips_padding
+    from device_impl.kernels.spatial.conv import _conv_output, skips_padding, sums_from_zero
 
     a = _bound(node)
     x, w, out = _meta(a["input"]), _meta(a["weight"]), _meta(node)
@@ -762,7 +762,8 @@ def _convolution_overrideable(node: torch.fx.Node) -> Any:
                               "transposed": bool(a["transposed"]),
                               # decided now, as the eager kernel decides at each call; in the cut's key, so the
                               # NEFF's keys cover it (compiler.conv_padding)
-                              "skip_padding": skips_padding(x, w, params, bool(a["transposed"]))}
+                              "skip_padding": skips_padding(x, w, params, bool(a["transposed"])),
+                              "from_zero": sums_from_zero(x, w, b, params, bool(a["transposed"]))}
 
 
 def _convolution_costed(node: torch.fx.Node) -> Any:
@@ -796,7 +797,7 @@ def _run_convolution(step: dict, program: Any) -> Callable:
         if out.size:
             _conv_run(nc, env.scratch, out, x, w, bias[0] if bias else None, o["nsp"], o["stride"], o["padding"],
                       o["dilation"], o["transposed"], o["output_padding"], o["groups"],
-                      skip_padding=o.get("skip_padding", False))
+                      skip_padding=o.get("skip_padding", False), from_zero=o.get("from_zero", False))
 
     return run
 

@@ -71,12 +71,15 @@ def _convolution_backward(node: torch.fx.Node) -> Any:
     try:
         skips = cpu_host.conv_backward_skips_padding(go, x, w, stride, padding, dilation, a["transposed"],
                                                      output_padding, groups, mask[:2])
+        # a direct convolution's grad_input that CPU adds into zeros holds no -0.0 (conv._evict)
+        from_zero = not a["transposed"] and cpu_host.conv_sums_from_zero(cpu_host.conv_backend(
+            x, w, None, stride, padding, dilation, False, output_padding, groups, backward=True))
     except RuntimeError:  # arguments CPU refuses: the graph's eager run raises as CPU does
         return None
     asked = [i for i in range(3) if mask[i]]
     return [a["grad_output"], a["input"], a["weight"]], {item: position for position, item in enumerate(asked)}, {
         "nsp": nsp, "stride": stride, "padding": padding, "dilation": dilation, "transposed": a["transposed"],
-        "groups": groups, "mask": mask, "skips": [bool(s) for s in skips]}
+        "groups": groups, "mask": mask, "skips": [bool(s) for s in skips], "from_zero": from_zero}
 
 
 def _run_convolution_backward(step: dict, program: Any) -> Callable:
@@ -90,7 +93,7 @@ def _run_convolution_backward(step: dict, program: Any) -> Callable:
         results = iter(env.access(v) for v in step["results"])
         gi, gw, gb = (next(results) if asked else None for asked in o["mask"])
         backward_program(nc, env.scratch, go, x, w, gi, gw, gb, o["nsp"], o["stride"], o["padding"], o["dilation"],
-                         o["transposed"], o["groups"], tuple(o["skips"]))
+                         o["transposed"], o["groups"], tuple(o["skips"]), from_zero=o.get("from_zero", False))
 
     return run
 

@@ -150,10 +150,14 @@ def _vectorized(kind: str, x: torch.Tensor, size: list[int]) -> bool:
 
 def _options(call: tuple, meta: torch.Tensor) -> dict[str, Any]:
     """The cut step's options: kind, sizes, scales and CPU's kernel choice."""
+    from device_impl.kernels.spatial.resample import _vectorized_cond
+
     default, _, size, align, scales = call
     kind, nsp = FORMS[default]
     return {"kind": kind, "nsp": nsp, "input_size": [int(s) for s in meta.shape], "output_size": size,
-            "align_corners": align, "scales": scales, "vectorized": _vectorized(kind, meta, size)}
+            "align_corners": align, "scales": scales, "vectorized": _vectorized(kind, meta, size),
+            # CPU's vectorized bilinear kernel's one sum of four products (resample._bilinear_combined)
+            "combined": kind == "linear" and bool(_vectorized_cond(meta, size, nsp))}
 
 
 def _describe(node: torch.fx.Node) -> Any:
@@ -199,7 +203,7 @@ def _program(o: dict[str, Any], np_dtype: Any) -> Callable:
 
     def program(nc: Any, scratch: Any, out: Any, x: Any) -> None:
         if out.size:
-            _resample(nc, scratch, _to5d(out, nsp), _to5d(x, nsp), axes)
+            _resample(nc, scratch, _to5d(out, nsp), _to5d(x, nsp), axes, combined=o.get("combined", False))
 
     return program
 

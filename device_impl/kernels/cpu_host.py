@@ -249,6 +249,27 @@ def extremum_tie_first(op: str, dtype: torch.dtype) -> bool:
         return not bool(torch.signbit(got[0]))
 
 
+@functools.lru_cache(maxsize=None)
+def rank_one_signs(dtype: torch.dtype, rows: bool, cols: bool) -> str | None:
+    """How CPU's ``mm``/``addmm`` of a contraction of one (K = 1) signs its zeros, for a result of more than one row
+    (``rows``) and more than one column (``cols``): ``"product"``, each element is ``beta * self + alpha * a * b``
+    with the product's own sign, or ``alpha * a * b`` alone without ``self`` (``0 * -1 = -0.0``); ``"from_zero"``,
+    the same under ``self``, but without it the product is added to +0.0 (+0.0 for ``0 * -1``); None, a sum started
+    at +0.0 whatever ``self`` (``-0.0 + (+0.0 + -0.0) = +0.0``), as TensorE's PSUM sum is.
+
+    It is the BLAS's answer, not ATen's: measured in torch 2.13 (MKL) on an AVX2 host, float32 and float64 are
+    ``"product"`` where both exceed one (the gemm kernel: every layout of either operand and of out=, 2x2 up to
+    600x600 and 4096x3) and ``"from_zero"`` where either is one (gemv); bfloat16/float16 (ATen's own gemm) None.
+    Asked of the running torch once per (dtype, shape class): ``zeros(r, 1) @ -ones(1, c)`` without and with a
+    -0.0 ``self``."""
+    with _disable_current_modes(), torch.no_grad():
+        a, b = torch.zeros(2 if rows else 1, 1, dtype=dtype), -torch.ones(1, 2 if cols else 1, dtype=dtype)
+        if bool(torch.mm(a, b).signbit().all()):
+            return "product"
+        self = torch.full((a.shape[0], b.shape[1]), -0.0, dtype=dtype)
+        return "from_zero" if bool(torch.addmm(self, a, b).signbit().all()) else None
+
+
 def _proxy(t: torch.Tensor) -> torch.Tensor:
     """An uninitialised CPU tensor with ``t``'s sizes, strides, dtype and requires_grad (for metadata only)."""
     p = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=t.dtype, device="cpu")
@@ -290,6 +311,24 @@ def is_onednn(backend: "torch._C._ConvBackend") -> bool:
 # Mkldnn, MkldnnTranspose, MkldnnEmpty: consecutive in ATen's ConvBackend enum (ConvUtils.h); Python's binding
 # of the enum omits MkldnnTranspose, so the range is taken from the two it does name.
 _ONEDNN = range(int(torch._C._ConvBackend.Mkldnn), int(torch._C._ConvBackend.MkldnnEmpty) + 1)
+
+
+def conv_sums_from_zero(backend: "torch._C._ConvBackend") -> bool:
+    """Whether CPU's ``backend`` forms a transposed convolution's output, or a direct convolution's grad_input, by
+    adding column sums into a zero-filled tensor: then no element of it is -0.0, whatever the sums' signs.
+
+    ATen's native kernels do (``col2im``/``col2vol`` after a ``fill(0)``, ``unfolded2d_acc``/``Unfold3dAccCPU`` into
+    a zeroed grad_input): a float16 column sum of -1.9e-8 rounds to -0.0 in the columns' gemm, and ``+0.0 + -0.0``
+    is +0.0 (measured in torch 2.13 over every native backend: Slow2d, SlowDilated2d, Slow3d, SlowDilated3d
+    backward, SlowTranspose2d/3d forward, 1- to 3-d, kernels 1 to 3 wide, strides 1 and 2, dilation 2; float16,
+    bfloat16 and float32 with oneDNN off: no -0.0 where the exact sums were tiny negatives). oneDNN's kernels keep
+    their own signs (float32 backward-data of stride 2 gives -0.0 for an underflowing sum, of stride 1 +0.0): not
+    said here. The backend is the one ``conv_backend`` asked of the running torch."""
+    return int(backend) in _SUMS_FROM_ZERO
+
+
+_SUMS_FROM_ZERO = frozenset(int(getattr(torch._C._ConvBackend, name)) for name in (
+    "Slow2d", "SlowDilated2d", "Slow3d", "SlowDilated3d", "SlowTranspose2d", "SlowTranspose3d"))
 
 
 def conv_skips_padding(x: torch.Tensor, w: torch.Tensor, stride: Sequence[int], padding: Sequence[int],

@@ -32,7 +32,8 @@ import torch
 
 from device_impl.engine import launch
 from device_impl.engine.core import scalar_finishes_first
-from device_impl.engine.dtypes import FP32
+from device_impl.engine.dtypes import FP32, NUMPY_TO_TORCH
+from device_impl.kernels import cpu_host
 from device_impl.kernels.common import FLOAT_DTYPES, hbm, promote, scalar_of
 from device_impl.kernels.registry import register_family
 
@@ -194,6 +195,11 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
                 _finish_block(nc, out2d[m0:m1, n0:n1], zero, 1.0, beta, bias2d, m0, m1, n0, n1, epilogue)
                 nc.release_to(mark)
         return
+    signs = cpu_host.rank_one_signs(NUMPY_TO_TORCH[a2d.dtype], m > 1, n > 1) if k == 1 else None
+    if signs is not None:
+        _rank_one(nc, out2d, a2d, b2d, alpha, beta, bias2d, epilogue,
+                  from_zero=signs == "from_zero" and (bias2d is None or beta == 0))
+        return
     a_t = a2d.T  # [K, M]
     k_tiles = math.ceil(k / K_TILE)
     k_ranges = [(k0, min(k, k0 + K_TILE)) for k0 in range(0, k, K_TILE)]
@@ -273,6 +279,34 @@ def _matmul_into(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha:
                 if id(moving) not in keep:
                     nc.release(moving)
         current = upcoming
+
+
+def _rank_one(nc, out2d: np.ndarray, a2d: np.ndarray, b2d: np.ndarray, alpha: float, beta: float,
+              bias2d: np.ndarray | None, epilogue: Epilogue | None, from_zero: bool) -> None:
+    """``_matmul_into`` of a contraction of one (K = 1: an outer product, a batch of one's weight gradient) where
+    CPU's BLAS forms each element from the product itself (``cpu_host.rank_one_signs``): 0 * -1 is -0.0 there,
+    where TensorE's sum into PSUM starts at +0.0 and gives +0.0 (lstm_cell's float32 weight gradients of a batch
+    of one: 11,646 zero signs). Each block's products are formed on VectorE instead, A's column a per-partition
+    scalar over B's row broadcast to the block's partitions, in fp32 as TensorE's are (the same values, the
+    product's sign); ``from_zero`` (CPU's gemv without ``self``) adds them to +0.0 in the same instruction. alpha,
+    beta * bias and the epilogue follow as for any block (``_finish_block``)."""
+    m, n = out2d.shape
+    for m0 in range(0, m, M_TILE):
+        m1 = min(m, m0 + M_TILE)
+        mark = nc.mark()
+        column = nc.sbuf_tile((m1 - m0, 1), a2d.dtype)
+        nc.dma.load(column, a2d[m0:m1])
+        for n0 in range(0, n, N_TILE):
+            n1 = min(n, n0 + N_TILE)
+            block = nc.mark()
+            row = nc.sbuf_tile((m1 - m0, n1 - n0), b2d.dtype)
+            nc.dma.load(row, np.broadcast_to(b2d[:, n0:n1], (m1 - m0, n1 - n0)))
+            products = nc.sbuf_tile((m1 - m0, n1 - n0), FP32)
+            nc.vector.tensor_scalar(products, row, "multiply", column, dtype=FP32,
+                                    **({"op1": "add", "scalar1": 0.0} if from_zero else {}))
+            _finish_block(nc, out2d[m0:m1, n0:n1], products, alpha, beta, bias2d, m0, m1, n0, n1, epilogue)
+            nc.release_to(block)
+        nc.release_to(mark)
 
 
 def _run_resident(nc, order, keys, lhs: _Operand, rhs: _Operand, blocks, k_ranges, out2d, alpha, beta, bias2d,

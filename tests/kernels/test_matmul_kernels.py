@@ -53,6 +53,55 @@ def test_bmm_baddbmm_matmul(dtype):
     check(torch.matmul, values((7,), dtype, "unit"), values((7, 4), dtype, "unit", 2), tol=tol)
 
 
+def _signed_zeros(shape, dtype, seed):
+    """Values of ``shape`` with +0.0, -0.0 and both signs of nonzero values, so products of two of them are zeros
+    of either sign."""
+    g = torch.Generator().manual_seed(seed)
+    pool = torch.tensor([0.0, -0.0, 1.5, -2.0, 0.0, -0.0, 0.25, -0.5], dtype=dtype)
+    return pool[torch.randint(len(pool), shape, generator=g)]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("mn", [(2, 2), (130, 520), (1, 7), (7, 1), (129, 513)], ids=str)
+def test_rank_one_product_zero_signs_follow_the_live_cpu(dtype, mn):
+    """A contraction of one (K = 1; a batch of one's weight gradient, lstm_cell's) in CPU's gemm is each product
+    itself, 0 * -1 = -0.0, for float32 results of more than one row and column (MKL's gemm; its gemv, and ATen's
+    bfloat16/float16 gemm, sum from +0.0): the device's TensorE sum gave +0.0 at every such zero (lstm_cell's
+    designed float32 denormal case: 11,646 wrong signs). Asked of the running torch
+    (``cpu_host.rank_one_keeps_signs``); zero signs are compared bit for bit (``check``)."""
+    m, n = mn
+    a, b = _signed_zeros((m, 1), dtype, 1), _signed_zeros((1, n), dtype, 2)
+    tol = MATMUL_TOL[dtype]
+    check(torch.mm, a, b, tol=tol)
+    check(torch.mm, a.t().contiguous().t(), b.t().contiguous().t(), tol=tol)  # K-major and row-major views
+    check(lambda c, x, y: torch.addmm(c, x, y, beta=0, alpha=2.0), values((m, n), dtype, seed=3), a, b, tol=tol)
+    for bias in (torch.full((n,), -0.0, dtype=dtype), torch.zeros(m, n, dtype=dtype)):
+        check(lambda c, x, y: torch.addmm(c, x, y, beta=0.5), bias, a, b, tol=tol)
+    check(lambda x, y: F.linear(x, y), a, b.t(), tol=tol)
+
+
+def test_lstm_cell_batch_of_one_weight_gradient_zero_signs():
+    """lstm_cell's weight gradients of a batch of one are K = 1 products (grad_gates^T @ input): CPU's keep each
+    product's sign where a gate's gradient or an input is a signed zero."""
+    g = torch.Generator().manual_seed(5)
+    x, hx, cx = _signed_zeros((1, 5), torch.float32, 1), _signed_zeros((1, 130), torch.float32, 2), \
+        torch.randn(1, 130, generator=g)
+    weights = [torch.randn(520, 5, generator=g), torch.randn(520, 130, generator=g), torch.randn(520, generator=g),
+               torch.randn(520, generator=g)]
+
+    def grads(device):
+        leaves = [t.to(device).requires_grad_() for t in [x, hx, cx] + weights]
+        h, c = torch.lstm_cell(leaves[0], (leaves[1], leaves[2]), *leaves[3:])
+        cot = [torch.randn(h.shape, generator=torch.Generator().manual_seed(7)).to(device), torch.zeros_like(c)]
+        return [t.cpu() for t in torch.autograd.grad((h, c), leaves, cot)]
+
+    want, got = grads("cpu"), grads("neuron")
+    for i in (3, 4):  # grad w_ih, grad w_hh
+        zeros = (want[i] == 0) & (got[i] == 0)
+        assert bool(zeros.any()) and bool(want[i][zeros].signbit().any())
+        assert torch.equal(want[i][zeros].signbit(), got[i][zeros].signbit()), i
+
+
 def test_matmul_errors_match_cpu():
     check(torch.mm, values((2, 3), torch.float32), values((4, 5), torch.float32))
     check(torch.mm, values((2, 3), torch.float32), values((3, 5), torch.bfloat16))

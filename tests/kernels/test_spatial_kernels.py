@@ -8,6 +8,7 @@ from diff import FLOATS, check, pair, values
 from support import PADDED_CONVS, padded_conv
 from device_impl import dispatch
 from device_impl.dispatch import Tier
+from device_impl.kernels import cpu_host
 
 F = torch.nn.functional
 CL, CL3 = torch.channels_last, torch.channels_last_3d
@@ -203,6 +204,52 @@ def test_conv_transpose_unreached_outputs_are_zero_plus_bias(dtype):
         assert torch.equal(cpu[signed].signbit(), dev[signed].signbit()), cfg
         assert torch.equal(cpu[unreached].isnan(), dev[unreached].isnan()), cfg
         assert not cpu[unreached].isnan().all()  # the case reaches the -0.0 bias's channel
+
+
+# (nsp, kernel, stride, dilation, groups, transposed): the results CPU's native kernels add into zeros (col2im)
+_SUMMED_INTO_ZEROS = {
+    "conv1d-grad_input-strided-grouped": (1, 3, 2, 1, 2, False), "conv2d-grad_input": (2, 3, 1, 1, 1, False),
+    "conv2d-grad_input-1x1": (2, 1, 1, 1, 1, False), "conv2d-grad_input-dilated": (2, 3, 1, 2, 1, False),
+    "conv3d-grad_input-strided": (3, 2, 2, 1, 1, False), "conv_transpose2d-strided": (2, 3, 2, 1, 1, True),
+    "conv_transpose3d": (3, 3, 1, 1, 1, True),
+}
+# An operand value whose products with its negation are negative sums that round to -0.0 in the dtype but not in
+# the fp32 accumulation (float32's underflow in the products themselves: CPU's native kernels give +0.0 there too)
+_TINY = {torch.float16: 2.0 ** -24, torch.bfloat16: 2.0 ** -74, torch.float32: 2.0 ** -75}
+
+
+@pytest.mark.parametrize("onednn", [True, False], ids=["onednn-on", "onednn-off"])
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("form", list(_SUMMED_INTO_ZEROS))
+def test_conv_sums_added_into_zeros_hold_no_negative_zero(form, dtype, onednn):
+    """CPU's native convolutions form a direct convolution's grad_input and a transposed convolution's output by
+    adding rounded column sums into a zero-filled tensor (col2im), so a sum that rounds to -0.0 is +0.0 there; the
+    device rounded its fp32 sum once and kept -0.0 (the designed suite's float16 conv1d/conv2d grad_input and
+    conv_transpose2d output, exact sums of -1.9e-8 and -2e-11: 1 to 2 wrong signs each). Which backend runs is asked
+    of the live CPU (``cpu_host.conv_sums_from_zero``); oneDNN's kernels keep their own signs, not modelled."""
+    nsp, k, stride, dilation, groups, transposed = _SUMMED_INTO_ZEROS[form]
+    t = _TINY[dtype]
+    x = torch.full((2, 4) + (7,) * nsp, t, dtype=dtype)
+    w = torch.full((4, 4 // groups) + (k,) * nsp, -t, dtype=dtype)  # [out, in/g] direct, [in, out/g] transposed
+    args = ([stride] * nsp, [stride - 1] * nsp if transposed else [0] * nsp, [dilation] * nsp, transposed,
+            [0] * nsp, groups)
+    with torch.backends.mkldnn.flags(enabled=onednn):
+        backend = torch._C._select_conv_backend(x, w, None, *args)
+        if cpu_host.is_onednn(backend):
+            pytest.skip(f"CPU runs {backend} here: its zero signs are oneDNN's")
+
+        def result(device):
+            xd, wd = x.to(device), w.to(device)
+            out = torch.ops.aten.convolution(xd, wd, None, *args)
+            if transposed:
+                return out.cpu()
+            go = torch.full(out.shape, t, dtype=dtype, device=device)
+            return torch.ops.aten.convolution_backward(go, xd, wd, None, *args, [True, False, False])[0].cpu()
+
+        want, got = result("cpu"), result("neuron")
+    assert bool((want == 0).any()), "the case must reach sums that round to zero"
+    torch.testing.assert_close(got, want, rtol=0, atol=0)
+    assert torch.equal(got.signbit(), want.signbit()), f"{int((got.signbit() != want.signbit()).sum())} signs differ"
 
 
 @pytest.mark.parametrize("fmt", ["input", "weight", "both"])
@@ -677,6 +724,27 @@ def test_upsample2d(dtype, mode, how):
         extra = dict(align_corners=mode == "bilinear-ac")
         mode = "bilinear"
     check(lambda x: F.interpolate(x, mode=mode, **how, **extra), values((2, 3, 5, 7), dtype), tol=SEPARABLE_TOL[dtype])
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("how", [dict(size=(5, 2), align_corners=True), dict(size=(4, 7), align_corners=False),
+                                 dict(size=(13, 5), align_corners=True), dict(size=(70, 90), align_corners=False)],
+                         ids=str)
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "offset"])
+def test_bilinear_vectorized_kernel_zero_signs(dtype, how, layout):
+    """CPU's vectorized bilinear kernel (``resample._vectorized_cond``: small outputs, or channels-last with more
+    than 3 channels) sums the four products with weights h_a * w_b at once; the separable stages nest them, which
+    gives another zero sign: -0.0, -1 * 0, -1.7 * 0, +0.54 * 0 is +0.0 summed at once, -0.0 nested (the designed
+    float16 signed_zero offset case: 1 wrong sign). Signed zeros among values of both signs, compared bit for bit."""
+    g = torch.Generator().manual_seed(11)
+    pool = torch.tensor([0.0, -0.0, 1.5, -2.0, 0.3, -0.7, 0.0, -0.0])
+    base = pool[torch.randint(len(pool), (2, 4, 9, 9 + 3), generator=g)].to(dtype)
+    x = base[..., 3:] if layout == "offset" else base[..., :9]
+    if layout == "channels_last":
+        x = x.contiguous(memory_format=CL)
+    elif layout == "contiguous":
+        x = x.contiguous()
+    check(lambda t: F.interpolate(t, mode="bilinear", **how), x, tol=SEPARABLE_TOL[dtype])
 
 
 def test_upsample_1d_3d_uint8_layouts_inf():

@@ -64,13 +64,13 @@ def _expand(value, n: int, name: str) -> list[int]:
 
 
 def _conv_forward_core(nc, outg: np.ndarray, xg: np.ndarray, wg: np.ndarray, bg: np.ndarray | None,
-                       stride: Sequence[int], taps: Sequence[tuple]) -> None:
+                       stride: Sequence[int], taps: Sequence[tuple], from_zero: bool = False) -> None:
     """outg[N, G, Co, o] = sum_{ci, taps} wg[G, Co, Ci, tap] * xg[N, G, Ci, o*s + offset(tap)] (+ bg[G, Co]).
 
     ``taps`` lists (kernel index (a, b, c), input offset (d, h, w)); ``xg`` is already padded.
     Implicit im2col: the contraction (tap, input channel) lies on partitions; each patch row is one
     strided DMA of the padded input; weights are the stationary operand (kept resident), patches
-    stream through TensorE into PSUM, ScalarE adds the bias on the way out.
+    stream through TensorE into PSUM, ScalarE adds the bias on the way out. ``from_zero``: see ``_evict``.
     """
     n_batch, groups, cog, od, oh, ow = outg.shape
     cg = wg.shape[2]
@@ -78,7 +78,7 @@ def _conv_forward_core(nc, outg: np.ndarray, xg: np.ndarray, wg: np.ndarray, bg:
         return
     wp = xg.shape[-1]
     if stride[1] == 1 and stride[2] == 1 and cg >= ROWS_MIN_CHANNELS and wp <= N_MAX and 2 * ow >= wp:
-        _conv_forward_rows(nc, outg, xg, wg, bg, stride[0], taps)
+        _conv_forward_rows(nc, outg, xg, wg, bg, stride[0], taps, from_zero)
         return
     offsets = {koff: off for koff, off in taps}
     # row groups (kernel offset, ci0, ci1) packed into contraction tiles of <= 128 rows
@@ -154,11 +154,7 @@ def _conv_forward_core(nc, outg: np.ndarray, xg: np.ndarray, wg: np.ndarray, bg:
                     nc.tensor.matmul(acc, wt, pt, accumulate=j > 0)
                     if not (keep_patches and keep_weights):
                         nc.release_to(m)
-                result = nc.sbuf_tile((co1 - co0, npos), out_dtype)
-                if bg is not None:
-                    nc.scalar.activation(result, acc, "identity", bias=biases[co0])
-                else:
-                    psum_to_sbuf(nc, result, acc)
+                result = _evict(nc, acc, out_dtype, biases.get(co0), from_zero)
                 (n0, n1), (d0, d1), (h0, h1), (w0, w1) = box
                 dst = outg[n0:n1, g, co0:co1, d0:d1, h0:h1, w0:w1]
                 nc.dma.store(dst.transpose(1, 0, 2, 3, 4), result)
@@ -167,10 +163,25 @@ def _conv_forward_core(nc, outg: np.ndarray, xg: np.ndarray, wg: np.ndarray, bg:
         nc.release_to(mark_g)
 
 
+def _evict(nc, acc, dtype, bias, from_zero: bool):
+    """The output tile of PSUM ``acc``: rounded to ``dtype`` (ScalarE adding ``bias``, an fp32 column, where there is
+    one). ``from_zero``: CPU forms this result by adding its rounded column sums into a zero-filled tensor
+    (``cpu_host.conv_sums_from_zero``: ATen's col2im), so it holds no -0.0; VectorE adds +0.0 to the rounded tile
+    (a float16 sum of -1.9e-8 rounds to -0.0, and -0.0 + 0.0 is +0.0; every other value is unchanged)."""
+    result = nc.sbuf_tile(acc.shape, dtype)
+    if bias is not None:
+        nc.scalar.activation(result, acc, "identity", bias=bias)
+    else:
+        psum_to_sbuf(nc, result, acc)
+    if from_zero:
+        nc.vector.tensor_scalar(result, result, "add", 0.0)
+    return result
+
+
 ROWS_MIN_CHANNELS = 32  # below this, packing (tap, channel) rows into one contraction tile keeps TensorE busier
 
 
-def _conv_forward_rows(nc, outg, xg, wg, bg, sd, taps) -> None:
+def _conv_forward_rows(nc, outg, xg, wg, bg, sd, taps, from_zero: bool = False) -> None:
     """Stride-1 (in H and W) convolution without im2col traffic: a block of padded input rows (all padded
     columns) is DMA'd once per box, and the moving operand of tap (dh, dw) is the contiguous slice of it
     starting at dh*Wp + dw. Output positions therefore run over the padded width; the Wp - OW columns
@@ -236,11 +247,7 @@ def _conv_forward_rows(nc, outg, xg, wg, bg, sd, taps) -> None:
                             nc.tensor.matmul(acc, wt, blocks[c0][:, start:start + nh * wp], accumulate=k > 0)
                             if not keep_weights:
                                 nc.release_to(m)
-                        result = nc.sbuf_tile((co1 - co0, nh * wp), outg.dtype)
-                        if bg is not None:
-                            nc.scalar.activation(result, acc, "identity", bias=biases[co0])
-                        else:
-                            psum_to_sbuf(nc, result, acc)
+                        result = _evict(nc, acc, outg.dtype, biases.get(co0), from_zero)
                         for r in range(nh):  # one store per row drops the columns past the row's end
                             nc.dma.store(outg[n, g, co0:co1, d, r0 + r, :], result[:, r * wp:r * wp + ow])
                         nc.release_to(mark_c)
@@ -392,14 +399,15 @@ def _valid_runs(out_sp, n_in, lo, strides, taps) -> list[list[tuple[int, int, fr
     return per_dim
 
 
-def _conv_unpadded(nc, outg, xg, wg, bg, strides, taps, lo, n_in, constant) -> None:
+def _conv_unpadded(nc, outg, xg, wg, bg, strides, taps, lo, n_in, constant, from_zero: bool = False) -> None:
     """``_conv_forward_core`` where padding contributes nothing: no product with a padded zero is formed (an
     infinite or NaN weight times padding is not NaN), as CPU's oneDNN kernels and its col2im-based paths
     (transposed convolution, the input gradient) compute. The output splits into regions by which taps reach
-    real input; each region runs with those taps only (``constant`` fills a region no tap reaches)."""
+    real input; each region runs with those taps only (``constant`` fills a region no tap reaches). ``from_zero``:
+    see ``_evict``."""
     runs = _valid_runs(outg.shape[3:], n_in, lo, strides, taps)
     if all(len(r) == 1 and len(r[0][2]) == len({off[i] for _, off in taps}) for i, r in enumerate(runs)):
-        _conv_forward_core(nc, outg, xg, wg, bg, strides, taps)  # no tap reads padding
+        _conv_forward_core(nc, outg, xg, wg, bg, strides, taps, from_zero)  # no tap reads padding
         return
     for d0, d1, vd in runs[0]:
         for h0, h1, vh in runs[1]:
@@ -410,7 +418,7 @@ def _conv_unpadded(nc, outg, xg, wg, bg, strides, taps, lo, n_in, constant) -> N
                     constant(view)
                     continue
                 shifted = xg[:, :, :, d0 * strides[0]:, h0 * strides[1]:, w0 * strides[2]:]
-                _conv_forward_core(nc, view, shifted, wg, bg, strides, sub)
+                _conv_forward_core(nc, view, shifted, wg, bg, strides, sub, from_zero)
 
 
 def _unreached(nc, scratch, view: np.ndarray, bg: np.ndarray | None, groups: int) -> None:
@@ -434,13 +442,14 @@ def _unreached(nc, scratch, view: np.ndarray, bg: np.ndarray | None, groups: int
 
 
 def _conv_run(nc, scratch, out_v, x_v, w_v, b_v, nsp, stride, padding, dilation, transposed, output_padding,
-              groups, skip_padding: bool = False) -> None:
+              groups, skip_padding: bool = False, from_zero: bool = False) -> None:
     """out = convolution(x, w, b) on 5-d normalised numpy views (any of the four PyTorch conv forms).
 
     ``skip_padding`` (a direct convolution): padding contributes no products, as CPU's oneDNN kernels compute
     (its native kernels, im2col-based, multiply the padded zeros: an infinite weight there gives NaN); the
     caller asks ``cpu_host`` which backend CPU takes. A transposed convolution never multiplies the zeros its
-    phases pad with (CPU's col2im and oneDNN's deconvolution form no such products)."""
+    phases pad with (CPU's col2im and oneDNN's deconvolution form no such products). ``from_zero`` (a transposed
+    convolution): CPU's result holds no -0.0 (``_evict``)."""
     cin = x_v.shape[1]
     x5 = _to5d(x_v, nsp)
     out5 = _to5d(out_v, nsp)
@@ -470,16 +479,17 @@ def _conv_run(nc, scratch, out_v, x_v, w_v, b_v, nsp, stride, padding, dilation,
             _conv_forward_core(nc, outg, xg, wg, bg, s3, taps)
         return
     wg = _split(w5, 0, (groups, cin // groups)).transpose(0, 2, 1, 3, 4, 5)  # [G, Cog, Cg_in, K...]
-    _conv_transposed(nc, scratch, outg, x5, wg, bg, s3, p3, d3, groups, constant)
+    _conv_transposed(nc, scratch, outg, x5, wg, bg, s3, p3, d3, groups, constant, from_zero)
 
 
-def _conv_transposed(nc, scratch, outg, x5, wg, bg, s3, p3, d3, groups, constant) -> None:
+def _conv_transposed(nc, scratch, outg, x5, wg, bg, s3, p3, d3, groups, constant, from_zero: bool = False) -> None:
     """The transposed convolution of ``x5`` ([N, Cin, D, H, W]) with the grouped weight ``wg`` ([G, Cog,
     Cg_in, KD, KH, KW]) and bias ``bg`` ([G, Cog] or None) into ``outg`` ([N, G, Cog, D, H, W]), by output
     phase (sub-pixel decomposition): outputs o = r + s*j of phase r receive the taps k with (r + p - k*d)
     divisible by s, from inputs j + (r + p - k*d) / s. Each phase is a stride-1 convolution over the
     (padded) input, so no zeros are inserted or multiplied, as CPU's col2im and oneDNN's deconvolution form
-    no such products."""
+    no such products. ``from_zero``: CPU's result holds no -0.0 (``_evict``; the outputs no tap reaches are
+    ``constant``'s, +0.0 or 0 + bias already)."""
     cin = x5.shape[1]
     k3 = list(wg.shape[3:])
     out_sp = outg.shape[3:]
@@ -506,7 +516,7 @@ def _conv_transposed(nc, scratch, outg, x5, wg, bg, s3, p3, d3, groups, constant
                 if not taps or wg.shape[2] == 0:
                     constant(view)
                 else:
-                    _conv_unpadded(nc, view, xg, wg, bg, [1, 1, 1], taps, lo, x5.shape[2:], constant)
+                    _conv_unpadded(nc, view, xg, wg, bg, [1, 1, 1], taps, lo, x5.shape[2:], constant, from_zero)
 
 
 def conv_transposed_run(nc, scratch, out_v: np.ndarray, x_v: np.ndarray, wg_v: np.ndarray, nsp: int,
@@ -556,6 +566,17 @@ def skips_padding(x, w, params, transposed: bool) -> bool:
     return not transposed and cpu_host.conv_skips_padding(x, w, stride, padding, dilation, groups)
 
 
+def sums_from_zero(x, w, bias, params, transposed: bool) -> bool:
+    """Whether CPU's convolution of these tensors, a transposed one, adds its column sums into zeros on this host
+    (``cpu_host.conv_sums_from_zero`` of the backend it picks now): its output then holds no -0.0 (``_evict``). A
+    direct convolution's output is its gemm's (the bias its beta term): signs as rounded."""
+    if not transposed:
+        return False
+    _, stride, padding, dilation, output_padding, groups = params
+    return cpu_host.conv_sums_from_zero(cpu_host.conv_backend(x, w, bias, stride, padding, dilation, True,
+                                                              output_padding, groups))
+
+
 def _conv_compute(out, x, w, bias, params, transposed):
     nsp, stride, padding, dilation, output_padding, groups = params
     if out.numel() == 0:
@@ -564,7 +585,8 @@ def _conv_compute(out, x, w, bias, params, transposed):
         scratch = _Scratch(out.device)
         _conv_run(nc, scratch, hbm(out), hbm(x), hbm(w), hbm(bias) if bias is not None else None, nsp, stride,
                   padding, dilation, transposed, output_padding, groups,
-                  skip_padding=skips_padding(x, w, params, transposed))
+                  skip_padding=skips_padding(x, w, params, transposed),
+                  from_zero=sums_from_zero(x, w, bias, params, transposed))
     return out
 
 

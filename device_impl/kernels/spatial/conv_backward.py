@@ -379,11 +379,13 @@ def _channel_sum(nc, out_v: np.ndarray, g: np.ndarray) -> None:
 
 def backward_program(nc, scratch, go_v: np.ndarray, x_v: np.ndarray, w_v: np.ndarray, gi_v: np.ndarray | None,
                      gw_v: np.ndarray | None, gb_v: np.ndarray | None, nsp: int, stride, padding, dilation,
-                     transposed: bool, groups: int, skips: tuple[bool, bool]) -> None:
+                     transposed: bool, groups: int, skips: tuple[bool, bool], from_zero: bool = False) -> None:
     """The gradients of a convolution with elements (grad_output ``go_v``, input ``x_v``, weight ``w_v``: HBM views)
     into the views asked for (None: not asked): the eager kernel's launch body, which the compiler's
     ``convolution_backward`` step runs too (``compiler/opaque_conv.py``). ``skips``: whether CPU's backward-data and
-    backward-weights kernels skip the padding for this problem (``cpu_host.conv_backward_skips_padding``)."""
+    backward-weights kernels skip the padding for this problem (``cpu_host.conv_backward_skips_padding``);
+    ``from_zero``: whether CPU adds a direct convolution's grad_input into zeros, so it holds no -0.0
+    (``cpu_host.conv_sums_from_zero``, ``conv._evict``)."""
     gi_skips, gw_skips = skips
     s3 = [1] * (3 - nsp) + list(stride)
     p3 = [0] * (3 - nsp) + list(padding)
@@ -393,7 +395,8 @@ def backward_program(nc, scratch, go_v: np.ndarray, x_v: np.ndarray, w_v: np.nda
             # grad_input = conv_transpose(grad_output, weight); output_padding recovers the input size
             opad = [x_v.shape[2 + i] - ((go_v.shape[2 + i] - 1) * stride[i] - 2 * padding[i]
                                         + dilation[i] * (w_v.shape[2 + i] - 1) + 1) for i in range(nsp)]
-            _conv_run(nc, scratch, gi_v, go_v, w_v, None, nsp, stride, padding, dilation, True, opad, groups)
+            _conv_run(nc, scratch, gi_v, go_v, w_v, None, nsp, stride, padding, dilation, True, opad, groups,
+                      from_zero=from_zero)
         else:
             # CPU's native transposed backward multiplies grad_output's padded zeros (im2col); oneDNN's kernels
             # mostly do not (a 1-wide kernel's does unless channels-last): asked of CPU
@@ -473,7 +476,8 @@ def _conv_backward(grad_output, input, weight, bias_sizes, stride, padding, dila
         skips = cpu_host.conv_backward_skips_padding(grad_output, input, weight, stride, padding, dilation, transposed,
                                                      output_padding, groups, output_mask[:2])
         backward_program(nc, scratch, go_v, x_v, w_v, *(hbm(g) if g is not None else None for g in (gi, gw, gb)),
-                         nsp, stride, padding, dilation, transposed, groups, skips)
+                         nsp, stride, padding, dilation, transposed, groups, skips,
+                         from_zero=not transposed and cpu_host.conv_sums_from_zero(backend))
     return gi, gw, gb
 
 

@@ -245,8 +245,104 @@ def _resample_stage_backward(nc, acc2d, g2d, ax: _Axis) -> None:
         nc.release_to(mark)
 
 
-def _resample(nc, scratch, out5, x5, axes: dict) -> None:
-    """out5 = separable resampling of x5 along the spatial axes in ``axes`` ({axis: _Axis}), innermost first."""
+def _gather_stage(nc, dst2d, src2d, ax: _Axis, tap: int) -> None:
+    """dst2d's rows are src2d's rows of ``ax``'s tap ``tap`` (its indices; no weight): copies, in src2d's dtype."""
+    rows, cols = dst2d.shape
+    for r0 in range(0, rows, P):
+        p = min(P, rows - r0)
+        mark = nc.mark()
+        row, _ = _row_plan(nc, r0, p, ax)[tap]
+        for c0 in range(0, cols, FREE):
+            c1 = min(cols, c0 + FREE)
+            m = nc.mark()
+            a = nc.sbuf_tile((p, c1 - c0), src2d.dtype)
+            nc.dma.load_rows(a, src2d[:, c0:c1], row)
+            nc.dma.store(dst2d[r0:r0 + p, c0:c1], a)
+            nc.release_to(m)
+        nc.release_to(mark)
+
+
+def _column_weights(nc, scratch, ax: _Axis) -> list[np.ndarray]:
+    """``ax``'s tap weights per output index, [O] fp32 arrays in scratch (one per tap), for a stage that reads them
+    along its free axis."""
+    weights = [scratch.new((ax.O,), FP32) for _ in range(2)]
+    for o0 in range(0, ax.O, P):
+        p = min(P, ax.O - o0)
+        mark = nc.mark()
+        o = nc.sbuf_tile((p, 1), I64)
+        nc.gpsimd.iota(o, base=o0, partition_step=1, free_step=0)
+        for w, (_, wt) in zip(weights, _source_taps(nc, o, ax, p)):
+            nc.dma.store(w[o0:o0 + p].reshape(p, 1), wt)
+        nc.release_to(mark)
+    return weights
+
+
+def _bilinear_combined(nc, scratch, out5, x5, ax_h: _Axis, ax_w: _Axis) -> None:
+    """CPU's vectorized bilinear kernel (``cpu_upsample_linear_channels_last``, which ``_vectorized_cond`` picks):
+    each output is one sum of four products, ``x00 * w00 + x01 * w01 + x10 * w10 + x11 * w11`` with ``wab = h_a *
+    w_b`` in fp32, not the generic kernel's nested ``(x00 * w0 + x01 * w1) * h0 + ...`` the separable stages
+    compute. The two differ in a zero's sign: x00 = -0.0 (h0 = w0 = 1), x01 = -1, x10 = -1.7, x11 = 0.54 (weights 0)
+    is -0.0 + -0.0 + -0.0 + 0.0 = +0.0 on CPU, -0.0 nested (the designed float16 signed_zero case). The W taps'
+    columns are gathered first (copies, one buffer per tap), then each output row loads its two H taps' rows of both
+    and sums the four products in CPU's order."""
+    n, c, d = x5.shape[:3]
+    gathered = []
+    for tap in range(2):
+        g = scratch.new((n, c, d, ax_h.I, ax_w.O), x5.dtype)
+        src = x5
+        if _rows2d(src, 4) is None:
+            src = scratch.new(x5.shape, x5.dtype)
+            _copy_cast(nc, src, x5)
+        _gather_stage(nc, _rows2d(g, 4), _rows2d(src, 4), ax_w, tap)
+        gathered.append(_rows2d(g, 3))
+    wcols = _column_weights(nc, scratch, ax_w)
+    dst = out5 if _rows2d(out5, 3) is not None else scratch.new(out5.shape, out5.dtype)
+    dst2d = _rows2d(dst, 3)
+    rows, cols = dst2d.shape
+    for r0 in range(0, rows, P):
+        p = min(P, rows - r0)
+        mark = nc.mark()
+        taps = _row_plan(nc, r0, p, ax_h)
+        for c0 in range(0, cols, FREE):
+            c1 = min(cols, c0 + FREE)
+            m = nc.mark()
+            wb = []
+            for w in wcols:
+                t = nc.sbuf_tile((p, c1 - c0), FP32)
+                nc.dma.load(t, np.broadcast_to(w[c0:c1], (p, c1 - c0)))
+                wb.append(t)
+            acc = nc.sbuf_tile((p, c1 - c0), FP32)
+            first = True
+            for row, ha in taps:
+                for g, wt in zip(gathered, wb):
+                    a = nc.sbuf_tile((p, c1 - c0), g.dtype)
+                    nc.dma.load_rows(a, g[:, c0:c1], row)
+                    weight = nc.sbuf_tile((p, c1 - c0), FP32)
+                    nc.vector.tensor_scalar(weight, wt, "multiply", ha, dtype=FP32)  # h_a * w_b
+                    if first:
+                        nc.vector.tensor_tensor(acc, a, weight, "multiply", dtype=FP32)
+                        first = False
+                    else:
+                        t = nc.sbuf_tile((p, c1 - c0), FP32)
+                        nc.vector.tensor_tensor(t, a, weight, "multiply", dtype=FP32)
+                        nc.vector.tensor_tensor(acc, acc, t, "add", dtype=FP32)
+            res = acc
+            if dst2d.dtype != FP32:
+                res = nc.sbuf_tile((p, c1 - c0), dst2d.dtype)
+                nc.vector.tensor_copy(res, acc)
+            nc.dma.store(dst2d[r0:r0 + p, c0:c1], res)
+            nc.release_to(m)
+        nc.release_to(mark)
+    if dst is not out5:
+        _copy_cast(nc, out5, dst)
+
+
+def _resample(nc, scratch, out5, x5, axes: dict, combined: bool = False) -> None:
+    """out5 = separable resampling of x5 along the spatial axes in ``axes`` ({axis: _Axis}), innermost first;
+    ``combined``: CPU's vectorized bilinear kernel (``_bilinear_combined``)."""
+    if combined and sorted(axes) == [3, 4] and all(a.kind == "linear" for a in axes.values()):
+        _bilinear_combined(nc, scratch, out5, x5, axes[3], axes[4])
+        return
     order = sorted(axes, reverse=True)
     cur = x5
     if order and _rows2d(cur, order[0]) is None:
@@ -371,7 +467,8 @@ def _register_upsample(kind: str, nsp: int) -> None:
         if out.numel():
             axes = _axes_for(kind, nsp, x.shape[2:], list(output_size), scales, align_corners, x, False)
             with launch(name, x.device.index) as nc:
-                _resample(nc, _Scratch(x.device), _to5d(hbm(out), nsp), _to5d(hbm(x), nsp), axes)
+                _resample(nc, _Scratch(x.device), _to5d(hbm(out), nsp), _to5d(hbm(x), nsp), axes,
+                          combined=kind == "linear" and _vectorized_cond(x, list(output_size), nsp))
         return out
 
     TABLE.native(f"aten::{name}.out", dtypes=dtypes)(run_out)
