@@ -725,6 +725,24 @@ def test_upsample2d_backward(mode, how):
           tol=SEPARABLE_TOL[f32])
 
 
+@pytest.mark.parametrize("op, grad_shape, output_size, input_size, dtype", [
+    ("_upsample_nearest_exact2d_backward", (1, 1, 2, 512), (2, 512), (1, 1, 3, 1), torch.float32),  # 512 into 1
+    ("upsample_nearest2d_backward", (2, 3, 9, 10), (9, 10), (2, 3, 4, 3), torch.float32),  # both axes gather
+    ("_upsample_nearest_exact3d_backward", (1, 2, 5, 6, 70), (5, 6, 70), (1, 2, 2, 3, 4), torch.float32),
+    ("upsample_nearest2d_backward", (2, 3, 9, 10), (9, 10), (2, 3, 4, 3), torch.bfloat16),
+], ids=str)
+def test_upsample_nearest_backward_cpu_order(op, grad_shape, output_size, input_size, dtype):
+    """Nearest's gradient is CPU's bits: each input element's terms added one by one in (od, oh, ow) order, as
+    cpu_upsample_nearest_backward adds them (two separable stages summed H's terms first: 192 ULP off on the
+    first case, the designed suite's upsample_nearest_exact2d_backward-float32-tails-offset-512)."""
+    g = (torch.rand(grad_shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 80 - 40).to(dtype)
+    fn = getattr(torch.ops.aten, op)
+    args = (output_size, input_size) + (None,) * (3 if op.endswith("3d_backward") else 2)
+    expected = fn(g, *args)
+    actual = fn(g.to("neuron"), *args).cpu()
+    assert torch.equal(actual, expected), (actual - expected).abs().max()
+
+
 def test_upsample_backward_other_forms():
     f32 = torch.float32
     for fn, shape in [(lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear", align_corners=True), (2, 3, 5, 7)),

@@ -268,8 +268,59 @@ def _resample(nc, scratch, out5, x5, axes: dict) -> None:
         _copy_cast(nc, out5, cur)
 
 
+def _nearest_targets(nc, r0: int, p: int, axes: dict):
+    """[p, 1] int64: the flat input element (outer, i_D, i_H, i_W) each of the output elements [r0, r0 + p) (flat,
+    C order over the resampled trailing axes ``axes``) reads, each axis by its nearest rule (``_source_taps``)."""
+    r = nc.sbuf_tile((p, 1), I64)
+    nc.gpsimd.iota(r, base=r0, partition_step=1, free_step=0)
+    target = nc.sbuf_tile((p, 1), I64)
+    nc.vector.memset(target, 0)
+    stride = 1
+    for axis in sorted(axes, reverse=True):  # innermost first
+        ax = axes[axis]
+        o = nc.sbuf_tile((p, 1), I64)
+        nc.vector.tensor_scalar(o, r, "remainder", ax.O)
+        nc.vector.tensor_scalar(r, r, "floor_divide", ax.O)
+        ((i, _),) = _source_taps(nc, o, ax, p)
+        nc.vector.scalar_tensor_tensor(target, i, "multiply", stride, "add", target)
+        stride *= ax.I
+    nc.vector.scalar_tensor_tensor(target, r, "multiply", stride, "add", target)  # r is now the outer index
+    return target
+
+
+def _nearest_backward(nc, scratch, gi5, go5, axes: dict) -> None:
+    """Nearest's adjoint as one scatter: every output element's gradient added, in C order, to the input element
+    it read (``store_rows(in_order=True)``: one add per element, rounded each time), as CPU's
+    ``cpu_upsample_nearest_backward`` (and its channels-last form) adds them, element by element in (od, oh, ow)
+    order, into grad_input (an fp32 buffer for bfloat16/float16). Two separable stages (H's sums, then W's) group
+    the terms otherwise where both axes gather several (a (2, 512) gradient into (3, 1): 192 ULP)."""
+    flat_out = _rows2d(go5, 4)
+    if flat_out is None:
+        flat_out = scratch.new(go5.shape, go5.dtype)
+        _copy_cast(nc, flat_out, go5)
+        flat_out = _rows2d(flat_out, 4)
+    acc = scratch.new(gi5.shape, FP32)
+    _fill(nc, acc, 0.0)
+    table = _rows2d(acc, 4)
+    for r0 in range(0, flat_out.shape[0], P):
+        p = min(P, flat_out.shape[0] - r0)
+        mark = nc.mark()
+        target = _nearest_targets(nc, r0, p, axes)
+        g = nc.sbuf_tile((p, 1), go5.dtype)
+        nc.dma.load(g, flat_out[r0:r0 + p])
+        t = nc.sbuf_tile((p, 1), FP32)
+        nc.vector.tensor_copy(t, g)
+        nc.dma.store_rows(table, target, t, accumulate=True, in_order=True)
+        nc.release_to(mark)
+    _copy_cast(nc, gi5, acc)
+
+
 def _resample_backward(nc, scratch, gi5, go5, axes: dict) -> None:
-    """Adjoint of _resample: stages in reverse order, each scattering into a zeroed fp32 table."""
+    """Adjoint of _resample: stages in reverse order, each scattering into a zeroed fp32 table (nearest: one
+    scatter in CPU's order, ``_nearest_backward``)."""
+    if all(ax.kind in ("nearest", "nearest_exact") for ax in axes.values()):
+        _nearest_backward(nc, scratch, gi5, go5, axes)
+        return
     order = sorted(axes)  # outermost first (reverse of the forward)
     cur = go5
     if order and _rows2d(cur, order[0]) is None:
