@@ -315,11 +315,83 @@ def _nearest_backward(nc, scratch, gi5, go5, axes: dict) -> None:
     _copy_cast(nc, gi5, acc)
 
 
+def _pick(nc, choice, options: list, dtype):
+    """[p, 1] = options[k] where ``choice`` (int64 [p, 1]) is k: sum_k (choice == k) * options[k], exact (a weight
+    or index times 1 or 0)."""
+    p = choice.partitions
+    picked = None
+    for k, opt in enumerate(options):
+        hit = nc.sbuf_tile((p, 1), dtype)
+        nc.vector.tensor_scalar(hit, choice, "equal", k, dtype=dtype)
+        if picked is None:
+            picked = nc.sbuf_tile((p, 1), dtype)
+            nc.vector.tensor_tensor(picked, hit, opt, "multiply", dtype=dtype)
+        else:
+            term = nc.sbuf_tile((p, 1), dtype)
+            nc.vector.tensor_tensor(term, hit, opt, "multiply", dtype=dtype)
+            nc.vector.tensor_tensor(picked, picked, term, "add", dtype=dtype)
+    return picked
+
+
+def _cubic_backward(nc, scratch, gi5, go5, axes: dict) -> None:
+    """Bicubic's adjoint as CPU's ``upsample_bicubic2d_backward_out_frame`` forms it: per output element in C order,
+    its 16 taps, x tap ii outer and y tap jj inner, each ``(g * wy[jj]) * wx[ii]`` added (rounded each time, fp32)
+    to the clamped input element, as one in-order scatter whose rows are (element, ii, jj) (8 elements a tile). Two
+    separable stages (H's weighted sums, then W's) group the terms otherwise: near overflow other positions end
+    +inf, -inf or NaN (designed case upsample_bicubic2d_backward-float32-near_overflow-contiguous-128)."""
+    (h_axis, ax_h), (w_axis, ax_w) = sorted(axes.items())
+    flat_out = _rows2d(go5, 4)
+    if flat_out is None:
+        flat_out = scratch.new(go5.shape, go5.dtype)
+        _copy_cast(nc, flat_out, go5)
+        flat_out = _rows2d(flat_out, 4)
+    acc = scratch.new(gi5.shape, FP32)
+    _fill(nc, acc, 0.0)
+    table = _rows2d(acc, 4)
+    rows = flat_out.shape[0] * 16
+    for r0 in range(0, rows, P):
+        p = min(P, rows - r0)
+        mark = nc.mark()
+        r = nc.sbuf_tile((p, 1), I64)
+        nc.gpsimd.iota(r, base=r0, partition_step=1, free_step=0)
+        parts = {}
+        for name, op, k in (("tap", "remainder", 16), ("e", "floor_divide", 16)):
+            parts[name] = nc.sbuf_tile((p, 1), I64)
+            nc.vector.tensor_scalar(parts[name], r, op, k)
+        ii, jj = nc.sbuf_tile((p, 1), I64), nc.sbuf_tile((p, 1), I64)
+        nc.vector.tensor_scalar(ii, parts["tap"], "floor_divide", 4)
+        nc.vector.tensor_scalar(jj, parts["tap"], "remainder", 4)
+        ox, oy, outer = (nc.sbuf_tile((p, 1), I64) for _ in range(3))
+        nc.vector.tensor_scalar(ox, parts["e"], "remainder", ax_w.O)
+        nc.vector.tensor_scalar(outer, parts["e"], "floor_divide", ax_w.O)
+        nc.vector.tensor_scalar(oy, outer, "remainder", ax_h.O)
+        nc.vector.tensor_scalar(outer, outer, "floor_divide", ax_h.O)
+        taps_x, taps_y = _source_taps(nc, ox, ax_w, p), _source_taps(nc, oy, ax_h, p)
+        wx = _pick(nc, ii, [w for _, w in taps_x], FP32)
+        wy = _pick(nc, jj, [w for _, w in taps_y], FP32)
+        ix = _pick(nc, ii, [i for i, _ in taps_x], I64)
+        iy = _pick(nc, jj, [i for i, _ in taps_y], I64)
+        target = nc.sbuf_tile((p, 1), I64)
+        nc.vector.scalar_tensor_tensor(target, outer, "multiply", ax_h.I, "add", iy)
+        nc.vector.scalar_tensor_tensor(target, target, "multiply", ax_w.I, "add", ix)
+        g = nc.sbuf_tile((p, 1), go5.dtype)
+        nc.dma.load_rows(g, flat_out, parts["e"])
+        value = nc.sbuf_tile((p, 1), FP32)
+        nc.vector.tensor_tensor(value, g, wy, "multiply", dtype=FP32)
+        nc.vector.tensor_tensor(value, value, wx, "multiply", dtype=FP32)
+        nc.dma.store_rows(table, target, value, accumulate=True, in_order=True)
+        nc.release_to(mark)
+    _copy_cast(nc, gi5, acc)
+
+
 def _resample_backward(nc, scratch, gi5, go5, axes: dict) -> None:
-    """Adjoint of _resample: stages in reverse order, each scattering into a zeroed fp32 table (nearest: one
-    scatter in CPU's order, ``_nearest_backward``)."""
+    """Adjoint of _resample: stages in reverse order, each scattering into a zeroed fp32 table (nearest and
+    bicubic: one scatter in CPU's order, ``_nearest_backward``, ``_cubic_backward``)."""
     if all(ax.kind in ("nearest", "nearest_exact") for ax in axes.values()):
         _nearest_backward(nc, scratch, gi5, go5, axes)
+        return
+    if len(axes) == 2 and all(ax.kind == "cubic" for ax in axes.values()):
+        _cubic_backward(nc, scratch, gi5, go5, axes)
         return
     order = sorted(axes)  # outermost first (reverse of the forward)
     cur = go5
