@@ -7,7 +7,10 @@ per tile), columns along the free axis (``FREE`` per tile). Output row r = (oute
 (outer, i_j(o)) of its taps (1 nearest, 2 linear, 4 cubic) by indirect DMA (row numbers computed on VectorE
 from a GpSimd iota, with CPU's float32 source-index formulas) and blends them with per-partition weights on
 VectorE in CPU's order (t0*w0 + t1*w1 + ...); intermediates of blending stages stay in fp32. The backward
-stage is the adjoint: weighted rows are scattered with DMA accumulate into an fp32 table. Whether CPU takes
+stage is the adjoint: weighted rows are scattered with DMA accumulate into an fp32 table; nearest's and bicubic's
+backward instead scatter every (output element, tap) term in CPU's loop order, one add at a time
+(``_nearest_backward``, ``_cubic_backward``: two separable stages group an input element's terms otherwise,
+which shows in the last place and near overflow). Whether CPU takes
 its vectorized or its generic kernel (``_vectorized_cond``) decides the weights' rounding and nearest's
 index special cases.
 """
