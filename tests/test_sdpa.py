@@ -15,6 +15,7 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend
 
 from device_impl import dispatch, engine
+from device_impl.kernels import cpu_host
 
 FORWARD = "aten::_scaled_dot_product_fused_attention_overrideable"
 BACKWARD = "aten::_scaled_dot_product_fused_attention_overrideable_backward"
@@ -302,3 +303,41 @@ def test_an_overrideable_only_call_runs_though_cpu_has_no_kernel_for_it(layout):
     torch.testing.assert_close(got.detach().cpu(), expected.detach(), **TOL[torch.float32])
     for g_dev, g_cpu in zip(got_grads, expected_grads, strict=True):
         torch.testing.assert_close(g_dev.cpu(), g_cpu, **TOL[torch.float32])
+
+
+def _keyed(keys, layout="contiguous"):
+    """q = 1 (one query, head dim 1, scale 1): the scores are the keys themselves; values 1..n. ``transposed``:
+    the same values with a query whose last dim is not contiguous, for which CPU runs its math path."""
+    n = len(keys)
+    q = torch.ones((1, 1, 1, 1))
+    if layout == "transposed":
+        q = torch.ones((1, 1, 1, 2)).transpose(-1, -2)[..., :1]  # stride 2 in the last dim: CPU's math path
+    k = torch.tensor(keys, dtype=torch.float32).reshape(1, 1, n, 1)
+    v = torch.arange(1, n + 1, dtype=torch.float32).reshape(1, 1, n, 1)
+    return q, k, v
+
+
+@pytest.mark.parametrize("keys, layout", [
+    ([float("nan")], "contiguous"),  # the designed suite's sdpa_backward-float32-near_overflow-contiguous-128
+    ([-float("inf")] * 8 + [float("nan")], "contiguous"),  # a NaN in CPU's scalar tail: never started, 0
+    ([-float("inf")] * 7 + [float("nan")], "contiguous"),  # in its vector part: NaN
+    ([1.0] * 8 + [float("nan")], "contiguous"),  # a started row's NaN tail score: NaN
+    ([-float("inf")] * 3, "contiguous"),  # every key masked: 0, logsumexp 0
+    ([float("nan")], "transposed"),  # CPU's math path: NaN
+], ids=str)
+def test_nan_scores_follow_cpus_kernel(keys, layout):
+    """A row's NaN scores give what CPU's kernel for the call gives: its flash forward (contiguous inputs) skips a
+    NaN among the last S % w keys in its row max (cpu_host.sdpa_flash_vector), and a row whose max stays -inf
+    has probabilities 0, output 0 * V and logsumexp 0; its math path keeps the NaN. Before, the device kept
+    every NaN (NaN where CPU's flash gives 0) and gave logsumexp -inf to rows never started."""
+    assert cpu_host.sdpa_flash_vector() == 8 or len(keys) < 8  # the cases' tail lengths assume w = 8 (AVX2, DEFAULT)
+    q, k, v = _keyed(keys, layout)
+    expected = F.scaled_dot_product_attention(q, k, v, scale=1.0)
+    actual = F.scaled_dot_product_attention(q.to("neuron"), k.to("neuron"), v.to("neuron"), scale=1.0).cpu()
+    torch.testing.assert_close(actual, expected, equal_nan=True, rtol=0, atol=0)
+    assert torch.equal(actual.signbit(), expected.signbit())
+    if layout == "contiguous":
+        _, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, False, scale=1.0)
+        dev = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
+            q.to("neuron"), k.to("neuron"), v.to("neuron"), None, 0.0, False, scale=1.0)[1].cpu()
+        torch.testing.assert_close(dev, lse, equal_nan=True, rtol=0, atol=0)

@@ -118,6 +118,11 @@ class _Problem:
             self.mask_kind = "bool" if mask.dtype == BOOL else "float"
         self.n_q = -(-self.L // Q_TILE)
         self.n_k = -(-self.S // K_TILE)
+        # CPU's flash forward (where CPU runs it for this call: ``_forward`` sets these): its row max skips a NaN
+        # among the sequence's last ``flash_tail`` keys (its scalar tail), and a row whose max stays -inf (never
+        # started) has probabilities 0, output 0 * V and logsumexp 0 (``flash_lse``); see ``_row_max``
+        self.flash_tail = 0
+        self.flash_lse = False
 
     def _four(self, a: np.ndarray) -> np.ndarray:
         return a[None] if self.three_d else a
@@ -254,6 +259,39 @@ def _scores(nc, pb: _Problem, qT: list, kT: list, b: int, h: int, l0: int, l1: i
     return s
 
 
+def _row_max(nc, pb: _Problem, out, s, s1: int) -> int:
+    """out [lq, 1] = the row max of score block ``s`` (keys up to ``s1``); returns how many of its last keys are
+    CPU's flash tail (``pb.flash_tail`` in the sequence's last block, else 0).
+
+    VectorE's max keeps a NaN. CPU's flash forward takes its vector part's max so, but its scalar tail's with
+    ``std::max``, which skips a NaN: so the tail's max is taken of ``fmax(tail, -inf)`` (NaN -> -inf) and joined
+    with the rest's by a max that keeps the rest's NaN. A NaN tail score of a started row still gives NaN
+    probabilities (exp(NaN - m)), as CPU's."""
+    t = pb.flash_tail if s1 == pb.S else 0
+    if not t:
+        nc.vector.tensor_reduce(out, s, "maximum")
+        return 0
+    lq, sk = s.partitions, s.free
+    tail = nc.sbuf_tile((lq, t), FP32)
+    nc.vector.tensor_scalar(tail, s[:, sk - t:], "fmax", -np.inf)
+    if sk == t:
+        nc.vector.tensor_reduce(out, tail, "maximum")
+        return t
+    tail_max = nc.sbuf_tile((lq, 1), FP32)
+    nc.vector.tensor_reduce(tail_max, tail, "maximum")
+    nc.vector.tensor_reduce(out, s[:, :sk - t], "maximum")
+    nc.vector.tensor_tensor(out, out, tail_max, "maximum")
+    return t
+
+
+def _started(nc, m) -> Any:
+    """[lq, 1] 1.0 where the row max ``m`` is not -inf (CPU's flash started the row; NaN counts as started, as
+    CPU's ``max == -inf`` test reads it), else 0.0."""
+    started = nc.sbuf_tile((m.partitions, 1), FP32)
+    nc.vector.tensor_scalar(started, m, "not_equal", -np.inf, dtype=FP32)
+    return started
+
+
 def _dropout_keep(nc, pb: _Problem, seed: int, offset: int, lq: int, sk: int, b: int, h: int, i: int, j: int):
     """1.0 where the block's element is kept, 0.0 where dropped (fp32 [lq, sk])."""
     u = nc.sbuf_tile((Q_TILE, K_TILE), FP32)
@@ -264,8 +302,13 @@ def _dropout_keep(nc, pb: _Problem, seed: int, offset: int, lq: int, sk: int, b:
 
 
 def _constants(nc, pb: _Problem) -> dict:
-    """Tiles every block reads, made once per launch: -inf (a bool mask selects it; only then is it made)."""
+    """Tiles every block reads, made once per launch: -inf (a bool mask selects it; only then is it made); 0.0
+    (CPU's flash rule selects it for rows never started: ``_started``)."""
     consts = {}
+    if pb.flash_tail or pb.flash_lse:
+        zero = nc.sbuf_tile((Q_TILE, max(pb.flash_tail, 1)), FP32, "zero")
+        nc.vector.memset(zero, 0.0)
+        consts["zero"] = zero
     if pb.mask_kind == "bool":
         neg_inf = nc.sbuf_tile((Q_TILE, K_TILE), FP32, "neg_inf")
         nc.vector.memset(neg_inf, -np.inf)
@@ -592,7 +635,7 @@ def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: in
         # block max, alpha = exp(-inf) = 0, so l = block sum and acc = 0 + P V (as below, without
         # the rescaling: the same values, fewer instructions)
         block_max = m if first else nc.sbuf_tile((lq, 1), FP32)
-        nc.vector.tensor_reduce(block_max, s, "maximum")
+        tail = _row_max(nc, pb, block_max, s, s1)
         m_new = m if first else nc.sbuf_tile((lq, 1), FP32)
         if not first:
             nc.vector.tensor_tensor(m_new, m, block_max, "maximum")
@@ -610,6 +653,11 @@ def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: in
             nc.vector.tensor_tensor(row_sum, row_sum, alpha, "multiply")
             nc.vector.tensor_tensor(row_sum, row_sum, block_sum, "add")
             nc.vector.tensor_copy(m, m_new)
+        if tail:  # CPU's flash never started a row whose max is -inf here (the sequence's last block): its
+            # probabilities are 0, NaN tail scores' included (exp(NaN + FLT_MAX) gave NaN), and its sum 0
+            started = _started(nc, m_new)
+            nc.vector.select(p[:, sk - tail:], started, p[:, sk - tail:], consts["zero"][:lq, :tail])
+            nc.vector.select(row_sum, started, row_sum, consts["zero"][:lq, :1])
         if pb.dropout > 0:
             keep = _dropout_keep(nc, pb, seed, offset, lq, sk, b, h, i, j)
             if dm4 is not None:
@@ -653,6 +701,8 @@ def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: in
         log_l = nc.sbuf_tile((lq, 1), FP32)
         nc.scalar.activation(log_l, row_sum, "log")
         nc.vector.tensor_tensor(log_l, log_l, m, "add")
+        if pb.flash_lse:  # CPU's flash gives a row never started max 0 and sum 1: logsumexp 0, not -inf
+            nc.vector.select(log_l, _started(nc, m), log_l, consts["zero"][:lq, :1])
         nc.dma.store(lse3[b, h, l0:l1, None], log_l)
     nc.release_to(block)
     kv.done(b, hk)
@@ -661,6 +711,11 @@ def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: in
 def _forward(a: dict) -> tuple:
     query, key, value, bias = a["query"], a["key"], a["value"], a["attn_bias"]
     pb = _problem(query, key, value, bias, a["dropout_p"], a["is_causal"], a["scale"])
+    if cpu_host.sdpa_runs_flash(query, key, value, bias, a["dropout_p"], a["is_causal"], a["scale"]):
+        # CPU runs its flash kernel for these layouts (contiguous inputs): its row max and never-started rows
+        # (with a mask its max keeps every NaN: no tail rule)
+        pb.flash_lse = True
+        pb.flash_tail = pb.S % cpu_host.sdpa_flash_vector() if bias is None else 0
     out_shape = tuple(query.shape[:-1]) + (pb.Ev,)
     # laid out as CPU's sdpa lays its output out for these arguments (its flash kernel's (B, L, H, E) transposed,
     # or its math path's matmul layout: cpu_host.sdpa_layouts), else as the query (CUDA's matching layout)

@@ -559,12 +559,65 @@ def sdpa_layouts(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, at
                          _layout_key(grad_out), flags)
 
 
+def sdpa_runs_flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
+                    dropout_p: float, is_causal: bool, scale: float | None) -> bool:
+    """Whether CPU's ``F.scaled_dot_product_attention`` runs its flash kernel for these arguments' layouts on this
+    host, now (``torch._fused_sdp_choice``, as ``sdpa_layouts`` asks it; False where CPU runs the math composite or
+    has no kernel). Its flash forward has its own row max near NaN (``sdpa_flash_vector``)."""
+    flags = (torch.backends.cuda.flash_sdp_enabled(), torch.backends.cuda.math_sdp_enabled(),
+             torch.backends.cuda.mem_efficient_sdp_enabled())
+    if not flags[0]:
+        return False
+    from torch.nn.attention import SDPBackend
+    return _sdpa_choice(_layout_key(query), _layout_key(key), _layout_key(value), _layout_key(attn_mask),
+                        float(dropout_p), bool(is_causal), None if scale is None else float(scale),
+                        flags) == SDPBackend.FLASH_ATTENTION.value
+
+
+def _sdpa_proxy(key):
+    return None if key is None else torch.empty_strided(key[0], key[1], dtype=key[2], device="cpu")
+
+
+@functools.lru_cache(maxsize=512)
+def _sdpa_choice(q, k, v, mask, dropout_p, is_causal, scale, _flags) -> int | None:
+    """``torch._fused_sdp_choice`` on never-written CPU proxies of these layouts; None where CPU has no kernel."""
+    gqa = len(q[0]) >= 3 and len(k[0]) >= 3 and q[0][-3] != k[0][-3]
+    with _disable_current_modes():
+        try:
+            return torch._fused_sdp_choice(_sdpa_proxy(q), _sdpa_proxy(k), _sdpa_proxy(v), _sdpa_proxy(mask), dropout_p, is_causal,
+                                           scale=scale, enable_gqa=gqa)
+        except RuntimeError:  # math off and flash refusing these arguments: CPU has no kernel for them
+            return None
+
+
+@functools.cache
+def sdpa_flash_vector() -> int:
+    """The vector width w of CPU's flash attention forward's row max without a mask, asked of it.
+
+    Its row max over a block of keys (``_mul_reduce_max_fusion_kernel``) takes the vector part's max with
+    ``vec::maximum`` (a NaN kept) and the block's last ``size % w`` keys in a scalar loop, ``std::max(max, x)``,
+    which skips a NaN x. A row whose max stays -inf is never started: its probabilities are 0 (its NaN scores
+    with them), its output 0 * V and its logsumexp 0. So keys [-inf, ..., -inf, NaN] give 0 where the NaN is a
+    tail key (n % w != 0) and NaN where it is in the vector part: w is the least n giving NaN (1: no key skips a
+    NaN, where none up to 64 does). The key blocks (512) are multiples of w, so the tail is the sequence's last
+    ``S % w`` keys whatever they are."""
+    def nan_out(n: int) -> bool:
+        q = torch.ones((1, 1, 1, 1))
+        k = torch.full((1, 1, n, 1), -float("inf"))
+        k[0, 0, -1, 0] = float("nan")
+        o, _ = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, torch.ones((1, 1, n, 1)), 0.0,
+                                                                            False, scale=1.0)
+        return bool(torch.isnan(o).all())
+
+    with _disable_current_modes():
+        return next((n for n in range(1, 65) if nan_out(n)), 1)
+
+
 @functools.lru_cache(maxsize=512)
 def _sdpa_layouts(q, k, v, mask, dropout_p, is_causal, scale, grad, _flags):
     from torch.nn.attention import SDPBackend
 
-    def proxy(key):
-        return None if key is None else torch.empty_strided(key[0], key[1], dtype=key[2], device="cpu")
+    proxy = _sdpa_proxy
 
     def meta(key, requires_grad=False):
         if key is None:
@@ -573,12 +626,10 @@ def _sdpa_layouts(q, k, v, mask, dropout_p, is_causal, scale, grad, _flags):
         return m.requires_grad_(True) if requires_grad else m
 
     gqa = len(q[0]) >= 3 and len(k[0]) >= 3 and q[0][-3] != k[0][-3]
+    choice = _sdpa_choice(q, k, v, mask, dropout_p, is_causal, scale, _flags)
+    if choice is None:
+        return None, None
     with _disable_current_modes():
-        try:
-            choice = torch._fused_sdp_choice(proxy(q), proxy(k), proxy(v), proxy(mask), dropout_p, is_causal,
-                                             scale=scale, enable_gqa=gqa)
-        except RuntimeError:  # math off and flash refusing these arguments: CPU has no kernel for them
-            return None, None
         mq, mk, mv = (meta(t, True) for t in (q, k, v))
         mm = meta(mask)
         if choice == SDPBackend.FLASH_ATTENTION.value:

@@ -793,6 +793,46 @@ def test_upsample2d_backward(mode, how):
           tol=SEPARABLE_TOL[f32])
 
 
+@pytest.mark.parametrize("op, grad_shape, output_size, input_size, dtype", [
+    ("_upsample_nearest_exact2d_backward", (1, 1, 2, 512), (2, 512), (1, 1, 3, 1), torch.float32),  # 512 into 1
+    ("upsample_nearest2d_backward", (2, 3, 9, 10), (9, 10), (2, 3, 4, 3), torch.float32),  # both axes gather
+    ("_upsample_nearest_exact3d_backward", (1, 2, 5, 6, 70), (5, 6, 70), (1, 2, 2, 3, 4), torch.float32),
+    ("upsample_nearest2d_backward", (2, 3, 9, 10), (9, 10), (2, 3, 4, 3), torch.bfloat16),
+], ids=str)
+def test_upsample_nearest_backward_cpu_order(op, grad_shape, output_size, input_size, dtype):
+    """Nearest's gradient is CPU's bits: each input element's terms added one by one in (od, oh, ow) order, as
+    cpu_upsample_nearest_backward adds them (two separable stages summed H's terms first: 192 ULP off on the
+    first case, the designed suite's upsample_nearest_exact2d_backward-float32-tails-offset-512)."""
+    g = (torch.rand(grad_shape, generator=torch.Generator().manual_seed(3), dtype=torch.float64) * 80 - 40).to(dtype)
+    fn = getattr(torch.ops.aten, op)
+    args = (output_size, input_size) + (None,) * (3 if op.endswith("3d_backward") else 2)
+    expected = fn(g, *args)
+    actual = fn(g.to("neuron"), *args).cpu()
+    assert torch.equal(actual, expected), (actual - expected).abs().max()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("input_size, align, scales", [
+    ((1, 1, 2, 107), True, (None, None)),  # the designed case's sizes (2, 128) -> (2, 107)
+    ((2, 3, 5, 4), False, (None, None)),
+    ((2, 3, 20, 30), False, (None, None)),  # upsampling in the backward's sense: several taps clamp together
+    ((2, 3, 5, 4), False, (1.7, 2.6)),
+], ids=str)
+def test_upsample_bicubic_backward_cpu_order(dtype, input_size, align, scales):
+    """Bicubic's gradient is CPU's bits: per output element its 16 taps, (g * wy) * wx added one by one (x tap
+    outer) as upsample_bicubic2d_backward_out_frame adds them; near overflow the same positions end +inf, -inf or
+    NaN (the two separable stages gave 'infinities differ' on upsample_bicubic2d_backward-float32-near_overflow-
+    contiguous-128 and rounded off by an ULP elsewhere)."""
+    out_size = (9, 11) if input_size[2] != 2 else (2, 128)
+    g = torch.randn(input_size[:2] + out_size, generator=torch.Generator().manual_seed(4)).to(dtype)
+    if input_size[2] == 2:
+        g = g * 1.7e38  # near overflow: the sums overflow on the way
+    expected = torch.ops.aten.upsample_bicubic2d_backward(g, out_size, input_size, align, *scales)
+    actual = torch.ops.aten.upsample_bicubic2d_backward(g.to("neuron"), out_size, input_size, align, *scales).cpu()
+    assert torch.equal(actual.isnan(), expected.isnan())
+    assert torch.equal(actual.nan_to_num(), expected.nan_to_num()), (actual - expected).abs().max()
+
+
 def test_upsample_backward_other_forms():
     f32 = torch.float32
     for fn, shape in [(lambda x: F.interpolate(x, scale_factor=1.7, mode="bilinear", align_corners=True), (2, 3, 5, 7)),

@@ -7,7 +7,10 @@ per tile), columns along the free axis (``FREE`` per tile). Output row r = (oute
 (outer, i_j(o)) of its taps (1 nearest, 2 linear, 4 cubic) by indirect DMA (row numbers computed on VectorE
 from a GpSimd iota, with CPU's float32 source-index formulas) and blends them with per-partition weights on
 VectorE in CPU's order (t0*w0 + t1*w1 + ...); intermediates of blending stages stay in fp32. The backward
-stage is the adjoint: weighted rows are scattered with DMA accumulate into an fp32 table. Whether CPU takes
+stage is the adjoint: weighted rows are scattered with DMA accumulate into an fp32 table; nearest's and bicubic's
+backward instead scatter every (output element, tap) term in CPU's loop order, one add at a time
+(``_nearest_backward``, ``_cubic_backward``: two separable stages group an input element's terms otherwise,
+which shows in the last place and near overflow). Whether CPU takes
 its vectorized or its generic kernel (``_vectorized_cond``) decides the weights' rounding and nearest's
 index special cases.
 """
@@ -364,8 +367,131 @@ def _resample(nc, scratch, out5, x5, axes: dict, combined: bool = False) -> None
         _copy_cast(nc, out5, cur)
 
 
+def _nearest_targets(nc, r0: int, p: int, axes: dict):
+    """[p, 1] int64: the flat input element (outer, i_D, i_H, i_W) each of the output elements [r0, r0 + p) (flat,
+    C order over the resampled trailing axes ``axes``) reads, each axis by its nearest rule (``_source_taps``)."""
+    r = nc.sbuf_tile((p, 1), I64)
+    nc.gpsimd.iota(r, base=r0, partition_step=1, free_step=0)
+    target = nc.sbuf_tile((p, 1), I64)
+    nc.vector.memset(target, 0)
+    stride = 1
+    for axis in sorted(axes, reverse=True):  # innermost first
+        ax = axes[axis]
+        o = nc.sbuf_tile((p, 1), I64)
+        nc.vector.tensor_scalar(o, r, "remainder", ax.O)
+        nc.vector.tensor_scalar(r, r, "floor_divide", ax.O)
+        ((i, _),) = _source_taps(nc, o, ax, p)
+        nc.vector.scalar_tensor_tensor(target, i, "multiply", stride, "add", target)
+        stride *= ax.I
+    nc.vector.scalar_tensor_tensor(target, r, "multiply", stride, "add", target)  # r is now the outer index
+    return target
+
+
+def _nearest_backward(nc, scratch, gi5, go5, axes: dict) -> None:
+    """Nearest's adjoint as one scatter: every output element's gradient added, in C order, to the input element
+    it read (``store_rows(in_order=True)``: one add per element, rounded each time), as CPU's
+    ``cpu_upsample_nearest_backward`` (and its channels-last form) adds them, element by element in (od, oh, ow)
+    order, into grad_input (an fp32 buffer for bfloat16/float16). Two separable stages (H's sums, then W's) group
+    the terms otherwise where both axes gather several (a (2, 512) gradient into (3, 1): 192 ULP)."""
+    flat_out = _rows2d(go5, 4)
+    if flat_out is None:
+        flat_out = scratch.new(go5.shape, go5.dtype)
+        _copy_cast(nc, flat_out, go5)
+        flat_out = _rows2d(flat_out, 4)
+    acc = scratch.new(gi5.shape, FP32)
+    _fill(nc, acc, 0.0)
+    table = _rows2d(acc, 4)
+    for r0 in range(0, flat_out.shape[0], P):
+        p = min(P, flat_out.shape[0] - r0)
+        mark = nc.mark()
+        target = _nearest_targets(nc, r0, p, axes)
+        g = nc.sbuf_tile((p, 1), go5.dtype)
+        nc.dma.load(g, flat_out[r0:r0 + p])
+        t = nc.sbuf_tile((p, 1), FP32)
+        nc.vector.tensor_copy(t, g)
+        nc.dma.store_rows(table, target, t, accumulate=True, in_order=True)
+        nc.release_to(mark)
+    _copy_cast(nc, gi5, acc)
+
+
+def _pick(nc, choice, options: list, dtype):
+    """[p, 1] = options[k] where ``choice`` (int64 [p, 1]) is k: sum_k (choice == k) * options[k], exact (a weight
+    or index times 1 or 0)."""
+    p = choice.partitions
+    picked = None
+    for k, opt in enumerate(options):
+        hit = nc.sbuf_tile((p, 1), dtype)
+        nc.vector.tensor_scalar(hit, choice, "equal", k, dtype=dtype)
+        if picked is None:
+            picked = nc.sbuf_tile((p, 1), dtype)
+            nc.vector.tensor_tensor(picked, hit, opt, "multiply", dtype=dtype)
+        else:
+            term = nc.sbuf_tile((p, 1), dtype)
+            nc.vector.tensor_tensor(term, hit, opt, "multiply", dtype=dtype)
+            nc.vector.tensor_tensor(picked, picked, term, "add", dtype=dtype)
+    return picked
+
+
+def _cubic_backward(nc, scratch, gi5, go5, axes: dict) -> None:
+    """Bicubic's adjoint as CPU's ``upsample_bicubic2d_backward_out_frame`` forms it: per output element in C order,
+    its 16 taps, x tap ii outer and y tap jj inner, each ``(g * wy[jj]) * wx[ii]`` added (rounded each time, fp32)
+    to the clamped input element, as one in-order scatter whose rows are (element, ii, jj) (8 elements a tile). Two
+    separable stages (H's weighted sums, then W's) group the terms otherwise: near overflow other positions end
+    +inf, -inf or NaN (designed case upsample_bicubic2d_backward-float32-near_overflow-contiguous-128)."""
+    (h_axis, ax_h), (w_axis, ax_w) = sorted(axes.items())
+    flat_out = _rows2d(go5, 4)
+    if flat_out is None:
+        flat_out = scratch.new(go5.shape, go5.dtype)
+        _copy_cast(nc, flat_out, go5)
+        flat_out = _rows2d(flat_out, 4)
+    acc = scratch.new(gi5.shape, FP32)
+    _fill(nc, acc, 0.0)
+    table = _rows2d(acc, 4)
+    rows = flat_out.shape[0] * 16
+    for r0 in range(0, rows, P):
+        p = min(P, rows - r0)
+        mark = nc.mark()
+        r = nc.sbuf_tile((p, 1), I64)
+        nc.gpsimd.iota(r, base=r0, partition_step=1, free_step=0)
+        parts = {}
+        for name, op, k in (("tap", "remainder", 16), ("e", "floor_divide", 16)):
+            parts[name] = nc.sbuf_tile((p, 1), I64)
+            nc.vector.tensor_scalar(parts[name], r, op, k)
+        ii, jj = nc.sbuf_tile((p, 1), I64), nc.sbuf_tile((p, 1), I64)
+        nc.vector.tensor_scalar(ii, parts["tap"], "floor_divide", 4)
+        nc.vector.tensor_scalar(jj, parts["tap"], "remainder", 4)
+        ox, oy, outer = (nc.sbuf_tile((p, 1), I64) for _ in range(3))
+        nc.vector.tensor_scalar(ox, parts["e"], "remainder", ax_w.O)
+        nc.vector.tensor_scalar(outer, parts["e"], "floor_divide", ax_w.O)
+        nc.vector.tensor_scalar(oy, outer, "remainder", ax_h.O)
+        nc.vector.tensor_scalar(outer, outer, "floor_divide", ax_h.O)
+        taps_x, taps_y = _source_taps(nc, ox, ax_w, p), _source_taps(nc, oy, ax_h, p)
+        wx = _pick(nc, ii, [w for _, w in taps_x], FP32)
+        wy = _pick(nc, jj, [w for _, w in taps_y], FP32)
+        ix = _pick(nc, ii, [i for i, _ in taps_x], I64)
+        iy = _pick(nc, jj, [i for i, _ in taps_y], I64)
+        target = nc.sbuf_tile((p, 1), I64)
+        nc.vector.scalar_tensor_tensor(target, outer, "multiply", ax_h.I, "add", iy)
+        nc.vector.scalar_tensor_tensor(target, target, "multiply", ax_w.I, "add", ix)
+        g = nc.sbuf_tile((p, 1), go5.dtype)
+        nc.dma.load_rows(g, flat_out, parts["e"])
+        value = nc.sbuf_tile((p, 1), FP32)
+        nc.vector.tensor_tensor(value, g, wy, "multiply", dtype=FP32)
+        nc.vector.tensor_tensor(value, value, wx, "multiply", dtype=FP32)
+        nc.dma.store_rows(table, target, value, accumulate=True, in_order=True)
+        nc.release_to(mark)
+    _copy_cast(nc, gi5, acc)
+
+
 def _resample_backward(nc, scratch, gi5, go5, axes: dict) -> None:
-    """Adjoint of _resample: stages in reverse order, each scattering into a zeroed fp32 table."""
+    """Adjoint of _resample: stages in reverse order, each scattering into a zeroed fp32 table (nearest and
+    bicubic: one scatter in CPU's order, ``_nearest_backward``, ``_cubic_backward``)."""
+    if all(ax.kind in ("nearest", "nearest_exact") for ax in axes.values()):
+        _nearest_backward(nc, scratch, gi5, go5, axes)
+        return
+    if len(axes) == 2 and all(ax.kind == "cubic" for ax in axes.values()):
+        _cubic_backward(nc, scratch, gi5, go5, axes)
+        return
     order = sorted(axes)  # outermost first (reverse of the forward)
     cur = go5
     if order and _rows2d(cur, order[0]) is None:
