@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from device_impl.dispatch.table import TABLE
-from device_impl.engine import launch
+from device_impl.engine import Tile, launch
 from device_impl.engine.dtypes import FP32
 from device_impl.kernels.common import FLOAT_DTYPES, check_out, hbm
 from device_impl.kernels.spatial.tiles import FREE, I64, P, _Scratch, _copy_cast, _fill, _meta, _to5d
@@ -194,58 +194,61 @@ def _row_plan(nc, r0, p, ax: _Axis):
     return rows
 
 
-def _resample_stage(nc, dst2d, src2d, ax: _Axis) -> None:
-    rows, cols = dst2d.shape
+def _tap_blocks(nc, rows: int, cols: int, ax: _Axis):
+    """A 2-d stage's [P, FREE] blocks: yields (r0, p, taps, c0, c1), each row block's taps (``_row_plan``) made
+    once for its column blocks; a block's tiles are released after it, the taps after their rows."""
     for r0 in range(0, rows, P):
         p = min(P, rows - r0)
         mark = nc.mark()
         taps = _row_plan(nc, r0, p, ax)
         for c0 in range(0, cols, FREE):
-            c1 = min(cols, c0 + FREE)
             m = nc.mark()
-            acc = None
-            for row, wt in taps:
-                a = nc.sbuf_tile((p, c1 - c0), src2d.dtype)
-                nc.dma.load_rows(a, src2d[:, c0:c1], row)
-                if wt is None:
-                    acc = a
-                    break
-                t = nc.sbuf_tile((p, c1 - c0), FP32)
-                nc.vector.tensor_tensor(t, a, wt, "multiply", dtype=FP32)
-                if acc is None:
-                    acc = t
-                else:
-                    nc.vector.tensor_tensor(acc, acc, t, "add", dtype=FP32)
-            res = acc
-            if acc.dtype != dst2d.dtype:
-                res = nc.sbuf_tile((p, c1 - c0), dst2d.dtype)
-                nc.vector.tensor_copy(res, acc)
-            nc.dma.store(dst2d[r0:r0 + p, c0:c1], res)
+            yield r0, p, taps, c0, min(cols, c0 + FREE)
             nc.release_to(m)
         nc.release_to(mark)
+
+
+def _store_as(nc, dst: np.ndarray, acc: Tile) -> None:
+    """Store a block's sum, rounded once to ``dst``'s dtype where it is not the sum's."""
+    res = acc
+    if acc.dtype != dst.dtype:
+        res = nc.sbuf_tile(acc.shape, dst.dtype)
+        nc.vector.tensor_copy(res, acc)
+    nc.dma.store(dst, res)
+
+
+def _resample_stage(nc, dst2d, src2d, ax: _Axis) -> None:
+    rows, cols = dst2d.shape
+    for r0, p, taps, c0, c1 in _tap_blocks(nc, rows, cols, ax):
+        acc = None
+        for row, wt in taps:
+            a = nc.sbuf_tile((p, c1 - c0), src2d.dtype)
+            nc.dma.load_rows(a, src2d[:, c0:c1], row)
+            if wt is None:
+                acc = a
+                break
+            t = nc.sbuf_tile((p, c1 - c0), FP32)
+            nc.vector.tensor_tensor(t, a, wt, "multiply", dtype=FP32)
+            if acc is None:
+                acc = t
+            else:
+                nc.vector.tensor_tensor(acc, acc, t, "add", dtype=FP32)
+        _store_as(nc, dst2d[r0:r0 + p, c0:c1], acc)
 
 
 def _resample_stage_backward(nc, acc2d, g2d, ax: _Axis) -> None:
     """acc2d[(outer, i)] += sum over taps (o -> i) of weight * g2d[(outer, o)] (DMA accumulate)."""
     rows, cols = g2d.shape
-    for r0 in range(0, rows, P):
-        p = min(P, rows - r0)
-        mark = nc.mark()
-        taps = _row_plan(nc, r0, p, ax)
-        for c0 in range(0, cols, FREE):
-            c1 = min(cols, c0 + FREE)
-            m = nc.mark()
-            g = nc.sbuf_tile((p, c1 - c0), g2d.dtype)
-            nc.dma.load(g, g2d[r0:r0 + p, c0:c1])
-            for row, wt in taps:
-                t = nc.sbuf_tile((p, c1 - c0), FP32)
-                if wt is None:
-                    nc.vector.tensor_copy(t, g)
-                else:
-                    nc.vector.tensor_tensor(t, g, wt, "multiply", dtype=FP32)
-                nc.dma.store_rows(acc2d[:, c0:c1], row, t, accumulate=True)
-            nc.release_to(m)
-        nc.release_to(mark)
+    for r0, p, taps, c0, c1 in _tap_blocks(nc, rows, cols, ax):
+        g = nc.sbuf_tile((p, c1 - c0), g2d.dtype)
+        nc.dma.load(g, g2d[r0:r0 + p, c0:c1])
+        for row, wt in taps:
+            t = nc.sbuf_tile((p, c1 - c0), FP32)
+            if wt is None:
+                nc.vector.tensor_copy(t, g)
+            else:
+                nc.vector.tensor_tensor(t, g, wt, "multiply", dtype=FP32)
+            nc.dma.store_rows(acc2d[:, c0:c1], row, t, accumulate=True)
 
 
 def _gather_stage(nc, dst2d, src2d, ax: _Axis, tap: int) -> None:
@@ -302,40 +305,28 @@ def _bilinear_combined(nc, scratch, out5, x5, ax_h: _Axis, ax_w: _Axis) -> None:
     dst = out5 if _rows2d(out5, 3) is not None else scratch.new(out5.shape, out5.dtype)
     dst2d = _rows2d(dst, 3)
     rows, cols = dst2d.shape
-    for r0 in range(0, rows, P):
-        p = min(P, rows - r0)
-        mark = nc.mark()
-        taps = _row_plan(nc, r0, p, ax_h)
-        for c0 in range(0, cols, FREE):
-            c1 = min(cols, c0 + FREE)
-            m = nc.mark()
-            wb = []
-            for w in wcols:
-                t = nc.sbuf_tile((p, c1 - c0), FP32)
-                nc.dma.load(t, np.broadcast_to(w[c0:c1], (p, c1 - c0)))
-                wb.append(t)
-            acc = nc.sbuf_tile((p, c1 - c0), FP32)
-            first = True
-            for row, ha in taps:
-                for g, wt in zip(gathered, wb):
-                    a = nc.sbuf_tile((p, c1 - c0), g.dtype)
-                    nc.dma.load_rows(a, g[:, c0:c1], row)
-                    weight = nc.sbuf_tile((p, c1 - c0), FP32)
-                    nc.vector.tensor_scalar(weight, wt, "multiply", ha, dtype=FP32)  # h_a * w_b
-                    if first:
-                        nc.vector.tensor_tensor(acc, a, weight, "multiply", dtype=FP32)
-                        first = False
-                    else:
-                        t = nc.sbuf_tile((p, c1 - c0), FP32)
-                        nc.vector.tensor_tensor(t, a, weight, "multiply", dtype=FP32)
-                        nc.vector.tensor_tensor(acc, acc, t, "add", dtype=FP32)
-            res = acc
-            if dst2d.dtype != FP32:
-                res = nc.sbuf_tile((p, c1 - c0), dst2d.dtype)
-                nc.vector.tensor_copy(res, acc)
-            nc.dma.store(dst2d[r0:r0 + p, c0:c1], res)
-            nc.release_to(m)
-        nc.release_to(mark)
+    for r0, p, taps, c0, c1 in _tap_blocks(nc, rows, cols, ax_h):
+        wb = []
+        for w in wcols:
+            t = nc.sbuf_tile((p, c1 - c0), FP32)
+            nc.dma.load(t, np.broadcast_to(w[c0:c1], (p, c1 - c0)))
+            wb.append(t)
+        acc = nc.sbuf_tile((p, c1 - c0), FP32)
+        first = True
+        for row, ha in taps:
+            for g, wt in zip(gathered, wb):
+                a = nc.sbuf_tile((p, c1 - c0), g.dtype)
+                nc.dma.load_rows(a, g[:, c0:c1], row)
+                weight = nc.sbuf_tile((p, c1 - c0), FP32)
+                nc.vector.tensor_scalar(weight, wt, "multiply", ha, dtype=FP32)  # h_a * w_b
+                if first:
+                    nc.vector.tensor_tensor(acc, a, weight, "multiply", dtype=FP32)
+                    first = False
+                else:
+                    t = nc.sbuf_tile((p, c1 - c0), FP32)
+                    nc.vector.tensor_tensor(t, a, weight, "multiply", dtype=FP32)
+                    nc.vector.tensor_tensor(acc, acc, t, "add", dtype=FP32)
+        _store_as(nc, dst2d[r0:r0 + p, c0:c1], acc)
     if dst is not out5:
         _copy_cast(nc, out5, dst)
 
