@@ -341,3 +341,31 @@ def test_nan_scores_follow_cpus_kernel(keys, layout):
         dev = torch.ops.aten._scaled_dot_product_fused_attention_overrideable(
             q.to("neuron"), k.to("neuron"), v.to("neuron"), None, 0.0, False, scale=1.0)[1].cpu()
         torch.testing.assert_close(dev, lse, equal_nan=True, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("keys", [[float("nan")], [-float("inf")] * 8 + [float("nan")],
+                                  [-float("inf")] * 7 + [float("nan")], [1.0] * 8 + [float("nan")],
+                                  [-float("inf")] * 3], ids=str)
+def test_compiled_attention_follows_cpus_flash_rules_as_eager(keys, monkeypatch):
+    """The compiled attention step asks, when the graph is cut, whether CPU runs its flash kernel for the traced
+    layouts, and then applies its row-max and never-started-row rules as the eager kernel does, on both the
+    instruction-level path and the static replay's wide runner (kernels.attention.forward_wide): output and
+    logsumexp bit for bit the eager kernel's (before, the compiled step kept every NaN, and its device time was
+    not the eager launch's)."""
+    import device_impl.compiler as compiler
+    from device_impl.compiler import executor
+
+    q, k, v = (t.to("neuron") for t in _keyed(keys))
+    op = torch.ops.aten._scaled_dot_product_fused_attention_overrideable
+    eager = [t.cpu() for t in op(q, k, v, None, 0.0, False, scale=1.0)[:2]]
+    for replay in (True, False):
+        monkeypatch.setattr(executor, "STATIC_REPLAY", replay)
+        torch._dynamo.reset()
+        compiler.clear_cache()
+        fn = torch.compile(lambda a, b, c: op(a, b, c, None, 0.0, False, scale=1.0)[:2], backend="neuron",
+                           fullgraph=True)
+        for _ in range(2):  # the second call takes the static replay where it is on
+            got = [t.cpu() for t in fn(q, k, v)]
+        for g, e in zip(got, eager):
+            assert torch.equal(g.isnan(), e.isnan()) and torch.equal(torch.nan_to_num(g), torch.nan_to_num(e)), \
+                (keys, replay, g, e)

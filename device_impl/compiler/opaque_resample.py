@@ -120,6 +120,12 @@ def upsample_whole(op: Any, args: tuple, kwargs: dict) -> tuple | None:
     for form in (op, default, vec):
         if form in decided:
             return call if decided[form] else None
+    from device_impl.kernels.spatial.resample import _vectorized_cond
+
+    if kind == "linear" and nsp == 2 and _vectorized_cond(x, size, nsp):
+        # CPU's vectorized bilinear kernel sums the four products at once (resample._bilinear_combined), whose zero
+        # signs no decomposition says (nested lerps give -0.0 where it gives +0.0): cut whatever the costing says
+        return call
     extra = [align] if _aligned(kind) else []
     # costed as the call a graph gets: F.interpolate's .vec form where it names the same call (some .default ops
     # have no decomposition of their own, so their decomposed one-op graph would not build)

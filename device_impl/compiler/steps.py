@@ -811,6 +811,7 @@ def attention_call(step: dict, program: Program, env, lse_read: bool = True) -> 
     out, lse = step["results"]
     q, k, v, *mask = (_operand_array(env, program, vid) for vid in step["operands"])
     pb = attention._Problem(q, k, v, mask[0] if mask else None, 0.0, attrs["causal"], attrs.get("scale"))
+    pb.flash_lse, pb.flash_tail = bool(attrs.get("flash")), int(attrs.get("flash_tail", 0))  # CPU's flash rules
     o4, lse3 = env.access(out), (env.access(lse) if lse_read else None)
     return (pb, o4, lse3) if o4.size and pb.L and pb.S else None
 

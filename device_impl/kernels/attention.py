@@ -522,7 +522,14 @@ def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray | None) -> None:
             if pb.causal and s1 - 1 > l0:  # affine_select: -inf where (l0 + p) - (s0 + f) < 0
                 # one masked copy over every head (a boolean index of [n, lq, sk] was 6x its time)
                 np.copyto(s, neg_inf, where=_causal_mask(l0 - s0, lq, sk))
-            block_max = np.maximum.reduce(s, axis=2, keepdims=True)
+            tail = pb.flash_tail if s1 == pb.S else 0  # CPU's flash tail skips a NaN (``_row_max``)
+            if not tail:
+                block_max = np.maximum.reduce(s, axis=2, keepdims=True)
+            else:
+                block_max = np.maximum.reduce(np.fmax(s[..., sk - tail:], neg_inf), axis=2, keepdims=True)
+                if sk > tail:
+                    np.maximum(np.maximum.reduce(s[..., :sk - tail], axis=2, keepdims=True), block_max,
+                               out=block_max)
             m_new = block_max if m is None else np.maximum(m, block_max)
             neg_m = np.multiply(np.maximum(m_new, floor), minus_one)
             p = np.add(s, neg_m, out=s)  # s is read no more
@@ -537,6 +544,10 @@ def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray | None) -> None:
                 np.multiply(row_sum, alpha, out=row_sum)
                 np.add(row_sum, block_sum, out=row_sum)
             m = m_new
+            if tail:  # a row CPU's flash never started (max -inf): probabilities of its tail and its sum 0
+                started = m_new != neg_inf
+                np.copyto(p[..., sk - tail:], zero, where=~started)
+                np.copyto(row_sum, zero, where=~started)
             # P^T copied in slabs (kernels/contiguous.py: [8, 128, 128] 169 -> 71 us; Q^T's and K^T's shorter
             # rows copy faster in one call)
             pT = fp32_contiguous((p if pb.dtype == FP32 else p.astype(pb.dtype)).transpose(0, 2, 1))
@@ -562,6 +573,8 @@ def forward_wide(pb: _Problem, o4: np.ndarray, lse3: np.ndarray | None) -> None:
         if lse3 is not None:
             log_l = np.log(row_sum)
             np.add(log_l, m, out=log_l)
+            if pb.flash_lse:  # CPU's flash: a row never started has logsumexp 0
+                np.copyto(log_l, zero, where=m == neg_inf)
             lse3[:, :, l0:l1] = log_l.reshape(pb.B, pb.Hq, lq)
 
 
