@@ -86,9 +86,8 @@ def _attention(node: torch.fx.Node) -> tuple[list[torch.fx.Node], dict[int, int]
 
     # CPU's flash kernel for the traced layouts (its NaN row max and never-started rows: kernels.attention
     # _row_max), asked when the graph is cut, as the eager kernel asks at the call; an option, so it keys the cache
-    flash = cpu_host.sdpa_runs_flash(metas[0], metas[1], metas[2], metas[3] if bias is not None else None, 0.0,
-                                     bool(a["is_causal"]), None if scale is None else float(scale))
-    tail = metas[1].shape[-2] % cpu_host.sdpa_flash_vector() if flash and bias is None else 0
+    flash, tail = cpu_host.sdpa_flash_rules(metas[0], metas[1], metas[2], metas[3] if bias is not None else None, 0.0,
+                                            bool(a["is_causal"]), None if scale is None else float(scale))
     return operands, {0: 0, 1: 1}, {"scale": None if scale is None else float(scale),
                                     "causal": bool(a["is_causal"]), "mask": bias is not None,
                                     "flash": bool(flash), "flash_tail": int(tail)}

@@ -864,12 +864,10 @@ def _layer_norm_backward(step: dict, program: Program) -> Runner:
     """``native_layer_norm_backward`` (compiler/opaque.py cuts it whole): the eager kernel's tile program
     (``kernels.reduction.layer_norm.backward_program``) on the step's HBM arrays, so the gradients are the eager
     kernel's bit for bit and the step costs what the eager launch does."""
+    from device_impl.compiler.ir import numpy_dtype
     from device_impl.kernels.reduction.layer_norm import backward_program
 
     attrs = step["attrs"]
-
-    from device_impl.compiler.ir import numpy_dtype
-
     stats = numpy_dtype(attrs["stats"]) if attrs.get("stats") else None
 
     def run(nc, env) -> None:

@@ -724,11 +724,9 @@ def _forward_block(nc, pb: _Problem, consts: dict, kv: _KeyValues, b: int, h: in
 def _forward(a: dict) -> tuple:
     query, key, value, bias = a["query"], a["key"], a["value"], a["attn_bias"]
     pb = _problem(query, key, value, bias, a["dropout_p"], a["is_causal"], a["scale"])
-    if cpu_host.sdpa_runs_flash(query, key, value, bias, a["dropout_p"], a["is_causal"], a["scale"]):
-        # CPU runs its flash kernel for these layouts (contiguous inputs): its row max and never-started rows
-        # (with a mask its max keeps every NaN: no tail rule)
-        pb.flash_lse = True
-        pb.flash_tail = pb.S % cpu_host.sdpa_flash_vector() if bias is None else 0
+    # CPU's flash kernel for these layouts (contiguous inputs): its row max and never-started rows
+    pb.flash_lse, pb.flash_tail = cpu_host.sdpa_flash_rules(query, key, value, bias, a["dropout_p"], a["is_causal"],
+                                                            a["scale"])
     out_shape = tuple(query.shape[:-1]) + (pb.Ev,)
     # laid out as CPU's sdpa lays its output out for these arguments (its flash kernel's (B, L, H, E) transposed,
     # or its math path's matmul layout: cpu_host.sdpa_layouts), else as the query (CUDA's matching layout)

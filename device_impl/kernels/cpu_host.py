@@ -574,6 +574,17 @@ def sdpa_runs_flash(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                         flags) == SDPBackend.FLASH_ATTENTION.value
 
 
+def sdpa_flash_rules(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask: torch.Tensor | None,
+                     dropout_p: float, is_causal: bool, scale: float | None) -> tuple[bool, int]:
+    """CPU's flash rules for this call (``kernels.attention._Problem.flash_lse``/``flash_tail``): whether its flash
+    kernel runs (``sdpa_runs_flash``: rows never started get logsumexp 0), and how many of the sequence's last keys
+    its row max takes in the scalar tail that skips a NaN (S % ``sdpa_flash_vector()``; none with a mask, whose max
+    keeps every NaN). The eager kernel asks at the call, the compiler's cut of the traced layouts."""
+    flash = sdpa_runs_flash(query, key, value, attn_mask, dropout_p, is_causal, scale)
+    tail = key.shape[-2] % sdpa_flash_vector() if flash and attn_mask is None else 0
+    return bool(flash), int(tail)
+
+
 def _sdpa_proxy(key):
     return None if key is None else torch.empty_strided(key[0], key[1], dtype=key[2], device="cpu")
 

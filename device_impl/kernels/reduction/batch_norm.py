@@ -741,6 +741,7 @@ def backward_program(nc, dy: np.ndarray, x: np.ndarray, dx: np.ndarray | None, a
     g = _Grid([c], [x.shape[0]] + spatial, kr=kr, k=[v for _, v in ks.values()])
     DY, X = g.kr[0], g.kr[1]
     path = _bn_backward_path(dy, x)
+    generic = _bn_backward_layout(dy, x) == "strided"  # CPU's generic loop (any dtype): _bn_train_grad_input
 
     def view(name, blk):
         return _at(g.k[ks[name][0]], blk.rsl)
@@ -793,7 +794,6 @@ def backward_program(nc, dy: np.ndarray, x: np.ndarray, dx: np.ndarray | None, a
         if dx is not None:
             wt = _load_scalars(nc, view("w", blk), p) if "w" in ks else None
             DX = g.kr[2]
-            generic = _bn_backward_layout(dy, x) == "strided"
             if train:  # CPU's order on every path (_bn_train_grad_input)
                 k = _row_scalar(nc, p)
                 nc.vector.tensor_tensor(k, dotp, inv, "multiply", dtype=FP32)

@@ -378,12 +378,10 @@ def _nearest_targets(nc, r0: int, p: int, axes: dict):
     return target
 
 
-def _nearest_backward(nc, scratch, gi5, go5, axes: dict) -> None:
-    """Nearest's adjoint as one scatter: every output element's gradient added, in C order, to the input element
-    it read (``store_rows(in_order=True)``: one add per element, rounded each time), as CPU's
-    ``cpu_upsample_nearest_backward`` (and its channels-last form) adds them, element by element in (od, oh, ow)
-    order, into grad_input (an fp32 buffer for bfloat16/float16). Two separable stages (H's sums, then W's) group
-    the terms otherwise where both axes gather several (a (2, 512) gradient into (3, 1): 192 ULP)."""
+def _scatter_operands(nc, scratch, gi5, go5) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """An in-order scatter backward's operands: the output gradient as one row per element (copied where its layout
+    gives no such view), a zeroed fp32 accumulator of grad_input's shape (CPU's buffer for bfloat16/float16) and its
+    rows, the scatter's table."""
     flat_out = _rows2d(go5, 4)
     if flat_out is None:
         flat_out = scratch.new(go5.shape, go5.dtype)
@@ -391,7 +389,16 @@ def _nearest_backward(nc, scratch, gi5, go5, axes: dict) -> None:
         flat_out = _rows2d(flat_out, 4)
     acc = scratch.new(gi5.shape, FP32)
     _fill(nc, acc, 0.0)
-    table = _rows2d(acc, 4)
+    return flat_out, acc, _rows2d(acc, 4)
+
+
+def _nearest_backward(nc, scratch, gi5, go5, axes: dict) -> None:
+    """Nearest's adjoint as one scatter: every output element's gradient added, in C order, to the input element
+    it read (``store_rows(in_order=True)``: one add per element, rounded each time), as CPU's
+    ``cpu_upsample_nearest_backward`` (and its channels-last form) adds them, element by element in (od, oh, ow)
+    order, into grad_input (an fp32 buffer for bfloat16/float16). Two separable stages (H's sums, then W's) group
+    the terms otherwise where both axes gather several (a (2, 512) gradient into (3, 1): 192 ULP)."""
+    flat_out, acc, table = _scatter_operands(nc, scratch, gi5, go5)
     for r0 in range(0, flat_out.shape[0], P):
         p = min(P, flat_out.shape[0] - r0)
         mark = nc.mark()
@@ -430,14 +437,7 @@ def _cubic_backward(nc, scratch, gi5, go5, axes: dict) -> None:
     separable stages (H's weighted sums, then W's) group the terms otherwise: near overflow other positions end
     +inf, -inf or NaN (designed case upsample_bicubic2d_backward-float32-near_overflow-contiguous-128)."""
     (h_axis, ax_h), (w_axis, ax_w) = sorted(axes.items())
-    flat_out = _rows2d(go5, 4)
-    if flat_out is None:
-        flat_out = scratch.new(go5.shape, go5.dtype)
-        _copy_cast(nc, flat_out, go5)
-        flat_out = _rows2d(flat_out, 4)
-    acc = scratch.new(gi5.shape, FP32)
-    _fill(nc, acc, 0.0)
-    table = _rows2d(acc, 4)
+    flat_out, acc, table = _scatter_operands(nc, scratch, gi5, go5)
     rows = flat_out.shape[0] * 16
     for r0 in range(0, rows, P):
         p = min(P, rows - r0)
